@@ -1,0 +1,50 @@
+"""The compile pipeline as flat lists of named MLIR passes, split where the Splyce pass cuts in.
+
+Stage 1 (``SPARSIFY``) turns linalg.generic on sparse tensors into scf + memref + arith loops: the
+sparsifier's coiteration ``scf.while`` loops are visible there, and the Splyce pass rewrites them.
+Stage 2 (``TO_LLVM``) lowers the rest to the LLVM dialect. The list mirrors what
+``sparsifier{enable-runtime-library=false}`` expands to in MLIR 22 (see TOOLCHAIN.md), preceded by
+``sparse-assembler{direct-out=true}`` so that the entry point takes plain (pos, crd, values) buffers.
+"""
+
+SPARSIFY = (
+    "sparse-assembler{direct-out=true}",
+    "func.func(linalg-generalize-named-ops)",
+    "func.func(linalg-fuse-elementwise-ops)",
+    "sparsification-and-bufferization{enable-simd-index32=true parallelization-strategy=none "
+    "sparse-emit-strategy=functional vl=0}",
+    "sparse-storage-specifier-to-llvm",
+    "func.func(canonicalize)",
+)
+
+TO_LLVM = (
+    "func.func(convert-linalg-to-loops)",
+    "func.func(convert-vector-to-scf)",
+    "func.func(expand-realloc{emit-deallocs=true})",
+    "func.func(convert-scf-to-cf)",
+    "expand-strided-metadata",
+    "lower-affine",
+    "convert-vector-to-llvm",
+    "func.func(convert-complex-to-standard)",
+    "func.func(arith-expand)",
+    "func.func(convert-math-to-llvm)",
+    "convert-math-to-libm",
+    "convert-complex-to-libm",
+    "convert-vector-to-llvm",
+    "convert-to-llvm",
+    "reconcile-unrealized-casts",
+)
+
+
+def pipeline_text(passes: tuple[str, ...]) -> str:
+    """The textual pipeline for ``PassManager.parse``."""
+    return "builtin.module(" + ",".join(passes) + ")"
+
+
+def run_passes(module, passes: tuple[str, ...]) -> None:
+    """Run ``passes`` on ``module`` in place (inside the module's context), then verify it."""
+    from mlir import passmanager
+
+    with module.context:
+        passmanager.PassManager.parse(pipeline_text(passes)).run(module.operation)
+        module.operation.verify()
