@@ -1,0 +1,290 @@
+"""`SparseTensor` (shape, dtype, format and per-level buffers) and `asarray`, the conversion boundary.
+
+Buffers follow MLIR's standard storage, level by level: a compressed level has `pos` (parent positions + 1
+entries) and `crd`; a singleton level has its own `crd` (one per parent entry); a dense level has neither and
+multiplies the number of positions by its size. `values` holds one value per position of the last level.
+
+scipy.sparse and pydata-sparse are imported only when an input of theirs is seen.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from splyce import convert
+from splyce.formats import COO, CSC, CSR, SPARSE_VECTOR, Format, coo, csf
+from splyce.validation import NotCanonicalError, check_buffers, check_dtype, check_shape
+
+__all__ = ["SparseTensor", "asarray"]
+
+
+class SparseTensor:
+    """A tensor stored level by level in a `Format`. Treat it as immutable: its buffers may be shared with
+    the object it was made from (a scipy array wrapped without copying)."""
+
+    __slots__ = ("_shape", "_format", "_pos", "_crd", "_values")
+
+    def __init__(self, shape, format: Format, pos, crd, values, *, validate: bool = True, name: str = "tensor"):
+        if validate:
+            check_buffers(shape, format, pos, crd, values, name)
+        self._shape = tuple(int(s) for s in shape)
+        self._format = format
+        self._pos = tuple(pos)
+        self._crd = tuple(crd)
+        self._values = values
+
+    @classmethod
+    def from_buffers(cls, shape, format: Format, pos=None, crd=None, values=None, *, validate: bool = True,
+                     name: str = "tensor") -> SparseTensor:
+        """Wrap level buffers without copying. `pos` / `crd` have one entry per level (None where a level has
+        no such buffer); omitted, they are all None (an all-dense format). `validate=False` skips the O(nnz)
+        checks for buffers splyce produced itself."""
+        pos = (None,) * format.ndim if pos is None else tuple(pos)
+        crd = (None,) * format.ndim if crd is None else tuple(crd)
+        return cls(shape, format, pos, crd, values, validate=validate, name=name)
+
+    shape = property(lambda self: self._shape, doc="tuple of ints, in dimension order")
+    format = property(lambda self: self._format, doc="the storage Format")
+    pos = property(lambda self: self._pos, doc="per-level position arrays (None except for compressed levels)")
+    crd = property(lambda self: self._crd, doc="per-level coordinate arrays (None for dense levels)")
+    values = property(lambda self: self._values, doc="1-D stored values, one per position of the last level")
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._values.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def nnz(self) -> int:
+        """Number of stored values (explicit zeros and dense-level zeros included)."""
+        return len(self._values)
+
+    @property
+    def lvl_shape(self) -> tuple[int, ...]:
+        """The shape in level order."""
+        return tuple(self._shape[d] for d in self._format.order)
+
+    def __repr__(self) -> str:
+        return (f"SparseTensor(shape={self._shape}, dtype={self.dtype}, nnz={self.nnz}, "
+                f"format={self._format})")
+
+    def copy(self) -> SparseTensor:
+        copy = [None if a is None else a.copy() for a in (*self._pos, *self._crd)]
+        n = self.ndim
+        return SparseTensor(self._shape, self._format, copy[:n], copy[n:], self._values.copy(), validate=False)
+
+    def coords(self) -> list[np.ndarray]:
+        """Dimension coordinates (one int64 array per dimension) of every stored value."""
+        return convert.unpack(self._shape, self._format, self._pos, self._crd)
+
+    def to_numpy(self) -> np.ndarray:
+        """The dense array (a view of `values` for an all-dense identity-order format)."""
+        fmt = self._format
+        if fmt.is_dense:
+            return self._values.reshape(self.lvl_shape).transpose(fmt.dim_to_lvl)
+        out = np.zeros(self._shape, dtype=self.dtype)
+        index = tuple(self.coords())
+        if all(level.unique for level in fmt.levels):
+            out[index] = self._values
+        else:
+            np.add.at(out, index, self._values)
+        return out
+
+    todense = to_numpy
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.to_numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def to_scipy(self):
+        """A scipy.sparse array: csr_array for CSR, csc_array for CSC, coo_array for COO (sharing buffers),
+        otherwise csr_array. Needs ndim 2 (scipy's coo_array for other ranks). An all-dense format drops zeros."""
+        import scipy.sparse as sps
+
+        fmt = self._format
+        canonical = all(level.unique and level.ordered for level in fmt.levels)
+        widths = (fmt.pos_width, fmt.crd_width)
+        if self.ndim != 2:
+            return sps.coo_array((self._values, tuple(self.coords())), shape=self._shape)
+        if fmt.is_dense:
+            return sps.csr_array(self.to_numpy())
+        if canonical and fmt.levels == CSR.levels:
+            cls = sps.csr_array if fmt.order == (0, 1) else sps.csc_array
+            out = cls((self._values, self._crd[1], self._pos[1]), shape=self._shape)
+            out.has_canonical_format = True
+            return out
+        if fmt == COO.with_widths(*widths):
+            return sps.coo_array((self._values, (self._crd[0], self._crd[1])), shape=self._shape)
+        return asarray(self, CSR.with_widths(*widths)).to_scipy()
+
+    def to_pydata(self):
+        """A pydata-sparse COO (fill value 0)."""
+        import sparse
+
+        coords = np.stack(self.coords()) if self.ndim else np.zeros((0, self.nnz), dtype=np.int64)
+        unique = all(level.unique for level in self._format.levels)
+        return sparse.COO(coords, self._values, shape=self._shape, has_duplicates=not unique)
+
+
+def _target_widths(*index_arrays) -> tuple[int, int]:
+    widths = []
+    for arr in index_arrays:
+        widths.append(32 if arr.dtype == np.int32 else 64)
+    return tuple(widths)
+
+
+def _default_format(ndim: int, sparse_default: Format | None = None) -> Format:
+    if ndim == 0:
+        raise ValueError("splyce tensors need at least one dimension")
+    if ndim == 1:
+        return SPARSE_VECTOR
+    if ndim == 2:
+        return sparse_default or CSR
+    return csf(ndim)
+
+
+def _from_coords(shape, fmt, coords, values, copy, name, sorted_unique=False) -> SparseTensor:
+    if copy is False:
+        raise ValueError(f"{name}: converting to {fmt} needs a copy, but copy=False")
+    shape = check_shape(shape, name)
+    if len(shape) != fmt.ndim:
+        raise ValueError(f"{name}: format {fmt} has {fmt.ndim} levels but the input has {len(shape)} dimensions")
+    values = np.asarray(values)
+    values = values.astype(values.dtype.newbyteorder("="), copy=False)
+    for d, c in enumerate(coords):
+        if len(c) and (c.min() < 0 or c.max() >= shape[d]):
+            k = int(np.argmax((c < 0) | (c >= shape[d])))
+            raise ValueError(f"{name}: coordinate {c[k]} of dimension {d} out of range [0, {shape[d]}) at entry {k}")
+    pos, crd, vals = convert.pack(shape, fmt, coords, values, sorted_unique=sorted_unique, name=name)
+    return SparseTensor(shape, fmt, pos, crd, vals, validate=False)
+
+
+def _from_numpy(x: np.ndarray, fmt, copy, name) -> SparseTensor:
+    check_dtype(x.dtype, name)
+    fmt = fmt or _default_format(x.ndim)
+    if fmt.ndim != x.ndim:
+        raise ValueError(f"{name}: format {fmt} has {fmt.ndim} levels but the input has {x.ndim} dimensions")
+    in_levels = x.transpose(fmt.order)
+    if fmt.is_dense:
+        flat_ok = in_levels.flags.c_contiguous and x.dtype.isnative
+        if copy is False and not flat_ok:
+            raise ValueError(f"{name}: storing this array in {fmt} needs a copy, but copy=False")
+        values = np.ascontiguousarray(in_levels, dtype=x.dtype.newbyteorder("=")).reshape(-1)
+        if copy and np.shares_memory(values, x):
+            values = values.copy()
+        return SparseTensor(x.shape, fmt, (None,) * x.ndim, (None,) * x.ndim, values, validate=False)
+    lvl_coords = np.nonzero(in_levels)       # sorted in level order, unique
+    coords = [None] * x.ndim
+    for l, d in enumerate(fmt.order):
+        coords[d] = lvl_coords[l]
+    return _from_coords(x.shape, fmt, coords, in_levels[lvl_coords], copy, name, sorted_unique=True)
+
+
+def _wrap_compressed(x, native: Format, fmt: Format, copy, name) -> SparseTensor | None:
+    """A scipy CSR / CSC as a SparseTensor in `fmt` (its own format up to index widths), or None when the
+    input is not canonical. Its own widths: the buffers are wrapped as they are, unless `copy`."""
+    pos, crd, data = (None, x.indptr), (None, x.indices), x.data
+    try:
+        check_buffers(x.shape, native, pos, crd, data, name)
+    except NotCanonicalError:
+        return None
+    if fmt != native:
+        if copy is False:
+            raise ValueError(f"{name}: changing index widths to {fmt.pos_width}/{fmt.crd_width} needs a copy, "
+                             f"but copy=False")
+        pos = (None, convert.to_index_array(x.indptr, fmt.pos_width, "pos positions", name))
+        crd = (None, convert.to_index_array(x.indices, fmt.crd_width, "crd coordinates", name))
+        data = data.copy() if copy else data
+    tensor = SparseTensor(x.shape, fmt, pos, crd, data, validate=False)
+    return tensor.copy() if copy and fmt == native else tensor
+
+
+def _from_scipy(x, fmt, copy, name) -> SparseTensor:
+    check_dtype(x.dtype, name)
+    if x.ndim == 2 and x.format in ("csr", "csc"):
+        base = CSR if x.format == "csr" else CSC
+        simple = all(a.flags.c_contiguous for a in (x.indptr, x.indices, x.data)) and x.data.dtype.isnative
+        if simple and x.indptr.dtype in (np.int32, np.int64) and x.indices.dtype in (np.int32, np.int64):
+            native = base.with_widths(*_target_widths(x.indptr, x.indices))
+            if fmt is None or fmt.with_widths(64, 64) == base:
+                tensor = _wrap_compressed(x, native, fmt or native, copy, name)
+                if tensor is not None:
+                    return tensor
+                if copy is False:
+                    raise ValueError(f"{name}: scipy {x.format} input is not canonical (unsorted or duplicate "
+                                     f"indices); canonicalizing needs a copy, but copy=False")
+            else:
+                try:   # scipy's own conversions assume well-formed index arrays: check them first
+                    check_buffers(x.shape, native, (None, x.indptr), (None, x.indices), x.data, name)
+                except NotCanonicalError:
+                    pass
+            fmt = fmt or native
+        coo_x = x.tocoo()
+    elif x.format == "coo":
+        coo_x = x
+    else:
+        coo_x = x.tocoo()
+    index_dtype = coo_x.coords[0].dtype if coo_x.coords else np.dtype(np.int64)
+    width = 32 if index_dtype == np.int32 else 64
+    if fmt is None:
+        sparse_default = COO if x.format == "coo" else CSR
+        fmt = (coo(x.ndim) if x.format == "coo" and x.ndim > 2 else _default_format(x.ndim, sparse_default))
+        fmt = fmt.with_widths(width, width)
+    return _from_coords(x.shape, fmt, list(coo_x.coords), coo_x.data, copy, name)
+
+
+def _from_pydata(x, fmt, copy, name) -> SparseTensor:
+    import sparse
+
+    check_dtype(x.dtype, name)
+    if not (x.fill_value == 0):
+        raise ValueError(f"{name}: pydata-sparse arrays need fill_value 0, not {x.fill_value}")
+    if isinstance(x, sparse.GCXS):
+        if fmt is None and x.ndim == 2:
+            fmt = CSR if x.compressed_axes == (0,) else CSC
+        x = x.tocoo()
+    elif not isinstance(x, sparse.COO):
+        raise TypeError(f"{name}: unsupported pydata-sparse type {type(x).__name__}; use COO or GCXS")
+    if fmt is None:
+        fmt = coo(x.ndim) if x.ndim >= 2 else _default_format(x.ndim)
+    return _from_coords(x.shape, fmt, list(x.coords), x.data, copy, name)
+
+
+def asarray(x, format: Format | None = None, copy: bool | None = None, *, name: str = "tensor") -> SparseTensor:
+    """Convert `x` to a SparseTensor stored in `format`.
+
+    `x`: a NumPy array (or anything np.asarray accepts; zeros are not stored), any scipy.sparse array or
+    matrix, a pydata-sparse COO / GCXS, or a SparseTensor. Default formats: CSR for 2-D NumPy input, scipy
+    csr / bsr / dia / lil / dok, CSC for scipy csc, COO for scipy coo, `coo(ndim)` for pydata COO, CSR / CSC
+    for a 2-D GCXS compressed along rows / columns, the sparse vector for 1-D and `csf(ndim)` for 3-D and up.
+    scipy int32 indices give index widths 32.
+
+    `copy=None` shares buffers when it can: a canonical scipy CSR / CSC in its own format is wrapped without
+    copying (validation reads it in O(nnz), ~1 ms per million entries). `copy=True` always copies;
+    `copy=False` raises ValueError when a copy is needed. Non-canonical scipy input (unsorted or duplicate
+    indices, whatever its flags say) is canonicalized on a copy, duplicates summed; `x` is never modified.
+    """
+    if format is not None and not isinstance(format, Format):
+        raise TypeError(f"{name}: format must be a splyce Format, not {type(format).__name__}")
+    if isinstance(x, SparseTensor):
+        if format is None or format == x.format:
+            return x.copy() if copy else x
+        return _from_coords(x.shape, format, x.coords(), x.values, copy, name)
+    sps = sys.modules.get("scipy.sparse")
+    if sps is not None and sps.issparse(x):
+        return _from_scipy(x, format, copy, name)
+    if type(x).__module__.split(".")[0] == "sparse":
+        return _from_pydata(x, format, copy, name)
+    if not isinstance(x, np.ndarray):
+        if copy is False:
+            raise ValueError(f"{name}: converting a {type(x).__name__} needs a copy, but copy=False")
+        x = np.asarray(x)
+    if x.ndim == 0:
+        raise ValueError(f"{name}: splyce tensors need at least one dimension (got a 0-d array)")
+    return _from_numpy(x, format, copy, name)
+
