@@ -1,0 +1,152 @@
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+from splyce.formats import COO, CSR, DCSR, SPARSE_VECTOR, Format, Level, coo
+from splyce.tensor import SparseTensor, asarray
+from splyce.validation import NotCanonicalError, check_dtype, check_shape, validate
+
+i64, i32 = np.int64, np.int32
+
+
+def arr(values, dtype=i64):
+    return np.array(values, dtype=dtype)
+
+
+def csr_buffers(indptr, indices, data=None, dtype=i64):
+    indices = arr(indices, dtype)
+    data = np.ones(len(indices)) if data is None else data
+    return dict(pos=(None, arr(indptr, dtype)), crd=(None, indices), values=data)
+
+
+# Each case: (shape, format, buffers, exception, key phrase). Messages name the tensor, level and position.
+MALFORMED = {
+    "pos does not start at 0": ((2, 3), CSR, csr_buffers([1, 1, 2], [0, 1]), ValueError,
+                                r"x: level 1 \(compressed\): positions must start at 0"),
+    "pos decreases": ((3, 3), CSR, csr_buffers([0, 2, 1, 3], [0, 1, 2]), ValueError,
+                      r"level 1 \(compressed\): positions decrease at position 2 \(1 after 2\)"),
+    "pos end != nnz": ((2, 3), CSR, csr_buffers([0, 1, 3], [0, 1]), ValueError, "positions end at 3 but there are 2"),
+    "pos wrong length": ((3, 3), CSR, csr_buffers([0, 1, 2], [0, 1]), ValueError,
+                         r"positions have length 3, expected 4"),
+    "crd out of range": ((2, 3), CSR, csr_buffers([0, 1, 2], [0, 3]), ValueError,
+                         r"coordinate 3 out of range \[0, 3\) at position 1"),
+    "negative crd": ((2, 3), CSR, csr_buffers([0, 1, 2], [-1, 0]), ValueError,
+                     r"coordinate -1 out of range \[0, 3\) at position 0"),
+    "crd unsorted": ((2, 9), CSR, csr_buffers([0, 1, 4], [0, 9 - 4, 3, 7]), NotCanonicalError,
+                     r"coordinates not sorted within segment 1 at position 2 \(3 after 5\)"),
+    "crd duplicate": ((2, 9), CSR, csr_buffers([0, 1, 3], [0, 4, 4]), NotCanonicalError,
+                      r"duplicate coordinate 4 within segment 1 at position 2"),
+    "pos float dtype": ((2, 3), CSR, dict(pos=(None, np.array([0., 1, 2])), crd=(None, arr([0, 1])),
+                                           values=np.ones(2)), TypeError, "positions must be an integer array"),
+    "pos width mismatch": ((2, 3), CSR, dict(pos=(None, arr([0, 1, 2], i32)), crd=(None, arr([0, 1])),
+                                              values=np.ones(2)), TypeError,
+                           r"positions have dtype int32 but the format's width is 64"),
+    "crd width mismatch": ((2, 3), CSR, csr_buffers([0, 1, 2], [0, 1], dtype=i32), TypeError,
+                           r"coordinates have dtype int32 but the format's width is 64"),
+    "crd as list": ((2, 3), CSR, dict(pos=(None, arr([0, 1, 2])), crd=(None, [0, 1]), values=np.ones(2)),
+                    TypeError, "coordinates must be a numpy array"),
+    "2-D crd": ((2, 3), CSR, dict(pos=(None, arr([0, 1, 2])), crd=(None, arr([[0, 1]])), values=np.ones(2)),
+                ValueError, "coordinates must be a C-contiguous 1-D array"),
+    "values too short": ((2, 3), CSR, csr_buffers([0, 1, 2], [0, 1], np.ones(1)), ValueError,
+                         "values have length 1, expected 2"),
+    "values 2-D": ((2, 3), CSR, csr_buffers([0, 1, 2], [0, 1], np.ones((2, 1))), ValueError,
+                   "values must be a C-contiguous 1-D array"),
+    "values bool": ((2, 3), CSR, csr_buffers([0, 1, 2], [0, 1], np.ones(2, bool)), TypeError,
+                    "unsupported dtype bool"),
+    "values big-endian": ((2, 3), CSR, csr_buffers([0, 1, 2], [0, 1], np.ones(2, ">f8")), TypeError,
+                          "non-native byte order"),
+    "values not an array": ((2, 3), CSR, csr_buffers([0, 1, 2], [0, 1], [1.0, 2.0]), TypeError,
+                            "values must be a numpy array"),
+    "negative shape": ((2, -3), CSR, csr_buffers([0, 1, 2], [0, 1]), ValueError, r"shape\[1\] is negative"),
+    "bool shape": ((2, True), CSR, csr_buffers([0, 1, 2], [0, 1]), TypeError, r"shape\[1\] must be an int"),
+    "float shape": ((2.0, 3), CSR, csr_buffers([0, 1, 2], [0, 1]), TypeError, r"shape\[0\] must be an int"),
+    "shape not iterable": (3, SPARSE_VECTOR, dict(pos=(arr([0, 0]),), crd=(arr([]),), values=np.ones(0)),
+                           TypeError, "shape must be a tuple of ints"),
+    "rank mismatch": ((2, 3, 4), CSR, csr_buffers([0, 1, 2], [0, 1]), ValueError,
+                      "has 3 dimensions but the format has 2 levels"),
+    "too few buffers": ((2, 3), CSR, dict(pos=(arr([0, 1, 2]),), crd=(None, arr([0, 1])), values=np.ones(2)),
+                        ValueError, "expected 2 pos and crd entries"),
+    "dense level with crd": ((2, 3), CSR, dict(pos=(None, arr([0, 1, 2])), crd=(arr([0, 1]), arr([0, 1])),
+                                                values=np.ones(2)), ValueError, "a dense level has no pos / crd"),
+    "compressed without pos": ((2, 3), CSR, dict(pos=(None, None), crd=(None, arr([0, 1])), values=np.ones(2)),
+                               ValueError, "missing pos buffer"),
+    "compressed without crd": ((2, 3), CSR, dict(pos=(None, arr([0, 1, 2])), crd=(None, None),
+                                                  values=np.ones(2)), ValueError, "missing crd buffer"),
+    "singleton with pos": ((2, 3), COO, dict(pos=(arr([0, 1]), arr([0, 1])), crd=(arr([0]), arr([0])),
+                                             values=np.ones(1)), ValueError, "a singleton level has no pos"),
+    "singleton crd length": ((2, 3), COO, dict(pos=(arr([0, 2]), None), crd=(arr([0, 1]), arr([0])),
+                                               values=np.ones(2)), ValueError,
+                             r"level 1 \(singleton\): coordinates have length 1, expected 2"),
+    "COO first level unsorted": ((2, 3), COO, dict(pos=(arr([0, 2]), None), crd=(arr([1, 0]), arr([0, 0])),
+                                                   values=np.ones(2)), NotCanonicalError,
+                                 r"level 0 \(compressed\(nonunique\)\): coordinates not sorted within segment 0"),
+    "COO duplicate entry": ((2, 3), COO, dict(pos=(arr([0, 3]), None), crd=(arr([0, 1, 1]), arr([2, 1, 1])),
+                                              values=np.ones(3)), NotCanonicalError,
+                            r"level 1 \(singleton\): duplicate coordinate 1 within a run of equal parent"),
+    "COO second level unsorted": ((2, 3), COO, dict(pos=(arr([0, 3]), None), crd=(arr([1, 1, 1]), arr([0, 2, 1])),
+                                                    values=np.ones(3)), NotCanonicalError,
+                                  r"level 1 \(singleton\): coordinates not sorted .* at position 2 \(1 after 2\)"),
+    "DCSR outer duplicate": ((3, 3), DCSR, dict(pos=(arr([0, 2]), arr([0, 1, 2])), crd=(arr([1, 1]), arr([0, 1])),
+                                                values=np.ones(2)), NotCanonicalError,
+                             r"level 0 \(compressed\): duplicate coordinate 1 within segment 0 at position 1"),
+    "nonordered duplicate": ((2, 5), Format(("dense", Level("compressed", ordered=False))),
+                             csr_buffers([0, 3, 3], [4, 1, 4]), NotCanonicalError,
+                             r"duplicate coordinate 4 within segment 0 at position 2"),
+    "dimension beyond int32 with crd_width 32": ((2, 2**31 + 5), CSR.with_widths(32, 32),
+                                                 csr_buffers([0, 1, 1], [0], dtype=i32), ValueError,
+                                                 "does not fit crd_width 32"),
+    "format is not a Format": ((2, 3), "csr", csr_buffers([0, 1, 2], [0, 1]), TypeError,
+                               "format must be a splyce Format"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED), ids=list(MALFORMED))
+def test_malformed_buffers(case):
+    shape, fmt, buffers, exc, message = MALFORMED[case]
+    with pytest.raises(exc, match=message):
+        SparseTensor.from_buffers(shape, fmt, name="x", **buffers)
+
+
+def test_not_canonical_is_value_error():
+    assert issubclass(NotCanonicalError, ValueError)
+
+
+def test_valid_edge_cases():
+    # Nonordered levels accept any order; nonunique levels accept repeats; empty and zero-size tensors.
+    nonordered = Format(("dense", Level("compressed", ordered=False)))
+    SparseTensor.from_buffers((2, 5), nonordered, **csr_buffers([0, 3, 3], [4, 1, 3]))
+    nonunique = Format(("dense", Level("compressed", unique=False)))
+    SparseTensor.from_buffers((2, 5), nonunique, **csr_buffers([0, 3, 3], [1, 1, 3]))
+    SparseTensor.from_buffers((0, 5), CSR, **csr_buffers([0], []))
+    SparseTensor.from_buffers((4, 0), CSR, **csr_buffers([0, 0, 0, 0, 0], []))
+    SparseTensor.from_buffers((0,), SPARSE_VECTOR, pos=(arr([0, 0]),), crd=(arr([]),), values=np.ones(0))
+    t = SparseTensor.from_buffers((2, 2, 2), coo(3), pos=(arr([0, 2]), None, None),
+                                  crd=(arr([0, 0]), arr([1, 1]), arr([0, 1])), values=np.ones(2))
+    validate(t)
+    # Unsorted entries in the next segment after a segment boundary are fine.
+    SparseTensor.from_buffers((2, 9), CSR, **csr_buffers([0, 2, 4], [5, 8, 1, 2]))
+
+
+def test_validate_false_skips_checks_and_validate_catches():
+    t = SparseTensor.from_buffers((2, 3), CSR, validate=False, **csr_buffers([0, 1, 2], [0, 7]))
+    with pytest.raises(ValueError, match=r"B: level 1 \(compressed\): coordinate 7 out of range"):
+        validate(t, name="B")
+
+
+def test_check_helpers():
+    assert check_shape((np.int64(3), 4)) == (3, 4)
+    assert type(check_shape((np.int64(3),))[0]) is int
+    assert check_dtype("float32") == np.float32
+    with pytest.raises(TypeError, match="unsupported dtype complex128"):
+        check_dtype(np.complex128)
+
+
+def test_int32_overflow_raises():
+    # 2**31 stored entries cannot be built cheaply; exercise the same check on the index conversion.
+    from splyce.convert import to_index_array
+
+    with pytest.raises(ValueError, match="does not fit in 32 bits"):
+        to_index_array(arr([0, 2**31]), 32, "pos positions")
+    with pytest.raises(ValueError, match="does not fit in 32 bits"):
+        asarray(sps.csr_array((np.ones(1), arr([2**31]), arr([0, 1])), shape=(1, 2**31 + 1)),
+                CSR.with_widths(64, 32))
