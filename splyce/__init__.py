@@ -1,4 +1,32 @@
-"""splyce: sparse tensor algebra compiled through MLIR with SIMD dual-path coiteration.
+"""splyce: sparse tensor algebra compiled through MLIR, with SIMD dual-path coiteration (the Splyce pass).
 
-Importing splyce builds no MLIR context and compiles nothing: the compiler is loaded on first use.
+Importing splyce builds no MLIR context and compiles nothing: the compiler loads on first use.
 """
+
+from .formats import COO, CSC, CSR, DCSC, DCSR, SPARSE_VECTOR, Format, Level, csf, dense
+from .tensor import SparseTensor, asarray
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Format", "Level", "CSR", "CSC", "DCSR", "DCSC", "COO", "SPARSE_VECTOR", "csf", "dense",
+    "SparseTensor", "asarray", "jit", "matmul", "multiply", "einsum", "add", "subtract", "profile",
+]
+
+# The compiler-facing names load lazily (PEP 562) so that `import splyce` stays cheap.
+_LAZY = {
+    "jit": "splyce.dispatcher", "matmul": "splyce.api", "multiply": "splyce.api", "einsum": "splyce.api",
+    "add": "splyce.api", "subtract": "splyce.api", "profile": "splyce.profiling",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'splyce' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,300 @@
+"""``@splyce.jit``: trace a NumPy-style function on sparse tensors, compile it through MLIR, cache it.
+
+Dispatch on every call: classify and validate the arguments, look the kernel up in memory by a typed key
+(function, static arguments, each input's shape / dtype / format, options, target), compile on a miss, then
+call the native entry point on the operands' own buffers.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections import namedtuple
+from dataclasses import dataclass
+
+import numpy as np
+
+from .lowering import arguments, runtime
+from .lowering.arguments import Static
+from .lowering.compiler import CompileOptions, Lowering, lower
+from .tensor import SparseTensor
+from .tracer.ir import Node, TensorType, Trace
+from .tracer.tracer import Tracer, TraceError
+
+CacheInfo = namedtuple("CacheInfo", "hits misses currsize compiles")
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """Everything that changes the generated code, as named parts (so a miss can be explained)."""
+
+    function: object
+    static_args: tuple
+    inputs: tuple[TensorType | None, ...]
+    out_format: object
+    options: CompileOptions
+
+    def explain(self, other: "CacheKey") -> list[str]:
+        """The names of the parts in which two keys differ."""
+        return [name for name in self.__dataclass_fields__ if getattr(self, name) != getattr(other, name)]
+
+
+class Kernel:
+    """One compiled specialization: its lowering, native entry point and output layout."""
+
+    def __init__(self, lowering: Lowering, result_tree):
+        self.lowering = lowering
+        self.result_tree = result_tree
+        self.trace = lowering.trace
+        self._compiled = lowering.load()
+        from .lowering.to_mlir import ENTRY
+
+        n_inputs = sum(len(arguments.flatten(t, _Placeholder(t))) for t in self.trace.inputs)
+        dense_out = [o for o in self.trace.outputs if not o.type.is_sparse]
+        input_ranks = tuple(_input_ranks(self.trace.inputs)) + tuple(o.type.ndim for o in dense_out)
+        assert len(input_ranks) == n_inputs + len(dense_out)
+        self._call = runtime.KernelCall(
+            self._compiled.function_address("_mlir_ciface_" + ENTRY), input_ranks, lowering.result_ranks)
+
+    @property
+    def compiled(self):
+        return self._compiled
+
+    def run(self, values: list):
+        buffers = []
+        for t, v in zip(self.trace.inputs, values):
+            buffers.extend(arguments.flatten(t, v))
+        dense_outputs = {}
+        for out in self.trace.outputs:
+            if not out.type.is_sparse and out not in dense_outputs:
+                dense_outputs[out] = np.zeros(out.type.shape, dtype=out.type.dtype)
+        buffers.extend(dense_outputs.values())
+        descs = self._call(buffers)
+        return self._results(descs, dense_outputs)
+
+    def _results(self, descs, dense_outputs):
+        results = []
+        freed: set[int] = set()
+        k = 0
+        for out in self.trace.outputs:
+            t = out.type
+            if not t.is_sparse:
+                array = dense_outputs[out]
+                desc = descs[k]
+                k += 1
+                if desc.aligned != array.ctypes.data:  # the kernel wrote elsewhere: take its buffer
+                    flat = runtime.take_buffer_nd(desc, array.dtype, array.shape, freed)
+                    array = flat
+                results.append(array[()] if array.ndim == 0 else array)
+                continue
+            dtypes = arguments.result_buffer_dtypes(t)
+            bufs = [runtime.take_buffer(descs[k + i], dt, freed) for i, dt in enumerate(dtypes)]
+            k += len(dtypes)
+            results.append(_sparse_result(t, bufs))
+        return results
+
+
+class _Placeholder:
+    """Stands in for an operand when only the number of its buffers matters."""
+
+    def __init__(self, t: TensorType):
+        fmt = t.format
+        if t.is_sparse:
+            self.format = fmt
+            self.pos = [None] * fmt.ndim
+            self.crd = [None] * fmt.ndim
+            self.values = None
+
+
+def _input_ranks(inputs):
+    for t in inputs:
+        if not t.is_sparse:
+            yield t.ndim
+        else:
+            yield from [1] * len(arguments.result_buffer_dtypes(t))
+
+
+def _sparse_result(t: TensorType, bufs: list[np.ndarray]):
+    fmt = t.format
+    pos, crd = [None] * fmt.ndim, [None] * fmt.ndim
+    i = 0
+    for l, level in enumerate(fmt.levels):
+        if level.kind == "compressed":
+            pos[l] = bufs[i]
+            i += 1
+        if level.kind != "dense":
+            crd[l] = bufs[i]
+            i += 1
+    tensor = SparseTensor.from_buffers(t.shape, fmt, pos, crd, bufs[i], validate=False)
+    return tensor.to_scipy() if len(t.shape) == 2 else tensor
+
+
+class Jitted:
+    """A jitted function. Call it like the original; ``lower(*args)`` shows the IR of every stage."""
+
+    def __init__(self, fun, *, vectorize=True, vector_width=4, phases=5, fast_math=False, target="native",
+                 out_format=None, slp=None, profile=False):
+        if not callable(fun):
+            raise TypeError(f"splyce.jit needs a callable, got {type(fun).__name__}")
+        self.fun = fun
+        self._target_name = target
+        self._option_args = dict(vectorize=vectorize, vector_width=vector_width, phases=phases,
+                                 fast_math=fast_math, slp=slp, profile=profile)
+        CompileOptions(**self._option_args)  # validate now, resolve the target lazily (no LLVM at import)
+        from .tracer.tracer import _check_out_format
+
+        if out_format is not None and not isinstance(out_format, str) and not hasattr(out_format, "levels"):
+            raise TypeError(f"out_format must be 'dense', 'sparse', a splyce.Format or None, got {out_format!r}")
+        if isinstance(out_format, str) and out_format not in ("dense", "sparse"):
+            raise ValueError(f"out_format must be 'dense', 'sparse', a splyce.Format or None, got {out_format!r}")
+        self.out_format = out_format
+        self._options = None
+        self._cache: dict[CacheKey, Kernel] = {}
+        self._lowerings: dict[CacheKey, tuple] = {}
+        self._lock = threading.Lock()
+        self._key_locks: dict[CacheKey, threading.Lock] = {}
+        self.hits = self.misses = self.compiles = 0
+        functools.update_wrapper(self, fun)
+
+    @property
+    def options(self) -> CompileOptions:
+        if self._options is None:
+            from .lowering.codegen import resolve_target
+
+            self._options = CompileOptions(target=resolve_target(self._target_name), **self._option_args)
+        return self._options
+
+    def __repr__(self) -> str:
+        return f"<splyce.jit {getattr(self.fun, '__qualname__', self.fun)!r}>"
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else functools.partial(self, obj)
+
+    # -- dispatch --------------------------------------------------------------------------------------
+    def _key(self, args):
+        specs, values = [], []
+        for i, x in enumerate(args):
+            spec, value = arguments.prepare(x, f"argument {i}")
+            specs.append(spec)
+            values.append(value)
+        statics = tuple((i, s.value) for i, s in enumerate(specs) if isinstance(s, Static))
+        inputs = tuple(s for s in specs if not isinstance(s, Static))
+        key = CacheKey(self.fun, statics, inputs, self.out_format, self.options)
+        return key, specs, [v for v in values if v is not None]
+
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            raise TypeError("jitted functions take positional arguments only")
+        key, specs, values = self._key(args)
+        kernel = self._cache.get(key)
+        if kernel is None:
+            kernel = self._compile(key, specs)
+        else:
+            with self._lock:
+                self.hits += 1
+        results = kernel.run(values)
+        return _unflatten(kernel.result_tree, results)
+
+    def _compile(self, key: CacheKey, specs) -> Kernel:
+        with self._lock:
+            lock = self._key_locks.setdefault(key, threading.Lock())
+        with lock:
+            kernel = self._cache.get(key)
+            if kernel is not None:
+                with self._lock:
+                    self.hits += 1
+                return kernel
+            lowering, tree = self._lower(key, specs)
+            kernel = Kernel(lowering, tree)
+            with self._lock:
+                self.misses += 1
+                self.compiles += 1
+                self._cache[key] = kernel
+            return kernel
+
+    def _lower(self, key: CacheKey, specs):
+        cached = self._lowerings.get(key)
+        if cached is None:
+            trace, tree = self._trace(specs)
+            cached = (lower(trace, key.options), tree)
+            self._lowerings[key] = cached
+        return cached
+
+    def _trace(self, specs):
+        tracers, inputs = [], []
+        for spec in specs:
+            if isinstance(spec, Static):
+                tracers.append(spec.value)
+            else:
+                tracers.append(Tracer(Node("input", (), (len(inputs),), spec)))
+                inputs.append(spec)
+        out = self.fun(*tracers)
+        leaves, tree = _flatten_outputs(out)
+        if self.out_format is not None:
+            leaves = [_with_format(n, self.out_format) for n in leaves]
+        return Trace(tuple(inputs), tuple(leaves)), tree
+
+    def lower(self, *args) -> Lowering:
+        """The IR of every stage for these arguments: ``.as_text("trace" | "linalg" | "scf" | "splyce" |
+        "llvm" | "asm")``. Works for any target, including CPUs this machine cannot run."""
+        key, specs, _ = self._key(args)
+        return self._lower(key, specs)[0]
+
+    def cache_info(self) -> CacheInfo:
+        return CacheInfo(self.hits, self.misses, len(self._cache), self.compiles)
+
+    def cache_clear(self) -> None:
+        with self._lock:
+            self._cache.clear()
+            self._lowerings.clear()
+            self._key_locks.clear()
+            self.hits = self.misses = self.compiles = 0
+
+
+def _with_format(node: Node, out_format) -> Node:
+    """Apply the jit-level ``out_format`` to a result node."""
+    from .formats import Format
+    from .tracer.tracer import _resolve_format
+
+    if node.op == "input":
+        return node
+    sparse_like = [a.type.format for a in node.args if a.type.is_sparse]
+    fmt = _resolve_format(out_format, False, sparse_like, node.type.ndim)
+    if isinstance(out_format, Format) and out_format.ndim != node.type.ndim:
+        raise TraceError(f"out_format {out_format} has {out_format.ndim} levels, a result has rank "
+                         f"{node.type.ndim}")
+    return Node(node.op, node.args, node.params, TensorType(node.type.shape, node.type.dtype, fmt))
+
+
+def _flatten_outputs(out):
+    if isinstance(out, Tracer):
+        return [out.node], None
+    if isinstance(out, (tuple, list)) and out and all(isinstance(o, Tracer) for o in out):
+        return [o.node for o in out], (type(out), len(out))
+    raise TraceError("a jitted function must return a traced tensor or a tuple / list of them, got "
+                     f"{type(out).__name__}")
+
+
+def _unflatten(tree, results):
+    if tree is None:
+        return results[0]
+    kind, _ = tree
+    return kind(results)
+
+
+def jit(fun=None, *, vectorize=True, vector_width=4, phases=5, fast_math=False, target="native",
+        out_format=None, slp=None):
+    """Compile ``fun`` (a function of sparse / dense tensors) on first call per input signature.
+
+    Usable as ``@splyce.jit`` and ``@splyce.jit(vectorize=False, ...)``. Options: ``vectorize`` (the Splyce
+    pass; False gives the plain MLIR sparsifier), ``vector_width`` (the fast lane's n: 2, 4, 8, 16),
+    ``phases`` (1..8, which fast-lane phases run in SIMD, KERNELS.md numbering), ``fast_math`` (allow
+    reassociating sums), ``target`` ("native", "avx2", "avx512" or an LLVM CPU name), ``out_format``
+    ("dense", "sparse" or a Format for the results), ``slp`` (LLVM's SLP vectorizer; default: off where a
+    fast lane was built).
+    """
+    options = dict(vectorize=vectorize, vector_width=vector_width, phases=phases, fast_math=fast_math,
+                   target=target, out_format=out_format, slp=slp)
+    if fun is None:
+        return lambda f: Jitted(f, **options)
+    return Jitted(fun, **options)

@@ -1,0 +1,119 @@
+"""Call-time argument handling: classify each argument, convert it to what the kernel was compiled for,
+validate it, and flatten it into the buffers the entry point takes.
+
+Native code does not check bounds, so this is where malformed input must be stopped.
+"""
+
+from __future__ import annotations
+
+import numbers
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..formats import Format, Level
+from ..tensor import SparseTensor, asarray
+from ..tracer.ir import TensorType
+from ..validation import validate
+
+SUPPORTED_DTYPES = ("float64", "float32", "int64", "int32")
+
+
+@dataclass(frozen=True)
+class Static:
+    """A non-array argument: part of the cache key, passed to the traced function as it is."""
+
+    value: object
+
+
+def kernel_format(fmt: Format) -> Format:
+    """The format a kernel reads for an operand stored in ``fmt``: the same, except that COO-style levels
+    (singleton, non-unique, non-ordered) become compressed, which the sparsifier's coiteration needs."""
+    if all(lv.kind != "singleton" and lv.unique and lv.ordered for lv in fmt.levels):
+        return fmt
+    levels = tuple(Level("dense") if lv.kind == "dense" else Level("compressed") for lv in fmt.levels)
+    return Format(levels, fmt.order, fmt.pos_width, fmt.crd_width)
+
+
+def _is_sparse_object(x) -> bool:
+    sps = sys.modules.get("scipy.sparse")
+    if sps is not None and sps.issparse(x):
+        return True
+    return type(x).__module__.split(".")[0] == "sparse" and hasattr(x, "shape")
+
+
+def _check_dtype(dtype: np.dtype, name: str) -> None:
+    if dtype.name not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name}: dtype {dtype} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}")
+
+
+def prepare(x, name: str):
+    """``(TensorType, value)`` for an array argument (value: a validated SparseTensor or a C-contiguous
+    ndarray), or ``(Static, None)`` for anything else."""
+    if isinstance(x, SparseTensor):
+        _check_dtype(x.dtype, name)
+        if x.format.is_dense:
+            return _dense(x.to_numpy(), name)
+        validate(x, name)
+        wanted = kernel_format(x.format)
+        if wanted != x.format:
+            x = asarray(x, format=wanted, name=name)
+        return TensorType(x.shape, x.dtype.name, x.format), x
+    if _is_sparse_object(x):
+        t = asarray(x, name=name)
+        _check_dtype(t.dtype, name)
+        wanted = kernel_format(t.format)
+        if wanted != t.format:
+            t = asarray(t, format=wanted, name=name)
+        return TensorType(t.shape, t.dtype.name, t.format), t
+    if isinstance(x, np.ndarray):
+        return _dense(x, name)
+    if isinstance(x, (numbers.Number, str, bytes, tuple, frozenset, type(None))) or _hashable(x):
+        return Static(x), None
+    raise TypeError(f"{name}: unsupported argument of type {type(x).__name__}")
+
+
+def _hashable(x) -> bool:
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
+
+
+def _dense(x: np.ndarray, name: str):
+    _check_dtype(x.dtype, name)
+    if x.ndim == 0:
+        raise ValueError(f"{name}: 0-d arrays are not tensors; pass a Python scalar instead")
+    if x.ndim > 4:
+        raise ValueError(f"{name}: tensors of rank up to 4 are supported, got rank {x.ndim}")
+    # Kernels are compiled for identity layouts: a strided view would be misread, so make it contiguous.
+    x = np.ascontiguousarray(x)
+    return TensorType(x.shape, x.dtype.name, None), x
+
+
+def flatten(t: TensorType, value) -> list[np.ndarray]:
+    """The entry point's memref arguments for one operand: per level its pos and crd, then the values."""
+    if not t.is_sparse:
+        return [value]
+    buffers = []
+    for level, pos, crd in zip(value.format.levels, value.pos, value.crd):
+        if level.kind == "compressed":
+            buffers.append(pos)
+        if level.kind != "dense":
+            buffers.append(crd)
+    buffers.append(value.values)
+    return buffers
+
+
+def result_buffer_dtypes(t: TensorType) -> list[np.dtype]:
+    """The dtypes of the memrefs a sparse result comes back in, in order (mirrors ``flatten``)."""
+    pos, crd = np.dtype(f"int{t.format.pos_width}"), np.dtype(f"int{t.format.crd_width}")
+    dtypes = []
+    for level in t.format.levels:
+        if level.kind == "compressed":
+            dtypes.append(pos)
+        if level.kind != "dense":
+            dtypes.append(crd)
+    return dtypes + [np.dtype(t.dtype)]

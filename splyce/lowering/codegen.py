@@ -1,0 +1,154 @@
+"""LLVM code generation with llvmlite: LLVM IR text -> optimized native code for a chosen CPU.
+
+llvmlite (not MLIR's ExecutionEngine) because it lets us switch LLVM's SLP vectorizer per kernel: at O3 it
+packs the Splyce fast lane's scalar pointer advance into vector registers, which costs ~40 % (TOOLCHAIN.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass
+
+_init_lock = threading.Lock()
+_initialized = False
+
+
+def _llvm():
+    """Initialize llvmlite's native target once, lazily (no global LLVM state at import)."""
+    global _initialized
+    import llvmlite.binding as llvm
+
+    with _init_lock:
+        if not _initialized:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            _initialized = True
+    return llvm
+
+
+@dataclass(frozen=True)
+class Target:
+    """A CPU to compile for: LLVM triple, CPU name and feature string. Part of every cache key."""
+
+    triple: str
+    cpu: str
+    features: str
+
+    @property
+    def is_host_compatible(self) -> bool:
+        """Whether code for this target can run here: every feature it enables, the host has."""
+        host = host_target()
+        if self.triple != host.triple:
+            return False
+        if not self.features:  # a CPU name whose features LLVM derives: only the host's own is known safe
+            return self.cpu == host.cpu
+        host_on = {f[1:] for f in host.features.split(",") if f.startswith("+")}
+        wanted = {f[1:] for f in self.features.split(",") if f.startswith("+")}
+        return wanted <= host_on
+
+    def missing_features(self) -> list[str]:
+        if not self.features:
+            return [f"the features of {self.cpu!r} (unknown here)"]
+        host_on = {f[1:] for f in host_target().features.split(",") if f.startswith("+")}
+        return sorted(f[1:] for f in self.features.split(",") if f.startswith("+") and f[1:] not in host_on)
+
+
+@functools.cache
+def host_target() -> Target:
+    llvm = _llvm()
+    return Target(llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
+
+
+# Features implied by the named targets, so that we can tell whether the host may run their code.
+_AVX2 = "+sse2,+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt,+avx,+avx2,+fma,+bmi,+bmi2,+lzcnt,+movbe,+f16c"
+_AVX512 = _AVX2 + ",+avx512f,+avx512cd,+avx512bw,+avx512dq,+avx512vl"
+NAMED_TARGETS = {"avx2": ("haswell", _AVX2), "avx512": ("sapphirerapids", _AVX512)}
+
+
+def resolve_target(target: str) -> Target:
+    """``"native"`` -> the host; ``"avx2"`` / ``"avx512"`` -> a named CPU with its features; any other
+    string is an LLVM CPU name (runnable only when it is the host's CPU)."""
+    if not isinstance(target, str) or not target:
+        raise ValueError(f"target must be 'native', 'avx2', 'avx512' or an LLVM CPU name, got {target!r}")
+    host = host_target()
+    if target in ("native", host.cpu):
+        return host
+    if target in NAMED_TARGETS:
+        cpu, features = NAMED_TARGETS[target]
+        return Target(host.triple, cpu, features)
+    # An arbitrary CPU name: LLVM derives its features; we cannot list them, so mark it as not runnable here.
+    return Target(host.triple, target, "")
+
+
+@dataclass(frozen=True)
+class CodegenOptions:
+    opt_level: int = 3
+    slp_vectorize: bool = True
+    loop_vectorize: bool = True
+
+
+class CompiledModule:
+    """Native code for one LLVM module, owned by an MCJIT engine for as long as this object lives."""
+
+    def __init__(self, engine, llvm_module, target_machine):
+        self._engine = engine
+        self._module = llvm_module
+        self._tm = target_machine
+
+    def function_address(self, name: str) -> int:
+        address = self._engine.get_function_address(name)
+        if not address:
+            raise LookupError(f"no function {name!r} in the compiled module")
+        return address
+
+    def global_address(self, name: str) -> int:
+        address = self._engine.get_global_value_address(name)
+        if not address:
+            raise LookupError(f"no global {name!r} in the compiled module")
+        return address
+
+
+def _target_machine(target: Target, opt_level: int, jit: bool):
+    llvm = _llvm()
+    tm = llvm.Target.from_triple(target.triple).create_target_machine(
+        cpu=target.cpu, features=target.features, opt=opt_level, reloc="default",
+        codemodel="jitdefault" if jit else "default", jit=jit)
+    return tm
+
+
+def optimize(llvm_ir: str, target: Target, options: CodegenOptions):
+    """Parse and optimize ``llvm_ir`` with LLVM's O``opt_level`` pipeline for ``target``."""
+    llvm = _llvm()
+    module = llvm.parse_assembly(llvm_ir)
+    module.triple = target.triple
+    module.verify()
+    tm = _target_machine(target, options.opt_level, jit=True)
+    module.data_layout = str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=options.opt_level)
+    pto.slp_vectorization = options.slp_vectorize
+    pto.loop_vectorization = options.loop_vectorize
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(module, pb)
+    return module, tm
+
+
+def emit_assembly(module, tm) -> str:
+    return tm.emit_assembly(module)
+
+
+def emit_object(module, tm) -> bytes:
+    return tm.emit_object(module)
+
+
+def load(module, tm, target: Target) -> CompiledModule:
+    """JIT an optimized module. Refuses code the host cannot run (it would crash on an illegal instruction)."""
+    if not target.is_host_compatible:
+        raise RuntimeError(
+            f"cannot run code compiled for {target.cpu!r} on this machine ({host_target().cpu}): "
+            f"it lacks {', '.join(target.missing_features()) or 'the target triple'}; "
+            "lower(...).as_text('asm') still shows the code")
+    llvm = _llvm()
+    engine = llvm.create_mcjit_compiler(module, tm)
+    engine.finalize_object()
+    return CompiledModule(engine, module, tm)

@@ -1,0 +1,146 @@
+"""The compile driver: trace -> linalg -> scf -> (Splyce) -> LLVM dialect -> LLVM IR -> native code.
+
+A flat list of named steps. Each stage's IR is verified, kept as text for ``lower(...).as_text(stage)``, and
+written to ``$SPLYCE_DUMP_DIR`` when that environment variable is set.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import codegen, pipeline
+from .codegen import Target
+from .to_mlir import ENTRY, lower_trace
+from ..tracer.ir import Trace
+
+STAGES = ("trace", "linalg", "scf", "splyce", "llvm", "asm")
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Everything that changes the generated code (part of the cache key)."""
+
+    vectorize: bool = True
+    vector_width: int = 4
+    phases: int = 5
+    fast_math: bool = False
+    target: Target | None = None
+    slp: bool | None = None      # LLVM SLP vectorizer; None: off where the Splyce pass built a fast lane
+    profile: bool = False        # instrument fast lanes and epilogues (splyce.profile)
+
+    def __post_init__(self):
+        if not isinstance(self.vectorize, bool):
+            raise TypeError(f"vectorize must be a bool, got {self.vectorize!r}")
+        if self.vector_width not in (2, 4, 8, 16) or isinstance(self.vector_width, bool):
+            raise ValueError(f"vector_width must be 2, 4, 8 or 16, got {self.vector_width!r}")
+        if isinstance(self.phases, bool) or self.phases not in range(1, 9):
+            raise ValueError(f"phases must be an int from 1 to 8 (KERNELS.md numbering), got {self.phases!r}")
+        if not isinstance(self.fast_math, bool):
+            raise TypeError(f"fast_math must be a bool, got {self.fast_math!r}")
+
+
+@dataclass
+class Lowering:
+    """The IR of every stage for one trace and options; native code is produced on demand."""
+
+    trace: Trace
+    options: CompileOptions
+    texts: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    decisions: list = field(default_factory=list)
+    result_ranks: tuple = ()
+    _llvm_module: object = None
+    _target_machine: object = None
+
+    def as_text(self, stage: str = "scf") -> str:
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
+        if stage == "asm" and "asm" not in self.texts:
+            self.texts["asm"] = codegen.emit_assembly(self._llvm_module, self._target_machine)
+            _dump(self, "asm")
+        return self.texts[stage]
+
+    def load(self) -> codegen.CompiledModule:
+        start = time.perf_counter()
+        compiled = codegen.load(self._llvm_module, self._target_machine, self.options.target)
+        self.timings["load"] = time.perf_counter() - start
+        return compiled
+
+
+def _dump(lowering: Lowering, stage: str) -> None:
+    folder = os.environ.get("SPLYCE_DUMP_DIR")
+    if not folder:
+        return
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    digest = f"{abs(hash((lowering.trace, lowering.options))):016x}"[:12]
+    suffix = {"trace": "txt", "llvm": "ll", "asm": "s"}.get(stage, "mlir")
+    (path / f"{digest}.{stages_index(stage)}-{stage}.{suffix}").write_text(lowering.texts[stage])
+
+
+def stages_index(stage: str) -> int:
+    return STAGES.index(stage)
+
+
+def lower(trace: Trace, options: CompileOptions) -> Lowering:
+    """Run every step up to optimized LLVM IR; assembly and native code are produced lazily."""
+    from mlir import ir
+    from mlir.dialects import llvm as llvm_dialect
+
+    low = Lowering(trace, options)
+
+    def record(stage: str, text: str, start: float):
+        low.texts[stage] = text
+        low.timings[stage] = time.perf_counter() - start
+        _dump(low, stage)
+
+    record("trace", trace.as_text(), time.perf_counter())
+    with ir.Context(), ir.Location.unknown():
+        start = time.perf_counter()
+        module = lower_trace(trace)
+        if not module.operation.verify():
+            raise RuntimeError("internal error: the linalg module does not verify")
+        record("linalg", str(module), start)
+
+        start = time.perf_counter()
+        pipeline.run_passes(module, pipeline.SPARSIFY)
+        record("scf", str(module), start)
+
+        start = time.perf_counter()
+        if options.vectorize:
+            from .splyce_pass import SplyceOptions, decisions_as_comments, run_splyce_pass
+
+            low.decisions = run_splyce_pass(module, SplyceOptions(
+                vector_width=options.vector_width, phases=options.phases, fast_math=options.fast_math,
+                profile=options.profile))
+            module.operation.verify()
+            record("splyce", decisions_as_comments(low.decisions) + "\n" + str(module), start)
+        else:
+            record("splyce", "// splyce: vectorize=False, the plain sparsifier's loops\n" + str(module), start)
+
+        entry = _entry_function(module)
+        entry.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+        low.result_ranks = tuple(ir.MemRefType(t).rank for t in ir.FunctionType(
+            ir.TypeAttr(entry.attributes["function_type"]).value).results)
+        start = time.perf_counter()
+        pipeline.run_passes(module, pipeline.TO_LLVM)
+        llvm_ir = llvm_dialect.translate_module_to_llvmir(module.operation)
+        low.timings["to_llvm"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    fast_lanes = any(d.vectorized for d in low.decisions)
+    slp = options.slp if options.slp is not None else not fast_lanes
+    low._llvm_module, low._target_machine = codegen.optimize(
+        llvm_ir, options.target, codegen.CodegenOptions(opt_level=3, slp_vectorize=slp))
+    record("llvm", str(low._llvm_module), start)
+    return low
+
+
+def _entry_function(module):
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and op.attributes["sym_name"].value == ENTRY:
+            return op
+    raise RuntimeError("internal error: the entry function disappeared")

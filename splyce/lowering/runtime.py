@@ -1,0 +1,112 @@
+"""Calling compiled kernels: MLIR memref descriptors over NumPy buffers, and results back to NumPy.
+
+The entry point is MLIR's C interface (``_mlir_ciface_<name>``): every argument is a pointer to a memref
+descriptor ``{allocated, aligned, offset, sizes[rank], strides[rank]}``, and results are written through a
+pointer passed first. Input descriptors point at the caller's own buffers (no copies). Buffers that the kernel
+allocates (sparse outputs) are copied into NumPy arrays and then freed, exactly once, with the C library's
+``free`` (the kernel allocated them with ``malloc``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+
+_libc = ctypes.CDLL(None)
+_libc.free.argtypes = [ctypes.c_void_p]
+_libc.free.restype = None
+
+
+@functools.cache
+def descriptor_class(rank: int) -> type[ctypes.Structure]:
+    fields = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p), ("offset", ctypes.c_int64)]
+    if rank:
+        fields += [("sizes", ctypes.c_int64 * rank), ("strides", ctypes.c_int64 * rank)]
+    return type(f"MemRef{rank}D", (ctypes.Structure,), {"_fields_": fields})
+
+
+def descriptor(array: np.ndarray) -> ctypes.Structure:
+    """A descriptor viewing ``array``'s memory (C-contiguous or strided; strides in elements)."""
+    desc = descriptor_class(array.ndim)()
+    address = array.ctypes.data
+    desc.allocated = address
+    desc.aligned = address
+    desc.offset = 0
+    if array.ndim:
+        itemsize = array.itemsize
+        desc.sizes[:] = array.shape
+        desc.strides[:] = [s // itemsize for s in array.strides]
+    return desc
+
+
+@functools.cache
+def results_class(ranks: tuple[int, ...]) -> type[ctypes.Structure]:
+    """The struct MLIR returns several memrefs in."""
+    fields = [(f"r{i}", descriptor_class(rank)) for i, rank in enumerate(ranks)]
+    return type("Results", (ctypes.Structure,), {"_fields_": fields})
+
+
+def take_buffer(desc: ctypes.Structure, dtype: np.dtype, freed: set[int]) -> np.ndarray:
+    """Copy a kernel-allocated 1-D buffer into NumPy and free it (once, even if two results share it)."""
+    size = int(desc.sizes[0]) if desc.sizes[0] > 0 else 0
+    start = desc.aligned + desc.offset * dtype.itemsize
+    stride = int(desc.strides[0]) or 1
+    if size:
+        raw = (ctypes.c_char * ((size - 1) * stride * dtype.itemsize + dtype.itemsize)).from_address(start)
+        view = np.frombuffer(raw, dtype=dtype)[::stride]
+        out = np.array(view, copy=True)
+    else:
+        out = np.empty(0, dtype=dtype)
+    if desc.allocated and desc.allocated not in freed:
+        freed.add(desc.allocated)
+        _libc.free(desc.allocated)
+    return out
+
+
+class KernelCall:
+    """A compiled entry point with a fixed signature: input arrays in, dense outputs in place, sparse
+    output buffers out.
+
+    ``input_ranks``: the rank of each memref argument (dense outputs included, as the last arguments).
+    ``result_ranks``: ranks of the memrefs the function returns (empty for a function returning nothing).
+    """
+
+    def __init__(self, address: int, input_ranks: tuple[int, ...], result_ranks: tuple[int, ...]):
+        self.input_ranks = input_ranks
+        self.result_ranks = result_ranks
+        nargs = len(input_ranks) + (1 if result_ranks else 0)
+        self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs))(address)
+        if len(result_ranks) == 1:
+            self._result_cls = descriptor_class(result_ranks[0])
+        elif result_ranks:
+            self._result_cls = results_class(result_ranks)
+        else:
+            self._result_cls = None
+
+    def __call__(self, arrays) -> list[ctypes.Structure]:
+        """Run the kernel on ``arrays`` (kept alive by the caller); returns the result descriptors."""
+        descs = [descriptor(a) for a in arrays]
+        pointers = [ctypes.addressof(d) for d in descs]
+        if self._result_cls is None:
+            self._fn(*pointers)
+            return []
+        result = self._result_cls()
+        self._fn(ctypes.addressof(result), *pointers)
+        if len(self.result_ranks) == 1:
+            return [result]
+        return [getattr(result, f"r{i}") for i in range(len(self.result_ranks))]
+
+
+def take_buffer_nd(desc: ctypes.Structure, dtype: np.dtype, shape: tuple[int, ...], freed: set[int]) -> np.ndarray:
+    """Copy a kernel-allocated dense result of ``shape`` (identity layout) into NumPy and free it once."""
+    count = int(np.prod(shape))
+    start = desc.aligned + desc.offset * dtype.itemsize
+    out = np.empty(shape, dtype=dtype)
+    if count:
+        ctypes.memmove(out.ctypes.data, start, count * dtype.itemsize)
+    if desc.allocated and desc.allocated not in freed:
+        freed.add(desc.allocated)
+        _libc.free(desc.allocated)
+    return out

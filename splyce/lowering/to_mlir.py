@@ -1,0 +1,216 @@
+"""Trace IR -> an MLIR module of ``linalg.generic`` ops on tensors with ``#sparse_tensor.encoding``s.
+
+One short rule per trace op (``LOWERINGS``), all sharing ``build_generic``. The entry function takes the
+trace inputs, then one writable dense tensor per dense result (we allocate and zero it, the kernel
+accumulates into it), and returns every result; sparse results come back as kernel-allocated buffers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..formats import to_mlir_encoding
+from ..tracer.ir import ContractParams, Node, Trace, TensorType
+
+ENTRY = "kernel"
+
+
+class LoweringError(ValueError):
+    """A trace that cannot be lowered (for example no loop order fits the operands' formats)."""
+
+
+def element_type(dtype: str):
+    from mlir import ir
+
+    return {
+        "float64": ir.F64Type.get, "float32": ir.F32Type.get,
+        "int64": lambda: ir.IntegerType.get_signless(64), "int32": lambda: ir.IntegerType.get_signless(32),
+    }[dtype]()
+
+
+def tensor_type(t: TensorType):
+    from mlir import ir
+
+    enc = to_mlir_encoding(t.format) if t.is_sparse else None
+    return ir.RankedTensorType.get(list(t.shape), element_type(t.dtype), enc)
+
+
+def is_float(dtype: str) -> bool:
+    return dtype.startswith("float")
+
+
+def cast(value, from_dtype: str, to_dtype: str):
+    """Convert a scalar SSA value between our dtypes (NumPy's promotion already chose ``to_dtype``)."""
+    from mlir.dialects import arith
+
+    if from_dtype == to_dtype:
+        return value
+    target = element_type(to_dtype)
+    if is_float(to_dtype):
+        if is_float(from_dtype):
+            return arith.extf(target, value)
+        return arith.sitofp(target, value)
+    return arith.extsi(target, value)
+
+
+def constant(value, dtype: str):
+    from mlir import ir
+    from mlir.dialects import arith
+
+    typ = element_type(dtype)
+    attr = ir.FloatAttr.get(typ, float(value)) if is_float(dtype) else ir.IntegerAttr.get(typ, int(value))
+    return arith.constant(typ, attr)
+
+
+def binary(op: str, a, b, dtype: str):
+    from mlir.dialects import arith
+
+    fns = {"mul": (arith.mulf, arith.muli), "add": (arith.addf, arith.addi), "sub": (arith.subf, arith.subi)}
+    return fns[op][0 if is_float(dtype) else 1](a, b)
+
+
+def loop_order(node_inputs: list[tuple[str, TensorType]], output: str) -> str:
+    """Loop indices, outermost first: output indices first (in output order), then reductions, reordered
+    only as far as each sparse operand's level order demands (a topological sort of the iteration graph)."""
+    letters = list(dict.fromkeys(output + "".join(s for s, _ in node_inputs)))
+    before: dict[str, set[str]] = {c: set() for c in letters}
+    for subs, t in node_inputs:
+        if not t.is_sparse:
+            continue
+        stored = [subs[d] for d in t.format.order]
+        for outer, inner in zip(stored, stored[1:]):
+            before[inner].add(outer)
+    order: list[str] = []
+    pending = list(letters)
+    while pending:
+        ready = [c for c in pending if before[c] <= set(order)]
+        if not ready:
+            raise LoweringError(
+                "no loop order fits the operands' storage orders "
+                + ", ".join(f"{s}:{t.format}" for s, t in node_inputs if t.is_sparse))
+        order.append(ready[0])
+        pending.remove(ready[0])
+    return "".join(order)
+
+
+def build_generic(inputs, input_subs: list[str], init, output: str, order: str, body):
+    """One ``linalg.generic``: loops ``order``, operand maps from subscripts, ``body(block_args) -> value``."""
+    from mlir import ir
+    from mlir.dialects import linalg
+
+    dims = {c: ir.AffineDimExpr.get(i) for i, c in enumerate(order)}
+
+    def amap(subs):
+        return ir.AffineMapAttr.get(ir.AffineMap.get(len(order), 0, [dims[c] for c in subs]))
+
+    maps = ir.ArrayAttr.get([amap(s) for s in input_subs] + [amap(output)])
+    kinds = ir.ArrayAttr.get([
+        ir.Attribute.parse(f"#linalg.iterator_type<{'parallel' if c in output else 'reduction'}>")
+        for c in order])
+    op = linalg.GenericOp([init.type], list(inputs), [init], maps, kinds)
+    block = op.regions[0].blocks.append(*[ir.RankedTensorType(v.type).element_type for v in (*inputs, init)])
+    with ir.InsertionPoint(block):
+        linalg.YieldOp([body(list(block.arguments))])
+    return op.result
+
+
+@dataclass
+class _Context:
+    values: dict            # Node -> SSA tensor value
+    dense_out_args: dict    # Node -> writable output argument (final dense results)
+
+
+def _init_tensor(node: Node, ctx: _Context):
+    """The ``outs`` operand: the caller's zeroed buffer for a final dense result; otherwise a fresh tensor."""
+    from mlir.dialects import linalg, tensor
+
+    if node in ctx.dense_out_args:
+        return ctx.dense_out_args[node]
+    empty = tensor.EmptyOp(list(node.type.shape), element_type(node.type.dtype),
+                           encoding=to_mlir_encoding(node.type.format) if node.type.is_sparse else None).result
+    if node.type.is_sparse:
+        return empty
+    return linalg.fill(constant(0, node.type.dtype), outs=[empty])
+
+
+def lower_contract(node: Node, ctx: _Context):
+    params: ContractParams = node.params[0]
+    dtype = node.type.dtype
+    init = _init_tensor(node, ctx)
+    # A dense result accumulates into its (zeroed) output: reading it keeps the sparsifier from allocating
+    # and zero-filling a fresh buffer per call (TOOLCHAIN.md). A sparse result reads it only to reduce.
+    reduces = set("".join(params.inputs)) != set(params.output)
+    reads_out = not node.type.is_sparse or reduces
+    order = loop_order([(s, a.type) for s, a in zip(params.inputs, node.args)], params.output)
+
+    def body(args):
+        values = [cast(v, a.type.dtype, dtype) for v, a in zip(args, node.args)]
+        product = values[0]
+        for v in values[1:]:
+            product = binary("mul", product, v, dtype)
+        if params.scale is not None:
+            product = binary("mul", product, constant(params.scale, dtype), dtype)
+        return binary("add", args[-1], product, dtype) if reads_out else product
+
+    inputs = [ctx.values[a] for a in node.args]
+    return build_generic(inputs, list(params.inputs), init, params.output, order, body)
+
+
+def lower_combine(node: Node, ctx: _Context):
+    (sign,) = node.params
+    dtype = node.type.dtype
+    init = _init_tensor(node, ctx)
+    subs = "abcd"[: node.type.ndim]
+
+    def body(args):
+        a, b = (cast(v, n.type.dtype, dtype) for v, n in zip(args, node.args))
+        value = binary("add" if sign > 0 else "sub", a, b, dtype)
+        return value if node.type.is_sparse else binary("add", args[-1], value, dtype)
+
+    inputs = [ctx.values[a] for a in node.args]
+    order = loop_order([(subs, a.type) for a in node.args], subs)
+    return build_generic(inputs, [subs, subs], init, subs, order, body)
+
+
+LOWERINGS = {"contract": lower_contract, "combine": lower_combine}
+
+
+def lower_trace(trace: Trace):
+    """Build the MLIR module (inside the active context) for ``trace``; returns it unverified."""
+    from mlir import ir
+    from mlir.dialects import func
+
+    module = ir.Module.create()
+    dense_results = [o for o in trace.outputs if not o.type.is_sparse]
+    arg_types = [tensor_type(t) for t in trace.inputs] + [tensor_type(o.type) for o in dense_results]
+    result_types = [tensor_type(o.type) for o in trace.outputs]
+    with ir.InsertionPoint(module.body):
+        fn = func.FuncOp(ENTRY, ir.FunctionType.get(arg_types, result_types))
+        writable = ir.DictAttr.get({"bufferization.writable": ir.BoolAttr.get(True)})
+        fn.arg_attrs = ir.ArrayAttr.get(
+            [ir.DictAttr.get({})] * len(trace.inputs) + [writable] * len(dense_results))
+        block = fn.add_entry_block()
+        with ir.InsertionPoint(block):
+            ctx = _Context({}, {})
+            n_in = len(trace.inputs)
+            for i, out in enumerate(dense_results):
+                ctx.dense_out_args[out] = block.arguments[n_in + i]
+            for out in trace.outputs:
+                for node in out.walk():
+                    if node in ctx.values:
+                        continue
+                    if node.op == "input":
+                        ctx.values[node] = block.arguments[node.params[0]]
+                    else:
+                        ctx.values[node] = LOWERINGS[node.op](node, ctx)
+            func.ReturnOp([_returned(o, ctx) for o in trace.outputs])
+    return module
+
+
+def _returned(out: Node, ctx: _Context):
+    """A result that is an input passed through (or reused) still has to land in its output buffer."""
+    value = ctx.values[out]
+    if out.op == "input":
+        raise LoweringError("a jitted function must compute its results; returning an argument unchanged "
+                            "is not supported")
+    return value

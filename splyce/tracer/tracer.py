@@ -1,0 +1,284 @@
+"""Tracers: stand-ins for a jitted function's arguments that record operations as trace IR nodes.
+
+Shapes and formats are inferred here, at trace time, so a shape mismatch or an unsupported operation raises
+before anything is compiled.
+"""
+
+from __future__ import annotations
+
+import numbers
+import string
+
+from ..formats import Format
+from .ir import ContractParams, Node, TensorType, result_dtype
+
+MAX_OPERANDS = 4
+MAX_RANK = 4
+
+# What a user may pass as out_format: "dense", "sparse" (an automatic sparse format) or a Format.
+OUT_FORMATS = ("dense", "sparse")
+
+
+class TraceError(ValueError):
+    """A traced operation that cannot be compiled (shape mismatch, unsupported operation or operand)."""
+
+
+class Tracer:
+    """A tensor inside a jitted function. Supports ``@``, ``*``, ``+``, ``-``, ``sum``, ``.T``."""
+
+    __slots__ = ("node",)
+    __array_priority__ = 1000  # so that ndarray * tracer defers to us
+
+    def __init__(self, node: Node):
+        self.node = node
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.node.type.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def dtype(self):
+        import numpy as np
+
+        return np.dtype(self.node.type.dtype)
+
+    @property
+    def format(self) -> Format | None:
+        return self.node.type.format
+
+    def __repr__(self) -> str:
+        return f"Tracer({self.node.type})"
+
+    def __bool__(self):
+        raise TraceError("the truth value of a traced tensor is not known at trace time")
+
+    def __matmul__(self, other):
+        return matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return matmul(other, self)
+
+    def __mul__(self, other):
+        return multiply(self, other)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        if isinstance(other, numbers.Number) and not isinstance(other, bool):
+            return multiply(self, 1.0 / other)
+        raise TraceError("'/' is only supported by a scalar")
+
+    def __neg__(self):
+        return multiply(self, -1)
+
+    def __add__(self, other):
+        return add(self, other)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return subtract(self, other)
+
+    def __rsub__(self, other):
+        return subtract(other, self)
+
+    def sum(self, axis=None):
+        return sum_(self, axis)
+
+    @property
+    def T(self):
+        return transpose(self)
+
+    def transpose(self, *axes):
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        return transpose(self, axes or None)
+
+
+def _node(x, op: str) -> Node:
+    if isinstance(x, Tracer):
+        return x.node
+    raise TraceError(f"{op}: operands must be traced tensors (the jitted function's arguments), "
+                     f"got {type(x).__name__}")
+
+
+def _check_out_format(out_format, ndim: int):
+    if out_format is None or isinstance(out_format, Format):
+        if isinstance(out_format, Format) and out_format.ndim != ndim:
+            raise TraceError(f"out_format {out_format} has {out_format.ndim} levels, the result has rank {ndim}")
+        return out_format
+    if out_format in OUT_FORMATS:
+        return out_format
+    raise TraceError(f"out_format must be 'dense', 'sparse', a splyce.Format or None, got {out_format!r}")
+
+
+def default_sparse_format(like: Format, ndim: int) -> Format:
+    """The sparse format of a result that mirrors a sparse operand: same level kinds and order, unique and
+    ordered (the sparsifier inserts in order), same index widths."""
+    from ..formats import Level
+
+    levels = tuple(Level("dense") if lv.kind == "dense" else Level("compressed") for lv in like.levels)
+    return Format(levels, like.order, like.pos_width, like.crd_width)
+
+
+def _resolve_format(out_format, sparse_default: bool, sparse_like: list[Format], ndim: int):
+    """The result format: an explicit request wins; otherwise sparse only where the op's default says so."""
+    if isinstance(out_format, Format):
+        return None if out_format.is_dense else out_format
+    want_sparse = out_format == "sparse" or (out_format is None and sparse_default)
+    if not want_sparse or ndim == 0:
+        return None
+    same_rank = [f for f in sparse_like if f.ndim == ndim]
+    if same_rank:
+        return default_sparse_format(same_rank[0], ndim)
+    from ..formats import csf
+
+    base = csf(ndim) if ndim > 1 else Format(("compressed",))
+    return base
+
+
+def contract(nodes: list[Node], inputs: list[str], output: str, *, scale=None, out_format=None,
+             op: str = "einsum") -> Tracer:
+    """The one constructor for contraction nodes: checks subscripts against shapes and infers the type."""
+    if not 1 <= len(nodes) <= MAX_OPERANDS:
+        raise TraceError(f"{op}: between 1 and {MAX_OPERANDS} operands are supported, got {len(nodes)}")
+    sizes: dict[str, int] = {}
+    for n, (node, subs) in enumerate(zip(nodes, inputs)):
+        if len(subs) != node.type.ndim:
+            raise TraceError(f"{op}: operand {n} has shape {node.type.shape} but subscripts {subs!r}")
+        if len(set(subs)) != len(subs):
+            raise TraceError(f"{op}: repeated index in {subs!r} (diagonals) is not supported")
+        if node.type.ndim > MAX_RANK:
+            raise TraceError(f"{op}: tensors of rank up to {MAX_RANK} are supported, got {node.type.ndim}")
+        for letter, size in zip(subs, node.type.shape):
+            if sizes.setdefault(letter, size) != size:
+                shapes = ", ".join(str(x.type.shape) for x in nodes)
+                raise TraceError(f"{op}: size mismatch for index {letter!r} ({sizes[letter]} vs {size}) "
+                                 f"with operand shapes {shapes}")
+    if len(set(output)) != len(output) or not set(output) <= set(sizes):
+        raise TraceError(f"{op}: output subscripts {output!r} must be distinct indices of the inputs")
+    if len(output) > MAX_RANK:
+        raise TraceError(f"{op}: results of rank up to {MAX_RANK} are supported")
+    out_format = _check_out_format(out_format, len(output))
+    elementwise = all(subs == output for subs in inputs) and len(nodes) >= 2
+    sparse_like = [n.type.format for n in nodes if n.type.is_sparse]
+    fmt = _resolve_format(out_format, elementwise and bool(sparse_like), sparse_like, len(output))
+    dtype = result_dtype(*[n.type.dtype for n in nodes], *([_scalar_dtype(scale)] if scale is not None else []))
+    shape = tuple(sizes[c] for c in output)
+    params = ContractParams(tuple(inputs), output, scale)
+    return Tracer(Node("contract", tuple(nodes), (params,), TensorType(shape, dtype, fmt)))
+
+
+def _scalar_dtype(x) -> str:
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TraceError(f"scalar factors must be real numbers, got {type(x).__name__}")
+    return "int64" if isinstance(x, numbers.Integral) else "float64"
+
+
+def _letters(n: int, skip: str = "") -> str:
+    return "".join(c for c in string.ascii_lowercase if c not in skip)[:n]
+
+
+def matmul(a, b, *, out_format=None) -> Tracer:
+    na, nb = _node(a, "matmul"), _node(b, "matmul")
+    ra, rb = na.type.ndim, nb.type.ndim
+    if not (1 <= ra <= 2 and 1 <= rb <= 2):
+        raise TraceError(f"matmul: operands must be 1-D or 2-D, got shapes {na.type.shape} and {nb.type.shape}")
+    sa = "ik" if ra == 2 else "k"
+    sb = "kj" if rb == 2 else "k"
+    if na.type.shape[-1] != nb.type.shape[0]:
+        raise TraceError(f"matmul: shapes {na.type.shape} and {nb.type.shape} are not aligned "
+                         f"({na.type.shape[-1]} != {nb.type.shape[0]})")
+    out = sa.replace("k", "") + sb.replace("k", "")
+    return contract([na, nb], [sa, sb], out, out_format=out_format, op="matmul")
+
+
+def multiply(a, b, *, out_format=None) -> Tracer:
+    """Elementwise product (an intersection of sparse operands); a scalar operand scales."""
+    if not isinstance(a, Tracer):
+        a, b = b, a
+    na = _node(a, "multiply")
+    subs = _letters(na.type.ndim)
+    if isinstance(b, numbers.Number):
+        _scalar_dtype(b)
+        return contract([na], [subs], subs, scale=b, out_format=out_format, op="multiply")
+    nb = _node(b, "multiply")
+    if na.type.shape != nb.type.shape:
+        raise TraceError(f"multiply: shapes {na.type.shape} and {nb.type.shape} differ (broadcasting is not "
+                         "supported)")
+    return contract([na, nb], [subs, subs], subs, out_format=out_format, op="multiply")
+
+
+def _combine(a, b, sign: int, op: str, out_format=None) -> Tracer:
+    if isinstance(a, numbers.Number) or isinstance(b, numbers.Number):
+        raise TraceError(f"{op}: adding a scalar to a sparse tensor makes it dense; add a dense array instead")
+    na, nb = _node(a, op), _node(b, op)
+    if na.type.shape != nb.type.shape:
+        raise TraceError(f"{op}: shapes {na.type.shape} and {nb.type.shape} differ (broadcasting is not "
+                         "supported)")
+    ndim = na.type.ndim
+    out_format = _check_out_format(out_format, ndim)
+    sparse_like = [n.type.format for n in (na, nb) if n.type.is_sparse]
+    fmt = _resolve_format(out_format, len(sparse_like) == 2, sparse_like, ndim)
+    dtype = result_dtype(na.type.dtype, nb.type.dtype)
+    return Tracer(Node("combine", (na, nb), (sign,), TensorType(na.type.shape, dtype, fmt)))
+
+
+def add(a, b, *, out_format=None) -> Tracer:
+    return _combine(a, b, +1, "add", out_format)
+
+
+def subtract(a, b, *, out_format=None) -> Tracer:
+    return _combine(a, b, -1, "subtract", out_format)
+
+
+def sum_(a, axis=None, *, out_format=None) -> Tracer:
+    na = _node(a, "sum")
+    ndim = na.type.ndim
+    axes = range(ndim) if axis is None else (axis if isinstance(axis, (tuple, list)) else (axis,))
+    norm = set()
+    for ax in axes:
+        if isinstance(ax, bool) or not isinstance(ax, int) or not -ndim <= ax < ndim:
+            raise TraceError(f"sum: axis {ax!r} is out of range for a tensor of rank {ndim}")
+        norm.add(ax % ndim)
+    subs = _letters(ndim)
+    out = "".join(c for d, c in enumerate(subs) if d not in norm)
+    return contract([na], [subs], out, out_format=out_format, op="sum")
+
+
+def transpose(a, axes=None, *, out_format=None) -> Tracer:
+    na = _node(a, "transpose")
+    ndim = na.type.ndim
+    axes = tuple(reversed(range(ndim))) if axes is None else tuple(axes)
+    if sorted(a % ndim if isinstance(a, int) else a for a in axes) != list(range(ndim)):
+        raise TraceError(f"transpose: axes {axes} are not a permutation of range({ndim})")
+    subs = _letters(ndim)
+    return contract([na], [subs], "".join(subs[a % ndim] for a in axes), out_format=out_format, op="transpose")
+
+
+def parse_einsum(subscripts: str, nops: int) -> tuple[list[str], str]:
+    """NumPy's einsum notation without ellipses: explicit (``"ik,kj->ij"``) or implicit (``"ik,kj"``)."""
+    if not isinstance(subscripts, str):
+        raise TraceError(f"einsum: subscripts must be a string, got {type(subscripts).__name__}")
+    text = subscripts.replace(" ", "")
+    if "." in text:
+        raise TraceError("einsum: ellipses ('...') are not supported")
+    lhs, arrow, rhs = text.partition("->")
+    inputs = lhs.split(",")
+    if any(not s.isalpha() and s != "" for s in inputs) or (arrow and rhs and not rhs.isalpha()):
+        raise TraceError(f"einsum: invalid subscripts {subscripts!r} (use letters a-z)")
+    if len(inputs) != nops:
+        raise TraceError(f"einsum: {len(inputs)} subscript groups for {nops} operands in {subscripts!r}")
+    if not arrow:
+        counts = {c: "".join(inputs).count(c) for c in set("".join(inputs))}
+        rhs = "".join(sorted(c for c, n in counts.items() if n == 1))
+    return inputs, rhs
+
+
+def einsum(subscripts: str, *operands, out_format=None) -> Tracer:
+    inputs, output = parse_einsum(subscripts, len(operands))
+    return contract([_node(x, "einsum") for x in operands], inputs, output, out_format=out_format)
