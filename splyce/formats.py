@@ -8,8 +8,11 @@ importing this module imports no MLIR.
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass
+
+import numpy as np
 
 __all__ = [
     "Level", "Format", "to_mlir_encoding",
@@ -75,7 +78,7 @@ def _as_level(level) -> Level:
 
 
 def _check_width(name: str, width) -> None:
-    if isinstance(width, bool) or width not in INDEX_WIDTHS:
+    if isinstance(width, (bool, np.bool_)) or width not in INDEX_WIDTHS:
         raise ValueError(f"{name} must be 32 or 64, not {width!r}")
 
 
@@ -99,8 +102,9 @@ class Format:
         if not levels:
             raise ValueError("a format needs at least one level")
         order = tuple(range(len(levels))) if self.order is None else tuple(self.order)
-        if any(isinstance(d, bool) or not isinstance(d, int) for d in order):
+        if any(isinstance(d, (bool, np.bool_)) or not hasattr(d, "__index__") for d in order):
             raise ValueError(f"order must be a tuple of ints, not {self.order!r}")
+        order = tuple(operator.index(d) for d in order)
         if len(order) != len(levels):
             raise ValueError(f"order {order} has {len(order)} entries but the format has {len(levels)} levels")
         if sorted(order) != list(range(len(levels))):
@@ -114,6 +118,8 @@ class Format:
                 )
         object.__setattr__(self, "levels", levels)
         object.__setattr__(self, "order", order)
+        object.__setattr__(self, "pos_width", int(self.pos_width))
+        object.__setattr__(self, "crd_width", int(self.crd_width))
 
     @property
     def ndim(self) -> int:

@@ -245,8 +245,9 @@ def _from_pydata(x, fmt, copy, name) -> SparseTensor:
     if not (x.fill_value == 0):
         raise ValueError(f"{name}: pydata-sparse arrays need fill_value 0, not {x.fill_value}")
     if isinstance(x, sparse.GCXS):
-        if fmt is None and x.ndim == 2:
-            fmt = CSR if x.compressed_axes == (0,) else CSC
+        if fmt is None:
+            by_rows = x.ndim == 2 and tuple(x.compressed_axes) == (0,)
+            fmt = (CSR if by_rows else CSC) if x.ndim == 2 else _default_format(x.ndim)
         x = x.tocoo()
     elif not isinstance(x, sparse.COO):
         raise TypeError(f"{name}: unsupported pydata-sparse type {type(x).__name__}; use COO or GCXS")
@@ -260,8 +261,8 @@ def asarray(x, format: Format | None = None, copy: bool | None = None, *, name: 
 
     `x`: a NumPy array (or anything np.asarray accepts; zeros are not stored), any scipy.sparse array or
     matrix, a pydata-sparse COO / GCXS, or a SparseTensor. Default formats: CSR for 2-D NumPy input, scipy
-    csr / bsr / dia / lil / dok, CSC for scipy csc, COO for scipy coo, `coo(ndim)` for pydata COO, CSR / CSC
-    for a 2-D GCXS compressed along rows / columns, the sparse vector for 1-D and `csf(ndim)` for 3-D and up.
+    csr / bsr / dia / lil / dok, CSC for scipy csc, COO for scipy coo (`coo(ndim)` for n-D), `coo(ndim)` for pydata COO, CSR / CSC for a 2-D GCXS
+    compressed along rows / columns, otherwise the sparse vector for 1-D and `csf(ndim)` for 3-D and up.
     scipy int32 indices give index widths 32.
 
     `copy=None` shares buffers when it can: a canonical scipy CSR / CSC in its own format is wrapped without
@@ -274,6 +275,8 @@ def asarray(x, format: Format | None = None, copy: bool | None = None, *, name: 
     if isinstance(x, SparseTensor):
         if format is None or format == x.format:
             return x.copy() if copy else x
+        if x.format.is_dense:     # its stored zeros are not entries: convert like a NumPy array
+            return _from_numpy(x.to_numpy(), format, copy, name)
         return _from_coords(x.shape, format, x.coords(), x.values, copy, name)
     sps = sys.modules.get("scipy.sparse")
     if sps is not None and sps.issparse(x):

@@ -2,7 +2,7 @@
 
 `check_buffers` verifies that (shape, format, pos, crd, values) describe a well-formed tensor in MLIR's
 standard storage; `validate(tensor)` runs it on a `SparseTensor`. Both read the buffers only: no copies of
-index or value arrays, a few temporary arrays of O(nnz) booleans / differences; about 1-2 ms per million
+index or value arrays, a few temporary arrays of O(nnz) booleans / differences; about 0.5 ms per million
 stored entries. Errors name the tensor, the level and the first bad position.
 """
 

@@ -1,6 +1,7 @@
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from splyce.formats import (COO, CSC, CSR, DCSC, DCSR, SPARSE_VECTOR, Format, Level, coo, csf, dense,
@@ -34,6 +35,9 @@ def test_hashable_and_structural():
     assert len({CSR, CSC, CSR.with_widths(64, 64), CSR.with_widths(32, 32)}) == 3
     with pytest.raises(AttributeError):
         CSR.pos_width = 32
+    numpy_ints = Format(["dense", "compressed"], order=np.array([1, 0]), pos_width=np.int64(32), crd_width=32)
+    assert numpy_ints == CSC.with_widths(32, 32) and type(numpy_ints.order[0]) is int
+    assert type(numpy_ints.pos_width) is int
 
 
 @pytest.mark.parametrize("fmt, text", [
@@ -66,6 +70,7 @@ def test_from_string_short_form():
     (lambda: Format(("dense", "compressed"), order=(0, 0)), "not a permutation"),
     (lambda: Format(("dense", "compressed"), order=(0, 1, 2)), "has 3 entries but the format has 2"),
     (lambda: Format(("dense", "compressed"), order=(0, True)), "tuple of ints"),
+    (lambda: Format(("dense", "compressed"), order=(0, 1.0)), "tuple of ints"),
     (lambda: Format(("dense", "compressed"), pos_width=16), "pos_width must be 32 or 64"),
     (lambda: Format(("dense", "compressed"), crd_width=0), "crd_width must be 32 or 64"),
     (lambda: Format(("dense",), pos_width=True), "pos_width must be 32 or 64"),

@@ -31,7 +31,7 @@ def buffers(tensor):
     return [a for a in (*tensor.pos, *tensor.crd, tensor.values) if a is not None]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(fmt=st.sampled_from(FORMATS), dtype=st.sampled_from(DTYPES), width=st.sampled_from([32, 64]),
        dims=st.lists(st.integers(0, 6), min_size=4, max_size=4), density=st.sampled_from([0, 0.2, 1.0]),
        seed=st.integers(0, 2**16))
@@ -60,7 +60,7 @@ def test_roundtrip_numpy(fmt, dtype, width, dims, density, seed):
         same(asarray(s, fmt).to_numpy(), x)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(kind=st.sampled_from(["csr", "csc", "coo", "bsr", "dia", "lil", "dok"]), matrix=st.booleans(),
        dtype=st.sampled_from(DTYPES), index=st.sampled_from([np.int32, np.int64]),
        rows=st.integers(0, 7), cols=st.integers(0, 7), density=st.sampled_from([0, 0.3, 1.0]),
@@ -292,3 +292,19 @@ def test_nonunique_duplicates_sum_on_conversion():
     same(t.to_numpy(), np.array([[0, 3.0, 0]]))
     assert asarray(t, CSR).nnz == 1
     assert t.to_pydata().sum() == 3.0
+
+
+def test_scipy_one_dimensional_and_nd():
+    v = sps.coo_array(np.array([0.0, 3.0, 0.0, 4.0]))
+    t = asarray(v)
+    assert t.format.with_widths(64, 64) == SPARSE_VECTOR
+    same(t.to_numpy(), np.array([0.0, 3.0, 0.0, 4.0]))
+    same(asarray(sps.csr_array(np.array([0.0, 3.0]))).to_numpy(), np.array([0.0, 3.0]))
+    assert t.to_scipy().shape == (4,)
+
+
+def test_dense_tensor_reformat_drops_zeros():
+    d = asarray(np.array([[0.0, 1.0], [0.0, 0.0]]), dense(2))
+    assert asarray(d, CSR).nnz == 1
+    g = sparse.GCXS.from_numpy(np.ones((2, 2, 2)))
+    assert asarray(g).format == csf(3)
