@@ -266,7 +266,7 @@ def asarray(x, format: Format | None = None, copy: bool | None = None, *, name: 
     scipy int32 indices give index widths 32.
 
     `copy=None` shares buffers when it can: a canonical scipy CSR / CSC in its own format is wrapped without
-    copying (validation reads it in O(nnz), ~1 ms per million entries). `copy=True` always copies;
+    copying (validation reads it in O(nnz), ~0.5 ms per million entries). `copy=True` always copies;
     `copy=False` raises ValueError when a copy is needed. Non-canonical scipy input (unsorted or duplicate
     indices, whatever its flags say) is canonicalized on a copy, duplicates summed; `x` is never modified.
     """
