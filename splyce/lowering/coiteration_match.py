@@ -1,0 +1,466 @@
+"""The matcher of the Splyce pass: recognize a two-finger intersection ``scf.while`` by its structure.
+
+The sparsifier (stage 1) emits, for an index that is compressed in two operands and innermost, a loop of
+this shape (TOOLCHAIN.md)::
+
+    scf.while (%pb = .., %pc = .., %acc.. = ..) {
+      cmpi ult %pb, %hiB ; cmpi ult %pc, %hiC ; andi ; scf.condition(..) %pb, %pc, %acc..
+    } do {
+      load crdB[%pb] (extui/extsi/index_cast)* ; load crdC[%pc] (casts)*
+      cmpi ult kc, kb ; select -> k ; cmpi eq kb, k ; cmpi eq kc, k ; andi -> both
+      scf.if both { loads at the cursors, loop-invariant values, arith; stores or yields } else { yield acc.. }
+      select(eqB, pb + 1, pb) ; select(eqC, pc + 1, pc) ; scf.yield
+    }
+
+``match_coiteration`` returns a ``Coiteration`` describing the parts the builder needs, or a ``Decline``
+saying why the loop is not that shape. Nothing is matched by SSA name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlir import ir
+
+CAST_OPS = ("arith.extui", "arith.extsi", "arith.index_cast", "arith.index_castui")
+# Ops the fast lane may execute speculatively (for unmatched lanes too): pure and non-trapping.
+TRAPPING_OPS = ("arith.divsi", "arith.divui", "arith.remsi", "arith.remui", "arith.ceildivsi",
+                "arith.ceildivui", "arith.floordivsi")
+SPECULATABLE_DIALECTS = ("arith.", "math.")
+
+
+@dataclass(frozen=True)
+class Decline:
+    reason: str
+
+
+@dataclass
+class LaneLoad:
+    """A ``memref.load M[cursor]`` in the guarded body: the value of one operand at the matched pair."""
+    memref: ir.Value
+    side: int  # 0 = the B cursor (first bound check), 1 = the C cursor
+
+
+@dataclass
+class Reduction:
+    """An accumulator whose guarded update is ``addf(acc, e)`` (or ``addf(e, acc)``), acc used only there."""
+    position: int  # iter-arg position
+    add_op: ir.Operation
+    term: ir.Value  # e
+    acc_first: bool
+
+
+@dataclass
+class Coiteration:
+    while_op: ir.Operation
+    cursor_pos: tuple[int, int]  # iter-arg positions of the B and C cursors
+    bounds: tuple[ir.Value, ir.Value]  # hiB, hiC (loop-invariant)
+    crd_memrefs: tuple[ir.Value, ir.Value]
+    crd_type: ir.Type  # raw coordinate element type (i32, i64 or index)
+    cast_chain: tuple[tuple[str, ir.Type], ...]  # casts from the raw coordinate to the index compared
+    coord_level: dict  # after-block value -> level in the cast chain (0 = raw); both sides and the min
+    if_op: ir.Operation
+    then_ops: list  # ops of the then-block, without its yield
+    then_yield: list  # then-yield operands
+    acc_of_result: dict  # if-result index -> iter-arg position
+    lane_loads: dict  # then-block load result -> LaneLoad
+    reductions: dict  # iter-arg position -> Reduction (accumulators in reduction form)
+    stores: list  # then-block memref.store ops
+    element_type: ir.Type | None
+    kind: str
+    invariant_load_memrefs: list = field(default_factory=list)
+    coord_load_memrefs: list = field(default_factory=list)
+    after_yield: ir.Operation | None = None
+    next_cursors: tuple = ()
+
+
+def _name(op) -> str:
+    return op.operation.name
+
+
+def _same_op(a, b) -> bool:
+    return a is not None and b is not None and a.operation == b.operation
+
+
+def _defining_op(value: ir.Value):
+    """The op producing ``value``, or None for a block argument."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner
+
+
+def defined_outside(value: ir.Value, op: ir.Operation) -> bool:
+    """True if ``value`` is defined outside ``op`` (so it is invariant across ``op``'s iterations)."""
+    owner = value.owner
+    parent = owner.owner if isinstance(owner, ir.Block) else owner
+    while parent is not None:
+        if parent.operation == op.operation:
+            return False
+        parent = parent.operation.parent
+    return True
+
+
+def _is_block_arg(value: ir.Value, block: ir.Block, index: int | None = None) -> bool:
+    if not isinstance(value.owner, ir.Block) or value.owner != block:
+        return False
+    return index is None or ir.BlockArgument(value).arg_number == index
+
+
+def _const_int(value: ir.Value):
+    op = _defining_op(value)
+    if op is None or _name(op) != "arith.constant":
+        return None
+    attr = op.operation.attributes["value"]
+    if isinstance(attr, ir.IntegerAttr):
+        return attr.value
+    return None
+
+
+def _predicate(op) -> int:
+    return ir.IntegerAttr(op.operation.attributes["predicate"]).value
+
+
+CMPI_EQ, CMPI_ULT, CMPI_ULE = 0, 6, 7
+
+
+def _unit_stride_1d(memref_type: ir.MemRefType) -> bool:
+    if memref_type.rank != 1:
+        return False
+    layout = memref_type.layout
+    if isinstance(layout, ir.AffineMapAttr) and layout.value.is_permutation:
+        return True
+    return "strided<[1]" in str(layout)
+
+
+def _walk_ops(block: ir.Block):
+    for op in block.operations:
+        yield op
+        for region in op.operation.regions:
+            for inner in region.blocks:
+                yield from _walk_ops(inner)
+
+
+def _match_before(while_op) -> tuple | Decline:
+    before = while_op.before.blocks[0]
+    ops = list(before.operations)
+    names = [_name(op) for op in ops]
+    if "arith.ori" in names:
+        return Decline("union (disjunctive) coiteration: before-region combines conditions with ori")
+    compares = [op for op in ops if _name(op) == "arith.cmpi"]
+    if len(compares) != 2:
+        return Decline(f"not a two-finger intersection: before-region has {len(compares)} conditions")
+    if names != ["arith.cmpi", "arith.cmpi", "arith.andi", "scf.condition"]:
+        return Decline("not a two-finger intersection: before-region is not `ult and ult`")
+    cond = ops[3]
+    forwarded = list(cond.operation.operands)[1:]
+    if len(forwarded) != len(before.arguments) or any(
+            not _is_block_arg(v, before, i) for i, v in enumerate(forwarded)):
+        return Decline("before-region does not forward its arguments unchanged")
+    andi = ops[2]
+    if [v.owner for v in andi.operation.operands] != [compares[0].operation, compares[1].operation] and \
+            [v.owner for v in andi.operation.operands] != [compares[1].operation, compares[0].operation]:
+        return Decline("not a two-finger intersection: condition is not the and of the two bound checks")
+    if cond.operation.operands[0].owner != andi.operation:
+        return Decline("not a two-finger intersection: condition is not the and of the two bound checks")
+    cursors, bounds = [], []
+    for cmp in compares:
+        lhs, rhs = cmp.operation.operands
+        if _predicate(cmp) != CMPI_ULT or not _is_block_arg(lhs, before):
+            return Decline("not a two-finger intersection: bound check is not `cursor ult bound`")
+        if not defined_outside(rhs, while_op):
+            return Decline("bound of a cursor is not loop-invariant")
+        cursors.append(ir.BlockArgument(lhs).arg_number)
+        bounds.append(rhs)
+    if cursors[0] == cursors[1]:
+        return Decline("not a two-finger intersection: both bound checks test the same cursor")
+    for pos in cursors:
+        if not isinstance(before.arguments[pos].type, ir.IndexType):
+            return Decline("cursor is not of index type")
+    return tuple(cursors), tuple(bounds)
+
+
+def match_coiteration(while_op) -> Coiteration | Decline:
+    """Match ``while_op`` against the two-finger intersection shape."""
+    head = _match_before(while_op)
+    if isinstance(head, Decline):
+        return head
+    cursor_pos, bounds = head
+    after = while_op.after.blocks[0]
+    cursor_args = [after.arguments[p] for p in cursor_pos]
+    n_args = len(after.arguments)
+
+    # Classify the after-block ops by role, in order.
+    role = {}  # value -> (kind, side/level)
+    chains = ([], [])  # per side: list of (op name, result type)
+    crd_memrefs = [None, None]
+    level_of = {}  # value -> (side, level)
+    min_value = None
+    eq_values = [None, None]
+    both_value = None
+    if_op = None
+    inc_values = [None, None]
+    next_values = [None, None]
+    yield_op = None
+
+    def side_final(side):
+        return None if crd_memrefs[side] is None else chains_final[side]
+
+    chains_final = [None, None]
+    for op in after.operations:
+        name = _name(op)
+        operands = list(op.operation.operands)
+        results = list(op.operation.results)
+        if name == "memref.load" and len(operands) == 2 and any(
+                operands[1] == c for c in cursor_args):
+            side = 0 if operands[1] == cursor_args[0] else 1
+            if crd_memrefs[side] is not None:
+                return Decline("after-region loads two coordinates for one cursor")
+            mtype = ir.MemRefType(operands[0].type)
+            et = mtype.element_type
+            if not (isinstance(et, ir.IntegerType) or isinstance(et, ir.IndexType)):
+                return Decline(f"coordinate element type {et} unsupported")
+            if not _unit_stride_1d(mtype):
+                return Decline("coordinate array is not a unit-stride 1-D memref")
+            if not defined_outside(operands[0], while_op):
+                return Decline("coordinate array is not loop-invariant")
+            crd_memrefs[side] = operands[0]
+            level_of[results[0]] = (side, 0)
+            chains_final[side] = results[0]
+        elif name in CAST_OPS and operands[0] in level_of and level_of[operands[0]][0] in (0, 1) \
+                and operands[0] == chains_final[level_of[operands[0]][0]]:
+            side, level = level_of[operands[0]]
+            chains[side].append((name, results[0].type))
+            level_of[results[0]] = (side, level + 1)
+            chains_final[side] = results[0]
+        elif name == "arith.cmpi" and _predicate(op) == CMPI_ULT and min_value is None and \
+                all(c is not None for c in chains_final) and set(operands) == set(chains_final):
+            role[results[0]] = ("lt", tuple(operands))
+        elif name == "arith.select" and operands[0] in role and role[operands[0]][0] == "lt" \
+                and tuple(operands[1:]) == role[operands[0]][1]:
+            min_value = results[0]
+        elif name == "arith.cmpi" and _predicate(op) == CMPI_EQ and min_value is not None and \
+                min_value in operands and any(c is not None and c in operands for c in chains_final):
+            side = 0 if chains_final[0] is not None and chains_final[0] in operands else 1
+            role[results[0]] = ("eq", side)
+            if eq_values[side] is None:
+                eq_values[side] = results[0]
+        elif name == "arith.andi" and all(v in role and role[v][0] == "eq" for v in operands) and \
+                {role[v][1] for v in operands} == {0, 1}:
+            both_value = results[0]
+        elif name == "scf.if":
+            if if_op is not None:
+                return Decline("after-region has two scf.if")
+            if both_value is None or operands[0] != both_value:
+                return Decline("scf.if is not guarded by the coordinate match")
+            if_op = op
+        elif name == "arith.addi" and any(operands[0] == c for c in cursor_args) and \
+                _const_int(operands[1]) == 1:
+            side = 0 if operands[0] == cursor_args[0] else 1
+            role[results[0]] = ("inc", side)
+        elif name == "arith.select" and operands[0] in role and role[operands[0]][0] == "eq" and \
+                operands[1] in role and role[operands[1]] == ("inc", role[operands[0]][1]) and \
+                operands[2] == cursor_args[role[operands[0]][1]]:
+            next_values[role[operands[0]][1]] = results[0]
+        elif name == "scf.yield":
+            yield_op = op
+        else:
+            return Decline(f"after-region has unexpected op {name}")
+
+    if any(c is None for c in crd_memrefs):
+        return Decline("after-region does not load a coordinate at each cursor")
+    if if_op is None:
+        return Decline("no guarded scf.if on the coordinate match")
+    if any(v is None for v in next_values):
+        return Decline("cursor advance is not select(eq, cursor + 1, cursor)")
+    t_b = ir.MemRefType(crd_memrefs[0].type).element_type
+    t_c = ir.MemRefType(crd_memrefs[1].type).element_type
+    if t_b != t_c or [(n, str(t)) for n, t in chains[0]] != [(n, str(t)) for n, t in chains[1]]:
+        return Decline(f"coordinate types differ ({t_b} vs {t_c})")
+    if not isinstance(chains_final[0].type, ir.IndexType):
+        return Decline("coordinates are not compared as index")
+
+    # The yield: cursor positions get the advanced cursors, the others are unchanged or if-results.
+    yielded = list(yield_op.operation.operands)
+    if len(yielded) != n_args:
+        return Decline("after-region yield does not match the loop arguments")
+    acc_of_result = {}
+    for pos, value in enumerate(yielded):
+        if pos in cursor_pos:
+            if value != next_values[cursor_pos.index(pos)]:
+                return Decline("cursor advance is not select(eq, cursor + 1, cursor)")
+            continue
+        if _is_block_arg(value, after, pos):
+            continue
+        if isinstance(value.owner, ir.Block) or value.owner != if_op.operation:
+            return Decline("loop-carried value is not produced by the guarded scf.if")
+        acc_of_result[ir.OpResult(value).result_number] = pos
+    if len(if_op.operation.results) != len(acc_of_result):
+        return Decline("scf.if result is not carried by the loop")
+    # Every if-result used only by the yield.
+    for res in if_op.operation.results:
+        if any(u.owner != yield_op.operation for u in res.uses):
+            return Decline("scf.if result is used inside the loop body")
+
+    # Coordinate values usable in the body: both chains and the min (all equal on a match).
+    coord_level = {}
+    for value, (side, level) in level_of.items():
+        coord_level[value] = level
+    coord_level[min_value] = len(chains[0])
+
+    regions = if_op.operation.regions
+    for op in _walk_ops(regions[0].blocks[0]):
+        if len(op.operation.regions):
+            return Decline(f"not innermost: guarded body contains {_name(op)}")
+    if len(regions[1].blocks) and len(list(regions[1].blocks[0].operations)) > 1:
+        return Decline("union (disjunctive) coiteration: the else-region handles unmatched coordinates")
+    # The else-region yields the accumulators unchanged.
+    if len(acc_of_result) and len(regions[1].blocks):
+        else_yield = list(regions[1].blocks[0].operations)
+        if len(else_yield) != 1:
+            return Decline("else-region of the guarded scf.if computes something")
+        for i, value in enumerate(else_yield[0].operation.operands):
+            if not _is_block_arg(value, after, acc_of_result[i]):
+                return Decline("else-region of the guarded scf.if does not keep the accumulator")
+    elif len(regions[1].blocks) and len(list(regions[1].blocks[0].operations)) != 1:
+        return Decline("else-region of the guarded scf.if computes something")
+
+    then_block = regions[0].blocks[0]
+    result = _match_then(while_op, after, then_block, cursor_args, coord_level, acc_of_result)
+    if isinstance(result, Decline):
+        return result
+    then_ops, then_yield, lane_loads, stores, element_type, inv_mems, crd_mems = result
+
+    reductions = {}
+    acc_positions = set(acc_of_result.values())
+    for res_index, pos in acc_of_result.items():
+        acc_arg = after.arguments[pos]
+        value = then_yield[res_index]
+        op = _defining_op(value)
+        if op is None or _name(op) != "arith.addf" or len(list(value.uses)) != 1:
+            continue
+        # acc is read only by this add (and kept by the else-region's yield).
+        uses = [u.owner for u in acc_arg.uses if u.owner.operation.name != "scf.yield"
+                or u.owner.operation.parent != if_op.operation]
+        if len(uses) != 1 or uses[0].operation != op.operation:
+            continue
+        lhs, rhs = op.operation.operands
+        if lhs == acc_arg and rhs != acc_arg:
+            reductions[pos] = Reduction(pos, op, rhs, True)
+        elif rhs == acc_arg and lhs != acc_arg:
+            reductions[pos] = Reduction(pos, op, lhs, False)
+    kind = []
+    if acc_positions:
+        kind.append("K-accumulate")
+    if stores:
+        kind.append("store")
+    if not kind:
+        return Decline("guarded body has no effect (no accumulator, no store)")
+    return Coiteration(
+        while_op=while_op, cursor_pos=cursor_pos, bounds=bounds, crd_memrefs=tuple(crd_memrefs),
+        crd_type=t_b, cast_chain=tuple(chains[0]), coord_level=coord_level, if_op=if_op,
+        then_ops=then_ops, then_yield=then_yield, acc_of_result=acc_of_result, lane_loads=lane_loads,
+        reductions=reductions, stores=stores, element_type=element_type, kind="+".join(kind),
+        invariant_load_memrefs=inv_mems, coord_load_memrefs=crd_mems, after_yield=yield_op,
+        next_cursors=tuple(next_values))
+
+
+def _float_ok(t: ir.Type) -> bool:
+    return isinstance(t, ir.F32Type) or isinstance(t, ir.F64Type)
+
+
+def _match_then(while_op, after, then_block, cursor_args, coord_level, acc_of_result):
+    """Check the guarded body: loads at the cursors, loop-invariant values, pure arith, stores."""
+    acc_args = {after.arguments[p] for p in acc_of_result.values()}
+    local = set()
+    then_ops, lane_loads, stores = [], {}, []
+    inv_mems, crd_mems = [], []
+    element_type = None
+    for t in [after.arguments[p].type for p in acc_of_result.values()]:
+        if not _float_ok(t):
+            return Decline(f"element type {t} unsupported")
+        element_type = t
+
+    def check_operand(v, what):
+        if v in local or v in acc_args or v in coord_level:
+            return None
+        if any(v == c for c in cursor_args):
+            return Decline(f"cursor used outside value loads ({what})")
+        if defined_outside(v, while_op):
+            return None
+        return Decline(f"{what} uses a loop value the fast lane does not model")
+
+    ops = list(then_block.operations)
+    for op in ops[:-1]:
+        name = _name(op)
+        operands = list(op.operation.operands)
+        if len(op.operation.regions):
+            return Decline(f"not innermost: guarded body contains {name}")
+        if name == "memref.load":
+            mem, idx = operands[0], operands[1:]
+            if not defined_outside(mem, while_op):
+                return Decline("body reads a memref defined in the loop")
+            cursor_hits = [i for i, v in enumerate(idx) if any(v == c for c in cursor_args)]
+            if cursor_hits:
+                mtype = ir.MemRefType(mem.type)
+                if len(idx) != 1:
+                    return Decline("body reads a multi-dimensional memref at a cursor")
+                if not _unit_stride_1d(mtype):
+                    return Decline("body reads a non-unit-stride memref at a cursor")
+                if not _float_ok(mtype.element_type):
+                    return Decline(f"element type {mtype.element_type} unsupported")
+                side = 0 if idx[0] == cursor_args[0] else 1
+                lane_loads[op.operation.results[0]] = LaneLoad(mem, side)
+                element_type = mtype.element_type
+            else:
+                for v in idx:
+                    if v in coord_level:
+                        continue
+                    if not defined_outside(v, while_op):
+                        return Decline("body reads a non-cursor-indexed memref")
+                if any(v in coord_level for v in idx):
+                    crd_mems.append(mem)
+                else:
+                    inv_mems.append(mem)
+        elif name == "memref.store":
+            value, mem, idx = operands[0], operands[1], operands[2:]
+            if not defined_outside(mem, while_op):
+                return Decline("body writes a memref defined in the loop")
+            for v in idx:
+                if v in coord_level:
+                    continue
+                if not defined_outside(v, while_op):
+                    return Decline("body writes at an index computed in the loop")
+            if not any(v in coord_level for v in idx):
+                return Decline("body writes at a loop-invariant index")
+            bad = check_operand(value, "store")
+            if bad:
+                return bad
+            if not _float_ok(value.type):
+                return Decline(f"element type {value.type} unsupported")
+            element_type = value.type
+            stores.append(op)
+        elif name in TRAPPING_OPS:
+            return Decline(f"body op {name} may trap when executed speculatively")
+        elif name.startswith(SPECULATABLE_DIALECTS):
+            for v in operands:
+                bad = check_operand(v, name)
+                if bad:
+                    return bad
+            for r in op.operation.results:
+                t = r.type
+                if not (_float_ok(t) or isinstance(t, ir.IntegerType) or isinstance(t, ir.IndexType)):
+                    return Decline(f"element type {t} unsupported")
+        else:
+            return Decline(f"guarded body has unsupported op {name}")
+        for r in op.operation.results:
+            local.add(r)
+        then_ops.append(op)
+    then_yield = list(ops[-1].operation.operands)
+    for v in then_yield:
+        bad = check_operand(v, "yield")
+        if bad:
+            return bad
+    if element_type is None:
+        return Decline("guarded body loads no floating-point value")
+    return then_ops, then_yield, lane_loads, stores, element_type, inv_mems, crd_mems

@@ -1,0 +1,412 @@
+"""The builder of the Splyce pass: the branchless fast-lane ``scf.while`` put before a matched loop.
+
+One fast-lane iteration consumes up to n coordinates of each operand, in three phases, each built in
+SIMD (vector dialect) or unrolled scalar form:
+
+1. load n coordinates of B and of C; all-pairs compare: B's coordinates against C's rotated by
+   0..n-1 lanes (SIMD) or n*n scalar ``cmpi eq`` (scalar); per B lane: matched?, and the matched C value.
+2. the guarded body, re-materialized per lane without branches: accumulators take
+   ``select(matched, new, old)`` lane by lane (the scalar loop's order of additions), or an ordered
+   ``vector.reduction <add>`` of ``select(mask, term, -0.0)`` (SIMD); stores write ``select(matched, new, old)``.
+3. pointer advance past the pivot ``min(last B coordinate, last C coordinate)``: the number of lanes
+   whose coordinate is ``<=`` the pivot, as a tree of scalar compares or a vector compare + reduction.
+
+The original loop then runs from the fast lane's cursors and accumulators and finishes the tails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+from mlir.dialects import arith, memref, scf, vector
+
+from .coiteration_match import Coiteration
+
+CMPI_EQ, CMPI_ULT, CMPI_ULE, CMPI_UGE = 0, 6, 7, 9
+FAST_LANE_ATTR = "splyce.fast_lane"  # unit attribute marking the fast-lane scf.while
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to build: the width, SIMD or scalar per phase, strict or reassociating sums."""
+    width: int
+    simd1: bool
+    simd2: bool
+    simd3: bool
+    fast_math: bool
+    profile_counters: ir.Value | None = None  # memref<2xi64>, when profiling
+
+
+def _cmpi(pred: int, a, b):
+    return arith.cmpi(pred, a, b)
+
+
+def _tree(values, combine):
+    values = list(values)
+    while len(values) > 1:
+        paired = [combine(values[i], values[i + 1]) for i in range(0, len(values) - 1, 2)]
+        if len(values) % 2:
+            paired.append(values[-1])
+        values = paired
+    return values[0]
+
+
+def _index(value: int):
+    return arith.constant(ir.IndexType.get(), value)
+
+
+def _vtype(width: int, t: ir.Type) -> ir.VectorType:
+    return ir.VectorType.get([width], t)
+
+
+class Lanes:
+    """n per-lane values, held as one vector or as n scalars; converts (and caches) on demand."""
+
+    def __init__(self, width: int, vec=None, scalars=None):
+        self.width, self._vec, self._scalars = width, vec, scalars
+
+    def vec(self):
+        if self._vec is None:
+            t = self._scalars[0].type
+            self._vec = vector.from_elements(_vtype(self.width, t), self._scalars)
+        return self._vec
+
+    def scalars(self):
+        if self._scalars is None:
+            self._scalars = [vector.extract(self._vec, [], [i]) for i in range(self.width)]
+        return self._scalars
+
+    def scalar(self, i: int):
+        return self.scalars()[i]
+
+
+def _neg_zero(t: ir.Type):
+    return arith.constant(t, ir.FloatAttr.get(t, -0.0))
+
+
+def _reassoc():
+    return ir.Attribute.parse("#arith.fastmath<reassoc>")
+
+
+def _clone_with(op, operands, result_types):
+    """A new op with ``op``'s name and attributes on new operands (no regions: checked by the matcher)."""
+    old = op.operation.attributes
+    attrs = {key: old[key] for key in old}
+    new = ir.Operation.create(op.operation.name, results=result_types, operands=operands,
+                              attributes=attrs)
+    return list(new.results)
+
+
+def _apply_chain(chain, value, width=None):
+    """Re-apply the coordinate cast chain (extui/extsi/index_cast) to a raw coordinate (or vector)."""
+    values = [value]
+    for name, t in chain:
+        rt = t if width is None else _vtype(width, t)
+        new = ir.Operation.create(name, results=[rt], operands=[values[-1]])
+        values.append(new.results[0])
+    return values
+
+
+class FastLaneBuilder:
+    def __init__(self, match: Coiteration, plan: Plan):
+        self.m, self.p, self.n = match, plan, plan.width
+
+    # ----------------------------------------------------------------------------------------- loop
+    def build(self):
+        m, n = self.m, self.n
+        w = m.while_op
+        inits = list(w.operation.operands)
+        types = [v.type for v in inits]
+        with ir.InsertionPoint(w):
+            c_n = _index(n)
+            fast = scf.WhileOp(types, inits)
+            fast.operation.attributes[FAST_LANE_ATTR] = ir.UnitAttr.get()
+            before = fast.before.blocks.append(*types)
+            with ir.InsertionPoint(before):
+                ok = []
+                for pos, hi in zip(m.cursor_pos, m.bounds):
+                    cur = before.arguments[pos]
+                    inside = _cmpi(CMPI_ULT, cur, hi)
+                    room = _cmpi(CMPI_UGE, arith.subi(hi, cur), c_n)
+                    ok.append(arith.andi(inside, room))
+                scf.condition(arith.andi(ok[0], ok[1]), list(before.arguments))
+            after = fast.after.blocks.append(*types)
+            with ir.InsertionPoint(after):
+                new_args = self._body(list(after.arguments))
+                scf.yield_(new_args)
+        for i, r in enumerate(fast.results):
+            w.operation.operands[i] = r
+        return fast
+
+    def _body(self, args):
+        m, p, n = self.m, self.p, self.n
+        pb, pc = args[m.cursor_pos[0]], args[m.cursor_pos[1]]
+        lanes = self._phase1(pb, pc)
+        new_accs = self._phase2(args, lanes)
+        adv_b, adv_c = self._phase3(lanes)
+        if p.profile_counters is not None:
+            self._count(p.profile_counters, 0, arith.addi(adv_b, adv_c))
+        out = list(args)
+        for pos, value in new_accs.items():
+            out[pos] = value
+        out[m.cursor_pos[0]] = arith.addi(pb, adv_b)
+        out[m.cursor_pos[1]] = arith.addi(pc, adv_c)
+        return out
+
+    @staticmethod
+    def _count(counters, slot: int, amount):
+        i64 = ir.IntegerType.get_signless(64)
+        idx = _index(slot)
+        old = memref.load(counters, [idx])
+        memref.store(arith.addi(old, arith.index_cast(i64, amount)), counters, [idx])
+
+    # -------------------------------------------------------------------------------------- phase 1
+    def _phase1(self, pb, pc):
+        m, n = self.m, self.n
+        crd_b, crd_c = m.crd_memrefs
+        t = m.crd_type
+        state = {"pb": pb, "pc": pc}
+        c_memrefs = []
+        b_memrefs = []
+        for ll in m.lane_loads.values():
+            target = b_memrefs if ll.side == 0 else c_memrefs
+            if ll.memref not in target:
+                target.append(ll.memref)
+        values = {}
+        if self.p.simd1:
+            vt = _vtype(n, t)
+            vb = vector.load(vt, crd_b, [pb])
+            vc = vector.load(vt, crd_c, [pc])
+
+            def rot(v, r):
+                return v if r == 0 else vector.shuffle(v, v, [(i + r) % n for i in range(n)])
+
+            masks = [_cmpi(CMPI_EQ, vb, rot(vc, r)) for r in range(n)]
+            matched = _tree(masks, arith.ori)
+            for mem in b_memrefs:
+                et = ir.MemRefType(mem.type).element_type
+                values[(mem, 0)] = Lanes(n, vec=vector.load(_vtype(n, et), mem, [pb]))
+            for mem in c_memrefs:
+                et = ir.MemRefType(mem.type).element_type
+                vm = vector.load(_vtype(n, et), mem, [pc])
+                sel = vm
+                for r in range(1, n):
+                    sel = arith.select(masks[r], rot(vm, r), sel)
+                values[(mem, 1)] = Lanes(n, vec=sel)
+            state.update(kb=Lanes(n, vec=vb), kc=Lanes(n, vec=vc), matched=Lanes(n, vec=matched),
+                         values=values)
+            state["last_b"] = vector.extract(vb, [], [n - 1])
+            state["last_c"] = vector.extract(vc, [], [n - 1])
+            return state
+        pbs = [pb] + [arith.addi(pb, _index(i)) for i in range(1, n)]
+        pcs = [pc] + [arith.addi(pc, _index(i)) for i in range(1, n)]
+        kb = [memref.load(crd_b, [q]) for q in pbs]
+        kc = [memref.load(crd_c, [q]) for q in pcs]
+        matched, positions = [], []
+        for i in range(n):
+            eqs = {j: _cmpi(CMPI_EQ, kb[i], kc[j]) for j in range(n)}
+            matched.append(_tree([eqs[j] for j in range(n)], arith.ori))
+            pos = pcs[i]
+            for j in range(n):
+                if j != i:
+                    pos = arith.select(eqs[j], pcs[j], pos)
+            positions.append(pos)
+        # Values at the lanes: B at pb + i, C at the matched position (scalar loads into registers).
+        for mem in b_memrefs:
+            values[(mem, 0)] = Lanes(n, scalars=[memref.load(mem, [q]) for q in pbs])
+        for mem in c_memrefs:
+            values[(mem, 1)] = Lanes(n, scalars=[memref.load(mem, [q]) for q in positions])
+        state.update(kb=Lanes(n, scalars=kb), kc=Lanes(n, scalars=kc), matched=Lanes(n, scalars=matched),
+                     values=values, last_b=kb[-1], last_c=kc[-1])
+        return state
+
+    # -------------------------------------------------------------------------------------- phase 2
+    def simd2_blocker(self) -> str | None:
+        """Why the guarded body cannot run in SIMD form (then phase 2 is built scalar), or None."""
+        m = self.m
+        for pos in m.acc_of_result.values():
+            red = m.reductions.get(pos)
+            if red is None:
+                return "accumulator update is not acc + term"
+            if not red.acc_first and not self.p.fast_math:
+                return "sum written term + acc (strict order needs acc first)"
+        stored = [s.operation.operands[1] for s in m.stores]
+        for mem in m.invariant_load_memrefs:
+            if mem in stored:
+                return "body reads at a fixed index a memref it writes"
+        return None
+
+    def _phase2(self, args, st):
+        if self.p.simd2 and self.simd2_blocker() is None:
+            return self._phase2_simd(args, st)
+        return self._phase2_scalar(args, st)
+
+    def _lane_coord(self, st, cache, i, level):
+        key = (i, level)
+        if key not in cache:
+            chain = _apply_chain(self.m.cast_chain, st["kb"].scalar(i))
+            for lv, v in enumerate(chain):
+                cache[(i, lv)] = v
+        return cache[key]
+
+    def _phase2_scalar(self, args, st):
+        m, p, n = self.m, self.p, self.n
+        after = m.while_op.after.blocks[0]
+        old_args = list(after.arguments)
+        accs = {pos: args[pos] for pos in m.acc_of_result.values()}
+        tree_accs = {}
+        if p.fast_math:
+            tree_accs = {pos: red for pos, red in m.reductions.items()}
+        terms = {pos: [] for pos in tree_accs}
+        skip = {red.add_op.operation for red in tree_accs.values()}
+        coord_cache = {}
+        matched = st["matched"].scalars()
+        for i in range(n):
+            vmap = {}
+            for pos, acc in accs.items():
+                vmap[old_args[pos]] = acc
+
+            def get(v):
+                if v in vmap:
+                    return vmap[v]
+                if v in m.coord_level:
+                    return self._lane_coord(st, coord_cache, i, m.coord_level[v])
+                return v
+
+            for op in m.then_ops:
+                if op.operation in skip:
+                    continue
+                res0 = op.operation.results[0] if len(op.operation.results) else None
+                if res0 is not None and res0 in m.lane_loads:
+                    ll = m.lane_loads[res0]
+                    vmap[res0] = st["values"][(ll.memref, ll.side)].scalar(i)
+                    continue
+                name = op.operation.name
+                operands = [get(v) for v in op.operation.operands]
+                if name == "memref.store":
+                    value, mem, idx = operands[0], operands[1], operands[2:]
+                    old = memref.load(mem, idx)
+                    memref.store(arith.select(matched[i], value, old), mem, idx)
+                    continue
+                results = _clone_with(op, operands, [r.type for r in op.operation.results])
+                for r_old, r_new in zip(op.operation.results, results):
+                    vmap[r_old] = r_new
+            for res_index, pos in m.acc_of_result.items():
+                if pos in tree_accs:
+                    neg0 = _neg_zero(tree_accs[pos].term.type)
+                    terms[pos].append(arith.select(matched[i], get(tree_accs[pos].term), neg0))
+                else:
+                    accs[pos] = arith.select(matched[i], get(m.then_yield[res_index]), accs[pos])
+        fm = _reassoc()
+        for pos, red in tree_accs.items():
+            total = _tree(terms[pos], lambda a, b: arith.addf(a, b, fastmath=fm))
+            accs[pos] = arith.addf(accs[pos], total, fastmath=fm)
+        return accs
+
+    def _phase2_simd(self, args, st):
+        m, p, n = self.m, self.p, self.n
+        after = m.while_op.after.blocks[0]
+        old_args = list(after.arguments)
+        skip = {red.add_op.operation for red in m.reductions.values()}
+        vmap = {}  # old value -> ("v", vector) or ("s", scalar)
+        chain_vec = None
+        coord_cache = {}
+        mask = st["matched"].vec()
+
+        def get(v):
+            nonlocal chain_vec
+            if v in vmap:
+                return vmap[v]
+            if v in m.coord_level:
+                if chain_vec is None:
+                    chain_vec = _apply_chain(m.cast_chain, st["kb"].vec(), n)
+                return ("v", chain_vec[m.coord_level[v]])
+            return ("s", v)
+
+        def as_vec(entry):
+            kind, value = entry
+            return value if kind == "v" else vector.broadcast(_vtype(n, value.type), value)
+
+        def lane_scalar(entry, i):
+            kind, value = entry
+            return value if kind == "s" else vector.extract(value, [], [i])
+
+        for op in m.then_ops:
+            if op.operation in skip:
+                continue
+            res0 = op.operation.results[0] if len(op.operation.results) else None
+            if res0 is not None and res0 in m.lane_loads:
+                ll = m.lane_loads[res0]
+                vmap[res0] = ("v", st["values"][(ll.memref, ll.side)].vec())
+                continue
+            name = op.operation.name
+            entries = [get(v) for v in op.operation.operands]
+            if name == "memref.load":
+                if all(kind == "s" for kind, _ in entries):
+                    vmap[res0] = ("s", memref.load(entries[0][1], [v for _, v in entries[1:]]))
+                else:  # indexed by the coordinate: one scalar load per lane, packed
+                    loads = [memref.load(entries[0][1], [lane_scalar(e, i) for e in entries[1:]])
+                             for i in range(n)]
+                    vmap[res0] = ("v", vector.from_elements(_vtype(n, res0.type), loads))
+                continue
+            if name == "memref.store":
+                matched = st["matched"].scalars()
+                for i in range(n):
+                    value = lane_scalar(entries[0], i)
+                    mem = entries[1][1]
+                    idx = [lane_scalar(e, i) for e in entries[2:]]
+                    old = memref.load(mem, idx)
+                    memref.store(arith.select(matched[i], value, old), mem, idx)
+                continue
+            if all(kind == "s" for kind, _ in entries):
+                results = _clone_with(op, [v for _, v in entries], [r.type for r in op.operation.results])
+                for r_old, r_new in zip(op.operation.results, results):
+                    vmap[r_old] = ("s", r_new)
+                continue
+            results = _clone_with(op, [as_vec(e) for e in entries],
+                                  [_vtype(n, r.type) for r in op.operation.results])
+            for r_old, r_new in zip(op.operation.results, results):
+                vmap[r_old] = ("v", r_new)
+        accs = {}
+        kind_add = vector.CombiningKind.ADD
+        for pos, red in m.reductions.items():
+            term = as_vec(get(red.term))
+            et = red.term.type
+            identity = vector.broadcast(_vtype(n, et), _neg_zero(et))
+            prod = arith.select(mask, term, identity)
+            fm = _reassoc() if p.fast_math else None
+            accs[pos] = vector.reduction(et, kind_add, prod, acc=args[pos], fastmath=fm)
+        return accs
+
+    # -------------------------------------------------------------------------------------- phase 3
+    def _phase3(self, st):
+        m, n = self.m, self.n
+        t = m.crd_type
+        lt = _cmpi(CMPI_ULT, st["last_c"], st["last_b"])
+        pivot = arith.select(lt, st["last_c"], st["last_b"])
+        idx_t = ir.IndexType.get()
+        advances = []
+        for key in ("kb", "kc"):
+            lanes = st[key]
+            if self.p.simd3:
+                vt = _vtype(n, t)
+                le = _cmpi(CMPI_ULE, lanes.vec(), vector.broadcast(vt, pivot))
+                wt = t if isinstance(t, ir.IntegerType) else ir.IntegerType.get_signless(64)
+                ones = arith.extui(_vtype(n, wt), le)
+                total = vector.reduction(wt, vector.CombiningKind.ADD, ones)
+                advances.append(arith.index_castui(idx_t, total))
+            else:
+                bits = [arith.index_castui(idx_t, _cmpi(CMPI_ULE, k, pivot)) for k in lanes.scalars()]
+                advances.append(_tree(bits, arith.addi))
+        return advances
+
+
+def add_epilogue_count(match: Coiteration, counters) -> None:
+    """Profile mode: the original loop adds its cursor advance to ``counters[1]`` each iteration."""
+    after = match.while_op.after.blocks[0]
+    pb, pc = (after.arguments[p] for p in match.cursor_pos)
+    nb, nc = match.next_cursors
+    with ir.InsertionPoint(match.after_yield):
+        step = arith.addi(arith.subi(nb, pb), arith.subi(nc, pc))
+        FastLaneBuilder._count(counters, 1, step)

@@ -1,0 +1,137 @@
+"""The Splyce pass: vectorize the sparsifier's two-finger intersection loops with a dual path.
+
+Runs on the stage-1 module (scf + memref + arith, see ``pipeline.SPARSIFY``). For each ``scf.while`` that
+``coiteration_match`` recognizes, ``fast_lane`` puts a branchless fast-lane loop before it; the original
+loop is kept as the scalar epilogue and starts from the fast lane's cursors and accumulators. Every
+``scf.while`` gets a ``LoopDecision`` saying what was built, or why the loop was left untouched.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from mlir import ir
+from mlir.dialects import memref
+
+from .coiteration_match import Coiteration, Decline, match_coiteration
+from .fast_lane import FastLaneBuilder, Plan, add_epilogue_count
+
+PROFILE_COUNTERS_SYMBOL = "splyce_profile_counters"
+VECTOR_WIDTHS = (2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class SplyceOptions:
+    vector_width: int = 4  # n: 2, 4, 8, 16
+    phases: int = 5  # 1..8: bits of (phases - 1) = (phase1, phase2, phase3), MSB first, 1 = SIMD
+    fast_math: bool = False  # allow reassociating sums; off => bit-identical to the scalar loop
+    profile: bool = False  # count coordinates consumed by fast lanes vs epilogues
+
+    def __post_init__(self):
+        if self.vector_width not in VECTOR_WIDTHS:
+            raise ValueError(f"vector_width must be one of {VECTOR_WIDTHS}, got {self.vector_width}")
+        if not 1 <= self.phases <= 8:
+            raise ValueError(f"phases must be in 1..8, got {self.phases}")
+
+    @property
+    def simd_phases(self) -> tuple[bool, bool, bool]:
+        bits = self.phases - 1
+        return bool(bits & 4), bool(bits & 2), bool(bits & 1)
+
+
+@dataclass(frozen=True)
+class LoopDecision:
+    function: str
+    index: int  # which scf.while, in walk order within the function
+    vectorized: bool
+    reason: str  # why it declined, or a short description of what was built
+
+
+def _while_loops(op) -> list:
+    """The scf.while ops nested in ``op``, in pre-order walk order."""
+    found = []
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                if inner.operation.name == "scf.while":
+                    found.append(inner)
+                found.extend(_while_loops(inner.operation))
+    return found
+
+
+def _profile_counters_global(module: ir.Module) -> None:
+    body = module.body
+    for op in body.operations:
+        if op.operation.name == "memref.global" and \
+                ir.StringAttr(op.operation.attributes["sym_name"]).value == PROFILE_COUNTERS_SYMBOL:
+            return
+    i64 = ir.IntegerType.get_signless(64)
+    mtype = ir.MemRefType.get([2], i64)
+    zeros = ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([2], i64), ir.IntegerAttr.get(i64, 0))
+    with ir.InsertionPoint.at_block_begin(body):
+        memref.global_(PROFILE_COUNTERS_SYMBOL, ir.TypeAttr.get(mtype), sym_visibility="public",
+                       initial_value=zeros)
+
+
+def _counters_in(func) -> ir.Value:
+    i64 = ir.IntegerType.get_signless(64)
+    entry = func.regions[0].blocks[0]
+    with ir.InsertionPoint.at_block_begin(entry):
+        return memref.get_global(ir.MemRefType.get([2], i64), PROFILE_COUNTERS_SYMBOL)
+
+
+def _describe(match: Coiteration, options: SplyceOptions, builder: FastLaneBuilder) -> str:
+    crd = str(match.crd_type)
+    text = f"{match.kind} {match.element_type} {crd}-crd n={options.vector_width} config {options.phases}"
+    if options.fast_math:
+        text += " fast-math"
+    if options.simd_phases[1]:
+        blocker = builder.simd2_blocker()
+        if blocker:
+            text += f" (phase 2 scalar: {blocker})"
+    return text
+
+
+def run_splyce_pass(module: ir.Module, options: SplyceOptions) -> list[LoopDecision]:
+    """Transform the stage-1 ``module`` in place, verify it, and return one decision per scf.while."""
+    decisions = []
+    simd1, simd2, simd3 = options.simd_phases
+    with module.context, ir.Location.unknown():
+        funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
+        for func in funcs:
+            name = ir.StringAttr(func.operation.attributes["sym_name"]).value
+            loops = _while_loops(func.operation)
+            matches = [(i, loop, match_coiteration(loop)) for i, loop in enumerate(loops)]
+            counters = None
+            if options.profile and any(isinstance(mt, Coiteration) for _, _, mt in matches):
+                _profile_counters_global(module)
+                counters = _counters_in(func.operation)
+            plan = Plan(options.vector_width, simd1, simd2, simd3, options.fast_math, counters)
+            for index, loop, match in matches:
+                if isinstance(match, Decline):
+                    decisions.append(LoopDecision(name, index, False, match.reason))
+                    continue
+                builder = FastLaneBuilder(match, plan)
+                builder.build()
+                if counters is not None:
+                    add_epilogue_count(match, counters)
+                decisions.append(LoopDecision(name, index, True, _describe(match, options, builder)))
+        module.operation.verify()
+    return decisions
+
+
+def decisions_as_comments(decisions) -> str:
+    """One ``// splyce: @fn loop i: ...`` line per decision (prepended to the "splyce" stage text)."""
+    lines = []
+    for d in decisions:
+        verdict = "vectorized" if d.vectorized else "declined"
+        lines.append(f"// splyce: @{d.function} loop {d.index}: {verdict} ({d.reason})")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def timed_run(module: ir.Module, options: SplyceOptions) -> tuple[list[LoopDecision], float]:
+    """``run_splyce_pass`` and the seconds it took."""
+    start = time.perf_counter()
+    decisions = run_splyce_pass(module, options)
+    return decisions, time.perf_counter() - start

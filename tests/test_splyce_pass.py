@@ -1,0 +1,298 @@
+"""The Splyce pass on the stage-1 IR of the kernel suite (K1-K5 of KERNELS.md) and on loops it declines.
+
+Fixtures are linalg files in tests/kernels_mlir/ (f64, 32-bit positions and coordinates); variants are made
+by text substitution: f32 values, 64-bit or index (width 0) positions and coordinates.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from mlir import ir
+from splyce.lowering.fast_lane import FAST_LANE_ATTR
+from splyce.lowering.pipeline import SPARSIFY, run_passes
+from splyce.lowering.splyce_pass import (PROFILE_COUNTERS_SYMBOL, LoopDecision, SplyceOptions,
+                                         decisions_as_comments, run_splyce_pass)
+
+FIXTURES = Path(__file__).parent / "kernels_mlir"
+KERNELS = {
+    "k1": ("k1_spgemm.mlir", "accumulate"),
+    "k2": ("k2_spmspv.mlir", "accumulate"),
+    "k3": ("k3_spmttkrp.mlir", "accumulate"),
+    "k4": ("k4_spmmh.mlir", "store"),
+    "k5": ("k5_spttspm.mlir", "accumulate"),
+}
+CRD_TYPES = {32: "i32", 64: "i64", 0: "index"}
+
+# Loops the pass must decline, with the reason it gives.
+UNION = """
+#CSR = #sparse_tensor.encoding<{ map = (d0, d1) -> (d0 : dense, d1 : compressed) }>
+#trait = { indexing_maps = [affine_map<(i,j) -> (i,j)>, affine_map<(i,j) -> (i,j)>, affine_map<(i,j) -> (i,j)>],
+  iterator_types = ["parallel", "parallel"] }
+func.func @add(%b: tensor<8x16xf64, #CSR>, %c: tensor<8x16xf64, #CSR>, %a: tensor<8x16xf64> {bufferization.writable = true}) -> tensor<8x16xf64> {
+  %r = linalg.generic #trait ins(%b, %c : tensor<8x16xf64, #CSR>, tensor<8x16xf64, #CSR>) outs(%a : tensor<8x16xf64>) {
+  ^bb0(%x: f64, %y: f64, %z: f64):
+    %m = arith.addf %x, %y : f64
+    linalg.yield %m : f64
+  } -> tensor<8x16xf64>
+  return %r : tensor<8x16xf64>
+}
+"""
+DENSE_INNERMOST = """
+#CSR = #sparse_tensor.encoding<{ map = (d0, d1) -> (d0 : dense, d1 : compressed) }>
+#CD = #sparse_tensor.encoding<{ map = (d0, d1) -> (d0 : compressed, d1 : dense) }>
+#trait = { indexing_maps = [affine_map<(i,k,j) -> (i,k)>, affine_map<(i,k,j) -> (k,j)>, affine_map<(i,k,j) -> (i,j)>],
+  iterator_types = ["parallel", "reduction", "parallel"] }
+func.func @spmm(%b: tensor<8x8xf64, #CSR>, %c: tensor<8x8xf64, #CD>, %a: tensor<8x8xf64> {bufferization.writable = true}) -> tensor<8x8xf64> {
+  %r = linalg.generic #trait ins(%b, %c : tensor<8x8xf64, #CSR>, tensor<8x8xf64, #CD>) outs(%a : tensor<8x8xf64>) {
+  ^bb0(%x: f64, %y: f64, %z: f64):
+    %m = arith.mulf %x, %y : f64
+    %s = arith.addf %z, %m : f64
+    linalg.yield %s : f64
+  } -> tensor<8x8xf64>
+  return %r : tensor<8x8xf64>
+}
+"""
+THREE_WAY = """
+#CSR = #sparse_tensor.encoding<{ map = (d0, d1) -> (d0 : dense, d1 : compressed) }>
+#trait = { indexing_maps = [affine_map<(i,j) -> (i,j)>, affine_map<(i,j) -> (i,j)>, affine_map<(i,j) -> (i,j)>, affine_map<(i,j) -> (i,j)>],
+  iterator_types = ["parallel", "parallel"] }
+func.func @mul3(%b: tensor<8x16xf64, #CSR>, %c: tensor<8x16xf64, #CSR>, %d: tensor<8x16xf64, #CSR>, %a: tensor<8x16xf64> {bufferization.writable = true}) -> tensor<8x16xf64> {
+  %r = linalg.generic #trait ins(%b, %c, %d : tensor<8x16xf64, #CSR>, tensor<8x16xf64, #CSR>, tensor<8x16xf64, #CSR>) outs(%a : tensor<8x16xf64>) {
+  ^bb0(%x: f64, %y: f64, %w: f64, %z: f64):
+    %m = arith.mulf %x, %y : f64
+    %m2 = arith.mulf %m, %w : f64
+    linalg.yield %m2 : f64
+  } -> tensor<8x16xf64>
+  return %r : tensor<8x16xf64>
+}
+"""
+
+
+def kernel_text(kernel: str, dtype: str = "f64", width: int = 32) -> str:
+    text = (FIXTURES / KERNELS[kernel][0]).read_text()
+    text = text.replace("f64", dtype)
+    return text.replace("posWidth = 32, crdWidth = 32", f"posWidth = {width}, crdWidth = {width}")
+
+
+def integer_k1() -> str:
+    text = kernel_text("k1", "i32")
+    return text.replace("arith.mulf", "arith.muli").replace("arith.addf", "arith.addi")
+
+
+def accumulate_term_first_k1() -> str:
+    """K1 written ``m + z`` (the sum's operands the other way round)."""
+    return kernel_text("k1").replace("arith.addf %z, %m", "arith.addf %m, %z")
+
+
+def k4_accumulating() -> str:
+    """K4 reading its output: ``A[i,j] += B[i,j] * C[i,j]`` (the body loads out at the coordinate)."""
+    text = kernel_text("k4")
+    text = text.replace("%m = arith.mulf %x, %y : f64\n    linalg.yield %m",
+                        "%m = arith.mulf %x, %y : f64\n    %s = arith.addf %z, %m : f64\n    linalg.yield %s")
+    return text
+
+
+@pytest.fixture
+def ctx():
+    with ir.Context() as context, ir.Location.unknown():
+        yield context
+
+
+def stage1(text: str) -> ir.Module:
+    module = ir.Module.parse(text)
+    run_passes(module, SPARSIFY)
+    return module
+
+
+def fast_lanes(module: ir.Module) -> list:
+    found = []
+
+    def visit(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    if inner.operation.name == "scf.while" and FAST_LANE_ATTR in inner.operation.attributes:
+                        found.append(inner)
+                    visit(inner.operation)
+
+    visit(module.operation)
+    return found
+
+
+def original_loop_after(fast) -> str:
+    """The text of the scf.while that follows ``fast`` (the kept original loop)."""
+    block_ops = [op for region in fast.operation.parent.regions for block in region.blocks
+                 for op in block.operations]
+    index = [op.operation for op in block_ops].index(fast.operation)
+    following = block_ops[index + 1]
+    assert following.operation.name == "scf.while"
+    return str(following)
+
+
+# --------------------------------------------------------------------------------- vectorized shape
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("width", [32, 64, 0])
+def test_kernel_gets_fast_lane_before_original_loop(ctx, kernel, dtype, width):
+    module = stage1(kernel_text(kernel, dtype, width))
+    decisions = run_splyce_pass(module, SplyceOptions(vector_width=4, phases=5))
+    assert [d.vectorized for d in decisions] == [True]
+    crd = CRD_TYPES[width]
+    assert decisions[0].reason.startswith(
+        ("K-accumulate" if KERNELS[kernel][1] == "accumulate" else "store") + f" {dtype} {crd}-crd n=4 config 5")
+    assert module.operation.verify()
+    (fast,) = fast_lanes(module)
+    fast_text = str(fast)
+    assert "scf.if" not in fast_text
+    assert f"vector.load" in fast_text and f"vector<4x{crd}>" in fast_text
+    assert "vector.shuffle" in fast_text
+    original = original_loop_after(fast)
+    assert "scf.if" in original
+    assert FAST_LANE_ATTR not in original
+    # The original loop starts where the fast lane stopped.
+    assert re.search(r"scf\.while \(%\w+ = %\d+#0, %\w+ = %\d+#1", original)
+
+
+def test_k3_innermost_loop_is_the_l_coiteration(ctx):
+    """K3's D[l, j] factor is loaded at a cursor, C[k, j] is loop-invariant (loaded outside the loop)."""
+    module = stage1(kernel_text("k3"))
+    run_splyce_pass(module, SplyceOptions(phases=1))
+    (fast,) = fast_lanes(module)
+    text = str(fast)
+    assert text.count("arith.mulf") == 2 * 4
+    # the C[k, j] value is defined outside the loop and used in every lane
+    assert not re.search(r"memref\.load %\w+\[%\w+, %\w+\] : memref<5x4xf64>", text)
+
+
+@pytest.mark.parametrize("width", [2, 4, 8, 16])
+def test_vector_width(ctx, width):
+    module = stage1(kernel_text("k1"))
+    run_splyce_pass(module, SplyceOptions(vector_width=width, phases=8))
+    text = str(fast_lanes(module)[0])
+    assert f"vector<{width}xi32>" in text and f"vector<{width}xf64>" in text
+    assert text.count("vector.shuffle %") == 2 * (width - 1)  # coordinates and values of C
+
+
+def _phase_markers(text: str, crd: str = "i32", dtype: str = "f64"):
+    phase1 = "vector.shuffle" in text and f"vector.load" in text
+    phase2 = bool(re.search(rf"vector\.reduction <add>, %\w+, %\w+ : vector<\d+x{dtype}> into {dtype}", text))
+    phase3 = bool(re.search(rf"vector\.reduction <add>, %\w+ : vector<\d+x{crd}> into {crd}", text))
+    return phase1, phase2, phase3
+
+
+@pytest.mark.parametrize("config", range(1, 9))
+def test_phase_configs_put_vector_ops_only_in_simd_phases(ctx, config):
+    module = stage1(kernel_text("k1"))
+    run_splyce_pass(module, SplyceOptions(vector_width=4, phases=config))
+    text = str(fast_lanes(module)[0])
+    bits = config - 1
+    expected = (bool(bits & 4), bool(bits & 2), bool(bits & 1))
+    assert _phase_markers(text) == expected
+    if config == 1:
+        assert "vector." not in text
+    if not expected[2]:  # scalar pointer advance: n scalar ule compares per cursor, summed in index
+        assert len(re.findall(r"arith\.cmpi ule, %\w+, %\w+ : i32", text)) == 2 * 4
+    if not expected[1]:  # scalar MAC: one select per lane keeps the accumulator
+        assert len(re.findall(r"arith\.select %\w+, %\w+, %\w+ : f64", text)) >= 4
+    assert "fastmath" not in text
+
+
+@pytest.mark.parametrize("config", [3, 4, 7, 8])
+def test_simd_phase2_store_kernel(ctx, config):
+    module = stage1(kernel_text("k4"))
+    decisions = run_splyce_pass(module, SplyceOptions(vector_width=4, phases=config))
+    assert decisions[0].vectorized and "phase 2 scalar" not in decisions[0].reason
+    text = str(fast_lanes(module)[0])
+    assert re.search(r"arith\.mulf %\w+, %\w+ : vector<4xf64>", text)
+    # branchless store: old value kept on unmatched lanes
+    assert len(re.findall(r"memref\.store", text)) == 4
+
+
+def test_store_kernel_reading_its_output(ctx):
+    module = stage1(k4_accumulating())
+    decisions = run_splyce_pass(module, SplyceOptions(vector_width=4, phases=7))
+    assert decisions[0].vectorized, decisions
+    assert module.operation.verify()
+
+
+def test_strict_sum_written_term_first_keeps_phase2_scalar(ctx):
+    module = stage1(accumulate_term_first_k1())
+    decisions = run_splyce_pass(module, SplyceOptions(phases=7))
+    assert decisions[0].vectorized
+    assert "phase 2 scalar: sum written term + acc" in decisions[0].reason
+    assert not _phase_markers(str(fast_lanes(module)[0]))[1]
+
+
+def test_fast_math_reassociates(ctx):
+    for config in (5, 7):
+        module = stage1(kernel_text("k1"))
+        decisions = run_splyce_pass(module, SplyceOptions(phases=config, fast_math=True))
+        assert decisions[0].reason.endswith("fast-math")
+        assert "fastmath<reassoc>" in str(fast_lanes(module)[0])
+
+
+# --------------------------------------------------------------------------------- profile counters
+def test_profile_counters(ctx):
+    module = stage1(kernel_text("k1"))
+    run_splyce_pass(module, SplyceOptions(profile=True))
+    text = str(module)
+    assert f'memref.global "public" @{PROFILE_COUNTERS_SYMBOL} : memref<2xi64> = dense<0>' in text
+    assert text.count(f"memref.get_global @{PROFILE_COUNTERS_SYMBOL}") == 1
+    fast = fast_lanes(module)[0]
+    assert "memref.store" in str(fast)
+    assert "memref.store" in original_loop_after(fast)
+
+
+def test_no_profile_no_global(ctx):
+    module = stage1(kernel_text("k1"))
+    run_splyce_pass(module, SplyceOptions())
+    assert PROFILE_COUNTERS_SYMBOL not in str(module)
+
+
+# ---------------------------------------------------------------------------------------- declines
+@pytest.mark.parametrize("text, reason", [
+    (UNION, "union (disjunctive) coiteration"),
+    (DENSE_INNERMOST, "not innermost: guarded body contains scf.for"),
+    (THREE_WAY, "not a two-finger intersection: before-region has 3 conditions"),
+])
+def test_declines_with_reason(ctx, text, reason):
+    module = stage1(text)
+    before = str(module)
+    decisions = run_splyce_pass(module, SplyceOptions())
+    assert len(decisions) == 1 and not decisions[0].vectorized
+    assert decisions[0].reason.startswith(reason), decisions[0].reason
+    assert str(module) == before
+
+
+def test_declines_integer_values(ctx):
+    module = stage1(integer_k1())
+    (decision,) = run_splyce_pass(module, SplyceOptions())
+    assert not decision.vectorized and decision.reason == "element type i32 unsupported"
+
+
+def test_decisions_as_comments():
+    decisions = [LoopDecision("f", 0, True, "K-accumulate f64 i32-crd n=4 config 5"),
+                 LoopDecision("f", 1, False, "union (disjunctive) coiteration")]
+    assert decisions_as_comments(decisions) == (
+        "// splyce: @f loop 0: vectorized (K-accumulate f64 i32-crd n=4 config 5)\n"
+        "// splyce: @f loop 1: declined (union (disjunctive) coiteration)\n")
+    assert decisions_as_comments([]) == ""
+
+
+@pytest.mark.parametrize("kwargs", [{"vector_width": 3}, {"phases": 0}, {"phases": 9}])
+def test_invalid_options(kwargs):
+    with pytest.raises(ValueError):
+        SplyceOptions(**kwargs)
+
+
+def test_pass_time(ctx):
+    """One pass run on a kernel module stays well under the ~0.2 s a compile takes."""
+    module = stage1(kernel_text("k3"))
+    start = time.perf_counter()
+    run_splyce_pass(module, SplyceOptions(vector_width=16, phases=1))
+    assert time.perf_counter() - start < 0.5
