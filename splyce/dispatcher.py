@@ -74,7 +74,7 @@ class Kernel:
 
     def _results(self, descs, dense_outputs):
         results = []
-        freed: set[int] = set()
+        owners: dict = {}
         k = 0
         for out in self.trace.outputs:
             t = out.type
@@ -83,12 +83,12 @@ class Kernel:
                 desc = descs[k]
                 k += 1
                 if desc.aligned != array.ctypes.data:  # the kernel wrote elsewhere: take its buffer
-                    flat = runtime.take_buffer_nd(desc, array.dtype, array.shape, freed)
+                    flat = runtime.take_buffer_nd(desc, array.dtype, array.shape, owners)
                     array = flat
                 results.append(array[()] if array.ndim == 0 else array)
                 continue
             dtypes = arguments.result_buffer_dtypes(t)
-            bufs = [runtime.take_buffer(descs[k + i], dt, freed) for i, dt in enumerate(dtypes)]
+            bufs = [runtime.take_buffer(descs[k + i], dt, owners) for i, dt in enumerate(dtypes)]
             k += len(dtypes)
             results.append(_sparse_result(t, bufs))
         return results

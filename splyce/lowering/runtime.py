@@ -3,8 +3,8 @@
 The entry point is MLIR's C interface (``_mlir_ciface_<name>``): every argument is a pointer to a memref
 descriptor ``{allocated, aligned, offset, sizes[rank], strides[rank]}``, and results are written through a
 pointer passed first. Input descriptors point at the caller's own buffers (no copies). Buffers that the kernel
-allocates (sparse outputs) are copied into NumPy arrays and then freed, exactly once, with the C library's
-``free`` (the kernel allocated them with ``malloc``).
+allocates (sparse outputs) become NumPy arrays without copying; each allocation is freed exactly once, with
+the C library's ``free`` (the kernel allocated it with ``malloc``), when no array uses it any more.
 """
 
 from __future__ import annotations
@@ -48,21 +48,36 @@ def results_class(ranks: tuple[int, ...]) -> type[ctypes.Structure]:
     return type("Results", (ctypes.Structure,), {"_fields_": fields})
 
 
-def take_buffer(desc: ctypes.Structure, dtype: np.dtype, freed: set[int]) -> np.ndarray:
-    """Copy a kernel-allocated 1-D buffer into NumPy and free it (once, even if two results share it)."""
-    size = int(desc.sizes[0]) if desc.sizes[0] > 0 else 0
-    start = desc.aligned + desc.offset * dtype.itemsize
+class _Allocation:
+    """Owns one kernel ``malloc`` block; frees it exactly once, when the last array viewing it is gone."""
+
+    __slots__ = ("address", "__weakref__")
+
+    def __init__(self, address: int):
+        self.address = address
+
+    def __del__(self):
+        if self.address:
+            _libc.free(self.address)
+            self.address = 0
+
+
+def take_buffer(desc: ctypes.Structure, dtype: np.dtype, owners: dict) -> np.ndarray:
+    """A NumPy array over a kernel-allocated 1-D buffer, without copying. The array keeps the allocation
+    alive; it is freed once, when no array views it any more (``owners`` maps allocations already wrapped,
+    so two results sharing a block share its owner)."""
+    size = max(int(desc.sizes[0]), 0)
     stride = int(desc.strides[0]) or 1
-    if size:
-        raw = (ctypes.c_char * ((size - 1) * stride * dtype.itemsize + dtype.itemsize)).from_address(start)
-        view = np.frombuffer(raw, dtype=dtype)[::stride]
-        out = np.array(view, copy=True)
-    else:
-        out = np.empty(0, dtype=dtype)
-    if desc.allocated and desc.allocated not in freed:
-        freed.add(desc.allocated)
-        _libc.free(desc.allocated)
-    return out
+    if desc.allocated and desc.allocated not in owners:
+        owners[desc.allocated] = _Allocation(desc.allocated)
+    if not size:
+        return np.empty(0, dtype=dtype)
+    start = desc.aligned + desc.offset * dtype.itemsize
+    nbytes = (size - 1) * stride * dtype.itemsize + dtype.itemsize
+    raw = (ctypes.c_char * nbytes).from_address(start)
+    raw._splyce_owner = owners.get(desc.allocated)   # the ctypes buffer (the array's base) holds the owner
+    view = np.frombuffer(raw, dtype=dtype)
+    return view if stride == 1 else view[::stride]
 
 
 class KernelCall:
@@ -99,14 +114,10 @@ class KernelCall:
         return [getattr(result, f"r{i}") for i in range(len(self.result_ranks))]
 
 
-def take_buffer_nd(desc: ctypes.Structure, dtype: np.dtype, shape: tuple[int, ...], freed: set[int]) -> np.ndarray:
-    """Copy a kernel-allocated dense result of ``shape`` (identity layout) into NumPy and free it once."""
+def take_buffer_nd(desc: ctypes.Structure, dtype: np.dtype, shape: tuple[int, ...], owners: dict) -> np.ndarray:
+    """A kernel-allocated dense result of ``shape`` (identity layout) as NumPy, without copying."""
     count = int(np.prod(shape))
-    start = desc.aligned + desc.offset * dtype.itemsize
-    out = np.empty(shape, dtype=dtype)
-    if count:
-        ctypes.memmove(out.ctypes.data, start, count * dtype.itemsize)
-    if desc.allocated and desc.allocated not in freed:
-        freed.add(desc.allocated)
-        _libc.free(desc.allocated)
-    return out
+    flat = descriptor_class(1)()
+    flat.allocated, flat.aligned, flat.offset = desc.allocated, desc.aligned, desc.offset
+    flat.sizes[0], flat.strides[0] = count, 1
+    return take_buffer(flat, dtype, owners).reshape(shape)

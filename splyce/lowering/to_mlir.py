@@ -70,9 +70,13 @@ def binary(op: str, a, b, dtype: str):
 
 
 def loop_order(node_inputs: list[tuple[str, TensorType]], output: str) -> str:
-    """Loop indices, outermost first: output indices first (in output order), then reductions, reordered
-    only as far as each sparse operand's level order demands (a topological sort of the iteration graph)."""
+    """Loop indices, outermost first: a topological sort of the iteration graph (each sparse operand's
+    level order is a chain of constraints). Among the loops that are free to go next, prefer one that
+    indexes a sparse operand (so that dense-only indices end up innermost, where their loops run over
+    contiguous memory: i, k, j for CSR @ dense), then output indices in output order, then reductions."""
     letters = list(dict.fromkeys(output + "".join(s for s, _ in node_inputs)))
+    in_sparse = set("".join(s for s, t in node_inputs if t.is_sparse))
+    rank = {c: (c not in in_sparse, c not in output, n) for n, c in enumerate(letters)}
     before: dict[str, set[str]] = {c: set() for c in letters}
     for subs, t in node_inputs:
         if not t.is_sparse:
@@ -88,9 +92,27 @@ def loop_order(node_inputs: list[tuple[str, TensorType]], output: str) -> str:
             raise LoweringError(
                 "no loop order fits the operands' storage orders "
                 + ", ".join(f"{s}:{t.format}" for s, t in node_inputs if t.is_sparse))
-        order.append(ready[0])
-        pending.remove(ready[0])
+        best = min(ready, key=rank.__getitem__)
+        order.append(best)
+        pending.remove(best)
     return "".join(order)
+
+
+def check_sparse_result(node: Node, output: str, order: str, reduces: bool) -> None:
+    """Sparse results the sparsifier can write directly: entries inserted in storage order, no reduction.
+
+    A reduction into a sparse result makes the sparsifier use an ``i1`` workspace whose lowering aborts
+    the process in MLIR 22 (an assertion in MemRefToLLVM), so it is refused here with a clear error.
+    """
+    if reduces:
+        raise LoweringError(f"a sparse result ({node.type.format}) of a contraction with a reduction is not "
+                            "supported; request out_format='dense' (splyce.matmul on concrete operands "
+                            "returns scipy.sparse results)")
+    stored = "".join(output[d] for d in node.type.format.order)
+    if "".join(c for c in order if c in stored) != stored:
+        raise LoweringError(f"the sparse result format {node.type.format} would be written out of storage "
+                            f"order (loops {order!r}); request out_format='dense' or a format stored "
+                            f"in loop order")
 
 
 def build_generic(inputs, input_subs: list[str], init, output: str, order: str, body):
@@ -142,6 +164,8 @@ def lower_contract(node: Node, ctx: _Context):
     reduces = set("".join(params.inputs)) != set(params.output)
     reads_out = not node.type.is_sparse or reduces
     order = loop_order([(s, a.type) for s, a in zip(params.inputs, node.args)], params.output)
+    if node.type.is_sparse:
+        check_sparse_result(node, params.output, order, reduces)
 
     def body(args):
         values = [cast(v, a.type.dtype, dtype) for v, a in zip(args, node.args)]
@@ -169,6 +193,8 @@ def lower_combine(node: Node, ctx: _Context):
 
     inputs = [ctx.values[a] for a in node.args]
     order = loop_order([(subs, a.type) for a in node.args], subs)
+    if node.type.is_sparse:
+        check_sparse_result(node, subs, order, False)
     return build_generic(inputs, [subs, subs], init, subs, order, body)
 
 

@@ -146,6 +146,8 @@ def contract(nodes: list[Node], inputs: list[str], output: str, *, scale=None, o
     """The one constructor for contraction nodes: checks subscripts against shapes and infers the type."""
     if not 1 <= len(nodes) <= MAX_OPERANDS:
         raise TraceError(f"{op}: between 1 and {MAX_OPERANDS} operands are supported, got {len(nodes)}")
+    if len(nodes) > 1 or scale is not None or inputs[0] != output:
+        nodes, inputs = zip(*[_fold_transpose(n, s) for n, s in zip(nodes, inputs)])
     sizes: dict[str, int] = {}
     for n, (node, subs) in enumerate(zip(nodes, inputs)):
         if len(subs) != node.type.ndim:
@@ -171,6 +173,20 @@ def contract(nodes: list[Node], inputs: list[str], output: str, *, scale=None, o
     shape = tuple(sizes[c] for c in output)
     params = ContractParams(tuple(inputs), output, scale)
     return Tracer(Node("contract", tuple(nodes), (params,), TensorType(shape, dtype, fmt)))
+
+
+def _fold_transpose(node: Node, subs: str) -> tuple[Node, str]:
+    """Read a transposed operand through its source with permuted subscripts (``x @ y.T`` becomes
+    ``einsum("ik,jk->ij", x, y)``), so the sparse source keeps its format instead of going through a
+    dense transposed copy."""
+    while node.op == "contract" and len(node.args) == 1 and not node.type.is_sparse:
+        params: ContractParams = node.params[0]
+        (source,) = params.inputs
+        if params.scale is not None or sorted(source) != sorted(params.output):
+            break
+        subs = "".join(subs[params.output.index(c)] for c in source)
+        node = node.args[0]
+    return node, subs
 
 
 def _scalar_dtype(x) -> str:

@@ -1,0 +1,264 @@
+"""@splyce.jit: tracing, lowering, the stages' IR, calling, caching, and the five kernels (plain sparsifier)."""
+
+import threading
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+import splyce
+from splyce.kernels import KERNELS
+from splyce.tracer.tracer import TraceError
+
+
+def _dense(x):
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "toarray"):
+        return x.toarray()
+    return x.to_numpy()
+
+
+def _random_csr(m, n, density, seed, dtype=np.float64):
+    return sps.random_array((m, n), density=density, format="csr", random_state=seed, dtype=dtype)
+
+
+# -- tracing ---------------------------------------------------------------------------------------------
+def test_trace_text_shows_ops_shapes_and_formats():
+    f = splyce.jit(lambda a, b: (a @ b).sum(axis=0), vectorize=False)
+    a, b = _random_csr(5, 6, 0.5, 1), _random_csr(6, 7, 0.5, 2).tocsc()
+    text = f.lower(a, b).as_text("trace")
+    assert "contract[ik,kj->ij]" in text and "contract[ab->b]" in text
+    assert "5x6xfloat64" in text and "(j : dense, i : compressed)" in text
+
+
+@pytest.mark.parametrize("fun, message", [
+    (lambda a, b: a @ b, "not aligned"),
+    (lambda a, b: a * b, "differ"),
+    (lambda a, b: a + b, "differ"),
+    (lambda a, b: splyce.einsum("ij,jk->ik", a, b), "size mismatch"),
+    (lambda a, b: splyce.einsum("i...,j->ij", a, b), "ellipses"),
+    (lambda a, b: splyce.einsum("ii,jk->ik", a, b), "repeated index"),
+    (lambda a, b: a.sum(axis=3), "out of range"),
+    (lambda a, b: a.transpose(0, 0), "not a permutation"),
+    (lambda a, b: a + 1.0, "scalar"),
+    (lambda a, b: 3, "must return a traced tensor"),
+])
+def test_trace_errors_name_the_op_and_shapes(fun, message):
+    f = splyce.jit(fun, vectorize=False)
+    with pytest.raises(TraceError, match=message):
+        f(_random_csr(4, 5, 0.5, 1), _random_csr(3, 5, 0.5, 2))
+    assert f.cache_info().compiles == 0
+
+
+def test_sparse_result_of_a_reduction_is_refused_with_a_clear_error():
+    f = splyce.jit(lambda a, b: splyce.matmul(a, b, out_format="sparse"), vectorize=False)
+    with pytest.raises(ValueError, match="reduction is not supported"):
+        f(_random_csr(4, 5, 0.5, 1), _random_csr(5, 3, 0.5, 2))
+
+
+# -- stages ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_scf_stage_has_the_innermost_two_finger_loop(name):
+    spec = KERNELS[name]
+    ops = spec.operands(spec.quick_size, 0.05, seed=3)
+    low = splyce.jit(spec.fun, vectorize=False).lower(*ops)
+    scf = low.as_text("scf")
+    assert scf.count("scf.while") == 1
+    body = scf[scf.index("scf.while"):]
+    # the before-region's two bound checks anded, then the guarded body and the cursor advances
+    assert body.index("arith.cmpi ult") < body.index("arith.andi") < body.index("scf.condition")
+    assert "scf.if" in body and "arith.select" in body
+    # nothing nests inside the coiteration: it is the innermost loop
+    inner = body[body.index("} do {"):]
+    assert "scf.for" not in inner.split("scf.yield")[0]
+    for stage in ("trace", "linalg", "splyce", "llvm", "asm"):
+        assert low.as_text(stage)
+    assert "linalg.generic" in low.as_text("linalg") and "#sparse_tensor.encoding" in low.as_text("linalg")
+
+
+def test_unknown_stage_is_an_error():
+    f = splyce.jit(lambda a, b: a @ b, vectorize=False)
+    with pytest.raises(ValueError, match="unknown stage"):
+        f.lower(_random_csr(3, 3, 0.5, 1), _random_csr(3, 3, 0.5, 2)).as_text("ptx")
+
+
+def test_dump_dir_receives_every_stage(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPLYCE_DUMP_DIR", str(tmp_path))
+    f = splyce.jit(lambda a, b: a @ b, vectorize=False)
+    f(_random_csr(3, 4, 0.5, 1), _random_csr(4, 2, 0.5, 2))
+    names = sorted(p.name.split("-", 1)[1] for p in tmp_path.iterdir())
+    assert names == ["linalg.mlir", "llvm.ll", "scf.mlir", "splyce.mlir", "trace.txt"]
+
+
+def test_foreign_target_lowers_to_asm_but_refuses_to_run():
+    f = splyce.jit(lambda a, b: a @ b, vectorize=False, target="avx2")
+    a, b = _random_csr(8, 8, 0.5, 1), _random_csr(8, 8, 0.5, 2)
+    assert "ymm" in f.lower(a, b).as_text("asm") or "xmm" in f.lower(a, b).as_text("asm")
+    from splyce.lowering.codegen import host_target
+
+    other = "skylake" if host_target().cpu != "skylake" else "icelake-server"
+    g = splyce.jit(lambda a, b: a @ b, vectorize=False, target=other)
+    assert g.lower(a, b).as_text("asm")
+    with pytest.raises(RuntimeError, match="cannot run code compiled for"):
+        g(a, b)
+    for bad in ("pentium4-not-a-cpu", "pentium4"):   # LLVM would abort the process on these
+        with pytest.raises(ValueError, match="unknown or unusable target CPU"):
+            splyce.jit(lambda a, b: a @ b, vectorize=False, target=bad)(a, b)
+
+
+# -- calling and results ---------------------------------------------------------------------------------
+def test_results_types_follow_numpy_and_scipy():
+    a, b = _random_csr(6, 5, 0.5, 1), _random_csr(6, 5, 0.5, 2)
+    prod = splyce.jit(lambda x, y: x * y, vectorize=False)(a, b)
+    assert isinstance(prod, sps.csr_array) and abs(prod - a.multiply(b)).max() == 0
+    total = splyce.jit(lambda x, y: x + y, vectorize=False)(a, b)
+    assert isinstance(total, sps.csr_array) and abs(total - (a + b)).max() == 0
+    diff = splyce.jit(lambda x, y: x - y, vectorize=False)(a, b)
+    assert abs(diff - (a - b)).max() == 0
+    dense = splyce.jit(lambda x, y: x * y, vectorize=False, out_format="dense")(a, b)
+    assert isinstance(dense, np.ndarray) and np.array_equal(dense, a.multiply(b).toarray())
+    scalar = splyce.jit(lambda x, y: (x * y).sum(), vectorize=False, out_format="dense")(a, b)
+    assert np.isclose(scalar, a.multiply(b).sum())
+    both = splyce.jit(lambda x, y: (x @ y.T, 2.0 * x), vectorize=False)(a, b)
+    assert isinstance(both, tuple) and np.allclose(both[0], a.toarray() @ b.toarray().T)
+    assert np.array_equal(_dense(both[1]), 2.0 * a.toarray())
+
+
+def test_static_scalar_arguments_are_part_of_the_key():
+    f = splyce.jit(lambda x, s: s * x, vectorize=False)
+    a = _random_csr(5, 5, 0.4, 1)
+    assert np.array_equal(_dense(f(a, 2.0)), 2 * a.toarray())
+    assert np.array_equal(_dense(f(a, 3.0)), 3 * a.toarray())
+    assert f.cache_info().compiles == 2
+
+
+def test_inputs_are_not_modified_and_not_copied():
+    a, b = _random_csr(30, 20, 0.3, 1), _random_csr(20, 10, 0.3, 2).tocsc()
+    before = [x.copy() for x in (a.data, a.indices, a.indptr, b.data, b.indices, b.indptr)]
+    splyce.jit(lambda x, y: x @ y, vectorize=False)(a, b)
+    after = (a.data, a.indices, a.indptr, b.data, b.indices, b.indptr)
+    assert all(np.array_equal(x, y) for x, y in zip(before, after))
+
+
+def test_mixed_dtypes_promote_like_numpy():
+    a = _random_csr(6, 6, 0.5, 1, np.float32)
+    b = _random_csr(6, 6, 0.5, 2, np.float64)
+    out = splyce.jit(lambda x, y: x @ y, vectorize=False)(a, b)
+    assert out.dtype == np.float64
+    assert np.allclose(out, a.toarray().astype(np.float64) @ b.toarray())
+    ai = splyce.asarray(np.arange(12, dtype=np.int32).reshape(3, 4) % 3)
+    bi = splyce.asarray(np.arange(12, dtype=np.int64).reshape(4, 3) % 2)
+    outi = splyce.jit(lambda x, y: x @ y, vectorize=False)(ai, bi)
+    assert outi.dtype == np.int64 and np.array_equal(outi, ai.to_numpy() @ bi.to_numpy())
+
+
+def test_bad_arguments_raise_before_running():
+    f = splyce.jit(lambda x, y: x @ y, vectorize=False)
+    a = _random_csr(4, 4, 0.5, 1)
+    with pytest.raises(TypeError, match="dtype complex128 is not supported"):
+        f(a, np.ones((4, 4), dtype=complex))
+    with pytest.raises(TypeError, match="unsupported argument"):
+        f(a, [[1.0]] and {"not": "hashable", "x": []})
+    broken = a.copy()
+    broken.indices[1] = 99   # out of range coordinate
+    with pytest.raises(ValueError, match="argument 0"):
+        f(broken, a)
+    with pytest.raises(TypeError, match="positional"):
+        f(a, y=a)
+    with pytest.raises(ValueError, match="vector_width"):
+        splyce.jit(lambda x: x, vector_width=3)
+    with pytest.raises(ValueError, match="phases"):
+        splyce.jit(lambda x: x, phases=9)
+
+
+def test_coo_inputs_are_converted_not_misread():
+    a = sps.random_array((7, 9), density=0.4, format="coo", random_state=4)
+    b = _random_csr(9, 5, 0.4, 5)
+    out = splyce.jit(lambda x, y: x @ y, vectorize=False)(a, b)
+    assert np.allclose(out, a.toarray() @ b.toarray())
+
+
+# -- cache -----------------------------------------------------------------------------------------------
+def test_second_call_hits_the_cache_without_tracing_or_compiling():
+    traced = []
+
+    def fun(x, y):
+        traced.append(1)
+        return x @ y
+
+    f = splyce.jit(fun, vectorize=False)
+    a, b = _random_csr(10, 10, 0.3, 1), _random_csr(10, 10, 0.3, 2).tocsc()
+    f(a, b)
+    f(a, b)
+    f(_random_csr(10, 10, 0.5, 3), _random_csr(10, 10, 0.5, 4).tocsc())   # same signature, new data
+    assert len(traced) == 1
+    info = f.cache_info()
+    assert (info.hits, info.misses, info.compiles) == (2, 1, 1)
+    f(_random_csr(10, 11, 0.3, 1), _random_csr(11, 10, 0.3, 2).tocsc())   # new shape: recompiles
+    f(a, b.tocsr())                                                      # new format: recompiles
+    assert f.cache_info().compiles == 3
+
+
+def test_cache_key_names_what_changed():
+    f = splyce.jit(lambda x, y: x @ y, vectorize=False)
+    a, b = _random_csr(6, 6, 0.5, 1), _random_csr(6, 6, 0.5, 2)
+    k1 = f._key((a, b))[0]
+    k2 = f._key((a, b.astype(np.float32)))[0]
+    assert k1.explain(k2) == ["inputs"]
+
+
+def test_one_jitted_function_from_eight_threads():
+    f = splyce.jit(lambda x, y: x @ y, vectorize=False)
+    a, b = _random_csr(40, 30, 0.2, 1), _random_csr(30, 20, 0.2, 2).tocsc()
+    expected = a.toarray() @ b.toarray()
+    results, errors = [], []
+
+    def worker():
+        try:
+            for _ in range(5):
+                results.append(f(a, b))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 40 and all(np.allclose(r, expected) for r in results)
+    info = f.cache_info()
+    assert info.compiles == 1 and info.hits + info.misses == 40
+
+
+# -- the five kernels --------------------------------------------------------------------------------------
+def _check_kernel(name, ops, dtype):
+    spec = KERNELS[name]
+    out = splyce.jit(spec.fun, vectorize=False)(*ops)
+    dense_ops = [_dense(o).astype(np.float64) for o in ops]
+    ref = spec.reference(*dense_ops)
+    tol = 1e-12 if dtype == np.float64 else 1e-4
+    assert out.dtype == dtype
+    np.testing.assert_allclose(_dense(out), ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+@pytest.mark.parametrize("density", [0.0, 0.02, 0.3, 1.0])
+def test_kernels_match_numpy(name, dtype, density):
+    spec = KERNELS[name]
+    small = {"K1": 24, "K2": 64, "K3": (3, 4, 40, 5), "K4": (6, 50), "K5": (3, 4, 40, 5)}[name]
+    _check_kernel(name, spec.operands(small, density, dtype, seed=7), dtype)
+
+
+def test_kernel_edge_cases_empty_rows_single_nonzero_dense_rows():
+    B = np.zeros((6, 30))
+    B[1, 4] = 2.0                 # a single nonzero
+    B[3, :] = np.arange(1, 31)    # a fully dense row; rows 0, 2, 4, 5 empty
+    C = np.zeros((30, 5))
+    C[:, 2] = 1.5                 # a fully dense column
+    C[4, 0] = -1.0
+    ops = [splyce.asarray(B, format=splyce.CSR), splyce.asarray(C, format=splyce.CSC)]
+    _check_kernel("K1", ops, np.float64)
+    _check_kernel("K4", [splyce.asarray(B), splyce.asarray(B * 2)], np.float64)
