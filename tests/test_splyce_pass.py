@@ -296,3 +296,97 @@ def test_pass_time(ctx):
     start = time.perf_counter()
     run_splyce_pass(module, SplyceOptions(vector_width=16, phases=1))
     assert time.perf_counter() - start < 0.5
+
+
+# ------------------------------------------------------------------------- execution through splyce.jit
+# Small operands with long fibers (48 along the shared index, density 0.4) so that the fast lane runs at
+# n = 2, 4, 8 and the epilogue finishes the tails. Results must be bit-identical to vectorize=False (NaN
+# compared as NaN: LLVM leaves the sign and payload of a NaN result unspecified, so the plain sparsifier's
+# own NaN bits depend on register allocation); fast_math results within a stated tolerance.
+np = pytest.importorskip("numpy")
+EXEC_CONFIGS = range(1, 9)
+EXEC_WIDTHS = (2, 4, 8)
+FAST_MATH_TOL = {"float64": dict(rtol=1e-12, atol=1e-12), "float32": dict(rtol=1e-5, atol=1e-5)}
+
+
+def _exec_kernels():
+    import splyce
+    from splyce.tracer.tracer import einsum, multiply
+
+    return {
+        # name: (function, [(shape, format or None for dense)])
+        "K1": (lambda B, C: B @ C, [((6, 48), splyce.CSR), ((48, 5), splyce.CSC)]),
+        "K2": (lambda B, c: B @ c, [((6, 48), splyce.CSR), ((48,), splyce.SPARSE_VECTOR)]),
+        "K3": (lambda B, C, D: einsum("ikl,kj,lj->ij", B, C, D),
+               [((3, 3, 48), splyce.csf(3)), ((3, 4), None), ((48, 4), splyce.CSC)]),
+        "K4": (lambda B, C: multiply(B, C, out_format="dense"), [((6, 48), splyce.CSR), ((6, 48), splyce.CSR)]),
+        "K5": (lambda B, C: einsum("ijk,kl->ijl", B, C), [((2, 3, 48), splyce.csf(3)), ((48, 4), splyce.CSC)]),
+    }
+
+
+def _specials(dtype):
+    tiny = np.finfo(dtype).smallest_subnormal
+    return np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, tiny, -tiny * 3, np.finfo(dtype).max], dtype)
+
+
+def _operands(spec, dtype, index_width, seed, specials):
+    """Random operands; stored values include Inf, NaN, +-0.0, subnormals and huge values if ``specials``."""
+    import sparse as pydata
+
+    import splyce
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for shape, fmt in spec:
+        values = rng.uniform(-2, 2, shape).astype(dtype)
+        if specials:
+            pick = rng.random(shape) < 0.15
+            values[pick] = rng.choice(_specials(dtype), size=int(pick.sum()))
+        if fmt is None:
+            out.append(values)
+            continue
+        mask = rng.random(shape) < 0.4
+        coords = np.argwhere(mask).T
+        coo = pydata.COO(coords, values[mask], shape=shape)
+        out.append(splyce.asarray(coo, format=fmt.with_widths(index_width, index_width)))
+    return out
+
+
+def _same(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    bits = np.uint64 if a.dtype == np.float64 else np.uint32
+    return a.shape == b.shape and bool(np.all((a.view(bits) == b.view(bits)) | (np.isnan(a) & np.isnan(b))))
+
+
+@pytest.mark.parametrize("index_width", [32, 64])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kernel", ["K1", "K2", "K3", "K4", "K5"])
+def test_jit_all_configs_bit_identical(kernel, dtype, index_width):
+    import splyce
+
+    fun, spec = _exec_kernels()[kernel]
+    data = [_operands(spec, dtype, index_width, seed, specials) for seed, specials in ((0, False), (1, True))]
+    reference = splyce.jit(fun, vectorize=False)
+    expected = [reference(*ops) for ops in data]
+    assert np.any(np.isnan(np.asarray(expected[1]))) or np.any(np.isinf(np.asarray(expected[1])))
+    for config in EXEC_CONFIGS:
+        for width in EXEC_WIDTHS:
+            f = splyce.jit(fun, phases=config, vector_width=width)
+            for ops, want in zip(data, expected):
+                got = f(*ops)
+                assert _same(got, want), (config, width)
+            decisions = f.lower(*data[0]).decisions
+            assert [d.vectorized for d in decisions] == [True], decisions
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kernel", ["K1", "K2", "K3", "K4", "K5"])
+def test_jit_fast_math_within_tolerance(kernel, dtype):
+    import splyce
+
+    fun, spec = _exec_kernels()[kernel]
+    ops = _operands(spec, dtype, 32, 2, False)
+    want = np.asarray(splyce.jit(fun, vectorize=False)(*ops))
+    for config in (1, 5, 7, 8):
+        got = np.asarray(splyce.jit(fun, phases=config, vector_width=4, fast_math=True)(*ops))
+        np.testing.assert_allclose(got, want, **FAST_MATH_TOL[dtype])
