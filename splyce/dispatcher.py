@@ -60,14 +60,17 @@ class Kernel:
     def compiled(self):
         return self._compiled
 
-    def run(self, values: list):
+    def run(self, values: list, accumulate_into: np.ndarray | None = None):
         buffers = []
         for t, v in zip(self.trace.inputs, values):
             buffers.extend(arguments.flatten(t, v))
         dense_outputs = {}
         for out in self.trace.outputs:
             if not out.type.is_sparse and out not in dense_outputs:
-                dense_outputs[out] = np.zeros(out.type.shape, dtype=out.type.dtype)
+                if accumulate_into is not None:
+                    dense_outputs[out] = accumulate_into
+                else:
+                    dense_outputs[out] = np.zeros(out.type.shape, dtype=out.type.dtype)
         buffers.extend(dense_outputs.values())
         descs = self._call(buffers)
         return self._results(descs, dense_outputs)
@@ -194,6 +197,28 @@ class Jitted:
                 self.hits += 1
         results = kernel.run(values)
         return _unflatten(kernel.result_tree, results)
+
+    def kernel_for(self, *args) -> tuple[Kernel, list]:
+        """The compiled kernel for these arguments (compiling on a miss) and the prepared operands."""
+        key, specs, values = self._key(args)
+        return self._cache.get(key) or self._compile(key, specs), values
+
+    def accumulate(self, out: np.ndarray, *args) -> np.ndarray:
+        """``out += f(*args)`` in place, for a function with one dense result: the kernel accumulates
+        straight into ``out`` (C-contiguous, the result's shape and dtype), so no result buffer is allocated
+        or zeroed. Benchmarks use it to time a kernel without its output allocation (KERNELS.md, K4)."""
+        kernel, values = self.kernel_for(*args)
+        outputs = kernel.trace.outputs
+        if len(outputs) != 1 or outputs[0].type.is_sparse:
+            raise ValueError("accumulate needs a function with exactly one dense result")
+        t = outputs[0].type
+        if not isinstance(out, np.ndarray) or out.shape != t.shape or out.dtype != np.dtype(t.dtype):
+            raise ValueError(f"out must be a {t.dtype} array of shape {t.shape}, got "
+                             f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("out must be a writeable C-contiguous array")
+        kernel.run(values, accumulate_into=out)
+        return out
 
     def _compile(self, key: CacheKey, specs) -> Kernel:
         with self._lock:

@@ -1,0 +1,57 @@
+"""``splyce.profile``: how much of the coiteration the Splyce fast lanes consume (the paper's SIMD(%)).
+
+An instrumented build of the kernel counts, per loop iteration, the coordinates each loop consumes (the
+advance of both cursors): fast lanes add to one counter, the scalar epilogues to the other.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from .dispatcher import Jitted
+
+
+@dataclass(frozen=True)
+class Profile:
+    fast_lane: int        # coordinates consumed by fast-lane iterations
+    epilogue: int         # coordinates consumed by the scalar loops (tails, and loops left scalar)
+    loops: tuple          # the Splyce pass's decision per scf.while
+
+    @property
+    def total(self) -> int:
+        return self.fast_lane + self.epilogue
+
+    @property
+    def simd_share(self) -> float:
+        """Share of coordinates consumed by fast lanes (0..1); NaN when the kernel coiterates nothing."""
+        return self.fast_lane / self.total if self.total else float("nan")
+
+    def __str__(self) -> str:
+        share = "n/a" if self.total == 0 else f"{100 * self.simd_share:.1f} %"
+        return f"SIMD share {share} ({self.fast_lane} fast-lane, {self.epilogue} epilogue coordinates)"
+
+
+def profile(f, *args) -> Profile:
+    """Run ``f(*args)`` once through an instrumented build and count fast-lane vs epilogue coordinates.
+
+    ``f`` is a jitted function (its options are kept) or a plain function (default jit options). The
+    instrumented build is compiled once and cached on ``f``; its counters are process-global, so do not
+    profile the same kernel from several threads at once.
+    """
+    from .lowering.splyce_pass import PROFILE_COUNTERS_SYMBOL
+
+    jitted = f if isinstance(f, Jitted) else Jitted(f)
+    twin = getattr(jitted, "_profiled_twin", None)
+    if twin is None:
+        options = dict(jitted._option_args, profile=True)
+        twin = Jitted(jitted.fun, target=jitted._target_name, out_format=jitted.out_format, **options)
+        jitted._profiled_twin = twin
+    kernel, values = twin.kernel_for(*args)
+    if not kernel.lowering.decisions or not any(d.vectorized for d in kernel.lowering.decisions):
+        kernel.run(values)
+        return Profile(0, 0, tuple(kernel.lowering.decisions))
+    counters = (ctypes.c_int64 * 2).from_address(kernel.compiled.global_address(PROFILE_COUNTERS_SYMBOL))
+    counters[0] = counters[1] = 0
+    kernel.run(values)
+    return Profile(int(counters[0]), int(counters[1]), tuple(kernel.lowering.decisions))
