@@ -14,6 +14,7 @@ import threading
 import numpy as np
 
 from .formats import CSR, SPARSE_VECTOR, Format
+from .lowering.arguments import Checked
 from .tensor import SparseTensor, asarray
 
 # Gustavson products accumulate a dense block of rows at a time; this bounds that block's size.
@@ -58,11 +59,12 @@ def _as_dense(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def _as_format(x, fmt: Format, name: str) -> SparseTensor:
-    """``x`` as a SparseTensor in ``fmt``, keeping its index width (scipy's int32 stays int32)."""
+def _as_format(x, fmt: Format, name: str) -> Checked:
+    """``x`` as a SparseTensor in ``fmt``, keeping its index width (scipy's int32 stays int32). ``asarray``
+    validates it, so it is marked as checked for the kernel call."""
     t = asarray(x, name=name)
     wanted = fmt.with_widths(t.format.pos_width, t.format.crd_width) if fmt.ndim == t.ndim else fmt
-    return t if t.format == wanted else asarray(t, format=wanted, name=name)
+    return Checked(t if t.format == wanted else asarray(t, format=wanted, name=name))
 
 
 def _sparse_result(csr_parts, shape, dtype, family):
@@ -159,7 +161,7 @@ def _sparse_sparse_matmul(a, b, sa, sb, family, want_sparse):
     A = _as_format(a, CSR, "a")
     B = _as_format(b, CSR, "b")
     m, n = sa[0], sb[1]
-    dtype = np.result_type(A.dtype, B.dtype)
+    dtype = np.result_type(A.tensor.dtype, B.tensor.dtype)
     rows = max(1, min(m, DENSE_BLOCK_BYTES // max(1, n * dtype.itemsize)))
     if not want_sparse:
         if rows >= m:
@@ -175,8 +177,9 @@ def _sparse_sparse_matmul(a, b, sa, sb, family, want_sparse):
     return _sparse_result(parts, (m, n), dtype, family)
 
 
-def _blocked_gustavson(A: SparseTensor, B: SparseTensor, rows: int, dtype):
+def _blocked_gustavson(A: Checked, B: Checked, rows: int, dtype):
     """Rows of A in blocks of ``rows`` (the last block padded with empty rows, so one kernel serves all)."""
+    A = A.tensor
     m = A.shape[0]
     indptr = A.pos[1]
     datas, indices, counts = [], [], []
@@ -189,7 +192,7 @@ def _blocked_gustavson(A: SparseTensor, B: SparseTensor, rows: int, dtype):
         block_pos[stop - start + 1:] = hi - lo
         block = SparseTensor.from_buffers((rows, A.shape[1]), A.format, (None, block_pos),
                                           (None, A.crd[1][lo:hi]), A.values[lo:hi], validate=False)
-        dense = kernel(block, B)[: stop - start]
+        dense = kernel(Checked(block), B)[: stop - start]
         data, idx, ptr = _dense_to_csr(dense, dtype)
         datas.append(data)
         indices.append(idx)
@@ -250,7 +253,7 @@ def _elementwise(name, fun, np_fun, a, b, out_format):
     def operand(x, label):
         if _family(x) == "numpy":
             return np.ascontiguousarray(x)
-        return _as_format(x, base, label) if base is not None else asarray(x, name=label)
+        return _as_format(x, base, label) if base is not None else Checked(asarray(x, name=label))
 
     out = _kernel(name, fun, out_format)(operand(a, "a"), operand(b, "b"))
     if isinstance(out, np.ndarray):
@@ -299,7 +302,7 @@ def einsum(subscripts, *operands, out_format=None):
     if all(_family(x) == "numpy" for x in operands):
         return np.einsum(subscripts, *operands)
     family = _sparse_family(*operands)
-    ops = [np.ascontiguousarray(x) if _family(x) == "numpy" else asarray(x, name=f"operand {i}")
+    ops = [np.ascontiguousarray(x) if _family(x) == "numpy" else Checked(asarray(x, name=f"operand {i}"))
            for i, x in enumerate(operands)]
     out = _kernel("einsum:" + subscripts, _Einsum(subscripts), out_format)(*ops)
     if isinstance(out, np.ndarray):

@@ -27,6 +27,14 @@ class Static:
     value: object
 
 
+@dataclass(frozen=True)
+class Checked:
+    """A SparseTensor that splyce itself just built and validated (the drop-ins wrap the operands they
+    convert), so the call does not validate it a second time."""
+
+    tensor: SparseTensor
+
+
 def kernel_format(fmt: Format) -> Format:
     """The format a kernel reads for an operand stored in ``fmt``: the same, except that COO-style levels
     (singleton, non-unique, non-ordered) become compressed, which the sparsifier's coiteration needs."""
@@ -51,11 +59,15 @@ def _check_dtype(dtype: np.dtype, name: str) -> None:
 def prepare(x, name: str):
     """``(TensorType, value)`` for an array argument (value: a validated SparseTensor or a C-contiguous
     ndarray), or ``(Static, None)`` for anything else."""
+    checked = isinstance(x, Checked)
+    if checked:
+        x = x.tensor
     if isinstance(x, SparseTensor):
         _check_dtype(x.dtype, name)
         if x.format.is_dense:
             return _dense(x.to_numpy(), name)
-        validate(x, name)
+        if not checked:
+            validate(x, name)
         wanted = kernel_format(x.format)
         if wanted != x.format:
             x = asarray(x, format=wanted, name=name)

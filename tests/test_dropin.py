@@ -1,0 +1,97 @@
+"""Drop-in products on concrete operands: same values, type family, shape and dtype as scipy / NumPy."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+import sparse
+
+import splyce
+from splyce import dropin
+
+
+def _arr(m, n, d, seed, fmt="csr", dtype=np.float64):
+    return sps.random_array((m, n), density=d, format=fmt, random_state=seed, dtype=dtype)
+
+
+def _dense(x):
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "toarray"):
+        return x.toarray()
+    return x.todense()
+
+
+@pytest.mark.parametrize("fa, fb", [("csr", "csc"), ("csr", "csr"), ("csc", "csc"), ("coo", "csr")])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_matmul_sparse_sparse_matches_scipy(fa, fb, dtype):
+    a, b = _arr(40, 30, 0.1, 1, fa, dtype), _arr(30, 25, 0.1, 2, fb, dtype)
+    ref, out = a @ b, splyce.matmul(a, b)
+    assert type(out) is type(ref.tocsr()) and out.shape == ref.shape and out.dtype == ref.dtype
+    np.testing.assert_allclose(_dense(out), _dense(ref), rtol=1e-5 if dtype == np.float32 else 1e-12)
+    assert out.has_canonical_format and not np.any(out.data == 0)
+
+
+def test_matmul_type_families():
+    m = sps.random(20, 15, density=0.2, format="csr", random_state=1)
+    n = sps.random(15, 10, density=0.2, format="csc", random_state=2)
+    assert isinstance(splyce.matmul(m, n), sps.csr_matrix)
+    p, q = sparse.random((20, 15), density=0.2, random_state=1), sparse.random((15, 10), density=0.2, random_state=2)
+    out = splyce.matmul(p, q)
+    assert isinstance(out, sparse.COO) and np.allclose(out.todense(), (p @ q).todense())
+    d = np.random.default_rng(0).random((15, 4))
+    res = splyce.matmul(m, d)
+    assert isinstance(res, np.ndarray) and np.allclose(res, m @ d)
+    res = splyce.matmul(np.random.default_rng(1).random((3, 20)), m)
+    assert isinstance(res, np.ndarray) and np.allclose(res, np.random.default_rng(1).random((3, 20)) @ m.toarray())
+    assert isinstance(splyce.matmul(d.T, d), np.ndarray)
+
+
+def test_matmul_sparse_vector():
+    a = _arr(50, 40, 0.2, 1)
+    v = sps.random_array((40,), density=0.3, format="coo", random_state=2)
+    ref, out = a @ v, splyce.matmul(a, v)
+    assert isinstance(out, sps.coo_array) and out.shape == (50,)
+    np.testing.assert_allclose(_dense(out), _dense(ref))
+    x = np.random.default_rng(3).random(40)
+    assert np.allclose(splyce.matmul(a, x), a @ x)
+
+
+def test_blocked_gustavson_for_results_larger_than_the_block(monkeypatch):
+    monkeypatch.setattr(dropin, "DENSE_BLOCK_BYTES", 8 * 30 * 7)   # 7 rows per block, last one padded
+    a, b = _arr(50, 20, 0.2, 1), _arr(20, 30, 0.2, 2)
+    out = splyce.matmul(a, b)
+    np.testing.assert_allclose(_dense(out), _dense(a @ b), rtol=1e-12)
+
+
+def test_multiply_add_subtract_match_scipy():
+    a, b = _arr(30, 40, 0.2, 1), _arr(30, 40, 0.2, 2)
+    for ours, ref in ((splyce.multiply(a, b), a.multiply(b)), (splyce.add(a, b), a + b),
+                      (splyce.subtract(a, b), a - b)):
+        assert isinstance(ours, sps.csr_array) and abs(ours - ref).max() == 0
+    dense = np.random.default_rng(0).random((30, 40))
+    ours, ref = splyce.multiply(a, dense), a.multiply(dense)
+    assert ours.format == ref.format == "coo" and np.allclose(_dense(ours), _dense(ref))
+    assert isinstance(splyce.multiply(a.tocsc(), b), sps.csr_array)
+    assert np.array_equal(splyce.multiply(dense, dense), dense * dense)
+
+
+def test_einsum_drop_in():
+    t = sparse.random((5, 6, 40), density=0.2, random_state=1)
+    c = _arr(40, 7, 0.3, 2, "csc")
+    out = splyce.einsum("ijk,kl->ijl", t, c)
+    assert isinstance(out, np.ndarray) and np.allclose(out, np.einsum("ijk,kl->ijl", t.todense(), c.toarray()))
+    x = np.random.default_rng(0).random((6, 7))
+    assert np.allclose(splyce.einsum("ij,jk", x, x.T), np.einsum("ij,jk", x, x.T))
+
+
+def test_dropin_errors():
+    a = _arr(5, 6, 0.5, 1)
+    with pytest.raises(ValueError, match="not aligned"):
+        splyce.matmul(a, a)
+    with pytest.raises(ValueError, match="differ"):
+        splyce.multiply(a, _arr(6, 5, 0.5, 2))
+    with pytest.raises(TypeError, match="dtype complex128"):
+        splyce.matmul(a, np.ones((6, 2), dtype=complex))
+    bad = sps.csr_array((np.ones(2), np.array([0, 9]), np.array([0, 2, 2, 2, 2, 2])), shape=(5, 6))
+    with pytest.raises(ValueError, match="coordinate|out of range|range"):
+        splyce.matmul(bad, a.T)
