@@ -10,6 +10,7 @@ import re
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mlir import ir
@@ -149,7 +150,7 @@ def test_kernel_gets_fast_lane_before_original_loop(ctx, kernel, dtype, width):
     (fast,) = fast_lanes(module)
     fast_text = str(fast)
     assert "scf.if" not in fast_text
-    assert f"vector.load" in fast_text and f"vector<4x{crd}>" in fast_text
+    assert "vector.load" in fast_text and f"vector<4x{crd}>" in fast_text
     assert "vector.shuffle" in fast_text
     original = original_loop_after(fast)
     assert "scf.if" in original
@@ -179,7 +180,7 @@ def test_vector_width(ctx, width):
 
 
 def _phase_markers(text: str, crd: str = "i32", dtype: str = "f64"):
-    phase1 = "vector.shuffle" in text and f"vector.load" in text
+    phase1 = "vector.shuffle" in text and "vector.load" in text
     phase2 = bool(re.search(rf"vector\.reduction <add>, %\w+, %\w+ : vector<\d+x{dtype}> into {dtype}", text))
     phase3 = bool(re.search(rf"vector\.reduction <add>, %\w+ : vector<\d+x{crd}> into {crd}", text))
     return phase1, phase2, phase3
@@ -303,7 +304,6 @@ def test_pass_time(ctx):
 # n = 2, 4, 8 and the epilogue finishes the tails. Results must be bit-identical to vectorize=False (NaN
 # compared as NaN: LLVM leaves the sign and payload of a NaN result unspecified, so the plain sparsifier's
 # own NaN bits depend on register allocation); fast_math results within a stated tolerance.
-np = pytest.importorskip("numpy")
 EXEC_CONFIGS = range(1, 9)
 EXEC_WIDTHS = (2, 4, 8)
 FAST_MATH_TOL = {"float64": dict(rtol=1e-12, atol=1e-12), "float32": dict(rtol=1e-5, atol=1e-5)}

@@ -78,10 +78,6 @@ def _name(op) -> str:
     return op.operation.name
 
 
-def _same_op(a, b) -> bool:
-    return a is not None and b is not None and a.operation == b.operation
-
-
 def _defining_op(value: ir.Value):
     """The op producing ``value``, or None for a block argument."""
     owner = value.owner
@@ -202,9 +198,6 @@ def match_coiteration(while_op) -> Coiteration | Decline:
     inc_values = [None, None]
     next_values = [None, None]
     yield_op = None
-
-    def side_final(side):
-        return None if crd_memrefs[side] is None else chains_final[side]
 
     chains_final = [None, None]
     for op in after.operations:

@@ -387,11 +387,11 @@ class FastLaneBuilder:
         pivot = arith.select(lt, st["last_c"], st["last_b"])
         idx_t = ir.IndexType.get()
         advances = []
+        pivots = vector.broadcast(_vtype(n, t), pivot) if self.p.simd3 else None
         for key in ("kb", "kc"):
             lanes = st[key]
             if self.p.simd3:
-                vt = _vtype(n, t)
-                le = _cmpi(CMPI_ULE, lanes.vec(), vector.broadcast(vt, pivot))
+                le = _cmpi(CMPI_ULE, lanes.vec(), pivots)
                 wt = t if isinstance(t, ir.IntegerType) else ir.IntegerType.get_signless(64)
                 ones = arith.extui(_vtype(n, wt), le)
                 total = vector.reduction(wt, vector.CombiningKind.ADD, ones)

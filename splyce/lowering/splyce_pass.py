@@ -8,7 +8,6 @@ loop is kept as the scalar epilogue and starts from the fast lane's cursors and 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from mlir import ir
@@ -129,9 +128,3 @@ def decisions_as_comments(decisions) -> str:
         lines.append(f"// splyce: @{d.function} loop {d.index}: {verdict} ({d.reason})")
     return "\n".join(lines) + ("\n" if lines else "")
 
-
-def timed_run(module: ir.Module, options: SplyceOptions) -> tuple[list[LoopDecision], float]:
-    """``run_splyce_pass`` and the seconds it took."""
-    start = time.perf_counter()
-    decisions = run_splyce_pass(module, options)
-    return decisions, time.perf_counter() - start
