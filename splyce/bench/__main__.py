@@ -1,0 +1,78 @@
+"""``python -m splyce.bench SUBCOMMAND``: the paper's experiments and the comparison with peers."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .common import METHODOLOGY, BenchMismatch, Config, machine_lines
+
+SUBCOMMANDS = {
+    "kernels": "K1-K5 at --density vs the plain sparsifier, scipy, pydata-sparse and the drop-ins (Table 3)",
+    "ablation": "the 8 phase configurations of K1, strict and fast-math (Tables 1-2)",
+    "width": "vector widths 2, 4, 8, 16 across densities, K1 (Figure 12)",
+    "sparsity": "speedup and SIMD share from 0.01 % to 10 % density, --kernel (Figure 13)",
+    "real": "real matrices shipped with installed packages (substitute for SuiteSparse, Table 4)",
+    "threads": "K3 at 1..cpu_count threads (Figure 17), if splyce.jit supports threads=",
+    "all": "every subcommand above, in turn",
+}
+ORDER = ["kernels", "ablation", "width", "sparsity", "real", "threads"]
+
+EPILOG = "Methodology:\n" + METHODOLOGY + """
+Outputs: each subcommand writes <name>.csv (machine info as leading '#' lines), <name>.md and <name>.png
+into --out, and prints the Markdown table. A result that disagrees with the reference aborts with exit 1.
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m splyce.bench", description=__doc__, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("subcommand", choices=list(SUBCOMMANDS),
+                   help="; ".join(f"{k}: {v}" for k, v in SUBCOMMANDS.items()))
+    p.add_argument("--out", default="bench-results", help="output folder (default: bench-results/)")
+    p.add_argument("--quick", action="store_true", help="small sizes and 3 repeats (all --quick: < 3 min)")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats per candidate (default 5; 3 quick)")
+    p.add_argument("--density", type=float, default=0.05, help="density for kernels / threads (default 0.05)")
+    p.add_argument("--kernel", default="K1", choices=["K1", "K2", "K3", "K4", "K5"],
+                   help="kernel for sparsity (default K1)")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # seconds-long runs for the tests
+    return p
+
+
+def run_one(name: str, cfg: Config):
+    import importlib
+
+    module = importlib.import_module(f"splyce.bench.{name}")
+    result = module.run(cfg)
+    if result is None:
+        return None
+    paths = result.write(cfg)
+    print(result.markdown())
+    print("wrote " + ", ".join(str(p) for p in paths.values()) + "\n", flush=True)
+    return result
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    tiny = args.tiny or os.environ.get("SPLYCE_BENCH_TINY") == "1"
+    cfg = Config(out=Path(args.out), quick=args.quick or tiny, tiny=tiny, repeats=args.repeats,
+                 density=args.density, kernel=args.kernel, progress=not args.no_progress)
+    print("# splyce.bench " + args.subcommand + (" (quick)" if cfg.quick else ""))
+    for line in machine_lines():
+        print("# " + line)
+    print(flush=True)
+    names = ORDER if args.subcommand == "all" else [args.subcommand]
+    try:
+        for name in names:
+            run_one(name, cfg)
+    except BenchMismatch as e:
+        print(f"\nsplyce.bench: RESULT MISMATCH, run aborted: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

