@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections import namedtuple
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import disk_cache
 from .lowering import arguments, runtime
 from .lowering.arguments import Static
 from .lowering.compiler import CompileOptions, Lowering, lower
@@ -21,7 +23,9 @@ from .tensor import SparseTensor
 from .tracer.ir import Node, TensorType, Trace
 from .tracer.tracer import Tracer, TraceError
 
-CacheInfo = namedtuple("CacheInfo", "hits misses currsize compiles")
+# compiles: kernels built by the compiler; disk_hits: memory misses served by the disk cache instead.
+CacheInfo = namedtuple("CacheInfo", "hits misses currsize compiles disk_hits", defaults=(0,))
+_LIVE: "weakref.WeakSet[Jitted]" = weakref.WeakSet()   # for splyce.clear_cache()
 
 
 @dataclass(frozen=True)
@@ -156,8 +160,9 @@ class Jitted:
         self._lowerings: dict[CacheKey, tuple] = {}
         self._lock = threading.Lock()
         self._key_locks: dict[CacheKey, threading.Lock] = {}
-        self.hits = self.misses = self.compiles = 0
+        self.hits = self.misses = self.compiles = self.disk_hits = 0
         functools.update_wrapper(self, fun)
+        _LIVE.add(self)
 
     @property
     def options(self) -> CompileOptions:
@@ -229,19 +234,34 @@ class Jitted:
                 with self._lock:
                     self.hits += 1
                 return kernel
-            lowering, tree = self._lower(key, specs)
+            lowering, tree = self._lower(key, specs, disk=True)
             kernel = Kernel(lowering, tree)
+            if lowering.disk_key and not lowering.from_disk:
+                _store(lowering, kernel)
             with self._lock:
                 self.misses += 1
-                self.compiles += 1
+                if lowering.from_disk:
+                    self.disk_hits += 1
+                else:
+                    self.compiles += 1
                 self._cache[key] = kernel
             return kernel
 
-    def _lower(self, key: CacheKey, specs):
+    def _lower(self, key: CacheKey, specs, disk: bool = False):
+        """The lowering for ``key``: from memory, else trace; then (``disk``) the disk cache, else compile."""
         cached = self._lowerings.get(key)
         if cached is None:
             trace, tree = self._trace(specs)
-            cached = (lower(trace, key.options), tree)
+            low = None
+            disk_key = None
+            if disk and disk_cache.enabled():
+                disk_key = disk_cache.digest(disk_cache.key_parts(trace, key.static_args, key.out_format,
+                                                                  key.options))
+                low = _load(disk_key, trace, key.options)
+            if low is None:
+                low = lower(trace, key.options)
+            low.disk_key = disk_key
+            cached = (low, tree)
             self._lowerings[key] = cached
         return cached
 
@@ -266,14 +286,43 @@ class Jitted:
         return self._lower(key, specs)[0]
 
     def cache_info(self) -> CacheInfo:
-        return CacheInfo(self.hits, self.misses, len(self._cache), self.compiles)
+        return CacheInfo(self.hits, self.misses, len(self._cache), self.compiles, self.disk_hits)
 
     def cache_clear(self) -> None:
         with self._lock:
             self._cache.clear()
             self._lowerings.clear()
             self._key_locks.clear()
-            self.hits = self.misses = self.compiles = 0
+            self.hits = self.misses = self.compiles = self.disk_hits = 0
+
+
+def clear_cache(disk: bool = False) -> None:
+    """Empty the in-memory cache of every live jitted function; with ``disk=True`` also delete the disk
+    cache's entries (``$SPLYCE_CACHE_DIR``)."""
+    for jitted in list(_LIVE):
+        jitted.cache_clear()
+    if disk:
+        disk_cache.clear()
+
+
+def _load(disk_key: str, trace: Trace, options: CompileOptions) -> Lowering | None:
+    """A lowering whose native code comes from the disk cache, or None on a miss (or a bad entry)."""
+    entry = disk_cache.read(disk_key)
+    if entry is None:
+        return None
+    meta = entry.metadata
+    decisions = [disk_cache.CachedDecision(**d) for d in meta["decisions"]]
+    return Lowering.from_object(trace, options, entry.object_code, tuple(meta["result_ranks"]), decisions)
+
+
+def _store(lowering: Lowering, kernel: Kernel) -> None:
+    code = kernel.compiled.object_code
+    if code is None:  # pragma: no cover - MCJIT emitted no single object
+        return
+    meta = {"result_ranks": list(lowering.result_ranks),
+            "decisions": [dict(function=d.function, index=d.index, vectorized=d.vectorized, reason=d.reason)
+                          for d in lowering.decisions]}
+    disk_cache.write(lowering.disk_key, disk_cache.Entry(code, meta))
 
 
 def _with_format(node: Node, out_format) -> Node:

@@ -114,10 +114,11 @@ class CodegenOptions:
 class CompiledModule:
     """Native code for one LLVM module, owned by an MCJIT engine for as long as this object lives."""
 
-    def __init__(self, engine, llvm_module, target_machine):
+    def __init__(self, engine, llvm_module, target_machine, object_code: bytes | None = None):
         self._engine = engine
         self._module = llvm_module
         self._tm = target_machine
+        self.object_code = object_code  # the machine code MCJIT produced (what the disk cache stores)
 
     def function_address(self, name: str) -> int:
         address = self._engine.get_function_address(name)
@@ -166,12 +167,33 @@ def emit_object(module, tm) -> bytes:
 
 def load(module, tm, target: Target) -> CompiledModule:
     """JIT an optimized module. Refuses code the host cannot run (it would crash on an illegal instruction)."""
+    _check_runnable(target)
+    llvm = _llvm()
+    engine = llvm.create_mcjit_compiler(module, tm)
+    captured = []
+    engine.set_object_cache(lambda _module, data: captured.append(bytes(data)), None)
+    engine.finalize_object()
+    return CompiledModule(engine, module, tm, captured[0] if len(captured) == 1 else None)
+
+
+def load_object(object_code: bytes, target: Target) -> CompiledModule:
+    """Load machine code made by ``load`` (the disk cache): an MCJIT engine over an empty module, plus the
+    object file. No LLVM optimization or instruction selection runs."""
+    _check_runnable(target)
+    llvm = _llvm()
+    tm = _target_machine(target, 3, jit=True)
+    empty = llvm.parse_assembly("")
+    empty.triple = target.triple
+    empty.data_layout = str(tm.target_data)
+    engine = llvm.create_mcjit_compiler(empty, tm)
+    engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+    engine.finalize_object()
+    return CompiledModule(engine, empty, tm, object_code)
+
+
+def _check_runnable(target: Target) -> None:
     if not target.is_host_compatible:
         raise RuntimeError(
             f"cannot run code compiled for {target.cpu!r} on this machine ({host_target().cpu}): "
             f"it lacks {', '.join(target.missing_features()) or 'the target triple'}; "
             "lower(...).as_text('asm') still shows the code")
-    llvm = _llvm()
-    engine = llvm.create_mcjit_compiler(module, tm)
-    engine.finalize_object()
-    return CompiledModule(engine, module, tm)

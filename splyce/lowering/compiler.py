@@ -54,10 +54,27 @@ class Lowering:
     result_ranks: tuple = ()
     _llvm_module: object = None
     _target_machine: object = None
+    object_code: bytes | None = None   # set when loaded from the disk cache (no IR until asked for)
+    disk_key: str | None = None        # its disk cache key, when the disk cache is on
+
+    @classmethod
+    def from_object(cls, trace: Trace, options: "CompileOptions", object_code: bytes, result_ranks: tuple,
+                    decisions: list) -> "Lowering":
+        """A lowering whose native code came from the disk cache; ``as_text`` recompiles lazily."""
+        return cls(trace, options, texts={"trace": trace.as_text()}, decisions=list(decisions),
+                   result_ranks=tuple(result_ranks), object_code=object_code)
+
+    @property
+    def from_disk(self) -> bool:
+        return self.object_code is not None
 
     def as_text(self, stage: str = "scf") -> str:
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
+        if stage not in self.texts and self._llvm_module is None:  # loaded from disk: lower again, lazily
+            full = lower(self.trace, self.options)
+            self.texts = {**full.texts, **self.texts}
+            self._llvm_module, self._target_machine = full._llvm_module, full._target_machine
         if stage == "asm" and "asm" not in self.texts:
             self.texts["asm"] = codegen.emit_assembly(self._llvm_module, self._target_machine)
             _dump(self, "asm")
@@ -65,7 +82,10 @@ class Lowering:
 
     def load(self) -> codegen.CompiledModule:
         start = time.perf_counter()
-        compiled = codegen.load(self._llvm_module, self._target_machine, self.options.target)
+        if self.object_code is not None:
+            compiled = codegen.load_object(self.object_code, self.options.target)
+        else:
+            compiled = codegen.load(self._llvm_module, self._target_machine, self.options.target)
         self.timings["load"] = time.perf_counter() - start
         return compiled
 

@@ -1,0 +1,169 @@
+"""The disk cache, across processes: reload instead of compiling, reject corrupted entries, miss on a changed
+option, stay off when disabled, survive concurrent writers; and its key and entry format in-process."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import splyce
+from splyce import disk_cache
+from splyce.kernels import KERNELS
+
+# One kernel call in a fresh process; prints "compiles disk_hits max-error".
+SCRIPT = textwrap.dedent("""
+    import sys, warnings
+    import numpy as np
+    import splyce
+    from splyce.kernels import KERNELS
+    warnings.simplefilter("always")
+    spec = KERNELS[{name!r}]
+    ops = spec.operands(spec.quick_size, 0.1, seed=3)
+    f = splyce.jit(spec.fun, vector_width={width})
+    out = f(*ops)
+    out = out.toarray() if hasattr(out, "toarray") else np.asarray(out)
+    dense = [o.to_numpy() if hasattr(o, "to_numpy") else np.asarray(o) for o in ops]
+    err = float(np.max(np.abs(out - spec.reference(*dense))))
+    info = f.cache_info()
+    print(info.compiles, info.disk_hits, err)
+""")
+
+
+def _run(cache: Path, name="K1", width=4, **env_extra):
+    env = {k: v for k, v in os.environ.items() if k != "SPLYCE_DISABLE_DISK_CACHE"}
+    env.update(SPLYCE_CACHE_DIR=str(cache), **env_extra)
+    return subprocess.run([sys.executable, "-c", SCRIPT.format(name=name, width=width)], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _counts(run):
+    assert run.returncode == 0, run.stderr
+    compiles, disk_hits, err = run.stdout.split()
+    assert float(err) < 1e-9
+    return int(compiles), int(disk_hits)
+
+
+def _entries(cache: Path):
+    return sorted(cache.glob("*" + disk_cache.SUFFIX))
+
+
+def test_second_process_loads_instead_of_compiling(tmp_path):
+    assert _counts(_run(tmp_path)) == (1, 0)
+    assert len(_entries(tmp_path)) == 1
+    assert _counts(_run(tmp_path)) == (0, 1)
+    assert len(_entries(tmp_path)) == 1
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "empty"])
+def test_corrupted_entry_is_rebuilt_with_a_warning(tmp_path, damage):
+    _counts(_run(tmp_path))
+    (entry,) = _entries(tmp_path)
+    data = bytearray(entry.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "flip":
+        data[len(data) - 100] ^= 0xFF
+    else:
+        data = b""
+    entry.write_bytes(bytes(data))
+    run = _run(tmp_path)
+    assert _counts(run) == (1, 0)
+    assert "discarding the corrupted disk cache entry" in run.stderr
+    assert _counts(_run(tmp_path)) == (0, 1)  # rebuilt entry is good again
+
+
+def test_changed_option_misses(tmp_path):
+    _counts(_run(tmp_path, width=4))
+    assert _counts(_run(tmp_path, width=8)) == (1, 0)
+    assert len(_entries(tmp_path)) == 2
+    assert _counts(_run(tmp_path, width=8)) == (0, 1)
+
+
+def test_disabled_writes_nothing(tmp_path):
+    assert _counts(_run(tmp_path, SPLYCE_DISABLE_DISK_CACHE="1")) == (1, 0)
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_concurrent_processes_on_an_empty_cache(tmp_path):
+    env = {**os.environ, "SPLYCE_CACHE_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT.format(name="K3", width=4)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+        assert float(out.split()[2]) < 1e-9
+    assert len(_entries(tmp_path)) == 1
+    assert not list(tmp_path.glob("*.tmp"))
+    assert _counts(_run(tmp_path, name="K3")) == (0, 1)
+
+
+# -- in-process ---------------------------------------------------------------------------------------------
+def _spgemm():
+    spec = KERNELS["K1"]
+    return spec, spec.operands(64, 0.2, seed=1)
+
+
+def test_same_trace_from_another_function_hits_and_ir_is_available():
+    spec, ops = _spgemm()
+    first = splyce.jit(spec.fun)
+    expected = first(*ops)
+    second = splyce.jit(lambda b, c: b @ c)   # another function, the same trace
+    got = second(*ops)
+    assert np.array_equal(got, expected)
+    assert second.cache_info().disk_hits == 1 and second.cache_info().compiles == 0
+    low = second.lower(*ops)
+    assert low.from_disk
+    assert "scf.while" in low.as_text("scf") and "define" in low.as_text("llvm")
+    assert "// splyce: @" in low.as_text("splyce")
+
+
+def test_clear_cache_empties_memory_and_disk():
+    spec, ops = _spgemm()
+    f = splyce.jit(spec.fun)
+    f(*ops)
+    assert _entries(disk_cache.cache_dir())
+    splyce.clear_cache()
+    assert f.cache_info().currsize == 0 and _entries(disk_cache.cache_dir())
+    f(*ops)
+    assert f.cache_info().disk_hits == 1
+    splyce.clear_cache(disk=True)
+    assert not _entries(disk_cache.cache_dir())
+    f(*ops)
+    assert f.cache_info().compiles == 1
+
+
+def test_key_parts_are_named_and_change_with_options():
+    spec, ops = _spgemm()
+    f, g = splyce.jit(spec.fun), splyce.jit(spec.fun, fast_math=True)
+    (k1, specs, _), (k2, _, _) = f._key(ops), g._key(ops)
+    trace = f._trace(specs)[0]
+    p1 = disk_cache.key_parts(trace, k1.static_args, k1.out_format, k1.options)
+    p2 = disk_cache.key_parts(trace, k2.static_args, k2.out_format, k2.options)
+    assert [n for n in p1 if p1[n] != p2[n]] == ["options"]
+    assert disk_cache.digest(p1) != disk_cache.digest(p2)
+    assert {"trace", "static_args", "inputs", "options", "triple", "cpu", "features", "versions"} <= set(p1)
+    assert set(p1["versions"]) == {"splyce", "mlir", "llvmlite", "compiler_sources"}
+
+
+def test_entry_format_round_trips_and_rejects_damage():
+    entry = disk_cache.Entry(b"\x7fELF object", {"result_ranks": [1, 1]})
+    data = disk_cache.encode(entry)
+    assert disk_cache.decode(data) == entry
+    for bad, why in [(data[:10], "truncated header"), (b"X" + data[1:], "bad magic"),
+                     (data[:-1], "payload is"), (data[:-1] + b"!", "checksum mismatch")]:
+        with pytest.raises(disk_cache.CorruptEntry, match=why):
+            disk_cache.decode(bad)
+
+
+def test_unwritable_cache_folder_warns_and_still_runs(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("SPLYCE_CACHE_DIR", str(blocker / "cache"))
+    spec, ops = _spgemm()
+    with pytest.warns(UserWarning, match="cannot write the disk cache entry"):
+        out = splyce.jit(spec.fun)(*ops)
+    assert out.shape == (64, 64)
