@@ -7,7 +7,9 @@ SIMD (vector dialect) or unrolled scalar form:
    0..n-1 lanes (SIMD) or n*n scalar ``cmpi eq`` (scalar); per B lane: matched?, and the matched C value.
 2. the guarded body, re-materialized per lane without branches: accumulators take
    ``select(matched, new, old)`` lane by lane (the scalar loop's order of additions), or an ordered
-   ``vector.reduction <add>`` of ``select(mask, term, -0.0)`` (SIMD); stores write ``select(matched, new, old)``.
+   ``vector.reduction <add>`` of ``select(mask, term, -0.0)`` (SIMD). Per-lane loads and stores go through
+   a selected *address*: the real element when the lane matched, else a one-element scratch buffer
+   (alloca'd once at function entry), so unmatched lanes never touch the output.
 3. pointer advance past the pivot ``min(last B coordinate, last C coordinate)``: the number of lanes
    whose coordinate is ``<=`` the pivot, as a tree of scalar compares or a vector compare + reduction.
 
@@ -111,6 +113,67 @@ def _apply_chain(chain, value, width=None):
 class FastLaneBuilder:
     def __init__(self, match: Coiteration, plan: Plan):
         self.m, self.p, self.n = match, plan, plan.width
+        self._scratches = {}  # (element type, rank, memory space, store?) -> scratch, cast to dynamic
+
+    # -------------------------------------------------------------------------- address selection
+    def _scratch(self, mt: ir.MemRefType, store: bool):
+        """A zeroed one-element scratch buffer standing in for ``mt`` (same element type, rank and
+        strides), allocated once at function entry; returned cast to ``mt`` with dynamic sizes (and a
+        dynamic offset if ``mt``'s is not 0), or None if unsupported. Keeping ``mt``'s static strides
+        lets a lane address be one pointer select plus index selects (all indices 0 for the scratch).
+        Loads and stores get separate buffers: unmatched lanes then never read what an earlier lane
+        wrote (no store-to-load chain through the scratch across lanes and iterations)."""
+        et, rank = mt.element_type, mt.rank
+        if isinstance(et, ir.FloatType):
+            zero_attr = ir.FloatAttr.get(et, 0.0)
+        elif isinstance(et, (ir.IntegerType, ir.IndexType)):
+            zero_attr = ir.IntegerAttr.get(et, 0)
+        else:
+            return None
+        try:
+            strides, offset = mt.get_strides_and_offset()
+        except Exception:
+            return None
+        dyn, dyn_so = ir.ShapedType.get_dynamic_size(), ir.ShapedType.get_dynamic_stride_or_offset()
+        ms = mt.memory_space
+        target_offset = 0 if offset == 0 else dyn_so
+        layout = ir.StridedLayoutAttr.get(target_offset, list(strides))
+        dyn_type = ir.MemRefType.get([dyn] * rank, et, layout=layout, memory_space=ms)
+        key = (str(dyn_type), store)
+        if key in self._scratches:
+            return self._scratches[key]
+        func = self.m.while_op.operation
+        while func is not None and func.name != "func.func":
+            func = func.parent
+        if func is None:
+            self._scratches[key] = None
+            return None
+        entry = func.regions[0].blocks[0]
+        scratch_strides = [1 if st == dyn_so else st for st in strides]
+        with ir.InsertionPoint.at_block_begin(entry):
+            buf = memref.alloca(ir.MemRefType.get([1], et, memory_space=ms), [], [])
+            c0 = _index(0)
+            memref.store(arith.constant(et, zero_attr), buf, [c0])
+            view_t = ir.MemRefType.get([1] * rank, et, memory_space=ms,
+                                       layout=ir.StridedLayoutAttr.get(0, scratch_strides))
+            view = memref.reinterpret_cast(view_t, buf, [], [], [], [0], [1] * rank, scratch_strides)
+            scratch = memref.cast(dyn_type, view)
+        self._scratches[key] = scratch
+        return scratch
+
+    def _lane_address(self, matched, mem, idx, casts, store: bool):
+        """(memref, indices) for one lane: ``mem[idx]`` when ``matched``, else the scratch element."""
+        mt = mem.type
+        if not isinstance(mt, ir.MemRefType):
+            return None
+        scratch = self._scratch(mt, store)
+        if scratch is None:
+            return None
+        if mem not in casts:
+            casts[mem] = mem if mt == scratch.type else memref.cast(scratch.type, mem)
+        zero = _index(0)
+        return (arith.select(matched, casts[mem], scratch),
+                [arith.select(matched, v, zero) for v in idx])
 
     # ----------------------------------------------------------------------------------------- loop
     def build(self):
@@ -261,6 +324,7 @@ class FastLaneBuilder:
         terms = {pos: [] for pos in tree_accs}
         skip = {red.add_op.operation for red in tree_accs.values()}
         coord_cache = {}
+        casts = {}
         matched = st["matched"].scalars()
         for i in range(n):
             vmap = {}
@@ -286,9 +350,18 @@ class FastLaneBuilder:
                 operands = [get(v) for v in op.operation.operands]
                 if name == "memref.store":
                     value, mem, idx = operands[0], operands[1], operands[2:]
-                    old = memref.load(mem, idx)
-                    memref.store(arith.select(matched[i], value, old), mem, idx)
+                    addr = self._lane_address(matched[i], mem, idx, casts, True)
+                    if addr is None:
+                        old = memref.load(mem, idx)
+                        memref.store(arith.select(matched[i], value, old), mem, idx)
+                    else:
+                        memref.store(value, addr[0], addr[1])
                     continue
+                if name == "memref.load":
+                    addr = self._lane_address(matched[i], operands[0], operands[1:], casts, False)
+                    if addr is not None:
+                        vmap[res0] = memref.load(addr[0], addr[1])
+                        continue
                 results = _clone_with(op, operands, [r.type for r in op.operation.results])
                 for r_old, r_new in zip(op.operation.results, results):
                     vmap[r_old] = r_new
@@ -312,6 +385,7 @@ class FastLaneBuilder:
         vmap = {}  # old value -> ("v", vector) or ("s", scalar)
         chain_vec = None
         coord_cache = {}
+        casts = {}
         mask = st["matched"].vec()
 
         def get(v):
@@ -345,9 +419,13 @@ class FastLaneBuilder:
             if name == "memref.load":
                 if all(kind == "s" for kind, _ in entries):
                     vmap[res0] = ("s", memref.load(entries[0][1], [v for _, v in entries[1:]]))
-                else:  # indexed by the coordinate: one scalar load per lane, packed
-                    loads = [memref.load(entries[0][1], [lane_scalar(e, i) for e in entries[1:]])
-                             for i in range(n)]
+                else:  # indexed by the coordinate: one scalar load per lane (unmatched: scratch), packed
+                    matched = st["matched"].scalars()
+                    loads = []
+                    for i in range(n):
+                        mem, idx = entries[0][1], [lane_scalar(e, i) for e in entries[1:]]
+                        addr = self._lane_address(matched[i], mem, idx, casts, False) or (mem, idx)
+                        loads.append(memref.load(addr[0], addr[1]))
                     vmap[res0] = ("v", vector.from_elements(_vtype(n, res0.type), loads))
                 continue
             if name == "memref.store":
@@ -356,8 +434,12 @@ class FastLaneBuilder:
                     value = lane_scalar(entries[0], i)
                     mem = entries[1][1]
                     idx = [lane_scalar(e, i) for e in entries[2:]]
-                    old = memref.load(mem, idx)
-                    memref.store(arith.select(matched[i], value, old), mem, idx)
+                    addr = self._lane_address(matched[i], mem, idx, casts, True)
+                    if addr is None:
+                        old = memref.load(mem, idx)
+                        memref.store(arith.select(matched[i], value, old), mem, idx)
+                    else:
+                        memref.store(value, addr[0], addr[1])
                 continue
             if all(kind == "s" for kind, _ in entries):
                 results = _clone_with(op, [v for _, v in entries], [r.type for r in op.operation.results])
