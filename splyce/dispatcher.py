@@ -8,8 +8,10 @@ call the native entry point on the operands' own buffers.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from collections import namedtuple
 from dataclasses import dataclass
 
@@ -58,7 +60,8 @@ class Kernel:
         input_ranks = tuple(_input_ranks(self.trace.inputs)) + tuple(o.type.ndim for o in dense_out)
         assert len(input_ranks) == n_inputs + len(dense_out)
         self._call = runtime.KernelCall(
-            self._compiled.function_address("_mlir_ciface_" + ENTRY), input_ranks, lowering.result_ranks)
+            self._compiled.function_address("_mlir_ciface_" + ENTRY), input_ranks, lowering.result_ranks,
+            n_indices=2 if lowering.outer_extent is not None else 0)
 
     @property
     def compiled(self):
@@ -76,7 +79,12 @@ class Kernel:
                 else:
                     dense_outputs[out] = np.zeros(out.type.shape, dtype=out.type.dtype)
         buffers.extend(dense_outputs.values())
-        descs = self._call(buffers)
+        extent = self.lowering.outer_extent
+        if extent is None:
+            descs = self._call(buffers)
+        else:
+            chunks = _outer_chunks(extent, self.lowering.options.threads, self.trace.inputs, values)
+            descs = self._call.call_chunks(buffers, chunks, _pool(len(chunks)))[0]
         return self._results(descs, dense_outputs)
 
     def _results(self, descs, dense_outputs):
@@ -113,6 +121,38 @@ class _Placeholder:
             self.values = None
 
 
+def _outer_chunks(extent: int, threads: int, inputs, values) -> list[tuple[int, int]]:
+    """Split the outer loop's rows [0, extent) into at most ``threads`` contiguous chunks with about equal
+    nonzeros, counted in the first sparse operand whose first level is dense over ``extent`` rows (equal row
+    counts when there is none). Balance only; any split gives the same, bit-identical results."""
+    threads = min(threads, extent)
+    if threads <= 1:
+        return [(0, extent)]
+    cumulative = None
+    for t, v in zip(inputs, values):
+        fmt = t.format
+        if t.is_sparse and fmt.levels[0].kind == "dense" and t.shape[fmt.order[0]] == extent and fmt.ndim > 1:
+            cumulative = np.arange(extent + 1, dtype=np.int64)   # positions at level 0: the rows themselves
+            for level, pos in zip(fmt.levels[1:], v.pos[1:]):
+                if level.kind == "compressed":
+                    cumulative = np.asarray(pos, dtype=np.int64)[cumulative]
+            break
+    if cumulative is None or cumulative[-1] == 0:
+        bounds = [extent * k // threads for k in range(threads + 1)]
+    else:
+        targets = cumulative[-1] * np.arange(1, threads) / threads
+        inner = np.searchsorted(cumulative, targets, side="left").tolist()
+        bounds = [0, *inner, extent]
+    bounds = sorted(min(max(b, 0), extent) for b in bounds)
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or [(0, extent)]
+
+
+@functools.cache
+def _pool(chunks: int) -> ThreadPoolExecutor:
+    """Worker threads for kernels split into ``chunks`` (the caller's thread runs the first chunk)."""
+    return ThreadPoolExecutor(max_workers=max(chunks - 1, 1), thread_name_prefix="splyce")
+
+
 def _input_ranks(inputs):
     for t in inputs:
         if not t.is_sparse:
@@ -140,13 +180,14 @@ class Jitted:
     """A jitted function. Call it like the original; ``lower(*args)`` shows the IR of every stage."""
 
     def __init__(self, fun, *, vectorize=True, vector_width=4, phases=5, fast_math=False, target="native",
-                 out_format=None, slp=None, profile=False):
+                 out_format=None, slp=None, profile=False, threads=1):
         if not callable(fun):
             raise TypeError(f"splyce.jit needs a callable, got {type(fun).__name__}")
         self.fun = fun
         self._target_name = target
         self._option_args = dict(vectorize=vectorize, vector_width=vector_width, phases=phases,
-                                 fast_math=fast_math, slp=slp, profile=profile)
+                                 fast_math=fast_math, slp=slp, profile=profile,
+                                 threads=(os.cpu_count() or 1) if threads is None else threads)
         CompileOptions(**self._option_args)  # validate now, resolve the target lazily (no LLVM at import)
         from .tracer.tracer import _check_out_format
 
@@ -312,14 +353,15 @@ def _load(disk_key: str, trace: Trace, options: CompileOptions) -> Lowering | No
         return None
     meta = entry.metadata
     decisions = [disk_cache.CachedDecision(**d) for d in meta["decisions"]]
-    return Lowering.from_object(trace, options, entry.object_code, tuple(meta["result_ranks"]), decisions)
+    return Lowering.from_object(trace, options, entry.object_code, tuple(meta["result_ranks"]), decisions,
+                                meta.get("outer_extent"))
 
 
 def _store(lowering: Lowering, kernel: Kernel) -> None:
     code = kernel.compiled.object_code
     if code is None:  # pragma: no cover - MCJIT emitted no single object
         return
-    meta = {"result_ranks": list(lowering.result_ranks),
+    meta = {"result_ranks": list(lowering.result_ranks), "outer_extent": lowering.outer_extent,
             "decisions": [dict(function=d.function, index=d.index, vectorized=d.vectorized, reason=d.reason)
                           for d in lowering.decisions]}
     disk_cache.write(lowering.disk_key, disk_cache.Entry(code, meta))
@@ -357,7 +399,7 @@ def _unflatten(tree, results):
 
 
 def jit(fun=None, *, vectorize=True, vector_width=4, phases=5, fast_math=False, target="native",
-        out_format=None, slp=None):
+        out_format=None, slp=None, threads=1):
     """Compile ``fun`` (a function of sparse / dense tensors) on first call per input signature.
 
     Usable as ``@splyce.jit`` and ``@splyce.jit(vectorize=False, ...)``. Options: ``vectorize`` (the Splyce
@@ -365,10 +407,13 @@ def jit(fun=None, *, vectorize=True, vector_width=4, phases=5, fast_math=False, 
     ``phases`` (1..8, which fast-lane phases run in SIMD, KERNELS.md numbering), ``fast_math`` (allow
     reassociating sums), ``target`` ("native", "avx2", "avx512" or an LLVM CPU name), ``out_format``
     ("dense", "sparse" or a Format for the results), ``slp`` (LLVM's SLP vectorizer; default: off where a
-    fast lane was built).
+    fast lane was built), ``threads`` (run the outer loop's rows in that many contiguous chunks balanced by
+    nonzeros, concurrently; None: all cores; results are bit-identical to one thread. Only kernels with
+    dense outputs whose outer loop is parallel are split, others run on one thread: see
+    ``lower(...).as_text("splyce")`` for the reason).
     """
     options = dict(vectorize=vectorize, vector_width=vector_width, phases=phases, fast_math=fast_math,
-                   target=target, out_format=out_format, slp=slp)
+                   target=target, out_format=out_format, slp=slp, threads=threads)
     if fun is None:
         return lambda f: Jitted(f, **options)
     return Jitted(fun, **options)

@@ -30,6 +30,7 @@ class CompileOptions:
     target: Target | None = None
     slp: bool | None = None      # LLVM SLP vectorizer; None: off where the Splyce pass built a fast lane
     profile: bool = False        # instrument fast lanes and epilogues (splyce.profile)
+    threads: int = 1             # > 1: the outer loop takes [lo, hi) arguments (lowering/parallel.py)
 
     def __post_init__(self):
         if not isinstance(self.vectorize, bool):
@@ -40,6 +41,8 @@ class CompileOptions:
             raise ValueError(f"phases must be an int from 1 to 8 (KERNELS.md numbering), got {self.phases!r}")
         if not isinstance(self.fast_math, bool):
             raise TypeError(f"fast_math must be a bool, got {self.fast_math!r}")
+        if not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 1:
+            raise ValueError(f"threads must be a positive int or None (all cores), got {self.threads!r}")
 
 
 @dataclass
@@ -56,13 +59,14 @@ class Lowering:
     _target_machine: object = None
     object_code: bytes | None = None   # set when loaded from the disk cache (no IR until asked for)
     disk_key: str | None = None        # its disk cache key, when the disk cache is on
+    outer_extent: int | None = None    # set when the entry takes (lo, hi) outer-loop bounds (threads > 1)
 
     @classmethod
     def from_object(cls, trace: Trace, options: "CompileOptions", object_code: bytes, result_ranks: tuple,
-                    decisions: list) -> "Lowering":
+                    decisions: list, outer_extent: int | None = None) -> "Lowering":
         """A lowering whose native code came from the disk cache; ``as_text`` recompiles lazily."""
         return cls(trace, options, texts={"trace": trace.as_text()}, decisions=list(decisions),
-                   result_ranks=tuple(result_ranks), object_code=object_code)
+                   result_ranks=tuple(result_ranks), object_code=object_code, outer_extent=outer_extent)
 
     @property
     def from_disk(self) -> bool:
@@ -135,6 +139,9 @@ def lower(trace: Trace, options: CompileOptions) -> Lowering:
         record("scf", str(module), start)
 
         start = time.perf_counter()
+        threads_note = ""
+        if options.threads > 1:
+            threads_note = _split_outer_loop(low, module) + "\n"
         if options.vectorize:
             from .splyce_pass import SplyceOptions, decisions_as_comments, run_splyce_pass
 
@@ -142,9 +149,10 @@ def lower(trace: Trace, options: CompileOptions) -> Lowering:
                 vector_width=options.vector_width, phases=options.phases, fast_math=options.fast_math,
                 profile=options.profile))
             module.operation.verify()
-            record("splyce", decisions_as_comments(low.decisions) + "\n" + str(module), start)
+            record("splyce", threads_note + decisions_as_comments(low.decisions) + "\n" + str(module), start)
         else:
-            record("splyce", "// splyce: vectorize=False, the plain sparsifier's loops\n" + str(module), start)
+            record("splyce", threads_note + "// splyce: vectorize=False, the plain sparsifier's loops\n" +
+                   str(module), start)
 
         entry = _entry_function(module)
         entry.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
@@ -162,6 +170,19 @@ def lower(trace: Trace, options: CompileOptions) -> Lowering:
         llvm_ir, options.target, codegen.CodegenOptions(opt_level=3, slp_vectorize=slp))
     record("llvm", str(low._llvm_module), start)
     return low
+
+
+def _split_outer_loop(low: Lowering, module) -> str:
+    """threads > 1: give the outer loop (lo, hi) entry arguments when its iterations are independent."""
+    from .parallel import OuterLoop, split_outer_loop
+
+    if low.options.profile:
+        return "// splyce: threads: one thread (profile counters are shared)"
+    result = split_outer_loop(module)
+    if isinstance(result, OuterLoop):
+        low.outer_extent = result.extent
+        return f"// splyce: threads: outer loop split into chunks of [0, {result.extent})"
+    return f"// splyce: threads: one thread ({result.reason})"
 
 
 def _entry_function(module):

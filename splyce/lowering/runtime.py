@@ -88,11 +88,15 @@ class KernelCall:
     ``result_ranks``: ranks of the memrefs the function returns (empty for a function returning nothing).
     """
 
-    def __init__(self, address: int, input_ranks: tuple[int, ...], result_ranks: tuple[int, ...]):
+    def __init__(self, address: int, input_ranks: tuple[int, ...], result_ranks: tuple[int, ...],
+                 n_indices: int = 0):
         self.input_ranks = input_ranks
         self.result_ranks = result_ranks
         nargs = len(input_ranks) + (1 if result_ranks else 0)
-        self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs))(address)
+        # ``n_indices`` trailing ``index`` arguments (the outer loop's lo, hi). A CFUNCTYPE call releases the
+        # GIL, so several threads can run the kernel at once.
+        argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int64] * n_indices
+        self._fn = ctypes.CFUNCTYPE(None, *argtypes)(address)
         if len(result_ranks) == 1:
             self._result_cls = descriptor_class(result_ranks[0])
         elif result_ranks:
@@ -100,15 +104,27 @@ class KernelCall:
         else:
             self._result_cls = None
 
-    def __call__(self, arrays) -> list[ctypes.Structure]:
+    def __call__(self, arrays, indices: tuple[int, ...] = ()) -> list[ctypes.Structure]:
         """Run the kernel on ``arrays`` (kept alive by the caller); returns the result descriptors."""
+        return self.call_chunks(arrays, [indices])[0]
+
+    def call_chunks(self, arrays, chunks: list[tuple[int, ...]], pool=None) -> list[list[ctypes.Structure]]:
+        """Run the kernel once per entry of ``chunks`` (its trailing index arguments), the first in this
+        thread and the others on ``pool``, concurrently; returns each call's result descriptors."""
         descs = [descriptor(a) for a in arrays]
         pointers = [ctypes.addressof(d) for d in descs]
+        if len(chunks) == 1 or pool is None:
+            return [self._call_one(pointers, c) for c in chunks]
+        futures = [pool.submit(self._call_one, pointers, c) for c in chunks[1:]]
+        first = self._call_one(pointers, chunks[0])
+        return [first] + [f.result() for f in futures]
+
+    def _call_one(self, pointers, indices) -> list[ctypes.Structure]:
         if self._result_cls is None:
-            self._fn(*pointers)
+            self._fn(*pointers, *indices)
             return []
         result = self._result_cls()
-        self._fn(ctypes.addressof(result), *pointers)
+        self._fn(ctypes.addressof(result), *pointers, *indices)
         if len(self.result_ranks) == 1:
             return [result]
         return [getattr(result, f"r{i}") for i in range(len(self.result_ranks))]
