@@ -13,7 +13,7 @@ SUBCOMMANDS = {
     "kernels": "K1-K5 at --density vs the plain sparsifier, scipy, pydata-sparse and the drop-ins (Table 3)",
     "ablation": "the 8 phase configurations of K1, strict and fast-math (Tables 1-2)",
     "width": "vector widths 2, 4, 8, 16 across densities, K1 (Figure 12)",
-    "sparsity": "speedup and SIMD share from 0.01 % to 10 % density, --kernel (Figure 13)",
+    "sparsity": "speedup and SIMD share from 0.01 %% to 10 %% density, --kernel (Figure 13)",
     "real": "real matrices shipped with installed packages (substitute for SuiteSparse, Table 4)",
     "threads": "K3 at 1..cpu_count threads (Figure 17), if splyce.jit supports threads=",
     "all": "every subcommand above, in turn",

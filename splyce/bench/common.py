@@ -49,7 +49,9 @@ class Config:
     def n_repeats(self) -> int:
         if self.repeats is not None:
             return max(1, self.repeats)
-        return 3 if (self.quick or self.tiny) else 5
+        if self.tiny:
+            return 2
+        return 3 if self.quick else 5
 
 
 # -- machine info ---------------------------------------------------------------------------------------
