@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import operator
 import re
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -69,6 +70,12 @@ class Level:
         return cls(match.group(1), unique="nonunique" not in props, ordered="nonordered" not in props)
 
 
+@functools.lru_cache(maxsize=256)
+def _with_widths(fmt: "Format", pos_width: int, crd_width: int) -> "Format":
+    """Formats are immutable, so the variants with other index widths are shared (built once)."""
+    return Format(fmt.levels, fmt.order, pos_width, crd_width)
+
+
 def _as_level(level) -> Level:
     if isinstance(level, Level):
         return level
@@ -94,6 +101,8 @@ class Format:
     order: tuple[int, ...] | None = None
     pos_width: int = 64
     crd_width: int = 64
+    # Formats key every compile-cache lookup: hash once, not on every call.
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if isinstance(self.levels, (str, Level)):
@@ -120,6 +129,10 @@ class Format:
         object.__setattr__(self, "order", order)
         object.__setattr__(self, "pos_width", int(self.pos_width))
         object.__setattr__(self, "crd_width", int(self.crd_width))
+        object.__setattr__(self, "_hash", hash((levels, order, self.pos_width, self.crd_width)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def ndim(self) -> int:
@@ -139,7 +152,9 @@ class Format:
         return tuple(inverse)
 
     def with_widths(self, pos_width: int, crd_width: int) -> Format:
-        return Format(self.levels, self.order, pos_width, crd_width)
+        if (pos_width, crd_width) == (self.pos_width, self.crd_width):
+            return self
+        return _with_widths(self, pos_width, crd_width)
 
     def __str__(self) -> str:
         names = _DIM_NAMES if self.ndim <= len(_DIM_NAMES) else [f"d{d}" for d in range(self.ndim)]

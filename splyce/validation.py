@@ -87,11 +87,24 @@ def _check_order(crd: np.ndarray, within: np.ndarray, level, label: str, segment
     return within & (diff == 0)
 
 
+# A faster checker the compiler registers once it is loaded (a single-pass native scan): it answers True
+# when the buffers are well formed; on False the NumPy checks below run and word the error.
+_fast_check = None
+
+
+def register_fast_check(check) -> None:
+    """Install ``check(shape, fmt, pos, crd, values) -> bool`` as the fast path of `check_buffers`."""
+    global _fast_check
+    _fast_check = check
+
+
 def check_buffers(shape, fmt: Format, pos, crd, values, name: str = "tensor") -> None:
     """Raise ValueError / TypeError unless the buffers are a well-formed tensor of `shape` in `fmt`.
 
     Unsorted or duplicate coordinates raise `NotCanonicalError` (a ValueError), checked last for each level.
     """
+    if _fast_check is not None and isinstance(fmt, Format) and _fast_check(shape, fmt, pos, crd, values):
+        return
     if not isinstance(fmt, Format):
         raise TypeError(f"{name}: format must be a splyce Format, not {type(fmt).__name__}")
     shape = check_shape(shape, name)

@@ -16,6 +16,7 @@ from ..formats import Format, Level
 from ..tensor import SparseTensor, asarray
 from ..tracer.ir import TensorType
 from ..validation import validate
+from . import native_validation  # noqa: F401  (registers the native fast path of validation)
 
 SUPPORTED_DTYPES = ("float64", "float32", "int64", "int32")
 

@@ -23,6 +23,13 @@ STAGES = ("trace", "linalg", "scf", "splyce", "llvm", "asm")
 class CompileOptions:
     """Everything that changes the generated code (part of the cache key)."""
 
+    def __hash__(self) -> int:   # hashed on every call's cache lookup: computed once
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, name) for name in self.__dataclass_fields__))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     vectorize: bool = True
     vector_width: int = 4
     phases: int = 5

@@ -9,6 +9,7 @@ the C library's ``free`` (the kernel allocated it with ``malloc``), when no arra
 
 from __future__ import annotations
 
+import array
 import ctypes
 import functools
 
@@ -39,6 +40,24 @@ def descriptor(array: np.ndarray) -> ctypes.Structure:
         desc.sizes[:] = array.shape
         desc.strides[:] = [s // itemsize for s in array.strides]
     return desc
+
+
+def pack_descriptors(arrays) -> tuple[array.array, list[int]]:
+    """All descriptors of ``arrays`` in one int64 buffer (cheaper than a ctypes Structure per array: this
+    runs on every call); returns the buffer and the address of each descriptor in it."""
+    words: list[int] = []
+    offsets = []
+    for a in arrays:
+        offsets.append(len(words))
+        address = a.__array_interface__["data"][0]
+        words += (address, address, 0)
+        if a.ndim:
+            words += a.shape
+            itemsize = a.itemsize
+            words += [stride // itemsize for stride in a.strides]
+    packed = array.array("q", words)
+    base = packed.buffer_info()[0]
+    return packed, [base + 8 * offset for offset in offsets]
 
 
 @functools.cache
@@ -111,8 +130,7 @@ class KernelCall:
     def call_chunks(self, arrays, chunks: list[tuple[int, ...]], pool=None) -> list[list[ctypes.Structure]]:
         """Run the kernel once per entry of ``chunks`` (its trailing index arguments), the first in this
         thread and the others on ``pool``, concurrently; returns each call's result descriptors."""
-        descs = [descriptor(a) for a in arrays]
-        pointers = [ctypes.addressof(d) for d in descs]
+        packed, pointers = pack_descriptors(arrays)   # ``packed`` stays alive until the calls return
         if len(chunks) == 1 or pool is None:
             return [self._call_one(pointers, c) for c in chunks]
         futures = [pool.submit(self._call_one, pointers, c) for c in chunks[1:]]

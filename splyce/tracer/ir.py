@@ -26,6 +26,13 @@ class TensorType:
     dtype: str
     format: Format | None
 
+    def __hash__(self) -> int:   # part of every cache lookup: computed once
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.shape, self.dtype, self.format))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     @property
     def ndim(self) -> int:
         return len(self.shape)
