@@ -262,3 +262,29 @@ def test_kernel_edge_cases_empty_rows_single_nonzero_dense_rows():
     ops = [splyce.asarray(B, format=splyce.CSR), splyce.asarray(C, format=splyce.CSC)]
     _check_kernel("K1", ops, np.float64)
     _check_kernel("K4", [splyce.asarray(B), splyce.asarray(B * 2)], np.float64)
+
+
+def test_kernel_allocated_buffers_are_freed_exactly_once(monkeypatch):
+    import gc
+
+    from splyce.lowering import runtime
+
+    freed = []
+
+    class CountingLibc:
+        def free(self, address):
+            freed.append(address)
+            real.free(address)
+
+    real = runtime._libc
+    monkeypatch.setattr(runtime, "_libc", CountingLibc())
+    f = splyce.jit(lambda x, y: x * y, vectorize=False)
+    a, b = _random_csr(30, 40, 0.3, 1), _random_csr(30, 40, 0.3, 2)
+    result = f(a, b)                       # a CSR result: pos, crd and values allocated by the kernel
+    data_copy = result.data.copy()
+    assert freed == []                     # still in use: the scipy array views the kernel's buffers
+    del result
+    gc.collect()
+    assert len(freed) == 3 and len(set(freed)) == 3
+    again = f(a, b)
+    np.testing.assert_array_equal(again.data, data_copy)
