@@ -62,6 +62,12 @@ def _as_dense(x) -> np.ndarray:
 def _as_format(x, fmt: Format, name: str) -> Checked:
     """``x`` as a SparseTensor in ``fmt``, keeping its index width (scipy's int32 stays int32). ``asarray``
     validates it, so it is marked as checked for the kernel call."""
+    fam = _family(x)
+    if fam.startswith("scipy") and fmt.ndim == 2 and getattr(x, "format", None) in ("csr", "csc"):
+        # scipy's own CSR <-> CSC conversion is a linear-time counting transpose; ours sorts
+        wanted_kind = "csr" if fmt.order == (0, 1) else "csc"
+        if x.format != wanted_kind:
+            x = x.tocsr() if wanted_kind == "csr" else x.tocsc()
     t = asarray(x, name=name)
     wanted = fmt.with_widths(t.format.pos_width, t.format.crd_width) if fmt.ndim == t.ndim else fmt
     return Checked(t if t.format == wanted else asarray(t, format=wanted, name=name))
