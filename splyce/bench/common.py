@@ -168,7 +168,8 @@ def measure(candidates: dict[str, Callable[[], object]], reference: Callable[[],
             cfg: Config, desc: str = "", rtol: dict | float = 1e-9, bar=None) -> dict[str, Timing]:
     """Warm up and check every candidate, then time them in interleaved repeats.
 
-    ``candidates`` maps a name to a zero-argument callable; ``reference`` is the expected dense result (or a
+    ``candidates`` maps a name to a zero-argument callable, or to a ``(setup, run)`` pair: ``setup()`` runs
+    untimed before every call (e.g. allocating and zeroing an output) and ``run(setup())`` is timed; ``reference`` is the expected dense result (or a
     callable producing it). ``rtol`` may be a per-candidate dict (e.g. looser for fast-math variants).
     """
     ref = reference() if callable(reference) else reference
@@ -178,8 +179,9 @@ def measure(candidates: dict[str, Callable[[], object]], reference: Callable[[],
         bar = _progress(len(candidates) * (cfg.n_repeats + 1), desc, cfg)
     try:
         for name, run in candidates.items():   # warm-up (compiles) and check, before any timing
+            state = run[0]() if isinstance(run, tuple) else None
             t0 = time.perf_counter()
-            result = run()
+            result = run[1](state) if isinstance(run, tuple) else run()
             timings[name].first_call = time.perf_counter() - t0
             tol = rtol.get(name, 1e-9) if isinstance(rtol, dict) else rtol
             check(f"{desc} {name}".strip(), result, ref, rtol=tol)
@@ -187,11 +189,12 @@ def measure(candidates: dict[str, Callable[[], object]], reference: Callable[[],
             bar.update(1)
         for _ in range(cfg.n_repeats):              # interleaved: every candidate once per repeat
             for name, run in candidates.items():
+                state = run[0]() if isinstance(run, tuple) else None   # untimed setup
                 gc.collect()
                 t0 = time.perf_counter()
-                result = run()
+                result = run[1](state) if isinstance(run, tuple) else run()
                 timings[name].times.append(time.perf_counter() - t0)
-                del result
+                del result, state
                 bar.update(1)
     finally:
         if own_bar:
