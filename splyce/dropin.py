@@ -101,14 +101,16 @@ def _wrap_sparse(result, family):
     return result
 
 
-def _dense_to_csr(block: np.ndarray, dtype):
-    """CSR parts of a dense block, dropping zeros (as scipy's product does)."""
+def _dense_to_csr(block: np.ndarray, index_dtype=np.int64):
+    """CSR parts ``(data, indices, indptr)`` of a dense block, dropping zeros (as scipy's product does)."""
+    from .lowering import native_compress
+
+    if native_compress.supported(block.dtype):
+        return native_compress.dense_to_csr(block, index_dtype)
     mask = block != 0
-    counts = np.count_nonzero(mask, axis=1)
-    indptr = np.zeros(block.shape[0] + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    indices = np.nonzero(mask)[1]
-    return block[mask].astype(dtype, copy=False), indices, indptr
+    indptr = np.zeros(block.shape[0] + 1, dtype=index_dtype)
+    np.cumsum(np.count_nonzero(mask, axis=1), out=indptr[1:])
+    return block[mask], np.nonzero(mask)[1].astype(index_dtype, copy=False), indptr
 
 
 def _index_dtype(nnz: int, n: int):
@@ -147,7 +149,7 @@ def matmul(a, b, *, out_format=None):
 def _dense_out(out, family, want_sparse):
     if not want_sparse or np.ndim(out) != 2:
         return out
-    parts = _dense_to_csr(out, out.dtype)
+    parts = _dense_to_csr(out, _index_dtype(out.size, max(out.shape)))
     return _sparse_result(parts, out.shape, out.dtype, family)
 
 
@@ -175,11 +177,11 @@ def _sparse_sparse_matmul(a, b, sa, sb, family, want_sparse):
         raise MemoryError(f"matmul: a dense {m}x{n} result does not fit the dense block budget; "
                           "request a sparse result")
     if rows >= m:
-        parts = _dense_to_csr(_kernel("matmul", _mm)(A, B), dtype)
+        parts = _dense_to_csr(_kernel("matmul", _mm)(A, B), _index_dtype(m * n, max(m, n)))
     else:
         parts = _blocked_gustavson(A, B, rows, dtype)
-    idx = _index_dtype(len(parts[0]), max(m, n))
-    parts = (parts[0], parts[1].astype(idx, copy=False), parts[2].astype(idx, copy=False))
+        idx = _index_dtype(len(parts[0]), max(m, n))
+        parts = (parts[0], parts[1].astype(idx, copy=False), parts[2].astype(idx, copy=False))
     return _sparse_result(parts, (m, n), dtype, family)
 
 
@@ -199,7 +201,7 @@ def _blocked_gustavson(A: Checked, B: Checked, rows: int, dtype):
         block = SparseTensor.from_buffers((rows, A.shape[1]), A.format, (None, block_pos),
                                           (None, A.crd[1][lo:hi]), A.values[lo:hi], validate=False)
         dense = kernel(Checked(block), B)[: stop - start]
-        data, idx, ptr = _dense_to_csr(dense, dtype)
+        data, idx, ptr = _dense_to_csr(dense)
         datas.append(data)
         indices.append(idx)
         counts.append(np.diff(ptr))

@@ -58,3 +58,23 @@ def test_large_canonical_csr_is_checked_by_the_native_scan():
     big = sps.random_array((2000, 2000), density=0.05, format="csr", random_state=0)
     t = splyce.asarray(big)
     assert native_validation.buffers_ok(t.shape, t.format, t.pos, t.crd, t.values)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_native_dense_to_csr_matches_numpy(dtype, index_dtype):
+    from splyce.lowering.native_compress import dense_to_csr
+
+    rng = np.random.default_rng(1)
+    block = rng.random((37, 53)).astype(dtype)
+    block[block < 0.6] = 0
+    block[0, :5] = [np.nan, -0.0, 0.0, np.inf, -np.inf]
+    block[3] = 0                                     # an empty row
+    data, indices, indptr = dense_to_csr(block, index_dtype)
+    mask = block != 0
+    assert indices.dtype == indptr.dtype == np.dtype(index_dtype) and data.dtype == dtype
+    np.testing.assert_array_equal(indptr, np.concatenate([[0], np.cumsum(mask.sum(axis=1))]))
+    np.testing.assert_array_equal(indices, np.nonzero(mask)[1])
+    np.testing.assert_array_equal(data, block[mask])
+    empty = dense_to_csr(np.zeros((0, 4), dtype=dtype))
+    assert [len(x) for x in empty] == [0, 0, 1]

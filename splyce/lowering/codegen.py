@@ -197,3 +197,17 @@ def _check_runnable(target: Target) -> None:
             f"cannot run code compiled for {target.cpu!r} on this machine ({host_target().cpu}): "
             f"it lacks {', '.join(target.missing_features()) or 'the target triple'}; "
             "lower(...).as_text('asm') still shows the code")
+
+def compile_host_helpers(llvm_ir: str, signatures: dict) -> dict:
+    """Hand-written LLVM IR helpers (validation, compression) compiled for the host at O3: returns
+    ``{name: ctypes function}`` for each ``signatures[name]`` (a ``ctypes.CFUNCTYPE``). The functions keep
+    their compiled module alive."""
+    target = host_target()
+    module, tm = optimize(llvm_ir, target, CodegenOptions(opt_level=3))
+    compiled = load(module, tm, target)
+    functions = {}
+    for name, signature in signatures.items():
+        fn = signature(compiled.function_address(name))
+        fn.keepalive = compiled
+        functions[name] = fn
+    return functions

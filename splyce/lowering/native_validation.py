@@ -84,17 +84,12 @@ _SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, c
 @functools.cache
 def _scanner(pos_bits: int, crd_bits: int, rule: str):
     """Compile one variant on first use (~20 ms), once per process."""
-    from . import codegen
+    from .codegen import compile_host_helpers
 
     name = f"splyce_check_p{pos_bits}_c{crd_bits}_{rule}"
     text = _TEMPLATE.format(name=name, p=pos_bits, c=crd_bits, order=_ORDER[rule],
                             p_ext=_extend(pos_bits), c_ext=_extend(crd_bits))
-    target = codegen.host_target()
-    module, tm = codegen.optimize(text, target, codegen.CodegenOptions(opt_level=3))
-    compiled = codegen.load(module, tm, target)
-    fn = _SIGNATURE(compiled.function_address(name))
-    fn.keepalive = compiled
-    return fn
+    return compile_host_helpers(text, {name: _SIGNATURE})[name]
 
 
 def _extend(bits: int) -> str:
