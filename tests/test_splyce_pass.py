@@ -170,6 +170,48 @@ def test_k3_innermost_loop_is_the_l_coiteration(ctx):
     assert not re.search(r"memref\.load %\w+\[%\w+, %\w+\] : memref<5x4xf64>", text)
 
 
+def _direct_loads(op) -> list[str]:
+    """Types of the memref.load ops directly in ``op``'s body (not in nested regions)."""
+    return [str(inner.operation.operands[0].type) for region in op.regions for block in region.blocks
+            for inner in block.operations if inner.operation.name == "memref.load"]
+
+
+@pytest.mark.parametrize("kernel", ["k1", "k2"])
+def test_fiber_bounds_hoisted_out_of_the_j_loop(ctx, kernel):
+    """K1: B's fiber bounds pos[i], pos[i+1] are loaded once per i, not per (i, j): the stores in the
+    loop write a floating-point array, which cannot be the index array read."""
+    module = stage1(kernel_text(kernel))
+    run_splyce_pass(module, SplyceOptions())
+    (fast,) = fast_lanes(module)
+    inner = fast.operation.parent
+    outer = inner.parent
+    if kernel == "k1":
+        assert inner.name == "scf.for" and outer.name == "scf.for"
+        assert sum("i32" in t for t in _direct_loads(inner)) == 2  # C's bounds (depend on j)
+        assert sum("i32" in t for t in _direct_loads(outer)) == 2  # B's bounds, hoisted
+    else:  # K2: c's bounds pos[0], pos[1] leave the i loop; B's (pos[i], pos[i+1]) stay
+        assert inner.name == "scf.for"
+        assert sum("i32" in t for t in _direct_loads(inner)) == 2
+
+
+def test_fiber_bounds_not_hoisted_past_a_store_to_them(ctx):
+    from splyce.lowering.splyce_pass import _loop_may_write
+
+    module = stage1(kernel_text("k1"))
+    run_splyce_pass(module, SplyceOptions())
+    (fast,) = fast_lanes(module)
+    inner = fast.operation.parent
+    load = next(op for op in inner.regions[0].blocks[0].operations if op.operation.name == "memref.load"
+                and "i32" in str(op.operation.operands[0].type))
+    assert not _loop_may_write(inner.opview, load)
+    # a store of i32 to an argument in the loop: may alias the index array
+    with ir.InsertionPoint(load):
+        from mlir.dialects import arith, memref
+        mem, idx = load.operation.operands[0], load.operation.operands[1]
+        memref.store(arith.constant(ir.IntegerType.get_signless(32), 0), mem, [idx])
+    assert _loop_may_write(inner.opview, load)
+
+
 @pytest.mark.parametrize("width", [2, 4, 8, 16])
 def test_vector_width(ctx, width):
     module = stage1(kernel_text("k1"))

@@ -80,6 +80,127 @@ def _counters_in(func) -> ir.Value:
         return memref.get_global(ir.MemRefType.get([2], i64), PROFILE_COUNTERS_SYMBOL)
 
 
+# ------------------------------------------------------------------ hoisting of the fiber bounds
+_VIEW_OPS = ("memref.subview", "memref.cast", "memref.reinterpret_cast", "memref.expand_shape",
+             "memref.collapse_shape", "memref.view")
+_STORE_OPS = {"memref.store": 1, "vector.store": 1, "vector.maskedstore": 0, "vector.scatter": 0,
+              "vector.transfer_write": 1}
+_PURE_PREFIXES = ("arith.", "math.", "scf.", "vector.", "llvm.extractvalue", "llvm.insertvalue",
+                  "llvm.mlir.poison", "llvm.mlir.undef", "llvm.mlir.constant", "memref.load", "memref.dim",
+                  "memref.alloca", "memref.get_global", "memref.extract_strided_metadata") + _VIEW_OPS
+
+
+def _memref_root(value):
+    """(kind, identity) of the buffer a memref value views: a function argument, a global or a local."""
+    while True:
+        owner = value.owner
+        if isinstance(owner, ir.Block):
+            return ("arg", ir.BlockArgument(value).arg_number)
+        name = owner.operation.name
+        if name in _VIEW_OPS:
+            value = owner.operation.operands[0]
+            continue
+        if name == "memref.get_global":
+            return ("global", str(owner.operation.attributes["name"]))
+        if name in ("memref.alloca", "memref.alloc"):
+            return ("local", owner.operation)
+        return ("unknown", owner.operation)
+
+
+def _loop_may_write(loop, load) -> bool:
+    """Whether anything in ``loop`` may write the buffer ``load`` reads. Stores to locals and globals do
+    not alias function arguments; stores of another element type to another argument are taken as not
+    aliasing (an index array and a value array are never the same buffer); unknown ops may write."""
+    mem = load.operation.operands[0]
+    root = _memref_root(mem)
+    if root[0] != "arg":
+        return True
+    et = str(ir.MemRefType(mem.type).element_type)
+
+    def visit(op) -> bool:
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    name = inner.operation.name
+                    if name in _STORE_OPS:
+                        target = inner.operation.operands[_STORE_OPS[name]]
+                        troot = _memref_root(target)
+                        if troot[0] == "unknown" or troot == root:
+                            return True
+                        if troot[0] == "arg" and str(ir.MemRefType(target.type).element_type) == et:
+                            return True
+                    elif not name.startswith(_PURE_PREFIXES):
+                        return True
+                    if visit(inner.operation):
+                        return True
+        return False
+
+    return visit(loop.operation)
+
+
+def _const_index(value):
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.operation.name != "arith.constant":
+        return None
+    attr = owner.operation.attributes["value"]
+    return attr.value if isinstance(attr, ir.IntegerAttr) else None
+
+
+def _runs_at_least_once(loop) -> bool:
+    if loop.operation.name != "scf.for":
+        return False
+    lb, ub = (_const_index(v) for v in list(loop.operation.operands)[:2])
+    return lb is not None and ub is not None and lb < ub
+
+
+def hoist_fiber_bounds(match: Coiteration) -> int:
+    """Move the loads of the two fibers' start and end positions (and their casts) out of enclosing
+    ``scf.for`` loops whose trip count is a positive constant, as far out as their indices allow, when
+    the loops cannot write the position arrays. The sparsifier reloads ``pos[i]`` and ``pos[i+1]`` for
+    every ``j``; hoisted, the fast lane's "n coordinates left" test of B is loop-invariant in the j loop,
+    so the common short-fiber case costs one well-predicted branch. Returns the number of ops moved."""
+    w = match.while_op
+    inits = list(w.operation.operands)
+    chains = []
+    for value in [inits[p] for p in match.cursor_pos] + list(match.bounds):
+        chain = []
+        while not isinstance(value.owner, ir.Block) and value.owner.operation.name in (
+                "arith.extui", "arith.extsi", "arith.index_cast", "arith.index_castui"):
+            chain.append(value.owner)
+            value = value.owner.operation.operands[0]
+        if isinstance(value.owner, ir.Block) or value.owner.operation.name != "memref.load":
+            continue
+        chain.append(value.owner)
+        chains.append(list(reversed(chain)))  # load first
+    moved = 0
+    for chain in chains:
+        load = chain[0]
+        while True:
+            loop = chain[0].operation.parent
+            if loop is None or loop.name != "scf.for" or not _runs_at_least_once(loop.opview):
+                break
+            if chain[0].operation.parent != chain[-1].operation.parent:
+                break
+            if any(not _defined_outside_op(v, loop) for v in load.operation.operands):
+                break
+            if _loop_may_write(loop, load):
+                break
+            for op in chain:
+                op.operation.move_before(loop)
+                moved += 1
+    return moved
+
+
+def _defined_outside_op(value, loop) -> bool:
+    owner = value.owner
+    op = owner.owner if isinstance(owner, ir.Block) else owner.operation
+    while op is not None:
+        if op == loop:
+            return False
+        op = op.parent
+    return True
+
+
 def _describe(match: Coiteration, options: SplyceOptions, builder: FastLaneBuilder) -> str:
     crd = str(match.crd_type)
     text = f"{match.kind} {match.element_type} {crd}-crd n={options.vector_width} config {options.phases}"
@@ -111,6 +232,7 @@ def run_splyce_pass(module: ir.Module, options: SplyceOptions) -> list[LoopDecis
                 if isinstance(match, Decline):
                     decisions.append(LoopDecision(name, index, False, match.reason))
                     continue
+                hoist_fiber_bounds(match)
                 builder = FastLaneBuilder(match, plan)
                 builder.build()
                 if counters is not None:
