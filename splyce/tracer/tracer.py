@@ -169,7 +169,9 @@ def contract(nodes: list[Node], inputs: list[str], output: str, *, scale=None, o
     elementwise = all(subs == output for subs in inputs) and len(nodes) >= 2
     sparse_like = [n.type.format for n in nodes if n.type.is_sparse]
     fmt = _resolve_format(out_format, elementwise and bool(sparse_like), sparse_like, len(output))
-    dtype = result_dtype(*[n.type.dtype for n in nodes], *([_scalar_dtype(scale)] if scale is not None else []))
+    dtype = result_dtype(*[n.type.dtype for n in nodes])
+    if scale is not None and _scalar_dtype(scale) == "float64" and not dtype.startswith("float"):
+        dtype = "float64"   # NumPy 2 (NEP 50): a Python scalar is weak; it only turns ints into floats
     shape = tuple(sizes[c] for c in output)
     params = ContractParams(tuple(inputs), output, scale)
     return Tracer(Node("contract", tuple(nodes), (params,), TensorType(shape, dtype, fmt)))
