@@ -55,10 +55,8 @@ class Kernel:
         self._compiled = lowering.load()
         from .lowering.to_mlir import ENTRY
 
-        n_inputs = sum(len(arguments.flatten(t, _Placeholder(t))) for t in self.trace.inputs)
         dense_out = [o for o in self.trace.outputs if not o.type.is_sparse]
         input_ranks = tuple(_input_ranks(self.trace.inputs)) + tuple(o.type.ndim for o in dense_out)
-        assert len(input_ranks) == n_inputs + len(dense_out)
         self._call = runtime.KernelCall(
             self._compiled.function_address("_mlir_ciface_" + ENTRY), input_ranks, lowering.result_ranks,
             n_indices=2 if lowering.outer_extent is not None else 0)
@@ -109,18 +107,6 @@ class Kernel:
         return results
 
 
-class _Placeholder:
-    """Stands in for an operand when only the number of its buffers matters."""
-
-    def __init__(self, t: TensorType):
-        fmt = t.format
-        if t.is_sparse:
-            self.format = fmt
-            self.pos = [None] * fmt.ndim
-            self.crd = [None] * fmt.ndim
-            self.values = None
-
-
 def _outer_chunks(extent: int, threads: int, inputs, values) -> list[tuple[int, int]]:
     """Split the outer loop's rows [0, extent) into at most ``threads`` contiguous chunks with about equal
     nonzeros, counted in the first sparse operand whose first level is dense over ``extent`` rows (equal row
@@ -154,6 +140,7 @@ def _pool(chunks: int) -> ThreadPoolExecutor:
 
 
 def _input_ranks(inputs):
+    """The rank of each memref the entry point takes for the inputs (a sparse operand: 1-D buffers)."""
     for t in inputs:
         if not t.is_sparse:
             yield t.ndim
