@@ -7,9 +7,11 @@ SIMD (vector dialect) or unrolled scalar form:
    0..n-1 lanes (SIMD) or n*n scalar ``cmpi eq`` (scalar); per B lane: matched?, and the matched C value.
 2. the guarded body, re-materialized per lane without branches: accumulators take
    ``select(matched, new, old)`` lane by lane (the scalar loop's order of additions), or an ordered
-   ``vector.reduction <add>`` of ``select(mask, term, -0.0)`` (SIMD). Per-lane loads and stores go through
-   a selected *address*: the real element when the lane matched, else a one-element scratch buffer
-   (alloca'd once at function entry), so unmatched lanes never touch the output.
+   ``vector.reduction <add>`` of ``select(mask, term, -0.0)`` (SIMD). Scalar per-lane loads and stores go
+   through a selected *address*: the real element when the lane matched, else a one-element scratch
+   buffer (alloca'd once at function entry), so unmatched lanes never touch the output. In SIMD form,
+   loads and stores indexed by the coordinate (innermost, unit stride) are one masked ``vector.gather`` /
+   ``vector.scatter`` under the match mask (B's coordinates in one vector are distinct: no conflicts).
 3. pointer advance past the pivot ``min(last B coordinate, last C coordinate)``: the number of lanes
    whose coordinate is ``<=`` the pivot, as a tree of scalar compares or a vector compare + reduction.
 
@@ -419,6 +421,13 @@ class FastLaneBuilder:
             if name == "memref.load":
                 if all(kind == "s" for kind, _ in entries):
                     vmap[res0] = ("s", memref.load(entries[0][1], [v for _, v in entries[1:]]))
+                elif self._gather_ok(entries[0][1], entries[1:]):  # masked gather at the coordinates
+                    vt = _vtype(n, res0.type)
+                    base, offsets, idx = self._gather_parts(entries[0][1], entries[1:])
+                    zeros = arith.constant(vt, ir.DenseElementsAttr.get_splat(
+                        vt, ir.FloatAttr.get(res0.type, 0.0) if isinstance(res0.type, ir.FloatType)
+                        else ir.IntegerAttr.get(res0.type, 0)))
+                    vmap[res0] = ("v", vector.gather(vt, base, offsets, idx, mask, zeros))
                 else:  # indexed by the coordinate: one scalar load per lane (unmatched: scratch), packed
                     matched = st["matched"].scalars()
                     loads = []
@@ -427,6 +436,10 @@ class FastLaneBuilder:
                         addr = self._lane_address(matched[i], mem, idx, casts, False) or (mem, idx)
                         loads.append(memref.load(addr[0], addr[1]))
                     vmap[res0] = ("v", vector.from_elements(_vtype(n, res0.type), loads))
+                continue
+            if name == "memref.store" and self._gather_ok(entries[1][1], entries[2:]):
+                base, offsets, idx = self._gather_parts(entries[1][1], entries[2:])
+                vector.scatter(None, base, offsets, idx, mask, as_vec(entries[0]))
                 continue
             if name == "memref.store":
                 matched = st["matched"].scalars()
@@ -460,6 +473,25 @@ class FastLaneBuilder:
             fm = _reassoc() if p.fast_math else None
             accs[pos] = vector.reduction(et, kind_add, prod, acc=args[pos], fastmath=fm)
         return accs
+
+    @staticmethod
+    def _gather_ok(mem, entries) -> bool:
+        """A memref access ``mem[s.., v]`` (lane-uniform outer indices, per-lane innermost index) into a
+        memref whose innermost dimension has unit stride: one masked vector.gather / vector.scatter."""
+        mt = mem.type
+        if not isinstance(mt, ir.MemRefType) or mt.rank != len(entries) or mt.rank < 1:
+            return False
+        if [k for k, _ in entries[:-1]] != ["s"] * (len(entries) - 1) or entries[-1][0] != "v":
+            return False
+        try:
+            strides, _ = mt.get_strides_and_offset()
+        except Exception:
+            return False
+        return strides[-1] == 1
+
+    @staticmethod
+    def _gather_parts(mem, entries):
+        return mem, [v for _, v in entries[:-1]] + [_index(0)], entries[-1][1]
 
     # -------------------------------------------------------------------------------------- phase 3
     def _phase3(self, st):
