@@ -24,10 +24,28 @@ def to_index_array(arr: np.ndarray, width: int, what: str, name: str = "tensor")
     return np.ascontiguousarray(arr, dtype=dtype)
 
 
-def _sort_and_sum(lvl_coords: list[np.ndarray], values: np.ndarray):
-    """Sort entries lexicographically by level coordinates and sum duplicates (as scipy's sum_duplicates)."""
+def _linear_key(lvl_coords: list[np.ndarray], lvl_shape: list[int]) -> np.ndarray | None:
+    """One int64 per entry ordering entries like their level-coordinate tuples (None if it would overflow)."""
+    if not lvl_coords or int(np.prod([max(n, 1) for n in lvl_shape], dtype=object)) >= 2**63:
+        return None
+    key = lvl_coords[0].astype(np.int64, copy=True)
+    for c, n in zip(lvl_coords[1:], lvl_shape[1:]):
+        key *= n
+        key += c
+    return key
+
+
+def _sort_and_sum(lvl_coords: list[np.ndarray], values: np.ndarray, lvl_shape: list[int] | None = None):
+    """Sort entries lexicographically by level coordinates and sum duplicates (as scipy's sum_duplicates).
+    Entries already sorted and unique (pydata COO, most inputs) are detected in one pass and kept."""
     if len(values) > 1:
-        perm = np.lexsort(lvl_coords[::-1])
+        key = _linear_key(lvl_coords, lvl_shape) if lvl_shape is not None else None
+        if key is not None:
+            if (key[1:] > key[:-1]).all():
+                return lvl_coords, values
+            perm = np.argsort(key, kind="stable")
+        else:
+            perm = np.lexsort(lvl_coords[::-1])
         lvl_coords = [c[perm] for c in lvl_coords]
         values = values[perm]
         new = np.zeros(len(values), dtype=bool)
@@ -52,7 +70,7 @@ def pack(shape: tuple[int, ...], fmt: Format, coords, values: np.ndarray, *, sor
     lvl_shape = [shape[d] for d in fmt.order]
     values = np.asarray(values)
     if not sorted_unique:
-        lvl_coords, values = _sort_and_sum(lvl_coords, values)
+        lvl_coords, values = _sort_and_sum(lvl_coords, values, lvl_shape)
     nnz = len(values)
     pos, crd = [None] * fmt.ndim, [None] * fmt.ndim
     parent = np.zeros(nnz, dtype=np.int64)   # each entry's position in the current level

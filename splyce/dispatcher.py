@@ -20,7 +20,7 @@ import numpy as np
 from . import disk_cache
 from .lowering import arguments, runtime
 from .lowering.arguments import Static
-from .lowering.compiler import CompileOptions, Lowering, lower
+from .lowering.compiler import DEFAULT_PHASES, CompileOptions, Lowering, lower
 from .tensor import SparseTensor
 from .tracer.ir import Node, TensorType, Trace
 from .tracer.tracer import Tracer, TraceError
@@ -166,8 +166,8 @@ def _sparse_result(t: TensorType, bufs: list[np.ndarray]):
 class Jitted:
     """A jitted function. Call it like the original; ``lower(*args)`` shows the IR of every stage."""
 
-    def __init__(self, fun, *, vectorize=True, vector_width=4, phases=5, fast_math=False, target="native",
-                 out_format=None, slp=None, profile=False, threads=1):
+    def __init__(self, fun, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast_math=False,
+                 target="native", out_format=None, slp=None, profile=False, threads=1):
         if not callable(fun):
             raise TypeError(f"splyce.jit needs a callable, got {type(fun).__name__}")
         self.fun = fun
@@ -385,7 +385,7 @@ def _unflatten(tree, results):
     return kind(results)
 
 
-def jit(fun=None, *, vectorize=True, vector_width=4, phases=5, fast_math=False, target="native",
+def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast_math=False, target="native",
         out_format=None, slp=None, threads=1):
     """Compile ``fun`` (a function of sparse / dense tensors) on first call per input signature.
 

@@ -68,6 +68,8 @@ def _as_format(x, fmt: Format, name: str) -> Checked:
         wanted_kind = "csr" if fmt.order == (0, 1) else "csc"
         if x.format != wanted_kind:
             x = x.tocsr() if wanted_kind == "csr" else x.tocsc()
+    if fam == "pydata":   # one conversion, straight into the wanted format (int64 coordinates: widths 64)
+        return Checked(asarray(x, format=fmt.with_widths(64, 64), name=name))
     t = asarray(x, name=name)
     wanted = fmt.with_widths(t.format.pos_width, t.format.crd_width) if fmt.ndim == t.ndim else fmt
     return Checked(t if t.format == wanted else asarray(t, format=wanted, name=name))
@@ -305,15 +307,41 @@ class _Einsum:
         return hash(("einsum", self.subscripts))
 
 
+def _rowwise_format(subs: str, order: list[str]) -> Format:
+    """The operand's levels in the global loop order: dense outermost, compressed below (CSR / CSF-like)."""
+    from .formats import Level
+
+    perm = tuple(sorted(range(len(subs)), key=lambda d: order.index(subs[d])))
+    kinds = ("compressed",) if len(subs) == 1 else ("dense",) + ("compressed",) * (len(subs) - 1)
+    return Format(tuple(Level(k) for k in kinds), perm)
+
+
 def einsum(subscripts, *operands, out_format=None):
-    """NumPy's einsum on sparse and dense operands (no ellipses; up to 4 operands of rank up to 4)."""
+    """NumPy's einsum on sparse and dense operands (no ellipses; up to 4 operands of rank up to 4).
+
+    Loops run in the order the indices first appear, and every sparse operand is stored in that order
+    (CSR / CSF-like), so each index is iterated from one operand and looked up in the others: a row-wise
+    (Gustavson-style) product with dense accumulation, no intersection where the expression needs none.
+    """
+    from .tracer.tracer import parse_einsum
+
     if all(_family(x) == "numpy" for x in operands):
         return np.einsum(subscripts, *operands)
     family = _sparse_family(*operands)
-    ops = [np.ascontiguousarray(x) if _family(x) == "numpy" else Checked(asarray(x, name=f"operand {i}"))
-           for i, x in enumerate(operands)]
+    inputs, _ = parse_einsum(subscripts, len(operands))
+    order = list(dict.fromkeys("".join(inputs)))
+    ops = []
+    for i, (x, subs) in enumerate(zip(operands, inputs)):
+        if _family(x) == "numpy":
+            ops.append(np.ascontiguousarray(x))
+        else:
+            ops.append(_as_format(x, _rowwise_format(subs, order), f"operand {i}"))
     out = _kernel("einsum:" + subscripts, _Einsum(subscripts), out_format)(*ops)
     if isinstance(out, np.ndarray):
+        if family == "pydata" and out.ndim:
+            import sparse
+
+            return sparse.COO.from_numpy(out)      # NumPy's einsum on pydata arrays returns theirs
         return out
     if np.ndim(out) == 2 and hasattr(out, "tocsr"):
         return _wrap_sparse(out, family)

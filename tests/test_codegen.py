@@ -19,9 +19,10 @@ def _vector_to_gpr(asm: str) -> int:
     return len(re.findall(r"vpextr[qd]\s|vmovq\s+%xmm\d+, %r|vmovd\s+%xmm\d+, %e", asm))
 
 
+@pytest.mark.parametrize("phases", [5, 7])
 @pytest.mark.parametrize("target", ["avx2", "avx512"])
-def test_configuration_5_keeps_the_pointer_advance_in_scalar_registers(target):
-    asm = _asm(target)
+def test_scalar_pointer_advance_stays_in_general_purpose_registers(target, phases):
+    asm = _asm(target, phases=phases)
     assert re.search(r"vpcmpeq[dq]", asm), "phase 1 (all-pairs compare) should be SIMD"
     assert re.search(r"vperm|vpshufd|valign|vpalignr|vshuf", asm), "the rotations should be shuffles"
     assert _vector_to_gpr(asm) == 0
@@ -30,7 +31,12 @@ def test_configuration_5_keeps_the_pointer_advance_in_scalar_registers(target):
 def test_slp_on_packs_the_cursors_into_vector_registers():
     # the measured cost this avoids (TOOLCHAIN.md): LLVM's SLP vectorizer moves the two cursor advances
     # into one xmm register and extracts them for every load
-    assert _vector_to_gpr(_asm("avx512", slp=True)) > 0
+    assert _vector_to_gpr(_asm("avx512", phases=5, slp=True)) > 0
+
+
+def test_default_configuration_multiplies_in_simd():
+    # the default (7): SIMD load / compare and multiply-accumulate (an ordered reduction), scalar advance
+    assert re.search(r"\bvmulpd\b", _asm("avx2"))
 
 
 def test_plain_sparsifier_has_no_all_pairs_compare():

@@ -16,6 +16,12 @@ from .codegen import Target
 from .to_mlir import ENTRY, LoweringError, lower_trace
 from ..tracer.ir import Trace
 
+# The fast lane's phases in SIMD (KERNELS.md numbering). The paper found 5 (SIMD load/compare, scalar
+# multiply-accumulate and pointer advance) best on Sapphire Rapids; re-measured on this project's machines
+# (AMD Zen 5, both AVX-512 and AVX2 code), 7 (SIMD multiply-accumulate too, with an ordered, bit-exact
+# reduction; scalar pointer advance) is faster on K1, K3, K5 (and K2 with AVX2 code): see README.
+DEFAULT_PHASES = 7
+
 STAGES = ("trace", "linalg", "scf", "splyce", "llvm", "asm")
 
 
@@ -32,7 +38,7 @@ class CompileOptions:
 
     vectorize: bool = True
     vector_width: int = 4
-    phases: int = 5
+    phases: int = DEFAULT_PHASES
     fast_math: bool = False
     target: Target | None = None
     slp: bool | None = None      # LLVM SLP vectorizer; None: off where the Splyce pass built a fast lane
