@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..lowering.compiler import DEFAULT_PHASES
 from .common import Config, Result, _progress, measure
 
 WIDTHS = (2, 4, 8, 16)
@@ -44,7 +45,7 @@ def run(cfg: Config) -> Result:
                              "speedup_vs_baseline": base / m})
     finally:
         bar.close()
-    note = f"K1 SpGEMM, N = {n}, default phases (5), strict math; median of {cfg.n_repeats} interleaved repeats."
+    note = f"K1 SpGEMM, N = {n}, default phases ({DEFAULT_PHASES}), strict math; median of {cfg.n_repeats} interleaved repeats."
     return Result("width", "Vector width vs density, K1 (paper Figure 12)", COLUMNS, rows, note, plot=_plot)
 
 
