@@ -288,3 +288,13 @@ def test_kernel_allocated_buffers_are_freed_exactly_once(monkeypatch):
     assert len(freed) == 3 and len(set(freed)) == 3
     again = f(a, b)
     np.testing.assert_array_equal(again.data, data_copy)
+
+
+def test_strided_and_big_endian_dense_operands_are_read_correctly():
+    a = _random_csr(6, 8, 0.5, 1)
+    dense = np.random.default_rng(0).random((16, 10))
+    f = splyce.jit(lambda x, y: x @ y, vectorize=False)
+    strided = dense[::2, ::2]                       # a view with non-unit strides
+    np.testing.assert_allclose(f(a, strided), a.toarray() @ strided)
+    big = dense[:8, :5].astype(">f8")               # non-native byte order
+    np.testing.assert_allclose(f(a, big), a.toarray() @ dense[:8, :5])

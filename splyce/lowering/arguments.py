@@ -19,6 +19,8 @@ from ..validation import validate
 from . import native_validation  # noqa: F401  (registers the native fast path of validation)
 
 SUPPORTED_DTYPES = ("float64", "float32", "int64", "int32")
+# dtype -> name by dict lookup: ``np.dtype.name`` is computed in Python on every access (slow per call)
+_NAMES = {np.dtype(name): name for name in SUPPORTED_DTYPES}
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ def _is_sparse_object(x) -> bool:
 
 
 def _check_dtype(dtype: np.dtype, name: str) -> None:
-    if dtype.name not in SUPPORTED_DTYPES:
+    if dtype not in _NAMES:
         raise TypeError(f"{name}: dtype {dtype} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}")
 
 
@@ -72,14 +74,14 @@ def prepare(x, name: str):
         wanted = kernel_format(x.format)
         if wanted != x.format:
             x = asarray(x, format=wanted, name=name)
-        return TensorType(x.shape, x.dtype.name, x.format), x
+        return TensorType(x.shape, _NAMES[x.dtype], x.format), x
     if _is_sparse_object(x):
         t = asarray(x, name=name)
         _check_dtype(t.dtype, name)
         wanted = kernel_format(t.format)
         if wanted != t.format:
             t = asarray(t, format=wanted, name=name)
-        return TensorType(t.shape, t.dtype.name, t.format), t
+        return TensorType(t.shape, _NAMES[t.dtype], t.format), t
     if isinstance(x, np.ndarray):
         return _dense(x, name)
     if isinstance(x, (numbers.Number, str, bytes, tuple, frozenset, type(None))) or _hashable(x):
@@ -96,14 +98,15 @@ def _hashable(x) -> bool:
 
 
 def _dense(x: np.ndarray, name: str):
-    _check_dtype(x.dtype, name)
+    _check_dtype(x.dtype.newbyteorder("="), name)
     if x.ndim == 0:
         raise ValueError(f"{name}: 0-d arrays are not tensors; pass a Python scalar instead")
     if x.ndim > 4:
         raise ValueError(f"{name}: tensors of rank up to 4 are supported, got rank {x.ndim}")
-    # Kernels are compiled for identity layouts: a strided view would be misread, so make it contiguous.
-    x = np.ascontiguousarray(x)
-    return TensorType(x.shape, x.dtype.name, None), x
+    # Kernels are compiled for identity layouts and native byte order: anything else would be misread,
+    # so make a contiguous, native copy where needed.
+    x = np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("="))
+    return TensorType(x.shape, _NAMES[x.dtype], None), x
 
 
 def flatten(t: TensorType, value) -> list[np.ndarray]:
