@@ -91,7 +91,9 @@ def loop_order(node_inputs: list[tuple[str, TensorType]], output: str) -> str:
         if not ready:
             raise LoweringError(
                 "no loop order fits the operands' storage orders "
-                + ", ".join(f"{s}:{t.format}" for s, t in node_inputs if t.is_sparse))
+                + ", ".join(f"{s}:{t.format}" for s, t in node_inputs if t.is_sparse)
+                + "; store them in compatible orders, e.g. splyce.asarray(b, format=a.format) before the call "
+                  "(the drop-ins splyce.add / multiply / einsum convert for you)")
         best = min(ready, key=rank.__getitem__)
         order.append(best)
         pending.remove(best)
