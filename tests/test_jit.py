@@ -298,3 +298,14 @@ def test_strided_and_big_endian_dense_operands_are_read_correctly():
     np.testing.assert_allclose(f(a, strided), a.toarray() @ strided)
     big = dense[:8, :5].astype(">f8")               # non-native byte order
     np.testing.assert_allclose(f(a, big), a.toarray() @ dense[:8, :5])
+
+
+def test_several_coiteration_loops_in_one_function_are_all_vectorized():
+    spec = KERNELS["K1"]
+    B, C = spec.operands(48, 0.2, seed=1)
+    fun = lambda b, c: (b @ c, splyce.einsum("ik,jk->ij", b, b))   # noqa: E731  two intersections
+    low = splyce.jit(fun).lower(B, C)
+    assert [d.vectorized for d in low.decisions] == [True, True]
+    assert low.as_text("splyce").count("splyce.fast_lane") >= 2
+    fast, plain = splyce.jit(fun)(B, C), splyce.jit(fun, vectorize=False)(B, C)
+    assert all(np.array_equal(x, y) for x, y in zip(fast, plain))
