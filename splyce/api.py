@@ -9,49 +9,34 @@ from .tracer import tracer as T
 from .tracer.tracer import Tracer
 
 
-def _traced(*operands) -> bool:
-    return any(isinstance(x, Tracer) for x in operands)
+def _binary(name: str, doc: str):
+    """``name(a, b, *, out_format=None)``: the tracer op on traced operands, else the drop-in."""
+    traced_op = getattr(T, name)
+
+    def op(a, b, *, out_format=None):
+        if isinstance(a, Tracer) or isinstance(b, Tracer):
+            return traced_op(a, b, out_format=out_format)
+        from . import dropin
+
+        return getattr(dropin, name)(a, b, out_format=out_format)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
 
 
-def matmul(a, b, *, out_format=None):
-    """``a @ b``. Traced: a contraction node. Concrete: see ``splyce.dropin.matmul``."""
-    if _traced(a, b):
-        return T.matmul(a, b, out_format=out_format)
-    from . import dropin
-
-    return dropin.matmul(a, b, out_format=out_format)
-
-
-def multiply(a, b, *, out_format=None):
-    """Elementwise product (sparse x sparse is an intersection; the default result is sparse)."""
-    if _traced(a, b):
-        return T.multiply(a, b, out_format=out_format)
-    from . import dropin
-
-    return dropin.multiply(a, b, out_format=out_format)
+matmul = _binary("matmul", "``a @ b``. Traced: a contraction node. Concrete: a drop-in for scipy's product "
+                           "(sparse @ sparse uses a row-wise Gustavson formulation).")
+multiply = _binary("multiply", "Elementwise product (sparse x sparse is an intersection; the default result is "
+                               "sparse, as scipy's ``multiply``).")
+add = _binary("add", "Elementwise sum (a union of sparse operands).")
+subtract = _binary("subtract", "Elementwise difference (a union of sparse operands).")
 
 
 def einsum(subscripts, *operands, out_format=None):
     """NumPy's einsum (no ellipses, up to 4 operands of rank up to 4)."""
-    if _traced(*operands):
+    if any(isinstance(x, Tracer) for x in operands):
         return T.einsum(subscripts, *operands, out_format=out_format)
     from . import dropin
 
     return dropin.einsum(subscripts, *operands, out_format=out_format)
-
-
-def add(a, b, *, out_format=None):
-    """Elementwise sum (a union of sparse operands)."""
-    if _traced(a, b):
-        return T.add(a, b, out_format=out_format)
-    from . import dropin
-
-    return dropin.add(a, b, out_format=out_format)
-
-
-def subtract(a, b, *, out_format=None):
-    if _traced(a, b):
-        return T.subtract(a, b, out_format=out_format)
-    from . import dropin
-
-    return dropin.subtract(a, b, out_format=out_format)
