@@ -176,8 +176,6 @@ class Jitted:
                                  fast_math=fast_math, slp=slp, profile=profile,
                                  threads=(os.cpu_count() or 1) if threads is None else threads)
         CompileOptions(**self._option_args)  # validate now, resolve the target lazily (no LLVM at import)
-        from .tracer.tracer import _check_out_format
-
         if out_format is not None and not isinstance(out_format, str) and not hasattr(out_format, "levels"):
             raise TypeError(f"out_format must be 'dense', 'sparse', a splyce.Format or None, got {out_format!r}")
         if isinstance(out_format, str) and out_format not in ("dense", "sparse"):

@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from .formats import CSC, CSR, SPARSE_VECTOR, Format, csf
+from .formats import CSC, CSR, SPARSE_VECTOR, csf
 from .tensor import asarray
 
 

@@ -79,7 +79,7 @@ def run(cfg: Config) -> Result:
                          "splyce_s": t["splyce"].median,
                          "speedup_vs_baseline": t["baseline"].median / t["splyce"].median,
                          "simd_share": simd_share(spec.fun, tuple(ops))})
-            del ops
+            ops = None  # free this density's operands before building the next
     finally:
         bar.close()
     worst = min(rows, key=lambda r: r["speedup_vs_baseline"])

@@ -195,7 +195,6 @@ def match_coiteration(while_op) -> Coiteration | Decline:
     eq_values = [None, None]
     both_value = None
     if_op = None
-    inc_values = [None, None]
     next_values = [None, None]
     yield_op = None
 

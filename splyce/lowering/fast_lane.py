@@ -205,7 +205,7 @@ class FastLaneBuilder:
         return fast
 
     def _body(self, args):
-        m, p, n = self.m, self.p, self.n
+        m, p = self.m, self.p
         pb, pc = args[m.cursor_pos[0]], args[m.cursor_pos[1]]
         lanes = self._phase1(pb, pc)
         new_accs = self._phase2(args, lanes)
@@ -381,12 +381,9 @@ class FastLaneBuilder:
 
     def _phase2_simd(self, args, st):
         m, p, n = self.m, self.p, self.n
-        after = m.while_op.after.blocks[0]
-        old_args = list(after.arguments)
         skip = {red.add_op.operation for red in m.reductions.values()}
         vmap = {}  # old value -> ("v", vector) or ("s", scalar)
         chain_vec = None
-        coord_cache = {}
         casts = {}
         mask = st["matched"].vec()
 
