@@ -21,9 +21,10 @@ from . import disk_cache
 from .lowering import arguments, runtime
 from .lowering.arguments import Static
 from .lowering.compiler import DEFAULT_PHASES, CompileOptions, Lowering, lower
+from .formats import Format
 from .tensor import SparseTensor
 from .tracer.ir import Node, TensorType, Trace
-from .tracer.tracer import Tracer, TraceError
+from .tracer.tracer import OUT_FORMATS, Tracer, TraceError
 
 # compiles: kernels built by the compiler; disk_hits: memory misses served by the disk cache instead.
 CacheInfo = namedtuple("CacheInfo", "hits misses currsize compiles disk_hits", defaults=(0,))
@@ -176,9 +177,7 @@ class Jitted:
                                  fast_math=fast_math, slp=slp, profile=profile,
                                  threads=(os.cpu_count() or 1) if threads is None else threads)
         CompileOptions(**self._option_args)  # validate now, resolve the target lazily (no LLVM at import)
-        if out_format is not None and not isinstance(out_format, str) and not hasattr(out_format, "levels"):
-            raise TypeError(f"out_format must be 'dense', 'sparse', a splyce.Format or None, got {out_format!r}")
-        if isinstance(out_format, str) and out_format not in ("dense", "sparse"):
+        if not (out_format is None or isinstance(out_format, Format) or out_format in OUT_FORMATS):
             raise ValueError(f"out_format must be 'dense', 'sparse', a splyce.Format or None, got {out_format!r}")
         self.out_format = out_format
         self._options = None
@@ -219,20 +218,18 @@ class Jitted:
     def __call__(self, *args, **kwargs):
         if kwargs:
             raise TypeError("jitted functions take positional arguments only")
-        key, specs, values = self._key(args)
-        kernel = self._cache.get(key)
-        if kernel is None:
-            kernel = self._compile(key, specs)
-        else:
-            with self._lock:
-                self.hits += 1
-        results = kernel.run(values)
-        return _unflatten(kernel.result_tree, results)
+        kernel, values = self.kernel_for(*args)
+        return _unflatten(kernel.result_tree, kernel.run(values))
 
     def kernel_for(self, *args) -> tuple[Kernel, list]:
         """The compiled kernel for these arguments (compiling on a miss) and the prepared operands."""
         key, specs, values = self._key(args)
-        return self._cache.get(key) or self._compile(key, specs), values
+        kernel = self._cache.get(key)
+        if kernel is None:
+            return self._compile(key, specs), values
+        with self._lock:
+            self.hits += 1
+        return kernel, values
 
     def accumulate(self, out: np.ndarray, *args) -> np.ndarray:
         """``out += f(*args)`` in place, for a function with one dense result: the kernel accumulates
@@ -354,16 +351,13 @@ def _store(lowering: Lowering, kernel: Kernel) -> None:
 
 def _with_format(node: Node, out_format) -> Node:
     """Apply the jit-level ``out_format`` to a result node."""
-    from .formats import Format
-    from .tracer.tracer import _resolve_format
+    from .tracer.tracer import _check_out_format, _resolve_format
 
     if node.op == "input":
         return node
+    out_format = _check_out_format(out_format, node.type.ndim)
     sparse_like = [a.type.format for a in node.args if a.type.is_sparse]
     fmt = _resolve_format(out_format, False, sparse_like, node.type.ndim)
-    if isinstance(out_format, Format) and out_format.ndim != node.type.ndim:
-        raise TraceError(f"out_format {out_format} has {out_format.ndim} levels, a result has rank "
-                         f"{node.type.ndim}")
     return Node(node.op, node.args, node.params, TensorType(node.type.shape, node.type.dtype, fmt))
 
 

@@ -43,20 +43,16 @@ def _family(x) -> str:
     sps = sys.modules.get("scipy.sparse")
     if sps is not None and sps.issparse(x):
         return "scipy-array" if isinstance(x, sps.sparray) else "scipy-matrix"
-    if type(x).__module__.split(".")[0] == "sparse" and hasattr(x, "coords") or hasattr(x, "compressed_axes"):
+    if type(x).__module__.split(".")[0] == "sparse" and (hasattr(x, "coords") or hasattr(x, "compressed_axes")):
         return "pydata"
     return "numpy"
 
 
 def _sparse_family(*xs) -> str:
-    families = [_family(x) for x in xs if _family(x) != "numpy"]
+    families = [f for f in map(_family, xs) if f != "numpy"]
     if "scipy-array" in families:
         return "scipy-array"
     return families[0] if families else "numpy"
-
-
-def _as_dense(x) -> np.ndarray:
-    return np.asarray(x)
 
 
 def _as_format(x, fmt: Format, name: str) -> Checked:
@@ -75,19 +71,11 @@ def _as_format(x, fmt: Format, name: str) -> Checked:
     return Checked(t if t.format == wanted else asarray(t, format=wanted, name=name))
 
 
-def _sparse_result(csr_parts, shape, dtype, family):
+def _sparse_result(csr_parts, shape, family):
     """Package (data, indices, indptr) as the family's 2-D sparse type."""
     import scipy.sparse as sps
 
-    data, indices, indptr = csr_parts
-    if family == "scipy-matrix":
-        return sps.csr_matrix((data, indices, indptr), shape=shape)
-    out = sps.csr_array((data, indices, indptr), shape=shape)
-    if family == "pydata":
-        import sparse
-
-        return sparse.COO.from_scipy_sparse(out)
-    return out
+    return _wrap_sparse(sps.csr_array(tuple(csr_parts), shape=shape), family)
 
 
 def _wrap_sparse(result, family):
@@ -141,10 +129,10 @@ def matmul(a, b, *, out_format=None):
     if fa != "numpy":
         # sparse @ dense: rows of A (CSR) times rows of B, j innermost over contiguous memory
         A = _as_format(a, CSR if len(sa) == 2 else SPARSE_VECTOR, "a")
-        out = _kernel("matmul", _mm)(A, np.ascontiguousarray(_as_dense(b)))
+        out = _kernel("matmul", _mm)(A, np.ascontiguousarray(b))
     else:
         B = _as_format(b, CSR if len(sb) == 2 else SPARSE_VECTOR, "b")
-        out = _kernel("matmul", _mm)(np.ascontiguousarray(_as_dense(a)), B)
+        out = _kernel("matmul", _mm)(np.ascontiguousarray(a), B)
     return _dense_out(out, family, want_sparse)
 
 
@@ -152,7 +140,7 @@ def _dense_out(out, family, want_sparse):
     if not want_sparse or np.ndim(out) != 2:
         return out
     parts = _dense_to_csr(out, _index_dtype(out.size, max(out.shape)))
-    return _sparse_result(parts, out.shape, out.dtype, family)
+    return _sparse_result(parts, out.shape, family)
 
 
 def _sparse_sparse_matmul(a, b, sa, sb, family, want_sparse):
@@ -184,7 +172,7 @@ def _sparse_sparse_matmul(a, b, sa, sb, family, want_sparse):
         parts = _blocked_gustavson(A, B, rows, dtype)
         idx = _index_dtype(len(parts[0]), max(m, n))
         parts = (parts[0], parts[1].astype(idx, copy=False), parts[2].astype(idx, copy=False))
-    return _sparse_result(parts, (m, n), dtype, family)
+    return _sparse_result(parts, (m, n), family)
 
 
 def _blocked_gustavson(A: Checked, B: Checked, rows: int, dtype):
@@ -258,12 +246,11 @@ def _elementwise(name, fun, np_fun, a, b, out_format):
         raise ValueError(f"{name}: shapes {sa} and {sb} differ (broadcasting is not supported)")
     family = _sparse_family(a, b)
     ndim = len(sa)
-    base = CSR if ndim == 2 else None
+    subs = "abcd"[:ndim]
+    shared = _rowwise_format(subs, list(subs))   # both operands in one storage order (CSR / CSF)
 
     def operand(x, label):
-        if _family(x) == "numpy":
-            return np.ascontiguousarray(x)
-        return _as_format(x, base, label) if base is not None else Checked(asarray(x, name=label))
+        return np.ascontiguousarray(x) if _family(x) == "numpy" else _as_format(x, shared, label)
 
     out = _kernel(name, fun, out_format)(operand(a, "a"), operand(b, "b"))
     if isinstance(out, np.ndarray):

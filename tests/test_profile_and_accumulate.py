@@ -50,3 +50,16 @@ def test_accumulate_adds_into_out_without_allocating():
     g = splyce.jit(lambda a, b: a * b)   # a sparse result
     with pytest.raises(ValueError, match="one dense result"):
         g.accumulate(np.zeros(expected.shape), *ops)
+
+
+def test_profile_of_a_kernel_loaded_from_the_disk_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPLYCE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("SPLYCE_DISABLE_DISK_CACHE", raising=False)
+    spec = KERNELS["K1"]
+    ops = spec.operands(48, 0.3, seed=5)
+    first = splyce.profile(splyce.jit(spec.fun), *ops)
+    splyce.clear_cache(disk=False)
+    again_jit = splyce.jit(spec.fun)
+    again = splyce.profile(again_jit, *ops)
+    assert again_jit._profiled_twin.cache_info().disk_hits == 1
+    assert (again.fast_lane, again.epilogue) == (first.fast_lane, first.epilogue) and first.fast_lane > 0

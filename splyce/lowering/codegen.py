@@ -161,10 +161,6 @@ def emit_assembly(module, tm) -> str:
     return tm.emit_assembly(module)
 
 
-def emit_object(module, tm) -> bytes:
-    return tm.emit_object(module)
-
-
 def load(module, tm, target: Target) -> CompiledModule:
     """JIT an optimized module. Refuses code the host cannot run (it would crash on an illegal instruction)."""
     _check_runnable(target)

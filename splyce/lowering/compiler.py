@@ -115,11 +115,7 @@ def _dump(lowering: Lowering, stage: str) -> None:
     path.mkdir(parents=True, exist_ok=True)
     digest = f"{abs(hash((lowering.trace, lowering.options))):016x}"[:12]
     suffix = {"trace": "txt", "llvm": "ll", "asm": "s"}.get(stage, "mlir")
-    (path / f"{digest}.{stages_index(stage)}-{stage}.{suffix}").write_text(lowering.texts[stage])
-
-
-def stages_index(stage: str) -> int:
-    return STAGES.index(stage)
+    (path / f"{digest}.{STAGES.index(stage)}-{stage}.{suffix}").write_text(lowering.texts[stage])
 
 
 def lower(trace: Trace, options: CompileOptions) -> Lowering:

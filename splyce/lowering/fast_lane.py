@@ -163,6 +163,16 @@ class FastLaneBuilder:
         self._scratches[key] = scratch
         return scratch
 
+    def _store_lane(self, matched, value, mem, idx, casts) -> None:
+        """Store one lane's value, branchlessly: to the real element when matched, else to the scratch
+        (or, without a scratch, write back the old value)."""
+        addr = self._lane_address(matched, mem, idx, casts, True)
+        if addr is None:
+            old = memref.load(mem, idx)
+            memref.store(arith.select(matched, value, old), mem, idx)
+        else:
+            memref.store(value, addr[0], addr[1])
+
     def _lane_address(self, matched, mem, idx, casts, store: bool):
         """(memref, indices) for one lane: ``mem[idx]`` when ``matched``, else the scratch element."""
         mt = mem.type
@@ -351,13 +361,7 @@ class FastLaneBuilder:
                 name = op.operation.name
                 operands = [get(v) for v in op.operation.operands]
                 if name == "memref.store":
-                    value, mem, idx = operands[0], operands[1], operands[2:]
-                    addr = self._lane_address(matched[i], mem, idx, casts, True)
-                    if addr is None:
-                        old = memref.load(mem, idx)
-                        memref.store(arith.select(matched[i], value, old), mem, idx)
-                    else:
-                        memref.store(value, addr[0], addr[1])
+                    self._store_lane(matched[i], operands[0], operands[1], operands[2:], casts)
                     continue
                 if name == "memref.load":
                     addr = self._lane_address(matched[i], operands[0], operands[1:], casts, False)
@@ -444,12 +448,7 @@ class FastLaneBuilder:
                     value = lane_scalar(entries[0], i)
                     mem = entries[1][1]
                     idx = [lane_scalar(e, i) for e in entries[2:]]
-                    addr = self._lane_address(matched[i], mem, idx, casts, True)
-                    if addr is None:
-                        old = memref.load(mem, idx)
-                        memref.store(arith.select(matched[i], value, old), mem, idx)
-                    else:
-                        memref.store(value, addr[0], addr[1])
+                    self._store_lane(matched[i], value, mem, idx, casts)
                 continue
             if all(kind == "s" for kind, _ in entries):
                 results = _clone_with(op, [v for _, v in entries], [r.type for r in op.operation.results])

@@ -28,20 +28,6 @@ def descriptor_class(rank: int) -> type[ctypes.Structure]:
     return type(f"MemRef{rank}D", (ctypes.Structure,), {"_fields_": fields})
 
 
-def descriptor(array: np.ndarray) -> ctypes.Structure:
-    """A descriptor viewing ``array``'s memory (C-contiguous or strided; strides in elements)."""
-    desc = descriptor_class(array.ndim)()
-    address = array.ctypes.data
-    desc.allocated = address
-    desc.aligned = address
-    desc.offset = 0
-    if array.ndim:
-        itemsize = array.itemsize
-        desc.sizes[:] = array.shape
-        desc.strides[:] = [s // itemsize for s in array.strides]
-    return desc
-
-
 def pack_descriptors(arrays) -> tuple[array.array, list[int]]:
     """All descriptors of ``arrays`` in one int64 buffer (cheaper than a ctypes Structure per array: this
     runs on every call); returns the buffer and the address of each descriptor in it."""
