@@ -3,8 +3,8 @@
 Importing splyce builds no MLIR context and compiles nothing: the compiler loads on first use.
 """
 
-from .formats import COO, CSC, CSR, DCSC, DCSR, SPARSE_VECTOR, Format, Level, csf, dense
-from .tensor import SparseTensor, asarray
+from splyce.tensors.formats import COO, CSC, CSR, DCSC, DCSR, SPARSE_VECTOR, Format, Level, csf, dense
+from splyce.tensors.tensor import SparseTensor, asarray
 
 __version__ = "0.1.0"
 
@@ -16,9 +16,9 @@ __all__ = [
 
 # The compiler-facing names load lazily (PEP 562) so that `import splyce` stays cheap.
 _LAZY = {
-    "jit": "splyce.dispatcher", "matmul": "splyce.api", "multiply": "splyce.api", "einsum": "splyce.api",
-    "add": "splyce.api", "subtract": "splyce.api", "profile": "splyce.profiling",
-    "clear_cache": "splyce.dispatcher",
+    "jit": "splyce.runtime.dispatcher", "matmul": "splyce.api", "multiply": "splyce.api", "einsum": "splyce.api",
+    "add": "splyce.api", "subtract": "splyce.api", "profile": "splyce.runtime.profiling",
+    "clear_cache": "splyce.runtime.dispatcher",
 }
 
 

@@ -5,8 +5,8 @@ same name: they choose formats and a loop order, compile once per signature, and
 
 from __future__ import annotations
 
-from .tracer import tracer as T
-from .tracer.tracer import Tracer
+from splyce.tracer import tracer as T
+from splyce.tracer.tracer import Tracer
 
 
 def _binary(name: str, doc: str):
@@ -16,7 +16,7 @@ def _binary(name: str, doc: str):
     def op(a, b, *, out_format=None):
         if isinstance(a, Tracer) or isinstance(b, Tracer):
             return traced_op(a, b, out_format=out_format)
-        from . import dropin
+        from splyce.planner import dropin
 
         return getattr(dropin, name)(a, b, out_format=out_format)
 
@@ -37,6 +37,6 @@ def einsum(subscripts, *operands, out_format=None):
     """NumPy's einsum (no ellipses, up to 4 operands of rank up to 4)."""
     if any(isinstance(x, Tracer) for x in operands):
         return T.einsum(subscripts, *operands, out_format=out_format)
-    from . import dropin
+    from splyce.planner import dropin
 
     return dropin.einsum(subscripts, *operands, out_format=out_format)

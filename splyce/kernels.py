@@ -11,8 +11,8 @@ from typing import Callable
 
 import numpy as np
 
-from .formats import CSC, CSR, SPARSE_VECTOR, csf
-from .tensor import asarray
+from splyce.tensors.formats import CSC, CSR, SPARSE_VECTOR, csf
+from splyce.tensors.tensor import asarray
 
 
 def spgemm(B, C):
@@ -27,21 +27,21 @@ def spmspv(B, c):
 
 def spmttkrp(B, C, D):
     """K3: A[i,j] = sum_{k,l} B[i,k,l] C[k,j] D[l,j] (B CSF, C dense, D stored (j dense, l compressed))."""
-    from .api import einsum
+    from splyce.api import einsum
 
     return einsum("ikl,kj,lj->ij", B, C, D)
 
 
 def spmmh(B, C):
     """K4: A[i,j] = B[i,j] C[i,j] (both CSR); KERNELS.md measures it with a dense output."""
-    from .api import multiply
+    from splyce.api import multiply
 
     return multiply(B, C, out_format="dense")
 
 
 def spttspm(B, C):
     """K5: A[i,j,l] = sum_k B[i,j,k] C[k,l] (B CSF, C CSC)."""
-    from .api import einsum
+    from splyce.api import einsum
 
     return einsum("ijk,kl->ijl", B, C)
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import splyce
-from splyce import disk_cache
+from splyce.runtime import disk_cache
 from splyce.kernels import KERNELS
 
 # One kernel call in a fresh process; prints "compiles disk_hits max-error".

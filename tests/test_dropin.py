@@ -6,7 +6,7 @@ import scipy.sparse as sps
 import sparse
 
 import splyce
-from splyce import dropin
+from splyce.planner import dropin
 
 
 def _arr(m, n, d, seed, fmt="csr", dtype=np.float64):

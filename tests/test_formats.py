@@ -4,7 +4,7 @@ import sys
 import numpy as np
 import pytest
 
-from splyce.formats import (COO, CSC, CSR, DCSC, DCSR, SPARSE_VECTOR, Format, Level, coo, csf, dense,
+from splyce.tensors.formats import (COO, CSC, CSR, DCSC, DCSR, SPARSE_VECTOR, Format, Level, coo, csf, dense,
                             to_mlir_encoding)
 
 ALL_PRESETS = [CSR, CSC, DCSR, DCSC, COO, SPARSE_VECTOR, csf(3), csf(4), coo(3), dense(2), dense(3),
@@ -13,7 +13,7 @@ ALL_PRESETS = [CSR, CSC, DCSR, DCSC, COO, SPARSE_VECTOR, csf(3), csf(4), coo(3),
 
 
 def test_import_builds_no_mlir():
-    code = "import sys, splyce.formats, splyce.tensor, splyce.validation; print('mlir' in sys.modules)"
+    code = "import sys, splyce.tensors.formats, splyce.tensors.tensor, splyce.tensors.validation; print('mlir' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -95,7 +95,7 @@ def test_foreign_target_lowers_to_asm_but_refuses_to_run():
     f = splyce.jit(lambda a, b: a @ b, vectorize=False, target="avx2")
     a, b = _random_csr(8, 8, 0.5, 1), _random_csr(8, 8, 0.5, 2)
     assert "ymm" in f.lower(a, b).as_text("asm") or "xmm" in f.lower(a, b).as_text("asm")
-    from splyce.lowering.codegen import host_target
+    from splyce.backend.codegen import host_target
 
     other = "skylake" if host_target().cpu != "skylake" else "icelake-server"
     g = splyce.jit(lambda a, b: a @ b, vectorize=False, target=other)
@@ -267,7 +267,7 @@ def test_kernel_edge_cases_empty_rows_single_nonzero_dense_rows():
 def test_kernel_allocated_buffers_are_freed_exactly_once(monkeypatch):
     import gc
 
-    from splyce.lowering import runtime
+    from splyce.runtime import calls as runtime
 
     freed = []
 

@@ -5,13 +5,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import splyce
-from splyce.formats import CSR, Format
-from splyce.lowering import native_validation
-from splyce.validation import check_buffers
+from splyce.tensors.formats import CSR, Format
+from splyce.backend import native_validation
+from splyce.tensors.validation import check_buffers
 
 
 def _numpy_ok(shape, fmt, pos, crd, values) -> bool:
-    from splyce import validation
+    from splyce.tensors import validation
 
     hook, validation._fast_check = validation._fast_check, None
     try:
@@ -63,7 +63,7 @@ def test_large_canonical_csr_is_checked_by_the_native_scan():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 def test_native_dense_to_csr_matches_numpy(dtype, index_dtype):
-    from splyce.lowering.native_compress import dense_to_csr
+    from splyce.backend.native_compress import dense_to_csr
 
     rng = np.random.default_rng(1)
     block = rng.random((37, 53)).astype(dtype)

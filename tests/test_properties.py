@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import splyce
-from splyce.formats import CSC, CSR, DCSC, DCSR
+from splyce.tensors.formats import CSC, CSR, DCSC, DCSR
 
 FORMATS_2D = [CSR, CSC, DCSR, DCSC]
 DTYPES = [np.float64, np.float32]

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from mlir import ir
-from splyce.lowering.fast_lane import FAST_LANE_ATTR
+from splyce.passes.fast_lane import FAST_LANE_ATTR
 from splyce.lowering.pipeline import SPARSIFY, run_passes
-from splyce.lowering.splyce_pass import (PROFILE_COUNTERS_SYMBOL, LoopDecision, SplyceOptions,
+from splyce.passes.splyce_pass import (PROFILE_COUNTERS_SYMBOL, LoopDecision, SplyceOptions,
                                          decisions_as_comments, run_splyce_pass)
 
 FIXTURES = Path(__file__).parent / "kernels_mlir"
@@ -195,7 +195,7 @@ def test_fiber_bounds_hoisted_out_of_the_j_loop(ctx, kernel):
 
 
 def test_fiber_bounds_not_hoisted_past_a_store_to_them(ctx):
-    from splyce.lowering.splyce_pass import _loop_may_write
+    from splyce.passes.splyce_pass import _loop_may_write
 
     module = stage1(kernel_text("k1"))
     run_splyce_pass(module, SplyceOptions())

@@ -5,8 +5,8 @@ import sparse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splyce.formats import COO, CSC, CSR, DCSC, DCSR, SPARSE_VECTOR, Format, coo, csf, dense
-from splyce.tensor import SparseTensor, asarray
+from splyce.tensors.formats import COO, CSC, CSR, DCSC, DCSR, SPARSE_VECTOR, Format, coo, csf, dense
+from splyce.tensors.tensor import SparseTensor, asarray
 
 DTYPES = [np.float64, np.float32, np.int64, np.int32]
 PERMUTED_3D = Format(("dense", "compressed", "compressed"), order=(2, 0, 1))

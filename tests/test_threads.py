@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sps
 
 import splyce
-from splyce.dispatcher import _outer_chunks
+from splyce.runtime.dispatcher import _outer_chunks
 from splyce.kernels import KERNELS
 
 
@@ -48,7 +48,7 @@ def test_skewed_rows_chunk_unevenly_and_stay_identical():
 
 
 def _type(x):
-    from splyce.lowering.arguments import prepare
+    from splyce.runtime.arguments import prepare
 
     return prepare(x, "x")[0]
 
@@ -71,7 +71,7 @@ def test_sparse_output_falls_back_to_one_thread():
 
 
 def test_profile_falls_back_to_one_thread():
-    from splyce.dispatcher import Jitted
+    from splyce.runtime.dispatcher import Jitted
 
     spec = KERNELS["K1"]
     ops = spec.operands(64, 0.2, seed=1)

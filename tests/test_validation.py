@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sps
 
-from splyce.formats import COO, CSR, DCSR, SPARSE_VECTOR, Format, Level, coo
-from splyce.tensor import SparseTensor, asarray
-from splyce.validation import NotCanonicalError, check_dtype, check_shape, validate
+from splyce.tensors.formats import COO, CSR, DCSR, SPARSE_VECTOR, Format, Level, coo
+from splyce.tensors.tensor import SparseTensor, asarray
+from splyce.tensors.validation import NotCanonicalError, check_dtype, check_shape, validate
 
 i64, i32 = np.int64, np.int32
 
@@ -143,7 +143,7 @@ def test_check_helpers():
 
 def test_int32_overflow_raises():
     # 2**31 stored entries cannot be built cheaply; exercise the same check on the index conversion.
-    from splyce.convert import to_index_array
+    from splyce.tensors.convert import to_index_array
 
     with pytest.raises(ValueError, match="does not fit in 32 bits"):
         to_index_array(arr([0, 2**31]), 32, "pos positions")

@@ -5,6 +5,6 @@ One module per subcommand (``kernels``, ``ablation``, ``width``, ``sparsity``, `
 files) is in :mod:`splyce.bench.common`.
 """
 
-from .common import BenchMismatch, Config, Result, machine_info, measure
+from splyce.bench.common import BenchMismatch, Config, Result, machine_info, measure
 
 __all__ = ["BenchMismatch", "Config", "Result", "machine_info", "measure"]

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from .common import METHODOLOGY, BenchMismatch, Config, machine_lines
+from splyce.bench.common import METHODOLOGY, BenchMismatch, Config, machine_lines
 
 SUBCOMMANDS = {
     "kernels": "K1-K5 at --density vs the plain sparsifier, scipy, pydata-sparse and the drop-ins (Table 3)",

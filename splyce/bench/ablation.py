@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..lowering.compiler import DEFAULT_PHASES
-from .common import Config, Result, _progress, measure
+from splyce.backend.compiler import DEFAULT_PHASES
+from splyce.bench.common import Config, Result, _progress, measure
 
 PHASE_NAMES = ("load+compare", "multiply-accumulate", "pointer advance")
 

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from .common import Config, Result, geomean, measure, simd_share
+from splyce.bench.common import Config, Result, geomean, measure, simd_share
 
 TINY_SIZES = {"K1": 96, "K2": 512, "K3": (4, 4, 256, 4), "K4": (16, 1024), "K5": (3, 3, 256, 4)}
 DENSE_REFERENCE_LIMIT = 30_000_000  # elements in all dense operands: above this scipy is the reference
@@ -220,7 +220,7 @@ def run(cfg: Config) -> Result:
     import splyce
     from splyce.kernels import KERNELS
 
-    from .common import _progress
+    from splyce.bench.common import _progress
 
     rows = []
     bar = _progress(0, "kernels", cfg)

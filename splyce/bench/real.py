@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from .common import Config, Result, _progress, measure, random_sparse, simd_share
+from splyce.bench.common import Config, Result, _progress, measure, random_sparse, simd_share
 
 K1_MAX_ROWS = 4000  # K1's dense m x m output
 

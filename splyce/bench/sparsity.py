@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .common import Config, Result, _progress, measure, random_sparse, simd_share
+from splyce.bench.common import Config, Result, _progress, measure, random_sparse, simd_share
 
 
 def densities(cfg: Config):
@@ -35,7 +35,7 @@ def make_case(kernel: str, d: float, cfg: Config, seed: int = 0):
     import splyce
     from splyce.kernels import KERNELS
 
-    from .kernels import TINY_SIZES
+    from splyce.bench.kernels import TINY_SIZES
 
     rng = np.random.default_rng(seed)
     if kernel in ("K1", "K2"):

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from .common import Config, Result, _progress, measure
+from splyce.bench.common import Config, Result, _progress, measure
 
 
 def supported() -> bool:
@@ -32,7 +32,7 @@ def run(cfg: Config) -> Result | None:
     import splyce
     from splyce.kernels import KERNELS
 
-    from .kernels import size_for
+    from splyce.bench.kernels import size_for
 
     spec = KERNELS["K3"]
     ops = spec.operands(size_for(spec, cfg), cfg.density)

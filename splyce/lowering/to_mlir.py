@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..formats import to_mlir_encoding
-from ..tracer.ir import ContractParams, Node, Trace, TensorType
+from splyce.tensors.formats import to_mlir_encoding
+from splyce.tracer.ir import ContractParams, Node, Trace, TensorType
 
 ENTRY = "kernel"
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..formats import Format
+from splyce.tensors.formats import Format
 
 
 @dataclass(frozen=True)

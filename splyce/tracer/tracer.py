@@ -9,8 +9,8 @@ from __future__ import annotations
 import numbers
 import string
 
-from ..formats import Format
-from .ir import ContractParams, Node, TensorType, result_dtype
+from splyce.tensors.formats import Format
+from splyce.tracer.ir import ContractParams, Node, TensorType, result_dtype
 
 MAX_OPERANDS = 4
 MAX_RANK = 4
@@ -119,7 +119,7 @@ def _check_out_format(out_format, ndim: int):
 def default_sparse_format(like: Format, ndim: int) -> Format:
     """The sparse format of a result that mirrors a sparse operand: same level kinds and order, unique and
     ordered (the sparsifier inserts in order), same index widths."""
-    from ..formats import Level
+    from splyce.tensors.formats import Level
 
     levels = tuple(Level("dense") if lv.kind == "dense" else Level("compressed") for lv in like.levels)
     return Format(levels, like.order, like.pos_width, like.crd_width)
@@ -135,7 +135,7 @@ def _resolve_format(out_format, sparse_default: bool, sparse_like: list[Format],
     same_rank = [f for f in sparse_like if f.ndim == ndim]
     if same_rank:
         return default_sparse_format(same_rank[0], ndim)
-    from ..formats import csf
+    from splyce.tensors.formats import csf
 
     base = csf(ndim) if ndim > 1 else Format(("compressed",))
     return base

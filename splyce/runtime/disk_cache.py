@@ -36,7 +36,7 @@ SUFFIX = ".splk"
 
 @dataclass
 class DiskStats:
-    """Process-wide counters (``splyce.disk_cache.stats``)."""
+    """Process-wide counters (``splyce.runtime.disk_cache.stats``)."""
 
     hits: int = 0
     misses: int = 0
@@ -77,14 +77,15 @@ _sources_lock = threading.Lock()
 
 
 def compiler_sources_hash() -> str:
-    """sha256 over splyce's compiler sources (every .py under splyce/lowering and splyce/tracer, plus this
-    file: the entry layout), computed once per process: a changed compiler never reuses stale code."""
+    """sha256 over splyce's compiler sources (every .py of the stages that generate code, plus this file:
+    the entry layout), computed once per process: a changed compiler never reuses stale code."""
     global _SOURCES_HASH
     with _sources_lock:
         if _SOURCES_HASH is None:
-            root = Path(__file__).parent
+            root = Path(__file__).parent.parent
             files = sorted([*(root / "lowering").rglob("*.py"), *(root / "tracer").rglob("*.py"),
-                            root / "disk_cache.py"])
+                            *(root / "passes").rglob("*.py"), *(root / "backend").rglob("*.py"),
+                            root / "tensors" / "formats.py", Path(__file__)])
             digest = hashlib.sha256()
             for path in files:
                 digest.update(str(path.relative_to(root)).encode() + b"\0")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from splyce.formats import Format
+from splyce.tensors.formats import Format
 
 __all__ = ["pack", "unpack", "to_index_array"]
 

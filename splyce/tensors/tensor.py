@@ -13,9 +13,9 @@ import sys
 
 import numpy as np
 
-from splyce import convert
-from splyce.formats import COO, CSC, CSR, SPARSE_VECTOR, Format, coo, csf
-from splyce.validation import NotCanonicalError, check_buffers, check_dtype, check_shape
+from splyce.tensors import convert
+from splyce.tensors.formats import COO, CSC, CSR, SPARSE_VECTOR, Format, coo, csf
+from splyce.tensors.validation import NotCanonicalError, check_buffers, check_dtype, check_shape
 
 __all__ = ["SparseTensor", "asarray"]
 

@@ -1,6 +1,6 @@
 """Call-time validation in native code: one pass over each compressed level, no temporaries.
 
-The NumPy checks in ``splyce.validation`` cost ~25 us of fixed overhead per tensor and make several passes
+The NumPy checks in ``splyce.tensors.validation`` cost ~25 us of fixed overhead per tensor and make several passes
 with O(nnz) temporaries (45 ms for 20M entries, vs 5.5 ms here). Once the compiler is loaded, this module
 registers a single-pass scan (each variant compiled on first use, once per process, with llvmlite) as the
 fast path of ``check_buffers``; the NumPy checks still run, to word the error, whenever the scan finds a
@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from ..validation import register_fast_check
+from splyce.tensors.validation import register_fast_check
 
 # One function per (pos width, crd width, order rule). Segment s spans crd[pos[s]:pos[s+1]]; a segment's
 # defects are OR-ed without early exit (so LLVM can vectorize the scan) and checked at its end.
@@ -84,7 +84,7 @@ _SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, c
 @functools.cache
 def _scanner(pos_bits: int, crd_bits: int, rule: str):
     """Compile one variant on first use (~20 ms), once per process."""
-    from .codegen import compile_host_helpers
+    from splyce.backend.codegen import compile_host_helpers
 
     name = f"splyce_check_p{pos_bits}_c{crd_bits}_{rule}"
     text = _TEMPLATE.format(name=name, p=pos_bits, c=crd_bits, order=_ORDER[rule],

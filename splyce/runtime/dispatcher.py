@@ -17,14 +17,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import disk_cache
-from .lowering import arguments, runtime
-from .lowering.arguments import Static
-from .lowering.compiler import DEFAULT_PHASES, CompileOptions, Lowering, lower
-from .formats import Format
-from .tensor import SparseTensor
-from .tracer.ir import Node, TensorType, Trace
-from .tracer.tracer import OUT_FORMATS, Tracer, TraceError
+from splyce.runtime import disk_cache
+from splyce.runtime import arguments
+from splyce.runtime import calls
+from splyce.runtime.arguments import Static
+from splyce.backend.compiler import DEFAULT_PHASES, CompileOptions, Lowering, lower
+from splyce.tensors.formats import Format
+from splyce.tensors.tensor import SparseTensor
+from splyce.tracer.ir import Node, TensorType, Trace
+from splyce.tracer.tracer import OUT_FORMATS, Tracer, TraceError
 
 # compiles: kernels built by the compiler; disk_hits: memory misses served by the disk cache instead.
 CacheInfo = namedtuple("CacheInfo", "hits misses currsize compiles disk_hits", defaults=(0,))
@@ -54,11 +55,11 @@ class Kernel:
         self.result_tree = result_tree
         self.trace = lowering.trace
         self._compiled = lowering.load()
-        from .lowering.to_mlir import ENTRY
+        from splyce.lowering.to_mlir import ENTRY
 
         dense_out = [o for o in self.trace.outputs if not o.type.is_sparse]
         input_ranks = tuple(_input_ranks(self.trace.inputs)) + tuple(o.type.ndim for o in dense_out)
-        self._call = runtime.KernelCall(
+        self._call = calls.KernelCall(
             self._compiled.function_address("_mlir_ciface_" + ENTRY), input_ranks, lowering.result_ranks,
             n_indices=2 if lowering.outer_extent is not None else 0)
 
@@ -97,12 +98,12 @@ class Kernel:
                 desc = descs[k]
                 k += 1
                 if desc.aligned != array.ctypes.data:  # the kernel wrote elsewhere: take its buffer
-                    flat = runtime.take_buffer_nd(desc, array.dtype, array.shape, owners)
+                    flat = calls.take_buffer_nd(desc, array.dtype, array.shape, owners)
                     array = flat
                 results.append(array[()] if array.ndim == 0 else array)
                 continue
             dtypes = arguments.result_buffer_dtypes(t)
-            bufs = [runtime.take_buffer(descs[k + i], dt, owners) for i, dt in enumerate(dtypes)]
+            bufs = [calls.take_buffer(descs[k + i], dt, owners) for i, dt in enumerate(dtypes)]
             k += len(dtypes)
             results.append(_sparse_result(t, bufs))
         return results
@@ -192,7 +193,7 @@ class Jitted:
     @property
     def options(self) -> CompileOptions:
         if self._options is None:
-            from .lowering.codegen import resolve_target
+            from splyce.backend.codegen import resolve_target
 
             self._options = CompileOptions(target=resolve_target(self._target_name), **self._option_args)
         return self._options
@@ -351,7 +352,7 @@ def _store(lowering: Lowering, kernel: Kernel) -> None:
 
 def _with_format(node: Node, out_format) -> Node:
     """Apply the jit-level ``out_format`` to a result node."""
-    from .tracer.tracer import _check_out_format, _resolve_format
+    from splyce.tracer.tracer import _check_out_format, _resolve_format
 
     if node.op == "input":
         return node

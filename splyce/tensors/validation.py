@@ -12,7 +12,7 @@ import operator
 
 import numpy as np
 
-from splyce.formats import Format
+from splyce.tensors.formats import Format
 
 __all__ = ["SUPPORTED_DTYPES", "NotCanonicalError", "check_dtype", "check_shape", "check_buffers", "validate"]
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..formats import Format, Level
-from ..tensor import SparseTensor, asarray
-from ..tracer.ir import TensorType
-from ..validation import validate
-from . import native_validation  # noqa: F401  (registers the native fast path of validation)
+from splyce.tensors.formats import Format, Level
+from splyce.tensors.tensor import SparseTensor, asarray
+from splyce.tracer.ir import TensorType
+from splyce.tensors.validation import validate
+from splyce.backend import native_validation  # noqa: F401  (registers the native fast path of validation)
 
 SUPPORTED_DTYPES = ("float64", "float32", "int64", "int32")
 # dtype -> name by dict lookup: ``np.dtype.name`` is computed in Python on every access (slow per call)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import memref
 
-from .coiteration_match import Coiteration, Decline, match_coiteration
-from .fast_lane import FastLaneBuilder, Plan, add_epilogue_count
+from splyce.passes.coiteration_match import Coiteration, Decline, match_coiteration
+from splyce.passes.fast_lane import FastLaneBuilder, Plan, add_epilogue_count
 
 PROFILE_COUNTERS_SYMBOL = "splyce_profile_counters"
 VECTOR_WIDTHS = (2, 4, 8, 16)

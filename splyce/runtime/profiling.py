@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from .dispatcher import Jitted
+from splyce.runtime.dispatcher import Jitted
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ def profile(f, *args) -> Profile:
     instrumented build is compiled once and cached on ``f``; its counters are process-global, so do not
     profile the same kernel from several threads at once.
     """
-    from .lowering.splyce_pass import PROFILE_COUNTERS_SYMBOL
+    from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL
 
     jitted = f if isinstance(f, Jitted) else Jitted(f)
     twin = getattr(jitted, "_profiled_twin", None)

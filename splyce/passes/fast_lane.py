@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import arith, memref, scf, vector
 
-from .coiteration_match import Coiteration
+from splyce.passes.coiteration_match import Coiteration
 
 CMPI_EQ, CMPI_ULT, CMPI_ULE, CMPI_UGE = 0, 6, 7, 9
 FAST_LANE_ATTR = "splyce.fast_lane"  # unit attribute marking the fast-lane scf.while

@@ -13,9 +13,9 @@ import threading
 
 import numpy as np
 
-from .formats import CSR, SPARSE_VECTOR, Format
-from .lowering.arguments import Checked
-from .tensor import SparseTensor, asarray
+from splyce.tensors.formats import CSR, SPARSE_VECTOR, Format
+from splyce.runtime.arguments import Checked
+from splyce.tensors.tensor import SparseTensor, asarray
 
 # Gustavson products accumulate a dense block of rows at a time; this bounds that block's size.
 DENSE_BLOCK_BYTES = 64 << 20
@@ -29,7 +29,7 @@ def _kernel(name: str, fun, out_format=None):
     key = (name, out_format)
     kernel = _kernels.get(key)
     if kernel is None:
-        from .dispatcher import Jitted
+        from splyce.runtime.dispatcher import Jitted
 
         with _lock:
             kernel = _kernels.setdefault(key, Jitted(fun, out_format=out_format))
@@ -93,7 +93,7 @@ def _wrap_sparse(result, family):
 
 def _dense_to_csr(block: np.ndarray, index_dtype=np.int64):
     """CSR parts ``(data, indices, indptr)`` of a dense block, dropping zeros (as scipy's product does)."""
-    from .lowering import native_compress
+    from splyce.backend import native_compress
 
     if native_compress.supported(block.dtype):
         return native_compress.dense_to_csr(block, index_dtype)
@@ -283,7 +283,7 @@ class _Einsum:
         self.subscripts = subscripts
 
     def __call__(self, *operands):
-        from .tracer.tracer import einsum
+        from splyce.tracer.tracer import einsum
 
         return einsum(self.subscripts, *operands)
 
@@ -296,7 +296,7 @@ class _Einsum:
 
 def _rowwise_format(subs: str, order: list[str]) -> Format:
     """The operand's levels in the global loop order: dense outermost, compressed below (CSR / CSF-like)."""
-    from .formats import Level
+    from splyce.tensors.formats import Level
 
     perm = tuple(sorted(range(len(subs)), key=lambda d: order.index(subs[d])))
     kinds = ("compressed",) if len(subs) == 1 else ("dense",) + ("compressed",) * (len(subs) - 1)
@@ -310,7 +310,7 @@ def einsum(subscripts, *operands, out_format=None):
     (CSR / CSF-like), so each index is iterated from one operand and looked up in the others: a row-wise
     (Gustavson-style) product with dense accumulation, no intersection where the expression needs none.
     """
-    from .tracer.tracer import parse_einsum
+    from splyce.tracer.tracer import parse_einsum
 
     if all(_family(x) == "numpy" for x in operands):
         return np.einsum(subscripts, *operands)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import func
 
-from .to_mlir import ENTRY
+from splyce.lowering.to_mlir import ENTRY
 
 INTERNAL = "_internal_" + ENTRY
 _READ_ONLY_TOP_LEVEL = ("arith.", "index.", "llvm.extractvalue", "llvm.mlir.", "memref.subview", "memref.load",

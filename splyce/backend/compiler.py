@@ -11,10 +11,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import codegen, pipeline
-from .codegen import Target
-from .to_mlir import ENTRY, LoweringError, lower_trace
-from ..tracer.ir import Trace
+from splyce.backend import codegen
+from splyce.lowering import pipeline
+from splyce.backend.codegen import Target
+from splyce.lowering.to_mlir import ENTRY, LoweringError, lower_trace
+from splyce.tracer.ir import Trace
 
 # The fast lane's phases in SIMD (KERNELS.md numbering). The paper found 5 (SIMD load/compare, scalar
 # multiply-accumulate and pointer advance) best on Sapphire Rapids; re-measured on this project's machines
@@ -152,7 +153,7 @@ def lower(trace: Trace, options: CompileOptions) -> Lowering:
         if options.threads > 1:
             threads_note = _split_outer_loop(low, module) + "\n"
         if options.vectorize:
-            from .splyce_pass import SplyceOptions, decisions_as_comments, run_splyce_pass
+            from splyce.passes.splyce_pass import SplyceOptions, decisions_as_comments, run_splyce_pass
 
             low.decisions = run_splyce_pass(module, SplyceOptions(
                 vector_width=options.vector_width, phases=options.phases, fast_math=options.fast_math,
@@ -183,7 +184,7 @@ def lower(trace: Trace, options: CompileOptions) -> Lowering:
 
 def _split_outer_loop(low: Lowering, module) -> str:
     """threads > 1: give the outer loop (lo, hi) entry arguments when its iterations are independent."""
-    from .parallel import OuterLoop, split_outer_loop
+    from splyce.passes.parallel import OuterLoop, split_outer_loop
 
     if low.options.profile:
         return "// splyce: threads: one thread (profile counters are shared)"
