@@ -143,10 +143,63 @@ def test_key_parts_are_named_and_change_with_options():
     trace = f._trace(specs)[0]
     p1 = disk_cache.key_parts(trace, k1.static_args, k1.out_format, k1.options)
     p2 = disk_cache.key_parts(trace, k2.static_args, k2.out_format, k2.options)
-    assert [n for n in p1 if p1[n] != p2[n]] == ["options"]
+    assert disk_cache.explain(p1, p2) == ["options.fast_math"]
     assert disk_cache.digest(p1) != disk_cache.digest(p2)
-    assert {"trace", "static_args", "inputs", "options", "triple", "cpu", "features", "versions"} <= set(p1)
+    assert set(p1) == {"trace", "static_args", "inputs", "out_format", "options", "target", "versions"}
     assert set(p1["versions"]) == {"splyce", "mlir", "llvmlite", "compiler_sources"}
+    # formats appear in full, index widths included (a 64-bit CSR must not share a 32-bit CSR's entry)
+    assert p1["inputs"][0]["format"] == {"levels": ["dense", "compressed"], "order": [0, 1],
+                                         "pos_width": 32, "crd_width": 32}
+    assert "repr" not in repr(p1) and "object at 0x" not in repr(p1)
+
+
+def test_key_keeps_apart_what_equality_merges():
+    """-0.0 == 0.0 and 1 == 1.0, yet they generate different code: the trace text keeps them apart."""
+    spec, ops = _spgemm()
+    traces = []
+    for scale in (0.0, -0.0, 1, 1.0):
+        f = splyce.jit(lambda b, c, s=scale: (b @ c) * s)
+        key, specs, _ = f._key(ops)
+        traces.append(disk_cache.digest(disk_cache.key_parts(f._trace(specs)[0], key.static_args,
+                                                             key.out_format, key.options)))
+    assert len(set(traces)) == 4
+
+
+def test_codegen_sources_all_exist():
+    """Every pattern of the explicit source list still matches a file (a rename cannot drop one silently),
+    and host-only modules are not in it."""
+    root = Path(disk_cache.__file__).parent.parent
+    for pattern in disk_cache.CODEGEN_SOURCES:
+        assert list(root.glob(pattern)), pattern
+    names = {p.relative_to(root).as_posix() for p in disk_cache.codegen_source_files()}
+    assert {"tensors/formats.py", "lowering/to_mlir.py", "backend/codegen.py"} <= names
+    assert not names & {"runtime/dispatcher.py", "runtime/calls.py", "tensors/validation.py"}
+
+
+def test_lower_before_call_still_writes_the_entry(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPLYCE_CACHE_DIR", str(tmp_path))
+    spec, ops = _spgemm()
+    f = splyce.jit(spec.fun)
+    f.lower(*ops).as_text("scf")
+    f(*ops)
+    assert len(_entries(tmp_path)) == 1
+    g = splyce.jit(spec.fun)
+    g(*ops)
+    assert g.cache_info().disk_hits == 1 and g.cache_info().compiles == 0
+
+
+def test_disk_miss_is_explained_in_the_debug_log(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("SPLYCE_CACHE_DIR", str(tmp_path))
+    spec, ops = _spgemm()
+    small = splyce.asarray(ops[0].to_scipy()[:32, :].tocsr())
+    f = splyce.jit(lambda b, c: b @ c)
+    with caplog.at_level("DEBUG", logger="splyce.cache"):
+        f(*ops)
+        f(small, ops[1])
+    messages = [r.getMessage() for r in caplog.records if r.name == "splyce.cache"]
+    assert len(messages) == 2
+    assert "(first compile of this function)" in messages[0]
+    assert messages[1].endswith("differs from the previous compile in inputs, trace")
 
 
 def test_entry_format_round_trips_and_rejects_damage():

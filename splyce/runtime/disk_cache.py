@@ -72,23 +72,41 @@ def cache_dir() -> Path:
 
 
 # -- the key ------------------------------------------------------------------------------------------------
+# The sources that change generated code for a given trace and options (package-relative globs). The trace
+# itself is in the key as text, so modules that only run on the host (dispatch, calls, validation,
+# conversions) are not listed: editing them must not throw the cache away. A test checks every pattern
+# still matches a file, so a rename cannot silently drop one.
+CODEGEN_SOURCES = (
+    "tensors/formats.py",            # builds every sparse_tensor encoding
+    "tracer/*.py",
+    "planner/*.py",
+    "lowering/*.py",
+    "passes/*.py",
+    "backend/compiler.py",
+    "backend/codegen.py",
+    "runtime/arguments.py",          # the entry point's buffer layout
+    "runtime/disk_cache.py",         # the entry layout
+)
+
 _SOURCES_HASH: str | None = None
 _sources_lock = threading.Lock()
 
 
+def codegen_source_files() -> list[Path]:
+    root = Path(__file__).parent.parent
+    return sorted({path for pattern in CODEGEN_SOURCES for path in root.glob(pattern)})
+
+
 def compiler_sources_hash() -> str:
-    """sha256 over splyce's compiler sources (every .py of the stages that generate code, plus this file:
-    the entry layout), computed once per process: a changed compiler never reuses stale code."""
+    """sha256 over ``CODEGEN_SOURCES``, computed once per process: a changed compiler never reuses stale
+    code."""
     global _SOURCES_HASH
     with _sources_lock:
         if _SOURCES_HASH is None:
             root = Path(__file__).parent.parent
-            files = sorted([*(root / "lowering").rglob("*.py"), *(root / "tracer").rglob("*.py"),
-                            *(root / "passes").rglob("*.py"), *(root / "backend").rglob("*.py"),
-                            root / "tensors" / "formats.py", Path(__file__)])
             digest = hashlib.sha256()
-            for path in files:
-                digest.update(str(path.relative_to(root)).encode() + b"\0")
+            for path in codegen_source_files():
+                digest.update(path.relative_to(root).as_posix().encode() + b"\0")
                 digest.update(path.read_bytes() + b"\0")
             _SOURCES_HASH = digest.hexdigest()
     return _SOURCES_HASH
@@ -123,21 +141,51 @@ def _versions() -> dict:
 
 
 def key_parts(trace, static_args, out_format, options) -> dict:
-    """The named parts of a disk key, as JSON-able strings (so a miss can be explained part by part)."""
+    """The named parts of a disk key, each a canonical JSON value, so that a miss can be explained part by
+    part (``explain``). Formats appear in full (levels, order, index widths), options field by field."""
     target = options.target
-    opts = {f.name: repr(getattr(options, f.name)) for f in fields(options) if f.name != "target"}
     return {
         "trace": trace.as_text(),
-        "trace_structure": repr(trace),
-        "static_args": repr(static_args),
-        "inputs": repr(trace.inputs),
-        "out_format": repr(out_format),
-        "options": opts,
-        "triple": target.triple,
-        "cpu": target.cpu,
-        "features": target.features,
+        "inputs": [_type_key(t) for t in trace.inputs],
+        "static_args": [[i, _value_key(v)] for i, v in static_args],
+        "out_format": _value_key(out_format),
+        "options": {f.name: _value_key(getattr(options, f.name)) for f in fields(options)
+                    if f.name != "target"},
+        "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
         "versions": _versions(),
     }
+
+
+def _type_key(t) -> dict:
+    return {"shape": list(t.shape), "dtype": t.dtype, "format": _value_key(t.format)}
+
+
+def _value_key(value):
+    """A canonical, JSON-able form of a key value: formats in full, floats exactly, others typed."""
+    from splyce.tensors.formats import Format
+
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return {"float": value.hex()}
+    if isinstance(value, Format):
+        return {"levels": [str(level) for level in value.levels], "order": list(value.order),
+                "pos_width": value.pos_width, "crd_width": value.crd_width}
+    if isinstance(value, (tuple, list)):
+        return [_value_key(v) for v in value]
+    return {type(value).__qualname__: repr(value)}
+
+
+def explain(parts: dict, other: dict) -> list[str]:
+    """The names of the key parts (``options.threads``, ``target.cpu``, ...) in which two keys differ."""
+    names = []
+    for name in sorted(set(parts) | set(other)):
+        mine, theirs = parts.get(name), other.get(name)
+        if isinstance(mine, dict) and isinstance(theirs, dict) and name != "out_format":
+            names += [f"{name}.{sub}" for sub in sorted(set(mine) | set(theirs)) if mine.get(sub) != theirs.get(sub)]
+        elif mine != theirs:
+            names.append(name)
+    return names
 
 
 def digest(parts: dict) -> str:

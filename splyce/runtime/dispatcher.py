@@ -8,6 +8,7 @@ call the native entry point on the operands' own buffers.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 import weakref
@@ -30,6 +31,7 @@ from splyce.tracer.tracer import OUT_FORMATS, Tracer, TraceError
 # compiles: kernels built by the compiler; disk_hits: memory misses served by the disk cache instead.
 CacheInfo = namedtuple("CacheInfo", "hits misses currsize compiles disk_hits", defaults=(0,))
 _LIVE: "weakref.WeakSet[Jitted]" = weakref.WeakSet()   # for splyce.clear_cache()
+_log = logging.getLogger("splyce.cache")
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,7 @@ class Jitted:
         self._lock = threading.Lock()
         self._key_locks: dict[CacheKey, threading.Lock] = {}
         self.hits = self.misses = self.compiles = self.disk_hits = 0
+        self._last_disk_parts: dict | None = None
         functools.update_wrapper(self, fun)
         _LIVE.add(self)
 
@@ -200,6 +203,12 @@ class Jitted:
 
     def __repr__(self) -> str:
         return f"<splyce.jit {getattr(self.fun, '__qualname__', self.fun)!r}>"
+
+    def with_options(self, **changes) -> "Jitted":
+        """A jitted twin of the same function with some options changed (and caches of its own)."""
+        args = dict(self._option_args, target=self._target_name, out_format=self.out_format)
+        args.update(changes)
+        return Jitted(self.fun, **args)
 
     def __get__(self, obj, objtype=None):
         return self if obj is None else functools.partial(self, obj)
@@ -272,22 +281,35 @@ class Jitted:
             return kernel
 
     def _lower(self, key: CacheKey, specs, disk: bool = False):
-        """The lowering for ``key``: from memory, else trace; then (``disk``) the disk cache, else compile."""
+        """The lowering for ``key``: from memory, else trace; then (``disk``) the disk cache, else compile.
+        The disk key is computed either way, so a kernel first asked for by ``lower()`` is still stored."""
         cached = self._lowerings.get(key)
         if cached is None:
             trace, tree = self._trace(specs)
             low = None
             disk_key = None
-            if disk and disk_cache.enabled():
-                disk_key = disk_cache.digest(disk_cache.key_parts(trace, key.static_args, key.out_format,
-                                                                  key.options))
-                low = _load(disk_key, trace, key.options)
+            if disk_cache.enabled():
+                parts = disk_cache.key_parts(trace, key.static_args, key.out_format, key.options)
+                disk_key = disk_cache.digest(parts)
+                if disk:
+                    low = _load(disk_key, trace, key.options)
+                    if low is None:
+                        self._log_disk_miss(parts)
             if low is None:
                 low = lower(trace, key.options)
             low.disk_key = disk_key
             cached = (low, tree)
             self._lowerings[key] = cached
         return cached
+
+    def _log_disk_miss(self, parts: dict) -> None:
+        """Debug log (logger ``splyce.cache``) of what changed since this function's previous disk miss."""
+        if _log.isEnabledFor(logging.DEBUG):
+            previous = self._last_disk_parts
+            changed = disk_cache.explain(previous, parts) if previous else ["(first compile of this function)"]
+            _log.debug("disk cache miss for %r: key differs from the previous compile in %s", self,
+                       ", ".join(changed))
+        self._last_disk_parts = parts
 
     def _trace(self, specs):
         tracers, inputs = [], []
@@ -352,13 +374,13 @@ def _store(lowering: Lowering, kernel: Kernel) -> None:
 
 def _with_format(node: Node, out_format) -> Node:
     """Apply the jit-level ``out_format`` to a result node."""
-    from splyce.tracer.tracer import _check_out_format, _resolve_format
+    from splyce.tracer.tracer import check_out_format, resolve_format
 
     if node.op == "input":
         return node
-    out_format = _check_out_format(out_format, node.type.ndim)
+    out_format = check_out_format(out_format, node.type.ndim)
     sparse_like = [a.type.format for a in node.args if a.type.is_sparse]
-    fmt = _resolve_format(out_format, False, sparse_like, node.type.ndim)
+    fmt = resolve_format(out_format, False, sparse_like, node.type.ndim)
     return Node(node.op, node.args, node.params, TensorType(node.type.shape, node.type.dtype, fmt))
 
 

@@ -7,6 +7,8 @@ advance of both cursors): fast lanes add to one counter, the scalar epilogues to
 from __future__ import annotations
 
 import ctypes
+import threading
+import weakref
 from dataclasses import dataclass
 
 from splyce.runtime.dispatcher import Jitted
@@ -32,6 +34,19 @@ class Profile:
         return f"SIMD share {share} ({self.fast_lane} fast-lane, {self.epilogue} epilogue coordinates)"
 
 
+_TWINS: "weakref.WeakKeyDictionary[Jitted, Jitted]" = weakref.WeakKeyDictionary()
+_twins_lock = threading.Lock()
+
+
+def instrumented(jitted: Jitted) -> Jitted:
+    """The instrumented twin of ``jitted`` (same options, ``profile=True``), built once per function."""
+    with _twins_lock:
+        twin = _TWINS.get(jitted)
+        if twin is None:
+            twin = _TWINS[jitted] = jitted.with_options(profile=True)
+    return twin
+
+
 def profile(f, *args) -> Profile:
     """Run ``f(*args)`` once through an instrumented build and count fast-lane vs epilogue coordinates.
 
@@ -41,13 +56,7 @@ def profile(f, *args) -> Profile:
     """
     from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL
 
-    jitted = f if isinstance(f, Jitted) else Jitted(f)
-    twin = getattr(jitted, "_profiled_twin", None)
-    if twin is None:
-        options = dict(jitted._option_args, profile=True)
-        twin = Jitted(jitted.fun, target=jitted._target_name, out_format=jitted.out_format, **options)
-        jitted._profiled_twin = twin
-    kernel, values = twin.kernel_for(*args)
+    kernel, values = instrumented(f if isinstance(f, Jitted) else Jitted(f)).kernel_for(*args)
     if not kernel.lowering.decisions or not any(d.vectorized for d in kernel.lowering.decisions):
         kernel.run(values)
         return Profile(0, 0, tuple(kernel.lowering.decisions))

@@ -6,11 +6,15 @@ Every operation normalizes to one of three node kinds:
   ``*``, transpose, ``sum`` and scalar multiplication all become this);
 - ``combine``: elementwise ``+`` / ``-`` of same-shaped operands (a union: an entry stored in either operand).
 
-Nodes compare structurally, so a trace is its own cache key.
+Nodes are hash-consed (one object per distinct structure), so equality is identity and a trace prints and
+keys in time linear in its distinct nodes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,26 +50,77 @@ class TensorType:
         return f"{dims}x{self.dtype}" + (f" #{self.format}" if self.is_sparse else "")
 
 
-@dataclass(frozen=True)
 class Node:
+    """One traced value. Nodes are hash-consed: building a node equal to a live one returns that node, so
+    equality is identity, hashing is O(1), and a value used twice is one node (a DAG, never re-walked as a
+    tree). Immutable once built."""
+
+    __slots__ = ("op", "args", "params", "type", "__weakref__")
     op: str                       # "input" | "contract" | "combine"
     args: tuple["Node", ...]
     params: tuple                 # hashable op parameters (see the module docstring)
     type: TensorType
 
-    def walk(self):
-        """Nodes in dependency order, each once."""
-        seen: dict[Node, None] = {}
+    _table: "weakref.WeakValueDictionary[tuple, Node]" = weakref.WeakValueDictionary()
+    _lock = threading.Lock()
 
-        def visit(node: Node):
-            if node in seen:
-                return
-            for arg in node.args:
-                visit(arg)
-            seen[node] = None
+    def __new__(cls, op: str, args: tuple, params: tuple, type: TensorType):
+        args = tuple(args)
+        # The args are interned, so their identities stand for their structure; they stay alive (and their
+        # ids unique) as long as the node holding them does.
+        key = (op, tuple(map(id, args)), _canonical(params), type)
+        with cls._lock:
+            node = cls._table.get(key)
+            if node is None:
+                node = object.__new__(cls)
+                for name, value in (("op", op), ("args", args), ("params", tuple(params)), ("type", type)):
+                    object.__setattr__(node, name, value)
+                cls._table[key] = node
+        return node
 
-        visit(self)
-        return list(seen)
+    def __setattr__(self, name, value):
+        raise AttributeError("trace nodes are immutable")
+
+    def __reduce__(self):
+        return (Node, (self.op, self.args, self.params, self.type))
+
+    def __repr__(self) -> str:   # shallow: a deep repr of a DAG is exponential in its depth
+        return f"Node({self.op}, {len(self.args)} args, {self.params}, {self.type})"
+
+    def walk(self) -> list["Node"]:
+        """Nodes in dependency order, each once (iterative: deep chains do not hit the recursion limit)."""
+        return walk([self])
+
+
+def walk(roots) -> list[Node]:
+    """The nodes reachable from ``roots`` in dependency order (arguments first), each once."""
+    order: dict[Node, None] = {}
+    stack = [(node, False) for node in reversed(tuple(roots))]
+    while stack:
+        node, expanded = stack.pop()
+        if node in order:
+            continue
+        if expanded:
+            order[node] = None
+            continue
+        stack.append((node, True))
+        stack.extend((arg, False) for arg in reversed(node.args) if arg not in order)
+    return list(order)
+
+
+def _canonical(value):
+    """A key for a params value that keeps apart what ``==`` merges but code generation does not:
+    ``0.0`` / ``-0.0``, ``1`` / ``1.0`` / ``True`` (NaN keys by its bits, so equal NaNs share)."""
+    if isinstance(value, float):
+        return ("f", value.hex())
+    if isinstance(value, (bool, int)):
+        return (type(value).__name__, value)
+    if isinstance(value, tuple):
+        return tuple(_canonical(v) for v in value)
+    if dataclasses.is_dataclass(value):
+        return (type(value).__name__,) + tuple(_canonical(getattr(value, f.name))
+                                               for f in dataclasses.fields(value))
+    return value
 
 
 @dataclass(frozen=True)
@@ -89,20 +144,18 @@ class Trace:
     outputs: tuple[Node, ...]
 
     def as_text(self) -> str:
+        """The trace as text, one line per distinct node (linear in their number): the canonical form that
+        the disk cache keys on."""
         names: dict[Node, str] = {}
         lines = []
-        for out in self.outputs:
-            for node in out.walk():
-                if node in names:
-                    continue
-                if node.op == "input":
-                    names[node] = f"%arg{node.params[0]}"
-                    continue
-                name = f"%{len(names) - sum(1 for n in names if n.op == 'input')}"
-                names[node] = name
-                operands = ", ".join(names[a] for a in node.args)
-                params = ", ".join(str(p) for p in node.params if p is not None)
-                lines.append(f"  {name} = {node.op}[{params}]({operands}) : {node.type}")
+        for node in walk(self.outputs):
+            if node.op == "input":
+                names[node] = f"%arg{node.params[0]}"
+                continue
+            names[node] = name = f"%{len(lines)}"
+            operands = ", ".join(names[a] for a in node.args)
+            params = ", ".join(str(p) for p in node.params if p is not None)
+            lines.append(f"  {name} = {node.op}[{params}]({operands}) : {node.type}")
         header = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(self.inputs))
         results = ", ".join(names[o] for o in self.outputs)
         return f"trace({header}) {{\n" + "\n".join(lines) + f"\n  return {results}\n}}"

@@ -106,7 +106,7 @@ def _node(x, op: str) -> Node:
                      f"got {type(x).__name__}")
 
 
-def _check_out_format(out_format, ndim: int):
+def check_out_format(out_format, ndim: int):
     if out_format is None or isinstance(out_format, Format):
         if isinstance(out_format, Format) and out_format.ndim != ndim:
             raise TraceError(f"out_format {out_format} has {out_format.ndim} levels, the result has rank {ndim}")
@@ -125,7 +125,7 @@ def default_sparse_format(like: Format, ndim: int) -> Format:
     return Format(levels, like.order, like.pos_width, like.crd_width)
 
 
-def _resolve_format(out_format, sparse_default: bool, sparse_like: list[Format], ndim: int):
+def resolve_format(out_format, sparse_default: bool, sparse_like: list[Format], ndim: int):
     """The result format: an explicit request wins; otherwise sparse only where the op's default says so."""
     if isinstance(out_format, Format):
         return None if out_format.is_dense else out_format
@@ -165,10 +165,10 @@ def contract(nodes: list[Node], inputs: list[str], output: str, *, scale=None, o
         raise TraceError(f"{op}: output subscripts {output!r} must be distinct indices of the inputs")
     if len(output) > MAX_RANK:
         raise TraceError(f"{op}: results of rank up to {MAX_RANK} are supported")
-    out_format = _check_out_format(out_format, len(output))
+    out_format = check_out_format(out_format, len(output))
     elementwise = all(subs == output for subs in inputs) and len(nodes) >= 2
     sparse_like = [n.type.format for n in nodes if n.type.is_sparse]
-    fmt = _resolve_format(out_format, elementwise and bool(sparse_like), sparse_like, len(output))
+    fmt = resolve_format(out_format, elementwise and bool(sparse_like), sparse_like, len(output))
     dtype = result_dtype(*[n.type.dtype for n in nodes])
     if scale is not None and _scalar_dtype(scale) == "float64" and not dtype.startswith("float"):
         dtype = "float64"   # NumPy 2 (NEP 50): a Python scalar is weak; it only turns ints into floats
@@ -239,9 +239,9 @@ def _combine(a, b, sign: int, op: str, out_format=None) -> Tracer:
         raise TraceError(f"{op}: shapes {na.type.shape} and {nb.type.shape} differ (broadcasting is not "
                          "supported)")
     ndim = na.type.ndim
-    out_format = _check_out_format(out_format, ndim)
+    out_format = check_out_format(out_format, ndim)
     sparse_like = [n.type.format for n in (na, nb) if n.type.is_sparse]
-    fmt = _resolve_format(out_format, len(sparse_like) == 2, sparse_like, ndim)
+    fmt = resolve_format(out_format, len(sparse_like) == 2, sparse_like, ndim)
     dtype = result_dtype(na.type.dtype, nb.type.dtype)
     return Tracer(Node("combine", (na, nb), (sign,), TensorType(na.type.shape, dtype, fmt)))
 
