@@ -147,8 +147,8 @@ def test_mixed_dtypes_promote_like_numpy():
     out = splyce.jit(lambda x, y: x @ y, vectorize=False)(a, b)
     assert out.dtype == np.float64
     assert np.allclose(out, a.toarray().astype(np.float64) @ b.toarray())
-    ai = splyce.asarray(np.arange(12, dtype=np.int32).reshape(3, 4) % 3)
-    bi = splyce.asarray(np.arange(12, dtype=np.int64).reshape(4, 3) % 2)
+    ai = splyce.asarray(np.arange(12, dtype=np.int32).reshape(3, 4) % 3, splyce.CSR)
+    bi = splyce.asarray(np.arange(12, dtype=np.int64).reshape(4, 3) % 2, splyce.CSR)
     outi = splyce.jit(lambda x, y: x @ y, vectorize=False)(ai, bi)
     assert outi.dtype == np.int64 and np.array_equal(outi, ai.to_numpy() @ bi.to_numpy())
 

@@ -111,7 +111,7 @@ def test_explicit_zeros_are_kept():
         t = asarray(s, fmt)
         assert t.nnz == 3
         assert t.to_scipy().nnz == 3
-    assert asarray(np.array([[0.0, 2.0]])).nnz == 1   # zeros of a dense input are not stored
+    assert asarray(np.array([[0.0, 2.0]]), CSR).nnz == 1   # zeros of a dense input are not stored
 
 
 def test_non_canonical_scipy_is_canonicalized_on_a_copy():
@@ -132,8 +132,10 @@ def test_non_canonical_scipy_is_canonicalized_on_a_copy():
 def test_copy_false_errors():
     x = np.eye(3)
     with pytest.raises(ValueError, match="needs a copy, but copy=False"):
-        asarray(x, copy=False)
-    assert np.shares_memory(asarray(x, dense(2), copy=False).values, x)
+        asarray(x, CSR, copy=False)
+    assert np.shares_memory(asarray(x, copy=False).values, x)   # dense by default: wrapped as it is
+    with pytest.raises(ValueError, match="storing this array in .* needs a copy, but copy=False"):
+        asarray(np.asfortranarray(np.ones((2, 3))), copy=False)
     s = sps.csr_array(x)
     with pytest.raises(ValueError, match="index widths to 64/64 needs a copy"):
         asarray(s, CSR, copy=False)
@@ -165,10 +167,12 @@ def test_width_change_of_canonical_scipy_casts():
 def test_defaults_and_reformat():
     x = np.zeros((2, 3, 4))
     x[1, 2, 3] = 5
-    assert asarray(x).format == csf(3)
-    assert asarray(x[0, 0]).format == SPARSE_VECTOR
-    assert asarray(x[0]).format == CSR
-    t = asarray(x)
+    assert asarray(x).format == dense(3)      # a NumPy array stays dense unless asked otherwise
+    assert asarray(x[0, 0]).format == dense(1)
+    assert asarray(x).nnz == x.size and np.array_equal(asarray(x).to_numpy(), x)
+    assert asarray(sps.csr_array(x[0])).format.levels == CSR.levels
+    assert asarray(sparse.COO.from_numpy(x[0, 0])).format == SPARSE_VECTOR
+    t = asarray(x, csf(3))
     assert asarray(t) is t
     assert asarray(t, copy=True) is not t
     assert asarray(t, coo(3)).to_pydata().nnz == 1

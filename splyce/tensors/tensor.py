@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from splyce.tensors import convert
-from splyce.tensors.formats import COO, CSC, CSR, SPARSE_VECTOR, Format, coo, csf
+from splyce.tensors.formats import COO, CSC, CSR, SPARSE_VECTOR, Format, coo, csf, dense
 from splyce.tensors.validation import NotCanonicalError, check_buffers, check_dtype, check_shape
 
 __all__ = ["SparseTensor", "asarray"]
@@ -166,7 +166,7 @@ def _from_coords(shape, fmt, coords, values, copy, name, sorted_unique=False) ->
 
 def _from_numpy(x: np.ndarray, fmt, copy, name) -> SparseTensor:
     check_dtype(x.dtype, name)
-    fmt = fmt or _default_format(x.ndim)
+    fmt = fmt or dense(x.ndim)   # a NumPy array stays dense unless a sparse format is asked for
     if fmt.ndim != x.ndim:
         raise ValueError(f"{name}: format {fmt} has {fmt.ndim} levels but the input has {x.ndim} dimensions")
     in_levels = x.transpose(fmt.order)
@@ -260,8 +260,8 @@ def asarray(x, format: Format | None = None, copy: bool | None = None, *, name: 
     """Convert `x` to a SparseTensor stored in `format`.
 
     `x`: a NumPy array (or anything np.asarray accepts; zeros are not stored), any scipy.sparse array or
-    matrix, a pydata-sparse COO / GCXS, or a SparseTensor. Default formats: CSR for 2-D NumPy input, scipy
-    csr / bsr / dia / lil / dok, CSC for scipy csc, COO for scipy coo (`coo(ndim)` for n-D), `coo(ndim)` for pydata COO, CSR / CSC for a 2-D GCXS
+    matrix, a pydata-sparse COO / GCXS, or a SparseTensor. Default formats: `dense(ndim)` for NumPy input
+    (pass a sparse format to store only its nonzeros), scipy csr / bsr / dia / lil / dok, CSC for scipy csc, COO for scipy coo (`coo(ndim)` for n-D), `coo(ndim)` for pydata COO, CSR / CSC for a 2-D GCXS
     compressed along rows / columns, otherwise the sparse vector for 1-D and `csf(ndim)` for 3-D and up.
     scipy int32 indices give index widths 32.
 
