@@ -11,6 +11,7 @@ import pytest
 
 from splyce.bench import __main__ as cli
 from splyce.bench import common, kernels, threads
+from splyce.bench import compile as compile_bench
 from splyce.bench.common import BenchMismatch, Config, read_csv
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -53,12 +54,42 @@ def test_subcommand_tiny(sub, tmp_path, capsys):
         assert len(rows) == 17 and {r["fast_math"] for r in rows[1:]} == {"on", "off"}
 
 
-def test_threads_subcommand_exits_zero(tmp_path, capsys):
+def test_threads_subcommand(tmp_path):
     assert cli.main(["threads", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
-    if not threads.supported():
-        assert "threads" in capsys.readouterr().out
-    else:
-        _check_outputs(tmp_path, "threads", threads.COLUMNS)
+    rows = _check_outputs(tmp_path, "threads", threads.COLUMNS)
+    assert {r["kernel"].split()[0] for r in rows} == {"K1", "K3"}
+    assert all(float(r["self_scaling"]) > 0 for r in rows)
+
+
+def test_compile_subcommand_fails_without_disk_hit(tmp_path, monkeypatch):
+    """With the disk cache switched off the second fresh jit compiles again: the run must fail, not report."""
+    monkeypatch.setenv("SPLYCE_DISABLE_DISK_CACHE", "1")
+    with pytest.raises(RuntimeError, match="not served by the disk cache"):
+        compile_bench.run(Config(out=tmp_path, tiny=True, quick=True, progress=False, repeats=1))
+
+
+def test_compile_subcommand_loads_from_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPLYCE_CACHE_DIR", str(tmp_path / "user-cache"))
+    assert cli.main(["compile", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
+    rows = _check_outputs(tmp_path, "compile", compile_bench.COLUMNS)
+    assert [r["kernel"].split()[0] for r in rows] == ["K1", "K2", "K3", "K4", "K5"]
+    assert all(float(r["cold_s"]) >= 0 and float(r["load_s"]) >= 0 for r in rows)   # no timing asserts
+    assert not (tmp_path / "user-cache").exists() or not any((tmp_path / "user-cache").iterdir())
+
+
+def test_simd_share_reads_the_profile():
+    from splyce.kernels import KERNELS
+
+    spec = KERNELS["K1"]
+    assert 0.5 < common.simd_share(spec.fun, tuple(spec.operands(96, 0.2))) <= 1.0
+
+
+def test_simd_share_failure_propagates():
+    def not_traceable(a):
+        raise ZeroDivisionError("boom")
+
+    with pytest.raises(ZeroDivisionError):
+        common.simd_share(not_traceable, (np.ones(3),))
 
 
 def test_wrong_kernel_fails_loudly(tmp_path, monkeypatch, capsys):

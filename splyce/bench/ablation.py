@@ -6,6 +6,7 @@ import numpy as np
 
 from splyce.backend.compiler import DEFAULT_PHASES
 from splyce.bench.common import Config, Result, _progress, measure
+from splyce.bench.kernels import size_for
 
 PHASE_NAMES = ("load+compare", "multiply-accumulate", "pointer advance")
 
@@ -16,10 +17,6 @@ def phase_bits(c: int) -> str:
     return "".join("S" if (b >> s) & 1 else "x" for s in (2, 1, 0))
 
 
-def k1_size(cfg: Config) -> int:
-    return 96 if cfg.tiny else (256 if cfg.quick else 2000)
-
-
 COLUMNS = ["config", "phases", "fast_math", "median_s", "min_s", "speedup_vs_baseline", "compile_s"]
 
 
@@ -28,7 +25,7 @@ def run(cfg: Config) -> Result:
     from splyce.kernels import KERNELS
 
     spec = KERNELS["K1"]
-    n = k1_size(cfg)
+    n = size_for(spec, cfg)
     ops = spec.operands(n, cfg.density)
     ref = spec.reference(*[o.to_numpy() for o in ops])
     candidates, tol = {"baseline": (lambda f: lambda: f(*ops))(splyce.jit(spec.fun, vectorize=False))}, {}

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import csv
-import ctypes
 import gc
 import math
 import os
@@ -208,39 +207,15 @@ def geomean(xs) -> float:
 
 
 # -- SIMD share -----------------------------------------------------------------------------------------
-def simd_share(fun: Callable, args: tuple, **options) -> float:
-    """Share (0..1) of coordinates the fast lane consumed, or NaN when no profile is available.
+def simd_share(fun: Callable, args: tuple) -> float:
+    """Share (0..1) of coordinates the fast lane consumed in ``fun(*args)`` (``splyce.profile``).
 
-    Uses ``splyce.profile`` when the package has it; otherwise compiles ``fun`` with the Splyce pass's
-    ``profile=True`` counters and reads them directly.
+    Any failure of the profiled build propagates: a bench reports a failure as a failure. A kernel that
+    coiterates nothing has no share (NaN, printed "n/a"), which is a property of the kernel, not an error.
     """
     import splyce
 
-    try:
-        prof = splyce.profile
-    except (AttributeError, ImportError):
-        prof = None
-    if prof is not None:
-        try:
-            report = prof(fun, *args, **options)
-            for attr in ("simd_share", "simd_fraction", "share"):
-                value = report.get(attr) if isinstance(report, dict) else getattr(report, attr, None)
-                if value is not None:
-                    value = float(value)
-                    return value / 100.0 if value > 1.0 else value
-            if isinstance(report, (int, float)):
-                return float(report)
-        except Exception:
-            pass
-    try:
-        jitted = splyce.jit(fun, profile=True, **options)
-        jitted(*args)
-        kernel = next(iter(jitted._cache.values()))
-        address = kernel.compiled.global_address("splyce_profile_counters")
-        fast, slow = (ctypes.c_int64 * 2).from_address(address)
-        return fast / (fast + slow) if fast + slow else 0.0
-    except Exception:
-        return math.nan
+    return splyce.profile(fun, *args).simd_share
 
 
 # -- output ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import numpy as np
 
 from splyce.backend.compiler import DEFAULT_PHASES
 from splyce.bench.common import Config, Result, _progress, measure
+from splyce.bench.kernels import size_for
 
 WIDTHS = (2, 4, 8, 16)
 
@@ -14,8 +15,8 @@ def densities(cfg: Config):
     return (0.02, 0.1) if cfg.tiny else ((0.01, 0.05, 0.1) if cfg.quick else (0.01, 0.02, 0.05, 0.1))
 
 
-def k1_size(cfg: Config) -> int:
-    return 96 if cfg.tiny else (256 if cfg.quick else 1000)
+# Full runs sweep 4 densities x 5 candidates: K1 at half its bench size keeps that under a minute.
+FULL_K1_SIZE = 1000
 
 
 COLUMNS = ["density", "width", "median_s", "baseline_s", "speedup_vs_baseline"]
@@ -26,7 +27,7 @@ def run(cfg: Config) -> Result:
     from splyce.kernels import KERNELS
 
     spec = KERNELS["K1"]
-    n = k1_size(cfg)
+    n = min(size_for(spec, cfg), FULL_K1_SIZE)
     rows = []
     ds = densities(cfg)
     bar = _progress(len(ds) * (len(WIDTHS) + 1) * (cfg.n_repeats + 1), "width", cfg)

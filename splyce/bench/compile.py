@@ -1,0 +1,100 @@
+"""``compile``: cold compile vs disk-cache load of K1-K5, each result checked against the reference.
+
+Per kernel and repeat: the disk cache (a private temporary folder) is emptied, a fresh ``splyce.jit`` is called
+once (a cold compile) and again (a cached run); then the in-memory caches are emptied and a second fresh
+``splyce.jit`` is called once (served from disk: it must count one disk hit) and again. ``cold_s`` and
+``load_s`` are the first calls minus the cached run that follows them, so they exclude the kernel's own run.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+from splyce.bench.common import Config, Result, _progress, check
+from splyce.bench.kernels import size_for
+
+COLUMNS = ["kernel", "size", "cold_s", "load_s", "run_s", "cold_vs_load"]
+
+
+def _first_minus_run(f, ops, ref, desc) -> tuple[float, float]:
+    """(first call minus the run after it, that run); both results are checked."""
+    t0 = time.perf_counter()
+    first = f(*ops)
+    t1 = time.perf_counter()
+    again = f(*ops)
+    t2 = time.perf_counter()
+    check(desc + " first call", first, ref)
+    check(desc + " second call", again, ref)
+    return max(0.0, (t1 - t0) - (t2 - t1)), t2 - t1
+
+
+def _warm_process() -> None:
+    """Imports, LLVM initialisation and the source hash happen once per process, not in the first kernel."""
+    import splyce
+    from splyce.kernels import KERNELS
+
+    spec = KERNELS["K2"]
+    splyce.jit(spec.fun, vector_width=2)(*spec.operands(64, 0.2))
+
+
+def run(cfg: Config) -> Result:
+    import splyce
+    from splyce.kernels import KERNELS
+
+    saved = os.environ.get("SPLYCE_CACHE_DIR")
+    rows = []
+    bar = _progress(len(KERNELS) * cfg.n_repeats, "compile", cfg)
+    with tempfile.TemporaryDirectory(prefix="splyce-bench-cache-") as folder:
+        os.environ["SPLYCE_CACHE_DIR"] = folder
+        try:
+            _warm_process()
+            for name, spec in KERNELS.items():
+                size = size_for(spec, cfg)
+                ops = spec.operands(size, cfg.density)
+                ref = spec.reference(*[o if isinstance(o, np.ndarray) else o.to_numpy() for o in ops])
+                cold, load, runs = [], [], []
+                for _ in range(cfg.n_repeats):
+                    splyce.clear_cache(disk=True)
+                    c, r = _first_minus_run(splyce.jit(spec.fun), ops, ref, f"{name} cold")
+                    splyce.clear_cache()
+                    loaded = splyce.jit(spec.fun)
+                    d, r2 = _first_minus_run(loaded, ops, ref, f"{name} disk load")
+                    info = loaded.cache_info()
+                    if info.disk_hits != 1 or info.compiles != 0:
+                        raise RuntimeError(f"compile bench: {name} was not served by the disk cache ({info})")
+                    cold.append(c)
+                    load.append(d)
+                    runs += [r, r2]
+                    bar.update(1)
+                cold_s, load_s = statistics.median(cold), statistics.median(load)
+                rows.append({"kernel": f"{name} {spec.title}",
+                             "size": "x".join(map(str, size)) if isinstance(size, tuple) else str(size),
+                             "cold_s": cold_s, "load_s": load_s, "run_s": statistics.median(runs),
+                             "cold_vs_load": cold_s / load_s if load_s > 0 else float("inf")})
+        finally:
+            bar.close()
+            splyce.clear_cache()
+            if saved is None:
+                os.environ.pop("SPLYCE_CACHE_DIR", None)
+            else:
+                os.environ["SPLYCE_CACHE_DIR"] = saved
+    note = ("cold_s = first call of a fresh `splyce.jit` with an empty disk cache, minus the cached run after it "
+            "(trace, lowering, Splyce pass, LLVM codegen); load_s = the same after emptying only the in-memory "
+            f"caches (the kernel comes from the disk cache); medians of {cfg.n_repeats} repeats in a warm process "
+            "(the process's first MLIR context is excluded). Every call's result is checked against the reference.")
+    return Result("compile", "Cold compile vs disk-cache load, K1-K5", COLUMNS, rows, note, plot=_plot)
+
+
+def _plot(rows, ax):
+    x = np.arange(len(rows))
+    ax.bar(x - 0.2, [r["cold_s"] * 1e3 for r in rows], 0.4, label="cold compile")
+    ax.bar(x + 0.2, [r["load_s"] * 1e3 for r in rows], 0.4, label="disk-cache load")
+    ax.set_xticks(x, [r["kernel"].split()[0] for r in rows])
+    ax.set_yscale("log")
+    ax.set_ylabel("ms (first call minus a cached run)")
+    ax.legend(fontsize=8)
