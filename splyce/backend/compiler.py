@@ -14,7 +14,7 @@ from pathlib import Path
 from splyce.backend import codegen
 from splyce.lowering import pipeline
 from splyce.backend.codegen import Target
-from splyce.lowering.to_mlir import ENTRY, LoweringError, lower_trace
+from splyce.lowering.to_mlir import ENTRY, lower_trace
 from splyce.tracer.ir import Trace
 
 # The fast lane's phases in SIMD (KERNELS.md numbering). The paper found 5 (SIMD load/compare, scalar
@@ -135,17 +135,13 @@ def lower(trace: Trace, options: CompileOptions) -> Lowering:
     with ir.Context(), ir.Location.unknown():
         start = time.perf_counter()
         module = lower_trace(trace)
-        if not module.operation.verify():
-            raise RuntimeError("internal error: the linalg module does not verify")
+        module.operation.verify()   # raises ir.MLIRError with the diagnostics (it never returns False)
         record("linalg", str(module), start)
 
         start = time.perf_counter()
-        try:
-            pipeline.run_passes(module, pipeline.SPARSIFY)
-        except ir.MLIRError as exc:
-            raise LoweringError(f"the MLIR sparsifier cannot compile this trace with these operand formats "
-                                f"(convert the operands to formats stored in loop order, e.g. CSR / CSC):\n"
-                                f"{trace.as_text()}\n{exc}") from None
+        # lower_trace refuses what the sparsifier cannot compile (loop orders, sparse results), so a failure
+        # here is an internal error and surfaces as the MLIRError with its diagnostics
+        pipeline.run_passes(module, pipeline.SPARSIFY)
         record("scf", str(module), start)
 
         start = time.perf_counter()

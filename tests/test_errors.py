@@ -1,0 +1,141 @@
+"""Every refusal of the tracer (TraceError) and of the lowering (LoweringError), reached from a user's call,
+with its exact text: a message a user acts on is part of the interface, so a change to it shows up here."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+import splyce
+from splyce.lowering.to_mlir import LoweringError
+from splyce.tracer.tracer import TraceError
+
+CSR_TEXT = "(i, j) -> (i : dense, j : compressed)"
+CSR32_TEXT = CSR_TEXT + ", posWidth = 32, crdWidth = 32"     # scipy's int32 index arrays
+CSC32_TEXT = "(i, j) -> (j : dense, i : compressed), posWidth = 32, crdWidth = 32"
+
+
+def _csr(m, n, seed):
+    return sps.random_array((m, n), density=0.5, format="csr", random_state=seed)
+
+
+A, B = _csr(4, 5, 1), _csr(4, 5, 2)   # two 4x5 CSR operands unless a case says otherwise
+
+TRACE_ERRORS = {
+    "truth value": (lambda x, y: x if x else y, (A, B),
+                    "the truth value of a traced tensor is not known at trace time"),
+    "divide by a tensor": (lambda x, y: x / y, (A, B), "'/' is only supported by a scalar"),
+    "matmul by a Python int": (lambda x, y: x @ 3, (A, B),
+                               "matmul: operands must be traced tensors (the jitted function's arguments), "
+                               "got int"),
+    "multiply by a string": (lambda x, y: splyce.multiply(x, "2"), (A, B),
+                             "multiply: operands must be traced tensors (the jitted function's arguments), "
+                             "got str"),
+    "out_format levels": (lambda x, y: splyce.matmul(x, y, out_format=splyce.CSR), (A, np.ones(5)),
+                          f"out_format {CSR_TEXT} has 2 levels, the result has rank 1"),
+    "out_format name": (lambda x, y: splyce.matmul(x, y, out_format="csr"), (A, np.ones(5)),
+                        "out_format must be 'dense', 'sparse', a splyce.Format or None, got 'csr'"),
+    "five operands": (lambda x, y: splyce.einsum("ij,ij,ij,ij,ij->ij", x, y, x, y, x), (A, B),
+                      "einsum: between 1 and 4 operands are supported, got 5"),
+    "subscripts vs rank": (lambda x, y: splyce.einsum("ijk,ij->ij", x, y), (A, B),
+                           "einsum: operand 0 has shape (4, 5) but subscripts 'ijk'"),
+    "repeated index": (lambda x, y: splyce.einsum("ii,jk->ik", x, y), (A, B),
+                       "einsum: repeated index in 'ii' (diagonals) is not supported"),
+    "size mismatch": (lambda x, y: splyce.einsum("ij,jk->ik", x, y), (A, B),
+                      "einsum: size mismatch for index 'j' (5 vs 4) with operand shapes (4, 5), (4, 5)"),
+    "output repeats": (lambda x, y: splyce.einsum("ij,ij->ii", x, y), (A, B),
+                       "einsum: output subscripts 'ii' must be distinct indices of the inputs"),
+    "output unknown index": (lambda x, y: splyce.einsum("ij,ij->iz", x, y), (A, B),
+                             "einsum: output subscripts 'iz' must be distinct indices of the inputs"),
+    "result rank 5": (lambda x, y: splyce.einsum("ij,kl,m->ijklm", x, y, x.sum(axis=0)), (A, B),
+                      "einsum: results of rank up to 4 are supported"),
+    "complex scalar": (lambda x, y: x * 1j, (A, B), "scalar factors must be real numbers, got complex"),
+    "bool scalar": (lambda x, y: x * True, (A, B), "scalar factors must be real numbers, got bool"),
+    "matmul of 3-D": (lambda x, y: x @ y, (np.ones((2, 2, 2)), B),
+                      "matmul: operands must be 1-D or 2-D, got shapes (2, 2, 2) and (4, 5)"),
+    "matmul not aligned": (lambda x, y: x @ y, (A, B),
+                           "matmul: shapes (4, 5) and (4, 5) are not aligned (5 != 4)"),
+    "multiply shapes": (lambda x, y: x * y, (A, A.T),
+                        "multiply: shapes (4, 5) and (5, 4) differ (broadcasting is not supported)"),
+    "add a scalar": (lambda x, y: x + 1.0, (A, B),
+                     "add: adding a scalar to a sparse tensor makes it dense; add a dense array instead"),
+    "subtract shapes": (lambda x, y: x - y, (A, A.T),
+                        "subtract: shapes (4, 5) and (5, 4) differ (broadcasting is not supported)"),
+    "sum axis": (lambda x, y: x.sum(axis=2), (A, B), "sum: axis 2 is out of range for a tensor of rank 2"),
+    "sum axis bool": (lambda x, y: x.sum(axis=True), (A, B),
+                      "sum: axis True is out of range for a tensor of rank 2"),
+    "transpose axes": (lambda x, y: x.transpose(0, 0), (A, B),
+                       "transpose: axes (0, 0) are not a permutation of range(2)"),
+    "einsum subscripts type": (lambda x, y: splyce.einsum(3, x), (A, B),
+                               "einsum: subscripts must be a string, got int"),
+    "einsum ellipsis": (lambda x, y: splyce.einsum("i...,j->ij", x, y), (A, B),
+                        "einsum: ellipses ('...') are not supported"),
+    "einsum not letters": (lambda x, y: splyce.einsum("i1,ij", x, y), (A, B),
+                           "einsum: invalid subscripts 'i1,ij' (use letters a-z)"),
+    "einsum groups": (lambda x, y: splyce.einsum("ij,jk->ik", x), (A, B),
+                      "einsum: 2 subscript groups for 1 operands in 'ij,jk->ik'"),
+    "returns a number": (lambda x, y: 3, (A, B),
+                         "a jitted function must return a traced tensor or a tuple / list of them, got int"),
+    "returns an empty tuple": (lambda x, y: (), (A, B),
+                               "a jitted function must return a traced tensor or a tuple / list of them, "
+                               "got tuple"),
+}
+
+
+@pytest.mark.parametrize("case", list(TRACE_ERRORS), ids=list(TRACE_ERRORS))
+def test_trace_error_text(case):
+    fun, args, message = TRACE_ERRORS[case]
+    f = splyce.jit(fun, vectorize=False)
+    with pytest.raises(TraceError) as info:
+        f(*args)
+    assert str(info.value) == message
+    assert f.cache_info().compiles == 0
+
+
+def test_jit_level_out_format_of_the_wrong_rank_is_a_trace_error():
+    f = splyce.jit(lambda x, y: x @ y, vectorize=False, out_format=splyce.CSR)
+    with pytest.raises(TraceError) as info:
+        f(A, np.ones(5))
+    assert str(info.value) == f"out_format {CSR_TEXT} has 2 levels, the result has rank 1"
+
+
+REDUCTION_TEXT = ("a sparse result ({fmt}) of a contraction with a reduction is not supported; request "
+                  "out_format='dense' (splyce.matmul on concrete operands returns scipy.sparse results)")
+UNCHANGED_TEXT = "a jitted function must compute its results; returning an argument unchanged is not supported"
+
+LOWERING_ERRORS = {
+    "no loop order": (lambda x, y: x * y, (A, B.tocsc()),
+                      f"no loop order fits the operands' storage orders ab:{CSR32_TEXT}, ab:{CSC32_TEXT}; "
+                      "store them in compatible orders, e.g. splyce.asarray(b, format=a.format) before the call "
+                      "(the drop-ins splyce.add / multiply / einsum convert for you)"),
+    "sparse result of a reduction": (lambda x, y: splyce.matmul(x, y, out_format="sparse"), (A, B.T.tocsr()),
+                                     REDUCTION_TEXT.format(fmt=CSR32_TEXT)),
+    "sparse vector result of a sum": (lambda x, y: splyce.einsum("ij->i", x, out_format=splyce.SPARSE_VECTOR),
+                                      (A, B), REDUCTION_TEXT.format(fmt="(i) -> (i : compressed)")),
+    "sparse result out of storage order": (
+        lambda x, y: splyce.multiply(x, y, out_format=splyce.CSC), (A, B),
+        "the sparse result format (i, j) -> (j : dense, i : compressed) would be written out of storage order "
+        "(loops 'ab'); request out_format='dense' or a format stored in loop order"),
+    "sparse union result out of storage order": (
+        lambda x, y: splyce.add(x, y, out_format=splyce.CSC), (A, B),
+        "the sparse result format (i, j) -> (j : dense, i : compressed) would be written out of storage order "
+        "(loops 'ab'); request out_format='dense' or a format stored in loop order"),
+    "returns an argument": (lambda x, y: x, (A, B), UNCHANGED_TEXT),
+    "returns an argument among results": (lambda x, y: (x * y, y), (A, B), UNCHANGED_TEXT),
+}
+
+
+@pytest.mark.parametrize("case", list(LOWERING_ERRORS), ids=list(LOWERING_ERRORS))
+def test_lowering_error_text(case):
+    fun, args, message = LOWERING_ERRORS[case]
+    f = splyce.jit(fun, vectorize=False)
+    with pytest.raises(LoweringError) as info:
+        f(*args)
+    assert str(info.value) == message
+    assert f.cache_info().compiles == 0
+    with pytest.raises(LoweringError):   # lower() refuses the same way, before any MLIR pass runs
+        f.lower(*args)
+
+
+def test_refusals_are_value_errors():
+    # callers catching ValueError (as for NumPy's shape errors) see both kinds
+    assert issubclass(TraceError, ValueError) and issubclass(LoweringError, ValueError)
