@@ -61,19 +61,19 @@ def _sparse(rng, shape, density, dtype):
 D_FORMAT = CSC
 
 
-def _k1(n, density, dtype, rng, idx=32):
+def _k1(n, density, dtype, rng):
     B = _sparse(rng, (n, n), density, dtype)
     C = _sparse(rng, (n, n), density, dtype)
     return [(B, CSR), (C, CSC)]
 
 
-def _k2(n, density, dtype, rng, idx=32):
+def _k2(n, density, dtype, rng):
     B = _sparse(rng, (n, n), density, dtype)
     c = _sparse(rng, (n,), density, dtype)
     return [(B, CSR), (c, SPARSE_VECTOR)]
 
 
-def _k3(sizes, density, dtype, rng, idx=32):
+def _k3(sizes, density, dtype, rng):
     I, K, L, J = sizes
     B = _sparse(rng, (I, K, L), density, dtype)
     C = rng.uniform(-1, 1, (K, J)).astype(dtype)
@@ -81,12 +81,12 @@ def _k3(sizes, density, dtype, rng, idx=32):
     return [(B, csf(3)), (C, None), (D, D_FORMAT)]
 
 
-def _k4(sizes, density, dtype, rng, idx=32):
+def _k4(sizes, density, dtype, rng):
     m, n = sizes
     return [(_sparse(rng, (m, n), density, dtype), CSR), (_sparse(rng, (m, n), density, dtype), CSR)]
 
 
-def _k5(sizes, density, dtype, rng, idx=32):
+def _k5(sizes, density, dtype, rng):
     I, J, K, L = sizes
     return [(_sparse(rng, (I, J, K), density, dtype), csf(3)), (_sparse(rng, (K, L), density, dtype), CSC)]
 

@@ -121,3 +121,14 @@ def test_mlir_encoding_text():
         assert "(d0, d1) -> (d1 : dense, d0 : compressed)" in str(to_mlir_encoding(CSC))
         assert "d1 : singleton(soa)" in str(to_mlir_encoding(COO))
         assert "posWidth = 32, crdWidth = 32" in str(to_mlir_encoding(CSR.with_widths(32, 32)))
+
+
+def test_index_buffers_follow_the_per_level_rule_in_storage_order():
+    # compressed: pos and crd; singleton: crd only; dense: none (MLIR's memref order for arguments/results)
+    assert CSR.index_buffers == (("pos", 1), ("crd", 1))
+    assert CSC.index_buffers == (("pos", 1), ("crd", 1))
+    assert DCSR.index_buffers == (("pos", 0), ("crd", 0), ("pos", 1), ("crd", 1))
+    assert COO.index_buffers == (("pos", 0), ("crd", 0), ("crd", 1))
+    assert coo(3).index_buffers == (("pos", 0), ("crd", 0), ("crd", 1), ("crd", 2))
+    assert dense(2).index_buffers == ()
+    assert [lv.has_pos for lv in COO.levels] == [True, False] and [lv.has_crd for lv in CSR.levels] == [False, True]

@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from splyce.tensors.validation import register_fast_check
+from splyce.tensors.validation import SUPPORTED_DTYPES, register_fast_check
 
 # One function per (pos width, crd width, order rule). Segment s spans crd[pos[s]:pos[s+1]]; a segment's
 # defects are OR-ed without early exit (so LLVM can vectorize the scan) and checked at its end.
@@ -76,7 +76,6 @@ _ORDER = {
 _lock = threading.Lock()
 _INT = {32: np.dtype(np.int32), 64: np.dtype(np.int64)}
 _MAX = {32: 2**31 - 1, 64: 2**63 - 1}
-_VALUE_DTYPES = tuple(np.dtype(t) for t in ("float64", "float32", "int64", "int32"))
 _SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                               ctypes.c_int64, ctypes.c_int64)
 
@@ -145,7 +144,7 @@ def _structure_ok(shape, fmt, pos, crd, values) -> bool:
         n_parent = len(c)
     return (isinstance(values, np.ndarray) and values.ndim == 1 and values.flags.c_contiguous
             and values.dtype.isnative and len(values) == n_parent
-            and values.dtype in _VALUE_DTYPES)
+            and values.dtype in SUPPORTED_DTYPES)
 
 
 def _levels_ok(shape, fmt, pos, crd) -> bool:

@@ -15,12 +15,11 @@ import numpy as np
 from splyce.tensors.formats import Format, Level
 from splyce.tensors.tensor import SparseTensor, asarray
 from splyce.tracer.ir import TensorType
-from splyce.tensors.validation import validate
+from splyce.tensors.validation import DTYPE_NAMES, validate
 from splyce.backend import native_validation  # noqa: F401  (registers the native fast path of validation)
 
-SUPPORTED_DTYPES = ("float64", "float32", "int64", "int32")
 # dtype -> name by dict lookup: ``np.dtype.name`` is computed in Python on every access (slow per call)
-_NAMES = {np.dtype(name): name for name in SUPPORTED_DTYPES}
+_NAMES = {np.dtype(name): name for name in DTYPE_NAMES}
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,7 @@ def _is_sparse_object(x) -> bool:
 
 def _check_dtype(dtype: np.dtype, name: str) -> None:
     if dtype not in _NAMES:
-        raise TypeError(f"{name}: dtype {dtype} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}")
+        raise TypeError(f"{name}: dtype {dtype} is not supported; use one of {', '.join(DTYPE_NAMES)}")
 
 
 def prepare(x, name: str):
@@ -113,23 +112,11 @@ def flatten(t: TensorType, value) -> list[np.ndarray]:
     """The entry point's memref arguments for one operand: per level its pos and crd, then the values."""
     if not t.is_sparse:
         return [value]
-    buffers = []
-    for level, pos, crd in zip(value.format.levels, value.pos, value.crd):
-        if level.kind == "compressed":
-            buffers.append(pos)
-        if level.kind != "dense":
-            buffers.append(crd)
-    buffers.append(value.values)
-    return buffers
+    index = {"pos": value.pos, "crd": value.crd}
+    return [index[kind][l] for kind, l in value.format.index_buffers] + [value.values]
 
 
 def result_buffer_dtypes(t: TensorType) -> list[np.dtype]:
     """The dtypes of the memrefs a sparse result comes back in, in order (mirrors ``flatten``)."""
-    pos, crd = np.dtype(f"int{t.format.pos_width}"), np.dtype(f"int{t.format.crd_width}")
-    dtypes = []
-    for level in t.format.levels:
-        if level.kind == "compressed":
-            dtypes.append(pos)
-        if level.kind != "dense":
-            dtypes.append(crd)
-    return dtypes + [np.dtype(t.dtype)]
+    widths = {"pos": np.dtype(f"int{t.format.pos_width}"), "crd": np.dtype(f"int{t.format.crd_width}")}
+    return [widths[kind] for kind, _ in t.format.index_buffers] + [np.dtype(t.dtype)]

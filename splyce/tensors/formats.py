@@ -47,10 +47,12 @@ class Level:
 
     @property
     def has_pos(self) -> bool:
+        """A positions buffer (segment bounds): compressed levels only."""
         return self.kind == "compressed"
 
     @property
     def has_crd(self) -> bool:
+        """A coordinates buffer: every level but a dense one."""
         return self.kind != "dense"
 
     def __str__(self) -> str:
@@ -74,6 +76,13 @@ class Level:
 def _with_widths(fmt: "Format", pos_width: int, crd_width: int) -> "Format":
     """Formats are immutable, so the variants with other index widths are shared (built once)."""
     return Format(fmt.levels, fmt.order, pos_width, crd_width)
+
+
+@functools.lru_cache(maxsize=256)
+def _index_buffers(levels: tuple[Level, ...]) -> tuple[tuple[str, int], ...]:
+    """Computed once per level tuple: the call path flattens every sparse argument with it."""
+    return tuple((kind, l) for l, level in enumerate(levels)
+                 for kind, present in (("pos", level.has_pos), ("crd", level.has_crd)) if present)
 
 
 def _as_level(level) -> Level:
@@ -150,6 +159,12 @@ class Format:
         for l, d in enumerate(self.order):
             inverse[d] = l
         return tuple(inverse)
+
+    @property
+    def index_buffers(self) -> tuple[tuple[str, int], ...]:
+        """The index buffers in MLIR's order (a kernel's memref arguments and results): per level, outermost
+        first, ``("pos", l)`` then ``("crd", l)`` where the level has them; the values buffer follows."""
+        return _index_buffers(self.levels)
 
     def with_widths(self, pos_width: int, crd_width: int) -> Format:
         if (pos_width, crd_width) == (self.pos_width, self.crd_width):

@@ -14,9 +14,11 @@ import numpy as np
 
 from splyce.tensors.formats import Format
 
-__all__ = ["SUPPORTED_DTYPES", "NotCanonicalError", "check_dtype", "check_shape", "check_buffers", "validate"]
+__all__ = ["DTYPE_NAMES", "SUPPORTED_DTYPES", "NotCanonicalError", "check_dtype", "check_shape", "check_buffers", "validate"]
 
-SUPPORTED_DTYPES = tuple(np.dtype(t) for t in ("float64", "float32", "int64", "int32"))
+# The value dtypes every stage supports (the lowering maps each to an MLIR element type): defined once here.
+DTYPE_NAMES = ("float64", "float32", "int64", "int32")
+SUPPORTED_DTYPES = tuple(np.dtype(t) for t in DTYPE_NAMES)
 
 
 class NotCanonicalError(ValueError):
@@ -166,7 +168,7 @@ def check_buffers(shape, fmt: Format, pos, crd, values, name: str = "tensor") ->
         else:
             within = same_prev
 
-            def segment_of(k):
+            def segment_of(_k):
                 return "a run of equal parent coordinates"
         same_prev = _check_order(c, within, level, label, segment_of)
         n_parent = len(c)
