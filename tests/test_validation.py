@@ -111,20 +111,39 @@ def test_not_canonical_is_value_error():
     assert issubclass(NotCanonicalError, ValueError)
 
 
-def test_valid_edge_cases():
-    # Nonordered levels accept any order; nonunique levels accept repeats; empty and zero-size tensors.
+def _dense_from_rows(shape, rows):
+    """The dense reference of a CSR-like tensor given as {row: [(column, value), ...]} (repeats add up)."""
+    out = np.zeros(shape)
+    for i, entries in rows.items():
+        for j, v in entries:
+            out[i, j] += v
+    return out
+
+
+def test_valid_edge_cases_are_accepted_and_read_back_as_stored():
+    # Nonordered levels accept any order within a segment; nonunique levels accept repeats (they add up).
     nonordered = Format(("dense", Level("compressed", ordered=False)))
-    SparseTensor.from_buffers((2, 5), nonordered, **csr_buffers([0, 3, 3], [4, 1, 3]))
+    t = SparseTensor.from_buffers((2, 5), nonordered, **csr_buffers([0, 3, 3], [4, 1, 3], arr([1., 2., 3.], float)))
+    np.testing.assert_array_equal(t.to_numpy(), _dense_from_rows((2, 5), {0: [(4, 1.), (1, 2.), (3, 3.)]}))
     nonunique = Format(("dense", Level("compressed", unique=False)))
-    SparseTensor.from_buffers((2, 5), nonunique, **csr_buffers([0, 3, 3], [1, 1, 3]))
-    SparseTensor.from_buffers((0, 5), CSR, **csr_buffers([0], []))
-    SparseTensor.from_buffers((4, 0), CSR, **csr_buffers([0, 0, 0, 0, 0], []))
-    SparseTensor.from_buffers((0,), SPARSE_VECTOR, pos=(arr([0, 0]),), crd=(arr([]),), values=np.ones(0))
+    t = SparseTensor.from_buffers((2, 5), nonunique, **csr_buffers([0, 3, 3], [1, 1, 3], arr([1., 2., 4.], float)))
+    np.testing.assert_array_equal(t.to_numpy(), _dense_from_rows((2, 5), {0: [(1, 3.), (3, 4.)]}))
+    # empty and zero-size tensors
+    for shape, indptr in (((0, 5), [0]), ((4, 0), [0, 0, 0, 0, 0])):
+        t = SparseTensor.from_buffers(shape, CSR, **csr_buffers(indptr, []))
+        assert t.nnz == 0 and t.to_numpy().shape == shape
+    t = SparseTensor.from_buffers((0,), SPARSE_VECTOR, pos=(arr([0, 0]),), crd=(arr([]),), values=np.ones(0))
+    assert t.to_numpy().shape == (0,)
     t = SparseTensor.from_buffers((2, 2, 2), coo(3), pos=(arr([0, 2]), None, None),
-                                  crd=(arr([0, 0]), arr([1, 1]), arr([0, 1])), values=np.ones(2))
+                                  crd=(arr([0, 0]), arr([1, 1]), arr([0, 1])), values=arr([5., 6.], float))
     validate(t)
+    expected = np.zeros((2, 2, 2))
+    expected[0, 1, 0], expected[0, 1, 1] = 5., 6.
+    np.testing.assert_array_equal(t.to_numpy(), expected)
     # Unsorted entries in the next segment after a segment boundary are fine.
-    SparseTensor.from_buffers((2, 9), CSR, **csr_buffers([0, 2, 4], [5, 8, 1, 2]))
+    t = SparseTensor.from_buffers((2, 9), CSR, **csr_buffers([0, 2, 4], [5, 8, 1, 2], arr([1., 2., 3., 4.], float)))
+    np.testing.assert_array_equal(t.to_numpy(), _dense_from_rows((2, 9), {0: [(5, 1.), (8, 2.)],
+                                                                          1: [(1, 3.), (2, 4.)]}))
 
 
 def test_validate_false_skips_checks_and_validate_catches():
