@@ -68,7 +68,7 @@ def prepare(x, name: str):
         _check_dtype(x.dtype, name)
         if x.format.is_dense:
             return _dense(x.to_numpy(), name)
-        if not checked:
+        if not (checked or x.sealed):
             validate(x, name)
         wanted = kernel_format(x.format)
         if wanted != x.format:

@@ -22,11 +22,17 @@ __all__ = ["SparseTensor", "asarray"]
 
 class SparseTensor:
     """A tensor stored level by level in a `Format`. Treat it as immutable: its buffers may be shared with
-    the object it was made from (a scipy array wrapped without copying)."""
+    the object it was made from (a scipy array wrapped without copying).
 
-    __slots__ = ("_shape", "_format", "_pos", "_crd", "_values")
+    A tensor whose buffers splyce allocated itself (a conversion, ``copy()``, ``asarray(..., copy=True)``) is
+    *sealed*: well formed by construction, its buffers read-only and referenced by nobody else, so kernels
+    take it without validating it again on every call. A tensor wrapping someone else's arrays is validated
+    on each kernel call (its owner may change them), by a native scan near memory bandwidth."""
 
-    def __init__(self, shape, format: Format, pos, crd, values, *, validate: bool = True, name: str = "tensor"):
+    __slots__ = ("_shape", "_format", "_pos", "_crd", "_values", "_sealed")
+
+    def __init__(self, shape, format: Format, pos, crd, values, *, validate: bool = True, name: str = "tensor",
+                 _owned: bool = False):
         if validate:
             check_buffers(shape, format, pos, crd, values, name)
         self._shape = tuple(int(s) for s in shape)
@@ -34,6 +40,19 @@ class SparseTensor:
         self._pos = tuple(pos)
         self._crd = tuple(crd)
         self._values = values
+        self._sealed = False
+        if _owned:     # only splyce holds these buffers: freeze them, so the checks made now cannot go stale
+            for buffer in self._buffers():
+                buffer.flags.writeable = False
+            self._sealed = True
+
+    def _buffers(self):
+        return [a for a in (*self._pos, *self._crd, self._values) if a is not None]
+
+    @property
+    def sealed(self) -> bool:
+        """Whether the tensor is known well formed and its buffers cannot change (see the class doc)."""
+        return self._sealed
 
     @classmethod
     def from_buffers(cls, shape, format: Format, pos=None, crd=None, values=None, *, validate: bool = True,
@@ -76,7 +95,8 @@ class SparseTensor:
     def copy(self) -> SparseTensor:
         copy = [None if a is None else a.copy() for a in (*self._pos, *self._crd)]
         n = self.ndim
-        return SparseTensor(self._shape, self._format, copy[:n], copy[n:], self._values.copy(), validate=False)
+        return SparseTensor(self._shape, self._format, copy[:n], copy[n:], self._values.copy(), validate=False,
+                            _owned=True)
 
     def coords(self) -> list[np.ndarray]:
         """Dimension coordinates (one int64 array per dimension) of every stored value."""
@@ -114,13 +134,22 @@ class SparseTensor:
         if fmt.is_dense:
             return sps.csr_array(self.to_numpy())
         if canonical and fmt.levels == CSR.levels:
+            self._unseal()     # scipy gets the buffers themselves (writeable, as scipy users expect)
             cls = sps.csr_array if fmt.order == (0, 1) else sps.csc_array
             out = cls((self._values, self._crd[1], self._pos[1]), shape=self._shape)
             out.has_canonical_format = True
             return out
         if fmt == COO.with_widths(*widths):
+            self._unseal()
             return sps.coo_array((self._values, (self._crd[0], self._crd[1])), shape=self._shape)
         return asarray(self, CSR.with_widths(*widths)).to_scipy()
+
+    def _unseal(self) -> None:
+        """Give the buffers away writeable: from now on the tensor is validated on every kernel call."""
+        if self._sealed:
+            self._sealed = False
+            for buffer in self._buffers():
+                buffer.flags.writeable = True
 
     def to_pydata(self):
         """A pydata-sparse COO (fill value 0)."""
@@ -161,7 +190,9 @@ def _from_coords(shape, fmt, coords, values, copy, name, sorted_unique=False) ->
             k = int(np.argmax((c < 0) | (c >= shape[d])))
             raise ValueError(f"{name}: coordinate {c[k]} of dimension {d} out of range [0, {shape[d]}) at entry {k}")
     pos, crd, vals = convert.pack(shape, fmt, coords, values, sorted_unique=sorted_unique, name=name)
-    return SparseTensor(shape, fmt, pos, crd, vals, validate=False)
+    if np.may_share_memory(vals, values):     # packing kept the caller's values: own a copy (sealed below)
+        vals = vals.copy()
+    return SparseTensor(shape, fmt, pos, crd, vals, validate=False, _owned=True)
 
 
 def _from_numpy(x: np.ndarray, fmt, copy, name) -> SparseTensor:
