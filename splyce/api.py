@@ -13,12 +13,12 @@ def _binary(name: str, doc: str):
     """``name(a, b, *, out_format=None)``: the tracer op on traced operands, else the drop-in."""
     traced_op = getattr(T, name)
 
-    def op(a, b, *, out_format=None):
+    def op(a, b, *, out_format=None, threads=1):
         if isinstance(a, Tracer) or isinstance(b, Tracer):
             return traced_op(a, b, out_format=out_format)
         from splyce.planner import dropin
 
-        return getattr(dropin, name)(a, b, out_format=out_format)
+        return getattr(dropin, name)(a, b, out_format=out_format, threads=threads)
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = doc
@@ -33,10 +33,11 @@ add = _binary("add", "Elementwise sum (a union of sparse operands).")
 subtract = _binary("subtract", "Elementwise difference (a union of sparse operands).")
 
 
-def einsum(subscripts, *operands, out_format=None):
-    """NumPy's einsum (no ellipses, up to 4 operands of rank up to 4)."""
+def einsum(subscripts, *operands, out_format=None, threads=1):
+    """NumPy's einsum (no ellipses, up to 4 operands of rank up to 4). ``threads`` (drop-in only): worker
+    threads, 1 by default as scipy, None for all cores; results are bit-identical for any count."""
     if any(isinstance(x, Tracer) for x in operands):
         return T.einsum(subscripts, *operands, out_format=out_format)
     from splyce.planner import dropin
 
-    return dropin.einsum(subscripts, *operands, out_format=out_format)
+    return dropin.einsum(subscripts, *operands, out_format=out_format, threads=threads)

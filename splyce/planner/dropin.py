@@ -8,8 +8,11 @@ matrix, pydata-sparse, NumPy), shape and dtype.
 
 from __future__ import annotations
 
+import enum
+import os
 import sys
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,22 +20,23 @@ from splyce.tensors.formats import CSR, SPARSE_VECTOR, Format
 from splyce.runtime.arguments import Checked
 from splyce.tensors.tensor import SparseTensor, asarray
 
-# Gustavson products accumulate a dense block of rows at a time; this bounds that block's size.
-DENSE_BLOCK_BYTES = 64 << 20
+# A dense result of sparse @ sparse (asked for with out_format="dense") larger than this raises MemoryError.
+DENSE_RESULT_BYTES = 4 << 30
 
 _kernels: dict = {}
 _lock = threading.Lock()
 
 
-def _kernel(name: str, fun, out_format=None):
-    """A jitted function per (name, out_format), shared by all calls (the jit caches per signature)."""
-    key = (name, out_format)
+def _kernel(name: str, fun, out_format=None, threads: int = 1):
+    """A jitted function per (name, out_format, threads), shared by all calls (the jit caches per
+    signature)."""
+    key = (name, out_format, threads)
     kernel = _kernels.get(key)
     if kernel is None:
         from splyce.runtime.dispatcher import Jitted
 
         with _lock:
-            kernel = _kernels.setdefault(key, Jitted(fun, out_format=out_format))
+            kernel = _kernels.setdefault(key, Jitted(fun, out_format=out_format, threads=threads))
     return kernel
 
 
@@ -112,28 +116,122 @@ def _mm(a, b):
     return a @ b
 
 
-def matmul(a, b, *, out_format=None):
-    fa, fb = _family(a), _family(b)
-    if fa == fb == "numpy":
+class Formulation(enum.Enum):
+    """How a drop-in ``a @ b`` is computed (``choose_matmul_formulation`` picks one)."""
+
+    NUMPY = "numpy"                      # both dense: NumPy's own product
+    SPARSE_TIMES_DENSE = "csr-x-dense"   # A CSR, rows times a dense operand (SpMV / SpMM), MLIR kernel
+    DENSE_TIMES_SPARSE = "dense-x-csr"   # dense rows times B CSR, MLIR kernel
+    SCATTER_VECTOR = "scatter-vector"    # sparse vector operand scattered dense in O(n), then SpMV
+    GUSTAVSON_SPARSE = "gustavson-spa"   # CSR x CSR -> CSR, per-row sparse accumulator, O(flops), native
+    GUSTAVSON_DENSE = "gustavson-dense"  # CSR x CSR -> dense result (asked for), MLIR kernel
+
+
+@dataclass(frozen=True)
+class OperandInfo:
+    """What the formulation choice looks at: the operand's family (numpy / scipy / pydata / splyce) and shape."""
+
+    family: str
+    shape: tuple
+
+    @classmethod
+    def of(cls, x) -> "OperandInfo":
+        return cls(_family(x), tuple(np.shape(x)))
+
+    @property
+    def sparse(self) -> bool:
+        return self.family != "numpy"
+
+
+def _wants_sparse_result(a: OperandInfo, b: OperandInfo, out_format) -> bool:
+    return (out_format == "sparse" or isinstance(out_format, Format)) or (
+        out_format is None and a.sparse and b.sparse and len(a.shape) == len(b.shape) == 2)
+
+
+def choose_matmul_formulation(a: OperandInfo, b: OperandInfo, out_format=None) -> Formulation:
+    """The one place the drop-in ``matmul`` decides how to compute ``a @ b``: each index is iterated from one
+    operand and looked up or scattered in the other, never co-iterated (no intersection is needed)."""
+    if not (a.sparse or b.sparse):
+        return Formulation.NUMPY
+    if a.sparse and b.sparse:
+        if len(b.shape) == 1 or (len(b.shape) == 2 and b.shape[1] == 1 and len(a.shape) == 2) \
+                or len(a.shape) == 1:
+            return Formulation.SCATTER_VECTOR
+        if _wants_sparse_result(a, b, out_format):
+            return Formulation.GUSTAVSON_SPARSE
+        return Formulation.GUSTAVSON_DENSE
+    return Formulation.SPARSE_TIMES_DENSE if a.sparse else Formulation.DENSE_TIMES_SPARSE
+
+
+def matmul(a, b, *, out_format=None, threads=1):
+    """scipy's / NumPy's ``a @ b``. ``threads``: worker threads (1 as scipy; None: all cores); results are
+    bit-identical for any count."""
+    threads = _threads(threads)
+    ia, ib = OperandInfo.of(a), OperandInfo.of(b)
+    formulation = choose_matmul_formulation(ia, ib, out_format)
+    if formulation is Formulation.NUMPY:
         return np.matmul(a, b)
-    sa, sb = np.shape(a), np.shape(b)
+    sa, sb = ia.shape, ib.shape
     if not (1 <= len(sa) <= 2 and 1 <= len(sb) <= 2):
         raise ValueError(f"matmul: operands must be 1-D or 2-D, got shapes {sa} and {sb}")
     if sa[-1] != sb[0]:
         raise ValueError(f"matmul: shapes {sa} and {sb} are not aligned ({sa[-1]} != {sb[0]})")
     family = _sparse_family(a, b)
-    want_sparse = (out_format == "sparse" or isinstance(out_format, Format)) or (
-        out_format is None and fa != "numpy" and fb != "numpy" and len(sa) == len(sb) == 2)
-    if fa != "numpy" and fb != "numpy":
-        return _sparse_sparse_matmul(a, b, sa, sb, family, want_sparse)
-    if fa != "numpy":
-        # sparse @ dense: rows of A (CSR) times rows of B, j innermost over contiguous memory
+    want_sparse = _wants_sparse_result(ia, ib, out_format)
+    kernel = _kernel("matmul", _mm, threads=threads)
+    if formulation is Formulation.SPARSE_TIMES_DENSE:
+        # rows of A (CSR) times rows of B, j innermost over contiguous memory
         A = _as_format(a, CSR if len(sa) == 2 else SPARSE_VECTOR, "a")
-        out = _kernel("matmul", _mm)(A, np.ascontiguousarray(b))
-    else:
+        return _dense_out(kernel(A, np.ascontiguousarray(b)), family, want_sparse)
+    if formulation is Formulation.DENSE_TIMES_SPARSE:
         B = _as_format(b, CSR if len(sb) == 2 else SPARSE_VECTOR, "b")
-        out = _kernel("matmul", _mm)(np.ascontiguousarray(a), B)
-    return _dense_out(out, family, want_sparse)
+        return _dense_out(kernel(np.ascontiguousarray(a), B), family, want_sparse)
+    if formulation is Formulation.SCATTER_VECTOR:
+        if len(sa) == 1:
+            return matmul(_to_dense_vector(a), b, out_format="dense", threads=threads)
+        # matrix times a sparse vector: scatter the vector once (O(n)), then a CSR row-times-vector kernel
+        out = kernel(_as_format(a, CSR, "a"), _to_dense_vector(b))
+        if len(sb) == 2:
+            return _dense_out(out.reshape(-1, 1), family, want_sparse)
+        return _vector_out(out, family)
+    A = _as_format(a, CSR, "a")
+    B = _as_format(b, CSR, "b")
+    if formulation is Formulation.GUSTAVSON_SPARSE:
+        return _spgemm(A.tensor, B.tensor, family, threads)
+    m, n = sa[0], sb[1]
+    dtype = np.result_type(A.tensor.dtype, B.tensor.dtype)
+    if m * n * dtype.itemsize > DENSE_RESULT_BYTES:
+        raise MemoryError(f"matmul: a dense {m}x{n} result needs {m * n * dtype.itemsize / 2**30:.1f} GiB; "
+                          "request a sparse result (out_format='sparse')")
+    return kernel(A, B)
+
+
+def _spgemm(A: SparseTensor, B: SparseTensor, family: str, threads: int):
+    """CSR x CSR -> CSR in O(flops) (native sparse accumulator); values in the operands' common dtype."""
+    from splyce.backend import native_spgemm
+
+    dtype = np.result_type(A.dtype, B.dtype)
+    parts = [(t.values.astype(dtype, copy=False), t.crd[1], t.pos[1]) for t in (A, B)]
+    product = native_spgemm.spgemm(parts[0], parts[1], B.shape[1], dtype, threads)
+    global last_spgemm_work
+    last_spgemm_work = product.work
+    import scipy.sparse as sps
+
+    out = sps.csr_array((product.data, product.indices, product.indptr), shape=(A.shape[0], B.shape[1]))
+    out.has_sorted_indices = False    # columns in order of first appearance, as scipy's product
+    return _wrap_sparse(out, family)
+
+
+# Work of the last sparse-result product (rows + multiply-adds): tests check it scales with flops.
+last_spgemm_work = 0
+
+
+def _threads(threads) -> int:
+    if threads is None:
+        return os.cpu_count() or 1
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+    return threads
 
 
 def _dense_out(out, family, want_sparse):
@@ -141,63 +239,6 @@ def _dense_out(out, family, want_sparse):
         return out
     parts = _dense_to_csr(out, _index_dtype(out.size, max(out.shape)))
     return _sparse_result(parts, out.shape, family)
-
-
-def _sparse_sparse_matmul(a, b, sa, sb, family, want_sparse):
-    if len(sb) == 1 or (len(sb) == 2 and sb[1] == 1 and len(sa) == 2):
-        # matrix times a sparse vector: scatter the vector once (O(n)), then a CSR row-times-vector kernel
-        x = _to_dense_vector(b)
-        A = _as_format(a, CSR if len(sa) == 2 else SPARSE_VECTOR, "a")
-        out = _kernel("matmul", _mm)(A, x)
-        if len(sb) == 2:
-            out = out.reshape(-1, 1)
-            return _dense_out(out, family, want_sparse)
-        return _vector_out(out, family)
-    if len(sa) == 1:
-        return matmul(_to_dense_vector(a), b, out_format="dense")
-    # Gustavson (row-wise) product: A CSR, B CSR, loops i, k, j; dense row accumulation per block of rows
-    A = _as_format(a, CSR, "a")
-    B = _as_format(b, CSR, "b")
-    m, n = sa[0], sb[1]
-    dtype = np.result_type(A.tensor.dtype, B.tensor.dtype)
-    rows = max(1, min(m, DENSE_BLOCK_BYTES // max(1, n * dtype.itemsize)))
-    if not want_sparse:
-        if rows >= m:
-            return _kernel("matmul", _mm)(A, B)
-        raise MemoryError(f"matmul: a dense {m}x{n} result does not fit the dense block budget; "
-                          "request a sparse result")
-    if rows >= m:
-        parts = _dense_to_csr(_kernel("matmul", _mm)(A, B), _index_dtype(m * n, max(m, n)))
-    else:
-        parts = _blocked_gustavson(A, B, rows, dtype)
-        idx = _index_dtype(len(parts[0]), max(m, n))
-        parts = (parts[0], parts[1].astype(idx, copy=False), parts[2].astype(idx, copy=False))
-    return _sparse_result(parts, (m, n), family)
-
-
-def _blocked_gustavson(A: Checked, B: Checked, rows: int, dtype):
-    """Rows of A in blocks of ``rows`` (the last block padded with empty rows, so one kernel serves all)."""
-    A = A.tensor
-    m = A.shape[0]
-    indptr = A.pos[1]
-    datas, indices, counts = [], [], []
-    kernel = _kernel("matmul", _mm)
-    for start in range(0, m, rows):
-        stop = min(start + rows, m)
-        lo, hi = int(indptr[start]), int(indptr[stop])
-        block_pos = np.empty(rows + 1, dtype=indptr.dtype)
-        block_pos[: stop - start + 1] = indptr[start: stop + 1] - lo
-        block_pos[stop - start + 1:] = hi - lo
-        block = SparseTensor.from_buffers((rows, A.shape[1]), A.format, (None, block_pos),
-                                          (None, A.crd[1][lo:hi]), A.values[lo:hi], validate=False)
-        dense = kernel(Checked(block), B)[: stop - start]
-        data, idx, ptr = _dense_to_csr(dense)
-        datas.append(data)
-        indices.append(idx)
-        counts.append(np.diff(ptr))
-    indptr_out = np.zeros(m + 1, dtype=np.int64)
-    np.cumsum(np.concatenate(counts), out=indptr_out[1:])
-    return np.concatenate(datas), np.concatenate(indices), indptr_out
 
 
 def _vector_out(out: np.ndarray, family: str):
@@ -237,7 +278,7 @@ def _sub(a, b):
     return a - b
 
 
-def _elementwise(name, fun, np_fun, a, b, out_format):
+def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
     fa, fb = _family(a), _family(b)
     if fa == fb == "numpy":
         return np_fun(a, b)
@@ -252,7 +293,7 @@ def _elementwise(name, fun, np_fun, a, b, out_format):
     def operand(x, label):
         return np.ascontiguousarray(x) if _family(x) == "numpy" else _as_format(x, shared, label)
 
-    out = _kernel(name, fun, out_format)(operand(a, "a"), operand(b, "b"))
+    out = _kernel(name, fun, out_format, _threads(threads))(operand(a, "a"), operand(b, "b"))
     if isinstance(out, np.ndarray):
         return out
     if ndim == 2:
@@ -262,17 +303,17 @@ def _elementwise(name, fun, np_fun, a, b, out_format):
     return out.to_pydata() if family == "pydata" else out
 
 
-def multiply(a, b, *, out_format=None):
+def multiply(a, b, *, out_format=None, threads=1):
     """scipy's ``a.multiply(b)``: a sparse result (CSR for 2-D) unless both operands are dense."""
-    return _elementwise("multiply", _mul, np.multiply, a, b, out_format)
+    return _elementwise("multiply", _mul, np.multiply, a, b, out_format, threads)
 
 
-def add(a, b, *, out_format=None):
-    return _elementwise("add", _add, np.add, a, b, out_format)
+def add(a, b, *, out_format=None, threads=1):
+    return _elementwise("add", _add, np.add, a, b, out_format, threads)
 
 
-def subtract(a, b, *, out_format=None):
-    return _elementwise("subtract", _sub, np.subtract, a, b, out_format)
+def subtract(a, b, *, out_format=None, threads=1):
+    return _elementwise("subtract", _sub, np.subtract, a, b, out_format, threads)
 
 
 # -- einsum ----------------------------------------------------------------------------------------------
@@ -303,7 +344,7 @@ def _rowwise_format(subs: str, order: list[str]) -> Format:
     return Format(tuple(Level(k) for k in kinds), perm)
 
 
-def einsum(subscripts, *operands, out_format=None):
+def einsum(subscripts, *operands, out_format=None, threads=1):
     """NumPy's einsum on sparse and dense operands (no ellipses; up to 4 operands of rank up to 4).
 
     Loops run in the order the indices first appear, and every sparse operand is stored in that order
@@ -323,7 +364,7 @@ def einsum(subscripts, *operands, out_format=None):
             ops.append(np.ascontiguousarray(x))
         else:
             ops.append(_as_format(x, _rowwise_format(subs, order), f"operand {i}"))
-    out = _kernel("einsum:" + subscripts, _Einsum(subscripts), out_format)(*ops)
+    out = _kernel("einsum:" + subscripts, _Einsum(subscripts), out_format, _threads(threads))(*ops)
     if isinstance(out, np.ndarray):
         if family == "pydata" and out.ndim:
             import sparse
