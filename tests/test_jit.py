@@ -1,5 +1,6 @@
 """@splyce.jit: tracing, lowering, the stages' IR, calling, caching, and the five kernels (plain sparsifier)."""
 
+import re
 import threading
 
 import numpy as np
@@ -9,6 +10,8 @@ import scipy.sparse as sps
 import splyce
 from splyce.kernels import KERNELS
 from splyce.tracer.tracer import TraceError
+
+from filecheck import check_in_order
 
 
 def _dense(x):
@@ -27,9 +30,12 @@ def _random_csr(m, n, density, seed, dtype=np.float64):
 def test_trace_text_shows_ops_shapes_and_formats():
     f = splyce.jit(lambda a, b: (a @ b).sum(axis=0), vectorize=False)
     a, b = _random_csr(5, 6, 0.5, 1), _random_csr(6, 7, 0.5, 2).tocsc()
-    text = f.lower(a, b).as_text("trace")
-    assert "contract[ik,kj->ij]" in text and "contract[ab->b]" in text
-    assert "5x6xfloat64" in text and "(j : dense, i : compressed)" in text
+    check_in_order(f.lower(a, b).as_text("trace"), [
+        "trace(%arg0: 5x6xfloat64 #(i, j) -> (i : dense, j : compressed), posWidth = 32, crdWidth = 32, ",
+        "%arg1: 6x7xfloat64 #(i, j) -> (j : dense, i : compressed), posWidth = 32, crdWidth = 32) {",
+        "%0 = contract[ik,kj->ij](%arg0, %arg1) : 5x7xfloat64",
+        "%1 = contract[ab->b](%0) : 7xfloat64",
+        "return %1"])
 
 
 @pytest.mark.parametrize("fun, message", [
@@ -72,9 +78,46 @@ def test_scf_stage_has_the_innermost_two_finger_loop(name):
     # nothing nests inside the coiteration: it is the innermost loop
     inner = body[body.index("} do {"):]
     assert "scf.for" not in inner.split("scf.yield")[0]
-    for stage in ("trace", "linalg", "splyce", "llvm", "asm"):
-        assert low.as_text(stage)
-    assert "linalg.generic" in low.as_text("linalg") and "#sparse_tensor.encoding" in low.as_text("linalg")
+    check_in_order(low.as_text("trace"), TRACE_PATTERNS)
+    check_in_order(low.as_text("linalg"), LINALG_PATTERNS)
+    plain = low.as_text("splyce")
+    check_in_order(plain, ["// splyce: vectorize=False, the plain sparsifier's loops", "func.func @kernel(",
+                           "scf.for", "scf.while"])
+    assert "splyce.fast_lane" not in plain and "vector.load" not in plain
+    llvm = low.as_text("llvm")
+    check_in_order(llvm, [re.compile(r"define .* @kernel\("), re.compile(r"icmp ult i(32|64)"),
+                          re.compile(r"fmul (<\d+ x )?double")])
+    assert "icmp eq <4 x i32>" not in llvm      # no all-pairs compare without the Splyce pass
+    check_in_order(low.as_text("asm"), [re.compile(r"\bcmp[lq]\b"), re.compile(r"vmul[sp]d|vfmadd")])
+
+
+# What every kernel's stages show, in order (float64 values, scipy's int32 indices, a CSR-like operand).
+TRACE_PATTERNS = ["trace(%arg0: ", re.compile(r"%0 = contract\[[a-z,]+->[a-z]*\]\(%arg0, %arg1"), "return %0"]
+LINALG_PATTERNS = [
+    re.compile(r"#sparse\d* = #sparse_tensor.encoding<\{ map = \(d0[^)]*\) -> \(d0 : dense, d1 : compressed"
+               r".*posWidth = 32, crdWidth = 32 \}>"),
+    "func.func @kernel(", "linalg.generic", "arith.mulf", "arith.addf", "linalg.yield", "return"]
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_vectorized_stages_show_the_fast_lane_then_the_epilogue(name):
+    spec = KERNELS[name]
+    low = splyce.jit(spec.fun).lower(*spec.operands(spec.quick_size, 0.05, seed=3))
+    check_in_order(low.as_text("trace"), TRACE_PATTERNS)
+    check_in_order(low.as_text("linalg"), LINALG_PATTERNS)
+    # the decision comment, then in the kernel: the outer loop, the fast lane (vector loads of both
+    # coordinate blocks, marked with the fast-lane attribute), then the original loop as the epilogue
+    check_in_order(low.as_text("splyce"), [
+        re.compile(r"// splyce: @_internal_kernel loop 0: vectorized \([^)]*f64 i32-crd n=4 config 7\)"),
+        "func.func @kernel(", "func.func private @_internal_kernel(", "scf.for", "scf.while",
+        re.compile(r"vector.load %\w+\[%\w+\] : memref<\?xi32>, vector<4xi32>"),
+        re.compile(r"vector.load %\w+\[%\w+\] : memref<\?xi32>, vector<4xi32>"),
+        "} attributes {splyce.fast_lane}", "scf.while"])
+    # LLVM IR: the all-pairs compare of 4 coordinates and the 4-wide multiply (config 7: SIMD multiply)
+    check_in_order(low.as_text("llvm"), [re.compile(r"define .* @kernel\("), "icmp eq <4 x i32>",
+                                         "fmul <4 x double>"])
+    # native code (AVX2 or AVX-512 host): a vector compare of coordinates, then a 4 x f64 multiply
+    check_in_order(low.as_text("asm"), [re.compile(r"vpcmpeqd\s+%[xy]mm"), re.compile(r"vmulpd\s+\S+, %ymm")])
 
 
 def test_unknown_stage_is_an_error():
@@ -91,15 +134,36 @@ def test_dump_dir_receives_every_stage(tmp_path, monkeypatch):
     assert names == ["linalg.mlir", "llvm.ll", "scf.mlir", "splyce.mlir", "trace.txt"]
 
 
+def _fast_lane_asm(target, a, b):
+    """Assembly of an 8-wide fast lane (8 x i32 coordinates, 8 x f64 values) for ``target``."""
+    f = splyce.jit(lambda x, y: splyce.multiply(x, y, out_format="dense"), vector_width=8, target=target)
+    return f.lower(a, b).as_text("asm")
+
+
+def test_each_target_gets_its_own_vector_instructions():
+    a, b = _random_csr(8, 64, 0.5, 1), _random_csr(8, 64, 0.5, 2)
+    # AVX-512: coordinates compared into mask registers, values multiplied in zmm registers
+    avx512 = _fast_lane_asm("avx512", a, b)
+    check_in_order(avx512, [re.compile(r"vmovdqu\s+\(%\w+,%\w+,4\), %ymm"),
+                            re.compile(r"vpcmpeqd\s+%ymm\d+, %ymm\d+, %k\d"),
+                            re.compile(r"vmulpd\s+\S+, %zmm\d+, %zmm")])
+    # AVX2: the same in ymm registers, the compare's result a vector; no zmm and no mask registers exist
+    avx2 = _fast_lane_asm("avx2", a, b)
+    check_in_order(avx2, [re.compile(r"vmovdqu\s+\(%\w+,%\w+,4\), %ymm"),
+                          re.compile(r"vpcmpeqd\s+%ymm\d+, %ymm\d+, %ymm"),
+                          re.compile(r"vmulpd\s+\S+, %ymm")])
+    assert "zmm" not in avx2 and not re.search(r"%k\d", avx2)
+
+
 def test_foreign_target_lowers_to_asm_but_refuses_to_run():
-    f = splyce.jit(lambda a, b: a @ b, vectorize=False, target="avx2")
     a, b = _random_csr(8, 8, 0.5, 1), _random_csr(8, 8, 0.5, 2)
-    assert "ymm" in f.lower(a, b).as_text("asm") or "xmm" in f.lower(a, b).as_text("asm")
     from splyce.backend.codegen import host_target
 
     other = "skylake" if host_target().cpu != "skylake" else "icelake-server"
     g = splyce.jit(lambda a, b: a @ b, vectorize=False, target=other)
-    assert g.lower(a, b).as_text("asm")
+    # the entry point and its C-interface wrapper are both emitted for the foreign CPU
+    asm = g.lower(a, b).as_text("asm")
+    assert re.search(r"^kernel:", asm, re.M) and re.search(r"^_mlir_ciface_kernel:", asm, re.M)
     with pytest.raises(RuntimeError, match="cannot run code compiled for"):
         g(a, b)
     for bad in ("pentium4-not-a-cpu", "pentium4"):   # LLVM would abort the process on these
@@ -158,8 +222,10 @@ def test_bad_arguments_raise_before_running():
     a = _random_csr(4, 4, 0.5, 1)
     with pytest.raises(TypeError, match="dtype complex128 is not supported"):
         f(a, np.ones((4, 4), dtype=complex))
-    with pytest.raises(TypeError, match="unsupported argument"):
-        f(a, [[1.0]] and {"not": "hashable", "x": []})
+    with pytest.raises(TypeError, match=r"^argument 1: unsupported argument of type dict$"):
+        f(a, {"not": "hashable", "x": []})
+    with pytest.raises(TypeError, match=r"^argument 1: unsupported argument of type list$"):
+        f(a, [[1.0]])
     broken = a.copy()
     broken.indices[1] = 99   # out of range coordinate
     with pytest.raises(ValueError, match="argument 0"):
@@ -306,6 +372,11 @@ def test_several_coiteration_loops_in_one_function_are_all_vectorized():
     fun = lambda b, c: (b @ c, splyce.einsum("ik,jk->ij", b, b))   # noqa: E731  two intersections
     low = splyce.jit(fun).lower(B, C)
     assert [d.vectorized for d in low.decisions] == [True, True]
-    assert low.as_text("splyce").count("splyce.fast_lane") >= 2
+    text = low.as_text("splyce")
+    assert text.count("splyce.fast_lane") == 2
+    check_in_order(text, [re.compile(r"// splyce: @_internal_kernel loop 0: vectorized"),
+                          re.compile(r"// splyce: @_internal_kernel loop 1: vectorized"),
+                          "} attributes {splyce.fast_lane}", "scf.while", "} attributes {splyce.fast_lane}",
+                          "scf.while"])
     fast, plain = splyce.jit(fun)(B, C), splyce.jit(fun, vectorize=False)(B, C)
     assert all(np.array_equal(x, y) for x, y in zip(fast, plain))
