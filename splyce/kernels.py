@@ -1,4 +1,4 @@
-"""The paper's five kernels (KERNELS.md) as jitted functions, with their operands' formats and data.
+"""The paper's five kernels (docs/kernels.md) as jitted functions, with their operands' formats and data.
 
 ``KERNELS[name]`` gives the NumPy-style function, a builder of random operands at a size and density, and a
 NumPy dense reference. The benchmark, notebooks and tests all use these.
@@ -33,7 +33,7 @@ def spmttkrp(B, C, D):
 
 
 def spmmh(B, C):
-    """K4: A[i,j] = B[i,j] C[i,j] (both CSR); KERNELS.md measures it with a dense output."""
+    """K4: A[i,j] = B[i,j] C[i,j] (both CSR); the benchmark measures it with a dense output."""
     from splyce.api import multiply
 
     return multiply(B, C, out_format="dense")
@@ -98,7 +98,7 @@ class KernelSpec:
     fun: Callable
     make: Callable            # (size, density, dtype, rng) -> [(dense ndarray, Format | None)]
     reference: Callable       # dense NumPy operands -> dense result
-    bench_size: object        # KERNELS.md benchmark size for 2-core machines
+    bench_size: object        # benchmark size for 2-core machines (docs/kernels.md)
     quick_size: object        # small, fibers still long enough for the fast lane
 
     def operands(self, size=None, density=0.05, dtype=np.float64, seed=0, index_width=32):

@@ -29,7 +29,7 @@ def test_scalar_pointer_advance_stays_in_general_purpose_registers(target, phase
 
 
 def test_slp_on_packs_the_cursors_into_vector_registers():
-    # the measured cost this avoids (TOOLCHAIN.md): LLVM's SLP vectorizer moves the two cursor advances
+    # the measured cost this avoids (docs/toolchain.md): LLVM's SLP vectorizer moves the two cursor advances
     # into one xmm register and extracts them for every load
     assert _vector_to_gpr(_asm("avx512", phases=5, slp=True)) > 0
 

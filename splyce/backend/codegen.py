@@ -1,7 +1,7 @@
 """LLVM code generation with llvmlite: LLVM IR text -> optimized native code for a chosen CPU.
 
 llvmlite (not MLIR's ExecutionEngine) because it lets us switch LLVM's SLP vectorizer per kernel: at O3 it
-packs the Splyce fast lane's scalar pointer advance into vector registers, which costs ~40 % (TOOLCHAIN.md).
+packs the Splyce fast lane's scalar pointer advance into vector registers, which costs ~40 % (docs/toolchain.md).
 """
 
 from __future__ import annotations

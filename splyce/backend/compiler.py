@@ -17,7 +17,7 @@ from splyce.backend.codegen import Target
 from splyce.lowering.to_mlir import ENTRY, lower_trace
 from splyce.tracer.ir import Trace
 
-# The fast lane's phases in SIMD (KERNELS.md numbering). The paper found 5 (SIMD load/compare, scalar
+# The fast lane's phases in SIMD (docs/kernels.md numbering). The paper found 5 (SIMD load/compare, scalar
 # multiply-accumulate and pointer advance) best on Sapphire Rapids; re-measured on this project's machines
 # (AMD Zen 5, both AVX-512 and AVX2 code), 7 (SIMD multiply-accumulate too, with an ordered, bit-exact
 # reduction; scalar pointer advance) is faster on K1, K3, K5 (and K2 with AVX2 code): see README.
@@ -52,7 +52,7 @@ class CompileOptions:
         if self.vector_width not in (2, 4, 8, 16) or isinstance(self.vector_width, bool):
             raise ValueError(f"vector_width must be 2, 4, 8 or 16, got {self.vector_width!r}")
         if isinstance(self.phases, bool) or self.phases not in range(1, 9):
-            raise ValueError(f"phases must be an int from 1 to 8 (KERNELS.md numbering), got {self.phases!r}")
+            raise ValueError(f"phases must be an int from 1 to 8 (docs/kernels.md numbering), got {self.phases!r}")
         if not isinstance(self.fast_math, bool):
             raise TypeError(f"fast_math must be a bool, got {self.fast_math!r}")
         if not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 1:

@@ -13,10 +13,10 @@ TINY_SIZES = {"K1": 96, "K2": 512, "K3": (4, 4, 256, 4), "K4": (16, 1024), "K5":
 DENSE_REFERENCE_LIMIT = 30_000_000  # elements in all dense operands: above this scipy is the reference
 
 K4_NOTE_ACCUMULATE = ("K4: Splyce and the plain sparsifier accumulate into a dense output that is allocated and "
-                      "zeroed outside the timer (`Jitted.accumulate`, KERNELS.md); scipy, pydata and the drop-in "
+                      "zeroed outside the timer (`Jitted.accumulate`, docs/kernels.md); scipy, pydata and the drop-in "
                       "return a sparse (CSR) result, as scipy's `multiply` does, allocation included.")
 K4_NOTE = ("K4: jitted functions take no `out=` argument, so Splyce and the plain sparsifier are timed as called, "
-           "including the allocation and zeroing of their dense output (KERNELS.md would exclude it); scipy, "
+           "including the allocation and zeroing of their dense output (docs/kernels.md excludes it); scipy, "
            "pydata and the drop-in return a sparse (CSR) result, as scipy's `multiply` does.")
 
 

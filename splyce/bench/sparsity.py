@@ -1,7 +1,7 @@
 """``sparsity``: speedup and SIMD share from 0.01 % to 10 % density (Figure 13), K1 by default.
 
 At low densities K1 and K2 grow N so that the plain sparsifier still takes a measurable time (about a fixed
-number of merge steps); the other kernels keep their KERNELS.md sizes.
+number of merge steps); the other kernels keep their benchmark sizes (docs/kernels.md).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def run(cfg: Config) -> Result:
         bar.close()
     worst = min(rows, key=lambda r: r["speedup_vs_baseline"])
     note = (f"{cfg.kernel} {spec.title}, uniform random operands, both sparse operands at the same density; "
-            "size = N (grown at low density so the baseline stays measurable) or the KERNELS.md shape. "
+            "size = N (grown at low density so the baseline stays measurable) or the docs/kernels.md shape. "
             f"Minimum speedup {worst['speedup_vs_baseline']:.3g}x at {worst['density'] * 100:g} %.")
     return Result(f"sparsity_{cfg.kernel}", f"Speedup vs density, {cfg.kernel} (paper Figure 13)", COLUMNS, rows,
                   note, plot=_plot)

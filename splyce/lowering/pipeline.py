@@ -3,7 +3,7 @@
 Stage 1 (``SPARSIFY``) turns linalg.generic on sparse tensors into scf + memref + arith loops: the
 sparsifier's coiteration ``scf.while`` loops are visible there, and the Splyce pass rewrites them.
 Stage 2 (``TO_LLVM``) lowers the rest to the LLVM dialect. The list mirrors what
-``sparsifier{enable-runtime-library=false}`` expands to in MLIR 22 (see TOOLCHAIN.md), preceded by
+``sparsifier{enable-runtime-library=false}`` expands to in MLIR 22 (docs/toolchain.md), preceded by
 ``sparse-assembler{direct-out=true}`` so that the entry point takes plain (pos, crd, values) buffers.
 """
 

@@ -162,7 +162,7 @@ def lower_contract(node: Node, ctx: _Context):
     dtype = node.type.dtype
     init = _init_tensor(node, ctx)
     # A dense result accumulates into its (zeroed) output: reading it keeps the sparsifier from allocating
-    # and zero-filling a fresh buffer per call (TOOLCHAIN.md). A sparse result reads it only to reduce.
+    # and zero-filling a fresh buffer per call (docs/toolchain.md). A sparse result reads it only to reduce.
     reduces = set("".join(params.inputs)) != set(params.output)
     reads_out = not node.type.is_sparse or reduces
     order = loop_order([(s, a.type) for s, a in zip(params.inputs, node.args)], params.output)

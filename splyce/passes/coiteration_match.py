@@ -1,7 +1,7 @@
 """The matcher of the Splyce pass: recognize a two-finger intersection ``scf.while`` by its structure.
 
 The sparsifier (stage 1) emits, for an index that is compressed in two operands and innermost, a loop of
-this shape (TOOLCHAIN.md)::
+this shape (docs/toolchain.md)::
 
     scf.while (%pb = .., %pc = .., %acc.. = ..) {
       cmpi ult %pb, %hiB ; cmpi ult %pc, %hiC ; andi ; scf.condition(..) %pb, %pc, %acc..
