@@ -5,8 +5,16 @@ same name: they choose formats and a loop order, compile once per signature, and
 
 from __future__ import annotations
 
+import sys
+
 from splyce.tracer import tracer as T
 from splyce.tracer.tracer import Tracer
+
+
+def _any_dask(*xs) -> bool:
+    """Whether an operand is a Dask array (then the op builds a lazy graph: splyce.dask, imported only then)."""
+    dask_array = sys.modules.get("dask.array")
+    return dask_array is not None and any(isinstance(x, dask_array.Array) for x in xs)
 
 
 def _binary(name: str, doc: str):
@@ -16,6 +24,10 @@ def _binary(name: str, doc: str):
     def op(a, b, *, out_format=None, threads=1):
         if isinstance(a, Tracer) or isinstance(b, Tracer):
             return traced_op(a, b, out_format=out_format)
+        if _any_dask(a, b):
+            from splyce.dask import ops
+
+            return getattr(ops, name)(a, b, out_format=out_format)
         from splyce.planner import dropin
 
         return getattr(dropin, name)(a, b, out_format=out_format, threads=threads)
@@ -38,6 +50,10 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     threads, 1 by default as scipy, None for all cores; results are bit-identical for any count."""
     if any(isinstance(x, Tracer) for x in operands):
         return T.einsum(subscripts, *operands, out_format=out_format)
+    if _any_dask(*operands):
+        from splyce.dask import ops
+
+        return ops.einsum(subscripts, *operands, out_format=out_format)
     from splyce.planner import dropin
 
     return dropin.einsum(subscripts, *operands, out_format=out_format, threads=threads)

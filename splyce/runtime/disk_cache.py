@@ -17,6 +17,7 @@ entry fails the checksum: it is deleted with a warning and rebuilt, never loaded
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -281,6 +282,31 @@ def write(key: str, entry: Entry) -> None:
         warnings.warn(f"splyce: cannot write the disk cache entry {path}: {exc}", stacklevel=4)
         return
     _count("writes")
+
+
+@contextlib.contextmanager
+def compile_lock(key: str):
+    """Hold an exclusive lock on ``key`` across processes (``locks/<key>.lock`` in the cache folder) while
+    it is read, compiled and written: processes that miss on the same kernel at once (Dask workers on one
+    machine) compile it once; the others wait, then load it. Without ``fcntl`` (Windows) or a writable
+    folder, no lock: each process may compile, still correct."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    path = cache_dir() / "locks" / (key + ".lock")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)   # releases the lock
 
 
 def clear() -> int:

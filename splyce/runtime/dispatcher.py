@@ -7,10 +7,12 @@ call the native entry point on the operands' own buffers.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import threading
+import uuid
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from collections import namedtuple
@@ -32,6 +34,7 @@ from splyce.tracer.tracer import OUT_FORMATS, Tracer, TraceError
 CacheInfo = namedtuple("CacheInfo", "hits misses currsize compiles disk_hits", defaults=(0,))
 _LIVE: "weakref.WeakSet[Jitted]" = weakref.WeakSet()   # for splyce.clear_cache()
 _log = logging.getLogger("splyce.cache")
+_BY_TOKEN: "weakref.WeakValueDictionary[str, Jitted]" = weakref.WeakValueDictionary()   # unpickling
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,13 @@ class Jitted:
         self._last_disk_parts: dict | None = None
         functools.update_wrapper(self, fun)
         _LIVE.add(self)
+        self._token = uuid.uuid4().hex
+        _BY_TOKEN[self._token] = self
+
+    def __reduce__(self):
+        """Pickled as its function and options, never its machine code: the receiving process (a Dask
+        worker) rebuilds one ``Jitted`` per original and loads its kernels from the machine's disk cache."""
+        return _unpickle_jitted, (self._token, self.fun, self._target_name, self._option_args, self.out_format)
 
     @property
     def options(self) -> CompileOptions:
@@ -267,10 +277,12 @@ class Jitted:
                 with self._lock:
                     self.hits += 1
                 return kernel
-            lowering, tree = self._lower(key, specs, disk=True)
-            kernel = Kernel(lowering, tree)
-            if lowering.disk_key and not lowering.from_disk:
-                _store(lowering, kernel)
+            traced = None if key in self._lowerings else self._trace(specs)
+            with self._machine_lock(key, traced):
+                lowering, tree = self._lower(key, specs, disk=True, traced=traced)
+                kernel = Kernel(lowering, tree)
+                if lowering.disk_key and not lowering.from_disk:
+                    _store(lowering, kernel)
             with self._lock:
                 self.misses += 1
                 if lowering.from_disk:
@@ -280,12 +292,18 @@ class Jitted:
                 self._cache[key] = kernel
             return kernel
 
-    def _lower(self, key: CacheKey, specs, disk: bool = False):
+    def _machine_lock(self, key: CacheKey, traced):
+        """The disk cache's lock on this kernel (processes on one machine compile it once), or none."""
+        if traced is None or not disk_cache.enabled():
+            return contextlib.nullcontext()
+        return disk_cache.compile_lock(_disk_key(traced[0], key))
+
+    def _lower(self, key: CacheKey, specs, disk: bool = False, traced=None):
         """The lowering for ``key``: from memory, else trace; then (``disk``) the disk cache, else compile.
         The disk key is computed either way, so a kernel first asked for by ``lower()`` is still stored."""
         cached = self._lowerings.get(key)
         if cached is None:
-            trace, tree = self._trace(specs)
+            trace, tree = traced or self._trace(specs)
             low = None
             disk_key = None
             if disk_cache.enabled():
@@ -342,6 +360,17 @@ class Jitted:
             self.hits = self.misses = self.compiles = self.disk_hits = 0
 
 
+def _unpickle_jitted(token, fun, target, option_args, out_format) -> Jitted:
+    """The process's ``Jitted`` for ``token`` (so every task of a worker shares its in-memory cache)."""
+    jitted = _BY_TOKEN.get(token)
+    if jitted is None:
+        jitted = Jitted(fun, target=target, out_format=out_format, **option_args)
+        _BY_TOKEN.pop(jitted._token, None)
+        jitted._token = token
+        _BY_TOKEN[token] = jitted
+    return jitted
+
+
 def clear_cache(disk: bool = False) -> None:
     """Empty the in-memory cache of every live jitted function; with ``disk=True`` also delete the disk
     cache's entries (``$SPLYCE_CACHE_DIR``)."""
@@ -349,6 +378,10 @@ def clear_cache(disk: bool = False) -> None:
         jitted.cache_clear()
     if disk:
         disk_cache.clear()
+
+
+def _disk_key(trace: Trace, key: CacheKey) -> str:
+    return disk_cache.digest(disk_cache.key_parts(trace, key.static_args, key.out_format, key.options))
 
 
 def _load(disk_key: str, trace: Trace, options: CompileOptions) -> Lowering | None:

@@ -64,6 +64,11 @@ class SparseTensor:
         crd = (None,) * format.ndim if crd is None else tuple(crd)
         return cls(shape, format, pos, crd, values, validate=validate, name=name)
 
+    def __reduce_ex__(self, protocol):
+        """Pickled as its buffers, which NumPy hands to pickle protocol 5 out of band (no copy into the
+        stream, e.g. between Dask workers); not validated again when loaded."""
+        return _unpickle, (self._shape, self._format, self._pos, self._crd, self._values)
+
     shape = property(lambda self: self._shape, doc="tuple of ints, in dimension order")
     format = property(lambda self: self._format, doc="the storage Format")
     pos = property(lambda self: self._pos, doc="per-level position arrays (None except for compressed levels)")
@@ -158,6 +163,10 @@ class SparseTensor:
         coords = np.stack(self.coords()) if self.ndim else np.zeros((0, self.nnz), dtype=np.int64)
         unique = all(level.unique for level in self._format.levels)
         return sparse.COO(coords, self._values, shape=self._shape, has_duplicates=not unique)
+
+
+def _unpickle(shape, format, pos, crd, values) -> SparseTensor:
+    return SparseTensor(shape, format, pos, crd, values, validate=False)
 
 
 def _target_widths(*index_arrays) -> tuple[int, int]:

@@ -1,0 +1,219 @@
+"""Row blocks: Dask arrays whose chunks are blocks of whole rows, broadcast operands, padding.
+
+Every block of a row-partitioned operand is padded with empty rows to the largest block's row count before a
+kernel sees it, so all blocks share one kernel signature (one compile per machine, not one per block), and
+each block's result is trimmed back to its own rows.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+from dask.highlevelgraph import HighLevelGraph
+
+from splyce.planner.dropin import _family
+
+
+def is_dask(x) -> bool:
+    return isinstance(x, da.Array)
+
+
+def _parallelism() -> int:
+    """Worker threads of the current distributed client, else this machine's cores."""
+    distributed = sys.modules.get("distributed")
+    if distributed is not None:
+        try:
+            return max(1, sum(distributed.get_client().nthreads().values()))
+        except (ValueError, RuntimeError):
+            pass
+    return os.cpu_count() or 1
+
+
+def _chunk_bytes() -> int:
+    return int(dask.utils.parse_bytes(dask.config.get("array.chunk-size")))
+
+
+def nnz_bounds(indptr: np.ndarray, rows_per_chunk: int | None = None) -> list[int]:
+    """Row boundaries [0, ..., m]: ``rows_per_chunk`` rows each, or (None) about equal nonzeros per block,
+    as many blocks as twice the workers' threads or as Dask's ``array.chunk-size`` needs, whichever is more."""
+    m = len(indptr) - 1
+    if m == 0:
+        return [0, 0]
+    if rows_per_chunk is not None:
+        if not isinstance(rows_per_chunk, (int, np.integer)) or rows_per_chunk < 1:
+            raise ValueError(f"rows_per_chunk must be a positive int, got {rows_per_chunk!r}")
+        return [*range(0, m, int(rows_per_chunk)), m]
+    nnz = int(indptr[-1])
+    blocks = max(2 * _parallelism(), math.ceil(nnz * 16 / _chunk_bytes()))
+    blocks = min(blocks, m)
+    if nnz == 0:
+        inner = [m * k // blocks for k in range(1, blocks)]
+    else:
+        inner = np.searchsorted(indptr, nnz * np.arange(1, blocks) / blocks, side="left").tolist()
+    return sorted({0, m, *(min(max(int(b), 1), m - 1) for b in inner if m > 1)})
+
+
+def _as_array(name: str, layer: dict, dependencies, chunks, meta) -> da.Array:
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=dependencies)
+    return da.Array(graph, name, chunks, meta=meta)
+
+
+def sparse_meta(x, dtype=None):
+    """An empty object of ``x``'s type (a Dask ``meta``)."""
+    dtype = np.dtype(dtype if dtype is not None else x.dtype)
+    family = _family(x)
+    if family.startswith("scipy"):
+        return type(x)((0,) * x.ndim if x.ndim == 2 else (0, 0), dtype=dtype)
+    if family == "pydata":
+        import sparse
+
+        return sparse.COO.from_numpy(np.empty((0,) * x.ndim, dtype=dtype))
+    return np.empty((0,) * np.ndim(x), dtype=dtype)
+
+
+def from_scipy(a, rows_per_chunk: int | None = None) -> da.Array:
+    """A Dask array of row blocks of the 2-D scipy.sparse ``a``, each chunk a scipy CSR array (a CSR matrix
+    for a scipy matrix). ``rows_per_chunk=None`` chooses blocks of about equal nonzeros: twice as many as the
+    current distributed client has threads (or this machine cores), more when Dask's ``array.chunk-size``
+    asks for it. A Dask array is returned as it is (chunks of scipy.sparse or pydata-sparse are accepted
+    by every ``splyce.dask`` operation)."""
+    if is_dask(a):
+        return a
+    import scipy.sparse as sps
+
+    if not sps.issparse(a) or a.ndim != 2:
+        raise TypeError(f"from_scipy needs a 2-D scipy.sparse array or matrix, got {type(a).__name__}")
+    csr = a.tocsr()
+    return _row_sliced(csr, nnz_bounds(csr.indptr, rows_per_chunk), "splyce-from-scipy-")
+
+
+def _row_sliced(x, bounds: list[int], prefix: str) -> da.Array:
+    """``x`` (NumPy, scipy CSR or pydata) cut into the row blocks [bounds[k], bounds[k+1]), on the client."""
+    name = prefix + tokenize(x, bounds)
+    rest = tuple((s,) for s in x.shape[1:])
+    cut = _pydata_rows if _family(x) == "pydata" else (lambda x, lo, hi: x[lo:hi])
+    layer = {(name, k) + (0,) * len(rest): cut(x, lo, hi) for k, (lo, hi) in enumerate(zip(bounds, bounds[1:]))}
+    chunks = (tuple(hi - lo for lo, hi in zip(bounds, bounds[1:])),) + rest
+    return _as_array(name, layer, [], chunks, sparse_meta(x))
+
+
+def _pydata_rows(x, lo: int, hi: int):
+    """Rows [lo, hi) of a pydata array with NumPy (its own slicing compiles Numba code for seconds)."""
+    import sparse
+
+    x = x if isinstance(x, sparse.COO) else x.tocoo()
+    keep = (x.coords[0] >= lo) & (x.coords[0] < hi)
+    coords = x.coords[:, keep]
+    coords[0] -= lo
+    return sparse.COO(coords, x.data[keep], shape=(hi - lo,) + tuple(x.shape[1:]))
+
+
+def row_blocks(x, rows: tuple[int, ...] | None = None) -> da.Array:
+    """``x`` as a Dask array of whole-row blocks (one chunk along every other axis), with the row chunks
+    ``rows`` when given (a Dask operand is rechunked, a concrete one sliced)."""
+    if is_dask(x):
+        if x.ndim == 0:
+            raise ValueError("a 0-d operand has no rows to partition")
+        if any(n > 1 for n in x.numblocks[1:]):
+            x = x.rechunk({d: -1 for d in range(1, x.ndim)})
+        if rows is not None and x.chunks[0] != tuple(rows):
+            x = x.rechunk({0: tuple(rows)})
+        return x
+    if np.ndim(x) == 0:
+        raise ValueError("a 0-d operand has no rows to partition")
+    family = _family(x)
+    if family.startswith("scipy") and x.format != "csr":
+        x = x.tocsr()
+    if rows is None:
+        if family.startswith("scipy"):
+            bounds = nnz_bounds(x.indptr)
+        else:
+            m = x.shape[0]
+            blocks = max(1, min(m, 2 * _parallelism()))
+            bounds = sorted({m * k // blocks for k in range(blocks + 1)})
+    else:
+        bounds = [0, *np.cumsum(rows).tolist()]
+    if family == "numpy":
+        x = np.asarray(x)
+    return _row_sliced(x, bounds, "splyce-rows-")
+
+
+def whole(x) -> da.Array:
+    """``x`` as a one-chunk Dask array: one key that every task reads, so a worker receives it once."""
+    if is_dask(x):
+        return x.rechunk(x.shape) if any(n > 1 for n in x.numblocks) else x
+    if _family(x) == "numpy":
+        x = np.asarray(x)
+    name = "splyce-broadcast-" + tokenize(x)
+    key = (name,) + (0,) * np.ndim(x)
+    return _as_array(name, {key: x}, [], tuple((s,) for s in np.shape(x)), sparse_meta(x))
+
+
+def single_key(x: da.Array):
+    (key,) = x.__dask_keys__() if x.ndim == 0 else list(_flat(x.__dask_keys__()))
+    return key
+
+
+def _flat(keys):
+    for k in keys:
+        if isinstance(k, list):
+            yield from _flat(k)
+        else:
+            yield k
+
+
+def block_keys(x: da.Array) -> list:
+    """The keys of a row-partitioned array's blocks, in row order (one chunk along the other axes)."""
+    return list(_flat(x.__dask_keys__()))
+
+
+# -- padding ----------------------------------------------------------------------------------------------
+def pad_rows(x, rows: int):
+    """``x`` with empty (zero) rows appended up to ``rows`` rows; no copy of its entries when sparse."""
+    extra = rows - x.shape[0]
+    if extra <= 0:
+        return x
+    family = _family(x)
+    shape = (rows,) + tuple(x.shape[1:])
+    if family.startswith("scipy"):
+        x = x if x.format == "csr" else x.tocsr()
+        indptr = np.concatenate([x.indptr, np.full(extra, x.indptr[-1], dtype=x.indptr.dtype)])
+        out = type(x)((x.data, x.indices, indptr), shape=shape)
+        out.has_canonical_format = x.has_canonical_format
+        return out
+    if family == "pydata":
+        import sparse
+
+        x = x if isinstance(x, sparse.COO) else x.tocoo()
+        return sparse.COO(x.coords, x.data, shape=shape)
+    out = np.zeros(shape, dtype=x.dtype)
+    out[: x.shape[0]] = x
+    return out
+
+
+def trim_rows(x, rows: int):
+    """The first ``rows`` rows of a block result whose other rows are empty padding."""
+    if np.ndim(x) == 0 or x.shape[0] == rows:
+        return x
+    family = _family(x)
+    shape = (rows,) + tuple(x.shape[1:])
+    if family.startswith("scipy"):
+        if x.format == "csr":
+            out = type(x)((x.data, x.indices, x.indptr[: rows + 1]), shape=shape)
+            out.has_canonical_format = x.has_canonical_format
+            return out
+        if x.format == "coo":
+            return type(x)((x.data, x.coords), shape=shape)
+        return x[:rows]
+    if family == "pydata":
+        import sparse
+
+        x = x if isinstance(x, sparse.COO) else x.tocoo()
+        return sparse.COO(x.coords, x.data, shape=shape)
+    return x[:rows]

@@ -1,0 +1,192 @@
+"""The drop-ins on Dask operands: one task per row block runs the single-process drop-in on that block.
+
+``matmul(a, b)``: blocks of rows of ``a`` times the whole ``b`` (SpMV, SpMM, SpGEMM: each row of the product
+depends on one row of ``a``). ``multiply`` / ``add`` / ``subtract``: aligned row blocks of both operands.
+``einsum``: the outermost loop index (the first index of the first operand) is partitioned; operands that
+start with it are cut into aligned row blocks, operands without it are broadcast whole. When the result keeps
+that index, its blocks are the result's row blocks; when it sums over it (a triangle count), the per-block
+results are added in block order.
+
+Each row of a result is computed by the same kernel, in the same order, as in one process, so results are
+bit-identical, except that sums over the partitioned index (``einsum`` results without it) add the blocks'
+partial sums: exact for integers, booleans and floats whose partial sums are exact (0/1 patterns,
+counts), otherwise equal up to floating-point rounding.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+import numpy as np
+
+from splyce.dask.blocks import (
+    _as_array, block_keys, is_dask, pad_rows, row_blocks, single_key, sparse_meta, trim_rows, whole,
+)
+from splyce.planner import dropin
+from splyce.planner.dropin import _family, _sparse_family
+from splyce.tensors.formats import Format
+
+
+def _call_block(fn, rows: int, padded: int, pad: tuple, trim: bool, *operands):
+    """One task: pad the partitioned operands to the common row count, run the drop-in, trim the result."""
+    ops = [pad_rows(x, padded) if p else x for x, p in zip(operands, pad)]
+    out = fn(*ops)
+    return trim_rows(out, rows) if trim else out
+
+
+def _sum_blocks(partials: list):
+    """Per-block results of a sum over the partitioned index, added in block order."""
+    return functools.reduce(operator.add, partials)
+
+
+def _meta(x):
+    return x._meta if is_dask(x) else x
+
+
+def _result_meta(family: str, sparse: bool, ndim: int, dtype, coo: bool = False):
+    """An empty result of the drop-in's type: NumPy, or the operands' sparse family (scipy CSR / COO)."""
+    dtype = np.dtype(dtype)
+    if not sparse or family == "numpy" or ndim != 2:
+        return np.empty((0,) * ndim, dtype=dtype)
+    import scipy.sparse as sps
+
+    if family == "pydata":
+        return _pydata_empty(ndim, dtype)
+    if family == "scipy-matrix":
+        return (sps.coo_matrix if coo else sps.csr_matrix)((0, 0), dtype=dtype)
+    return (sps.coo_array if coo else sps.csr_array)((0, 0), dtype=dtype)
+
+
+def _pydata_empty(ndim, dtype):
+    import sparse
+
+    return sparse.COO.from_numpy(np.empty((0,) * ndim, dtype=dtype))
+
+
+def _partitioned_graph(fn, parts: list, broadcast: list, order: list, out_chunks, meta, reduce: bool,
+                       name: str):
+    """The graph: per row block, ``fn(*operands)`` with the partitioned operands' blocks (padded to the
+    largest block) and the broadcast operands' single keys, in ``order`` (('p', i) / ('b', i) per operand)."""
+    from dask.base import tokenize
+
+    rows = parts[0].chunks[0]
+    padded = max(rows) if rows else 0
+    part_keys = [block_keys(p) for p in parts]
+    bcast_keys = [single_key(b) for b in broadcast]
+    pad = tuple(kind == "p" for kind, _ in order)
+    token = tokenize(fn, [p.name for p in parts], [b.name for b in broadcast], order, reduce)
+    out = f"splyce-{name}-{token}"
+    partial = f"splyce-{name}-block-{token}" if reduce else out
+    layer = {}
+    for k, n in enumerate(rows):
+        args = [part_keys[i][k] if kind == "p" else bcast_keys[i] for kind, i in order]
+        key = (partial, k) if reduce else (out, k) + (0,) * (len(out_chunks) - 1)
+        layer[key] = (_call_block, fn, n, padded, pad, not reduce, *args)
+    if reduce:
+        layer[(out,) + (0,) * len(out_chunks)] = (_sum_blocks, [(partial, k) for k in range(len(rows))])
+        out_chunks = tuple((s,) for s in out_chunks)
+    return _as_array(out, layer, [*parts, *broadcast], out_chunks, meta)
+
+
+# -- matmul -------------------------------------------------------------------------------------------------
+def matmul(a, b, *, out_format=None):
+    """``a @ b`` as a lazy Dask array: row blocks of ``a`` (1-D or 2-D on the right) times the whole ``b``."""
+    sa, sb = np.shape(a), np.shape(b)
+    if len(sa) != 2 or not 1 <= len(sb) <= 2:
+        raise ValueError(f"matmul on Dask operands needs a 2-D left operand (its rows are partitioned) and a "
+                         f"1-D or 2-D right operand, got shapes {sa} and {sb}")
+    if sa[1] != sb[0]:
+        raise ValueError(f"matmul: shapes {sa} and {sb} are not aligned ({sa[1]} != {sb[0]})")
+    ma, mb = _meta(a), _meta(b)
+    fa, fb = _family(ma), _family(mb)
+    if len(sb) == 1 and fb != "numpy":
+        raise NotImplementedError("matmul on Dask operands: a sparse 1-D right operand would give 1-D sparse "
+                                  "blocks, which Dask cannot concatenate; pass the vector as a NumPy array")
+    A, B = row_blocks(a), whole(b)
+    want_sparse = out_format == "sparse" or isinstance(out_format, Format) or (
+        out_format is None and fa != "numpy" and fb != "numpy" and len(sb) == 2)
+    dtype = np.result_type(ma.dtype, mb.dtype)
+    meta = _result_meta(_sparse_family(ma, mb), want_sparse, len(sb), dtype)
+    chunks = (A.chunks[0],) + tuple((s,) for s in sb[1:])
+    fn = functools.partial(dropin.matmul, out_format=out_format)
+    return _partitioned_graph(fn, [A], [B], [("p", 0), ("b", 0)], chunks, meta, False, "matmul")
+
+
+# -- multiply, add, subtract ------------------------------------------------------------------------------
+def _elementwise(name: str, a, b, out_format):
+    sa, sb = np.shape(a), np.shape(b)
+    if sa != sb:
+        raise ValueError(f"{name}: shapes {sa} and {sb} differ (broadcasting is not supported)")
+    if len(sa) != 2:
+        raise NotImplementedError(f"{name} on Dask operands needs 2-D operands (row blocks), got shape {sa}")
+    first = a if is_dask(a) else b
+    A = row_blocks(first)
+    other = row_blocks(b if first is a else a, A.chunks[0])
+    A, B = (A, other) if first is a else (other, A)
+    ma, mb = _meta(a), _meta(b)
+    fa, fb = _family(ma), _family(mb)
+    sparse = not (fa == fb == "numpy") and out_format != "dense"
+    family = _sparse_family(ma, mb)
+    coo = "numpy" in (fa, fb) and family.startswith("scipy")
+    meta = _result_meta(family, sparse, 2, np.result_type(ma.dtype, mb.dtype), coo=coo)
+    fn = functools.partial(getattr(dropin, name), out_format=out_format)
+    return _partitioned_graph(fn, [A, B], [], [("p", 0), ("p", 1)], (A.chunks[0], (sa[1],)), meta, False, name)
+
+
+def multiply(a, b, *, out_format=None):
+    return _elementwise("multiply", a, b, out_format)
+
+
+def add(a, b, *, out_format=None):
+    return _elementwise("add", a, b, out_format)
+
+
+def subtract(a, b, *, out_format=None):
+    return _elementwise("subtract", a, b, out_format)
+
+
+# -- einsum -----------------------------------------------------------------------------------------------
+def einsum(subscripts, *operands, out_format=None):
+    """``splyce.einsum`` with row-partitioned operands; see the module docstring for the partitioning."""
+    from splyce.tracer.tracer import parse_einsum
+
+    inputs, output = parse_einsum(subscripts, len(operands))
+    letters = "".join(inputs)
+    if not letters:
+        raise ValueError("einsum on Dask operands needs an operand with an index to partition")
+    p = letters[0]
+    order, parts, broadcast, rows = [], [], [], None
+    for n, (x, subs) in enumerate(zip(operands, inputs)):
+        if p in subs[1:]:
+            raise NotImplementedError(f"einsum on Dask operands partitions index {p!r}, the first index of "
+                                      f"the first operand; operand {n} ({subs!r}) has it in another position")
+        if subs[:1] == p and (is_dask(x) and rows is None):
+            rows = row_blocks(x).chunks[0]
+    for n, (x, subs) in enumerate(zip(operands, inputs)):
+        if subs[:1] == p:
+            block = row_blocks(x, rows)
+            rows = block.chunks[0]
+            order.append(("p", len(parts)))
+            parts.append(block)
+        else:
+            order.append(("b", len(broadcast)))
+            broadcast.append(whole(x))
+    if p in output[1:]:
+        raise NotImplementedError(f"einsum on Dask operands: the result must start with the partitioned index "
+                                  f"{p!r} or sum over it, got output {output!r}")
+    metas = [_meta(x) for x in operands]
+    sizes = {c: s for x, subs in zip(operands, inputs) for c, s in zip(subs, np.shape(x))}
+    families = [_family(m) for m in metas]
+    elementwise = len(operands) >= 2 and all(s == output for s in inputs)
+    sparse = out_format == "sparse" or isinstance(out_format, Format) or (
+        out_format is None and elementwise and any(f != "numpy" for f in families))
+    family = _sparse_family(*metas)
+    dtype = np.result_type(*[m.dtype for m in metas])
+    meta = _result_meta(family, sparse, len(output), dtype)
+    if family == "pydata" and output and not sparse:
+        meta = _pydata_empty(len(output), dtype)     # NumPy's einsum on pydata operands returns theirs
+    reduce = p not in output
+    chunks = tuple(sizes[c] for c in output) if reduce else (rows,) + tuple((sizes[c],) for c in output[1:])
+    fn = functools.partial(dropin.einsum, subscripts, out_format=out_format)
+    return _partitioned_graph(fn, parts, broadcast, order, chunks, meta, reduce, "einsum")

@@ -1,0 +1,276 @@
+"""splyce on Dask: the drop-ins and jitted functions on row-partitioned Dask arrays, on a 2-worker
+``distributed.LocalCluster`` (processes, one thread each), against the single-process drop-ins bit for bit."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+import splyce
+from splyce.planner import dropin
+
+da = pytest.importorskip("dask.array")
+distributed = pytest.importorskip("distributed")
+import splyce.dask as sd  # noqa: E402
+
+TIMEOUT = 120   # seconds for any one computation on the cluster
+
+
+@pytest.fixture(scope="module")
+def client():
+    """Two worker processes sharing one temporary disk cache (the module's own, set before they start)."""
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])   # workers cannot import tests/
+    saved = os.environ.get("SPLYCE_CACHE_DIR")
+    cache = tempfile.mkdtemp(prefix="splyce-dask-cache-")
+    os.environ["SPLYCE_CACHE_DIR"] = cache
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=None, silence_logs=40)
+    c = distributed.Client(cluster, timeout=60)
+    try:
+        yield c
+    finally:
+        c.close()
+        cluster.close()
+        if saved is None:
+            os.environ.pop("SPLYCE_CACHE_DIR", None)
+        else:
+            os.environ["SPLYCE_CACHE_DIR"] = saved
+
+
+def _compute(client, x):
+    return client.compute(x).result(timeout=TIMEOUT)
+
+
+def _same(got, want):
+    """Same type, shape, dtype and values bit for bit (NaN where NaN), same stored entries."""
+    assert type(got) is type(want), (type(got), type(want))
+    assert np.shape(got) == np.shape(want) and got.dtype == want.dtype
+    if sps.issparse(want) or type(want).__module__.startswith("sparse"):
+        assert got.nnz == want.nnz
+        got, want = got.toarray() if sps.issparse(got) else got.todense(), \
+            want.toarray() if sps.issparse(want) else want.todense()
+    assert np.array_equal(np.asarray(got), np.asarray(want), equal_nan=True)
+
+
+def _random(m, n, density, seed, fmt="csr", dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    return sps.random_array((m, n), density=density, format=fmt, rng=rng, dtype=dtype)
+
+
+def _triangles(n, seed, dtype):
+    a = _random(n, n, 0.08, seed)
+    return sps.tril((a + a.T) != 0, -1).astype(dtype).tocsr()
+
+
+# -- products ---------------------------------------------------------------------------------------------
+def test_spmv_spmm_spgemm(client):
+    a = _random(230, 170, 0.06, 1)
+    a.data[3] = np.nan
+    b = _random(170, 90, 0.06, 2)
+    x = np.random.default_rng(3).random(170)
+    X = np.random.default_rng(4).random((170, 5))
+    ad = sd.from_scipy(a, rows_per_chunk=60)
+    for right in (x, X, b, da.from_array(X, chunks=(50, 5))):
+        concrete = right.compute() if isinstance(right, da.Array) else right
+        lazy = splyce.matmul(ad, right)
+        assert isinstance(lazy, da.Array)
+        _same(_compute(client, lazy), dropin.matmul(a, concrete))
+    # scipy matrices stay matrices; .compute() on the default client
+    m = sps.csr_matrix(a)
+    _same(splyce.matmul(sd.from_scipy(m), sps.csr_matrix(b)).compute(), dropin.matmul(m, sps.csr_matrix(b)))
+    _same(splyce.matmul(ad, b, out_format="dense").compute(), dropin.matmul(a, b, out_format="dense"))
+
+
+def test_chunks_of_pydata_and_other_scipy_formats(client):
+    import sparse
+
+    a = _random(120, 80, 0.1, 5)
+    x = np.random.default_rng(6).random(80)
+    p = sparse.COO.from_scipy_sparse(a)
+    pd = sd.from_scipy(a, rows_per_chunk=50).map_blocks(sparse.COO.from_scipy_sparse,
+                                                       meta=sparse.COO.from_numpy(np.zeros((0, 0))))
+    _same(_compute(client, splyce.matmul(pd, x)), dropin.matmul(p, x))
+    _same(_compute(client, splyce.multiply(pd, p)), dropin.multiply(p, p))
+    c = a.tocsc()
+    cd = da.from_array(c, chunks=(40, 30), asarray=False)       # column chunks too: rejoined per row block
+    _same(_compute(client, splyce.matmul(cd, x)), dropin.matmul(c, x))
+
+
+def test_elementwise_aligned_row_blocks(client):
+    a, b = _random(150, 60, 0.1, 7), _random(150, 60, 0.1, 8)
+    ad = sd.from_scipy(a, rows_per_chunk=40)
+    bd = sd.from_scipy(b, rows_per_chunk=55)      # other row blocks: rechunked to a's
+    for op in ("multiply", "add", "subtract"):
+        _same(_compute(client, getattr(splyce, op)(ad, bd)), getattr(dropin, op)(a, b))
+        _same(_compute(client, getattr(splyce, op)(a, bd)), getattr(dropin, op)(a, b))
+    dense = b.toarray()
+    _same(_compute(client, splyce.multiply(ad, dense)), dropin.multiply(a, dense))   # scipy: COO result
+    _same(_compute(client, splyce.add(ad, dense)), dropin.add(a, dense))
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float64])
+def test_triangle_count_and_masked_product(client, dtype):
+    low = _triangles(160, 9, dtype)
+    ld = sd.from_scipy(low, rows_per_chunk=45)
+    want = dropin.einsum("ij,ik,kj->", low, low, low)
+    for other in (low, ld):                         # broadcast: a scipy operand or a Dask one
+        _same(_compute(client, splyce.einsum("ij,ik,kj->", ld, ld, other)), want)
+    masked = dropin.einsum("ij,ik,kj->ij", low, low, low)
+    _same(_compute(client, splyce.einsum("ij,ik,kj->ij", ld, ld, low)), masked)
+    assert want > 0
+
+
+def test_graph_has_row_block_tasks_and_one_broadcast_key():
+    """No full-matrix concatenation: one task per row block, the right side one key read by every task."""
+    a, b = _random(100, 50, 0.1, 10), _random(50, 40, 0.1, 11)
+    ad = sd.from_scipy(a, rows_per_chunk=30)
+    lazy = splyce.matmul(ad, b)
+    graph = dict(lazy.__dask_graph__())
+    layers = {k[0].rsplit("-", 1)[0] for k in graph}
+    assert layers == {"splyce-from-scipy", "splyce-broadcast", "splyce-matmul"}
+    assert sum(k[0].startswith("splyce-broadcast") for k in graph) == 1
+    assert sum(k[0].startswith("splyce-matmul") for k in graph) == ad.numblocks[0] == 4
+    low = _triangles(80, 12, np.int64)
+    count = splyce.einsum("ij,ik,kj->", sd.from_scipy(low, rows_per_chunk=20), sd.from_scipy(low, 20), low)
+    keys = [k for k in dict(count.__dask_graph__()) if k[0].startswith("splyce-einsum")]
+    assert len(keys) == 5        # four per-block partial counts and their sum
+
+
+def test_from_scipy_chunks_by_nonzeros():
+    rng = np.random.default_rng(13)
+    dense = np.zeros((400, 50))
+    dense[:40] = rng.random((40, 50))             # the first tenth of the rows holds every nonzero
+    dense[40:, 0] = 1.0
+    ad = sd.from_scipy(sps.csr_array(dense))
+    first = ad.chunks[0][0]
+    assert first < 400 // ad.numblocks[0]         # blocks of about equal nonzeros, not of equal rows
+    assert sum(ad.chunks[0]) == 400
+    assert np.array_equal(ad.compute(scheduler="sync").toarray(), dense)
+    with pytest.raises(ValueError, match="rows_per_chunk"):
+        sd.from_scipy(sps.csr_array(dense), rows_per_chunk=0)
+    with pytest.raises(TypeError, match="scipy.sparse"):
+        sd.from_scipy(dense)
+
+
+def test_unsupported_partitions_raise_saying_why():
+    a = sd.from_scipy(_random(20, 20, 0.2, 14), rows_per_chunk=10)
+    with pytest.raises(NotImplementedError, match="another position"):
+        splyce.einsum("ij,ji->i", a, a)
+    with pytest.raises(ValueError, match="not aligned"):
+        splyce.matmul(a, np.ones(3))
+    with pytest.raises(ValueError, match="differ"):
+        splyce.add(a, np.ones((3, 3)))
+    with pytest.raises(NotImplementedError, match="NumPy array"):
+        splyce.matmul(a, sps.coo_array(np.ones(20)))
+
+
+# -- blockwise --------------------------------------------------------------------------------------------
+@splyce.jit
+def _spmm(a, x):
+    return a @ x
+
+
+@splyce.jit
+def _rowdot(a, y):
+    return splyce.einsum("ij,ij->i", a, y)
+
+
+@splyce.jit
+def _gram(a):
+    return a.T @ a
+
+
+@splyce.jit
+def _abt(a, b):
+    return a @ b.T
+
+
+def test_blockwise(client):
+    a = _random(140, 60, 0.1, 15)
+    x = np.random.default_rng(16).random((60, 3))
+    y = np.random.default_rng(17).random((140, 60))
+    ad = sd.from_scipy(a, rows_per_chunk=50)
+    yd = da.from_array(y, chunks=(70, 60))
+    _same(_compute(client, sd.blockwise(_spmm)(ad, x)), _spmm(a, x))
+    _same(_compute(client, sd.blockwise(_rowdot)(ad, yd)), _rowdot(a, y))
+    with pytest.raises(ValueError, match="not independent: the output is accessed at a row other"):
+        sd.blockwise(_gram)(ad)
+    with pytest.raises(ValueError, match="Dask argument 1"):
+        sd.blockwise(_abt)(ad, ad)
+    with pytest.raises(ValueError, match="must be a Dask array"):
+        sd.blockwise(_rowdot)(ad, y)
+    with pytest.raises(TypeError, match="@splyce.jit"):
+        sd.blockwise(lambda a: a)
+
+
+# -- the disk cache, pickling -----------------------------------------------------------------------------
+def _compile_counts():
+    """On a worker: run one matmul signature no other test uses; this worker's compiles and disk hits."""
+    kernel = dropin._kernel("matmul", dropin._mm)
+    before = kernel.cache_info()
+    a = sps.random_array((37, 41), density=0.2, format="csr", rng=np.random.default_rng(0), dtype=np.float32)
+    dropin.matmul(a, np.ones(41, dtype=np.float32))
+    after = kernel.cache_info()
+    return after.compiles - before.compiles, after.disk_hits - before.disk_hits
+
+
+def test_workers_compile_each_kernel_once(client):
+    counts = client.run(_compile_counts)           # both workers at once, same kernel, empty cache entry
+    assert sorted(counts.values()) == [(0, 1), (1, 0)]
+
+
+def test_sparse_tensor_pickles_out_of_band():
+    t = splyce.asarray(_random(30, 20, 0.2, 18))
+    buffers = []
+    data = pickle.dumps(t, protocol=5, buffer_callback=buffers.append)
+    assert len(buffers) == 3 and len(data) < 1000          # indptr, indices, values: not in the stream
+    back = pickle.loads(data, buffers=buffers)
+    assert back.format == t.format and np.array_equal(back.to_numpy(), t.to_numpy())
+    assert np.shares_memory(back.values, t.values)          # out of band: no copy at all in one process
+
+
+def test_jitted_pickles_without_machine_code():
+    a = splyce.asarray(_random(10, 10, 0.3, 19))
+    _gram(a)
+    import cloudpickle    # what Dask pickles functions with
+
+    data = cloudpickle.dumps(_gram)
+    assert len(data) < 3000 and pickle.loads(data) is _gram
+
+
+def test_import_without_dask_says_what_to_install():
+    code = ("import sys; sys.modules['dask'] = None\n"
+            "import numpy as np, splyce\n"
+            "assert splyce.add(np.ones(2), np.ones(2)).tolist() == [2.0, 2.0]\n"
+            "try:\n    import splyce.dask\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'splyce[dask]'" in out.stdout
+
+
+# -- a worker dies mid-graph ------------------------------------------------------------------------------
+def _die_once(block, marker, block_id=None):
+    """The second block's task kills its worker process the first time it runs."""
+    if block_id[0] == 1 and not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    return block
+
+
+def test_worker_killed_mid_graph(client, tmp_path):
+    a = _random(200, 80, 0.1, 20)
+    x = np.random.default_rng(21).random(80)
+    ad = sd.from_scipy(a, rows_per_chunk=50)
+    marker = str(tmp_path / "killed")
+    fragile = ad.map_blocks(_die_once, marker, meta=ad._meta, dtype=ad.dtype)
+    _same(_compute(client, splyce.matmul(fragile, x)), dropin.matmul(a, x))
+    assert os.path.exists(marker)                   # a worker did die, and Dask recomputed its tasks
