@@ -1,6 +1,7 @@
 """The public operations. Inside ``@splyce.jit`` they record trace nodes; called on concrete operands
 (NumPy, scipy.sparse, pydata-sparse, SparseTensor) they are drop-ins for the scipy / NumPy product of the
 same name: they choose formats and a loop order, compile once per signature, and return what scipy would.
+On Dask operands they return lazy Dask arrays, one task per row block (``splyce.dask``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def _binary(name: str, doc: str):
         if _any_dask(a, b):
             from splyce.dask import ops
 
-            return getattr(ops, name)(a, b, out_format=out_format)
+            return getattr(ops, name)(a, b, out_format=out_format, threads=threads)
         from splyce.planner import dropin
 
         return getattr(dropin, name)(a, b, out_format=out_format, threads=threads)
@@ -53,7 +54,7 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     if _any_dask(*operands):
         from splyce.dask import ops
 
-        return ops.einsum(subscripts, *operands, out_format=out_format)
+        return ops.einsum(subscripts, *operands, out_format=out_format, threads=threads)
     from splyce.planner import dropin
 
     return dropin.einsum(subscripts, *operands, out_format=out_format, threads=threads)

@@ -90,7 +90,7 @@ def _partitioned_graph(fn, parts: list, broadcast: list, order: list, out_chunks
 
 
 # -- matmul -------------------------------------------------------------------------------------------------
-def matmul(a, b, *, out_format=None):
+def matmul(a, b, *, out_format=None, threads=1):
     """``a @ b`` as a lazy Dask array: row blocks of ``a`` (1-D or 2-D on the right) times the whole ``b``."""
     sa, sb = np.shape(a), np.shape(b)
     if len(sa) != 2 or not 1 <= len(sb) <= 2:
@@ -109,12 +109,12 @@ def matmul(a, b, *, out_format=None):
     dtype = np.result_type(ma.dtype, mb.dtype)
     meta = _result_meta(_sparse_family(ma, mb), want_sparse, len(sb), dtype)
     chunks = (A.chunks[0],) + tuple((s,) for s in sb[1:])
-    fn = functools.partial(dropin.matmul, out_format=out_format)
+    fn = functools.partial(dropin.matmul, out_format=out_format, threads=threads)
     return _partitioned_graph(fn, [A], [B], [("p", 0), ("b", 0)], chunks, meta, False, "matmul")
 
 
 # -- multiply, add, subtract ------------------------------------------------------------------------------
-def _elementwise(name: str, a, b, out_format):
+def _elementwise(name: str, a, b, out_format, threads):
     sa, sb = np.shape(a), np.shape(b)
     if sa != sb:
         raise ValueError(f"{name}: shapes {sa} and {sb} differ (broadcasting is not supported)")
@@ -130,25 +130,26 @@ def _elementwise(name: str, a, b, out_format):
     family = _sparse_family(ma, mb)
     coo = "numpy" in (fa, fb) and family.startswith("scipy")
     meta = _result_meta(family, sparse, 2, np.result_type(ma.dtype, mb.dtype), coo=coo)
-    fn = functools.partial(getattr(dropin, name), out_format=out_format)
+    fn = functools.partial(getattr(dropin, name), out_format=out_format, threads=threads)
     return _partitioned_graph(fn, [A, B], [], [("p", 0), ("p", 1)], (A.chunks[0], (sa[1],)), meta, False, name)
 
 
-def multiply(a, b, *, out_format=None):
-    return _elementwise("multiply", a, b, out_format)
+def multiply(a, b, *, out_format=None, threads=1):
+    return _elementwise("multiply", a, b, out_format, threads)
 
 
-def add(a, b, *, out_format=None):
-    return _elementwise("add", a, b, out_format)
+def add(a, b, *, out_format=None, threads=1):
+    return _elementwise("add", a, b, out_format, threads)
 
 
-def subtract(a, b, *, out_format=None):
-    return _elementwise("subtract", a, b, out_format)
+def subtract(a, b, *, out_format=None, threads=1):
+    return _elementwise("subtract", a, b, out_format, threads)
 
 
 # -- einsum -----------------------------------------------------------------------------------------------
-def einsum(subscripts, *operands, out_format=None):
-    """``splyce.einsum`` with row-partitioned operands; see the module docstring for the partitioning."""
+def einsum(subscripts, *operands, out_format=None, threads=1):
+    """``splyce.einsum`` with row-partitioned operands; see the module docstring for the partitioning.
+    ``threads``: threads per task (each task runs the drop-in with them)."""
     from splyce.tracer.tracer import parse_einsum
 
     inputs, output = parse_einsum(subscripts, len(operands))
@@ -188,5 +189,5 @@ def einsum(subscripts, *operands, out_format=None):
         meta = _pydata_empty(len(output), dtype)     # NumPy's einsum on pydata operands returns theirs
     reduce = p not in output
     chunks = tuple(sizes[c] for c in output) if reduce else (rows,) + tuple((sizes[c],) for c in output[1:])
-    fn = functools.partial(dropin.einsum, subscripts, out_format=out_format)
+    fn = functools.partial(dropin.einsum, subscripts, out_format=out_format, threads=threads)
     return _partitioned_graph(fn, parts, broadcast, order, chunks, meta, reduce, "einsum")
