@@ -188,9 +188,9 @@ def test_defaults_and_reformat():
 
 def test_repr_and_properties():
     t = asarray(sps.random(5, 4, density=0.5, format="csc", random_state=0))
-    text = repr(t)
-    assert "shape=(5, 4)" in text and "dtype=float64" in text and f"nnz={t.nnz}" in text
-    assert "(j : dense, i : compressed)" in text
+    assert t.nnz == 10
+    assert repr(t) == ("SparseTensor(shape=(5, 4), dtype=float64, nnz=10, format=(i, j) -> (j : dense, "
+                       "i : compressed), posWidth = 32, crdWidth = 32)")
     assert t.ndim == 2 and t.lvl_shape == (4, 5)
 
 
