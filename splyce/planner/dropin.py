@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from splyce.tensors.formats import CSR, SPARSE_VECTOR, Format
+from splyce.tensors.validation import SUPPORTED_DTYPES
 from splyce.runtime.arguments import Checked
 from splyce.tensors.tensor import SparseTensor, asarray
 
@@ -125,6 +126,8 @@ class Formulation(enum.Enum):
     SCATTER_VECTOR = "scatter-vector"    # sparse vector operand scattered dense in O(n), then SpMV
     GUSTAVSON_SPARSE = "gustavson-spa"   # CSR x CSR -> CSR, per-row sparse accumulator, O(flops), native
     GUSTAVSON_DENSE = "gustavson-dense"  # CSR x CSR -> dense result (asked for), MLIR kernel
+    MERGE_ROWS = "merge-rows"            # elementwise CSR op CSR -> CSR, one branch-free merge per row, native
+    COITERATE = "coiterate"              # elementwise through the MLIR kernel (any rank, dense operands)
 
 
 @dataclass(frozen=True)
@@ -278,14 +281,29 @@ def _sub(a, b):
     return a - b
 
 
+def choose_elementwise_formulation(a: OperandInfo, b: OperandInfo, out_format=None) -> Formulation:
+    """The one place the drop-in ``multiply`` / ``add`` / ``subtract`` decides how to compute: two sparse
+    matrices with a sparse result merge their rows natively; anything else runs the coiteration kernel."""
+    if not (a.sparse or b.sparse):
+        return Formulation.NUMPY
+    if a.sparse and b.sparse and len(a.shape) == 2 and out_format in (None, "sparse"):
+        return Formulation.MERGE_ROWS
+    return Formulation.COITERATE
+
+
 def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
-    fa, fb = _family(a), _family(b)
-    if fa == fb == "numpy":
+    threads = _threads(threads)
+    ia, ib = OperandInfo.of(a), OperandInfo.of(b)
+    formulation = choose_elementwise_formulation(ia, ib, out_format)
+    if formulation is Formulation.NUMPY:
         return np_fun(a, b)
-    sa, sb = np.shape(a), np.shape(b)
+    fa, fb = ia.family, ib.family
+    sa, sb = ia.shape, ib.shape
     if sa != sb:
         raise ValueError(f"{name}: shapes {sa} and {sb} differ (broadcasting is not supported)")
     family = _sparse_family(a, b)
+    if formulation is Formulation.MERGE_ROWS:
+        return _wrap_sparse(_merge_rows(name, a, b, threads), family)
     ndim = len(sa)
     subs = "abcd"[:ndim]
     shared = _rowwise_format(subs, list(subs))   # both operands in one storage order (CSR / CSF)
@@ -293,7 +311,7 @@ def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
     def operand(x, label):
         return np.ascontiguousarray(x) if _family(x) == "numpy" else _as_format(x, shared, label)
 
-    out = _kernel(name, fun, out_format, _threads(threads))(operand(a, "a"), operand(b, "b"))
+    out = _kernel(name, fun, out_format, threads)(operand(a, "a"), operand(b, "b"))
     if isinstance(out, np.ndarray):
         return out
     if ndim == 2:
@@ -301,6 +319,58 @@ def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
         # scipy returns COO for a sparse-times-dense elementwise product
         return out.tocoo() if "numpy" in (fa, fb) and family.startswith("scipy") else out
     return out.to_pydata() if family == "pydata" else out
+
+
+def _merge_rows(op: str, a, b, threads: int):
+    """``op(a, b)`` for two sparse matrices, as a canonical scipy csr_array (scipy's csr_binop_csr).
+
+    A is converted to canonical CSR and validated. When B is a scipy CSR with exactly A's positions (a
+    structurally symmetric matrix and its transpose, a copy with new values), B's index arrays are only
+    compared with A's, never followed, so they need no validation of their own."""
+    from splyce.backend import native_elementwise
+    import scipy.sparse as sps
+
+    A = _as_format(a, CSR, "a").tensor
+    raw_b = _raw_csr(b)
+    if raw_b is not None:
+        dtype = np.result_type(A.dtype, raw_b[0].dtype)
+        parts_a = (A.values.astype(dtype, copy=False), A.crd[1], A.pos[1])
+        same = native_elementwise.same_pattern(op, parts_a, (raw_b[0].astype(dtype, copy=False),) + raw_b[1:],
+                                               dtype)
+        if same is not None:
+            return _canonical_csr(same, A.shape)
+    B = _as_format(b, CSR, "b").tensor
+    dtype = np.result_type(A.dtype, B.dtype)
+    pos_dtype = np.promote_types(A.pos[1].dtype, B.pos[1].dtype)
+    crd_dtype = np.promote_types(A.crd[1].dtype, B.crd[1].dtype)
+    parts = [(t.values.astype(dtype, copy=False), t.crd[1].astype(crd_dtype, copy=False),
+              t.pos[1].astype(pos_dtype, copy=False)) for t in (A, B)]
+    return _canonical_csr(native_elementwise.elementwise(op, parts[0], parts[1], dtype, threads), A.shape)
+
+
+def _canonical_csr(parts, shape):
+    import scipy.sparse as sps
+
+    out = sps.csr_array(parts, shape=shape)
+    out.has_canonical_format = True   # merged sorted rows: sorted, unique
+    return out
+
+
+def _raw_csr(x):
+    """``(data, indices, indptr)`` of a scipy CSR whose buffers a kernel can read as they are (supported
+    value dtype, native byte order, C-contiguous, consistent lengths), else None. Nothing is validated."""
+    if not _family(x).startswith("scipy") or x.format != "csr" or x.ndim != 2:
+        return None
+    data, indices, indptr = x.data, x.indices, x.indptr
+    if data.dtype not in SUPPORTED_DTYPES or not data.dtype.isnative or indices.dtype != indptr.dtype:
+        return None
+    if indices.dtype not in (np.int32, np.int64) or not indices.dtype.isnative:
+        return None
+    if not all(arr.ndim == 1 and arr.flags.c_contiguous for arr in (data, indices, indptr)):
+        return None
+    if len(data) != len(indices) or len(indptr) != x.shape[0] + 1:
+        return None
+    return data, indices, indptr
 
 
 def multiply(a, b, *, out_format=None, threads=1):

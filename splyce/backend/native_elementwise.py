@@ -1,0 +1,480 @@
+"""Elementwise products and sums of two CSR matrices (canonical: sorted, unique columns) -> CSR, native code.
+
+Operands with the same positions (a structurally symmetric matrix and its transpose, a matrix and a copy with
+new values: common) take one flat, vectorized pass over all entries (``same_pattern``). Otherwise each row is
+one pass: rows holding the same columns are combined entry by entry after a vectorized compare; other rows
+merge their two sorted column lists with branch-free steps (both cursors advance by comparison results, every
+candidate is stored and the output cursor advances only when it is kept), so the loop does not mispredict on
+irregular patterns. The output is sized by an upper bound (``min(nnz)`` for an integer product, an
+intersection; ``nnz(A) + nnz(B)`` for a union) and shrunk in place afterwards; pages never written are never
+touched. Values follow scipy's ``csr_binop_csr``: a missing entry counts as zero, ``op(a, b)`` is stored only
+when it is not zero (NaN is kept, so NaN times a missing entry is NaN, as in scipy), columns come out sorted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+# Intersection: keep op(a, b) where both rows hold the column.
+_INTERSECT = """
+define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi,
+                   ptr %ends, ptr %cc, ptr %cv) {{
+entry:
+  br label %row
+row:
+  %r = phi i64 [%lo, %entry], [%r1, %row_end]
+  %out = phi i64 [0, %entry], [%o_end, %row_end]
+  %more = icmp slt i64 %r, %hi
+  br i1 %more, label %row_body, label %done
+row_body:
+  %r1 = add i64 %r, 1
+{bounds}
+  %la = sub i64 %ib, %ia
+  %lb = sub i64 %jb, %ja
+  %same_len = icmp eq i64 %la, %lb
+  br i1 %same_len, label %cmp_head, label %head
+cmp_head:
+  %q = phi i64 [0, %row_body], [%q1, %cmp_body]
+  %d = phi i32 [0, %row_body], [%d1, %cmp_body]
+  %qin = icmp slt i64 %q, %la
+  br i1 %qin, label %cmp_body, label %cmp_done
+cmp_body:
+  %qa = add i64 %ia, %q
+  %qb = add i64 %ja, %q
+  %pqa = getelementptr i{c}, ptr %ac, i64 %qa
+  %cqa = load i{c}, ptr %pqa
+  %pqb = getelementptr i{c}, ptr %bc, i64 %qb
+  %cqb = load i{c}, ptr %pqb
+  %ne = icmp ne i{c} %cqa, %cqb
+  %nei = zext i1 %ne to i32
+  %d1 = or i32 %d, %nei
+  %q1 = add i64 %q, 1
+  br label %cmp_head
+cmp_done:
+  %same = icmp eq i32 %d, 0
+  br i1 %same, label %same_head, label %head
+same_head:
+  %u = phi i64 [0, %cmp_done], [%u1, %same_body]
+  %os = phi i64 [%out, %cmp_done], [%os1, %same_body]
+  %uin = icmp slt i64 %u, %la
+  br i1 %uin, label %same_body, label %row_end
+same_body:
+  %ua = add i64 %ia, %u
+  %ub = add i64 %ja, %u
+  %pua = getelementptr i{c}, ptr %ac, i64 %ua
+  %cu = load i{c}, ptr %pua
+  %pva = getelementptr {t}, ptr %av, i64 %ua
+  %vua = load {t}, ptr %pva
+  %pvb = getelementptr {t}, ptr %bv, i64 %ub
+  %vub = load {t}, ptr %pvb
+  %vu = {op} {t} %vua, %vub
+  %pcu = getelementptr i{c}, ptr %cc, i64 %os
+  store i{c} %cu, ptr %pcu
+  %pcvu = getelementptr {t}, ptr %cv, i64 %os
+  store {t} %vu, ptr %pcvu
+  %nzu = {nonzero} {t} %vu, {zero}
+  %nzi = zext i1 %nzu to i64
+  %os1 = add i64 %os, %nzi
+  %u1 = add i64 %u, 1
+  br label %same_head
+head:
+  %i = phi i64 [%ia, %row_body], [%ia, %cmp_done], [%i1, %body]
+  %j = phi i64 [%ja, %row_body], [%ja, %cmp_done], [%j1, %body]
+  %o = phi i64 [%out, %row_body], [%out, %cmp_done], [%o1, %body]
+  %ina = icmp slt i64 %i, %ib
+  %inb = icmp slt i64 %j, %jb
+  %both = and i1 %ina, %inb
+  br i1 %both, label %body, label %row_end
+body:
+  %pac = getelementptr i{c}, ptr %ac, i64 %i
+  %ca = load i{c}, ptr %pac
+  %pbc = getelementptr i{c}, ptr %bc, i64 %j
+  %cb = load i{c}, ptr %pbc
+  %pav = getelementptr {t}, ptr %av, i64 %i
+  %va = load {t}, ptr %pav
+  %pbv = getelementptr {t}, ptr %bv, i64 %j
+  %vb = load {t}, ptr %pbv
+  %v = {op} {t} %va, %vb
+  %pcc = getelementptr i{c}, ptr %cc, i64 %o
+  store i{c} %ca, ptr %pcc
+  %pcv = getelementptr {t}, ptr %cv, i64 %o
+  store {t} %v, ptr %pcv
+  %eq = icmp eq i{c} %ca, %cb
+  %nz = {nonzero} {t} %v, {zero}
+  %keep = and i1 %eq, %nz
+  %kinc = zext i1 %keep to i64
+  %o1 = add i64 %o, %kinc
+  %adv_a = icmp sle i{c} %ca, %cb
+  %adv_b = icmp sle i{c} %cb, %ca
+  %ai = zext i1 %adv_a to i64
+  %bi = zext i1 %adv_b to i64
+  %i1 = add i64 %i, %ai
+  %j1 = add i64 %j, %bi
+  br label %head
+row_end:
+  %o_end = phi i64 [%o, %head], [%os, %same_head]
+  %rel = sub i64 %r, %lo
+  %pend = getelementptr i64, ptr %ends, i64 %rel
+  store i64 %o_end, ptr %pend
+  br label %row
+done:
+  ret i64 %out
+}}
+"""
+
+# Union: op(a, 0), op(0, b) or op(a, b) for every column either row holds, kept when not zero.
+_UNION = """
+define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi,
+                   ptr %ends, ptr %cc, ptr %cv) {{
+entry:
+  br label %row
+row:
+  %r = phi i64 [%lo, %entry], [%r1, %row_end]
+  %out = phi i64 [0, %entry], [%o_end, %row_end]
+  %more = icmp slt i64 %r, %hi
+  br i1 %more, label %row_body, label %done
+row_body:
+  %r1 = add i64 %r, 1
+{bounds}
+  %la = sub i64 %ib, %ia
+  %lb = sub i64 %jb, %ja
+  %same_len = icmp eq i64 %la, %lb
+  br i1 %same_len, label %cmp_head, label %head
+cmp_head:
+  %q = phi i64 [0, %row_body], [%q1, %cmp_body]
+  %d = phi i32 [0, %row_body], [%d1, %cmp_body]
+  %qin = icmp slt i64 %q, %la
+  br i1 %qin, label %cmp_body, label %cmp_done
+cmp_body:
+  %qa = add i64 %ia, %q
+  %qb = add i64 %ja, %q
+  %pqa = getelementptr i{c}, ptr %ac, i64 %qa
+  %cqa = load i{c}, ptr %pqa
+  %pqb = getelementptr i{c}, ptr %bc, i64 %qb
+  %cqb = load i{c}, ptr %pqb
+  %ne = icmp ne i{c} %cqa, %cqb
+  %nei = zext i1 %ne to i32
+  %d1 = or i32 %d, %nei
+  %q1 = add i64 %q, 1
+  br label %cmp_head
+cmp_done:
+  %same = icmp eq i32 %d, 0
+  br i1 %same, label %same_head, label %head
+same_head:
+  %u = phi i64 [0, %cmp_done], [%u1, %same_body]
+  %os = phi i64 [%out, %cmp_done], [%os1, %same_body]
+  %uin = icmp slt i64 %u, %la
+  br i1 %uin, label %same_body, label %row_end
+same_body:
+  %ua = add i64 %ia, %u
+  %ub = add i64 %ja, %u
+  %pua = getelementptr i{c}, ptr %ac, i64 %ua
+  %cu = load i{c}, ptr %pua
+  %pva = getelementptr {t}, ptr %av, i64 %ua
+  %vua = load {t}, ptr %pva
+  %pvb = getelementptr {t}, ptr %bv, i64 %ub
+  %vub = load {t}, ptr %pvb
+  %vu = {op} {t} %vua, %vub
+  %pcu = getelementptr i{c}, ptr %cc, i64 %os
+  store i{c} %cu, ptr %pcu
+  %pcvu = getelementptr {t}, ptr %cv, i64 %os
+  store {t} %vu, ptr %pcvu
+  %nzu = {nonzero} {t} %vu, {zero}
+  %nzi = zext i1 %nzu to i64
+  %os1 = add i64 %os, %nzi
+  %u1 = add i64 %u, 1
+  br label %same_head
+head:
+  %i = phi i64 [%ia, %row_body], [%ia, %cmp_done], [%i1, %body]
+  %j = phi i64 [%ja, %row_body], [%ja, %cmp_done], [%j1, %body]
+  %o = phi i64 [%out, %row_body], [%out, %cmp_done], [%o1, %body]
+  %ina = icmp slt i64 %i, %ib
+  %inb = icmp slt i64 %j, %jb
+  %both = and i1 %ina, %inb
+  br i1 %both, label %body, label %tail_a
+body:
+  %pac = getelementptr i{c}, ptr %ac, i64 %i
+  %ca = load i{c}, ptr %pac
+  %pbc = getelementptr i{c}, ptr %bc, i64 %j
+  %cb = load i{c}, ptr %pbc
+  %pav = getelementptr {t}, ptr %av, i64 %i
+  %va_raw = load {t}, ptr %pav
+  %pbv = getelementptr {t}, ptr %bv, i64 %j
+  %vb_raw = load {t}, ptr %pbv
+  %adv_a = icmp sle i{c} %ca, %cb
+  %adv_b = icmp sle i{c} %cb, %ca
+  %va = select i1 %adv_a, {t} %va_raw, {t} {zero}
+  %vb = select i1 %adv_b, {t} %vb_raw, {t} {zero}
+  %v = {op} {t} %va, %vb
+  %col = select i1 %adv_a, i{c} %ca, i{c} %cb
+  %pcc = getelementptr i{c}, ptr %cc, i64 %o
+  store i{c} %col, ptr %pcc
+  %pcv = getelementptr {t}, ptr %cv, i64 %o
+  store {t} %v, ptr %pcv
+  %nz = {nonzero} {t} %v, {zero}
+  %kinc = zext i1 %nz to i64
+  %o1 = add i64 %o, %kinc
+  %ai = zext i1 %adv_a to i64
+  %bi = zext i1 %adv_b to i64
+  %i1 = add i64 %i, %ai
+  %j1 = add i64 %j, %bi
+  br label %head
+tail_a:
+  %ta = phi i64 [%i, %head], [%ta1, %ta_body]
+  %toa = phi i64 [%o, %head], [%toa1, %ta_body]
+  %ina2 = icmp slt i64 %ta, %ib
+  br i1 %ina2, label %ta_body, label %tail_b
+ta_body:
+  %tpac = getelementptr i{c}, ptr %ac, i64 %ta
+  %tca = load i{c}, ptr %tpac
+  %tpav = getelementptr {t}, ptr %av, i64 %ta
+  %tva = load {t}, ptr %tpav
+  %tv = {op} {t} %tva, {zero}
+  %tpcc = getelementptr i{c}, ptr %cc, i64 %toa
+  store i{c} %tca, ptr %tpcc
+  %tpcv = getelementptr {t}, ptr %cv, i64 %toa
+  store {t} %tv, ptr %tpcv
+  %tnz = {nonzero} {t} %tv, {zero}
+  %tinc = zext i1 %tnz to i64
+  %toa1 = add i64 %toa, %tinc
+  %ta1 = add i64 %ta, 1
+  br label %tail_a
+tail_b:
+  %tb = phi i64 [%j, %tail_a], [%tb1, %tb_body]
+  %tob = phi i64 [%toa, %tail_a], [%tob1, %tb_body]
+  %inb2 = icmp slt i64 %tb, %jb
+  br i1 %inb2, label %tb_body, label %row_end
+tb_body:
+  %tpbc = getelementptr i{c}, ptr %bc, i64 %tb
+  %tcb = load i{c}, ptr %tpbc
+  %tpbv = getelementptr {t}, ptr %bv, i64 %tb
+  %tvb = load {t}, ptr %tpbv
+  %tw = {op} {t} {zero}, %tvb
+  %tpcc2 = getelementptr i{c}, ptr %cc, i64 %tob
+  store i{c} %tcb, ptr %tpcc2
+  %tpcv2 = getelementptr {t}, ptr %cv, i64 %tob
+  store {t} %tw, ptr %tpcv2
+  %tnz2 = {nonzero} {t} %tw, {zero}
+  %tinc2 = zext i1 %tnz2 to i64
+  %tob1 = add i64 %tob, %tinc2
+  %tb1 = add i64 %tb, 1
+  br label %tail_b
+row_end:
+  %o_end = phi i64 [%tob, %tail_b], [%os, %same_head]
+  %rel = sub i64 %r, %lo
+  %pend = getelementptr i64, ptr %ends, i64 %rel
+  store i64 %o_end, ptr %pend
+  br label %row
+done:
+  ret i64 %out
+}}
+"""
+
+_BOUNDS = """  %pa0 = getelementptr i{p}, ptr %ap, i64 %r
+  %ia_raw = load i{p}, ptr %pa0
+  %ia = {p_ext} %ia_raw to i64
+  %pa1 = getelementptr i{p}, ptr %ap, i64 %r1
+  %ib_raw = load i{p}, ptr %pa1
+  %ib = {p_ext} %ib_raw to i64
+  %pb0 = getelementptr i{p}, ptr %bp, i64 %r
+  %ja_raw = load i{p}, ptr %pb0
+  %ja = {p_ext} %ja_raw to i64
+  %pb1 = getelementptr i{p}, ptr %bp, i64 %r1
+  %jb_raw = load i{p}, ptr %pb1
+  %jb = {p_ext} %jb_raw to i64"""
+
+# value dtype -> (LLVM type, zero, "is not zero" compare, {op name: instruction})
+_VALUE = {
+    np.dtype(np.float64): ("double", "0.0", "fcmp une", {"multiply": "fmul", "add": "fadd", "subtract": "fsub"}),
+    np.dtype(np.float32): ("float", "0.0", "fcmp une", {"multiply": "fmul", "add": "fadd", "subtract": "fsub"}),
+    np.dtype(np.int64): ("i64", "0", "icmp ne", {"multiply": "mul", "add": "add", "subtract": "sub"}),
+    np.dtype(np.int32): ("i32", "0", "icmp ne", {"multiply": "mul", "add": "add", "subtract": "sub"}),
+}
+OPS = ("multiply", "add", "subtract")
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _P, _I, _I, _P, _P, _P)
+_lock = threading.Lock()
+
+
+@functools.cache
+def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int):
+    from splyce.backend.codegen import compile_host_helpers
+
+    t, zero, nonzero, ops = _VALUE[value]
+    name = f"splyce_elementwise_{op}_{t}_p{pos_bits}_c{crd_bits}"
+    bounds = _BOUNDS.format(p=pos_bits, p_ext="zext i32" if pos_bits == 32 else "bitcast i64")
+    template = _INTERSECT if _intersects(op, value) else _UNION
+    text = template.format(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits, bounds=bounds)
+    return compile_host_helpers(text, {name: _SIG})[name]
+
+
+def _intersects(op: str, value: np.dtype) -> bool:
+    """Whether only columns both rows hold can give nonzero results. Not for float products: as in scipy
+    (and IEEE), NaN or Inf times an absent entry (zero) is NaN, so a float product merges as a union."""
+    return op == "multiply" and value.kind != "f"
+
+
+def supported(dtype) -> bool:
+    return np.dtype(dtype) in _VALUE
+
+
+@functools.cache
+def _pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="splyce-elementwise")
+
+
+def _row_chunks(work: np.ndarray, threads: int) -> list[tuple[int, int]]:
+    """Row ranges with about equal ``work`` (cumulative, length rows + 1)."""
+    m = len(work) - 1
+    if threads <= 1 or m <= 1:
+        return [(0, m)]
+    inner = np.searchsorted(work, work[-1] * np.arange(1, threads) / threads, side="left").tolist()
+    bounds = sorted(set([0, *inner, m]))
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+
+
+@functools.cache
+def _memcmp():
+    fn = ctypes.CDLL(None).memcmp
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _same_bytes(x: np.ndarray, y: np.ndarray) -> bool:
+    """Equal C-contiguous arrays of one dtype (libc's memcmp: SIMD, stops at the first difference)."""
+    return len(x) == len(y) and (x.nbytes == 0 or _memcmp()(x.ctypes.data, y.ctypes.data, x.nbytes) == 0)
+
+
+# Same positions in both operands: one flat, vectorizable pass over all entries writes every column and
+# op(a, b), counts the nonzero results, and records whether any column differs (then the caller merges).
+_SAME = """
+define void @{name}(ptr %ac, ptr %bc, ptr %av, ptr %bv, i64 %n, ptr %cc, ptr %cv, ptr %out) {{
+entry:
+  br label %head
+head:
+  %k = phi i64 [0, %entry], [%k1, %body]
+  %diff = phi i32 [0, %entry], [%diff1, %body]
+  %kept = phi i64 [0, %entry], [%kept1, %body]
+  %more = icmp slt i64 %k, %n
+  br i1 %more, label %body, label %done
+body:
+  %pac = getelementptr i{c}, ptr %ac, i64 %k
+  %ca = load i{c}, ptr %pac
+  %pbc = getelementptr i{c}, ptr %bc, i64 %k
+  %cb = load i{c}, ptr %pbc
+  %pav = getelementptr {t}, ptr %av, i64 %k
+  %va = load {t}, ptr %pav
+  %pbv = getelementptr {t}, ptr %bv, i64 %k
+  %vb = load {t}, ptr %pbv
+  %v = {op} {t} %va, %vb
+  %pcc = getelementptr i{c}, ptr %cc, i64 %k
+  store i{c} %ca, ptr %pcc
+  %pcv = getelementptr {t}, ptr %cv, i64 %k
+  store {t} %v, ptr %pcv
+  %ne = icmp ne i{c} %ca, %cb
+  %nei = zext i1 %ne to i32
+  %diff1 = or i32 %diff, %nei
+  %nz = {nonzero} {t} %v, {zero}
+  %nzi = zext i1 %nz to i64
+  %kept1 = add i64 %kept, %nzi
+  %k1 = add i64 %k, 1
+  br label %head
+done:
+  %d64 = zext i32 %diff to i64
+  store i64 %d64, ptr %out
+  %o1 = getelementptr i64, ptr %out, i64 1
+  store i64 %kept, ptr %o1
+  ret void
+}}
+"""
+_SAME_SIG = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4), ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                             ctypes.c_void_p)
+
+
+@functools.cache
+def _same_kernel(op: str, value: np.dtype, crd_bits: int):
+    from splyce.backend.codegen import compile_host_helpers
+
+    t, zero, nonzero, ops = _VALUE[value]
+    name = f"splyce_elementwise_same_{op}_{t}_c{crd_bits}"
+    text = _SAME.format(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits)
+    return compile_host_helpers(text, {name: _SAME_SIG})[name]
+
+
+def same_pattern(op: str, a, b, dtype):
+    """``op(A, B)`` as ``(data, indices, indptr)`` when B holds exactly A's positions (equal ``indptr`` and
+    ``indices``), else None. Only A needs to be validated: B's index arrays are compared, never followed."""
+    av, ac, ap = a
+    bv, bc, bp = b
+    if ac.dtype != bc.dtype or ap.dtype != bp.dtype or not _same_bytes(ap, bp) or len(ac) != len(bc):
+        return None
+    dtype = np.dtype(dtype)
+    n = len(ac)
+    with _lock:
+        kernel = _same_kernel(op, dtype, ac.dtype.itemsize * 8)
+    cols = np.empty(n, dtype=ac.dtype)
+    vals = np.empty(n, dtype=dtype)
+    out = np.zeros(2, dtype=np.int64)
+    kernel(ac.ctypes.data, bc.ctypes.data, av.ctypes.data, bv.ctypes.data, n, cols.ctypes.data,
+           vals.ctypes.data, out.ctypes.data)
+    if out[0]:
+        return None
+    indptr = ap.copy()
+    if out[1] != n:                                 # results equal to zero: dropped, as scipy does
+        keep = vals != 0                            # NaN != 0: kept
+        kept_before = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(keep, out=kept_before[1:])
+        vals, cols, indptr = vals[keep], cols[keep], kept_before[ap].astype(ap.dtype)
+    return vals, cols, indptr
+
+
+def elementwise(op: str, a, b, dtype, threads: int = 1):
+    """``(data, indices, indptr)`` of ``op(A, B)`` for canonical CSR parts ``a = (data, indices, indptr)`` and
+    ``b`` of one shape, with equal index dtypes (pos: int32 or int64; crd: int32 or int64) and values of
+    ``dtype``. Index dtypes of the result are the operands'."""
+    av, ac, ap = a
+    bv, bc, bp = b
+    dtype = np.dtype(dtype)
+    m = len(ap) - 1
+    same = same_pattern(op, a, b, dtype)
+    if same is not None:
+        return same
+    pos_bits, crd_bits = ap.dtype.itemsize * 8, ac.dtype.itemsize * 8
+    with _lock:
+        kernel = _kernel(op, dtype, pos_bits, crd_bits)
+    work = ap.astype(np.int64) + bp if threads > 1 else None
+    chunks = _row_chunks(work, threads) if work is not None else [(0, m)]
+
+    def run(chunk):
+        lo, hi = chunk
+        na, nb = int(ap[hi] - ap[lo]), int(bp[hi] - bp[lo])
+        size = (min(na, nb) if _intersects(op, dtype) else na + nb) + 1   # +1: the store before the last test
+        cols = np.empty(size, dtype=ac.dtype)
+        vals = np.empty(size, dtype=dtype)
+        ends = np.empty(hi - lo, dtype=np.int64)
+        count = kernel(ap.ctypes.data, ac.ctypes.data, av.ctypes.data, bp.ctypes.data, bc.ctypes.data,
+                       bv.ctypes.data, lo, hi, ends.ctypes.data, cols.ctypes.data, vals.ctypes.data)
+        return cols, vals, ends, int(count)
+
+    parts = list(_pool(threads).map(run, chunks)) if len(chunks) > 1 else [run(chunks[0])]
+    nnz = sum(p[3] for p in parts)
+    if len(parts) == 1:
+        cols, vals, ends, _ = parts[0]
+        cols.resize(nnz, refcheck=False)     # shrink in place: no copy of the entries
+        vals.resize(nnz, refcheck=False)
+    else:
+        cols = np.concatenate([p[0][: p[3]] for p in parts])
+        vals = np.concatenate([p[1][: p[3]] for p in parts])
+        offsets = np.cumsum([0] + [p[3] for p in parts[:-1]])
+        ends = np.concatenate([p[2] + off for p, off in zip(parts, offsets)])
+    pos_dtype = ap.dtype if nnz <= np.iinfo(ap.dtype).max else np.dtype(np.int64)
+    indptr = np.empty(m + 1, dtype=pos_dtype)
+    indptr[0] = 0
+    indptr[1:] = ends
+    return vals, cols, indptr
