@@ -248,3 +248,25 @@ def _levels_ok(shape, fmt, pos, crd) -> bool:
         if rule != "any" and steps and steps != boundary_scan(p.ctypes.data, nseg, c.ctypes.data):
             return False
     return True
+
+
+def product_operand_ok(n_cols: int, indptr: np.ndarray, indices: np.ndarray) -> bool:
+    """What a CSR operand of a product with a dense operand needs (SpMV / SpMM): positions monotone from 0 to
+    ``len(indices)``, every column in ``[0, n_cols)``. Order and duplicates do not matter to a product, so
+    they are not checked. Index arrays: C-contiguous int32 / int64, positions and columns of one width."""
+    if len(indptr) == 0 or indptr[0] != 0 or indptr[-1] != len(indices):
+        return False
+    bits = indptr.dtype.itemsize * 8
+    if n_cols - 1 > _MAX[bits]:
+        return False
+    with _lock:
+        pos_scan, crd_scan, _ = _scanners(bits, bits, "any")
+    if pos_scan(indptr.ctypes.data, len(indptr) - 1):
+        return False
+    out = np.empty(2, dtype=np.int64)
+    for start in range(0, len(indices), _CHUNK):
+        crd_scan(indices.ctypes.data + start * indices.itemsize, min(_CHUNK, len(indices) - start), n_cols,
+                 out.ctypes.data)
+        if out[0]:
+            return False
+    return True

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from splyce.tensors.formats import CSR, SPARSE_VECTOR, Format
-from splyce.tensors.validation import SUPPORTED_DTYPES
+from splyce.tensors.validation import SUPPORTED_DTYPES, check_buffers, check_dtype
 from splyce.runtime.arguments import Checked
 from splyce.tensors.tensor import SparseTensor, asarray
 
@@ -183,8 +183,9 @@ def matmul(a, b, *, out_format=None, threads=1):
     want_sparse = _wants_sparse_result(ia, ib, out_format)
     kernel = _kernel("matmul", _mm, threads=threads)
     if formulation is Formulation.SPARSE_TIMES_DENSE:
-        # rows of A (CSR) times rows of B, j innermost over contiguous memory
-        A = _as_format(a, CSR if len(sa) == 2 else SPARSE_VECTOR, "a")
+        if len(sa) == 2:
+            return _dense_out(_csr_times_dense(a, b, threads), family, want_sparse)
+        A = _as_format(a, SPARSE_VECTOR, "a")     # a sparse vector dotted with dense columns
         return _dense_out(kernel(A, np.ascontiguousarray(b)), family, want_sparse)
     if formulation is Formulation.DENSE_TIMES_SPARSE:
         B = _as_format(b, CSR if len(sb) == 2 else SPARSE_VECTOR, "b")
@@ -207,6 +208,37 @@ def matmul(a, b, *, out_format=None, threads=1):
         raise MemoryError(f"matmul: a dense {m}x{n} result needs {m * n * dtype.itemsize / 2**30:.1f} GiB; "
                           "request a sparse result (out_format='sparse')")
     return kernel(A, B)
+
+
+def _csr_times_dense(a, b, threads: int) -> np.ndarray:
+    """SpMV / SpMM: a sparse matrix times a dense vector or matrix (native, rows summed in stored order from
+    +0.0 as scipy does: the same values bit for bit). A scipy CSR is read as it is and checked only for what
+    a product needs (positions, column range; unsorted or repeated columns are fine), by a SIMD scan."""
+    from splyce.backend import native_spmv, native_validation
+
+    b = np.asarray(b)
+    check_dtype(b.dtype, "b")
+    raw = _raw_csr(a)
+    if raw is not None:
+        data, indices, indptr = raw
+        if not native_validation.product_operand_ok(a.shape[1], indptr, indices):
+            _raise_bad_product_operand(a)
+    else:
+        A = _as_format(a, CSR, "a").tensor
+        data, indices, indptr = A.values, A.crd[1], A.pos[1]
+    dtype = np.result_type(data.dtype, b.dtype)
+    x = np.ascontiguousarray(b, dtype=dtype.newbyteorder("="))
+    return native_spmv.csr_times_dense(indptr, indices, data.astype(dtype, copy=False), x, threads)
+
+
+def _raise_bad_product_operand(x) -> None:
+    """Word what is wrong with a scipy CSR operand of a product (positions or column range)."""
+    from splyce.tensors.formats import Level
+
+    width = x.indptr.dtype.itemsize * 8
+    fmt = Format(("dense", Level("compressed", unique=False, ordered=False)), None, width, width)
+    check_buffers(x.shape, fmt, (None, x.indptr), (None, x.indices), x.data, "a")
+    raise ValueError("a: malformed CSR index arrays")   # not reached: check_buffers names the defect
 
 
 def _spgemm(A: SparseTensor, B: SparseTensor, family: str, threads: int):
