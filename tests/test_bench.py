@@ -51,7 +51,9 @@ def test_subcommand_tiny(sub, tmp_path, capsys):
     if sub == "kernels":
         assert [r["kernel"].split()[0] for r in rows] == ["K1", "K2", "K3", "K4", "K5", "geomean"]
     if sub == "ablation":
-        assert len(rows) == 17 and {r["fast_math"] for r in rows[1:]} == {"on", "off"}
+        k1 = [r for r in rows if r["workload"].startswith("K1")]
+        assert len(k1) == 17 and {r["fast_math"] for r in k1[1:]} == {"on", "off"}
+        assert {r["config"] for r in rows if r["workload"].startswith("skew")} >= {"baseline", "gallop=0"}
 
 
 def test_threads_subcommand(tmp_path):

@@ -287,7 +287,7 @@ def test_profile_counters(ctx):
     module = stage1(kernel_text("k1"))
     run_splyce_pass(module, SplyceOptions(profile=True))
     text = str(module)
-    assert f'memref.global "public" @{PROFILE_COUNTERS_SYMBOL} : memref<2xi64> = dense<0>' in text
+    assert f'memref.global "public" @{PROFILE_COUNTERS_SYMBOL} : memref<3xi64> = dense<0>' in text
     assert text.count(f"memref.get_global @{PROFILE_COUNTERS_SYMBOL}") == 1
     fast = fast_lanes(module)[0]
     assert "memref.store" in str(fast)

@@ -15,6 +15,7 @@ from splyce.backend import codegen
 from splyce.lowering import pipeline
 from splyce.backend.codegen import Target
 from splyce.lowering.to_mlir import ENTRY, lower_trace
+from splyce.passes.gallop_lane import DEFAULT_GALLOP_RATIO
 from splyce.tracer.ir import Trace
 
 # The fast lane's phases in SIMD (docs/kernels.md numbering). The paper found 5 (SIMD load/compare, scalar
@@ -45,6 +46,7 @@ class CompileOptions:
     slp: bool | None = None      # LLVM SLP vectorizer; None: off where the Splyce pass built a fast lane
     profile: bool = False        # instrument fast lanes and epilogues (splyce.profile)
     threads: int = 1             # > 1: the outer loop takes [lo, hi) arguments (lowering/parallel.py)
+    gallop: int = DEFAULT_GALLOP_RATIO  # intersections gallop from this fiber length ratio on; 0: never
 
     def __post_init__(self):
         if not isinstance(self.vectorize, bool):
@@ -57,6 +59,9 @@ class CompileOptions:
             raise TypeError(f"fast_math must be a bool, got {self.fast_math!r}")
         if not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 1:
             raise ValueError(f"threads must be a positive int or None (all cores), got {self.threads!r}")
+        if not isinstance(self.gallop, int) or isinstance(self.gallop, bool) or self.gallop == 1 or \
+                not 0 <= self.gallop <= 1 << 16:
+            raise ValueError(f"gallop must be 0 (off) or a fiber length ratio from 2 to 65536, got {self.gallop!r}")
 
 
 @dataclass
@@ -153,7 +158,7 @@ def lower(trace: Trace, options: CompileOptions) -> Lowering:
 
             low.decisions = run_splyce_pass(module, SplyceOptions(
                 vector_width=options.vector_width, phases=options.phases, fast_math=options.fast_math,
-                profile=options.profile))
+                profile=options.profile, gallop=options.gallop))
             module.operation.verify()
             record("splyce", threads_note + decisions_as_comments(low.decisions) + "\n" + str(module), start)
         else:

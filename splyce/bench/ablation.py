@@ -1,4 +1,5 @@
-"""``ablation``: the eight phase configurations of the fast lane on K1, strict and fast-math (Tables 1-2)."""
+"""``ablation``: the eight phase configurations of the fast lane on K1, strict and fast-math (Tables 1-2);
+galloping on / off on skewed intersections (fiber length ratio 1..256) and the galloping threshold sweep."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def phase_bits(c: int) -> str:
     return "".join("S" if (b >> s) & 1 else "x" for s in (2, 1, 0))
 
 
-COLUMNS = ["config", "phases", "fast_math", "median_s", "min_s", "speedup_vs_baseline", "compile_s"]
+COLUMNS = ["workload", "config", "phases", "fast_math", "median_s", "min_s", "speedup_vs_baseline", "compile_s"]
+SKEW_SHORT = 8  # coordinates per short fiber in the skew workloads
 
 
 def run(cfg: Config) -> Result:
@@ -40,25 +42,82 @@ def run(cfg: Config) -> Result:
     finally:
         bar.close()
     base = t["baseline"].median
-    rows = [{"config": "baseline", "phases": "plain sparsifier", "fast_math": "", "median_s": base,
+    k1 = f"K1 N={n}"
+    rows = [{"workload": k1, "config": "baseline", "phases": "plain sparsifier", "fast_math": "", "median_s": base,
              "min_s": t["baseline"].min, "speedup_vs_baseline": 1.0, "compile_s": t["baseline"].compile}]
     for fm in (False, True):
         for c in range(1, 9):
             tm = t[f"{c}{'-fm' if fm else ''}"]
-            rows.append({"config": c, "phases": phase_bits(c), "fast_math": "on" if fm else "off",
+            rows.append({"workload": k1, "config": c, "phases": phase_bits(c), "fast_math": "on" if fm else "off",
                          "median_s": tm.median, "min_s": tm.min, "speedup_vs_baseline": base / tm.median,
                          "compile_s": tm.compile})
     note = (f"K1 SpGEMM, N = {n}, {cfg.density * 100:g} % density. phases: (1 load + all-pairs compare, "
             f"2 multiply-accumulate, 3 pointer advance), S = SIMD, x = scalar; configuration {DEFAULT_PHASES} "
             f"({phase_bits(DEFAULT_PHASES)}) is splyce's default (the paper's best was 5). fast_math = reassociation allowed (Table 2), results then checked with rtol 1e-7.")
-    return Result("ablation", "K1 phase ablation, strict and fast-math (paper Tables 1-2)", COLUMNS, rows, note,
-                  plot=_plot)
+    rows += _gallop_rows(cfg)
+    note += (f" Skew rows: `einsum('ij,ij->i')` of a CSR matrix with {SKEW_SHORT} coordinates per row and one "
+             f"with ratio x {SKEW_SHORT} per row (the ratio cycling through 1..256 in the mixed workload); config "
+             f"gallop=R: galloping from fiber length ratio R on (0: the all-pairs fast lane only), default phases.")
+    return Result("ablation", "K1 phase ablation, strict and fast-math (paper Tables 1-2); galloping",
+                  COLUMNS, rows, note, plot=_plot)
+
+
+def skewed_pair(rows: int, ratios, seed: int = 0):
+    """Two CSR operands (int32 indices): row r of B has SKEW_SHORT coordinates, row r of C
+    ``ratios[r % len(ratios)] * SKEW_SHORT``, drawn from 4x the longest fiber's count of columns."""
+    import scipy.sparse as sps
+
+    import splyce
+
+    rng = np.random.default_rng(seed)
+    cols = 4 * SKEW_SHORT * max(ratios)
+    out = []
+    for lengths in ([SKEW_SHORT] * rows, [SKEW_SHORT * ratios[r % len(ratios)] for r in range(rows)]):
+        idx = np.concatenate([np.sort(rng.choice(cols, k, replace=False)) for k in lengths]).astype(np.int32)
+        ptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        out.append(splyce.asarray(sps.csr_array((rng.uniform(0.5, 1.5, len(idx)), idx, ptr), shape=(rows, cols))))
+    return out
+
+
+def _row_dot(b, c):
+    import splyce
+
+    return splyce.einsum("ij,ij->i", b, c)
+
+
+def _gallop_rows(cfg: Config) -> list[dict]:
+    """Galloping off / at the default threshold per fiber length ratio, then a threshold sweep."""
+    import splyce
+    from splyce.passes.gallop_lane import DEFAULT_GALLOP_RATIO
+
+    rows_per = 40 if cfg.tiny else (200 if cfg.quick else 1000)
+    ratios = (1, 64) if cfg.tiny else (1, 4, 16, 64, 256)
+    sweep = (0, 8, 64) if cfg.tiny else (0, 4, 8, 16, 32, 64, 128)
+    workloads = [(f"skew ratio {r}", (r,), (0, DEFAULT_GALLOP_RATIO)) for r in ratios]
+    workloads.append(("skew mixed 1..256", tuple(2 ** k for k in range(9)), sweep))
+    out = []
+    for name, ratio_cycle, gallops in workloads:
+        ops = skewed_pair(rows_per, ratio_cycle)
+        ref = (ops[0].to_numpy() * ops[1].to_numpy()).sum(axis=1)
+        candidates = {"baseline": (lambda f: lambda: f(*ops))(splyce.jit(_row_dot, vectorize=False))}
+        for g in gallops:
+            candidates[g] = (lambda f: lambda: f(*ops))(splyce.jit(_row_dot, gallop=g))
+        t = measure(candidates, ref, cfg, desc=f"ablation {name}", rtol=1e-9)
+        base = t["baseline"].median
+        out.append({"workload": name, "config": "baseline", "phases": "plain sparsifier", "fast_math": "",
+                    "median_s": base, "min_s": t["baseline"].min, "speedup_vs_baseline": 1.0,
+                    "compile_s": t["baseline"].compile})
+        for g in gallops:
+            out.append({"workload": name, "config": f"gallop={g}", "phases": phase_bits(DEFAULT_PHASES),
+                        "fast_math": "", "median_s": t[g].median, "min_s": t[g].min,
+                        "speedup_vs_baseline": base / t[g].median, "compile_s": t[g].compile})
+    return out
 
 
 def _plot(rows, ax):
     x = np.arange(1, 9)
     for fm, label in (("off", "strict"), ("on", "fast-math")):
-        ys = [r["speedup_vs_baseline"] for r in rows if r["fast_math"] == fm]
+        ys = [r["speedup_vs_baseline"] for r in rows if r["fast_math"] == fm and r["workload"].startswith("K1")]
         ax.bar(x + (-0.2 if fm == "off" else 0.2), ys, 0.4, label=label)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(x, [f"{c}\n{phase_bits(c)}" for c in x])

@@ -15,8 +15,10 @@ from mlir.dialects import memref
 
 from splyce.passes.coiteration_match import Coiteration, Decline, match_coiteration
 from splyce.passes.fast_lane import FastLaneBuilder, Plan, add_epilogue_count
+from splyce.passes.gallop_lane import DEFAULT_GALLOP_RATIO, add_galloping
 
 PROFILE_COUNTERS_SYMBOL = "splyce_profile_counters"
+PROFILE_SLOTS = 3  # coordinates consumed by: fast lanes, scalar epilogue steps, galloping jumps
 VECTOR_WIDTHS = (2, 4, 8, 16)
 
 
@@ -26,6 +28,7 @@ class SplyceOptions:
     phases: int = 5  # 1..8: bits of (phases - 1) = (phase1, phase2, phase3), MSB first, 1 = SIMD
     fast_math: bool = False  # allow reassociating sums; off => bit-identical to the scalar loop
     profile: bool = False  # count coordinates consumed by fast lanes vs epilogues
+    gallop: int = DEFAULT_GALLOP_RATIO  # length ratio from which intersections gallop; 0: never
 
     def __post_init__(self):
         if self.vector_width not in VECTOR_WIDTHS:
@@ -66,8 +69,8 @@ def _profile_counters_global(module: ir.Module) -> None:
                 ir.StringAttr(op.operation.attributes["sym_name"]).value == PROFILE_COUNTERS_SYMBOL:
             return
     i64 = ir.IntegerType.get_signless(64)
-    mtype = ir.MemRefType.get([2], i64)
-    zeros = ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([2], i64), ir.IntegerAttr.get(i64, 0))
+    mtype = ir.MemRefType.get([PROFILE_SLOTS], i64)
+    zeros = ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([PROFILE_SLOTS], i64), ir.IntegerAttr.get(i64, 0))
     with ir.InsertionPoint.at_block_begin(body):
         memref.global_(PROFILE_COUNTERS_SYMBOL, ir.TypeAttr.get(mtype), sym_visibility="public",
                        initial_value=zeros)
@@ -77,7 +80,7 @@ def _counters_in(func) -> ir.Value:
     i64 = ir.IntegerType.get_signless(64)
     entry = func.regions[0].blocks[0]
     with ir.InsertionPoint.at_block_begin(entry):
-        return memref.get_global(ir.MemRefType.get([2], i64), PROFILE_COUNTERS_SYMBOL)
+        return memref.get_global(ir.MemRefType.get([PROFILE_SLOTS], i64), PROFILE_COUNTERS_SYMBOL)
 
 
 # ------------------------------------------------------------------ hoisting of the fiber bounds
@@ -204,6 +207,7 @@ def _defined_outside_op(value, loop) -> bool:
 def _describe(match: Coiteration, options: SplyceOptions, builder: FastLaneBuilder) -> str:
     crd = str(match.crd_type)
     text = f"{match.kind} {match.element_type} {crd}-crd n={options.vector_width} config {options.phases}"
+    text += f", galloping at length ratio >= {options.gallop}" if options.gallop else ", no galloping (gallop=0)"
     if options.fast_math:
         text += " fast-math"
     if options.simd_phases[1]:
@@ -234,9 +238,11 @@ def run_splyce_pass(module: ir.Module, options: SplyceOptions) -> list[LoopDecis
                     continue
                 hoist_fiber_bounds(match)
                 builder = FastLaneBuilder(match, plan)
-                builder.build()
+                fast = builder.build()
                 if counters is not None:
                     add_epilogue_count(match, counters)
+                if options.gallop:
+                    add_galloping(match, fast, options.gallop, counters)
                 decisions.append(LoopDecision(name, index, True, _describe(match, options, builder)))
         module.operation.verify()
     return decisions

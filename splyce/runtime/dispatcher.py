@@ -24,7 +24,7 @@ from splyce.runtime import disk_cache
 from splyce.runtime import arguments
 from splyce.runtime import calls
 from splyce.runtime.arguments import Static
-from splyce.backend.compiler import DEFAULT_PHASES, CompileOptions, Lowering, lower
+from splyce.backend.compiler import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, CompileOptions, Lowering, lower
 from splyce.tensors.formats import Format
 from splyce.tensors.tensor import SparseTensor
 from splyce.tracer.ir import Node, TensorType, Trace
@@ -174,13 +174,14 @@ class Jitted:
     """A jitted function. Call it like the original; ``lower(*args)`` shows the IR of every stage."""
 
     def __init__(self, fun, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast_math=False,
-                 target="native", out_format=None, slp=None, profile=False, threads=1):
+                 target="native", out_format=None, slp=None, profile=False, threads=1,
+                 gallop=DEFAULT_GALLOP_RATIO):
         if not callable(fun):
             raise TypeError(f"splyce.jit needs a callable, got {type(fun).__name__}")
         self.fun = fun
         self._target_name = target
         self._option_args = dict(vectorize=vectorize, vector_width=vector_width, phases=phases,
-                                 fast_math=fast_math, slp=slp, profile=profile,
+                                 fast_math=fast_math, slp=slp, profile=profile, gallop=gallop,
                                  threads=(os.cpu_count() or 1) if threads is None else threads)
         CompileOptions(**self._option_args)  # validate now, resolve the target lazily (no LLVM at import)
         if not (out_format is None or isinstance(out_format, Format) or out_format in OUT_FORMATS):
@@ -434,7 +435,7 @@ def _unflatten(tree, results):
 
 
 def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast_math=False, target="native",
-        out_format=None, slp=None, threads=1):
+        out_format=None, slp=None, threads=1, gallop=DEFAULT_GALLOP_RATIO):
     """Compile ``fun`` (a function of sparse / dense tensors) on first call per input signature.
 
     Usable as ``@splyce.jit`` and ``@splyce.jit(vectorize=False, ...)``. Options: ``vectorize`` (the Splyce
@@ -445,10 +446,12 @@ def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast
     fast lane was built), ``threads`` (run the outer loop's rows in that many contiguous chunks balanced by
     nonzeros, concurrently; None: all cores; results are bit-identical to one thread. Only kernels with
     dense outputs whose outer loop is parallel are split, others run on one thread: see
-    ``lower(...).as_text("splyce")`` for the reason).
+    ``lower(...).as_text("splyce")`` for the reason), ``gallop`` (intersections whose fibers' remaining
+    lengths differ by this ratio or more skip ahead by exponential + binary search instead of the all-pairs
+    fast lane; 0: never; results are bit-identical either way).
     """
     options = dict(vectorize=vectorize, vector_width=vector_width, phases=phases, fast_math=fast_math,
-                   target=target, out_format=out_format, slp=slp, threads=threads)
+                   target=target, out_format=out_format, slp=slp, threads=threads, gallop=gallop)
     if fun is None:
         return lambda f: Jitted(f, **options)
     return Jitted(fun, **options)

@@ -19,10 +19,11 @@ class Profile:
     fast_lane: int        # coordinates consumed by fast-lane iterations
     epilogue: int         # coordinates consumed by the scalar loops (tails, and loops left scalar)
     loops: tuple          # the Splyce pass's decision per scf.while
+    gallop: int = 0       # coordinates skipped by galloping (skew-aware intersection)
 
     @property
     def total(self) -> int:
-        return self.fast_lane + self.epilogue
+        return self.fast_lane + self.epilogue + self.gallop
 
     @property
     def simd_share(self) -> float:
@@ -31,7 +32,8 @@ class Profile:
 
     def __str__(self) -> str:
         share = "n/a" if self.total == 0 else f"{100 * self.simd_share:.1f} %"
-        return f"SIMD share {share} ({self.fast_lane} fast-lane, {self.epilogue} epilogue coordinates)"
+        text = f"SIMD share {share} ({self.fast_lane} fast-lane, {self.epilogue} epilogue"
+        return text + (f", {self.gallop} galloped coordinates)" if self.gallop else " coordinates)")
 
 
 _TWINS: "weakref.WeakKeyDictionary[Jitted, Jitted]" = weakref.WeakKeyDictionary()
@@ -54,13 +56,14 @@ def profile(f, *args) -> Profile:
     instrumented build is compiled once and cached on ``f``; its counters are process-global, so do not
     profile the same kernel from several threads at once.
     """
-    from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL
+    from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL, PROFILE_SLOTS
 
     kernel, values = instrumented(f if isinstance(f, Jitted) else Jitted(f)).kernel_for(*args)
     if not kernel.lowering.decisions or not any(d.vectorized for d in kernel.lowering.decisions):
         kernel.run(values)
         return Profile(0, 0, tuple(kernel.lowering.decisions))
-    counters = (ctypes.c_int64 * 2).from_address(kernel.compiled.global_address(PROFILE_COUNTERS_SYMBOL))
-    counters[0] = counters[1] = 0
+    address = kernel.compiled.global_address(PROFILE_COUNTERS_SYMBOL)
+    counters = (ctypes.c_int64 * PROFILE_SLOTS).from_address(address)
+    counters[:] = [0] * PROFILE_SLOTS
     kernel.run(values)
-    return Profile(int(counters[0]), int(counters[1]), tuple(kernel.lowering.decisions))
+    return Profile(int(counters[0]), int(counters[1]), tuple(kernel.lowering.decisions), int(counters[2]))

@@ -1,0 +1,130 @@
+"""Skew-aware intersection: galloping when one fiber is much longer than the other.
+
+The all-pairs fast lane consumes at most n coordinates of each operand per step, so when the fibers'
+remaining lengths differ by a large ratio it walks the long fiber n coordinates at a time while the short
+one barely moves. Galloping (exponential then binary search of the short side's next coordinate in the
+long side; Demaine et al., Lemire et al.) costs O(log ratio) per short coordinate instead.
+
+The choice is made at run time from the remaining lengths ``lenB = hiB - pb`` and ``lenC = hiC - pc``:
+
+- the fast lane's condition gets ``lenB < R * lenC and lenC < R * lenB`` (comparable lengths only);
+- the scalar loop (the sparsifier's own ``scf.while``, the fast lane's epilogue), after each step, jumps
+  the long side's cursor to the first coordinate ``>=`` the short side's current one when the remaining
+  lengths differ by ``R`` or more. The coordinates skipped are exactly those the scalar loop would step
+  over one at a time without a match, so the matched pairs, their order and every accumulation are
+  unchanged: results are bit-identical to the plain sparsifier.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith, memref, scf
+
+from splyce.passes.coiteration_match import Coiteration
+from splyce.passes.fast_lane import FastLaneBuilder, _apply_chain, _index
+
+CMPI_ULT, CMPI_UGE = 6, 9
+# The length ratio from which galloping beats the all-pairs fast lane: measured ~12 for n = 4 and ~8 for
+# n = 8, a clear win from 16 on for both (docs/passes.md).
+DEFAULT_GALLOP_RATIO = 16
+GALLOP_COUNTER_SLOT = 2  # profile counters: [fast lane, epilogue, galloping skips]
+
+
+def _coordinate(match: Coiteration, crd, position):
+    """crd[position] as the index the sparsifier's loop compares."""
+    return _apply_chain(match.cast_chain, memref.load(crd, [position]))[-1]
+
+
+def _lower_bound(match: Coiteration, crd, lo, hi, key):
+    """The first position p in [lo, hi) with crd[p] >= key, else hi (requires lo < hi): an exponential
+    search for a bracket [a, a + step] then a branchless binary search in it."""
+    idx = ir.IndexType.get()
+    one = _index(1)
+    last = arith.subi(hi, one)
+    expo = scf.WhileOp([idx, idx], [lo, one])
+    before = expo.before.blocks.append(idx, idx)
+    with ir.InsertionPoint(before):
+        a, step = before.arguments
+        probe = arith.addi(a, step)
+        inside = arith.cmpi(CMPI_ULT, probe, hi)
+        safe = arith.select(inside, probe, last)  # an in-bounds load either way
+        below = arith.cmpi(CMPI_ULT, _coordinate(match, crd, safe), key)
+        scf.condition(arith.andi(inside, below), [a, step])
+    after = expo.after.blocks.append(idx, idx)
+    with ir.InsertionPoint(after):
+        a, step = after.arguments
+        scf.yield_([arith.addi(a, step), arith.shli(step, one)])
+    a, step = expo.results
+    end = arith.addi(a, step)
+    end = arith.select(arith.cmpi(CMPI_ULT, end, hi), end, hi)
+    search = scf.WhileOp([idx, idx], [a, end])
+    before = search.before.blocks.append(idx, idx)
+    with ir.InsertionPoint(before):
+        lo_, hi_ = before.arguments
+        scf.condition(arith.cmpi(CMPI_ULT, lo_, hi_), [lo_, hi_])
+    after = search.after.blocks.append(idx, idx)
+    with ir.InsertionPoint(after):
+        lo_, hi_ = after.arguments
+        mid = arith.shrui(arith.addi(lo_, hi_), one)
+        below = arith.cmpi(CMPI_ULT, _coordinate(match, crd, mid), key)
+        scf.yield_([arith.select(below, arith.addi(mid, one), lo_), arith.select(below, hi_, mid)])
+    return search.results[0]
+
+
+def _skewed(long_rem, short_rem, ratio):
+    """long_rem >= ratio * short_rem."""
+    return arith.cmpi(CMPI_UGE, long_rem, arith.muli(short_rem, _index(ratio)))
+
+
+def _limit_fast_lane(match: Coiteration, fast_op, ratio: int) -> None:
+    """AND the fast lane's loop condition with "the remaining lengths are within a factor ``ratio``"."""
+    before = fast_op.before.blocks[0]
+    cond_op = list(before.operations)[-1]
+    args = list(before.arguments)
+    (pb, pc), (hb, hc) = [args[p] for p in match.cursor_pos], match.bounds
+    with ir.InsertionPoint(cond_op):
+        rem_b, rem_c = arith.subi(hb, pb), arith.subi(hc, pc)
+        skew = arith.ori(_skewed(rem_b, rem_c, ratio), _skewed(rem_c, rem_b, ratio))
+        true = arith.constant(ir.IntegerType.get_signless(1), 1)
+        comparable = arith.xori(skew, true)
+        cond_op.operation.operands[0] = arith.andi(cond_op.operation.operands[0], comparable)
+
+
+def _gallop_epilogue(match: Coiteration, ratio: int, counters) -> None:
+    """After each step of the scalar loop, jump the long side's cursor past the coordinates below the short
+    side's current one, when the remaining lengths differ by ``ratio`` or more."""
+    yield_op = match.after_yield
+    sb, sc = match.cursor_pos
+    nb, nc = (yield_op.operation.operands[p] for p in (sb, sc))
+    (hb, hc), (crd_b, crd_c) = match.bounds, match.crd_memrefs
+    idx = ir.IndexType.get()
+    with ir.InsertionPoint(yield_op):
+        both = arith.andi(arith.cmpi(CMPI_ULT, nb, hb), arith.cmpi(CMPI_ULT, nc, hc))
+        rem_b, rem_c = arith.subi(hb, nb), arith.subi(hc, nc)
+        long_c = arith.andi(both, _skewed(rem_c, rem_b, ratio))
+        long_b = arith.andi(both, _skewed(rem_b, rem_c, ratio))
+        outer = scf.IfOp(long_c, [idx, idx], has_else=True)
+        with ir.InsertionPoint(outer.then_block):
+            key = _coordinate(match, crd_b, nb)
+            scf.yield_([nb, _lower_bound(match, crd_c, nc, hc, key)])
+        with ir.InsertionPoint(outer.else_block):
+            inner = scf.IfOp(long_b, [idx, idx], has_else=True)
+            with ir.InsertionPoint(inner.then_block):
+                key = _coordinate(match, crd_c, nc)
+                scf.yield_([_lower_bound(match, crd_b, nb, hb, key), nc])
+            with ir.InsertionPoint(inner.else_block):
+                scf.yield_([nb, nc])
+            scf.yield_(list(inner.results))
+        gb, gc = outer.results
+        if counters is not None:
+            skipped = arith.addi(arith.subi(gb, nb), arith.subi(gc, nc))
+            FastLaneBuilder._count(counters, GALLOP_COUNTER_SLOT, skipped)
+    yield_op.operation.operands[sb] = gb
+    yield_op.operation.operands[sc] = gc
+
+
+def add_galloping(match: Coiteration, fast_op, ratio: int, counters=None) -> None:
+    """Give the matched loop (and its fast lane ``fast_op``, if any) the skew-aware path choice."""
+    if fast_op is not None:
+        _limit_fast_lane(match, fast_op, ratio)
+    _gallop_epilogue(match, ratio, counters)
