@@ -20,53 +20,23 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from splyce.backend.ir_text import IR as _IR, VALUE as _VALUE, load_index as _load_index, loop as _loop
+from splyce.backend.ir_text import pool as _pool, row_chunks as _row_chunks
 
 # Rows advanced together (independent addition chains). Measured on the shared 2-core EPYC (Delaunay meshes,
 # R-MAT, 0.7-1M entries): 1 is fastest there (1.76 ms vs 2.16 for 4 and 3.0 for 8 on a 3-D mesh); the gather
 # from x, not the addition chain, bounds it. Kept as a knob for machines where the latency dominates.
 ROWS = 1
 
-_VALUE = {np.dtype(np.float64): ("double", "fmul", "fadd", "0.0"), np.dtype(np.float32): ("float", "fmul", "fadd", "0.0"),
-          np.dtype(np.int64): ("i64", "mul", "add", "0"), np.dtype(np.int32): ("i32", "mul", "add", "0")}
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (pos, crd, values, x, n, lo, hi, y) -> 0
 _SPMV_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _I, _I, _I, _P)
 # (pos, crd, values, X, n, lo, hi, Y, k)
 _SPMM_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _I, _I, _I, _P, _I)
 _lock = threading.Lock()
-
-
-class _IR:
-    """A small LLVM IR writer: unique names, so the generated loops compose."""
-
-    def __init__(self):
-        self.lines: list[str] = []
-        self.count = 0
-
-    def name(self, base: str) -> str:
-        self.count += 1
-        return f"%{base}{self.count}"
-
-    def __call__(self, line: str) -> None:
-        self.lines.append(line)
-
-    def label(self, name: str) -> None:
-        self.lines.append(f"{name}:")
-
-
-def _ext(bits: int) -> str:
-    return "zext i32" if bits == 32 else "bitcast i64"
-
-
-def _load_index(ir: _IR, ptr: str, bits: int, at: str) -> str:
-    p, raw, wide = ir.name("p"), ir.name("raw"), ir.name("w")
-    ir(f"  {p} = getelementptr i{bits}, ptr {ptr}, i64 {at}")
-    ir(f"  {raw} = load i{bits}, ptr {p}")
-    ir(f"  {wide} = {_ext(bits)} {raw} to i64")
-    return wide
 
 
 def _accumulate(ir: _IR, t: str, mul: str, add: str, c: int, acc: str, k: str) -> None:
@@ -81,26 +51,6 @@ def _accumulate(ir: _IR, t: str, mul: str, add: str, c: int, acc: str, k: str) -
     ir(f"  {s0} = load {t}, ptr {acc}")
     ir(f"  {s1} = {add} {t} {s0}, {prod}")
     ir(f"  store {t} {s1}, ptr {acc}")
-
-
-def _loop(ir: _IR, start: str, stop: str, body, after: str) -> None:
-    """for (i = start; i < stop; i++) body(i); then branch to ``after``. Emitted at the current block's end."""
-    head, bodyl = ir.name("head")[1:], ir.name("body")[1:]
-    slot = ir.name("slot")
-    ir(f"  {slot} = alloca i64")
-    ir(f"  store i64 {start}, ptr {slot}")
-    ir(f"  br label %{head}")
-    ir.label(head)
-    cur, more = ir.name("cur"), ir.name("more")
-    ir(f"  {cur} = load i64, ptr {slot}")
-    ir(f"  {more} = icmp slt i64 {cur}, {stop}")
-    ir(f"  br i1 {more}, label %{bodyl}, label %{after}")
-    ir.label(bodyl)
-    body(cur)
-    nxt = ir.name("next")
-    ir(f"  {nxt} = add i64 {cur}, 1")
-    ir(f"  store i64 {nxt}, ptr {slot}")
-    ir(f"  br label %{head}")
 
 
 def _spmv_ir(name: str, value: np.dtype, p: int, c: int, rows: int) -> str:
@@ -290,20 +240,6 @@ def _spmm(value: np.dtype, p: int, c: int, k: int | None):
 
 def supported(dtype) -> bool:
     return np.dtype(dtype) in _VALUE
-
-
-@functools.cache
-def _pool(workers: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="splyce-spmv")
-
-
-def _row_chunks(indptr: np.ndarray, threads: int) -> list[tuple[int, int]]:
-    m = len(indptr) - 1
-    if threads <= 1 or m <= 1:
-        return [(0, m)]
-    inner = np.searchsorted(indptr, int(indptr[-1]) * np.arange(1, threads) / threads, side="left").tolist()
-    bounds = sorted(set([0, *inner, m]))
-    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
 
 
 def csr_times_dense(indptr, indices, data, x, threads: int = 1):

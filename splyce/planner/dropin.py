@@ -126,6 +126,8 @@ class Formulation(enum.Enum):
     SCATTER_VECTOR = "scatter-vector"    # sparse vector operand scattered dense in O(n), then SpMV
     GUSTAVSON_SPARSE = "gustavson-spa"   # CSR x CSR -> CSR, per-row sparse accumulator, O(flops), native
     GUSTAVSON_DENSE = "gustavson-dense"  # CSR x CSR -> dense result (asked for), MLIR kernel
+    MASKED_GUSTAVSON = "masked-gustavson"  # einsum M * (A @ B), all sparse: mask-driven Gustavson, native
+    SDDMM = "sddmm"                      # einsum M * (X @ Y.T), M sparse, X / Y dense: dots on M's entries, native
     MERGE_ROWS = "merge-rows"            # elementwise CSR op CSR -> CSR, one branch-free merge per row, native
     COITERATE = "coiterate"              # elementwise through the MLIR kernel (any rank, dense operands)
 
@@ -446,19 +448,73 @@ def _rowwise_format(subs: str, order: list[str]) -> Format:
     return Format(tuple(Level(k) for k in kinds), perm)
 
 
+def choose_einsum_formulation(inputs: list[str], output: str, infos: list[OperandInfo],
+                              out_format=None) -> tuple[Formulation, tuple[int, ...]]:
+    """The one place the drop-in ``einsum`` decides how to compute, and the operand roles: a product whose
+    result lies on a sparse operand's positions (``"ik,kj,ij->ij"``: masked SpGEMM; ``"ij,ik,jk->ij"`` with
+    dense ``ik``, ``jk``: SDDMM) runs natively in O(work) with the mask's positions as result, returned as
+    ``(formulation, (mask, left, right))``; anything else runs the traced einsum kernel (``()``)."""
+    if len(inputs) != 3 or len(output) != 2 or output[0] == output[1] or out_format not in (None, "sparse"):
+        return Formulation.COITERATE, ()
+    i, j = output
+    for mask in range(3):
+        if inputs[mask] != output or not infos[mask].sparse or len(infos[mask].shape) != 2:
+            continue
+        p, q = (x for x in range(3) if x != mask)
+        for left, right in ((p, q), (q, p)):
+            a, b = inputs[left], inputs[right]
+            if len(a) != 2 or len(b) != 2 or a[0] != i or a[1] in output:
+                continue
+            k = a[1]
+            if infos[left].sparse and infos[right].sparse and b == k + j:
+                return Formulation.MASKED_GUSTAVSON, (mask, left, right)
+            if not infos[left].sparse and not infos[right].sparse and b == j + k:
+                return Formulation.SDDMM, (mask, left, right)
+    return Formulation.COITERATE, ()
+
+
+def _masked_product(formulation, roles, operands, threads):
+    """Masked SpGEMM or SDDMM (see ``choose_einsum_formulation``): a canonical csr_array on the mask's
+    positions, zero results dropped."""
+    from splyce.backend import native_masked
+
+    mask, left, right = roles
+    M = _as_format(operands[mask], CSR, "mask").tensor
+    dtype = np.result_type(*(x.dtype for x in operands))
+    m_parts = (M.values.astype(dtype, copy=False), M.crd[1], M.pos[1])
+    if formulation is Formulation.MASKED_GUSTAVSON:
+        A = _as_format(operands[left], CSR, "a").tensor
+        B = _as_format(operands[right], CSR, "b").tensor
+        parts = [(t.values.astype(dtype, copy=False), t.crd[1], t.pos[1]) for t in (A, B)]
+        out = native_masked.masked_spgemm(m_parts, parts[0], parts[1], M.shape[1], dtype, threads)
+    else:
+        x, y = (np.ascontiguousarray(operands[r], dtype=dtype.newbyteorder("=")) for r in (left, right))
+        check_dtype(x.dtype, "x")
+        out = native_masked.sddmm(m_parts, x, y, dtype, threads)
+    return _canonical_csr(out, M.shape)
+
+
 def einsum(subscripts, *operands, out_format=None, threads=1):
     """NumPy's einsum on sparse and dense operands (no ellipses; up to 4 operands of rank up to 4).
 
-    Loops run in the order the indices first appear, and every sparse operand is stored in that order
-    (CSR / CSF-like), so each index is iterated from one operand and looked up in the others: a row-wise
-    (Gustavson-style) product with dense accumulation, no intersection where the expression needs none.
+    A product whose result lies on a sparse operand's positions (masked SpGEMM, SDDMM) runs natively in
+    O(work) (``choose_einsum_formulation``). Otherwise loops run in the order the indices first appear, and
+    every sparse operand is stored in that order (CSR / CSF-like), so each index is iterated from one operand
+    and looked up in the others: a row-wise (Gustavson-style) product with dense accumulation, no
+    intersection where the expression needs none.
     """
     from splyce.tracer.tracer import parse_einsum
 
     if all(_family(x) == "numpy" for x in operands):
         return np.einsum(subscripts, *operands)
+    threads = _threads(threads)
     family = _sparse_family(*operands)
-    inputs, _ = parse_einsum(subscripts, len(operands))
+    inputs, output = parse_einsum(subscripts, len(operands))
+    infos = [OperandInfo.of(x) for x in operands]
+    formulation, roles = choose_einsum_formulation(inputs, output, infos, out_format)
+    if formulation is not Formulation.COITERATE:
+        _check_einsum_shapes(inputs, infos)
+        return _wrap_sparse(_masked_product(formulation, roles, operands, threads), family)
     order = list(dict.fromkeys("".join(inputs)))
     ops = []
     for i, (x, subs) in enumerate(zip(operands, inputs)):
@@ -466,7 +522,7 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
             ops.append(np.ascontiguousarray(x))
         else:
             ops.append(_as_format(x, _rowwise_format(subs, order), f"operand {i}"))
-    out = _kernel("einsum:" + subscripts, _Einsum(subscripts), out_format, _threads(threads))(*ops)
+    out = _kernel("einsum:" + subscripts, _Einsum(subscripts), out_format, threads)(*ops)
     if isinstance(out, np.ndarray):
         if family == "pydata" and out.ndim:
             import sparse
@@ -476,3 +532,13 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     if np.ndim(out) == 2 and hasattr(out, "tocsr"):
         return _wrap_sparse(out, family)
     return out.to_pydata() if family == "pydata" else out
+
+
+def _check_einsum_shapes(inputs: list[str], infos: list[OperandInfo]) -> None:
+    sizes: dict = {}
+    for subs, info in zip(inputs, infos):
+        if len(subs) != len(info.shape):
+            raise ValueError(f"einsum: subscripts {subs!r} for an operand of shape {info.shape}")
+        for letter, size in zip(subs, info.shape):
+            if sizes.setdefault(letter, size) != size:
+                raise ValueError(f"einsum: index {letter!r} has sizes {sizes[letter]} and {size}")

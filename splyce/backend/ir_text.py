@@ -1,0 +1,78 @@
+"""LLVM IR text for the native helpers (SpMV, SpMM, masked products): a small writer with unique value names
+and counted loops, plus the row split the helpers share for ``threads``."""
+
+from __future__ import annotations
+
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+# value dtype -> (LLVM type, multiply, add, zero)
+VALUE = {np.dtype(np.float64): ("double", "fmul", "fadd", "0.0"), np.dtype(np.float32): ("float", "fmul", "fadd", "0.0"),
+         np.dtype(np.int64): ("i64", "mul", "add", "0"), np.dtype(np.int32): ("i32", "mul", "add", "0")}
+
+
+class IR:
+    """A small LLVM IR writer: unique names, so the generated loops compose."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.count = 0
+
+    def name(self, base: str) -> str:
+        self.count += 1
+        return f"%{base}{self.count}"
+
+    def __call__(self, line: str) -> None:
+        self.lines.append(line)
+
+    def label(self, name: str) -> None:
+        self.lines.append(f"{name}:")
+
+
+def ext(bits: int) -> str:
+    return "zext i32" if bits == 32 else "bitcast i64"
+
+
+def load_index(ir: IR, ptr: str, bits: int, at: str) -> str:
+    p, raw, wide = ir.name("p"), ir.name("raw"), ir.name("w")
+    ir(f"  {p} = getelementptr i{bits}, ptr {ptr}, i64 {at}")
+    ir(f"  {raw} = load i{bits}, ptr {p}")
+    ir(f"  {wide} = {ext(bits)} {raw} to i64")
+    return wide
+
+
+def loop(ir: IR, start: str, stop: str, body, after: str) -> None:
+    """for (i = start; i < stop; i++) body(i); then branch to ``after``. Emitted at the current block's end."""
+    head, bodyl = ir.name("head")[1:], ir.name("body")[1:]
+    slot = ir.name("slot")
+    ir(f"  {slot} = alloca i64")
+    ir(f"  store i64 {start}, ptr {slot}")
+    ir(f"  br label %{head}")
+    ir.label(head)
+    cur, more = ir.name("cur"), ir.name("more")
+    ir(f"  {cur} = load i64, ptr {slot}")
+    ir(f"  {more} = icmp slt i64 {cur}, {stop}")
+    ir(f"  br i1 {more}, label %{bodyl}, label %{after}")
+    ir.label(bodyl)
+    body(cur)
+    nxt = ir.name("next")
+    ir(f"  {nxt} = add i64 {cur}, 1")
+    ir(f"  store i64 {nxt}, ptr {slot}")
+    ir(f"  br label %{head}")
+
+
+@functools.cache
+def pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="splyce-native")
+
+
+def row_chunks(indptr: np.ndarray, threads: int) -> list[tuple[int, int]]:
+    """At most ``threads`` row ranges with about equal entries (``indptr``: cumulative entries per row)."""
+    m = len(indptr) - 1
+    if threads <= 1 or m <= 1:
+        return [(0, m)]
+    inner = np.searchsorted(indptr, int(indptr[-1]) * np.arange(1, threads) / threads, side="left").tolist()
+    bounds = sorted(set([0, *inner, m]))
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]

@@ -1,0 +1,282 @@
+"""Products whose result lives on a sparse mask's positions, native code: O(work), never a dense result.
+
+- Masked SpGEMM ``M * (A @ B)`` (all CSR): per row, the mask's columns are marked with their output
+  positions, then the row's Gustavson products ``A[i, k] * B[k, j]`` are accumulated where ``j`` is marked and
+  skipped elsewhere. Work: ``nnz(M) + flops(A @ B)``. Each kept entry is ``(sum over k in A's row order) *
+  M[i, j]``, the order scipy's ``(A @ B).multiply(M)`` uses, so values match it bit for bit.
+- SDDMM ``M * (X @ Y.T)`` (M CSR, X and Y dense, rows of ``d`` values): for each mask entry a dot product of
+  two rows, ``d`` products summed in order from +0.0, times ``M[i, j]``; the row's entries go four at a time
+  (four independent addition chains). Work: ``nnz(M) * d``.
+
+Results keep the mask's positions, without the entries that are zero (as scipy drops them).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+
+import numpy as np
+
+from splyce.backend.ir_text import IR, VALUE, load_index, loop, pool, row_chunks
+
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+# (mpos, mcrd, mval, apos, acrd, aval, bpos, bcrd, bval, lo, hi, mark, out)
+_MASKED_SIG = ctypes.CFUNCTYPE(_I, *([_P] * 9), _I, _I, _P, _P)
+# (mpos, mcrd, mval, x, y, d, lo, hi, out)
+_SDDMM_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _I, _I, _I, _P)
+GROUP = 4      # SDDMM: mask entries of one row computed together
+_lock = threading.Lock()
+
+
+def _masked_ir(name, value, mp, mc, ap, ac, bp, bc):
+    t, mul, add, zero = VALUE[value]
+    ir = IR()
+    ir(f"define i64 @{name}(ptr %mpos, ptr %mcrd, ptr %mval, ptr %apos, ptr %acrd, ptr %aval, ptr %bpos, "
+       f"ptr %bcrd, ptr %bval, i64 %lo, i64 %hi, ptr %mark, ptr %out) {{")
+    ir.label("entry")
+
+    def row(i):
+        i1 = ir.name("i1")
+        ir(f"  {i1} = add i64 {i}, 1")
+        m_start, m_stop = load_index(ir, "%mpos", mp, i), load_index(ir, "%mpos", mp, i1)
+
+        def mark(e):     # mark[j] = e; out[e] = 0
+            j = load_index(ir, "%mcrd", mc, e)
+            pm, po = ir.name("pm"), ir.name("po")
+            ir(f"  {pm} = getelementptr i64, ptr %mark, i64 {j}")
+            ir(f"  store i64 {e}, ptr {pm}")
+            ir(f"  {po} = getelementptr {t}, ptr %out, i64 {e}")
+            ir(f"  store {t} {zero}, ptr {po}")
+
+        after = ir.name("marked")[1:]
+        loop(ir, m_start, m_stop, mark, after)
+        ir.label(after)
+        a_start, a_stop = load_index(ir, "%apos", ap, i), load_index(ir, "%apos", ap, i1)
+
+        def a_entry(ka):
+            k = load_index(ir, "%acrd", ac, ka)
+            pa, av, k1 = ir.name("pa"), ir.name("av"), ir.name("k1")
+            ir(f"  {pa} = getelementptr {t}, ptr %aval, i64 {ka}")
+            ir(f"  {av} = load {t}, ptr {pa}")
+            ir(f"  {k1} = add i64 {k}, 1")
+            b_start, b_stop = load_index(ir, "%bpos", bp, k), load_index(ir, "%bpos", bp, k1)
+
+            def b_entry(kb):
+                j = load_index(ir, "%bcrd", bc, kb)
+                pm, m, hit = ir.name("pm"), ir.name("m"), ir.name("hit")
+                ir(f"  {pm} = getelementptr i64, ptr %mark, i64 {j}")
+                ir(f"  {m} = load i64, ptr {pm}")
+                ir(f"  {hit} = icmp sge i64 {m}, {m_start}")
+                yes, done = ir.name("yes")[1:], ir.name("done")[1:]
+                ir(f"  br i1 {hit}, label %{yes}, label %{done}")
+                ir.label(yes)
+                pb, bv, prod, po, old, new = (ir.name(n) for n in ("pb", "bv", "prod", "po", "old", "new"))
+                ir(f"  {pb} = getelementptr {t}, ptr %bval, i64 {kb}")
+                ir(f"  {bv} = load {t}, ptr {pb}")
+                ir(f"  {prod} = {mul} {t} {av}, {bv}")
+                ir(f"  {po} = getelementptr {t}, ptr %out, i64 {m}")
+                ir(f"  {old} = load {t}, ptr {po}")
+                ir(f"  {new} = {add} {t} {old}, {prod}")
+                ir(f"  store {t} {new}, ptr {po}")
+                ir(f"  br label %{done}")
+                ir.label(done)
+
+            after_b = ir.name("bdone")[1:]
+            loop(ir, b_start, b_stop, b_entry, after_b)
+            ir.label(after_b)
+
+        after_a = ir.name("adone")[1:]
+        loop(ir, a_start, a_stop, a_entry, after_a)
+        ir.label(after_a)
+
+        def scale(e):    # out[e] = sum * M[i, j]
+            po, s, pm, mv, r = (ir.name(n) for n in ("po", "s", "pmv", "mv", "r"))
+            ir(f"  {po} = getelementptr {t}, ptr %out, i64 {e}")
+            ir(f"  {s} = load {t}, ptr {po}")
+            ir(f"  {pm} = getelementptr {t}, ptr %mval, i64 {e}")
+            ir(f"  {mv} = load {t}, ptr {pm}")
+            ir(f"  {r} = {mul} {t} {s}, {mv}")
+            ir(f"  store {t} {r}, ptr {po}")
+
+        after_s = ir.name("scaled")[1:]
+        loop(ir, m_start, m_stop, scale, after_s)
+        ir.label(after_s)
+
+    loop(ir, "%lo", "%hi", row, "exit")
+    ir.label("exit")
+    ir("  ret i64 0")
+    ir("}")
+    return "\n".join(ir.lines) + "\n"
+
+
+def _sddmm_ir(name, value, mp, mc, group):
+    t, mul, add, zero = VALUE[value]
+    ir = IR()
+    ir(f"define i64 @{name}(ptr %mpos, ptr %mcrd, ptr %mval, ptr %x, ptr %y, i64 %d, i64 %lo, i64 %hi, "
+       f"ptr %out) {{")
+    ir.label("entry")
+    accs = [f"%acc{g}" for g in range(group)]
+    for acc in accs:
+        ir(f"  {acc} = alloca {t}")
+    ir("  %e_slot = alloca i64")
+
+    def finish(e, acc):
+        s, pm, mv, r, po = (ir.name(n) for n in ("s", "pmv", "mv", "r", "po"))
+        ir(f"  {s} = load {t}, ptr {acc}")
+        ir(f"  {pm} = getelementptr {t}, ptr %mval, i64 {e}")
+        ir(f"  {mv} = load {t}, ptr {pm}")
+        ir(f"  {r} = {mul} {t} {s}, {mv}")
+        ir(f"  {po} = getelementptr {t}, ptr %out, i64 {e}")
+        ir(f"  store {t} {r}, ptr {po}")
+
+    def dots(i, es):
+        """acc[g] = sum over k of x[i, k] * y[crd[es[g]], k], the len(es) chains in one k loop."""
+        xrow = ir.name("xrow")
+        ir(f"  {xrow} = mul i64 {i}, %d")
+        yrows = []
+        for g, e in enumerate(es):
+            j, yrow = load_index(ir, "%mcrd", mc, e), ir.name("yrow")
+            ir(f"  {yrow} = mul i64 {j}, %d")
+            yrows.append(yrow)
+            ir(f"  store {t} {zero}, ptr {accs[g]}")
+
+        def k_body(k):
+            xa, px, xv = ir.name("xa"), ir.name("px"), ir.name("xv")
+            ir(f"  {xa} = add i64 {xrow}, {k}")
+            ir(f"  {px} = getelementptr {t}, ptr %x, i64 {xa}")
+            ir(f"  {xv} = load {t}, ptr {px}")
+            for g, yrow in enumerate(yrows):
+                ya, py, yv, prod, s0, s1 = (ir.name(n) for n in ("ya", "py", "yv", "prod", "s", "s"))
+                ir(f"  {ya} = add i64 {yrow}, {k}")
+                ir(f"  {py} = getelementptr {t}, ptr %y, i64 {ya}")
+                ir(f"  {yv} = load {t}, ptr {py}")
+                ir(f"  {prod} = {mul} {t} {xv}, {yv}")
+                ir(f"  {s0} = load {t}, ptr {accs[g]}")
+                ir(f"  {s1} = {add} {t} {s0}, {prod}")
+                ir(f"  store {t} {s1}, ptr {accs[g]}")
+
+        after = ir.name("kdone")[1:]
+        loop(ir, "0", "%d", k_body, after)
+        ir.label(after)
+        for g, e in enumerate(es):
+            finish(e, accs[g])
+
+    def row(i):
+        i1 = ir.name("i1")
+        ir(f"  {i1} = add i64 {i}, 1")
+        start, stop = load_index(ir, "%mpos", mp, i), load_index(ir, "%mpos", mp, i1)
+        ir(f"  store i64 {start}, ptr %e_slot")
+        ghead, gbody, single = ir.name("ghead")[1:], ir.name("gbody")[1:], ir.name("single")[1:]
+        ir(f"  br label %{ghead}")
+        ir.label(ghead)
+        e, end, fits = ir.name("e"), ir.name("end"), ir.name("fits")
+        ir(f"  {e} = load i64, ptr %e_slot")
+        ir(f"  {end} = add i64 {e}, {group}")
+        ir(f"  {fits} = icmp sle i64 {end}, {stop}")
+        ir(f"  br i1 {fits}, label %{gbody}, label %{single}")
+        ir.label(gbody)
+        es = []
+        for g in range(group):
+            eg = ir.name("eg")
+            ir(f"  {eg} = add i64 {e}, {g}")
+            es.append(eg)
+        dots(i, es)
+        ir(f"  store i64 {end}, ptr %e_slot")
+        ir(f"  br label %{ghead}")
+        ir.label(single)
+        e2 = ir.name("e")
+        ir(f"  {e2} = load i64, ptr %e_slot")
+        after = ir.name("sdone")[1:]
+        loop(ir, e2, stop, lambda es1: dots(i, [es1]), after)
+        ir.label(after)
+
+    loop(ir, "%lo", "%hi", row, "exit")
+    ir.label("exit")
+    ir("  ret i64 0")
+    ir("}")
+    return "\n".join(ir.lines) + "\n"
+
+
+def _bits(a: np.ndarray) -> int:
+    return a.dtype.itemsize * 8
+
+
+@functools.cache
+def _masked(value, mp, mc, ap, ac, bp, bc):
+    from splyce.backend.codegen import compile_host_helpers
+
+    name = f"splyce_masked_spgemm_{VALUE[value][0]}_{mp}_{mc}_{ap}_{ac}_{bp}_{bc}"
+    return compile_host_helpers(_masked_ir(name, value, mp, mc, ap, ac, bp, bc), {name: _MASKED_SIG})[name]
+
+
+@functools.cache
+def _sddmm(value, mp, mc, group):
+    from splyce.backend.codegen import compile_host_helpers
+
+    name = f"splyce_sddmm_{VALUE[value][0]}_{mp}_{mc}_g{group}"
+    return compile_host_helpers(_sddmm_ir(name, value, mp, mc, group), {name: _SDDMM_SIG})[name]
+
+
+def supported(dtype) -> bool:
+    return np.dtype(dtype) in VALUE
+
+
+def _drop_zeros(vals, indices, indptr):
+    """The mask's positions without the zero results (NaN != 0: kept)."""
+    kept = np.count_nonzero(vals)
+    if kept == len(vals):
+        return vals, indices.copy(), indptr.copy()
+    keep = vals != 0
+    before = np.zeros(len(vals) + 1, dtype=np.int64)
+    np.cumsum(keep, out=before[1:])
+    return vals[keep], indices[keep], before[indptr].astype(indptr.dtype)
+
+
+def _run(fn, args, indptr, threads):
+    chunks = row_chunks(indptr, threads)
+    if len(chunks) == 1:
+        fn(*args(*chunks[0]))
+    else:
+        list(pool(threads).map(lambda ch: fn(*args(*ch)), chunks))
+
+
+def masked_spgemm(m, a, b, n_cols: int, dtype, threads: int = 1):
+    """``M * (A @ B)`` as CSR parts; ``m``, ``a``, ``b``: validated CSR parts ``(data, indices, indptr)``
+    (columns of M in range ``[0, n_cols)``, unique within a row), values of ``dtype``."""
+    mv, mc, mp = m
+    av, ac, ap = a
+    bv, bc, bp = b
+    dtype = np.dtype(dtype)
+    out = np.empty(len(mv), dtype=dtype)
+    with _lock:
+        fn = _masked(dtype, _bits(mp), _bits(mc), _bits(ap), _bits(ac), _bits(bp), _bits(bc))
+    marks = {}
+
+    def args(lo, hi):
+        mark = np.full(n_cols, -1, dtype=np.int64)   # one per chunk (threads write their own)
+        marks[lo] = mark
+        return (mp.ctypes.data, mc.ctypes.data, mv.ctypes.data, ap.ctypes.data, ac.ctypes.data, av.ctypes.data,
+                bp.ctypes.data, bc.ctypes.data, bv.ctypes.data, lo, hi, mark.ctypes.data, out.ctypes.data)
+
+    _run(fn, args, mp, threads)
+    return _drop_zeros(out, mc, mp)
+
+
+def sddmm(m, x: np.ndarray, y: np.ndarray, dtype, threads: int = 1):
+    """``M * (X @ Y.T)`` as CSR parts; ``m``: validated CSR parts of an (rows(X) x rows(Y)) matrix; ``x``,
+    ``y``: C-contiguous 2-D arrays of ``dtype`` with equal column counts."""
+    mv, mc, mp = m
+    dtype = np.dtype(dtype)
+    out = np.empty(len(mv), dtype=dtype)
+    with _lock:
+        fn = _sddmm(dtype, _bits(mp), _bits(mc), GROUP)
+    d = x.shape[1]
+
+    def args(lo, hi):
+        return (mp.ctypes.data, mc.ctypes.data, mv.ctypes.data, x.ctypes.data, y.ctypes.data, d, lo, hi,
+                out.ctypes.data)
+
+    _run(fn, args, mp, threads)
+    return _drop_zeros(out, mc, mp)
