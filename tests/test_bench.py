@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from splyce.bench import __main__ as cli
-from splyce.bench import common, kernels, threads
+from splyce.bench import common, kernels, real, threads
 from splyce.bench import compile as compile_bench
 from splyce.bench.common import BenchMismatch, Config, read_csv
 
@@ -21,7 +21,6 @@ EXPECTED = {
     "ablation": ("ablation", ["config", "phases", "fast_math", "median_s", "speedup_vs_baseline"]),
     "width": ("width", ["density", "width", "median_s", "speedup_vs_baseline"]),
     "sparsity": ("sparsity_K1", ["density", "size", "baseline_s", "splyce_s", "speedup_vs_baseline", "simd_share"]),
-    "real": ("real", ["matrix", "kernel", "baseline_s", "splyce_s", "speedup_vs_baseline", "simd_share"]),
 }
 
 
@@ -141,3 +140,94 @@ def test_help_has_methodology():
                          check=True).stdout
     for phrase in ("Warm-up", "Interleaved", "Median and min", "reference", "Machine info"):
         assert phrase in out, phrase
+
+
+def test_real_tiny_every_op_checked_and_reported(tmp_path, capsys):
+    assert cli.main(["real", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
+    rows = _check_outputs(tmp_path, "real", real.COLUMNS)
+    for op in real.OPS:
+        assert (tmp_path / f"real_{op}.png").read_bytes()[:8] == PNG_MAGIC
+    mats = {r["matrix"] for r in rows}
+    assert len(mats) == len(real.tiny_entries())
+    assert sorted((r["matrix"], r["op"]) for r in rows) == sorted((m, op) for m in mats for op in real.OPS)
+    for r in rows:
+        assert float(r["scipy_s"]) > 0 and float(r["graphblas_s"]) > 0
+        # a missing drop-in number is always explained (unsupported, or too slow to repeat), never a bare n/a
+        if r["splyce_s"] in ("", "n/a"):
+            assert "splyce:" in r["notes"], r
+    spmv = [r for r in rows if r["op"] == "spmv"]
+    assert all(0 < float(r["bw_scipy"]) for r in spmv)
+    printed = capsys.readouterr().out
+    assert "drop-in speedup vs scipy" in printed and "GraphBLAS" in printed
+
+
+@pytest.mark.parametrize("who", ["splyce_call", "graphblas_call"])
+def test_real_wrong_result_fails_loudly(who, tmp_path, monkeypatch, capsys):
+    good = getattr(real, who)
+
+    def wrong(op, d, *args):
+        f = good(op, d, *args)
+        return (lambda: 2 * f()) if op == "spmv" else f   # SpMV returns a dense vector (or gb Vector)
+
+    if who == "graphblas_call":
+        def wrong(op, d, *args):   # noqa: F811 - GraphBLAS vectors do not scale with *; drop an entry instead
+            f = good(op, d, *args)
+
+            def dropped():
+                v = f()
+                del v[int(d.A.indices[0])]
+                return v
+            return dropped if op == "spmv" else f
+    monkeypatch.setattr(real, who, wrong)
+    monkeypatch.setattr(real, "tiny_entries", lambda: real.corpus.select(quick=True)[2:3])
+    assert cli.main(["real", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 1
+    assert "MISMATCH" in capsys.readouterr().err
+    assert not (tmp_path / "real.csv").exists()
+
+
+def test_real_guarded_probe_in_child(tmp_path, monkeypatch):
+    """The child-process probe (used for SpGEMM / triangles / SDDMM on large matrices) returns a time, and a
+    child that is not ready in time is stopped and reported as such."""
+    entry = next(e for e in real.corpus.select(quick=True) if e.name == "rmat-s10")
+    real.corpus.build(entry, tmp_path)
+    assert real.probe_in_child(tmp_path, entry, "triangles", "splyce", limit=60.0) > 0
+    monkeypatch.setattr(real, "CHILD_STARTUP_S", 0.01)
+    assert real.probe_in_child(tmp_path, entry, "triangles", "splyce", limit=60.0) is None
+
+
+def test_real_case_with_guard(tmp_path, monkeypatch):
+    monkeypatch.setattr(real, "GUARD_NNZ", 0)
+    entry = next(e for e in real.corpus.select(quick=True) if e.name == "blockdiag-32")
+    A = real.corpus.build(entry, tmp_path)
+    row = real.run_case(entry, real.Operands(entry.name, A), "triangles", Config(tiny=True, progress=False),
+                        cache_dir=tmp_path)
+    assert row["op"] == "triangles" and row["scipy_s"] > 0
+    assert isinstance(row["splyce_s"], float) or "splyce:" in row["notes"]
+
+
+def test_check_sparse_reference():
+    import scipy.sparse as sps
+
+    A = sps.random_array((40, 40), density=0.1, format="csr", rng=3)
+    common.check("same", A.tocoo(), A)
+    B = A.tolil()
+    B[1, 2] = 5.0
+    with pytest.raises(BenchMismatch, match=r"\(1, 2\)"):
+        common.check("entry", B, A)
+    with pytest.raises(BenchMismatch, match="shape"):
+        common.check("shape", A[:39], A)
+
+
+def test_real_two_thread_columns_when_the_dropin_takes_threads(monkeypatch):
+    """The two-thread candidates (drop-in threads=2 vs GraphBLAS nthreads=2) appear exactly when the drop-in's
+    signature accepts threads= (simulated here by a drop-in wrapper that takes it)."""
+    good = real.splyce_call
+    monkeypatch.setattr(real, "splyce_call", lambda op, d, threads=None: good(op, d))
+    monkeypatch.setattr(real, "dropin_threads", lambda op: True)
+    entry = real.tiny_entries()[0]
+    d = real.Operands(entry.name, real.corpus.build(entry))
+    row = real.run_case(entry, d, "spmv", Config(tiny=True, quick=True, progress=False))
+    assert row["splyce_t2_vs_graphblas_t2"] > 0 and row["splyce_t2_scaling"] > 0
+    monkeypatch.setattr(real, "dropin_threads", lambda op: False)
+    row = real.run_case(entry, d, "spmv", Config(tiny=True, quick=True, progress=False))
+    assert "splyce_t2_vs_graphblas_t2" not in row

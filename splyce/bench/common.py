@@ -110,8 +110,24 @@ def machine_lines() -> list[str]:
 
 
 # -- checking -------------------------------------------------------------------------------------------
+def _graphblas_kind(x) -> str | None:
+    """'Matrix', 'Vector' or 'Scalar' for a python-graphblas object (results of the GraphBLAS peer)."""
+    if type(x).__module__.split(".")[0] != "graphblas":
+        return None
+    for kind in ("Matrix", "Vector", "Scalar"):
+        if kind in type(x).__name__:
+            return kind
+    return None
+
+
 def to_dense(x) -> np.ndarray:
-    """A result of any candidate (NumPy, scipy.sparse, pydata-sparse, SparseTensor) as a NumPy array."""
+    """A result of any candidate (NumPy, scipy.sparse, pydata-sparse, SparseTensor, python-graphblas) as a
+    NumPy array."""
+    kind = _graphblas_kind(x)
+    if kind == "Scalar":
+        return np.asarray(x.value if x.value is not None else 0.0)
+    if kind is not None:
+        return np.asarray(x.to_dense(fill_value=0.0))
     if hasattr(x, "toarray"):
         return np.asarray(x.toarray())
     if hasattr(x, "to_numpy"):
@@ -121,8 +137,34 @@ def to_dense(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def check(name: str, result, reference: np.ndarray, rtol: float = 1e-9, atol: float = 1e-12) -> None:
-    """Raise :class:`BenchMismatch` unless ``result`` equals ``reference`` (same shape, values within tol)."""
+def to_scipy(x):
+    """A sparse 2-D result of any candidate as a scipy csr_array (for checks where dense would not fit)."""
+    import scipy.sparse as sps
+
+    if sps.issparse(x):
+        return sps.csr_array(x)
+    if _graphblas_kind(x) == "Matrix":
+        import graphblas as gb
+
+        return sps.csr_array(gb.io.to_scipy_sparse(x, format="csr"))
+    if hasattr(x, "to_scipy_sparse"):        # pydata-sparse
+        return sps.csr_array(x.to_scipy_sparse())
+    if hasattr(x, "to_scipy"):               # splyce.SparseTensor
+        return sps.csr_array(x.to_scipy())
+    return sps.csr_array(to_dense(x))
+
+
+def check(name: str, result, reference, rtol: float = 1e-9, atol: float = 1e-12) -> None:
+    """Raise :class:`BenchMismatch` unless ``result`` equals ``reference`` (same shape, values within tol).
+
+    ``reference`` is dense (NumPy) or a scipy sparse matrix; then the comparison stays sparse (the difference's
+    entries against the reference's), so results far too large to densify are still checked element by element.
+    """
+    import scipy.sparse as sps
+
+    if sps.issparse(reference):
+        _check_sparse(name, result, reference, rtol, atol)
+        return
     got = to_dense(result)
     ref = np.asarray(reference)
     if got.size == ref.size and got.shape != ref.shape:
@@ -135,6 +177,23 @@ def check(name: str, result, reference: np.ndarray, rtol: float = 1e-9, atol: fl
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         raise BenchMismatch(f"{name}: {int(bad.sum())} of {ref.size} elements disagree with the reference "
                             f"(first at {idx}: got {got[idx]!r}, expected {ref[idx]!r})")
+
+
+def _check_sparse(name: str, result, reference, rtol: float, atol: float) -> None:
+    import scipy.sparse as sps
+
+    ref = sps.csr_array(reference)
+    if np.ndim(result) != 2 or tuple(np.shape(result)) != ref.shape:
+        raise BenchMismatch(f"{name}: result shape {np.shape(result)} != reference shape {ref.shape}")
+    got = to_scipy(result)
+    scale = float(np.max(np.abs(ref.data))) if ref.nnz else 0.0
+    excess = (abs(got - ref) - rtol * abs(ref)).tocoo()   # > 0 where |got - ref| > rtol |ref|
+    bad = ~(excess.data <= atol * max(scale, 1.0))          # NaN / Inf differences are bad too
+    if bad.any():
+        i, j = int(excess.row[bad][0]), int(excess.col[bad][0])
+        raise BenchMismatch(f"{name}: {int(bad.sum())} of the union of {got.nnz} and {ref.nnz} stored entries "
+                            f"disagree with the reference (first at ({i}, {j}): got {got[i, j]!r}, "
+                            f"expected {ref[i, j]!r})")
 
 
 # -- timing ---------------------------------------------------------------------------------------------
@@ -249,6 +308,8 @@ class Result:
     rows: list[dict]
     note: str = ""
     plot: Callable | None = None   # (rows, ax-providing figure) -> None
+    preface: str = ""              # Markdown printed before the main table (e.g. summary pivots)
+    extra_plots: dict = field(default_factory=dict)   # suffix -> plot function, written as <name>_<suffix>.png
 
     def write(self, cfg: Config) -> dict[str, Path]:
         out = Path(cfg.out)
@@ -264,7 +325,7 @@ class Result:
             for row in self.rows:
                 writer.writerow({c: (fmt(row.get(c), 6) if not isinstance(row.get(c), str) else row.get(c))
                                  for c in self.columns})
-        md = f"### {self.title}\n\n" + markdown_table(self.columns, self.rows, self.note)
+        md = self.markdown()
         md += "\nMachine: " + "; ".join(machine_lines()) + f"; repeats: {cfg.n_repeats}\n"
         paths["md"].write_text(md)
         import matplotlib
@@ -272,17 +333,23 @@ class Result:
         matplotlib.use("Agg", force=True)
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        if self.plot is not None:
-            self.plot(self.rows, ax)
-        ax.set_title(self.title, fontsize=10)
-        fig.tight_layout()
-        fig.savefig(paths["png"], dpi=110)
-        plt.close(fig)
+        plots = {"png": (self.plot, self.title)}
+        for suffix, plot in self.extra_plots.items():
+            paths[f"png_{suffix}"] = out / f"{self.name}_{suffix}.png"
+            plots[f"png_{suffix}"] = (plot, f"{self.title}: {suffix}")
+        for key, (plot, title) in plots.items():
+            fig, ax = plt.subplots(figsize=(7, 4.2))
+            if plot is not None:
+                plot(self.rows, ax)
+            ax.set_title(title, fontsize=10)
+            fig.tight_layout()
+            fig.savefig(paths[key], dpi=110)
+            plt.close(fig)
         return paths
 
     def markdown(self) -> str:
-        return f"### {self.title}\n\n" + markdown_table(self.columns, self.rows, self.note)
+        preface = self.preface + "\n" if self.preface else ""
+        return f"### {self.title}\n\n" + preface + markdown_table(self.columns, self.rows, self.note)
 
 
 def read_csv(path) -> tuple[list[str], list[dict]]:
