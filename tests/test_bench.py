@@ -165,13 +165,13 @@ def test_real_tiny_every_op_checked_and_reported(tmp_path, capsys):
 def test_real_wrong_result_fails_loudly(who, tmp_path, monkeypatch, capsys):
     good = getattr(real, who)
 
-    def wrong(op, d, *args):
-        f = good(op, d, *args)
+    def wrong(op, d, *args, **kw):
+        f = good(op, d, *args, **kw)
         return (lambda: 2 * f()) if op == "spmv" else f   # SpMV returns a dense vector (or gb Vector)
 
     if who == "graphblas_call":
-        def wrong(op, d, *args):   # noqa: F811 - GraphBLAS vectors do not scale with *; drop an entry instead
-            f = good(op, d, *args)
+        def wrong(op, d, *args, **kw):   # noqa: F811 - GraphBLAS vectors do not scale with *; drop an entry
+            f = good(op, d, *args, **kw)
 
             def dropped():
                 v = f()
@@ -220,14 +220,13 @@ def test_check_sparse_reference():
 
 def test_real_two_thread_columns_when_the_dropin_takes_threads(monkeypatch):
     """The two-thread candidates (drop-in threads=2 vs GraphBLAS nthreads=2) appear exactly when the drop-in's
-    signature accepts threads= (simulated here by a drop-in wrapper that takes it)."""
-    good = real.splyce_call
-    monkeypatch.setattr(real, "splyce_call", lambda op, d, threads=None: good(op, d))
-    monkeypatch.setattr(real, "dropin_threads", lambda op: True)
+    signature accepts threads=."""
     entry = real.tiny_entries()[0]
     d = real.Operands(entry.name, real.corpus.build(entry))
-    row = real.run_case(entry, d, "spmv", Config(tiny=True, quick=True, progress=False))
+    cfg = Config(quick=True, repeats=2, progress=False)
+    assert real.dropin_threads("spmv")
+    row = real.run_case(entry, d, "spmv", cfg)
     assert row["splyce_t2_vs_graphblas_t2"] > 0 and row["splyce_t2_scaling"] > 0
     monkeypatch.setattr(real, "dropin_threads", lambda op: False)
-    row = real.run_case(entry, d, "spmv", Config(tiny=True, quick=True, progress=False))
+    row = real.run_case(entry, d, "spmv", cfg)
     assert "splyce_t2_vs_graphblas_t2" not in row
