@@ -6,10 +6,11 @@ rows advance together for as many entries as its shortest row holds (``ROWS`` in
 loop exit per group), then each row finishes alone. Every row still sums its products in stored order from
 +0.0, as scipy's ``csr_matvec`` and the plain sparsifier do, so results are bit for bit the same.
 
-The caller checks the positions (monotone, from 0 to ``len(indices)``) and that every coordinate is in range
-before the call (``native_validation.product_operand_ok``: a flat SIMD scan, cheaper than a compare and select
-inside this loop, which measured 33 % slower); unsorted or repeated columns are fine for a product and need no
-check.
+The caller checks the positions (monotone, from 0 to ``len(indices)``) before the call. Coordinates must be in
+range: SpMV checks them itself, block by block (a SIMD scan over a block's coordinates, then the block's rows,
+which read them again from cache: no second pass over memory; a compare and select inside the product loop
+measured 33 % slower); for SpMM the caller checks them first (``native_validation.product_operand_ok``).
+Unsorted or repeated columns are fine for a product and need no check.
 
 SpMM keeps each output row (``k`` columns) in registers while it accumulates the row's entries, then stores it
 once: the output is never zeroed or re-read.
@@ -222,12 +223,67 @@ def _column(ir: _IR, c: int, e: str) -> str:
 SPMM_FIXED = 32    # column counts up to this get a kernel with the row's sums in registers
 
 
-@functools.cache
-def _spmv(value: np.dtype, p: int, c: int):
-    from splyce.backend.codegen import compile_host_helpers
+# Rows per block of the checking SpMV: each block's coordinates are range-checked by a SIMD scan just before
+# the block's rows read them again (then from cache), so the check costs no second pass over memory.
+CHECK_BLOCK_ROWS = 512
 
-    name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_r{ROWS}"
-    return compile_host_helpers(_spmv_ir(name, value, p, c, ROWS), {name: _SPMV_SIG})[name]
+_CHECKING_DRIVER = """
+define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %lo, i64 %hi, ptr %y) {{
+entry:
+  %flags = alloca [2 x i64]
+  br label %head
+head:
+  %b = phi i64 [%lo, %entry], [%bend, %run]
+  %more = icmp slt i64 %b, %hi
+  br i1 %more, label %body, label %ok
+body:
+  %b1 = add i64 %b, {block}
+  %over = icmp sgt i64 %b1, %hi
+  %bend = select i1 %over, i64 %hi, i64 %b1
+  %ps = getelementptr i{p}, ptr %pos, i64 %b
+  %nseg = sub i64 %bend, %b
+  %down = call i64 @{name}_pos(ptr %ps, i64 %nseg)
+  %decreasing = icmp ne i64 %down, 0
+  br i1 %decreasing, label %fail, label %positions_ok
+positions_ok:
+  %s_raw = load i{p}, ptr %ps
+  %s = {p_ext} %s_raw to i64
+  %pe = getelementptr i{p}, ptr %pos, i64 %bend
+  %e_raw = load i{p}, ptr %pe
+  %e = {p_ext} %e_raw to i64
+  %len = sub i64 %e, %s
+  %pc = getelementptr i{c}, ptr %crd, i64 %s
+  call void @{name}_check(ptr %pc, i64 %len, i64 %n, ptr %flags)
+  %f = load i64, ptr %flags
+  %bad = icmp ne i64 %f, 0
+  br i1 %bad, label %fail, label %run
+run:
+  %ignored = call i64 @{name}_rows(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %b, i64 %bend, ptr %y)
+  br label %head
+ok:
+  ret i64 0
+fail:
+  ret i64 1
+}}
+"""
+
+
+@functools.cache
+def _spmv(value: np.dtype, p: int, c: int, check: bool):
+    """The SpMV kernel; with ``check``, one that checks each block before its rows run: positions monotone (so,
+    given ``pos[0] == 0`` and ``pos[-1] == len(crd)``, checked by the caller, every segment lies inside crd)
+    and coordinates in ``[0, n)``; it returns 1, the output incomplete, at the first bad block."""
+    from splyce.backend.codegen import compile_host_helpers
+    from splyce.backend.native_validation import coordinate_check_ir, position_check_ir
+
+    name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + ("_checked" if check else "")
+    if not check:
+        return compile_host_helpers(_spmv_ir(name, value, p, c, ROWS), {name: _SPMV_SIG})[name]
+    text = (_spmv_ir(name + "_rows", value, p, c, ROWS) + coordinate_check_ir(name + "_check", c)
+            + position_check_ir(name + "_pos", p)
+            + _CHECKING_DRIVER.format(name=name, block=CHECK_BLOCK_ROWS, p=p, c=c,
+                                      p_ext="zext i32" if p == 32 else "bitcast i64"))
+    return compile_host_helpers(text, {name: _SPMV_SIG})[name]
 
 
 @functools.cache
@@ -242,19 +298,24 @@ def supported(dtype) -> bool:
     return np.dtype(dtype) in _VALUE
 
 
-def csr_times_dense(indptr, indices, data, x, threads: int = 1):
-    """``A @ x`` for CSR buffers (already checked: positions monotone from 0 to ``len(indices)``, coordinates in
-    ``[0, len(x))``) and a C-contiguous ``x`` of A's value dtype, 1-D (SpMV) or 2-D (SpMM)."""
+def csr_times_dense(indptr, indices, data, x, threads: int = 1, coordinates_checked: bool = True):
+    """``A @ x`` for CSR buffers and a C-contiguous ``x`` of A's value dtype, 1-D (SpMV) or 2-D (SpMM). The
+    buffers must be checked already (positions monotone from 0 to ``len(indices)``, coordinates in
+    ``[0, len(x))``), or, with ``coordinates_checked=False`` (SpMV only; ``pos[0] == 0`` and ``pos[-1] ==
+    len(indices)`` still checked by the caller), they are checked block by block inside the kernel, and the
+    result is None when they are not well formed."""
     m = len(indptr) - 1
     n = x.shape[0]
     p, c = indptr.dtype.itemsize * 8, indices.dtype.itemsize * 8
     if x.ndim == 1:
         y = np.empty(m, dtype=data.dtype)
         with _lock:
-            fn = _spmv(data.dtype, p, c)
+            fn = _spmv(data.dtype, p, c, not coordinates_checked)
         args = lambda lo, hi: (indptr.ctypes.data, indices.ctypes.data, data.ctypes.data, x.ctypes.data, n,  # noqa: E731
                                lo, hi, y.ctypes.data)
     else:
+        if not coordinates_checked:
+            raise ValueError("SpMM needs coordinates checked before the call")
         k = x.shape[1]
         y = np.empty((m, k), dtype=data.dtype)
         with _lock:
@@ -263,7 +324,7 @@ def csr_times_dense(indptr, indices, data, x, threads: int = 1):
                                lo, hi, y.ctypes.data, k)
     chunks = _row_chunks(indptr, threads)
     if len(chunks) == 1:
-        fn(*args(0, m))
+        bad = fn(*args(0, m))
     else:
-        list(_pool(threads).map(lambda ch: fn(*args(*ch)), chunks))
-    return y
+        bad = any(list(_pool(threads).map(lambda ch: fn(*args(*ch)), chunks)))
+    return None if bad else y

@@ -250,19 +250,38 @@ def _levels_ok(shape, fmt, pos, crd) -> bool:
     return True
 
 
+def coordinate_check_ir(name: str, bits: int) -> str:
+    """LLVM IR of the coordinate scan (``void name(ptr crd, i64 n, i64 size, ptr out)``: ``out[0]`` nonzero when
+    a coordinate is outside ``[0, size)``), for native kernels that check a block just before reading it."""
+    return _CRD_TEMPLATE.format(name=name, c=bits, cmp="slt", narrow="trunc i64" if bits < 64 else "bitcast i64",
+                                widen="zext i32" if bits < 64 else "bitcast i64")
+
+
+def position_check_ir(name: str, bits: int) -> str:
+    """LLVM IR of the position scan (``i64 name(ptr pos, i64 nseg)``: nonzero when some ``pos[s] > pos[s+1]``)."""
+    return _POS_TEMPLATE.format(name=name, p=bits)
+
+
+def positions_ok(indptr: np.ndarray, n_entries: int) -> bool:
+    """Positions monotone from 0 to ``n_entries`` (C-contiguous int32 / int64): every segment lies inside the
+    coordinates."""
+    if len(indptr) == 0 or indptr[0] != 0 or indptr[-1] != n_entries:
+        return False
+    bits = indptr.dtype.itemsize * 8
+    with _lock:
+        pos_scan = _scanners(bits, bits, "any")[0]
+    return not pos_scan(indptr.ctypes.data, len(indptr) - 1)
+
+
 def product_operand_ok(n_cols: int, indptr: np.ndarray, indices: np.ndarray) -> bool:
     """What a CSR operand of a product with a dense operand needs (SpMV / SpMM): positions monotone from 0 to
     ``len(indices)``, every column in ``[0, n_cols)``. Order and duplicates do not matter to a product, so
     they are not checked. Index arrays: C-contiguous int32 / int64, positions and columns of one width."""
-    if len(indptr) == 0 or indptr[0] != 0 or indptr[-1] != len(indices):
-        return False
     bits = indptr.dtype.itemsize * 8
-    if n_cols - 1 > _MAX[bits]:
+    if n_cols - 1 > _MAX[bits] or not positions_ok(indptr, len(indices)):
         return False
     with _lock:
-        pos_scan, crd_scan, _ = _scanners(bits, bits, "any")
-    if pos_scan(indptr.ctypes.data, len(indptr) - 1):
-        return False
+        crd_scan = _scanners(bits, bits, "any")[1]
     out = np.empty(2, dtype=np.int64)
     for start in range(0, len(indices), _CHUNK):
         crd_scan(indices.ctypes.data + start * indices.itemsize, min(_CHUNK, len(indices) - start), n_cols,

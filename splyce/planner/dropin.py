@@ -221,16 +221,24 @@ def _csr_times_dense(a, b, threads: int) -> np.ndarray:
     b = np.asarray(b)
     check_dtype(b.dtype, "b")
     raw = _raw_csr(a)
+    checked = raw is None
     if raw is not None:
         data, indices, indptr = raw
-        if not native_validation.product_operand_ok(a.shape[1], indptr, indices):
+        # SpMV checks positions and coordinates itself, block by block; SpMM scans them first
+        ok = (len(indptr) and indptr[0] == 0 and indptr[-1] == len(indices)) if b.ndim == 1 else \
+            native_validation.product_operand_ok(a.shape[1], indptr, indices)
+        if not ok:
             _raise_bad_product_operand(a)
+        checked = b.ndim != 1
     else:
         A = _as_format(a, CSR, "a").tensor
         data, indices, indptr = A.values, A.crd[1], A.pos[1]
     dtype = np.result_type(data.dtype, b.dtype)
     x = np.ascontiguousarray(b, dtype=dtype.newbyteorder("="))
-    return native_spmv.csr_times_dense(indptr, indices, data.astype(dtype, copy=False), x, threads)
+    out = native_spmv.csr_times_dense(indptr, indices, data.astype(dtype, copy=False), x, threads, checked)
+    if out is None:
+        _raise_bad_product_operand(a)
+    return out
 
 
 def _raise_bad_product_operand(x) -> None:
