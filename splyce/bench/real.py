@@ -13,7 +13,7 @@ Candidates per (matrix, op), timed interleaved in one :func:`~splyce.bench.commo
 
 Every candidate's first result is checked against scipy's before anything is timed (a mismatch aborts the run).
 A candidate whose single call takes more than 10x scipy's (and over 0.5 s) is not repeated: its row reports
-that one call. For the ops whose cost can grow faster than the input (SpGEMM, triangles, SDDMM) on matrices
+that one call. For the ops whose cost can grow faster than the input (SpGEMM, masked SpGEMM, triangles, SDDMM) on matrices
 over 100k nonzeros, the drop-in and pydata are first run once in a child process that is stopped past
 max(10x scipy, 2 s), so a formulation that would take minutes is reported as such instead of stalling the run.
 """
@@ -42,16 +42,18 @@ OPS = {
     "hadamard": "Hadamard A * A^T",
     "add": "add A + A^T",
     "spgemm": "SpGEMM A @ A",
+    "masked": "masked SpGEMM (L @ L) .* L",
     "triangles": "triangles sum((L L^T) .* L)",
     "sddmm": "SDDMM A * (X @ Y^T), 32 columns",
 }
 DROPIN = {"spmv": "matmul", "spmm": "matmul", "spmspv": "matmul", "hadamard": "multiply", "add": "add",
-          "spgemm": "matmul", "triangles": "einsum", "sddmm": "einsum"}
+          "spgemm": "matmul", "masked": "einsum", "triangles": "einsum", "sddmm": "einsum"}
 SPMM_COLUMNS, SDDMM_COLUMNS, SPMSPV_DENSITY = 16, 32, 0.01
 TRIANGLES_EINSUM = "ij,jk,ik->"        # L L L: i > j > k, each triangle once; the same count as scipy's formula
 SDDMM_EINSUM = "ij,ik,jk->ij"
+MASKED_EINSUM = "ik,kj,ij->ij"          # C[i,j] = sum_k L[i,k] L[k,j] where L[i,j] is stored
 SLOW_FACTOR, SLOW_MIN_S = 10.0, 0.5    # a single call slower than both is not repeated
-SUPERLINEAR = ("spgemm", "triangles", "sddmm")
+SUPERLINEAR = ("spgemm", "masked", "triangles", "sddmm")
 GUARD_NNZ = 100_000                    # above this, SUPERLINEAR ops are probed in a child process first
 GUARD_MIN_S, CHILD_STARTUP_S = 2.0, 120.0
 PYDATA_DENSE_BYTES = 256 << 20         # pydata's SDDMM forms X @ Y^T densely
@@ -123,6 +125,7 @@ def scipy_call(op: str, d: Operands):
         "hadamard": lambda: A.multiply(A.T),
         "add": lambda: A + A.T,
         "spgemm": lambda: A @ A,
+        "masked": lambda: (L @ L).multiply(L),
         "triangles": lambda: (L @ L.T).multiply(L).sum(),
         "sddmm": lambda: _scipy_sddmm(A, d.XL, d.YL),
     }[op]
@@ -147,6 +150,7 @@ def splyce_call(op: str, d: Operands, threads: int | None = None):
         "hadamard": lambda: splyce.multiply(A, A.T, **kw),
         "add": lambda: splyce.add(A, A.T, **kw),
         "spgemm": lambda: splyce.matmul(A, A, **kw),
+        "masked": lambda: splyce.einsum(MASKED_EINSUM, L, L, L, **kw),
         "triangles": lambda: splyce.einsum(TRIANGLES_EINSUM, L, L, L, **kw),
         "sddmm": lambda: splyce.einsum(SDDMM_EINSUM, A, d.XL, d.YL, out_format="sparse", **kw),
     }[op]
@@ -163,6 +167,11 @@ def graphblas_call(op: str, d: Operands, nthreads: int = 1):
         C(L.S) << gb.semiring.plus_pair(L @ L.T)      # masked dot products: SuiteSparse's Sandia-dot count
         return C.reduce_scalar().new()
 
+    def masked():
+        C = gb.Matrix(float, d.n, d.n)
+        C(L.S) << gb.semiring.plus_times(L @ L)
+        return C
+
     def sddmm():
         C = gb.Matrix(float, d.n, d.n)
         C(A.S) << gb.semiring.plus_times(g["XL"] @ g["YL"].T)
@@ -175,6 +184,7 @@ def graphblas_call(op: str, d: Operands, nthreads: int = 1):
         "hadamard": lambda: A.ewise_mult(A.T).new(),
         "add": lambda: A.ewise_add(A.T).new(),
         "spgemm": lambda: (A @ A).new(),
+        "masked": masked,
         "triangles": triangles,
         "sddmm": sddmm,
     }[op]
@@ -198,6 +208,7 @@ def pydata_call(op: str, d: Operands):
         "hadamard": lambda: A * A.T,
         "add": lambda: A + A.T,
         "spgemm": lambda: A @ A,
+        "masked": lambda: (L @ L) * L,
         "triangles": lambda: ((L @ L.T) * L).sum(),
         "sddmm": lambda: A * (d.XL @ d.YL.T),
     }[op]
@@ -418,7 +429,8 @@ def run(cfg: Config) -> Result:
             f"{BANDWIDTH_BYTES >> 20} MB). '<r' = at most r (the call was stopped); '1 call' entries were not "
             "repeated (slower than 10x scipy). Triangles: L = tril(A, -1) as a 0/1 pattern; scipy "
             f"(L @ L.T).multiply(L).sum(), the drop-in einsum('{TRIANGLES_EINSUM}', L, L, L), GraphBLAS masked "
-            f"plus_pair; SDDMM: drop-in einsum('{SDDMM_EINSUM}', A, X, Y, out_format='sparse'), scipy a row-wise "
+            f"plus_pair; masked SpGEMM: scipy (L @ L).multiply(L), the drop-in einsum('{MASKED_EINSUM}', L, L, L), "
+            "GraphBLAS C(L.S) << L @ L; SDDMM: drop-in einsum('{SDDMM_EINSUM}', A, X, Y, out_format='sparse'), scipy a row-wise "
             "dot product per stored entry. Matrix classes: docs/corpus.md.")
     return Result("real", "Realistic corpus: drop-ins vs scipy, SuiteSparse:GraphBLAS and pydata-sparse", COLUMNS,
                   rows, note, plot=_plot_summary, preface=summary_tables(rows),
