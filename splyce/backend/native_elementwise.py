@@ -16,9 +16,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from splyce.backend.ir_text import pool, row_chunks
 
 # Intersection: keep op(a, b) where both rows hold the column.
 _INTERSECT = """
@@ -324,21 +325,6 @@ def supported(dtype) -> bool:
 
 
 @functools.cache
-def _pool(workers: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="splyce-elementwise")
-
-
-def _row_chunks(work: np.ndarray, threads: int) -> list[tuple[int, int]]:
-    """Row ranges with about equal ``work`` (cumulative, length rows + 1)."""
-    m = len(work) - 1
-    if threads <= 1 or m <= 1:
-        return [(0, m)]
-    inner = np.searchsorted(work, work[-1] * np.arange(1, threads) / threads, side="left").tolist()
-    bounds = sorted(set([0, *inner, m]))
-    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
-
-
-@functools.cache
 def _memcmp():
     fn = ctypes.CDLL(None).memcmp
     fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
@@ -449,7 +435,7 @@ def elementwise(op: str, a, b, dtype, threads: int = 1):
     with _lock:
         kernel = _kernel(op, dtype, pos_bits, crd_bits)
     work = ap.astype(np.int64) + bp if threads > 1 else None
-    chunks = _row_chunks(work, threads) if work is not None else [(0, m)]
+    chunks = row_chunks(work, threads) if work is not None else [(0, m)]
 
     def run(chunk):
         lo, hi = chunk
@@ -462,7 +448,7 @@ def elementwise(op: str, a, b, dtype, threads: int = 1):
                        bv.ctypes.data, lo, hi, ends.ctypes.data, cols.ctypes.data, vals.ctypes.data)
         return cols, vals, ends, int(count)
 
-    parts = list(_pool(threads).map(run, chunks)) if len(chunks) > 1 else [run(chunks[0])]
+    parts = list(pool(threads).map(run, chunks)) if len(chunks) > 1 else [run(chunks[0])]
     nnz = sum(p[3] for p in parts)
     if len(parts) == 1:
         cols, vals, ends, _ = parts[0]

@@ -18,9 +18,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from splyce.backend.ir_text import pool
 
 _PRODUCT = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi,
@@ -228,11 +229,6 @@ def _chunks(prefix: np.ndarray, threads: int) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
 
 
-@functools.cache
-def _pool(workers: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="splyce-spgemm")
-
-
 class Product:
     """The CSR parts of ``A @ B`` and the work it took (``work``: rows + flops, the counter tests use)."""
 
@@ -268,7 +264,7 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1) -> Product:
         return cols, vals, ends, int(count)
 
     if len(chunks) > 1 and threads > 1:
-        parts = list(_pool(threads).map(run, chunks))
+        parts = list(pool(threads).map(run, chunks))
     else:
         parts = [run(c) for c in chunks]
     nnz = sum(p[3] for p in parts)

@@ -311,8 +311,7 @@ def csr_times_dense(indptr, indices, data, x, threads: int = 1, coordinates_chec
         y = np.empty(m, dtype=data.dtype)
         with _lock:
             fn = _spmv(data.dtype, p, c, not coordinates_checked)
-        args = lambda lo, hi: (indptr.ctypes.data, indices.ctypes.data, data.ctypes.data, x.ctypes.data, n,  # noqa: E731
-                               lo, hi, y.ctypes.data)
+        extra = ()
     else:
         if not coordinates_checked:
             raise ValueError("SpMM needs coordinates checked before the call")
@@ -320,8 +319,12 @@ def csr_times_dense(indptr, indices, data, x, threads: int = 1, coordinates_chec
         y = np.empty((m, k), dtype=data.dtype)
         with _lock:
             fn = _spmm(data.dtype, p, c, k if k <= SPMM_FIXED else None)
-        args = lambda lo, hi: (indptr.ctypes.data, indices.ctypes.data, data.ctypes.data, x.ctypes.data, n,  # noqa: E731
-                               lo, hi, y.ctypes.data, k)
+        extra = (k,)
+
+    def args(lo, hi):
+        return (indptr.ctypes.data, indices.ctypes.data, data.ctypes.data, x.ctypes.data, n, lo, hi,
+                y.ctypes.data, *extra)
+
     chunks = _row_chunks(indptr, threads)
     if len(chunks) == 1:
         bad = fn(*args(0, m))

@@ -370,7 +370,6 @@ def _merge_rows(op: str, a, b, threads: int):
     structurally symmetric matrix and its transpose, a copy with new values), B's index arrays are only
     compared with A's, never followed, so they need no validation of their own."""
     from splyce.backend import native_elementwise
-    import scipy.sparse as sps
 
     A = _as_format(a, CSR, "a").tensor
     raw_b = _raw_csr(b)
