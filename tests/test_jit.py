@@ -108,7 +108,7 @@ def test_vectorized_stages_show_the_fast_lane_then_the_epilogue(name):
     # the decision comment, then in the kernel: the outer loop, the fast lane (vector loads of both
     # coordinate blocks, marked with the fast-lane attribute), then the original loop as the epilogue
     check_in_order(low.as_text("splyce"), [
-        re.compile(r"// splyce: @_internal_kernel loop 0: vectorized \([^)]*f64 i32-crd n=4 config 7\)"),
+        re.compile(r"// splyce: @_internal_kernel loop 0: vectorized \([^)]*f64 i32-crd n=4 config 7\b"),
         "func.func @kernel(", "func.func private @_internal_kernel(", "scf.for", "scf.while",
         re.compile(r"vector.load %\w+\[%\w+\] : memref<\?xi32>, vector<4xi32>"),
         re.compile(r"vector.load %\w+\[%\w+\] : memref<\?xi32>, vector<4xi32>"),
