@@ -61,6 +61,7 @@ def test_fast_lane_limited_to_comparable_lengths_and_scalar_loop_gallops(ctx):
         re.compile(r"arith\.shli %\w+, %c1\w*"),
         "scf.while",            # binary search in it
         re.compile(r"arith\.shrui %\w+, %c1\w*"),
+        re.compile(r"arith\.index_castui %\w+ : i1 to index"),  # branchless count in the last window
         "} else {",
         re.compile(r"scf\.if %\w+ -> \(index, index\)"),
         "scf.while",
@@ -122,6 +123,14 @@ def skewed(rng, rows, cols, dtype, width):
             hits = np.flatnonzero(o[r])
             if 0 < m[r].sum() < len(hits):
                 m[r, rng.choice(hits, min(len(hits), 3), replace=False)] = True
+    # edges: the short side's coordinates at both ends of a full long fiber, and past its end
+    pattern[0][rows - 2] = False
+    pattern[0][rows - 2, [0, 7, cols - 1]] = True
+    pattern[1][rows - 2] = True
+    pattern[0][rows - 1] = False
+    pattern[0][rows - 1, cols - 1] = True
+    pattern[1][rows - 1] = False
+    pattern[1][rows - 1, : cols - 1] = True
     out, dense = [], []
     fmt = splyce.CSR.with_widths(width, width)
     for m in pattern:
@@ -138,7 +147,7 @@ def skewed(rng, rows, cols, dtype, width):
 
 dtype, width = sys.argv[1], int(sys.argv[2])
 rng = np.random.default_rng(width + len(dtype))
-B, C, product = skewed(rng, 14, 1000, dtype, width)
+B, C, product = skewed(rng, 16, 1000, dtype, width)
 funs = {"row dot": lambda x, y: splyce.einsum("ij,ij->i", x, y),
         "elementwise": lambda x, y: splyce.multiply(x, y, out_format="dense")}
 checked = 0

@@ -23,7 +23,8 @@ from mlir.dialects import arith, memref, scf
 from splyce.passes.coiteration_match import Coiteration
 from splyce.passes.fast_lane import FastLaneBuilder, _apply_chain, _index
 
-CMPI_ULT, CMPI_UGE = 6, 9
+CMPI_ULT, CMPI_ULE, CMPI_UGT, CMPI_UGE = 6, 7, 8, 9
+WINDOW = 8  # positions counted branchlessly at the end of a search
 # The length ratio from which galloping beats the all-pairs fast lane: measured ~12 for n = 4 and ~8 for
 # n = 8, a clear win from 16 on for both (docs/passes.md).
 DEFAULT_GALLOP_RATIO = 16
@@ -36,19 +37,21 @@ def _coordinate(match: Coiteration, crd, position):
 
 
 def _lower_bound(match: Coiteration, crd, lo, hi, key):
-    """The first position p in [lo, hi) with crd[p] >= key, else hi (requires lo < hi): an exponential
-    search for a bracket [a, a + step] then a branchless binary search in it."""
+    """The first position p in [lo, hi) with crd[p] >= key, else hi (requires lo < hi). An exponential
+    search over blocks of WINDOW coordinates (probing each block's last coordinate) brackets it, a binary
+    search narrows the bracket to at most WINDOW positions, and a branchless count of the coordinates
+    below ``key`` in that window finishes: few dependent loads and one loop exit per search."""
     idx = ir.IndexType.get()
-    one = _index(1)
+    one, window = _index(1), _index(WINDOW)
     last = arith.subi(hi, one)
-    expo = scf.WhileOp([idx, idx], [lo, one])
+    expo = scf.WhileOp([idx, idx], [lo, window])
     before = expo.before.blocks.append(idx, idx)
     with ir.InsertionPoint(before):
         a, step = before.arguments
-        probe = arith.addi(a, step)
-        inside = arith.cmpi(CMPI_ULT, probe, hi)
-        safe = arith.select(inside, probe, last)  # an in-bounds load either way
-        below = arith.cmpi(CMPI_ULT, _coordinate(match, crd, safe), key)
+        end = arith.addi(a, step)
+        inside = arith.cmpi(CMPI_ULE, end, hi)
+        probe = arith.select(inside, arith.subi(end, one), last)  # an in-bounds load either way
+        below = arith.cmpi(CMPI_ULT, _coordinate(match, crd, probe), key)
         scf.condition(arith.andi(inside, below), [a, step])
     after = expo.after.blocks.append(idx, idx)
     with ir.InsertionPoint(after):
@@ -61,14 +64,24 @@ def _lower_bound(match: Coiteration, crd, lo, hi, key):
     before = search.before.blocks.append(idx, idx)
     with ir.InsertionPoint(before):
         lo_, hi_ = before.arguments
-        scf.condition(arith.cmpi(CMPI_ULT, lo_, hi_), [lo_, hi_])
+        scf.condition(arith.cmpi(CMPI_UGT, arith.subi(hi_, lo_), window), [lo_, hi_])
     after = search.after.blocks.append(idx, idx)
     with ir.InsertionPoint(after):
         lo_, hi_ = after.arguments
         mid = arith.shrui(arith.addi(lo_, hi_), one)
         below = arith.cmpi(CMPI_ULT, _coordinate(match, crd, mid), key)
         scf.yield_([arith.select(below, arith.addi(mid, one), lo_), arith.select(below, hi_, mid)])
-    return search.results[0]
+    lo_, hi_ = search.results
+    count = []
+    for i in range(WINDOW):
+        at = arith.addi(lo_, _index(i)) if i else lo_
+        inside = arith.cmpi(CMPI_ULT, at, hi_)
+        safe = arith.select(inside, at, last)
+        below = arith.andi(inside, arith.cmpi(CMPI_ULT, _coordinate(match, crd, safe), key))
+        count.append(arith.index_castui(idx, below))
+    while len(count) > 1:
+        count = [arith.addi(count[i], count[i + 1]) for i in range(0, len(count), 2)]
+    return arith.addi(lo_, count[0])
 
 
 def _skewed(long_rem, short_rem, ratio):
