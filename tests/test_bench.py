@@ -53,6 +53,7 @@ def test_subcommand_tiny(sub, tmp_path, capsys):
         k1 = [r for r in rows if r["workload"].startswith("K1")]
         assert len(k1) == 17 and {r["fast_math"] for r in k1[1:]} == {"on", "off"}
         assert {r["config"] for r in rows if r["workload"].startswith("skew")} >= {"baseline", "gallop=0"}
+        assert {r["config"] for r in rows if r["workload"].startswith("add")} == {"baseline", "union=off", "union=on"}
 
 
 def test_threads_subcommand(tmp_path):

@@ -47,6 +47,7 @@ class CompileOptions:
     profile: bool = False        # instrument fast lanes and epilogues (splyce.profile)
     threads: int = 1             # > 1: the outer loop takes [lo, hi) arguments (lowering/parallel.py)
     gallop: int = DEFAULT_GALLOP_RATIO  # intersections gallop from this fiber length ratio on; 0: never
+    union: bool = False          # the union fast lane (sparse add / subtract / maximum, dense output)
 
     def __post_init__(self):
         if not isinstance(self.vectorize, bool):
@@ -62,6 +63,8 @@ class CompileOptions:
         if not isinstance(self.gallop, int) or isinstance(self.gallop, bool) or self.gallop == 1 or \
                 not 0 <= self.gallop <= 1 << 16:
             raise ValueError(f"gallop must be 0 (off) or a fiber length ratio from 2 to 65536, got {self.gallop!r}")
+        if not isinstance(self.union, bool):
+            raise TypeError(f"union must be a bool, got {self.union!r}")
 
 
 @dataclass
@@ -158,7 +161,8 @@ def lower(trace: Trace, options: CompileOptions) -> Lowering:
 
             low.decisions = run_splyce_pass(module, SplyceOptions(
                 vector_width=options.vector_width, phases=options.phases, fast_math=options.fast_math,
-                profile=options.profile, gallop=options.gallop))
+                profile=options.profile, gallop=options.gallop,
+                union=options.union))
             module.operation.verify()
             record("splyce", threads_note + decisions_as_comments(low.decisions) + "\n" + str(module), start)
         else:

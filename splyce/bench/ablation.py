@@ -55,9 +55,12 @@ def run(cfg: Config) -> Result:
             f"2 multiply-accumulate, 3 pointer advance), S = SIMD, x = scalar; configuration {DEFAULT_PHASES} "
             f"({phase_bits(DEFAULT_PHASES)}) is splyce's default (the paper's best was 5). fast_math = reassociation allowed (Table 2), results then checked with rtol 1e-7.")
     rows += _gallop_rows(cfg)
+    rows += _union_rows(cfg)
     note += (f" Skew rows: `einsum('ij,ij->i')` of a CSR matrix with {SKEW_SHORT} coordinates per row and one "
              f"with ratio x {SKEW_SHORT} per row (the ratio cycling through 1..256 in the mixed workload); config "
-             f"gallop=R: galloping from fiber length ratio R on (0: the all-pairs fast lane only), default phases.")
+             f"gallop=R: galloping from fiber length ratio R on (0: the all-pairs fast lane only), default phases. "
+             f"Union rows: sparse add / subtract of two uniform 5 % CSR matrices into a dense output, the union "
+             f"fast lane off (default) and on.")
     return Result("ablation", "K1 phase ablation, strict and fast-math (paper Tables 1-2); galloping",
                   COLUMNS, rows, note, plot=_plot)
 
@@ -123,3 +126,45 @@ def _plot(rows, ax):
     ax.set_xticks(x, [f"{c}\n{phase_bits(c)}" for c in x])
     ax.set_ylabel("speedup vs plain sparsifier")
     ax.legend(fontsize=8)
+
+
+def _add_dense(b, c):
+    from splyce.tracer.tracer import add
+
+    return add(b, c, out_format="dense")
+
+
+def _subtract_dense(b, c):
+    from splyce.tracer.tracer import subtract
+
+    return subtract(b, c, out_format="dense")
+
+
+def _union_rows(cfg: Config) -> list[dict]:
+    """The union fast lane off / on for sparse add and subtract into a dense output."""
+    import scipy.sparse as sps
+
+    import splyce
+
+    n = 64 if cfg.tiny else (400 if cfg.quick else 2000)
+    rng = np.random.default_rng(0)
+    mats = [sps.random_array((n, n), density=0.05, format="csr", rng=rng) for _ in range(2)]
+    ops = [splyce.asarray(m) for m in mats]
+    out = []
+    for name, fun, ref in (("add", _add_dense, (mats[0] + mats[1]).toarray()),
+                           ("subtract", _subtract_dense, (mats[0] - mats[1]).toarray())):
+        candidates = {"baseline": (lambda f: lambda: f(*ops))(splyce.jit(fun, vectorize=False))}
+        for union in (False, True):
+            candidates[union] = (lambda f: lambda: f(*ops))(splyce.jit(fun, union=union))
+        t = measure(candidates, ref, cfg, desc=f"ablation {name}", rtol=1e-12)
+        base = t["baseline"].median
+        workload = f"{name} N={n} 5 %"
+        out.append({"workload": workload, "config": "baseline", "phases": "plain sparsifier", "fast_math": "",
+                    "median_s": base, "min_s": t["baseline"].min, "speedup_vs_baseline": 1.0,
+                    "compile_s": t["baseline"].compile})
+        for union in (False, True):
+            out.append({"workload": workload, "config": f"union={'on' if union else 'off'}",
+                        "phases": phase_bits(DEFAULT_PHASES), "fast_math": "", "median_s": t[union].median,
+                        "min_s": t[union].min, "speedup_vs_baseline": base / t[union].median,
+                        "compile_s": t[union].compile})
+    return out

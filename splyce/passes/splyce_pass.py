@@ -16,6 +16,8 @@ from mlir.dialects import memref
 from splyce.passes.coiteration_match import Coiteration, Decline, match_coiteration
 from splyce.passes.fast_lane import FastLaneBuilder, Plan, add_epilogue_count
 from splyce.passes.gallop_lane import DEFAULT_GALLOP_RATIO, add_galloping
+from splyce.passes.union_lane import UnionLaneBuilder, simd_blocker
+from splyce.passes.union_match import Union, match_union
 
 PROFILE_COUNTERS_SYMBOL = "splyce_profile_counters"
 PROFILE_SLOTS = 3  # coordinates consumed by: fast lanes, scalar epilogue steps, galloping jumps
@@ -29,6 +31,7 @@ class SplyceOptions:
     fast_math: bool = False  # allow reassociating sums; off => bit-identical to the scalar loop
     profile: bool = False  # count coordinates consumed by fast lanes vs epilogues
     gallop: int = DEFAULT_GALLOP_RATIO  # length ratio from which intersections gallop; 0: never
+    union: bool = False  # the union fast lane (sparse add / subtract / maximum into a dense output)
 
     def __post_init__(self):
         if self.vector_width not in VECTOR_WIDTHS:
@@ -217,6 +220,31 @@ def _describe(match: Coiteration, options: SplyceOptions, builder: FastLaneBuild
     return text
 
 
+def _match(loop, options: SplyceOptions):
+    """The intersection match, else (for a union loop, when enabled) the union match, else the Decline."""
+    match = match_coiteration(loop)
+    if isinstance(match, Decline) and match.reason.startswith("union"):
+        if not options.union:
+            return Decline(match.reason + "; union fast lane off (union=False)")
+        union = match_union(loop)
+        if isinstance(union, Decline):
+            return Decline(f"union fast lane: {union.reason}")
+        return union
+    return match
+
+
+def _build_union(function: str, index: int, union: Union, plan: Plan, counters, options) -> LoopDecision:
+    blocker = simd_blocker(union, plan)
+    if blocker:
+        return LoopDecision(function, index, False, f"union fast lane: {blocker}")
+    hoist_fiber_bounds(union.head)
+    UnionLaneBuilder(union, plan).build()
+    if counters is not None:
+        add_epilogue_count(union.head, counters)
+    return LoopDecision(function, index, True, f"union fast lane: dense-output merge {union.both.element_type} "
+                        f"{union.head.crd_type}-crd n={options.vector_width}")
+
+
 def run_splyce_pass(module: ir.Module, options: SplyceOptions) -> list[LoopDecision]:
     """Transform the stage-1 ``module`` in place, verify it, and return one decision per scf.while."""
     decisions = []
@@ -226,15 +254,18 @@ def run_splyce_pass(module: ir.Module, options: SplyceOptions) -> list[LoopDecis
         for func in funcs:
             name = ir.StringAttr(func.operation.attributes["sym_name"]).value
             loops = _while_loops(func.operation)
-            matches = [(i, loop, match_coiteration(loop)) for i, loop in enumerate(loops)]
+            matches = [(i, loop, _match(loop, options)) for i, loop in enumerate(loops)]
             counters = None
-            if options.profile and any(isinstance(mt, Coiteration) for _, _, mt in matches):
+            if options.profile and any(isinstance(mt, (Coiteration, Union)) for _, _, mt in matches):
                 _profile_counters_global(module)
                 counters = _counters_in(func.operation)
             plan = Plan(options.vector_width, simd1, simd2, simd3, options.fast_math, counters)
             for index, loop, match in matches:
                 if isinstance(match, Decline):
                     decisions.append(LoopDecision(name, index, False, match.reason))
+                    continue
+                if isinstance(match, Union):
+                    decisions.append(_build_union(name, index, match, plan, counters, options))
                     continue
                 hoist_fiber_bounds(match)
                 builder = FastLaneBuilder(match, plan)

@@ -175,13 +175,13 @@ class Jitted:
 
     def __init__(self, fun, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast_math=False,
                  target="native", out_format=None, slp=None, profile=False, threads=1,
-                 gallop=DEFAULT_GALLOP_RATIO):
+                 gallop=DEFAULT_GALLOP_RATIO, union=False):
         if not callable(fun):
             raise TypeError(f"splyce.jit needs a callable, got {type(fun).__name__}")
         self.fun = fun
         self._target_name = target
         self._option_args = dict(vectorize=vectorize, vector_width=vector_width, phases=phases,
-                                 fast_math=fast_math, slp=slp, profile=profile, gallop=gallop,
+                                 fast_math=fast_math, slp=slp, profile=profile, gallop=gallop, union=union,
                                  threads=(os.cpu_count() or 1) if threads is None else threads)
         CompileOptions(**self._option_args)  # validate now, resolve the target lazily (no LLVM at import)
         if not (out_format is None or isinstance(out_format, Format) or out_format in OUT_FORMATS):
@@ -435,7 +435,7 @@ def _unflatten(tree, results):
 
 
 def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast_math=False, target="native",
-        out_format=None, slp=None, threads=1, gallop=DEFAULT_GALLOP_RATIO):
+        out_format=None, slp=None, threads=1, gallop=DEFAULT_GALLOP_RATIO, union=False):
     """Compile ``fun`` (a function of sparse / dense tensors) on first call per input signature.
 
     Usable as ``@splyce.jit`` and ``@splyce.jit(vectorize=False, ...)``. Options: ``vectorize`` (the Splyce
@@ -448,10 +448,12 @@ def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast
     dense outputs whose outer loop is parallel are split, others run on one thread: see
     ``lower(...).as_text("splyce")`` for the reason), ``gallop`` (intersections whose fibers' remaining
     lengths differ by this ratio or more skip ahead by exponential + binary search instead of the all-pairs
-    fast lane; 0: never; results are bit-identical either way).
+    fast lane; 0: never; results are bit-identical either way), ``union`` (the union fast lane for sparse
+    add / subtract / maximum into a dense output; bit-identical either way).
     """
     options = dict(vectorize=vectorize, vector_width=vector_width, phases=phases, fast_math=fast_math,
-                   target=target, out_format=out_format, slp=slp, threads=threads, gallop=gallop)
+                   target=target, out_format=out_format, slp=slp, threads=threads, gallop=gallop,
+                   union=union)
     if fun is None:
         return lambda f: Jitted(f, **options)
     return Jitted(fun, **options)
