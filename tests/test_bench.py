@@ -231,3 +231,26 @@ def test_real_two_thread_columns_when_the_dropin_takes_threads(monkeypatch):
     monkeypatch.setattr(real, "dropin_threads", lambda op: False)
     row = real.run_case(entry, d, "spmv", cfg)
     assert "splyce_t2_vs_graphblas_t2" not in row
+
+
+def test_dask_subcommand_tiny(tmp_path, capsys):
+    """2-worker LocalCluster: splyce.dask on 1 and 2 workers, checked bit for bit before timing."""
+    pytest.importorskip("distributed")
+    from splyce.bench import dask as dask_bench
+
+    assert cli.main(["dask", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
+    rows = _check_outputs(tmp_path, "dask", dask_bench.COLUMNS)
+    assert {r["op"].split()[0] for r in rows} == {"SpMV", "SpMM", "SpGEMM", "triangles"}
+    assert all(float(r["splyce_1w_s"]) > 0 and float(r["speedup_2w_vs_1w"]) > 0 for r in rows)
+
+
+def test_dask_bench_matrices():
+    from splyce.bench.dask import mesh3d, powerlaw_graph
+
+    mesh = mesh3d(4)
+    assert mesh.shape == (64, 64) and mesh.nnz == 8 * 8 + 24 * 12 + 24 * 18 + 8 * 27   # corners .. interior
+    assert (mesh != mesh.T).nnz == 0 and mesh.diagonal().tolist() == [26.0] * 64
+    graph = powerlaw_graph(2000, 8)
+    assert (graph != graph.T).nnz == 0 and graph.diagonal().sum() == 0 and set(graph.data) == {1.0}
+    degrees = np.diff(graph.indptr)
+    assert degrees.max() > 10 * np.median(degrees)            # skewed: hubs

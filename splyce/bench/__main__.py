@@ -17,7 +17,8 @@ SUBCOMMANDS = {
     "real": "real matrices shipped with installed packages (substitute for SuiteSparse, Table 4)",
     "threads": "K3 and K1 at 1..cpu_count threads, Splyce and the plain sparsifier (Figure 17)",
     "compile": "cold compile vs disk-cache load of K1-K5, results checked",
-    "all": "every subcommand above, in turn",
+    "dask": "SpMV, SpGEMM, triangles on a 2-worker Dask LocalCluster: 1 vs 2 workers, vs dask + pydata-sparse",
+    "all": "every subcommand above but dask, in turn",
 }
 ORDER = ["kernels", "ablation", "width", "sparsity", "real", "threads", "compile"]
 

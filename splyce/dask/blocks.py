@@ -103,6 +103,11 @@ def _row_sliced(x, bounds: list[int], prefix: str) -> da.Array:
     return _as_array(name, layer, [], chunks, sparse_meta(x))
 
 
+# pydata's COO constructor sorts and sums duplicates unless told not to, so every COO is canonical; row cuts,
+# padding and trimming keep it so (and skip its Numba sort, which compiles for seconds in a fresh process)
+_CANONICAL = {"has_duplicates": False, "sorted": True}
+
+
 def _pydata_rows(x, lo: int, hi: int):
     """Rows [lo, hi) of a pydata array with NumPy (its own slicing compiles Numba code for seconds)."""
     import sparse
@@ -111,7 +116,7 @@ def _pydata_rows(x, lo: int, hi: int):
     keep = (x.coords[0] >= lo) & (x.coords[0] < hi)
     coords = x.coords[:, keep]
     coords[0] -= lo
-    return sparse.COO(coords, x.data[keep], shape=(hi - lo,) + tuple(x.shape[1:]))
+    return sparse.COO(coords, x.data[keep], shape=(hi - lo,) + tuple(x.shape[1:]), **_CANONICAL)
 
 
 def row_blocks(x, rows: tuple[int, ...] | None = None) -> da.Array:
@@ -191,7 +196,7 @@ def pad_rows(x, rows: int):
         import sparse
 
         x = x if isinstance(x, sparse.COO) else x.tocoo()
-        return sparse.COO(x.coords, x.data, shape=shape)
+        return sparse.COO(x.coords, x.data, shape=shape, **_CANONICAL)
     out = np.zeros(shape, dtype=x.dtype)
     out[: x.shape[0]] = x
     return out
@@ -215,5 +220,5 @@ def trim_rows(x, rows: int):
         import sparse
 
         x = x if isinstance(x, sparse.COO) else x.tocoo()
-        return sparse.COO(x.coords, x.data, shape=shape)
+        return sparse.COO(x.coords, x.data, shape=shape, **_CANONICAL)
     return x[:rows]
