@@ -112,8 +112,19 @@ def _ops(A, rng):
          lambda d: d["PA"] @ d["PAw"]),
         ("triangles sum(L * (L @ L))", lambda: dropin.einsum("ij,ik,kj->", L, L, L),
          lambda d: splyce.einsum("ij,ik,kj->", d["L"], d["L"], d["Lw"]),
-         lambda d: ((d["PL"] @ d["PLw"]) * d["PL"]).sum()),
+         lambda d: _block_sums((d["PL"] @ d["PLw"]) * d["PL"]).sum()),
     ], L
+
+
+def _block_sum(block):
+    return np.asarray(block.sum().todense()).reshape(1, 1)
+
+
+def _block_sums(x):
+    """Each block's sum as NumPy: distributed's serializer drops the value of a 0-d pydata COO (its
+    fill_value), so ``x.sum()`` on pydata chunks returns 0 on a distributed cluster."""
+    return x.map_blocks(_block_sum, chunks=((1,) * x.numblocks[0], (1,) * x.numblocks[1]), dtype=x.dtype,
+                        meta=np.empty((0, 0), dtype=x.dtype))
 
 
 def _inputs(client, A, L, blocks: int, workers):
@@ -150,7 +161,7 @@ def run(cfg: Config) -> Result:
     import distributed
 
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None, silence_logs=logging.ERROR)
+                                       dashboard_address=":0", silence_logs=logging.ERROR)
     client = distributed.Client(cluster)
     rows = []
     try:

@@ -69,7 +69,7 @@ def sparse_meta(x, dtype=None):
     dtype = np.dtype(dtype if dtype is not None else x.dtype)
     family = _family(x)
     if family.startswith("scipy"):
-        return type(x)((0,) * x.ndim if x.ndim == 2 else (0, 0), dtype=dtype)
+        return type(x)((0,) * x.ndim, dtype=dtype)
     if family == "pydata":
         import sparse
 

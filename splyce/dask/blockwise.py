@@ -23,8 +23,7 @@ def _sample(x, rows: int):
     shape = (rows,) + tuple(x.shape[1:])
     family = type(meta).__module__.split(".")[0]
     if family == "scipy":
-        return type(meta)(shape, dtype=meta.dtype).asformat(meta.format) if meta.format != "csr" else \
-            type(meta)(shape, dtype=meta.dtype)
+        return type(meta)(shape, dtype=meta.dtype)
     if family == "sparse":
         import sparse
 

@@ -74,7 +74,9 @@ def _partitioned_graph(fn, parts: list, broadcast: list, order: list, out_chunks
     padded = max(rows) if rows else 0
     part_keys = [block_keys(p) for p in parts]
     bcast_keys = [single_key(b) for b in broadcast]
-    pad = tuple(kind == "p" for kind, _ in order)
+    # a dense block's padding rows would take part in a sum over the rows (0 * inf is NaN): then no padding
+    dense_sum = reduce and any(_family(p._meta) == "numpy" for p in parts)
+    pad = tuple(kind == "p" and not dense_sum for kind, _ in order)
     token = tokenize(fn, [p.name for p in parts], [b.name for b in broadcast], order, reduce)
     out = f"splyce-{name}-{token}"
     partial = f"splyce-{name}-block-{token}" if reduce else out
