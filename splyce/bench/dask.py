@@ -60,7 +60,7 @@ def matrices(cfg: Config):
     if cfg.tiny:
         return [("mesh3d 10^3, 27-point", mesh3d(10)), ("power-law graph", powerlaw_graph(3000, 8))]
     if cfg.quick:
-        return [("mesh3d 24^3, 27-point", mesh3d(24)), ("power-law graph", powerlaw_graph(30_000, 10))]
+        return [("mesh3d 16^3, 27-point", mesh3d(16)), ("power-law graph", powerlaw_graph(10_000, 10))]
     return [("mesh3d 56^3, 27-point", mesh3d(56)), ("power-law graph", powerlaw_graph(300_000, 16))]
 
 
