@@ -46,11 +46,15 @@ add = _binary("add", "Elementwise sum (a union of sparse operands).")
 subtract = _binary("subtract", "Elementwise difference (a union of sparse operands).")
 
 
-def einsum(subscripts, *operands, out_format=None, threads=1):
-    """NumPy's einsum (no ellipses, up to 4 operands of rank up to 4). ``threads`` (drop-in only): worker
-    threads, 1 by default as scipy, None for all cores; results are bit-identical for any count."""
+def einsum(subscripts, *operands, out_format=None, order=None, threads=1):
+    """NumPy's einsum (no ellipses, up to 4 operands of rank up to 4). Traced, ``order="ijk"`` pins the loop
+    order and the formulation as written (no fusion, operands used as stored). ``threads`` (drop-in only):
+    worker threads, 1 by default as scipy, None for all cores; results are bit-identical for any count."""
     if any(isinstance(x, Tracer) for x in operands):
-        return T.einsum(subscripts, *operands, out_format=out_format)
+        return T.einsum(subscripts, *operands, out_format=out_format, order=order)
+    if order is not None:
+        raise TypeError("einsum: order= pins a traced contraction's loop order inside @splyce.jit; the drop-in "
+                        "on concrete operands chooses its own formulation")
     if _any_dask(*operands):
         from splyce.dask import ops
 

@@ -24,7 +24,7 @@ from splyce.tracer.ir import Trace
 # reduction; scalar pointer advance) is faster on K1, K3, K5 (and K2 with AVX2 code): see README.
 DEFAULT_PHASES = 7
 
-STAGES = ("trace", "linalg", "scf", "splyce", "llvm", "asm")
+STAGES = ("trace", "plan", "linalg", "scf", "splyce", "llvm", "asm")
 
 
 @dataclass(frozen=True)

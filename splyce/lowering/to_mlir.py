@@ -101,20 +101,25 @@ def loop_order(node_inputs: list[tuple[str, TensorType]], output: str) -> str:
 
 
 def check_sparse_result(node: Node, output: str, order: str, reduces: bool) -> None:
-    """Sparse results the sparsifier can write directly: entries inserted in storage order, no reduction.
+    """Sparse results the sparsifier can write directly: entries inserted in storage order, every reduction
+    innermost (reduced to a scalar, then inserted).
 
-    A reduction into a sparse result makes the sparsifier use an ``i1`` workspace whose lowering aborts
-    the process in MLIR 22 (an assertion in MemRefToLLVM), so it is refused here with a clear error.
+    A reduction outside the output's loops makes the sparsifier use an expanded-access workspace with an
+    ``i1`` "filled" memref, whose lowering aborts the process in MLIR 22 (an assertion in MemRefToLLVM), so
+    it is refused here with a clear error.
     """
-    if reduces:
-        raise LoweringError(f"a sparse result ({node.type.format}) of a contraction with a reduction is not "
-                            "supported; request out_format='dense' (splyce.matmul on concrete operands "
-                            "returns scipy.sparse results)")
     stored = "".join(output[d] for d in node.type.format.order)
     if "".join(c for c in order if c in stored) != stored:
         raise LoweringError(f"the sparse result format {node.type.format} would be written out of storage "
                             f"order (loops {order!r}); request out_format='dense' or a format stored "
                             f"in loop order")
+    if reduces:
+        first_reduction = min(k for k, c in enumerate(order) if c not in output)
+        if any(order.index(c) > first_reduction for c in output):
+            raise LoweringError(f"a sparse result ({node.type.format}) of a contraction that reduces over "
+                                f"loop {order[first_reduction]!r} outside its output loops (order {order!r}) is "
+                                "not supported; request out_format='dense' (splyce.matmul on concrete "
+                                "operands returns scipy.sparse results)")
 
 
 def build_generic(inputs, input_subs: list[str], init, output: str, order: str, body):
@@ -165,7 +170,7 @@ def lower_contract(node: Node, ctx: _Context):
     # and zero-filling a fresh buffer per call (docs/toolchain.md). A sparse result reads it only to reduce.
     reduces = set("".join(params.inputs)) != set(params.output)
     reads_out = not node.type.is_sparse or reduces
-    order = loop_order([(s, a.type) for s, a in zip(params.inputs, node.args)], params.output)
+    order = params.order or loop_order([(s, a.type) for s, a in zip(params.inputs, node.args)], params.output)
     if node.type.is_sparse:
         check_sparse_result(node, params.output, order, reduces)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from splyce.planner.plan import Plan, make_plan
 from splyce.runtime import disk_cache
 from splyce.runtime import arguments
 from splyce.runtime import calls
@@ -55,9 +56,10 @@ class CacheKey:
 class Kernel:
     """One compiled specialization: its lowering, native entry point and output layout."""
 
-    def __init__(self, lowering: Lowering, result_tree):
+    def __init__(self, lowering: Lowering, result_tree, plan: Plan):
         self.lowering = lowering
         self.result_tree = result_tree
+        self.plan = plan
         self.trace = lowering.trace
         self._compiled = lowering.load()
         from splyce.lowering.to_mlir import ENTRY
@@ -73,6 +75,7 @@ class Kernel:
         return self._compiled
 
     def run(self, values: list, accumulate_into: np.ndarray | None = None):
+        values = self.plan.prepare(values)
         buffers = []
         for t, v in zip(self.trace.inputs, values):
             buffers.extend(arguments.flatten(t, v))
@@ -112,6 +115,11 @@ class Kernel:
             k += len(dtypes)
             results.append(_sparse_result(t, bufs))
         return results
+
+
+def _stored_entries(value) -> int:
+    """What the planner costs an operand by: stored entries of a sparse tensor, size of a dense array."""
+    return value.nnz if isinstance(value, SparseTensor) else int(np.size(value))
 
 
 def _outer_chunks(extent: int, threads: int, inputs, values) -> list[tuple[int, int]]:
@@ -239,6 +247,8 @@ class Jitted:
     def __call__(self, *args, **kwargs):
         if kwargs:
             raise TypeError("jitted functions take positional arguments only")
+        if any(isinstance(a, Tracer) for a in args):   # called from another jitted function: inline
+            return self.fun(*args)
         kernel, values = self.kernel_for(*args)
         return _unflatten(kernel.result_tree, kernel.run(values))
 
@@ -247,7 +257,7 @@ class Jitted:
         key, specs, values = self._key(args)
         kernel = self._cache.get(key)
         if kernel is None:
-            return self._compile(key, specs), values
+            return self._compile(key, specs, values), values
         with self._lock:
             self.hits += 1
         return kernel, values
@@ -255,7 +265,7 @@ class Jitted:
     def accumulate(self, out: np.ndarray, *args) -> np.ndarray:
         """``out += f(*args)`` in place, for a function with one dense result: the kernel accumulates
         straight into ``out`` (C-contiguous, the result's shape and dtype), so no result buffer is allocated
-        or zeroed. Benchmarks use it to time a kernel without its output allocation (KERNELS.md, K4)."""
+        or zeroed. Benchmarks use it to time a kernel without its output allocation (docs/kernels.md, K4)."""
         kernel, values = self.kernel_for(*args)
         outputs = kernel.trace.outputs
         if len(outputs) != 1 or outputs[0].type.is_sparse:
@@ -269,7 +279,7 @@ class Jitted:
         kernel.run(values, accumulate_into=out)
         return out
 
-    def _compile(self, key: CacheKey, specs) -> Kernel:
+    def _compile(self, key: CacheKey, specs, values) -> Kernel:
         with self._lock:
             lock = self._key_locks.setdefault(key, threading.Lock())
         with lock:
@@ -278,10 +288,10 @@ class Jitted:
                 with self._lock:
                     self.hits += 1
                 return kernel
-            traced = None if key in self._lowerings else self._trace(specs)
-            with self._machine_lock(key, traced):
-                lowering, tree = self._lower(key, specs, disk=True, traced=traced)
-                kernel = Kernel(lowering, tree)
+            planned = None if key in self._lowerings else self._plan(specs, values)
+            with self._machine_lock(key, planned):
+                lowering, tree, plan = self._lower(key, specs, values, disk=True, planned=planned)
+                kernel = Kernel(lowering, tree, plan)
                 if lowering.disk_key and not lowering.from_disk:
                     _store(lowering, kernel)
             with self._lock:
@@ -293,18 +303,25 @@ class Jitted:
                 self._cache[key] = kernel
             return kernel
 
-    def _machine_lock(self, key: CacheKey, traced):
+    def _machine_lock(self, key: CacheKey, planned):
         """The disk cache's lock on this kernel (processes on one machine compile it once), or none."""
-        if traced is None or not disk_cache.enabled():
+        if planned is None or not disk_cache.enabled():
             return contextlib.nullcontext()
-        return disk_cache.compile_lock(_disk_key(traced[0], key))
+        return disk_cache.compile_lock(_disk_key(planned[2].trace, key))
 
-    def _lower(self, key: CacheKey, specs, disk: bool = False, traced=None):
-        """The lowering for ``key``: from memory, else trace; then (``disk``) the disk cache, else compile.
-        The disk key is computed either way, so a kernel first asked for by ``lower()`` is still stored."""
+    def _plan(self, specs, values):
+        """Trace the function and plan it, costed for these operands' stored entries."""
+        source, tree = self._trace(specs)
+        return source, tree, make_plan(source, tuple(_stored_entries(v) for v in values))
+
+    def _lower(self, key: CacheKey, specs, values, disk: bool = False, planned=None):
+        """The lowering for ``key``: from memory, else trace and plan; then (``disk``) the disk cache, else
+        compile. The disk key is computed either way, so a kernel first asked for by ``lower()`` is still
+        stored."""
         cached = self._lowerings.get(key)
         if cached is None:
-            trace, tree = traced or self._trace(specs)
+            source, tree, plan = planned or self._plan(specs, values)
+            trace = plan.trace
             low = None
             disk_key = None
             if disk_cache.enabled():
@@ -317,7 +334,9 @@ class Jitted:
             if low is None:
                 low = lower(trace, key.options)
             low.disk_key = disk_key
-            cached = (low, tree)
+            low.texts["trace"] = source.as_text()
+            low.texts["plan"] = plan.as_text()
+            cached = (low, tree, plan)
             self._lowerings[key] = cached
         return cached
 
@@ -345,10 +364,10 @@ class Jitted:
         return Trace(tuple(inputs), tuple(leaves)), tree
 
     def lower(self, *args) -> Lowering:
-        """The IR of every stage for these arguments: ``.as_text("trace" | "linalg" | "scf" | "splyce" |
-        "llvm" | "asm")``. Works for any target, including CPUs this machine cannot run."""
-        key, specs, _ = self._key(args)
-        return self._lower(key, specs)[0]
+        """The IR of every stage for these arguments: ``.as_text("trace" | "plan" | "linalg" | "scf" |
+        "splyce" | "llvm" | "asm")``. Works for any target, including CPUs this machine cannot run."""
+        key, specs, values = self._key(args)
+        return self._lower(key, specs, values)[0]
 
     def cache_info(self) -> CacheInfo:
         return CacheInfo(self.hits, self.misses, len(self._cache), self.compiles, self.disk_hits)
@@ -440,7 +459,7 @@ def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast
 
     Usable as ``@splyce.jit`` and ``@splyce.jit(vectorize=False, ...)``. Options: ``vectorize`` (the Splyce
     pass; False gives the plain MLIR sparsifier), ``vector_width`` (the fast lane's n: 2, 4, 8, 16),
-    ``phases`` (1..8, which fast-lane phases run in SIMD, KERNELS.md numbering), ``fast_math`` (allow
+    ``phases`` (1..8, which fast-lane phases run in SIMD, docs/kernels.md numbering), ``fast_math`` (allow
     reassociating sums), ``target`` ("native", "avx2", "avx512" or an LLVM CPU name), ``out_format``
     ("dense", "sparse" or a Format for the results), ``slp`` (LLVM's SLP vectorizer; default: off where a
     fast lane was built), ``threads`` (run the outer loop's rows in that many contiguous chunks balanced by

@@ -125,15 +125,19 @@ def _canonical(value):
 
 @dataclass(frozen=True)
 class ContractParams:
-    """``out = scale * einsum(",".join(inputs) + "->" + output, *args)``."""
+    """``out = scale * einsum(",".join(inputs) + "->" + output, *args)``; ``order``: the loop order the
+    planner chose (outermost first), or None for the lowering's heuristic."""
 
     inputs: tuple[str, ...]
     output: str
     scale: float | int | None = None
+    order: str | None = None
 
     def __str__(self) -> str:
         text = ",".join(self.inputs) + "->" + self.output
-        return text if self.scale is None else f"{text}, scale={self.scale!r}"
+        if self.scale is not None:
+            text += f", scale={self.scale!r}"
+        return text if self.order is None else f"{text}, order={self.order}"
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,7 @@ def resolve_format(out_format, sparse_default: bool, sparse_like: list[Format], 
 
 
 def contract(nodes: list[Node], inputs: list[str], output: str, *, scale=None, out_format=None,
-             op: str = "einsum") -> Tracer:
+             op: str = "einsum", order: str | None = None) -> Tracer:
     """The one constructor for contraction nodes: checks subscripts against shapes and infers the type."""
     if not 1 <= len(nodes) <= MAX_OPERANDS:
         raise TraceError(f"{op}: between 1 and {MAX_OPERANDS} operands are supported, got {len(nodes)}")
@@ -173,7 +173,10 @@ def contract(nodes: list[Node], inputs: list[str], output: str, *, scale=None, o
     if scale is not None and _scalar_dtype(scale) == "float64" and not dtype.startswith("float"):
         dtype = "float64"   # NumPy 2 (NEP 50): a Python scalar is weak; it only turns ints into floats
     shape = tuple(sizes[c] for c in output)
-    params = ContractParams(tuple(inputs), output, scale)
+    if order is not None and (not isinstance(order, str) or sorted(order) != sorted(sizes)):
+        raise TraceError(f"{op}: order must list each index of {','.join(inputs)}->{output} once "
+                         f"(outermost loop first), got {order!r}")
+    params = ContractParams(tuple(inputs), output, scale, order)
     return Tracer(Node("contract", tuple(nodes), (params,), TensorType(shape, dtype, fmt)))
 
 
@@ -297,6 +300,9 @@ def parse_einsum(subscripts: str, nops: int) -> tuple[list[str], str]:
     return inputs, rhs
 
 
-def einsum(subscripts: str, *operands, out_format=None) -> Tracer:
+def einsum(subscripts: str, *operands, out_format=None, order: str | None = None) -> Tracer:
+    """``order`` pins the loop order (outermost first) and the formulation as written: the planner then
+    neither fuses, re-stores nor scatters this contraction's operands (the paper's kernels use it)."""
     inputs, output = parse_einsum(subscripts, len(operands))
-    return contract([_node(x, "einsum") for x in operands], inputs, output, out_format=out_format)
+    return contract([_node(x, "einsum") for x in operands], inputs, output, out_format=out_format,
+                    order=order)

@@ -1,0 +1,293 @@
+"""The planning stage: a traced function -> a fused trace with each contraction's formulation chosen by cost.
+
+``make_plan(trace, nnz)`` (``nnz``: the stored entries of each input of the first call) fuses contractions
+into their consumers where the cost model says it pays (planner/rewrite.py), then picks for every contraction
+its loop order and each operand's storage (kept, converted on the host to the storage order the loops need,
+or scattered into a dense array), and checks the memory the kernels will allocate against the budget. The
+plan is cached with the kernel (per input shapes, dtypes and formats); ``lower(...).as_text("plan")`` shows it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from splyce.planner import cost
+from splyce.planner.memory import budget_bytes, format_bytes
+from splyce.planner.rewrite import Fusion, substitute, uses, with_args, with_order
+from splyce.tensors.formats import Format
+from splyce.tracer.ir import ContractParams, Node, TensorType, Trace, walk
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a planned kernel input comes from: original input ``index``, stored as ``type`` (converted
+    on the host when ``converted``)."""
+
+    index: int
+    type: TensorType
+    converted: bool
+
+
+@dataclass(frozen=True)
+class Step:
+    node: Node                 # a contraction or combination of the planned trace
+    storage: tuple[str, ...]   # per operand: keep | convert | scatter | dense | "" (not costed)
+    cost: float                # expected steps (planner/cost.py)
+    entries: float             # expected stored entries of its result
+    nbytes: int                # memory of its result
+    result: bool               # a result of the function (else an intermediate the kernel allocates)
+
+
+@dataclass(frozen=True)
+class Plan:
+    source: Trace
+    trace: Trace               # what is lowered: fused, loop orders chosen, converted inputs appended
+    sources: tuple[Source, ...]
+    steps: tuple[Step, ...]
+    fusions: tuple[Fusion, ...]
+    nnz: tuple[int, ...]
+
+    @property
+    def cost(self) -> float:
+        return sum(step.cost for step in self.steps)
+
+    @property
+    def needs_conversion(self) -> bool:
+        return any(s.converted for s in self.sources)
+
+    def prepare(self, values: list) -> list:
+        """The kernel's operands from the call's (validated) operands: conversions the plan asks for."""
+        if not self.needs_conversion:
+            return values
+        from splyce.tensors.tensor import asarray
+
+        out = []
+        for s in self.sources:
+            value = values[s.index]
+            if s.converted:
+                if s.type.is_sparse:
+                    value = asarray(value, format=s.type.format)
+                else:
+                    value = np.ascontiguousarray(value.to_numpy())
+            out.append(value)
+        return out
+
+    def as_text(self) -> str:
+        names: dict[Node, str] = {}
+        for s_index, s in enumerate(self.sources):
+            names[_input_node(self.trace, s_index)] = f"%arg{s_index}"
+        lines = ["plan {"]
+        nnz = ", ".join(f"%arg{i}: {n}" for i, n in enumerate(self.nnz))
+        lines.append(f"  // costed for the first call's stored entries ({nnz})")
+        for s_index, s in enumerate(self.sources):
+            if s.converted:
+                how = f"stored as {s.type.format}" if s.type.is_sparse else "scattered into a dense array"
+                lines.append(f"  %arg{s_index} = convert %arg{s.index} ({how}) : {s.type}")
+        for f in self.fusions:
+            lines.append(f"  // fused {_describe(f.inner)} into {_describe(f.outer)}")
+        for k, step in enumerate(self.steps):
+            names[step.node] = f"%{k}"
+            operands = ", ".join(names.get(a, "?") for a in step.node.args)
+            storage = f" storage=({', '.join(step.storage)})" if any(step.storage) else ""
+            kind = "result" if step.result else "intermediate"
+            lines.append(f"  %{k} = {step.node.op}[{', '.join(str(p) for p in step.node.params)}]({operands})"
+                         f" : {step.node.type}")
+            lines.append(f"      // cost ~{step.cost:.3g} steps{storage}; {kind} ~{step.entries:.3g} entries, "
+                         f"{format_bytes(step.nbytes)}")
+        results = ", ".join(names.get(o, "?") for o in self.trace.outputs)
+        lines.append(f"  return {results}")
+        lines.append(f"  // total cost ~{self.cost:.3g} steps; kernel memory "
+                     f"{format_bytes(sum(s.nbytes for s in self.steps))} (budget {format_bytes(budget_bytes())})")
+        lines.append("}")
+        return "\n".join(lines)
+
+
+def _input_node(trace: Trace, index: int) -> Node:
+    return Node("input", (), (index,), trace.inputs[index])
+
+
+def _describe(node: Node) -> str:
+    return f"{node.op}[{node.params[0] if node.params else ''}] : {node.type}"
+
+
+class Planner:
+    """Per-plan state: the expected entries of each node and its cheapest formulation (memoized; nodes are
+    hash-consed, so identity keys are structural)."""
+
+    def __init__(self, trace: Trace, nnz: tuple[int, ...]):
+        self.trace = trace
+        self.nnz = nnz
+        self._entries: dict[Node, float] = {}
+        self._choice: dict[Node, cost.Choice | None] = {}
+
+    # -- statistics ------------------------------------------------------------------------------------
+    def entries(self, node: Node) -> float:
+        found = self._entries.get(node)
+        if found is not None:
+            return found
+        size = float(math.prod(node.type.shape))
+        if node.op == "input":
+            value = float(self.nnz[node.params[0]]) if node.type.is_sparse else size
+        elif not node.type.is_sparse:
+            value = size
+        elif node.op == "contract":
+            choice = self.choice(node)
+            value = choice.out_entries if choice else size
+        else:   # a union
+            value = min(size, sum(self.entries(a) for a in node.args))
+        self._entries[node] = value
+        return value
+
+    def operands(self, node: Node) -> list[cost.Operand]:
+        params: ContractParams = node.params[0]
+        return [cost.Operand(subs, arg.type.shape, self.entries(arg),
+                             arg.type.format.order if arg.type.is_sparse else None,
+                             convertible=arg.op == "input", walked=_walked(arg.type))
+                for subs, arg in zip(params.inputs, node.args)]
+
+    def choice(self, node: Node) -> cost.Choice | None:
+        if node in self._choice:
+            return self._choice[node]
+        params: ContractParams = node.params[0]
+        out_stored = None
+        if node.type.is_sparse:
+            out_stored = "".join(params.output[d] for d in node.type.format.order)
+        if params.order is not None:   # pinned by the user (einsum(..., order=)): formulation as written
+            found = cost.evaluate(self.operands(node), params.output, out_stored, params.order)
+        else:
+            found = cost.choose(self.operands(node), params.output, out_stored, _heuristic_order(node))
+        self._choice[node] = found
+        return found
+
+    def node_cost(self, node: Node) -> float:
+        if node.op != "contract":
+            return float(math.prod(node.type.shape)) if not node.type.is_sparse else self.entries(node)
+        choice = self.choice(node)
+        return choice.cost if choice else math.inf
+
+    # -- fusion ----------------------------------------------------------------------------------------
+    def fuse(self) -> tuple[tuple[Node, ...], list[Fusion]]:
+        outputs = self.trace.outputs
+        fusions: list[Fusion] = []
+        for _ in range(64):   # each pass fuses at least one pair, or stops
+            count = uses(outputs)
+            mapping: dict[Node, Node] = {}
+            changed = False
+            for node in walk(outputs):
+                new = with_args(node, tuple(mapping.get(a, a) for a in node.args))
+                if new.op == "contract":
+                    for position, old_arg in enumerate(node.args):
+                        inner = new.args[position]
+                        if count.get(old_arg) != 1 or inner.op != "contract" or _pinned(inner) or _pinned(new):
+                            continue
+                        fused = substitute(new, position)
+                        if fused is None or self.choice(fused) is None:
+                            continue
+                        if self.node_cost(fused) <= self.node_cost(inner) + self.node_cost(new):
+                            fusions.append(Fusion(inner, new, fused))
+                            new = fused
+                            changed = True
+                            break
+                mapping[node] = new
+            outputs = tuple(mapping[o] for o in outputs)
+            if not changed:
+                break
+        return outputs, fusions
+
+
+def _pinned(node: Node) -> bool:
+    return node.op == "contract" and node.params[0].order is not None
+
+
+def _walked(t: TensorType) -> tuple[bool, ...]:
+    """Per level of ``t``: compressed / singleton (walked) rather than dense (indexed)."""
+    return tuple(level.kind != "dense" for level in t.format.levels) if t.is_sparse else ()
+
+
+def _heuristic_order(node: Node) -> str:
+    from splyce.lowering.to_mlir import loop_order
+
+    params: ContractParams = node.params[0]
+    return loop_order([(s, a.type) for s, a in zip(params.inputs, node.args)], params.output)
+
+
+def make_plan(trace: Trace, nnz: tuple[int, ...]) -> Plan:
+    planner = Planner(trace, tuple(nnz))
+    outputs, fusions = planner.fuse()
+
+    sources = [Source(i, t, False) for i, t in enumerate(trace.inputs)]
+    slots: dict[tuple[int, TensorType], Node] = {}
+
+    def converted_input(arg: Node, type_: TensorType) -> Node:
+        key = (arg.params[0], type_)
+        if key not in slots:
+            sources.append(Source(arg.params[0], type_, True))
+            slots[key] = Node("input", (), (len(sources) - 1,), type_)
+        return slots[key]
+
+    mapping: dict[Node, Node] = {}
+    steps: list[Step] = []
+    result_nodes = set(outputs)
+    for node in walk(outputs):
+        new = with_args(node, tuple(mapping.get(a, a) for a in node.args))
+        storage: tuple[str, ...] = ("",) * len(node.args)
+        if node.op == "contract":
+            choice = planner.choice(node)
+            if choice is not None:
+                params: ContractParams = node.params[0]
+                args = list(new.args)
+                for k, (how, subs) in enumerate(zip(choice.storage, params.inputs)):
+                    arg = node.args[k]
+                    if how == "convert":
+                        args[k] = converted_input(arg, _stored_in_order(arg.type, subs, choice.order))
+                    elif how == "scatter":
+                        args[k] = converted_input(arg, TensorType(arg.type.shape, arg.type.dtype, None))
+                new = with_order(with_args(new, tuple(args)), choice.order)
+                storage = choice.storage
+        mapping[node] = new
+        if node.op != "input":
+            entries = planner.entries(node)
+            steps.append(Step(new, storage, planner.node_cost(node), entries, _nbytes(node.type, entries),
+                              node in result_nodes))
+    planned = Trace(tuple(s.type for s in sources), tuple(mapping[o] for o in outputs))
+    plan = Plan(trace, planned, tuple(sources), tuple(steps), tuple(fusions), tuple(nnz))
+    check_memory(plan)
+    return plan
+
+
+def _stored_in_order(t: TensorType, subs: str, order: str) -> TensorType:
+    """``t`` re-stored with its levels in loop order (same level kinds and index widths)."""
+    fmt = t.format
+    dims = tuple(sorted(range(len(subs)), key=lambda d: order.index(subs[d])))
+    return TensorType(t.shape, t.dtype, Format(fmt.levels, dims, fmt.pos_width, fmt.crd_width))
+
+
+def _nbytes(t: TensorType, entries: float) -> int:
+    item = np.dtype(t.dtype).itemsize
+    if not t.is_sparse:
+        return int(math.prod(t.shape)) * item
+    levels = len(t.format.levels)
+    return int(entries * (item + levels * t.format.crd_width // 8) + entries * t.format.pos_width // 8)
+
+
+def check_memory(plan: Plan) -> None:
+    """Raise MemoryError, before anything is compiled or allocated, when the kernels' results and
+    intermediates would not fit the memory budget."""
+    total = sum(step.nbytes for step in plan.steps)
+    limit = budget_bytes()
+    if total <= limit:
+        return
+    worst = max(plan.steps, key=lambda s: s.nbytes)
+    what = "an intermediate" if not worst.result else "a result"
+    hint = ("multiply it elementwise by a sparse operand or reduce it (e.g. ((l @ l) * l).sum()) in the same "
+            "jitted function so that the planner fuses it away, or ask for a sparse result "
+            "(out_format='sparse')") if not worst.node.type.is_sparse else "split the problem"
+    raise MemoryError(
+        f"splyce: the plan needs {format_bytes(total)}, over the memory budget of {format_bytes(limit)}: "
+        f"{what} {_describe(worst.node)} takes {format_bytes(worst.nbytes)}; {hint}. "
+        f"The budget is set by splyce.set_memory_budget(nbytes) or SPLYCE_MEMORY_BUDGET.")
+
+

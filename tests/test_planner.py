@@ -1,0 +1,169 @@
+"""The planner: fusion of masked / reduced products, formulation by cost, the memory guard."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+import splyce
+from splyce.planner import cost
+from filecheck import check_in_order
+
+
+def _tril_graph(n: int, per_row: int, seed: int) -> sps.csr_array:
+    """A symmetric random pattern (about ``per_row`` neighbours), strictly lower triangle, values 1."""
+    rng = np.random.default_rng(seed)
+    rows = np.repeat(np.arange(n), per_row)
+    cols = rng.integers(0, n, n * per_row)
+    a = sps.coo_array((np.ones(n * per_row), (rows, cols)), shape=(n, n)).tocsr()
+    a = ((a + a.T) > 0).astype(np.float64)
+    low = sps.tril(a, -1, format="csr")
+    low.sort_indices()
+    return sps.csr_array(low)
+
+
+def _plan(f, *args):
+    kernel, _ = f.kernel_for(*args)
+    return kernel.plan
+
+
+def test_triangle_counting_fuses_into_one_contraction_without_a_dense_intermediate():
+    low = _tril_graph(400, 6, 1)
+    f = splyce.jit(lambda l: ((l @ l) * l).sum())
+    assert f(low) == pytest.approx((low @ low).multiply(low).sum(), rel=1e-12)
+    plan = _plan(f, low)
+    assert len(plan.steps) == 1 and len(plan.fusions) == 2
+    (step,) = plan.steps
+    assert len(step.node.args) == 3 and step.node.type.shape == () and step.nbytes == 8
+    check_in_order(f.lower(low).as_text("plan"), ["// fused contract[ik,kj->ij]", "// fused contract[",
+                                                  "= contract[", "->, order=", "storage=(keep, keep, keep)"])
+
+
+def test_masked_product_returns_the_mask_pattern_and_never_materializes_a_dense_product():
+    a, b = _tril_graph(300, 5, 2), _tril_graph(300, 5, 3).T.tocsr()
+    m = _tril_graph(300, 4, 4)
+    f = splyce.jit(lambda a, b, m: (a @ b) * m)
+    out = f(a, b, m)
+    expected = (a @ b).multiply(m)
+    assert sps.issparse(out) and out.format == "csr"
+    np.testing.assert_allclose(out.toarray(), expected.toarray(), rtol=1e-14)
+    plan = _plan(f, a, b, m)
+    assert len(plan.steps) == 1 and all(s.node.type.is_sparse for s in plan.steps)
+    assert max(s.nbytes for s in plan.steps) < 300 * 300 * 8 / 10
+
+
+def test_sddmm_with_dense_factors_is_driven_by_the_mask():
+    rng = np.random.default_rng(5)
+    m = _tril_graph(200, 5, 6)
+    x, y = rng.random((200, 8)), rng.random((200, 8))
+    f = splyce.jit(lambda m, x, y: m * (x @ y.T))
+    out = f(m, x, y)
+    np.testing.assert_allclose(out.toarray(), m.multiply(x @ y.T).toarray(), rtol=1e-13)
+    (step,) = _plan(f, m, x, y).steps
+    assert step.node.type.is_sparse and step.node.params[0].order.endswith(
+        [c for c in "abcdefgh" if c not in step.node.params[0].output][0])
+
+
+@pytest.mark.parametrize("case", ["elementwise-sum", "quadratic-form"])
+def test_reductions_of_products_become_one_contraction(case):
+    rng = np.random.default_rng(7)
+    a = sps.random_array((120, 120), density=0.05, format="csr", rng=8)
+    if case == "elementwise-sum":
+        b = sps.random_array((120, 120), density=0.05, format="csr", rng=9)
+        f, args, expected = splyce.jit(lambda a, b: (a * b).sum()), (a, b), a.multiply(b).sum()
+    else:
+        v = rng.random(120)
+        f, args, expected = splyce.jit(lambda a, v: v @ (a @ v)), (a, v), v @ (a @ v)
+    assert f(*args) == pytest.approx(expected, rel=1e-12)
+    plan = _plan(f, *args)
+    assert len(plan.steps) == 1 and plan.steps[0].node.type.shape == ()
+
+
+def test_scalar_factor_folds_into_the_product():
+    a = sps.random_array((60, 60), density=0.1, format="csr", rng=10)
+    h = np.random.default_rng(11).random((60, 60))
+    f = splyce.jit(lambda w, h: w @ h * 0.25)
+    np.testing.assert_allclose(f(a, h), (a @ h) * 0.25, rtol=1e-14)
+    (step,) = _plan(f, a, h).steps
+    assert step.node.params[0].scale == 0.25
+
+
+def test_chained_products_that_are_cheaper_apart_stay_apart():
+    a, b = (sps.random_array((80, 80), density=0.05, format="csr", rng=s) for s in (12, 13))
+    c = np.random.default_rng(14).random((80, 3))
+    f = splyce.jit(lambda a, b, c: a @ (b @ c))
+    np.testing.assert_allclose(f(a, b, c), a @ (b @ c), rtol=1e-12)
+    assert len(_plan(f, a, b, c).steps) == 2
+
+
+def test_pinned_order_is_kept_as_written():
+    a = sps.random_array((50, 50), density=0.2, format="csr", rng=15)
+    b = sps.random_array((50, 50), density=0.2, format="csc", rng=16)
+    f = splyce.jit(lambda a, b: splyce.einsum("ik,kj->ij", a, b, order="ijk"))
+    (step,) = _plan(f, a, b).steps
+    assert step.node.params[0].order == "ijk" and step.storage == ("keep", "keep")
+    with pytest.raises(ValueError, match="order must list each index of ik,kj->ij once"):
+        splyce.jit(lambda a, b: splyce.einsum("ik,kj->ij", a, b, order="ij"))(a, b)
+    with pytest.raises(TypeError, match="order= pins a traced contraction"):
+        splyce.einsum("ik,kj->ij", a, b, order="ijk")
+
+
+def test_spmv_with_a_sparse_vector_scatters_it_instead_of_intersecting():
+    a = sps.random_array((3000, 3000), density=0.01, format="csr", rng=17)
+    x = sps.random_array((3000,), density=0.3, format="coo", rng=18)
+    f = splyce.jit(lambda a, x: a @ x)
+    np.testing.assert_allclose(f(a, x), a @ x.toarray(), rtol=1e-13)
+    (step,) = _plan(f, a, x).steps
+    assert step.storage == ("keep", "scatter")
+
+
+def test_numpy_vectors_stay_dense():
+    a = sps.random_array((500, 500), density=0.02, format="csr", rng=19)
+    v = np.random.default_rng(20).random(500)
+    f = splyce.jit(lambda a, v: a @ v)
+    np.testing.assert_allclose(f(a, splyce.asarray(v)), a @ v, rtol=1e-13)
+    (step,) = _plan(f, a, splyce.asarray(v)).steps
+    assert step.storage == ("keep", "dense")
+
+
+def test_work_grows_linearly_with_rows_at_fixed_nonzeros_per_row():
+    """Triangle counting's planned work (the cost model's step count) doubles when N doubles at a fixed
+    number of nonzeros per row: the fused plan is O(nnz + flops), not O(N^2)."""
+    f = splyce.jit(lambda l: ((l @ l) * l).sum())
+    costs = [_plan(f, _tril_graph(n, 6, 21)).cost for n in (2000, 4000, 8000)]
+    assert 1.7 < costs[1] / costs[0] < 2.3 and 1.7 < costs[2] / costs[1] < 2.3
+
+
+def test_cost_model_counts_two_finger_merges_and_converts_when_that_pays():
+    def ops(convertible):
+        return [cost.Operand("ik", (100, 100), 500.0, (0, 1), convertible, (False, True)),
+                cost.Operand("jk", (100, 100), 500.0, (0, 1), convertible, (False, True))]
+    stuck = cost.choose(ops(False), "ij", None, None)
+    # inner products: i, j dense (10^4 points), each merging two fibers of 5 entries, plus the 10^4 output
+    assert stuck.order in ("ijk", "jik") and stuck.storage == ("keep", "keep") and 1e5 < stuck.cost < 2e5
+    free = cost.choose(ops(True), "ij", None, None)
+    # re-storing one operand (k, j) gives the row-wise product: O(flops + output), far cheaper
+    assert free.order in ("ikj", "jki") and "convert" in free.storage and free.cost < stuck.cost / 4
+
+
+def test_memory_budget_refuses_a_dense_intermediate_before_running():
+    low = _tril_graph(3000, 4, 22)
+    f = splyce.jit(lambda l: l @ l)    # a dense 3000 x 3000 result: 72 MB
+    splyce.set_memory_budget(10_000_000)
+    try:
+        with pytest.raises(MemoryError, match=r"the plan needs 72\.0 MB, over the memory budget of 10\.0 MB: "
+                                              r"a result contract\[ik,kj->ij"):
+            f(low)
+        fused = splyce.jit(lambda l: ((l @ l) * l).sum())   # the fused form fits
+        assert fused(low) == pytest.approx((low @ low).multiply(low).sum())
+    finally:
+        splyce.set_memory_budget(None)
+    with pytest.raises(ValueError, match="positive number of bytes"):
+        splyce.set_memory_budget(-1)
+
+
+def test_nested_jitted_functions_inline():
+    inner = splyce.jit(lambda a, b: a * b)
+    outer = splyce.jit(lambda a, b: inner(a, b).sum())
+    a, b = (sps.random_array((40, 40), density=0.2, format="csr", rng=s) for s in (23, 24))
+    assert outer(a, b) == pytest.approx(a.multiply(b).sum(), rel=1e-12)
+    assert len(_plan(outer, a, b).steps) == 1
