@@ -167,3 +167,12 @@ def test_nested_jitted_functions_inline():
     a, b = (sps.random_array((40, 40), density=0.2, format="csr", rng=s) for s in (23, 24))
     assert outer(a, b) == pytest.approx(a.multiply(b).sum(), rel=1e-12)
     assert len(_plan(outer, a, b).steps) == 1
+
+
+def test_sparse_results_of_reductions_run_with_the_reduction_innermost():
+    a = sps.random_array((30, 40), density=0.2, format="csr", rng=25)
+    rows = splyce.jit(lambda x: splyce.einsum("ij->i", x, out_format=splyce.SPARSE_VECTOR))(a)
+    np.testing.assert_allclose(rows.to_numpy(), a.sum(axis=1), rtol=1e-14)
+    b = sps.random_array((40, 20), density=0.2, format="csr", rng=26)
+    prod = splyce.jit(lambda x, y: splyce.matmul(x, y, out_format="sparse"))(a, b)
+    np.testing.assert_allclose(prod.toarray(), (a @ b).toarray(), rtol=1e-14)
