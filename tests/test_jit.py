@@ -97,7 +97,7 @@ def test_scf_stage_has_the_innermost_two_finger_loop(name):
 
 
 # What every kernel's stages show, in order (float64 values, scipy's int32 indices, a CSR-like operand).
-TRACE_PATTERNS = ["trace(%arg0: ", re.compile(r"%0 = contract\[[a-z,]+->[a-z]*\]\(%arg0, %arg1"), "return %0"]
+TRACE_PATTERNS = ["trace(%arg0: ", re.compile(r"%0 = contract\[[a-z,]+->[a-z]*, order=[a-z]+\]\(%arg0, %arg1"), "return %0"]
 LINALG_PATTERNS = [
     re.compile(r"#sparse\d* = #sparse_tensor.encoding<\{ map = \(d0[^)]*\) -> \(d0 : dense, d1 : compressed"
                r".*posWidth = 32, crdWidth = 32 \}>"),

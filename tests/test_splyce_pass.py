@@ -356,16 +356,19 @@ FAST_MATH_TOL = {"float64": dict(rtol=1e-12, atol=1e-12), "float32": dict(rtol=1
 
 def _exec_kernels():
     import splyce
-    from splyce.tracer.tracer import einsum, multiply
+    from splyce.tracer.tracer import einsum
 
     return {
-        # name: (function, [(shape, format or None for dense)])
-        "K1": (lambda B, C: B @ C, [((6, 48), splyce.CSR), ((48, 5), splyce.CSC)]),
-        "K2": (lambda B, c: B @ c, [((6, 48), splyce.CSR), ((48,), splyce.SPARSE_VECTOR)]),
-        "K3": (lambda B, C, D: einsum("ikl,kj,lj->ij", B, C, D),
+        # name: (function, [(shape, format or None for dense)]); the paper's formulations, pinned as written
+        "K1": (lambda B, C: einsum("ik,kj->ij", B, C, order="ijk"), [((6, 48), splyce.CSR), ((48, 5), splyce.CSC)]),
+        "K2": (lambda B, c: einsum("ik,k->i", B, c, order="ik"),
+               [((6, 48), splyce.CSR), ((48,), splyce.SPARSE_VECTOR)]),
+        "K3": (lambda B, C, D: einsum("ikl,kj,lj->ij", B, C, D, order="ijkl"),
                [((3, 3, 48), splyce.csf(3)), ((3, 4), None), ((48, 4), splyce.CSC)]),
-        "K4": (lambda B, C: multiply(B, C, out_format="dense"), [((6, 48), splyce.CSR), ((6, 48), splyce.CSR)]),
-        "K5": (lambda B, C: einsum("ijk,kl->ijl", B, C), [((2, 3, 48), splyce.csf(3)), ((48, 4), splyce.CSC)]),
+        "K4": (lambda B, C: einsum("ij,ij->ij", B, C, out_format="dense", order="ij"),
+               [((6, 48), splyce.CSR), ((6, 48), splyce.CSR)]),
+        "K5": (lambda B, C: einsum("ijk,kl->ijl", B, C, order="ijlk"),
+               [((2, 3, 48), splyce.csf(3)), ((48, 4), splyce.CSC)]),
     }
 
 
