@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Format", "Level", "CSR", "CSC", "DCSR", "DCSC", "COO", "SPARSE_VECTOR", "csf", "dense",
     "SparseTensor", "asarray", "jit", "matmul", "multiply", "einsum", "add", "subtract", "profile",
-    "clear_cache", "set_memory_budget",
+    "clear_cache", "set_memory_budget", "maximum", "minimum",
 ]
 
 # The compiler-facing names load lazily (PEP 562) so that `import splyce` stays cheap.
@@ -19,6 +19,7 @@ _LAZY = {
     "jit": "splyce.runtime.dispatcher", "matmul": "splyce.api", "multiply": "splyce.api", "einsum": "splyce.api",
     "add": "splyce.api", "subtract": "splyce.api", "profile": "splyce.runtime.profiling",
     "clear_cache": "splyce.runtime.dispatcher", "set_memory_budget": "splyce.planner.memory",
+    "maximum": "splyce.api", "minimum": "splyce.api",
 }
 
 

@@ -62,3 +62,21 @@ def einsum(subscripts, *operands, out_format=None, order=None, threads=1):
     from splyce.planner import dropin
 
     return dropin.einsum(subscripts, *operands, out_format=out_format, threads=threads)
+
+
+def maximum(a, b, *, out_format=None):
+    """Elementwise maximum (NumPy's, NaN propagates) of traced operands; a sparse pair gives a sparse union.
+    Only inside ``@splyce.jit`` (on concrete operands use ``np.maximum`` / scipy's ``.maximum``)."""
+    return _traced_only("maximum", T.maximum, a, b, out_format)
+
+
+def minimum(a, b, *, out_format=None):
+    """Elementwise minimum, as ``maximum``."""
+    return _traced_only("minimum", T.minimum, a, b, out_format)
+
+
+def _traced_only(name, traced_op, a, b, out_format):
+    if isinstance(a, Tracer) or isinstance(b, Tracer):
+        return traced_op(a, b, out_format=out_format)
+    raise TypeError(f"splyce.{name} works inside @splyce.jit; on concrete operands use scipy's "
+                    f"a.{name}(b) or np.{name}")

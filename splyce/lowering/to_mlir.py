@@ -205,7 +205,76 @@ def lower_combine(node: Node, ctx: _Context):
     return build_generic(inputs, [subs, subs], init, subs, order, body)
 
 
-LOWERINGS = {"contract": lower_contract, "combine": lower_combine}
+def lower_ewise(node: Node, ctx: _Context):
+    """A fused elementwise expression (planner/elementwise.py) as one ``linalg.generic``."""
+    (expr,) = node.params
+    dtype = node.type.dtype
+    init = _init_tensor(node, ctx)
+    subs = "abcd"[: node.type.ndim]
+    any_sparse = any(a.type.is_sparse for a in node.args)
+
+    def body(args):
+        value = _expression(expr, args, node, dtype, any_sparse)
+        return value if node.type.is_sparse else binary("add", args[-1], value, dtype)
+
+    inputs = [ctx.values[a] for a in node.args]
+    order = loop_order([(subs, a.type) for a in node.args], subs)
+    if node.type.is_sparse:
+        check_sparse_result(node, subs, order, False)
+    return build_generic(inputs, [subs] * len(inputs), init, subs, order, body)
+
+
+def _expression(expr, args, node: Node, dtype: str, sparse: bool):
+    from mlir.dialects import arith, math
+
+    head = expr[0]
+    if head == "arg":
+        k = expr[1]
+        return cast(args[k], node.args[k].type.dtype, dtype)
+    if head == "const":
+        return constant(expr[1], dtype)
+    x = _expression(expr[1], args, node, dtype, sparse)
+    if head in ("add", "sub", "mul"):
+        return binary(head, x, _expression(expr[2], args, node, dtype, sparse), dtype)
+    if head == "abs":
+        return math.absf(x) if is_float(dtype) else math.absi(x)
+    if head == "pow":
+        result = x
+        for _ in range(expr[2] - 1):
+            result = binary("mul", result, x, dtype)
+        return result
+    if head == "div":
+        return arith.divf(x, constant(expr[2], dtype))
+    if head in ("max", "min"):
+        y = _expression(expr[2], args, node, dtype, sparse)
+        return _extremum(head, x, y, dtype, sparse)
+    raise LoweringError(f"internal error: unknown elementwise operation {head!r}")
+
+
+def _extremum(head: str, x, y, dtype: str, sparse: bool):
+    """NumPy's maximum / minimum (NaN propagates). Over sparse operands a ``sparse_tensor.binary`` tells
+    the sparsifier the union semantics: an entry stored on one side only meets an implicit zero."""
+    from mlir import ir
+    from mlir.dialects import arith, sparse_tensor
+
+    ops = {("max", True): arith.maximumf, ("min", True): arith.minimumf,
+           ("max", False): arith.maxsi, ("min", False): arith.minsi}
+    pick = ops[(head, is_float(dtype))]
+    if not sparse:
+        return pick(x, y)
+    typ = element_type(dtype)
+    op = sparse_tensor.BinaryOp(typ, x, y)
+    regions = ((op.overlapRegion, 2, lambda a: pick(a[0], a[1])),
+               (op.leftRegion, 1, lambda a: pick(a[0], constant(0, dtype))),
+               (op.rightRegion, 1, lambda a: pick(constant(0, dtype), a[0])))
+    for region, arity, build in regions:
+        block = region.blocks.append(*([typ] * arity))
+        with ir.InsertionPoint(block):
+            sparse_tensor.YieldOp([build(list(block.arguments))])
+    return op.result
+
+
+LOWERINGS = {"contract": lower_contract, "combine": lower_combine, "ewise": lower_ewise}
 
 
 def lower_trace(trace: Trace):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from splyce.planner import cost
+from splyce.planner.elementwise import expression_text, fuse_elementwise
 from splyce.planner.memory import budget_bytes, format_bytes
 from splyce.planner.rewrite import Fusion, substitute, uses, with_args, with_order
 from splyce.tensors.formats import Format
@@ -93,8 +94,9 @@ class Plan:
             operands = ", ".join(names.get(a, "?") for a in step.node.args)
             storage = f" storage=({', '.join(step.storage)})" if any(step.storage) else ""
             kind = "result" if step.result else "intermediate"
-            lines.append(f"  %{k} = {step.node.op}[{', '.join(str(p) for p in step.node.params)}]({operands})"
-                         f" : {step.node.type}")
+            params = (expression_text(step.node.params[0]) if step.node.op == "ewise"
+                      else ", ".join(str(p) for p in step.node.params))
+            lines.append(f"  %{k} = {step.node.op}[{params}]({operands}) : {step.node.type}")
             lines.append(f"      // cost ~{step.cost:.3g} steps{storage}; {kind} ~{step.entries:.3g} entries, "
                          f"{format_bytes(step.nbytes)}")
         results = ", ".join(names.get(o, "?") for o in self.trace.outputs)
@@ -217,6 +219,7 @@ def _heuristic_order(node: Node) -> str:
 def make_plan(trace: Trace, nnz: tuple[int, ...]) -> Plan:
     planner = Planner(trace, tuple(nnz))
     outputs, fusions = planner.fuse()
+    outputs, _ = fuse_elementwise(outputs, uses(outputs))
 
     sources = [Source(i, t, False) for i, t in enumerate(trace.inputs)]
     slots: dict[tuple[int, TensorType], Node] = {}

@@ -4,7 +4,12 @@ Every operation normalizes to one of three node kinds:
 - ``input``: the i-th argument (params: its position);
 - ``contract``: an einsum over 1-4 operands with an optional constant factor (matmul, einsum, elementwise
   ``*``, transpose, ``sum`` and scalar multiplication all become this);
-- ``combine``: elementwise ``+`` / ``-`` of same-shaped operands (a union: an entry stored in either operand).
+- ``combine``: elementwise ``+`` / ``-`` (params: +1 / -1), ``maximum`` / ``minimum`` ("max" / "min") of
+  same-shaped operands (a union: an entry stored in either operand);
+- ``map``: a zero-preserving elementwise function of one operand (params: ``("abs",)``, ``("pow", k)``,
+  ``("div", scalar)``);
+- ``ewise``: built by the planner only: a fused elementwise expression over its operands (params: the
+  expression as nested tuples, see planner/elementwise.py).
 
 Nodes are hash-consed (one object per distinct structure), so equality is identity and a trace prints and
 keys in time linear in its distinct nodes.
@@ -56,7 +61,7 @@ class Node:
     tree). Immutable once built."""
 
     __slots__ = ("op", "args", "params", "type", "__weakref__")
-    op: str                       # "input" | "contract" | "combine"
+    op: str                       # "input" | "contract" | "combine" | "map" | "ewise"
     args: tuple["Node", ...]
     params: tuple                 # hashable op parameters (see the module docstring)
     type: TensorType

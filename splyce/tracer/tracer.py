@@ -68,9 +68,21 @@ class Tracer:
     __rmul__ = __mul__
 
     def __truediv__(self, other):
-        if isinstance(other, numbers.Number) and not isinstance(other, bool):
-            return multiply(self, 1.0 / other)
-        raise TraceError("'/' is only supported by a scalar")
+        return divide(self, other)
+
+    def __abs__(self):
+        return absolute(self)
+
+    def __pow__(self, exponent):
+        return power(self, exponent)
+
+    def max(self, axis=None):
+        raise TraceError("max: reductions other than sum are not supported yet; compute it on the result "
+                         "(np.max / scipy's .max()) outside the jitted function")
+
+    def min(self, axis=None):
+        raise TraceError("min: reductions other than sum are not supported yet; compute it on the result "
+                         "(np.min / scipy's .min()) outside the jitted function")
 
     def __neg__(self):
         return multiply(self, -1)
@@ -166,7 +178,8 @@ def contract(nodes: list[Node], inputs: list[str], output: str, *, scale=None, o
     if len(output) > MAX_RANK:
         raise TraceError(f"{op}: results of rank up to {MAX_RANK} are supported")
     out_format = check_out_format(out_format, len(output))
-    elementwise = all(subs == output for subs in inputs) and len(nodes) >= 2
+    # an elementwise product, or a scaled copy: sparse operands give a sparse result, as in scipy
+    elementwise = all(subs == output for subs in inputs) and (len(nodes) >= 2 or scale is not None)
     sparse_like = [n.type.format for n in nodes if n.type.is_sparse]
     fmt = resolve_format(out_format, elementwise and bool(sparse_like), sparse_like, len(output))
     dtype = result_dtype(*[n.type.dtype for n in nodes])
@@ -234,8 +247,52 @@ def multiply(a, b, *, out_format=None) -> Tracer:
     return contract([na, nb], [subs, subs], subs, out_format=out_format, op="multiply")
 
 
-def _combine(a, b, sign: int, op: str, out_format=None) -> Tracer:
+def divide(a, b) -> Tracer:
+    """Division by a nonzero scalar (dividing by a sparse tensor would divide by its implicit zeros)."""
+    if isinstance(b, numbers.Number) and not isinstance(b, bool) and not isinstance(a, numbers.Number):
+        _scalar_dtype(b)
+        if b == 0:
+            raise TraceError("divide: division by zero")
+        na = _node(a, "divide")
+        dtype = na.type.dtype if na.type.dtype.startswith("float") else "float64"   # true division
+        return Tracer(Node("map", (na,), (("div", b),), TensorType(na.type.shape, dtype, na.type.format)))
+    raise TraceError("divide: only division by a nonzero scalar is supported (dividing by a sparse tensor "
+                     "divides by its implicit zeros)")
+
+
+def absolute(a) -> Tracer:
+    na = _node(a, "abs")
+    return Tracer(Node("map", (na,), (("abs",),), na.type))
+
+
+def power(a, exponent) -> Tracer:
+    """``a ** k`` for an integer ``k >= 1`` (zero-preserving, so sparse stays sparse)."""
+    na = _node(a, "power")
+    if isinstance(exponent, bool) or not isinstance(exponent, numbers.Integral):
+        raise TraceError(f"power: only integer exponents are supported, got {exponent!r}")
+    if exponent < 1:
+        raise TraceError(f"power: the exponent must be >= 1 (a ** {exponent} is not zero at the implicit zeros "
+                         "of a sparse tensor); compute it on a dense array instead")
+    if exponent == 1:
+        return Tracer(na)
+    return Tracer(Node("map", (na,), (("pow", int(exponent)),), na.type))
+
+
+def maximum(a, b, *, out_format=None) -> Tracer:
+    """Elementwise maximum (NumPy's: NaN propagates); an entry stored in neither operand is 0."""
+    return _combine(a, b, "max", "maximum", out_format)
+
+
+def minimum(a, b, *, out_format=None) -> Tracer:
+    """Elementwise minimum (NumPy's: NaN propagates); an entry stored in neither operand is 0."""
+    return _combine(a, b, "min", "minimum", out_format)
+
+
+def _combine(a, b, sign, op: str, out_format=None) -> Tracer:
     if isinstance(a, numbers.Number) or isinstance(b, numbers.Number):
+        if op in ("maximum", "minimum"):
+            raise TraceError(f"{op}: scalar operands are not supported (the result is not zero at a sparse "
+                             "tensor's implicit zeros); pass a dense array instead")
         raise TraceError(f"{op}: adding a scalar to a sparse tensor makes it dense; add a dense array instead")
     na, nb = _node(a, op), _node(b, op)
     if na.type.shape != nb.type.shape:

@@ -1,0 +1,98 @@
+"""Elementwise chains fuse into one ``ewise`` node: one ``linalg.generic`` whose body evaluates the chain.
+
+``2 * a + b``, ``abs(a - b) ** 2``, ``maximum(a, b) * 0.5``: every elementwise op (sums and differences,
+products of same-shaped operands, scalar factors and divisors, ``abs``, integer powers, maximum / minimum)
+of a value read once folds into the op that reads it. The sparsifier derives the iteration from the body
+(a sum iterates the union of its operands' entries, a product the intersection), so one kernel does the
+whole chain in one pass with no intermediate tensors.
+
+An expression is nested tuples: ``("arg", k)`` (the k-th operand), ``("const", value)``, ``(op, x, y)``
+for ``op`` in add / sub / mul / max / min, ``("abs", x)``, ``("pow", x, k)``, ``("div", x, value)``.
+"""
+
+from __future__ import annotations
+
+from splyce.tracer.ir import ContractParams, Node
+
+BINARY = {1: "add", -1: "sub", "max": "max", "min": "min"}
+
+
+def elementwise_form(node: Node):
+    """``(args, expression)`` when ``node`` is elementwise, else None."""
+    if node.op == "combine":
+        return node.args, (BINARY[node.params[0]], ("arg", 0), ("arg", 1))
+    if node.op == "map":
+        kind = node.params[0]
+        if kind[0] == "abs":
+            return node.args, ("abs", ("arg", 0))
+        return node.args, (kind[0], ("arg", 0), kind[1])
+    if node.op == "ewise":
+        return node.args, node.params[0]
+    if node.op == "contract":
+        params: ContractParams = node.params[0]
+        if params.order is not None or any(subs != params.output for subs in params.inputs):
+            return None   # pinned, a reduction or a transposition
+        expr = ("arg", 0)
+        for k in range(1, len(node.args)):
+            expr = ("mul", expr, ("arg", k))
+        if params.scale is not None:
+            expr = ("mul", expr, ("const", params.scale))
+        return node.args, expr
+    return None
+
+
+def _remap(expr, mapping):
+    """``expr`` with operand k renamed to ``mapping[k]`` (an index or a whole sub-expression)."""
+    if expr[0] == "arg":
+        return mapping[expr[1]]
+    if expr[0] == "const":
+        return expr
+    head, *rest = expr
+    return (head, *[_remap(x, mapping) if isinstance(x, tuple) else x for x in rest])
+
+
+def fuse_elementwise(outputs, uses: dict[Node, int]):
+    """Rebuild the DAG with every elementwise op as an ``ewise`` node that has absorbed the elementwise
+    ops feeding it which nothing else reads. Returns the new outputs and the number of ops absorbed."""
+    mapping: dict[Node, Node] = {}
+    absorbed = 0
+    from splyce.tracer.ir import walk
+
+    for node in walk(outputs):
+        args = tuple(mapping.get(a, a) for a in node.args)
+        new = node if args == node.args else Node(node.op, args, node.params, node.type)
+        form = elementwise_form(new)
+        if form is None:
+            mapping[node] = new
+            continue
+        f_args, expr = form
+        slots: list[Node] = []
+        index: dict[Node, int] = {}
+
+        def slot(arg: Node):
+            if arg not in index:
+                index[arg] = len(slots)
+                slots.append(arg)
+            return ("arg", index[arg])
+
+        parts = []
+        for old_arg, arg in zip(node.args, f_args):
+            inner = elementwise_form(arg) if uses.get(old_arg) == 1 else None
+            if inner is not None and arg.type.shape == new.type.shape and arg.type.dtype == new.type.dtype:
+                inner_args, inner_expr = inner
+                parts.append(_remap(inner_expr, [slot(a) for a in inner_args]))
+                absorbed += 1
+            else:
+                parts.append(slot(arg))
+        fused = _remap(expr, parts)
+        mapping[node] = Node("ewise", tuple(slots), (fused,), new.type)
+    return tuple(mapping[o] for o in outputs), absorbed
+
+
+def expression_text(expr) -> str:
+    if expr[0] == "arg":
+        return f"${expr[1]}"
+    if expr[0] == "const":
+        return repr(expr[1])
+    head, *rest = expr
+    return f"{head}(" + ", ".join(expression_text(x) if isinstance(x, tuple) else repr(x) for x in rest) + ")"
