@@ -23,7 +23,9 @@ A, B = _csr(4, 5, 1), _csr(4, 5, 2)   # two 4x5 CSR operands unless a case says 
 TRACE_ERRORS = {
     "truth value": (lambda x, y: x if x else y, (A, B),
                     "the truth value of a traced tensor is not known at trace time"),
-    "divide by a tensor": (lambda x, y: x / y, (A, B), "'/' is only supported by a scalar"),
+    "divide by a tensor": (lambda x, y: x / y, (A, B),
+                           "divide: only division by a nonzero scalar is supported (dividing by a sparse tensor "
+                           "divides by its implicit zeros)"),
     "matmul by a Python int": (lambda x, y: x @ 3, (A, B),
                                "matmul: operands must be traced tensors (the jitted function's arguments), "
                                "got int"),
