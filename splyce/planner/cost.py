@@ -135,10 +135,9 @@ def choose(ops: list[Operand], output: str, out_stored: str | None, fallback_ord
         sizes.update(zip(op.subs, op.shape))
     letters = list(dict.fromkeys(output + "".join(op.subs for op in ops)))
     out_entries = expected_output(ops, sizes, output)
+    orders = [fallback_order] if fallback_order else []   # first: ties keep the lowering's usual order
     if len(letters) <= MAX_PERMUTED_INDICES:
-        orders = ["".join(p) for p in itertools.permutations(letters)]
-    else:
-        orders = [fallback_order] if fallback_order else []
+        orders += ["".join(p) for p in itertools.permutations(letters) if "".join(p) != fallback_order]
     # a sparse result with reductions needs sparse operands that pin the loop order (see below)
     scatter_ok = not (out_sparse and set(letters) - set(output))
     best: Choice | None = None
@@ -154,7 +153,8 @@ def choose(ops: list[Operand], output: str, out_stored: str | None, fallback_ord
             elif fits(op, order):
                 storage.append("keep"), flags.append(True)
             elif op.convertible:
-                convert = op.nnz * max(1.0, math.log2(max(op.nnz, 2.0)))
+                # sorting the entries, plus the new positions array of every level
+                convert = op.nnz * max(1.0, math.log2(max(op.nnz, 2.0))) + sum(op.shape)
                 scatter = op.size if scatter_ok else math.inf
                 if scatter < convert:
                     storage.append("scatter"), flags.append(False)
