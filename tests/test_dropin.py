@@ -92,3 +92,27 @@ def test_dropin_errors():
     with pytest.raises(ValueError, match=r"^b: level 1 \(compressed\): coordinate 9 out of range \[0, 6\) at "
                                          r"position 1$"):
         splyce.multiply(a, bad)
+
+
+def test_malformed_operand_that_needs_reordering_is_refused_before_scipy_converts_it():
+    """The einsum drop-in re-stores a CSR operand as CSC with scipy's transpose, which writes out of bounds
+    on an out-of-range column: it must be refused first (in a child process: a crash fails the test)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import numpy as np, scipy.sparse as sps, splyce\n"
+        "a = sps.random_array((5, 6), density=0.5, format='csr', rng=0)\n"
+        "for cols in ([0, 9], [0, -1]):\n"
+        "    bad = sps.csr_array((np.ones(2), cols, [0, 2, 2, 2, 2, 2]), shape=(5, 6))\n"
+        "    try:\n"
+        "        splyce.einsum('ij,kj->ik', a, bad)\n"
+        "    except ValueError as exc:\n"
+        "        print('refused:', exc)\n"
+        "    else:\n"
+        "        print('accepted')\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines == ["refused: operand 1: level 1 (compressed): coordinate 9 out of range [0, 6) at position 1",
+                     "refused: operand 1: level 1 (compressed): coordinate -1 out of range [0, 6) at position 1"]
