@@ -14,7 +14,7 @@ SUBCOMMANDS = {
     "ablation": "the 8 phase configurations of K1, strict and fast-math (Tables 1-2)",
     "width": "vector widths 2, 4, 8, 16 across densities, K1 (Figure 12)",
     "sparsity": "speedup and SIMD share from 0.01 %% to 10 %% density, --kernel (Figure 13)",
-    "real": "real matrices shipped with installed packages (substitute for SuiteSparse, Table 4)",
+    "real": "the drop-ins vs scipy, GraphBLAS and pydata-sparse on a realistic corpus, 9 ops (docs/corpus.md)",
     "threads": "K3 and K1 at 1..cpu_count threads, Splyce and the plain sparsifier (Figure 17)",
     "compile": "cold compile vs disk-cache load of K1-K5, results checked",
     "dask": "SpMV, SpGEMM, triangles on a 2-worker Dask LocalCluster: 1 vs 2 workers, vs dask + pydata-sparse",

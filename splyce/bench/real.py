@@ -418,6 +418,7 @@ def run(cfg: Config) -> Result:
             A = corpus.build(entry, cache_dir)
             d = Operands(entry.name, A)
             for op in OPS:
+                bar.set_description(f"real {entry.name} {op}")
                 rows.append(run_case(entry, d, op, cfg, bar=bar, cache_dir=cache_dir))
     finally:
         bar.close()
