@@ -5,12 +5,12 @@ remaining lengths differ by a large ratio it walks the long fiber n coordinates 
 one barely moves. Galloping (exponential then binary search of the short side's next coordinate in the
 long side; Demaine et al., Lemire et al.) costs O(log ratio) per short coordinate instead.
 
-The choice is made at run time from the remaining lengths ``lenB = hiB - pb`` and ``lenC = hiC - pc``:
+The choice is made at run time, once per fiber pair, from the lengths ``lenB = hiB - pb`` and
+``lenC = hiC - pc`` on entry:
 
-- the fast lane's condition gets ``lenB < R * lenC and lenC < R * lenB`` (comparable lengths only);
-- the scalar loop (the sparsifier's own ``scf.while``, the fast lane's epilogue), after each step, jumps
-  the long side's cursor to the first coordinate ``>=`` the short side's current one when the remaining
-  lengths differ by ``R`` or more. The coordinates skipped are exactly those the scalar loop would step
+- the fast lane runs only when ``lenB < R * lenC and lenC < R * lenB`` (comparable lengths);
+- otherwise the scalar loop (the sparsifier's own ``scf.while``, the fast lane's epilogue), after each
+  step, jumps the long side's cursor to the first coordinate ``>=`` the short side's current one. The coordinates skipped are exactly those the scalar loop would step
   over one at a time without a match, so the matched pairs, their order and every accumulation are
   unchanged: results are bit-identical to the plain sparsifier.
 """
@@ -89,23 +89,30 @@ def _skewed(long_rem, short_rem, ratio):
     return arith.cmpi(CMPI_UGE, long_rem, arith.muli(short_rem, _index(ratio)))
 
 
-def _limit_fast_lane(match: Coiteration, fast_op, ratio: int) -> None:
-    """AND the fast lane's loop condition with "the remaining lengths are within a factor ``ratio``"."""
-    before = fast_op.before.blocks[0]
-    cond_op = list(before.operations)[-1]
-    args = list(before.arguments)
-    (pb, pc), (hb, hc) = [args[p] for p in match.cursor_pos], match.bounds
+def _skew_flags(match: Coiteration, fast_op, ratio: int):
+    """(C much longer, B much longer): the fiber pair's lengths on entry compared, once per pair, before
+    the fast lane. Loop-invariant in both loops, so LLVM unswitches them: a pair of comparable fibers runs
+    the fast lane and the scalar loop without any galloping test."""
+    inits = list(fast_op.operation.operands)
+    pb, pc = (inits[p] for p in match.cursor_pos)
+    hb, hc = match.bounds
+    with ir.InsertionPoint(fast_op):
+        len_b, len_c = arith.subi(hb, pb), arith.subi(hc, pc)
+        return _skewed(len_c, len_b, ratio), _skewed(len_b, len_c, ratio)
+
+
+def _limit_fast_lane(fast_op, long_c, long_b) -> None:
+    """AND the fast lane's loop condition with "neither fiber is much longer than the other"."""
+    cond_op = list(fast_op.before.blocks[0].operations)[-1]
     with ir.InsertionPoint(cond_op):
-        rem_b, rem_c = arith.subi(hb, pb), arith.subi(hc, pc)
-        skew = arith.ori(_skewed(rem_b, rem_c, ratio), _skewed(rem_c, rem_b, ratio))
         true = arith.constant(ir.IntegerType.get_signless(1), 1)
-        comparable = arith.xori(skew, true)
+        comparable = arith.xori(arith.ori(long_c, long_b), true)
         cond_op.operation.operands[0] = arith.andi(cond_op.operation.operands[0], comparable)
 
 
-def _gallop_epilogue(match: Coiteration, ratio: int, counters) -> None:
-    """After each step of the scalar loop, jump the long side's cursor past the coordinates below the short
-    side's current one, when the remaining lengths differ by ``ratio`` or more."""
+def _gallop_epilogue(match: Coiteration, long_c, long_b, counters) -> None:
+    """After each step of the scalar loop of a skewed fiber pair, jump the long side's cursor past the
+    coordinates below the short side's current one."""
     yield_op = match.after_yield
     sb, sc = match.cursor_pos
     nb, nc = (yield_op.operation.operands[p] for p in (sb, sc))
@@ -113,15 +120,12 @@ def _gallop_epilogue(match: Coiteration, ratio: int, counters) -> None:
     idx = ir.IndexType.get()
     with ir.InsertionPoint(yield_op):
         both = arith.andi(arith.cmpi(CMPI_ULT, nb, hb), arith.cmpi(CMPI_ULT, nc, hc))
-        rem_b, rem_c = arith.subi(hb, nb), arith.subi(hc, nc)
-        long_c = arith.andi(both, _skewed(rem_c, rem_b, ratio))
-        long_b = arith.andi(both, _skewed(rem_b, rem_c, ratio))
-        outer = scf.IfOp(long_c, [idx, idx], has_else=True)
+        outer = scf.IfOp(arith.andi(long_c, both), [idx, idx], has_else=True)
         with ir.InsertionPoint(outer.then_block):
             key = _coordinate(match, crd_b, nb)
             scf.yield_([nb, _lower_bound(match, crd_c, nc, hc, key)])
         with ir.InsertionPoint(outer.else_block):
-            inner = scf.IfOp(long_b, [idx, idx], has_else=True)
+            inner = scf.IfOp(arith.andi(long_b, both), [idx, idx], has_else=True)
             with ir.InsertionPoint(inner.then_block):
                 key = _coordinate(match, crd_c, nc)
                 scf.yield_([_lower_bound(match, crd_b, nb, hb, key), nc])
@@ -137,7 +141,7 @@ def _gallop_epilogue(match: Coiteration, ratio: int, counters) -> None:
 
 
 def add_galloping(match: Coiteration, fast_op, ratio: int, counters=None) -> None:
-    """Give the matched loop (and its fast lane ``fast_op``, if any) the skew-aware path choice."""
-    if fast_op is not None:
-        _limit_fast_lane(match, fast_op, ratio)
-    _gallop_epilogue(match, ratio, counters)
+    """Give the matched loop and its fast lane ``fast_op`` the skew-aware path choice."""
+    long_c, long_b = _skew_flags(match, fast_op, ratio)
+    _limit_fast_lane(fast_op, long_c, long_b)
+    _gallop_epilogue(match, long_c, long_b, counters)
