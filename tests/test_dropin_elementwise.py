@@ -1,5 +1,8 @@
 """Elementwise drop-ins on two sparse matrices (native row merge, and the same-positions pass) vs scipy."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import scipy.sparse as sps
@@ -86,3 +89,23 @@ def test_elementwise_formulation_choice():
     assert choose_elementwise_formulation(s, d) is Formulation.COITERATE
     assert choose_elementwise_formulation(s, s, "dense") is Formulation.COITERATE
     assert choose_elementwise_formulation(d, d) is Formulation.NUMPY
+
+
+def test_malformed_csc_operand_is_caught_before_scipy_converts_it():
+    """Run in a child process: scipy's conversion would write out of bounds if the check were missing."""
+    code = """
+import numpy as np, scipy.sparse as sps, splyce
+a = sps.csr_array(np.eye(3))
+bad = sps.csc_array((np.ones(2), np.array([0, 10**6], dtype=np.int32), np.array([0, 1, 2, 2], dtype=np.int32)),
+                    shape=(3, 3))
+for call in (lambda: splyce.multiply(a, bad), lambda: splyce.add(a, bad), lambda: splyce.matmul(bad, np.ones(3))):
+    try:
+        call()
+    except ValueError as e:
+        assert "out of range" in str(e), e
+    else:
+        raise AssertionError("no error")
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stderr[-2000:])

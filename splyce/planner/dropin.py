@@ -68,8 +68,9 @@ def _as_format(x, fmt: Format, name: str) -> Checked:
         # scipy's own CSR <-> CSC conversion is a linear-time counting transpose; ours sorts
         wanted_kind = "csr" if fmt.order == (0, 1) else "csc"
         if x.format != wanted_kind:
-            # validate first: scipy's conversion trusts its input (an out-of-range index writes out of bounds)
-            asarray(x, name=name)
+            # scipy's conversion trusts the index arrays (an out-of-range one is written out of bounds):
+            # validate (or canonicalize) first, then convert the checked buffers
+            x = asarray(x, name=name).to_scipy()
             x = x.tocsr() if wanted_kind == "csr" else x.tocsc()
     if fam == "pydata":   # one conversion, straight into the wanted format (int64 coordinates: widths 64)
         return Checked(asarray(x, format=fmt.with_widths(64, 64), name=name))
