@@ -18,7 +18,8 @@ import pytest
 from filecheck import check_in_order
 from mlir import ir
 from splyce.lowering.pipeline import SPARSIFY, run_passes
-from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL, SplyceOptions, run_splyce_pass
+from splyce.options import Options
+from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL, run_splyce_pass
 
 FIXTURE = Path(__file__).parent / "kernels_mlir" / "k1_spgemm.mlir"
 
@@ -37,7 +38,7 @@ def _stage1() -> ir.Module:
 
 def test_fast_lane_limited_to_comparable_lengths_and_scalar_loop_gallops(ctx):
     module = _stage1()
-    decisions = run_splyce_pass(module, SplyceOptions(gallop=16))
+    decisions = run_splyce_pass(module, Options(phases=5, gallop=16))
     assert decisions[0].vectorized and "galloping at length ratio >= 16" in decisions[0].reason
     text = str(module)
     check_in_order(text, [
@@ -72,7 +73,7 @@ def test_fast_lane_limited_to_comparable_lengths_and_scalar_loop_gallops(ctx):
 
 def test_gallop_zero_builds_no_galloping(ctx):
     module = _stage1()
-    decisions = run_splyce_pass(module, SplyceOptions(gallop=0))
+    decisions = run_splyce_pass(module, Options(phases=5, gallop=0))
     assert decisions[0].vectorized and "no galloping (gallop=0)" in decisions[0].reason
     text = str(module)
     assert "arith.shli" not in text and "arith.shrui" not in text and "arith.muli" not in text
@@ -80,7 +81,7 @@ def test_gallop_zero_builds_no_galloping(ctx):
 
 def test_profile_counts_galloped_coordinates(ctx):
     module = _stage1()
-    run_splyce_pass(module, SplyceOptions(profile=True))
+    run_splyce_pass(module, Options(phases=5, profile=True))
     text = str(module)
     assert f"@{PROFILE_COUNTERS_SYMBOL} : memref<3xi64>" in text
     # the third counter is written after the galloping jump, in the scalar loop

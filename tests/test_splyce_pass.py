@@ -7,7 +7,6 @@ by text substitution: f32 values, 64-bit or index (width 0) positions and coordi
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +15,9 @@ import pytest
 from mlir import ir
 from splyce.passes.fast_lane import FAST_LANE_ATTR
 from splyce.lowering.pipeline import SPARSIFY, run_passes
-from splyce.passes.splyce_pass import (PROFILE_COUNTERS_SYMBOL, LoopDecision, SplyceOptions,
-                                         decisions_as_comments, run_splyce_pass)
+from splyce.options import Options
+from splyce.passes.splyce_pass import (PROFILE_COUNTERS_SYMBOL, LoopDecision, decisions_as_comments,
+                                       run_splyce_pass)
 
 FIXTURES = Path(__file__).parent / "kernels_mlir"
 KERNELS = {
@@ -141,7 +141,7 @@ def original_loop_after(fast) -> str:
 @pytest.mark.parametrize("width", [32, 64, 0])
 def test_kernel_gets_fast_lane_before_original_loop(ctx, kernel, dtype, width):
     module = stage1(kernel_text(kernel, dtype, width))
-    decisions = run_splyce_pass(module, SplyceOptions(vector_width=4, phases=5))
+    decisions = run_splyce_pass(module, Options(vector_width=4, phases=5))
     assert [d.vectorized for d in decisions] == [True]
     crd = CRD_TYPES[width]
     assert decisions[0].reason.startswith(
@@ -162,7 +162,7 @@ def test_kernel_gets_fast_lane_before_original_loop(ctx, kernel, dtype, width):
 def test_k3_innermost_loop_is_the_l_coiteration(ctx):
     """K3's D[l, j] factor is loaded at a cursor, C[k, j] is loop-invariant (loaded outside the loop)."""
     module = stage1(kernel_text("k3"))
-    run_splyce_pass(module, SplyceOptions(phases=1))
+    run_splyce_pass(module, Options(phases=1))
     (fast,) = fast_lanes(module)
     text = str(fast)
     assert text.count("arith.mulf") == 2 * 4
@@ -181,7 +181,7 @@ def test_fiber_bounds_hoisted_out_of_the_j_loop(ctx, kernel):
     """K1: B's fiber bounds pos[i], pos[i+1] are loaded once per i, not per (i, j): the stores in the
     loop write a floating-point array, which cannot be the index array read."""
     module = stage1(kernel_text(kernel))
-    run_splyce_pass(module, SplyceOptions())
+    run_splyce_pass(module, Options(phases=5))
     (fast,) = fast_lanes(module)
     inner = fast.operation.parent
     outer = inner.parent
@@ -198,7 +198,7 @@ def test_fiber_bounds_not_hoisted_past_a_store_to_them(ctx):
     from splyce.passes.splyce_pass import _loop_may_write
 
     module = stage1(kernel_text("k1"))
-    run_splyce_pass(module, SplyceOptions())
+    run_splyce_pass(module, Options(phases=5))
     (fast,) = fast_lanes(module)
     inner = fast.operation.parent
     load = next(op for op in inner.regions[0].blocks[0].operations if op.operation.name == "memref.load"
@@ -215,7 +215,7 @@ def test_fiber_bounds_not_hoisted_past_a_store_to_them(ctx):
 @pytest.mark.parametrize("width", [2, 4, 8, 16])
 def test_vector_width(ctx, width):
     module = stage1(kernel_text("k1"))
-    run_splyce_pass(module, SplyceOptions(vector_width=width, phases=8))
+    run_splyce_pass(module, Options(vector_width=width, phases=8))
     text = str(fast_lanes(module)[0])
     assert f"vector<{width}xi32>" in text and f"vector<{width}xf64>" in text
     assert text.count("vector.shuffle %") == 2 * (width - 1)  # coordinates and values of C
@@ -231,7 +231,7 @@ def _phase_markers(text: str, crd: str = "i32", dtype: str = "f64"):
 @pytest.mark.parametrize("config", range(1, 9))
 def test_phase_configs_put_vector_ops_only_in_simd_phases(ctx, config):
     module = stage1(kernel_text("k1"))
-    run_splyce_pass(module, SplyceOptions(vector_width=4, phases=config))
+    run_splyce_pass(module, Options(vector_width=4, phases=config))
     text = str(fast_lanes(module)[0])
     bits = config - 1
     expected = (bool(bits & 4), bool(bits & 2), bool(bits & 1))
@@ -248,7 +248,7 @@ def test_phase_configs_put_vector_ops_only_in_simd_phases(ctx, config):
 @pytest.mark.parametrize("config", [3, 4, 7, 8])
 def test_simd_phase2_store_kernel(ctx, config):
     module = stage1(kernel_text("k4"))
-    decisions = run_splyce_pass(module, SplyceOptions(vector_width=4, phases=config))
+    decisions = run_splyce_pass(module, Options(vector_width=4, phases=config))
     assert decisions[0].vectorized and "phase 2 scalar" not in decisions[0].reason
     text = str(fast_lanes(module)[0])
     assert re.search(r"arith\.mulf %\w+, %\w+ : vector<4xf64>", text)
@@ -259,7 +259,7 @@ def test_simd_phase2_store_kernel(ctx, config):
 
 def test_store_kernel_reading_its_output(ctx):
     module = stage1(k4_accumulating())
-    decisions = run_splyce_pass(module, SplyceOptions(vector_width=4, phases=7))
+    decisions = run_splyce_pass(module, Options(vector_width=4, phases=7))
     assert decisions[0].vectorized, decisions
     assert module.operation.verify()
     text = str(fast_lanes(module)[0])  # read and written back under the match mask
@@ -268,7 +268,7 @@ def test_store_kernel_reading_its_output(ctx):
 
 def test_strict_sum_written_term_first_keeps_phase2_scalar(ctx):
     module = stage1(accumulate_term_first_k1())
-    decisions = run_splyce_pass(module, SplyceOptions(phases=7))
+    decisions = run_splyce_pass(module, Options(phases=7))
     assert decisions[0].vectorized
     assert "phase 2 scalar: sum written term + acc" in decisions[0].reason
     assert not _phase_markers(str(fast_lanes(module)[0]))[1]
@@ -277,7 +277,7 @@ def test_strict_sum_written_term_first_keeps_phase2_scalar(ctx):
 def test_fast_math_reassociates(ctx):
     for config in (5, 7):
         module = stage1(kernel_text("k1"))
-        decisions = run_splyce_pass(module, SplyceOptions(phases=config, fast_math=True))
+        decisions = run_splyce_pass(module, Options(phases=config, fast_math=True))
         assert decisions[0].reason.endswith("fast-math")
         assert "fastmath<reassoc>" in str(fast_lanes(module)[0])
 
@@ -285,7 +285,7 @@ def test_fast_math_reassociates(ctx):
 # --------------------------------------------------------------------------------- profile counters
 def test_profile_counters(ctx):
     module = stage1(kernel_text("k1"))
-    run_splyce_pass(module, SplyceOptions(profile=True))
+    run_splyce_pass(module, Options(phases=5, profile=True))
     text = str(module)
     assert f'memref.global "public" @{PROFILE_COUNTERS_SYMBOL} : memref<3xi64> = dense<0>' in text
     assert text.count(f"memref.get_global @{PROFILE_COUNTERS_SYMBOL}") == 1
@@ -296,7 +296,7 @@ def test_profile_counters(ctx):
 
 def test_no_profile_no_global(ctx):
     module = stage1(kernel_text("k1"))
-    run_splyce_pass(module, SplyceOptions())
+    run_splyce_pass(module, Options(phases=5))
     assert PROFILE_COUNTERS_SYMBOL not in str(module)
 
 
@@ -309,7 +309,7 @@ def test_no_profile_no_global(ctx):
 def test_declines_with_reason(ctx, text, reason):
     module = stage1(text)
     before = str(module)
-    decisions = run_splyce_pass(module, SplyceOptions())
+    decisions = run_splyce_pass(module, Options(phases=5))
     assert len(decisions) == 1 and not decisions[0].vectorized
     assert decisions[0].reason.startswith(reason), decisions[0].reason
     assert str(module) == before
@@ -317,7 +317,7 @@ def test_declines_with_reason(ctx, text, reason):
 
 def test_declines_integer_values(ctx):
     module = stage1(integer_k1())
-    (decision,) = run_splyce_pass(module, SplyceOptions())
+    (decision,) = run_splyce_pass(module, Options(phases=5))
     assert not decision.vectorized and decision.reason == "element type i32 unsupported"
 
 
@@ -330,18 +330,40 @@ def test_decisions_as_comments():
     assert decisions_as_comments([]) == ""
 
 
-@pytest.mark.parametrize("kwargs", [{"vector_width": 3}, {"phases": 0}, {"phases": 9}])
-def test_invalid_options(kwargs):
-    with pytest.raises(ValueError):
-        SplyceOptions(**kwargs)
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"vector_width": 3}, ValueError, "vector_width must be 2, 4, 8 or 16, got 3"),
+    ({"vector_width": True}, ValueError, "vector_width must be 2, 4, 8 or 16, got True"),
+    ({"phases": 0}, ValueError, "phases must be an int from 1 to 8"),
+    ({"phases": 9}, ValueError, "phases must be an int from 1 to 8"),
+    ({"phases": True}, ValueError, "phases must be an int from 1 to 8"),
+    ({"vectorize": 1}, TypeError, "vectorize must be a bool, got 1"),
+    ({"fast_math": None}, TypeError, "fast_math must be a bool, got None"),
+    ({"slp": "yes"}, TypeError, "slp must be a bool or None, got 'yes'"),
+    ({"profile": 0}, TypeError, "profile must be a bool, got 0"),
+    ({"threads": 0}, ValueError, "threads must be a positive int or None"),
+    ({"gallop": 1}, ValueError, "gallop must be 0 (off) or a fiber length ratio from 2 to 65536, got 1"),
+    ({"union": 1}, TypeError, "union must be a bool, got 1"),
+])
+def test_invalid_options(kwargs, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        Options(**kwargs)
 
 
-def test_pass_time(ctx):
-    """One pass run on a kernel module stays well under the ~0.2 s a compile takes."""
-    module = stage1(kernel_text("k3"))
-    start = time.perf_counter()
-    run_splyce_pass(module, SplyceOptions(vector_width=16, phases=1))
-    assert time.perf_counter() - start < 0.5
+@pytest.mark.parametrize("config, simd", [
+    (1, (False, False, False)), (2, (False, False, True)), (3, (False, True, False)), (4, (False, True, True)),
+    (5, (True, False, False)), (6, (True, False, True)), (7, (True, True, False)), (8, (True, True, True)),
+])
+def test_phase_configurations(config, simd):
+    """The paper's numbering: 5 = SIMD load/compare only, 7 = also the multiply-accumulate, 8 = all."""
+    o = Options(phases=config)
+    assert (o.simd_compare, o.simd_mac, o.simd_advance) == simd
+
+
+def test_options_are_frozen_and_hashable():
+    a, b = Options(phases=5), Options(phases=5)
+    assert a == b and hash(a) == hash(b) and a != Options(phases=6)
+    with pytest.raises(AttributeError):
+        a.phases = 6
 
 
 # ------------------------------------------------------------------------- execution through splyce.jit

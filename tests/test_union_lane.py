@@ -13,7 +13,8 @@ import pytest
 from filecheck import check_in_order
 from mlir import ir
 from splyce.lowering.pipeline import SPARSIFY, run_passes
-from splyce.passes.splyce_pass import SplyceOptions, run_splyce_pass
+from splyce.options import Options
+from splyce.passes.splyce_pass import run_splyce_pass
 
 ADD = """
 #CSR = #sparse_tensor.encoding<{ map = (d0, d1) -> (d0 : dense, d1 : compressed) }>
@@ -44,7 +45,7 @@ def _stage1(text: str) -> ir.Module:
 
 def test_union_fast_lane_before_the_scalar_loop_and_tails(ctx):
     module = _stage1(ADD)
-    (decision,) = run_splyce_pass(module, SplyceOptions(union=True))
+    (decision,) = run_splyce_pass(module, Options(phases=5, union=True))
     assert decision.vectorized and decision.reason == "union fast lane: dense-output merge f64 index-crd n=4", decision
     check_in_order(str(module), [
         "scf.while",
@@ -70,7 +71,7 @@ def test_union_fast_lane_before_the_scalar_loop_and_tails(ctx):
 def test_union_off_declines_with_reason(ctx):
     module = _stage1(ADD)
     before = str(module)
-    (decision,) = run_splyce_pass(module, SplyceOptions())
+    (decision,) = run_splyce_pass(module, Options(phases=5))
     assert not decision.vectorized
     assert decision.reason == ("union (disjunctive) coiteration: the else-region handles unmatched coordinates; "
                                "union fast lane off (union=False)")

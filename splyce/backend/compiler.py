@@ -13,58 +13,11 @@ from pathlib import Path
 
 from splyce.backend import codegen
 from splyce.lowering import pipeline
-from splyce.backend.codegen import Target
 from splyce.lowering.to_mlir import ENTRY, lower_trace
-from splyce.passes.gallop_lane import DEFAULT_GALLOP_RATIO
+from splyce.options import Options
 from splyce.tracer.ir import Trace
 
-# The fast lane's phases in SIMD (docs/kernels.md numbering). The paper found 5 (SIMD load/compare, scalar
-# multiply-accumulate and pointer advance) best on Sapphire Rapids; re-measured on this project's machines
-# (AMD Zen 5, both AVX-512 and AVX2 code), 7 (SIMD multiply-accumulate too, with an ordered, bit-exact
-# reduction; scalar pointer advance) is faster on K1, K3, K5 (and K2 with AVX2 code): see README.
-DEFAULT_PHASES = 7
-
 STAGES = ("trace", "plan", "linalg", "scf", "splyce", "llvm", "asm")
-
-
-@dataclass(frozen=True)
-class CompileOptions:
-    """Everything that changes the generated code (part of the cache key)."""
-
-    def __hash__(self) -> int:   # hashed on every call's cache lookup: computed once
-        cached = self.__dict__.get("_hash")
-        if cached is None:
-            cached = hash(tuple(getattr(self, name) for name in self.__dataclass_fields__))
-            object.__setattr__(self, "_hash", cached)
-        return cached
-
-    vectorize: bool = True
-    vector_width: int = 4
-    phases: int = DEFAULT_PHASES
-    fast_math: bool = False
-    target: Target | None = None
-    slp: bool | None = None      # LLVM SLP vectorizer; None: off where the Splyce pass built a fast lane
-    profile: bool = False        # instrument fast lanes and epilogues (splyce.profile)
-    threads: int = 1             # > 1: the outer loop takes [lo, hi) arguments (lowering/parallel.py)
-    gallop: int = DEFAULT_GALLOP_RATIO  # intersections gallop from this fiber length ratio on; 0: never
-    union: bool = False          # the union fast lane (sparse add / subtract / maximum, dense output)
-
-    def __post_init__(self):
-        if not isinstance(self.vectorize, bool):
-            raise TypeError(f"vectorize must be a bool, got {self.vectorize!r}")
-        if self.vector_width not in (2, 4, 8, 16) or isinstance(self.vector_width, bool):
-            raise ValueError(f"vector_width must be 2, 4, 8 or 16, got {self.vector_width!r}")
-        if isinstance(self.phases, bool) or self.phases not in range(1, 9):
-            raise ValueError(f"phases must be an int from 1 to 8 (docs/kernels.md numbering), got {self.phases!r}")
-        if not isinstance(self.fast_math, bool):
-            raise TypeError(f"fast_math must be a bool, got {self.fast_math!r}")
-        if not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 1:
-            raise ValueError(f"threads must be a positive int or None (all cores), got {self.threads!r}")
-        if not isinstance(self.gallop, int) or isinstance(self.gallop, bool) or self.gallop == 1 or \
-                not 0 <= self.gallop <= 1 << 16:
-            raise ValueError(f"gallop must be 0 (off) or a fiber length ratio from 2 to 65536, got {self.gallop!r}")
-        if not isinstance(self.union, bool):
-            raise TypeError(f"union must be a bool, got {self.union!r}")
 
 
 @dataclass
@@ -72,7 +25,7 @@ class Lowering:
     """The IR of every stage for one trace and options; native code is produced on demand."""
 
     trace: Trace
-    options: CompileOptions
+    options: Options
     texts: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
     decisions: list = field(default_factory=list)
@@ -84,7 +37,7 @@ class Lowering:
     outer_extent: int | None = None    # set when the entry takes (lo, hi) outer-loop bounds (threads > 1)
 
     @classmethod
-    def from_object(cls, trace: Trace, options: "CompileOptions", object_code: bytes, result_ranks: tuple,
+    def from_object(cls, trace: Trace, options: "Options", object_code: bytes, result_ranks: tuple,
                     decisions: list, outer_extent: int | None = None) -> "Lowering":
         """A lowering whose native code came from the disk cache; ``as_text`` recompiles lazily."""
         return cls(trace, options, texts={"trace": trace.as_text()}, decisions=list(decisions),
@@ -127,7 +80,7 @@ def _dump(lowering: Lowering, stage: str) -> None:
     (path / f"{digest}.{STAGES.index(stage)}-{stage}.{suffix}").write_text(lowering.texts[stage])
 
 
-def lower(trace: Trace, options: CompileOptions) -> Lowering:
+def lower(trace: Trace, options: Options) -> Lowering:
     """Run every step up to optimized LLVM IR; assembly and native code are produced lazily."""
     from mlir import ir
     from mlir.dialects import llvm as llvm_dialect
@@ -157,12 +110,9 @@ def lower(trace: Trace, options: CompileOptions) -> Lowering:
         if options.threads > 1:
             threads_note = _split_outer_loop(low, module) + "\n"
         if options.vectorize:
-            from splyce.passes.splyce_pass import SplyceOptions, decisions_as_comments, run_splyce_pass
+            from splyce.passes.splyce_pass import decisions_as_comments, run_splyce_pass
 
-            low.decisions = run_splyce_pass(module, SplyceOptions(
-                vector_width=options.vector_width, phases=options.phases, fast_math=options.fast_math,
-                profile=options.profile, gallop=options.gallop,
-                union=options.union))
+            low.decisions = run_splyce_pass(module, options)
             module.operation.verify()
             record("splyce", threads_note + decisions_as_comments(low.decisions) + "\n" + str(module), start)
         else:

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from splyce.backend.compiler import DEFAULT_PHASES
+from splyce.options import DEFAULT_PHASES, Options
 from splyce.bench.common import Config, Result, _progress, measure
 from splyce.bench.kernels import size_for
 
-PHASE_NAMES = ("load+compare", "multiply-accumulate", "pointer advance")
-
-
 def phase_bits(c: int) -> str:
-    """Configuration c in 1..8: bits of c-1 as (phase1, phase2, phase3), MSB first; S = SIMD, x = scalar."""
-    b = c - 1
-    return "".join("S" if (b >> s) & 1 else "x" for s in (2, 1, 0))
+    """Configuration c as its phases 1, 2, 3: S = SIMD, x = scalar."""
+    o = Options(phases=c)
+    return "".join("S" if simd else "x" for simd in (o.simd_compare, o.simd_mac, o.simd_advance))
 
 
 COLUMNS = ["workload", "config", "phases", "fast_math", "median_s", "min_s", "speedup_vs_baseline", "compile_s"]
@@ -91,7 +88,7 @@ def _row_dot(b, c):
 def _gallop_rows(cfg: Config) -> list[dict]:
     """Galloping off / at the default threshold per fiber length ratio, then a threshold sweep."""
     import splyce
-    from splyce.passes.gallop_lane import DEFAULT_GALLOP_RATIO
+    from splyce.options import DEFAULT_GALLOP_RATIO
 
     rows_per = 40 if cfg.tiny else (200 if cfg.quick else 1000)
     ratios = (1, 64) if cfg.tiny else (1, 4, 16, 64, 256)

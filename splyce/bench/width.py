@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from splyce.backend.compiler import DEFAULT_PHASES
+from splyce.options import DEFAULT_PHASES
 from splyce.bench.common import Config, Result, _progress, measure
 from splyce.bench.kernels import size_for
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 from mlir import ir
 
+from splyce.passes.ir_utils import CMPI_EQ, CMPI_ULT, const_int, defined_outside, defining_op, strides_and_offset
+
 CAST_OPS = ("arith.extui", "arith.extsi", "arith.index_cast", "arith.index_castui")
 # Ops the fast lane may execute speculatively (for unmatched lanes too): pure and non-trapping.
 TRAPPING_OPS = ("arith.divsi", "arith.divui", "arith.remsi", "arith.remui", "arith.ceildivsi",
@@ -78,63 +80,22 @@ def _name(op) -> str:
     return op.operation.name
 
 
-def _defining_op(value: ir.Value):
-    """The op producing ``value``, or None for a block argument."""
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return owner
-
-
-def defined_outside(value: ir.Value, op: ir.Operation) -> bool:
-    """True if ``value`` is defined outside ``op`` (so it is invariant across ``op``'s iterations)."""
-    owner = value.owner
-    parent = owner.owner if isinstance(owner, ir.Block) else owner
-    while parent is not None:
-        if parent.operation == op.operation:
-            return False
-        parent = parent.operation.parent
-    return True
-
-
 def _is_block_arg(value: ir.Value, block: ir.Block, index: int | None = None) -> bool:
     if not isinstance(value.owner, ir.Block) or value.owner != block:
         return False
     return index is None or ir.BlockArgument(value).arg_number == index
 
 
-def _const_int(value: ir.Value):
-    op = _defining_op(value)
-    if op is None or _name(op) != "arith.constant":
-        return None
-    attr = op.operation.attributes["value"]
-    if isinstance(attr, ir.IntegerAttr):
-        return attr.value
-    return None
-
-
 def _predicate(op) -> int:
     return ir.IntegerAttr(op.operation.attributes["predicate"]).value
 
-
-CMPI_EQ, CMPI_ULT, CMPI_ULE = 0, 6, 7
 
 
 def _unit_stride_1d(memref_type: ir.MemRefType) -> bool:
     if memref_type.rank != 1:
         return False
-    layout = memref_type.layout
-    if isinstance(layout, ir.AffineMapAttr) and layout.value.is_permutation:
-        return True
-    return "strided<[1]" in str(layout)
-
-
-def _walk_ops(block: ir.Block):
-    for op in block.operations:
-        yield op
-        for region in op.operation.regions:
-            for inner in region.blocks:
-                yield from _walk_ops(inner)
+    layout = strides_and_offset(memref_type)
+    return layout is not None and layout[0] == [1]
 
 
 def _match_before(while_op) -> tuple | Decline:
@@ -247,7 +208,7 @@ def match_coiteration(while_op) -> Coiteration | Decline:
                 return Decline("scf.if is not guarded by the coordinate match")
             if_op = op
         elif name == "arith.addi" and any(operands[0] == c for c in cursor_args) and \
-                _const_int(operands[1]) == 1:
+                const_int(operands[1]) == 1:
             side = 0 if operands[0] == cursor_args[0] else 1
             role[results[0]] = ("inc", side)
         elif name == "arith.select" and operands[0] in role and role[operands[0]][0] == "eq" and \
@@ -301,7 +262,7 @@ def match_coiteration(while_op) -> Coiteration | Decline:
     coord_level[min_value] = len(chains[0])
 
     regions = if_op.operation.regions
-    for op in _walk_ops(regions[0].blocks[0]):
+    for op in regions[0].blocks[0].operations:
         if len(op.operation.regions):
             return Decline(f"not innermost: guarded body contains {_name(op)}")
     if len(regions[1].blocks) and len(list(regions[1].blocks[0].operations)) > 1:
@@ -328,7 +289,7 @@ def match_coiteration(while_op) -> Coiteration | Decline:
     for res_index, pos in acc_of_result.items():
         acc_arg = after.arguments[pos]
         value = then_yield[res_index]
-        op = _defining_op(value)
+        op = defining_op(value)
         if op is None or _name(op) != "arith.addf" or len(list(value.uses)) != 1:
             continue
         # acc is read only by this add (and kept by the else-region's yield).

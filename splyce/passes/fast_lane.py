@@ -20,26 +20,14 @@ The original loop then runs from the fast lane's cursors and accumulators and fi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mlir import ir
 from mlir.dialects import arith, memref, scf, vector
 
+from splyce.options import Options
 from splyce.passes.coiteration_match import Coiteration
+from splyce.passes.ir_utils import CMPI_EQ, CMPI_UGE, CMPI_ULE, CMPI_ULT, strides_and_offset
 
-CMPI_EQ, CMPI_ULT, CMPI_ULE, CMPI_UGE = 0, 6, 7, 9
 FAST_LANE_ATTR = "splyce.fast_lane"  # unit attribute marking the fast-lane scf.while
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What to build: the width, SIMD or scalar per phase, strict or reassociating sums."""
-    width: int
-    simd1: bool
-    simd2: bool
-    simd3: bool
-    fast_math: bool
-    profile_counters: ir.Value | None = None  # memref<2xi64>, when profiling
 
 
 def _cmpi(pred: int, a, b):
@@ -113,8 +101,10 @@ def _apply_chain(chain, value, width=None):
 
 
 class FastLaneBuilder:
-    def __init__(self, match: Coiteration, plan: Plan):
-        self.m, self.p, self.n = match, plan, plan.width
+    def __init__(self, match: Coiteration, options: Options, profile_counters: ir.Value | None = None):
+        """``profile_counters``: the function's memref<2xi64> of coordinates consumed, when profiling."""
+        self.m, self.options, self.n = match, options, options.vector_width
+        self.profile_counters = profile_counters
         self._scratches = {}  # (element type, rank, memory space, store?) -> scratch, cast to dynamic
 
     # -------------------------------------------------------------------------- address selection
@@ -132,10 +122,10 @@ class FastLaneBuilder:
             zero_attr = ir.IntegerAttr.get(et, 0)
         else:
             return None
-        try:
-            strides, offset = mt.get_strides_and_offset()
-        except Exception:
+        layout = strides_and_offset(mt)
+        if layout is None:  # no strides to give the scratch: the lane writes back the old value instead
             return None
+        strides, offset = layout
         dyn, dyn_so = ir.ShapedType.get_dynamic_size(), ir.ShapedType.get_dynamic_stride_or_offset()
         ms = mt.memory_space
         target_offset = 0 if offset == 0 else dyn_so
@@ -215,13 +205,13 @@ class FastLaneBuilder:
         return fast
 
     def _body(self, args):
-        m, p = self.m, self.p
+        m = self.m
         pb, pc = args[m.cursor_pos[0]], args[m.cursor_pos[1]]
         lanes = self._phase1(pb, pc)
         new_accs = self._phase2(args, lanes)
         adv_b, adv_c = self._phase3(lanes)
-        if p.profile_counters is not None:
-            self._count(p.profile_counters, 0, arith.addi(adv_b, adv_c))
+        if self.profile_counters is not None:
+            self._count(self.profile_counters, 0, arith.addi(adv_b, adv_c))
         out = list(args)
         for pos, value in new_accs.items():
             out[pos] = value
@@ -249,7 +239,7 @@ class FastLaneBuilder:
             if ll.memref not in target:
                 target.append(ll.memref)
         values = {}
-        if self.p.simd1:
+        if self.options.simd_compare:
             vt = _vtype(n, t)
             vb = vector.load(vt, crd_b, [pb])
             vc = vector.load(vt, crd_c, [pc])
@@ -304,7 +294,7 @@ class FastLaneBuilder:
             red = m.reductions.get(pos)
             if red is None:
                 return "accumulator update is not acc + term"
-            if not red.acc_first and not self.p.fast_math:
+            if not red.acc_first and not self.options.fast_math:
                 return "sum written term + acc (strict order needs acc first)"
         stored = [s.operation.operands[1] for s in m.stores]
         for mem in m.invariant_load_memrefs:
@@ -313,7 +303,7 @@ class FastLaneBuilder:
         return None
 
     def _phase2(self, args, st):
-        if self.p.simd2 and self.simd2_blocker() is None:
+        if self.options.simd_mac and self.simd2_blocker() is None:
             return self._phase2_simd(args, st)
         return self._phase2_scalar(args, st)
 
@@ -326,7 +316,7 @@ class FastLaneBuilder:
         return cache[key]
 
     def _phase2_scalar(self, args, st):
-        m, p, n = self.m, self.p, self.n
+        m, p, n = self.m, self.options, self.n
         after = m.while_op.after.blocks[0]
         old_args = list(after.arguments)
         accs = {pos: args[pos] for pos in m.acc_of_result.values()}
@@ -384,7 +374,7 @@ class FastLaneBuilder:
         return accs
 
     def _phase2_simd(self, args, st):
-        m, p, n = self.m, self.p, self.n
+        m, p, n = self.m, self.options, self.n
         skip = {red.add_op.operation for red in m.reductions.values()}
         vmap = {}  # old value -> ("v", vector) or ("s", scalar)
         chain_vec = None
@@ -479,11 +469,8 @@ class FastLaneBuilder:
             return False
         if [k for k, _ in entries[:-1]] != ["s"] * (len(entries) - 1) or entries[-1][0] != "v":
             return False
-        try:
-            strides, _ = mt.get_strides_and_offset()
-        except Exception:
-            return False
-        return strides[-1] == 1
+        layout = strides_and_offset(mt)
+        return layout is not None and layout[0][-1] == 1
 
     @staticmethod
     def _gather_parts(mem, entries):
@@ -497,10 +484,10 @@ class FastLaneBuilder:
         pivot = arith.select(lt, st["last_c"], st["last_b"])
         idx_t = ir.IndexType.get()
         advances = []
-        pivots = vector.broadcast(_vtype(n, t), pivot) if self.p.simd3 else None
+        pivots = vector.broadcast(_vtype(n, t), pivot) if self.options.simd_advance else None
         for key in ("kb", "kc"):
             lanes = st[key]
-            if self.p.simd3:
+            if self.options.simd_advance:
                 le = _cmpi(CMPI_ULE, lanes.vec(), pivots)
                 wt = t if isinstance(t, ir.IntegerType) else ir.IntegerType.get_signless(64)
                 ones = arith.extui(_vtype(n, wt), le)

@@ -22,12 +22,9 @@ from mlir.dialects import arith, memref, scf
 
 from splyce.passes.coiteration_match import Coiteration
 from splyce.passes.fast_lane import FastLaneBuilder, _apply_chain, _index
+from splyce.passes.ir_utils import CMPI_UGE, CMPI_UGT, CMPI_ULE, CMPI_ULT
 
-CMPI_ULT, CMPI_ULE, CMPI_UGT, CMPI_UGE = 6, 7, 8, 9
 WINDOW = 8  # positions counted branchlessly at the end of a search
-# The length ratio from which galloping beats the all-pairs fast lane: measured ~12 for n = 4 and ~8 for
-# n = 8, a clear win from 16 on for both (docs/passes.md).
-DEFAULT_GALLOP_RATIO = 16
 GALLOP_COUNTER_SLOT = 2  # profile counters: [fast lane, epilogue, galloping skips]
 
 

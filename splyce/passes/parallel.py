@@ -21,6 +21,7 @@ from mlir import ir
 from mlir.dialects import func
 
 from splyce.lowering.to_mlir import ENTRY
+from splyce.passes.ir_utils import const_int, defined_inside, walk
 
 INTERNAL = "_internal_" + ENTRY
 _READ_ONLY_TOP_LEVEL = ("arith.", "index.", "llvm.extractvalue", "llvm.mlir.", "memref.subview", "memref.load",
@@ -47,45 +48,14 @@ def _function(module: ir.Module, name: str):
     return None
 
 
-def _constant_index(value: ir.Value) -> int | None:
-    owner = value.owner
-    if not isinstance(owner, ir.OpView) and not isinstance(owner, ir.Operation):
-        return None
-    op = owner.operation if isinstance(owner, ir.OpView) else owner
-    if op.name != "arith.constant":
-        return None
-    return ir.IntegerAttr(op.attributes["value"]).value
-
-
-def _walk(op):
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                yield inner.operation
-                yield from _walk(inner.operation)
-
-
-def _inside(value: ir.Value, loop) -> bool:
-    """Whether ``value`` is defined inside ``loop`` (an op result or block argument nested in it)."""
-    owner = value.owner
-    op = owner.owner if isinstance(owner, ir.Block) else owner
-    op = op.operation if isinstance(op, ir.OpView) else op
-    while op is not None:
-        if op == loop:
-            return True
-        parent = op.parent
-        op = parent.operation if parent is not None else None
-    return False
-
-
 def _check_loop_body(loop, iv: ir.Value, arguments: list[ir.Value]) -> str | None:
     """Why the iterations of ``loop`` may not be independent, or None."""
-    ops = list(_walk(loop))
+    ops = list(walk(loop))
     written = []
     for op in ops:
         if op.name == "memref.store":
             target = op.operands[1]
-            if _inside(target, loop):
+            if defined_inside(target, loop):
                 continue  # a buffer allocated inside the loop: private to one iteration
             if not any(target == a for a in arguments):
                 return "the loop writes to a memref other than the dense output"
@@ -124,7 +94,7 @@ def split_outer_loop(module: ir.Module) -> OuterLoop | NotSplit:
             op = op.operation
             if op != loop and not op.name.startswith(_READ_ONLY_TOP_LEVEL):
                 return NotSplit(f"top-level {op.name} outside the outer loop")
-        lower, upper, step = (_constant_index(loop.operands[i]) for i in range(3))
+        lower, upper, step = (const_int(loop.operands[i]) for i in range(3))
         if lower != 0 or upper is None or step != 1:
             return NotSplit("the outer loop's bounds are not constant 0..N step 1")
         outputs = [a for a in body.arguments if isinstance(a.type, ir.MemRefType) and
@@ -146,7 +116,7 @@ def split_outer_loop(module: ir.Module) -> OuterLoop | NotSplit:
         elo = entry_body.add_argument(index, ir.Location.unknown())
         ehi = entry_body.add_argument(index, ir.Location.unknown())
         _append_inputs(entry, [index, index])
-        calls = [op.operation for op in _walk(entry.operation) if op.name == "func.call"]
+        calls = [op.operation for op in walk(entry) if op.name == "func.call"]
         if len(calls) != 1:  # pragma: no cover - the sparse assembler emits one call
             raise RuntimeError("internal error: the entry does not call the internal kernel once")
         call = calls[0]

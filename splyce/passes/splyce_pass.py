@@ -14,35 +14,15 @@ from mlir import ir
 from mlir.dialects import memref
 
 from splyce.passes.coiteration_match import Coiteration, Decline, match_coiteration
-from splyce.passes.fast_lane import FastLaneBuilder, Plan, add_epilogue_count
-from splyce.passes.gallop_lane import DEFAULT_GALLOP_RATIO, add_galloping
+from splyce.passes.fast_lane import FastLaneBuilder, add_epilogue_count
+from splyce.passes.gallop_lane import add_galloping
 from splyce.passes.union_lane import UnionLaneBuilder, simd_blocker
 from splyce.passes.union_match import Union, match_union
+from splyce.options import Options
+from splyce.passes.ir_utils import const_int, defined_outside, walk
 
 PROFILE_COUNTERS_SYMBOL = "splyce_profile_counters"
 PROFILE_SLOTS = 3  # coordinates consumed by: fast lanes, scalar epilogue steps, galloping jumps
-VECTOR_WIDTHS = (2, 4, 8, 16)
-
-
-@dataclass(frozen=True)
-class SplyceOptions:
-    vector_width: int = 4  # n: 2, 4, 8, 16
-    phases: int = 5  # 1..8: bits of (phases - 1) = (phase1, phase2, phase3), MSB first, 1 = SIMD
-    fast_math: bool = False  # allow reassociating sums; off => bit-identical to the scalar loop
-    profile: bool = False  # count coordinates consumed by fast lanes vs epilogues
-    gallop: int = DEFAULT_GALLOP_RATIO  # length ratio from which intersections gallop; 0: never
-    union: bool = False  # the union fast lane (sparse add / subtract / maximum into a dense output)
-
-    def __post_init__(self):
-        if self.vector_width not in VECTOR_WIDTHS:
-            raise ValueError(f"vector_width must be one of {VECTOR_WIDTHS}, got {self.vector_width}")
-        if not 1 <= self.phases <= 8:
-            raise ValueError(f"phases must be in 1..8, got {self.phases}")
-
-    @property
-    def simd_phases(self) -> tuple[bool, bool, bool]:
-        bits = self.phases - 1
-        return bool(bits & 4), bool(bits & 2), bool(bits & 1)
 
 
 @dataclass(frozen=True)
@@ -55,14 +35,7 @@ class LoopDecision:
 
 def _while_loops(op) -> list:
     """The scf.while ops nested in ``op``, in pre-order walk order."""
-    found = []
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                if inner.operation.name == "scf.while":
-                    found.append(inner)
-                found.extend(_while_loops(inner.operation))
-    return found
+    return [inner.opview for inner in walk(op) if inner.name == "scf.while"]
 
 
 def _profile_counters_global(module: ir.Module) -> None:
@@ -123,39 +96,23 @@ def _loop_may_write(loop, load) -> bool:
         return True
     et = str(ir.MemRefType(mem.type).element_type)
 
-    def visit(op) -> bool:
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    name = inner.operation.name
-                    if name in _STORE_OPS:
-                        target = inner.operation.operands[_STORE_OPS[name]]
-                        troot = _memref_root(target)
-                        if troot[0] == "unknown" or troot == root:
-                            return True
-                        if troot[0] == "arg" and str(ir.MemRefType(target.type).element_type) == et:
-                            return True
-                    elif not name.startswith(_PURE_PREFIXES):
-                        return True
-                    if visit(inner.operation):
-                        return True
-        return False
-
-    return visit(loop.operation)
-
-
-def _const_index(value):
-    owner = value.owner
-    if isinstance(owner, ir.Block) or owner.operation.name != "arith.constant":
-        return None
-    attr = owner.operation.attributes["value"]
-    return attr.value if isinstance(attr, ir.IntegerAttr) else None
+    for inner in walk(loop):
+        if inner.name in _STORE_OPS:
+            target = inner.operands[_STORE_OPS[inner.name]]
+            troot = _memref_root(target)
+            if troot[0] == "unknown" or troot == root:
+                return True
+            if troot[0] == "arg" and str(ir.MemRefType(target.type).element_type) == et:
+                return True
+        elif not inner.name.startswith(_PURE_PREFIXES):
+            return True
+    return False
 
 
 def _runs_at_least_once(loop) -> bool:
     if loop.operation.name != "scf.for":
         return False
-    lb, ub = (_const_index(v) for v in list(loop.operation.operands)[:2])
+    lb, ub = (const_int(v) for v in list(loop.operation.operands)[:2])
     return lb is not None and ub is not None and lb < ub
 
 
@@ -187,7 +144,7 @@ def hoist_fiber_bounds(match: Coiteration) -> int:
                 break
             if chain[0].operation.parent != chain[-1].operation.parent:
                 break
-            if any(not _defined_outside_op(v, loop) for v in load.operation.operands):
+            if any(not defined_outside(v, loop) for v in load.operation.operands):
                 break
             if _loop_may_write(loop, load):
                 break
@@ -197,30 +154,20 @@ def hoist_fiber_bounds(match: Coiteration) -> int:
     return moved
 
 
-def _defined_outside_op(value, loop) -> bool:
-    owner = value.owner
-    op = owner.owner if isinstance(owner, ir.Block) else owner.operation
-    while op is not None:
-        if op == loop:
-            return False
-        op = op.parent
-    return True
-
-
-def _describe(match: Coiteration, options: SplyceOptions, builder: FastLaneBuilder) -> str:
+def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder) -> str:
     crd = str(match.crd_type)
     text = f"{match.kind} {match.element_type} {crd}-crd n={options.vector_width} config {options.phases}"
     text += f", galloping at length ratio >= {options.gallop}" if options.gallop else ", no galloping (gallop=0)"
     if options.fast_math:
         text += " fast-math"
-    if options.simd_phases[1]:
+    if options.simd_mac:
         blocker = builder.simd2_blocker()
         if blocker:
             text += f" (phase 2 scalar: {blocker})"
     return text
 
 
-def _match(loop, options: SplyceOptions):
+def _match(loop, options: Options):
     """The intersection match, else (for a union loop, when enabled) the union match, else the Decline."""
     match = match_coiteration(loop)
     if isinstance(match, Decline) and match.reason.startswith("union"):
@@ -233,22 +180,21 @@ def _match(loop, options: SplyceOptions):
     return match
 
 
-def _build_union(function: str, index: int, union: Union, plan: Plan, counters, options) -> LoopDecision:
-    blocker = simd_blocker(union, plan)
+def _build_union(function: str, index: int, union: Union, options: Options, counters) -> LoopDecision:
+    blocker = simd_blocker(union, options)
     if blocker:
         return LoopDecision(function, index, False, f"union fast lane: {blocker}")
     hoist_fiber_bounds(union.head)
-    UnionLaneBuilder(union, plan).build()
+    UnionLaneBuilder(union, options, counters).build()
     if counters is not None:
         add_epilogue_count(union.head, counters)
     return LoopDecision(function, index, True, f"union fast lane: dense-output merge {union.both.element_type} "
                         f"{union.head.crd_type}-crd n={options.vector_width}")
 
 
-def run_splyce_pass(module: ir.Module, options: SplyceOptions) -> list[LoopDecision]:
+def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
     """Transform the stage-1 ``module`` in place, verify it, and return one decision per scf.while."""
     decisions = []
-    simd1, simd2, simd3 = options.simd_phases
     with module.context, ir.Location.unknown():
         funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
         for func in funcs:
@@ -259,16 +205,15 @@ def run_splyce_pass(module: ir.Module, options: SplyceOptions) -> list[LoopDecis
             if options.profile and any(isinstance(mt, (Coiteration, Union)) for _, _, mt in matches):
                 _profile_counters_global(module)
                 counters = _counters_in(func.operation)
-            plan = Plan(options.vector_width, simd1, simd2, simd3, options.fast_math, counters)
             for index, loop, match in matches:
                 if isinstance(match, Decline):
                     decisions.append(LoopDecision(name, index, False, match.reason))
                     continue
                 if isinstance(match, Union):
-                    decisions.append(_build_union(name, index, match, plan, counters, options))
+                    decisions.append(_build_union(name, index, match, options, counters))
                     continue
                 hoist_fiber_bounds(match)
-                builder = FastLaneBuilder(match, plan)
+                builder = FastLaneBuilder(match, options, counters)
                 fast = builder.build()
                 if counters is not None:
                     add_epilogue_count(match, counters)

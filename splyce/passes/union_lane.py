@@ -21,16 +21,16 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, scf, vector
 
-from splyce.passes.fast_lane import FAST_LANE_ATTR, FastLaneBuilder, Lanes, Plan, _index, _tree, _vtype
+from splyce.options import Options
+from splyce.passes.fast_lane import FAST_LANE_ATTR, FastLaneBuilder, Lanes, _index, _tree, _vtype
+from splyce.passes.ir_utils import CMPI_EQ, CMPI_UGE, CMPI_ULE, CMPI_ULT
 from splyce.passes.union_match import Union
 
-CMPI_EQ, CMPI_ULT, CMPI_ULE, CMPI_UGE = 0, 6, 7, 9
 
-
-def simd_blocker(union: Union, plan: Plan) -> str | None:
+def simd_blocker(union: Union, options: Options) -> str | None:
     """Why the union fast lane cannot be built, or None."""
     for name, branch in (("both", union.both), ("only-B", union.only_b), ("only-C", union.only_c)):
-        builder = FastLaneBuilder(branch, plan)
+        builder = FastLaneBuilder(branch, options)
         for store in branch.stores:
             mem = store.operation.operands[1]
             idx = list(store.operation.operands[2:])
@@ -43,8 +43,9 @@ def simd_blocker(union: Union, plan: Plan) -> str | None:
 
 
 class UnionLaneBuilder:
-    def __init__(self, union: Union, plan: Plan):
-        self.u, self.p, self.n = union, plan, plan.width
+    def __init__(self, union: Union, options: Options, profile_counters: ir.Value | None = None):
+        self.u, self.options, self.n = union, options, options.vector_width
+        self.profile_counters = profile_counters  # memref<3xi64> when profiling
 
     def build(self):
         head, n = self.u.head, self.n
@@ -122,7 +123,7 @@ class UnionLaneBuilder:
                                                (u.only_c, vc, only_c, False)):
             state = {"kb": Lanes(n, vec=coords), "matched": Lanes(n, vec=mask),
                      "values": side_values(branch, rotate_c)}
-            FastLaneBuilder(branch, self.p)._phase2_simd(args, state)
+            FastLaneBuilder(branch, self.options, self.profile_counters)._phase2_simd(args, state)
 
         idx_t = ir.IndexType.get()
         wt = t if isinstance(t, ir.IntegerType) else ir.IntegerType.get_signless(64)
@@ -130,8 +131,8 @@ class UnionLaneBuilder:
         for active in (active_b, active_c):
             ones = arith.extui(_vtype(n, wt), active)
             advances.append(arith.index_castui(idx_t, vector.reduction(wt, vector.CombiningKind.ADD, ones)))
-        if self.p.profile_counters is not None:
-            FastLaneBuilder._count(self.p.profile_counters, 0, arith.addi(*advances))
+        if self.profile_counters is not None:
+            FastLaneBuilder._count(self.profile_counters, 0, arith.addi(*advances))
         out = list(args)
         out[head.cursor_pos[0]] = arith.addi(pb, advances[0])
         out[head.cursor_pos[1]] = arith.addi(pc, advances[1])

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from mlir import ir
 
 from splyce.passes.coiteration_match import (
-    CAST_OPS, CMPI_EQ, CMPI_ULT, Coiteration, Decline, _const_int, _match_before, _match_then, _name,
-    _predicate, _unit_stride_1d, defined_outside)
+    CAST_OPS, Coiteration, Decline, _match_before, _match_then, _name, _predicate, _unit_stride_1d)
+from splyce.passes.ir_utils import CMPI_EQ, CMPI_ULT, const_int, defined_outside
 
 
 @dataclass
@@ -125,7 +125,7 @@ def match_union(while_op) -> Union | Decline:
             if if_op is not None or both is None or operands[0] != both:
                 return Decline("union body is not guarded by the coordinate match")
             if_op = op
-        elif name == "arith.addi" and operands[0] in cursor_args and _const_int(operands[1]) == 1:
+        elif name == "arith.addi" and operands[0] in cursor_args and const_int(operands[1]) == 1:
             incs[results[0]] = cursor_args.index(operands[0])
         elif name == "arith.select" and operands[0] in eqs and operands[1] in incs and \
                 incs[operands[1]] == eqs[operands[0]] and operands[2] == cursor_args[eqs[operands[0]]]:

@@ -25,7 +25,8 @@ from splyce.runtime import disk_cache
 from splyce.runtime import arguments
 from splyce.runtime import calls
 from splyce.runtime.arguments import Static
-from splyce.backend.compiler import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, CompileOptions, Lowering, lower
+from splyce.backend.compiler import Lowering, lower
+from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
 from splyce.tensors.formats import Format
 from splyce.tensors.tensor import SparseTensor
 from splyce.tracer.ir import Node, TensorType, Trace
@@ -46,7 +47,7 @@ class CacheKey:
     static_args: tuple
     inputs: tuple[TensorType | None, ...]
     out_format: object
-    options: CompileOptions
+    options: Options
 
     def explain(self, other: "CacheKey") -> list[str]:
         """The names of the parts in which two keys differ."""
@@ -191,7 +192,7 @@ class Jitted:
         self._option_args = dict(vectorize=vectorize, vector_width=vector_width, phases=phases,
                                  fast_math=fast_math, slp=slp, profile=profile, gallop=gallop, union=union,
                                  threads=(os.cpu_count() or 1) if threads is None else threads)
-        CompileOptions(**self._option_args)  # validate now, resolve the target lazily (no LLVM at import)
+        Options(**self._option_args)  # validate now, resolve the target lazily (no LLVM at import)
         if not (out_format is None or isinstance(out_format, Format) or out_format in OUT_FORMATS):
             raise ValueError(f"out_format must be 'dense', 'sparse', a splyce.Format or None, got {out_format!r}")
         self.out_format = out_format
@@ -213,11 +214,11 @@ class Jitted:
         return _unpickle_jitted, (self._token, self.fun, self._target_name, self._option_args, self.out_format)
 
     @property
-    def options(self) -> CompileOptions:
+    def options(self) -> Options:
         if self._options is None:
             from splyce.backend.codegen import resolve_target
 
-            self._options = CompileOptions(target=resolve_target(self._target_name), **self._option_args)
+            self._options = Options(target=resolve_target(self._target_name), **self._option_args)
         return self._options
 
     def __repr__(self) -> str:
@@ -404,7 +405,7 @@ def _disk_key(trace: Trace, key: CacheKey) -> str:
     return disk_cache.digest(disk_cache.key_parts(trace, key.static_args, key.out_format, key.options))
 
 
-def _load(disk_key: str, trace: Trace, options: CompileOptions) -> Lowering | None:
+def _load(disk_key: str, trace: Trace, options: Options) -> Lowering | None:
     """A lowering whose native code comes from the disk cache, or None on a miss (or a bad entry)."""
     entry = disk_cache.read(disk_key)
     if entry is None:

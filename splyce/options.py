@@ -1,0 +1,87 @@
+"""The compile options: one frozen, hashable value, validated once, passed unchanged through every stage.
+
+Everything that changes the generated code is here, so an ``Options`` is part of every cache key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # codegen imports llvmlite: not needed to build or validate options
+    from splyce.backend.codegen import Target
+
+# The fast lane's phases in SIMD (see Options). The paper found 5 (SIMD load/compare, scalar
+# multiply-accumulate and pointer advance) best on Sapphire Rapids; re-measured on this project's machines
+# (AMD Zen 5, both AVX-512 and AVX2 code), 7 (SIMD multiply-accumulate too, with an ordered, bit-exact
+# reduction; scalar pointer advance) is faster on K1, K3, K5 (and K2 with AVX2 code): see README.
+DEFAULT_PHASES = 7
+# The length ratio from which galloping beats the all-pairs fast lane: measured ~12 for n = 4 and ~8 for
+# n = 8, a clear win from 16 on for both (docs/passes.md).
+DEFAULT_GALLOP_RATIO = 16
+VECTOR_WIDTHS = (2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to compile a kernel.
+
+    ``phases`` is a configuration c in 1..8: the bits of c - 1 are (phase 1 load + compare, phase 2
+    multiply-accumulate, phase 3 pointer advance), most significant first, 1 = SIMD, 0 = unrolled scalar.
+    """
+
+    vectorize: bool = True       # the Splyce pass; False: the plain sparsifier's loops
+    vector_width: int = 4        # the fast lane's n
+    phases: int = DEFAULT_PHASES
+    fast_math: bool = False      # allow reassociating sums; off: bit-identical to the scalar loop
+    target: Target | None = None
+    slp: bool | None = None      # LLVM SLP vectorizer; None: off where the Splyce pass built a fast lane
+    profile: bool = False        # instrument fast lanes and epilogues (splyce.profile)
+    threads: int = 1             # > 1: the outer loop takes [lo, hi) arguments (passes/parallel.py)
+    gallop: int = DEFAULT_GALLOP_RATIO  # intersections gallop from this fiber length ratio on; 0: never
+    union: bool = False          # the union fast lane (sparse add / subtract / maximum, dense output)
+
+    def __post_init__(self):
+        if not isinstance(self.vectorize, bool):
+            raise TypeError(f"vectorize must be a bool, got {self.vectorize!r}")
+        if isinstance(self.vector_width, bool) or self.vector_width not in VECTOR_WIDTHS:
+            raise ValueError(f"vector_width must be 2, 4, 8 or 16, got {self.vector_width!r}")
+        if isinstance(self.phases, bool) or self.phases not in range(1, 9):
+            raise ValueError(f"phases must be an int from 1 to 8 (the bits of phases - 1 choose SIMD for load + "
+                             f"compare, multiply-accumulate, pointer advance), got {self.phases!r}")
+        if not isinstance(self.fast_math, bool):
+            raise TypeError(f"fast_math must be a bool, got {self.fast_math!r}")
+        if not (self.slp is None or isinstance(self.slp, bool)):
+            raise TypeError(f"slp must be a bool or None, got {self.slp!r}")
+        if not isinstance(self.profile, bool):
+            raise TypeError(f"profile must be a bool, got {self.profile!r}")
+        if not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 1:
+            raise ValueError(f"threads must be a positive int or None (all cores), got {self.threads!r}")
+        if not isinstance(self.gallop, int) or isinstance(self.gallop, bool) or self.gallop == 1 or \
+                not 0 <= self.gallop <= 1 << 16:
+            raise ValueError(f"gallop must be 0 (off) or a fiber length ratio from 2 to 65536, got {self.gallop!r}")
+        if not isinstance(self.union, bool):
+            raise TypeError(f"union must be a bool, got {self.union!r}")
+
+    def __hash__(self) -> int:   # hashed on every call's cache lookup: computed once
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, name) for name in self.__dataclass_fields__))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    # The phase bits, decoded here only.
+    @property
+    def simd_compare(self) -> bool:
+        """Phase 1 (load n coordinates of each operand, all-pairs compare) in SIMD."""
+        return bool((self.phases - 1) & 4)
+
+    @property
+    def simd_mac(self) -> bool:
+        """Phase 2 (the guarded multiply-accumulate / store) in SIMD."""
+        return bool((self.phases - 1) & 2)
+
+    @property
+    def simd_advance(self) -> bool:
+        """Phase 3 (pointer advance past the pivot) in SIMD."""
+        return bool((self.phases - 1) & 1)
