@@ -100,9 +100,6 @@ def test_jit_level_out_format_of_the_wrong_rank_is_a_trace_error():
     assert str(info.value) == f"out_format {CSR_TEXT} has 2 levels, the result has rank 1"
 
 
-REDUCTION_TEXT = ("a sparse result ({fmt}) of a contraction that reduces over loop 'k' outside its output loops "
-                  "(order 'ikj') is not supported; request out_format='dense' (splyce.matmul on concrete operands "
-                  "returns scipy.sparse results)")
 UNCHANGED_TEXT = "a jitted function must compute its results; returning an argument unchanged is not supported"
 
 LOWERING_ERRORS = {
@@ -110,9 +107,6 @@ LOWERING_ERRORS = {
                       f"no loop order fits the operands' storage orders ab:{CSR32_TEXT}, ab:{CSC32_TEXT}; "
                       "store them in compatible orders, e.g. splyce.asarray(b, format=a.format) before the call "
                       "(the drop-ins splyce.add / multiply / einsum convert for you)"),
-    "sparse result of a reduction outside its loops": (
-        lambda x, y: splyce.einsum("ik,kj->ij", x, y, out_format="sparse", order="ikj"), (A, B.T.tocsr()),
-        REDUCTION_TEXT.format(fmt=CSR32_TEXT)),
     "sparse result out of storage order": (   # pinned as written (unpinned, the planner re-stores operands)
         lambda x, y: splyce.einsum("ij,ij->ij", x, y, out_format=splyce.CSC, order="ij"), (A, B),
         "the sparse result format (i, j) -> (j : dense, i : compressed) would be written out of storage order "

@@ -100,26 +100,14 @@ def loop_order(node_inputs: list[tuple[str, TensorType]], output: str) -> str:
     return "".join(order)
 
 
-def check_sparse_result(node: Node, output: str, order: str, reduces: bool) -> None:
-    """Sparse results the sparsifier can write directly: entries inserted in storage order, every reduction
-    innermost (reduced to a scalar, then inserted).
-
-    A reduction outside the output's loops makes the sparsifier use an expanded-access workspace with an
-    ``i1`` "filled" memref, whose lowering aborts the process in MLIR 22 (an assertion in MemRefToLLVM), so
-    it is refused here with a clear error.
-    """
+def check_sparse_result(node: Node, output: str, order: str) -> None:
+    """Sparse results the sparsifier can write directly: entries inserted in storage order. (With a
+    reduction it accumulates each row in an expanded workspace whose i1 flags passes/widen_i1.py widens.)"""
     stored = "".join(output[d] for d in node.type.format.order)
     if "".join(c for c in order if c in stored) != stored:
         raise LoweringError(f"the sparse result format {node.type.format} would be written out of storage "
                             f"order (loops {order!r}); request out_format='dense' or a format stored "
                             f"in loop order")
-    if reduces:
-        first_reduction = min(k for k, c in enumerate(order) if c not in output)
-        if any(order.index(c) > first_reduction for c in output):
-            raise LoweringError(f"a sparse result ({node.type.format}) of a contraction that reduces over "
-                                f"loop {order[first_reduction]!r} outside its output loops (order {order!r}) is "
-                                "not supported; request out_format='dense' (splyce.matmul on concrete "
-                                "operands returns scipy.sparse results)")
 
 
 def build_generic(inputs, input_subs: list[str], init, output: str, order: str, body):
@@ -172,7 +160,7 @@ def lower_contract(node: Node, ctx: _Context):
     reads_out = not node.type.is_sparse or reduces
     order = params.order or loop_order([(s, a.type) for s, a in zip(params.inputs, node.args)], params.output)
     if node.type.is_sparse:
-        check_sparse_result(node, params.output, order, reduces)
+        check_sparse_result(node, params.output, order)
 
     def body(args):
         values = [cast(v, a.type.dtype, dtype) for v, a in zip(args, node.args)]
@@ -201,7 +189,7 @@ def lower_combine(node: Node, ctx: _Context):
     inputs = [ctx.values[a] for a in node.args]
     order = loop_order([(subs, a.type) for a in node.args], subs)
     if node.type.is_sparse:
-        check_sparse_result(node, subs, order, False)
+        check_sparse_result(node, subs, order)
     return build_generic(inputs, [subs, subs], init, subs, order, body)
 
 
@@ -220,7 +208,7 @@ def lower_ewise(node: Node, ctx: _Context):
     inputs = [ctx.values[a] for a in node.args]
     order = loop_order([(subs, a.type) for a in node.args], subs)
     if node.type.is_sparse:
-        check_sparse_result(node, subs, order, False)
+        check_sparse_result(node, subs, order)
     return build_generic(inputs, [subs] * len(inputs), init, subs, order, body)
 
 
