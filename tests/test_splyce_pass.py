@@ -15,6 +15,7 @@ import pytest
 from mlir import ir
 from splyce.passes.fast_lane import FAST_LANE_ATTR
 from splyce.lowering.pipeline import SPARSIFY, run_passes
+from filecheck import check_in_order
 from splyce.options import Options
 from splyce.passes.splyce_pass import (PROFILE_COUNTERS_SYMBOL, LoopDecision, decisions_as_comments,
                                        run_splyce_pass)
@@ -148,15 +149,18 @@ def test_kernel_gets_fast_lane_before_original_loop(ctx, kernel, dtype, width):
         ("K-accumulate" if KERNELS[kernel][1] == "accumulate" else "store") + f" {dtype} {crd}-crd n=4 config 5")
     assert module.operation.verify()
     (fast,) = fast_lanes(module)
-    fast_text = str(fast)
-    assert "scf.if" not in fast_text
-    assert "vector.load" in fast_text and f"vector<4x{crd}>" in fast_text
-    assert "vector.shuffle" in fast_text
-    original = original_loop_after(fast)
-    assert "scf.if" in original
-    assert FAST_LANE_ATTR not in original
-    # The original loop starts where the fast lane stopped.
-    assert re.search(r"scf\.while \(%\w+ = %\d+#0, %\w+ = %\d+#1", original)
+    assert "scf.if" not in str(fast)   # branchless
+    text = str(fast.operation.parent)
+    name = re.escape(fast.operation.results[0].get_name().split("#")[0])
+    crd_load = re.compile(rf"vector\.load %\w+\[%\w+\] : memref<\?x{crd}>, vector<4x{crd}>")
+    check_in_order(text, [
+        re.compile(rf"{name}:\d+ = scf\.while"), "arith.cmpi uge", "scf.condition",   # n coordinates left
+        crd_load, crd_load, "vector.shuffle",                                          # phase 1: B, C
+        "scf.yield", f"}} attributes {{{FAST_LANE_ATTR}}}",
+        # the original loop follows and starts where the fast lane stopped
+        re.compile(rf"scf\.while \(%\w+ = {name}#0, %\w+ = {name}#1"), "scf.condition", "scf.if",
+        '} attributes {"Emitted from" = "linalg.generic"}'])
+    assert FAST_LANE_ATTR not in original_loop_after(fast)
 
 
 def test_k3_innermost_loop_is_the_l_coiteration(ctx):
@@ -217,7 +221,7 @@ def test_vector_width(ctx, width):
     module = stage1(kernel_text("k1"))
     run_splyce_pass(module, Options(vector_width=width, phases=8))
     text = str(fast_lanes(module)[0])
-    assert f"vector<{width}xi32>" in text and f"vector<{width}xf64>" in text
+    check_in_order(text, [f"vector<{width}xi32>", f"vector<{width}xf64>"])   # coordinates, then values
     assert text.count("vector.shuffle %") == 2 * (width - 1)  # coordinates and values of C
 
 
@@ -251,8 +255,8 @@ def test_simd_phase2_store_kernel(ctx, config):
     decisions = run_splyce_pass(module, Options(vector_width=4, phases=config))
     assert decisions[0].vectorized and "phase 2 scalar" not in decisions[0].reason
     text = str(fast_lanes(module)[0])
-    assert re.search(r"arith\.mulf %\w+, %\w+ : vector<4xf64>", text)
     # branchless: one masked scatter of the products at B's coordinates (the fixture does not read A)
+    check_in_order(text, [re.compile(r"arith\.mulf %\w+, %\w+ : vector<4xf64>"), "vector.scatter"])
     assert len(re.findall(r"vector\.scatter", text)) == 1
     assert "memref.store" not in text
 
@@ -264,6 +268,7 @@ def test_store_kernel_reading_its_output(ctx):
     assert module.operation.verify()
     text = str(fast_lanes(module)[0])  # read and written back under the match mask
     assert len(re.findall(r"vector\.gather", text)) == 1 and len(re.findall(r"vector\.scatter", text)) == 1
+    check_in_order(text, ["vector.gather", re.compile(r"arith\.addf %\w+, %\w+ : vector<4xf64>"), "vector.scatter"])
 
 
 def test_strict_sum_written_term_first_keeps_phase2_scalar(ctx):
@@ -287,11 +292,13 @@ def test_profile_counters(ctx):
     module = stage1(kernel_text("k1"))
     run_splyce_pass(module, Options(phases=5, profile=True))
     text = str(module)
-    assert f'memref.global "public" @{PROFILE_COUNTERS_SYMBOL} : memref<3xi64> = dense<0>' in text
     assert text.count(f"memref.get_global @{PROFILE_COUNTERS_SYMBOL}") == 1
-    fast = fast_lanes(module)[0]
-    assert "memref.store" in str(fast)
-    assert "memref.store" in original_loop_after(fast)
+    counter = r"memref\.store %\w+, %\w+\[%c{}(_\d+)?\] : memref<3xi64>"
+    check_in_order(text, [
+        f'memref.global "public" @{PROFILE_COUNTERS_SYMBOL} : memref<3xi64> = dense<0>',
+        f"memref.get_global @{PROFILE_COUNTERS_SYMBOL}",
+        re.compile(counter.format(0)), f"}} attributes {{{FAST_LANE_ATTR}}}",   # fast lane: slot 0
+        re.compile(counter.format(1)), "} attributes {\"Emitted from\""])     # epilogue: slot 1
 
 
 def test_no_profile_no_global(ctx):

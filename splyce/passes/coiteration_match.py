@@ -145,7 +145,6 @@ def match_coiteration(while_op) -> Coiteration | Decline:
     cursor_pos, bounds = head
     after = while_op.after.blocks[0]
     cursor_args = [after.arguments[p] for p in cursor_pos]
-    n_args = len(after.arguments)
 
     # Classify the after-block ops by role, in order.
     role = {}  # value -> (kind, side/level)
@@ -234,9 +233,7 @@ def match_coiteration(while_op) -> Coiteration | Decline:
         return Decline("coordinates are not compared as index")
 
     # The yield: cursor positions get the advanced cursors, the others are unchanged or if-results.
-    yielded = list(yield_op.operation.operands)
-    if len(yielded) != n_args:
-        return Decline("after-region yield does not match the loop arguments")
+    yielded = list(yield_op.operation.operands)   # as many as the loop arguments (the verifier checks)
     acc_of_result = {}
     for pos, value in enumerate(yielded):
         if pos in cursor_pos:
@@ -250,10 +247,7 @@ def match_coiteration(while_op) -> Coiteration | Decline:
         acc_of_result[ir.OpResult(value).result_number] = pos
     if len(if_op.operation.results) != len(acc_of_result):
         return Decline("scf.if result is not carried by the loop")
-    # Every if-result used only by the yield.
-    for res in if_op.operation.results:
-        if any(u.owner != yield_op.operation for u in res.uses):
-            return Decline("scf.if result is used inside the loop body")
+    # (No other op of the after-region can use an if-result: the classifier above accepts none that could.)
 
     # Coordinate values usable in the body: both chains and the min (all equal on a match).
     coord_level = {}
@@ -265,18 +259,14 @@ def match_coiteration(while_op) -> Coiteration | Decline:
     for op in regions[0].blocks[0].operations:
         if len(op.operation.regions):
             return Decline(f"not innermost: guarded body contains {_name(op)}")
-    if len(regions[1].blocks) and len(list(regions[1].blocks[0].operations)) > 1:
-        return Decline("union (disjunctive) coiteration: the else-region handles unmatched coordinates")
-    # The else-region yields the accumulators unchanged.
-    if len(acc_of_result) and len(regions[1].blocks):
-        else_yield = list(regions[1].blocks[0].operations)
-        if len(else_yield) != 1:
-            return Decline("else-region of the guarded scf.if computes something")
-        for i, value in enumerate(else_yield[0].operation.operands):
+    if len(regions[1].blocks):
+        else_ops = list(regions[1].blocks[0].operations)
+        if len(else_ops) > 1:
+            return Decline("union (disjunctive) coiteration: the else-region handles unmatched coordinates")
+        # Only its yield: it must give back the accumulators unchanged.
+        for i, value in enumerate(else_ops[0].operation.operands):
             if not _is_block_arg(value, after, acc_of_result[i]):
                 return Decline("else-region of the guarded scf.if does not keep the accumulator")
-    elif len(regions[1].blocks) and len(list(regions[1].blocks[0].operations)) != 1:
-        return Decline("else-region of the guarded scf.if computes something")
 
     then_block = regions[0].blocks[0]
     result = _match_then(while_op, after, then_block, cursor_args, coord_level, acc_of_result)
@@ -346,9 +336,7 @@ def _match_then(while_op, after, then_block, cursor_args, coord_level, acc_of_re
     ops = list(then_block.operations)
     for op in ops[:-1]:
         name = _name(op)
-        operands = list(op.operation.operands)
-        if len(op.operation.regions):
-            return Decline(f"not innermost: guarded body contains {name}")
+        operands = list(op.operation.operands)   # (ops with regions were declined by the caller)
         if name == "memref.load":
             mem, idx = operands[0], operands[1:]
             if not defined_outside(mem, while_op):
