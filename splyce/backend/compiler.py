@@ -15,7 +15,7 @@ from splyce.backend import codegen
 from splyce.lowering import pipeline
 from splyce.lowering.to_mlir import ENTRY, lower_trace
 from splyce.options import Options
-from splyce.passes.widen_i1 import check_no_i1_memrefs, widen_i1_memrefs
+from splyce.passes.widen_i1 import widen_i1_memrefs
 from splyce.tracer.ir import Trace
 
 STAGES = ("trace", "plan", "linalg", "scf", "splyce", "llvm", "asm")
@@ -108,7 +108,6 @@ def lower(trace: Trace, options: Options) -> Lowering:
 
         start = time.perf_counter()
         widen_i1_memrefs(module)   # MemRefToLLVM aborts on i1 memrefs (the sparsifier's workspace flags)
-        check_no_i1_memrefs(module)
         threads_note = ""
         if options.threads > 1:
             threads_note = _split_outer_loop(low, module) + "\n"
