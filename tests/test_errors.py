@@ -19,6 +19,7 @@ def _csr(m, n, seed):
 
 
 A, B = _csr(4, 5, 1), _csr(4, 5, 2)   # two 4x5 CSR operands unless a case says otherwise
+A4, B4 = _csr(4, 4, 1), _csr(4, 4, 2)
 
 TRACE_ERRORS = {
     "truth value": (lambda x, y: x if x else y, (A, B),
@@ -103,8 +104,10 @@ def test_jit_level_out_format_of_the_wrong_rank_is_a_trace_error():
 UNCHANGED_TEXT = "a jitted function must compute its results; returning an argument unchanged is not supported"
 
 LOWERING_ERRORS = {
-    "no loop order": (lambda x, y: x * y, (A, B.tocsc()),
-                      f"no loop order fits the operands' storage orders ab:{CSR32_TEXT}, ab:{CSC32_TEXT}; "
+    # operands the planner cannot re-store (intermediates read twice) in incompatible orders
+    "no loop order": (lambda x, y: (lambda p, q: (splyce.einsum("ij,ji->ij", p, q), p, q))(x * x, y * y),
+                      (A4, B4),
+                      f"no loop order fits the operands' storage orders ij:{CSR32_TEXT}, ji:{CSR32_TEXT}; "
                       "store them in compatible orders, e.g. splyce.asarray(b, format=a.format) before the call "
                       "(the drop-ins splyce.add / multiply / einsum convert for you)"),
     "sparse result out of storage order": (   # pinned as written (unpinned, the planner re-stores operands)
@@ -112,7 +115,7 @@ LOWERING_ERRORS = {
         "the sparse result format (i, j) -> (j : dense, i : compressed) would be written out of storage order "
         "(loops 'ij'); request out_format='dense' or a format stored in loop order"),
     "sparse union result out of storage order": (
-        lambda x, y: splyce.add(x, y, out_format=splyce.CSC), (A, B),
+        lambda x, y: (lambda p, q: (splyce.add(p, q, out_format=splyce.CSC), p, q))(x * x, y * y), (A, B),
         "the sparse result format (i, j) -> (j : dense, i : compressed) would be written out of storage order "
         "(loops 'ab'); request out_format='dense' or a format stored in loop order"),
     "returns an argument": (lambda x, y: x, (A, B), UNCHANGED_TEXT),

@@ -138,8 +138,6 @@ def choose(ops: list[Operand], output: str, out_stored: str | None, fallback_ord
     orders = [fallback_order] if fallback_order else []   # first: ties keep the lowering's usual order
     if len(letters) <= MAX_PERMUTED_INDICES:
         orders += ["".join(p) for p in itertools.permutations(letters) if "".join(p) != fallback_order]
-    # a sparse result with reductions needs sparse operands that pin the loop order (see below)
-    scatter_ok = not (out_sparse and set(letters) - set(output))
     best: Choice | None = None
     for order in orders:
         if out_sparse and not sparse_output_ok(order, output, out_stored):
@@ -155,7 +153,7 @@ def choose(ops: list[Operand], output: str, out_stored: str | None, fallback_ord
             elif op.convertible:
                 # sorting the entries, plus the new positions array of every level
                 convert = op.nnz * max(1.0, math.log2(max(op.nnz, 2.0))) + sum(op.shape)
-                scatter = op.size if scatter_ok else math.inf
+                scatter = op.size
                 if scatter < convert:
                     storage.append("scatter"), flags.append(False)
                     extra += scatter
@@ -170,14 +168,12 @@ def choose(ops: list[Operand], output: str, out_stored: str | None, fallback_ord
             continue
         # scattering a short sparse vector can still pay against long sparse rows (look-ups, no merging)
         for k, op in enumerate(ops):
-            if storage[k] == "keep" and op.convertible and len(op.shape) == 1 and scatter_ok:
+            if storage[k] == "keep" and op.convertible and len(op.shape) == 1:
                 trial = list(flags)
                 trial[k] = False
                 if loop_cost(effective, trial, sizes, order) + op.size < loop_cost(effective, flags, sizes, order):
                     storage[k], flags[k] = "scatter", False
                     extra += op.size
-        if out_sparse and not _reductions_forced_inside(effective, flags, output):
-            continue
         cost = extra + loop_cost(effective, flags, sizes, order)
         cost += out_entries if out_sparse else (math.prod(sizes[c] for c in output) if output else 1.0)
         if best is None or cost < best.cost:
@@ -197,37 +193,11 @@ def evaluate(ops: list[Operand], output: str, out_stored: str | None, order: str
     return Choice(order, storage, cost, out_entries)
 
 
-def _reductions_forced_inside(ops: list[Operand], sparse_flags: list[bool], output: str) -> bool:
-    """True when every output loop will run outside every reduction loop whatever order the sparsifier
-    settles on: the sparse operands' storage orders force it, or the reduction index is carried by dense
-    operands only (the sparsifier puts such loops innermost) while the output index is stored sparse. A
-    reduction outside an output loop needs the expanded-access workspace that MLIR 22 cannot lower."""
-    after: dict[str, set[str]] = {}
-    carried: set[str] = set()
-    for op, flag in zip(ops, sparse_flags):
-        if flag:
-            stored = op.stored_subs()
-            carried |= set(stored)
-            for k, c in enumerate(stored):
-                after.setdefault(c, set()).update(stored[k + 1:])
-    changed = True
-    while changed:   # transitive closure (a handful of letters)
-        changed = False
-        for c, later in after.items():
-            extra = set().union(*(after.get(x, set()) for x in later)) - later
-            if extra:
-                later |= extra
-                changed = True
-    letters = set("".join(op.subs for op in ops))
-    reductions = letters - set(output)
-    return all(r in after.get(o, set()) or (r not in carried and o in carried)
-               for o in output for r in reductions)
-
-
 def sparse_output_ok(order: str, output: str, out_stored: str) -> bool:
-    """A sparse result is written in its storage order, with every reduction innermost (then no
-    expanded-access workspace is needed, see lowering/to_mlir.py)."""
+    """A sparse result is written in its storage order, all but its innermost level outside every reduction:
+    the sparsifier accumulates the innermost level in an expanded-access workspace (whose i1 flags
+    passes/widen_i1.py widens), which only works below fixed outer coordinates."""
     if "".join(c for c in order if c in output) != out_stored:
         return False
     first_reduction = min((k for k, c in enumerate(order) if c not in output), default=len(order))
-    return all(k < first_reduction for k, c in enumerate(order) if c in output)
+    return all(order.index(c) < first_reduction for c in out_stored[:-1])

@@ -209,11 +209,15 @@ def _walked(t: TensorType) -> tuple[bool, ...]:
     return tuple(level.kind != "dense" for level in t.format.levels) if t.is_sparse else ()
 
 
-def _heuristic_order(node: Node) -> str:
-    from splyce.lowering.to_mlir import loop_order
+def _heuristic_order(node: Node) -> str | None:
+    """The lowering's usual order, or None when the operands' storage orders admit none as stored."""
+    from splyce.lowering.to_mlir import LoweringError, loop_order
 
     params: ContractParams = node.params[0]
-    return loop_order([(s, a.type) for s, a in zip(params.inputs, node.args)], params.output)
+    try:
+        return loop_order([(s, a.type) for s, a in zip(params.inputs, node.args)], params.output)
+    except LoweringError:
+        return None
 
 
 def make_plan(trace: Trace, nnz: tuple[int, ...]) -> Plan:
@@ -250,6 +254,8 @@ def make_plan(trace: Trace, nnz: tuple[int, ...]) -> Plan:
                         args[k] = converted_input(arg, TensorType(arg.type.shape, arg.type.dtype, None))
                 new = with_order(with_args(new, tuple(args)), choice.order)
                 storage = choice.storage
+        elif node.op in ("ewise", "combine"):
+            new, storage = _elementwise_storage(node, new, converted_input)
         mapping[node] = new
         if node.op != "input":
             entries = planner.entries(node)
@@ -259,6 +265,27 @@ def make_plan(trace: Trace, nnz: tuple[int, ...]) -> Plan:
     plan = Plan(trace, planned, tuple(sources), tuple(steps), tuple(fusions), tuple(nnz))
     check_memory(plan)
     return plan
+
+
+def _elementwise_storage(node: Node, new: Node, converted_input):
+    """An elementwise node co-iterates its sparse operands in one storage order (the result's when it is
+    sparse, else the first sparse operand's): inputs stored otherwise are re-stored on the host."""
+    sparse = [a for a in node.args if a.type.is_sparse]
+    if not sparse:
+        return new, ("dense",) * len(node.args)
+    order = (node.type.format if node.type.is_sparse else sparse[0].type.format).order
+    args, storage = list(new.args), []
+    for k, arg in enumerate(node.args):
+        if not arg.type.is_sparse:
+            storage.append("dense")
+        elif arg.type.format.order == order or arg.op != "input":
+            storage.append("keep")
+        else:
+            fmt = arg.type.format
+            args[k] = converted_input(arg, TensorType(arg.type.shape, arg.type.dtype,
+                                                      Format(fmt.levels, order, fmt.pos_width, fmt.crd_width)))
+            storage.append("convert")
+    return with_args(new, tuple(args)), tuple(storage)
 
 
 def _stored_in_order(t: TensorType, subs: str, order: str) -> TensorType:
