@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from splyce.tensors.validation import SUPPORTED_DTYPES, register_fast_check
+from splyce.tensors.validation import SUPPORTED_DTYPES
 
 # 1. any pos[s] > pos[s+1] for s in [0, nseg)
 _POS_TEMPLATE = """
@@ -193,8 +193,6 @@ def buffers_ok(shape, fmt, pos, crd, values) -> bool:
         return False
     return _structure_ok(shape, fmt, pos, crd, values) and _levels_ok(shape, fmt, pos, crd)
 
-
-register_fast_check(buffers_ok)
 
 
 def _structure_ok(shape, fmt, pos, crd, values) -> bool:

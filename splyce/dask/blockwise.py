@@ -90,7 +90,7 @@ def blockwise(f):
         others = {s for x, p in zip(args, partitioned) for s in (np.shape(x)[1:] if p else np.shape(x))}
         sample_rows = max(others | {max(rows, default=0)}) + 1
         samples = [_sample(b, sample_rows) if p else x for b, x, p in zip(blocks, args, partitioned)]
-        split = Jitted(f.fun, target=f._target_name, out_format=f.out_format, **{**f._option_args, "threads": 2})
+        split = f.with_options(threads=2)
         try:
             lowering = split.lower(*samples)
         except TraceError as exc:

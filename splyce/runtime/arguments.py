@@ -16,7 +16,6 @@ from splyce.tensors.formats import Format, Level
 from splyce.tensors.tensor import SparseTensor, asarray
 from splyce.tracer.ir import TensorType
 from splyce.tensors.validation import DTYPE_NAMES, validate
-from splyce.backend import native_validation  # noqa: F401  (registers the native fast path of validation)
 
 # dtype -> name by dict lookup: ``np.dtype.name`` is computed in Python on every access (slow per call)
 _NAMES = {np.dtype(name): name for name in DTYPE_NAMES}

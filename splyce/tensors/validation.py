@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import operator
 
+import sys
+
 import numpy as np
 
 from splyce.tensors.formats import Format
@@ -89,15 +91,20 @@ def _check_order(crd: np.ndarray, within: np.ndarray, level, label: str, segment
     return within & (diff == 0)
 
 
-# A faster checker the compiler registers once it is loaded (a single-pass native scan): it answers True
-# when the buffers are well formed; on False the NumPy checks below run and word the error.
-_fast_check = None
+# The native single-pass scan (backend/native_validation.py) answers True when the buffers are well formed;
+# on False the NumPy checks below run and word the error. It is JIT-compiled with llvmlite, so it is used
+# once splyce's compiler is loaded in this process anyway (a jitted call or a drop-in), or for tensors large
+# enough that loading it costs less than the NumPy checks; `import splyce` and small conversions never load
+# LLVM. Either way the verdict and the error messages are the same.
+NATIVE_MIN_ENTRIES = 1 << 18
 
 
-def register_fast_check(check) -> None:
-    """Install ``check(shape, fmt, pos, crd, values) -> bool`` as the fast path of `check_buffers`."""
-    global _fast_check
-    _fast_check = check
+def _native_ok(shape, fmt, pos, crd, values) -> bool:
+    if "splyce.backend.codegen" not in sys.modules and len(values) < NATIVE_MIN_ENTRIES:
+        return False
+    from splyce.backend.native_validation import buffers_ok
+
+    return buffers_ok(shape, fmt, pos, crd, values)
 
 
 def check_buffers(shape, fmt: Format, pos, crd, values, name: str = "tensor") -> None:
@@ -105,7 +112,7 @@ def check_buffers(shape, fmt: Format, pos, crd, values, name: str = "tensor") ->
 
     Unsorted or duplicate coordinates raise `NotCanonicalError` (a ValueError), checked last for each level.
     """
-    if _fast_check is not None and isinstance(fmt, Format) and _fast_check(shape, fmt, pos, crd, values):
+    if isinstance(fmt, Format) and _native_ok(shape, fmt, pos, crd, values):
         return
     if not isinstance(fmt, Format):
         raise TypeError(f"{name}: format must be a splyce Format, not {type(fmt).__name__}")
