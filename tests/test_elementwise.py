@@ -26,7 +26,7 @@ CASES = {
     "0.5a+0.5b": (lambda a, b, d: 0.5 * a + 0.5 * b, lambda A, B, D: 0.5 * A + 0.5 * B, True),
     "abs(a-b)**2": (lambda a, b, d: abs(a - b) ** 2, lambda A, B, D: np.abs(A - B) ** 2, True),
     "-a/4": (lambda a, b, d: -a / 4, lambda A, B, D: -A / 4, True),
-    "maximum": (lambda a, b, d: splyce.maximum(a, b), np.maximum, True),
+    "maximum": (lambda a, b, d: splyce.maximum(a, b), lambda A, B, D: np.maximum(A, B), True),
     "minimum*3": (lambda a, b, d: splyce.minimum(a, b) * 3, lambda A, B, D: np.minimum(A, B) * 3, True),
     "maximum dense": (lambda a, b, d: splyce.maximum(a, d), lambda A, B, D: np.maximum(A, D), False),
     "a**3*b": (lambda a, b, d: a ** 3 * b, lambda A, B, D: A ** 3 * B, True),
