@@ -21,8 +21,9 @@ import numpy as np
 
 from splyce.backend.ir_text import pool, row_chunks
 
-# Intersection: keep op(a, b) where both rows hold the column.
-_INTERSECT = """
+# Both kernels: the loop over rows [lo, hi) and a fast path for two rows that hold the same columns (compared
+# first, then combined column by column in one pass); the part after it merges the two rows.
+_ROW_HEAD = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi,
                    ptr %ends, ptr %cc, ptr %cv) {{
 entry:
@@ -90,7 +91,10 @@ head:
   %ina = icmp slt i64 %i, %ib
   %inb = icmp slt i64 %j, %jb
   %both = and i1 %ina, %inb
-  br i1 %both, label %body, label %row_end
+"""
+
+# Intersection: keep op(a, b) where both rows hold the column.
+_INTERSECT = _ROW_HEAD + """  br i1 %both, label %body, label %row_end
 body:
   %pac = getelementptr i{c}, ptr %ac, i64 %i
   %ca = load i{c}, ptr %pac
@@ -129,75 +133,7 @@ done:
 """
 
 # Union: op(a, 0), op(0, b) or op(a, b) for every column either row holds, kept when not zero.
-_UNION = """
-define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi,
-                   ptr %ends, ptr %cc, ptr %cv) {{
-entry:
-  br label %row
-row:
-  %r = phi i64 [%lo, %entry], [%r1, %row_end]
-  %out = phi i64 [0, %entry], [%o_end, %row_end]
-  %more = icmp slt i64 %r, %hi
-  br i1 %more, label %row_body, label %done
-row_body:
-  %r1 = add i64 %r, 1
-{bounds}
-  %la = sub i64 %ib, %ia
-  %lb = sub i64 %jb, %ja
-  %same_len = icmp eq i64 %la, %lb
-  br i1 %same_len, label %cmp_head, label %head
-cmp_head:
-  %q = phi i64 [0, %row_body], [%q1, %cmp_body]
-  %d = phi i32 [0, %row_body], [%d1, %cmp_body]
-  %qin = icmp slt i64 %q, %la
-  br i1 %qin, label %cmp_body, label %cmp_done
-cmp_body:
-  %qa = add i64 %ia, %q
-  %qb = add i64 %ja, %q
-  %pqa = getelementptr i{c}, ptr %ac, i64 %qa
-  %cqa = load i{c}, ptr %pqa
-  %pqb = getelementptr i{c}, ptr %bc, i64 %qb
-  %cqb = load i{c}, ptr %pqb
-  %ne = icmp ne i{c} %cqa, %cqb
-  %nei = zext i1 %ne to i32
-  %d1 = or i32 %d, %nei
-  %q1 = add i64 %q, 1
-  br label %cmp_head
-cmp_done:
-  %same = icmp eq i32 %d, 0
-  br i1 %same, label %same_head, label %head
-same_head:
-  %u = phi i64 [0, %cmp_done], [%u1, %same_body]
-  %os = phi i64 [%out, %cmp_done], [%os1, %same_body]
-  %uin = icmp slt i64 %u, %la
-  br i1 %uin, label %same_body, label %row_end
-same_body:
-  %ua = add i64 %ia, %u
-  %ub = add i64 %ja, %u
-  %pua = getelementptr i{c}, ptr %ac, i64 %ua
-  %cu = load i{c}, ptr %pua
-  %pva = getelementptr {t}, ptr %av, i64 %ua
-  %vua = load {t}, ptr %pva
-  %pvb = getelementptr {t}, ptr %bv, i64 %ub
-  %vub = load {t}, ptr %pvb
-  %vu = {op} {t} %vua, %vub
-  %pcu = getelementptr i{c}, ptr %cc, i64 %os
-  store i{c} %cu, ptr %pcu
-  %pcvu = getelementptr {t}, ptr %cv, i64 %os
-  store {t} %vu, ptr %pcvu
-  %nzu = {nonzero} {t} %vu, {zero}
-  %nzi = zext i1 %nzu to i64
-  %os1 = add i64 %os, %nzi
-  %u1 = add i64 %u, 1
-  br label %same_head
-head:
-  %i = phi i64 [%ia, %row_body], [%ia, %cmp_done], [%i1, %body]
-  %j = phi i64 [%ja, %row_body], [%ja, %cmp_done], [%j1, %body]
-  %o = phi i64 [%out, %row_body], [%out, %cmp_done], [%o1, %body]
-  %ina = icmp slt i64 %i, %ib
-  %inb = icmp slt i64 %j, %jb
-  %both = and i1 %ina, %inb
-  br i1 %both, label %body, label %tail_a
+_UNION = _ROW_HEAD + """  br i1 %both, label %body, label %tail_a
 body:
   %pac = getelementptr i{c}, ptr %ac, i64 %i
   %ca = load i{c}, ptr %pac
