@@ -193,3 +193,17 @@ def test_fused_plans_vectorized_are_bit_identical_to_the_plain_sparsifier(fun, f
     # the fused triangle count co-iterates two rows (the Splyce fast lane); the masked product is planned
     # mask-driven without an intersection
     assert any(d.vectorized for d in splyce.jit(fun).lower(low).decisions) == fast_lane
+
+
+def test_memory_budget_from_the_environment(monkeypatch):
+    from splyce.planner.memory import budget_bytes, physical_memory
+
+    monkeypatch.setenv("SPLYCE_MEMORY_BUDGET", "123456789")
+    assert budget_bytes() == 123456789
+    monkeypatch.setenv("SPLYCE_MEMORY_BUDGET", "0.25")
+    assert budget_bytes() == int(0.25 * physical_memory())
+    for bad, message in (("lots", "must be a number of bytes or a fraction of physical memory, got 'lots'"),
+                         ("-3", "must be positive, got '-3'")):
+        monkeypatch.setenv("SPLYCE_MEMORY_BUDGET", bad)
+        with pytest.raises(ValueError, match=message):
+            budget_bytes()
