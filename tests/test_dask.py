@@ -206,6 +206,11 @@ def _abt(a, b):
     return a @ b.T
 
 
+@splyce.jit
+def _total(a):
+    return a.sum()
+
+
 def test_blockwise(client):
     a = _random(120, 80, 0.1, 15)
     x = np.random.default_rng(16).random((80, 5))
@@ -216,6 +221,8 @@ def test_blockwise(client):
     _same(_compute(client, sd.blockwise(_rowdot)(ad, yd)), _rowdot(a, y))
     with pytest.raises(ValueError, match="not independent: the output is accessed at a row other"):
         sd.blockwise(_gram)(ad)
+    with pytest.raises(ValueError, match="reduces over the rows into one element"):
+        sd.blockwise(_total)(sd.from_scipy(a.astype(np.int64), rows_per_chunk=40))   # split (exact), not blockwise
     with pytest.raises(ValueError, match="Dask argument 1"):
         sd.blockwise(_abt)(ad, ad)
     with pytest.raises(ValueError, match="must be a Dask array"):

@@ -5,6 +5,8 @@ differs from an accepted one by the change it names."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from mlir import ir
 
@@ -340,7 +342,7 @@ NOT_SPLIT = {
     "a loop carrying a sum": (
         [("  scf.for %i = %c0 to %c8 step %c1 {", "  %sum = scf.for %i = %c0 to %c8 step %c1 iter_args(%s = %zero) -> (f64) {"),
          (STORE, STORE + "    %t = arith.addf %s, %v : f64\n    scf.yield %t : f64\n")],
-        "the outer loop carries values (a reduction)"),
+        "the outer loop carries values (a reduction) not loaded from a rank-0 output"),
     "a store before the loop": (
         [(FOR_LOOP, "  memref.store %zero, %out[%c0, %c0] : memref<8x4xf64>\n" + FOR_LOOP)],
         "top-level memref.store outside the outer loop"),
@@ -385,3 +387,93 @@ def test_thread_split_refusal_reason(case):
         assert old in text, old
         text = text.replace(old, new)
     assert _split(text) == NotSplit(reason)
+
+
+# A reduction over the outer loop into a rank-0 output, as the sparsifier emits ``sum(a * b)``: load the
+# output before the loop, carry the sum, store it after.
+REDUCE = """
+func.func @kernel(%x: memref<?xT>, %out: memref<T>) -> memref<T> {
+  %r = call @_internal_kernel(%x, %out) : (memref<?xT>, memref<T>) -> memref<T>
+  return %r : memref<T>
+}
+func.func private @g()
+func.func private @_internal_kernel(%x: memref<?xT>, %out: memref<T>) -> memref<T> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %init = memref.load %out[] : memref<T>
+  %sum = scf.for %i = %c0 to %c8 step %c1 iter_args(%s = %init) -> (T) {
+    %v = memref.load %x[%i] : memref<?xT>
+    %t = COMBINE %s, %v : T
+    scf.yield %t : T
+  }
+  memref.store %sum, %out[] : memref<T>
+  return %out : memref<T>
+}
+""".replace("@kernel", "@" + ENTRY).replace("@_internal_kernel", "@_internal_" + ENTRY)
+
+
+def _reduce(element="f64", combine="arith.addf", *replacements):
+    text = REDUCE.replace("COMBINE", combine).replace("T", element)
+    for old, new in replacements:
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+def _split_with(text: str, reassociate: bool):
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        before = str(module)
+        result = split_outer_loop(module, reassociate=reassociate)
+        if isinstance(result, NotSplit):
+            assert str(module) == before
+        else:
+            # the loop runs over [lo, hi): the internal function's two new last arguments
+            assert re.search(r"scf\.for %\w+ = %arg2 to %arg3 step %c1 iter_args", str(module)), str(module)
+        return result
+
+
+@pytest.mark.parametrize("element, combine, kind", [
+    ("i64", "arith.addi", "add"), ("f64", "arith.maximumf", "maximum"), ("f32", "arith.minnumf", "fmin"),
+    ("i32", "arith.minsi", "minimum")])
+def test_an_exact_reduction_into_a_rank0_output_is_split(element, combine, kind):
+    assert _split_with(_reduce(element, combine), reassociate=False) == OuterLoop(8, ((1, kind),))
+
+
+def test_a_float_sum_is_split_only_when_reassociation_is_allowed():
+    assert _split_with(_reduce(), reassociate=True) == OuterLoop(8, ((1, "add"),))
+    assert _split_with(_reduce(), reassociate=False) == NotSplit(
+        "a float sum over the outer loop (splitting it reorders the additions; allowed with fast_math=True)")
+
+
+CARRIED = "    %t = arith.addf %s, %v : f64\n"
+REDUCTION_NOT_SPLIT = {
+    "a product": ([("arith.addf %s", "arith.mulf %s")], "the carried value is used by arith.mulf"),
+    "two combining kinds": (
+        [(CARRIED, "    %u = arith.addf %s, %v : f64\n    %t = arith.maximumf %u, %v : f64\n")],
+        "the carried value is combined by add and maximum"),
+    "a comparison": ([(CARRIED, CARRIED + "    %p = arith.cmpf olt, %s, %v : f64\n")],
+                     "the carried value is used by arith.cmpf"),
+    "a store of the running sum": (
+        [(CARRIED, CARRIED + "    memref.store %t, %x[%i] : memref<?xf64>\n")],
+        "the loop writes to a memref other than the dense output"),
+    "a read of the output in the loop": (
+        [(CARRIED, CARRIED + "    %w = memref.load %out[] : memref<f64>\n")],
+        "a reduced output is accessed outside the reduction"),
+    "a result used elsewhere": (
+        [("  memref.store %sum, %out[] : memref<f64>\n",
+          "  memref.store %sum, %out[] : memref<f64>\n  memref.store %sum, %x[%c0] : memref<?xf64>\n")],
+        "the outer loop's result is used other than stored to its rank-0 output"),
+    "an init not loaded from the output": (
+        [("iter_args(%s = %init)", "iter_args(%s = %v0)"),
+         ("  %init = memref.load %out[] : memref<f64>\n",
+          "  %init = memref.load %out[] : memref<f64>\n  %v0 = memref.load %x[%c0] : memref<?xf64>\n")],
+        "the outer loop carries values (a reduction) not loaded from a rank-0 output"),
+}
+
+
+@pytest.mark.parametrize("case", list(REDUCTION_NOT_SPLIT))
+def test_reduction_split_refusal_reason(case):
+    replacements, reason = REDUCTION_NOT_SPLIT[case]
+    assert _split_with(_reduce("f64", "arith.addf", *replacements), reassociate=True) == NotSplit(reason)

@@ -90,3 +90,73 @@ def test_threads_option_validation_and_key():
     k1 = splyce.jit(spec.fun)._key(ops)[0]
     k2 = splyce.jit(spec.fun, threads=2)._key(ops)[0]
     assert k1.explain(k2) == ["options"]
+
+
+# -- reductions over the outer loop into one element (passes/parallel.py: private partials per chunk)
+def _split_note(f, *ops) -> str:
+    return [line for line in f.lower(*ops).as_text("splyce").splitlines() if "splyce: threads:" in line][0]
+
+
+def _int_matrices():
+    a = sps.random_array((120, 90), density=0.15, random_state=3, format="csr", dtype=np.int64)
+    a.data = np.arange(1, a.nnz + 1, dtype=np.int64) * 7919
+    b = sps.random_array((120, 90), density=0.3, random_state=4, format="csr", dtype=np.int64)
+    b.data = -np.arange(1, b.nnz + 1, dtype=np.int64)
+    return a, b
+
+
+def test_integer_sum_is_split_and_exact():
+    a, b = _int_matrices()
+    want = int(a.multiply(b).sum())
+    for threads in (2, 3, 7):
+        f = splyce.jit(lambda x, y: (x * y).sum(), threads=threads)
+        got = f(a, b)
+        assert int(got) == want and np.asarray(got).dtype == np.int64
+        assert _split_note(f, a, b).endswith("partial add results combined")
+
+
+def test_float_sum_splits_only_with_fast_math():
+    a = sps.random_array((200, 150), density=0.1, random_state=5, format="csr")
+    b = sps.random_array((200, 150), density=0.1, random_state=6, format="csr")
+    one = splyce.jit(lambda x, y: (x * y).sum())(a, b)
+    strict = splyce.jit(lambda x, y: (x * y).sum(), threads=2)
+    assert strict(a, b).tobytes() == np.asarray(one).tobytes()        # not split: the exact order
+    assert "a float sum over the outer loop" in _split_note(strict, a, b)
+    fast = splyce.jit(lambda x, y: (x * y).sum(), threads=2, fast_math=True)
+    assert "partial add results combined" in _split_note(fast, a, b)
+    assert np.isclose(fast(a, b), a.multiply(b).sum(), rtol=1e-12)
+
+
+def test_split_reduction_with_inf_and_nan():
+    dense = np.zeros((50, 40))
+    dense[3, 5], dense[40, 7] = np.inf, -np.inf                       # in different chunks: inf - inf
+    a = sps.csr_array(dense + np.eye(50, 40))
+    f = splyce.jit(lambda x: x.sum(), threads=2, fast_math=True)
+    assert "partial add results combined" in _split_note(f, a)
+    assert np.isnan(f(a))
+    dense[40, 7] = 1.0
+    b = sps.csr_array(dense + np.eye(50, 40))
+    assert f(b) == np.inf
+
+
+def test_triangle_count_dropin_with_threads_is_exact():
+    rng = np.random.default_rng(7)
+    n = 400
+    rows, cols = rng.integers(0, n, 3000), rng.integers(0, n, 3000)
+    g = sps.csr_array((np.ones(3000), (rows, cols)), shape=(n, n))
+    g = ((g + g.T) > 0).astype(np.float64)
+    L = sps.csr_array(sps.tril(g, -1))
+    L.sort_indices()
+    want = (L @ L.T).multiply(L).sum()
+    for threads in (1, 2, 3):
+        assert splyce.einsum("ij,kj,ik->", L, L, L, threads=threads) == want
+
+
+def test_split_reduction_from_the_disk_cache(monkeypatch):
+    a, b = _int_matrices()
+    f = splyce.jit(lambda x, y: (x * y).sum(), threads=3)
+    want = f(a, b)
+    splyce.clear_cache()                                  # memory only: the next call loads from disk
+    g = splyce.jit(lambda x, y: (x * y).sum(), threads=3)
+    assert g(a, b) == want and g.cache_info().disk_hits == 1
+    assert g.lower(a, b).outer_reductions == ((1, "add"),)

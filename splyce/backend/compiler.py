@@ -36,13 +36,15 @@ class Lowering:
     object_code: bytes | None = None   # set when loaded from the disk cache (no IR until asked for)
     disk_key: str | None = None        # its disk cache key, when the disk cache is on
     outer_extent: int | None = None    # set when the entry takes (lo, hi) outer-loop bounds (threads > 1)
+    outer_reductions: tuple = ()       # (k, combine) per rank-0 output the split loop reduces into
 
     @classmethod
     def from_object(cls, trace: Trace, options: "Options", object_code: bytes, result_ranks: tuple,
-                    decisions: list, outer_extent: int | None = None) -> "Lowering":
+                    decisions: list, outer_extent: int | None = None, outer_reductions=()) -> "Lowering":
         """A lowering whose native code came from the disk cache; ``as_text`` recompiles lazily."""
         return cls(trace, options, texts={"trace": trace.as_text()}, decisions=list(decisions),
-                   result_ranks=tuple(result_ranks), object_code=object_code, outer_extent=outer_extent)
+                   result_ranks=tuple(result_ranks), object_code=object_code, outer_extent=outer_extent,
+                   outer_reductions=tuple((int(k), str(c)) for k, c in outer_reductions))
 
     @property
     def from_disk(self) -> bool:
@@ -145,10 +147,12 @@ def _split_outer_loop(low: Lowering, module) -> str:
 
     if low.options.profile:
         return "// splyce: threads: one thread (profile counters are shared)"
-    result = split_outer_loop(module)
+    result = split_outer_loop(module, reassociate=low.options.fast_math)
     if isinstance(result, OuterLoop):
         low.outer_extent = result.extent
-        return f"// splyce: threads: outer loop split into chunks of [0, {result.extent})"
+        low.outer_reductions = result.reductions
+        partial = "".join(f", partial {combine} results combined" for _, combine in result.reductions[:1])
+        return f"// splyce: threads: outer loop split into chunks of [0, {result.extent}){partial}"
     return f"// splyce: threads: one thread ({result.reason})"
 
 

@@ -98,6 +98,9 @@ def blockwise(f):
                              "indexed by the rows must be a Dask array, so it is partitioned too") from None
         if lowering.outer_extent is None:
             raise ValueError(f"blockwise({name}): its row blocks are not independent: {_why_not_split(lowering)}")
+        if lowering.outer_reductions:
+            raise ValueError(f"blockwise({name}): it reduces over the rows into one element; its row blocks "
+                             "give partial results, not blocks of the result")
         reason = (_check_indices(lowering, partitioned) if lowering.outer_extent == sample_rows
                   else f"the outer loop (extent {lowering.outer_extent}) does not run over the Dask rows")
         if reason:

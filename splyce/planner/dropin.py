@@ -28,16 +28,17 @@ _kernels: dict = {}
 _lock = threading.Lock()
 
 
-def _kernel(name: str, fun, out_format=None, threads: int = 1):
-    """A jitted function per (name, out_format, threads), shared by all calls (the jit caches per
-    signature)."""
-    key = (name, out_format, threads)
+def _kernel(name: str, fun, out_format=None, threads: int = 1, reassociate: bool = False):
+    """A jitted function per (name, out_format, threads, reassociate), shared by all calls (the jit caches
+    per signature). ``reassociate``: compile with ``fast_math=True`` (sums may be reordered)."""
+    key = (name, out_format, threads, reassociate)
     kernel = _kernels.get(key)
     if kernel is None:
         from splyce.runtime.dispatcher import Jitted
 
         with _lock:
-            kernel = _kernels.setdefault(key, Jitted(fun, out_format=out_format, threads=threads))
+            kernel = _kernels.setdefault(key, Jitted(fun, out_format=out_format, threads=threads,
+                                                     fast_math=reassociate))
     return kernel
 
 
@@ -512,6 +513,10 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     every sparse operand is stored in that order (CSR / CSF-like), so each index is iterated from one operand
     and looked up in the others: a row-wise (Gustavson-style) product with dense accumulation, no
     intersection where the expression needs none.
+
+    ``threads`` > 1 with a scalar result (``"ij,jk,ik->"``, triangle counting): each thread sums its rows and
+    the partial sums are added, so a float result may differ from one thread's in the last bits, as any
+    parallel sum does (one thread: the exact left-to-right sum).
     """
     from splyce.tracer.tracer import parse_einsum
 
@@ -532,7 +537,8 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
             ops.append(np.ascontiguousarray(x))
         else:
             ops.append(_as_format(x, _rowwise_format(subs, order), f"operand {i}"))
-    out = _kernel("einsum:" + subscripts, _Einsum(subscripts), out_format, threads)(*ops)
+    out = _kernel("einsum:" + subscripts, _Einsum(subscripts), out_format, threads,
+                  reassociate=threads > 1 and not output)(*ops)
     if isinstance(out, np.ndarray):
         if family == "pydata" and out.ndim:
             import sparse

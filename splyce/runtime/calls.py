@@ -116,11 +116,20 @@ class KernelCall:
     def call_chunks(self, arrays, chunks: list[tuple[int, ...]], pool=None) -> list[list[ctypes.Structure]]:
         """Run the kernel once per entry of ``chunks`` (its trailing index arguments), the first in this
         thread and the others on ``pool``, concurrently; returns each call's result descriptors."""
-        packed, pointers = pack_descriptors(arrays)   # ``packed`` stays alive until the calls return
+        return self.call_each([arrays] * len(chunks), chunks, pool)
+
+    def call_each(self, arrays_per_chunk, chunks: list[tuple[int, ...]], pool=None) -> list[list[ctypes.Structure]]:
+        """``call_chunks`` where chunk ``i`` gets its own ``arrays_per_chunk[i]`` (private outputs)."""
+        packed = {}   # one packing per distinct argument list, alive until the calls return
+        pointers = []
+        for arrays in arrays_per_chunk:
+            if id(arrays) not in packed:
+                packed[id(arrays)] = pack_descriptors(arrays)
+            pointers.append(packed[id(arrays)][1])
         if len(chunks) == 1 or pool is None:
-            return [self._call_one(pointers, c) for c in chunks]
-        futures = [pool.submit(self._call_one, pointers, c) for c in chunks[1:]]
-        first = self._call_one(pointers, chunks[0])
+            return [self._call_one(p, c) for p, c in zip(pointers, chunks)]
+        futures = [pool.submit(self._call_one, p, c) for p, c in zip(pointers[1:], chunks[1:])]
+        first = self._call_one(pointers[0], chunks[0])
         return [first] + [f.result() for f in futures]
 
     def _call_one(self, pointers, indices) -> list[ctypes.Structure]:

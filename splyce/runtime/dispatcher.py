@@ -90,11 +90,40 @@ class Kernel:
         buffers.extend(dense_outputs.values())
         extent = self.lowering.outer_extent
         if extent is None:
-            descs = self._call(buffers)
-        else:
-            chunks = _outer_chunks(extent, self.lowering.options.threads, self.trace.inputs, values)
+            return self._results(self._call(buffers), dense_outputs)
+        chunks = _outer_chunks(extent, self.lowering.options.threads, self.trace.inputs, values)
+        if not self.lowering.outer_reductions or len(chunks) == 1:
             descs = self._call.call_chunks(buffers, chunks, _pool(len(chunks)))[0]
-        return self._results(descs, dense_outputs)
+            return self._results(descs, dense_outputs)
+        return self._run_reduced_chunks(buffers, dense_outputs, chunks)
+
+    def _run_reduced_chunks(self, buffers: list, dense_outputs: dict, chunks) -> list:
+        """Chunks of a loop that reduces into rank-0 outputs (passes/parallel.py): every chunk but the first
+        reduces into private outputs that start at the combining op's identity; the partial results are
+        combined in chunk order."""
+        nodes = list(dense_outputs)
+        first_output = len(buffers) - len(nodes)
+        combine_at = {}                       # dense output node -> combine
+        for k, combine in self.lowering.outer_reductions:
+            combine_at[nodes[len(buffers) - k - first_output]] = combine
+        per_chunk, outputs = [buffers], [dense_outputs]
+        for _ in chunks[1:]:
+            private = dict(dense_outputs)
+            for node, combine in combine_at.items():
+                private[node] = np.full((), _identity(combine, node.type.dtype), dtype=node.type.dtype)
+            per_chunk.append(buffers[:first_output] + list(private.values()))
+            outputs.append(private)
+        descs = self._call.call_each(per_chunk, chunks, _pool(len(chunks)))
+        results = [self._results(d, o) for d, o in zip(descs, outputs)]
+        combined = list(results[0])
+        for i, out in enumerate(self.trace.outputs):
+            if out in combine_at:
+                total = np.array(combined[i], dtype=out.type.dtype)
+                with np.errstate(all="ignore"):       # inf - inf gives NaN silently, as in the kernel
+                    for partial in results[1:]:
+                        _COMBINE[combine_at[out]](total, partial[i], out=total)
+                combined[i] = total[()]
+        return combined
 
     def _results(self, descs, dense_outputs):
         results = []
@@ -147,6 +176,21 @@ def _outer_chunks(extent: int, threads: int, inputs, values) -> list[tuple[int, 
         bounds = [0, *inner, extent]
     bounds = sorted(min(max(b, 0), extent) for b in bounds)
     return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or [(0, extent)]
+
+
+_COMBINE = {"add": np.add, "maximum": np.maximum, "minimum": np.minimum, "fmax": np.fmax, "fmin": np.fmin}
+
+
+def _identity(combine: str, dtype):
+    """The value a private partial result starts from: neutral for ``combine``."""
+    dtype = np.dtype(dtype)
+    if combine == "add":
+        return 0
+    low = combine in ("maximum", "fmax")
+    if dtype.kind == "f":
+        return -np.inf if low else np.inf
+    info = np.iinfo(dtype)
+    return info.min if low else info.max
 
 
 @functools.cache
@@ -413,7 +457,7 @@ def _load(disk_key: str, trace: Trace, options: Options) -> Lowering | None:
     meta = entry.metadata
     decisions = [disk_cache.CachedDecision(**d) for d in meta["decisions"]]
     return Lowering.from_object(trace, options, entry.object_code, tuple(meta["result_ranks"]), decisions,
-                                meta.get("outer_extent"))
+                                meta.get("outer_extent"), meta.get("outer_reductions", ()))
 
 
 def _store(lowering: Lowering, kernel: Kernel) -> None:
@@ -421,6 +465,7 @@ def _store(lowering: Lowering, kernel: Kernel) -> None:
     if code is None:  # pragma: no cover - MCJIT emitted no single object
         return
     meta = {"result_ranks": list(lowering.result_ranks), "outer_extent": lowering.outer_extent,
+            "outer_reductions": [list(r) for r in lowering.outer_reductions],
             "decisions": [dict(function=d.function, index=d.index, vectorized=d.vectorized, reason=d.reason)
                           for d in lowering.decisions]}
     disk_cache.write(lowering.disk_key, disk_cache.Entry(code, meta))
