@@ -46,6 +46,8 @@ def _check_indices(lowering, partitioned: list[bool]) -> str | None:
     node = trace.outputs[0]
     if any(arg.op != "input" for arg in node.args):
         return "it is not one kernel over its arguments"
+    if node.op not in ("combine", "contract"):
+        return f"a {node.op} kernel is not split into row blocks"
     if node.op == "combine":
         subs, output = ["".join(chr(97 + d) for d in range(node.type.ndim))] * len(node.args), None
         output = subs[0]

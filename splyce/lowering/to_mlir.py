@@ -239,15 +239,27 @@ def _expression(expr, args, node: Node, dtype: str, sparse: bool):
     raise LoweringError(f"internal error: unknown elementwise operation {head!r}")
 
 
+class _Extrema(dict):
+    """(kind, is_float) -> the arith op builder (NumPy's semantics: NaN propagates)."""
+
+    def __missing__(self, key):
+        from mlir.dialects import arith
+
+        self.update({("max", True): arith.maximumf, ("min", True): arith.minimumf,
+                     ("max", False): arith.maxsi, ("min", False): arith.minsi})
+        return self[key]
+
+
+_EXTREMA = _Extrema()
+
+
 def _extremum(head: str, x, y, dtype: str, sparse: bool):
     """NumPy's maximum / minimum (NaN propagates). Over sparse operands a ``sparse_tensor.binary`` tells
     the sparsifier the union semantics: an entry stored on one side only meets an implicit zero."""
     from mlir import ir
-    from mlir.dialects import arith, sparse_tensor
+    from mlir.dialects import sparse_tensor
 
-    ops = {("max", True): arith.maximumf, ("min", True): arith.minimumf,
-           ("max", False): arith.maxsi, ("min", False): arith.minsi}
-    pick = ops[(head, is_float(dtype))]
+    pick = _EXTREMA[(head, is_float(dtype))]
     if not sparse:
         return pick(x, y)
     typ = element_type(dtype)
@@ -262,7 +274,111 @@ def _extremum(head: str, x, y, dtype: str, sparse: bool):
     return op.result
 
 
-LOWERINGS = {"contract": lower_contract, "combine": lower_combine, "ewise": lower_ewise}
+def extremum_identity(kind: str, dtype: str):
+    """The identity of max / min over stored values: -inf / +inf, or the integer type's min / max."""
+    import numpy as np
+
+    if is_float(dtype):
+        return constant(-np.inf if kind == "max" else np.inf, dtype)
+    info = np.iinfo(np.dtype(dtype))
+    return constant(info.min if kind == "max" else info.max, dtype)
+
+
+def lower_reduce(node: Node, ctx: _Context):
+    """``max`` / ``min`` over axes as NumPy computes it on the dense equivalent, in O(stored + output).
+
+    The sparsifier's custom reduction (``sparse_tensor.reduce``) folds stored values only. So the result is
+    first filled with the identity (-inf / +inf, or the integer limits) and folds each position's stored
+    values; for a sparse operand a second kernel counts them, and positions with fewer than the reduced
+    extent have an implicit zero, so 0 is one more candidate there. All in place in the result (the caller's
+    buffer for a final result); the count is the one temporary, freed at once."""
+    from mlir import ir
+    from mlir.dialects import linalg, sparse_tensor
+
+    kind, axes, keepdims = node.params
+    (arg,) = node.args
+    dtype = arg.type.dtype
+    subs = "abcd"[: arg.type.ndim]
+    out = "".join(c for d, c in enumerate(subs) if d not in axes)
+    reduced_shape = [n for d, n in enumerate(arg.type.shape) if d not in axes]
+    extent = 1
+    for d in axes:
+        extent *= arg.type.shape[d]
+    pick = _EXTREMA[(kind, is_float(dtype))]
+    order = loop_order([(subs, arg.type)], out)
+
+    def stored_extremum(args):
+        value, acc = args
+        if not arg.type.is_sparse:
+            return pick(acc, value)
+        typ = element_type(dtype)
+        op = sparse_tensor.ReduceOp(acc, value, extremum_identity(kind, dtype))
+        block = op.region.blocks.append(typ, typ)
+        with ir.InsertionPoint(block):
+            sparse_tensor.YieldOp([pick(block.arguments[0], block.arguments[1])])
+        return op.result
+
+    if arg.type.is_sparse and restarts_custom_reduction(order, out):
+        raise LoweringError(f"{kind} over axes {axes} of a tensor stored as {arg.type.format}: the sparsifier "
+                            "would restart the reduction at each outer reduced index; re-store it with the "
+                            "kept dimensions first (the planner does this for function arguments)")
+    # keepdims: the result's unit dimensions are outer loops of extent 1 (written in place, no reshape)
+    unit = "efgh"[: len(axes)] if keepdims else ""
+    result_subs = "".join(unit[sorted(axes).index(d)] if d in axes else c for d, c in enumerate(subs)
+                          ) if keepdims else out
+    result = linalg.fill(extremum_identity(kind, dtype), outs=[_init_tensor(node, ctx)])
+    result = build_generic([ctx.values[arg]], [subs], result, result_subs, unit + order, stored_extremum)
+    if arg.type.is_sparse:
+        result = _with_implicit_zeros(result, ctx.values[arg], subs, out, result_subs, order, reduced_shape,
+                                      extent, lambda v: pick(v, constant(0, dtype)))
+    return result
+
+
+def restarts_custom_reduction(order: str, output: str) -> bool:
+    """Whether the sparsifier's custom reduction (``sparse_tensor.reduce``) would lose values with loops
+    ``order``: it starts the scalar chain of the innermost reduction loops from the identity instead of the
+    output's value, so an output position reached again from an outer reduction loop is overwritten. That
+    happens when the loops end in reductions and another reduction loop encloses a kept (parallel) loop."""
+    tail = len(order)
+    while tail and order[tail - 1] not in output:
+        tail -= 1
+    if tail == len(order):
+        return False
+    kept = [n for n, c in enumerate(order) if c in output]
+    return bool(kept) and any(c not in output for c in order[:kept[-1]])
+
+
+def _with_implicit_zeros(result, source, subs: str, out: str, result_subs: str, order: str, shape, extent: int,
+                         with_zero):
+    """``result`` with ``with_zero(value)`` at the positions where ``source`` stores fewer than ``extent``
+    entries (counted by a kernel that walks the stored entries only)."""
+    from mlir import ir
+    from mlir.dialects import arith, bufferization, linalg, sparse_tensor, tensor
+
+    source_type = ir.RankedTensorType(source.type)
+
+    def stored_count(args):
+        value, acc = args
+        op = sparse_tensor.UnaryOp(element_type("int64"), value)
+        block = op.presentRegion.blocks.append(source_type.element_type)
+        with ir.InsertionPoint(block):
+            sparse_tensor.YieldOp([constant(1, "int64")])
+        return arith.addi(acc, op.result)
+
+    zeros = linalg.fill(constant(0, "int64"), outs=[tensor.EmptyOp(shape, element_type("int64")).result])
+    count = build_generic([source], [subs], zeros, out, order, stored_count)
+
+    def select(args):
+        stored, value = args
+        partial = arith.cmpi(arith.CmpIPredicate.slt, stored, constant(extent, "int64"))
+        return arith.select(partial, with_zero(value), value)
+
+    result = build_generic([count], [out], result, result_subs, result_subs, select)
+    bufferization.DeallocTensorOp(count)
+    return result
+
+
+LOWERINGS = {"contract": lower_contract, "combine": lower_combine, "ewise": lower_ewise, "reduce": lower_reduce}
 
 
 def lower_trace(trace: Trace):

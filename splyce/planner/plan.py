@@ -165,6 +165,9 @@ class Planner:
         return found
 
     def node_cost(self, node: Node) -> float:
+        if node.op == "reduce":   # one pass over the stored entries (two for a sparse operand) and the result
+            (arg,) = node.args
+            return (2 if arg.type.is_sparse else 1) * self.entries(arg) + 2 * float(math.prod(node.type.shape))
         if node.op != "contract":
             return float(math.prod(node.type.shape)) if not node.type.is_sparse else self.entries(node)
         choice = self.choice(node)
@@ -256,6 +259,8 @@ def make_plan(trace: Trace, nnz: tuple[int, ...]) -> Plan:
                 storage = choice.storage
         elif node.op in ("ewise", "combine"):
             new, storage = _elementwise_storage(node, new, converted_input)
+        elif node.op == "reduce":
+            new, storage = _reduce_storage(node, new, converted_input)
         mapping[node] = new
         if node.op != "input":
             entries = planner.entries(node)
@@ -286,6 +291,31 @@ def _elementwise_storage(node: Node, new: Node, converted_input):
                                                       Format(fmt.levels, order, fmt.pos_width, fmt.crd_width)))
             storage.append("convert")
     return with_args(new, tuple(args)), tuple(storage)
+
+
+def _reduce_storage(node: Node, new: Node, converted_input):
+    """A max / min reduction whose sparse argument is stored with a reduced dimension above a kept one and
+    another below it re-stores the argument with the kept dimensions first (lowering/to_mlir.py,
+    ``restarts_custom_reduction``: the sparsifier's custom reduction would lose values)."""
+    from splyce.lowering.to_mlir import LoweringError, loop_order, restarts_custom_reduction
+
+    (arg,) = node.args
+    if not arg.type.is_sparse:
+        return new, ("dense",)
+    _, axes, _ = node.params
+    subs = "abcd"[: arg.type.ndim]
+    out = "".join(c for d, c in enumerate(subs) if d not in axes)
+    try:
+        if not restarts_custom_reduction(loop_order([(subs, arg.type)], out), out):
+            return new, ("keep",)
+    except LoweringError:
+        pass
+    if arg.op != "input":
+        return new, ("keep",)   # an intermediate cannot be re-stored: the lowering raises a clear error
+    fmt = arg.type.format
+    order = tuple(d for d in range(arg.type.ndim) if d not in axes) + tuple(sorted(axes))
+    restored = TensorType(arg.type.shape, arg.type.dtype, Format(fmt.levels, order, fmt.pos_width, fmt.crd_width))
+    return with_args(new, (converted_input(arg, restored),)), ("convert",)
 
 
 def _stored_in_order(t: TensorType, subs: str, order: str) -> TensorType:

@@ -478,6 +478,11 @@ def _with_format(node: Node, out_format) -> Node:
     if node.op == "input":
         return node
     out_format = check_out_format(out_format, node.type.ndim)
+    if node.op == "reduce":
+        if out_format == "sparse" or (isinstance(out_format, Format) and not out_format.is_dense):
+            raise TraceError(f"{node.params[0]}: max / min reductions return dense arrays; "
+                             f"out_format={out_format!r} is not supported for them")
+        return node
     sparse_like = [a.type.format for a in node.args if a.type.is_sparse]
     fmt = resolve_format(out_format, False, sparse_like, node.type.ndim)
     return Node(node.op, node.args, node.params, TensorType(node.type.shape, node.type.dtype, fmt))

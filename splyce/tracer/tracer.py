@@ -76,13 +76,11 @@ class Tracer:
     def __pow__(self, exponent):
         return power(self, exponent)
 
-    def max(self, axis=None):
-        raise TraceError("max: reductions other than sum are not supported yet; compute it on the result "
-                         "(np.max / scipy's .max()) outside the jitted function")
+    def max(self, axis=None, keepdims=False):
+        return reduce_extremum(self, "max", axis, keepdims)
 
-    def min(self, axis=None):
-        raise TraceError("min: reductions other than sum are not supported yet; compute it on the result "
-                         "(np.min / scipy's .min()) outside the jitted function")
+    def min(self, axis=None, keepdims=False):
+        return reduce_extremum(self, "min", axis, keepdims)
 
     def __neg__(self):
         return multiply(self, -1)
@@ -314,18 +312,52 @@ def subtract(a, b, *, out_format=None) -> Tracer:
     return _combine(a, b, -1, "subtract", out_format)
 
 
-def sum_(a, axis=None, *, out_format=None) -> Tracer:
-    na = _node(a, "sum")
-    ndim = na.type.ndim
+def _axes(axis, ndim: int, op: str) -> set[int]:
+    """NumPy's ``axis`` argument (None, an int or a tuple; negative counts from the end) as a set."""
     axes = range(ndim) if axis is None else (axis if isinstance(axis, (tuple, list)) else (axis,))
     norm = set()
     for ax in axes:
-        if isinstance(ax, bool) or not isinstance(ax, int) or not -ndim <= ax < ndim:
-            raise TraceError(f"sum: axis {ax!r} is out of range for a tensor of rank {ndim}")
-        norm.add(ax % ndim)
+        if isinstance(ax, bool) or not isinstance(ax, numbers.Integral) or not -ndim <= ax < ndim:
+            raise TraceError(f"{op}: axis {ax!r} is out of range for a tensor of rank {ndim}")
+        if int(ax) % ndim in norm:
+            raise TraceError(f"{op}: axis {ax!r} is repeated")
+        norm.add(int(ax) % ndim)
+    return norm
+
+
+def sum_(a, axis=None, *, out_format=None) -> Tracer:
+    na = _node(a, "sum")
+    ndim = na.type.ndim
+    norm = _axes(axis, ndim, "sum")
     subs = _letters(ndim)
     out = "".join(c for d, c in enumerate(subs) if d not in norm)
     return contract([na], [subs], out, out_format=out_format, op="sum")
+
+
+def reduce_extremum(a, kind: str, axis=None, keepdims=False) -> Tracer:
+    """``a.max(axis)`` / ``a.min(axis)`` as NumPy computes them on the dense equivalent: a sparse operand's
+    implicit zeros take part, NaN propagates, and an empty reduction raises NumPy's ValueError. The result is
+    dense (a NumPy array, a 0-d one for ``axis=None``)."""
+    op = {"max": "max", "min": "min"}[kind]
+    na = _node(a, op)
+    ndim = na.type.ndim
+    axes = _axes(axis, ndim, op)
+    if not isinstance(keepdims, bool):
+        raise TraceError(f"{op}: keepdims must be True or False, got {keepdims!r}")
+    check_reducible(na.type.dtype, op)
+    if any(na.type.shape[d] == 0 for d in axes):
+        name = "maximum" if kind == "max" else "minimum"
+        raise TraceError(f"zero-size array to reduction operation {name} which has no identity "
+                         f"({op} over axes {tuple(sorted(axes))} of shape {na.type.shape})")
+    shape = tuple(1 if d in axes else n for d, n in enumerate(na.type.shape) if keepdims or d not in axes)
+    params = (kind, tuple(sorted(axes)), keepdims)
+    return Tracer(Node("reduce", (na,), params, TensorType(shape, na.type.dtype, None)))
+
+
+def check_reducible(dtype: str, op: str) -> None:
+    """max / min need an order: complex values have none here (TypeError, as for maximum)."""
+    if dtype.startswith("complex"):
+        raise TypeError(f"{op}: not supported for {dtype} values (complex numbers are not ordered)")
 
 
 def transpose(a, axes=None, *, out_format=None) -> Tracer:
