@@ -7,7 +7,7 @@ accumulates into it), and returns every result; sparse results come back as kern
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from splyce.tensors.formats import to_mlir_encoding
 from splyce.tracer.ir import ContractParams, Node, Trace, TensorType
@@ -135,6 +135,8 @@ def build_generic(inputs, input_subs: list[str], init, output: str, order: str, 
 class _Context:
     values: dict            # Node -> SSA tensor value
     dense_out_args: dict    # Node -> writable output argument (final dense results)
+    temporaries: list = field(default_factory=list)   # tensors to free before returning (not before: the
+    # elementwise fusion pass may move their readers down to their consumers)
 
 
 def _init_tensor(node: Node, ctx: _Context):
@@ -329,8 +331,10 @@ def lower_reduce(node: Node, ctx: _Context):
     result = linalg.fill(extremum_identity(kind, dtype), outs=[_init_tensor(node, ctx)])
     result = build_generic([ctx.values[arg]], [subs], result, result_subs, unit + order, stored_extremum)
     if arg.type.is_sparse:
-        result = _with_implicit_zeros(result, ctx.values[arg], subs, out, result_subs, order, reduced_shape,
+        result = _with_implicit_zeros(ctx, result, ctx.values[arg], subs, out, result_subs, order, reduced_shape,
                                       extent, lambda v: pick(v, constant(0, dtype)))
+    if node not in ctx.dense_out_args:
+        ctx.temporaries.append(result)   # an intermediate: freed before returning
     return result
 
 
@@ -348,12 +352,12 @@ def restarts_custom_reduction(order: str, output: str) -> bool:
     return bool(kept) and any(c not in output for c in order[:kept[-1]])
 
 
-def _with_implicit_zeros(result, source, subs: str, out: str, result_subs: str, order: str, shape, extent: int,
-                         with_zero):
+def _with_implicit_zeros(ctx: _Context, result, source, subs: str, out: str, result_subs: str, order: str, shape,
+                         extent: int, with_zero):
     """``result`` with ``with_zero(value)`` at the positions where ``source`` stores fewer than ``extent``
     entries (counted by a kernel that walks the stored entries only)."""
     from mlir import ir
-    from mlir.dialects import arith, bufferization, linalg, sparse_tensor, tensor
+    from mlir.dialects import arith, linalg, sparse_tensor, tensor
 
     source_type = ir.RankedTensorType(source.type)
 
@@ -374,7 +378,7 @@ def _with_implicit_zeros(result, source, subs: str, out: str, result_subs: str, 
         return arith.select(partial, with_zero(value), value)
 
     result = build_generic([count], [out], result, result_subs, result_subs, select)
-    bufferization.DeallocTensorOp(count)
+    ctx.temporaries.append(count)
     return result
 
 
@@ -384,7 +388,7 @@ LOWERINGS = {"contract": lower_contract, "combine": lower_combine, "ewise": lowe
 def lower_trace(trace: Trace):
     """Build the MLIR module (inside the active context) for ``trace``; returns it unverified."""
     from mlir import ir
-    from mlir.dialects import func
+    from mlir.dialects import bufferization, func
 
     module = ir.Module.create()
     dense_results = [o for o in trace.outputs if not o.type.is_sparse]
@@ -409,7 +413,10 @@ def lower_trace(trace: Trace):
                         ctx.values[node] = block.arguments[node.params[0]]
                     else:
                         ctx.values[node] = LOWERINGS[node.op](node, ctx)
-            func.ReturnOp([_returned(o, ctx) for o in trace.outputs])
+            returned = [_returned(o, ctx) for o in trace.outputs]
+            for temporary in ctx.temporaries:
+                bufferization.DeallocTensorOp(temporary)
+            func.ReturnOp(returned)
     return module
 
 
