@@ -27,7 +27,9 @@ def __getattr__(name):
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value      # later look-ups skip this hook (a drop-in call is microseconds)
+        return value
     raise AttributeError(f"module 'splyce' has no attribute {name!r}")
 
 

@@ -18,6 +18,19 @@ def _any_dask(*xs) -> bool:
     return dask_array is not None and any(isinstance(x, dask_array.Array) for x in xs)
 
 
+_dropin_module = None
+
+
+def _dropin():
+    """splyce.planner.dropin, imported on first use (a drop-in call is microseconds: no import per call)."""
+    global _dropin_module
+    if _dropin_module is None:
+        from splyce.planner import dropin
+
+        _dropin_module = dropin
+    return _dropin_module
+
+
 def _binary(name: str, doc: str):
     """``name(a, b, *, out_format=None)``: the tracer op on traced operands, else the drop-in."""
     traced_op = getattr(T, name)
@@ -29,9 +42,7 @@ def _binary(name: str, doc: str):
             from splyce.dask import ops
 
             return getattr(ops, name)(a, b, out_format=out_format, threads=threads)
-        from splyce.planner import dropin
-
-        return getattr(dropin, name)(a, b, out_format=out_format, threads=threads)
+        return getattr(_dropin(), name)(a, b, out_format=out_format, threads=threads)
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = doc

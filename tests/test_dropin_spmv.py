@@ -87,3 +87,118 @@ def test_sealed_tensor_is_not_validated_again(monkeypatch):
     assert np.allclose(f(wrapped, x), a @ x) and len(calls) == 1
     out = sealed.to_scipy()                        # handing the buffers out unseals the tensor
     assert not sealed.sealed and out.data.flags.writeable
+
+
+# -- the per-call fast path (scipy CSR, 1-D vector of its dtype): its checks happen inside the kernel ----------
+def _general_path_off(monkeypatch):
+    """Make the general SpMV path fail, so a test proves the fast path produced (or refused) the result."""
+    from splyce.planner import dropin
+
+    def refuse(*_args, **_kw):
+        raise AssertionError("the general SpMV path ran")
+    monkeypatch.setattr(dropin, "_csr_times_dense", refuse)
+
+
+def _csr(indptr, indices, data, shape, index_dtype, kind):
+    a = kind((np.array(data, dtype=np.float64), np.array(indices), np.array(indptr)), shape=shape)
+    a.indices, a.indptr = np.array(indices, dtype=index_dtype), np.array(indptr, dtype=index_dtype)  # scipy narrows
+    assert a.indices.dtype == index_dtype and a.indptr.dtype == index_dtype
+    return a
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("kind", [sps.csr_array, sps.csr_matrix])
+def test_fast_spmv_is_taken_and_bit_identical(monkeypatch, index_dtype, kind):
+    rng = np.random.default_rng(5)
+    a = sps.random_array((1300, 700), density=0.02, format="csr", rng=rng)   # > 2 blocks of checked rows
+    a = _csr(a.indptr, a.indices, a.data * 8 - 4, a.shape, index_dtype, kind)
+    x = rng.random(700) * 8 - 4
+    ref = a @ x
+    _general_path_off(monkeypatch)
+    ours = splyce.matmul(a, x)
+    assert type(ours) is np.ndarray and ours.dtype == ref.dtype and np.array_equal(ours, ref)
+    # unsorted and repeated columns under a stale "canonical" flag: a product needs neither order nor uniqueness
+    shuffled = _csr([0, 3, 3, 5], [2, 0, 2, 1, 0], [1.0, 2.0, 3.0, 4.0, 5.0], (3, 3), index_dtype, kind)
+    shuffled.has_canonical_format = True
+    assert np.array_equal(splyce.matmul(shuffled, np.array([1.0, 10.0, 100.0])), [402.0, 0.0, 45.0])
+
+
+def _bad_operands(index_dtype, kind):
+    """(matrix, vector, error pattern) for every defect a product must refuse, each built valid and then broken
+    by assigning to its arrays (scipy checks only at construction; its flags then may be stale)."""
+    m, n = 1100, 40                      # the defects sit in several blocks of checked rows
+    rng = np.random.default_rng(7)
+    base = sps.random_array((m, n), density=0.1, format="csr", rng=rng)
+    base.has_canonical_format = True
+    x = rng.random(n)
+    cases = []
+
+    def case(pattern, edit):
+        a = _csr(base.indptr, base.indices, base.data, base.shape, index_dtype, kind)
+        a.has_canonical_format = True
+        edit(a)
+        cases.append((a, x, pattern))
+
+    for row in (0, 511, 512, 1099):      # first row, either side of a block boundary, last row
+        at = int(base.indptr[row])
+        case("out of range", lambda a, at=at: a.indices.__setitem__(at, n))
+        case("out of range", lambda a, at=at: a.indices.__setitem__(at, -1))
+        case("out of range", lambda a, at=at: a.indices.__setitem__(at, np.iinfo(index_dtype).max))
+    for row in (1, 512, 513, 1099):      # positions that decrease, within a block and across a boundary
+        case("positions decrease", lambda a, row=row: a.indptr.__setitem__(row, a.indptr[row + 1] + 1))
+    case("positions must start at 0", lambda a: a.indptr.__setitem__(0, 1))
+    case("positions end at", lambda a: a.indptr.__setitem__(m, a.indptr[m] - 1))
+    case("positions end at", lambda a: (setattr(a, "indices", a.indices[:-1].copy()),      # fewer entries
+                                        setattr(a, "data", a.data[:-1].copy())))          # than indptr says
+    return cases
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("kind", [sps.csr_array, sps.csr_matrix])
+def test_fast_spmv_refuses_every_malformed_operand(monkeypatch, index_dtype, kind):
+    _general_path_off(monkeypatch)
+    for a, x, pattern in _bad_operands(index_dtype, kind):
+        before = [arr.copy() for arr in (a.indptr, a.indices, a.data, x)]
+        with pytest.raises(ValueError, match=pattern):
+            splyce.matmul(a, x)
+        assert all(np.array_equal(b, arr) for b, arr in zip(before, (a.indptr, a.indices, a.data, x)))
+
+
+def test_fast_spmv_leaves_other_calls_to_the_general_path():
+    from splyce.planner import dropin
+
+    a = sps.random_array((30, 20), density=0.2, format="csr", rng=3)
+    x = np.random.default_rng(3).random(20)
+    ref = a @ x
+
+    def with_data(data):
+        b = a.copy()
+        b.data = data
+        return b
+
+    others = [(a, x.astype(np.float32)), (a, np.repeat(x, 2)[::2]), (a, x.astype(">f8")),
+              (with_data(np.repeat(a.data, 2)[::2]), x)]
+    for mat, vec in others:
+        assert dropin._fast_spmv(mat, vec) is None
+        np.testing.assert_allclose(splyce.matmul(mat, vec), ref, rtol=1e-6)
+    assert dropin._fast_spmv(with_data(a.data.astype(">f8")), x) is None
+    wrong_length = with_data(a.data[:-1].copy())
+    assert dropin._fast_spmv(wrong_length, x) is None
+    with pytest.raises(ValueError, match="values have length"):
+        splyce.matmul(wrong_length, x)
+    with pytest.raises(ValueError, match="not aligned"):
+        splyce.matmul(a, np.ones(21))
+
+
+def test_array_objects_entry_reads_the_data_pointer(monkeypatch):
+    from splyce.backend import array_objects
+    from splyce.planner import dropin
+
+    assert array_objects.DATA_OFFSET is not None          # numpy's layout confirmed on this platform
+    # without a confirmed layout the fast path steps aside and the general path answers
+    monkeypatch.setattr(array_objects, "DATA_OFFSET", None)
+    monkeypatch.setattr(dropin, "_spmv_entries", {})
+    monkeypatch.setattr(dropin, "_spmv_last", (None, None, None))
+    a = sps.random_array((9, 7), density=0.4, format="csr", rng=2)
+    x = np.arange(7.0)
+    assert dropin._fast_spmv(a, x) is None and np.array_equal(splyce.matmul(a, x), a @ x)

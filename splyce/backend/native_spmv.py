@@ -294,6 +294,48 @@ def _spmm(value: np.dtype, p: int, c: int, k: int | None):
     return compile_host_helpers(_spmm_ir(name, value, p, c, k), {name: _SPMM_SIG})[name]
 
 
+# The whole product in one call, as the drop-in's fast path makes it: also checks the two ends of the positions
+# (``pos[0] == 0``, ``pos[m] == nnz``), so with the per-block checks every segment lies inside crd.
+_WHOLE = """
+define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, ptr %y, i64 %n, i64 %m, i64 %nnz) {{
+entry:
+  %first_raw = load i{p}, ptr %pos
+  %first = {p_ext} %first_raw to i64
+  %pm = getelementptr i{p}, ptr %pos, i64 %m
+  %last_raw = load i{p}, ptr %pm
+  %last = {p_ext} %last_raw to i64
+  %starts = icmp eq i64 %first, 0
+  %ends = icmp eq i64 %last, %nnz
+  %ok = and i1 %starts, %ends
+  br i1 %ok, label %run, label %fail
+run:
+  %r = call i64 @{checked}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 0, i64 %m, ptr %y)
+  ret i64 %r
+fail:
+  ret i64 1
+}}
+"""
+
+
+@functools.cache
+def _spmv_objects(value: np.dtype, p: int, c: int):
+    """``i64 f(id(indptr), id(indices), id(data), id(x), id(y), n, m, nnz)``: the checking SpMV on array
+    objects (``array_objects``), nonzero when the index arrays are malformed (then ``y`` is incomplete)."""
+    from splyce.backend import array_objects
+    from splyce.backend.codegen import compile_host_helpers
+    from splyce.backend.native_validation import coordinate_check_ir, position_check_ir
+
+    name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_r{ROWS}"
+    checked, whole, entry = name + "_checked", name + "_whole", name + "_objects"
+    text = (_spmv_ir(checked + "_rows", value, p, c, ROWS) + coordinate_check_ir(checked + "_check", c)
+            + position_check_ir(checked + "_pos", p)
+            + _CHECKING_DRIVER.format(name=checked, block=CHECK_BLOCK_ROWS, p=p, c=c,
+                                      p_ext="zext i32" if p == 32 else "bitcast i64")
+            + _WHOLE.format(name=whole, checked=checked, p=p, p_ext="zext i32" if p == 32 else "bitcast i64")
+            + array_objects.object_entry_ir(entry, whole, "aaaaaiii"))
+    return compile_host_helpers(text, {entry: array_objects.signature(8)})[entry]
+
+
 def supported(dtype) -> bool:
     return np.dtype(dtype) in _VALUE
 

@@ -175,6 +175,10 @@ def choose_matmul_formulation(a: OperandInfo, b: OperandInfo, out_format=None) -
 def matmul(a, b, *, out_format=None, threads=1):
     """scipy's / NumPy's ``a @ b``. ``threads``: worker threads (1 as scipy; None: all cores); results are
     bit-identical for any count."""
+    if type(b) is np.ndarray and out_format is None and threads == 1 and type(threads) is int:
+        out = _fast_spmv(a, b)
+        if out is not None:
+            return out
     threads = _threads(threads)
     ia, ib = OperandInfo.of(a), OperandInfo.of(b)
     formulation = choose_matmul_formulation(ia, ib, out_format)
@@ -243,6 +247,69 @@ def _csr_times_dense(a, b, threads: int) -> np.ndarray:
     if out is None:
         _raise_bad_product_operand(a)
     return out
+
+
+# -- SpMV's per-call fast path --------------------------------------------------------------------------------
+_csr_types: tuple = ()          # (csr_array, csr_matrix) once scipy.sparse is imported
+_spmv_entries: dict = {}        # (value dtype, index dtype) -> native SpMV on array objects, or None
+_spmv_last: tuple = (None, None, None)   # the last (value dtype, index dtype, entry) used
+_INT_MAX = {np.dtype(np.int32): 2**31 - 1, np.dtype(np.int64): 2**63 - 1}
+
+
+def _fast_spmv(a, x):
+    """``a @ x`` for the commonest call, or None (then the general path runs): ``a`` an exact scipy
+    ``csr_array`` / ``csr_matrix``, ``x`` a 1-D NumPy vector of ``a``'s value dtype, every buffer
+    C-contiguous, one thread. A small matrix's product takes tens of microseconds, so this path reads a handful
+    of attributes, trusts none of scipy's flags, and leaves every check on the index arrays to the kernel: the
+    two ends of ``indptr`` and, block by block just before the block's rows run, ``indptr`` monotone and every
+    column in range (what a product needs; order and duplicates do not matter). A malformed operand raises the
+    general path's error, naming the defect."""
+    global _csr_types
+    if not _csr_types:
+        sps = sys.modules.get("scipy.sparse")
+        if sps is None:
+            return None
+        _csr_types = (sps.csr_array, sps.csr_matrix)
+    if type(a) not in _csr_types or x.ndim != 1:
+        return None
+    global _spmv_last
+    data, indices, indptr = a.data, a.indices, a.indptr
+    dtype, idx = data.dtype, indices.dtype
+    # identity first: NumPy's built-in dtypes are singletons, and hashing or comparing dtypes costs ~0.3 us
+    if (x.dtype is not dtype and x.dtype != dtype) or (indptr.dtype is not idx and indptr.dtype != idx):
+        return None
+    last_dtype, last_idx, entry = _spmv_last
+    if dtype is not last_dtype or idx is not last_idx:
+        key = (dtype, idx)
+        entry = _spmv_entries.get(key, False)
+        if entry is False:
+            entry = _spmv_entries[key] = _spmv_entry(dtype, idx)
+        _spmv_last = (dtype, idx, entry)
+    if entry is None:
+        return None
+    m, n = a.shape
+    stride = idx.itemsize
+    # strides == (itemsize,): 1-D and contiguous (anything else: the general path copies or refuses)
+    if (len(indptr) != m + 1 or len(indices) != len(data) or len(x) != n or n - 1 > _INT_MAX[idx]
+            or indptr.strides != (stride,) or indices.strides != (stride,)
+            or data.strides != (dtype.itemsize,) or x.strides != (dtype.itemsize,)):
+        return None
+    y = np.empty(m, dtype=dtype)
+    if entry(id(indptr), id(indices), id(data), id(x), id(y), n, m, len(data)):
+        _raise_bad_product_operand(a)
+    return y
+
+
+def _spmv_entry(dtype: np.dtype, idx: np.dtype):
+    """The compiled fast-path SpMV for these dtypes, or None when it does not apply (non-native byte order,
+    an unsupported dtype, or numpy's array layout not confirmed by ``array_objects``)."""
+    from splyce.backend import array_objects, native_spmv
+
+    if (array_objects.DATA_OFFSET is None or not native_spmv.supported(dtype) or not dtype.isnative
+            or idx not in _INT_MAX or not idx.isnative):
+        return None
+    with native_spmv._lock:
+        return native_spmv._spmv_objects(dtype, idx.itemsize * 8, idx.itemsize * 8)
 
 
 def _raise_bad_product_operand(x) -> None:
