@@ -109,3 +109,136 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stderr[-2000:])
+
+
+# -- the per-call fast path (scipy CSR with a CSR or CSC of the same family): native checks, then the merge ----
+def _index_width(x, dtype):
+    x = x.copy()
+    x.indices, x.indptr = x.indices.astype(dtype), x.indptr.astype(dtype)   # scipy narrows at construction
+    return x
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("kind", [sps.csr_array, sps.csr_matrix])
+def test_fast_merge_is_taken_and_matches_scipy(monkeypatch, op, index_dtype, kind):
+    from splyce.planner import dropin
+
+    def refuse(*_args, **_kw):
+        raise AssertionError("the general elementwise path ran")
+    monkeypatch.setattr(dropin, "_merge_rows", refuse)
+    rng = np.random.default_rng(11)
+    a = sps.random_array((70, 70), density=0.08, format="csr", rng=rng)
+    sym = (a + a.T).tocsr()
+    sym.data = rng.uniform(-2, 2, sym.nnz)                  # symmetric positions, unsymmetric values
+    other = sps.random_array((70, 70), density=0.05, format="csr", rng=rng)
+    for x, y in ((sym, sym.T), (a, a.T), (a, other), (sym, sym.T.tocsr()), (a, other.tocsc())):
+        x, y = kind(_index_width(x, index_dtype)), _index_width(y, index_dtype)
+        y = kind(y) if isinstance(y, sps.csr_array) else (sps.csc_matrix(y) if kind is sps.csr_matrix else y)
+        ref = OPS[op](x, y)
+        ours = getattr(splyce, op)(x, y)
+        assert type(ours) is kind
+        _same_as_scipy(sps.csr_array(ours), ref)
+        assert ours.has_canonical_format
+
+
+def test_fast_merge_checks_every_operand():
+    """Malformed operands on the fast path (a scipy CSR with a CSR or with a CSC, the form of ``A.T``): errors
+    that name the defect, or a canonicalized result; never a crash (a child process), never a modified input.
+    Positions of the CSC operand that differ from A's in one place go through the transpose and merge instead."""
+    code = r"""
+import numpy as np, scipy.sparse as sps, splyce
+rng = np.random.default_rng(4)
+base = sps.random_array((600, 600), density=0.01, format="csr", rng=rng)
+base = (base + base.T).tocsr()
+base.data = rng.uniform(-2, 2, base.nnz)
+ops = {"multiply": lambda a, b: a.multiply(b), "add": lambda a, b: a + b, "subtract": lambda a, b: a - b}
+
+def same(ours, ref):
+    ref = sps.csr_array(ref).copy(); ref.sum_duplicates(); ref.eliminate_zeros()
+    assert np.array_equal(ours.indptr, ref.indptr) and np.array_equal(ours.indices, ref.indices)
+    assert np.array_equal(ours.data, ref.data)
+
+def broken(edit, fmt):
+    x = base.copy() if fmt == "csr" else base.T.copy()       # csc: the arrays of A.T
+    edit(x)
+    x.has_canonical_format = True                            # a stale flag: nothing may trust it
+    return x
+
+k = int(base.indptr[300])
+defects = {
+    "out of range": [lambda x: x.indices.__setitem__(k, 600), lambda x: x.indices.__setitem__(k, -1),
+                     lambda x: x.indices.__setitem__(k, 2**31 - 1)],
+    "positions decrease": [lambda x: x.indptr.__setitem__(300, x.indptr[301] + 1)],
+    "positions must start at 0": [lambda x: x.indptr.__setitem__(0, 1)],
+    "positions end at": [lambda x: x.indptr.__setitem__(600, x.indptr[600] - 1)],
+}
+for pattern, edits in defects.items():
+    for edit in edits:
+        for fmt in ("csr", "csc"):
+            for op in ops:
+                for bad_first in (True, False):
+                    bad = broken(edit, fmt)
+                    if bad_first and fmt == "csc":
+                        continue                              # a CSC first operand is not the fast path
+                    before = [arr.copy() for arr in (bad.indptr, bad.indices, bad.data)]
+                    args = (bad, base) if bad_first else (base, bad)
+                    try:
+                        getattr(splyce, op)(*args)
+                    except ValueError as e:
+                        assert pattern in str(e) or "out of range" in str(e) or "positions" in str(e), (pattern, e)
+                    else:
+                        raise AssertionError(f"no error: {pattern} {fmt} {op}")
+                    assert all(np.array_equal(b, arr) for b, arr in zip(before, (bad.indptr, bad.indices, bad.data)))
+
+# unsorted or duplicate entries (flags claiming canonical): canonicalized on a copy, as scipy sums them
+def swap(x):
+    r = next(r for r in range(600) if x.indptr[r + 1] - x.indptr[r] >= 2)
+    i = x.indptr[r]
+    x.indices[i], x.indices[i + 1] = x.indices[i + 1], x.indices[i]
+def duplicate(x):
+    r = next(r for r in range(600) if x.indptr[r + 1] - x.indptr[r] >= 2)
+    i = x.indptr[r]
+    x.indices[i + 1] = x.indices[i]
+for edit in (swap, duplicate):
+    for fmt in ("csr", "csc"):
+        for op in ops:
+            bad = broken(edit, fmt)
+            canonical = sps.csr_array(bad.toarray() if edit is swap else bad.tocoo().tocsr())
+            same(getattr(splyce, op)(base, bad), ops[op](base, canonical))
+            if fmt == "csr":
+                same(getattr(splyce, op)(bad, base), ops[op](canonical, base))
+
+# a CSC operand whose positions are A's but for one entry moved, one added, one removed: merged exactly
+moved = base.T.copy(); col = next(c for c in range(600) if moved.indptr[c + 1] > moved.indptr[c])
+i = moved.indptr[col]; free = sorted(set(range(600)) - set(moved.indices[moved.indptr[col]:moved.indptr[col + 1]]))
+moved.indices[i] = free[0]; moved.sort_indices()
+extra = sps.csc_array(base.T.toarray() + np.diag(np.where(base.diagonal() == 0, 1.0, 0.0)))
+fewer = base.T.tocoo(); fewer = sps.csc_array((fewer.data[1:], (fewer.row[1:], fewer.col[1:])), shape=(600, 600))
+for other in (moved, extra, fewer):
+    for op in ops:
+        same(getattr(splyce, op)(base, other), ops[op](base, other))
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stderr[-3000:])
+
+
+def test_scipy_out_builds_what_the_constructor_builds(monkeypatch):
+    from splyce.planner import scipy_out
+
+    parts = (np.array([1.0, 2.0, 3.0]), np.array([0, 2, 1], dtype=np.int32), np.array([0, 2, 3], dtype=np.int32))
+    for cls in (sps.csr_array, sps.csr_matrix):
+        ref = cls(parts, shape=(2, 3))
+        for flag in (True, False, None):
+            ours = scipy_out.csr(cls, *parts, (2, 3), flag)
+            assert type(ours) is cls and ours.shape == (2, 3) and ours.indices is parts[1]
+            assert np.array_equal(ours.toarray(), ref.toarray()) and repr(ours) == repr(ref)
+            if flag is not None:
+                assert ours.has_sorted_indices == flag and ours.has_canonical_format == flag
+    wide = tuple(p.astype(np.int64) if p.dtype.kind == "i" else p for p in parts)
+    wide_ref = sps.csr_array(wide, shape=(2, 3))
+    assert scipy_out.csr(sps.csr_array, *wide, (2, 3), True).indices.dtype == wide_ref.indices.dtype
+    monkeypatch.setattr(scipy_out, "_direct", {sps.csr_array: (False, None)})              # layout not confirmed
+    out = scipy_out.csr(sps.csr_array, *parts, (2, 3), True)
+    assert out.has_canonical_format and np.array_equal(out.toarray(), sps.csr_array(parts, shape=(2, 3)).toarray())

@@ -31,6 +31,15 @@ def _probe_offset() -> int | None:
 
 
 DATA_OFFSET = _probe_offset()
+_pointer_at = ctypes.c_void_p.from_address
+
+
+def address(arr: np.ndarray) -> int:
+    """``arr.ctypes.data`` (an ndarray's data address) in ~0.6 us instead of ~3.4 us, for the helpers that
+    take pointers. ``arr`` must be an ndarray the caller keeps alive during the native call."""
+    if DATA_OFFSET is None:
+        return arr.ctypes.data
+    return _pointer_at(id(arr) + DATA_OFFSET).value or 0
 
 
 def object_entry_ir(name: str, target: str, kinds: str) -> str:

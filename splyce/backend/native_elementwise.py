@@ -19,6 +19,7 @@ import threading
 
 import numpy as np
 
+from splyce.backend.array_objects import address as _address
 from splyce.backend.ir_text import pool, row_chunks
 
 # Both kernels: the loop over rows [lo, hi) and a fast path for two rows that hold the same columns (compared
@@ -270,7 +271,7 @@ def _memcmp():
 
 def _same_bytes(x: np.ndarray, y: np.ndarray) -> bool:
     """Equal C-contiguous arrays of one dtype (libc's memcmp: SIMD, stops at the first difference)."""
-    return len(x) == len(y) and (x.nbytes == 0 or _memcmp()(x.ctypes.data, y.ctypes.data, x.nbytes) == 0)
+    return len(x) == len(y) and (x.nbytes == 0 or _memcmp()(_address(x), _address(y), x.nbytes) == 0)
 
 
 # Same positions in both operands: one flat, vectorizable pass over all entries writes every column and
@@ -343,16 +344,22 @@ def same_pattern(op: str, a, b, dtype):
     cols = np.empty(n, dtype=ac.dtype)
     vals = np.empty(n, dtype=dtype)
     out = np.zeros(2, dtype=np.int64)
-    kernel(ac.ctypes.data, bc.ctypes.data, av.ctypes.data, bv.ctypes.data, n, cols.ctypes.data,
-           vals.ctypes.data, out.ctypes.data)
+    kernel(_address(ac), _address(bc), _address(av), _address(bv), n, _address(cols),
+           _address(vals), _address(out))
     if out[0]:
         return None
-    indptr = ap.copy()
-    if out[1] != n:                                 # results equal to zero: dropped, as scipy does
-        keep = vals != 0                            # NaN != 0: kept
+    return _drop_zeros(vals, cols, ap.copy(), int(out[1]))
+
+
+def _drop_zeros(vals, cols, indptr, kept: int):
+    """The entries of (vals, cols, indptr) whose value is not zero (``kept`` of them), as scipy's products drop
+    them; NaN != 0 is kept."""
+    n = len(vals)
+    if kept != n:
+        keep = vals != 0
         kept_before = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(keep, out=kept_before[1:])
-        vals, cols, indptr = vals[keep], cols[keep], kept_before[ap].astype(ap.dtype)
+        vals, cols, indptr = vals[keep], cols[keep], kept_before[indptr].astype(indptr.dtype)
     return vals, cols, indptr
 
 
@@ -380,8 +387,8 @@ def elementwise(op: str, a, b, dtype, threads: int = 1):
         cols = np.empty(size, dtype=ac.dtype)
         vals = np.empty(size, dtype=dtype)
         ends = np.empty(hi - lo, dtype=np.int64)
-        count = kernel(ap.ctypes.data, ac.ctypes.data, av.ctypes.data, bp.ctypes.data, bc.ctypes.data,
-                       bv.ctypes.data, lo, hi, ends.ctypes.data, cols.ctypes.data, vals.ctypes.data)
+        count = kernel(_address(ap), _address(ac), _address(av), _address(bp), _address(bc),
+                       _address(bv), lo, hi, _address(ends), _address(cols), _address(vals))
         return cols, vals, ends, int(count)
 
     parts = list(pool(threads).map(run, chunks)) if len(chunks) > 1 else [run(chunks[0])]
@@ -400,3 +407,136 @@ def elementwise(op: str, a, b, dtype, threads: int = 1):
     indptr[0] = 0
     indptr[1:] = ends
     return vals, cols, indptr
+
+
+# A and B with the same positions, B given by its CSC arrays (``A.T`` of a structurally symmetric A: meshes,
+# graphs, banded matrices). Walking A's rows in order, the B entry at (i, j) is the next unread one of B's
+# column j (its rows are sorted), so a cursor per column finds it with no search and no transpose of B; the
+# loop checks that it holds row i, and at the end that every column was read to its end: together, that B's
+# positions are exactly A's (anything else returns 1, nothing trusted). Writes op(a, b) in A's entry order and
+# counts the results that are not zero. B's positions must be monotone from 0 to len(bc) (checked before).
+_MIRROR = """
+define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cursor, ptr %cv, ptr %kept,
+                   i64 %m, i64 %n) {{
+entry:
+  br label %init_head
+init_head:
+  %j = phi i64 [0, %entry], [%j1, %init_body]
+  %jin = icmp slt i64 %j, %n
+  br i1 %jin, label %init_body, label %row
+init_body:
+  %pbj = getelementptr i{p}, ptr %bp, i64 %j
+  %bj_raw = load i{p}, ptr %pbj
+  %bj = {p_ext} %bj_raw to i64
+  %pcj = getelementptr i64, ptr %cursor, i64 %j
+  store i64 %bj, ptr %pcj
+  %j1 = add i64 %j, 1
+  br label %init_head
+row:
+  %r = phi i64 [0, %init_head], [%r1, %entries]
+  %count = phi i64 [0, %init_head], [%count_e, %entries]
+  %rin = icmp slt i64 %r, %m
+  br i1 %rin, label %row_body, label %ends_head
+row_body:
+  %r1 = add i64 %r, 1
+  %pr0 = getelementptr i{p}, ptr %ap, i64 %r
+  %k0_raw = load i{p}, ptr %pr0
+  %k0 = {p_ext} %k0_raw to i64
+  %pr1 = getelementptr i{p}, ptr %ap, i64 %r1
+  %k1_raw = load i{p}, ptr %pr1
+  %k1 = {p_ext} %k1_raw to i64
+  %r_c = {narrow} %r to i{c}
+  br label %entries
+entries:
+  %k = phi i64 [%k0, %row_body], [%kn, %entry_ok]
+  %count_e = phi i64 [%count, %row_body], [%count1, %entry_ok]
+  %kin = icmp slt i64 %k, %k1
+  br i1 %kin, label %entry_body, label %row
+entry_body:
+  %pac = getelementptr i{c}, ptr %ac, i64 %k
+  %col_raw = load i{c}, ptr %pac
+  %col = {c_ext} %col_raw to i64
+  %pcur = getelementptr i64, ptr %cursor, i64 %col
+  %at = load i64, ptr %pcur
+  %col1 = add i64 %col, 1
+  %pbe = getelementptr i{p}, ptr %bp, i64 %col1
+  %end_raw = load i{p}, ptr %pbe
+  %end = {p_ext} %end_raw to i64
+  %inside = icmp slt i64 %at, %end
+  br i1 %inside, label %entry_row, label %differ
+entry_row:
+  %pbc = getelementptr i{c}, ptr %bc, i64 %at
+  %brow = load i{c}, ptr %pbc
+  %same = icmp eq i{c} %brow, %r_c
+  br i1 %same, label %entry_ok, label %differ
+entry_ok:
+  %at1 = add i64 %at, 1
+  store i64 %at1, ptr %pcur
+  %pav = getelementptr {t}, ptr %av, i64 %k
+  %va = load {t}, ptr %pav
+  %pbv = getelementptr {t}, ptr %bv, i64 %at
+  %vb = load {t}, ptr %pbv
+  %v = {op} {t} %va, %vb
+  %pcv = getelementptr {t}, ptr %cv, i64 %k
+  store {t} %v, ptr %pcv
+  %nz = {nonzero} {t} %v, {zero}
+  %nzi = zext i1 %nz to i64
+  %count1 = add i64 %count_e, %nzi
+  %kn = add i64 %k, 1
+  br label %entries
+ends_head:
+  %e = phi i64 [0, %row], [%e1, %ends_body]
+  %ein = icmp slt i64 %e, %n
+  br i1 %ein, label %ends_body, label %done
+ends_body:
+  %pce = getelementptr i64, ptr %cursor, i64 %e
+  %ce = load i64, ptr %pce
+  %e1 = add i64 %e, 1
+  %pbe1 = getelementptr i{p}, ptr %bp, i64 %e1
+  %be_raw = load i{p}, ptr %pbe1
+  %be = {p_ext} %be_raw to i64
+  %read_all = icmp eq i64 %ce, %be
+  br i1 %read_all, label %ends_head, label %differ
+done:
+  store i64 %count, ptr %kept
+  ret i64 0
+differ:
+  ret i64 1
+}}
+"""
+
+
+@functools.cache
+def _mirror_kernel(op: str, value: np.dtype, bits: int):
+    from splyce.backend import array_objects
+    from splyce.backend.codegen import compile_host_helpers
+
+    t, zero, nonzero, ops = _VALUE[value]
+    name = f"splyce_elementwise_mirror_{op}_{t}_i{bits}"
+    ext = "zext i32" if bits == 32 else "bitcast i64"
+    text = (_MIRROR.format(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], p=bits, c=bits, p_ext=ext,
+                           c_ext=ext, narrow="trunc i64" if bits == 32 else "bitcast i64")
+            + array_objects.object_entry_ir(name + "_objects", name, "aaaaaaaaaii"))
+    return compile_host_helpers(text, {name + "_objects": array_objects.signature(11)})[name + "_objects"]
+
+
+def same_pattern_csc(op: str, a, b_csc, dtype):
+    """``op(A, B)`` as ``(data, indices, indptr)`` when B, given by its CSC arrays ``b_csc = (data, indices,
+    indptr)`` (rows per column), holds exactly A's positions, else None. A must be a checked canonical CSR, B's
+    positions monotone from 0 to its entry count; B's rows are compared, never trusted. All index arrays of
+    one dtype, values of ``dtype``, C-contiguous; ``array_objects.DATA_OFFSET`` confirmed."""
+    av, ac, ap = a
+    bv, bc, bp = b_csc
+    m, n = len(ap) - 1, len(bp) - 1
+    if len(bc) != len(ac):
+        return None
+    dtype = np.dtype(dtype)
+    with _lock:
+        kernel = _mirror_kernel(op, dtype, ac.dtype.itemsize * 8)
+    cursor = np.empty(n, dtype=np.int64)
+    vals = np.empty(len(ac), dtype=dtype)
+    kept = np.zeros(1, dtype=np.int64)
+    if kernel(id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cursor), id(vals), id(kept), m, n):
+        return None
+    return _drop_zeros(vals, ac.copy(), ap.copy(), int(kept[0]))
+

@@ -19,6 +19,7 @@ import threading
 
 import numpy as np
 
+from splyce.backend.array_objects import address as _address
 from splyce.backend.ir_text import IR, VALUE, load_index, loop, pool, row_chunks
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -257,8 +258,8 @@ def masked_spgemm(m, a, b, n_cols: int, dtype, threads: int = 1):
     def args(lo, hi):
         mark = np.full(n_cols, -1, dtype=np.int64)   # one per chunk (threads write their own)
         marks[lo] = mark
-        return (mp.ctypes.data, mc.ctypes.data, mv.ctypes.data, ap.ctypes.data, ac.ctypes.data, av.ctypes.data,
-                bp.ctypes.data, bc.ctypes.data, bv.ctypes.data, lo, hi, mark.ctypes.data, out.ctypes.data)
+        return (_address(mp), _address(mc), _address(mv), _address(ap), _address(ac), _address(av),
+                _address(bp), _address(bc), _address(bv), lo, hi, _address(mark), _address(out))
 
     _run(fn, args, mp, threads)
     return _drop_zeros(out, mc, mp)
@@ -275,8 +276,8 @@ def sddmm(m, x: np.ndarray, y: np.ndarray, dtype, threads: int = 1):
     d = x.shape[1]
 
     def args(lo, hi):
-        return (mp.ctypes.data, mc.ctypes.data, mv.ctypes.data, x.ctypes.data, y.ctypes.data, d, lo, hi,
-                out.ctypes.data)
+        return (_address(mp), _address(mc), _address(mv), _address(x), _address(y), d, lo, hi,
+                _address(out))
 
     _run(fn, args, mp, threads)
     return _drop_zeros(out, mc, mp)

@@ -21,6 +21,7 @@ import threading
 
 import numpy as np
 
+from splyce.backend.array_objects import address as _address
 from splyce.backend.ir_text import pool
 
 _PRODUCT = """
@@ -211,7 +212,7 @@ def row_flops_prefix(a_indptr, a_indices, b_indptr) -> np.ndarray:
     prefix = np.empty(m + 1, dtype=np.int64)
     with _lock:
         fn = _flops(_bits(a_indptr), _bits(a_indices), _bits(b_indptr))
-    fn(a_indptr.ctypes.data, a_indices.ctypes.data, b_indptr.ctypes.data, m, prefix.ctypes.data)
+    fn(_address(a_indptr), _address(a_indices), _address(b_indptr), m, _address(prefix))
     return prefix
 
 
@@ -258,9 +259,9 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1) -> Product:
         vals = np.empty(size, dtype=dtype)
         ends = np.empty(hi - lo, dtype=np.int64)
         mark = np.full(n, -1, dtype=np.int64)
-        count = kernel(ap.ctypes.data, ac.ctypes.data, av.ctypes.data, bp.ctypes.data, bc.ctypes.data,
-                       bv.ctypes.data, lo, hi, ends.ctypes.data, cols.ctypes.data, vals.ctypes.data,
-                       mark.ctypes.data)
+        count = kernel(_address(ap), _address(ac), _address(av), _address(bp), _address(bc),
+                       _address(bv), lo, hi, _address(ends), _address(cols), _address(vals),
+                       _address(mark))
         return cols, vals, ends, int(count)
 
     if len(chunks) > 1 and threads > 1:

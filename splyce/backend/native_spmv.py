@@ -24,6 +24,7 @@ import threading
 
 import numpy as np
 
+from splyce.backend.array_objects import address as _address
 from splyce.backend.ir_text import IR as _IR, VALUE as _VALUE, load_index as _load_index, loop as _loop
 from splyce.backend.ir_text import pool as _pool, row_chunks as _row_chunks
 
@@ -364,8 +365,8 @@ def csr_times_dense(indptr, indices, data, x, threads: int = 1, coordinates_chec
         extra = (k,)
 
     def args(lo, hi):
-        return (indptr.ctypes.data, indices.ctypes.data, data.ctypes.data, x.ctypes.data, n, lo, hi,
-                y.ctypes.data, *extra)
+        return (_address(indptr), _address(indices), _address(data), _address(x), n, lo, hi,
+                _address(y), *extra)
 
     chunks = _row_chunks(indptr, threads)
     if len(chunks) == 1:

@@ -25,6 +25,7 @@ import threading
 
 import numpy as np
 
+from splyce.backend.array_objects import address as _address
 from splyce.tensors.validation import SUPPORTED_DTYPES
 
 # 1. any pos[s] > pos[s+1] for s in [0, nseg)
@@ -233,17 +234,17 @@ def _levels_ok(shape, fmt, pos, crd) -> bool:
         with _lock:
             pos_scan, crd_scan, boundary_scan = _scanners(fmt.pos_width, fmt.crd_width, rule)
         nseg = len(p) - 1
-        if pos_scan(p.ctypes.data, nseg):
+        if pos_scan(_address(p), nseg):
             return False
         steps = 0
         for start in range(0, max(len(c), 1), _CHUNK):    # each chunk re-reads the entry before it
             first = max(start - 1, 0)
-            crd_scan(c.ctypes.data + first * c.itemsize, min(start + _CHUNK, len(c)) - first,
-                     shape[fmt.order[l]], out.ctypes.data)
+            crd_scan(_address(c) + first * c.itemsize, min(start + _CHUNK, len(c)) - first,
+                     shape[fmt.order[l]], _address(out))
             if out[0]:
                 return False
             steps += int(out[1])
-        if rule != "any" and steps and steps != boundary_scan(p.ctypes.data, nseg, c.ctypes.data):
+        if rule != "any" and steps and steps != boundary_scan(_address(p), nseg, _address(c)):
             return False
     return True
 
@@ -268,7 +269,7 @@ def positions_ok(indptr: np.ndarray, n_entries: int) -> bool:
     bits = indptr.dtype.itemsize * 8
     with _lock:
         pos_scan = _scanners(bits, bits, "any")[0]
-    return not pos_scan(indptr.ctypes.data, len(indptr) - 1)
+    return not pos_scan(_address(indptr), len(indptr) - 1)
 
 
 def product_operand_ok(n_cols: int, indptr: np.ndarray, indices: np.ndarray) -> bool:
@@ -282,8 +283,86 @@ def product_operand_ok(n_cols: int, indptr: np.ndarray, indices: np.ndarray) -> 
         crd_scan = _scanners(bits, bits, "any")[1]
     out = np.empty(2, dtype=np.int64)
     for start in range(0, len(indices), _CHUNK):
-        crd_scan(indices.ctypes.data + start * indices.itemsize, min(_CHUNK, len(indices) - start), n_cols,
-                 out.ctypes.data)
+        crd_scan(_address(indices) + start * indices.itemsize, min(_CHUNK, len(indices) - start), n_cols,
+                 _address(out))
         if out[0]:
             return False
     return True
+
+
+# A whole canonical-CSR check in one native call (the three scans above, rule "unique"), for the drop-ins'
+# per-call fast paths: pos[0] == 0, pos[m] == nnz, positions monotone, columns in [0, n), strictly increasing
+# within each row. Returns 0 when all hold.
+_CANONICAL_DRIVER = """
+define i64 @{name}(ptr %pos, ptr %crd, i64 %m, i64 %n, i64 %nnz) {{
+entry:
+  %out = alloca [2 x i64]
+  %first_raw = load i{p}, ptr %pos
+  %first = {p_ext} %first_raw to i64
+  %pm = getelementptr i{p}, ptr %pos, i64 %m
+  %last_raw = load i{p}, ptr %pm
+  %last = {p_ext} %last_raw to i64
+  %starts = icmp eq i64 %first, 0
+  %ends = icmp eq i64 %last, %nnz
+  %fits = icmp slt i64 %nnz, {chunk}
+  %ok0 = and i1 %starts, %ends
+  %ok1 = and i1 %ok0, %fits
+  br i1 %ok1, label %positions, label %fail
+positions:
+  %down = call i64 @{pos_scan}(ptr %pos, i64 %m)
+  %dec = icmp ne i64 %down, 0
+  br i1 %dec, label %fail, label %columns
+columns:
+  call void @{crd_scan}(ptr %crd, i64 %nnz, i64 %n, ptr %out)
+  %range = load i64, ptr %out
+  %o1 = getelementptr i64, ptr %out, i64 1
+  %steps = load i64, ptr %o1
+  %out_of_range = icmp ne i64 %range, 0
+  br i1 %out_of_range, label %fail, label %order
+order:
+  %none = icmp eq i64 %steps, 0
+  br i1 %none, label %ok, label %boundaries
+boundaries:
+  %allowed = call i64 @{boundary_scan}(ptr %pos, i64 %m, ptr %crd)
+  %same = icmp eq i64 %allowed, %steps
+  br i1 %same, label %ok, label %fail
+ok:
+  ret i64 0
+fail:
+  ret i64 1
+}}
+"""
+
+
+@functools.cache
+def _canonical_entry(bits: int):
+    from splyce.backend import array_objects
+    from splyce.backend.codegen import compile_host_helpers
+
+    tag = f"p{bits}_c{bits}_canonical"
+    names = {k: f"splyce_{k}_{tag}" for k in ("pos_scan", "crd_scan", "boundary_scan", "driver", "entry")}
+    text = (_POS_TEMPLATE.format(name=names["pos_scan"], p=bits)
+            + _CRD_TEMPLATE.format(name=names["crd_scan"], c=bits, cmp=_ORDER["unique"],
+                                  narrow="trunc i64" if bits < 64 else "bitcast i64",
+                                  widen="zext i32" if bits < 64 else "bitcast i64")
+            + _BOUNDARY_TEMPLATE.format(name=names["boundary_scan"], p=bits, c=bits, cmp=_ORDER["unique"],
+                                       p_ext=_extend(bits))
+            + _CANONICAL_DRIVER.format(name=names["driver"], p=bits, p_ext=_extend(bits), chunk=_CHUNK,
+                                       **{k: names[k] for k in ("pos_scan", "crd_scan", "boundary_scan")})
+            + array_objects.object_entry_ir(names["entry"], names["driver"], "aaiii"))
+    return compile_host_helpers(text, {names["entry"]: array_objects.signature(5)})[names["entry"]]
+
+
+def canonical_csr(indptr: np.ndarray, indices: np.ndarray, n_cols: int) -> bool:
+    """Whether CSR index arrays are canonical: positions monotone from 0 to ``len(indices)``, columns in
+    ``[0, n_cols)`` and strictly increasing within each row. One native call on the array objects; the caller
+    guarantees both are 1-D, C-contiguous, of one dtype (int32 / int64), ``n_cols`` fitting it, and
+    ``array_objects.DATA_OFFSET`` confirmed. False also for more than 2**30 entries (the caller's general
+    path then checks)."""
+    bits = indptr.dtype.itemsize * 8
+    if len(indptr) == 0 or n_cols - 1 > _MAX[bits]:
+        return False
+    with _lock:
+        entry = _canonical_entry(bits)
+    return not entry(id(indptr), id(indices), len(indptr) - 1, n_cols, len(indices))
+

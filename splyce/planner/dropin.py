@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from splyce.planner import scipy_out
 from splyce.tensors.formats import CSR, SPARSE_VECTOR, Format
 from splyce.tensors.validation import SUPPORTED_DTYPES, check_buffers, check_dtype
 from splyce.runtime.arguments import Checked
@@ -92,6 +93,8 @@ def _wrap_sparse(result, family):
     if family == "scipy-matrix":
         import scipy.sparse as sps
 
+        if vars(result).get("_has_canonical_format") is True:     # a kernel's canonical result
+            return scipy_out.csr(sps.csr_matrix, result.data, result.indices, result.indptr, result.shape, True)
         return sps.csr_matrix(result)
     if family == "pydata":
         import sparse
@@ -333,8 +336,9 @@ def _spgemm(A: SparseTensor, B: SparseTensor, family: str, threads: int):
     last_spgemm_work = product.work
     import scipy.sparse as sps
 
-    out = sps.csr_array((product.data, product.indices, product.indptr), shape=(A.shape[0], B.shape[1]))
-    out.has_sorted_indices = False    # columns in order of first appearance, as scipy's product
+    # columns in order of first appearance, as scipy's product: not sorted
+    out = scipy_out.csr(sps.csr_array, product.data, product.indices, product.indptr, (A.shape[0], B.shape[1]),
+                        False)
     return _wrap_sparse(out, family)
 
 
@@ -406,6 +410,10 @@ def choose_elementwise_formulation(a: OperandInfo, b: OperandInfo, out_format=No
 
 def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
     threads = _threads(threads)
+    if out_format is None or out_format == "sparse":
+        out = _fast_merge(name, a, b, threads)
+        if out is not None:
+            return out
     ia, ib = OperandInfo.of(a), OperandInfo.of(b)
     formulation = choose_elementwise_formulation(ia, ib, out_format)
     if formulation is Formulation.NUMPY:
@@ -460,12 +468,86 @@ def _merge_rows(op: str, a, b, threads: int):
     return _canonical_csr(native_elementwise.elementwise(op, parts[0], parts[1], dtype, threads), A.shape)
 
 
+# -- the per-call fast path of two scipy sparse matrices (multiply / add / subtract) ---------------------------
+_merge_types: dict = {}   # type(a) -> (result class, accepted types of b, CSC type of that family)
+
+
+def _merge_classes(a):
+    if not _merge_types:
+        sps = sys.modules.get("scipy.sparse")
+        if sps is None:
+            return None
+        _merge_types[sps.csr_array] = (sps.csr_array, (sps.csr_array, sps.csc_array), sps.csc_array)
+        _merge_types[sps.csr_matrix] = (sps.csr_matrix, (sps.csr_matrix, sps.csc_matrix), sps.csc_matrix)
+    return _merge_types.get(type(a))
+
+
+def _fast_merge(op: str, a, b, threads: int):
+    """``op(a, b)`` for the commonest call, or None (then the general path runs, which also words any error):
+    ``a`` an exact scipy CSR, ``b`` a CSR or a CSC (``A.T``) of the same family, one value dtype, one index
+    dtype, every buffer 1-D and contiguous. Each operand's index arrays are checked canonical by one native
+    scan (a non-canonical operand goes to the general path, which sums duplicates on a copy as before); a
+    CSC operand, once checked, is turned into CSR by scipy's own transpose kernel with no constructor around
+    it; the rows are merged natively and the result is built without scipy's constructor (``scipy_out``)."""
+    from splyce.backend import array_objects, native_elementwise, native_validation
+
+    classes = _merge_classes(a)
+    if classes is None or type(b) not in classes[1] or array_objects.DATA_OFFSET is None:
+        return None
+    cls, _, csc = classes
+    av, ac, ap = a.data, a.indices, a.indptr
+    bv, bc, bp = b.data, b.indices, b.indptr
+    dtype, idx = av.dtype, ac.dtype
+    if (bv.dtype != dtype or ap.dtype != idx or bc.dtype != idx or bp.dtype != idx or idx not in _INT_MAX
+            or not native_elementwise.supported(dtype) or not dtype.isnative or not idx.isnative):
+        return None
+    shape = a.shape
+    if b.shape != shape:
+        return None
+    m, n = shape
+    rows_b, cols_b = (n, m) if type(b) is csc else (m, n)
+    step, vstep = (idx.itemsize,), (dtype.itemsize,)
+    if (len(ap) != m + 1 or len(bp) != rows_b + 1 or len(ac) != len(av) or len(bc) != len(bv)
+            or ap.strides != step or ac.strides != step or bp.strides != step or bc.strides != step
+            or av.strides != vstep or bv.strides != vstep):
+        return None
+    if max(m, n) - 1 > _INT_MAX[idx] or not native_validation.canonical_csr(ap, ac, n):
+        return None
+    if type(b) is csc:
+        # A.T of a structurally symmetric A: matched entry by entry, no transpose (checked as it goes)
+        same = native_validation.positions_ok(bp, len(bc)) and \
+            native_elementwise.same_pattern_csc(op, (av, ac, ap), (bv, bc, bp), dtype)
+        if same:
+            return scipy_out.csr(cls, *same, shape, True)
+    if not native_validation.canonical_csr(bp, bc, cols_b):
+        return None
+    if type(b) is csc:
+        bv, bc, bp = _transpose(bv, bc, bp, rows_b, cols_b)
+        if bv is None:
+            return None
+    vals, cols, indptr = native_elementwise.elementwise(op, (av, ac, ap), (bv, bc, bp), dtype, threads)
+    return scipy_out.csr(cls, vals, cols, indptr, shape, True)
+
+
+def _transpose(data, indices, indptr, rows: int, cols: int):
+    """The CSR of the transpose of a checked CSR (``rows`` x ``cols``), by scipy's counting transpose
+    (``csr_tocsc``, what ``csc.tocsr()`` runs, without the two constructors around it); sorted unique rows
+    in, sorted unique rows out. (None, None, None) when scipy no longer offers that kernel."""
+    try:
+        from scipy.sparse._sparsetools import csr_tocsc
+    except ImportError:
+        return None, None, None
+    t_indptr = np.empty(cols + 1, dtype=indptr.dtype)
+    t_indices = np.empty(len(indices), dtype=indices.dtype)
+    t_data = np.empty(len(data), dtype=data.dtype)
+    csr_tocsc(rows, cols, indptr, indices, data, t_indptr, t_indices, t_data)
+    return t_data, t_indices, t_indptr
+
+
 def _canonical_csr(parts, shape):
     import scipy.sparse as sps
 
-    out = sps.csr_array(parts, shape=shape)
-    out.has_canonical_format = True   # merged sorted rows: sorted, unique
-    return out
+    return scipy_out.csr(sps.csr_array, *parts, shape, True)   # merged sorted rows: sorted, unique
 
 
 def _raw_csr(x):
