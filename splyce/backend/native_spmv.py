@@ -300,15 +300,8 @@ def _spmm(value: np.dtype, p: int, c: int, k: int | None):
 _WHOLE = """
 define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, ptr %y, i64 %n, i64 %m, i64 %nnz) {{
 entry:
-  %first_raw = load i{p}, ptr %pos
-  %first = {p_ext} %first_raw to i64
-  %pm = getelementptr i{p}, ptr %pos, i64 %m
-  %last_raw = load i{p}, ptr %pm
-  %last = {p_ext} %last_raw to i64
-  %starts = icmp eq i64 %first, 0
-  %ends = icmp eq i64 %last, %nnz
-  %ok = and i1 %starts, %ends
-  br i1 %ok, label %run, label %fail
+{ends}
+  br i1 %ends_ok, label %run, label %fail
 run:
   %r = call i64 @{checked}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 0, i64 %m, ptr %y)
   ret i64 %r
@@ -324,7 +317,7 @@ def _spmv_objects(value: np.dtype, p: int, c: int):
     objects (``array_objects``), nonzero when the index arrays are malformed (then ``y`` is incomplete)."""
     from splyce.backend import array_objects
     from splyce.backend.codegen import compile_host_helpers
-    from splyce.backend.native_validation import coordinate_check_ir, position_check_ir
+    from splyce.backend.native_validation import coordinate_check_ir, position_check_ir, position_ends_ir
 
     name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_r{ROWS}"
     checked, whole, entry = name + "_checked", name + "_whole", name + "_objects"
@@ -332,7 +325,7 @@ def _spmv_objects(value: np.dtype, p: int, c: int):
             + position_check_ir(checked + "_pos", p)
             + _CHECKING_DRIVER.format(name=checked, block=CHECK_BLOCK_ROWS, p=p, c=c,
                                       p_ext="zext i32" if p == 32 else "bitcast i64")
-            + _WHOLE.format(name=whole, checked=checked, p=p, p_ext="zext i32" if p == 32 else "bitcast i64")
+            + _WHOLE.format(name=whole, checked=checked, ends=position_ends_ir(p))
             + array_objects.object_entry_ir(entry, whole, "aaaaaiii"))
     return compile_host_helpers(text, {entry: array_objects.signature(8)})[entry]
 

@@ -290,6 +290,20 @@ def product_operand_ok(n_cols: int, indptr: np.ndarray, indices: np.ndarray) -> 
     return True
 
 
+def position_ends_ir(bits: int) -> str:
+    """IR lines setting ``%ends_ok`` (i1): ``pos[0] == 0`` and ``pos[m] == nnz``, from ``ptr %pos``, ``i64 %m``
+    and ``i64 %nnz`` (with monotone positions, every segment then lies inside crd)."""
+    ext = _extend(bits)
+    return f"""  %first_raw = load i{bits}, ptr %pos
+  %first = {ext} %first_raw to i64
+  %pm = getelementptr i{bits}, ptr %pos, i64 %m
+  %last_raw = load i{bits}, ptr %pm
+  %last = {ext} %last_raw to i64
+  %starts = icmp eq i64 %first, 0
+  %ends = icmp eq i64 %last, %nnz
+  %ends_ok = and i1 %starts, %ends"""
+
+
 # A whole canonical-CSR check in one native call (the three scans above, rule "unique"), for the drop-ins'
 # per-call fast paths: pos[0] == 0, pos[m] == nnz, positions monotone, columns in [0, n), strictly increasing
 # within each row. Returns 0 when all hold.
@@ -297,16 +311,9 @@ _CANONICAL_DRIVER = """
 define i64 @{name}(ptr %pos, ptr %crd, i64 %m, i64 %n, i64 %nnz) {{
 entry:
   %out = alloca [2 x i64]
-  %first_raw = load i{p}, ptr %pos
-  %first = {p_ext} %first_raw to i64
-  %pm = getelementptr i{p}, ptr %pos, i64 %m
-  %last_raw = load i{p}, ptr %pm
-  %last = {p_ext} %last_raw to i64
-  %starts = icmp eq i64 %first, 0
-  %ends = icmp eq i64 %last, %nnz
+{ends}
   %fits = icmp slt i64 %nnz, {chunk}
-  %ok0 = and i1 %starts, %ends
-  %ok1 = and i1 %ok0, %fits
+  %ok1 = and i1 %ends_ok, %fits
   br i1 %ok1, label %positions, label %fail
 positions:
   %down = call i64 @{pos_scan}(ptr %pos, i64 %m)
@@ -347,7 +354,7 @@ def _canonical_entry(bits: int):
                                   widen="zext i32" if bits < 64 else "bitcast i64")
             + _BOUNDARY_TEMPLATE.format(name=names["boundary_scan"], p=bits, c=bits, cmp=_ORDER["unique"],
                                        p_ext=_extend(bits))
-            + _CANONICAL_DRIVER.format(name=names["driver"], p=bits, p_ext=_extend(bits), chunk=_CHUNK,
+            + _CANONICAL_DRIVER.format(name=names["driver"], ends=position_ends_ir(bits), chunk=_CHUNK,
                                        **{k: names[k] for k in ("pos_scan", "crd_scan", "boundary_scan")})
             + array_objects.object_entry_ir(names["entry"], names["driver"], "aaiii"))
     return compile_host_helpers(text, {names["entry"]: array_objects.signature(5)})[names["entry"]]
