@@ -75,3 +75,24 @@ def test_masked_bad_operands():
         splyce.einsum("ij,ik,jk->ij", good, np.ones((5, 3)), np.ones((5, 4)))
     with pytest.raises(TypeError, match="complex"):
         splyce.einsum("ij,ik,jk->ij", good, np.ones((5, 3), dtype=complex), np.ones((5, 3)))
+
+
+def test_an_operand_passed_several_times_is_converted_and_checked_once(monkeypatch):
+    from splyce.planner import dropin
+
+    a = sps.random_array((40, 40), density=0.1, format="csr", rng=8)
+    L = sps.csr_array(sps.tril(a, -1))
+    calls = []
+    real = dropin._as_format
+    monkeypatch.setattr(dropin, "_as_format", lambda x, fmt, name: calls.append(name) or real(x, fmt, name))
+    dense = L.toarray()
+    assert np.isclose(splyce.einsum("ij,jk,ik->", L, L, L), np.einsum("ij,jk,ik->", dense, dense, dense))
+    assert len(calls) == 1
+    calls.clear()
+    masked = splyce.einsum("ik,kj,ij->ij", L, L, L)
+    np.testing.assert_allclose(masked.toarray(), (dense @ dense) * dense)
+    assert len(calls) == 1
+    bad = L.copy()
+    bad.indices[0] = 40
+    with pytest.raises(ValueError, match="out of range"):
+        splyce.einsum("ij,jk,ik->", bad, bad, bad)

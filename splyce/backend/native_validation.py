@@ -192,7 +192,19 @@ def buffers_ok(shape, fmt, pos, crd, values) -> bool:
     # (duplicates anywhere in a segment)
     if any(level.kind == "singleton" or (level.unique and not level.ordered) for level in fmt.levels):
         return False
-    return _structure_ok(shape, fmt, pos, crd, values) and _levels_ok(shape, fmt, pos, crd)
+    if not _structure_ok(shape, fmt, pos, crd, values):
+        return False
+    if _is_canonical_matrix(fmt, pos):             # CSR / CSC: the whole check in one native call
+        return canonical_csr(pos[1], crd[1], shape[fmt.order[1]])
+    return _levels_ok(shape, fmt, pos, crd)
+
+
+def _is_canonical_matrix(fmt, pos) -> bool:
+    from splyce.backend.array_objects import DATA_OFFSET
+
+    return (fmt.ndim == 2 and fmt.levels[0].kind == "dense" and fmt.levels[1].kind == "compressed"
+            and fmt.levels[1].unique and fmt.levels[1].ordered and fmt.pos_width == fmt.crd_width
+            and DATA_OFFSET is not None and len(pos[1]) - 1 < _CHUNK)
 
 
 

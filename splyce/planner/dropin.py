@@ -9,6 +9,7 @@ matrix, pydata-sparse, NumPy), shape and dtype.
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import sys
 import threading
@@ -79,6 +80,19 @@ def _as_format(x, fmt: Format, name: str) -> Checked:
     t = asarray(x, name=name)
     wanted = fmt.with_widths(t.format.pos_width, t.format.crd_width) if fmt.ndim == t.ndim else fmt
     return Checked(t if t.format == wanted else asarray(t, format=wanted, name=name))
+
+
+def _converter():
+    """``_as_format`` for the operands of one call, each distinct (operand, format) converted and checked once:
+    ``einsum("ij,jk,ik->", L, L, L)`` passes one matrix three times."""
+    done: dict = {}
+
+    def convert(x, fmt: Format, name: str) -> Checked:
+        key = (id(x), fmt)
+        if key not in done:
+            done[key] = (x, _as_format(x, fmt, name))     # x kept: its id stays unique during the call
+        return done[key][1]
+    return convert
 
 
 def _sparse_result(csr_parts, shape, family):
@@ -599,8 +613,14 @@ class _Einsum:
         return hash(("einsum", self.subscripts))
 
 
-def _rowwise_format(subs: str, order: list[str]) -> Format:
+def _rowwise_format(subs: str, order) -> Format:
     """The operand's levels in the global loop order: dense outermost, compressed below (CSR / CSF-like)."""
+    return _rowwise_format_cached(subs, tuple(order))
+
+
+@functools.lru_cache(maxsize=256)
+def _rowwise_format_cached(subs: str, order: tuple) -> Format:
+    # a Format validates itself when built (~80 us): once per (subscripts, loop order)
     from splyce.tensors.formats import Level
 
     perm = tuple(sorted(range(len(subs)), key=lambda d: order.index(subs[d])))
@@ -639,12 +659,13 @@ def _masked_product(formulation, roles, operands, threads):
     from splyce.backend import native_masked
 
     mask, left, right = roles
-    M = _as_format(operands[mask], CSR, "mask").tensor
+    convert = _converter()
+    M = convert(operands[mask], CSR, "mask").tensor
     dtype = np.result_type(*(x.dtype for x in operands))
     m_parts = (M.values.astype(dtype, copy=False), M.crd[1], M.pos[1])
     if formulation is Formulation.MASKED_GUSTAVSON:
-        A = _as_format(operands[left], CSR, "a").tensor
-        B = _as_format(operands[right], CSR, "b").tensor
+        A = convert(operands[left], CSR, "a").tensor
+        B = convert(operands[right], CSR, "b").tensor
         parts = [(t.values.astype(dtype, copy=False), t.crd[1], t.pos[1]) for t in (A, B)]
         out = native_masked.masked_spgemm(m_parts, parts[0], parts[1], M.shape[1], dtype, threads)
     else:
@@ -681,11 +702,12 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
         return _wrap_sparse(_masked_product(formulation, roles, operands, threads), family)
     order = list(dict.fromkeys("".join(inputs)))
     ops = []
+    convert = _converter()
     for i, (x, subs) in enumerate(zip(operands, inputs)):
         if _family(x) == "numpy":
             ops.append(np.ascontiguousarray(x))
         else:
-            ops.append(_as_format(x, _rowwise_format(subs, order), f"operand {i}"))
+            ops.append(convert(x, _rowwise_format(subs, order), f"operand {i}"))
     out = _kernel("einsum:" + subscripts, _Einsum(subscripts), out_format, threads,
                   reassociate=threads > 1 and not output)(*ops)
     if isinstance(out, np.ndarray):

@@ -15,6 +15,8 @@ import functools
 
 import numpy as np
 
+from splyce.backend.array_objects import address as _address
+
 _libc = ctypes.CDLL(None)
 _libc.free.argtypes = [ctypes.c_void_p]
 _libc.free.restype = None
@@ -35,7 +37,7 @@ def pack_descriptors(arrays) -> tuple[array.array, list[int]]:
     offsets = []
     for a in arrays:
         offsets.append(len(words))
-        address = a.__array_interface__["data"][0]
+        address = _address(a)
         words += (address, address, 0)
         if a.ndim:
             words += a.shape

@@ -25,6 +25,7 @@ from splyce.runtime import disk_cache
 from splyce.runtime import arguments
 from splyce.runtime import calls
 from splyce.runtime.arguments import Static
+from splyce.backend.array_objects import address as _address
 from splyce.backend.compiler import Lowering, lower
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
 from splyce.tensors.formats import Format
@@ -135,7 +136,7 @@ class Kernel:
                 array = dense_outputs[out]
                 desc = descs[k]
                 k += 1
-                if desc.aligned != array.ctypes.data:  # the kernel wrote elsewhere: take its buffer
+                if desc.aligned != _address(array):  # the kernel wrote elsewhere: take its buffer
                     flat = calls.take_buffer_nd(desc, array.dtype, array.shape, owners)
                     array = flat
                 results.append(array[()] if array.ndim == 0 else array)
