@@ -106,17 +106,31 @@ def _csr(indptr, indices, data, shape, index_dtype, kind):
     return a
 
 
+def _kernel_variant(monkeypatch, grouped: bool):
+    """Make the fast path pick the grouped-rows kernel (matrices in cache) or the one-row kernel for every size."""
+    from splyce.planner import dropin
+
+    monkeypatch.setattr(dropin, "_GROUPED_MAX_BYTES", 1 << 62 if grouped else -1)
+
+
+@pytest.mark.parametrize("grouped", [True, False])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("kind", [sps.csr_array, sps.csr_matrix])
-def test_fast_spmv_is_taken_and_bit_identical(monkeypatch, index_dtype, kind):
+def test_fast_spmv_is_taken_and_bit_identical(monkeypatch, grouped, index_dtype, kind):
     rng = np.random.default_rng(5)
     a = sps.random_array((1300, 700), density=0.02, format="csr", rng=rng)   # > 2 blocks of checked rows
-    a = _csr(a.indptr, a.indices, a.data * 8 - 4, a.shape, index_dtype, kind)
+    banded = sps.diags_array([rng.random(1300 - abs(k)) for k in (-2, -1, 0, 1, 2)], offsets=[-2, -1, 0, 1, 2],
+                             shape=(1300, 700 + 600)).tocsr()[:, :700]       # blocks of rows of one length
     x = rng.random(700) * 8 - 4
-    ref = a @ x
-    _general_path_off(monkeypatch)
-    ours = splyce.matmul(a, x)
-    assert type(ours) is np.ndarray and ours.dtype == ref.dtype and np.array_equal(ours, ref)
+    x[::50] = [np.nan, np.inf, -np.inf, -0.0][0:1] * len(x[::50])            # NaN propagates as in scipy
+    _kernel_variant(monkeypatch, grouped)
+    for mat in (a, sps.csr_array(banded)):
+        mat = _csr(mat.indptr, mat.indices, mat.data * 8 - 4, mat.shape, index_dtype, kind)
+        ref = mat @ x
+        _general_path_off(monkeypatch)
+        ours = splyce.matmul(mat, x)
+        assert type(ours) is np.ndarray and ours.dtype == ref.dtype
+        assert np.array_equal(ours.view(np.int64), ref.view(np.int64))         # bit for bit, NaN included
     # unsorted and repeated columns under a stale "canonical" flag: a product needs neither order nor uniqueness
     shuffled = _csr([0, 3, 3, 5], [2, 0, 2, 1, 0], [1.0, 2.0, 3.0, 4.0, 5.0], (3, 3), index_dtype, kind)
     shuffled.has_canonical_format = True
@@ -153,9 +167,11 @@ def _bad_operands(index_dtype, kind):
     return cases
 
 
+@pytest.mark.parametrize("grouped", [True, False])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("kind", [sps.csr_array, sps.csr_matrix])
-def test_fast_spmv_refuses_every_malformed_operand(monkeypatch, index_dtype, kind):
+def test_fast_spmv_refuses_every_malformed_operand(monkeypatch, grouped, index_dtype, kind):
+    _kernel_variant(monkeypatch, grouped)
     _general_path_off(monkeypatch)
     for a, x, pattern in _bad_operands(index_dtype, kind):
         before = [arr.copy() for arr in (a.indptr, a.indices, a.data, x)]
@@ -198,7 +214,7 @@ def test_array_objects_entry_reads_the_data_pointer(monkeypatch):
     # without a confirmed layout the fast path steps aside and the general path answers
     monkeypatch.setattr(array_objects, "DATA_OFFSET", None)
     monkeypatch.setattr(dropin, "_spmv_entries", {})
-    monkeypatch.setattr(dropin, "_spmv_last", (None, None, None))
+    monkeypatch.setattr(dropin, "_spmv_last", (None, None, None, None))
     a = sps.random_array((9, 7), density=0.4, format="csr", rng=2)
     x = np.arange(7.0)
     assert dropin._fast_spmv(a, x) is None and np.array_equal(splyce.matmul(a, x), a @ x)

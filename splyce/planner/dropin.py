@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from splyce.backend.native_spmv import GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES
 from splyce.planner import scipy_out
 from splyce.tensors.formats import CSR, SPARSE_VECTOR, Format
 from splyce.tensors.validation import SUPPORTED_DTYPES, check_buffers, check_dtype
@@ -269,7 +270,7 @@ def _csr_times_dense(a, b, threads: int) -> np.ndarray:
 # -- SpMV's per-call fast path --------------------------------------------------------------------------------
 _csr_types: tuple = ()          # (csr_array, csr_matrix) once scipy.sparse is imported
 _spmv_entries: dict = {}        # (value dtype, index dtype) -> native SpMV on array objects, or None
-_spmv_last: tuple = (None, None, None)   # the last (value dtype, index dtype, entry) used
+_spmv_last: tuple = (None, None, None, None)   # the last (value dtype, index dtype, grouped, entry) used
 _INT_MAX = {np.dtype(np.int32): 2**31 - 1, np.dtype(np.int64): 2**63 - 1}
 
 
@@ -295,13 +296,14 @@ def _fast_spmv(a, x):
     # identity first: NumPy's built-in dtypes are singletons, and hashing or comparing dtypes costs ~0.3 us
     if (x.dtype is not dtype and x.dtype != dtype) or (indptr.dtype is not idx and indptr.dtype != idx):
         return None
-    last_dtype, last_idx, entry = _spmv_last
-    if dtype is not last_dtype or idx is not last_idx:
-        key = (dtype, idx)
+    grouped = len(data) * (dtype.itemsize + idx.itemsize) <= _GROUPED_MAX_BYTES   # stays in cache
+    last_dtype, last_idx, last_grouped, entry = _spmv_last
+    if dtype is not last_dtype or idx is not last_idx or grouped is not last_grouped:
+        key = (dtype, idx, grouped)
         entry = _spmv_entries.get(key, False)
         if entry is False:
-            entry = _spmv_entries[key] = _spmv_entry(dtype, idx)
-        _spmv_last = (dtype, idx, entry)
+            entry = _spmv_entries[key] = _spmv_entry(dtype, idx, grouped)
+        _spmv_last = (dtype, idx, grouped, entry)
     if entry is None:
         return None
     m, n = a.shape
@@ -317,7 +319,7 @@ def _fast_spmv(a, x):
     return y
 
 
-def _spmv_entry(dtype: np.dtype, idx: np.dtype):
+def _spmv_entry(dtype: np.dtype, idx: np.dtype, grouped: bool):
     """The compiled fast-path SpMV for these dtypes, or None when it does not apply (non-native byte order,
     an unsupported dtype, or numpy's array layout not confirmed by ``array_objects``)."""
     from splyce.backend import array_objects, native_spmv
@@ -326,7 +328,7 @@ def _spmv_entry(dtype: np.dtype, idx: np.dtype):
             or idx not in _INT_MAX or not idx.isnative):
         return None
     with native_spmv._lock:
-        return native_spmv._spmv_objects(dtype, idx.itemsize * 8, idx.itemsize * 8)
+        return native_spmv._spmv_objects(dtype, idx.itemsize * 8, idx.itemsize * 8, grouped)
 
 
 def _raise_bad_product_operand(x) -> None:
