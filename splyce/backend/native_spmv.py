@@ -1,16 +1,19 @@
 """CSR times a dense vector (SpMV) or a dense matrix (SpMM), native code, one thread or row chunks.
 
-SpMV on real matrices (5-20 entries per row) is bound by the latency of each row's chain of additions and by
-the mispredicted exit of every short row loop, not by memory. So rows go in groups of ``ROWS``: the group's
-rows advance together for as many entries as its shortest row holds (``ROWS`` independent addition chains, one
-loop exit per group), then each row finishes alone. Every row still sums its products in stored order from
-+0.0, as scipy's ``csr_matvec`` and the plain sparsifier do, so results are bit for bit the same.
+Every row sums its products in stored order from +0.0, as scipy's ``csr_matvec`` and the plain sparsifier do,
+so results are bit for bit the same. A matrix whose entries stay in cache is bound by the latency of each
+row's chain of additions and by the mispredicted exit of every short row loop; there (the drop-in's fast path,
+``GROUPED_MAX_BYTES``) rows of varying lengths go in groups of ``GROUPED_ROWS``: the group's rows advance
+together for as many entries as its shortest row holds (independent addition chains, one loop exit per
+group), then each row finishes alone. Beyond cache the gather from memory bounds it and rows go one at a time.
 
-The caller checks the positions (monotone, from 0 to ``len(indices)``) before the call. Coordinates must be in
-range: SpMV checks them itself, block by block (a SIMD scan over a block's coordinates, then the block's rows,
-which read them again from cache: no second pass over memory; a compare and select inside the product loop
-measured 33 % slower); for SpMM the caller checks them first (``native_validation.product_operand_ok``).
-Unsorted or repeated columns are fine for a product and need no check.
+Index checks: SpMV checks positions and coordinates itself, block by block of ``CHECK_BLOCK_ROWS`` rows (a
+SIMD scan over the block's positions and the range of its coordinates, then the block's rows, which read them
+again from cache: no second pass over memory; a compare and select inside the product loop measured 33 %
+slower). The drop-in's fast path (``_spmv_objects``) also checks the two ends of the positions in native
+code, so a malformed scipy operand is refused with nothing checked in Python. For SpMM the caller checks
+first (``native_validation.product_operand_ok``). Unsorted or repeated columns are fine for a product and
+need no check.
 
 SpMM keeps each output row (``k`` columns) in registers while it accumulates the row's entries, then stores it
 once: the output is never zeroed or re-read.
@@ -276,12 +279,12 @@ def _spmv(value: np.dtype, p: int, c: int, check: bool):
     given ``pos[0] == 0`` and ``pos[-1] == len(crd)``, checked by the caller, every segment lies inside crd)
     and coordinates in ``[0, n)``; it returns 1, the output incomplete, at the first bad block."""
     from splyce.backend.codegen import compile_host_helpers
-    from splyce.backend.native_validation import coordinate_check_ir, position_check_ir
+    from splyce.backend.native_validation import position_check_ir, range_check_ir
 
     name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + ("_checked" if check else "")
     if not check:
         return compile_host_helpers(_spmv_ir(name, value, p, c, ROWS), {name: _SPMV_SIG})[name]
-    text = (_spmv_ir(name + "_rows", value, p, c, ROWS) + coordinate_check_ir(name + "_check", c)
+    text = (_spmv_ir(name + "_rows", value, p, c, ROWS) + range_check_ir(name + "_check", c)
             + position_check_ir(name + "_pos", p)
             + _CHECKING_DRIVER.format(name=name, block=CHECK_BLOCK_ROWS, p=p, c=c, run=_RUN.format(name=name),
                                       p_ext="zext i32" if p == 32 else "bitcast i64"))
@@ -376,12 +379,12 @@ def _spmv_objects(value: np.dtype, p: int, c: int, grouped: bool):
     ``grouped``: rows of varying lengths go in groups of ``GROUPED_ROWS`` (for matrices that stay in cache)."""
     from splyce.backend import array_objects
     from splyce.backend.codegen import compile_host_helpers
-    from splyce.backend.native_validation import coordinate_check_ir, position_check_ir, position_ends_ir
+    from splyce.backend.native_validation import position_check_ir, position_ends_ir, range_check_ir
 
     name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + (f"_g{GROUPED_ROWS}" if grouped else "")
     checked, whole, entry = name + "_checked", name + "_whole", name + "_objects"
     run = _RUN_GROUPED if grouped else _RUN
-    text = (_spmv_ir(checked + "_rows", value, p, c, ROWS) + coordinate_check_ir(checked + "_check", c)
+    text = (_spmv_ir(checked + "_rows", value, p, c, ROWS) + range_check_ir(checked + "_check", c)
             + position_check_ir(checked + "_pos", p)
             + (_spmv_ir(checked + "_grouped", value, p, c, GROUPED_ROWS)
                + _UNIFORM.format(name=checked + "_uniform", p=p) if grouped else "")
