@@ -1,4 +1,4 @@
-"""The matcher of the Splyce pass: recognize a two-finger intersection ``scf.while`` by its structure.
+"""The matcher of the Splyce pass: recognize a k-finger intersection ``scf.while`` by its structure.
 
 The sparsifier (stage 1) emits, for an index that is compressed in two operands and innermost, a loop of
 this shape (docs/toolchain.md)::
@@ -11,6 +11,11 @@ this shape (docs/toolchain.md)::
       scf.if both { loads at the cursors, loop-invariant values, arith; stores or yields } else { yield acc.. }
       select(eqB, pb + 1, pb) ; select(eqC, pc + 1, pc) ; scf.yield
     }
+
+An index compressed in three (or four) operands of a product (``a * b * c``, ``einsum("ij,ij,ij->i")``)
+gives the same loop with one more finger: k bound checks and'ed, k coordinate loads, the minimum as a chain
+of k - 1 compare-and-selects, the match as the and of k ``eq`` tests, k select-based advances. It is
+matched the same way (``Coiteration.fingers`` = k) and gets the same fast lane.
 
 ``match_coiteration`` returns a ``Coiteration`` describing the parts the builder needs, or a ``Decline``
 saying why the loop is not that shape. Nothing is matched by SSA name.
@@ -40,7 +45,7 @@ class Decline:
 class LaneLoad:
     """A ``memref.load M[cursor]`` in the guarded body: the value of one operand at the matched pair."""
     memref: ir.Value
-    side: int  # 0 = the B cursor (first bound check), 1 = the C cursor
+    side: int  # which cursor, in bound-check order: 0 = B (the first), 1 = C, 2 = D ..
 
 
 @dataclass
@@ -55,9 +60,9 @@ class Reduction:
 @dataclass
 class Coiteration:
     while_op: ir.Operation
-    cursor_pos: tuple[int, int]  # iter-arg positions of the B and C cursors
-    bounds: tuple[ir.Value, ir.Value]  # hiB, hiC (loop-invariant)
-    crd_memrefs: tuple[ir.Value, ir.Value]
+    cursor_pos: tuple[int, ...]  # iter-arg positions of the cursors (B, C, ..), one per finger
+    bounds: tuple[ir.Value, ...]  # hiB, hiC, .. (loop-invariant)
+    crd_memrefs: tuple[ir.Value, ...]
     crd_type: ir.Type  # raw coordinate element type (i32, i64 or index)
     cast_chain: tuple[tuple[str, ir.Type], ...]  # casts from the raw coordinate to the index compared
     coord_level: dict  # after-block value -> level in the cast chain (0 = raw); both sides and the min
@@ -74,6 +79,11 @@ class Coiteration:
     coord_load_memrefs: list = field(default_factory=list)
     after_yield: ir.Operation | None = None
     next_cursors: tuple = ()
+
+    @property
+    def fingers(self) -> int:
+        """How many coordinate lists the loop intersects (2 for the paper's two-finger loop)."""
+        return len(self.cursor_pos)
 
 
 def _name(op) -> str:
@@ -98,74 +108,132 @@ def _unit_stride_1d(memref_type: ir.MemRefType) -> bool:
     return layout is not None and layout[0] == [1]
 
 
+MAX_FINGERS = 4  # einsum takes up to 4 operands: at most a four-way intersection
+_COUNT = {2: "two", 3: "three", 4: "four"}
+
+
+def shape_name(fingers: int) -> str:
+    """How the decisions name a ``fingers``-way intersection."""
+    return "two-finger intersection" if fingers == 2 else f"{_COUNT.get(fingers, fingers)}-way intersection"
+
+
+def _and_leaves(value, block) -> list | None:
+    """The leaves of the tree of ``arith.andi`` in ``block`` computing ``value`` (None if it is none)."""
+    op = defining_op(value)
+    if op is None or op.name != "arith.andi" or op.parent != block.owner:
+        return None
+    leaves = []
+    for v in op.operands:
+        inner = defining_op(v)
+        if inner is not None and inner.name == "arith.andi":
+            sub = _and_leaves(v, block)
+            if sub is None:
+                return None
+            leaves += sub
+        else:
+            leaves.append(v)
+    return leaves
+
+
 def _match_before(while_op) -> tuple | Decline:
+    """(cursor positions, bounds) of a loop whose before-region is ``c0 and c1 (and c2 ..)``, each
+    ``cursor ult bound``: two to MAX_FINGERS coordinate lists walked together."""
     before = while_op.before.blocks[0]
     ops = list(before.operations)
     names = [_name(op) for op in ops]
     if "arith.ori" in names:
         return Decline("union (disjunctive) coiteration: before-region combines conditions with ori")
     compares = [op for op in ops if _name(op) == "arith.cmpi"]
-    if len(compares) != 2:
-        return Decline(f"not a two-finger intersection: before-region has {len(compares)} conditions")
-    if names != ["arith.cmpi", "arith.cmpi", "arith.andi", "scf.condition"]:
-        return Decline("not a two-finger intersection: before-region is not `ult and ult`")
-    cond = ops[3]
+    k = len(compares)
+    if k < 2:
+        return Decline(f"not a two-finger intersection: before-region has {k} conditions")
+    if k > MAX_FINGERS:
+        return Decline(f"not an intersection of at most {MAX_FINGERS} operands: before-region has {k} conditions")
+    shape = shape_name(k)
+    expected = ["arith.cmpi", "arith.cmpi", "arith.andi"] + ["arith.cmpi", "arith.andi"] * (k - 2) + ["scf.condition"]
+    if names != expected:
+        return Decline(f"not a {shape}: before-region is not `{' and '.join(['ult'] * k)}`")
+    cond = ops[-1]
     forwarded = list(cond.operation.operands)[1:]
     if len(forwarded) != len(before.arguments) or any(
             not _is_block_arg(v, before, i) for i, v in enumerate(forwarded)):
         return Decline("before-region does not forward its arguments unchanged")
-    andi = ops[2]
-    if [v.owner for v in andi.operation.operands] != [compares[0].operation, compares[1].operation] and \
-            [v.owner for v in andi.operation.operands] != [compares[1].operation, compares[0].operation]:
-        return Decline("not a two-finger intersection: condition is not the and of the two bound checks")
-    if cond.operation.operands[0].owner != andi.operation:
-        return Decline("not a two-finger intersection: condition is not the and of the two bound checks")
+    leaves = _and_leaves(cond.operation.operands[0], before)
+    checks = [c.operation.results[0] for c in compares]
+    if leaves is None or len(leaves) != k or any(sum(1 for v in leaves if v == c) != 1 for c in checks):
+        return Decline(f"not a {shape}: condition is not the and of the {_COUNT[k]} bound checks")
     cursors, bounds = [], []
     for cmp in compares:
         lhs, rhs = cmp.operation.operands
         if _predicate(cmp) != CMPI_ULT or not _is_block_arg(lhs, before):
-            return Decline("not a two-finger intersection: bound check is not `cursor ult bound`")
+            return Decline(f"not a {shape}: bound check is not `cursor ult bound`")
         if not defined_outside(rhs, while_op):
             return Decline("bound of a cursor is not loop-invariant")
         cursors.append(ir.BlockArgument(lhs).arg_number)
         bounds.append(rhs)
-    if cursors[0] == cursors[1]:
-        return Decline("not a two-finger intersection: both bound checks test the same cursor")
+    if len(set(cursors)) != k:
+        which = "both" if k == 2 else "two"
+        return Decline(f"not a {shape}: {which} bound checks test the same cursor")
     for pos in cursors:
         if not isinstance(before.arguments[pos].type, ir.IndexType):
             return Decline("cursor is not of index type")
     return tuple(cursors), tuple(bounds)
 
 
+def side_of(value: ir.Value, values) -> int | None:
+    """The index of ``value`` among ``values`` (None entries skipped), or None."""
+    for i, v in enumerate(values):
+        if v is not None and v == value:
+            return i
+    return None
+
+
+def _min_step(operands, finals, partial, used) -> set | None:
+    """The coordinate sides a ``cmpi ult`` / ``select`` pair adds to the running minimum: the first step
+    compares two coordinates, each next one the running minimum and a coordinate not yet in it."""
+    sides = [side_of(v, finals) for v in operands]
+    if partial is None:
+        if len(operands) == 2 and None not in sides and sides[0] != sides[1]:
+            return set(sides)
+        return None
+    if len(operands) == 2 and partial in operands:
+        other = [s for v, s in zip(operands, sides) if v != partial]
+        if len(other) == 1 and other[0] is not None and other[0] not in used:
+            return {other[0]}
+    return None
+
+
 def match_coiteration(while_op) -> Coiteration | Decline:
-    """Match ``while_op`` against the two-finger intersection shape."""
+    """Match ``while_op`` against the k-finger intersection shape (k = 2 .. MAX_FINGERS)."""
     head = _match_before(while_op)
     if isinstance(head, Decline):
         return head
     cursor_pos, bounds = head
+    k = len(cursor_pos)
     after = while_op.after.blocks[0]
     cursor_args = [after.arguments[p] for p in cursor_pos]
 
-    # Classify the after-block ops by role, in order.
+    # Classify the after-block ops by role, in order. The minimum of the k coordinates is a chain of
+    # k - 1 compare-and-selects (the first over two coordinates, each next over the running minimum and
+    # one more coordinate); the match is an and-tree of the k ``coordinate == min`` tests.
     role = {}  # value -> (kind, side/level)
-    chains = ([], [])  # per side: list of (op name, result type)
-    crd_memrefs = [None, None]
+    chains = tuple([] for _ in range(k))  # per side: list of (op name, result type)
+    crd_memrefs = [None] * k
     level_of = {}  # value -> (side, level)
-    min_value = None
-    eq_values = [None, None]
+    partial_min, min_sides, min_value = None, set(), None
+    eq_values = [None] * k
     both_value = None
     if_op = None
-    next_values = [None, None]
+    next_values = [None] * k
     yield_op = None
 
-    chains_final = [None, None]
+    chains_final = [None] * k
     for op in after.operations:
         name = _name(op)
         operands = list(op.operation.operands)
         results = list(op.operation.results)
-        if name == "memref.load" and len(operands) == 2 and any(
-                operands[1] == c for c in cursor_args):
-            side = 0 if operands[1] == cursor_args[0] else 1
+        if name == "memref.load" and len(operands) == 2 and side_of(operands[1], cursor_args) is not None:
+            side = side_of(operands[1], cursor_args)
             if crd_memrefs[side] is not None:
                 return Decline("after-region loads two coordinates for one cursor")
             mtype = ir.MemRefType(operands[0].type)
@@ -179,41 +247,47 @@ def match_coiteration(while_op) -> Coiteration | Decline:
             crd_memrefs[side] = operands[0]
             level_of[results[0]] = (side, 0)
             chains_final[side] = results[0]
-        elif name in CAST_OPS and operands[0] in level_of and level_of[operands[0]][0] in (0, 1) \
-                and operands[0] == chains_final[level_of[operands[0]][0]]:
+        elif name in CAST_OPS and side_of(operands[0], chains_final) is not None:
             side, level = level_of[operands[0]]
             chains[side].append((name, results[0].type))
             level_of[results[0]] = (side, level + 1)
             chains_final[side] = results[0]
         elif name == "arith.cmpi" and _predicate(op) == CMPI_ULT and min_value is None and \
-                all(c is not None for c in chains_final) and set(operands) == set(chains_final):
+                all(c is not None for c in chains_final) and _min_step(operands, chains_final, partial_min,
+                                                                      min_sides) is not None:
             role[results[0]] = ("lt", tuple(operands))
         elif name == "arith.select" and operands[0] in role and role[operands[0]][0] == "lt" \
                 and tuple(operands[1:]) == role[operands[0]][1]:
-            min_value = results[0]
+            min_sides |= _min_step(operands[1:], chains_final, partial_min, min_sides)
+            partial_min = results[0]
+            if len(min_sides) == k:
+                min_value = partial_min
         elif name == "arith.cmpi" and _predicate(op) == CMPI_EQ and min_value is not None and \
-                min_value in operands and any(c is not None and c in operands for c in chains_final):
-            side = 0 if chains_final[0] is not None and chains_final[0] in operands else 1
-            role[results[0]] = ("eq", side)
+                min_value in operands and any(side_of(v, chains_final) is not None for v in operands):
+            side = next(side_of(v, chains_final) for v in operands if side_of(v, chains_final) is not None)
+            role[results[0]] = ("eq", frozenset([side]))
             if eq_values[side] is None:
                 eq_values[side] = results[0]
         elif name == "arith.andi" and all(v in role and role[v][0] == "eq" for v in operands) and \
-                {role[v][1] for v in operands} == {0, 1}:
-            both_value = results[0]
+                not (role[operands[0]][1] & role[operands[1]][1]):
+            sides = role[operands[0]][1] | role[operands[1]][1]
+            role[results[0]] = ("eq", sides)   # an and of matches: every side in ``sides`` is at the min
+            if len(sides) == k:
+                both_value = results[0]
         elif name == "scf.if":
             if if_op is not None:
                 return Decline("after-region has two scf.if")
             if both_value is None or operands[0] != both_value:
                 return Decline("scf.if is not guarded by the coordinate match")
             if_op = op
-        elif name == "arith.addi" and any(operands[0] == c for c in cursor_args) and \
+        elif name == "arith.addi" and side_of(operands[0], cursor_args) is not None and \
                 const_int(operands[1]) == 1:
-            side = 0 if operands[0] == cursor_args[0] else 1
-            role[results[0]] = ("inc", side)
+            role[results[0]] = ("inc", side_of(operands[0], cursor_args))
         elif name == "arith.select" and operands[0] in role and role[operands[0]][0] == "eq" and \
-                operands[1] in role and role[operands[1]] == ("inc", role[operands[0]][1]) and \
-                operands[2] == cursor_args[role[operands[0]][1]]:
-            next_values[role[operands[0]][1]] = results[0]
+                len(role[operands[0]][1]) == 1 and operands[1] in role and \
+                role[operands[1]] == ("inc", next(iter(role[operands[0]][1]))) and \
+                operands[2] == cursor_args[next(iter(role[operands[0]][1]))]:
+            next_values[next(iter(role[operands[0]][1]))] = results[0]
         elif name == "scf.yield":
             yield_op = op
         else:
@@ -225,10 +299,12 @@ def match_coiteration(while_op) -> Coiteration | Decline:
         return Decline("no guarded scf.if on the coordinate match")
     if any(v is None for v in next_values):
         return Decline("cursor advance is not select(eq, cursor + 1, cursor)")
-    t_b = ir.MemRefType(crd_memrefs[0].type).element_type
-    t_c = ir.MemRefType(crd_memrefs[1].type).element_type
-    if t_b != t_c or [(n, str(t)) for n, t in chains[0]] != [(n, str(t)) for n, t in chains[1]]:
-        return Decline(f"coordinate types differ ({t_b} vs {t_c})")
+    types = [ir.MemRefType(c.type).element_type for c in crd_memrefs]
+    for side in range(1, k):
+        if types[side] != types[0] or \
+                [(n, str(t)) for n, t in chains[side]] != [(n, str(t)) for n, t in chains[0]]:
+            return Decline(f"coordinate types differ ({types[0]} vs {types[side]})")
+    t_b = types[0]
     if not isinstance(chains_final[0].type, ir.IndexType):
         return Decline("coordinates are not compared as index")
 
@@ -350,7 +426,7 @@ def _match_then(while_op, after, then_block, cursor_args, coord_level, acc_of_re
                     return Decline("body reads a non-unit-stride memref at a cursor")
                 if not _float_ok(mtype.element_type):
                     return Decline(f"element type {mtype.element_type} unsupported")
-                side = 0 if idx[0] == cursor_args[0] else 1
+                side = side_of(idx[0], cursor_args)
                 lane_loads[op.operation.results[0]] = LaneLoad(mem, side)
                 element_type = mtype.element_type
             else:

@@ -5,6 +5,8 @@ SIMD (vector dialect) or unrolled scalar form:
 
 1. load n coordinates of B and of C; all-pairs compare: B's coordinates against C's rotated by
    0..n-1 lanes (SIMD) or n*n scalar ``cmpi eq`` (scalar); per B lane: matched?, and the matched C value.
+   A three- or four-way intersection (``a * b * c``) compares B against each other operand the same way;
+   a B lane is matched when every other operand has its coordinate.
 2. the guarded body, re-materialized per lane without branches: accumulators take
    ``select(matched, new, old)`` lane by lane (the scalar loop's order of additions), or an ordered
    ``vector.reduction <add>`` of ``select(mask, term, -0.0)`` (SIMD). Scalar per-lane loads and stores go
@@ -12,8 +14,10 @@ SIMD (vector dialect) or unrolled scalar form:
    buffer (alloca'd once at function entry), so unmatched lanes never touch the output. In SIMD form,
    loads and stores indexed by the coordinate (innermost, unit stride) are one masked ``vector.gather`` /
    ``vector.scatter`` under the match mask (B's coordinates in one vector are distinct: no conflicts).
-3. pointer advance past the pivot ``min(last B coordinate, last C coordinate)``: the number of lanes
-   whose coordinate is ``<=`` the pivot, as a tree of scalar compares or a vector compare + reduction.
+3. pointer advance past the pivot ``min(last B coordinate, last C coordinate, ..)``: per operand, the
+   number of lanes whose coordinate is ``<=`` the pivot, as a tree of scalar compares or a vector compare
+   + reduction. (A coordinate present in every operand's window is ``<=`` every last coordinate, so no
+   matched lane lies past the pivot: nothing is done twice.)
 
 The original loop then runs from the fast lane's cursors and accumulators and finishes the tails.
 """
@@ -100,11 +104,16 @@ def _apply_chain(chain, value, width=None):
     return values
 
 
+FAST_LANE_SLOT, EPILOGUE_SLOT, MULTIWAY_SLOT = 0, 1, 3  # profile counters (2: galloping skips)
+
+
 class FastLaneBuilder:
     def __init__(self, match: Coiteration, options: Options, profile_counters: ir.Value | None = None):
-        """``profile_counters``: the function's memref<2xi64> of coordinates consumed, when profiling."""
+        """``profile_counters``: the function's memref<Nxi64> of coordinates consumed, when profiling (the
+        two-finger lane counts in FAST_LANE_SLOT, a three- or four-way lane in MULTIWAY_SLOT)."""
         self.m, self.options, self.n = match, options, options.vector_width
         self.profile_counters = profile_counters
+        self.counter_slot = FAST_LANE_SLOT if match.fingers == 2 else MULTIWAY_SLOT
         self._scratches = {}  # (element type, rank, memory space, store?) -> scratch, cast to dynamic
 
     # -------------------------------------------------------------------------- address selection
@@ -195,7 +204,7 @@ class FastLaneBuilder:
                     inside = _cmpi(CMPI_ULT, cur, hi)
                     room = _cmpi(CMPI_UGE, arith.subi(hi, cur), c_n)
                     ok.append(arith.andi(inside, room))
-                scf.condition(arith.andi(ok[0], ok[1]), list(before.arguments))
+                scf.condition(_tree(ok, arith.andi), list(before.arguments))
             after = fast.after.blocks.append(*types)
             with ir.InsertionPoint(after):
                 new_args = self._body(list(after.arguments))
@@ -206,17 +215,17 @@ class FastLaneBuilder:
 
     def _body(self, args):
         m = self.m
-        pb, pc = args[m.cursor_pos[0]], args[m.cursor_pos[1]]
-        lanes = self._phase1(pb, pc)
+        cursors = [args[p] for p in m.cursor_pos]
+        lanes = self._phase1(cursors)
         new_accs = self._phase2(args, lanes)
-        adv_b, adv_c = self._phase3(lanes)
+        advances = self._phase3(lanes)
         if self.profile_counters is not None:
-            self._count(self.profile_counters, 0, arith.addi(adv_b, adv_c))
+            self._count(self.profile_counters, self.counter_slot, _tree(advances, arith.addi))
         out = list(args)
         for pos, value in new_accs.items():
             out[pos] = value
-        out[m.cursor_pos[0]] = arith.addi(pb, adv_b)
-        out[m.cursor_pos[1]] = arith.addi(pc, adv_c)
+        for pos, cursor, advance in zip(m.cursor_pos, cursors, advances):
+            out[pos] = arith.addi(cursor, advance)
         return out
 
     @staticmethod
@@ -227,63 +236,68 @@ class FastLaneBuilder:
         memref.store(arith.addi(old, arith.index_cast(i64, amount)), counters, [idx])
 
     # -------------------------------------------------------------------------------------- phase 1
-    def _phase1(self, pb, pc):
+    def _phase1(self, cursors):
+        """Coordinates of every operand, B's lanes matched against each other operand's window (a B lane
+        is matched when all of them have its coordinate), and the values at the lanes: B's at its cursor
+        + i, another operand's at the position where its coordinate equals B's lane i."""
         m, n = self.m, self.n
-        crd_b, crd_c = m.crd_memrefs
         t = m.crd_type
-        state = {"pb": pb, "pc": pc}
-        c_memrefs = []
-        b_memrefs = []
+        k = m.fingers
+        state = {}
+        side_memrefs = [[] for _ in range(k)]
         for ll in m.lane_loads.values():
-            target = b_memrefs if ll.side == 0 else c_memrefs
-            if ll.memref not in target:
-                target.append(ll.memref)
+            if ll.memref not in side_memrefs[ll.side]:
+                side_memrefs[ll.side].append(ll.memref)
         values = {}
         if self.options.simd_compare:
             vt = _vtype(n, t)
-            vb = vector.load(vt, crd_b, [pb])
-            vc = vector.load(vt, crd_c, [pc])
+            keys = [vector.load(vt, crd, [p]) for crd, p in zip(m.crd_memrefs, cursors)]
+            vb = keys[0]
 
             def rot(v, r):
                 return v if r == 0 else vector.shuffle(v, v, [(i + r) % n for i in range(n)])
 
-            masks = [_cmpi(CMPI_EQ, vb, rot(vc, r)) for r in range(n)]
-            matched = _tree(masks, arith.ori)
-            for mem in b_memrefs:
-                et = ir.MemRefType(mem.type).element_type
-                values[(mem, 0)] = Lanes(n, vec=vector.load(_vtype(n, et), mem, [pb]))
-            for mem in c_memrefs:
-                et = ir.MemRefType(mem.type).element_type
-                vm = vector.load(_vtype(n, et), mem, [pc])
-                sel = vm
-                for r in range(1, n):
-                    sel = arith.select(masks[r], rot(vm, r), sel)
-                values[(mem, 1)] = Lanes(n, vec=sel)
-            state.update(kb=Lanes(n, vec=vb), kc=Lanes(n, vec=vc), matched=Lanes(n, vec=matched),
-                         values=values)
-            state["last_b"] = vector.extract(vb, [], [n - 1])
-            state["last_c"] = vector.extract(vc, [], [n - 1])
+            masks, matched = {}, None
+            for side in range(1, k):
+                masks[side] = [_cmpi(CMPI_EQ, vb, rot(keys[side], r)) for r in range(n)]
+                found = _tree(masks[side], arith.ori)
+                matched = found if matched is None else arith.andi(matched, found)
+            for side in range(k):
+                for mem in side_memrefs[side]:
+                    et = ir.MemRefType(mem.type).element_type
+                    vm = vector.load(_vtype(n, et), mem, [cursors[side]])
+                    sel = vm
+                    for r in range(1, n if side else 1):
+                        sel = arith.select(masks[side][r], rot(vm, r), sel)
+                    values[(mem, side)] = Lanes(n, vec=sel)
+            state.update(keys=[Lanes(n, vec=v) for v in keys], matched=Lanes(n, vec=matched), values=values,
+                         lasts=[vector.extract(v, [], [n - 1]) for v in keys])
+            state["kb"] = state["keys"][0]
             return state
-        pbs = [pb] + [arith.addi(pb, _index(i)) for i in range(1, n)]
-        pcs = [pc] + [arith.addi(pc, _index(i)) for i in range(1, n)]
-        kb = [memref.load(crd_b, [q]) for q in pbs]
-        kc = [memref.load(crd_c, [q]) for q in pcs]
-        matched, positions = [], []
+        at = [[p] + [arith.addi(p, _index(i)) for i in range(1, n)] for p in cursors]
+        keys = [[memref.load(crd, [q]) for q in ps] for crd, ps in zip(m.crd_memrefs, at)]
+        kb = keys[0]
+        matched, positions = [], {side: [] for side in range(1, k)}
         for i in range(n):
-            eqs = {j: _cmpi(CMPI_EQ, kb[i], kc[j]) for j in range(n)}
-            matched.append(_tree([eqs[j] for j in range(n)], arith.ori))
-            pos = pcs[i]
-            for j in range(n):
-                if j != i:
-                    pos = arith.select(eqs[j], pcs[j], pos)
-            positions.append(pos)
-        # Values at the lanes: B at pb + i, C at the matched position (scalar loads into registers).
-        for mem in b_memrefs:
-            values[(mem, 0)] = Lanes(n, scalars=[memref.load(mem, [q]) for q in pbs])
-        for mem in c_memrefs:
-            values[(mem, 1)] = Lanes(n, scalars=[memref.load(mem, [q]) for q in positions])
-        state.update(kb=Lanes(n, scalars=kb), kc=Lanes(n, scalars=kc), matched=Lanes(n, scalars=matched),
-                     values=values, last_b=kb[-1], last_c=kc[-1])
+            lane = None
+            for side in range(1, k):
+                eqs = {j: _cmpi(CMPI_EQ, kb[i], keys[side][j]) for j in range(n)}
+                found = _tree([eqs[j] for j in range(n)], arith.ori)
+                lane = found if lane is None else arith.andi(lane, found)
+                pos = at[side][i]
+                for j in range(n):
+                    if j != i:
+                        pos = arith.select(eqs[j], at[side][j], pos)
+                positions[side].append(pos)
+            matched.append(lane)
+        # Values at the lanes: B at pb + i, the others at the matched positions (scalar loads into registers).
+        for side in range(k):
+            for mem in side_memrefs[side]:
+                where = at[0] if side == 0 else positions[side]
+                values[(mem, side)] = Lanes(n, scalars=[memref.load(mem, [q]) for q in where])
+        state.update(keys=[Lanes(n, scalars=v) for v in keys], matched=Lanes(n, scalars=matched),
+                     values=values, lasts=[v[-1] for v in keys])
+        state["kb"] = state["keys"][0]
         return state
 
     # -------------------------------------------------------------------------------------- phase 2
@@ -480,13 +494,14 @@ class FastLaneBuilder:
     def _phase3(self, st):
         m, n = self.m, self.n
         t = m.crd_type
-        lt = _cmpi(CMPI_ULT, st["last_c"], st["last_b"])
-        pivot = arith.select(lt, st["last_c"], st["last_b"])
+        lasts = st["lasts"]
+        pivot = lasts[0]
+        for last in lasts[1:]:
+            pivot = arith.select(_cmpi(CMPI_ULT, last, pivot), last, pivot)
         idx_t = ir.IndexType.get()
         advances = []
         pivots = vector.broadcast(_vtype(n, t), pivot) if self.options.simd_advance else None
-        for key in ("kb", "kc"):
-            lanes = st[key]
+        for lanes in st["keys"]:
             if self.options.simd_advance:
                 le = _cmpi(CMPI_ULE, lanes.vec(), pivots)
                 wt = t if isinstance(t, ir.IntegerType) else ir.IntegerType.get_signless(64)
@@ -502,8 +517,6 @@ class FastLaneBuilder:
 def add_epilogue_count(match: Coiteration, counters) -> None:
     """Profile mode: the original loop adds its cursor advance to ``counters[1]`` each iteration."""
     after = match.while_op.after.blocks[0]
-    pb, pc = (after.arguments[p] for p in match.cursor_pos)
-    nb, nc = match.next_cursors
     with ir.InsertionPoint(match.after_yield):
-        step = arith.addi(arith.subi(nb, pb), arith.subi(nc, pc))
-        FastLaneBuilder._count(counters, 1, step)
+        steps = [arith.subi(nxt, after.arguments[p]) for p, nxt in zip(match.cursor_pos, match.next_cursors)]
+        FastLaneBuilder._count(counters, EPILOGUE_SLOT, _tree(steps, arith.addi))

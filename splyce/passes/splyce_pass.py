@@ -1,4 +1,5 @@
-"""The Splyce pass: vectorize the sparsifier's two-finger intersection loops with a dual path.
+"""The Splyce pass: vectorize the sparsifier's intersection loops (two-finger, and the three- and four-way
+loops of products of three or four operands) with a dual path.
 
 Runs on the stage-1 module (scf + memref + arith, see ``pipeline.SPARSIFY``). For each ``scf.while`` that
 ``coiteration_match`` recognizes, ``fast_lane`` puts a branchless fast-lane loop before it; the original
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import memref
 
-from splyce.passes.coiteration_match import Coiteration, Decline, match_coiteration
+from splyce.passes.coiteration_match import Coiteration, Decline, match_coiteration, shape_name
 from splyce.passes.fast_lane import FastLaneBuilder, add_epilogue_count
 from splyce.passes.gallop_lane import add_galloping
 from splyce.passes.union_lane import UnionLaneBuilder, simd_blocker
@@ -22,7 +23,8 @@ from splyce.options import Options
 from splyce.passes.ir_utils import const_int, defined_outside, walk
 
 PROFILE_COUNTERS_SYMBOL = "splyce_profile_counters"
-PROFILE_SLOTS = 3  # coordinates consumed by: fast lanes, scalar epilogue steps, galloping jumps
+PROFILE_SLOTS = 4  # coordinates consumed by: fast lanes, scalar epilogue steps, galloping jumps,
+#                   three- and four-way fast lanes (fast_lane.FAST_LANE_SLOT, ...)
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,10 @@ def hoist_fiber_bounds(match: Coiteration) -> int:
 def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder) -> str:
     crd = str(match.crd_type)
     text = f"{match.kind} {match.element_type} {crd}-crd n={options.vector_width} config {options.phases}"
-    text += f", galloping at length ratio >= {options.gallop}" if options.gallop else ", no galloping (gallop=0)"
+    if match.fingers > 2:
+        text = f"{shape_name(match.fingers)}: {text}, no galloping ({match.fingers} operands)"
+    else:
+        text += f", galloping at length ratio >= {options.gallop}" if options.gallop else ", no galloping (gallop=0)"
     if options.fast_math:
         text += " fast-math"
     if options.simd_mac:
@@ -217,7 +222,7 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                 fast = builder.build()
                 if counters is not None:
                     add_epilogue_count(match, counters)
-                if options.gallop:
+                if options.gallop and match.fingers == 2:
                     add_galloping(match, fast, options.gallop, counters)
                 decisions.append(LoopDecision(name, index, True, _describe(match, options, builder)))
         module.operation.verify()

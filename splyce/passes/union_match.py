@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from mlir import ir
 
 from splyce.passes.coiteration_match import (
-    CAST_OPS, Coiteration, Decline, _match_before, _match_then, _name, _predicate, _unit_stride_1d)
+    CAST_OPS, Coiteration, Decline, _match_before, _match_then, _name, _predicate, _unit_stride_1d, side_of as _side)
 from splyce.passes.ir_utils import CMPI_EQ, CMPI_ULT, const_int, defined_outside
 
 
@@ -56,14 +56,6 @@ def _branch(head: Coiteration, if_op, block, after, cursor_args) -> Coiteration 
         coord_load_memrefs=crd_mems, after_yield=head.after_yield, next_cursors=head.next_cursors)
 
 
-def _side(value, values):
-    """The index of ``value`` among ``values`` (None entries skipped), or None."""
-    for i, v in enumerate(values):
-        if v is not None and v == value:
-            return i
-    return None
-
-
 def _single_if(block):
     """(eq-compare op, scf.if op) when ``block`` is exactly [cmpi eq, scf.if on it, scf.yield], else None."""
     ops = list(block.operations)
@@ -80,6 +72,8 @@ def match_union(while_op) -> Union | Decline:
     if isinstance(head, Decline):
         return head
     cursor_pos, bounds = head
+    if len(cursor_pos) != 2:
+        return Decline("not a two-finger union")
     after = while_op.after.blocks[0]
     if len(after.arguments) != 2:
         return Decline("union carries values besides the cursors (sparse output or reduction)")

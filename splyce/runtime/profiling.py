@@ -20,19 +20,24 @@ class Profile:
     epilogue: int         # coordinates consumed by the scalar loops (tails, and loops left scalar)
     loops: tuple          # the Splyce pass's decision per scf.while
     gallop: int = 0       # coordinates skipped by galloping (skew-aware intersection)
+    multiway: int = 0     # coordinates consumed by three- and four-way fast lanes (a * b * c)
 
     @property
     def total(self) -> int:
-        return self.fast_lane + self.epilogue + self.gallop
+        return self.fast_lane + self.epilogue + self.gallop + self.multiway
 
     @property
     def simd_share(self) -> float:
-        """Share of coordinates consumed by fast lanes (0..1); NaN when the kernel coiterates nothing."""
-        return self.fast_lane / self.total if self.total else float("nan")
+        """Share of coordinates consumed by fast lanes, two-finger and multi-way (0..1); NaN when the
+        kernel coiterates nothing."""
+        return (self.fast_lane + self.multiway) / self.total if self.total else float("nan")
 
     def __str__(self) -> str:
         share = "n/a" if self.total == 0 else f"{100 * self.simd_share:.1f} %"
-        text = f"SIMD share {share} ({self.fast_lane} fast-lane, {self.epilogue} epilogue"
+        text = f"SIMD share {share} ({self.fast_lane} fast-lane, "
+        if self.multiway:
+            text += f"{self.multiway} multi-way fast-lane, "
+        text += f"{self.epilogue} epilogue"
         return text + (f", {self.gallop} galloped coordinates)" if self.gallop else " coordinates)")
 
 
@@ -66,4 +71,5 @@ def profile(f, *args) -> Profile:
     counters = (ctypes.c_int64 * PROFILE_SLOTS).from_address(address)
     counters[:] = [0] * PROFILE_SLOTS
     kernel.run(values)
-    return Profile(int(counters[0]), int(counters[1]), tuple(kernel.lowering.decisions), int(counters[2]))
+    return Profile(int(counters[0]), int(counters[1]), tuple(kernel.lowering.decisions), int(counters[2]),
+                   int(counters[3]))
