@@ -2,7 +2,9 @@
 
 import re
 
+import numpy as np
 import pytest
+import scipy.sparse as sps
 
 import splyce
 from splyce.kernels import KERNELS
@@ -41,3 +43,20 @@ def test_default_configuration_multiplies_in_simd():
 
 def test_plain_sparsifier_has_no_all_pairs_compare():
     assert not re.search(r"vpcmpeq[dq]\s+%[xyz]mm", _asm("avx2", vectorize=False))
+
+
+def test_three_way_intersection_compares_b_against_c_and_d_in_simd():
+    # a * b * c summed by row (einsum "ij,ij,ij->i"): B's n = 4 coordinates against C's and D's windows,
+    # each rotated 0..3 lanes: at least 2 n vector compares, and the product multiplied in SIMD
+    rng = np.random.default_rng(1)
+    ops = [splyce.asarray(sps.random_array((32, 64), density=0.3, format="csr", random_state=rng)) for _ in range(3)]
+
+    def fun(a, b, c):
+        return splyce.einsum("ij,ij,ij->i", a, b, c)
+
+    asm = splyce.jit(fun, target="avx2").lower(*ops).as_text("asm")
+    assert len(re.findall(r"vpcmpeq[dq]\s+%[xyz]mm", asm)) >= 2 * 4
+    assert re.search(r"vperm|vpshufd|valign|vpalignr|vshuf", asm), "the rotations should be shuffles"
+    assert re.search(r"\bvmulpd\b", asm)
+    plain = splyce.jit(fun, target="avx2", vectorize=False).lower(*ops).as_text("asm")
+    assert not re.search(r"vpcmpeq[dq]\s+%[xyz]mm", plain)

@@ -477,3 +477,107 @@ REDUCTION_NOT_SPLIT = {
 def test_reduction_split_refusal_reason(case):
     replacements, reason = REDUCTION_NOT_SPLIT[case]
     assert _split_with(_reduce("f64", "arith.addf", *replacements), reassociate=True) == NotSplit(reason)
+
+
+# The sparsifier's three-way intersection loop (``a * b * c`` accumulated): three bound checks and'ed, the
+# minimum as two compare-selects, the match as the and of three ``eq`` tests, three advances.
+THREE_LOOP = """
+func.func @f(%crdB: memref<?xi32>, %crdC: memref<?xi32>, %crdD: memref<?xi32>, %crdL: memref<?xi64>,
+             %valB: memref<?xf64>, %valC: memref<?xf64>, %valD: memref<?xf64>,
+             %pb0: index, %hiB: index, %pc0: index, %hiC: index, %pd0: index, %hiD: index, %acc0: f64) -> f64 {
+  %c1 = arith.constant 1 : index
+  %r:4 = scf.while (%pb = %pb0, %pc = %pc0, %pd = %pd0, %acc = %acc0) : (index, index, index, f64) -> (index, index, index, f64) {
+    %inB = arith.cmpi ult, %pb, %hiB : index
+    %inC = arith.cmpi ult, %pc, %hiC : index
+    %bc = arith.andi %inB, %inC : i1
+    %inD = arith.cmpi ult, %pd, %hiD : index
+    %cond = arith.andi %bc, %inD : i1
+    scf.condition(%cond) %pb, %pc, %pd, %acc : index, index, index, f64
+  } do {
+  ^bb0(%pb: index, %pc: index, %pd: index, %acc: f64):
+    %kb0 = memref.load %crdB[%pb] : memref<?xi32>
+    %kb = arith.index_castui %kb0 : i32 to index
+    %kc0 = memref.load %crdC[%pc] : memref<?xi32>
+    %kc = arith.index_castui %kc0 : i32 to index
+    %kd0 = memref.load %crdD[%pd] : memref<?xi32>
+    %kd = arith.index_castui %kd0 : i32 to index
+    %lt = arith.cmpi ult, %kc, %kb : index
+    %k1 = arith.select %lt, %kc, %kb : index
+    %lt2 = arith.cmpi ult, %kd, %k1 : index
+    %k = arith.select %lt2, %kd, %k1 : index
+    %eqB = arith.cmpi eq, %kb, %k : index
+    %eqC = arith.cmpi eq, %kc, %k : index
+    %eqBC = arith.andi %eqB, %eqC : i1
+    %eqD = arith.cmpi eq, %kd, %k : index
+    %all = arith.andi %eqBC, %eqD : i1
+    %new = scf.if %all -> (f64) {
+      %vb = memref.load %valB[%pb] : memref<?xf64>
+      %vc = memref.load %valC[%pc] : memref<?xf64>
+      %m = arith.mulf %vb, %vc : f64
+      %vd = memref.load %valD[%pd] : memref<?xf64>
+      %m2 = arith.mulf %m, %vd : f64
+      %s = arith.addf %acc, %m2 : f64
+      scf.yield %s : f64
+    } else {
+      scf.yield %acc : f64
+    }
+    %nb = arith.addi %pb, %c1 : index
+    %pbn = arith.select %eqB, %nb, %pb : index
+    %nc = arith.addi %pc, %c1 : index
+    %pcn = arith.select %eqC, %nc, %pc : index
+    %nd = arith.addi %pd, %c1 : index
+    %pdn = arith.select %eqD, %nd, %pd : index
+    scf.yield %pbn, %pcn, %pdn, %new : index, index, index, f64
+  }
+  return %r#3 : f64
+}
+"""
+
+THREE_DECLINES = {
+    "an extra op in the before-region": (
+        [("%cond = arith.andi %bc, %inD : i1", "%cond = arith.andi %bc, %inD : i1\n    %x = arith.addi %pb, %pc : index")],
+        "not a three-way intersection: before-region is not `ult and ult and ult`"),
+    "a check and'ed twice": (
+        [("%cond = arith.andi %bc, %inD : i1", "%cond = arith.andi %bc, %inB : i1")],
+        "not a three-way intersection: condition is not the and of the three bound checks"),
+    "ule bound check": (
+        [("%inD = arith.cmpi ult, %pd, %hiD : index", "%inD = arith.cmpi ule, %pd, %hiD : index")],
+        "not a three-way intersection: bound check is not `cursor ult bound`"),
+    "two checks on one cursor": (
+        [("%inD = arith.cmpi ult, %pd, %hiD : index", "%inD = arith.cmpi ult, %pc, %hiD : index")],
+        "not a three-way intersection: two bound checks test the same cursor"),
+    "a side twice in the minimum": (
+        [("%lt2 = arith.cmpi ult, %kd, %k1 : index", "%lt2 = arith.cmpi ult, %kb, %k1 : index")],
+        "after-region has unexpected op arith.cmpi"),
+    "the match misses one operand": (
+        [("%new = scf.if %all -> (f64) {", "%new = scf.if %eqBC -> (f64) {")],
+        "scf.if is not guarded by the coordinate match"),
+    "one cursor advanced unconditionally": (
+        [("scf.yield %pbn, %pcn, %pdn, %new", "scf.yield %pbn, %pcn, %nd, %new")],
+        "cursor advance is not select(eq, cursor + 1, cursor)"),
+    "D's coordinates of another type": (
+        [("    %kd0 = memref.load %crdD[%pd] : memref<?xi32>\n    %kd = arith.index_castui %kd0 : i32 to index\n",
+          "    %kd0 = memref.load %crdL[%pd] : memref<?xi64>\n    %kd = arith.index_castui %kd0 : i64 to index\n")],
+        "coordinate types differ (i32 vs i64)"),
+}
+
+
+def _three_variant(replacements) -> str:
+    text = THREE_LOOP
+    for old, new in replacements:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
+def test_the_unchanged_three_way_loop_matches():
+    match = _match(THREE_LOOP)
+    assert isinstance(match, Coiteration) and match.fingers == 3 and match.kind == "K-accumulate"
+    assert sorted(ll.side for ll in match.lane_loads.values()) == [0, 1, 2]
+    assert list(match.reductions) == [3]
+
+
+@pytest.mark.parametrize("case", list(THREE_DECLINES))
+def test_three_way_decline_reason(case):
+    replacements, reason = THREE_DECLINES[case]
+    assert _match(_three_variant(replacements)) == Decline(reason)

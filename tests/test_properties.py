@@ -75,3 +75,33 @@ def test_splyce_is_bit_identical_to_the_plain_sparsifier(data, m, k, n, dtype, w
     ok = ~np.isnan(plain)
     assert np.array_equal(plain[ok], fast[ok])
     assert np.array_equal(np.signbit(plain[ok]), np.signbit(fast[ok]))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), m=st.integers(1, 5), n=st.integers(0, 70), dtype=st.sampled_from(DTYPES),
+       width=st.sampled_from([2, 4, 8]), phases=st.integers(1, 8), index_width=st.sampled_from([32, 64]))
+def test_three_way_product_matches_numpy_and_the_plain_sparsifier(data, m, n, dtype, width, phases, index_width):
+    # a * b * c of three CSR operands: one three-way intersection loop (the multi-way fast lane)
+    fmt = CSR.with_widths(index_width, index_width)
+    plain_ops = [_random(data.draw, (m, n), dtype) for _ in range(3)]
+    special_ops = [_random(data.draw, (m, n), dtype, special=True) for _ in range(3)]
+
+    def mul3(x, y, z):
+        return x * y * z
+
+    fast = splyce.jit(mul3, out_format="dense", vector_width=width, phases=phases)
+    plain = splyce.jit(mul3, out_format="dense", vectorize=False)
+    a, b, c = plain_ops
+    np.testing.assert_array_equal(fast(*[splyce.asarray(x, format=fmt) for x in plain_ops]), a * b * c)
+    ops = [splyce.asarray(x, format=fmt) for x in special_ops]
+    want, got = plain(*ops), fast(*ops)
+    assert np.array_equal(np.isnan(want), np.isnan(got))
+    ok = ~np.isnan(want)
+    assert np.array_equal(want[ok], got[ok]) and np.array_equal(np.signbit(want[ok]), np.signbit(got[ok]))
+    # the row sums (einsum "ij,ij,ij->i") accumulate in the same order: bit for bit
+    rows = splyce.jit(lambda x, y, z: splyce.einsum("ij,ij,ij->i", x, y, z), vector_width=width, phases=phases)
+    rows_plain = splyce.jit(lambda x, y, z: splyce.einsum("ij,ij,ij->i", x, y, z), vectorize=False)
+    want, got = rows_plain(*ops), rows(*ops)
+    assert np.array_equal(np.isnan(want), np.isnan(got))
+    ok = ~np.isnan(want)
+    assert np.array_equal(want[ok], got[ok]) and np.array_equal(np.signbit(want[ok]), np.signbit(got[ok]))

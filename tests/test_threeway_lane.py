@@ -1,0 +1,224 @@
+"""Three- and four-way intersections (``a * b * c``, ``einsum("ij,ij,ij->i")``): the sparsifier's k-finger
+``scf.while`` gets the fast lane (B's lanes compared all-pairs against every other operand's window, matched
+when all have the coordinate; every cursor advanced past the minimum of the last coordinates).
+
+IR checks run on the stage-1 IR of small linalg kernels; execution checks compare against the plain
+sparsifier bit for bit (Inf, NaN, -0 included) and against NumPy, in a child process (MLIR/LLVM may abort).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from filecheck import check_in_order
+from mlir import ir
+from splyce.lowering.pipeline import SPARSIFY, run_passes
+from splyce.options import Options
+from splyce.passes.fast_lane import FAST_LANE_ATTR, MULTIWAY_SLOT
+from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL, PROFILE_SLOTS, run_splyce_pass
+
+
+def _kernel(k: int, output: str) -> str:
+    """``out = x0 * x1 * .. * x{k-1}`` over k CSR operands (i32 positions and coordinates): ``output`` is
+    "store" (a dense 8x16 result) or "row" (``sum_j``, a dense 8-vector: the accumulating form)."""
+    enc = "#CSR = #sparse_tensor.encoding<{ map = (d0, d1) -> (d0 : dense, d1 : compressed), posWidth = 32, crdWidth = 32 }>"
+    t = "tensor<8x16xf64, #CSR>"
+    out_map, out_t, iters = (("(i,j)", "tensor<8x16xf64>", '"parallel", "parallel"') if output == "store" else
+                             ("(i)", "tensor<8xf64>", '"parallel", "reduction"'))
+    maps = ", ".join(["affine_map<(i,j) -> (i,j)>"] * k + [f"affine_map<(i,j) -> {out_map}>"])
+    args = ", ".join(f"%x{i}: {t}" for i in range(k))
+    names = ", ".join(f"%x{i}" for i in range(k))
+    block = ", ".join(f"%v{i}: f64" for i in range(k))
+    body = "    %p1 = arith.mulf %v0, %v1 : f64\n"
+    for i in range(2, k):
+        body += f"    %p{i} = arith.mulf %p{i - 1}, %v{i} : f64\n"
+    last = f"%p{k - 1}"
+    if output == "row":
+        body += f"    %s = arith.addf %z, {last} : f64\n"
+        last = "%s"
+    return f"""
+{enc}
+#trait = {{ indexing_maps = [{maps}], iterator_types = [{iters}] }}
+func.func @mul{k}({args}, %a: {out_t} {{bufferization.writable = true}}) -> {out_t} {{
+  %r = linalg.generic #trait ins({names} : {", ".join([t] * k)}) outs(%a : {out_t}) {{
+  ^bb0({block}, %z: f64):
+{body}    linalg.yield {last} : f64
+  }} -> {out_t}
+  return %r : {out_t}
+}}
+"""
+
+
+@pytest.fixture
+def ctx():
+    with ir.Context() as context, ir.Location.unknown():
+        yield context
+
+
+def _transformed(k: int, output: str, **options):
+    module = ir.Module.parse(_kernel(k, output))
+    run_passes(module, SPARSIFY)
+    decisions = run_splyce_pass(module, Options(**options))
+    assert module.operation.verify()
+    return decisions, str(module)
+
+
+def _fast_lane(text: str) -> str:
+    """The text of the fast-lane scf.while (from its head to its attribute)."""
+    end = text.index(f"}} attributes {{{FAST_LANE_ATTR}}}")
+    start = text.rindex("scf.while", 0, end)
+    return text[start:end]
+
+
+CRD_LOAD = re.compile(r"vector\.load %\w+\[%\w+\] : memref<\?xi32>, vector<4xi32>")
+EQ = re.compile(r"arith\.cmpi eq, %(\w+), %\w+ : vector<4xi32>")
+
+
+def test_three_way_simd_lane(ctx):
+    decisions, text = _transformed(3, "store", phases=8, vector_width=4)
+    assert [d.vectorized for d in decisions] == [True]
+    assert decisions[0].reason == "three-way intersection: store f64 i32-crd n=4 config 8, no galloping (3 operands)"
+    lane = _fast_lane(text)
+    assert "scf.if" not in lane   # branchless
+    check_in_order(text, [
+        # the fast lane runs while each of the three fibers has n coordinates left
+        "scf.while", "arith.cmpi uge", "arith.cmpi uge", "arith.cmpi uge", "scf.condition",
+        # phase 1: n coordinates of B, C and D; B against C rotated 0..3, or-ed; B against D, or-ed; and
+        CRD_LOAD, CRD_LOAD, CRD_LOAD,
+        EQ, "vector.shuffle", EQ, "vector.shuffle", EQ, "vector.shuffle", EQ, re.compile(r"arith\.ori .*\n.*\n.*arith\.ori"),
+        EQ, "vector.shuffle", EQ, "vector.shuffle", EQ, "vector.shuffle", EQ, re.compile(r"arith\.ori .*\n.*\n.*arith\.ori"),
+        re.compile(r"arith\.andi %\w+, %\w+ : vector<4xi1>"),
+        # phase 2: the product in the scalar loop's order ((b * c) * d), one masked scatter
+        re.compile(r"arith\.mulf %\w+, %\w+ : vector<4xf64>\n\s*%\w+ = arith\.mulf"),
+        "vector.scatter",
+        # phase 3: pivot = min of the three last coordinates (two compare-selects), three SIMD counts
+        "arith.cmpi ult", "arith.select", "arith.cmpi ult", "arith.select", "vector.broadcast",
+        "vector.reduction <add>", "vector.reduction <add>", "vector.reduction <add>",
+        "scf.yield", f"}} attributes {{{FAST_LANE_ATTR}}}",
+        # the original three-way loop follows as the epilogue
+        re.compile(r"scf\.while \(%\w+ = %\w+#0, %\w+ = %\w+#1, %\w+ = %\w+#2\)"), "scf.if"])
+    # every B lane is compared with all n lanes of C and of D: 2 n vector compares, no more
+    assert len(EQ.findall(lane)) == 2 * 4
+    assert {m for m in EQ.findall(lane)} == {EQ.search(lane).group(1)}   # always B's coordinates on the left
+
+
+def test_three_way_scalar_lane(ctx):
+    decisions, text = _transformed(3, "row", phases=1, vector_width=4)
+    assert decisions[0].reason.startswith("three-way intersection: K-accumulate f64 i32-crd n=4 config 1")
+    lane = _fast_lane(text)
+    assert "vector." not in lane and "scf.if" not in lane
+    # n x n scalar compares of B against C and against D
+    assert len(re.findall(r"arith\.cmpi eq, %\w+, %\w+ : i32", lane)) == 2 * 4 * 4
+    # strict order: the accumulator takes select(matched, acc + term, acc) lane by lane
+    assert len(re.findall(r"arith\.addf", lane)) == 4 and "reassoc" not in lane
+
+
+def test_three_way_simd_sum_is_an_ordered_reduction(ctx):
+    _, text = _transformed(3, "row", phases=7, vector_width=4)
+    lane = _fast_lane(text)
+    assert re.search(r"vector\.reduction <add>, %\w+, %\w+ : vector<4xf64> into f64\n", lane)
+    assert "reassoc" not in lane
+    _, text = _transformed(3, "row", phases=7, vector_width=4, fast_math=True)
+    assert "fastmath<reassoc>" in _fast_lane(text)
+
+
+def test_four_way(ctx):
+    decisions, text = _transformed(4, "row", phases=7, vector_width=4)
+    assert decisions[0].reason.startswith("four-way intersection: K-accumulate f64 i32-crd n=4 config 7")
+    lane = _fast_lane(text)
+    assert len(CRD_LOAD.findall(lane)) == 4 and len(EQ.findall(lane)) == 3 * 4
+
+
+def test_five_operands_decline(ctx):
+    decisions, text = _transformed(5, "row")
+    assert [d.reason for d in decisions] == [
+        "not an intersection of at most 4 operands: before-region has 5 conditions"]
+    assert FAST_LANE_ATTR not in text
+
+
+def test_three_way_never_gallops(ctx):
+    _, with_gallop = _transformed(3, "row", phases=7, gallop=2)
+    _, without = _transformed(3, "row", phases=7, gallop=0)
+    assert with_gallop == without
+
+
+def test_profile_counts_three_way_lane_in_its_slot(ctx):
+    _, text = _transformed(3, "row", phases=7, profile=True)
+    counter = r"memref\.store %\w+, %\w+\[%c{}(_\d+)?\] : memref<" + str(PROFILE_SLOTS) + "xi64>"
+    check_in_order(text, [
+        f"memref.get_global @{PROFILE_COUNTERS_SYMBOL}",
+        re.compile(counter.format(MULTIWAY_SLOT)), f"}} attributes {{{FAST_LANE_ATTR}}}",   # three-way lane
+        re.compile(counter.format(1)), "} attributes {\"Emitted from\""])                   # epilogue
+
+
+# ------------------------------------------------------------------------------------- execution
+CHILD = r"""
+import sys
+import numpy as np, scipy.sparse as sps
+import splyce
+
+def same(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    bits = np.uint64 if a.dtype == np.float64 else np.uint32
+    return a.shape == b.shape and bool(np.all((a.view(bits) == b.view(bits)) | (np.isnan(a) & np.isnan(b))))
+
+dtype, width = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(width + len(dtype))
+rows, cols = 9, 120
+fmt = splyce.CSR.with_widths(width, width)
+specials = np.array([np.inf, -np.inf, np.nan, -0.0], dtype)
+ops, dense, stored = [], [], []
+for k in range(4):
+    # rows of different densities (empty, a few, most) so fibers end at different times and
+    # the epilogue finishes each; one row where all operands are full (every lane matched)
+    m = rng.random((rows, cols)) < np.array([0, 0.05, 0.3, 0.5, 0.7, 0.9, 0.6, 0.4, 1.0])[:, None]
+    rr, cc = np.nonzero(m)
+    values = rng.uniform(-2, 2, len(rr)).astype(dtype)
+    pick = rng.random(len(rr)) < 0.1
+    values[pick] = rng.choice(specials, int(pick.sum()))
+    ops.append(splyce.asarray(sps.csr_array((values, (rr, cc)), shape=(rows, cols)), format=fmt))
+    d = np.zeros((rows, cols), dtype)
+    d[rr, cc] = values
+    dense.append(d)
+    stored.append(m)
+with np.errstate(all="ignore"):
+    prod3 = np.where(stored[0] & stored[1] & stored[2], dense[0] * dense[1] * dense[2], 0).astype(dtype)
+    prod4 = np.where(stored[0] & stored[1] & stored[2] & stored[3],
+                     dense[0] * dense[1] * dense[2] * dense[3], 0).astype(dtype)
+funs = {
+    "a*b*c": (lambda a, b, c: a * b * c, 3, dict(out_format="dense"), prod3),
+    "row sums": (lambda a, b, c: splyce.einsum("ij,ij,ij->i", a, b, c), 3, {}, prod3.sum(axis=1)),
+    "total": (lambda a, b, c: splyce.einsum("ij,ij,ij->", a, b, c), 3, {}, prod3.sum()),
+    "four-way row sums": (lambda a, b, c, d: splyce.einsum("ij,ij,ij,ij->i", a, b, c, d), 4, {}, prod4.sum(axis=1)),
+}
+checked = 0
+for name, (fun, k, kw, ref) in funs.items():
+    args = ops[:k]
+    want = splyce.jit(fun, vectorize=False, **kw)(*args)
+    assert np.isnan(np.asarray(want)).any() or name == "total", name
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(np.asarray(want), ref, rtol=1e-4, atol=1e-5, equal_nan=True)
+    for n, phases in ((2, 7), (4, 7), (8, 7), (4, 1), (4, 8)):   # the default at each width; all scalar; all SIMD
+        f = splyce.jit(fun, vector_width=n, phases=phases, **kw)
+        got = f(*args)
+        assert same(got, want), (name, n, phases)
+        (decision,) = f.lower(*args).decisions
+        assert decision.vectorized and decision.reason.startswith(("three", "four")), decision
+        checked += 1
+prof = splyce.profile(splyce.jit(funs["row sums"][0]), *ops[:3])
+assert prof.multiway > 0 and prof.fast_lane == 0 and prof.gallop == 0, prof
+assert "multi-way fast-lane" in str(prof)
+print("checked", checked)
+"""
+
+
+@pytest.mark.parametrize("dtype, width", [("float32", 32), ("float64", 64)])
+def test_three_way_bit_identical_to_plain_sparsifier(dtype, width):
+    proc = subprocess.run([sys.executable, "-c", CHILD, dtype, str(width)], capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    assert "checked 20" in proc.stdout
