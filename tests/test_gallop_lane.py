@@ -19,7 +19,7 @@ from filecheck import check_in_order
 from mlir import ir
 from splyce.lowering.pipeline import SPARSIFY, run_passes
 from splyce.options import Options
-from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL, run_splyce_pass
+from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL, PROFILE_SLOTS, run_splyce_pass
 
 FIXTURE = Path(__file__).parent / "kernels_mlir" / "k1_spgemm.mlir"
 
@@ -83,11 +83,11 @@ def test_profile_counts_galloped_coordinates(ctx):
     module = _stage1()
     run_splyce_pass(module, Options(phases=5, profile=True))
     text = str(module)
-    assert f"@{PROFILE_COUNTERS_SYMBOL} : memref<3xi64>" in text
+    assert f"@{PROFILE_COUNTERS_SYMBOL} : memref<{PROFILE_SLOTS}xi64>" in text
     # the third counter is written after the galloping jump, in the scalar loop
     after_fast = text[text.index("} attributes {splyce.fast_lane}"):]
-    check_in_order(after_fast, ["arith.shrui", re.compile(r"memref\.load %\w+\[%c2\w*\] : memref<3xi64>"),
-                                re.compile(r"memref\.store %\w+, %\w+\[%c2\w*\] : memref<3xi64>")])
+    check_in_order(after_fast, ["arith.shrui", re.compile(rf"memref\.load %\w+\[%c2\w*\] : memref<{PROFILE_SLOTS}xi64>"),
+                                re.compile(rf"memref\.store %\w+, %\w+\[%c2\w*\] : memref<{PROFILE_SLOTS}xi64>")])
 
 
 @pytest.mark.parametrize("value", [1, -1, True, 1 << 17, 2.0])

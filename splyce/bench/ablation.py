@@ -89,6 +89,20 @@ def _row_dot(b, c):
     return splyce.einsum("ij,ij->i", b, c)
 
 
+def _ratio_rows(workload: str, t: dict, configs: dict) -> list[dict]:
+    """The baseline's row and one row per candidate key of ``configs`` (labelled by its value), default
+    phases, with the speedup over the baseline's median."""
+    base = t["baseline"].median
+    rows = [{"workload": workload, "config": "baseline", "phases": "plain sparsifier", "fast_math": "",
+             "median_s": base, "min_s": t["baseline"].min, "speedup_vs_baseline": 1.0,
+             "compile_s": t["baseline"].compile}]
+    for key, label in configs.items():
+        rows.append({"workload": workload, "config": label, "phases": phase_bits(DEFAULT_PHASES), "fast_math": "",
+                     "median_s": t[key].median, "min_s": t[key].min, "speedup_vs_baseline": base / t[key].median,
+                     "compile_s": t[key].compile})
+    return rows
+
+
 def _gallop_rows(cfg: Config) -> list[dict]:
     """Galloping off / at the default threshold per fiber length ratio, then a threshold sweep."""
     import splyce
@@ -107,14 +121,7 @@ def _gallop_rows(cfg: Config) -> list[dict]:
         for g in gallops:
             candidates[g] = (lambda f: lambda: f(*ops))(splyce.jit(_row_dot, gallop=g))
         t = measure(candidates, ref, cfg, desc=f"ablation {name}", rtol=1e-9)
-        base = t["baseline"].median
-        out.append({"workload": name, "config": "baseline", "phases": "plain sparsifier", "fast_math": "",
-                    "median_s": base, "min_s": t["baseline"].min, "speedup_vs_baseline": 1.0,
-                    "compile_s": t["baseline"].compile})
-        for g in gallops:
-            out.append({"workload": name, "config": f"gallop={g}", "phases": phase_bits(DEFAULT_PHASES),
-                        "fast_math": "", "median_s": t[g].median, "min_s": t[g].min,
-                        "speedup_vs_baseline": base / t[g].median, "compile_s": t[g].compile})
+        out += _ratio_rows(name, t, {g: f"gallop={g}" for g in gallops})
     return out
 
 
@@ -158,16 +165,7 @@ def _union_rows(cfg: Config) -> list[dict]:
         for union in (False, True):
             candidates[union] = (lambda f: lambda: f(*ops))(splyce.jit(fun, union=union))
         t = measure(candidates, ref, cfg, desc=f"ablation {name}", rtol=1e-12)
-        base = t["baseline"].median
-        workload = f"{name} N={n} 5 %"
-        out.append({"workload": workload, "config": "baseline", "phases": "plain sparsifier", "fast_math": "",
-                    "median_s": base, "min_s": t["baseline"].min, "speedup_vs_baseline": 1.0,
-                    "compile_s": t["baseline"].compile})
-        for union in (False, True):
-            out.append({"workload": workload, "config": f"union={'on' if union else 'off'}",
-                        "phases": phase_bits(DEFAULT_PHASES), "fast_math": "", "median_s": t[union].median,
-                        "min_s": t[union].min, "speedup_vs_baseline": base / t[union].median,
-                        "compile_s": t[union].compile})
+        out += _ratio_rows(f"{name} N={n} 5 %", t, {False: "union=off", True: "union=on"})
     return out
 
 
@@ -207,14 +205,5 @@ def _threeway_rows(cfg: Config) -> list[dict]:
             for width in (4, 8):
                 candidates[width] = call(splyce.jit(fun, vector_width=width, **kwargs))
             t = measure(candidates, ref, cfg, desc=f"ablation {name} {label}", rtol=1e-12)
-            base = t["baseline"].median
-            workload = f"{name} N={n} {label}"
-            out.append({"workload": workload, "config": "baseline", "phases": "plain sparsifier", "fast_math": "",
-                        "median_s": base, "min_s": t["baseline"].min, "speedup_vs_baseline": 1.0,
-                        "compile_s": t["baseline"].compile})
-            for width in (4, 8):
-                out.append({"workload": workload, "config": f"three-way n={width}",
-                            "phases": phase_bits(DEFAULT_PHASES), "fast_math": "", "median_s": t[width].median,
-                            "min_s": t[width].min, "speedup_vs_baseline": base / t[width].median,
-                            "compile_s": t[width].compile})
+            out += _ratio_rows(f"{name} N={n} {label}", t, {w: f"three-way n={w}" for w in (4, 8)})
     return out

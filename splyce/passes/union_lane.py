@@ -45,7 +45,7 @@ def simd_blocker(union: Union, options: Options) -> str | None:
 class UnionLaneBuilder:
     def __init__(self, union: Union, options: Options, profile_counters: ir.Value | None = None):
         self.u, self.options, self.n = union, options, options.vector_width
-        self.profile_counters = profile_counters  # memref<3xi64> when profiling
+        self.profile_counters = profile_counters  # memref<PROFILE_SLOTS x i64> when profiling
 
     def build(self):
         head, n = self.u.head, self.n
