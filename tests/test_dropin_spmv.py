@@ -124,13 +124,17 @@ def test_fast_spmv_is_taken_and_bit_identical(monkeypatch, grouped, index_dtype,
     x = rng.random(700) * 8 - 4
     x[::50] = [np.nan, np.inf, -np.inf, -0.0][0:1] * len(x[::50])            # NaN propagates as in scipy
     _kernel_variant(monkeypatch, grouped)
+    X = np.ascontiguousarray(np.stack([x, -x, 2 * x], axis=1))                 # SpMM: a kernel per column count
     for mat in (a, sps.csr_array(banded)):
         mat = _csr(mat.indptr, mat.indices, mat.data * 8 - 4, mat.shape, index_dtype, kind)
-        ref = mat @ x
+        refs = [mat @ x, mat @ X, mat @ X[:, :1].copy(), mat @ np.tile(X, 11)[:, :32].copy()]
         _general_path_off(monkeypatch)
-        ours = splyce.matmul(mat, x)
-        assert type(ours) is np.ndarray and ours.dtype == ref.dtype
-        assert np.array_equal(ours.view(np.int64), ref.view(np.int64))         # bit for bit, NaN included
+        for vec, ref in zip((x, X, X[:, :1].copy(), np.tile(X, 11)[:, :32].copy()), refs):
+            ours = splyce.matmul(mat, vec)
+            assert type(ours) is np.ndarray and ours.dtype == ref.dtype and ours.shape == ref.shape
+            assert np.array_equal(ours.view(np.int64), ref.view(np.int64))     # bit for bit, NaN included
+        monkeypatch.undo()
+        _kernel_variant(monkeypatch, grouped)
     # unsorted and repeated columns under a stale "canonical" flag: a product needs neither order nor uniqueness
     shuffled = _csr([0, 3, 3, 5], [2, 0, 2, 1, 0], [1.0, 2.0, 3.0, 4.0, 5.0], (3, 3), index_dtype, kind)
     shuffled.has_canonical_format = True
@@ -174,10 +178,11 @@ def test_fast_spmv_refuses_every_malformed_operand(monkeypatch, grouped, index_d
     _kernel_variant(monkeypatch, grouped)
     _general_path_off(monkeypatch)
     for a, x, pattern in _bad_operands(index_dtype, kind):
-        before = [arr.copy() for arr in (a.indptr, a.indices, a.data, x)]
-        with pytest.raises(ValueError, match=pattern):
-            splyce.matmul(a, x)
-        assert all(np.array_equal(b, arr) for b, arr in zip(before, (a.indptr, a.indices, a.data, x)))
+        for vec in (x, np.ascontiguousarray(np.stack([x, x], axis=1))):     # SpMV and SpMM
+            before = [arr.copy() for arr in (a.indptr, a.indices, a.data, vec)]
+            with pytest.raises(ValueError, match=pattern):
+                splyce.matmul(a, vec)
+            assert all(np.array_equal(b, arr) for b, arr in zip(before, (a.indptr, a.indices, a.data, vec)))
 
 
 def test_fast_spmv_leaves_other_calls_to_the_general_path():
@@ -185,7 +190,6 @@ def test_fast_spmv_leaves_other_calls_to_the_general_path():
 
     a = sps.random_array((30, 20), density=0.2, format="csr", rng=3)
     x = np.random.default_rng(3).random(20)
-    ref = a @ x
 
     def with_data(data):
         b = a.copy()
@@ -193,10 +197,11 @@ def test_fast_spmv_leaves_other_calls_to_the_general_path():
         return b
 
     others = [(a, x.astype(np.float32)), (a, np.repeat(x, 2)[::2]), (a, x.astype(">f8")),
-              (with_data(np.repeat(a.data, 2)[::2]), x)]
+              (with_data(np.repeat(a.data, 2)[::2]), x),
+              (a, np.ones((20, 33))), (a, np.asfortranarray(np.ones((20, 3)))), (a, np.ones((20, 0)))]
     for mat, vec in others:
         assert dropin._fast_spmv(mat, vec) is None
-        np.testing.assert_allclose(splyce.matmul(mat, vec), ref, rtol=1e-6)
+        np.testing.assert_allclose(splyce.matmul(mat, vec), a.toarray() @ vec, rtol=1e-6)
     assert dropin._fast_spmv(with_data(a.data.astype(">f8")), x) is None
     wrong_length = with_data(a.data[:-1].copy())
     assert dropin._fast_spmv(wrong_length, x) is None

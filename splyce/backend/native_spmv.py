@@ -395,6 +395,47 @@ def _spmv_objects(value: np.dtype, p: int, c: int, grouped: bool):
     return compile_host_helpers(text, {entry: array_objects.signature(8)})[entry]
 
 
+# SpMM on array objects: the whole operand checked first (ends and monotone positions, columns in range: two
+# SIMD scans), then the product.
+_WHOLE_SPMM = """
+define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, ptr %y, i64 %n, i64 %m, i64 %nnz) {{
+entry:
+  %flags = alloca [2 x i64]
+{ends}
+  br i1 %ends_ok, label %positions, label %fail
+positions:
+  %down = call i64 @{name}_pos(ptr %pos, i64 %m)
+  %decreasing = icmp ne i64 %down, 0
+  br i1 %decreasing, label %fail, label %columns
+columns:
+  call void @{name}_check(ptr %crd, i64 %nnz, i64 %n, ptr %flags)
+  %f = load i64, ptr %flags
+  %bad = icmp ne i64 %f, 0
+  br i1 %bad, label %fail, label %run
+run:
+  %ignored = call i64 @{name}_rows(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 0, i64 %m, ptr %y, i64 {k})
+  ret i64 0
+fail:
+  ret i64 1
+}}
+"""
+
+
+@functools.cache
+def _spmm_objects(value: np.dtype, p: int, c: int, k: int):
+    """``i64 f(id(indptr), id(indices), id(data), id(X), id(Y), n, m, nnz)``: SpMM with ``k`` (<= SPMM_FIXED)
+    columns on array objects, the operand checked first; nonzero (``Y`` not written) when it is malformed."""
+    from splyce.backend import array_objects
+    from splyce.backend.codegen import compile_host_helpers
+    from splyce.backend.native_validation import position_check_ir, position_ends_ir, range_check_ir
+
+    name = f"splyce_spmm_{_VALUE[value][0]}_p{p}_c{c}_k{k}_whole"
+    text = (_spmm_ir(name + "_rows", value, p, c, k) + range_check_ir(name + "_check", c)
+            + position_check_ir(name + "_pos", p) + _WHOLE_SPMM.format(name=name, ends=position_ends_ir(p), k=k)
+            + array_objects.object_entry_ir(name + "_objects", name, "aaaaaiii"))
+    return compile_host_helpers(text, {name + "_objects": array_objects.signature(8)})[name + "_objects"]
+
+
 def supported(dtype) -> bool:
     return np.dtype(dtype) in _VALUE
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from splyce.backend.native_spmv import GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES
+from splyce.backend.native_spmv import GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES, SPMM_FIXED as _SPMM_FIXED
 from splyce.planner import scipy_out
 from splyce.tensors.formats import CSR, SPARSE_VECTOR, Format
 from splyce.tensors.validation import SUPPORTED_DTYPES, check_buffers, check_dtype
@@ -269,8 +269,8 @@ def _csr_times_dense(a, b, threads: int) -> np.ndarray:
 
 # -- SpMV's per-call fast path --------------------------------------------------------------------------------
 _csr_types: tuple = ()          # (csr_array, csr_matrix) once scipy.sparse is imported
-_spmv_entries: dict = {}        # (value dtype, index dtype) -> native SpMV on array objects, or None
-_spmv_last: tuple = (None, None, None, None)   # the last (value dtype, index dtype, grouped, entry) used
+_spmv_entries: dict = {}        # (value dtype, index dtype, variant) -> native product on array objects, or None
+_spmv_last: tuple = (None, None, None, None)   # the last (value dtype, index dtype, variant, entry) used
 _INT_MAX = {np.dtype(np.int32): 2**31 - 1, np.dtype(np.int64): 2**63 - 1}
 
 
@@ -288,7 +288,7 @@ def _fast_spmv(a, x):
         if sps is None:
             return None
         _csr_types = (sps.csr_array, sps.csr_matrix)
-    if type(a) not in _csr_types or x.ndim != 1:
+    if type(a) not in _csr_types or not 1 <= x.ndim <= 2:
         return None
     global _spmv_last
     data, indices, indptr = a.data, a.indices, a.indptr
@@ -296,14 +296,22 @@ def _fast_spmv(a, x):
     # identity first: NumPy's built-in dtypes are singletons, and hashing or comparing dtypes costs ~0.3 us
     if (x.dtype is not dtype and x.dtype != dtype) or (indptr.dtype is not idx and indptr.dtype != idx):
         return None
-    grouped = len(data) * (dtype.itemsize + idx.itemsize) <= _GROUPED_MAX_BYTES   # stays in cache
-    last_dtype, last_idx, last_grouped, entry = _spmv_last
-    if dtype is not last_dtype or idx is not last_idx or grouped is not last_grouped:
-        key = (dtype, idx, grouped)
+    if x.ndim == 1:
+        in_cache = len(data) * (dtype.itemsize + idx.itemsize) <= _GROUPED_MAX_BYTES
+        variant = "grouped" if in_cache else "rows"   # grouped rows for a matrix that stays in cache
+        x_strides = (dtype.itemsize,)
+    else:
+        variant = x.shape[1]                    # SpMM: one kernel per column count, up to SPMM_FIXED
+        x_strides = (variant * dtype.itemsize, dtype.itemsize)
+        if not 0 < variant <= _SPMM_FIXED:
+            return None
+    last_dtype, last_idx, last_variant, entry = _spmv_last
+    if dtype is not last_dtype or idx is not last_idx or variant != last_variant:
+        key = (dtype, idx, variant)
         entry = _spmv_entries.get(key, False)
         if entry is False:
-            entry = _spmv_entries[key] = _spmv_entry(dtype, idx, grouped)
-        _spmv_last = (dtype, idx, grouped, entry)
+            entry = _spmv_entries[key] = _spmv_entry(dtype, idx, variant)
+        _spmv_last = (dtype, idx, variant, entry)
     if entry is None:
         return None
     m, n = a.shape
@@ -311,24 +319,28 @@ def _fast_spmv(a, x):
     # strides == (itemsize,): 1-D and contiguous (anything else: the general path copies or refuses)
     if (len(indptr) != m + 1 or len(indices) != len(data) or len(x) != n or n - 1 > _INT_MAX[idx]
             or indptr.strides != (stride,) or indices.strides != (stride,)
-            or data.strides != (dtype.itemsize,) or x.strides != (dtype.itemsize,)):
+            or data.strides != (dtype.itemsize,) or x.strides != x_strides):
         return None
-    y = np.empty(m, dtype=dtype)
+    y = np.empty(m if x.ndim == 1 else (m, x.shape[1]), dtype=dtype)
     if entry(id(indptr), id(indices), id(data), id(x), id(y), n, m, len(data)):
         _raise_bad_product_operand(a)
     return y
 
 
-def _spmv_entry(dtype: np.dtype, idx: np.dtype, grouped: bool):
-    """The compiled fast-path SpMV for these dtypes, or None when it does not apply (non-native byte order,
-    an unsupported dtype, or numpy's array layout not confirmed by ``array_objects``)."""
+def _spmv_entry(dtype: np.dtype, idx: np.dtype, variant):
+    """The compiled fast-path SpMV (``variant`` "grouped" or "rows") or SpMM (``variant`` the column count)
+    for these dtypes, or None when it does not apply (non-native byte order, an unsupported dtype, or numpy's
+    array layout not confirmed by ``array_objects``)."""
     from splyce.backend import array_objects, native_spmv
 
     if (array_objects.DATA_OFFSET is None or not native_spmv.supported(dtype) or not dtype.isnative
             or idx not in _INT_MAX or not idx.isnative):
         return None
+    bits = idx.itemsize * 8
     with native_spmv._lock:
-        return native_spmv._spmv_objects(dtype, idx.itemsize * 8, idx.itemsize * 8, grouped)
+        if type(variant) is str:
+            return native_spmv._spmv_objects(dtype, bits, bits, variant == "grouped")
+        return native_spmv._spmm_objects(dtype, bits, bits, variant)
 
 
 def _raise_bad_product_operand(x) -> None:
