@@ -242,3 +242,14 @@ def test_scipy_out_builds_what_the_constructor_builds(monkeypatch):
     monkeypatch.setattr(scipy_out, "_direct", {sps.csr_array: (False, None)})              # layout not confirmed
     out = scipy_out.csr(sps.csr_array, *parts, (2, 3), True)
     assert out.has_canonical_format and np.array_equal(out.toarray(), sps.csr_array(parts, shape=(2, 3)).toarray())
+
+
+def test_fast_merge_takes_only_ndarrays():
+    """The native merge reads buffers by object address: anything that is not an ndarray goes the general way."""
+    from splyce.planner import dropin
+
+    a = sps.random_array((20, 20), density=0.2, format="csr", rng=4)
+    odd = a.copy()
+    odd.indices = odd.indices.tolist()
+    assert dropin._fast_merge("add", a, odd, 1) is None and dropin._fast_merge("add", odd, a, 1) is None
+    assert dropin._fast_merge("add", a, a.T, 1) is not None

@@ -203,6 +203,16 @@ def test_fast_spmv_leaves_other_calls_to_the_general_path():
         assert dropin._fast_spmv(mat, vec) is None
         np.testing.assert_allclose(splyce.matmul(mat, vec), a.toarray() @ vec, rtol=1e-6)
     assert dropin._fast_spmv(with_data(a.data.astype(">f8")), x) is None
+    class Lookalike:                       # has an ndarray's attributes but not its memory layout
+        def __init__(self, arr):
+            self.dtype, self.strides, self.ndim, self.shape, self._arr = arr.dtype, arr.strides, 1, arr.shape, arr
+
+        def __len__(self):
+            return len(self._arr)
+
+    odd = a.copy()
+    odd.data = Lookalike(a.data)
+    assert dropin._fast_spmv(odd, x) is None
     wrong_length = with_data(a.data[:-1].copy())
     assert dropin._fast_spmv(wrong_length, x) is None
     with pytest.raises(ValueError, match="values have length"):

@@ -292,6 +292,9 @@ def _fast_spmv(a, x):
         return None
     global _spmv_last
     data, indices, indptr = a.data, a.indices, a.indptr
+    # the kernel reads each array's data pointer from the object itself: ndarrays (or subclasses) only
+    if not (isinstance(data, np.ndarray) and isinstance(indices, np.ndarray) and isinstance(indptr, np.ndarray)):
+        return None
     dtype, idx = data.dtype, indices.dtype
     # identity first: NumPy's built-in dtypes are singletons, and hashing or comparing dtypes costs ~0.3 us
     if (x.dtype is not dtype and x.dtype != dtype) or (indptr.dtype is not idx and indptr.dtype != idx):
@@ -525,6 +528,8 @@ def _fast_merge(op: str, a, b, threads: int):
     cls, _, csc = classes
     av, ac, ap = a.data, a.indices, a.indptr
     bv, bc, bp = b.data, b.indices, b.indptr
+    if not all(isinstance(arr, np.ndarray) for arr in (av, ac, ap, bv, bc, bp)):   # native code reads them by id
+        return None
     dtype, idx = av.dtype, ac.dtype
     if (bv.dtype != dtype or ap.dtype != idx or bc.dtype != idx or bp.dtype != idx or idx not in _INT_MAX
             or not native_elementwise.supported(dtype) or not dtype.isnative or not idx.isnative):
