@@ -386,3 +386,33 @@ def test_several_coiteration_loops_in_one_function_are_all_vectorized():
                           "scf.while"])
     fast, plain = splyce.jit(fun)(B, C), splyce.jit(fun, vectorize=False)(B, C)
     assert all(np.array_equal(x, y) for x, y in zip(fast, plain))
+
+
+def test_signature_cache_reuses_kernels_only_for_identical_signatures():
+    """Drop-in operands (checked tensors, contiguous arrays) find their kernel by a cheap signature; a change of
+    dtype, shape, format or layout never reuses a kernel compiled for something else, and clear_cache empties it."""
+    import scipy.sparse as sps
+
+    from splyce.planner import dropin
+    from splyce.runtime import dispatcher
+
+    a = sps.random_array((30, 30), density=0.2, format="csr", rng=6)
+    v = np.random.default_rng(6).random(30)
+    ref = np.einsum("ij,j,ij->", a.toarray(), v, a.toarray())
+    assert np.isclose(splyce.einsum("ij,j,ij->", a, v, a), ref)
+    jitted = dropin._kernels[("einsum:ij,j,ij->", None, 1, False)]
+    before = jitted.cache_info()
+    assert np.isclose(splyce.einsum("ij,j,ij->", a, v, a), ref)
+    after = jitted.cache_info()
+    assert after.hits == before.hits + 1 and after.compiles == before.compiles and jitted._by_signature
+    a32 = a.astype(np.float32)
+    out32 = splyce.einsum("ij,j,ij->", a32, v.astype(np.float32), a32)
+    assert np.asarray(out32).dtype == np.float32 and np.isclose(out32, ref, rtol=1e-4)
+    strided = np.repeat(v, 2)[::2]                       # not contiguous: the full key, a prepared copy
+    assert dispatcher._fast_signature((strided,)) is None
+    assert np.isclose(splyce.einsum("ij,j,ij->", a, strided, a), ref)
+    b = sps.random_array((30, 40), density=0.2, format="csr", rng=7)
+    w = np.ones(40)
+    assert np.isclose(splyce.einsum("ij,j,ij->", b, w, b), (b.toarray() ** 2).sum())
+    splyce.clear_cache()
+    assert not jitted._by_signature

@@ -38,8 +38,13 @@ def pack_descriptors(arrays) -> tuple[array.array, list[int]]:
     for a in arrays:
         offsets.append(len(words))
         address = _address(a)
-        words += (address, address, 0)
-        if a.ndim:
+        ndim = a.ndim
+        if ndim == 1:          # most buffers: pos, crd, values
+            words += (address, address, 0, a.shape[0], a.strides[0] // a.itemsize)
+        elif ndim == 0:
+            words += (address, address, 0)
+        else:
+            words += (address, address, 0)
             words += a.shape
             itemsize = a.itemsize
             words += [stride // itemsize for stride in a.strides]
