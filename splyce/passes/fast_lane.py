@@ -401,7 +401,7 @@ class FastLaneBuilder:
                 return vmap[v]
             if v in m.coord_level:
                 if chain_vec is None:
-                    chain_vec = _apply_chain(m.cast_chain, st["kb"].vec(), n)
+                    chain_vec = st.get("chain") or _apply_chain(m.cast_chain, st["kb"].vec(), n)
                 return ("v", chain_vec[m.coord_level[v]])
             return ("s", v)
 
@@ -427,12 +427,7 @@ class FastLaneBuilder:
                 if all(kind == "s" for kind, _ in entries):
                     vmap[res0] = ("s", memref.load(entries[0][1], [v for _, v in entries[1:]]))
                 elif self._gather_ok(entries[0][1], entries[1:]):  # masked gather at the coordinates
-                    vt = _vtype(n, res0.type)
-                    base, offsets, idx = self._gather_parts(entries[0][1], entries[1:])
-                    zeros = arith.constant(vt, ir.DenseElementsAttr.get_splat(
-                        vt, ir.FloatAttr.get(res0.type, 0.0) if isinstance(res0.type, ir.FloatType)
-                        else ir.IntegerAttr.get(res0.type, 0)))
-                    vmap[res0] = ("v", vector.gather(vt, base, offsets, idx, mask, zeros))
+                    vmap[res0] = ("v", self.gather(st, entries[0][1], entries[1:], mask))
                 else:  # indexed by the coordinate: one scalar load per lane (unmatched: scratch), packed
                     matched = st["matched"].scalars()
                     loads = []
@@ -443,6 +438,9 @@ class FastLaneBuilder:
                     vmap[res0] = ("v", vector.from_elements(_vtype(n, res0.type), loads))
                 continue
             if name == "memref.store" and self._gather_ok(entries[1][1], entries[2:]):
+                if "stores" in st:  # the caller merges and emits the stores (the union lane)
+                    st["stores"].append((entries[1][1], entries[2:], as_vec(entries[0])))
+                    continue
                 base, offsets, idx = self._gather_parts(entries[1][1], entries[2:])
                 vector.scatter(None, base, offsets, idx, mask, as_vec(entries[0]))
                 continue
@@ -485,6 +483,23 @@ class FastLaneBuilder:
             return False
         layout = strides_and_offset(mt)
         return layout is not None and layout[0][-1] == 1
+
+    def gather(self, st, mem, entries, mask):
+        """``mem[s.., v]`` gathered under ``mask``; with ``st["gathers"]`` (a dict), each distinct access
+        is gathered once per step (the union lane's branches read the same output element)."""
+        cache = st.get("gathers")
+        key = (mem, *(v for _, v in entries))
+        if cache is not None and key in cache:
+            return cache[key]
+        et = ir.MemRefType(mem.type).element_type
+        vt = _vtype(self.n, et)
+        base, offsets, idx = self._gather_parts(mem, entries)
+        zeros = arith.constant(vt, ir.DenseElementsAttr.get_splat(
+            vt, ir.FloatAttr.get(et, 0.0) if isinstance(et, ir.FloatType) else ir.IntegerAttr.get(et, 0)))
+        result = vector.gather(vt, base, offsets, idx, mask, zeros)
+        if cache is not None:
+            cache[key] = result
+        return result
 
     @staticmethod
     def _gather_parts(mem, entries):

@@ -17,7 +17,7 @@ from mlir.dialects import memref
 from splyce.passes.coiteration_match import Coiteration, Decline, match_coiteration, shape_name
 from splyce.passes.fast_lane import FastLaneBuilder, add_epilogue_count
 from splyce.passes.gallop_lane import add_galloping
-from splyce.passes.union_lane import UnionLaneBuilder, simd_blocker
+from splyce.passes.union_lane import UnionLaneBuilder, add_tail_count, simd_blocker
 from splyce.passes.union_match import Union, match_union
 from splyce.options import Options
 from splyce.passes.ir_utils import const_int, defined_outside, walk
@@ -193,6 +193,7 @@ def _build_union(function: str, index: int, union: Union, options: Options, coun
     UnionLaneBuilder(union, options, counters).build()
     if counters is not None:
         add_epilogue_count(union.head, counters)
+        add_tail_count(union, counters)
     return LoopDecision(function, index, True, f"union fast lane: dense-output merge {union.both.element_type} "
                         f"{union.head.crd_type}-crd n={options.vector_width}")
 
