@@ -53,7 +53,8 @@ def test_subcommand_tiny(sub, tmp_path, capsys):
         k1 = [r for r in rows if r["workload"].startswith("K1")]
         assert len(k1) == 17 and {r["fast_math"] for r in k1[1:]} == {"on", "off"}
         assert {r["config"] for r in rows if r["workload"].startswith("skew")} >= {"baseline", "gallop=0"}
-        assert {r["config"] for r in rows if r["workload"].startswith("add")} == {"baseline", "union=off", "union=on"}
+        for op in ("add", "subtract", "maximum"):
+            assert {r["config"] for r in rows if r["workload"].startswith(op)} == {"baseline", "union=off", "union=on"}
         assert {r["config"] for r in rows if r["workload"].startswith("a*b*c")} == \
             {"baseline", "three-way n=4", "three-way n=8"}
 

@@ -58,8 +58,8 @@ def run(cfg: Config) -> Result:
     note += (f" Skew rows: `einsum('ij,ij->i')` of a CSR matrix with {SKEW_SHORT} coordinates per row and one "
              f"with ratio x {SKEW_SHORT} per row (the ratio cycling through 1..256 in the mixed workload); config "
              f"gallop=R: galloping from fiber length ratio R on (0: the all-pairs fast lane only), default phases. "
-             f"Union rows: sparse add / subtract of two uniform 5 % CSR matrices into a dense output, the union "
-             f"fast lane off (default) and on. Three-way rows: `a * b * c` of three CSR matrices accumulated into "
+             f"Union rows: sparse add / subtract / maximum of two uniform 5 % CSR matrices into a dense output "
+             f"(allocated and zeroed untimed: kernel only), the union fast lane off (default) and on. Three-way rows: `a * b * c` of three CSR matrices accumulated into "
              f"a preallocated dense output (kernel only) and its row sums `einsum('ij,ij,ij->i')` (no output to allocate: the loop alone), uniform "
              f"5 % and skewed densities (20 %, 5 %, 0.5 %), the three-way fast lane at n = 4 (default) and 8.")
     return Result("ablation", "K1 phase ablation, strict and fast-math (paper Tables 1-2); galloping",
@@ -148,22 +148,32 @@ def _subtract_dense(b, c):
     return subtract(b, c, out_format="dense")
 
 
+def _maximum_dense(b, c):
+    from splyce.tracer.tracer import maximum
+
+    return maximum(b, c, out_format="dense")
+
+
 def _union_rows(cfg: Config) -> list[dict]:
-    """The union fast lane off / on for sparse add and subtract into a dense output."""
+    """The union fast lane off / on for sparse add, subtract and maximum into a dense output."""
     import scipy.sparse as sps
 
     import splyce
 
-    n = 64 if cfg.tiny else (400 if cfg.quick else 2000)
+    n = 64 if cfg.tiny else (400 if cfg.quick else 4000)
     rng = np.random.default_rng(0)
     mats = [sps.random_array((n, n), density=0.05, format="csr", rng=rng) for _ in range(2)]
     ops = [splyce.asarray(m) for m in mats]
     out = []
     for name, fun, ref in (("add", _add_dense, (mats[0] + mats[1]).toarray()),
-                           ("subtract", _subtract_dense, (mats[0] - mats[1]).toarray())):
-        candidates = {"baseline": (lambda f: lambda: f(*ops))(splyce.jit(fun, vectorize=False))}
+                           ("subtract", _subtract_dense, (mats[0] - mats[1]).toarray()),
+                           ("maximum", _maximum_dense, mats[0].maximum(mats[1]).toarray())):
+        def kernel_only(f):  # the output allocated and zeroed untimed; the kernel accumulates into it
+            return (lambda: np.zeros((n, n)), lambda into: f.accumulate(into, *ops))
+
+        candidates = {"baseline": kernel_only(splyce.jit(fun, vectorize=False))}
         for union in (False, True):
-            candidates[union] = (lambda f: lambda: f(*ops))(splyce.jit(fun, union=union))
+            candidates[union] = kernel_only(splyce.jit(fun, union=union))
         t = measure(candidates, ref, cfg, desc=f"ablation {name}", rtol=1e-12)
         out += _ratio_rows(f"{name} N={n} 5 %", t, {False: "union=off", True: "union=on"})
     return out

@@ -5,14 +5,15 @@ One step loads n coordinates of each operand and, against the pivot ``min(last B
 - all-pairs compares (B against C rotated, and C against B rotated) mark the B lanes that have a partner
   in C (the "both" branch, with the partner's value picked by the rotation that matched) and the C lanes
   that have one in B;
-- the B lanes ``<=`` pivot run the "both" body (matched) or the "only B" body (unmatched), the C lanes
-  ``<=`` pivot without a partner run the "only C" body: each body rebuilt in SIMD form by the fast lane's
-  body builder under its lane mask, its output accesses as masked gathers / scatters at the coordinates;
-- both cursors advance past the pivot.
+- the three bodies are rebuilt in SIMD form by the fast lane's body builder and run on every lane (their
+  output loads one unmasked gather per side, their stores collected); B's lanes ``<=`` pivot take the
+  "both" result (matched) or the "only B" one, C's lanes ``<=`` pivot without a partner the "only C" one;
+- one unmasked scatter per side, C's first: every other lane writes back the value it read;
+- both cursors advance past the pivot; the output elements a few coordinates ahead are prefetched.
 
-The coordinates of one step are distinct across the three masks (B's lanes are distinct, a C lane without
-a partner differs from every B lane, and everything beyond the pivot waits for a later step), so each output
-element is read and written once, by the same arithmetic as the scalar loop: results are bit-identical.
+The coordinates written with a new value in one step are distinct (B's lanes are distinct, a C lane without
+a partner differs from every B lane), a lane writing back its old value changes no bits, and B's scatter
+comes last, so each output element gets the scalar loop's arithmetic once: results are bit-identical.
 The original loop runs after it from the fast lane's cursors, then the sparsifier's two tail loops.
 """
 
