@@ -17,6 +17,7 @@ from mlir.dialects import memref
 from splyce.passes.coiteration_match import Coiteration, Decline, match_coiteration, shape_name
 from splyce.passes.fast_lane import FastLaneBuilder, add_epilogue_count
 from splyce.passes.gallop_lane import add_galloping
+from splyce.passes.union_insert import UnionInsert, UnionInsertBuilder, match_union_insert
 from splyce.passes.union_lane import UnionLaneBuilder, add_tail_count, simd_blocker
 from splyce.passes.union_match import Union, match_union
 from splyce.options import Options
@@ -179,6 +180,8 @@ def _match(loop, options: Options):
         if not options.union:
             return Decline(match.reason + "; union fast lane off (union=False)")
         union = match_union(loop)
+        if isinstance(union, Decline) and union.reason.startswith("union carries values besides the cursors"):
+            union = match_union_insert(loop)
         if isinstance(union, Decline):
             return Decline(f"union fast lane: {union.reason}")
         return union
@@ -198,6 +201,17 @@ def _build_union(function: str, index: int, union: Union, options: Options, coun
                         f"{union.head.crd_type}-crd n={options.vector_width}")
 
 
+def _build_union_insert(function: str, index: int, union: UnionInsert, options: Options,
+                        counters) -> LoopDecision:
+    hoist_fiber_bounds(union.head)
+    UnionInsertBuilder(union, options, counters).build()
+    if counters is not None:
+        add_epilogue_count(union.head, counters)
+        add_tail_count(union, counters)
+    return LoopDecision(function, index, True, f"union fast lane: sparse-output merge {union.head.element_type} "
+                        f"{union.head.crd_type}-crd n={options.vector_width}")
+
+
 def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
     """Transform the stage-1 ``module`` in place, verify it, and return one decision per scf.while."""
     decisions = []
@@ -208,7 +222,7 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
             loops = _while_loops(func.operation)
             matches = [(i, loop, _match(loop, options)) for i, loop in enumerate(loops)]
             counters = None
-            if options.profile and any(isinstance(mt, (Coiteration, Union)) for _, _, mt in matches):
+            if options.profile and any(isinstance(mt, (Coiteration, Union, UnionInsert)) for _, _, mt in matches):
                 _profile_counters_global(module)
                 counters = _counters_in(func.operation)
             for index, loop, match in matches:
@@ -217,6 +231,9 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                     continue
                 if isinstance(match, Union):
                     decisions.append(_build_union(name, index, match, options, counters))
+                    continue
+                if isinstance(match, UnionInsert):
+                    decisions.append(_build_union_insert(name, index, match, options, counters))
                     continue
                 hoist_fiber_bounds(match)
                 builder = FastLaneBuilder(match, options, counters)

@@ -23,15 +23,13 @@ from mlir import ir
 from mlir.dialects import arith, memref, scf, vector
 
 from splyce.options import Options
+from splyce.passes.coiteration_match import TRAPPING_OPS
 from splyce.passes.fast_lane import FAST_LANE_ATTR, FastLaneBuilder, Lanes, _apply_chain, _index, _tree, _vtype
 from splyce.passes.ir_utils import CMPI_EQ, CMPI_UGE, CMPI_ULE, CMPI_ULT
 from splyce.passes.union_match import Union
 
 
 PREFETCH_AHEAD = 8  # coordinates; measured at N = 1000 and 4000 (4 and 16 were slower, 12 no better)
-
-_TRAPPING = {"arith.divsi", "arith.divui", "arith.remsi", "arith.remui", "arith.ceildivsi", "arith.ceildivui",
-             "arith.floordivsi"}
 
 
 def simd_blocker(union: Union, options: Options) -> str | None:
@@ -41,7 +39,7 @@ def simd_blocker(union: Union, options: Options) -> str | None:
         builder = FastLaneBuilder(branch, options)
         if len(branch.stores) != 1:
             return f"{name} branch stores {len(branch.stores)} times (one output element per coordinate needed)"
-        if any(op.operation.name in _TRAPPING for op in branch.then_ops):
+        if any(op.operation.name in TRAPPING_OPS for op in branch.then_ops):
             return f"{name} branch divides integers (every lane runs every body: it could trap)"
         (store,) = branch.stores
         mem = store.operation.operands[1]
@@ -55,6 +53,35 @@ def simd_blocker(union: Union, options: Options) -> str | None:
     if len(targets) != 1:
         return "the branches store to different output rows"
     return None
+
+
+def step_masks(head, n: int, pb, pc) -> dict:
+    """One merge step's coordinates and lane masks: ``vb`` / ``vc`` (n coordinates of each side), ``masks_b``
+    (B lane i equals C lane i + r, per rotation r), ``match_b`` / ``match_c`` (a partner on the other side),
+    ``active_b`` / ``active_c`` (up to the pivot min(last B, last C)), ``only_c`` (C up to the pivot without
+    a partner), ``rot`` (lane rotation) and ``true`` (the all-true mask)."""
+    t = head.crd_type
+    vt = _vtype(n, t)
+    vb = vector.load(vt, head.crd_memrefs[0], [pb])
+    vc = vector.load(vt, head.crd_memrefs[1], [pc])
+
+    def rot(v, r):
+        return v if r == 0 else vector.shuffle(v, v, [(i + r) % n for i in range(n)])
+
+    masks_b = [arith.cmpi(CMPI_EQ, vb, rot(vc, r)) for r in range(n)]  # B lane i == C lane i + r
+    match_b = _tree(masks_b, arith.ori)
+    match_c = _tree([arith.cmpi(CMPI_EQ, vc, rot(vb, r)) for r in range(n)], arith.ori)
+    last_b = vector.extract(vb, [], [n - 1])
+    last_c = vector.extract(vc, [], [n - 1])
+    pivot = arith.select(arith.cmpi(CMPI_ULT, last_c, last_b), last_c, last_b)
+    pivots = vector.broadcast(vt, pivot)
+    active_b = arith.cmpi(CMPI_ULE, vb, pivots)
+    active_c = arith.cmpi(CMPI_ULE, vc, pivots)
+    bools = _vtype(n, ir.IntegerType.get_signless(1))
+    true = arith.constant(bools, ir.DenseElementsAttr.get_splat(bools, ir.BoolAttr.get(True)))
+    only_c = arith.andi(active_c, arith.xori(match_c, true))
+    return {"vb": vb, "vc": vc, "rot": rot, "masks_b": masks_b, "match_b": match_b, "match_c": match_c,
+            "active_b": active_b, "active_c": active_c, "only_c": only_c, "true": true}
 
 
 class UnionLaneBuilder:
@@ -104,28 +131,10 @@ class UnionLaneBuilder:
         u, n = self.u, self.n
         head = u.head
         pb, pc = (args[p] for p in head.cursor_pos)
-        crd_b, crd_c = head.crd_memrefs
+        st = step_masks(head, n, pb, pc)
+        vb, vc, rot, masks_b, true = st["vb"], st["vc"], st["rot"], st["masks_b"], st["true"]
+        match_b, active_b, active_c, only_c = st["match_b"], st["active_b"], st["active_c"], st["only_c"]
         t = head.crd_type
-        vt = _vtype(n, t)
-        vb = vector.load(vt, crd_b, [pb])
-        vc = vector.load(vt, crd_c, [pc])
-
-        def rot(v, r):
-            return v if r == 0 else vector.shuffle(v, v, [(i + r) % n for i in range(n)])
-
-        masks_b = [arith.cmpi(CMPI_EQ, vb, rot(vc, r)) for r in range(n)]  # B lane i == C lane i + r
-        match_b = _tree(masks_b, arith.ori)
-        match_c = _tree([arith.cmpi(CMPI_EQ, vc, rot(vb, r)) for r in range(n)], arith.ori)
-        last_b = vector.extract(vb, [], [n - 1])
-        last_c = vector.extract(vc, [], [n - 1])
-        pivot = arith.select(arith.cmpi(CMPI_ULT, last_c, last_b), last_c, last_b)
-        pivots = vector.broadcast(vt, pivot)
-        active_b = arith.cmpi(CMPI_ULE, vb, pivots)
-        active_c = arith.cmpi(CMPI_ULE, vc, pivots)
-        true = arith.constant(_vtype(n, ir.IntegerType.get_signless(1)),
-                              ir.DenseElementsAttr.get_splat(_vtype(n, ir.IntegerType.get_signless(1)),
-                                                             ir.BoolAttr.get(True)))
-        only_c = arith.andi(active_c, arith.xori(match_c, true))
 
         loaded = {}
 

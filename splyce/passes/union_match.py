@@ -66,8 +66,11 @@ def _single_if(block):
     return ops[0], ops[1]
 
 
-def match_union(while_op) -> Union | Decline:
-    """Match ``while_op`` against the two-finger union with a dense output."""
+def match_union(while_op, carried: bool = False):
+    """Match ``while_op`` against the two-finger union with a dense output: a ``Union`` or the ``Decline``.
+    With ``carried``, the loop may carry values besides the cursors (a sparse output), and the result is
+    the parsed head (its ``Coiteration``, the two coordinates, the minimum, the cursor arguments) for
+    ``union_insert.match_union_insert`` to parse the branches."""
     head = _match_before(while_op)
     if isinstance(head, Decline):
         return head
@@ -75,7 +78,7 @@ def match_union(while_op) -> Union | Decline:
     if len(cursor_pos) != 2:
         return Decline("not a two-finger union")
     after = while_op.after.blocks[0]
-    if len(after.arguments) != 2:
+    if len(after.arguments) != 2 and not carried:
         return Decline("union carries values besides the cursors (sparse output or reduction)")
     cursor_args = [after.arguments[p] for p in cursor_pos]
     crd = [None, None]
@@ -139,6 +142,13 @@ def match_union(while_op) -> Union | Decline:
         return Decline("cursor advance is not select(eq, cursor + 1, cursor)")
     coord_level = dict(level_of)
     coord_level[min_value] = len(chains[0])
+    head_match = Coiteration(
+        while_op=while_op, cursor_pos=cursor_pos, bounds=bounds, crd_memrefs=tuple(crd),
+        crd_type=ir.MemRefType(crd[0].type).element_type, cast_chain=tuple(chains[0]), coord_level=coord_level,
+        if_op=if_op, then_ops=[], then_yield=[], acc_of_result={}, lane_loads={}, reductions={}, stores=[],
+        element_type=None, kind="union-store", after_yield=yield_op, next_cursors=tuple(nexts))
+    if carried:
+        return head_match, final, min_value, cursor_args
     if len(if_op.operation.results):
         return Decline("union branches yield values")
 
@@ -157,11 +167,6 @@ def match_union(while_op) -> Union | Decline:
     if len(nest_c[1].operation.regions[1].blocks) and len(list(nest_c[1].operation.regions[1].blocks[0].operations)) > 1:
         return Decline("union has a fourth branch")
 
-    head_match = Coiteration(
-        while_op=while_op, cursor_pos=cursor_pos, bounds=bounds, crd_memrefs=tuple(crd),
-        crd_type=ir.MemRefType(crd[0].type).element_type, cast_chain=tuple(chains[0]), coord_level=coord_level,
-        if_op=if_op, then_ops=[], then_yield=[], acc_of_result={}, lane_loads={}, reductions={}, stores=[],
-        element_type=None, kind="union-store", after_yield=yield_op, next_cursors=tuple(nexts))
     branches = []
     for what, owner, block in (("both", if_op, regions[0].blocks[0]),
                                ("only-B", nest_b[1], inner_regions[0].blocks[0]),
