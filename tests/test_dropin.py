@@ -116,3 +116,33 @@ def test_malformed_operand_that_needs_reordering_is_refused_before_scipy_convert
     lines = proc.stdout.splitlines()
     assert lines == ["refused: operand 1: level 1 (compressed): coordinate 9 out of range [0, 6) at position 1",
                      "refused: operand 1: level 1 (compressed): coordinate -1 out of range [0, 6) at position 1"]
+
+
+def test_scipy_csr_wrapped_as_it_is_matches_asarray():
+    """The drop-ins' short road for a canonical scipy CSR makes what ``asarray`` makes (same format, the same
+    buffers, no copy); anything it does not take, or that fails its scan, goes to ``asarray``."""
+    import scipy.sparse as sps
+
+    from splyce.planner import dropin
+
+    a = sps.random_array((30, 20), density=0.2, format="csr", rng=9)
+    for x in (a, sps.csr_matrix(a)):
+        for dtype in (np.int32, np.int64):
+            y = x.copy()
+            y.indices, y.indptr = y.indices.astype(dtype), y.indptr.astype(dtype)
+            ours, ref = dropin._csr_as_it_is(y, splyce.CSR), splyce.asarray(y)
+            assert ours.tensor.format == ref.format and ours.tensor.shape == ref.shape
+            assert ours.tensor.crd[1] is y.indices and ours.tensor.pos[1] is y.indptr and ours.tensor.values is y.data
+    unsorted = a.copy()
+    r = next(r for r in range(30) if unsorted.indptr[r + 1] - unsorted.indptr[r] >= 2)
+    i = unsorted.indptr[r]
+    unsorted.indices[i], unsorted.indices[i + 1] = unsorted.indices[i + 1], unsorted.indices[i]
+    unsorted.has_canonical_format = True                       # stale: the scan does not trust it
+    assert dropin._csr_as_it_is(unsorted, splyce.CSR) is None
+    assert dropin._csr_as_it_is(a.tocsc(), splyce.CSR) is None and dropin._csr_as_it_is(a, splyce.CSC) is None
+    dense = a.toarray()
+    np.testing.assert_allclose(splyce.einsum("ij,ij->i", unsorted, a), np.einsum("ij,ij->i", unsorted.toarray(), dense))
+    bad = a.copy()
+    bad.indices[0] = 20
+    with pytest.raises(ValueError, match="out of range"):
+        splyce.einsum("ij,ij->i", bad, a)

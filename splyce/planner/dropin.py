@@ -45,8 +45,20 @@ def _kernel(name: str, fun, out_format=None, threads: int = 1, reassociate: bool
     return kernel
 
 
+_FAMILIES: dict = {}   # type -> family, for types whose family follows from the type alone (looked up per call)
+
+
 def _family(x) -> str:
     """Where an operand comes from: 'numpy', 'scipy-array', 'scipy-matrix', 'pydata' or 'splyce'."""
+    family = _FAMILIES.get(type(x))
+    if family is None:
+        family = _family_of(x)
+        if family in ("splyce", "scipy-array", "scipy-matrix") or type(x) is np.ndarray:
+            _FAMILIES[type(x)] = family
+    return family
+
+
+def _family_of(x) -> str:
     if isinstance(x, SparseTensor):
         return "splyce"
     sps = sys.modules.get("scipy.sparse")
@@ -67,6 +79,9 @@ def _sparse_family(*xs) -> str:
 def _as_format(x, fmt: Format, name: str) -> Checked:
     """``x`` as a SparseTensor in ``fmt``, keeping its index width (scipy's int32 stays int32). ``asarray``
     validates it, so it is marked as checked for the kernel call."""
+    wrapped = _csr_as_it_is(x, fmt)
+    if wrapped is not None:
+        return wrapped
     fam = _family(x)
     if fam.startswith("scipy") and fmt.ndim == 2 and getattr(x, "format", None) in ("csr", "csc"):
         # scipy's own CSR <-> CSC conversion is a linear-time counting transpose; ours sorts
@@ -94,6 +109,39 @@ def _converter():
             done[key] = (x, _as_format(x, fmt, name))     # x kept: its id stays unique during the call
         return done[key][1]
     return convert
+
+
+def _csr_as_it_is(x, fmt: Format) -> Checked | None:
+    """What ``asarray`` makes of an exact scipy CSR asked for in CSR (up to index widths), by a shorter road:
+    its own buffers wrapped as they are after one native canonical-CSR scan; None (the general road) for
+    anything else, including a CSR that fails the scan (then ``asarray`` words the error or canonicalizes)."""
+    from splyce.backend import array_objects, native_validation
+
+    if not _csr_types:
+        _scipy_csr_types()
+    if type(x) not in _csr_types or fmt.order != _CSR_ORDER or fmt.levels != CSR.levels:
+        return None
+    data, indices, indptr = x.data, x.indices, x.indptr
+    if not (isinstance(data, np.ndarray) and isinstance(indices, np.ndarray) and isinstance(indptr, np.ndarray)):
+        return None
+    idx, m, n = indices.dtype, *x.shape
+    if (indptr.dtype != idx or idx not in _INT_MAX or not idx.isnative or data.dtype not in SUPPORTED_DTYPES
+            or not data.dtype.isnative or array_objects.DATA_OFFSET is None or len(indptr) != m + 1
+            or len(data) != len(indices) or indices.strides != (idx.itemsize,) or indptr.strides != (idx.itemsize,)
+            or data.strides != (data.dtype.itemsize,)):
+        return None
+    if not native_validation.canonical_csr(indptr, indices, n):
+        return None
+    bits = idx.itemsize * 8
+    return Checked(SparseTensor((m, n), CSR.with_widths(bits, bits), (None, indptr), (None, indices), data,
+                                validate=False))
+
+
+def _scipy_csr_types() -> None:
+    global _csr_types
+    sps = sys.modules.get("scipy.sparse")
+    if sps is not None:
+        _csr_types = (sps.csr_array, sps.csr_matrix)
 
 
 def _sparse_result(csr_parts, shape, family):
@@ -272,6 +320,7 @@ _csr_types: tuple = ()          # (csr_array, csr_matrix) once scipy.sparse is i
 _spmv_entries: dict = {}        # (value dtype, index dtype, variant) -> native product on array objects, or None
 _spmv_last: tuple = (None, None, None, None)   # the last (value dtype, index dtype, variant, entry) used
 _INT_MAX = {np.dtype(np.int32): 2**31 - 1, np.dtype(np.int64): 2**63 - 1}
+_CSR_ORDER = (0, 1)
 
 
 def _fast_spmv(a, x):
@@ -282,12 +331,8 @@ def _fast_spmv(a, x):
     two ends of ``indptr`` and, block by block just before the block's rows run, ``indptr`` monotone and every
     column in range (what a product needs; order and duplicates do not matter). A malformed operand raises the
     general path's error, naming the defect."""
-    global _csr_types
     if not _csr_types:
-        sps = sys.modules.get("scipy.sparse")
-        if sps is None:
-            return None
-        _csr_types = (sps.csr_array, sps.csr_matrix)
+        _scipy_csr_types()
     if type(a) not in _csr_types or not 1 <= x.ndim <= 2:
         return None
     global _spmv_last
@@ -709,12 +754,13 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     """
     from splyce.tracer.tracer import parse_einsum
 
-    if all(_family(x) == "numpy" for x in operands):
+    families = [_family(x) for x in operands]
+    if all(f == "numpy" for f in families):
         return np.einsum(subscripts, *operands)
     threads = _threads(threads)
     family = _sparse_family(*operands)
     inputs, output = parse_einsum(subscripts, len(operands))
-    infos = [OperandInfo.of(x) for x in operands]
+    infos = [OperandInfo(f, tuple(np.shape(x))) for f, x in zip(families, operands)]
     formulation, roles = choose_einsum_formulation(inputs, output, infos, out_format)
     if formulation is not Formulation.COITERATE:
         _check_einsum_shapes(inputs, infos)
@@ -722,8 +768,8 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     order = list(dict.fromkeys("".join(inputs)))
     ops = []
     convert = _converter()
-    for i, (x, subs) in enumerate(zip(operands, inputs)):
-        if _family(x) == "numpy":
+    for i, (x, subs, f) in enumerate(zip(operands, inputs, families)):
+        if f == "numpy":
             ops.append(np.ascontiguousarray(x))
         else:
             ops.append(convert(x, _rowwise_format(subs, order), f"operand {i}"))
