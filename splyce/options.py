@@ -39,7 +39,7 @@ class Options:
     profile: bool = False        # instrument fast lanes and epilogues (splyce.profile)
     threads: int = 1             # > 1: the outer loop takes [lo, hi) arguments (passes/parallel.py)
     gallop: int = DEFAULT_GALLOP_RATIO  # intersections gallop from this fiber length ratio on; 0: never
-    union: bool = False          # the union fast lane (sparse add / subtract / maximum, dense output)
+    union: bool = False          # the union fast lane (sparse add / subtract / maximum, dense or CSR output)
 
     def __post_init__(self):
         if not isinstance(self.vectorize, bool):

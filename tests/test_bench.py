@@ -54,7 +54,9 @@ def test_subcommand_tiny(sub, tmp_path, capsys):
         assert len(k1) == 17 and {r["fast_math"] for r in k1[1:]} == {"on", "off"}
         assert {r["config"] for r in rows if r["workload"].startswith("skew")} >= {"baseline", "gallop=0"}
         for op in ("add", "subtract", "maximum"):
-            assert {r["config"] for r in rows if r["workload"].startswith(op)} == {"baseline", "union=off", "union=on"}
+            for out_format in ("dense", "sparse"):
+                assert {r["config"] for r in rows if r["workload"].startswith(f"{op} {out_format}")} == \
+                    {"baseline", "union=off", "union=on"}
         assert {r["config"] for r in rows if r["workload"].startswith("a*b*c")} == \
             {"baseline", "three-way n=4", "three-way n=8"}
 

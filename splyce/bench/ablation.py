@@ -59,7 +59,8 @@ def run(cfg: Config) -> Result:
              f"with ratio x {SKEW_SHORT} per row (the ratio cycling through 1..256 in the mixed workload); config "
              f"gallop=R: galloping from fiber length ratio R on (0: the all-pairs fast lane only), default phases. "
              f"Union rows: sparse add / subtract / maximum of two uniform 5 % CSR matrices into a dense output "
-             f"(allocated and zeroed untimed: kernel only), the union fast lane off (default) and on. Three-way rows: `a * b * c` of three CSR matrices accumulated into "
+             f"(allocated and zeroed untimed: kernel only) and into a CSR output (the whole call), the union fast "
+             f"lane off (default) and on. Three-way rows: `a * b * c` of three CSR matrices accumulated into "
              f"a preallocated dense output (kernel only) and its row sums `einsum('ij,ij,ij->i')` (no output to allocate: the loop alone), uniform "
              f"5 % and skewed densities (20 %, 5 %, 0.5 %), the three-way fast lane at n = 4 (default) and 8.")
     return Result("ablation", "K1 phase ablation, strict and fast-math (paper Tables 1-2); galloping",
@@ -136,26 +137,20 @@ def _plot(rows, ax):
     ax.legend(fontsize=8)
 
 
-def _add_dense(b, c):
-    from splyce.tracer.tracer import add
+class _UnionOp:
+    """``name`` (add / subtract / maximum) of two sparse operands into an ``out_format`` result."""
 
-    return add(b, c, out_format="dense")
+    def __init__(self, name, out_format):
+        self.name, self.out_format = name, out_format
 
+    def __call__(self, b, c):
+        from splyce.tracer import tracer
 
-def _subtract_dense(b, c):
-    from splyce.tracer.tracer import subtract
-
-    return subtract(b, c, out_format="dense")
-
-
-def _maximum_dense(b, c):
-    from splyce.tracer.tracer import maximum
-
-    return maximum(b, c, out_format="dense")
+        return getattr(tracer, self.name)(b, c, out_format=self.out_format)
 
 
 def _union_rows(cfg: Config) -> list[dict]:
-    """The union fast lane off / on for sparse add, subtract and maximum into a dense output."""
+    """The union fast lane off / on for sparse add, subtract and maximum into a dense and a sparse output."""
     import scipy.sparse as sps
 
     import splyce
@@ -165,17 +160,22 @@ def _union_rows(cfg: Config) -> list[dict]:
     mats = [sps.random_array((n, n), density=0.05, format="csr", rng=rng) for _ in range(2)]
     ops = [splyce.asarray(m) for m in mats]
     out = []
-    for name, fun, ref in (("add", _add_dense, (mats[0] + mats[1]).toarray()),
-                           ("subtract", _subtract_dense, (mats[0] - mats[1]).toarray()),
-                           ("maximum", _maximum_dense, mats[0].maximum(mats[1]).toarray())):
-        def kernel_only(f):  # the output allocated and zeroed untimed; the kernel accumulates into it
-            return (lambda: np.zeros((n, n)), lambda into: f.accumulate(into, *ops))
-
-        candidates = {"baseline": kernel_only(splyce.jit(fun, vectorize=False))}
-        for union in (False, True):
-            candidates[union] = kernel_only(splyce.jit(fun, union=union))
-        t = measure(candidates, ref, cfg, desc=f"ablation {name}", rtol=1e-12)
-        out += _ratio_rows(f"{name} N={n} 5 %", t, {False: "union=off", True: "union=on"})
+    refs = {"add": mats[0] + mats[1], "subtract": mats[0] - mats[1], "maximum": mats[0].maximum(mats[1])}
+    for out_format in ("dense", "sparse"):
+        for name, ref in refs.items():
+            fun = _UnionOp(name, out_format)
+            if out_format == "dense":   # the output allocated and zeroed untimed; the kernel accumulates into it
+                def call(f):
+                    return (lambda: np.zeros((n, n)), lambda into: f.accumulate(into, *ops))
+                ref = ref.toarray()
+            else:                       # the whole call: the kernel builds the CSR result
+                def call(f):
+                    return lambda: f(*ops)
+            candidates = {"baseline": call(splyce.jit(fun, vectorize=False))}
+            for union in (False, True):
+                candidates[union] = call(splyce.jit(fun, union=union))
+            t = measure(candidates, ref, cfg, desc=f"ablation {name} {out_format}", rtol=1e-12)
+            out += _ratio_rows(f"{name} {out_format} N={n} 5 %", t, {False: "union=off", True: "union=on"})
     return out
 
 
