@@ -324,13 +324,13 @@ _CSR_ORDER = (0, 1)
 
 
 def _fast_spmv(a, x):
-    """``a @ x`` for the commonest call, or None (then the general path runs): ``a`` an exact scipy
-    ``csr_array`` / ``csr_matrix``, ``x`` a 1-D NumPy vector of ``a``'s value dtype, every buffer
-    C-contiguous, one thread. A small matrix's product takes tens of microseconds, so this path reads a handful
-    of attributes, trusts none of scipy's flags, and leaves every check on the index arrays to the kernel: the
-    two ends of ``indptr`` and, block by block just before the block's rows run, ``indptr`` monotone and every
-    column in range (what a product needs; order and duplicates do not matter). A malformed operand raises the
-    general path's error, naming the defect."""
+    """``a @ x`` for the commonest calls, or None (then the general path runs): ``a`` an exact scipy
+    ``csr_array`` / ``csr_matrix``, ``x`` a NumPy vector (SpMV) or a matrix of up to ``SPMM_FIXED`` columns
+    (SpMM) of ``a``'s value dtype, every buffer C-contiguous, one thread. A small matrix's product takes tens
+    of microseconds, so this path reads a handful of attributes, trusts none of scipy's flags, and leaves every
+    check on the index arrays to native code: the two ends of ``indptr``, ``indptr`` monotone and every column
+    in range (what a product needs; order and duplicates do not matter), for SpMV block by block just before
+    the block's rows run. A malformed operand raises the general path's error, naming the defect."""
     if not _csr_types:
         _scipy_csr_types()
     if type(a) not in _csr_types or not 1 <= x.ndim <= 2:
@@ -561,10 +561,12 @@ def _merge_classes(a):
 def _fast_merge(op: str, a, b, threads: int):
     """``op(a, b)`` for the commonest call, or None (then the general path runs, which also words any error):
     ``a`` an exact scipy CSR, ``b`` a CSR or a CSC (``A.T``) of the same family, one value dtype, one index
-    dtype, every buffer 1-D and contiguous. Each operand's index arrays are checked canonical by one native
-    scan (a non-canonical operand goes to the general path, which sums duplicates on a copy as before); a
-    CSC operand, once checked, is turned into CSR by scipy's own transpose kernel with no constructor around
-    it; the rows are merged natively and the result is built without scipy's constructor (``scipy_out``)."""
+    dtype, every buffer 1-D and contiguous. ``a`` is checked canonical by one native scan (a non-canonical
+    operand goes to the general path, which sums duplicates on a copy as before). A CSC ``b`` holding exactly
+    ``a``'s positions (``A.T`` of a structurally symmetric ``A``) is matched entry by entry, no transpose
+    (``native_elementwise.same_pattern_csc``, which checks that as it goes); any other ``b`` is checked
+    canonical too, a CSC one turned into CSR by scipy's own transpose kernel with no constructor around it,
+    and the rows are merged natively. The result is built without scipy's constructor (``scipy_out``)."""
     from splyce.backend import array_objects, native_elementwise, native_validation
 
     classes = _merge_classes(a)
