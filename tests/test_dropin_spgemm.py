@@ -95,3 +95,18 @@ def test_bad_operands_of_spgemm_raise():
         splyce.matmul(good.T, bad)
     with pytest.raises(ValueError, match="threads"):
         splyce.matmul(good, good.T, threads=0)
+
+
+def test_a_times_a_converts_and_checks_the_operand_once(monkeypatch):
+    from splyce.planner import dropin
+
+    a = sps.random_array((40, 40), density=0.1, format="csr", rng=12)
+    calls = []
+    real = dropin._as_format
+    monkeypatch.setattr(dropin, "_as_format", lambda x, fmt, name: calls.append(name) or real(x, fmt, name))
+    np.testing.assert_allclose(splyce.matmul(a, a).toarray(), (a @ a).toarray())
+    assert calls == ["a"]
+    bad = a.copy()
+    bad.indices[0] = 40
+    with pytest.raises(ValueError, match="out of range"):
+        splyce.matmul(bad, bad)

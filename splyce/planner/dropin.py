@@ -274,8 +274,9 @@ def matmul(a, b, *, out_format=None, threads=1):
         if len(sb) == 2:
             return _dense_out(out.reshape(-1, 1), family, want_sparse)
         return _vector_out(out, family)
-    A = _as_format(a, CSR, "a")
-    B = _as_format(b, CSR, "b")
+    convert = _converter()           # A @ A: the operand converted and checked once
+    A = convert(a, CSR, "a")
+    B = convert(b, CSR, "b")
     if formulation is Formulation.GUSTAVSON_SPARSE:
         return _spgemm(A.tensor, B.tensor, family, threads)
     m, n = sa[0], sb[1]
