@@ -255,6 +255,14 @@ DECLINES = {
     "a division that may trap": (
         then_body(LANE_LOADS + "      %d = arith.divsi %k, %c1 : index\n"),
         "body op arith.divsi may trap when executed speculatively"),
+    "complex values (complex64 / complex128 kernels)": (
+        [("%ints: memref<?xi64>,", "%ints: memref<?xi64>, %cplx: memref<?xcomplex<f64>>,")] +
+        then_body(LANE_LOADS + "      %z = memref.load %cplx[%pb] : memref<?xcomplex<f64>>\n"),
+        "element type complex<f64> unsupported"),
+    "bool values (stored as i8)": (
+        [("%ints: memref<?xi64>,", "%ints: memref<?xi64>, %bools: memref<?xi8>,")] +
+        then_body(LANE_LOADS + "      %z = memref.load %bools[%pb] : memref<?xi8>\n"),
+        "element type i8 unsupported"),
     "f16 arithmetic": (
         then_body(LANE_LOADS + "      %h = arith.truncf %m : f64 to f16\n"),
         "element type f16 unsupported"),

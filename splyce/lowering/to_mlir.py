@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from splyce.lowering.scalars import (absolute, binary, cast, conjugate, constant, divide_by, element_type,
+                                     extremum, extremum_identity, is_complex, needs_unary, real_dtype)
 from splyce.tensors.formats import to_mlir_encoding
 from splyce.tracer.ir import ContractParams, Node, Trace, TensorType
 
@@ -19,54 +21,11 @@ class LoweringError(ValueError):
     """A trace that cannot be lowered (for example no loop order fits the operands' formats)."""
 
 
-def element_type(dtype: str):
-    from mlir import ir
-
-    return {
-        "float64": ir.F64Type.get, "float32": ir.F32Type.get,
-        "int64": lambda: ir.IntegerType.get_signless(64), "int32": lambda: ir.IntegerType.get_signless(32),
-    }[dtype]()
-
-
 def tensor_type(t: TensorType):
     from mlir import ir
 
     enc = to_mlir_encoding(t.format) if t.is_sparse else None
     return ir.RankedTensorType.get(list(t.shape), element_type(t.dtype), enc)
-
-
-def is_float(dtype: str) -> bool:
-    return dtype.startswith("float")
-
-
-def cast(value, from_dtype: str, to_dtype: str):
-    """Convert a scalar SSA value between our dtypes (NumPy's promotion already chose ``to_dtype``)."""
-    from mlir.dialects import arith
-
-    if from_dtype == to_dtype:
-        return value
-    target = element_type(to_dtype)
-    if is_float(to_dtype):
-        if is_float(from_dtype):
-            return arith.extf(target, value)
-        return arith.sitofp(target, value)
-    return arith.extsi(target, value)
-
-
-def constant(value, dtype: str):
-    from mlir import ir
-    from mlir.dialects import arith
-
-    typ = element_type(dtype)
-    attr = ir.FloatAttr.get(typ, float(value)) if is_float(dtype) else ir.IntegerAttr.get(typ, int(value))
-    return arith.constant(typ, attr)
-
-
-def binary(op: str, a, b, dtype: str):
-    from mlir.dialects import arith
-
-    fns = {"mul": (arith.mulf, arith.muli), "add": (arith.addf, arith.addi), "sub": (arith.subf, arith.subi)}
-    return fns[op][0 if is_float(dtype) else 1](a, b)
 
 
 def loop_order(node_inputs: list[tuple[str, TensorType]], output: str) -> str:
@@ -164,8 +123,10 @@ def lower_contract(node: Node, ctx: _Context):
     if node.type.is_sparse:
         check_sparse_result(node, params.output, order)
 
+    sparse = node.type.is_sparse or any(a.type.is_sparse for a in node.args)
+
     def body(args):
-        values = [cast(v, a.type.dtype, dtype) for v, a in zip(args, node.args)]
+        values = [_converted(v, a.type.dtype, dtype, sparse) for v, a in zip(args, node.args)]
         product = values[0]
         for v in values[1:]:
             product = binary("mul", product, v, dtype)
@@ -177,16 +138,23 @@ def lower_contract(node: Node, ctx: _Context):
     return build_generic(inputs, list(params.inputs), init, params.output, order, body)
 
 
+# Elementwise kernels accumulate into a final dense result (the caller's zeroed buffer: no allocation). An
+# intermediate's body does not read its init: MLIR's elementwise fusion then folds it cleanly into a consumer
+# of another dtype (a fused body that also read the zero-filled init defeats the sparsifier).
+
+
 def lower_combine(node: Node, ctx: _Context):
     (sign,) = node.params
     dtype = node.type.dtype
     init = _init_tensor(node, ctx)
     subs = "abcd"[: node.type.ndim]
 
+    sparse = any(a.type.is_sparse for a in node.args)
+
     def body(args):
-        a, b = (cast(v, n.type.dtype, dtype) for v, n in zip(args, node.args))
+        a, b = (_converted(v, n.type.dtype, dtype, sparse) for v, n in zip(args, node.args))
         value = binary("add" if sign > 0 else "sub", a, b, dtype)
-        return value if node.type.is_sparse else binary("add", args[-1], value, dtype)
+        return binary("add", args[-1], value, dtype) if node in ctx.dense_out_args else value
 
     inputs = [ctx.values[a] for a in node.args]
     order = loop_order([(subs, a.type) for a in node.args], subs)
@@ -205,7 +173,7 @@ def lower_ewise(node: Node, ctx: _Context):
 
     def body(args):
         value = _expression(expr, args, node, dtype, any_sparse)
-        return value if node.type.is_sparse else binary("add", args[-1], value, dtype)
+        return binary("add", args[-1], value, dtype) if node in ctx.dense_out_args else value
 
     inputs = [ctx.values[a] for a in node.args]
     order = loop_order([(subs, a.type) for a in node.args], subs)
@@ -215,44 +183,83 @@ def lower_ewise(node: Node, ctx: _Context):
 
 
 def _expression(expr, args, node: Node, dtype: str, sparse: bool):
-    from mlir.dialects import arith, math
-
+    """Evaluate ``expr`` in ``dtype`` (the promotion of its leaves, so every operand converts up to it) except
+    below ``abs``, which evaluates its operand in the operand's own dtype (complex -> real magnitude)."""
     head = expr[0]
     if head == "arg":
         k = expr[1]
-        return cast(args[k], node.args[k].type.dtype, dtype)
+        return _converted(args[k], node.args[k].type.dtype, dtype, sparse)
     if head == "const":
         return constant(expr[1], dtype)
+    if head == "abs":
+        inner = expression_dtype(expr[1], node) or dtype
+        magnitude = absolute(_expression(expr[1], args, node, inner, sparse), inner)
+        return cast(magnitude, real_dtype(inner), dtype)
     x = _expression(expr[1], args, node, dtype, sparse)
     if head in ("add", "sub", "mul"):
         return binary(head, x, _expression(expr[2], args, node, dtype, sparse), dtype)
-    if head == "abs":
-        return math.absf(x) if is_float(dtype) else math.absi(x)
+    if head == "conj":
+        return _zero_preserving(x, dtype, dtype, lambda v: conjugate(v, dtype), sparse)
+    if head == "neg":
+        from mlir.dialects import complex as cplx
+
+        return cplx.neg(x)   # complex values only (real negation is a scale by -1)
     if head == "pow":
         result = x
         for _ in range(expr[2] - 1):
             result = binary("mul", result, x, dtype)
         return result
     if head == "div":
-        return arith.divf(x, constant(expr[2], dtype))
+        return divide_by(x, expr[2], dtype)
     if head in ("max", "min"):
         y = _expression(expr[2], args, node, dtype, sparse)
         return _extremum(head, x, y, dtype, sparse)
     raise LoweringError(f"internal error: unknown elementwise operation {head!r}")
 
 
-class _Extrema(dict):
-    """(kind, is_float) -> the arith op builder (NumPy's semantics: NaN propagates)."""
-
-    def __missing__(self, key):
-        from mlir.dialects import arith
-
-        self.update({("max", True): arith.maximumf, ("min", True): arith.minimumf,
-                     ("max", False): arith.maxsi, ("min", False): arith.minsi})
-        return self[key]
+def _converted(value, from_dtype: str, to_dtype: str, sparse: bool):
+    """``cast``, inside a ``sparse_tensor.unary`` where the sparsifier needs one (scalars.needs_unary)."""
+    if sparse and needs_unary(from_dtype, to_dtype):
+        return _zero_preserving(value, from_dtype, to_dtype, lambda v: cast(v, from_dtype, to_dtype), sparse)
+    return cast(value, from_dtype, to_dtype)
 
 
-_EXTREMA = _Extrema()
+def _zero_preserving(value, from_dtype: str, to_dtype: str, build, sparse: bool):
+    """``build(value)`` for a function with f(0) = 0; in a sparse kernel wrapped in ``sparse_tensor.unary``
+    (present: ``build``, absent: nothing), so that ops the sparsifier has no rule for (``complex.conj``,
+    ``complex.create``) keep the operand's iteration."""
+    from mlir import ir
+    from mlir.dialects import sparse_tensor
+
+    if not sparse:
+        return build(value)
+    op = sparse_tensor.UnaryOp(element_type(to_dtype), value)
+    block = op.presentRegion.blocks.append(element_type(from_dtype))
+    with ir.InsertionPoint(block):
+        sparse_tensor.YieldOp([build(block.arguments[0])])
+    return op.result
+
+
+def expression_dtype(expr, node: Node) -> str | None:
+    """The dtype NumPy computes ``expr`` in (None for a lone constant: Python scalars are weak)."""
+    import numpy as np
+
+    head = expr[0]
+    if head == "arg":
+        return node.args[expr[1]].type.dtype
+    if head == "const":
+        return None
+    if head == "abs":
+        inner = expression_dtype(expr[1], node)
+        return inner and real_dtype(inner)
+    parts = [expression_dtype(x, node) for x in expr[1:] if isinstance(x, tuple)]
+    known = [p for p in parts if p is not None]
+    if not known:
+        return None
+    result = np.result_type(*[np.dtype(p) for p in known]).name
+    if head == "div" and not (result.startswith("float") or is_complex(result)):
+        result = "float64"
+    return result
 
 
 def _extremum(head: str, x, y, dtype: str, sparse: bool):
@@ -261,7 +268,7 @@ def _extremum(head: str, x, y, dtype: str, sparse: bool):
     from mlir import ir
     from mlir.dialects import sparse_tensor
 
-    pick = _EXTREMA[(head, is_float(dtype))]
+    pick = extremum(head, dtype)
     if not sparse:
         return pick(x, y)
     typ = element_type(dtype)
@@ -274,16 +281,6 @@ def _extremum(head: str, x, y, dtype: str, sparse: bool):
         with ir.InsertionPoint(block):
             sparse_tensor.YieldOp([build(list(block.arguments))])
     return op.result
-
-
-def extremum_identity(kind: str, dtype: str):
-    """The identity of max / min over stored values: -inf / +inf, or the integer type's min / max."""
-    import numpy as np
-
-    if is_float(dtype):
-        return constant(-np.inf if kind == "max" else np.inf, dtype)
-    info = np.iinfo(np.dtype(dtype))
-    return constant(info.min if kind == "max" else info.max, dtype)
 
 
 def lower_reduce(node: Node, ctx: _Context):
@@ -306,7 +303,7 @@ def lower_reduce(node: Node, ctx: _Context):
     extent = 1
     for d in axes:
         extent *= arg.type.shape[d]
-    pick = _EXTREMA[(kind, is_float(dtype))]
+    pick = extremum(kind, dtype)
     order = loop_order([(subs, arg.type)], out)
 
     def stored_extremum(args):

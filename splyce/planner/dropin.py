@@ -199,23 +199,37 @@ class Formulation(enum.Enum):
     MASKED_GUSTAVSON = "masked-gustavson"  # einsum M * (A @ B), all sparse: mask-driven Gustavson, native
     SDDMM = "sddmm"                      # einsum M * (X @ Y.T), M sparse, X / Y dense: dots on M's entries, native
     MERGE_ROWS = "merge-rows"            # elementwise CSR op CSR -> CSR, one branch-free merge per row, native
+    SPARSIFIER = "sparsifier"            # a product through the MLIR sparsifier's kernel: value types the
+                                         # native kernels lack (bool, complex)
     COITERATE = "coiterate"              # elementwise through the MLIR kernel (any rank, dense operands)
 
 
 @dataclass(frozen=True)
 class OperandInfo:
-    """What the formulation choice looks at: the operand's family (numpy / scipy / pydata / splyce) and shape."""
+    """What the formulation choice looks at: the operand's family (numpy / scipy / pydata / splyce), shape
+    and value dtype (None: not known, taken as one the native kernels support)."""
 
     family: str
     shape: tuple
+    dtype: np.dtype | None = None
 
     @classmethod
     def of(cls, x) -> "OperandInfo":
-        return cls(_family(x), tuple(np.shape(x)))
+        dtype = getattr(x, "dtype", None)
+        return cls(_family(x), tuple(np.shape(x)), None if dtype is None else np.dtype(dtype))
 
     @property
     def sparse(self) -> bool:
         return self.family != "numpy"
+
+
+def _native_values(*infos: OperandInfo) -> bool:
+    """Whether the native kernels (splyce/backend/native_*.py) compute in the operands' common value dtype
+    (float64 / float32 / int64 / int32; bool and complex go through the sparsifier's kernels)."""
+    from splyce.backend.ir_text import VALUE
+
+    dtypes = [i.dtype for i in infos if i.dtype is not None]
+    return not dtypes or np.result_type(*dtypes) in VALUE
 
 
 def _wants_sparse_result(a: OperandInfo, b: OperandInfo, out_format) -> bool:
@@ -228,6 +242,8 @@ def choose_matmul_formulation(a: OperandInfo, b: OperandInfo, out_format=None) -
     operand and looked up or scattered in the other, never co-iterated (no intersection is needed)."""
     if not (a.sparse or b.sparse):
         return Formulation.NUMPY
+    if not _native_values(a, b) and len(a.shape) == 2 and (b.sparse and len(b.shape) == 2 or not b.sparse):
+        return Formulation.SPARSIFIER if a.sparse else Formulation.DENSE_TIMES_SPARSE
     if a.sparse and b.sparse:
         if len(b.shape) == 1 or (len(b.shape) == 2 and b.shape[1] == 1 and len(a.shape) == 2) \
                 or len(a.shape) == 1:
@@ -276,9 +292,13 @@ def matmul(a, b, *, out_format=None, threads=1):
         return _vector_out(out, family)
     convert = _converter()           # A @ A: the operand converted and checked once
     A = convert(a, CSR, "a")
+    if formulation is Formulation.SPARSIFIER and not ib.sparse:
+        return _dense_out(kernel(A, np.ascontiguousarray(b)), family, want_sparse)
     B = convert(b, CSR, "b")
     if formulation is Formulation.GUSTAVSON_SPARSE:
         return _spgemm(A.tensor, B.tensor, family, threads)
+    if formulation is Formulation.SPARSIFIER and want_sparse:
+        return _wrap_sparse(_kernel("matmul", _mm, "sparse", threads)(A, B), family)
     m, n = sa[0], sb[1]
     dtype = np.result_type(A.tensor.dtype, B.tensor.dtype)
     if m * n * dtype.itemsize > DENSE_RESULT_BYTES:
@@ -480,7 +500,7 @@ def choose_elementwise_formulation(a: OperandInfo, b: OperandInfo, out_format=No
     matrices with a sparse result merge their rows natively; anything else runs the coiteration kernel."""
     if not (a.sparse or b.sparse):
         return Formulation.NUMPY
-    if a.sparse and b.sparse and len(a.shape) == 2 and out_format in (None, "sparse"):
+    if a.sparse and b.sparse and len(a.shape) == 2 and out_format in (None, "sparse") and _native_values(a, b):
         return Formulation.MERGE_ROWS
     return Formulation.COITERATE
 
@@ -713,10 +733,11 @@ def choose_einsum_formulation(inputs: list[str], output: str, infos: list[Operan
             if len(a) != 2 or len(b) != 2 or a[0] != i or a[1] in output:
                 continue
             k = a[1]
+            native = _native_values(*infos)   # else the sparsifier's kernel, fused on the mask's positions
             if infos[left].sparse and infos[right].sparse and b == k + j:
-                return Formulation.MASKED_GUSTAVSON, (mask, left, right)
+                return Formulation.MASKED_GUSTAVSON if native else Formulation.SPARSIFIER, (mask, left, right)
             if not infos[left].sparse and not infos[right].sparse and b == j + k:
-                return Formulation.SDDMM, (mask, left, right)
+                return Formulation.SDDMM if native else Formulation.SPARSIFIER, (mask, left, right)
     return Formulation.COITERATE, ()
 
 
@@ -765,7 +786,9 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     inputs, output = parse_einsum(subscripts, len(operands))
     infos = [OperandInfo(f, tuple(np.shape(x))) for f, x in zip(families, operands)]
     formulation, roles = choose_einsum_formulation(inputs, output, infos, out_format)
-    if formulation is not Formulation.COITERATE:
+    if formulation is Formulation.SPARSIFIER:
+        out_format = "sparse"   # a result on the mask's positions, as the native masked products return
+    elif formulation is not Formulation.COITERATE:
         _check_einsum_shapes(inputs, infos)
         return _wrap_sparse(_masked_product(formulation, roles, operands, threads), family)
     order = list(dict.fromkeys("".join(inputs)))

@@ -7,7 +7,8 @@ of a value read once folds into the op that reads it. The sparsifier derives the
 whole chain in one pass with no intermediate tensors.
 
 An expression is nested tuples: ``("arg", k)`` (the k-th operand), ``("const", value)``, ``(op, x, y)``
-for ``op`` in add / sub / mul / max / min, ``("abs", x)``, ``("pow", x, k)``, ``("div", x, value)``.
+for ``op`` in add / sub / mul / max / min, ``("abs", x)``, ``("neg", x)``, ``("conj", x)``, ``("pow", x, k)``,
+``("div", x, value)``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ def elementwise_form(node: Node):
         return node.args, (BINARY[node.params[0]], ("arg", 0), ("arg", 1))
     if node.op == "map":
         kind = node.params[0]
-        if kind[0] == "abs":
-            return node.args, ("abs", ("arg", 0))
+        if len(kind) == 1:   # abs, neg, conj
+            return node.args, (kind[0], ("arg", 0))
         return node.args, (kind[0], ("arg", 0), kind[1])
     if node.op == "ewise":
         return node.args, node.params[0]

@@ -92,6 +92,15 @@ def take_buffer(desc: ctypes.Structure, dtype: np.dtype, owners: dict) -> np.nda
     return view if stride == 1 else view[::stride]
 
 
+def take_or_copy(desc: ctypes.Structure, dtype: np.dtype, owners: dict, borrowed: set) -> np.ndarray:
+    """``take_buffer``, except that a buffer the caller passed in (``borrowed``: their addresses) is copied,
+    never owned: MLIR folds a kernel that returns its input unchanged (``x * 1`` on integers, ``abs`` of
+    bools) into returning the argument's own buffer, which must not be freed as a kernel allocation."""
+    if desc.allocated not in borrowed and desc.aligned not in borrowed:
+        return take_buffer(desc, dtype, owners)
+    return take_buffer(desc, dtype, {desc.allocated: None}).copy()
+
+
 class KernelCall:
     """A compiled entry point with a fixed signature: input arrays in, dense outputs in place, sparse
     output buffers out.

@@ -91,11 +91,11 @@ class Kernel:
         buffers.extend(dense_outputs.values())
         extent = self.lowering.outer_extent
         if extent is None:
-            return self._results(self._call(buffers), dense_outputs)
+            return self._results(self._call(buffers), dense_outputs, buffers)
         chunks = _outer_chunks(extent, self.lowering.options.threads, self.trace.inputs, values)
         if not self.lowering.outer_reductions or len(chunks) == 1:
             descs = self._call.call_chunks(buffers, chunks, _pool(len(chunks)))[0]
-            return self._results(descs, dense_outputs)
+            return self._results(descs, dense_outputs, buffers)
         return self._run_reduced_chunks(buffers, dense_outputs, chunks)
 
     def _run_reduced_chunks(self, buffers: list, dense_outputs: dict, chunks) -> list:
@@ -115,7 +115,7 @@ class Kernel:
             per_chunk.append(buffers[:first_output] + list(private.values()))
             outputs.append(private)
         descs = self._call.call_each(per_chunk, chunks, _pool(len(chunks)))
-        results = [self._results(d, o) for d, o in zip(descs, outputs)]
+        results = [self._results(d, o, buffers) for d, o in zip(descs, outputs)]
         combined = list(results[0])
         for i, out in enumerate(self.trace.outputs):
             if out in combine_at:
@@ -126,9 +126,10 @@ class Kernel:
                 combined[i] = total[()]
         return combined
 
-    def _results(self, descs, dense_outputs):
+    def _results(self, descs, dense_outputs, buffers):
         results = []
         owners: dict = {}
+        borrowed = {b.ctypes.data for b in buffers}   # the caller's: copied if returned, never freed
         k = 0
         for out in self.trace.outputs:
             t = out.type
@@ -142,7 +143,7 @@ class Kernel:
                 results.append(array[()] if array.ndim == 0 else array)
                 continue
             dtypes = arguments.result_buffer_dtypes(t)
-            bufs = [calls.take_buffer(descs[k + i], dt, owners) for i, dt in enumerate(dtypes)]
+            bufs = [calls.take_or_copy(descs[k + i], dt, owners, borrowed) for i, dt in enumerate(dtypes)]
             k += len(dtypes)
             results.append(_sparse_result(t, bufs))
         return results
@@ -190,6 +191,8 @@ def _identity(combine: str, dtype):
     low = combine in ("maximum", "fmax")
     if dtype.kind == "f":
         return -np.inf if low else np.inf
+    if dtype.kind == "b":   # bools: maximum is or, minimum is and
+        return not low
     info = np.iinfo(dtype)
     return info.min if low else info.max
 

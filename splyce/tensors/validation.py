@@ -19,7 +19,7 @@ from splyce.tensors.formats import Format
 __all__ = ["DTYPE_NAMES", "SUPPORTED_DTYPES", "NotCanonicalError", "check_dtype", "check_shape", "check_buffers", "validate"]
 
 # The value dtypes every stage supports (the lowering maps each to an MLIR element type): defined once here.
-DTYPE_NAMES = ("float64", "float32", "int64", "int32")
+DTYPE_NAMES = ("float64", "float32", "int64", "int32", "bool", "complex128", "complex64")
 SUPPORTED_DTYPES = tuple(np.dtype(t) for t in DTYPE_NAMES)
 
 

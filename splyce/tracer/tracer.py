@@ -83,7 +83,12 @@ class Tracer:
         return reduce_extremum(self, "min", axis, keepdims)
 
     def __neg__(self):
-        return multiply(self, -1)
+        return negative(self)
+
+    def conj(self):
+        return conjugate(self)
+
+    conjugate = conj
 
     def __add__(self, other):
         return add(self, other)
@@ -152,7 +157,7 @@ def resolve_format(out_format, sparse_default: bool, sparse_like: list[Format], 
 
 
 def contract(nodes: list[Node], inputs: list[str], output: str, *, scale=None, out_format=None,
-             op: str = "einsum", order: str | None = None) -> Tracer:
+             op: str = "einsum", order: str | None = None, dtype: str | None = None) -> Tracer:
     """The one constructor for contraction nodes: checks subscripts against shapes and infers the type."""
     if not 1 <= len(nodes) <= MAX_OPERANDS:
         raise TraceError(f"{op}: between 1 and {MAX_OPERANDS} operands are supported, got {len(nodes)}")
@@ -180,9 +185,12 @@ def contract(nodes: list[Node], inputs: list[str], output: str, *, scale=None, o
     elementwise = all(subs == output for subs in inputs) and (len(nodes) >= 2 or scale is not None)
     sparse_like = [n.type.format for n in nodes if n.type.is_sparse]
     fmt = resolve_format(out_format, elementwise and bool(sparse_like), sparse_like, len(output))
-    dtype = result_dtype(*[n.type.dtype for n in nodes])
-    if scale is not None and _scalar_dtype(scale) == "float64" and not dtype.startswith("float"):
-        dtype = "float64"   # NumPy 2 (NEP 50): a Python scalar is weak; it only turns ints into floats
+    dtype = dtype or result_dtype(*[n.type.dtype for n in nodes])
+    if scale is not None:   # NumPy 2 (NEP 50): a Python scalar is weak (it turns ints into floats, bools
+        _scalar_dtype(scale)   # into ints, reals into complex), never widens float32 / complex64
+        import numpy as np
+
+        dtype = np.result_type(np.dtype(dtype), scale).name
     shape = tuple(sizes[c] for c in output)
     if order is not None and (not isinstance(order, str) or sorted(order) != sorted(sizes)):
         raise TraceError(f"{op}: order must list each index of {','.join(inputs)}->{output} once "
@@ -206,9 +214,16 @@ def _fold_transpose(node: Node, subs: str) -> tuple[Node, str]:
 
 
 def _scalar_dtype(x) -> str:
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise TraceError(f"scalar factors must be real numbers, got {type(x).__name__}")
-    return "int64" if isinstance(x, numbers.Integral) else "float64"
+    if isinstance(x, bool) or not isinstance(x, numbers.Number):
+        raise TraceError(f"scalar factors must be numbers, got {type(x).__name__}")
+    if isinstance(x, numbers.Integral):
+        return "int64"
+    return "float64" if isinstance(x, numbers.Real) else "complex128"
+
+
+def refuse_dtype(op: str, dtype: str, why: str) -> None:
+    """The one error for an op NumPy does not define (or splyce does not support) on a value dtype."""
+    raise TypeError(f"{op}: not supported for {dtype} values ({why})")
 
 
 def _letters(n: int, skip: str = "") -> str:
@@ -252,20 +267,48 @@ def divide(a, b) -> Tracer:
         if b == 0:
             raise TraceError("divide: division by zero")
         na = _node(a, "divide")
-        dtype = na.type.dtype if na.type.dtype.startswith("float") else "float64"   # true division
+        if na.type.dtype == "bool":
+            refuse_dtype("divide", "bool", "divide a numeric array instead")
+        import numpy as np
+
+        source = na.type.dtype if na.type.dtype.startswith(("float", "complex")) else "float64"   # true division
+        dtype = np.result_type(np.dtype(source), b).name
         return Tracer(Node("map", (na,), (("div", b),), TensorType(na.type.shape, dtype, na.type.format)))
     raise TraceError("divide: only division by a nonzero scalar is supported (dividing by a sparse tensor "
                      "divides by its implicit zeros)")
 
 
 def absolute(a) -> Tracer:
+    """NumPy's ``abs``: the real magnitude of complex values (complex128 -> float64), the identity on bools."""
+    from splyce.lowering.scalars import real_dtype
+
     na = _node(a, "abs")
-    return Tracer(Node("map", (na,), (("abs",),), na.type))
+    t = na.type
+    return Tracer(Node("map", (na,), (("abs",),), TensorType(t.shape, real_dtype(t.dtype), t.format)))
+
+
+def negative(a) -> Tracer:
+    na = _node(a, "negative")
+    if na.type.dtype == "bool":
+        refuse_dtype("negative", "bool", "NumPy refuses it too: use ~ or logical_not")
+    if na.type.dtype.startswith("complex"):   # complex.neg: NumPy negates the parts (never inf * 0 = NaN)
+        return Tracer(Node("map", (na,), (("neg",),), na.type))
+    return multiply(a, -1)
+
+
+def conjugate(a) -> Tracer:
+    """The complex conjugate (zero-preserving); real values are returned unchanged, as NumPy's."""
+    na = _node(a, "conj")
+    if not na.type.dtype.startswith("complex"):
+        return Tracer(na)
+    return Tracer(Node("map", (na,), (("conj",),), na.type))
 
 
 def power(a, exponent) -> Tracer:
     """``a ** k`` for an integer ``k >= 1`` (zero-preserving, so sparse stays sparse)."""
     na = _node(a, "power")
+    if na.type.dtype == "bool":
+        refuse_dtype("power", "bool", "raise a numeric array instead")
     if isinstance(exponent, bool) or not isinstance(exponent, numbers.Integral):
         raise TraceError(f"power: only integer exponents are supported, got {exponent!r}")
     if exponent < 1:
@@ -301,6 +344,10 @@ def _combine(a, b, sign, op: str, out_format=None) -> Tracer:
     sparse_like = [n.type.format for n in (na, nb) if n.type.is_sparse]
     fmt = resolve_format(out_format, len(sparse_like) == 2, sparse_like, ndim)
     dtype = result_dtype(na.type.dtype, nb.type.dtype)
+    if op in ("maximum", "minimum"):
+        check_reducible(dtype, op)
+    if op == "subtract" and dtype == "bool":
+        refuse_dtype("subtract", "bool", "NumPy refuses it too: use ^ or logical_xor")
     return Tracer(Node("combine", (na, nb), (sign,), TensorType(na.type.shape, dtype, fmt)))
 
 
@@ -331,7 +378,8 @@ def sum_(a, axis=None, *, out_format=None) -> Tracer:
     norm = _axes(axis, ndim, "sum")
     subs = _letters(ndim)
     out = "".join(c for d, c in enumerate(subs) if d not in norm)
-    return contract([na], [subs], out, out_format=out_format, op="sum")
+    dtype = "int64" if na.type.dtype == "bool" else None   # NumPy sums bools as integers
+    return contract([na], [subs], out, out_format=out_format, op="sum", dtype=dtype)
 
 
 def reduce_extremum(a, kind: str, axis=None, keepdims=False) -> Tracer:
@@ -355,9 +403,9 @@ def reduce_extremum(a, kind: str, axis=None, keepdims=False) -> Tracer:
 
 
 def check_reducible(dtype: str, op: str) -> None:
-    """max / min need an order: complex values have none here (TypeError, as for maximum)."""
+    """max / min need an order: complex values have none here."""
     if dtype.startswith("complex"):
-        raise TypeError(f"{op}: not supported for {dtype} values (complex numbers are not ordered)")
+        refuse_dtype(op, dtype, "complex numbers are not ordered; compare abs(x) instead")
 
 
 def transpose(a, axes=None, *, out_format=None) -> Tracer:
