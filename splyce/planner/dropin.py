@@ -214,9 +214,9 @@ class OperandInfo:
     dtype: np.dtype | None = None
 
     @classmethod
-    def of(cls, x) -> "OperandInfo":
+    def of(cls, x, family: str | None = None) -> "OperandInfo":
         dtype = getattr(x, "dtype", None)
-        return cls(_family(x), tuple(np.shape(x)), None if dtype is None else np.dtype(dtype))
+        return cls(family or _family(x), tuple(np.shape(x)), None if dtype is None else np.dtype(dtype))
 
     @property
     def sparse(self) -> bool:
@@ -784,7 +784,7 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     threads = _threads(threads)
     family = _sparse_family(*operands)
     inputs, output = parse_einsum(subscripts, len(operands))
-    infos = [OperandInfo(f, tuple(np.shape(x))) for f, x in zip(families, operands)]
+    infos = [OperandInfo.of(x, f) for f, x in zip(families, operands)]
     formulation, roles = choose_einsum_formulation(inputs, output, infos, out_format)
     if formulation is Formulation.SPARSIFIER:
         out_format = "sparse"   # a result on the mask's positions, as the native masked products return
