@@ -341,14 +341,13 @@ def test_kernel_allocated_buffers_are_freed_exactly_once(monkeypatch):
     from splyce.runtime import calls as runtime
 
     freed = []
+    real = runtime.free_address
 
-    class CountingLibc:
-        def free(self, address):
-            freed.append(address)
-            real.free(address)
+    def counting_free(address):
+        freed.append(address)
+        real(address)
 
-    real = runtime._libc
-    monkeypatch.setattr(runtime, "_libc", CountingLibc())
+    monkeypatch.setattr(runtime, "free_address", counting_free)
     f = splyce.jit(lambda x, y: x * y, vectorize=False)
     a, b = _random_csr(30, 40, 0.3, 1), _random_csr(30, 40, 0.3, 2)
     result = f(a, b)                       # a CSR result: pos, crd and values allocated by the kernel

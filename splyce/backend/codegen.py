@@ -141,14 +141,22 @@ def _target_machine(target: Target, opt_level: int, jit: bool):
     return tm
 
 
-def optimize(llvm_ir: str, target: Target, options: CodegenOptions):
-    """Parse and optimize ``llvm_ir`` with LLVM's O``opt_level`` pipeline for ``target``."""
+def parse(llvm_ir: str, target: Target):
+    """Parse and verify ``llvm_ir`` as a module for ``target`` (triple and data layout set)."""
     llvm = _llvm()
     module = llvm.parse_assembly(llvm_ir)
     module.triple = target.triple
     module.verify()
+    module.data_layout = str(_target_machine(target, 3, jit=True).target_data)
+    return module
+
+
+def optimize(llvm_ir, target: Target, options: CodegenOptions):
+    """Optimize ``llvm_ir`` (text, or a module from ``parse``) with LLVM's O``opt_level`` pipeline for
+    ``target``."""
+    llvm = _llvm()
+    module = parse(llvm_ir, target) if isinstance(llvm_ir, str) else llvm_ir
     tm = _target_machine(target, options.opt_level, jit=True)
-    module.data_layout = str(tm.target_data)
     pto = llvm.create_pipeline_tuning_options(speed_level=options.opt_level)
     pto.slp_vectorization = options.slp_vectorize
     pto.loop_vectorization = options.loop_vectorize

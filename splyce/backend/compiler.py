@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from splyce.backend import codegen
+from splyce.backend import alloc_guard, codegen
 from splyce.lowering import pipeline
 from splyce.lowering.to_mlir import ENTRY, lower_trace
 from splyce.options import Options
@@ -64,6 +64,7 @@ class Lowering:
 
     def load(self) -> codegen.CompiledModule:
         start = time.perf_counter()
+        alloc_guard.install()   # the checked allocator the kernel's heap calls resolve to
         if self.object_code is not None:
             compiled = codegen.load_object(self.object_code, self.options.target)
         else:
@@ -135,10 +136,20 @@ def lower(trace: Trace, options: Options) -> Lowering:
     start = time.perf_counter()
     fast_lanes = any(d.vectorized for d in low.decisions)
     slp = options.slp if options.slp is not None else not fast_lanes
-    low._llvm_module, low._target_machine = codegen.optimize(
+    low._llvm_module, low._target_machine = optimize_kernel(
         llvm_ir, options.target, codegen.CodegenOptions(opt_level=3, slp_vectorize=slp))
     record("llvm", str(low._llvm_module), start)
     return low
+
+
+def optimize_kernel(llvm_ir: str, target, options: codegen.CodegenOptions):
+    """A kernel's LLVM IR (defining ``_mlir_ciface_kernel``) -> optimized module with the guarded entry
+    ``splyce_entry`` and checked heap calls (backend/alloc_guard.py), and its target machine."""
+    module = codegen.parse(llvm_ir, target)
+    alloc_guard.add_entry_wrapper(module)
+    module, tm = codegen.optimize(module, target, options)
+    alloc_guard.route_heap_calls(module)   # after O3, which still knew malloc / calloc / free for what they are
+    return module, tm
 
 
 def _split_outer_loop(low: Lowering, module) -> str:

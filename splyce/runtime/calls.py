@@ -1,10 +1,12 @@
 """Calling compiled kernels: MLIR memref descriptors over NumPy buffers, and results back to NumPy.
 
-The entry point is MLIR's C interface (``_mlir_ciface_<name>``): every argument is a pointer to a memref
-descriptor ``{allocated, aligned, offset, sizes[rank], strides[rank]}``, and results are written through a
-pointer passed first. Input descriptors point at the caller's own buffers (no copies). Buffers that the kernel
-allocates (sparse outputs) become NumPy arrays without copying; each allocation is freed exactly once, with
-the C library's ``free`` (the kernel allocated it with ``malloc``), when no array uses it any more.
+The entry point is ``splyce_entry``, which takes MLIR's C interface arguments (``_mlir_ciface_kernel``'s):
+every argument is a pointer to a memref descriptor ``{allocated, aligned, offset, sizes[rank],
+strides[rank]}``, and results are written through a pointer passed first; it returns nonzero when an
+allocation inside the kernel failed (backend/alloc_guard.py), and we raise ``AllocationFailed``. Input
+descriptors point at the caller's own buffers (no copies). Buffers that the kernel allocates (sparse outputs)
+become NumPy arrays without copying; each allocation is freed exactly once, with the guard's ``free`` (the
+kernel allocated it with the guard's ``malloc``), when no array uses it any more.
 """
 
 from __future__ import annotations
@@ -15,11 +17,16 @@ import functools
 
 import numpy as np
 
+from splyce.backend.alloc_guard import free_address
 from splyce.backend.array_objects import address as _address
 
-_libc = ctypes.CDLL(None)
-_libc.free.argtypes = [ctypes.c_void_p]
-_libc.free.restype = None
+
+class AllocationFailed(MemoryError):
+    """An allocation inside a kernel returned NULL; the kernel stopped and freed what it had allocated."""
+
+    def __init__(self, nbytes: int):
+        super().__init__(f"an allocation of {nbytes} bytes inside the kernel failed")
+        self.nbytes = nbytes
 
 
 @functools.cache
@@ -70,7 +77,7 @@ class _Allocation:
 
     def __del__(self):
         if self.address:
-            _libc.free(self.address)
+            free_address(self.address)
             self.address = 0
 
 
@@ -117,7 +124,7 @@ class KernelCall:
         # ``n_indices`` trailing ``index`` arguments (the outer loop's lo, hi). A CFUNCTYPE call releases the
         # GIL, so several threads can run the kernel at once.
         argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int64] * n_indices
-        self._fn = ctypes.CFUNCTYPE(None, *argtypes)(address)
+        self._fn = ctypes.CFUNCTYPE(ctypes.c_int64, *argtypes)(address)
         if len(result_ranks) == 1:
             self._result_cls = descriptor_class(result_ranks[0])
         elif result_ranks:
@@ -131,7 +138,8 @@ class KernelCall:
 
     def call_chunks(self, arrays, chunks: list[tuple[int, ...]], pool=None) -> list[list[ctypes.Structure]]:
         """Run the kernel once per entry of ``chunks`` (its trailing index arguments), the first in this
-        thread and the others on ``pool``, concurrently; returns each call's result descriptors."""
+        thread and the others on ``pool``, concurrently; returns each call's result descriptors. Raises
+        ``AllocationFailed`` once every call has returned if an allocation failed in any of them."""
         return self.call_each([arrays] * len(chunks), chunks, pool)
 
     def call_each(self, arrays_per_chunk, chunks: list[tuple[int, ...]], pool=None) -> list[list[ctypes.Structure]]:
@@ -143,20 +151,24 @@ class KernelCall:
                 packed[id(arrays)] = pack_descriptors(arrays)
             pointers.append(packed[id(arrays)][1])
         if len(chunks) == 1 or pool is None:
-            return [self._call_one(p, c) for p, c in zip(pointers, chunks)]
-        futures = [pool.submit(self._call_one, p, c) for p, c in zip(pointers[1:], chunks[1:])]
-        first = self._call_one(pointers[0], chunks[0])
-        return [first] + [f.result() for f in futures]
+            calls = [self._call_one(p, c) for p, c in zip(pointers, chunks)]
+        else:
+            futures = [pool.submit(self._call_one, p, c) for p, c in zip(pointers[1:], chunks[1:])]
+            first = self._call_one(pointers[0], chunks[0])
+            calls = [first] + [f.result() for f in futures]
+        failed = [status - 1 for status, _ in calls if status]
+        if failed:
+            raise AllocationFailed(max(failed))
+        return [descs for _, descs in calls]
 
-    def _call_one(self, pointers, indices) -> list[ctypes.Structure]:
+    def _call_one(self, pointers, indices) -> tuple[int, list[ctypes.Structure]]:
         if self._result_cls is None:
-            self._fn(*pointers, *indices)
-            return []
+            return self._fn(*pointers, *indices), []
         result = self._result_cls()
-        self._fn(ctypes.addressof(result), *pointers, *indices)
+        status = self._fn(ctypes.addressof(result), *pointers, *indices)
         if len(self.result_ranks) == 1:
-            return [result]
-        return [getattr(result, f"r{i}") for i in range(len(self.result_ranks))]
+            return status, [result]
+        return status, [getattr(result, f"r{i}") for i in range(len(self.result_ranks))]
 
 
 def take_buffer_nd(desc: ctypes.Structure, dtype: np.dtype, shape: tuple[int, ...], owners: dict) -> np.ndarray:

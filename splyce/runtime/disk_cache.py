@@ -85,6 +85,7 @@ CODEGEN_SOURCES = (
     "passes/*.py",
     "backend/compiler.py",
     "backend/codegen.py",
+    "backend/alloc_guard.py",        # the guarded entry and the heap functions kernels call
     "runtime/arguments.py",          # the entry point's buffer layout
     "runtime/disk_cache.py",         # the entry layout
 )

@@ -64,12 +64,12 @@ class Kernel:
         self.plan = plan
         self.trace = lowering.trace
         self._compiled = lowering.load()
-        from splyce.lowering.to_mlir import ENTRY
+        from splyce.backend.alloc_guard import GUARDED_ENTRY
 
         dense_out = [o for o in self.trace.outputs if not o.type.is_sparse]
         input_ranks = tuple(_input_ranks(self.trace.inputs)) + tuple(o.type.ndim for o in dense_out)
         self._call = calls.KernelCall(
-            self._compiled.function_address("_mlir_ciface_" + ENTRY), input_ranks, lowering.result_ranks,
+            self._compiled.function_address(GUARDED_ENTRY), input_ranks, lowering.result_ranks,
             n_indices=2 if lowering.outer_extent is not None else 0)
 
     @property
@@ -90,13 +90,16 @@ class Kernel:
                     dense_outputs[out] = np.zeros(out.type.shape, dtype=out.type.dtype)
         buffers.extend(dense_outputs.values())
         extent = self.lowering.outer_extent
-        if extent is None:
-            return self._results(self._call(buffers), dense_outputs, buffers)
-        chunks = _outer_chunks(extent, self.lowering.options.threads, self.trace.inputs, values)
-        if not self.lowering.outer_reductions or len(chunks) == 1:
-            descs = self._call.call_chunks(buffers, chunks, _pool(len(chunks)))[0]
-            return self._results(descs, dense_outputs, buffers)
-        return self._run_reduced_chunks(buffers, dense_outputs, chunks)
+        try:
+            if extent is None:
+                return self._results(self._call(buffers), dense_outputs, buffers)
+            chunks = _outer_chunks(extent, self.lowering.options.threads, self.trace.inputs, values)
+            if not self.lowering.outer_reductions or len(chunks) == 1:
+                descs = self._call.call_chunks(buffers, chunks, _pool(len(chunks)))[0]
+                return self._results(descs, dense_outputs, buffers)
+            return self._run_reduced_chunks(buffers, dense_outputs, chunks)
+        except calls.AllocationFailed as failure:
+            raise MemoryError(self._allocation_message(failure.nbytes)) from None
 
     def _run_reduced_chunks(self, buffers: list, dense_outputs: dict, chunks) -> list:
         """Chunks of a loop that reduces into rank-0 outputs (passes/parallel.py): every chunk but the first
@@ -125,6 +128,16 @@ class Kernel:
                         _COMBINE[combine_at[out]](total, partial[i], out=total)
                 combined[i] = total[()]
         return combined
+
+    def _allocation_message(self, nbytes: int) -> str:
+        from splyce.planner.memory import budget_bytes, format_bytes
+        from splyce.planner.plan import _describe
+
+        asked = "more than 2**63 bytes" if nbytes >= 2**63 - 2 else f"{nbytes} bytes ({format_bytes(nbytes)})"
+        ops = "; ".join(_describe(o) for o in self.trace.outputs)
+        return (f"splyce: the kernel computing {ops} could not allocate {asked}: the system is out of memory "
+                f"(the plan's estimate fitted the budget of {format_bytes(budget_bytes())}). Everything the "
+                "kernel had allocated was freed; the inputs are unchanged.")
 
     def _results(self, descs, dense_outputs, buffers):
         results = []

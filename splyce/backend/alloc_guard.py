@@ -1,0 +1,355 @@
+"""Failed allocations in generated code become ``MemoryError``, not a write through NULL.
+
+MLIR lowers ``memref.alloc`` to ``malloc`` (and LLVM's O3 turns some into ``calloc``) without checking the
+result. After LLVM has optimized a kernel (so it still knows these are the C allocator's functions: it
+elides, merges and zero-fills them as usual), ``route_heap_calls`` renames its calls to our checked versions
+(``__splyce_malloc`` ...), which MCJIT resolves to the functions of a small helper module compiled once per
+process. ``add_entry_wrapper`` gives every kernel one more entry point, ``splyce_entry``: it takes the same
+arguments as ``_mlir_ciface_kernel``, calls ``_setjmp`` once, then calls the kernel (never inlined into the
+wrapper, so the kernel's code is the same as without the guard). An allocation that fails inside the call
+``longjmp``s back to the wrapper, which frees every block the call had allocated and returns the size that
+failed; the runtime raises ``MemoryError``. The cost: one ``_setjmp`` and two ``pthread_setspecific`` per
+call, and a 16-byte header per allocation (two pointers: the blocks of a running call form a list).
+
+Threads: the runtime runs a split kernel's chunks by calling ``splyce_entry`` once per chunk, each on its
+own thread. The current call's context (its ``jmp_buf`` and block list) is found through a pthread key, so
+a failing allocation jumps back only to the wrapper frame of its own thread, which is live: no ``longjmp``
+ever crosses threads. The other chunks finish normally; the runtime raises once all have returned.
+
+Blocks still live when the kernel returns are its results (or buffers it never freed, as before): they are
+detached from the list and are freed by the runtime with ``free_address`` (never libc ``free``: the pointer
+handed out is 16 bytes past the block's start).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+GUARDED_ENTRY = "splyce_entry"
+KERNEL_ENTRY = "_mlir_ciface_kernel"
+_PREFIX = "__splyce_"
+# The C heap functions generated code may call, renamed to our checked versions after optimization.
+HEAP_FUNCTIONS = ("malloc", "calloc", "realloc", "free")
+# Functions that allocate or free heap memory that we do not route: a kernel calling one is refused.
+_UNROUTED = ("aligned_alloc", "posix_memalign", "memalign", "valloc", "pvalloc", "reallocarray", "strdup",
+             "strndup", "_Znwm", "_Znam", "_ZdlPv", "_ZdaPv")
+
+# Context of a running call, an alloca in the wrapper's frame: jmp_buf (glibc's is 200 bytes on x86-64
+# and 312 on AArch64), the first block of the call's list, the size that failed, the previous context.
+_JMPBUF_BYTES = 512
+_CONTEXT_BYTES = _JMPBUF_BYTES + 32
+_HEAD, _FAILED, _PREVIOUS = _JMPBUF_BYTES, _JMPBUF_BYTES + 8, _JMPBUF_BYTES + 16
+_HEADER = 16   # block header: next block, address of the pointer that points at this block (null: detached)
+
+_lock = threading.Lock()
+_installed = None
+
+
+def _walk_blocks(body: str) -> str:
+    """IR running ``body`` on each block ``%h`` of the list of context ``%ctx`` (``%next`` is loaded before
+    ``body`` runs, so ``body`` may free ``%h``); ends in block ``exit``."""
+    return f"""entry:
+  %head = getelementptr i8, ptr %ctx, i64 {_HEAD}
+  %first = load ptr, ptr %head
+  br label %loop
+loop:
+  %h = phi ptr [ %first, %entry ], [ %next, %body ]
+  %done = icmp eq ptr %h, null
+  br i1 %done, label %exit, label %body
+body:
+  %next = load ptr, ptr %h
+{body}
+  br label %loop
+exit:"""
+
+
+def _helper_ir(key: int) -> str:
+    """The checked allocator and the wrapper's enter / leave / fail steps, for pthread key ``key``."""
+    detach_each = _walk_blocks("  %pprev = getelementptr i8, ptr %h, i64 8\n  store ptr null, ptr %pprev")
+    free_each = _walk_blocks("  call void @free(ptr %h)")
+    return f"""
+declare ptr @malloc(i64)
+declare ptr @calloc(i64, i64)
+declare ptr @realloc(ptr, i64)
+declare void @free(ptr)
+declare ptr @pthread_getspecific(i32)
+declare i32 @pthread_setspecific(i32, ptr)
+declare void @longjmp(ptr, i32) noreturn
+declare {{ i64, i1 }} @llvm.umul.with.overflow.i64(i64, i64)
+
+define void @{_PREFIX}guard_enter(ptr %ctx) {{
+  %prev = call ptr @pthread_getspecific(i32 {key})
+  %head = getelementptr i8, ptr %ctx, i64 {_HEAD}
+  store ptr null, ptr %head
+  %failed = getelementptr i8, ptr %ctx, i64 {_FAILED}
+  store i64 0, ptr %failed
+  %prevp = getelementptr i8, ptr %ctx, i64 {_PREVIOUS}
+  store ptr %prev, ptr %prevp
+  %r = call i32 @pthread_setspecific(i32 {key}, ptr %ctx)
+  ret void
+}}
+
+; success: the blocks still live belong to the results now; detach them from the list
+define void @{_PREFIX}guard_leave(ptr %ctx) {{
+{detach_each}
+  call void @{_PREFIX}restore(ptr %ctx)
+  ret void
+}}
+
+; after the longjmp: free every block the call allocated; returns 1 + the size that failed
+define i64 @{_PREFIX}guard_fail(ptr %ctx) {{
+{free_each}
+  call void @{_PREFIX}restore(ptr %ctx)
+  %failedp = getelementptr i8, ptr %ctx, i64 {_FAILED}
+  %failed = load i64, ptr %failedp
+  %small = icmp ult i64 %failed, 9223372036854775807
+  %capped = select i1 %small, i64 %failed, i64 9223372036854775806
+  %status = add i64 %capped, 1
+  ret i64 %status
+}}
+
+define internal void @{_PREFIX}restore(ptr %ctx) {{
+  %prevp = getelementptr i8, ptr %ctx, i64 {_PREVIOUS}
+  %prev = load ptr, ptr %prevp
+  %r = call i32 @pthread_setspecific(i32 {key}, ptr %prev)
+  ret void
+}}
+
+; no context (called outside splyce_entry): hand back NULL as the C allocator would
+define internal ptr @{_PREFIX}fail(i64 %size) cold noinline {{
+  %ctx = call ptr @pthread_getspecific(i32 {key})
+  %none = icmp eq ptr %ctx, null
+  br i1 %none, label %null, label %jump
+null:
+  ret ptr null
+jump:
+  %failed = getelementptr i8, ptr %ctx, i64 {_FAILED}
+  store i64 %size, ptr %failed
+  call void @longjmp(ptr %ctx, i32 1)
+  unreachable
+}}
+
+; link block %h at the head of the current call's list (detached when there is no call)
+define internal ptr @{_PREFIX}track(ptr %h) {{
+  %ctx = call ptr @pthread_getspecific(i32 {key})
+  %pprev = getelementptr i8, ptr %h, i64 8
+  %none = icmp eq ptr %ctx, null
+  br i1 %none, label %detached, label %linked
+detached:
+  store ptr null, ptr %h
+  store ptr null, ptr %pprev
+  br label %out
+linked:
+  %head = getelementptr i8, ptr %ctx, i64 {_HEAD}
+  %first = load ptr, ptr %head
+  store ptr %first, ptr %h
+  store ptr %head, ptr %pprev
+  %some = icmp ne ptr %first, null
+  br i1 %some, label %relink, label %store_head
+relink:
+  %first_pprev = getelementptr i8, ptr %first, i64 8
+  store ptr %h, ptr %first_pprev
+  br label %store_head
+store_head:
+  store ptr %h, ptr %head
+  br label %out
+out:
+  %user = getelementptr i8, ptr %h, i64 {_HEADER}
+  ret ptr %user
+}}
+
+define ptr @{_PREFIX}malloc(i64 %size) {{
+  %big = icmp ugt i64 %size, -{_HEADER + 1}
+  br i1 %big, label %failed, label %try
+try:
+  %total = add i64 %size, {_HEADER}
+  %h = call ptr @malloc(i64 %total)
+  %null = icmp eq ptr %h, null
+  br i1 %null, label %failed, label %ok
+ok:
+  %p = call ptr @{_PREFIX}track(ptr %h)
+  ret ptr %p
+failed:
+  %r = call ptr @{_PREFIX}fail(i64 %size)
+  ret ptr %r
+}}
+
+define ptr @{_PREFIX}calloc(i64 %count, i64 %size) {{
+  %mul = call {{ i64, i1 }} @llvm.umul.with.overflow.i64(i64 %count, i64 %size)
+  %bytes = extractvalue {{ i64, i1 }} %mul, 0
+  %overflow = extractvalue {{ i64, i1 }} %mul, 1
+  %big = icmp ugt i64 %bytes, -{_HEADER + 1}
+  %bad = or i1 %overflow, %big
+  br i1 %bad, label %failed, label %try
+try:
+  %total = add i64 %bytes, {_HEADER}
+  %h = call ptr @calloc(i64 1, i64 %total)
+  %null = icmp eq ptr %h, null
+  br i1 %null, label %failed, label %ok
+ok:
+  %p = call ptr @{_PREFIX}track(ptr %h)
+  ret ptr %p
+failed:
+  %asked = select i1 %overflow, i64 -1, i64 %bytes
+  %r = call ptr @{_PREFIX}fail(i64 %asked)
+  ret ptr %r
+}}
+
+define ptr @{_PREFIX}realloc(ptr %p, i64 %size) {{
+entry:
+  %fresh = icmp eq ptr %p, null
+  br i1 %fresh, label %as_malloc, label %check
+as_malloc:
+  %m = call ptr @{_PREFIX}malloc(i64 %size)
+  ret ptr %m
+check:
+  %big = icmp ugt i64 %size, -{_HEADER + 1}
+  br i1 %big, label %failed, label %try
+try:
+  %h = getelementptr i8, ptr %p, i64 -{_HEADER}
+  %total = add i64 %size, {_HEADER}
+  %h2 = call ptr @realloc(ptr %h, i64 %total)
+  %null = icmp eq ptr %h2, null
+  br i1 %null, label %failed, label %moved
+moved:
+  ; the header moved with the block: make the list point at its new address
+  %pprevp = getelementptr i8, ptr %h2, i64 8
+  %pprev = load ptr, ptr %pprevp
+  %linked = icmp ne ptr %pprev, null
+  br i1 %linked, label %relink, label %ok
+relink:
+  store ptr %h2, ptr %pprev
+  %next = load ptr, ptr %h2
+  %has_next = icmp ne ptr %next, null
+  br i1 %has_next, label %relink_next, label %ok
+relink_next:
+  %next_pprev = getelementptr i8, ptr %next, i64 8
+  store ptr %h2, ptr %next_pprev
+  br label %ok
+ok:
+  %user = getelementptr i8, ptr %h2, i64 {_HEADER}
+  ret ptr %user
+failed:
+  ; the old block is still valid and still in the list: the fail path frees it
+  %r = call ptr @{_PREFIX}fail(i64 %size)
+  ret ptr %r
+}}
+
+define void @{_PREFIX}free(ptr %p) {{
+entry:
+  %none = icmp eq ptr %p, null
+  br i1 %none, label %out, label %unlink
+unlink:
+  %h = getelementptr i8, ptr %p, i64 -{_HEADER}
+  %next = load ptr, ptr %h
+  %pprevp = getelementptr i8, ptr %h, i64 8
+  %pprev = load ptr, ptr %pprevp
+  %linked = icmp ne ptr %pprev, null
+  br i1 %linked, label %relink, label %release
+relink:
+  store ptr %next, ptr %pprev
+  %has_next = icmp ne ptr %next, null
+  br i1 %has_next, label %relink_next, label %release
+relink_next:
+  %next_pprev = getelementptr i8, ptr %next, i64 8
+  store ptr %pprev, ptr %next_pprev
+  br label %release
+release:
+  call void @free(ptr %h)
+  br label %out
+out:
+  ret void
+}}
+"""
+
+
+_EXPORTED = tuple(f"{_PREFIX}{name}" for name in HEAP_FUNCTIONS + ("guard_enter", "guard_leave", "guard_fail"))
+
+
+class _Installed:
+    def __init__(self, compiled, key: int):
+        self.compiled = compiled   # keeps the helper's machine code alive
+        self.key = key
+        self.free = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(compiled.function_address(f"{_PREFIX}free"))
+
+
+def install() -> _Installed:
+    """Compile the helper once per process and make its functions resolvable by every kernel MCJIT loads
+    afterwards (``llvmlite.binding.add_symbol``). Idempotent; call before loading a guarded kernel."""
+    global _installed
+    with _lock:
+        if _installed is None:
+            import llvmlite.binding as llvm
+
+            from splyce.backend import codegen
+
+            libc = ctypes.CDLL(None)
+            key = ctypes.c_uint()
+            if libc.pthread_key_create(ctypes.byref(key), None) != 0:
+                raise RuntimeError("splyce: pthread_key_create failed (no thread-specific key left)")
+            target = codegen.host_target()
+            module, tm = codegen.optimize(_helper_ir(key.value), target, codegen.CodegenOptions(opt_level=2))
+            compiled = codegen.load(module, tm, target)
+            for name in _EXPORTED:
+                llvm.add_symbol(name, compiled.function_address(name))
+            _installed = _Installed(compiled, key.value)
+        return _installed
+
+
+def free_address(address: int) -> None:
+    """Free a block a guarded kernel allocated and returned (a result buffer)."""
+    install().free(address)
+
+
+def add_entry_wrapper(module) -> None:
+    """Add ``splyce_entry`` to an (unoptimized) llvmlite kernel module: ``_setjmp`` once, then the kernel.
+    Returns 0, or 1 + the byte count of the allocation that failed (everything the call allocated is freed
+    by then)."""
+    import llvmlite.binding as llvm
+
+    kernel = module.get_function(KERNEL_ENTRY)
+    types = [str(a.type) for a in kernel.arguments]
+    params = ", ".join(f"{t} %a{i}" for i, t in enumerate(types))   # passed through as they come
+    wrapper = f"""
+declare void @{KERNEL_ENTRY}({", ".join(types)})
+declare void @{_PREFIX}guard_enter(ptr)
+declare void @{_PREFIX}guard_leave(ptr)
+declare i64 @{_PREFIX}guard_fail(ptr)
+declare i32 @_setjmp(ptr) #0
+
+define i64 @{GUARDED_ENTRY}({params}) {{
+entry:
+  %ctx = alloca [{_CONTEXT_BYTES} x i8], align 16
+  call void @{_PREFIX}guard_enter(ptr %ctx)
+  %jumped = call i32 @_setjmp(ptr %ctx) #0
+  %first = icmp eq i32 %jumped, 0
+  br i1 %first, label %run, label %failed
+run:
+  call void @{KERNEL_ENTRY}({params}) #1
+  call void @{_PREFIX}guard_leave(ptr %ctx)
+  ret i64 0
+failed:
+  %status = call i64 @{_PREFIX}guard_fail(ptr %ctx)
+  ret i64 %status
+}}
+
+attributes #0 = {{ returns_twice }}
+attributes #1 = {{ noinline }}
+"""
+    extra = llvm.parse_assembly(wrapper)
+    extra.triple = module.triple
+    extra.data_layout = module.data_layout
+    module.link_in(extra)
+
+
+def route_heap_calls(module) -> None:
+    """Rename the C heap functions an optimized kernel module calls to our checked versions (in place)."""
+    for fn in module.functions:
+        if not fn.is_declaration:
+            continue
+        if fn.name in HEAP_FUNCTIONS:
+            fn.name = _PREFIX + fn.name
+        elif fn.name in _UNROUTED:
+            raise RuntimeError(f"internal error: a kernel calls {fn.name}, which the allocation guard does not "
+                               "check; add it to splyce.backend.alloc_guard")
