@@ -31,11 +31,32 @@ SCRIPT = textwrap.dedent('''
         "triangles": (lambda a, b: ((a @ b) * a).sum(), lambda A, B: ((A @ B) * A).sum()),
         "einsum3": (lambda a, b: splyce.einsum("ij,jk,ik->i", a, b, a), lambda A, B: np.einsum("ij,jk,ik->i", A, B, A)),
     }
+    # max / min reductions and the bool / complex value types (refusals: bool negation, complex ordering)
+    NEW_OPS = {
+        "max axis": (lambda a, b: a.max(axis=1), lambda A, B: A.max(axis=1)),
+        "min keepdims": (lambda a, b: a.min(axis=0, keepdims=True), lambda A, B: A.min(axis=0, keepdims=True)),
+        "max of product": (lambda a, b: (a * b).max(), lambda A, B: (A * B).max()),
+        "sum axis": (lambda a, b: a.sum(axis=0), lambda A, B: A.sum(axis=0)),
+        "matmul": (lambda a, b: a @ b, lambda A, B: A @ B),
+        "matmul sparse": (lambda a, b: splyce.matmul(a, b, out_format="sparse"), lambda A, B: A @ B),
+        "abs add": (lambda a, b: abs(a) + abs(b), lambda A, B: np.abs(A) + np.abs(B)),
+        "conj negative": (lambda a, b: -(a.conj()) * b, lambda A, B: -(A.conj()) * B),
+    }
+    NEW_PAIRS = [("csr", "csr"), ("csc", "csr"), ("coo", "dcsr"), ("dense", "csr")]
     dtypes = sys.argv[1].split(",")
+    if sys.argv[2] == "new":
+        OPS, PAIRS = NEW_OPS, NEW_PAIRS
     rng = np.random.default_rng(0)
+
+    def values(dtype):
+        mask = rng.random((7, 7)) < 0.4
+        if dtype == "bool":
+            return mask
+        x = rng.uniform(-3, 3, (7, 7)) + (1j * rng.uniform(-3, 3, (7, 7)) if dtype.startswith("complex") else 0)
+        return (x * mask).astype(dtype)
+
     for dtype in dtypes:
-        A = (rng.uniform(-3, 3, (7, 7)) * (rng.random((7, 7)) < 0.4)).astype(dtype)
-        B = (rng.uniform(-3, 3, (7, 7)) * (rng.random((7, 7)) < 0.4)).astype(dtype)
+        A, B = values(dtype), values(dtype)
         for (fa, fb) in PAIRS:
             a = A if FORMATS[fa] is None else splyce.asarray(A, FORMATS[fa])
             b = B if FORMATS[fb] is None else splyce.asarray(B, FORMATS[fb])
@@ -50,16 +71,17 @@ SCRIPT = textwrap.dedent('''
                 got = out.toarray() if hasattr(out, "toarray") else (out.to_numpy() if hasattr(out, "to_numpy")
                                                                       else np.asarray(out))
                 want = ref(A, B)
-                ok = got.shape == np.shape(want) and np.allclose(got, want, rtol=1e-4, atol=1e-4)
+                ok = got.shape == np.shape(want) and np.allclose(np.asarray(got, dtype=complex),
+                                                                  np.asarray(want, dtype=complex), rtol=1e-4, atol=1e-4)
                 print(json.dumps({"case": case, "status": "ok" if ok else "wrong", "got": str(got)[:200],
                                   "want": str(want)[:200]}), flush=True)
 ''')
 
 
-def _run(dtypes: str):
+def _run(dtypes: str, table: str = "core"):
     env = dict(os.environ)
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, dtypes], capture_output=True, text=True, env=env,
-                          timeout=900)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, dtypes, table], capture_output=True, text=True,
+                          env=env, timeout=900)
     assert proc.returncode == 0, (f"the child process died (status {proc.returncode}, a negative status is a "
                                   f"signal) after:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -75,3 +97,20 @@ def test_every_op_format_dtype_combination_runs_or_raises_clearly():
         assert r["message"] and "internal error" not in r["message"] and "MLIR" not in r["message"], r
     # the common products work in every format pair
     assert not [r for r in errors if r["case"].split()[0] in ("multiply", "add", "triangles")], errors[:3]
+
+
+def test_reductions_and_value_types_run_or_raise_clearly():
+    rows = _run("bool,complex128,int64", "new")
+    assert len(rows) == 3 * 4 * 8
+    wrong = [r for r in rows if r["status"] == "wrong"]
+    assert not wrong, wrong[:3]
+    errors = [r for r in rows if r["status"] == "error"]
+    for r in errors:
+        assert r["message"] and "internal error" not in r["message"] and "MLIR" not in r["message"], r
+    # the only refusals: complex values have no order, bools no negation (TypeErrors naming op and dtype)
+    for r in errors:
+        name, dtype = r["case"].rsplit(" ", 2)[0], r["case"].split()[-1]
+        expected = (dtype == "complex128" and name.startswith(("max", "min"))) or \
+            (dtype == "bool" and name == "conj negative")
+        assert expected and r["type"] == "TypeError" and dtype in r["message"], r
+    assert len(errors) == 3 * 4 + 4
