@@ -49,10 +49,12 @@ def test_sparse_output_lane_ir():
         re.compile(r"vector\.load %\w+\[%\w+\] : memref<\?xi32>, vector<4xi32>"),   # B's coordinates
         re.compile(r"vector\.load %\w+\[%\w+\] : memref<\?xi32>, vector<4xi32>"),   # C's coordinates
         "vector.shuffle",                                              # all-pairs compare by rotation
-        "arith.addf",                                                  # the both-branch's value
-        # the row's first entry sets positions[i]; then each side's entries at size + rank, unmasked
-        re.compile(r"memref\.store %\w+, %\w+\[%\w+\] : memref<\?xi32>"),
-        "vector.scatter", "vector.scatter", "vector.scatter", "vector.scatter",
+        re.compile(r"memref\.store %\w+, %\w+\[%\w+\] : memref<\?xi32>"),   # positions[i] on the row's first
+        # the same coordinates on both sides, lane by lane: n "both" entries stored contiguously
+        re.compile(r"vector\.reduction <and>, %\w+ : vector<4xi1> into i1"),
+        "scf.if", "arith.addf", "vector.store", "vector.store",
+        # else the general merge: each side's entries at size + place, unmasked
+        "} else {", "arith.addf", "vector.scatter", "vector.scatter", "vector.scatter", "vector.scatter",
         re.compile(r"memref\.store %\w+, %\w+\[%\w+\] : memref<\?xi32>"),   # positions[i + 1]
         "llvm.insertvalue", "llvm.insertvalue",                        # the coordinate and value sizes
         "} attributes {splyce.fast_lane}",
@@ -78,7 +80,7 @@ dtype, width = sys.argv[1], int(sys.argv[2])
 rng = np.random.default_rng(width + len(dtype))
 rows, cols = 14, 240
 specials = np.array([np.inf, -np.inf, np.nan, -0.0, 5e-324], dtype)
-ops, dense = [], []
+ops, dense, ops_masks = [], [], []
 for k, density in enumerate((0.3, 0.1)):
     mask = rng.random((rows, cols)) < density
     mask[0] = False                       # an empty row on both sides
@@ -86,6 +88,9 @@ for k, density in enumerate((0.3, 0.1)):
     mask[2, :] = True                     # full against full: every lane matched
     mask[3] = False; mask[3, 5 * k::7] = True   # interleaved, no coordinate in common
     mask[4] = False                       # rows 4-5: the output's first entries come from a later row
+    if k == 1:
+        mask[6] = ops_masks[0][6]         # the same coordinates on both sides (not all): the equal-lanes path
+    ops_masks.append(mask)
     rr, cc = np.nonzero(mask)
     values = rng.uniform(-2, 2, len(rr)).astype(dtype)
     pick = rng.random(len(rr)) < 0.1

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from mlir import ir
 from mlir.dialects import arith, llvm, memref, scf, vector
 
@@ -196,31 +198,78 @@ class UnionInsertBuilder:
         head = u.head
         pb, pc = (args[p] for p in head.cursor_pos)
         st = step_masks(head, n, pb, pc)
+        idx_t = ir.IndexType.get()
+        i64 = ir.IntegerType.get_signless(64)
+        pos_at, crd_at, val_at, sizes_at = u.carried
+        positions, crds, vals, sizes = (args[p] for p in u.carried)
+        crd_size = arith.index_cast(idx_t, llvm.extractvalue(i64, sizes, CRD_SIZE))
+        val_size = arith.index_cast(idx_t, llvm.extractvalue(i64, sizes, VAL_SIZE))
+        # the row's first entry sets positions[i] (the insertion's test: positions[i] < positions[i + 1])
+        pt = ir.MemRefType(positions.type).element_type
+        row = u.row
+        row_next = arith.addi(row, _index(1))
+        start = memref.load(positions, [row])
+        first = arith.cmpi(CMPI_UGE, start, memref.load(positions, [row_next]))
+        memref.store(arith.select(first, arith.index_cast(pt, crd_size), start), positions, [row])
+
+        # Both sides' next n coordinates equal lane by lane (operands sharing their structure, A + A.T of a
+        # symmetric A): n "both" entries, stored contiguously; a well-predicted branch either way.
+        same = vector.reduction(ir.IntegerType.get_signless(1), vector.CombiningKind.AND, st["masks_b"][0])
+        step = scf.IfOp(same, [idx_t, idx_t, idx_t], has_else=True)
+        with ir.InsertionPoint(step.then_block):
+            c_n = _index(n)
+            value = self._values(u.both, self._loader({}, pb, pc, st, rotate=False), st)
+            ct = ir.MemRefType(crds.type).element_type
+            vector.store(arith.index_cast(_vtype(n, ct), _apply_chain(head.cast_chain, st["vb"], n)[-1]),
+                         crds, [crd_size])
+            vector.store(value, vals, [val_size])
+            scf.yield_([c_n, c_n, c_n])
+        with ir.InsertionPoint(step.else_block):
+            scf.yield_(list(self._merge(st, pb, pc, crds, vals, crd_size, val_size)))
+        adv_b, adv_c, entries = step.results
+
+        new_crd_size = arith.addi(crd_size, entries)
+        memref.store(arith.index_cast(pt, new_crd_size), positions, [row_next])
+        sizes = llvm.insertvalue(sizes, arith.index_cast(i64, new_crd_size), CRD_SIZE)
+        sizes = llvm.insertvalue(sizes, arith.index_cast(i64, arith.addi(val_size, entries)), VAL_SIZE)
+        if self.profile_counters is not None:
+            FastLaneBuilder._count(self.profile_counters, 0, arith.addi(adv_b, adv_c))
+        out = list(args)
+        out[head.cursor_pos[0]] = arith.addi(pb, adv_b)
+        out[head.cursor_pos[1]] = arith.addi(pc, adv_c)
+        out[sizes_at] = sizes
+        return out
+
+    def _loader(self, cache, pb, pc, st, rotate: bool):
+        """A lane-load callback: the n values of a side at its cursor (loaded once per region); C's, with
+        ``rotate``, moved to their B partner's lane."""
+        n = self.n
+
+        def load(mem, side):
+            key = (mem, side)
+            if key not in cache:
+                et = ir.MemRefType(mem.type).element_type
+                cache[key] = vector.load(_vtype(n, et), mem, [pb if side == 0 else pc])
+            vm = cache[key]
+            if side == 1 and rotate:
+                sel = vm
+                for r in range(1, n):
+                    sel = arith.select(st["masks_b"][r], st["rot"](vm, r), sel)
+                vm = sel
+            return vm
+        return load
+
+    def _merge(self, st, pb, pc, crds, vals, crd_size, val_size):
+        """The general step: each lane's value and place among the step's entries, stored; returns (B's
+        advance, C's advance, the number of entries)."""
+        u, n, head = self.u, self.n, self.u.head
         vb, vc = st["vb"], st["vc"]
         active_b, only_c, match_b = st["active_b"], st["only_c"], st["match_b"]
-
         cache = {}
+        value_b = arith.select(match_b, self._values(u.both, self._loader(cache, pb, pc, st, True), st),
+                               self._values(u.only_b, self._loader(cache, pb, pc, st, False), st))
+        value_c = self._values(u.only_c, self._loader(cache, pb, pc, st, False), st)
 
-        def loaded(rotate):
-            def load(mem, side):
-                key = (mem, side)
-                if key not in cache:
-                    et = ir.MemRefType(mem.type).element_type
-                    cache[key] = vector.load(_vtype(n, et), mem, [pb if side == 0 else pc])
-                vm = cache[key]
-                if side == 1 and rotate:
-                    sel = vm
-                    for r in range(1, n):
-                        sel = arith.select(st["masks_b"][r], st["rot"](vm, r), sel)
-                    vm = sel
-                return vm
-            return load
-
-        value_b = arith.select(match_b, self._values(u.both, loaded(True), st),
-                               self._values(u.only_b, loaded(False), st))
-        value_c = self._values(u.only_c, loaded(False), st)
-
-        # each lane's place among the step's entries
         i32 = ir.IntegerType.get_signless(32)
         vi = _vtype(n, i32)
 
@@ -232,8 +281,7 @@ class UnionInsertBuilder:
             return total
 
         rot = st["rot"]
-        iota = arith.constant(vi, ir.DenseElementsAttr.get(
-            __import__("numpy").arange(n, dtype="int32"), type=vi))
+        iota = arith.constant(vi, ir.DenseElementsAttr.get(np.arange(n, dtype=np.int32), type=vi))
         rank_b = arith.addi(iota, count([arith.andi(arith.cmpi(CMPI_ULT, rot(vc, r), vb), rot(only_c, r))
                                          for r in range(n)]))
         rank_c = arith.addi(count([arith.andi(arith.cmpi(CMPI_ULT, rot(vb, r), vc), rot(active_b, r))
@@ -249,46 +297,18 @@ class UnionInsertBuilder:
 
         adv_b, adv_c = popcount(active_b), popcount(st["active_c"])
         entries = arith.addi(adv_b, popcount(only_c))
-
-        pos_at, crd_at, val_at, sizes_at = u.carried
-        positions, crds, vals, sizes = (args[p] for p in u.carried)
-        i64 = ir.IntegerType.get_signless(64)
-        crd_size = arith.index_cast(idx_t, llvm.extractvalue(i64, sizes, CRD_SIZE))
-        val_size = arith.index_cast(idx_t, llvm.extractvalue(i64, sizes, VAL_SIZE))
-        # the row's first entry sets positions[i] (the insertion's test: positions[i] < positions[i + 1])
-        pt = ir.MemRefType(positions.type).element_type
-        row = u.row
-        row_next = arith.addi(row, _index(1))
-        start = memref.load(positions, [row])
-        first = arith.cmpi(CMPI_UGE, start, memref.load(positions, [row_next]))
-        memref.store(arith.select(first, arith.index_cast(pt, crd_size), start), positions, [row])
-        room = 2 * n
-
         # Every lane stores (an unmasked scatter: no branch per lane); a lane without an entry stores to the
         # last of the 2n places made room for, past the step's entries (at most 2n - 1 of them then): a
         # place beyond the size, overwritten by later entries, never part of the result.
-        spare = arith.constant(vi, ir.DenseElementsAttr.get_splat(vi, ir.IntegerAttr.get(i32, room - 1)))
-        true = st["true"]
+        spare = arith.constant(vi, ir.DenseElementsAttr.get_splat(vi, ir.IntegerAttr.get(i32, 2 * n - 1)))
         ct = ir.MemRefType(crds.type).element_type
         vidx = _vtype(n, idx_t)
-        zero = _index(0)
         for coords, mask, value, rank in ((vb, active_b, value_b, rank_b), (vc, only_c, value_c, rank_c)):
             keys = arith.index_cast(_vtype(n, ct), _apply_chain(head.cast_chain, coords, n)[-1])
             at = arith.index_castui(vidx, arith.select(mask, rank, spare))
-            vector.scatter(None, crds, [crd_size], at, true, keys)
-            vector.scatter(None, vals, [val_size], at, true, value)
-        new_crd_size = arith.addi(crd_size, entries)
-        memref.store(arith.index_cast(pt, new_crd_size), positions, [row_next])
-        sizes = llvm.insertvalue(sizes, arith.index_cast(i64, new_crd_size), CRD_SIZE)
-        sizes = llvm.insertvalue(sizes, arith.index_cast(i64, arith.addi(val_size, entries)), VAL_SIZE)
-
-        if self.profile_counters is not None:
-            FastLaneBuilder._count(self.profile_counters, 0, arith.addi(adv_b, adv_c))
-        out = list(args)
-        out[head.cursor_pos[0]] = arith.addi(pb, adv_b)
-        out[head.cursor_pos[1]] = arith.addi(pc, adv_c)
-        out[crd_at], out[val_at], out[sizes_at] = crds, vals, sizes
-        return out
+            vector.scatter(None, crds, [crd_size], at, st["true"], keys)
+            vector.scatter(None, vals, [val_size], at, st["true"], value)
+        return adv_b, adv_c, entries
 
     def _reserve(self, inits):
         """The loop's initial values with the coordinate and value buffers grown, before the loop, to hold
