@@ -39,7 +39,8 @@ class Options:
     profile: bool = False        # instrument fast lanes and epilogues (splyce.profile)
     threads: int = 1             # > 1: the outer loop takes [lo, hi) arguments (passes/parallel.py)
     gallop: int = DEFAULT_GALLOP_RATIO  # intersections gallop from this fiber length ratio on; 0: never
-    union: bool = False          # the union fast lane (sparse add / subtract / maximum, dense or CSR output)
+    union: bool | None = None    # the union fast lane (sparse add / subtract / maximum): None (default) for
+    #                              CSR outputs only, True for dense outputs too, False never (docs/passes.md)
 
     def __post_init__(self):
         if not isinstance(self.vectorize, bool):
@@ -60,8 +61,8 @@ class Options:
         if not isinstance(self.gallop, int) or isinstance(self.gallop, bool) or self.gallop == 1 or \
                 not 0 <= self.gallop <= 1 << 16:
             raise ValueError(f"gallop must be 0 (off) or a fiber length ratio from 2 to 65536, got {self.gallop!r}")
-        if not isinstance(self.union, bool):
-            raise TypeError(f"union must be a bool, got {self.union!r}")
+        if self.union is not None and not isinstance(self.union, bool):
+            raise TypeError(f"union must be a bool or None, got {self.union!r}")
 
     def __hash__(self) -> int:   # hashed on every call's cache lookup: computed once
         cached = self.__dict__.get("_hash")

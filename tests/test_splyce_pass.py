@@ -348,7 +348,7 @@ def test_decisions_as_comments():
     ({"profile": 0}, TypeError, "profile must be a bool, got 0"),
     ({"threads": 0}, ValueError, "threads must be a positive int or None"),
     ({"gallop": 1}, ValueError, "gallop must be 0 (off) or a fiber length ratio from 2 to 65536, got 1"),
-    ({"union": 1}, TypeError, "union must be a bool, got 1"),
+    ({"union": 1}, TypeError, "union must be a bool or None, got 1"),
 ])
 def test_invalid_options(kwargs, error, message):
     with pytest.raises(error, match=re.escape(message)):

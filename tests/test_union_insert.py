@@ -30,6 +30,18 @@ def _operand(rng, rows, cols, density, dtype, width, specials=True):
                           format=splyce.CSR.with_widths(width, width))
 
 
+def test_sparse_output_lane_is_the_default():
+    import splyce
+    from splyce.tracer.tracer import add
+
+    rng = np.random.default_rng(1)
+    a, b = (_operand(rng, 4, 32, 0.3, "float64", 64) for _ in range(2))
+    (decision,) = splyce.jit(lambda x, y: add(x, y, out_format="sparse")).lower(a, b).decisions
+    assert decision.vectorized and decision.reason.startswith("union fast lane: sparse-output merge")
+    (decision,) = splyce.jit(lambda x, y: add(x, y, out_format="sparse"), union=False).lower(a, b).decisions
+    assert not decision.vectorized and decision.reason.endswith("union fast lane off (union=False)")
+
+
 def test_sparse_output_lane_ir():
     import splyce
     from splyce.tracer.tracer import add

@@ -86,10 +86,20 @@ def test_union_fast_lane_before_the_scalar_loop_and_tails(ctx):
 def test_union_off_declines_with_reason(ctx):
     module = _stage1(ADD)
     before = str(module)
-    (decision,) = run_splyce_pass(module, Options(phases=5))
+    (decision,) = run_splyce_pass(module, Options(phases=5, union=False))
     assert not decision.vectorized
     assert decision.reason == ("union (disjunctive) coiteration: the else-region handles unmatched coordinates; "
                                "union fast lane off (union=False)")
+    assert str(module) == before
+
+
+def test_union_default_leaves_dense_outputs_scalar(ctx):
+    module = _stage1(ADD)
+    before = str(module)
+    (decision,) = run_splyce_pass(module, Options(phases=5))     # union=None: CSR outputs only
+    assert not decision.vectorized
+    assert decision.reason == ("union (disjunctive) coiteration: the else-region handles unmatched coordinates; "
+                               "union fast lane: a dense output (on with union=True: slower on short rows)")
     assert str(module) == before
 
 
@@ -105,11 +115,11 @@ def test_union_reduction_declines_with_reason():
                for d in decisions), decisions
 
 
-@pytest.mark.parametrize("value", [1, None, "yes"])
+@pytest.mark.parametrize("value", [1, 0, "yes"])
 def test_invalid_union_option(value):
     import splyce
 
-    with pytest.raises(TypeError, match="union must be a bool"):
+    with pytest.raises(TypeError, match="union must be a bool or None"):
         splyce.jit(lambda a, b: a + b, union=value)
 
 

@@ -60,7 +60,7 @@ def run(cfg: Config) -> Result:
              f"gallop=R: galloping from fiber length ratio R on (0: the all-pairs fast lane only), default phases. "
              f"Union rows: sparse add / subtract / maximum of two uniform 5 % CSR matrices into a dense output "
              f"(allocated and zeroed untimed: kernel only) and into a CSR output (the whole call), the union fast "
-             f"lane off (default) and on. Three-way rows: `a * b * c` of three CSR matrices accumulated into "
+             f"lane off and on (the default, union=None, is on for the CSR output, off for the dense one). Three-way rows: `a * b * c` of three CSR matrices accumulated into "
              f"a preallocated dense output (kernel only) and its row sums `einsum('ij,ij,ij->i')` (no output to allocate: the loop alone), uniform "
              f"5 % and skewed densities (20 %, 5 %, 0.5 %), the three-way fast lane at n = 4 (default) and 8.")
     return Result("ablation", "K1 phase ablation, strict and fast-math (paper Tables 1-2); galloping",

@@ -177,11 +177,17 @@ def _match(loop, options: Options):
     """The intersection match, else (for a union loop, when enabled) the union match, else the Decline."""
     match = match_coiteration(loop)
     if isinstance(match, Decline) and match.reason.startswith("union"):
-        if not options.union:
+        if options.union is False:
             return Decline(match.reason + "; union fast lane off (union=False)")
         union = match_union(loop)
         if isinstance(union, Decline) and union.reason.startswith("union carries values besides the cursors"):
             union = match_union_insert(loop)
+        if options.union is None:   # the default: the sparse-output lane only (docs/passes.md)
+            if isinstance(union, Union):
+                return Decline(match.reason + "; union fast lane: a dense output (on with union=True: slower on "
+                               "short rows)")
+            if isinstance(union, Decline):
+                return Decline(f"{match.reason}; union fast lane: {union.reason}")
         if isinstance(union, Decline):
             return Decline(f"union fast lane: {union.reason}")
         return union

@@ -245,7 +245,7 @@ class Jitted:
 
     def __init__(self, fun, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast_math=False,
                  target="native", out_format=None, slp=None, profile=False, threads=1,
-                 gallop=DEFAULT_GALLOP_RATIO, union=False):
+                 gallop=DEFAULT_GALLOP_RATIO, union=None):
         if not callable(fun):
             raise TypeError(f"splyce.jit needs a callable, got {type(fun).__name__}")
         self.fun = fun
@@ -562,7 +562,7 @@ def _unflatten(tree, results):
 
 
 def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast_math=False, target="native",
-        out_format=None, slp=None, threads=1, gallop=DEFAULT_GALLOP_RATIO, union=False):
+        out_format=None, slp=None, threads=1, gallop=DEFAULT_GALLOP_RATIO, union=None):
     """Compile ``fun`` (a function of sparse / dense tensors) on first call per input signature.
 
     Usable as ``@splyce.jit`` and ``@splyce.jit(vectorize=False, ...)``. Options: ``vectorize`` (the Splyce
@@ -576,7 +576,8 @@ def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast
     ``lower(...).as_text("splyce")`` for the reason), ``gallop`` (intersections whose fibers' remaining
     lengths differ by this ratio or more skip ahead by exponential + binary search instead of the all-pairs
     fast lane; 0: never; results are bit-identical either way), ``union`` (the union fast lane for sparse
-    add / subtract / maximum into a dense output; bit-identical either way).
+    add / subtract / maximum: None, the default, for CSR-like sparse outputs; True for dense outputs too;
+    False never; bit-identical either way).
     """
     options = dict(vectorize=vectorize, vector_width=vector_width, phases=phases, fast_math=fast_math,
                    target=target, out_format=out_format, slp=slp, threads=threads, gallop=gallop,
