@@ -168,3 +168,23 @@ def test_sparse_output_lane_property(seed, rows, cols, densities, dtype, width, 
     ok = ~np.isnan(plain.data)
     bits = np.uint64 if dtype == "float64" else np.uint32
     assert np.array_equal(plain.data[ok].view(bits), lane.data[ok].view(bits))
+
+
+def test_sparse_output_lane_asm_avx2():
+    """AVX2 code: the coordinates compared all-pairs in SIMD (B against C rotated 0..3 and back: 2 n
+    compares), the lane counts as movmsk + popcnt, the both-branch's sum in SIMD; the plain sparsifier has
+    none of it."""
+    import re
+
+    import splyce
+    from splyce.tracer.tracer import add
+
+    rng = np.random.default_rng(2)
+    a, b = (_operand(rng, 16, 64, 0.3, "float64", 32, specials=False) for _ in range(2))
+    fun = lambda x, y: add(x, y, out_format="sparse")  # noqa: E731
+    asm = splyce.jit(fun, target="avx2").lower(a, b).as_text("asm")
+    assert len(re.findall(r"vpcmpeqd\s+%xmm", asm)) >= 2 * 4
+    assert re.search(r"\bvmovmskps\b", asm) and re.search(r"\bpopcnt[lq]\b", asm)
+    assert re.search(r"\bvaddpd\s+%ymm", asm)
+    plain = splyce.jit(fun, target="avx2", vectorize=False).lower(a, b).as_text("asm")
+    assert not re.search(r"vpcmpeq[dq]\s+%[xy]mm", plain)

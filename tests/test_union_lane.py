@@ -218,3 +218,21 @@ def test_union_lane_bit_identical_property(seed, rows, cols, densities, dtype, w
     ok = ~np.isnan(plain)
     bits = np.uint64 if dtype == "float64" else np.uint32
     assert np.array_equal(plain[ok].view(bits), lane[ok].view(bits))
+
+
+def test_dense_output_lane_asm_avx2():
+    """AVX2 code of the dense-output lane (union=True): SIMD all-pairs compares, the output prefetched for
+    writing, and no conditional branch per lane around the stores (unmasked scatters)."""
+    import scipy.sparse as sps
+
+    import splyce
+    from splyce.tracer.tracer import add
+
+    rng = np.random.default_rng(3)
+    a, b = (splyce.asarray(sps.random_array((16, 64), density=0.3, format="csr", rng=rng)) for _ in range(2))
+    fun = lambda x, y: add(x, y, out_format="dense")  # noqa: E731
+    asm = splyce.jit(fun, target="avx2", union=True).lower(a, b).as_text("asm")
+    assert len(re.findall(r"vpcmpeq[dq]\s+%[xy]mm", asm)) >= 2 * 4
+    assert re.search(r"\bprefetch(w|t0)\b", asm)
+    assert not re.search(r"vpcmpeq[dq]\s+%[xy]mm",
+                         splyce.jit(fun, target="avx2", union=False).lower(a, b).as_text("asm"))
