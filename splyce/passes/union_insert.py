@@ -27,9 +27,9 @@ from mlir.dialects import arith, llvm, memref, scf, vector
 
 from splyce.options import Options
 from splyce.passes.coiteration_match import TRAPPING_OPS, Coiteration, Decline, _name, _predicate, _unit_stride_1d
-from splyce.passes.fast_lane import FAST_LANE_ATTR, FastLaneBuilder, _apply_chain, _clone_with, _index, _vtype
+from splyce.passes.fast_lane import FastLaneBuilder, _apply_chain, _clone_with, _index, _vtype
 from splyce.passes.ir_utils import CMPI_EQ, CMPI_UGE, CMPI_ULT, defined_outside
-from splyce.passes.union_lane import step_masks
+from splyce.passes.union_lane import build_fast_loop, step_masks
 from splyce.passes.union_match import match_union
 
 INSERT_PREFIX = "_insert_dense_compressed_"
@@ -149,29 +149,7 @@ class UnionInsertBuilder:
         self.profile_counters = profile_counters
 
     def build(self):
-        head, n = self.u.head, self.n
-        w = head.while_op
-        inits = list(w.operation.operands)
-        types = [v.type for v in inits]
-        with ir.InsertionPoint(w):
-            c_n = _index(n)
-            inits = self._reserve(inits)
-            fast = scf.WhileOp(types, inits)
-            fast.operation.attributes[FAST_LANE_ATTR] = ir.UnitAttr.get()
-            before = fast.before.blocks.append(*types)
-            with ir.InsertionPoint(before):
-                ok = []
-                for pos, hi in zip(head.cursor_pos, head.bounds):
-                    cur = before.arguments[pos]
-                    ok.append(arith.andi(arith.cmpi(CMPI_ULT, cur, hi),
-                                         arith.cmpi(CMPI_UGE, arith.subi(hi, cur), c_n)))
-                scf.condition(arith.andi(ok[0], ok[1]), list(before.arguments))
-            after = fast.after.blocks.append(*types)
-            with ir.InsertionPoint(after):
-                scf.yield_(self._body(list(after.arguments)))
-        for i, r in enumerate(fast.results):
-            w.operation.operands[i] = r
-        return fast
+        return build_fast_loop(self.u.head, self.n, self._body, self._reserve)
 
     def _values(self, branch: InsertBranch, loaded, st):
         """The branch's value on every lane: its ops rebuilt on vectors (loads at a cursor are the loaded
@@ -200,7 +178,7 @@ class UnionInsertBuilder:
         st = step_masks(head, n, pb, pc)
         idx_t = ir.IndexType.get()
         i64 = ir.IntegerType.get_signless(64)
-        pos_at, crd_at, val_at, sizes_at = u.carried
+        sizes_at = u.carried[3]
         positions, crds, vals, sizes = (args[p] for p in u.carried)
         crd_size = arith.index_cast(idx_t, llvm.extractvalue(i64, sizes, CRD_SIZE))
         val_size = arith.index_cast(idx_t, llvm.extractvalue(i64, sizes, VAL_SIZE))

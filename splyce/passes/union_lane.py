@@ -84,34 +84,42 @@ def step_masks(head, n: int, pb, pc) -> dict:
             "active_b": active_b, "active_c": active_c, "only_c": only_c, "true": true}
 
 
+def build_fast_loop(head, n: int, body, prepare=None):
+    """A fast-lane ``scf.while`` put before the union loop ``head.while_op``, running while both fibers
+    have n coordinates left; ``body(args)`` builds a step and returns the next values; ``prepare(inits)``
+    (optional) may replace the initial values, built just before the loop. The union loop then starts from
+    the fast lane's results."""
+    w = head.while_op
+    inits = list(w.operation.operands)
+    types = [v.type for v in inits]
+    with ir.InsertionPoint(w):
+        c_n = _index(n)
+        if prepare is not None:
+            inits = prepare(inits)
+        fast = scf.WhileOp(types, inits)
+        fast.operation.attributes[FAST_LANE_ATTR] = ir.UnitAttr.get()
+        before = fast.before.blocks.append(*types)
+        with ir.InsertionPoint(before):
+            ok = []
+            for pos, hi in zip(head.cursor_pos, head.bounds):
+                cur = before.arguments[pos]
+                ok.append(arith.andi(arith.cmpi(CMPI_ULT, cur, hi), arith.cmpi(CMPI_UGE, arith.subi(hi, cur), c_n)))
+            scf.condition(arith.andi(ok[0], ok[1]), list(before.arguments))
+        after = fast.after.blocks.append(*types)
+        with ir.InsertionPoint(after):
+            scf.yield_(body(list(after.arguments)))
+    for i, r in enumerate(fast.results):
+        w.operation.operands[i] = r
+    return fast
+
+
 class UnionLaneBuilder:
     def __init__(self, union: Union, options: Options, profile_counters: ir.Value | None = None):
         self.u, self.options, self.n = union, options, options.vector_width
         self.profile_counters = profile_counters  # memref<PROFILE_SLOTS x i64> when profiling
 
     def build(self):
-        head, n = self.u.head, self.n
-        w = head.while_op
-        inits = list(w.operation.operands)
-        types = [v.type for v in inits]
-        with ir.InsertionPoint(w):
-            c_n = _index(n)
-            fast = scf.WhileOp(types, inits)
-            fast.operation.attributes[FAST_LANE_ATTR] = ir.UnitAttr.get()
-            before = fast.before.blocks.append(*types)
-            with ir.InsertionPoint(before):
-                ok = []
-                for pos, hi in zip(head.cursor_pos, head.bounds):
-                    cur = before.arguments[pos]
-                    ok.append(arith.andi(arith.cmpi(CMPI_ULT, cur, hi),
-                                         arith.cmpi(CMPI_UGE, arith.subi(hi, cur), c_n)))
-                scf.condition(arith.andi(ok[0], ok[1]), list(before.arguments))
-            after = fast.after.blocks.append(*types)
-            with ir.InsertionPoint(after):
-                scf.yield_(self._body(list(after.arguments)))
-        for i, r in enumerate(fast.results):
-            w.operation.operands[i] = r
-        return fast
+        return build_fast_loop(self.u.head, self.n, self._body)
 
     def _prefetch(self, pb, pc, mem, outer):
         """Prefetch the output elements of the coordinates PREFETCH_AHEAD past each cursor (clamped to the
