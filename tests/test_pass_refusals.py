@@ -589,3 +589,30 @@ def test_the_unchanged_three_way_loop_matches():
 def test_three_way_decline_reason(case):
     replacements, reason = THREE_DECLINES[case]
     assert _match(_three_variant(replacements)) == Decline(reason)
+
+
+# A guarded body calling a function (the sparsifier's insertion into a sparse output) runs under a branch
+# per matched lane: accepted when it reads only the cursors, the coordinate, carried and invariant values.
+WITH_CALL = [("func.func @f(", "func.func private @ins(f64, index, f64) -> f64\nfunc.func @f("),
+             (THEN, LANE_LOADS + "      %s = func.call @ins(%acc, %k, %m) : (f64, index, f64) -> f64\n"
+                                 "      scf.yield %s : f64\n")]
+
+
+def test_a_body_with_a_call_matches_as_an_insertion():
+    match = _match(_variant(WITH_CALL))
+    assert isinstance(match, Coiteration) and match.kind == "sparse-output insert" and match.acc_of_result == {0: 2}
+
+
+def test_a_call_reading_an_unmodelled_loop_value_declines():
+    replacements = WITH_CALL[:1] + [(THEN, LANE_LOADS + "      %x = arith.select %lt, %vb, %vc : f64\n"
+                                           "      %s = func.call @ins(%acc, %k, %x) : (f64, index, f64) -> f64\n"
+                                           "      scf.yield %s : f64\n")]
+    assert _match(_variant(replacements)) == Decline(
+        "arith.select in the guarded body uses a loop value the fast lane does not model")
+
+
+def test_a_call_with_nothing_carried_declines():
+    replacements = [("func.func @f(", "func.func private @g(f64)\nfunc.func @f(")] + NO_ACCUMULATOR + \
+        [(THEN, LANE_LOADS + "      func.call @g(%m) : (f64) -> ()\n")]
+    assert _match(_variant(replacements)) == Decline(
+        "guarded body calls a function but carries nothing (not a sparse-output insertion)")

@@ -221,6 +221,7 @@ def match_coiteration(while_op) -> Coiteration | Decline:
     crd_memrefs = [None] * k
     level_of = {}  # value -> (side, level)
     partial_min, min_sides, min_value = None, set(), None
+    partial_mins = []  # the running minima (each equals the coordinate on a match)
     eq_values = [None] * k
     both_value = None
     if_op = None
@@ -260,6 +261,7 @@ def match_coiteration(while_op) -> Coiteration | Decline:
                 and tuple(operands[1:]) == role[operands[0]][1]:
             min_sides |= _min_step(operands[1:], chains_final, partial_min, min_sides)
             partial_min = results[0]
+            partial_mins.append(partial_min)
             if len(min_sides) == k:
                 min_value = partial_min
         elif name == "arith.cmpi" and _predicate(op) == CMPI_EQ and min_value is not None and \
@@ -329,7 +331,8 @@ def match_coiteration(while_op) -> Coiteration | Decline:
     coord_level = {}
     for value, (side, level) in level_of.items():
         coord_level[value] = level
-    coord_level[min_value] = len(chains[0])
+    for value in partial_mins:
+        coord_level[value] = len(chains[0])
 
     regions = if_op.operation.regions
     for op in regions[0].blocks[0].operations:
@@ -345,6 +348,11 @@ def match_coiteration(while_op) -> Coiteration | Decline:
                 return Decline("else-region of the guarded scf.if does not keep the accumulator")
 
     then_block = regions[0].blocks[0]
+    common = dict(while_op=while_op, cursor_pos=cursor_pos, bounds=bounds, crd_memrefs=tuple(crd_memrefs),
+                  crd_type=t_b, cast_chain=tuple(chains[0]), coord_level=coord_level, if_op=if_op,
+                  acc_of_result=acc_of_result, after_yield=yield_op, next_cursors=tuple(next_values))
+    if any(_name(op) == "func.call" for op in then_block.operations):
+        return _match_insert(after, then_block, common)
     result = _match_then(while_op, after, then_block, cursor_args, coord_level, acc_of_result)
     if isinstance(result, Decline):
         return result
@@ -376,12 +384,37 @@ def match_coiteration(while_op) -> Coiteration | Decline:
     if not kind:
         return Decline("guarded body has no effect (no accumulator, no store)")
     return Coiteration(
-        while_op=while_op, cursor_pos=cursor_pos, bounds=bounds, crd_memrefs=tuple(crd_memrefs),
-        crd_type=t_b, cast_chain=tuple(chains[0]), coord_level=coord_level, if_op=if_op,
-        then_ops=then_ops, then_yield=then_yield, acc_of_result=acc_of_result, lane_loads=lane_loads,
-        reductions=reductions, stores=stores, element_type=element_type, kind="+".join(kind),
-        invariant_load_memrefs=inv_mems, coord_load_memrefs=crd_mems, after_yield=yield_op,
-        next_cursors=tuple(next_values))
+        then_ops=then_ops, then_yield=then_yield, lane_loads=lane_loads, reductions=reductions, stores=stores,
+        element_type=element_type, kind="+".join(kind), invariant_load_memrefs=inv_mems,
+        coord_load_memrefs=crd_mems, **common)
+
+
+INSERT_KIND = "sparse-output insert"
+
+
+def _match_insert(after, then_block, common) -> Coiteration | Decline:
+    """A guarded body that calls a function: the sparsifier's insertion into a sparse output (the output's
+    buffers are loop-carried and may be reallocated by the call). Calls are not speculatable, so the fast
+    lane runs this body as it is, once per matched lane, under a branch (``INSERT_KIND``); what it may
+    read from the loop: the cursors (each lane's positions), the coordinate (each lane's) and the carried
+    values."""
+    loop_args = set(after.arguments)   # the cursors (a lane's positions) and the carried values
+    local = set()
+    ops = list(then_block.operations)
+    element_type = None
+    for op in ops:
+        for v in op.operation.operands:
+            if v in local or v in loop_args or v in common["coord_level"]:
+                continue
+            if not defined_outside(v, common["while_op"]):
+                return Decline(f"{_name(op)} in the guarded body uses a loop value the fast lane does not model")
+        if _name(op) == "memref.load" and _float_ok(op.operation.results[0].type):
+            element_type = op.operation.results[0].type
+        local.update(op.operation.results)
+    if not common["acc_of_result"]:
+        return Decline("guarded body calls a function but carries nothing (not a sparse-output insertion)")
+    return Coiteration(then_ops=ops[:-1], then_yield=list(ops[-1].operation.operands), lane_loads={},
+                       reductions={}, stores=[], element_type=element_type, kind=INSERT_KIND, **common)
 
 
 def _float_ok(t: ir.Type) -> bool:

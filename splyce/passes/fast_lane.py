@@ -271,7 +271,7 @@ class FastLaneBuilder:
                         sel = arith.select(masks[side][r], rot(vm, r), sel)
                     values[(mem, side)] = Lanes(n, vec=sel)
             state.update(keys=[Lanes(n, vec=v) for v in keys], matched=Lanes(n, vec=matched), values=values,
-                         lasts=[vector.extract(v, [], [n - 1]) for v in keys])
+                         lasts=[vector.extract(v, [], [n - 1]) for v in keys], masks=masks)
             state["kb"] = state["keys"][0]
             return state
         at = [[p] + [arith.addi(p, _index(i)) for i in range(1, n)] for p in cursors]
@@ -296,9 +296,22 @@ class FastLaneBuilder:
                 where = at[0] if side == 0 else positions[side]
                 values[(mem, side)] = Lanes(n, scalars=[memref.load(mem, [q]) for q in where])
         state.update(keys=[Lanes(n, scalars=v) for v in keys], matched=Lanes(n, scalars=matched),
-                     values=values, lasts=[v[-1] for v in keys])
+                     values=values, lasts=[v[-1] for v in keys], positions=positions)
         state["kb"] = state["keys"][0]
         return state
+
+    def lane_position(self, st, cursors, side: int, i: int):
+        """The position in operand ``side``'s list of B's lane i coordinate (where it matched)."""
+        if side == 0:
+            return arith.addi(cursors[0], _index(i)) if i else cursors[0]
+        if "positions" in st:
+            return st["positions"][side][i]
+        n = self.n
+        pos = arith.addi(cursors[side], _index(i)) if i else cursors[side]
+        for r in range(1, n):   # lane i met the other side's lane (i + r) % n in rotation r
+            hit = vector.extract(st["masks"][side][r], [], [i])
+            pos = arith.select(hit, arith.addi(cursors[side], _index((i + r) % n)), pos)
+        return pos
 
     # -------------------------------------------------------------------------------------- phase 2
     def simd2_blocker(self) -> str | None:

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import memref
 
-from splyce.passes.coiteration_match import Coiteration, Decline, match_coiteration, shape_name
+from splyce.passes.coiteration_match import INSERT_KIND, Coiteration, Decline, match_coiteration, shape_name
 from splyce.passes.fast_lane import FastLaneBuilder, add_epilogue_count
 from splyce.passes.gallop_lane import add_galloping
+from splyce.passes.insert_lane import InsertLaneBuilder
 from splyce.passes.union_insert import UnionInsert, UnionInsertBuilder, match_union_insert
 from splyce.passes.union_lane import UnionLaneBuilder, add_tail_count, simd_blocker
 from splyce.passes.union_match import Union, match_union
@@ -164,6 +165,8 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder) ->
         text = f"{shape_name(match.fingers)}: {text}, no galloping ({match.fingers} operands)"
     else:
         text += f", galloping at length ratio >= {options.gallop}" if options.gallop else ", no galloping (gallop=0)"
+    if match.kind == INSERT_KIND:
+        return text + "; phase 2: the body, with its call, under a branch per matched lane"
     if options.fast_math:
         text += " fast-math"
     if options.simd_mac:
@@ -242,7 +245,8 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                     decisions.append(_build_union_insert(name, index, match, options, counters))
                     continue
                 hoist_fiber_bounds(match)
-                builder = FastLaneBuilder(match, options, counters)
+                lane = InsertLaneBuilder if match.kind == INSERT_KIND else FastLaneBuilder
+                builder = lane(match, options, counters)
                 fast = builder.build()
                 if counters is not None:
                     add_epilogue_count(match, counters)
