@@ -81,7 +81,8 @@ EQ = re.compile(r"arith\.cmpi eq, %(\w+), %\w+ : vector<4xi32>")
 def test_three_way_simd_lane(ctx):
     decisions, text = _transformed(3, "store", phases=8, vector_width=4)
     assert [d.vectorized for d in decisions] == [True]
-    assert decisions[0].reason == "three-way intersection: store f64 i32-crd n=4 config 8, no galloping (3 operands)"
+    assert decisions[0].reason == ("three-way intersection: store f64 i32-crd n=4 config 8, leapfrogging at length "
+                                  "ratio >= 16")
     lane = _fast_lane(text)
     assert "scf.if" not in lane   # branchless
     check_in_order(text, [
@@ -140,10 +141,30 @@ def test_five_operands_decline(ctx):
     assert FAST_LANE_ATTR not in text
 
 
-def test_three_way_never_gallops(ctx):
-    _, with_gallop = _transformed(3, "row", phases=7, gallop=2)
-    _, without = _transformed(3, "row", phases=7, gallop=0)
-    assert with_gallop == without
+def test_skewed_fibers_leapfrog_instead_of_the_fast_lane(ctx):
+    decisions, text = _transformed(3, "row", phases=7, gallop=16)
+    assert decisions[0].reason.endswith(", leapfrogging at length ratio >= 16")
+    check_in_order(text, [
+        # once per fiber triple, before the fast lane: is the longest 16 times the shortest?
+        "arith.cmpi ugt", "arith.select", "arith.cmpi ugt", "arith.select",      # longest of three
+        "arith.cmpi ult", "arith.select", "arith.cmpi ult", "arith.select",      # shortest of three
+        re.compile(r"arith\.muli %\w+, %c16\w* : index"), re.compile(r"arith\.cmpi uge, %\w+, %\w+ : index"),
+        # the fast lane runs only when not
+        "scf.while", re.compile(r"arith\.xori %\w+, %true"), "scf.condition", f"}} attributes {{{FAST_LANE_ATTR}}}",
+        # the scalar loop: its step, then (skewed, all three inside) the largest coordinate and a jump of
+        # each cursor behind it to the first coordinate >= it
+        "scf.while", "scf.if", re.compile(r"scf\.if %\w+ -> \(index, index, index\)"),
+        "arith.cmpi ugt", "arith.select", "arith.cmpi ugt", "arith.select",
+        re.compile(r"scf\.if %\w+ -> \(index\)"), "arith.shrui",
+        re.compile(r"scf\.if %\w+ -> \(index\)"), "arith.shrui",
+        re.compile(r"scf\.if %\w+ -> \(index\)"), "arith.shrui",
+        re.compile(r"scf\.yield %\w+#0, %\w+#1, %\w+#2, %\w+ : index, index, index, f64")])
+
+
+def test_no_leapfrogging_with_gallop_0(ctx):
+    decisions, text = _transformed(3, "row", phases=7, gallop=0)
+    assert decisions[0].reason.endswith(", no leapfrogging (gallop=0)")
+    assert "arith.shrui" not in text and "arith.muli" not in text
 
 
 def test_profile_counts_three_way_lane_in_its_slot(ctx):
@@ -167,8 +188,8 @@ def test_sparse_output_lane_runs_the_insertion_per_matched_lane():
     ops = [splyce.asarray(sps.random_array((8, 16), density=0.5, format="csr", rng=rng)) for _ in range(3)]
     lowered = splyce.jit(lambda a, b, c: a * b * c).lower(*ops)
     (decision,) = [d for d in lowered.decisions if d.vectorized]
-    assert decision.reason == ("three-way intersection: sparse-output insert f64 i32-crd n=4 config 7, no galloping "
-                               "(3 operands); phase 2: the body, with its call, under a branch per matched lane")
+    assert decision.reason == ("three-way intersection: sparse-output insert f64 i32-crd n=4 config 7, leapfrogging "
+                               "at length ratio >= 16; phase 2: the body, with its call, under a branch per matched lane")
     lane = _fast_lane(lowered.as_text("splyce"))
     insert = re.compile(r"func\.call @_insert_\w+\((%[\w#]+)")
     check_in_order(lane, [CRD_LOAD, CRD_LOAD, CRD_LOAD, re.compile(r"vector\.reduction <or>, %\w+ : vector<4xi1> into i1"),
@@ -200,14 +221,17 @@ def dense_of(x):
 
 dtype, width = sys.argv[1], int(sys.argv[2])
 rng = np.random.default_rng(width + len(dtype))
-rows, cols = 9, 120
+rows, cols = 12, 300
 fmt = splyce.CSR.with_widths(width, width)
 specials = np.array([np.inf, -np.inf, np.nan, -0.0], dtype)
 ops, dense, stored = [], [], []
 for k in range(4):
     # rows of different densities (empty, a few, most) so fibers end at different times and
     # the epilogue finishes each; one row where all operands are full (every lane matched)
-    m = rng.random((rows, cols)) < np.array([0, 0.05, 0.3, 0.5, 0.7, 0.9, 0.6, 0.4, 1.0])[:, None]
+    # rows 9..11 skewed: one operand's fiber 30-100 times shorter than the others' (leapfrogging)
+    density = [0, 0.05, 0.3, 0.5, 0.7, 0.9, 0.6, 0.4, 1.0] + [[0.01, 0.9, 0.6, 0.8][k], [0.7, 0.7, 0.01, 0.5][k],
+                                                        [0.5, 0.02, 1.0, 0.9][k]]
+    m = rng.random((rows, cols)) < np.array(density)[:, None]
     rr, cc = np.nonzero(m)
     values = rng.uniform(-2, 2, len(rr)).astype(dtype)
     pick = rng.random(len(rr)) < 0.1
@@ -237,16 +261,21 @@ for name, (fun, k, kw, ref) in funs.items():
     assert np.isnan(dense_of(want)).any() or name == "total", name
     with np.errstate(all="ignore"):
         np.testing.assert_allclose(dense_of(want), ref, rtol=1e-4, atol=1e-5, equal_nan=True)
-    for n, phases in ((2, 7), (4, 7), (8, 7), (4, 1), (4, 8)):   # the default at each width; all scalar; all SIMD
-        f = splyce.jit(fun, vector_width=n, phases=phases, **kw)
+    # the default at n = 2 and 4; all scalar (n = 8); all SIMD, leapfrogging from a ratio of 2; none
+    for n, phases, gallop in ((2, 7, 16), (4, 7, 16), (8, 1, 16), (4, 8, 2), (4, 7, 0)):
+        f = splyce.jit(fun, vector_width=n, phases=phases, gallop=gallop, **kw)
         got = f(*args)
-        assert same(got, want), (name, n, phases)
+        assert same(got, want), (name, n, phases, gallop)
         (decision,) = [d for d in f.lower(*args).decisions if d.vectorized]
         assert decision.reason.startswith(("three", "four") if k > 2 else "sparse-output"), decision
         checked += 1
 prof = splyce.profile(splyce.jit(funs["row sums"][0]), *ops[:3])
-assert prof.multiway > 0 and prof.fast_lane == 0 and prof.gallop == 0, prof
+assert prof.multiway > 0 and prof.fast_lane == 0 and prof.gallop > 0, prof
 assert "multi-way fast-lane" in str(prof)
+off = splyce.profile(splyce.jit(funs["row sums"][0], gallop=0), *ops[:3])
+assert off.gallop == 0 and off.multiway > prof.multiway, (prof, off)
+# leapfrogging skips coordinates the scalar loop would have stepped over: fewer steps, the same matches
+assert prof.epilogue + prof.multiway < off.epilogue + off.multiway, (prof, off)
 print("checked", checked)
 """
 

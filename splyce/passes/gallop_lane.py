@@ -1,4 +1,5 @@
-"""Skew-aware intersection: galloping when one fiber is much longer than the other.
+"""Skew-aware intersection: galloping when one fiber is much longer than the other (two fibers), and
+leapfrogging when the longest is much longer than the shortest (three or four fibers: ``add_leapfrog``).
 
 The all-pairs fast lane consumes at most n coordinates of each operand per step, so when the fibers'
 remaining lengths differ by a large ratio it walks the long fiber n coordinates at a time while the short
@@ -21,7 +22,7 @@ from mlir import ir
 from mlir.dialects import arith, memref, scf
 
 from splyce.passes.coiteration_match import Coiteration
-from splyce.passes.fast_lane import FastLaneBuilder, _apply_chain, _index
+from splyce.passes.fast_lane import FastLaneBuilder, _apply_chain, _index, _tree
 from splyce.passes.ir_utils import CMPI_UGE, CMPI_UGT, CMPI_ULE, CMPI_ULT
 
 WINDOW = 8  # positions counted branchlessly at the end of a search
@@ -98,12 +99,13 @@ def _skew_flags(match: Coiteration, fast_op, ratio: int):
         return _skewed(len_c, len_b, ratio), _skewed(len_b, len_c, ratio)
 
 
-def _limit_fast_lane(fast_op, long_c, long_b) -> None:
-    """AND the fast lane's loop condition with "neither fiber is much longer than the other"."""
+def _limit_fast_lane(fast_op, *skew_flags) -> None:
+    """AND the fast lane's loop condition with "no fiber is much longer than another" (none of the flags)."""
     cond_op = list(fast_op.before.blocks[0].operations)[-1]
     with ir.InsertionPoint(cond_op):
         true = arith.constant(ir.IntegerType.get_signless(1), 1)
-        comparable = arith.xori(arith.ori(long_c, long_b), true)
+        skewed = skew_flags[0] if len(skew_flags) == 1 else arith.ori(*skew_flags)
+        comparable = arith.xori(skewed, true)
         cond_op.operation.operands[0] = arith.andi(cond_op.operation.operands[0], comparable)
 
 
@@ -142,3 +144,56 @@ def add_galloping(match: Coiteration, fast_op, ratio: int, counters=None) -> Non
     long_c, long_b = _skew_flags(match, fast_op, ratio)
     _limit_fast_lane(fast_op, long_c, long_b)
     _gallop_epilogue(match, long_c, long_b, counters)
+
+
+# ---------------------------------------------------------------- three- and four-way: leapfrogging
+def _fold(values, pick):
+    """The value ``pick`` prefers among ``values`` (a chain of compare-and-selects)."""
+    best = values[0]
+    for v in values[1:]:
+        best = arith.select(arith.cmpi(pick, v, best), v, best)
+    return best
+
+
+def add_leapfrog(match: Coiteration, fast_op, ratio: int, counters=None) -> None:
+    """Skew-aware k-way intersection (k > 2), the leapfrog join's step: when, on entry, the longest fiber
+    is ``ratio`` times the shortest or more, the fast lane is skipped and after each step of the scalar loop
+    every cursor whose coordinate is below the largest current coordinate jumps to the first coordinate
+    ``>=`` it. No coordinate below the largest can be in every fiber (the fiber holding the largest has
+    none left below it), so the skipped coordinates are exactly some the scalar loop would step over
+    without a match: the same matches in the same order, bit-identical results."""
+    inits = list(fast_op.operation.operands)
+    cursors = [inits[p] for p in match.cursor_pos]
+    with ir.InsertionPoint(fast_op):
+        lengths = [arith.subi(hi, p) for hi, p in zip(match.bounds, cursors)]
+        skewed = _skewed(_fold(lengths, CMPI_UGT), _fold(lengths, CMPI_ULT), ratio)
+    _limit_fast_lane(fast_op, skewed)
+    yield_op = match.after_yield
+    nexts = [yield_op.operation.operands[p] for p in match.cursor_pos]
+    idx = ir.IndexType.get()
+    k = match.fingers
+    with ir.InsertionPoint(yield_op):
+        inside = [arith.cmpi(CMPI_ULT, nxt, hi) for nxt, hi in zip(nexts, match.bounds)]
+        go = skewed
+        for flag in inside:
+            go = arith.andi(go, flag)
+        leap = scf.IfOp(go, [idx] * k, has_else=True)
+        with ir.InsertionPoint(leap.then_block):
+            keys = [_coordinate(match, crd, nxt) for crd, nxt in zip(match.crd_memrefs, nexts)]
+            key = _fold(keys, CMPI_UGT)
+            jumped = []
+            for crd, nxt, hi, own in zip(match.crd_memrefs, nexts, match.bounds, keys):
+                behind = scf.IfOp(arith.cmpi(CMPI_ULT, own, key), [idx], has_else=True)
+                with ir.InsertionPoint(behind.then_block):
+                    scf.yield_([_lower_bound(match, crd, nxt, hi, key)])
+                with ir.InsertionPoint(behind.else_block):
+                    scf.yield_([nxt])
+                jumped.append(behind.results[0])
+            scf.yield_(jumped)
+        with ir.InsertionPoint(leap.else_block):
+            scf.yield_(nexts)
+        if counters is not None:
+            skipped = [arith.subi(j, nxt) for j, nxt in zip(leap.results, nexts)]
+            FastLaneBuilder._count(counters, GALLOP_COUNTER_SLOT, _tree(skipped, arith.addi))
+    for p, value in zip(match.cursor_pos, leap.results):
+        yield_op.operation.operands[p] = value

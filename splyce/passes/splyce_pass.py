@@ -16,7 +16,7 @@ from mlir.dialects import memref
 
 from splyce.passes.coiteration_match import INSERT_KIND, Coiteration, Decline, match_coiteration, shape_name
 from splyce.passes.fast_lane import FastLaneBuilder, add_epilogue_count
-from splyce.passes.gallop_lane import add_galloping
+from splyce.passes.gallop_lane import add_galloping, add_leapfrog
 from splyce.passes.insert_lane import InsertLaneBuilder
 from splyce.passes.union_insert import UnionInsert, UnionInsertBuilder, match_union_insert
 from splyce.passes.union_lane import UnionLaneBuilder, add_tail_count, simd_blocker
@@ -162,7 +162,8 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder) ->
     crd = str(match.crd_type)
     text = f"{match.kind} {match.element_type} {crd}-crd n={options.vector_width} config {options.phases}"
     if match.fingers > 2:
-        text = f"{shape_name(match.fingers)}: {text}, no galloping ({match.fingers} operands)"
+        text = f"{shape_name(match.fingers)}: {text}"
+        text += f", leapfrogging at length ratio >= {options.gallop}" if options.gallop else ", no leapfrogging (gallop=0)"
     else:
         text += f", galloping at length ratio >= {options.gallop}" if options.gallop else ", no galloping (gallop=0)"
     if match.kind == INSERT_KIND:
@@ -250,8 +251,9 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                 fast = builder.build()
                 if counters is not None:
                     add_epilogue_count(match, counters)
-                if options.gallop and match.fingers == 2:
-                    add_galloping(match, fast, options.gallop, counters)
+                if options.gallop:
+                    skew_aware = add_galloping if match.fingers == 2 else add_leapfrog
+                    skew_aware(match, fast, options.gallop, counters)
                 decisions.append(LoopDecision(name, index, True, _describe(match, options, builder)))
         module.operation.verify()
     return decisions
