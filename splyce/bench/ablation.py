@@ -60,8 +60,10 @@ def run(cfg: Config) -> Result:
              f"gallop=R: galloping from fiber length ratio R on (0: the all-pairs fast lane only), default phases. "
              f"Union rows: sparse add / subtract / maximum of two uniform 5 % CSR matrices into a dense output "
              f"(allocated and zeroed untimed: kernel only) and into a CSR output (the whole call), the union fast "
-             f"lane off and on (the default, union=None, is on for the CSR output, off for the dense one). Three-way rows: `a * b * c` of three CSR matrices accumulated into "
-             f"a preallocated dense output (kernel only) and its row sums `einsum('ij,ij,ij->i')` (no output to allocate: the loop alone), uniform "
+             f"lane off and on (the default, union=None, is on for the CSR output, off for the dense one). Three-way "
+             f"rows: `a * b * c` of three CSR matrices accumulated into a preallocated dense output (kernel only), "
+             f"into its default sparse CSR result (whole call), and its row sums `einsum('ij,ij,ij->i')` (no output "
+             f"to allocate: the loop alone), uniform "
              f"5 % and skewed densities (20 %, 5 %, 0.5 %), the three-way fast lane at n = 4 (default) and 8.")
     return Result("ablation", "K1 phase ablation, strict and fast-math (paper Tables 1-2); galloping",
                   COLUMNS, rows, note, plot=_plot)
@@ -179,7 +181,7 @@ def _union_rows(cfg: Config) -> list[dict]:
     return out
 
 
-def _mul3_dense(a, b, c):
+def _mul3(a, b, c):   # a dense or sparse result, by out_format
     return a * b * c
 
 
@@ -202,10 +204,12 @@ def _threeway_rows(cfg: Config) -> list[dict]:
         rng = np.random.default_rng(0)
         mats = [sps.random_array((n, n), density=d, format="csr", rng=rng) for d in densities]
         ops = [splyce.asarray(m) for m in mats]
-        product = mats[0].multiply(mats[1]).multiply(mats[2]).toarray()
-        for name, fun, ref, kwargs in (("a*b*c dense", _mul3_dense, product, {"out_format": "dense"}),
+        sparse_product = mats[0].multiply(mats[1]).multiply(mats[2]).tocsr()
+        product = sparse_product.toarray()
+        for name, fun, ref, kwargs in (("a*b*c dense", _mul3, product, {"out_format": "dense"}),
+                                       ("a*b*c sparse", _mul3, sparse_product, {}),
                                        ("ij,ij,ij->i", _mul3_rows, product.sum(axis=1), {})):
-            if kwargs:   # the kernel alone: it accumulates into a zeroed output allocated and touched untimed
+            if "out_format" in kwargs:   # the kernel alone: it accumulates into a zeroed output allocated and touched untimed
                 def call(f):
                     return (lambda: np.full((n, n), 0.0)), (lambda out: f.accumulate(out, *ops))
             else:
