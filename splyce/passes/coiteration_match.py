@@ -17,6 +17,9 @@ gives the same loop with one more finger: k bound checks and'ed, k coordinate lo
 of k - 1 compare-and-selects, the match as the and of k ``eq`` tests, k select-based advances. It is
 matched the same way (``Coiteration.fingers`` = k) and gets the same fast lane.
 
+Into a sparse output, the guarded body calls the sparsifier's insertion function and the loop carries the
+output's buffers: matched as kind ``INSERT_KIND`` (``_match_insert``), built by insert_lane.py.
+
 ``match_coiteration`` returns a ``Coiteration`` describing the parts the builder needs, or a ``Decline``
 saying why the loop is not that shape. Nothing is matched by SSA name.
 """

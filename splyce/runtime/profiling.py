@@ -1,7 +1,8 @@
 """``splyce.profile``: how much of the coiteration the Splyce fast lanes consume (the paper's SIMD(%)).
 
 An instrumented build of the kernel counts, per loop iteration, the coordinates each loop consumes (the
-advance of both cursors): fast lanes add to one counter, the scalar epilogues to the other.
+advance of every cursor): two-finger fast lanes, scalar epilogues, galloping / leapfrogging jumps and
+three- or four-way fast lanes each add to their own counter.
 """
 
 from __future__ import annotations
