@@ -249,13 +249,18 @@ def test_dask_subcommand_tiny(tmp_path, capsys):
     assert all(float(r["splyce_1w_s"]) > 0 and float(r["speedup_2w_vs_1w"]) > 0 for r in rows)
 
 
-def test_dask_bench_matrices():
-    from splyce.bench.dask import mesh3d, powerlaw_graph
+def test_dask_bench_matrices(tmp_path):
+    """The dask bench runs on the corpus: its full sizes are the corpus's large entries (a mesh, a power-law
+    graph, the road-like graph), its quick and test sizes small entries; matrices come out canonical."""
+    from splyce.bench import corpus
+    from splyce.bench import dask as dask_bench
 
-    mesh = mesh3d(4)
-    assert mesh.shape == (64, 64) and mesh.nnz == 8 * 8 + 24 * 12 + 24 * 18 + 8 * 27   # corners .. interior
-    assert (mesh != mesh.T).nnz == 0 and mesh.diagonal().tolist() == [26.0] * 64
-    graph = powerlaw_graph(2000, 8)
-    assert (graph != graph.T).nnz == 0 and graph.diagonal().sum() == 0 and set(graph.data) == {1.0}
-    degrees = np.diff(graph.indptr)
-    assert degrees.max() > 10 * np.median(degrees)            # skewed: hubs
+    entries = {e.name: e for e in corpus.entries()}
+    assert all(name in entries and not entries[name].quick for name in dask_bench.FULL)
+    assert all(entries[name].quick for name in dask_bench.QUICK + dask_bench.TINY)
+    assert {"fem-3d", "power-law", "road"} <= {entries[name].kind for name in dask_bench.FULL}
+    assert {"power-law"} <= {entries[name].kind for name in dask_bench.QUICK + dask_bench.TINY}
+    mats = dask_bench.matrices(Config(tiny=True, out=tmp_path))
+    assert [label.split()[0] for label, _ in mats] == list(dask_bench.TINY)
+    for _, A in mats:
+        assert A.format == "csr" and A.has_canonical_format and (A != A.T).nnz == 0

@@ -1,12 +1,15 @@
 """``dask``: SpMV, SpMM, SpGEMM and triangle counting on a 2-worker Dask ``LocalCluster`` (processes, one
 thread each): splyce.dask on 1 and 2 workers against dask.array + pydata-sparse chunks on the same cluster.
 
-Matrices: a 3-D 27-point mesh (a stencil, regular rows) and a power-law graph (Chung-Lu, skewed rows),
-generated here. Both sides get the same row blocks, persisted on the workers before timing, and the same
+Matrices: the largest of the realistic corpus (``bench real``'s, docs/corpus.md): a 3-D and a 2-D
+finite-element mesh (regular rows), the largest power-law graph (skewed rows, hubs) and the road-like graph
+(very short rows). Both sides get the same row blocks, persisted on the workers before timing, and the same
 layout: the right operand is one chunk (broadcast). "1 worker" and "2 workers" are two LocalClusters, both
 alive, so their runs interleave. A timed run is ``persist`` + ``wait``: the result stays on the workers, as for
 data bigger than one machine. Every result is checked before timing: splyce's against the single-process
-drop-in, bit for bit; pydata's against it within 1e-9 relative.
+drop-in, bit for bit; pydata's against it within 1e-9 relative. The checking (warm-up) run of each
+candidate also records the peak resident memory of the busiest worker process during that run
+(``*_peak_mb``: the persisted inputs plus what the op needs; Linux only).
 """
 
 from __future__ import annotations
@@ -19,49 +22,28 @@ import numpy as np
 from splyce.bench.common import BenchMismatch, Config, Result, Timing, _progress
 
 COLUMNS = ["matrix", "rows", "nnz", "op", "splyce_1w_s", "splyce_2w_s", "speedup_2w_vs_1w", "pydata_2w_s",
-           "splyce_vs_pydata"]
+           "splyce_vs_pydata", "splyce_2w_peak_mb", "pydata_2w_peak_mb"]
 
 
 # -- matrices ---------------------------------------------------------------------------------------------
-def mesh3d(n: int):
-    """The 27-point stencil on an n x n x n grid (values 26 on the diagonal, -1 off it), CSR."""
-    import scipy.sparse as sps
-
-    line = sps.csr_array(sps.diags_array([np.ones(n - 1), np.ones(n), np.ones(n - 1)], offsets=[-1, 0, 1]))
-    line.eliminate_zeros()     # DIA storage pads its diagonals with zeros, which kron would keep
-    cube = sps.kron(sps.kron(line, line, format="csr"), line, format="csr")   # (BSR would store zeros)
-    cube.data[:] = -1.0
-    cube.setdiag(26.0)
-    cube = sps.csr_array(cube)
-    cube.sort_indices()
-    return cube
-
-
-def powerlaw_graph(n: int, mean_degree: float, exponent: float = 2.3, seed: int = 0):
-    """A symmetric Chung-Lu graph with power-law expected degrees (no self loops), 0/1 values, CSR."""
-    import scipy.sparse as sps
-
-    rng = np.random.default_rng(seed)
-    weights = (np.arange(1, n + 1) ** (-1.0 / (exponent - 1.0)))
-    weights *= mean_degree * n / weights.sum()
-    edges = int(mean_degree * n / 2)
-    p = weights / weights.sum()
-    i, j = rng.choice(n, size=edges, p=p), rng.choice(n, size=edges, p=p)
-    keep = i != j
-    a = sps.coo_array((np.ones(keep.sum()), (i[keep], j[keep])), shape=(n, n)).tocsr()
-    a = ((a + a.T) != 0).astype(np.float64)
-    perm = rng.permutation(n)                    # hubs spread over the row blocks
-    a = sps.csr_array(a[perm][:, perm])
-    a.sort_indices()
-    return a
+# The corpus's largest matrix of each class that the issue asks for (docs/corpus.md): a 3-D mesh, a 2-D mesh,
+# the largest power-law graph and the road-like graph; --quick: small entries of the same classes.
+FULL = ("fem3d-100k", "fem2d-250k", "ba-100k", "road-700")
+QUICK = ("fem2d-3k", "ba-4k", "road-100")
+TINY = ("fem3d-1500", "rmat-s10")     # the tests' mode
 
 
 def matrices(cfg: Config):
-    if cfg.tiny:
-        return [("mesh3d 10^3, 27-point", mesh3d(10)), ("power-law graph", powerlaw_graph(3000, 8))]
-    if cfg.quick:
-        return [("mesh3d 16^3, 27-point", mesh3d(16)), ("power-law graph", powerlaw_graph(10_000, 10))]
-    return [("mesh3d 56^3, 27-point", mesh3d(56)), ("power-law graph", powerlaw_graph(300_000, 16))]
+    """(label, canonical CSR) of the corpus entries for ``cfg``'s mode; built once, then read from
+    ``<out>/corpus-cache`` (shared with ``bench real``)."""
+    from pathlib import Path
+
+    from splyce.bench import corpus
+
+    names = TINY if cfg.tiny else QUICK if cfg.quick else FULL
+    by_name = {e.name: e for e in corpus.entries()}
+    cache = Path(cfg.out) / "corpus-cache"
+    return [(f"{name} ({by_name[name].kind})", corpus.build(by_name[name], cache)) for name in names]
 
 
 # -- checking ---------------------------------------------------------------------------------------------
@@ -157,6 +139,31 @@ def _gathered(client, graph):
     return concatenate_lookup.dispatch(type(blocks[0]))(blocks, axis=0)
 
 
+def _reset_peak_rss() -> None:
+    """Restart this process's peak resident set (VmHWM) from its current size (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident set since the last reset, in MB (NaN where /proc is missing)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return float("nan")
+
+
+def _checked_with_peak(client, graph):
+    """The result joined here (``_gathered``) and the busiest worker's peak memory while it was computed."""
+    client.run(_reset_peak_rss)
+    got = _gathered(client, graph)
+    return got, max(client.run(_peak_rss_mb).values())
+
+
 def _timed(client, graph):
     import distributed
 
@@ -193,8 +200,9 @@ def run(cfg: Config) -> Result:
                 if cfg.tiny:    # the tests' mode: pydata's Numba JIT takes minutes in fresh worker processes
                     del cands["pydata_2w"]
                 times = {name: Timing(name) for name in cands}
+                peaks = {}
                 for name, (build, c) in cands.items():     # warm-up (compiles) and check, never timed
-                    got = _gathered(clients[c], build(data[c]))
+                    got, peaks[name] = _checked_with_peak(clients[c], build(data[c]))
                     check = _check_exact if name.startswith("splyce") else _check_close
                     check(f"dask {mname} {op} {name}", got, want)
                     del got
@@ -207,7 +215,8 @@ def run(cfg: Config) -> Result:
                                 for k in ("splyce_1w", "splyce_2w", "pydata_2w"))
                 rows.append({"matrix": mname, "rows": A.shape[0], "nnz": A.nnz, "op": op, "splyce_1w_s": one,
                              "splyce_2w_s": two, "speedup_2w_vs_1w": one / two, "pydata_2w_s": pd,
-                             "splyce_vs_pydata": pd / two})
+                             "splyce_vs_pydata": pd / two, "splyce_2w_peak_mb": peaks["splyce_2w"],
+                             "pydata_2w_peak_mb": peaks.get("pydata_2w", float("nan"))})
             bar.close()
             del data
     finally:
@@ -216,7 +225,9 @@ def run(cfg: Config) -> Result:
             cluster.close()
     note = ("Median of interleaved repeats; 4 row blocks; inputs persisted on the workers; a run is persist + "
             "wait (results stay distributed). 1w / 2w: LocalClusters of 1 and 2 worker processes (one thread "
-            "each), both alive, runs interleaved. splyce results bit-identical to the single-process drop-in.")
+            "each), both alive, runs interleaved. splyce results bit-identical to the single-process drop-in. "
+            "*_peak_mb: peak resident memory of the busiest worker during the checking run (inputs included). "
+            "Matrices: the corpus's (docs/corpus.md).")
     return Result("dask", "splyce.dask vs dask + pydata-sparse on a 2-worker LocalCluster", COLUMNS, rows, note,
                   plot=_plot)
 
