@@ -15,6 +15,7 @@ from splyce.backend import alloc_guard, codegen
 from splyce.lowering import pipeline
 from splyce.lowering.to_mlir import ENTRY, lower_trace
 from splyce.options import Options
+from splyce.passes.dealloc_guard import drop_foreign_deallocs
 from splyce.passes.widen_i1 import widen_i1_memrefs
 from splyce.tracer.ir import Trace
 
@@ -110,6 +111,7 @@ def lower(trace: Trace, options: Options) -> Lowering:
         record("scf", str(module), start)
 
         start = time.perf_counter()
+        drop_foreign_deallocs(module)   # frees of intermediates that folding moved onto other buffers
         widen_i1_memrefs(module)   # MemRefToLLVM aborts on i1 memrefs (the sparsifier's workspace flags)
         threads_note = ""
         if options.threads > 1:

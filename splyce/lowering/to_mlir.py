@@ -411,7 +411,18 @@ def lower_trace(trace: Trace):
                     else:
                         ctx.values[node] = LOWERINGS[node.op](node, ctx)
             returned = [_returned(o, ctx) for o in trace.outputs]
+            # every intermediate is freed before returning (a loop of calls must not grow the heap); the
+            # guard at the cut (passes/dealloc_guard.py) drops a free that folding turned onto an argument
+            # or a result
+            outputs = set(trace.outputs)
+            for node, value in ctx.values.items():
+                if node.op != "input" and node not in outputs and node not in ctx.dense_out_args:
+                    ctx.temporaries.append(value)
+            freed = []
             for temporary in ctx.temporaries:
+                if any(temporary == v for v in freed) or any(temporary == v for v in returned):
+                    continue
+                freed.append(temporary)
                 bufferization.DeallocTensorOp(temporary)
             func.ReturnOp(returned)
     return module
