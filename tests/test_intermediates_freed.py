@@ -97,3 +97,12 @@ def test_guard_keeps_only_frees_of_owned_buffers():
         module.operation.verify()
         kept = [line.strip() for line in str(module).splitlines() if "memref.dealloc" in line]
         assert kept == ["memref.dealloc %alloc : memref<?xf64>"]
+
+
+def test_freeing_does_not_stop_fusion():
+    """``(x + y).sum(axis=1)`` stays one kernel (the add fused into the row sums): no intermediate to free."""
+    a = splyce.asarray(np.eye(6) * 2.0, format=splyce.CSR)
+    f = splyce.jit(lambda x, y: (x + y).sum(axis=1))
+    assert np.array_equal(f(a, a), np.full(6, 4.0))
+    scf = f.lower(a, a).as_text("scf")
+    assert scf.count("scf.while") == 1 and "memref.dealloc" not in scf

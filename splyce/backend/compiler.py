@@ -15,6 +15,7 @@ from splyce.backend import alloc_guard, codegen
 from splyce.lowering import pipeline
 from splyce.lowering.to_mlir import ENTRY, lower_trace
 from splyce.options import Options
+from splyce.lowering.free_intermediates import free_intermediates
 from splyce.passes.dealloc_guard import drop_foreign_deallocs
 from splyce.passes.widen_i1 import widen_i1_memrefs
 from splyce.tracer.ir import Trace
@@ -107,7 +108,9 @@ def lower(trace: Trace, options: Options) -> Lowering:
         start = time.perf_counter()
         # lower_trace refuses what the sparsifier cannot compile (loop orders, sparse results), so a failure
         # here is an internal error and surfaces as the MLIRError with its diagnostics
-        pipeline.run_passes(module, pipeline.SPARSIFY)
+        pipeline.run_passes(module, pipeline.FUSE)
+        free_intermediates(module)
+        pipeline.run_passes(module, pipeline.BUFFERIZE)
         record("scf", str(module), start)
 
         start = time.perf_counter()

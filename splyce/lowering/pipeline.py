@@ -7,15 +7,20 @@ Stage 2 (``TO_LLVM``) lowers the rest to the LLVM dialect. The list mirrors what
 ``sparse-assembler{direct-out=true}`` so that the entry point takes plain (pos, crd, values) buffers.
 """
 
-SPARSIFY = (
+# Stage 1 runs in two parts: intermediates are freed between them (lowering/free_intermediates.py), after
+# fusion (a free is a use, and a used producer is not fused) and before bufferization.
+FUSE = (
     "sparse-assembler{direct-out=true}",
     "func.func(linalg-generalize-named-ops)",
     "func.func(linalg-fuse-elementwise-ops)",
+)
+BUFFERIZE = (
     "sparsification-and-bufferization{enable-simd-index32=true parallelization-strategy=none "
     "sparse-emit-strategy=functional vl=0}",
     "sparse-storage-specifier-to-llvm",
     "func.func(canonicalize)",
 )
+SPARSIFY = FUSE + BUFFERIZE
 
 TO_LLVM = (
     "func.func(convert-linalg-to-loops)",

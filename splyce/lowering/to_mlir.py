@@ -7,7 +7,7 @@ accumulates into it), and returns every result; sparse results come back as kern
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from splyce.lowering.scalars import (absolute, binary, cast, conjugate, constant, divide_by, element_type,
                                      extremum, extremum_identity, is_complex, needs_unary, real_dtype)
@@ -94,8 +94,6 @@ def build_generic(inputs, input_subs: list[str], init, output: str, order: str, 
 class _Context:
     values: dict            # Node -> SSA tensor value
     dense_out_args: dict    # Node -> writable output argument (final dense results)
-    temporaries: list = field(default_factory=list)   # tensors to free before returning (not before: the
-    # elementwise fusion pass may move their readers down to their consumers)
 
 
 def _init_tensor(node: Node, ctx: _Context):
@@ -330,8 +328,6 @@ def lower_reduce(node: Node, ctx: _Context):
     if arg.type.is_sparse:
         result = _with_implicit_zeros(ctx, result, ctx.values[arg], subs, out, result_subs, order, reduced_shape,
                                       extent, lambda v: pick(v, constant(0, dtype)))
-    if node not in ctx.dense_out_args:
-        ctx.temporaries.append(result)   # an intermediate: freed before returning
     return result
 
 
@@ -375,7 +371,6 @@ def _with_implicit_zeros(ctx: _Context, result, source, subs: str, out: str, res
         return arith.select(partial, with_zero(value), value)
 
     result = build_generic([count], [out], result, result_subs, result_subs, select)
-    ctx.temporaries.append(count)
     return result
 
 
@@ -385,7 +380,7 @@ LOWERINGS = {"contract": lower_contract, "combine": lower_combine, "ewise": lowe
 def lower_trace(trace: Trace):
     """Build the MLIR module (inside the active context) for ``trace``; returns it unverified."""
     from mlir import ir
-    from mlir.dialects import bufferization, func
+    from mlir.dialects import func
 
     module = ir.Module.create()
     dense_results = [o for o in trace.outputs if not o.type.is_sparse]
@@ -411,19 +406,6 @@ def lower_trace(trace: Trace):
                     else:
                         ctx.values[node] = LOWERINGS[node.op](node, ctx)
             returned = [_returned(o, ctx) for o in trace.outputs]
-            # every intermediate is freed before returning (a loop of calls must not grow the heap); the
-            # guard at the cut (passes/dealloc_guard.py) drops a free that folding turned onto an argument
-            # or a result
-            outputs = set(trace.outputs)
-            for node, value in ctx.values.items():
-                if node.op != "input" and node not in outputs and node not in ctx.dense_out_args:
-                    ctx.temporaries.append(value)
-            freed = []
-            for temporary in ctx.temporaries:
-                if any(temporary == v for v in freed) or any(temporary == v for v in returned):
-                    continue
-                freed.append(temporary)
-                bufferization.DeallocTensorOp(temporary)
             func.ReturnOp(returned)
     return module
 
