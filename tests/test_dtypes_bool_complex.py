@@ -231,3 +231,18 @@ def test_kernels_that_return_their_input_give_a_copy(fun, values):
             del out
         after = [x.values, *[c for c in x.crd if c is not None]]
         assert all(np.array_equal(a, b) for a, b in zip(before, after))
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_int32_sums_are_int64_as_in_numpy(axis):
+    """NumPy sums int32 as int64: values near 2**31 do not wrap around."""
+    import scipy.sparse as sps
+
+    dense = np.zeros((5, 4), dtype=np.int32)
+    dense[:, 1] = 2**31 - 1
+    dense[2, 3] = -7
+    a = sps.csr_array(dense)
+    got = splyce.jit(lambda x: x.sum(axis=axis))(a)
+    want = dense.sum(axis=axis)
+    assert np.asarray(got).dtype == want.dtype == np.int64
+    assert np.array_equal(got, want)

@@ -378,7 +378,8 @@ def sum_(a, axis=None, *, out_format=None) -> Tracer:
     norm = _axes(axis, ndim, "sum")
     subs = _letters(ndim)
     out = "".join(c for d, c in enumerate(subs) if d not in norm)
-    dtype = "int64" if na.type.dtype == "bool" else None   # NumPy sums bools as integers
+    # NumPy sums bools and integers narrower than the platform's int64 as int64
+    dtype = "int64" if na.type.dtype in ("bool", "int8", "int16", "int32") else None
     return contract([na], [subs], out, out_format=out_format, op="sum", dtype=dtype)
 
 
