@@ -14,7 +14,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import bufferization
 
-_PRODUCERS = ("linalg.generic", "linalg.fill", "sparse_tensor.convert")
+_PRODUCERS = ("linalg.generic", "sparse_tensor.convert")   # a fill is freed through the generic it feeds
 _FRESH = ("tensor.empty", "bufferization.alloc_tensor")
 
 
@@ -56,7 +56,7 @@ def free_intermediates(module: ir.Module) -> int:
             returned = list(ret.operands)
             outs = [v for op in ops if _outs(op) is not None for v in [_outs(op)]]
             for op in ops:
-                if op.name not in _PRODUCERS or op.name == "linalg.fill":
+                if op.name not in _PRODUCERS:
                     continue
                 for result in op.results:
                     if not isinstance(result.type, ir.RankedTensorType):
