@@ -167,6 +167,16 @@ def test_real_tiny_every_op_checked_and_reported(tmp_path, capsys):
     assert "drop-in speedup vs scipy" in printed and "GraphBLAS" in printed
 
 
+def test_real_ops_and_matrices_select_a_subset(tmp_path):
+    out = tmp_path / "sub"
+    assert cli.main(["real", "--tiny", "--no-progress", "--ops", "spmv", "--matrices", "blockdiag-32",
+                     "--out", str(out)]) == 0
+    rows = _check_outputs(out, "real", real.COLUMNS)
+    assert [(r["matrix"], r["op"]) for r in rows] == [("blockdiag-32", "spmv")]
+    with pytest.raises(SystemExit, match="unknown op spmvv"):
+        cli.main(["real", "--tiny", "--ops", "spmvv", "--out", str(out)])
+
+
 @pytest.mark.parametrize("who", ["splyce_call", "graphblas_call"])
 def test_real_wrong_result_fails_loudly(who, tmp_path, monkeypatch, capsys):
     good = getattr(real, who)

@@ -39,9 +39,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--density", type=float, default=0.05, help="density for kernels / threads (default 0.05)")
     p.add_argument("--kernel", default="K1", choices=["K1", "K2", "K3", "K4", "K5"],
                    help="kernel for sparsity (default K1)")
+    p.add_argument("--ops", default="", help="real: comma-separated ops to run (default all), e.g. spmv,spgemm")
+    p.add_argument("--matrices", default="",
+                   help="real: comma-separated corpus matrices to run (default all), e.g. ba-100k,pyamg-bar")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # seconds-long runs for the tests
     return p
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
 
 
 def run_one(name: str, cfg: Config):
@@ -59,7 +66,8 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     tiny = args.tiny or os.environ.get("SPLYCE_BENCH_TINY") == "1"
     cfg = Config(out=Path(args.out), quick=args.quick or tiny, tiny=tiny, repeats=args.repeats,
-                 density=args.density, kernel=args.kernel, progress=not args.no_progress)
+                 density=args.density, kernel=args.kernel, progress=not args.no_progress,
+                 ops=_names(args.ops), matrices=_names(args.matrices))
     print("# splyce.bench " + args.subcommand + (" (quick)" if cfg.quick else ""))
     for line in machine_lines():
         print("# " + line)

@@ -43,6 +43,8 @@ class Config:
     density: float = 0.05
     kernel: str = "K1"
     progress: bool = True
+    ops: tuple[str, ...] = ()       # real: only these ops (all when empty)
+    matrices: tuple[str, ...] = ()  # real: only these corpus matrices (all when empty)
 
     @property
     def n_repeats(self) -> int:

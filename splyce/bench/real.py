@@ -407,8 +407,20 @@ def tiny_entries() -> list[corpus.Entry]:
     return [e for e in corpus.select(quick=True) if e.name in keep]
 
 
+def _chosen(names: tuple[str, ...], known: list[str], what: str) -> list[str]:
+    """The --ops / --matrices selection, in the order given; all of ``known`` when nothing was given."""
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"unknown {what} {', '.join(unknown)}; choose from {', '.join(known)}")
+    return list(names) or known
+
+
 def run(cfg: Config) -> Result:
     entries = tiny_entries() if cfg.tiny else corpus.select(cfg.quick)
+    ops = _chosen(cfg.ops, list(OPS), "op")
+    if cfg.matrices:
+        everything = {e.name: e for e in corpus.entries()}
+        entries = [everything[n] for n in _chosen(cfg.matrices, list(everything), "matrix")]
     cache_dir = Path(cfg.out) / "corpus-cache"
     bandwidth = read_bandwidth()
     rows = []
@@ -417,7 +429,7 @@ def run(cfg: Config) -> Result:
         for entry in entries:
             A = corpus.build(entry, cache_dir)
             d = Operands(entry.name, A)
-            for op in OPS:
+            for op in ops:
                 bar.set_description(f"real {entry.name} {op}")
                 rows.append(run_case(entry, d, op, cfg, bar=bar, cache_dir=cache_dir))
     finally:
@@ -431,11 +443,11 @@ def run(cfg: Config) -> Result:
             "repeated (slower than 10x scipy). Triangles: L = tril(A, -1) as a 0/1 pattern; scipy "
             f"(L @ L.T).multiply(L).sum(), the drop-in einsum('{TRIANGLES_EINSUM}', L, L, L), GraphBLAS masked "
             f"plus_pair; masked SpGEMM: scipy (L @ L).multiply(L), the drop-in einsum('{MASKED_EINSUM}', L, L, L), "
-            "GraphBLAS C(L.S) << L @ L; SDDMM: drop-in einsum('{SDDMM_EINSUM}', A, X, Y, out_format='sparse'), scipy a row-wise "
+            f"GraphBLAS C(L.S) << L @ L; SDDMM: drop-in einsum('{SDDMM_EINSUM}', A, X, Y, out_format='sparse'), scipy a row-wise "
             "dot product per stored entry. Matrix classes: docs/corpus.md.")
     return Result("real", "Realistic corpus: drop-ins vs scipy, SuiteSparse:GraphBLAS and pydata-sparse", COLUMNS,
                   rows, note, plot=_plot_summary, preface=summary_tables(rows),
-                  extra_plots={op: _op_plot(op) for op in OPS})
+                  extra_plots={op: _op_plot(op) for op in ops})
 
 
 def summary_tables(rows) -> str:
