@@ -54,6 +54,19 @@ def test_matmul_sparse_vector():
     np.testing.assert_allclose(_dense(out), _dense(ref))
     x = np.random.default_rng(3).random(40)
     assert np.allclose(splyce.matmul(a, x), a @ x)
+    # the scipy fast path (dense scatter + SpMV, result built directly): what coo_array(a @ x.toarray()) holds,
+    # bit for bit, duplicates summed; bad coordinates raise instead of being written out of bounds
+    dup = sps.coo_array((np.array([0.5, -0.0, 2.0, 1.0]), (np.array([3, 7, 3, 39]),)), shape=(40,))
+    for vec in (v, dup, sps.coo_array((40,))):
+        ours, ref = splyce.matmul(a, vec), sps.coo_array(a @ vec.toarray())
+        assert type(ours) is sps.coo_array and vars(ours).keys() == vars(ref).keys()
+        assert ours.coords[0].dtype == ref.coords[0].dtype and np.array_equal(ours.coords[0], ref.coords[0])
+        assert ours.data.tobytes() == ref.data.tobytes()
+    for bad in (np.array([3, 40]), np.array([-1, 3])):
+        vec = sps.coo_array((np.ones(2), (np.array([0, 1]),)), shape=(40,))
+        vec.coords = (bad,)
+        with pytest.raises(ValueError, match="out of range"):
+            splyce.matmul(a, vec)
 
 
 def test_multiply_add_subtract_match_scipy():

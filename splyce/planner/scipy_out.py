@@ -53,3 +53,41 @@ def csr(cls, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape, s
         if not sorted_unique:
             out.has_sorted_indices = False
     return out
+
+
+_direct_coo: dict = {}    # class -> (whether __new__ plus attributes makes what cls(dense vector) makes, maxprint)
+
+
+def _confirm_coo(cls) -> tuple:
+    probe = cls(np.array([0.0, 2.0, 0.0]))
+    ok = (set(vars(probe)) == {"_shape", "maxprint", "coords", "data", "has_canonical_format"}
+          and type(probe._shape) is tuple and probe.coords[0].dtype == np.int32)
+    if ok:
+        made = _make_coo(cls, np.array([2.0]), np.array([1], dtype=np.int32), 3, probe.maxprint)
+        ok = vars(made).keys() == vars(probe).keys() and np.array_equal(made.toarray(), probe.toarray())
+    _direct_coo[cls] = (ok, probe.maxprint)
+    return _direct_coo[cls]
+
+
+def _make_coo(cls, data, coords, n, maxprint):
+    out = cls.__new__(cls)
+    out._shape = (n,)
+    out.maxprint = maxprint
+    out.coords = (coords,)
+    out.data = data
+    out.has_canonical_format = True
+    return out
+
+
+def coo_vector(cls, dense: np.ndarray):
+    """``cls(dense)`` (``cls`` scipy's ``coo_array``) for a 1-D NumPy vector, what scipy returns for a sparse
+    matrix times a sparse vector: the entries that are not zero (NaN kept), int32 coordinates (int64 past
+    2**31 - 1 entries, as scipy chooses), canonical. Built directly (~5 us instead of ~90 us) once that is
+    confirmed to make what the constructor makes; else the constructor."""
+    known = _direct_coo.get(cls)
+    ok, maxprint = known if known is not None else _confirm_coo(cls)
+    n = len(dense)
+    if not ok or dense.ndim != 1 or n > np.iinfo(np.int32).max:
+        return cls(dense)
+    coords = np.flatnonzero(dense).astype(np.int32)
+    return _make_coo(cls, dense[coords], coords, n, maxprint)
