@@ -148,6 +148,8 @@ def test_fast_merge_checks_every_operand():
     Positions of the CSC operand that differ from A's in one place go through the transpose and merge instead."""
     code = r"""
 import numpy as np, scipy.sparse as sps, splyce
+from splyce.backend import ir_text
+ir_text.MIN_CHUNK = 64                                        # threads=2 splits these small matrices
 rng = np.random.default_rng(4)
 base = sps.random_array((600, 600), density=0.01, format="csr", rng=rng)
 base = (base + base.T).tocsr()
@@ -177,14 +179,14 @@ for pattern, edits in defects.items():
     for edit in edits:
         for fmt in ("csr", "csc"):
             for op in ops:
-                for bad_first in (True, False):
+                for bad_first, threads in ((True, 1), (False, 1), (True, 2), (False, 2)):
                     bad = broken(edit, fmt)
                     if bad_first and fmt == "csc":
                         continue                              # a CSC first operand is not the fast path
                     before = [arr.copy() for arr in (bad.indptr, bad.indices, bad.data)]
                     args = (bad, base) if bad_first else (base, bad)
                     try:
-                        getattr(splyce, op)(*args)
+                        getattr(splyce, op)(*args, threads=threads)
                     except ValueError as e:
                         assert pattern in str(e) or "out of range" in str(e) or "positions" in str(e), (pattern, e)
                     else:
@@ -217,11 +219,58 @@ extra = sps.csc_array(base.T.toarray() + np.diag(np.where(base.diagonal() == 0, 
 fewer = base.T.tocoo(); fewer = sps.csc_array((fewer.data[1:], (fewer.row[1:], fewer.col[1:])), shape=(600, 600))
 for other in (moved, extra, fewer):
     for op in ops:
-        same(getattr(splyce, op)(base, other), ops[op](base, other))
+        for threads in (1, 2):
+            same(getattr(splyce, op)(base, other, threads=threads), ops[op](base, other))
 print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stderr[-3000:])
+
+
+def _power_law(n, entries, rng):
+    """A square CSR whose row lengths follow a power law (a few hub rows hold most entries), with a NaN."""
+    rows = np.minimum((rng.pareto(1.1, entries) * 3).astype(np.int64), n - 1)
+    a = sps.csr_array((rng.uniform(-2, 2, entries), (rows, rng.integers(0, n, entries))), shape=(n, n))
+    a.sum_duplicates()
+    a.data[len(a.data) // 2] = np.nan
+    return a
+
+
+def test_threads_split_checks_and_merges_balanced_and_bit_identical(monkeypatch):
+    """With ``threads`` > 1 the operand checks, the same-positions pass and the merge run on row ranges of about
+    equal entries (skewed rows too); every result is bit-identical to one thread's and equal to scipy's."""
+    from splyce.backend import ir_text
+
+    monkeypatch.setattr(ir_text, "MIN_CHUNK", 64)            # split these small matrices as large ones are
+    calls = []
+    run_chunks = ir_text.run_chunks
+
+    def recording(fn, chunks, threads):
+        calls.append(chunks)
+        return run_chunks(fn, chunks, threads)
+    monkeypatch.setattr(ir_text, "run_chunks", recording)
+    rng = np.random.default_rng(8)
+    a = _power_law(500, 6000, rng)
+    sym = (a + a.T).tocsr()
+    sym.data = rng.uniform(-2, 2, sym.nnz)                   # symmetric positions, unsymmetric values
+    other = _power_law(500, 3000, rng)
+    longest = int(np.diff(sym.indptr).max())
+    assert longest > 20 * sym.nnz / 500                      # skewed: the hub rows are far above the mean
+    for threads in (2, 3):
+        chunks = ir_text.work_chunks(sym.indptr, threads)
+        per_chunk = [int(sym.indptr[hi] - sym.indptr[lo]) for lo, hi in chunks]
+        assert len(chunks) == threads and sum(per_chunk) == sym.nnz
+        assert max(per_chunk) - min(per_chunk) <= 2 * longest   # balanced up to a row at each end
+    for op in OPS:
+        for x, y in ((sym, sym.T), (a, a.T), (a, other), (sym, other.tocsc())):
+            one = getattr(splyce, op)(x, y, threads=1)
+            _same_as_scipy(one, OPS[op](x, y))
+            for threads in (2, 3):
+                calls.clear()
+                many = getattr(splyce, op)(x, y, threads=threads)
+                assert any(len(c) == threads for c in calls)    # the work was split
+                assert np.array_equal(one.indptr, many.indptr) and np.array_equal(one.indices, many.indices)
+                assert one.data.tobytes() == many.data.tobytes()
 
 
 def test_scipy_out_builds_what_the_constructor_builds(monkeypatch):

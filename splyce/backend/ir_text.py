@@ -76,3 +76,22 @@ def row_chunks(indptr: np.ndarray, threads: int) -> list[tuple[int, int]]:
     inner = np.searchsorted(indptr, int(indptr[-1]) * np.arange(1, threads) / threads, side="left").tolist()
     bounds = sorted(set([0, *inner, m]))
     return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+
+
+MIN_CHUNK = 1 << 15     # entries per thread below which splitting a pass costs more than it saves
+
+
+def work_chunks(indptr: np.ndarray, threads: int) -> list[tuple[int, int]]:
+    """Row ranges for ``threads`` workers with about equal entries (``indptr``: checked row pointers), one
+    range when the entries are too few for splitting to pay."""
+    if threads <= 1 or int(indptr[-1]) < 2 * MIN_CHUNK:
+        return [(0, len(indptr) - 1)]
+    return row_chunks(indptr, min(threads, int(indptr[-1]) // MIN_CHUNK))
+
+
+def run_chunks(fn, chunks, threads: int) -> list:
+    """``fn(t, lo, hi)`` for every chunk, the first on the calling thread, the others on the pool."""
+    if len(chunks) == 1:
+        return [fn(0, *chunks[0])]
+    rest = [pool(threads).submit(fn, t, lo, hi) for t, (lo, hi) in enumerate(chunks) if t]
+    return [fn(0, *chunks[0])] + [f.result() for f in rest]

@@ -20,6 +20,7 @@ import threading
 import numpy as np
 
 from splyce.backend.array_objects import address as _address
+from splyce.backend import ir_text
 from splyce.backend.ir_text import pool, row_chunks
 
 # Both kernels: the loop over rows [lo, hi) and a fast path for two rows that hold the same columns (compared
@@ -411,14 +412,22 @@ def elementwise(op: str, a, b, dtype, threads: int = 1):
 
 # A and B with the same positions, B given by its CSC arrays (``A.T`` of a structurally symmetric A: meshes,
 # graphs, banded matrices). Walking A's rows in order, the B entry at (i, j) is the next unread one of B's
-# column j (its rows are sorted), so a cursor per column finds it with no search and no transpose of B; the
-# loop checks that it holds row i, and at the end that every column was read to its end: together, that B's
-# positions are exactly A's (anything else returns 1, nothing trusted). Writes op(a, b) in A's entry order and
-# counts the results that are not zero. B's positions must be monotone from 0 to len(bc) (checked before).
+# column j (its rows are sorted), so a cursor per column finds it with no transpose of B; the loop checks that
+# it holds row i. A chunk of rows [lo, hi) with lo > 0 does not know where its rows start in each column: a
+# column's cursor starts unknown (-1) and its first use finds row i in the column (its first entry, else a
+# binary search; B's rows
+# are not trusted sorted: the search only proposes a position, the row compare checks it). Every A entry is
+# then matched with a B entry of the same (row, column); two A entries never get the same B entry (within a
+# chunk a column's cursor only moves forward, chunks hold different rows, columns hold disjoint ranges of
+# monotone positions), so when both hold the same number of entries, B's positions are exactly A's (anything
+# else returns 1, nothing trusted). Writes op(a, b) and A's column in A's entry order, A's row ends for rows
+# [lo, hi), and stores the number of results that are not zero in kept[t]. B's positions must be monotone
+# from 0 to len(bc) and len(bc) == len(ac) (checked before).
 _MIRROR = """
-define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cursor, ptr %cv, ptr %kept,
-                   i64 %m, i64 %n) {{
+define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cursor, ptr %cv, ptr %cc,
+                   ptr %cp, ptr %kept, i64 %lo, i64 %hi, i64 %n, i64 %t) {{
 entry:
+  %first = icmp eq i64 %lo, 0
   br label %init_head
 init_head:
   %j = phi i64 [0, %entry], [%j1, %init_body]
@@ -428,15 +437,16 @@ init_body:
   %pbj = getelementptr i{p}, ptr %bp, i64 %j
   %bj_raw = load i{p}, ptr %pbj
   %bj = {p_ext} %bj_raw to i64
+  %start = select i1 %first, i64 %bj, i64 -1
   %pcj = getelementptr i64, ptr %cursor, i64 %j
-  store i64 %bj, ptr %pcj
+  store i64 %start, ptr %pcj
   %j1 = add i64 %j, 1
   br label %init_head
 row:
-  %r = phi i64 [0, %init_head], [%r1, %entries]
+  %r = phi i64 [%lo, %init_head], [%r1, %entries]
   %count = phi i64 [0, %init_head], [%count_e, %entries]
-  %rin = icmp slt i64 %r, %m
-  br i1 %rin, label %row_body, label %ends_head
+  %rin = icmp slt i64 %r, %hi
+  br i1 %rin, label %row_body, label %done
 row_body:
   %r1 = add i64 %r, 1
   %pr0 = getelementptr i{p}, ptr %ap, i64 %r
@@ -445,6 +455,8 @@ row_body:
   %pr1 = getelementptr i{p}, ptr %ap, i64 %r1
   %k1_raw = load i{p}, ptr %pr1
   %k1 = {p_ext} %k1_raw to i64
+  %pcr = getelementptr i{p}, ptr %cp, i64 %r1
+  store i{p} %k1_raw, ptr %pcr
   %r_c = {narrow} %r to i{c}
   br label %entries
 entries:
@@ -455,13 +467,45 @@ entries:
 entry_body:
   %pac = getelementptr i{c}, ptr %ac, i64 %k
   %col_raw = load i{c}, ptr %pac
+  %pcc = getelementptr i{c}, ptr %cc, i64 %k
+  store i{c} %col_raw, ptr %pcc
   %col = {c_ext} %col_raw to i64
   %pcur = getelementptr i64, ptr %cursor, i64 %col
-  %at = load i64, ptr %pcur
+  %at0 = load i64, ptr %pcur
   %col1 = add i64 %col, 1
   %pbe = getelementptr i{p}, ptr %bp, i64 %col1
   %end_raw = load i{p}, ptr %pbe
   %end = {p_ext} %end_raw to i64
+  %unknown = icmp slt i64 %at0, 0
+  br i1 %unknown, label %search_init, label %entry_at
+search_init:
+  %pbs = getelementptr i{p}, ptr %bp, i64 %col
+  %bs_raw = load i{p}, ptr %pbs
+  %bs = {p_ext} %bs_raw to i64
+  %nonempty = icmp slt i64 %bs, %end
+  br i1 %nonempty, label %search_first, label %entry_at
+search_first:
+  %pfirst = getelementptr i{c}, ptr %bc, i64 %bs
+  %vfirst = load i{c}, ptr %pfirst
+  %at_first = icmp sge i{c} %vfirst, %r_c
+  br i1 %at_first, label %entry_at, label %search
+search:
+  %s_lo = phi i64 [%bs, %search_first], [%s_lo1, %search_step]
+  %s_hi = phi i64 [%end, %search_first], [%s_hi1, %search_step]
+  %s_more = icmp slt i64 %s_lo, %s_hi
+  br i1 %s_more, label %search_step, label %entry_at
+search_step:
+  %s_sum = add i64 %s_lo, %s_hi
+  %mid = lshr i64 %s_sum, 1
+  %pmid = getelementptr i{c}, ptr %bc, i64 %mid
+  %vmid = load i{c}, ptr %pmid
+  %below = icmp slt i{c} %vmid, %r_c
+  %mid1 = add i64 %mid, 1
+  %s_lo1 = select i1 %below, i64 %mid1, i64 %s_lo
+  %s_hi1 = select i1 %below, i64 %s_hi, i64 %mid
+  br label %search
+entry_at:
+  %at = phi i64 [%at0, %entry_body], [%s_lo, %search], [%bs, %search_init], [%bs, %search_first]
   %inside = icmp slt i64 %at, %end
   br i1 %inside, label %entry_row, label %differ
 entry_row:
@@ -484,27 +528,14 @@ entry_ok:
   %count1 = add i64 %count_e, %nzi
   %kn = add i64 %k, 1
   br label %entries
-ends_head:
-  %e = phi i64 [0, %row], [%e1, %ends_body]
-  %ein = icmp slt i64 %e, %n
-  br i1 %ein, label %ends_body, label %done
-ends_body:
-  %pce = getelementptr i64, ptr %cursor, i64 %e
-  %ce = load i64, ptr %pce
-  %e1 = add i64 %e, 1
-  %pbe1 = getelementptr i{p}, ptr %bp, i64 %e1
-  %be_raw = load i{p}, ptr %pbe1
-  %be = {p_ext} %be_raw to i64
-  %read_all = icmp eq i64 %ce, %be
-  br i1 %read_all, label %ends_head, label %differ
 done:
-  store i64 %count, ptr %kept
+  %pkept = getelementptr i64, ptr %kept, i64 %t
+  store i64 %count, ptr %pkept
   ret i64 0
 differ:
   ret i64 1
 }}
 """
-
 
 @functools.cache
 def _mirror_kernel(op: str, value: np.dtype, bits: int):
@@ -516,15 +547,16 @@ def _mirror_kernel(op: str, value: np.dtype, bits: int):
     ext = "zext i32" if bits == 32 else "bitcast i64"
     text = (_MIRROR.format(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], p=bits, c=bits, p_ext=ext,
                            c_ext=ext, narrow="trunc i64" if bits == 32 else "bitcast i64")
-            + array_objects.object_entry_ir(name + "_objects", name, "aaaaaaaaaii"))
-    return compile_host_helpers(text, {name + "_objects": array_objects.signature(11)})[name + "_objects"]
+            + array_objects.object_entry_ir(name + "_objects", name, "a" * 11 + "iiii"))
+    return compile_host_helpers(text, {name + "_objects": array_objects.signature(15)})[name + "_objects"]
 
 
-def same_pattern_csc(op: str, a, b_csc, dtype):
+def same_pattern_csc(op: str, a, b_csc, dtype, threads: int = 1):
     """``op(A, B)`` as ``(data, indices, indptr)`` when B, given by its CSC arrays ``b_csc = (data, indices,
     indptr)`` (rows per column), holds exactly A's positions, else None. A must be a checked canonical CSR, B's
     positions monotone from 0 to its entry count; B's rows are compared, never trusted. All index arrays of
-    one dtype, values of ``dtype``, C-contiguous; ``array_objects.DATA_OFFSET`` confirmed."""
+    one dtype, values of ``dtype``, C-contiguous; ``array_objects.DATA_OFFSET`` confirmed. ``threads``: row
+    ranges balanced by entries, each writing its part of the result in place (bit-identical to one thread)."""
     av, ac, ap = a
     bv, bc, bp = b_csc
     m, n = len(ap) - 1, len(bp) - 1
@@ -533,10 +565,18 @@ def same_pattern_csc(op: str, a, b_csc, dtype):
     dtype = np.dtype(dtype)
     with _lock:
         kernel = _mirror_kernel(op, dtype, ac.dtype.itemsize * 8)
-    cursor = np.empty(n, dtype=np.int64)
+    chunks = ir_text.work_chunks(ap, threads)
     vals = np.empty(len(ac), dtype=dtype)
-    kept = np.zeros(1, dtype=np.int64)
-    if kernel(id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cursor), id(vals), id(kept), m, n):
-        return None
-    return _drop_zeros(vals, ac.copy(), ap.copy(), int(kept[0]))
+    cols = np.empty(len(ac), dtype=ac.dtype)
+    indptr = np.empty(m + 1, dtype=ap.dtype)
+    indptr[0] = 0
+    kept = np.zeros(len(chunks), dtype=np.int64)
 
+    def run(t, lo, hi):
+        cursor = np.empty(n, dtype=np.int64)
+        return kernel(id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cursor), id(vals), id(cols),
+                      id(indptr), id(kept), lo, hi, n, t)
+
+    if any(ir_text.run_chunks(run, chunks, threads)):
+        return None
+    return _drop_zeros(vals, cols, indptr, int(kept.sum()))

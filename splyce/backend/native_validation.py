@@ -26,6 +26,7 @@ import threading
 import numpy as np
 
 from splyce.backend.array_objects import address as _address
+from splyce.backend import ir_text
 from splyce.tensors.validation import SUPPORTED_DTYPES
 
 # 1. any pos[s] > pos[s+1] for s in [0, nseg)
@@ -414,4 +415,107 @@ def canonical_csr(indptr: np.ndarray, indices: np.ndarray, n_cols: int) -> bool:
     with _lock:
         entry = _canonical_entry(bits)
     return not entry(id(indptr), id(indices), len(indptr) - 1, n_cols, len(indices))
+
+
+# The same check for the rows [lo, hi) of a CSR, so that threads can share it: positions monotone on
+# [lo, hi] and inside [0, nnz] (pos[0] == 0 checked by the chunk with lo == 0, pos[m] == nnz by the one with
+# hi == m: together, and since neighbouring chunks share a position, the whole array is checked), then the
+# chunk's columns in range and its order steps, each entry compared with the one before it (also for the
+# chunk's first entry, which may belong to an earlier chunk's row: then it lies on a row start and its
+# boundary is counted here too), and the row starts of segments [max(lo, 1), hi). Returns 0 when all hold.
+_CANONICAL_CHUNK = """
+define i64 @{name}(ptr %pos, ptr %crd, i64 %lo, i64 %hi, i64 %m, i64 %n, i64 %nnz) {{
+entry:
+  %out = alloca [2 x i64]
+  %plo_ptr = getelementptr i{p}, ptr %pos, i64 %lo
+  %plo_raw = load i{p}, ptr %plo_ptr
+  %plo = {ext} %plo_raw to i64
+  %phi_ptr = getelementptr i{p}, ptr %pos, i64 %hi
+  %phi_raw = load i{p}, ptr %phi_ptr
+  %phi = {ext} %phi_raw to i64
+  %is_first = icmp eq i64 %lo, 0
+  %starts0 = icmp eq i64 %plo, 0
+  %not_first = xor i1 %is_first, true
+  %start_ok = or i1 %not_first, %starts0
+  %is_last = icmp eq i64 %hi, %m
+  %endsn = icmp eq i64 %phi, %nnz
+  %not_last = xor i1 %is_last, true
+  %end_ok = or i1 %not_last, %endsn
+  %lo_ok = icmp sge i64 %plo, 0
+  %hi_ok = icmp sle i64 %phi, %nnz
+  %fits = icmp slt i64 %nnz, {chunk}
+  %e1 = and i1 %start_ok, %end_ok
+  %e2 = and i1 %lo_ok, %hi_ok
+  %e3 = and i1 %e1, %e2
+  %ok1 = and i1 %e3, %fits
+  br i1 %ok1, label %positions, label %fail
+positions:
+  %nseg = sub i64 %hi, %lo
+  %down = call i64 @{pos_scan}(ptr %plo_ptr, i64 %nseg)
+  %dec = icmp ne i64 %down, 0
+  br i1 %dec, label %fail, label %columns
+columns:
+  %has_prev = icmp sgt i64 %plo, 0
+  %plo_m1 = add i64 %plo, -1
+  %cfirst = select i1 %has_prev, i64 %plo_m1, i64 0
+  %pcf = getelementptr i{c}, ptr %crd, i64 %cfirst
+  %ncrd = sub i64 %phi, %cfirst
+  call void @{crd_scan}(ptr %pcf, i64 %ncrd, i64 %n, ptr %out)
+  %range = load i64, ptr %out
+  %o1 = getelementptr i64, ptr %out, i64 1
+  %steps = load i64, ptr %o1
+  %out_of_range = icmp ne i64 %range, 0
+  br i1 %out_of_range, label %fail, label %order
+order:
+  %none = icmp eq i64 %steps, 0
+  br i1 %none, label %ok, label %boundaries
+boundaries:
+  %lo_m1 = add i64 %lo, -1
+  %bstart = select i1 %is_first, i64 0, i64 %lo_m1
+  %pbs = getelementptr i{p}, ptr %pos, i64 %bstart
+  %bseg = sub i64 %hi, %bstart
+  %allowed = call i64 @{boundary_scan}(ptr %pbs, i64 %bseg, ptr %crd)
+  %same = icmp eq i64 %allowed, %steps
+  br i1 %same, label %ok, label %fail
+ok:
+  ret i64 0
+fail:
+  ret i64 1
+}}
+"""
+
+
+@functools.cache
+def _canonical_chunk_entry(bits: int):
+    from splyce.backend import array_objects
+    from splyce.backend.codegen import compile_host_helpers
+
+    tag = f"p{bits}_c{bits}_canonical_chunk"
+    names = {k: f"splyce_{k}_{tag}" for k in ("pos_scan", "crd_scan", "boundary_scan", "driver", "entry")}
+    text = (_POS_TEMPLATE.format(name=names["pos_scan"], p=bits)
+            + _CRD_TEMPLATE.format(name=names["crd_scan"], c=bits, cmp=_ORDER["unique"],
+                                  narrow="trunc i64" if bits < 64 else "bitcast i64",
+                                  widen="zext i32" if bits < 64 else "bitcast i64")
+            + _BOUNDARY_TEMPLATE.format(name=names["boundary_scan"], p=bits, c=bits, cmp=_ORDER["unique"],
+                                       p_ext=_extend(bits))
+            + _CANONICAL_CHUNK.format(name=names["driver"], p=bits, c=bits, ext=_extend(bits), chunk=_CHUNK,
+                                      **{k: names[k] for k in ("pos_scan", "crd_scan", "boundary_scan")})
+            + array_objects.object_entry_ir(names["entry"], names["driver"], "aaiiiii"))
+    return compile_host_helpers(text, {names["entry"]: array_objects.signature(7)})[names["entry"]]
+
+
+def canonical_csr_threaded(indptr: np.ndarray, indices: np.ndarray, n_cols: int, threads: int) -> bool:
+    """``canonical_csr`` with the rows split into ranges of about equal entries, one per thread (ranges
+    proposed from the unchecked positions: any split is checked correctly, a bad one is only unbalanced)."""
+    m, nnz = len(indptr) - 1, len(indices)
+    if threads <= 1 or nnz < 2 * ir_text.MIN_CHUNK or m < 2 or n_cols - 1 > _MAX[indptr.dtype.itemsize * 8]:
+        return canonical_csr(indptr, indices, n_cols)
+    ends = indptr[[0, -1]]
+    if ends[0] != 0 or ends[1] != nnz:
+        return False
+    with _lock:
+        entry = _canonical_chunk_entry(indptr.dtype.itemsize * 8)
+    chunks = ir_text.row_chunks(indptr, min(threads, nnz // ir_text.MIN_CHUNK))
+    return not any(ir_text.run_chunks(lambda t, lo, hi: entry(id(indptr), id(indices), lo, hi, m, n_cols, nnz),
+                              chunks, threads))
 

@@ -647,15 +647,15 @@ def _fast_merge(op: str, a, b, threads: int):
             or ap.strides != step or ac.strides != step or bp.strides != step or bc.strides != step
             or av.strides != vstep or bv.strides != vstep):
         return None
-    if max(m, n) - 1 > _INT_MAX[idx] or not native_validation.canonical_csr(ap, ac, n):
+    if max(m, n) - 1 > _INT_MAX[idx] or not native_validation.canonical_csr_threaded(ap, ac, n, threads):
         return None
     if type(b) is csc:
         # A.T of a structurally symmetric A: matched entry by entry, no transpose (checked as it goes)
         same = native_validation.positions_ok(bp, len(bc)) and \
-            native_elementwise.same_pattern_csc(op, (av, ac, ap), (bv, bc, bp), dtype)
+            native_elementwise.same_pattern_csc(op, (av, ac, ap), (bv, bc, bp), dtype, threads)
         if same:
             return scipy_out.csr(cls, *same, shape, True)
-    if not native_validation.canonical_csr(bp, bc, cols_b):
+    if not native_validation.canonical_csr_threaded(bp, bc, cols_b, threads):
         return None
     if type(b) is csc:
         bv, bc, bp = _transpose(bv, bc, bp, rows_b, cols_b)
