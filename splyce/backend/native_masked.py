@@ -23,8 +23,8 @@ from splyce.backend.array_objects import address as _address
 from splyce.backend.ir_text import IR, VALUE, load_index, loop, pool, row_chunks
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
-# (mpos, mcrd, mval, apos, acrd, aval, bpos, bcrd, bval, lo, hi, mark, out)
-_MASKED_SIG = ctypes.CFUNCTYPE(_I, *([_P] * 9), _I, _I, _P, _P)
+# (mpos, mcrd, mval, apos, acrd, aval, bpos, bcrd, bval, lo, hi, mark, out, cols, ends) -> entries kept
+_MASKED_SIG = ctypes.CFUNCTYPE(_I, *([_P] * 9), _I, _I, _P, _P, _P, _P)
 # (mpos, mcrd, mval, x, y, d, lo, hi, out)
 _SDDMM_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _I, _I, _I, _P)
 GROUP = 4      # SDDMM: mask entries of one row computed together
@@ -35,8 +35,11 @@ def _masked_ir(name, value, mp, mc, ap, ac, bp, bc):
     t, mul, add, zero = VALUE[value]
     ir = IR()
     ir(f"define i64 @{name}(ptr %mpos, ptr %mcrd, ptr %mval, ptr %apos, ptr %acrd, ptr %aval, ptr %bpos, "
-       f"ptr %bcrd, ptr %bval, i64 %lo, i64 %hi, ptr %mark, ptr %out) {{")
+       f"ptr %bcrd, ptr %bval, i64 %lo, i64 %hi, ptr %mark, ptr %out, ptr %cols, ptr %ends) {{")
     ir.label("entry")
+    base = load_index(ir, "%mpos", mp, "%lo")     # the chunk's results are written compacted from here
+    ir("  %kept_slot = alloca i64")
+    ir("  store i64 0, ptr %kept_slot")
 
     def row(i):
         i1 = ir.name("i1")
@@ -92,22 +95,45 @@ def _masked_ir(name, value, mp, mc, ap, ac, bp, bc):
         loop(ir, a_start, a_stop, a_entry, after_a)
         ir.label(after_a)
 
-        def scale(e):    # out[e] = sum * M[i, j]
+        def scale(e):
+            # r = sum * M[i, j], stored (with its column) at the next compacted slot base + kept <= e, which
+            # later entries of the row no longer read; the slot advances only when r != 0 (NaN kept)
             po, s, pm, mv, r = (ir.name(n) for n in ("po", "s", "pmv", "mv", "r"))
             ir(f"  {po} = getelementptr {t}, ptr %out, i64 {e}")
             ir(f"  {s} = load {t}, ptr {po}")
             ir(f"  {pm} = getelementptr {t}, ptr %mval, i64 {e}")
             ir(f"  {mv} = load {t}, ptr {pm}")
             ir(f"  {r} = {mul} {t} {s}, {mv}")
-            ir(f"  store {t} {r}, ptr {po}")
+            kept, slot, pw, pc, nz, step, kept1 = (ir.name(n) for n in ("kept", "slot", "pw", "pc", "nz", "step",
+                                                                         "kept"))
+            ir(f"  {kept} = load i64, ptr %kept_slot")
+            ir(f"  {slot} = add i64 {base}, {kept}")
+            ir(f"  {pw} = getelementptr {t}, ptr %out, i64 {slot}")
+            ir(f"  store {t} {r}, ptr {pw}")
+            j = ir.name("j")
+            ir(f"  {j} = getelementptr i{mc}, ptr %mcrd, i64 {e}")
+            col = ir.name("col")
+            ir(f"  {col} = load i{mc}, ptr {j}")
+            ir(f"  {pc} = getelementptr i{mc}, ptr %cols, i64 {slot}")
+            ir(f"  store i{mc} {col}, ptr {pc}")
+            ir(f"  {nz} = {'fcmp une' if t in ('double', 'float') else 'icmp ne'} {t} {r}, {zero}")
+            ir(f"  {step} = zext i1 {nz} to i64")
+            ir(f"  {kept1} = add i64 {kept}, {step}")
+            ir(f"  store i64 {kept1}, ptr %kept_slot")
 
         after_s = ir.name("scaled")[1:]
         loop(ir, m_start, m_stop, scale, after_s)
         ir.label(after_s)
+        row_end, off, pe = ir.name("kept"), ir.name("off"), ir.name("pe")
+        ir(f"  {row_end} = load i64, ptr %kept_slot")
+        ir(f"  {off} = sub i64 {i}, %lo")
+        ir(f"  {pe} = getelementptr i64, ptr %ends, i64 {off}")
+        ir(f"  store i64 {row_end}, ptr {pe}")
 
     loop(ir, "%lo", "%hi", row, "exit")
     ir.label("exit")
-    ir("  ret i64 0")
+    ir("  %kept_all = load i64, ptr %kept_slot")
+    ir("  ret i64 %kept_all")
     ir("}")
     return "\n".join(ir.lines) + "\n"
 
@@ -236,21 +262,25 @@ def _drop_zeros(vals, indices, indptr):
 
 
 def _run(fn, args, indptr, threads):
+    """The kernel on each row chunk (one per thread); the chunks and what each call returned."""
     chunks = row_chunks(indptr, threads)
     if len(chunks) == 1:
-        fn(*args(*chunks[0]))
-    else:
-        list(pool(threads).map(lambda ch: fn(*args(*ch)), chunks))
+        return chunks, [fn(*args(*chunks[0]))]
+    return chunks, list(pool(threads).map(lambda ch: fn(*args(*ch)), chunks))
 
 
 def masked_spgemm(m, a, b, n_cols: int, dtype, threads: int = 1):
     """``M * (A @ B)`` as CSR parts; ``m``, ``a``, ``b``: validated CSR parts ``(data, indices, indptr)``
-    (columns of M in range ``[0, n_cols)``, unique within a row), values of ``dtype``."""
+    (columns of M in range ``[0, n_cols)``, unique within a row), values of ``dtype``. The kernel leaves out
+    the zero results as it goes: each row chunk's kept entries compacted from the chunk's first mask position,
+    with the kept count at each row's end."""
     mv, mc, mp = m
     av, ac, ap = a
     bv, bc, bp = b
     dtype = np.dtype(dtype)
-    out = np.empty(len(mv), dtype=dtype)
+    vals = np.empty(len(mv), dtype=dtype)
+    cols = np.empty(len(mv), dtype=mc.dtype)
+    ends = np.empty(len(mp) - 1, dtype=np.int64)
     with _lock:
         fn = _masked(dtype, _bits(mp), _bits(mc), _bits(ap), _bits(ac), _bits(bp), _bits(bc))
     marks = {}
@@ -259,10 +289,30 @@ def masked_spgemm(m, a, b, n_cols: int, dtype, threads: int = 1):
         mark = np.full(n_cols, -1, dtype=np.int64)   # one per chunk (threads write their own)
         marks[lo] = mark
         return (_address(mp), _address(mc), _address(mv), _address(ap), _address(ac), _address(av),
-                _address(bp), _address(bc), _address(bv), lo, hi, _address(mark), _address(out))
+                _address(bp), _address(bc), _address(bv), lo, hi, _address(mark), _address(vals),
+                _address(cols), _address(ends) + 8 * lo)
 
-    _run(fn, args, mp, threads)
-    return _drop_zeros(out, mc, mp)
+    chunks, kept = _run(fn, args, mp, threads)
+    return _gather(vals, cols, ends, mp, chunks, kept)
+
+
+def _gather(vals, cols, ends, mp, chunks, kept):
+    """CSR parts from the compacted chunks: each chunk's ``kept`` entries from ``mp[lo]``, ``ends`` counted
+    from the chunk's start. One chunk: the buffers shrunk in place (no copy)."""
+    indptr = np.empty(len(mp), dtype=mp.dtype)
+    indptr[0] = 0
+    if len(chunks) == 1:
+        vals.resize(kept[0], refcheck=False)
+        cols.resize(kept[0], refcheck=False)
+        indptr[1:] = ends
+        return vals, cols, indptr
+    offset = 0
+    for (lo, hi), k in zip(chunks, kept):
+        indptr[lo + 1:hi + 1] = ends[lo:hi] + offset
+        offset += k
+    starts = [int(mp[lo]) for lo, _ in chunks]
+    return (np.concatenate([vals[s:s + k] for s, k in zip(starts, kept)]),
+            np.concatenate([cols[s:s + k] for s, k in zip(starts, kept)]), indptr)
 
 
 def sddmm(m, x: np.ndarray, y: np.ndarray, dtype, threads: int = 1):
