@@ -148,7 +148,7 @@ def test_graph_has_row_block_tasks_and_one_broadcast_key():
     lazy = splyce.matmul(ad, b)
     graph = dict(lazy.__dask_graph__())
     layers = {k[0].rsplit("-", 1)[0] for k in graph}
-    assert layers == {"splyce-from-scipy", "splyce-broadcast", "splyce-matmul"}
+    assert layers == {"splyce-from-scipy", "splyce-broadcast", "splyce-matmul-spgemm"}   # one prefix per op kind
     assert sum(k[0].startswith("splyce-broadcast") for k in graph) == 1
     assert sum(k[0].startswith("splyce-matmul") for k in graph) == ad.numblocks[0] == 4
     low = _triangles(80, 12, np.int64)
@@ -167,8 +167,12 @@ def test_from_scipy_chunks_by_nonzeros():
     assert first < 400 // ad.numblocks[0]         # blocks of about equal nonzeros, not of equal rows
     assert sum(ad.chunks[0]) == 400
     assert np.array_equal(ad.compute(scheduler="sync").toarray(), dense)
+    three = sd.from_scipy(sps.csr_array(dense), blocks=3)     # a given number of blocks, still by nonzeros
+    assert three.numblocks[0] == 3 and three.chunks[0][0] < 400 // 3
     with pytest.raises(ValueError, match="rows_per_chunk"):
         sd.from_scipy(sps.csr_array(dense), rows_per_chunk=0)
+    with pytest.raises(ValueError, match="not both"):
+        sd.from_scipy(sps.csr_array(dense), rows_per_chunk=10, blocks=2)
     with pytest.raises(TypeError, match="scipy.sparse"):
         sd.from_scipy(dense)
 

@@ -110,22 +110,46 @@ def _block_sums(x):
 
 
 def _inputs(client, A, L, blocks: int):
-    """The operands persisted on the client's workers: row blocks, one-chunk broadcast copies, pydata twins."""
-    import distributed
+    """The operands already on the client's workers, as data bigger than one machine would be: row blocks of
+    about equal nonzeros (``from_scipy``'s default; equal rows left a power-law SpGEMM's blocks 1.9x apart in
+    work), the same ``blocks`` for any number of workers, each worker holding an equal share
+    (consecutive blocks); the broadcast right operands on every worker (the AMM is stopped in ``_cluster``,
+    so those copies stay across repeats); pydata twins placed alike."""
     import sparse
 
-    from splyce.dask import from_scipy
-    from splyce.dask.blocks import whole
+    from splyce.dask.blocks import nnz_bounds, sparse_meta
 
-    rows = max(1, -(-A.shape[0] // blocks))
-    meta = sparse.COO.from_numpy(np.zeros((0, 0)))
+    workers = sorted(client.scheduler_info()["workers"])
     to_pydata = sparse.COO.from_scipy_sparse
-    arrays = {"A": from_scipy(A, rows), "Aw": whole(A), "L": from_scipy(L, rows), "Lw": whole(L)}
-    arrays.update({"P" + k: v.map_blocks(to_pydata, meta=meta) for k, v in arrays.items()})
-    persisted = client.persist(list(arrays.values()))
-    with client.as_current():
-        distributed.wait(persisted)
-    return dict(zip(arrays, persisted))
+    arrays = {}
+    for name, X in (("A", A), ("L", L)):
+        bounds = nnz_bounds(X.indptr, blocks=blocks)     # L's own: its rows are not A's (tril of a power law)
+        cuts = [X[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
+        chunks = (tuple(hi - lo for lo, hi in zip(bounds, bounds[1:])), (X.shape[1],))
+        arrays[name] = _scattered(client, f"bench-{name}", cuts, chunks, sparse_meta(X), workers)
+        arrays["P" + name] = _scattered(client, f"bench-P{name}", [to_pydata(c) for c in cuts], chunks,
+                                        sparse_meta(to_pydata(X[:0])), workers)
+        arrays[name + "w"] = _scattered(client, f"bench-{name}w", [X], ((X.shape[0],), (X.shape[1],)),
+                                        sparse_meta(X), None)
+        arrays["P" + name + "w"] = _scattered(client, f"bench-P{name}w", [to_pydata(X)],
+                                              ((X.shape[0],), (X.shape[1],)), sparse_meta(to_pydata(X[:0])), None)
+    return arrays
+
+
+def _scattered(client, name: str, blocks: list, chunks, meta, workers):
+    """A Dask array of row blocks already in the workers' memory: block k on worker ``k * len(workers) //
+    len(blocks)`` (consecutive blocks share a worker), or every block on every worker (``workers=None``)."""
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    name = f"{name}-{tokenize(blocks)}"      # a new matrix's blocks never reuse a released key
+    layer = {}
+    for k, block in enumerate(blocks):
+        key = (name, k, 0)
+        where = {"broadcast": True} if workers is None else {"workers": [workers[k * len(workers) // len(blocks)]]}
+        layer.update(client.scatter({key: block}, hash=False, **where))
+    return da.Array(HighLevelGraph.from_collections(name, layer), name, chunks, meta=meta)
 
 
 def _gathered(client, graph):
@@ -181,7 +205,12 @@ def _cluster(workers: int):
 
     cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                        dashboard_address=":0", silence_logs=logging.ERROR)
-    return cluster, distributed.Client(cluster, set_as_default=False)
+    client = distributed.Client(cluster, set_as_default=False)
+    # Dask's Active Memory Manager drops a key's extra copies within 2 s when no task waits for them: the
+    # broadcast operand would be sent again to every worker but one at each repeat; a user repeating
+    # products with one broadcast operand keeps its copies the same way
+    client.amm.stop()
+    return cluster, client
 
 
 def run(cfg: Config) -> Result:

@@ -39,19 +39,26 @@ def _chunk_bytes() -> int:
     return int(dask.utils.parse_bytes(dask.config.get("array.chunk-size")))
 
 
-def nnz_bounds(indptr: np.ndarray, rows_per_chunk: int | None = None) -> list[int]:
-    """Row boundaries [0, ..., m]: ``rows_per_chunk`` rows each, or (None) about equal nonzeros per block,
-    as many blocks as twice the workers' threads or as Dask's ``array.chunk-size`` needs, whichever is more."""
+def nnz_bounds(indptr: np.ndarray, rows_per_chunk: int | None = None, blocks: int | None = None) -> list[int]:
+    """Row boundaries [0, ..., m]: ``rows_per_chunk`` rows each, or (None) about equal nonzeros per block:
+    ``blocks`` blocks, or (None) twice the workers' threads or as many as Dask's ``array.chunk-size`` needs,
+    whichever is more."""
     m = len(indptr) - 1
     if m == 0:
         return [0, 0]
     if rows_per_chunk is not None:
+        if blocks is not None:
+            raise ValueError("give rows_per_chunk or blocks, not both")
         if not isinstance(rows_per_chunk, (int, np.integer)) or rows_per_chunk < 1:
             raise ValueError(f"rows_per_chunk must be a positive int, got {rows_per_chunk!r}")
         return [*range(0, m, int(rows_per_chunk)), m]
     nnz = int(indptr[-1])
-    blocks = max(2 * _parallelism(), math.ceil(nnz * 16 / _chunk_bytes()))
-    blocks = min(blocks, m)
+    if blocks is not None:
+        if not isinstance(blocks, (int, np.integer)) or blocks < 1:
+            raise ValueError(f"blocks must be a positive int, got {blocks!r}")
+    else:
+        blocks = max(2 * _parallelism(), math.ceil(nnz * 16 / _chunk_bytes()))
+    blocks = min(int(blocks), m)
     if nnz == 0:
         inner = [m * k // blocks for k in range(1, blocks)]
     else:
@@ -77,9 +84,10 @@ def sparse_meta(x, dtype=None):
     return np.empty((0,) * np.ndim(x), dtype=dtype)
 
 
-def from_scipy(a, rows_per_chunk: int | None = None) -> da.Array:
+def from_scipy(a, rows_per_chunk: int | None = None, *, blocks: int | None = None) -> da.Array:
     """A Dask array of row blocks of the 2-D scipy.sparse ``a``, each chunk a scipy CSR array (a CSR matrix
-    for a scipy matrix). ``rows_per_chunk=None`` chooses blocks of about equal nonzeros: twice as many as the
+    for a scipy matrix). ``rows_per_chunk=None`` chooses blocks of about equal nonzeros (so about equal work
+    for a product's rows, power-law rows included): ``blocks`` of them, or (None) twice as many as the
     current distributed client has threads (or this machine cores), more when Dask's ``array.chunk-size``
     asks for it. A Dask array is returned as it is (chunks of scipy.sparse or pydata-sparse are accepted
     by every ``splyce.dask`` operation)."""
@@ -90,7 +98,7 @@ def from_scipy(a, rows_per_chunk: int | None = None) -> da.Array:
     if not sps.issparse(a) or a.ndim != 2:
         raise TypeError(f"from_scipy needs a 2-D scipy.sparse array or matrix, got {type(a).__name__}")
     csr = a.tocsr()
-    return _row_sliced(csr, nnz_bounds(csr.indptr, rows_per_chunk), "splyce-from-scipy-")
+    return _row_sliced(csr, nnz_bounds(csr.indptr, rows_per_chunk, blocks), "splyce-from-scipy-")
 
 
 def _row_sliced(x, bounds: list[int], prefix: str) -> da.Array:

@@ -78,6 +78,9 @@ def _partitioned_graph(fn, parts: list, broadcast: list, order: list, out_chunks
     dense_sum = reduce and any(_family(p._meta) == "numpy" for p in parts)
     pad = tuple(kind == "p" and not dense_sum for kind, _ in order)
     token = tokenize(fn, [p.name for p in parts], [b.name for b in broadcast], order, reduce)
+    # ``name`` names the kind of op (e.g. matmul-spgemm): distributed estimates a task's duration from the
+    # past tasks with its name's prefix, and places and steals tasks by that estimate; an SpMV of a few ms
+    # under the same prefix as an SpGEMM of a second made SpGEMM tasks look free to leave queued on one worker
     out = f"splyce-{name}-{token}"
     partial = f"splyce-{name}-block-{token}" if reduce else out
     layer = {}
@@ -112,7 +115,8 @@ def matmul(a, b, *, out_format=None, threads=1):
     meta = _result_meta(_sparse_family(ma, mb), want_sparse, len(sb), dtype)
     chunks = (A.chunks[0],) + tuple((s,) for s in sb[1:])
     fn = functools.partial(dropin.matmul, out_format=out_format, threads=threads)
-    return _partitioned_graph(fn, [A], [B], [("p", 0), ("b", 0)], chunks, meta, False, "matmul")
+    kind = "spmv" if len(sb) == 1 else "spgemm" if fb != "numpy" else "spmm"
+    return _partitioned_graph(fn, [A], [B], [("p", 0), ("b", 0)], chunks, meta, False, "matmul-" + kind)
 
 
 # -- multiply, add, subtract ------------------------------------------------------------------------------
@@ -192,4 +196,5 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     reduce = p not in output
     chunks = tuple(sizes[c] for c in output) if reduce else (rows,) + tuple((sizes[c],) for c in output[1:])
     fn = functools.partial(dropin.einsum, subscripts, out_format=out_format, threads=threads)
-    return _partitioned_graph(fn, parts, broadcast, order, chunks, meta, reduce, "einsum")
+    kind = "".join(c for c in subscripts if c.isalpha()) or "scalar"
+    return _partitioned_graph(fn, parts, broadcast, order, chunks, meta, reduce, "einsum-" + kind)
