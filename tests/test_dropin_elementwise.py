@@ -273,6 +273,21 @@ def test_threads_split_checks_and_merges_balanced_and_bit_identical(monkeypatch)
                 assert one.data.tobytes() == many.data.tobytes()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_native_transpose_matches_scipy_for_any_threads(monkeypatch, dtype):
+    from splyce.backend import ir_text, native_transpose
+
+    monkeypatch.setattr(ir_text, "MIN_CHUNK", 64)
+    a = _power_law(300, 4000, np.random.default_rng(2))[:, :250]
+    a = sps.csr_array((a.data.astype(dtype) if dtype != np.int64 else np.arange(a.nnz, dtype=dtype), a.indices,
+                       a.indptr), shape=a.shape)
+    ref = a.T.tocsr()
+    for threads in (1, 2, 3):
+        data, indices, indptr = native_transpose.transpose(a.data, a.indices, a.indptr, *a.shape, threads)
+        assert np.array_equal(indptr, ref.indptr) and np.array_equal(indices, ref.indices)
+        assert data.tobytes() == ref.data.tobytes()
+
+
 def test_scipy_out_builds_what_the_constructor_builds(monkeypatch):
     from splyce.planner import scipy_out
 

@@ -21,7 +21,6 @@ import numpy as np
 
 from splyce.backend.array_objects import address as _address
 from splyce.backend import ir_text
-from splyce.backend.ir_text import pool, row_chunks
 
 # Both kernels: the loop over rows [lo, hi) and a fast path for two rows that hold the same columns (compared
 # first, then combined column by column in one pass); the part after it merges the two rows.
@@ -241,21 +240,25 @@ _lock = threading.Lock()
 
 
 @functools.cache
-def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int):
+def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int, intersect: bool):
     from splyce.backend.codegen import compile_host_helpers
 
     t, zero, nonzero, ops = _VALUE[value]
-    name = f"splyce_elementwise_{op}_{t}_p{pos_bits}_c{crd_bits}"
+    name = f"splyce_elementwise_{op}_{t}_p{pos_bits}_c{crd_bits}_{'i' if intersect else 'u'}"
     bounds = _BOUNDS.format(p=pos_bits, p_ext="zext i32" if pos_bits == 32 else "bitcast i64")
-    template = _INTERSECT if _intersects(op, value) else _UNION
+    template = _INTERSECT if intersect else _UNION
     text = template.format(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits, bounds=bounds)
     return compile_host_helpers(text, {name: _SIG})[name]
 
 
-def _intersects(op: str, value: np.dtype) -> bool:
-    """Whether only columns both rows hold can give nonzero results. Not for float products: as in scipy
-    (and IEEE), NaN or Inf times an absent entry (zero) is NaN, so a float product merges as a union."""
-    return op == "multiply" and value.kind != "f"
+def _intersects(op: str, av: np.ndarray, bv: np.ndarray) -> bool:
+    """Whether only columns both rows hold can give nonzero results: a product, except of floats where NaN or
+    Inf meets an absent entry (as in scipy and IEEE, NaN or Inf times zero is NaN, kept: then the product
+    merges as a union). A finite sum proves every value finite (NaN and Inf propagate into it; an overflow
+    to Inf only costs the union)."""
+    if op != "multiply":
+        return False
+    return av.dtype.kind != "f" or bool(np.isfinite(av.sum()) and np.isfinite(bv.sum()))
 
 
 def supported(dtype) -> bool:
@@ -367,7 +370,9 @@ def _drop_zeros(vals, cols, indptr, kept: int):
 def elementwise(op: str, a, b, dtype, threads: int = 1):
     """``(data, indices, indptr)`` of ``op(A, B)`` for canonical CSR parts ``a = (data, indices, indptr)`` and
     ``b`` of one shape, with equal index dtypes (pos: int32 or int64; crd: int32 or int64) and values of
-    ``dtype``. Index dtypes of the result are the operands'."""
+    ``dtype``. Index dtypes of the result are the operands'. ``threads``: row ranges balanced by the entries
+    of both operands, each writing straight into the result at its upper-bound offset; the ranges after the
+    first then move down to close the gaps (bit-identical to one thread)."""
     av, ac, ap = a
     bv, bc, bp = b
     dtype = np.dtype(dtype)
@@ -376,33 +381,38 @@ def elementwise(op: str, a, b, dtype, threads: int = 1):
     if same is not None:
         return same
     pos_bits, crd_bits = ap.dtype.itemsize * 8, ac.dtype.itemsize * 8
+    intersect = _intersects(op, av, bv)
     with _lock:
-        kernel = _kernel(op, dtype, pos_bits, crd_bits)
-    work = ap.astype(np.int64) + bp if threads > 1 else None
-    chunks = row_chunks(work, threads) if work is not None else [(0, m)]
+        kernel = _kernel(op, dtype, pos_bits, crd_bits, intersect)
+    chunks = [(0, m)]
+    if threads > 1 and len(ac) + len(bc) >= 2 * ir_text.MIN_CHUNK:
+        chunks = ir_text.work_chunks(ap.astype(np.int64) + bp, threads)
+    # each range's room: its bound (min(na, nb) for an intersection, na + nb for a union) + 1 for the store
+    # before the last test
+    bound = [(min if intersect else int.__add__)(int(ap[hi] - ap[lo]), int(bp[hi] - bp[lo])) + 1
+             for lo, hi in chunks]
+    starts = np.concatenate([[0], np.cumsum(bound)]).tolist()
+    cols = np.empty(starts[-1], dtype=ac.dtype)
+    vals = np.empty(starts[-1], dtype=dtype)
+    ends = np.empty(m, dtype=np.int64)
+    cbase, vbase, ebase = _address(cols), _address(vals), _address(ends)
 
-    def run(chunk):
-        lo, hi = chunk
-        na, nb = int(ap[hi] - ap[lo]), int(bp[hi] - bp[lo])
-        size = (min(na, nb) if _intersects(op, dtype) else na + nb) + 1   # +1: the store before the last test
-        cols = np.empty(size, dtype=ac.dtype)
-        vals = np.empty(size, dtype=dtype)
-        ends = np.empty(hi - lo, dtype=np.int64)
-        count = kernel(_address(ap), _address(ac), _address(av), _address(bp), _address(bc),
-                       _address(bv), lo, hi, _address(ends), _address(cols), _address(vals))
-        return cols, vals, ends, int(count)
+    def run(t, lo, hi):
+        return int(kernel(_address(ap), _address(ac), _address(av), _address(bp), _address(bc), _address(bv),
+                          lo, hi, ebase + lo * 8, cbase + starts[t] * cols.itemsize,
+                          vbase + starts[t] * vals.itemsize))
 
-    parts = list(pool(threads).map(run, chunks)) if len(chunks) > 1 else [run(chunks[0])]
-    nnz = sum(p[3] for p in parts)
-    if len(parts) == 1:
-        cols, vals, ends, _ = parts[0]
-        cols.resize(nnz, refcheck=False)     # shrink in place: no copy of the entries
-        vals.resize(nnz, refcheck=False)
-    else:
-        cols = np.concatenate([p[0][: p[3]] for p in parts])
-        vals = np.concatenate([p[1][: p[3]] for p in parts])
-        offsets = np.cumsum([0] + [p[3] for p in parts[:-1]])
-        ends = np.concatenate([p[2] + off for p, off in zip(parts, offsets)])
+    counts = ir_text.run_chunks(run, chunks, threads)
+    nnz = sum(counts)
+    offset = 0
+    for t, ((lo, hi), count) in enumerate(zip(chunks, counts)):
+        if t:     # close the gap (a move to a lower offset: numpy copies overlapping ranges correctly)
+            cols[offset:offset + count] = cols[starts[t]:starts[t] + count]
+            vals[offset:offset + count] = vals[starts[t]:starts[t] + count]
+            ends[lo:hi] += offset
+        offset += count
+    cols.resize(nnz, refcheck=False)     # shrink in place: no copy of the entries
+    vals.resize(nnz, refcheck=False)
     pos_dtype = ap.dtype if nnz <= np.iinfo(ap.dtype).max else np.dtype(np.int64)
     indptr = np.empty(m + 1, dtype=pos_dtype)
     indptr[0] = 0

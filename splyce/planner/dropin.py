@@ -621,9 +621,9 @@ def _fast_merge(op: str, a, b, threads: int):
     operand goes to the general path, which sums duplicates on a copy as before). A CSC ``b`` holding exactly
     ``a``'s positions (``A.T`` of a structurally symmetric ``A``) is matched entry by entry, no transpose
     (``native_elementwise.same_pattern_csc``, which checks that as it goes); any other ``b`` is checked
-    canonical too, a CSC one turned into CSR by scipy's own transpose kernel with no constructor around it,
-    and the rows are merged natively. The result is built without scipy's constructor (``scipy_out``)."""
-    from splyce.backend import array_objects, native_elementwise, native_validation
+    canonical too, a CSC one turned into CSR by a native counting transpose (``native_transpose``, split
+    across threads like the checks and the merge), and the rows are merged natively. The result is built without scipy's constructor (``scipy_out``)."""
+    from splyce.backend import array_objects, native_elementwise, native_transpose, native_validation
 
     classes = _merge_classes(a)
     if classes is None or type(b) not in classes[1] or array_objects.DATA_OFFSET is None:
@@ -658,26 +658,9 @@ def _fast_merge(op: str, a, b, threads: int):
     if not native_validation.canonical_csr_threaded(bp, bc, cols_b, threads):
         return None
     if type(b) is csc:
-        bv, bc, bp = _transpose(bv, bc, bp, rows_b, cols_b)
-        if bv is None:
-            return None
+        bv, bc, bp = native_transpose.transpose(bv, bc, bp, rows_b, cols_b, threads)
     vals, cols, indptr = native_elementwise.elementwise(op, (av, ac, ap), (bv, bc, bp), dtype, threads)
     return scipy_out.csr(cls, vals, cols, indptr, shape, True)
-
-
-def _transpose(data, indices, indptr, rows: int, cols: int):
-    """The CSR of the transpose of a checked CSR (``rows`` x ``cols``), by scipy's counting transpose
-    (``csr_tocsc``, what ``csc.tocsr()`` runs, without the two constructors around it); sorted unique rows
-    in, sorted unique rows out. (None, None, None) when scipy no longer offers that kernel."""
-    try:
-        from scipy.sparse._sparsetools import csr_tocsc
-    except ImportError:
-        return None, None, None
-    t_indptr = np.empty(cols + 1, dtype=indptr.dtype)
-    t_indices = np.empty(len(indices), dtype=indices.dtype)
-    t_data = np.empty(len(data), dtype=data.dtype)
-    csr_tocsc(rows, cols, indptr, indices, data, t_indptr, t_indices, t_data)
-    return t_data, t_indices, t_indptr
 
 
 def _canonical_csr(parts, shape):

@@ -1,0 +1,146 @@
+"""The transpose of a checked CSR (CSR -> CSC arrays, what ``csc.tocsr()`` does to ``A.T``), native code, split
+across threads.
+
+A counting transpose in two passes over row ranges balanced by entries: each range counts its entries per
+column into its own counters; the counts are summed into the result's positions and turned into a start per
+(range, column) (the ranges before it come first within a column); then each range scatters its entries to
+its own starts. Entries of a column come out in row order, as from scipy's ``csr_tocsc`` (sorted unique rows
+in, sorted unique rows out): the result is the same for any number of threads. Values are moved as integers
+of their width (bits copied, NaN payloads and signed zeros kept).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+
+import numpy as np
+
+from splyce.backend import ir_text
+from splyce.backend.array_objects import address as _address
+
+_COUNT = """
+define void @{name}(ptr %pos, ptr %crd, i64 %lo, i64 %hi, ptr %cnt) {{
+entry:
+  %plo = getelementptr i{p}, ptr %pos, i64 %lo
+  %k0_raw = load i{p}, ptr %plo
+  %k0 = {ext} %k0_raw to i64
+  %phi = getelementptr i{p}, ptr %pos, i64 %hi
+  %k1_raw = load i{p}, ptr %phi
+  %k1 = {ext} %k1_raw to i64
+  br label %head
+head:
+  %k = phi i64 [%k0, %entry], [%kn, %body]
+  %more = icmp slt i64 %k, %k1
+  br i1 %more, label %body, label %done
+body:
+  %pc = getelementptr i{p}, ptr %crd, i64 %k
+  %c_raw = load i{p}, ptr %pc
+  %c = {ext} %c_raw to i64
+  %pn = getelementptr i64, ptr %cnt, i64 %c
+  %n = load i64, ptr %pn
+  %n1 = add i64 %n, 1
+  store i64 %n1, ptr %pn
+  %kn = add i64 %k, 1
+  br label %head
+done:
+  ret void
+}}
+"""
+
+_SCATTER = """
+define void @{name}(ptr %pos, ptr %crd, ptr %val, i64 %lo, i64 %hi, ptr %next, ptr %out_crd, ptr %out_val) {{
+entry:
+  br label %row
+row:
+  %r = phi i64 [%lo, %entry], [%r1, %entries]
+  %rin = icmp slt i64 %r, %hi
+  br i1 %rin, label %row_body, label %done
+row_body:
+  %r1 = add i64 %r, 1
+  %pr0 = getelementptr i{p}, ptr %pos, i64 %r
+  %k0_raw = load i{p}, ptr %pr0
+  %k0 = {ext} %k0_raw to i64
+  %pr1 = getelementptr i{p}, ptr %pos, i64 %r1
+  %k1_raw = load i{p}, ptr %pr1
+  %k1 = {ext} %k1_raw to i64
+  %r_c = {narrow} %r to i{p}
+  br label %entries
+entries:
+  %k = phi i64 [%k0, %row_body], [%kn, %entry_body]
+  %kin = icmp slt i64 %k, %k1
+  br i1 %kin, label %entry_body, label %row
+entry_body:
+  %pc = getelementptr i{p}, ptr %crd, i64 %k
+  %c_raw = load i{p}, ptr %pc
+  %c = {ext} %c_raw to i64
+  %pn = getelementptr i64, ptr %next, i64 %c
+  %at = load i64, ptr %pn
+  %at1 = add i64 %at, 1
+  store i64 %at1, ptr %pn
+  %po = getelementptr i{p}, ptr %out_crd, i64 %at
+  store i{p} %r_c, ptr %po
+  %pv = getelementptr i{v}, ptr %val, i64 %k
+  %v = load i{v}, ptr %pv
+  %pov = getelementptr i{v}, ptr %out_val, i64 %at
+  store i{v} %v, ptr %pov
+  %kn = add i64 %k, 1
+  br label %entries
+done:
+  ret void
+}}
+"""
+_COUNT_SIG = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                              ctypes.c_void_p)
+_SCATTER_SIG = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_lock = threading.Lock()
+
+
+@functools.cache
+def _kernels(index_bits: int, value_bits: int):
+    from splyce.backend.codegen import compile_host_helpers
+
+    names = (f"splyce_transpose_count_i{index_bits}", f"splyce_transpose_scatter_i{index_bits}_v{value_bits}")
+    ext = "zext i32" if index_bits == 32 else "bitcast i64"
+    narrow = "trunc i64" if index_bits == 32 else "bitcast i64"
+    text = (_COUNT.format(name=names[0], p=index_bits, ext=ext)
+            + _SCATTER.format(name=names[1], p=index_bits, v=value_bits, ext=ext, narrow=narrow))
+    fns = compile_host_helpers(text, dict(zip(names, (_COUNT_SIG, _SCATTER_SIG))))
+    return fns[names[0]], fns[names[1]]
+
+
+def supported(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray) -> bool:
+    return (indices.dtype == indptr.dtype and indices.dtype in (np.int32, np.int64)
+            and data.dtype.itemsize in (4, 8) and all(x.flags.c_contiguous for x in (data, indices, indptr)))
+
+
+def transpose(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, rows: int, cols: int,
+              threads: int = 1):
+    """``(data, indices, indptr)`` of the transpose (``cols`` x ``rows``, CSR) of a checked CSR (``rows`` x
+    ``cols``; one index dtype, int32 / int64; 4- or 8-byte values; C-contiguous)."""
+    with _lock:
+        count, scatter = _kernels(indices.dtype.itemsize * 8, data.dtype.itemsize * 8)
+    chunks = ir_text.work_chunks(indptr, threads)
+    counts = np.zeros((len(chunks), cols), dtype=np.int64)
+    ir_text.run_chunks(lambda t, lo, hi: count(_address(indptr), _address(indices), lo, hi, _address(counts[t])),
+                       chunks, threads)
+    t_indptr = np.empty(cols + 1, dtype=indptr.dtype)
+    t_indptr[0] = 0
+    starts = np.empty_like(counts)          # starts[t, j]: where range t's first entry of column j goes
+    if len(chunks) == 1:
+        np.cumsum(counts[0], out=starts[0])
+        t_indptr[1:] = starts[0]
+        starts[0] -= counts[0]
+    else:
+        np.cumsum(counts, axis=0, out=starts)
+        t_indptr[1:] = np.cumsum(starts[-1])
+        starts -= counts                      # ranges before t within each column
+        starts += t_indptr[:-1]
+    t_indices = np.empty(len(indices), dtype=indices.dtype)
+    t_data = np.empty(len(data), dtype=data.dtype)
+    ir_text.run_chunks(lambda t, lo, hi: scatter(_address(indptr), _address(indices), _address(data), lo, hi,
+                                                 _address(starts[t]), _address(t_indices), _address(t_data)),
+                       chunks, threads)
+    return t_data, t_indices, t_indptr
