@@ -261,12 +261,42 @@ def _drop_zeros(vals, indices, indptr):
     return vals[keep], indices[keep], before[indptr].astype(indptr.dtype)
 
 
-def _run(fn, args, indptr, threads):
-    """The kernel on each row chunk (one per thread); the chunks and what each call returned."""
-    chunks = row_chunks(indptr, threads)
+def _run(fn, args, chunks, threads):
+    """The kernel on each row chunk (one per thread); what each call returned."""
     if len(chunks) == 1:
-        return chunks, [fn(*args(*chunks[0]))]
-    return chunks, list(pool(threads).map(lambda ch: fn(*args(*ch)), chunks))
+        return [fn(*args(*chunks[0]))]
+    return list(pool(threads).map(lambda ch: fn(*args(*ch)), chunks))
+
+
+SAMPLE_ROWS = 2048      # rows whose products are counted to balance masked SpGEMM's chunks
+
+
+def masked_chunks(mp, ap, ac, bp, threads: int) -> list[tuple[int, int]]:
+    """Row chunks of masked SpGEMM with about equal work: mask entries plus products (``len(B[k])`` for each
+    ``A[i, k]``). Rows of power-law matrices differ by orders of magnitude in products, so balancing the mask's
+    entries alone leaves one thread with most of the work. Products are counted exactly on up to
+    ``SAMPLE_ROWS`` evenly spaced rows (all rows of smaller matrices), each standing for the rows up to the
+    next: a pass over a small part of A, not all of it. Balance only: any split gives the same result."""
+    m = len(mp) - 1
+    if threads <= 1 or m < 2:
+        return [(0, max(m, 0))]
+    stride = max(1, m // SAMPLE_ROWS)
+    rows = np.arange(0, m, stride)
+    starts, lengths = ap[rows].astype(np.int64), (ap[rows + 1] - ap[rows]).astype(np.int64)
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    entries = np.arange(offsets[-1], dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
+    ks = ac[entries]
+    cumulative = np.zeros(len(entries) + 1, dtype=np.int64)
+    np.cumsum(bp[ks + 1] - bp[ks], out=cumulative[1:])
+    block_products = (cumulative[offsets[1:]] - cumulative[offsets[:-1]]) * np.diff(np.append(rows, m))
+    at = np.append(rows, m)                                  # block k: rows [at[k], at[k + 1])
+    work = np.zeros(len(at), dtype=np.int64)
+    np.cumsum(block_products, out=work[1:])
+    work += mp[at]
+    inner = at[np.searchsorted(work, work[-1] * np.arange(1, threads) / threads, side="left")].tolist()
+    bounds = sorted(set([0, *inner, m]))
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
 
 
 def masked_spgemm(m, a, b, n_cols: int, dtype, threads: int = 1):
@@ -292,13 +322,15 @@ def masked_spgemm(m, a, b, n_cols: int, dtype, threads: int = 1):
                 _address(bp), _address(bc), _address(bv), lo, hi, _address(mark), _address(vals),
                 _address(cols), _address(ends) + 8 * lo)
 
-    chunks, kept = _run(fn, args, mp, threads)
+    chunks = masked_chunks(mp, ap, ac, bp, threads)
+    kept = _run(fn, args, chunks, threads)
     return _gather(vals, cols, ends, mp, chunks, kept)
 
 
 def _gather(vals, cols, ends, mp, chunks, kept):
     """CSR parts from the compacted chunks: each chunk's ``kept`` entries from ``mp[lo]``, ``ends`` counted
-    from the chunk's start. One chunk: the buffers shrunk in place (no copy)."""
+    from the chunk's start. The chunks are moved down in the buffers to close the gaps between them and the
+    buffers shrunk in place (no concatenation)."""
     indptr = np.empty(len(mp), dtype=mp.dtype)
     indptr[0] = 0
     if len(chunks) == 1:
@@ -308,11 +340,15 @@ def _gather(vals, cols, ends, mp, chunks, kept):
         return vals, cols, indptr
     offset = 0
     for (lo, hi), k in zip(chunks, kept):
+        start = int(mp[lo])
+        if offset != start:      # close the gap left by the chunks before (a move down: numpy handles overlap)
+            vals[offset:offset + k] = vals[start:start + k]
+            cols[offset:offset + k] = cols[start:start + k]
         indptr[lo + 1:hi + 1] = ends[lo:hi] + offset
         offset += k
-    starts = [int(mp[lo]) for lo, _ in chunks]
-    return (np.concatenate([vals[s:s + k] for s, k in zip(starts, kept)]),
-            np.concatenate([cols[s:s + k] for s, k in zip(starts, kept)]), indptr)
+    vals.resize(offset, refcheck=False)
+    cols.resize(offset, refcheck=False)
+    return vals, cols, indptr
 
 
 def sddmm(m, x: np.ndarray, y: np.ndarray, dtype, threads: int = 1):
@@ -329,5 +365,5 @@ def sddmm(m, x: np.ndarray, y: np.ndarray, dtype, threads: int = 1):
         return (_address(mp), _address(mc), _address(mv), _address(x), _address(y), d, lo, hi,
                 _address(out))
 
-    _run(fn, args, mp, threads)
+    _run(fn, args, row_chunks(mp, threads), threads)
     return _drop_zeros(out, mc, mp)
