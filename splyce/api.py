@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
+
 from splyce.tracer import tracer as T
 from splyce.tracer.tracer import Tracer
 
@@ -34,8 +36,13 @@ def _dropin():
 def _binary(name: str, doc: str):
     """``name(a, b, *, out_format=None)``: the tracer op on traced operands, else the drop-in."""
     traced_op = getattr(T, name)
+    fast = name == "matmul"      # SpMV / SpMM on a scipy CSR: tens of microseconds, so no layer in between
 
     def op(a, b, *, out_format=None, threads=1):
+        if fast and type(b) is np.ndarray and out_format is None and threads == 1 and type(threads) is int:
+            out = (_dropin_module or _dropin())._fast_spmv(a, b)
+            if out is not None:
+                return out
         if isinstance(a, Tracer) or isinstance(b, Tracer):
             return traced_op(a, b, out_format=out_format)
         if _any_dask(a, b):

@@ -233,3 +233,58 @@ def test_array_objects_entry_reads_the_data_pointer(monkeypatch):
     a = sps.random_array((9, 7), density=0.4, format="csr", rng=2)
     x = np.arange(7.0)
     assert dropin._fast_spmv(a, x) is None and np.array_equal(splyce.matmul(a, x), a @ x)
+
+
+def test_positions_far_outside_the_entries_are_refused_without_reading_there():
+    """A position in the middle of indptr far beyond nnz (or negative) makes a segment that a kernel trusting
+    the ends of indptr would read out of bounds. The SpMV kernels check each segment (``start <= stop <=
+    nnz``, unsigned) before reading it. The columns end just before a page that may not be read (PROT_NONE):
+    any read past them kills the child process, and the test fails with its signal."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent('''
+        import ctypes, mmap
+        import numpy as np, scipy.sparse as sps, splyce
+        from splyce.planner import dropin
+        keep = []
+
+        def before_guard_page(arr):
+            """A copy of arr ending exactly where an unreadable page starts."""
+            pages = -(-arr.nbytes // mmap.PAGESIZE) + 1
+            mm = mmap.mmap(-1, pages * mmap.PAGESIZE)
+            start = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+            guard = ctypes.c_void_p(start + (pages - 1) * mmap.PAGESIZE)
+            assert ctypes.CDLL(None).mprotect(guard, mmap.PAGESIZE, 0) == 0
+            out = np.frombuffer(mm, dtype=arr.dtype, count=arr.size, offset=(pages - 1) * mmap.PAGESIZE - arr.nbytes)
+            out[:] = arr
+            keep.append(mm)
+            return out
+
+        base = sps.random_array((1100, 40), density=0.1, format="csr", rng=np.random.default_rng(3))
+        x = np.ones(40)
+        refused = 0
+        for index_dtype in (np.int32, np.int64):
+            for grouped in (1 << 62, -1):
+                dropin._GROUPED_MAX_BYTES = grouped
+                for row, value in ((600, np.iinfo(index_dtype).max), (600, -5), (1, 2**30), (1099, -1)):
+                    a = sps.csr_array((base.data, base.indices, base.indptr), shape=base.shape)
+                    a.indices = before_guard_page(base.indices.astype(index_dtype))
+                    a.data = before_guard_page(base.data)
+                    a.indptr = base.indptr.astype(index_dtype)
+                    a.indptr[row] = value
+                    for threads in (1, 2):
+                        try:
+                            splyce.matmul(a, x, threads=threads)
+                        except ValueError as e:
+                            assert "positions" in str(e), e
+                            refused += 1
+        print(refused)
+    ''')
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ))
+    assert run.returncode >= 0, f"child killed by signal {-run.returncode}:\n{run.stderr[-3000:]}"
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["32"]
