@@ -128,3 +128,38 @@ def test_an_operand_passed_several_times_is_converted_and_checked_once(monkeypat
     bad.indices[0] = 40
     with pytest.raises(ValueError, match="out of range"):
         splyce.einsum("ij,jk,ik->", bad, bad, bad)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
+    """einsum("ij,jk,ik->") whose plan is the plain loop nest runs natively (masked_sum), with exactly the
+    kernel's sum; another plan runs the kernel. Values of wide magnitudes, so any other order would show."""
+    from splyce.backend import native_masked
+    from splyce.planner import dropin
+
+    calls = []
+    real = native_masked.masked_sum
+    monkeypatch.setattr(native_masked, "masked_sum", lambda *a: calls.append(1) or real(*a))
+    rng = np.random.default_rng(7)
+    n = 120
+    a = sps.tril(sps.random_array((n, n), density=0.1, format="csr", rng=rng), -1).tocsr()
+    def values(k):
+        if np.dtype(dtype).kind == "i":
+            return rng.integers(-50, 50, k).astype(dtype)
+        return (rng.standard_normal(k) * 10.0 ** rng.integers(-4, 4, k)).astype(dtype)
+
+    a.data = values(a.nnz)
+    ours = splyce.einsum("ab,bc,ac->", a, a, a)
+    kernel = dropin._kernel("einsum:ab,bc,ac->", dropin._Einsum("ab,bc,ac->"))
+    ref = kernel(*(dropin._as_format(a, dropin.CSR, "x") for _ in range(3)))
+    assert calls and type(ours) is type(ref) and ours.tobytes() == ref.tobytes()
+    dense = a.toarray().astype(np.float64)
+    assert np.isclose(float(ours), np.einsum("ij,jk,ik->", dense, dense, dense), rtol=1e-4)
+    b = sps.random_array((n, n), density=0.5, format="csr", rng=rng)   # a plan that scatters
+    b.data = values(b.nnz)
+    calls.clear()
+    ours = splyce.einsum("ij,jk,ik->", a, b, a)
+    plan = dropin._kernel("einsum:ij,jk,ik->", dropin._Einsum("ij,jk,ik->")).kernel_for(
+        *(dropin._as_format(x, dropin.CSR, "x") for x in (a, b, a)))[0].plan
+    assert bool(calls) == dropin._plain_masked_sum_plan(plan, ["ij", "jk", "ik"])
+    assert np.isclose(float(ours), np.einsum("ij,jk,ik->", dense, b.toarray(), dense), rtol=1e-4)

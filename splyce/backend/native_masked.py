@@ -25,6 +25,8 @@ from splyce.backend.ir_text import IR, VALUE, load_index, loop, pool, row_chunks
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (mpos, mcrd, mval, apos, acrd, aval, bpos, bcrd, bval, lo, hi, mark, out, cols, ends) -> entries kept
 _MASKED_SIG = ctypes.CFUNCTYPE(_I, *([_P] * 9), _I, _I, _P, _P, _P, _P)
+# (apos, acrd, aval, bpos, bcrd, bval, cpos, ccrd, cval, lo, hi, mark, out)
+_MASKED_SUM_SIG = ctypes.CFUNCTYPE(_I, *([_P] * 9), _I, _I, _P, _P)
 # (mpos, mcrd, mval, x, y, d, lo, hi, out)
 _SDDMM_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _I, _I, _I, _P)
 GROUP = 4      # SDDMM: mask entries of one row computed together
@@ -138,6 +140,83 @@ def _masked_ir(name, value, mp, mc, ap, ac, bp, bc):
     return "\n".join(ir.lines) + "\n"
 
 
+def _masked_sum_ir(name, value, ap, ac, bp, bc, cp, cc):
+    """``sum over i, j, k of A[i, j] * B[j, k] * C[i, k]`` (einsum ``"ij,jk,ik->"``, triangle counting with
+    A = B = C = L) in the order the sparsifier's kernel for that einsum sums, loops i, j, k: rows i in order,
+    A's row in stored order, then the k of B's row j that C's row i holds, in B's order (ascending, as the
+    sparsifier's co-iteration yields them); one accumulator from zero, ``(a * b) * c`` added to it. C's row
+    is marked (``mark[k]`` = its position), so each k costs one lookup."""
+    t, mul, add, zero = VALUE[value]
+    ir = IR()
+    ir(f"define i64 @{name}(ptr %apos, ptr %acrd, ptr %aval, ptr %bpos, ptr %bcrd, ptr %bval, ptr %cpos, "
+       f"ptr %ccrd, ptr %cval, i64 %lo, i64 %hi, ptr %mark, ptr %out) {{")
+    ir.label("entry")
+    ir(f"  %acc_slot = alloca {t}")
+    ir(f"  store {t} {zero}, ptr %acc_slot")
+
+    def row(i):
+        i1 = ir.name("i1")
+        ir(f"  {i1} = add i64 {i}, 1")
+        c_start, c_stop = load_index(ir, "%cpos", cp, i), load_index(ir, "%cpos", cp, i1)
+
+        def mark(e):
+            k, pm = load_index(ir, "%ccrd", cc, e), ir.name("pm")
+            ir(f"  {pm} = getelementptr i64, ptr %mark, i64 {k}")
+            ir(f"  store i64 {e}, ptr {pm}")
+
+        after = ir.name("marked")[1:]
+        loop(ir, c_start, c_stop, mark, after)
+        ir.label(after)
+        a_start, a_stop = load_index(ir, "%apos", ap, i), load_index(ir, "%apos", ap, i1)
+
+        def a_entry(ka):
+            j = load_index(ir, "%acrd", ac, ka)
+            pa, av, j1 = ir.name("pa"), ir.name("av"), ir.name("j1")
+            ir(f"  {pa} = getelementptr {t}, ptr %aval, i64 {ka}")
+            ir(f"  {av} = load {t}, ptr {pa}")
+            ir(f"  {j1} = add i64 {j}, 1")
+            b_start, b_stop = load_index(ir, "%bpos", bp, j), load_index(ir, "%bpos", bp, j1)
+
+            def b_entry(kb):
+                k = load_index(ir, "%bcrd", bc, kb)
+                pm, m, hit = ir.name("pm"), ir.name("m"), ir.name("hit")
+                ir(f"  {pm} = getelementptr i64, ptr %mark, i64 {k}")
+                ir(f"  {m} = load i64, ptr {pm}")
+                ir(f"  {hit} = icmp sge i64 {m}, {c_start}")
+                yes, done = ir.name("yes")[1:], ir.name("done")[1:]
+                ir(f"  br i1 {hit}, label %{yes}, label %{done}")
+                ir.label(yes)
+                pb, bv, ab, pc, cv, abc, old, new = (ir.name(n) for n in
+                                                     ("pb", "bv", "ab", "pc", "cv", "abc", "old", "new"))
+                ir(f"  {pb} = getelementptr {t}, ptr %bval, i64 {kb}")
+                ir(f"  {bv} = load {t}, ptr {pb}")
+                ir(f"  {ab} = {mul} {t} {av}, {bv}")
+                ir(f"  {pc} = getelementptr {t}, ptr %cval, i64 {m}")
+                ir(f"  {cv} = load {t}, ptr {pc}")
+                ir(f"  {abc} = {mul} {t} {ab}, {cv}")
+                ir(f"  {old} = load {t}, ptr %acc_slot")
+                ir(f"  {new} = {add} {t} {old}, {abc}")
+                ir(f"  store {t} {new}, ptr %acc_slot")
+                ir(f"  br label %{done}")
+                ir.label(done)
+
+            after_b = ir.name("bdone")[1:]
+            loop(ir, b_start, b_stop, b_entry, after_b)
+            ir.label(after_b)
+
+        after_a = ir.name("adone")[1:]
+        loop(ir, a_start, a_stop, a_entry, after_a)
+        ir.label(after_a)
+
+    loop(ir, "%lo", "%hi", row, "exit")
+    ir.label("exit")
+    ir(f"  %sum = load {t}, ptr %acc_slot")
+    ir(f"  store {t} %sum, ptr %out")
+    ir("  ret i64 0")
+    ir("}")
+    return "\n".join(ir.lines) + "\n"
+
+
 def _sddmm_ir(name, value, mp, mc, group):
     t, mul, add, zero = VALUE[value]
     ir = IR()
@@ -236,6 +315,14 @@ def _masked(value, mp, mc, ap, ac, bp, bc):
 
     name = f"splyce_masked_spgemm_{VALUE[value][0]}_{mp}_{mc}_{ap}_{ac}_{bp}_{bc}"
     return compile_host_helpers(_masked_ir(name, value, mp, mc, ap, ac, bp, bc), {name: _MASKED_SIG})[name]
+
+
+@functools.cache
+def _masked_sum(value, ap, ac, bp, bc, cp, cc):
+    from splyce.backend.codegen import compile_host_helpers
+
+    name = f"splyce_masked_sum_{VALUE[value][0]}_{ap}_{ac}_{bp}_{bc}_{cp}_{cc}"
+    return compile_host_helpers(_masked_sum_ir(name, value, ap, ac, bp, bc, cp, cc), {name: _MASKED_SUM_SIG})[name]
 
 
 @functools.cache
@@ -349,6 +436,24 @@ def _gather(vals, cols, ends, mp, chunks, kept):
     vals.resize(offset, refcheck=False)
     cols.resize(offset, refcheck=False)
     return vals, cols, indptr
+
+
+def masked_sum(a, b, c, n_cols: int, dtype):
+    """``einsum("ij,jk,ik->", A, B, C)`` on one thread, summed in the sparsifier kernel's order (see
+    ``_masked_sum_ir``): a NumPy scalar of ``dtype``. ``a``, ``b``, ``c``: validated CSR parts ``(data,
+    indices, indptr)`` with values of ``dtype`` (columns of B and C in ``[0, n_cols)``, C's unique within a
+    row). Work: ``nnz(C) + sum over A's entries (i, j) of nnz(B[j, :])``."""
+    av, ac, ap = a
+    bv, bc, bp = b
+    cv, cc, cp = c
+    dtype = np.dtype(dtype)
+    with _lock:
+        fn = _masked_sum(dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc), _bits(cp), _bits(cc))
+    mark = np.full(n_cols, -1, dtype=np.int64)
+    out = np.empty(1, dtype=dtype)
+    fn(_address(ap), _address(ac), _address(av), _address(bp), _address(bc), _address(bv), _address(cp),
+       _address(cc), _address(cv), 0, len(ap) - 1, _address(mark), _address(out))
+    return out[0]
 
 
 def sddmm(m, x: np.ndarray, y: np.ndarray, dtype, threads: int = 1):

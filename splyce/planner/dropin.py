@@ -13,6 +13,7 @@ import functools
 import os
 import sys
 import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -817,8 +818,13 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
             ops.append(np.ascontiguousarray(x))
         else:
             ops.append(convert(x, _rowwise_format(subs, order), f"operand {i}"))
-    out = _kernel("einsum:" + subscripts, _Einsum(subscripts), out_format, threads,
-                  reassociate=threads > 1 and not output)(*ops)
+    jitted = _kernel("einsum:" + subscripts, _Einsum(subscripts), out_format, threads,
+                     reassociate=threads > 1 and not output)
+    if threads == 1 and out_format is None and _is_masked_sum(inputs, output, infos):
+        out = _masked_sum(jitted, ops, inputs)
+        if out is not None:
+            return out
+    out = jitted(*ops)
     if isinstance(out, np.ndarray):
         if family == "pydata" and out.ndim:
             import sparse
@@ -828,6 +834,49 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     if np.ndim(out) == 2 and hasattr(out, "tocsr"):
         return _wrap_sparse(out, family)
     return out.to_pydata() if family == "pydata" else out
+
+
+def _is_masked_sum(inputs: list[str], output: str, infos: list[OperandInfo]) -> bool:
+    """``"ij,jk,ik->"`` (up to the letters: triangle counting with L three times), all three operands sparse
+    matrices of one value dtype the native kernels compute in."""
+    if output or len(inputs) != 3 or any(len(s) != 2 for s in inputs):
+        return False
+    (i, j), (j2, k), (i2, k2) = inputs
+    if not (i == i2 and j == j2 and k == k2 and len({i, j, k}) == 3):
+        return False
+    dtypes = {info.dtype for info in infos}
+    return all(info.sparse and len(info.shape) == 2 for info in infos) and len(dtypes) == 1 \
+        and _native_values(*infos)
+
+
+_plain_plans = weakref.WeakKeyDictionary()   # Kernel -> whether its plan is the loop nest masked_sum runs
+
+
+def _masked_sum(jitted, ops, inputs):
+    """``"ij,jk,ik->"`` on one thread. The jitted kernel's plan, chosen by cost for the first call of these
+    shapes and formats, sets the order of the sum; when it is the plain one (loops i, j, k, every operand kept
+    in its CSR, nothing fused: the corpus's triangle counts), the native ``masked_sum`` runs the same sum in
+    the same order, bit for bit, without the kernel call's descriptors and results (~0.3 ms on a small
+    matrix); any other plan: None (the caller runs the kernel)."""
+    from splyce.backend import native_masked
+
+    kernel, _ = jitted.kernel_for(*ops)
+    plain = _plain_plans.get(kernel)
+    if plain is None:
+        plain = _plain_plans[kernel] = _plain_masked_sum_plan(kernel.plan, inputs)
+    if not plain:
+        return None
+    A, B, C = (op.tensor for op in ops)
+    return native_masked.masked_sum(*((t.values, t.crd[1], t.pos[1]) for t in (A, B, C)), C.shape[1], A.dtype)
+
+
+def _plain_masked_sum_plan(plan, inputs: list[str]) -> bool:
+    if len(plan.steps) != 1 or plan.fusions or len(plan.sources) != 3 or plan.needs_conversion:
+        return False
+    step = plan.steps[0]
+    params = step.node.params[0] if step.node.op == "contract" else None
+    return (params is not None and tuple(params.inputs) == tuple(inputs) and params.output == ""
+            and params.order == "".join(dict.fromkeys("".join(inputs))) and step.storage == ("keep",) * 3)
 
 
 def _check_einsum_shapes(inputs: list[str], infos: list[OperandInfo]) -> None:
