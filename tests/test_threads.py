@@ -152,6 +152,35 @@ def test_triangle_count_dropin_with_threads_is_exact():
         assert splyce.einsum("ij,kj,ik->", L, L, L, threads=threads) == want
 
 
+def test_threads_take_chunks_dynamically_each_once(monkeypatch):
+    """threads=2 splits the outer loop into CHUNKS_PER_THREAD chunks per thread, balanced by entries; two
+    threads take them (each the next one left), every chunk runs exactly once, and the triangle count is
+    exact on skewed rows."""
+    import threading
+
+    from splyce.runtime import calls, dispatcher
+
+    seen = []
+    call_one = calls.KernelCall._call_one
+
+    def recording(self, pointers, indices):
+        seen.append((tuple(indices), threading.get_ident()))
+        return call_one(self, pointers, indices)
+    monkeypatch.setattr(calls.KernelCall, "_call_one", recording)
+    rng = np.random.default_rng(9)
+    n = 600
+    rows = np.minimum((rng.pareto(1.0, 6000) * 3).astype(np.int64), n - 1)
+    g = sps.csr_array((np.ones(6000), (rows, rng.integers(0, n, 6000))), shape=(n, n))
+    L = sps.csr_array(sps.tril(((g + g.T) > 0).astype(np.float64), -1))
+    want = (L @ L.T).multiply(L).sum()
+    assert splyce.einsum("ij,kj,ik->", L, L, L, threads=2) == want
+    chunks = sorted(c for c, _ in seen)
+    assert len(chunks) == 2 * dispatcher.CHUNKS_PER_THREAD and len({t for _, t in seen}) <= 2
+    assert chunks[0][0] == 0 and chunks[-1][1] == n and all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
+    entries = [int(L.indptr[hi] - L.indptr[lo]) for lo, hi in chunks]
+    assert max(entries) - min(entries) <= 2 * int(np.diff(L.indptr).max())   # balanced up to a row each end
+
+
 def test_split_reduction_from_the_disk_cache(monkeypatch):
     a, b = _int_matrices()
     f = splyce.jit(lambda x, y: (x * y).sum(), threads=3)

@@ -73,7 +73,8 @@ def row_chunks(indptr: np.ndarray, threads: int) -> list[tuple[int, int]]:
     m = len(indptr) - 1
     if threads <= 1 or m <= 1:
         return [(0, m)]
-    inner = np.searchsorted(indptr, int(indptr[-1]) * np.arange(1, threads) / threads, side="left").tolist()
+    targets = np.array([int(indptr[-1]) * k // threads for k in range(1, threads)], dtype=indptr.dtype)
+    inner = np.searchsorted(indptr, targets, side="left").tolist()   # same dtype: no copy of indptr
     bounds = sorted(set([0, *inner, m]))
     return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
 

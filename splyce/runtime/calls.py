@@ -136,13 +136,17 @@ class KernelCall:
         """Run the kernel on ``arrays`` (kept alive by the caller); returns the result descriptors."""
         return self.call_chunks(arrays, [indices])[0]
 
-    def call_chunks(self, arrays, chunks: list[tuple[int, ...]], pool=None) -> list[list[ctypes.Structure]]:
-        """Run the kernel once per entry of ``chunks`` (its trailing index arguments), the first in this
-        thread and the others on ``pool``, concurrently; returns each call's result descriptors. Raises
-        ``AllocationFailed`` once every call has returned if an allocation failed in any of them."""
-        return self.call_each([arrays] * len(chunks), chunks, pool)
+    def call_chunks(self, arrays, chunks: list[tuple[int, ...]], pool=None, workers: int = 0
+                    ) -> list[list[ctypes.Structure]]:
+        """Run the kernel once per entry of ``chunks`` (its trailing index arguments) on ``workers`` threads
+        (this one and ``workers - 1`` of ``pool``; 0: one per chunk), each taking the next chunk not yet
+        taken until none is left, so a thread whose chunks ran faster takes more of them; returns each call's
+        result descriptors, in chunk order. Raises ``AllocationFailed`` once every call has returned if an
+        allocation failed in any of them."""
+        return self.call_each([arrays] * len(chunks), chunks, pool, workers)
 
-    def call_each(self, arrays_per_chunk, chunks: list[tuple[int, ...]], pool=None) -> list[list[ctypes.Structure]]:
+    def call_each(self, arrays_per_chunk, chunks: list[tuple[int, ...]], pool=None, workers: int = 0
+                  ) -> list[list[ctypes.Structure]]:
         """``call_chunks`` where chunk ``i`` gets its own ``arrays_per_chunk[i]`` (private outputs)."""
         packed = {}   # one packing per distinct argument list, alive until the calls return
         pointers = []
@@ -153,9 +157,16 @@ class KernelCall:
         if len(chunks) == 1 or pool is None:
             calls = [self._call_one(p, c) for p, c in zip(pointers, chunks)]
         else:
-            futures = [pool.submit(self._call_one, p, c) for p, c in zip(pointers[1:], chunks[1:])]
-            first = self._call_one(pointers[0], chunks[0])
-            calls = [first] + [f.result() for f in futures]
+            calls = [None] * len(chunks)
+            order = iter(range(len(chunks)))     # shared by the threads: next() on it is atomic under the GIL
+
+            def take_chunks():
+                for i in order:
+                    calls[i] = self._call_one(pointers[i], chunks[i])
+            futures = [pool.submit(take_chunks) for _ in range(min(workers or len(chunks), len(chunks)) - 1)]
+            take_chunks()
+            for f in futures:
+                f.result()
         failed = [status - 1 for status, _ in calls if status]
         if failed:
             raise AllocationFailed(max(failed))

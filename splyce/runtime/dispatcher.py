@@ -93,15 +93,17 @@ class Kernel:
         try:
             if extent is None:
                 return self._results(self._call(buffers), dense_outputs, buffers)
-            chunks = _outer_chunks(extent, self.lowering.options.threads, self.trace.inputs, values)
+            threads = self.lowering.options.threads
+            chunks = _outer_chunks(extent, threads * CHUNKS_PER_THREAD if threads > 1 else 1, self.trace.inputs,
+                                   values)
             if not self.lowering.outer_reductions or len(chunks) == 1:
-                descs = self._call.call_chunks(buffers, chunks, _pool(len(chunks)))[0]
+                descs = self._call.call_chunks(buffers, chunks, _pool(threads), threads)[0]
                 return self._results(descs, dense_outputs, buffers)
-            return self._run_reduced_chunks(buffers, dense_outputs, chunks)
+            return self._run_reduced_chunks(buffers, dense_outputs, chunks, threads)
         except calls.AllocationFailed as failure:
             raise MemoryError(self._allocation_message(failure.nbytes)) from None
 
-    def _run_reduced_chunks(self, buffers: list, dense_outputs: dict, chunks) -> list:
+    def _run_reduced_chunks(self, buffers: list, dense_outputs: dict, chunks, threads: int) -> list:
         """Chunks of a loop that reduces into rank-0 outputs (passes/parallel.py): every chunk but the first
         reduces into private outputs that start at the combining op's identity; the partial results are
         combined in chunk order."""
@@ -117,7 +119,7 @@ class Kernel:
                 private[node] = np.full((), _identity(combine, node.type.dtype), dtype=node.type.dtype)
             per_chunk.append(buffers[:first_output] + list(private.values()))
             outputs.append(private)
-        descs = self._call.call_each(per_chunk, chunks, _pool(len(chunks)))
+        descs = self._call.call_each(per_chunk, chunks, _pool(threads), threads)
         results = [self._results(d, o, buffers) for d, o in zip(descs, outputs)]
         combined = list(results[0])
         for i, out in enumerate(self.trace.outputs):
@@ -178,16 +180,20 @@ def _outer_chunks(extent: int, threads: int, inputs, values) -> list[tuple[int, 
     for t, v in zip(inputs, values):
         fmt = t.format
         if t.is_sparse and fmt.levels[0].kind == "dense" and t.shape[fmt.order[0]] == extent and fmt.ndim > 1:
-            cumulative = np.arange(extent + 1, dtype=np.int64)   # positions at level 0: the rows themselves
-            for level, pos in zip(fmt.levels[1:], v.pos[1:]):
+            levels, positions = fmt.levels[1:], v.pos[1:]
+            if levels[0].kind == "compressed":     # CSR-like: level 1's positions as they are (searched only)
+                cumulative, levels, positions = positions[0], levels[1:], positions[1:]
+            else:
+                cumulative = np.arange(extent + 1, dtype=np.int64)   # positions at level 0: the rows themselves
+            for level, pos in zip(levels, positions):
                 if level.kind == "compressed":
                     cumulative = np.asarray(pos, dtype=np.int64)[cumulative]
             break
     if cumulative is None or cumulative[-1] == 0:
         bounds = [extent * k // threads for k in range(threads + 1)]
     else:
-        targets = cumulative[-1] * np.arange(1, threads) / threads
-        inner = np.searchsorted(cumulative, targets, side="left").tolist()
+        targets = np.array([int(cumulative[-1]) * k // threads for k in range(1, threads)], dtype=cumulative.dtype)
+        inner = np.searchsorted(cumulative, targets, side="left").tolist()   # same dtype: no copy of the array
         bounds = [0, *inner, extent]
     bounds = sorted(min(max(b, 0), extent) for b in bounds)
     return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or [(0, extent)]
@@ -210,10 +216,16 @@ def _identity(combine: str, dtype):
     return info.min if low else info.max
 
 
+# Chunks of the outer loop per thread: rows of equal entries can differ in cost (power-law graphs: a row's
+# intersections are as long as its neighbours' rows, and far rows miss the cache), so each thread takes the
+# next chunk as it finishes one; a few chunks each even out what the split by entries cannot see.
+CHUNKS_PER_THREAD = 4
+
+
 @functools.cache
-def _pool(chunks: int) -> ThreadPoolExecutor:
-    """Worker threads for kernels split into ``chunks`` (the caller's thread runs the first chunk)."""
-    return ThreadPoolExecutor(max_workers=max(chunks - 1, 1), thread_name_prefix="splyce")
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """Worker threads for kernels run on ``threads`` threads (the caller's thread is one of them)."""
+    return ThreadPoolExecutor(max_workers=max(threads - 1, 1), thread_name_prefix="splyce")
 
 
 def _input_ranks(inputs):
