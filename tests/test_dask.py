@@ -79,7 +79,7 @@ def test_spmv_spmm_spgemm(client):
     x = np.random.default_rng(3).random(80)
     X = np.random.default_rng(4).random((80, 5))
     ad = sd.from_scipy(a, rows_per_chunk=40)
-    for right in (x, X, b, da.from_array(X, chunks=(30, 5))):
+    for right in (x, X, b, da.from_array(X, chunks=(30, 5)), sd.broadcast(b), sd.broadcast(x, client)):
         concrete = right.compute() if isinstance(right, da.Array) else right
         lazy = splyce.matmul(ad, right)
         assert isinstance(lazy, da.Array)
@@ -122,7 +122,7 @@ def test_triangle_count_and_masked_product(client, dtype):
     low = _triangles(120, 9, dtype)
     ld = sd.from_scipy(low, rows_per_chunk=40)
     want = dropin.einsum("ij,ik,kj->", low, low, low)
-    for other in (low, ld):                         # broadcast: a scipy operand or a Dask one
+    for other in (low, ld, sd.broadcast(low)):      # broadcast: a scipy operand, a Dask one, one on every worker
         _same(_compute(client, splyce.einsum("ij,ik,kj->", ld, ld, other)), want)
     masked = dropin.einsum("ij,ik,kj->ij", low, low, low)
     _same(_compute(client, splyce.einsum("ij,ik,kj->ij", ld, ld, low)), masked)
@@ -187,6 +187,8 @@ def test_unsupported_partitions_raise_saying_why():
         splyce.add(a, np.ones((3, 3)))
     with pytest.raises(NotImplementedError, match="NumPy array"):
         splyce.matmul(a, sps.coo_array(np.ones(20)))
+    with pytest.raises(TypeError, match="concrete operand"):
+        sd.broadcast(a)
 
 
 # -- blockwise --------------------------------------------------------------------------------------------

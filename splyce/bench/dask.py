@@ -113,10 +113,11 @@ def _inputs(client, A, L, blocks: int):
     """The operands already on the client's workers, as data bigger than one machine would be: row blocks of
     about equal nonzeros (``from_scipy``'s default; equal rows left a power-law SpGEMM's blocks 1.9x apart in
     work), the same ``blocks`` for any number of workers, each worker holding an equal share
-    (consecutive blocks); the broadcast right operands on every worker (the AMM is stopped in ``_cluster``,
-    so those copies stay across repeats); pydata twins placed alike."""
+    (consecutive blocks); the broadcast right operands on every worker (``splyce.dask.broadcast``; the AMM is
+    stopped in ``_cluster``, so those copies stay across repeats); pydata twins placed alike."""
     import sparse
 
+    from splyce.dask import broadcast
     from splyce.dask.blocks import nnz_bounds, sparse_meta
 
     workers = sorted(client.scheduler_info()["workers"])
@@ -129,16 +130,14 @@ def _inputs(client, A, L, blocks: int):
         arrays[name] = _scattered(client, f"bench-{name}", cuts, chunks, sparse_meta(X), workers)
         arrays["P" + name] = _scattered(client, f"bench-P{name}", [to_pydata(c) for c in cuts], chunks,
                                         sparse_meta(to_pydata(X[:0])), workers)
-        arrays[name + "w"] = _scattered(client, f"bench-{name}w", [X], ((X.shape[0],), (X.shape[1],)),
-                                        sparse_meta(X), None)
-        arrays["P" + name + "w"] = _scattered(client, f"bench-P{name}w", [to_pydata(X)],
-                                              ((X.shape[0],), (X.shape[1],)), sparse_meta(to_pydata(X[:0])), None)
+        arrays[name + "w"] = broadcast(X, client)
+        arrays["P" + name + "w"] = broadcast(to_pydata(X), client)
     return arrays
 
 
 def _scattered(client, name: str, blocks: list, chunks, meta, workers):
     """A Dask array of row blocks already in the workers' memory: block k on worker ``k * len(workers) //
-    len(blocks)`` (consecutive blocks share a worker), or every block on every worker (``workers=None``)."""
+    len(blocks)`` (consecutive blocks share a worker)."""
     import dask.array as da
     from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
@@ -147,8 +146,8 @@ def _scattered(client, name: str, blocks: list, chunks, meta, workers):
     layer = {}
     for k, block in enumerate(blocks):
         key = (name, k, 0)
-        where = {"broadcast": True} if workers is None else {"workers": [workers[k * len(workers) // len(blocks)]]}
-        layer.update(client.scatter({key: block}, hash=False, **where))
+        worker = workers[k * len(workers) // len(blocks)]
+        layer.update(client.scatter({key: block}, workers=[worker], hash=False))
     return da.Array(HighLevelGraph.from_collections(name, layer), name, chunks, meta=meta)
 
 

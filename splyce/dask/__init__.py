@@ -14,8 +14,8 @@ except ImportError as exc:   # pragma: no cover - exercised in a subprocess with
     raise ImportError("splyce.dask needs Dask (dask[array] and distributed): pip install 'splyce[dask]'") \
         from exc
 
-from splyce.dask.blocks import from_scipy
+from splyce.dask.blocks import broadcast, from_scipy
 from splyce.dask.blockwise import blockwise
 from splyce.dask.ops import add, einsum, matmul, multiply, subtract
 
-__all__ = ["from_scipy", "blockwise", "matmul", "multiply", "add", "subtract", "einsum"]
+__all__ = ["from_scipy", "broadcast", "blockwise", "matmul", "multiply", "add", "subtract", "einsum"]

@@ -168,6 +168,32 @@ def whole(x) -> da.Array:
     return _as_array(name, {key: x}, [], tuple((s,) for s in np.shape(x)), sparse_meta(x))
 
 
+def broadcast(x, client=None) -> da.Array:
+    """``x`` (NumPy, scipy.sparse or pydata) sent now to every worker of ``client`` (the current
+    ``distributed.Client`` when None), as a one-chunk Dask array to pass as the broadcast operand of
+    ``splyce.dask`` operations: each worker holds it already and repeated products do not send it again.
+    Without it, a concrete operand is put in every graph (sent to the scheduler at each ``.compute()``, run
+    on one worker, then copied to the others). Scattered data has no recipe to recompute: Dask's Active Memory
+    Manager keeps one copy once no task waits for it (``client.amm.stop()`` keeps them all), and if the last
+    worker holding it dies, the computations that need it fail."""
+    if is_dask(x):
+        raise TypeError("broadcast takes a concrete operand (NumPy, scipy.sparse or pydata); persist a Dask "
+                        "array instead")
+    import distributed
+
+    if client is None:
+        try:
+            client = distributed.get_client()
+        except ValueError as exc:
+            raise ValueError("broadcast needs a distributed.Client: pass client= or create one first") from exc
+    if _family(x) == "numpy":
+        x = np.asarray(x)
+    name = "splyce-broadcast-" + tokenize(x)
+    key = (name,) + (0,) * np.ndim(x)
+    layer = client.scatter({key: x}, broadcast=True, hash=False)
+    return _as_array(name, layer, [], tuple((s,) for s in np.shape(x)), sparse_meta(x))
+
+
 def single_key(x: da.Array):
     (key,) = x.__dask_keys__() if x.ndim == 0 else list(_flat(x.__dask_keys__()))
     return key
