@@ -238,7 +238,7 @@ def test_array_objects_entry_reads_the_data_pointer(monkeypatch):
 def test_positions_far_outside_the_entries_are_refused_without_reading_there():
     """A position in the middle of indptr far beyond nnz (or negative) makes a segment that a kernel trusting
     the ends of indptr would read out of bounds. The SpMV kernels check each segment (``start <= stop <=
-    nnz``, unsigned) before reading it. The columns end just before a page that may not be read (PROT_NONE):
+    nnz``, unsigned) before reading it, SpMV and SpMM alike. The columns end just before a page that may not be read (PROT_NONE):
     any read past them kills the child process, and the test fails with its signal."""
     import os
     import subprocess
@@ -264,7 +264,7 @@ def test_positions_far_outside_the_entries_are_refused_without_reading_there():
             return out
 
         base = sps.random_array((1100, 40), density=0.1, format="csr", rng=np.random.default_rng(3))
-        x = np.ones(40)
+        x, X = np.ones(40), np.ones((40, 3))
         refused = 0
         for index_dtype in (np.int32, np.int64):
             for grouped in (1 << 62, -1):
@@ -275,9 +275,9 @@ def test_positions_far_outside_the_entries_are_refused_without_reading_there():
                     a.data = before_guard_page(base.data)
                     a.indptr = base.indptr.astype(index_dtype)
                     a.indptr[row] = value
-                    for threads in (1, 2):
+                    for threads, vec in ((1, x), (2, x), (1, X), (2, X)):     # SpMV, SpMM
                         try:
-                            splyce.matmul(a, x, threads=threads)
+                            splyce.matmul(a, vec, threads=threads)
                         except ValueError as e:
                             assert "positions" in str(e), e
                             refused += 1
@@ -287,4 +287,4 @@ def test_positions_far_outside_the_entries_are_refused_without_reading_there():
                          env=dict(os.environ))
     assert run.returncode >= 0, f"child killed by signal {-run.returncode}:\n{run.stderr[-3000:]}"
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.split() == ["32"]
+    assert run.stdout.split() == ["64"]

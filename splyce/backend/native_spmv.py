@@ -14,9 +14,8 @@ against the alternatives on the shared 2-core EPYC (docs/corpus.md): a SIMD scan
 before the rows ran cost 10-20 % on matrices beyond cache (the scan's memory time does not overlap the
 product's), a clamped (selected) index 20-30 % (the gather waits for the compare). The drop-in's fast path
 (``_spmv_objects``) also checks the two ends of the positions in native code, so a malformed scipy operand
-is refused with nothing checked in Python. For SpMM the caller checks
-first (``native_validation.product_operand_ok``). Unsorted or repeated columns are fine for a product and
-need no check.
+is refused with nothing checked in Python. SpMM checks the same way, every thread its own rows. Unsorted or
+repeated columns are fine for a product and need no check.
 
 SpMM keeps each output row (``k`` columns) in registers while it accumulates the row's entries, then stores it
 once: the output is never zeroed or re-read.
@@ -42,8 +41,8 @@ ROWS = 1
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (pos, crd, values, x, n, lo, hi, y, nnz) -> 0, or 1 when a checking kernel met a bad index
 _SPMV_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _I, _I, _I, _P, _I)
-# (pos, crd, values, X, n, lo, hi, Y, k)
-_SPMM_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _I, _I, _I, _P, _I)
+# (pos, crd, values, X, n, lo, hi, Y, k, nnz) -> as _SPMV_SIG
+_SPMM_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _I, _I, _I, _P, _I, _I)
 _lock = threading.Lock()
 
 
@@ -166,14 +165,16 @@ def _check_segment(ir: _IR, start: str, stop: str) -> None:
     ir.label(ok[1:])
 
 
-def _spmm_ir(name: str, value: np.dtype, p: int, c: int, k: int | None) -> str:
+def _spmm_ir(name: str, value: np.dtype, p: int, c: int, k: int | None, check: bool = False) -> str:
     """Y[i, :] = sum over row i's entries of values * X[col, :]. With ``k`` fixed at compile time the row's
     ``k`` sums are separate scalars (registers, packed into SIMD by LLVM), stored once per row; with None, any
-    count, accumulated in Y's row itself."""
+    count, accumulated in Y's row itself. ``check``: as ``_spmv_ir`` (each segment and column checked before
+    it is read, 1 returned at the first defect)."""
     t, mul, add, zero = _VALUE[value]
     width = str(k) if k is not None else "%k"
     ir = _IR()
-    ir(f"define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %lo, i64 %hi, ptr %y, i64 %k) {{")
+    ir(f"define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %lo, i64 %hi, ptr %y, i64 %k, "
+       "i64 %nnz) noinline {")
     ir.label("entry")
     accs = [f"%acc{j}" for j in range(k or 0)]
     for acc in accs:
@@ -204,9 +205,11 @@ def _spmm_ir(name: str, value: np.dtype, p: int, c: int, k: int | None) -> str:
         i1 = ir.name("i1")
         ir(f"  {i1} = add i64 {i}, 1")
         stop = _load_index(ir, "%pos", p, i1)
+        if check:
+            _check_segment(ir, start, stop)
 
         def entry(e):
-            safe = _column(ir, c, e)
+            safe = _checked_column(ir, c, e) if check else _column(ir, c, e)
             pv, v, xbase = ir.name("pv"), ir.name("v"), ir.name("xb")
             ir(f"  {pv} = getelementptr {t}, ptr %vals, i64 {e}")
             ir(f"  {v} = load {t}, ptr {pv}")
@@ -238,6 +241,8 @@ def _spmm_ir(name: str, value: np.dtype, p: int, c: int, k: int | None) -> str:
     _loop(ir, "%lo", "%hi", row, "done")
     ir.label("done")
     ir("  ret i64 0")
+    ir.label("bad")
+    ir("  ret i64 1")
     ir("}")
     return "\n".join(ir.lines) + "\n"
 
@@ -373,11 +378,11 @@ GROUPED_MAX_BYTES = 512 << 10
 
 
 @functools.cache
-def _spmm(value: np.dtype, p: int, c: int, k: int | None):
+def _spmm(value: np.dtype, p: int, c: int, k: int | None, check: bool = False):
     from splyce.backend.codegen import compile_host_helpers
 
-    name = f"splyce_spmm_{_VALUE[value][0]}_p{p}_c{c}_k{k or 'any'}"
-    return compile_host_helpers(_spmm_ir(name, value, p, c, k), {name: _SPMM_SIG})[name]
+    name = f"splyce_spmm_{_VALUE[value][0]}_p{p}_c{c}_k{k or 'any'}" + ("_checked" if check else "")
+    return compile_host_helpers(_spmm_ir(name, value, p, c, k, check), {name: _SPMM_SIG})[name]
 
 
 # The whole product in one call, as the drop-in's fast path makes it: also checks the two ends of the positions
@@ -388,7 +393,7 @@ entry:
 {ends}
   br i1 %ends_ok, label %run, label %fail
 run:
-  %r = call i64 @{checked}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 0, i64 %m, ptr %y, i64 %nnz)
+  %r = call i64 @{checked}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 0, i64 %m, ptr %y, {k}i64 %nnz)
   ret i64 %r
 fail:
   ret i64 1
@@ -414,50 +419,26 @@ def _spmv_objects(value: np.dtype, p: int, c: int, grouped: bool):
                 + _GROUPED_DRIVER.format(name=checked, block=GROUPED_BLOCK_ROWS, p=p, c=c, p_ext=_ext(p)))
     else:
         text = _spmv_ir(checked, value, p, c, ROWS, True)
-    text += (_WHOLE.format(name=whole, checked=checked, ends=position_ends_ir(p))
+    text += (_WHOLE.format(name=whole, checked=checked, ends=position_ends_ir(p), k="")
              + array_objects.object_entry_ir(entry, whole, "aaaaaiii"))
     return compile_host_helpers(text, {entry: array_objects.signature(8)})[entry]
-
-
-# SpMM on array objects: the whole operand checked first (ends and monotone positions, columns in range: two
-# SIMD scans), then the product.
-_WHOLE_SPMM = """
-define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, ptr %y, i64 %n, i64 %m, i64 %nnz) {{
-entry:
-  %flags = alloca [2 x i64]
-{ends}
-  br i1 %ends_ok, label %positions, label %fail
-positions:
-  %down = call i64 @{name}_pos(ptr %pos, i64 %m)
-  %decreasing = icmp ne i64 %down, 0
-  br i1 %decreasing, label %fail, label %columns
-columns:
-  call void @{name}_check(ptr %crd, i64 %nnz, i64 %n, ptr %flags)
-  %f = load i64, ptr %flags
-  %bad = icmp ne i64 %f, 0
-  br i1 %bad, label %fail, label %run
-run:
-  %ignored = call i64 @{name}_rows(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 0, i64 %m, ptr %y, i64 {k})
-  ret i64 0
-fail:
-  ret i64 1
-}}
-"""
 
 
 @functools.cache
 def _spmm_objects(value: np.dtype, p: int, c: int, k: int):
     """``i64 f(id(indptr), id(indices), id(data), id(X), id(Y), n, m, nnz)``: SpMM with ``k`` (<= SPMM_FIXED)
-    columns on array objects, the operand checked first; nonzero (``Y`` not written) when it is malformed."""
+    columns on array objects, checking what it reads as SpMV does; nonzero (``Y`` incomplete) when the operand
+    is malformed."""
     from splyce.backend import array_objects
     from splyce.backend.codegen import compile_host_helpers
-    from splyce.backend.native_validation import position_check_ir, position_ends_ir, range_check_ir
+    from splyce.backend.native_validation import position_ends_ir
 
-    name = f"splyce_spmm_{_VALUE[value][0]}_p{p}_c{c}_k{k}_whole"
-    text = (_spmm_ir(name + "_rows", value, p, c, k) + range_check_ir(name + "_check", c)
-            + position_check_ir(name + "_pos", p) + _WHOLE_SPMM.format(name=name, ends=position_ends_ir(p), k=k)
-            + array_objects.object_entry_ir(name + "_objects", name, "aaaaaiii"))
-    return compile_host_helpers(text, {name + "_objects": array_objects.signature(8)})[name + "_objects"]
+    name = f"splyce_spmm_{_VALUE[value][0]}_p{p}_c{c}_k{k}"
+    checked, whole, entry = name + "_checked", name + "_whole", name + "_objects"
+    text = (_spmm_ir(checked, value, p, c, k, True)
+            + _WHOLE.format(name=whole, checked=checked, ends=position_ends_ir(p), k=f"i64 {k}, ")
+            + array_objects.object_entry_ir(entry, whole, "aaaaaiii"))
+    return compile_host_helpers(text, {entry: array_objects.signature(8)})[entry]
 
 
 def supported(dtype) -> bool:
@@ -467,9 +448,9 @@ def supported(dtype) -> bool:
 def csr_times_dense(indptr, indices, data, x, threads: int = 1, coordinates_checked: bool = True):
     """``A @ x`` for CSR buffers and a C-contiguous ``x`` of A's value dtype, 1-D (SpMV) or 2-D (SpMM). The
     buffers must be checked already (positions monotone from 0 to ``len(indices)``, coordinates in
-    ``[0, len(x))``), or, with ``coordinates_checked=False`` (SpMV only; ``pos[0] == 0`` and ``pos[-1] ==
-    len(indices)`` still checked by the caller), they are checked inside the kernel as it reads them, and the
-    result is None when they are not well formed."""
+    ``[0, len(x))``), or, with ``coordinates_checked=False`` (``pos[0] == 0`` and ``pos[-1] == len(indices)``
+    still checked by the caller), they are checked inside the kernel as it reads them (by each thread for its
+    rows: nothing serial before the threads start), and the result is None when they are not well formed."""
     m = len(indptr) - 1
     n = x.shape[0]
     p, c = indptr.dtype.itemsize * 8, indices.dtype.itemsize * 8
@@ -479,13 +460,11 @@ def csr_times_dense(indptr, indices, data, x, threads: int = 1, coordinates_chec
             fn = _spmv(data.dtype, p, c, not coordinates_checked)
         extra = (len(indices),)
     else:
-        if not coordinates_checked:
-            raise ValueError("SpMM needs coordinates checked before the call")
         k = x.shape[1]
         y = np.empty((m, k), dtype=data.dtype)
         with _lock:
-            fn = _spmm(data.dtype, p, c, k if k <= SPMM_FIXED else None)
-        extra = (k,)
+            fn = _spmm(data.dtype, p, c, k if k <= SPMM_FIXED else None, not coordinates_checked)
+        extra = (k, len(indices))
 
     def args(lo, hi):
         return (_address(indptr), _address(indices), _address(data), _address(x), n, lo, hi,

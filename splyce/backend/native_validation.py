@@ -315,24 +315,6 @@ def positions_ok(indptr: np.ndarray, n_entries: int) -> bool:
     return not pos_scan(_address(indptr), len(indptr) - 1)
 
 
-def product_operand_ok(n_cols: int, indptr: np.ndarray, indices: np.ndarray) -> bool:
-    """What a CSR operand of a product with a dense operand needs (SpMV / SpMM): positions monotone from 0 to
-    ``len(indices)``, every column in ``[0, n_cols)``. Order and duplicates do not matter to a product, so
-    they are not checked. Index arrays: C-contiguous int32 / int64, positions and columns of one width."""
-    bits = indptr.dtype.itemsize * 8
-    if n_cols - 1 > _MAX[bits] or not positions_ok(indptr, len(indices)):
-        return False
-    with _lock:
-        crd_scan = _scanners(bits, bits, "any")[1]
-    out = np.empty(2, dtype=np.int64)
-    for start in range(0, len(indices), _CHUNK):
-        crd_scan(_address(indices) + start * indices.itemsize, min(_CHUNK, len(indices) - start), n_cols,
-                 _address(out))
-        if out[0]:
-            return False
-    return True
-
-
 def position_ends_ir(bits: int) -> str:
     """IR lines setting ``%ends_ok`` (i1): ``pos[0] == 0`` and ``pos[m] == nnz``, from ``ptr %pos``, ``i64 %m``
     and ``i64 %nnz`` (with monotone positions, every segment then lies inside crd)."""

@@ -311,8 +311,9 @@ def matmul(a, b, *, out_format=None, threads=1):
 def _csr_times_dense(a, b, threads: int) -> np.ndarray:
     """SpMV / SpMM: a sparse matrix times a dense vector or matrix (native, rows summed in stored order from
     +0.0 as scipy does: the same values bit for bit). A scipy CSR is read as it is and checked only for what
-    a product needs (positions, column range; unsorted or repeated columns are fine), by a SIMD scan."""
-    from splyce.backend import native_spmv, native_validation
+    a product needs (positions, column range; unsorted or repeated columns are fine), by the kernel itself as
+    it reads them."""
+    from splyce.backend import native_spmv
 
     b = np.asarray(b)
     check_dtype(b.dtype, "b")
@@ -320,12 +321,9 @@ def _csr_times_dense(a, b, threads: int) -> np.ndarray:
     checked = raw is None
     if raw is not None:
         data, indices, indptr = raw
-        # SpMV checks positions and coordinates itself, block by block; SpMM scans them first
-        ok = (len(indptr) and indptr[0] == 0 and indptr[-1] == len(indices)) if b.ndim == 1 else \
-            native_validation.product_operand_ok(a.shape[1], indptr, indices)
-        if not ok:
+        # the kernels check positions and coordinates themselves as they read them (each thread its rows)
+        if not (len(indptr) and indptr[0] == 0 and indptr[-1] == len(indices)):
             _raise_bad_product_operand(a)
-        checked = b.ndim != 1
     else:
         A = _as_format(a, CSR, "a").tensor
         data, indices, indptr = A.values, A.crd[1], A.pos[1]
