@@ -116,7 +116,7 @@ def test_an_operand_passed_several_times_is_converted_and_checked_once(monkeypat
     L = sps.csr_array(sps.tril(a, -1))
     calls = []
     real = dropin._as_format
-    monkeypatch.setattr(dropin, "_as_format", lambda x, fmt, name: calls.append(name) or real(x, fmt, name))
+    monkeypatch.setattr(dropin, "_as_format", lambda x, fmt, name, threads=1: calls.append(name) or real(x, fmt, name, threads))
     dense = L.toarray()
     assert np.isclose(splyce.einsum("ij,jk,ik->", L, L, L), np.einsum("ij,jk,ik->", dense, dense, dense))
     assert len(calls) == 1
@@ -128,6 +128,16 @@ def test_an_operand_passed_several_times_is_converted_and_checked_once(monkeypat
     bad.indices[0] = 40
     with pytest.raises(ValueError, match="out of range"):
         splyce.einsum("ij,jk,ik->", bad, bad, bad)
+    from splyce.backend import ir_text
+
+    monkeypatch.setattr(ir_text, "MIN_CHUNK", 8)         # the checks split across threads too
+    for threads in (1, 2):
+        for defect in ((lambda x: x.indices.__setitem__(-1, 40)), (lambda x: x.indptr.__setitem__(20, 10**6))):
+            bad = L.copy()
+            defect(bad)
+            for subscripts in ("ij,jk,ik->", "ik,kj,ij->ij"):
+                with pytest.raises(ValueError, match="out of range|positions"):
+                    splyce.einsum(subscripts, bad, bad, bad, threads=threads)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])

@@ -77,10 +77,10 @@ def _sparse_family(*xs) -> str:
     return families[0] if families else "numpy"
 
 
-def _as_format(x, fmt: Format, name: str) -> Checked:
+def _as_format(x, fmt: Format, name: str, threads: int = 1) -> Checked:
     """``x`` as a SparseTensor in ``fmt``, keeping its index width (scipy's int32 stays int32). ``asarray``
     validates it, so it is marked as checked for the kernel call."""
-    wrapped = _csr_as_it_is(x, fmt)
+    wrapped = _csr_as_it_is(x, fmt, threads)
     if wrapped is not None:
         return wrapped
     fam = _family(x)
@@ -99,7 +99,7 @@ def _as_format(x, fmt: Format, name: str) -> Checked:
     return Checked(t if t.format == wanted else asarray(t, format=wanted, name=name))
 
 
-def _converter():
+def _converter(threads: int = 1):
     """``_as_format`` for the operands of one call, each distinct (operand, format) converted and checked once:
     ``einsum("ij,jk,ik->", L, L, L)`` passes one matrix three times."""
     done: dict = {}
@@ -107,12 +107,12 @@ def _converter():
     def convert(x, fmt: Format, name: str) -> Checked:
         key = (id(x), fmt)
         if key not in done:
-            done[key] = (x, _as_format(x, fmt, name))     # x kept: its id stays unique during the call
+            done[key] = (x, _as_format(x, fmt, name, threads))     # x kept: its id stays unique during the call
         return done[key][1]
     return convert
 
 
-def _csr_as_it_is(x, fmt: Format) -> Checked | None:
+def _csr_as_it_is(x, fmt: Format, threads: int = 1) -> Checked | None:
     """What ``asarray`` makes of an exact scipy CSR asked for in CSR (up to index widths), by a shorter road:
     its own buffers wrapped as they are after one native canonical-CSR scan; None (the general road) for
     anything else, including a CSR that fails the scan (then ``asarray`` words the error or canonicalizes)."""
@@ -131,7 +131,7 @@ def _csr_as_it_is(x, fmt: Format) -> Checked | None:
             or len(data) != len(indices) or indices.strides != (idx.itemsize,) or indptr.strides != (idx.itemsize,)
             or data.strides != (data.dtype.itemsize,)):
         return None
-    if not native_validation.canonical_csr(indptr, indices, n):
+    if not native_validation.canonical_csr_threaded(indptr, indices, n, threads):
         return None
     bits = idx.itemsize * 8
     return Checked(SparseTensor((m, n), CSR.with_widths(bits, bits), (None, indptr), (None, indices), data,
@@ -764,7 +764,7 @@ def _masked_product(formulation, roles, operands, threads):
     from splyce.backend import native_masked
 
     mask, left, right = roles
-    convert = _converter()
+    convert = _converter(threads)
     M = convert(operands[mask], CSR, "mask").tensor
     dtype = np.result_type(*(x.dtype for x in operands))
     m_parts = (M.values.astype(dtype, copy=False), M.crd[1], M.pos[1])
@@ -810,7 +810,7 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
         return _wrap_sparse(_masked_product(formulation, roles, operands, threads), family)
     order = list(dict.fromkeys("".join(inputs)))
     ops = []
-    convert = _converter()
+    convert = _converter(threads)
     for i, (x, subs, f) in enumerate(zip(operands, inputs, families)):
         if f == "numpy":
             ops.append(np.ascontiguousarray(x))
