@@ -110,3 +110,56 @@ def test_a_times_a_converts_and_checks_the_operand_once(monkeypatch):
     bad.indices[0] = 40
     with pytest.raises(ValueError, match="out of range"):
         splyce.matmul(bad, bad)
+
+
+def _skewed(m, n, seed):
+    """A power-law-like CSR: a few hub rows hold most entries; values +-1 and +-0.5 so sums cancel to zero."""
+    rng = np.random.default_rng(seed)
+    lengths = np.minimum((rng.pareto(1.2, m) * 3).astype(int), n)
+    rows = np.repeat(np.arange(m), lengths)
+    cols = np.concatenate([rng.choice(n, k, replace=False) for k in lengths]) if lengths.sum() else rows
+    vals = rng.choice([-1.0, 1.0, 0.5, -0.5], rows.size)
+    return sps.csr_array((vals, (rows, cols)), shape=(m, n))
+
+
+@pytest.mark.parametrize("kernel", ["dense", "sparse"])
+def test_spgemm_kernels_skewed_rows_threads_bit_identical(monkeypatch, kernel):
+    """Both accumulators (dense slots, sparse position marks) against scipy on skewed rows with cancellation,
+    and threads=1 / 2 / 3 the same arrays in the same (unsorted) order, several chunks per thread included."""
+    from splyce.backend import native_spgemm
+
+    monkeypatch.setattr(native_spgemm, "DENSE_ROW_ENTRIES", 1 if kernel == "dense" else 10**9)
+    a, b = _skewed(300, 120, 5), _skewed(120, 200, 6)
+    a[7, 3] = np.nan
+    ref = a @ b
+    one = splyce.matmul(a, b, threads=1)
+    _same_as_scipy(one.copy(), ref)                # (it sorts its argument's indices in place)
+    for threads, chunk_flops in ((2, native_spgemm.CHUNK_FLOPS), (3, native_spgemm.CHUNK_FLOPS), (2, 64)):
+        monkeypatch.setattr(native_spgemm, "CHUNK_FLOPS", chunk_flops)
+        other = splyce.matmul(a, b, threads=threads)
+        assert np.array_equal(one.indptr, other.indptr) and np.array_equal(one.indices, other.indices)
+        assert np.array_equal(one.data, other.data, equal_nan=True)
+
+
+def test_spgemm_row_split_balances_flops_on_skewed_rows():
+    """The two threads' row ranges carry about equal multiply-adds, hub rows included (no timing)."""
+    from splyce.backend import native_spgemm
+
+    a = _skewed(5000, 5000, 7)
+    a = a + a.T                                     # hubs as rows and as columns
+    prefix = native_spgemm.row_flops_prefix(a.indptr, a.indices, a.indptr)
+    total = int(prefix[-1])
+    assert total == sum(int(np.diff(a.indptr)[a.indices[a.indptr[i]:a.indptr[i + 1]]].sum()) for i in range(5000))
+    ranges = native_spgemm.chunks(prefix, 2)
+    assert len(ranges) == 2 and ranges[0][0] == 0 and ranges[-1][1] == 5000
+    assert max(int(prefix[hi] - prefix[lo]) for lo, hi in ranges) <= 0.6 * total
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int32])
+def test_spgemm_dense_kernel_other_dtypes(monkeypatch, dtype):
+    from splyce.backend import native_spgemm
+
+    monkeypatch.setattr(native_spgemm, "DENSE_ROW_ENTRIES", 1)
+    a, b = _skewed(60, 50, 8), _skewed(50, 40, 9)
+    a.data, b.data = (a.data * 2).astype(dtype), (b.data * 2).astype(dtype)
+    _same_as_scipy(splyce.matmul(a, b), a @ b)

@@ -1,16 +1,28 @@
 """Sparse x sparse -> sparse matrix product (CSR x CSR -> CSR) in O(flops), native code.
 
-Gustavson's row-by-row product with a sparse accumulator written straight into the output: ``mark[j]`` holds
-the output position of column ``j`` in the current row, or a position before the row's start when the row
-has not met ``j`` yet; so the accumulator never needs clearing, and each multiply-add costs one lookup.
-The work is ``rows + flops`` (flops: the multiply-adds, ``sum over A's entries (i, k) of len(B[k, :])``)
-plus ``O(cols)`` to set up ``mark``, never ``rows x cols``.
+Gustavson's row-by-row product, one pass (no symbolic phase), with one of two accumulators per product:
 
-Each row's sums accumulate in the order of ``k`` (A's row order) exactly as scipy's product does, so values
-are the same as scipy's; columns within a row come in order of first appearance (scipy's are not sorted
-either), and zero sums are dropped, as scipy does. Rows are cut into chunks of bounded flops: each chunk
-writes into a buffer sized by its flops (an upper bound on its entries; pages never written are never
-touched), so one pass suffices; chunks run on worker threads when asked, with identical results.
+- *sparse* (the default): ``slots[j]`` holds the output position of column ``j`` in the current row, or a
+  position before the row's start when the row has not met ``j`` yet, so it never needs clearing; sums go
+  straight into the output. Its insert-or-add branch is well predicted when output entries get few partial
+  sums (graphs, meshes), and it touches one line of ``slots`` per multiply-add, which matters when ``slots``
+  does not fit in cache.
+- *dense*: ``slots[j] = (row tag, running sum)``, updated without a branch (a select), the sum gathered into
+  the output at the row's end. It wins when A's rows are long and the result has few columns (e.g. pyamg's
+  elasticity / DG matrices: ~10 partial sums per output entry, where the branch above mispredicts and the
+  add waits for the position load); ``DENSE_COLUMNS`` / ``DENSE_ROW_ENTRIES`` choose it.
+
+The work is ``rows + flops`` (flops: the multiply-adds, ``sum over A's entries (i, k) of len(B[k, :])``)
+plus ``O(cols)`` to set up ``slots``, never ``rows x cols``. Each row's sums accumulate in the order of ``k``
+(A's row order) exactly as scipy's product does, so values are the same as scipy's; columns within a row
+come in order of first appearance (scipy's are not sorted either), and zero sums are dropped in the row's
+final scan, as scipy does (NaN kept).
+
+Threads: rows are cut into ranges of about equal flops (a cut on the row nearest its target), one per
+thread, each with its own ``slots``. The first range writes straight into the result's buffers (sized by
+all the flops: an upper bound whose untouched pages cost nothing), the others into their own; then every
+thread copies an equal share of those into place and turns its ranges' row ends into ``indptr``. The flops
+prefix is computed in parallel too. Results are bit-identical for any thread count.
 """
 
 from __future__ import annotations
@@ -22,16 +34,19 @@ import threading
 import numpy as np
 
 from splyce.backend.array_objects import address as _address
-from splyce.backend.ir_text import pool
+from splyce.backend.ir_text import pool, row_chunks
 
-_PRODUCT = """
+# Rows [lo, hi) of A @ B into cc / cv from position 0; ends[i - lo] = row i's end; returns the entries.
+# {accumulate}: one multiply-add (col, prod at position c2; defines block j_next, which sets c2n and loops);
+# {finish}: the row's final scan from block finish (ends in block finished, which sets row_end).
+_ROWS = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi,
-                   ptr %ends, ptr %cc, ptr %cv, ptr %mark) {{
+                   ptr %ends, ptr %cc, ptr %cv, ptr %slots) {{
 entry:
   br label %row
 row:
-  %i = phi i64 [%lo, %entry], [%i1, %row_end]
-  %start = phi i64 [0, %entry], [%c1, %row_end]
+  %i = phi i64 [%lo, %entry], [%i1, %row_done]
+  %start = phi i64 [0, %entry], [%row_end, %row_done]
   %more = icmp slt i64 %i, %hi
   br i1 %more, label %row_body, label %done
 row_body:
@@ -47,7 +62,7 @@ k_head:
   %k = phi i64 [%ka, %row_body], [%k1, %k_end]
   %c1 = phi i64 [%start, %row_body], [%c2, %k_end]
   %kin = icmp slt i64 %k, %kb
-  br i1 %kin, label %k_body, label %row_end
+  br i1 %kin, label %k_body, label %finish
 k_body:
   %pac = getelementptr i{ca}, ptr %ac, i64 %k
   %acol_raw = load i{ca}, ptr %pac
@@ -71,10 +86,83 @@ j_body:
   %pbc = getelementptr i{cb}, ptr %bc, i64 %jj
   %col_raw = load i{cb}, ptr %pbc
   %col = {cb_ext} %col_raw to i64
+  %col_out = {co_narrow} %col to i{co}
   %pbv = getelementptr {t}, ptr %bv, i64 %jj
   %bval = load {t}, ptr %pbv
   %prod = {mul} {t} %aval, %bval
-  %pm = getelementptr i64, ptr %mark, i64 %col
+{accumulate}
+k_end:
+  %k1 = add i64 %k, 1
+  br label %k_head
+{finish}
+row_done:
+  %rel = sub i64 %i, %lo
+  %pend = getelementptr i64, ptr %ends, i64 %rel
+  store i64 %row_end, ptr %pend
+  br label %row
+done:
+  ret i64 %start
+}}
+"""
+
+# Moves the row's nonzero sums (columns cc[start, c1), value {value} of entry x) to cc / cv from start on.
+_COMPACT = """
+compact_head:
+  %x = phi i64 [%start, %{before}], [%x1, %compact_body]
+  %q = phi i64 [%start, %{before}], [%qn, %compact_body]
+  %xin = icmp slt i64 %x, %c1
+  br i1 %xin, label %compact_body, label %finished
+compact_body:
+  %pxc = getelementptr i{co}, ptr %cc, i64 %x
+  %xcol_raw = load i{co}, ptr %pxc
+{value}
+  %keep = {nonzero} {t} %v, {zero}
+  %pqc = getelementptr i{co}, ptr %cc, i64 %q
+  store i{co} %xcol_raw, ptr %pqc
+  %pqv = getelementptr {t}, ptr %cv, i64 %q
+  store {t} %v, ptr %pqv
+  %kinc = zext i1 %keep to i64
+  %qn = add i64 %q, %kinc
+  %x1 = add i64 %x, 1
+  br label %compact_head
+"""
+
+# Dense: slots[col] = (row tag, running sum), updated by a select; the sums gathered at the row's end.
+_DENSE_ACCUMULATE = """
+  %pm = getelementptr {{i64, {t}}}, ptr %slots, i64 %col, i32 0
+  %tag = load i64, ptr %pm
+  %seen = icmp eq i64 %tag, %i
+  store i64 %i, ptr %pm
+  %pcc = getelementptr i{co}, ptr %cc, i64 %c2
+  store i{co} %col_out, ptr %pcc
+  %pacc = getelementptr {{i64, {t}}}, ptr %slots, i64 %col, i32 1
+  %old = load {t}, ptr %pacc
+  %sum = {add} {t} %old, %prod
+  %new = select i1 %seen, {t} %sum, {t} %prod
+  store {t} %new, ptr %pacc
+  %fresh = xor i1 %seen, true
+  %inc = zext i1 %fresh to i64
+  br label %j_next
+j_next:
+  %c2n = add i64 %c2, %inc
+  %jj1 = add i64 %jj, 1
+  br label %j_head
+"""
+_DENSE_FINISH = """
+finish:
+  br label %compact_head
+""" + _COMPACT.replace("{before}", "finish").replace("{value}", """\
+  %xcol = {co_ext} %xcol_raw to i64
+  %pxv = getelementptr {{i64, {t}}}, ptr %slots, i64 %xcol, i32 1
+  %v = load {t}, ptr %pxv""") + """
+finished:
+  %row_end = phi i64 [%q, %compact_head]
+  br label %row_done
+"""
+
+# Sparse: slots[col] = the column's output position (before start: not in this row yet); sums in place.
+_SPARSE_ACCUMULATE = """
+  %pm = getelementptr i64, ptr %slots, i64 %col
   %m = load i64, ptr %pm
   %seen = icmp sge i64 %m, %start
   br i1 %seen, label %accum, label %insert
@@ -87,7 +175,6 @@ accum:
 insert:
   store i64 %c2, ptr %pm
   %pcc = getelementptr i{co}, ptr %cc, i64 %c2
-  %col_out = {co_narrow} %col to i{co}
   store i{co} %col_out, ptr %pcc
   %pcv2 = getelementptr {t}, ptr %cv, i64 %c2
   store {t} %prod, ptr %pcv2
@@ -97,17 +184,44 @@ j_next:
   %c2n = phi i64 [%c2, %accum], [%c2i, %insert]
   %jj1 = add i64 %jj, 1
   br label %j_head
-k_end:
-  %k1 = add i64 %k, 1
-  br label %k_head
-row_end:
-  %rel = sub i64 %i, %lo
-  %pend = getelementptr i64, ptr %ends, i64 %rel
-  store i64 %c1, ptr %pend
-  br label %row
-done:
-  ret i64 %start
-}}
+"""
+# Sums that cancelled to zero are rare: a scan finds them; only then are the row's positions in slots
+# forgotten (a compacted row would leave stale ones at or after the next row's start) and the row compacted.
+_SPARSE_FINISH = """
+finish:
+  %p = phi i64 [%start, %k_head], [%p1, %scan_body]
+  %zeros = phi i64 [0, %k_head], [%zeros1, %scan_body]
+  %sin = icmp slt i64 %p, %c1
+  br i1 %sin, label %scan_body, label %scan_done
+scan_body:
+  %psv = getelementptr {t}, ptr %cv, i64 %p
+  %sv = load {t}, ptr %psv
+  %is_zero = {zero_test} {t} %sv, {zero}
+  %zinc = zext i1 %is_zero to i64
+  %zeros1 = add i64 %zeros, %zinc
+  %p1 = add i64 %p, 1
+  br label %finish
+scan_done:
+  %cancelled = icmp ne i64 %zeros, 0
+  br i1 %cancelled, label %reset_head, label %finished
+reset_head:
+  %r = phi i64 [%start, %scan_done], [%r1, %reset_body]
+  %rin = icmp slt i64 %r, %c1
+  br i1 %rin, label %reset_body, label %compact_head
+reset_body:
+  %prc = getelementptr i{co}, ptr %cc, i64 %r
+  %rcol_raw = load i{co}, ptr %prc
+  %rcol = {co_ext} %rcol_raw to i64
+  %prm = getelementptr i64, ptr %slots, i64 %rcol
+  store i64 -1, ptr %prm
+  %r1 = add i64 %r, 1
+  br label %reset_head
+""" + _COMPACT.replace("{before}", "reset_head").replace("{value}", """\
+  %pxv = getelementptr {t}, ptr %cv, i64 %x
+  %v = load {t}, ptr %pxv""") + """
+finished:
+  %row_end = phi i64 [%c1, %scan_done], [%q, %compact_head]
+  br label %row_done
 """
 
 # prefix[i + 1] = prefix[i] + flops of row i, for rows [0, m)
@@ -172,6 +286,12 @@ _lock = threading.Lock()
 # so an upper bound far above the true entry count never reserves more than ~1 GB of address space.
 CHUNK_FLOPS = 1 << 26
 
+# The dense accumulator (see the module docstring) when the result has at most DENSE_COLUMNS columns (its
+# slots stay in cache) and A's rows hold DENSE_ROW_ENTRIES entries on average (many partial sums per output
+# entry, whose insert-or-add branch the sparse one mispredicts).
+DENSE_COLUMNS = 1 << 14
+DENSE_ROW_ENTRIES = 32
+
 
 def _ext(bits: int) -> str:
     return "zext i32" if bits == 32 else "bitcast i64"
@@ -182,14 +302,18 @@ def _bits(arr: np.ndarray) -> int:
 
 
 @functools.cache
-def _product(value: np.dtype, pa: int, ca: int, pb: int, cb: int, co: int):
+def _product(dense: bool, value: np.dtype, pa: int, ca: int, pb: int, cb: int, co: int):
     from splyce.backend.codegen import compile_host_helpers
 
     t, mul, add = _VALUE[value]
-    name = f"splyce_spgemm_{t}_{pa}_{ca}_{pb}_{cb}_{co}"
-    text = _PRODUCT.format(name=name, t=t, mul=mul, add=add, pa=pa, ca=ca, pb=pb, cb=cb, co=co,
-                           pa_ext=_ext(pa), ca_ext=_ext(ca), pb_ext=_ext(pb), cb_ext=_ext(cb),
-                           co_narrow="trunc i64" if co == 32 else "bitcast i64")
+    floating = t in ("double", "float")
+    name = f"splyce_spgemm_{'dense' if dense else 'sparse'}_{t}_{pa}_{ca}_{pb}_{cb}_{co}"
+    body = (_DENSE_ACCUMULATE, _DENSE_FINISH) if dense else (_SPARSE_ACCUMULATE, _SPARSE_FINISH)
+    text = _ROWS.replace("{accumulate}", body[0]).replace("{finish}", body[1]).format(name=name, t=t, mul=mul, add=add, pa=pa, ca=ca, pb=pb, cb=cb, co=co,
+                           pa_ext=_ext(pa), ca_ext=_ext(ca), pb_ext=_ext(pb), cb_ext=_ext(cb), co_ext=_ext(co),
+                           co_narrow="trunc i64" if co == 32 else "bitcast i64",
+                           nonzero="fcmp une" if floating else "icmp ne", zero_test="fcmp oeq" if floating else "icmp eq",
+                           zero="0.0" if floating else "0")
     return compile_host_helpers(text, {name: _PRODUCT_SIG})[name]
 
 
@@ -206,27 +330,44 @@ def supported(dtype) -> bool:
     return np.dtype(dtype) in _VALUE
 
 
-def row_flops_prefix(a_indptr, a_indices, b_indptr) -> np.ndarray:
-    """``prefix[i]``: the multiply-adds of rows ``[0, i)`` of ``A @ B`` (int64, length rows + 1)."""
+def row_flops_prefix(a_indptr, a_indices, b_indptr, workers=None, threads: int = 1) -> np.ndarray:
+    """``prefix[i]``: the multiply-adds of rows ``[0, i)`` of ``A @ B`` (int64, length rows + 1); with
+    ``workers`` (a pool of ``threads``) each thread sums the rows of an equal share of A's entries."""
     m = len(a_indptr) - 1
-    prefix = np.empty(m + 1, dtype=np.int64)
     with _lock:
         fn = _flops(_bits(a_indptr), _bits(a_indices), _bits(b_indptr))
-    fn(_address(a_indptr), _address(a_indices), _address(b_indptr), m, _address(prefix))
+    ranges = row_chunks(a_indptr, threads if workers is not None else 1)
+    width = a_indptr.itemsize
+
+    def local(lo, hi):      # prefix of rows [lo, hi), from 0
+        out = np.empty(hi - lo + 1, dtype=np.int64)
+        fn(_address(a_indptr) + lo * width, _address(a_indices), _address(b_indptr), hi - lo, _address(out))
+        return out
+
+    if len(ranges) == 1:
+        return local(0, m)
+    parts = list(workers.map(lambda r: local(*r), ranges))
+    prefix = np.empty(m + 1, dtype=np.int64)
+    prefix[0] = total = 0
+    for (lo, hi), part in zip(ranges, parts):
+        np.add(part[1:], total, out=prefix[lo + 1: hi + 1])
+        total += int(part[-1])
     return prefix
 
 
-def _chunks(prefix: np.ndarray, threads: int) -> list[tuple[int, int]]:
-    """Row ranges with about equal flops, at least ``threads`` of them when there are rows, each at most
-    CHUNK_FLOPS multiply-adds (or a single row)."""
+def chunks(prefix: np.ndarray, threads: int) -> list[tuple[int, int]]:
+    """Row ranges with about equal flops (``prefix``: :func:`row_flops_prefix`), at least ``threads`` of them
+    when there are rows, each at most CHUNK_FLOPS multiply-adds (or a single row). A cut falls on the row
+    nearest its flops target, so one long row (a power-law hub) never drags a long run of rows with it."""
     m = len(prefix) - 1
     total = int(prefix[-1])
     pieces = max(threads, -(-total // CHUNK_FLOPS), 1)
     if pieces == 1 or m <= 1:
         return [(0, m)]
-    targets = total * np.arange(1, pieces) / pieces
-    inner = np.searchsorted(prefix, targets, side="left").tolist()
-    bounds = sorted(set([0, *inner, m]))
+    targets = total * np.arange(1, pieces, dtype=np.int64) // pieces     # int64 as prefix: not converted
+    after = np.searchsorted(prefix, targets, side="left").clip(1, m)
+    nearer = np.where(targets - prefix[after - 1] < prefix[after] - targets, after - 1, after)
+    bounds = sorted(set([0, *nearer.tolist(), m]))
     return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
 
 
@@ -237,6 +378,21 @@ class Product:
         self.data, self.indices, self.indptr, self.work = data, indices, indptr, work
 
 
+def _copy_tasks(counts, offsets, threads: int):
+    """The copies of chunks 1.. (``counts[c]`` entries each, going to ``offsets[c]``) as ``threads`` pieces of
+    about equal entries: lists of (chunk, source start, destination start, entries)."""
+    cuts = np.linspace(counts[0], offsets[-1] + counts[-1], threads + 1).astype(np.int64).tolist()
+    tasks = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        piece = []
+        for c in range(1, len(counts)):
+            a, b = max(lo, offsets[c]), min(hi, offsets[c] + counts[c])
+            if b > a:
+                piece.append((c, a - offsets[c], a, b - a))
+        tasks.append(piece)
+    return tasks
+
+
 def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1) -> Product:
     """``A @ B`` for CSR parts ``a = (data, indices, indptr)`` and ``b`` (index arrays int32 or int64, any
     widths; values of ``dtype``, C-contiguous, already validated: in-range columns, monotone positions).
@@ -245,48 +401,62 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1) -> Product:
     bv, bc, bp = b
     dtype = np.dtype(dtype)
     m, n = len(ap) - 1, shape_b_cols
-    prefix = row_flops_prefix(ap, ac, bp)
+    workers = pool(threads) if threads > 1 and m > 1 else None
+    prefix = row_flops_prefix(ap, ac, bp, workers, threads)
     flops = int(prefix[-1])
     col_dtype = np.dtype(np.int32) if n <= 2**31 else np.dtype(np.int64)
+    dense = n <= DENSE_COLUMNS and int(ap[-1]) - int(ap[0]) >= DENSE_ROW_ENTRIES * m > 0
     with _lock:
-        kernel = _product(dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc), col_dtype.itemsize * 8)
-    chunks = _chunks(prefix, threads)
+        kernel = _product(dense, dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc), col_dtype.itemsize * 8)
+    ranges = chunks(prefix, threads)
+    # The first chunk writes straight into the result's buffers, sized for every chunk's flops when that
+    # bound is small enough to reserve (pages never written are never touched); the others write into
+    # their own, copied after it by all threads at once.
+    first_size = flops if flops <= CHUNK_FLOPS else int(prefix[ranges[0][1]])
 
-    def run(chunk):
-        lo, hi = chunk
-        size = int(prefix[hi] - prefix[lo])
+    def run(index):
+        lo, hi = ranges[index]
+        size = first_size if index == 0 else int(prefix[hi] - prefix[lo])
         cols = np.empty(size, dtype=col_dtype)
         vals = np.empty(size, dtype=dtype)
         ends = np.empty(hi - lo, dtype=np.int64)
-        mark = np.full(n, -1, dtype=np.int64)
+        slots = np.empty((n, 2) if dense else n, dtype=np.int64)   # per thread: nothing shared, never cleared
+        (slots[:, 0] if dense else slots)[...] = -1
         count = kernel(_address(ap), _address(ac), _address(av), _address(bp), _address(bc),
-                       _address(bv), lo, hi, _address(ends), _address(cols), _address(vals),
-                       _address(mark))
+                       _address(bv), lo, hi, _address(ends), _address(cols), _address(vals), _address(slots))
         return cols, vals, ends, int(count)
 
-    if len(chunks) > 1 and threads > 1:
-        parts = list(pool(threads).map(run, chunks))
+    if workers is not None and len(ranges) > 1:
+        parts = list(workers.map(run, range(len(ranges))))
     else:
-        parts = [run(c) for c in chunks]
-    nnz = sum(p[3] for p in parts)
-    if len(parts) == 1:
-        cols, vals, ends, _ = parts[0]
-        cols.resize(nnz, refcheck=False)    # shrink in place (realloc): no copy of the entries
-        vals.resize(nnz, refcheck=False)
-    else:
-        cols = np.concatenate([p[0][: p[3]] for p in parts])
-        vals = np.concatenate([p[1][: p[3]] for p in parts])
-        offsets = np.cumsum([0] + [p[3] for p in parts[:-1]])
-        ends = np.concatenate([p[2] + off for p, off in zip(parts, offsets)])
+        parts = [run(c) for c in range(len(ranges))]
+    counts = [p[3] for p in parts]
+    nnz = sum(counts)
+    offsets = np.cumsum([0] + counts[:-1]).tolist()
     index_dtype = np.int32 if nnz < 2**31 and n <= 2**31 else np.int64
+    cols, vals, _, _ = parts[0]
+    if nnz > len(cols):                                 # the first chunk's buffers cannot hold them all
+        cols, vals = np.empty(nnz, dtype=col_dtype), np.empty(nnz, dtype=dtype)
+        cols[: counts[0]], vals[: counts[0]] = parts[0][0][: counts[0]], parts[0][1][: counts[0]]
     indptr = np.empty(m + 1, dtype=index_dtype)
     indptr[0] = 0
-    indptr[1:] = ends
-    cols = cols.astype(index_dtype, copy=False)
-    if nnz and np.count_nonzero(vals) != nnz:      # sums that cancelled to zero: dropped, as scipy does
-        keep = vals != 0                           # NaN != 0: kept
-        kept_before = np.zeros(nnz + 1, dtype=np.int64)
-        np.cumsum(keep, out=kept_before[1:])
-        indptr = kept_before[indptr].astype(index_dtype)
-        cols, vals = cols[keep], vals[keep]
-    return Product(vals, cols, indptr, m + flops)
+    pieces = max(1, min(threads, len(parts)))
+
+    def finish(t, copies):
+        for c, src, dst, length in copies:
+            for out, part in ((cols, parts[c][0]), (vals, parts[c][1])):
+                ctypes.memmove(_address(out) + dst * out.itemsize, _address(part) + src * part.itemsize,
+                               length * out.itemsize)
+        for c in range(t, len(parts), pieces):          # row ends made global, straight into indptr
+            lo, hi = ranges[c]
+            np.add(parts[c][2], offsets[c], out=indptr[lo + 1: hi + 1], casting="unsafe")
+
+    tasks = _copy_tasks(counts, offsets, pieces)
+    if workers is not None and pieces > 1:
+        list(workers.map(finish, range(pieces), tasks))
+    else:
+        for t in range(pieces):
+            finish(t, tasks[t])
+    cols.resize(nnz, refcheck=False)        # shrink in place (realloc): no copy of the entries
+    vals.resize(nnz, refcheck=False)
+    return Product(vals, cols.astype(index_dtype, copy=False), indptr, m + flops)
