@@ -306,6 +306,14 @@ def test_scipy_out_builds_what_the_constructor_builds(monkeypatch):
     monkeypatch.setattr(scipy_out, "_direct", {sps.csr_array: (False, None)})              # layout not confirmed
     out = scipy_out.csr(sps.csr_array, *parts, (2, 3), True)
     assert out.has_canonical_format and np.array_equal(out.toarray(), sps.csr_array(parts, shape=(2, 3)).toarray())
+    vector = np.array([0.0, -0.0, np.nan, 2.0, 0.0, -1.5])
+    for direct in (True, False):         # built directly, then the constructor when that is not confirmed
+        if not direct:
+            monkeypatch.setattr(scipy_out, "_direct_coo", {sps.coo_array: (False, None)})
+        ours, ref = scipy_out.coo_vector(sps.coo_array, vector), sps.coo_array(vector)
+        assert type(ours) is sps.coo_array and vars(ours).keys() == vars(ref).keys() and repr(ours) == repr(ref)
+        assert ours.coords[0].dtype == ref.coords[0].dtype and np.array_equal(ours.coords[0], ref.coords[0])
+        assert ours.data.tobytes() == ref.data.tobytes() and ours.has_canonical_format
 
 
 def test_fast_merge_takes_only_ndarrays():
