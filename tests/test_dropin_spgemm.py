@@ -103,7 +103,7 @@ def test_a_times_a_converts_and_checks_the_operand_once(monkeypatch):
     a = sps.random_array((40, 40), density=0.1, format="csr", rng=12)
     calls = []
     real = dropin._as_format
-    monkeypatch.setattr(dropin, "_as_format", lambda x, fmt, name: calls.append(name) or real(x, fmt, name))
+    monkeypatch.setattr(dropin, "_as_format", lambda x, fmt, name, *rest: calls.append(name) or real(x, fmt, name, *rest))
     np.testing.assert_allclose(splyce.matmul(a, a).toarray(), (a @ a).toarray())
     assert calls == ["a"]
     bad = a.copy()

@@ -291,7 +291,7 @@ def matmul(a, b, *, out_format=None, threads=1):
         if len(sb) == 2:
             return _dense_out(out.reshape(-1, 1), family, want_sparse)
         return _vector_out(out, family)
-    convert = _converter()           # A @ A: the operand converted and checked once
+    convert = _converter(threads)    # A @ A: the operand converted and checked once (split across threads)
     A = convert(a, CSR, "a")
     if formulation is Formulation.SPARSIFIER and not ib.sparse:
         return _dense_out(kernel(A, np.ascontiguousarray(b)), family, want_sparse)
