@@ -3,9 +3,11 @@ thread each): splyce.dask on 1 and 2 workers against dask.array + pydata-sparse 
 
 Matrices: the largest of the realistic corpus (``bench real``'s, docs/corpus.md): a 3-D and a 2-D
 finite-element mesh (regular rows), the largest power-law graph (skewed rows, hubs) and the road-like graph
-(very short rows). Both sides get the same row blocks, persisted on the workers before timing, and the same
-layout: the right operand is one chunk (broadcast). "1 worker" and "2 workers" are two LocalClusters, both
-alive, so their runs interleave. A timed run is ``persist`` + ``wait``: the result stays on the workers, as for
+(very short rows). Both sides get the same inputs, already on the workers before timing: 4 row blocks of
+about equal nonzeros (for 1 and 2 workers alike), each worker holding an equal share, and the right operand
+as one chunk on every worker (``splyce.dask.broadcast``, with Dask's Active Memory Manager stopped so the
+copies stay across repeats). "1 worker" and "2 workers" are two LocalClusters, both alive, so their runs
+interleave. A timed run is ``persist`` + ``wait``: the result stays on the workers, as for
 data bigger than one machine. Every result is checked before timing: splyce's against the single-process
 drop-in, bit for bit; pydata's against it within 1e-9 relative. The checking (warm-up) run of each
 candidate also records the peak resident memory of the busiest worker process during that run
@@ -251,10 +253,12 @@ def run(cfg: Config) -> Result:
         for cluster, client in clusters.values():
             client.close()
             cluster.close()
-    note = ("Median of interleaved repeats; 4 row blocks; inputs persisted on the workers; a run is persist + "
-            "wait (results stay distributed). 1w / 2w: LocalClusters of 1 and 2 worker processes (one thread "
-            "each), both alive, runs interleaved. splyce results bit-identical to the single-process drop-in. "
-            "*_peak_mb: peak resident memory of the busiest worker during the checking run (inputs included). "
+    note = ("Median of interleaved repeats; 4 row blocks of about equal nonzeros, an equal share on each "
+            "worker; broadcast operands on every worker (AMM stopped); a run is persist + wait (results stay "
+            "distributed). 1w / 2w: LocalClusters of 1 and 2 worker processes (one thread each), both alive, "
+            "runs interleaved; the untimed checking run loads every worker's kernels. splyce results "
+            "bit-identical to the single-process drop-in. *_peak_mb: peak resident memory of the busiest worker "
+            "during the checking run (inputs included). "
             "Matrices: the corpus's (docs/corpus.md).")
     return Result("dask", "splyce.dask vs dask + pydata-sparse on a 2-worker LocalCluster", COLUMNS, rows, note,
                   plot=_plot)
