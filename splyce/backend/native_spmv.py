@@ -408,6 +408,14 @@ def _spmv_objects(value: np.dtype, p: int, c: int, grouped: bool):
     ``grouped``: rows of varying lengths go in groups of ``GROUPED_ROWS`` (for matrices that stay in cache)."""
     from splyce.backend import array_objects
     from splyce.backend.codegen import compile_host_helpers
+
+    text, entry = spmv_objects_ir(value, p, c, grouped)
+    return compile_host_helpers(text, {entry: array_objects.signature(8)})[entry]
+
+
+def spmv_objects_ir(value: np.dtype, p: int, c: int, grouped: bool) -> tuple[str, str]:
+    """The IR of ``_spmv_objects`` and its entry's name."""
+    from splyce.backend import array_objects
     from splyce.backend.native_validation import position_check_ir, position_ends_ir, range_check_ir
 
     name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + (f"_g{GROUPED_ROWS}" if grouped else "")
@@ -421,7 +429,7 @@ def _spmv_objects(value: np.dtype, p: int, c: int, grouped: bool):
         text = _spmv_ir(checked, value, p, c, ROWS, True)
     text += (_WHOLE.format(name=whole, checked=checked, ends=position_ends_ir(p), k="")
              + array_objects.object_entry_ir(entry, whole, "aaaaaiii"))
-    return compile_host_helpers(text, {entry: array_objects.signature(8)})[entry]
+    return text, entry
 
 
 @functools.cache
