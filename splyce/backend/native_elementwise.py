@@ -372,14 +372,24 @@ def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int, intersect: b
     return compile_host_helpers(text, {name: _SIG})[name]
 
 
-def _intersects(op: str, av: np.ndarray, bv: np.ndarray) -> bool:
+def _intersects(op: str, av: np.ndarray, bv: np.ndarray, threads: int = 1) -> bool:
     """Whether only columns both rows hold can give nonzero results: a product, except of floats where NaN or
     Inf meets an absent entry (as in scipy and IEEE, NaN or Inf times zero is NaN, kept: then the product
     merges as a union). A finite sum proves every value finite (NaN and Inf propagate into it; an overflow
-    to Inf only costs the union)."""
+    to Inf only costs the union). The sums of large operands are split across threads (NumPy's reductions
+    release the GIL)."""
     if op != "multiply":
         return False
-    return av.dtype.kind != "f" or bool(np.isfinite(av.sum()) and np.isfinite(bv.sum()))
+    if av.dtype.kind != "f":
+        return True
+    parts = [av, bv]
+    if threads > 1 and len(av) + len(bv) >= 2 * ir_text.MIN_CHUNK:
+        half_a, half_b = len(av) // 2, len(bv) // 2
+        parts = [(av[:half_a], bv[:half_b]), (av[half_a:], bv[half_b:])]
+        sums = ir_text.run_chunks(lambda t, lo, hi: float(parts[t][0].sum()) + float(parts[t][1].sum()),
+                                  [(0, 1), (1, 2)], threads)
+        return all(np.isfinite(sums))
+    return bool(np.isfinite(av.sum()) and np.isfinite(bv.sum()))
 
 
 def supported(dtype) -> bool:
@@ -502,7 +512,7 @@ def elementwise(op: str, a, b, dtype, threads: int = 1):
     if same is not None:
         return same
     pos_bits, crd_bits = ap.dtype.itemsize * 8, ac.dtype.itemsize * 8
-    intersect = _intersects(op, av, bv)
+    intersect = _intersects(op, av, bv, threads)
     with _lock:
         kernel = _kernel(op, dtype, pos_bits, crd_bits, intersect)
     chunks = [(0, m)]

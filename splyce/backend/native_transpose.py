@@ -38,10 +38,10 @@ body:
   %pc = getelementptr i{p}, ptr %crd, i64 %k
   %c_raw = load i{p}, ptr %pc
   %c = {ext} %c_raw to i64
-  %pn = getelementptr i64, ptr %cnt, i64 %c
-  %n = load i64, ptr %pn
-  %n1 = add i64 %n, 1
-  store i64 %n1, ptr %pn
+  %pn = getelementptr i{p}, ptr %cnt, i64 %c
+  %n = load i{p}, ptr %pn
+  %n1 = add i{p} %n, 1
+  store i{p} %n1, ptr %pn
   %kn = add i64 %k, 1
   br label %head
 done:
@@ -75,10 +75,11 @@ entry_body:
   %pc = getelementptr i{p}, ptr %crd, i64 %k
   %c_raw = load i{p}, ptr %pc
   %c = {ext} %c_raw to i64
-  %pn = getelementptr i64, ptr %next, i64 %c
-  %at = load i64, ptr %pn
-  %at1 = add i64 %at, 1
-  store i64 %at1, ptr %pn
+  %pn = getelementptr i{p}, ptr %next, i64 %c
+  %at_raw = load i{p}, ptr %pn
+  %at = {ext} %at_raw to i64
+  %at1 = add i{p} %at_raw, 1
+  store i{p} %at1, ptr %pn
   %po = getelementptr i{p}, ptr %out_crd, i64 %at
   store i{p} %r_c, ptr %po
   %pv = getelementptr i{v}, ptr %val, i64 %k
@@ -123,21 +124,19 @@ def transpose(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, rows: i
     with _lock:
         count, scatter = _kernels(indices.dtype.itemsize * 8, data.dtype.itemsize * 8)
     chunks = ir_text.work_chunks(indptr, threads)
-    counts = np.zeros((len(chunks), cols), dtype=np.int64)
+    counts = np.zeros((len(chunks), cols), dtype=indptr.dtype)   # entries fit the index dtype
     ir_text.run_chunks(lambda t, lo, hi: count(_address(indptr), _address(indices), lo, hi, _address(counts[t])),
                        chunks, threads)
+    total = counts[0].copy()
+    for t in range(1, len(chunks)):
+        total += counts[t]
     t_indptr = np.empty(cols + 1, dtype=indptr.dtype)
     t_indptr[0] = 0
+    np.cumsum(total, out=t_indptr[1:])
     starts = np.empty_like(counts)          # starts[t, j]: where range t's first entry of column j goes
-    if len(chunks) == 1:
-        np.cumsum(counts[0], out=starts[0])
-        t_indptr[1:] = starts[0]
-        starts[0] -= counts[0]
-    else:
-        np.cumsum(counts, axis=0, out=starts)
-        t_indptr[1:] = np.cumsum(starts[-1])
-        starts -= counts                      # ranges before t within each column
-        starts += t_indptr[:-1]
+    starts[0] = t_indptr[:-1]
+    for t in range(1, len(chunks)):         # the ranges before t come first within each column
+        np.add(starts[t - 1], counts[t - 1], out=starts[t])
     t_indices = np.empty(len(indices), dtype=indices.dtype)
     t_data = np.empty(len(data), dtype=data.dtype)
     ir_text.run_chunks(lambda t, lo, hi: scatter(_address(indptr), _address(indices), _address(data), lo, hi,
