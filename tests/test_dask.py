@@ -153,8 +153,12 @@ def test_graph_has_row_block_tasks_and_one_broadcast_key():
     assert sum(k[0].startswith("splyce-matmul") for k in graph) == ad.numblocks[0] == 4
     low = _triangles(80, 12, np.int64)
     count = splyce.einsum("ij,ik,kj->", sd.from_scipy(low, rows_per_chunk=20), sd.from_scipy(low, 20), low)
-    keys = [k for k in dict(count.__dask_graph__()) if k[0].startswith("splyce-einsum")]
+    graph = dict(count.__dask_graph__())
+    keys = [k for k in graph if k[0].startswith("splyce-einsum")]
     assert len(keys) == 5        # four per-block partial counts and their sum
+    # "kj" is stored by columns: the broadcast L goes in as CSC, transposed once here, not once per block
+    (bkey,) = [k for k in graph if k[0].startswith("splyce-broadcast")]
+    assert graph[bkey].format == "csc" and (graph[bkey] != low).nnz == 0
 
 
 def test_from_scipy_chunks_by_nonzeros():
