@@ -1,5 +1,6 @@
-"""Skew-aware intersection (passes/gallop_lane.py): the fast lane only for comparable fiber lengths, the
-scalar loop galloping (exponential + binary search) past the long side's coordinates otherwise.
+"""Skew-aware intersection (passes/gallop_lane.py): chosen once per fiber pair, the fast lane and scalar loop
+as without galloping for comparable fiber lengths, a copy of the scalar loop galloping (exponential + binary
+search) past the long side's coordinates otherwise.
 
 IR checks run on the stage-1 IR of the K1 fixture; execution checks compare against the plain sparsifier
 bit for bit (Inf, NaN, -0 included) and against NumPy, in a child process (MLIR/LLVM may abort).
@@ -19,6 +20,7 @@ from filecheck import check_in_order
 from mlir import ir
 from splyce.lowering.pipeline import SPARSIFY, run_passes
 from splyce.options import Options
+from splyce.passes.ir_utils import walk
 from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL, PROFILE_SLOTS, run_splyce_pass
 
 FIXTURE = Path(__file__).parent / "kernels_mlir" / "k1_spgemm.mlir"
@@ -36,27 +38,20 @@ def _stage1() -> ir.Module:
     return module
 
 
-def test_fast_lane_limited_to_comparable_lengths_and_scalar_loop_gallops(ctx):
+def test_path_chosen_once_per_fiber_pair_and_skewed_pairs_gallop(ctx):
     module = _stage1()
     decisions = run_splyce_pass(module, Options(phases=5, gallop=16))
     assert decisions[0].vectorized and "galloping at length ratio >= 16" in decisions[0].reason
     text = str(module)
     check_in_order(text, [
-        # once per fiber pair, before the fast lane: is one fiber 16 times longer than the other?
+        # once per fiber pair, before any loop: max(lenB, lenC) >= 16 * min(lenB, lenC), one test
+        re.compile(r"(%\w+) = arith\.maxui %\w+, %\w+ : index"),
+        re.compile(r"(%\w+) = arith\.minui %\w+, %\w+ : index"),
         re.compile(r"arith\.muli %\w+, %c16\w* : index"),
-        re.compile(r"arith\.cmpi uge, %\w+, %\w+ : index"),
-        re.compile(r"arith\.muli %\w+, %c16\w* : index"),
-        re.compile(r"arith\.cmpi uge, %\w+, %\w+ : index"),
-        # the fast lane: its condition ANDs "neither is" into the room test
+        re.compile(r"(%\w+) = arith\.cmpi uge, %\w+, %\w+ : index"),
+        re.compile(r"scf\.if %\w+ -> \(index, index, f64\)"),
+        # skewed: a copy of the scalar loop, its step, then the galloping of C (C long) or of B (B long)
         "scf.while",
-        re.compile(r"arith\.ori %\w+, %\w+ : i1"),
-        re.compile(r"arith\.xori %\w+, %true"),
-        re.compile(r"arith\.andi %\w+, %\w+ : i1\n\s*scf\.condition"),
-        "vector.load",
-        "} attributes {splyce.fast_lane}",
-        # the scalar loop: its step, then the galloping of C (C long) or of B (B long)
-        "scf.while",
-        "scf.if",
         re.compile(r"scf\.if %\w+ -> \(index, index\)"),
         "scf.while",            # exponential search for a bracket
         re.compile(r"arith\.shli %\w+, %c1\w*"),
@@ -68,7 +63,33 @@ def test_fast_lane_limited_to_comparable_lengths_and_scalar_loop_gallops(ctx):
         "scf.while",
         "scf.while",
         "scf.yield",
+        # comparable: the fast lane, then the scalar loop
+        "} else {",
+        "scf.while",
+        "vector.load",
+        "} attributes {splyce.fast_lane}",
+        "scf.while",
     ])
+
+
+def _fast_and_scalar_loops(module) -> list[str]:
+    """The op names, in walk order, of the fast lane and of the scalar loop that follows it."""
+    fast = [op for op in walk(module.operation) if op.name == "scf.while" and "splyce.fast_lane" in op.attributes]
+    assert len(fast) == 1
+    siblings = [op.operation for op in fast[0].block.operations]
+    scalar = next(op for op in siblings[siblings.index(fast[0]) + 1:] if op.name == "scf.while")
+    return [op.name for loop in (fast[0], scalar) for op in walk(loop)]
+
+
+def test_comparable_fiber_pairs_run_exactly_the_loops_without_galloping(ctx):
+    """Galloping adds nothing to the fast lane or to the scalar loop that comparable fibers run."""
+    loops = {}
+    for gallop in (0, 16):
+        module = _stage1()
+        run_splyce_pass(module, Options(phases=5, gallop=gallop))
+        loops[gallop] = _fast_and_scalar_loops(module)
+    assert loops[16] == loops[0]
+    assert "arith.shrui" not in loops[16] and "arith.minui" not in loops[16]
 
 
 def test_gallop_zero_builds_no_galloping(ctx):
@@ -84,10 +105,10 @@ def test_profile_counts_galloped_coordinates(ctx):
     run_splyce_pass(module, Options(phases=5, profile=True))
     text = str(module)
     assert f"@{PROFILE_COUNTERS_SYMBOL} : memref<{PROFILE_SLOTS}xi64>" in text
-    # the third counter is written after the galloping jump, in the scalar loop
-    after_fast = text[text.index("} attributes {splyce.fast_lane}"):]
-    check_in_order(after_fast, ["arith.shrui", re.compile(rf"memref\.load %\w+\[%c2\w*\] : memref<{PROFILE_SLOTS}xi64>"),
-                                re.compile(rf"memref\.store %\w+, %\w+\[%c2\w*\] : memref<{PROFILE_SLOTS}xi64>")])
+    # the third counter is written after the galloping jump, in the skewed pairs' copy of the scalar loop
+    check_in_order(text, ["arith.shrui", re.compile(rf"memref\.load %\w+\[%c2\w*\] : memref<{PROFILE_SLOTS}xi64>"),
+                          re.compile(rf"memref\.store %\w+, %\w+\[%c2\w*\] : memref<{PROFILE_SLOTS}xi64>"),
+                          "} attributes {splyce.fast_lane}"])
 
 
 @pytest.mark.parametrize("value", [1, -1, True, 1 << 17, 2.0])

@@ -126,6 +126,13 @@ def fast_lanes(module: ir.Module) -> list:
     return found
 
 
+def loop_around(fast):
+    """The scf.for holding ``fast`` (past the scf.if of the skew-aware path choice, gallop_lane)."""
+    split = fast.operation.parent
+    assert split.name == "scf.if"
+    return split.parent
+
+
 def original_loop_after(fast) -> str:
     """The text of the scf.while that follows ``fast`` (the kept original loop)."""
     block_ops = [op for region in fast.operation.parent.regions for block in region.blocks
@@ -187,7 +194,7 @@ def test_fiber_bounds_hoisted_out_of_the_j_loop(ctx, kernel):
     module = stage1(kernel_text(kernel))
     run_splyce_pass(module, Options(phases=5))
     (fast,) = fast_lanes(module)
-    inner = fast.operation.parent
+    inner = loop_around(fast)
     outer = inner.parent
     if kernel == "k1":
         assert inner.name == "scf.for" and outer.name == "scf.for"
@@ -204,7 +211,7 @@ def test_fiber_bounds_not_hoisted_past_a_store_to_them(ctx):
     module = stage1(kernel_text("k1"))
     run_splyce_pass(module, Options(phases=5))
     (fast,) = fast_lanes(module)
-    inner = fast.operation.parent
+    inner = loop_around(fast)
     load = next(op for op in inner.regions[0].blocks[0].operations if op.operation.name == "memref.load"
                 and "i32" in str(op.operation.operands[0].type))
     assert not _loop_may_write(inner.opview, load)
