@@ -15,8 +15,9 @@ Gustavson's row-by-row product, one pass (no symbolic phase), with one of two ac
 The work is ``rows + flops`` (flops: the multiply-adds, ``sum over A's entries (i, k) of len(B[k, :])``)
 plus ``O(cols)`` to set up ``slots``, never ``rows x cols``. Each row's sums accumulate in the order of ``k``
 (A's row order) exactly as scipy's product does, so values are the same as scipy's; columns within a row
-come in order of first appearance (scipy's are not sorted either), and zero sums are dropped in the row's
-final scan, as scipy does (NaN kept).
+come in order of first appearance (scipy's are not sorted either), and zero sums are dropped at the row's
+end, as scipy does (NaN kept): the sparse kernel flags a row where a sum or product was zero and only then
+compacts it; the dense one compacts while gathering.
 
 Threads: rows are cut into ranges of about equal flops (a cut on the row nearest its target), one per
 thread, each with its own ``slots``. The first range writes straight into the result's buffers (sized by
@@ -38,7 +39,7 @@ from splyce.backend.ir_text import pool, row_chunks
 
 # Rows [lo, hi) of A @ B into cc / cv from position 0; ends[i - lo] = row i's end; returns the entries.
 # {accumulate}: one multiply-add (col, prod at position c2; defines block j_next, which sets c2n and loops);
-# {finish}: the row's final scan from block finish (ends in block finished, which sets row_end).
+# {finish}: the row's end (gather / compaction) from block finish (ends in block finished, which sets row_end).
 _ROWS = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi,
                    ptr %ends, ptr %cc, ptr %cv, ptr %slots) {{
@@ -61,6 +62,7 @@ row_body:
 k_head:
   %k = phi i64 [%ka, %row_body], [%k1, %k_end]
   %c1 = phi i64 [%start, %row_body], [%c2, %k_end]
+  %z1 = phi i1 [false, %row_body], [%z2, %k_end]
   %kin = icmp slt i64 %k, %kb
   br i1 %kin, label %k_body, label %finish
 k_body:
@@ -80,6 +82,7 @@ k_body:
 j_head:
   %jj = phi i64 [%ja, %k_body], [%jj1, %j_next]
   %c2 = phi i64 [%c1, %k_body], [%c2n, %j_next]
+  %z2 = phi i1 [%z1, %k_body], [%z2n, %j_next]
   %jin = icmp slt i64 %jj, %jb
   br i1 %jin, label %j_body, label %k_end
 j_body:
@@ -145,6 +148,7 @@ _DENSE_ACCUMULATE = """
   br label %j_next
 j_next:
   %c2n = add i64 %c2, %inc
+  %z2n = or i1 %z2, false
   %jj1 = add i64 %jj, 1
   br label %j_head
 """
@@ -171,6 +175,8 @@ accum:
   %old = load {t}, ptr %pcv
   %sum = {add} {t} %old, %prod
   store {t} %sum, ptr %pcv
+  %sum_zero = {zero_test} {t} %sum, {zero}
+  %za = or i1 %z2, %sum_zero
   br label %j_next
 insert:
   store i64 %c2, ptr %pm
@@ -179,33 +185,23 @@ insert:
   %pcv2 = getelementptr {t}, ptr %cv, i64 %c2
   store {t} %prod, ptr %pcv2
   %c2i = add i64 %c2, 1
+  %prod_zero = {zero_test} {t} %prod, {zero}
+  %zi = or i1 %z2, %prod_zero
   br label %j_next
 j_next:
   %c2n = phi i64 [%c2, %accum], [%c2i, %insert]
+  %z2n = phi i1 [%za, %accum], [%zi, %insert]
   %jj1 = add i64 %jj, 1
   br label %j_head
 """
-# Sums that cancelled to zero are rare: a scan finds them; only then are the row's positions in slots
-# forgotten (a compacted row would leave stale ones at or after the next row's start) and the row compacted.
+# Sums that cancel to zero are rare: the row's flag z1 says one may have (a sum or product once zero); only
+# then are the row's positions in slots forgotten (a compacted row would leave stale ones at or after the next
+# row's start) and the row compacted.
 _SPARSE_FINISH = """
 finish:
-  %p = phi i64 [%start, %k_head], [%p1, %scan_body]
-  %zeros = phi i64 [0, %k_head], [%zeros1, %scan_body]
-  %sin = icmp slt i64 %p, %c1
-  br i1 %sin, label %scan_body, label %scan_done
-scan_body:
-  %psv = getelementptr {t}, ptr %cv, i64 %p
-  %sv = load {t}, ptr %psv
-  %is_zero = {zero_test} {t} %sv, {zero}
-  %zinc = zext i1 %is_zero to i64
-  %zeros1 = add i64 %zeros, %zinc
-  %p1 = add i64 %p, 1
-  br label %finish
-scan_done:
-  %cancelled = icmp ne i64 %zeros, 0
-  br i1 %cancelled, label %reset_head, label %finished
+  br i1 %z1, label %reset_head, label %finished
 reset_head:
-  %r = phi i64 [%start, %scan_done], [%r1, %reset_body]
+  %r = phi i64 [%start, %finish], [%r1, %reset_body]
   %rin = icmp slt i64 %r, %c1
   br i1 %rin, label %reset_body, label %compact_head
 reset_body:
@@ -220,7 +216,7 @@ reset_body:
   %pxv = getelementptr {t}, ptr %cv, i64 %x
   %v = load {t}, ptr %pxv""") + """
 finished:
-  %row_end = phi i64 [%c1, %scan_done], [%q, %compact_head]
+  %row_end = phi i64 [%c1, %finish], [%q, %compact_head]
   br label %row_done
 """
 
