@@ -261,6 +261,9 @@ def test_threads_split_checks_and_merges_balanced_and_bit_identical(monkeypatch)
         per_chunk = [int(sym.indptr[hi] - sym.indptr[lo]) for lo, hi in chunks]
         assert len(chunks) == threads and sum(per_chunk) == sym.nnz
         assert max(per_chunk) - min(per_chunk) <= 2 * longest   # balanced up to a row at each end
+        weighted = ir_text.work_chunks(sym.indptr, threads, per_row=4)   # a row's fixed cost counted too
+        work = [int(sym.indptr[hi] - sym.indptr[lo]) + 4 * (hi - lo) for lo, hi in weighted]
+        assert weighted[0][0] == 0 and weighted[-1][1] == 500 and max(work) - min(work) <= 2 * (longest + 4)
     for op in OPS:
         for x, y in ((sym, sym.T), (a, a.T), (a, other), (sym, other.tocsc())):
             one = getattr(splyce, op)(x, y, threads=1)

@@ -3,6 +3,7 @@ and counted loops, plus the row split the helpers share for ``threads``."""
 
 from __future__ import annotations
 
+import bisect
 import functools
 from concurrent.futures import ThreadPoolExecutor
 
@@ -82,12 +83,21 @@ def row_chunks(indptr: np.ndarray, threads: int) -> list[tuple[int, int]]:
 MIN_CHUNK = 1 << 15     # entries per thread below which splitting a pass costs more than it saves
 
 
-def work_chunks(indptr: np.ndarray, threads: int) -> list[tuple[int, int]]:
-    """Row ranges for ``threads`` workers with about equal entries (``indptr``: checked row pointers), one
-    range when the entries are too few for splitting to pay."""
-    if threads <= 1 or int(indptr[-1]) < 2 * MIN_CHUNK:
-        return [(0, len(indptr) - 1)]
-    return row_chunks(indptr, min(threads, int(indptr[-1]) // MIN_CHUNK))
+def work_chunks(indptr: np.ndarray, threads: int, per_row: int = 0) -> list[tuple[int, int]]:
+    """Row ranges for ``threads`` workers with about equal work, ``indptr[r] + per_row * r`` up to row ``r``
+    (``indptr``: checked row pointers; ``per_row``: a row's fixed cost counted in entries), one range when the
+    entries are too few for splitting to pay."""
+    m, nnz = len(indptr) - 1, int(indptr[-1])
+    if threads <= 1 or nnz < 2 * MIN_CHUNK or m < 2:
+        return [(0, max(m, 0))]
+    threads = min(threads, nnz // MIN_CHUNK)
+    if not per_row:
+        return row_chunks(indptr, threads)
+    total = nnz + per_row * m
+    inner = [bisect.bisect_left(range(m + 1), total * k // threads, key=lambda r: int(indptr[r]) + per_row * r)
+             for k in range(1, threads)]
+    bounds = sorted(set([0, *inner, m]))
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
 
 
 def run_chunks(fn, chunks, threads: int) -> list:
