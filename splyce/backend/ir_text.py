@@ -106,3 +106,22 @@ def run_chunks(fn, chunks, threads: int) -> list:
         return [fn(0, *chunks[0])]
     rest = [pool(threads).submit(fn, t, lo, hi) for t, (lo, hi) in enumerate(chunks) if t]
     return [fn(0, *chunks[0])] + [f.result() for f in rest]
+
+
+def run_taken(fn, chunks, threads: int, state=lambda: None) -> list:
+    """``fn(lo, hi, own)`` for every chunk on ``threads`` threads (the caller and the pool), each thread taking
+    the next chunk not yet taken, so the chunks go in increasing order on every thread; ``own`` is the
+    thread's ``state()``, made once per thread (a scratch array reused from chunk to chunk). Results in chunk
+    order."""
+    out = [None] * len(chunks)
+    order = iter(range(len(chunks)))     # shared: next() on it is atomic under the GIL
+
+    def take():
+        own = state()
+        for i in order:
+            out[i] = fn(*chunks[i], own)
+    rest = [pool(threads).submit(take) for _ in range(min(threads, len(chunks)) - 1)]
+    take()
+    for f in rest:
+        f.result()
+    return out
