@@ -156,9 +156,12 @@ def test_graph_has_row_block_tasks_and_one_broadcast_key():
     graph = dict(count.__dask_graph__())
     keys = [k for k in graph if k[0].startswith("splyce-einsum")]
     assert len(keys) == 5        # four per-block partial counts and their sum
-    # "kj" is stored by columns: the broadcast L goes in as CSC, transposed once here, not once per block
-    (bkey,) = [k for k in graph if k[0].startswith("splyce-broadcast")]
-    assert graph[bkey].format == "csc" and (graph[bkey] != low).nnz == 0
+    # "kj" is stored by columns: each process transposes the broadcast L once, not once per block
+    assert {graph[k][4] for k in keys if len(k) == 2} == {("pad", "pad", "csc")}
+    from splyce.dask.ops import _as_csc_once
+
+    csc = _as_csc_once(low)
+    assert csc.format == "csc" and (csc != low).nnz == 0 and _as_csc_once(low) is csc
 
 
 def test_from_scipy_chunks_by_nonzeros():

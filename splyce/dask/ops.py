@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import functools
 import operator
+import threading
+import weakref
 
 import numpy as np
 
@@ -30,9 +32,11 @@ from splyce.planner.dropin import (
 from splyce.tensors.formats import Format
 
 
-def _call_block(fn, rows: int, padded: int, pad: tuple, trim: bool, *operands):
-    """One task: pad the partitioned operands to the common row count, run the drop-in, trim the result."""
-    ops = [pad_rows(x, padded) if p else x for x, p in zip(operands, pad)]
+def _call_block(fn, rows: int, padded: int, prep: tuple, trim: bool, *operands):
+    """One task: pad the partitioned operands to the common row count (``prep`` "pad"), take the broadcast
+    ones stored by columns as this process's CSC of them ("csc"), run the drop-in, trim the result."""
+    ops = [pad_rows(x, padded) if p == "pad" else _as_csc_once(x) if p == "csc" else x
+           for x, p in zip(operands, prep)]
     out = fn(*ops)
     return trim_rows(out, rows) if trim else out
 
@@ -67,9 +71,10 @@ def _pydata_empty(ndim, dtype):
 
 
 def _partitioned_graph(fn, parts: list, broadcast: list, order: list, out_chunks, meta, reduce: bool,
-                       name: str):
+                       name: str, by_columns: frozenset = frozenset()):
     """The graph: per row block, ``fn(*operands)`` with the partitioned operands' blocks (padded to the
-    largest block) and the broadcast operands' single keys, in ``order`` (('p', i) / ('b', i) per operand)."""
+    largest block) and the broadcast operands' single keys, in ``order`` (('p', i) / ('b', i) per operand);
+    the operands at positions ``by_columns`` go in as their CSC (``_as_csc_once``)."""
     from dask.base import tokenize
 
     rows = parts[0].chunks[0]
@@ -78,7 +83,8 @@ def _partitioned_graph(fn, parts: list, broadcast: list, order: list, out_chunks
     bcast_keys = [single_key(b) for b in broadcast]
     # a dense block's padding rows would take part in a sum over the rows (0 * inf is NaN): then no padding
     dense_sum = reduce and any(_family(p._meta) == "numpy" for p in parts)
-    pad = tuple(kind == "p" and not dense_sum for kind, _ in order)
+    prep = tuple("pad" if kind == "p" and not dense_sum else "csc" if n in by_columns else ""
+                 for n, (kind, _) in enumerate(order))
     token = tokenize(fn, [p.name for p in parts], [b.name for b in broadcast], order, reduce)
     # ``name`` names the kind of op (e.g. matmul-spgemm): distributed estimates a task's duration from the
     # past tasks with its name's prefix, and places and steals tasks by that estimate; an SpMV of a few ms
@@ -89,7 +95,7 @@ def _partitioned_graph(fn, parts: list, broadcast: list, order: list, out_chunks
     for k, n in enumerate(rows):
         args = [part_keys[i][k] if kind == "p" else bcast_keys[i] for kind, i in order]
         key = (partial, k) if reduce else (out, k) + (0,) * (len(out_chunks) - 1)
-        layer[key] = (_call_block, fn, n, padded, pad, not reduce, *args)
+        layer[key] = (_call_block, fn, n, padded, prep, not reduce, *args)
     if reduce:
         layer[(out,) + (0,) * len(out_chunks)] = (_sum_blocks, [(partial, k) for k in range(len(rows))])
         out_chunks = tuple((s,) for s in out_chunks)
@@ -181,7 +187,7 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
             parts.append(block)
         else:
             order.append(("b", len(broadcast)))
-            broadcast.append(_by_columns(x) if n in by_columns else whole(x))
+            broadcast.append(whole(x))
     if p in output[1:]:
         raise NotImplementedError(f"einsum on Dask operands: the result must start with the partitioned index "
                                   f"{p!r} or sum over it, got output {output!r}")
@@ -200,14 +206,15 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     chunks = tuple(sizes[c] for c in output) if reduce else (rows,) + tuple((sizes[c],) for c in output[1:])
     fn = functools.partial(dropin.einsum, subscripts, out_format=out_format, threads=threads)
     kind = "".join(c for c in subscripts if c.isalpha()) or "scalar"
-    return _partitioned_graph(fn, parts, broadcast, order, chunks, meta, reduce, "einsum-" + kind)
+    return _partitioned_graph(fn, parts, broadcast, order, chunks, meta, reduce, "einsum-" + kind,
+                              frozenset(n for n in by_columns if order[n][0] == "b"))
 
 
 def _stored_by_columns(inputs: list[str], output: str, operands, out_format) -> set[int]:
     """The scipy CSR operands that the drop-in ``einsum`` stores by columns (its loops reach their second
     index first: ``kj`` in ``"ij,ik,kj->"``) and so transposes at every call: for a broadcast operand that was
-    once per block, each time the whole matrix (2-4x a block's own kernel time on the corpus's triangle
-    counts); ``_by_columns`` does it once per computation instead."""
+    once per block, each time the whole matrix (1.5-2.8x a block's own time on the corpus's triangle counts);
+    ``_as_csc_once`` does it once per process and operand instead."""
     metas = [_meta(x) for x in operands]
     families = [_family(m) for m in metas]
     if all(f == "numpy" for f in families):
@@ -221,12 +228,27 @@ def _stored_by_columns(inputs: list[str], output: str, operands, out_format) -> 
             and _rowwise_format(subs, loops).order != (0, 1)}
 
 
-def _by_columns(x):
-    """``x`` whole, as the CSC the drop-in would make of it (``_as_csc``): on the client for a concrete
-    operand, in one task for a Dask one."""
-    if not is_dask(x):
-        return whole(_as_csc(x))
-    return whole(x).map_blocks(_as_csc, dtype=x.dtype, meta=_meta(x))
+# broadcast operand's id -> (weak reference to it, its CSC): a worker keeps a broadcast operand as one object
+# for every task that reads it (and across computations while it is kept, e.g. splyce.dask.broadcast), so
+# it is transposed once per worker; the entry goes when the operand does
+_csc_of: dict = {}
+_csc_lock = threading.Lock()
+
+
+def _as_csc_once(x):
+    """``_as_csc(x)``, made once per process for as long as ``x`` lives."""
+    with _csc_lock:
+        hit = _csc_of.get(id(x))
+        if hit is not None and hit[0]() is x:
+            return hit[1]
+        csc = _as_csc(x)
+        try:
+            ref = weakref.ref(x)
+        except TypeError:
+            return csc
+        _csc_of[id(x)] = (ref, csc)
+        weakref.finalize(x, _csc_of.pop, id(x), None)
+        return csc
 
 
 def _as_csc(x):
