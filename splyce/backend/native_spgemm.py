@@ -332,7 +332,6 @@ def row_flops_prefix(a_indptr, a_indices, b_indptr, workers=None, threads: int =
     m = len(a_indptr) - 1
     with _lock:
         fn = _flops(_bits(a_indptr), _bits(a_indices), _bits(b_indptr))
-    ranges = row_chunks(a_indptr, threads if workers is not None else 1)
     width = a_indptr.itemsize
 
     def local(lo, hi):      # prefix of rows [lo, hi), from 0
@@ -340,6 +339,7 @@ def row_flops_prefix(a_indptr, a_indices, b_indptr, workers=None, threads: int =
         fn(_address(a_indptr) + lo * width, _address(a_indices), _address(b_indptr), hi - lo, _address(out))
         return out
 
+    ranges = row_chunks(a_indptr, threads) if workers is not None else [(0, m)]
     if len(ranges) == 1:
         return local(0, m)
     parts = list(workers.map(lambda r: local(*r), ranges))
@@ -426,6 +426,17 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1) -> Product:
         parts = list(workers.map(run, range(len(ranges))))
     else:
         parts = [run(c) for c in range(len(ranges))]
+    index_dtype = np.int32
+    if len(parts) == 1:                     # one chunk: its buffers are the result's
+        cols, vals, ends, nnz = parts[0]
+        if nnz >= 2**31 or n > 2**31:
+            index_dtype = np.int64
+        indptr = np.empty(m + 1, dtype=index_dtype)
+        indptr[0] = 0
+        indptr[1:] = ends
+        cols.resize(nnz, refcheck=False)    # shrink in place (realloc): no copy of the entries
+        vals.resize(nnz, refcheck=False)
+        return Product(vals, cols.astype(index_dtype, copy=False), indptr, m + flops)
     counts = [p[3] for p in parts]
     nnz = sum(counts)
     offsets = np.cumsum([0] + counts[:-1]).tolist()
