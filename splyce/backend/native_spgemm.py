@@ -377,7 +377,8 @@ class Product:
 def _copy_tasks(counts, offsets, threads: int):
     """The copies of chunks 1.. (``counts[c]`` entries each, going to ``offsets[c]``) as ``threads`` pieces of
     about equal entries: lists of (chunk, source start, destination start, entries)."""
-    cuts = np.linspace(counts[0], offsets[-1] + counts[-1], threads + 1).astype(np.int64).tolist()
+    first, nnz = counts[0], offsets[-1] + counts[-1]
+    cuts = [first + (nnz - first) * t // threads for t in range(threads + 1)]
     tasks = []
     for lo, hi in zip(cuts, cuts[1:]):
         piece = []
