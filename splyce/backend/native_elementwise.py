@@ -167,49 +167,7 @@ nw_width:
   %nw_w = sub i{c} %nw_hi, %nw_lo
   %nw_fits = icmp ult i{c} %nw_w, 64
   br i1 %nw_fits, label %nw_ma_head, label %general
-nw_ma_head:
-  %nw_ka = phi i64 [%ia, %nw_width], [%nw_ka1, %nw_ma_body]
-  %nw_ma = phi i64 [0, %nw_width], [%nw_ma1, %nw_ma_body]
-  %nw_na = phi i64 [0, %nw_width], [%nw_na1, %nw_ma_body]
-  %nw_kain = icmp slt i64 %nw_ka, %ib
-  br i1 %nw_kain, label %nw_ma_body, label %nw_mb_head
-nw_ma_body:
-  %nw_pka = getelementptr i{c}, ptr %ac, i64 %nw_ka
-  %nw_cka = load i{c}, ptr %nw_pka
-  %nw_ra = sub i{c} %nw_cka, %nw_lo
-  %nw_ra64 = {c_zext} %nw_ra to i64
-  %nw_ina = icmp ult i64 %nw_ra64, 64
-  %nw_sha = and i64 %nw_ra64, 63
-  %nw_bita = shl i64 1, %nw_sha
-  %nw_bita_k = select i1 %nw_ina, i64 %nw_bita, i64 0
-  %nw_ma1 = or i64 %nw_ma, %nw_bita_k
-  %nw_lta = icmp slt i{c} %nw_cka, %nw_lo
-  %nw_ltai = zext i1 %nw_lta to i64
-  %nw_na1 = add i64 %nw_na, %nw_ltai
-  %nw_ka1 = add i64 %nw_ka, 1
-  br label %nw_ma_head
-nw_mb_head:
-  %nw_kb = phi i64 [%ja, %nw_ma_head], [%nw_kb1, %nw_mb_body]
-  %nw_mb = phi i64 [0, %nw_ma_head], [%nw_mb1, %nw_mb_body]
-  %nw_nb = phi i64 [0, %nw_ma_head], [%nw_nb1, %nw_mb_body]
-  %nw_kbin = icmp slt i64 %nw_kb, %jb
-  br i1 %nw_kbin, label %nw_mb_body, label %nw_start
-nw_mb_body:
-  %nw_pkb = getelementptr i{c}, ptr %bc, i64 %nw_kb
-  %nw_ckb = load i{c}, ptr %nw_pkb
-  %nw_rb = sub i{c} %nw_ckb, %nw_lo
-  %nw_rb64 = {c_zext} %nw_rb to i64
-  %nw_inb = icmp ult i64 %nw_rb64, 64
-  %nw_shb = and i64 %nw_rb64, 63
-  %nw_bitb = shl i64 1, %nw_shb
-  %nw_bitb_k = select i1 %nw_inb, i64 %nw_bitb, i64 0
-  %nw_mb1 = or i64 %nw_mb, %nw_bitb_k
-  %nw_ltb = icmp slt i{c} %nw_ckb, %nw_lo
-  %nw_ltbi = zext i1 %nw_ltb to i64
-  %nw_nb1 = add i64 %nw_nb, %nw_ltbi
-  %nw_kb1 = add i64 %nw_kb, 1
-  br label %nw_mb_head
-nw_start:
+{mask_a}{mask_b}nw_start:
   %nw_u0 = and i64 %nw_ma, %nw_mb
   %nw_abase = add i64 %ia, %nw_na
   %nw_bbase = add i64 %ja, %nw_nb
@@ -246,6 +204,31 @@ nw_body:
   %nw_o1 = add i64 %nw_o, %nw_nzi
   %nw_u1 = xor i64 %nw_u, %nw_one
   br label %nw_head"""
+
+
+# One row's columns in the window [%nw_lo, %nw_lo + 64) as a 64-bit mask, and its entries before the window.
+_NARROW_MASK = """nw_m{x}_head:
+  %nw_k{x} = phi i64 [%{start}, %{enter}], [%nw_k{x}1, %nw_m{x}_body]
+  %nw_m{x} = phi i64 [0, %{enter}], [%nw_m{x}1, %nw_m{x}_body]
+  %nw_n{x} = phi i64 [0, %{enter}], [%nw_n{x}1, %nw_m{x}_body]
+  %nw_k{x}in = icmp slt i64 %nw_k{x}, %{stop}
+  br i1 %nw_k{x}in, label %nw_m{x}_body, label %{exit}
+nw_m{x}_body:
+  %nw_pk{x} = getelementptr i{c}, ptr %{crd}, i64 %nw_k{x}
+  %nw_ck{x} = load i{c}, ptr %nw_pk{x}
+  %nw_r{x} = sub i{c} %nw_ck{x}, %nw_lo
+  %nw_r{x}64 = {c_zext} %nw_r{x} to i64
+  %nw_in{x} = icmp ult i64 %nw_r{x}64, 64
+  %nw_sh{x} = and i64 %nw_r{x}64, 63
+  %nw_bit{x} = shl i64 1, %nw_sh{x}
+  %nw_bit{x}_k = select i1 %nw_in{x}, i64 %nw_bit{x}, i64 0
+  %nw_m{x}1 = or i64 %nw_m{x}, %nw_bit{x}_k
+  %nw_lt{x} = icmp slt i{c} %nw_ck{x}, %nw_lo
+  %nw_lt{x}i = zext i1 %nw_lt{x} to i64
+  %nw_n{x}1 = add i64 %nw_n{x}, %nw_lt{x}i
+  %nw_k{x}1 = add i64 %nw_k{x}, 1
+  br label %nw_m{x}_head
+"""
 
 # Union: op(a, 0), op(0, b) or op(a, b) for every column either row holds, kept when not zero.
 _UNION = _ROW_HEAD + """  br i1 %both, label %body, label %tail_a
@@ -363,8 +346,12 @@ def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int, intersect: b
     template = _INTERSECT if intersect else _UNION
     narrow = "  br label %general"
     if intersect:
-        narrow = _NARROW.format(t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits,
-                                c_zext="zext i32" if crd_bits == 32 else "bitcast i64",
+        zext = "zext i32" if crd_bits == 32 else "bitcast i64"
+        masks = {f"mask_{x}": _NARROW_MASK.format(x=x, start=start, stop=stop, crd=crd, enter=enter, exit=exit_,
+                                                  c=crd_bits, c_zext=zext)
+                 for x, start, stop, crd, enter, exit_ in (("a", "ia", "ib", "ac", "nw_width", "nw_mb_head"),
+                                                           ("b", "ja", "jb", "bc", "nw_ma_head", "nw_start"))}
+        narrow = _NARROW.format(**masks, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits,
                                 c_sext="sext i32" if crd_bits == 32 else "bitcast i64",
                                 c_narrow="trunc i64" if crd_bits == 32 else "bitcast i64")
     text = template.format(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits, bounds=bounds,

@@ -366,23 +366,34 @@ fail:
 """
 
 
-@functools.cache
-def _canonical_entry(bits: int):
+def _unique_scans_ir(names: dict, bits: int) -> str:
+    """The three scans (rule "unique") under ``names["pos_scan"]``, ``["crd_scan"]``, ``["boundary_scan"]``."""
+    return (_POS_TEMPLATE.format(name=names["pos_scan"], p=bits)
+            + _CRD_TEMPLATE.format(name=names["crd_scan"], c=bits, cmp=_ORDER["unique"],
+                                   narrow="trunc i64" if bits < 64 else "bitcast i64",
+                                   widen="zext i32" if bits < 64 else "bitcast i64")
+            + _BOUNDARY_TEMPLATE.format(name=names["boundary_scan"], p=bits, c=bits, cmp=_ORDER["unique"],
+                                        p_ext=_extend(bits)))
+
+
+def _compile_driver(tag: str, bits: int, driver: str, kinds: str, **fields):
+    """A canonical-CSR driver (``driver``, formatted with the scans' names and ``fields``) and the three scans,
+    compiled once, reached through an object entry taking ``kinds`` arguments."""
     from splyce.backend import array_objects
     from splyce.backend.codegen import compile_host_helpers
 
-    tag = f"p{bits}_c{bits}_canonical"
     names = {k: f"splyce_{k}_{tag}" for k in ("pos_scan", "crd_scan", "boundary_scan", "driver", "entry")}
-    text = (_POS_TEMPLATE.format(name=names["pos_scan"], p=bits)
-            + _CRD_TEMPLATE.format(name=names["crd_scan"], c=bits, cmp=_ORDER["unique"],
-                                  narrow="trunc i64" if bits < 64 else "bitcast i64",
-                                  widen="zext i32" if bits < 64 else "bitcast i64")
-            + _BOUNDARY_TEMPLATE.format(name=names["boundary_scan"], p=bits, c=bits, cmp=_ORDER["unique"],
-                                       p_ext=_extend(bits))
-            + _CANONICAL_DRIVER.format(name=names["driver"], ends=position_ends_ir(bits), chunk=_CHUNK,
-                                       **{k: names[k] for k in ("pos_scan", "crd_scan", "boundary_scan")})
-            + array_objects.object_entry_ir(names["entry"], names["driver"], "aaiii"))
-    return compile_host_helpers(text, {names["entry"]: array_objects.signature(5)})[names["entry"]]
+    text = (_unique_scans_ir(names, bits)
+            + driver.format(name=names["driver"], chunk=_CHUNK, **fields,
+                            **{k: names[k] for k in ("pos_scan", "crd_scan", "boundary_scan")})
+            + array_objects.object_entry_ir(names["entry"], names["driver"], kinds))
+    return compile_host_helpers(text, {names["entry"]: array_objects.signature(len(kinds))})[names["entry"]]
+
+
+@functools.cache
+def _canonical_entry(bits: int):
+    return _compile_driver(f"p{bits}_c{bits}_canonical", bits, _CANONICAL_DRIVER, "aaiii",
+                           ends=position_ends_ir(bits))
 
 
 def canonical_csr(indptr: np.ndarray, indices: np.ndarray, n_cols: int) -> bool:
@@ -469,21 +480,8 @@ fail:
 
 @functools.cache
 def _canonical_chunk_entry(bits: int):
-    from splyce.backend import array_objects
-    from splyce.backend.codegen import compile_host_helpers
-
-    tag = f"p{bits}_c{bits}_canonical_chunk"
-    names = {k: f"splyce_{k}_{tag}" for k in ("pos_scan", "crd_scan", "boundary_scan", "driver", "entry")}
-    text = (_POS_TEMPLATE.format(name=names["pos_scan"], p=bits)
-            + _CRD_TEMPLATE.format(name=names["crd_scan"], c=bits, cmp=_ORDER["unique"],
-                                  narrow="trunc i64" if bits < 64 else "bitcast i64",
-                                  widen="zext i32" if bits < 64 else "bitcast i64")
-            + _BOUNDARY_TEMPLATE.format(name=names["boundary_scan"], p=bits, c=bits, cmp=_ORDER["unique"],
-                                       p_ext=_extend(bits))
-            + _CANONICAL_CHUNK.format(name=names["driver"], p=bits, c=bits, ext=_extend(bits), chunk=_CHUNK,
-                                      **{k: names[k] for k in ("pos_scan", "crd_scan", "boundary_scan")})
-            + array_objects.object_entry_ir(names["entry"], names["driver"], "aaiiiii"))
-    return compile_host_helpers(text, {names["entry"]: array_objects.signature(7)})[names["entry"]]
+    return _compile_driver(f"p{bits}_c{bits}_canonical_chunk", bits, _CANONICAL_CHUNK, "aaiiiii", p=bits, c=bits,
+                           ext=_extend(bits))
 
 
 def canonical_csr_threaded(indptr: np.ndarray, indices: np.ndarray, n_cols: int, threads: int) -> bool:
