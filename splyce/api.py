@@ -39,8 +39,8 @@ def _binary(name: str, doc: str):
     fast = name == "matmul"      # SpMV / SpMM on a scipy CSR: tens of microseconds, so no layer in between
 
     def op(a, b, *, out_format=None, threads=1):
-        if fast and type(b) is np.ndarray and out_format is None and threads == 1 and type(threads) is int:
-            out = (_dropin_module or _dropin())._fast_spmv(a, b)
+        if fast and type(b) is np.ndarray and out_format is None:
+            out = (_dropin_module or _dropin())._fast_spmv(a, b, threads)
             if out is not None:
                 return out
         if isinstance(a, Tracer) or isinstance(b, Tracer):

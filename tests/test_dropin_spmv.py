@@ -311,3 +311,26 @@ def test_checked_spmv_kernel_code_shape():
         asm = emit_assembly(module, tm)
         body = asm.split("splyce_spmv_double_p32_c32_r1_checked:", 1)[1].split(".Lfunc_end", 1)[0]
         assert "cmov" not in body and "vmulsd" in body
+
+
+def test_small_products_asked_for_threads_run_on_one(monkeypatch):
+    """threads=2 / None on a product of at most SERIAL_MAX_WORK entries x columns takes the one-thread fast
+    path (waking a worker costs more than it saves there; results are bit-identical either way); above it,
+    the threaded general path; a bad thread count still raises."""
+    from splyce.planner import dropin
+
+    rng = np.random.default_rng(11)
+    a = sps.random_array((300, 200), density=0.05, format="csr", rng=rng)
+    x, X = rng.random(200), rng.random((200, 4))
+    ran = []
+    real = dropin._csr_times_dense
+    monkeypatch.setattr(dropin, "_csr_times_dense", lambda *args: (ran.append(args[2]), real(*args))[1])
+    for threads in (2, None):
+        for vec in (x, X):
+            assert np.array_equal(splyce.matmul(a, vec, threads=threads), a @ vec)
+    assert ran == []                                   # all on the fast path
+    monkeypatch.setattr(dropin, "SERIAL_MAX_WORK", 4 * a.nnz - 1)
+    assert np.array_equal(splyce.matmul(a, x, threads=2), a @ x) and ran == [2]
+    for bad in (0, True, "2"):
+        with pytest.raises(ValueError, match="threads"):
+            splyce.matmul(a, x, threads=bad)

@@ -258,8 +258,11 @@ def choose_matmul_formulation(a: OperandInfo, b: OperandInfo, out_format=None) -
 def matmul(a, b, *, out_format=None, threads=1):
     """scipy's / NumPy's ``a @ b``. ``threads``: worker threads (1 as scipy; None: all cores); results are
     bit-identical for any count."""
-    if out_format is None and threads == 1 and type(threads) is int:
-        out = _fast_spmv(a, b) if type(b) is np.ndarray else _fast_spmspv(a, b)
+    if out_format is None:
+        if type(b) is np.ndarray:
+            out = _fast_spmv(a, b, threads)
+        else:
+            out = _fast_spmspv(a, b) if threads == 1 and type(threads) is int else None
         if out is not None:
             return out
     threads = _threads(threads)
@@ -343,14 +346,25 @@ _INT_MAX = {np.dtype(np.int32): 2**31 - 1, np.dtype(np.int64): 2**63 - 1}
 _CSR_ORDER = (0, 1)
 
 
-def _fast_spmv(a, x):
+# Work (entries x columns; an SpMV entry, a gather and a short row's loop exit, counts as 4 columns) up to
+# which a product asked for several threads runs on one (bit-identical results either way): ~0.2-0.3 ms of
+# one thread here. Below it, handing half to a worker cost more than it saved: on the loaded machine ba-4k
+# SpMV 45 us on one thread vs 319 us with threads=2, SpMM (16 columns) 135 vs 357 us; pyamg-bar alike.
+SERIAL_MAX_WORK = 1 << 19
+
+
+def _fast_spmv(a, x, threads=1):
     """``a @ x`` for the commonest calls, or None (then the general path runs): ``a`` an exact scipy
     ``csr_array`` / ``csr_matrix``, ``x`` a NumPy vector (SpMV) or a matrix of up to ``SPMM_FIXED`` columns
-    (SpMM) of ``a``'s value dtype, every buffer C-contiguous, one thread. A small matrix's product takes tens
-    of microseconds, so this path reads a handful of attributes, trusts none of scipy's flags, and leaves every
-    check on the index arrays to native code: the two ends of ``indptr``, ``indptr`` monotone and every column
-    in range (what a product needs; order and duplicates do not matter), for SpMV block by block just before
-    the block's rows run. A malformed operand raises the general path's error, naming the defect."""
+    (SpMM) of ``a``'s value dtype, every buffer C-contiguous; one thread, or more asked for a product of at
+    most ``SERIAL_MAX_WORK`` (then one thread is faster). A small matrix's product takes tens of microseconds,
+    so this path reads a handful of attributes, trusts none of scipy's flags, and leaves every check on the
+    index arrays to native code: the two ends of ``indptr``, ``indptr`` monotone and every column in range
+    (what a product needs; order and duplicates do not matter), as the kernel reads them. A malformed operand
+    raises the general path's error, naming the defect."""
+    several = threads != 1 or type(threads) is not int
+    if several and not (threads is None or (type(threads) is int and threads > 1)):
+        return None                             # not a thread count: the general path says so
     if not _csr_types:
         _scipy_csr_types()
     if type(a) not in _csr_types or not 1 <= x.ndim <= 2:
@@ -359,6 +373,8 @@ def _fast_spmv(a, x):
     data, indices, indptr = a.data, a.indices, a.indptr
     # the kernel reads each array's data pointer from the object itself: ndarrays (or subclasses) only
     if not (isinstance(data, np.ndarray) and isinstance(indices, np.ndarray) and isinstance(indptr, np.ndarray)):
+        return None
+    if several and len(data) * (x.shape[1] if x.ndim == 2 else 4) > SERIAL_MAX_WORK:
         return None
     dtype, idx = data.dtype, indices.dtype
     # identity first: NumPy's built-in dtypes are singletons, and hashing or comparing dtypes costs ~0.3 us
