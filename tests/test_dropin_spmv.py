@@ -248,7 +248,10 @@ def test_positions_far_outside_the_entries_are_refused_without_reading_there():
     script = textwrap.dedent('''
         import ctypes, mmap
         import numpy as np, scipy.sparse as sps, splyce
+        from splyce.backend import ir_text
         from splyce.planner import dropin
+        ir_text.MIN_CHUNK = 8                # threads=2 really splits these 4400 entries
+        dropin.SERIAL_MAX_WORK = 0
         keep = []
 
         def before_guard_page(arr):
@@ -331,6 +334,11 @@ def test_small_products_asked_for_threads_run_on_one(monkeypatch):
     assert ran == []                                   # all on the fast path
     monkeypatch.setattr(dropin, "SERIAL_MAX_WORK", 4 * a.nnz - 1)
     assert np.array_equal(splyce.matmul(a, x, threads=2), a @ x) and ran == [2]
+    from splyce.backend import ir_text                # split even these few entries: two ranges, same bits
+    monkeypatch.setattr(ir_text, "MIN_CHUNK", 8)
+    assert len(ir_text.work_chunks(a.indptr, 2)) == 2
+    for vec in (x, X, rng.random((200, 40))):           # SpMV, SpMM with k fixed and with any k
+        assert np.array_equal(splyce.matmul(a, vec, threads=2), a @ vec)
     for bad in (0, True, "2"):
         with pytest.raises(ValueError, match="threads"):
             splyce.matmul(a, x, threads=bad)

@@ -31,7 +31,7 @@ import numpy as np
 
 from splyce.backend.array_objects import address as _address
 from splyce.backend.ir_text import IR as _IR, VALUE as _VALUE, ext as _ext, load_index as _load_index, loop as _loop
-from splyce.backend.ir_text import pool as _pool, row_chunks as _row_chunks
+from splyce.backend.ir_text import run_chunks as _run_chunks, work_chunks as _work_chunks
 
 # Rows advanced together (independent addition chains). Measured on the shared 2-core EPYC (Delaunay meshes,
 # R-MAT, 0.7-1M entries): 1 is fastest there (1.76 ms vs 2.16 for 4 and 3.0 for 8 on a 3-D mesh); the gather
@@ -478,9 +478,7 @@ def csr_times_dense(indptr, indices, data, x, threads: int = 1, coordinates_chec
         return (_address(indptr), _address(indices), _address(data), _address(x), n, lo, hi,
                 _address(y), *extra)
 
-    chunks = _row_chunks(indptr, threads)
-    if len(chunks) == 1:
-        bad = fn(*args(0, m))
-    else:
-        bad = any(list(_pool(threads).map(lambda ch: fn(*args(*ch)), chunks)))
+    # rows balanced by entries (any split is safe: each range checks its own rows); the first range on the
+    # calling thread; one range when the entries are too few for a split to pay (ir_text.MIN_CHUNK)
+    bad = any(_run_chunks(lambda t, lo, hi: fn(*args(lo, hi)), _work_chunks(indptr, threads), threads))
     return None if bad else y
