@@ -76,6 +76,26 @@ def test_masked_spgemm_chunks_balance_products_on_power_law_rows():
         assert one.data.tobytes() == many.data.tobytes()
 
 
+def test_triangle_sum_native_split_across_threads(monkeypatch):
+    """``"ij,jk,ik->"`` with threads runs the native masked sum on work-balanced chunks (4 per thread); the
+    partial sums of integer values are exact."""
+    from splyce.backend import native_masked
+
+    sizes = []
+    real = native_masked.run_taken
+    monkeypatch.setattr(native_masked, "run_taken",
+                        lambda fn, chunks, threads, state: sizes.append(len(chunks)) or real(fn, chunks, threads, state))
+    rng = np.random.default_rng(6)
+    rows = np.minimum((rng.pareto(0.9, 8000) * 2).astype(np.int64), 999)
+    g = sps.csr_array((np.ones(8000), (rows, rng.integers(0, 1000, 8000))), shape=(1000, 1000))
+    low = sps.csr_array(sps.tril(((g + g.T) > 0).astype(np.int64), -1))
+    low.data = rng.integers(1, 5, low.nnz)
+    want = int((low @ low).multiply(low).sum())
+    for threads in (1, 2, 3):
+        assert splyce.einsum("ij,jk,ik->", low, low, low, threads=threads) == want
+    assert sizes == [1, 8, 12]
+
+
 def test_masked_forms_never_build_a_dense_result():
     n = 10**6                                # a dense n x n result would need 8 TB
     band = sps.diags_array([np.ones(n - 1), np.ones(n), np.ones(n - 1)], offsets=[-1, 0, 1], format="csr")

@@ -109,7 +109,7 @@ def run_chunks(fn, chunks, threads: int) -> list:
 
 
 def run_taken(fn, chunks, threads: int, state=lambda: None) -> list:
-    """``fn(lo, hi, own)`` for every chunk on ``threads`` threads (the caller and the pool), each thread taking
+    """``fn(t, lo, hi, own)`` for every chunk ``t`` on ``threads`` threads (the caller and the pool), each thread taking
     the next chunk not yet taken, so the chunks go in increasing order on every thread; ``own`` is the
     thread's ``state()``, made once per thread (a scratch array reused from chunk to chunk). Results in chunk
     order."""
@@ -119,7 +119,7 @@ def run_taken(fn, chunks, threads: int, state=lambda: None) -> list:
     def take():
         own = state()
         for i in order:
-            out[i] = fn(*chunks[i], own)
+            out[i] = fn(i, *chunks[i], own)
     rest = [pool(threads).submit(take) for _ in range(min(threads, len(chunks)) - 1)]
     take()
     for f in rest:

@@ -404,7 +404,7 @@ def masked_spgemm(m, a, b, n_cols: int, dtype, threads: int = 1):
     with _lock:
         fn = _masked(dtype, _bits(mp), _bits(mc), _bits(ap), _bits(ac), _bits(bp), _bits(bc))
 
-    def run(lo, hi, mark):
+    def run(t, lo, hi, mark):
         # mark: the thread's own, reused by its chunks, which come in increasing row order (a mark left by an
         # earlier row is below the current row's first mask position, so it never reads as set)
         return fn(_address(mp), _address(mc), _address(mv), _address(ap), _address(ac), _address(av),
@@ -440,22 +440,32 @@ def _gather(vals, cols, ends, mp, chunks, kept):
     return vals, cols, indptr
 
 
-def masked_sum(a, b, c, n_cols: int, dtype):
-    """``einsum("ij,jk,ik->", A, B, C)`` on one thread, summed in the sparsifier kernel's order (see
-    ``_masked_sum_ir``): a NumPy scalar of ``dtype``. ``a``, ``b``, ``c``: validated CSR parts ``(data,
-    indices, indptr)`` with values of ``dtype`` (columns of B and C in ``[0, n_cols)``, C's unique within a
-    row). Work: ``nnz(C) + sum over A's entries (i, j) of nnz(B[j, :])``."""
+def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1):
+    """``einsum("ij,jk,ik->", A, B, C)``, summed in the sparsifier kernel's order (see ``_masked_sum_ir``): a
+    NumPy scalar of ``dtype``. ``a``, ``b``, ``c``: validated CSR parts ``(data, indices, indptr)`` with
+    values of ``dtype`` (columns of B and C in ``[0, n_cols)``, C's unique within a row). Work: ``nnz(C) + sum
+    over A's entries (i, j) of nnz(B[j, :])``. ``threads`` > 1: rows in chunks of about equal work
+    (``masked_chunks``, 4 per thread, each thread taking the next one left, one mark array per thread), each
+    summed from zero; the partial sums added in chunk order (a float sum reassociated, as the compiled kernel's
+    split reduction does; exact for integers and integer-valued floats)."""
     av, ac, ap = a
     bv, bc, bp = b
     cv, cc, cp = c
     dtype = np.dtype(dtype)
     with _lock:
         fn = _masked_sum(dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc), _bits(cp), _bits(cc))
-    mark = np.full(n_cols, -1, dtype=np.int64)
-    out = np.empty(1, dtype=dtype)
-    fn(_address(ap), _address(ac), _address(av), _address(bp), _address(bc), _address(bv), _address(cp),
-       _address(cc), _address(cv), 0, len(ap) - 1, _address(mark), _address(out))
-    return out[0]
+    chunks = masked_chunks(cp, ap, ac, bp, threads * CHUNKS_PER_THREAD if threads > 1 else 1)
+    out = np.empty(len(chunks), dtype=dtype)
+
+    def run(t, lo, hi, mark):
+        fn(_address(ap), _address(ac), _address(av), _address(bp), _address(bc), _address(bv), _address(cp),
+           _address(cc), _address(cv), lo, hi, _address(mark), _address(out) + t * dtype.itemsize)
+
+    run_taken(run, chunks, threads, lambda: np.full(n_cols, -1, dtype=np.int64))
+    total = out[0]
+    for part in out[1:]:
+        total = total + part
+    return total
 
 
 def sddmm(m, x: np.ndarray, y: np.ndarray, dtype, threads: int = 1):

@@ -834,8 +834,8 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
             ops.append(convert(x, _rowwise_format(subs, order), f"operand {i}"))
     jitted = _kernel("einsum:" + subscripts, _Einsum(subscripts), out_format, threads,
                      reassociate=threads > 1 and not output)
-    if threads == 1 and out_format is None and _is_masked_sum(inputs, output, infos):
-        out = _masked_sum(jitted, ops, inputs)
+    if out_format is None and _is_masked_sum(inputs, output, infos):
+        out = _masked_sum(jitted, ops, inputs, threads)
         if out is not None:
             return out
     out = jitted(*ops)
@@ -866,8 +866,9 @@ def _is_masked_sum(inputs: list[str], output: str, infos: list[OperandInfo]) -> 
 _plain_plans = weakref.WeakKeyDictionary()   # Kernel -> whether its plan is the loop nest masked_sum runs
 
 
-def _masked_sum(jitted, ops, inputs):
-    """``"ij,jk,ik->"`` on one thread. The jitted kernel's plan, chosen by cost for the first call of these
+def _masked_sum(jitted, ops, inputs, threads: int = 1):
+    """``"ij,jk,ik->"`` (rows split across ``threads`` by work, see ``native_masked.masked_sum``). The jitted
+    kernel's plan, chosen by cost for the first call of these
     shapes and formats, sets the order of the sum; when it is the plain one (loops i, j, k, every operand kept
     in its CSR, nothing fused: the corpus's triangle counts), the native ``masked_sum`` runs the same sum in
     the same order, bit for bit, without the kernel call's descriptors and results (~0.3 ms on a small
@@ -881,7 +882,8 @@ def _masked_sum(jitted, ops, inputs):
     if not plain:
         return None
     A, B, C = (op.tensor for op in ops)
-    return native_masked.masked_sum(*((t.values, t.crd[1], t.pos[1]) for t in (A, B, C)), C.shape[1], A.dtype)
+    return native_masked.masked_sum(*((t.values, t.crd[1], t.pos[1]) for t in (A, B, C)), C.shape[1], A.dtype,
+                                    threads)
 
 
 def _plain_masked_sum_plan(plan, inputs: list[str]) -> bool:
