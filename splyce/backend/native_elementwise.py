@@ -708,11 +708,13 @@ def same_pattern_csc(op: str, a, b_csc, dtype, threads: int = 1):
 
     def run(t, lo, hi):
         cursor = np.empty(n, dtype=np.int64)
-        k0, k1 = ap[lo], ap[hi]
-        cols[k0:k1] = ac[k0:k1]             # A's structure: copies (NumPy drops the GIL), not kernel stores
-        indptr[lo + 1:hi + 1] = ap[lo + 1:hi + 1]
-        return kernels[lo > 0](id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cursor), id(vals), id(cols),
-                               id(indptr), id(kept), lo, hi, n, t)
+        differ = kernels[lo > 0](id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cursor), id(vals), id(cols),
+                                 id(indptr), id(kept), lo, hi, n, t)
+        if not differ:     # A's structure: copies (NumPy drops the GIL), not kernel stores; none when B differs
+            k0, k1 = ap[lo], ap[hi]
+            cols[k0:k1] = ac[k0:k1]
+            indptr[lo + 1:hi + 1] = ap[lo + 1:hi + 1]
+        return differ
 
     if any(ir_text.run_chunks(run, chunks, threads)):
         return None
