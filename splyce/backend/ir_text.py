@@ -108,11 +108,11 @@ def run_chunks(fn, chunks, threads: int) -> list:
     return [fn(0, *chunks[0])] + [f.result() for f in rest]
 
 
-def run_taken(fn, chunks, threads: int, state=lambda: None) -> list:
+def run_taken(fn, chunks, threads: int, state=lambda: None, executor=None) -> list:
     """``fn(t, lo, hi, own)`` for every chunk ``t`` on ``threads`` threads (the caller and the pool), each thread taking
     the next chunk not yet taken, so the chunks go in increasing order on every thread; ``own`` is the
-    thread's ``state()``, made once per thread (a scratch array reused from chunk to chunk). Results in chunk
-    order."""
+    thread's ``state()``, made once per thread (a scratch array reused from chunk to chunk); ``executor``: the
+    pool for the other threads (default ``pool(threads)``). Results in chunk order."""
     out = [None] * len(chunks)
     order = iter(range(len(chunks)))     # shared: next() on it is atomic under the GIL
 
@@ -120,7 +120,8 @@ def run_taken(fn, chunks, threads: int, state=lambda: None) -> list:
         own = state()
         for i in order:
             out[i] = fn(i, *chunks[i], own)
-    rest = [pool(threads).submit(take) for _ in range(min(threads, len(chunks)) - 1)]
+    executor = executor or pool(threads)
+    rest = [executor.submit(take) for _ in range(min(threads, len(chunks)) - 1)]
     take()
     for f in rest:
         f.result()

@@ -33,6 +33,62 @@ GROUP = 4      # SDDMM: mask entries of one row computed together
 _lock = threading.Lock()
 
 
+def _marked_row(ir, i, t, mul, marked, ap, ac, bp, bc, mark_more, hit):
+    """Row ``i`` of a marked Gustavson product: ``mark[j] = e`` for the marked row's entries ``e`` (``marked``:
+    its positions / coordinates array names and bit widths; ``mark_more(e)`` adds per-entry IR), then for
+    each ``A[i, k]`` and each ``B[k, j]`` whose ``j`` is marked in this row (``mark[j]`` at or after the row's
+    first entry: earlier rows' marks read as unset), ``hit(a * b, mark[j])``. Returns the marked row's range."""
+    (mpos, mp), (mcrd, mc) = marked
+    i1 = ir.name("i1")
+    ir(f"  {i1} = add i64 {i}, 1")
+    m_start, m_stop = load_index(ir, mpos, mp, i), load_index(ir, mpos, mp, i1)
+
+    def mark(e):
+        j, pm = load_index(ir, mcrd, mc, e), ir.name("pm")
+        ir(f"  {pm} = getelementptr i64, ptr %mark, i64 {j}")
+        ir(f"  store i64 {e}, ptr {pm}")
+        mark_more(e)
+
+    after = ir.name("marked")[1:]
+    loop(ir, m_start, m_stop, mark, after)
+    ir.label(after)
+    a_start, a_stop = load_index(ir, "%apos", ap, i), load_index(ir, "%apos", ap, i1)
+
+    def a_entry(ka):
+        k = load_index(ir, "%acrd", ac, ka)
+        pa, av, k1 = ir.name("pa"), ir.name("av"), ir.name("k1")
+        ir(f"  {pa} = getelementptr {t}, ptr %aval, i64 {ka}")
+        ir(f"  {av} = load {t}, ptr {pa}")
+        ir(f"  {k1} = add i64 {k}, 1")
+        b_start, b_stop = load_index(ir, "%bpos", bp, k), load_index(ir, "%bpos", bp, k1)
+
+        def b_entry(kb):
+            j = load_index(ir, "%bcrd", bc, kb)
+            pm, m, is_hit = ir.name("pm"), ir.name("m"), ir.name("hit")
+            ir(f"  {pm} = getelementptr i64, ptr %mark, i64 {j}")
+            ir(f"  {m} = load i64, ptr {pm}")
+            ir(f"  {is_hit} = icmp sge i64 {m}, {m_start}")
+            yes, done = ir.name("yes")[1:], ir.name("done")[1:]
+            ir(f"  br i1 {is_hit}, label %{yes}, label %{done}")
+            ir.label(yes)
+            pb, bv, prod = ir.name("pb"), ir.name("bv"), ir.name("prod")
+            ir(f"  {pb} = getelementptr {t}, ptr %bval, i64 {kb}")
+            ir(f"  {bv} = load {t}, ptr {pb}")
+            ir(f"  {prod} = {mul} {t} {av}, {bv}")
+            hit(prod, m)
+            ir(f"  br label %{done}")
+            ir.label(done)
+
+        after_b = ir.name("bdone")[1:]
+        loop(ir, b_start, b_stop, b_entry, after_b)
+        ir.label(after_b)
+
+    after_a = ir.name("adone")[1:]
+    loop(ir, a_start, a_stop, a_entry, after_a)
+    ir.label(after_a)
+    return m_start, m_stop
+
+
 def _masked_ir(name, value, mp, mc, ap, ac, bp, bc):
     t, mul, add, zero = VALUE[value]
     ir = IR()
@@ -44,58 +100,20 @@ def _masked_ir(name, value, mp, mc, ap, ac, bp, bc):
     ir("  store i64 0, ptr %kept_slot")
 
     def row(i):
-        i1 = ir.name("i1")
-        ir(f"  {i1} = add i64 {i}, 1")
-        m_start, m_stop = load_index(ir, "%mpos", mp, i), load_index(ir, "%mpos", mp, i1)
-
-        def mark(e):     # mark[j] = e; out[e] = 0
-            j = load_index(ir, "%mcrd", mc, e)
-            pm, po = ir.name("pm"), ir.name("po")
-            ir(f"  {pm} = getelementptr i64, ptr %mark, i64 {j}")
-            ir(f"  store i64 {e}, ptr {pm}")
+        def zero_out(e):     # out[e] = 0
+            po = ir.name("po")
             ir(f"  {po} = getelementptr {t}, ptr %out, i64 {e}")
             ir(f"  store {t} {zero}, ptr {po}")
 
-        after = ir.name("marked")[1:]
-        loop(ir, m_start, m_stop, mark, after)
-        ir.label(after)
-        a_start, a_stop = load_index(ir, "%apos", ap, i), load_index(ir, "%apos", ap, i1)
+        def accumulate(prod, m):     # out[m] += prod
+            po, old, new = ir.name("po"), ir.name("old"), ir.name("new")
+            ir(f"  {po} = getelementptr {t}, ptr %out, i64 {m}")
+            ir(f"  {old} = load {t}, ptr {po}")
+            ir(f"  {new} = {add} {t} {old}, {prod}")
+            ir(f"  store {t} {new}, ptr {po}")
 
-        def a_entry(ka):
-            k = load_index(ir, "%acrd", ac, ka)
-            pa, av, k1 = ir.name("pa"), ir.name("av"), ir.name("k1")
-            ir(f"  {pa} = getelementptr {t}, ptr %aval, i64 {ka}")
-            ir(f"  {av} = load {t}, ptr {pa}")
-            ir(f"  {k1} = add i64 {k}, 1")
-            b_start, b_stop = load_index(ir, "%bpos", bp, k), load_index(ir, "%bpos", bp, k1)
-
-            def b_entry(kb):
-                j = load_index(ir, "%bcrd", bc, kb)
-                pm, m, hit = ir.name("pm"), ir.name("m"), ir.name("hit")
-                ir(f"  {pm} = getelementptr i64, ptr %mark, i64 {j}")
-                ir(f"  {m} = load i64, ptr {pm}")
-                ir(f"  {hit} = icmp sge i64 {m}, {m_start}")
-                yes, done = ir.name("yes")[1:], ir.name("done")[1:]
-                ir(f"  br i1 {hit}, label %{yes}, label %{done}")
-                ir.label(yes)
-                pb, bv, prod, po, old, new = (ir.name(n) for n in ("pb", "bv", "prod", "po", "old", "new"))
-                ir(f"  {pb} = getelementptr {t}, ptr %bval, i64 {kb}")
-                ir(f"  {bv} = load {t}, ptr {pb}")
-                ir(f"  {prod} = {mul} {t} {av}, {bv}")
-                ir(f"  {po} = getelementptr {t}, ptr %out, i64 {m}")
-                ir(f"  {old} = load {t}, ptr {po}")
-                ir(f"  {new} = {add} {t} {old}, {prod}")
-                ir(f"  store {t} {new}, ptr {po}")
-                ir(f"  br label %{done}")
-                ir.label(done)
-
-            after_b = ir.name("bdone")[1:]
-            loop(ir, b_start, b_stop, b_entry, after_b)
-            ir.label(after_b)
-
-        after_a = ir.name("adone")[1:]
-        loop(ir, a_start, a_stop, a_entry, after_a)
-        ir.label(after_a)
+        m_start, m_stop = _marked_row(ir, i, t, mul, (("%mpos", mp), ("%mcrd", mc)), ap, ac, bp, bc, zero_out,
+                                      accumulate)
 
         def scale(e):
             # r = sum * M[i, j], stored (with its column) at the next compacted slot base + kept <= e, which
@@ -155,58 +173,16 @@ def _masked_sum_ir(name, value, ap, ac, bp, bc, cp, cc):
     ir(f"  store {t} {zero}, ptr %acc_slot")
 
     def row(i):
-        i1 = ir.name("i1")
-        ir(f"  {i1} = add i64 {i}, 1")
-        c_start, c_stop = load_index(ir, "%cpos", cp, i), load_index(ir, "%cpos", cp, i1)
+        def add_times_c(ab, m):     # acc += (a * b) * C[i, k]
+            pc, cv, abc, old, new = (ir.name(n) for n in ("pc", "cv", "abc", "old", "new"))
+            ir(f"  {pc} = getelementptr {t}, ptr %cval, i64 {m}")
+            ir(f"  {cv} = load {t}, ptr {pc}")
+            ir(f"  {abc} = {mul} {t} {ab}, {cv}")
+            ir(f"  {old} = load {t}, ptr %acc_slot")
+            ir(f"  {new} = {add} {t} {old}, {abc}")
+            ir(f"  store {t} {new}, ptr %acc_slot")
 
-        def mark(e):
-            k, pm = load_index(ir, "%ccrd", cc, e), ir.name("pm")
-            ir(f"  {pm} = getelementptr i64, ptr %mark, i64 {k}")
-            ir(f"  store i64 {e}, ptr {pm}")
-
-        after = ir.name("marked")[1:]
-        loop(ir, c_start, c_stop, mark, after)
-        ir.label(after)
-        a_start, a_stop = load_index(ir, "%apos", ap, i), load_index(ir, "%apos", ap, i1)
-
-        def a_entry(ka):
-            j = load_index(ir, "%acrd", ac, ka)
-            pa, av, j1 = ir.name("pa"), ir.name("av"), ir.name("j1")
-            ir(f"  {pa} = getelementptr {t}, ptr %aval, i64 {ka}")
-            ir(f"  {av} = load {t}, ptr {pa}")
-            ir(f"  {j1} = add i64 {j}, 1")
-            b_start, b_stop = load_index(ir, "%bpos", bp, j), load_index(ir, "%bpos", bp, j1)
-
-            def b_entry(kb):
-                k = load_index(ir, "%bcrd", bc, kb)
-                pm, m, hit = ir.name("pm"), ir.name("m"), ir.name("hit")
-                ir(f"  {pm} = getelementptr i64, ptr %mark, i64 {k}")
-                ir(f"  {m} = load i64, ptr {pm}")
-                ir(f"  {hit} = icmp sge i64 {m}, {c_start}")
-                yes, done = ir.name("yes")[1:], ir.name("done")[1:]
-                ir(f"  br i1 {hit}, label %{yes}, label %{done}")
-                ir.label(yes)
-                pb, bv, ab, pc, cv, abc, old, new = (ir.name(n) for n in
-                                                     ("pb", "bv", "ab", "pc", "cv", "abc", "old", "new"))
-                ir(f"  {pb} = getelementptr {t}, ptr %bval, i64 {kb}")
-                ir(f"  {bv} = load {t}, ptr {pb}")
-                ir(f"  {ab} = {mul} {t} {av}, {bv}")
-                ir(f"  {pc} = getelementptr {t}, ptr %cval, i64 {m}")
-                ir(f"  {cv} = load {t}, ptr {pc}")
-                ir(f"  {abc} = {mul} {t} {ab}, {cv}")
-                ir(f"  {old} = load {t}, ptr %acc_slot")
-                ir(f"  {new} = {add} {t} {old}, {abc}")
-                ir(f"  store {t} {new}, ptr %acc_slot")
-                ir(f"  br label %{done}")
-                ir.label(done)
-
-            after_b = ir.name("bdone")[1:]
-            loop(ir, b_start, b_stop, b_entry, after_b)
-            ir.label(after_b)
-
-        after_a = ir.name("adone")[1:]
-        loop(ir, a_start, a_stop, a_entry, after_a)
-        ir.label(after_a)
+        _marked_row(ir, i, t, mul, (("%cpos", cp), ("%ccrd", cc)), ap, ac, bp, bc, lambda e: None, add_times_c)
 
     loop(ir, "%lo", "%hi", row, "exit")
     ir.label("exit")

@@ -19,6 +19,7 @@ import numpy as np
 
 from splyce.backend.alloc_guard import free_address
 from splyce.backend.array_objects import address as _address
+from splyce.backend.ir_text import run_taken
 
 
 class AllocationFailed(MemoryError):
@@ -156,17 +157,9 @@ class KernelCall:
             pointers.append(packed[id(arrays)][1])
         if len(chunks) == 1 or pool is None:
             calls = [self._call_one(p, c) for p, c in zip(pointers, chunks)]
-        else:
-            calls = [None] * len(chunks)
-            order = iter(range(len(chunks)))     # shared by the threads: next() on it is atomic under the GIL
-
-            def take_chunks():
-                for i in order:
-                    calls[i] = self._call_one(pointers[i], chunks[i])
-            futures = [pool.submit(take_chunks) for _ in range(min(workers or len(chunks), len(chunks)) - 1)]
-            take_chunks()
-            for f in futures:
-                f.result()
+        else:     # each thread takes the next chunk left
+            calls = run_taken(lambda i, *_: self._call_one(pointers[i], chunks[i]), chunks,
+                              min(workers or len(chunks), len(chunks)), executor=pool)
         failed = [status - 1 for status, _ in calls if status]
         if failed:
             raise AllocationFailed(max(failed))
