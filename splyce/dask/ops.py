@@ -23,7 +23,7 @@ import weakref
 import numpy as np
 
 from splyce.dask.blocks import (
-    _as_array, block_keys, is_dask, pad_rows, row_blocks, single_key, sparse_meta, trim_rows, whole,
+    _as_array, block_keys, is_dask, pad_rows, row_blocks, single_key, trim_rows, whole,
 )
 from splyce.planner import dropin
 from splyce.planner.dropin import (
