@@ -125,7 +125,9 @@ def _skewed(m, n, seed):
 @pytest.mark.parametrize("kernel", ["dense", "sparse"])
 def test_spgemm_kernels_skewed_rows_threads_bit_identical(monkeypatch, kernel):
     """Both accumulators (dense slots, sparse position marks) against scipy on skewed rows with cancellation,
-    and threads=1 / 2 / 3 the same arrays in the same (unsorted) order, several chunks per thread included."""
+    and threads=1 / 2 / 3 the same arrays in the same (unsorted) order, several chunks per thread included, and
+    two threads' first range placed backwards in blocks of 16 multiply-adds (rows longer than a block, blocks
+    moved up over repeated columns)."""
     from splyce.backend import native_spgemm
 
     monkeypatch.setattr(native_spgemm, "DENSE_ROW_ENTRIES", 1 if kernel == "dense" else 10**9)
@@ -134,8 +136,10 @@ def test_spgemm_kernels_skewed_rows_threads_bit_identical(monkeypatch, kernel):
     ref = a @ b
     one = splyce.matmul(a, b, threads=1)
     _same_as_scipy(one.copy(), ref)                # (it sorts its argument's indices in place)
-    for threads, chunk_flops in ((2, native_spgemm.CHUNK_FLOPS), (3, native_spgemm.CHUNK_FLOPS), (2, 64)):
+    chunk, block = native_spgemm.CHUNK_FLOPS, native_spgemm.BLOCK_FLOPS
+    for threads, chunk_flops, block_flops in ((2, chunk, block), (2, chunk, 16), (3, chunk, block), (2, 64, block)):
         monkeypatch.setattr(native_spgemm, "CHUNK_FLOPS", chunk_flops)
+        monkeypatch.setattr(native_spgemm, "BLOCK_FLOPS", block_flops)
         other = splyce.matmul(a, b, threads=threads)
         assert np.array_equal(one.indptr, other.indptr) and np.array_equal(one.indices, other.indices)
         assert np.array_equal(one.data, other.data, equal_nan=True)

@@ -19,11 +19,13 @@ come in order of first appearance (scipy's are not sorted either), and zero sums
 end, as scipy does (NaN kept): the sparse kernel flags a row where a sum or product was zero and only then
 compacts it; the dense one compacts while gathering.
 
-Threads: rows are cut into ranges of about equal flops (a cut on the row nearest its target), one per
-thread, each with its own ``slots``. The first range writes straight into the result's buffers (sized by
-all the flops: an upper bound whose untouched pages cost nothing), the others into their own; then every
-thread copies an equal share of those into place and turns its ranges' row ends into ``indptr``. The flops
-prefix is computed in parallel too. Results are bit-identical for any thread count.
+Threads: rows are cut into ranges of about equal flops (a cut on the row nearest its target), each thread
+with its own ``slots``. With two ranges (``threads=2``) both write straight into one pair of result buffers
+sized by all the flops (an upper bound whose untouched pages cost nothing): the first range backwards, block
+by block, so that it ends exactly where the second one starts writing forwards (``_BACKWARD``); nothing is
+copied afterwards and each page is first touched by the thread that fills it. With more ranges the first
+writes into the result's buffers, the others into their own, copied into place by all threads at once. The
+flops prefix is computed in parallel too. Results are bit-identical for any thread count.
 """
 
 from __future__ import annotations
@@ -37,17 +39,17 @@ import numpy as np
 from splyce.backend.array_objects import address as _address
 from splyce.backend.ir_text import pool, row_chunks
 
-# Rows [lo, hi) of A @ B into cc / cv from position 0; ends[i - lo] = row i's end; returns the entries.
+# Rows [lo, hi) of A @ B into cc / cv from position base on; ends[i - lo] = row i's end; returns the end.
 # {accumulate}: one multiply-add (col, prod at position c2; defines block j_next, which sets c2n and loops);
 # {finish}: the row's end (gather / compaction) from block finish (ends in block finished, which sets row_end).
 _ROWS = """
-define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi,
+define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
                    ptr %ends, ptr %cc, ptr %cv, ptr %slots) {{
 entry:
   br label %row
 row:
   %i = phi i64 [%lo, %entry], [%i1, %row_done]
-  %start = phi i64 [0, %entry], [%row_end, %row_done]
+  %start = phi i64 [%base, %entry], [%row_end, %row_done]
   %more = icmp slt i64 %i, %hi
   br i1 %more, label %row_body, label %done
 row_body:
@@ -105,6 +107,86 @@ row_done:
   br label %row
 done:
   ret i64 %start
+}}
+"""
+
+# Rows [lo, hi) of A @ B ending at position end0 of cc / cv, in blocks of rows (bounds[0] = lo < bounds[1] <
+# ... < bounds[blocks] = hi) taken last block first, each placed just before the blocks already placed;
+# ends[i - lo] = row i's end; returns where row lo starts. Two threads meet at end0 with no gap: one writes
+# backwards to it, the other forwards from it. A block (at most its flops, prefix[b1] - prefix[b0], entries)
+# is computed by @{name} at end - flops on, seen through pointers shifted so that its positions count on from
+# the previous block's (a stream that only grows, as forwards: slots never need clearing), then moved up to
+# end when it has fewer entries than flops: a move of what was just written, still in cache.
+_BACKWARD = """
+define i64 @{name}_backward(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, ptr %bounds,
+                            i64 %blocks, i64 %end0, ptr %ends, ptr %cc, ptr %cv, ptr %slots, ptr %prefix) {{
+entry:
+  br label %block
+block:
+  %b = phi i64 [%blocks, %entry], [%bm, %block_done]
+  %vs = phi i64 [0, %entry], [%vend, %block_done]
+  %end = phi i64 [%end0, %entry], [%end_new, %block_done]
+  %more = icmp sgt i64 %b, 0
+  br i1 %more, label %body, label %done
+body:
+  %bm = sub i64 %b, 1
+  %pb0 = getelementptr i64, ptr %bounds, i64 %bm
+  %r0 = load i64, ptr %pb0
+  %pb1 = getelementptr i64, ptr %bounds, i64 %b
+  %r1 = load i64, ptr %pb1
+  %pf0 = getelementptr i64, ptr %prefix, i64 %r0
+  %f0 = load i64, ptr %pf0
+  %pf1 = getelementptr i64, ptr %prefix, i64 %r1
+  %f1 = load i64, ptr %pf1
+  %flops = sub i64 %f1, %f0
+  %at = sub i64 %end, %flops
+  %shift = sub i64 %at, %vs
+  %ccr = getelementptr i{co}, ptr %cc, i64 %shift
+  %cvr = getelementptr {t}, ptr %cv, i64 %shift
+  %rel = sub i64 %r0, %lo
+  %pend = getelementptr i64, ptr %ends, i64 %rel
+  %vend = call i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %r0, i64 %r1, i64 %vs,
+                           ptr %pend, ptr %ccr, ptr %cvr, ptr %slots)
+  %cnt = sub i64 %vend, %vs
+  %end_new = sub i64 %end, %cnt
+  %delta = sub i64 %end_new, %vs
+  %rows = sub i64 %r1, %r0
+  br label %fix
+fix:
+  %y = phi i64 [0, %body], [%y1, %fix_body]
+  %yin = icmp slt i64 %y, %rows
+  br i1 %yin, label %fix_body, label %fixed
+fix_body:
+  %pe = getelementptr i64, ptr %pend, i64 %y
+  %e = load i64, ptr %pe
+  %e1 = add i64 %e, %delta
+  store i64 %e1, ptr %pe
+  %y1 = add i64 %y, 1
+  br label %fix
+fixed:
+  %gap = icmp slt i64 %cnt, %flops
+  br i1 %gap, label %move, label %block_done
+move:
+  %x = phi i64 [%cnt, %fixed], [%xm, %move_body]
+  %xin = icmp sgt i64 %x, 0
+  br i1 %xin, label %move_body, label %block_done
+move_body:
+  %xm = sub i64 %x, 1
+  %from = add i64 %at, %xm
+  %psc = getelementptr i{co}, ptr %cc, i64 %from
+  %col = load i{co}, ptr %psc
+  %psv = getelementptr {t}, ptr %cv, i64 %from
+  %val = load {t}, ptr %psv
+  %to = add i64 %end_new, %xm
+  %pdc = getelementptr i{co}, ptr %cc, i64 %to
+  store i{co} %col, ptr %pdc
+  %pdv = getelementptr {t}, ptr %cv, i64 %to
+  store {t} %val, ptr %pdv
+  br label %move
+block_done:
+  br label %block
+done:
+  ret i64 %end
 }}
 """
 
@@ -274,13 +356,18 @@ _VALUE = {np.dtype(np.float64): ("double", "fmul", "fadd"), np.dtype(np.float32)
           np.dtype(np.int64): ("i64", "mul", "add"), np.dtype(np.int32): ("i32", "mul", "add")}
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
-_PRODUCT_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _P, _I, _I, _P, _P, _P, _P)
+_PRODUCT_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _P, _I, _I, _I, _P, _P, _P, _P)
+_BACKWARD_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _P, _I, _P, _I, _I, _P, _P, _P, _P, _P)
 _FLOPS_SIG = ctypes.CFUNCTYPE(None, _P, _P, _P, _I, _P)
 _lock = threading.Lock()
 
 # A chunk's output buffers are sized by its flops: at most this many entries per chunk (12-16 bytes each),
 # so an upper bound far above the true entry count never reserves more than ~1 GB of address space.
 CHUNK_FLOPS = 1 << 26
+
+# Rows placed backwards go in blocks of about this many multiply-adds: a block is computed, then moved up
+# over what its repeated columns left free, while still in cache (12-16 bytes an entry: fits L2).
+BLOCK_FLOPS = 1 << 13
 
 # The dense accumulator (see the module docstring) when the result has at most DENSE_COLUMNS columns (its
 # slots stay in cache) and A's rows hold DENSE_ROW_ENTRIES entries on average (many partial sums per output
@@ -305,12 +392,13 @@ def _product(dense: bool, value: np.dtype, pa: int, ca: int, pb: int, cb: int, c
     floating = t in ("double", "float")
     name = f"splyce_spgemm_{'dense' if dense else 'sparse'}_{t}_{pa}_{ca}_{pb}_{cb}_{co}"
     body = (_DENSE_ACCUMULATE, _DENSE_FINISH) if dense else (_SPARSE_ACCUMULATE, _SPARSE_FINISH)
-    text = _ROWS.replace("{accumulate}", body[0]).replace("{finish}", body[1]).format(name=name, t=t, mul=mul, add=add, pa=pa, ca=ca, pb=pb, cb=cb, co=co,
+    text = (_ROWS.replace("{accumulate}", body[0]).replace("{finish}", body[1]) + _BACKWARD).format(name=name, t=t, mul=mul, add=add, pa=pa, ca=ca, pb=pb, cb=cb, co=co,
                            pa_ext=_ext(pa), ca_ext=_ext(ca), pb_ext=_ext(pb), cb_ext=_ext(cb), co_ext=_ext(co),
                            co_narrow="trunc i64" if co == 32 else "bitcast i64",
                            nonzero="fcmp une" if floating else "icmp ne", zero_test="fcmp oeq" if floating else "icmp eq",
                            zero="0.0" if floating else "0")
-    return compile_host_helpers(text, {name: _PRODUCT_SIG})[name]
+    fns = compile_host_helpers(text, {name: _PRODUCT_SIG, f"{name}_backward": _BACKWARD_SIG})
+    return fns[name], fns[f"{name}_backward"]
 
 
 @functools.cache
@@ -374,6 +462,60 @@ class Product:
         self.data, self.indices, self.indptr, self.work = data, indices, indptr, work
 
 
+def _slots(n: int, dense: bool) -> np.ndarray:
+    """A thread's accumulator (see the kernels): nothing shared between threads, never cleared."""
+    slots = np.empty((n, 2) if dense else n, dtype=np.int64)
+    (slots[:, 0] if dense else slots)[...] = -1
+    return slots
+
+
+def _blocks(prefix: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Bounds of blocks of rows [lo, hi) of about BLOCK_FLOPS multiply-adds (a longer row alone)."""
+    targets = np.arange(int(prefix[lo]), int(prefix[hi]), BLOCK_FLOPS, dtype=np.int64)
+    inner = np.searchsorted(prefix[lo: hi + 1], targets, side="right") - 1 + lo
+    return np.unique(np.concatenate((inner.clip(lo, hi), [lo, hi])))
+
+
+def _meeting_halves(kernel, backward, a, b, n, dtype, col_dtype, dense, prefix, ranges, workers) -> Product:
+    """Two row ranges on two threads writing straight into one pair of result buffers (sized by all the
+    flops, allocated once, each page first touched by the thread that fills it): the first range's rows
+    go last row first (``_BACKWARD``) and end at position F (the first range's flops, an upper bound of its
+    entries), the second range's go forwards from F. The result is the contiguous run between them: nothing
+    copied or moved, only ``indptr`` shifted (by both threads)."""
+    av, ac, ap = a
+    bv, bc, bp = b
+    (lo0, hi0), (lo1, hi1) = ranges
+    meet, flops = int(prefix[hi0]), int(prefix[-1])
+    cols = np.empty(flops, dtype=col_dtype)
+    vals = np.empty(flops, dtype=dtype)
+    operands = (_address(ap), _address(ac), _address(av), _address(bp), _address(bc), _address(bv))
+
+    def run(index):
+        lo, hi = ranges[index]
+        ends = np.empty(hi - lo, dtype=np.int64)
+        slots = _slots(n, dense)
+        if index == 1:
+            return ends, kernel(*operands, lo, hi, meet, _address(ends), _address(cols), _address(vals),
+                                _address(slots))
+        bounds = _blocks(prefix, lo, hi)
+        return ends, backward(*operands, lo, _address(bounds), len(bounds) - 1, meet, _address(ends),
+                              _address(cols), _address(vals), _address(slots), _address(prefix))
+
+    (ends0, first), (ends1, stop) = workers.map(run, (0, 1))
+    nnz = stop - first
+    index_dtype = np.int32 if nnz < 2**31 and n <= 2**31 else np.int64
+    indptr = np.empty(len(ap), dtype=index_dtype)
+    indptr[0] = 0
+
+    def shift(index):
+        lo, hi = ranges[index]
+        np.subtract((ends0, ends1)[index], first, out=indptr[lo + 1: hi + 1], casting="unsafe")
+
+    list(workers.map(shift, (0, 1)))
+    cols, vals = cols[first: stop], vals[first: stop]
+    return Product(vals, cols.astype(index_dtype, copy=False), indptr, len(ap) - 1 + flops)
+
+
 def _copy_tasks(counts, offsets, threads: int):
     """The copies of chunks 1.. (``counts[c]`` entries each, going to ``offsets[c]``) as ``threads`` pieces of
     about equal entries: lists of (chunk, source start, destination start, entries)."""
@@ -404,8 +546,11 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1) -> Product:
     col_dtype = np.dtype(np.int32) if n <= 2**31 else np.dtype(np.int64)
     dense = n <= DENSE_COLUMNS and int(ap[-1]) - int(ap[0]) >= DENSE_ROW_ENTRIES * m > 0
     with _lock:
-        kernel = _product(dense, dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc), col_dtype.itemsize * 8)
+        kernel, backward = _product(dense, dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc),
+                                    col_dtype.itemsize * 8)
     ranges = chunks(prefix, threads)
+    if workers is not None and len(ranges) == 2:
+        return _meeting_halves(kernel, backward, a, b, n, dtype, col_dtype, dense, prefix, ranges, workers)
     # The first chunk writes straight into the result's buffers, sized for every chunk's flops when that
     # bound is small enough to reserve (pages never written are never touched); the others write into
     # their own, copied after it by all threads at once.
@@ -417,10 +562,9 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1) -> Product:
         cols = np.empty(size, dtype=col_dtype)
         vals = np.empty(size, dtype=dtype)
         ends = np.empty(hi - lo, dtype=np.int64)
-        slots = np.empty((n, 2) if dense else n, dtype=np.int64)   # per thread: nothing shared, never cleared
-        (slots[:, 0] if dense else slots)[...] = -1
+        slots = _slots(n, dense)
         count = kernel(_address(ap), _address(ac), _address(av), _address(bp), _address(bc),
-                       _address(bv), lo, hi, _address(ends), _address(cols), _address(vals), _address(slots))
+                       _address(bv), lo, hi, 0, _address(ends), _address(cols), _address(vals), _address(slots))
         return cols, vals, ends, int(count)
 
     if workers is not None and len(ranges) > 1:
