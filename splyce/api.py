@@ -37,10 +37,15 @@ def _binary(name: str, doc: str):
     """``name(a, b, *, out_format=None)``: the tracer op on traced operands, else the drop-in."""
     traced_op = getattr(T, name)
     fast = name == "matmul"      # SpMV / SpMM on a scipy CSR: tens of microseconds, so no layer in between
+    merge = name != "matmul"     # the same for two scipy CSR / CSC matrices on one thread (A * A.T, A + A.T)
 
     def op(a, b, *, out_format=None, threads=1):
         if fast and type(b) is np.ndarray and out_format is None:
             out = (_dropin_module or _dropin())._fast_spmv(a, b, threads)
+            if out is not None:
+                return out
+        elif merge and out_format is None and threads == 1 and type(threads) is int:
+            out = (_dropin_module or _dropin())._fast_merge(name, a, b, 1)
             if out is not None:
                 return out
         if isinstance(a, Tracer) or isinstance(b, Tracer):

@@ -346,3 +346,24 @@ def test_fast_merge_takes_only_ndarrays():
     odd.indices = odd.indices.tolist()
     assert dropin._fast_merge("add", a, odd, 1) is None and dropin._fast_merge("add", odd, a, 1) is None
     assert dropin._fast_merge("add", a, a.T, 1) is not None
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32])
+def test_one_pass_with_a_csc_operand_keeps_nan_and_inf_without_partner(dtype):
+    """``A * A.T`` and ``A * B`` (B a CSC with its own arrays) in the one-pass cursor kernel: an entry of either
+    operand without a partner drops out unless it is NaN or Inf (scipy keeps NaN * 0), in A, in a skipped
+    entry of B or after the last entry of A's that reached B's column; sums with differing positions merge."""
+    rng = np.random.default_rng(5)
+    a = sps.random_array((30, 30), density=0.2, format="csr", rng=rng)
+    a.data = (a.data * 8 - 4).astype(dtype)
+    b = sps.random_array((30, 30), density=0.2, format="csc", rng=rng).astype(dtype)
+    _same_as_scipy(splyce.multiply(a, a.T), a.multiply(a.T))
+    _same_as_scipy(splyce.multiply(a, b), a.multiply(b))
+    if dtype != np.int32:
+        for x, k in ((a, 0), (a, a.nnz - 1), (b, 3), (b, b.nnz - 1)):
+            y = x.copy()
+            y.data[k] = np.nan if k else np.inf
+            for p, q in ((a, y), (y, y.T), (y, b)) if x is a else ((a, y),):
+                if isinstance(p, sps.csr_array):
+                    _same_as_scipy(splyce.multiply(p, q), p.multiply(q))
+                    _same_as_scipy(splyce.add(p, q), p + q)

@@ -719,3 +719,294 @@ def same_pattern_csc(op: str, a, b_csc, dtype, threads: int = 1):
     if any(ir_text.run_chunks(run, chunks, threads)):
         return None
     return _drop_zeros(vals, cols, indptr, int(kept.sum()))
+
+
+# The whole product or sum of a CSR A and a CSC B (``A.T`` as scipy hands it over) on one thread, in one native
+# call: A checked canonical, B's positions (or, for a product, all of B) checked unless B's index arrays are
+# A's own (``A.T`` of a square A), then one pass over A's entries in order. The B entry at (i, j) lies in B's
+# column j, whose rows are sorted, so a cursor per column walks it as A's rows go by, with no transpose of B.
+# A sum ("match"): every A entry must find B's entry at its (row, column) under the cursor (B then holds
+# exactly A's positions: as many entries, each matched once), else 1 is returned and the caller merges. A
+# product ("intersect"): the cursor first skips B's entries of rows before i (no partner in A), so any canonical
+# B works; an entry of either operand without a partner only drops out when it is finite (x * 0 == 0; NaN or
+# Inf times a missing entry is NaN, kept by scipy), else 4 is returned and the caller merges as a union.
+# Results op(a, b) that are zero are dropped as they are written (the output cursor advances on nonzero only),
+# so the result comes out in A's order: canonical CSR. On a small matrix the call's fixed costs (a separate
+# check per operand, the result's structure copied by NumPy, one ctypes call each) cost as much as the pass,
+# and more with cold caches (each distinct NumPy or Python step then costs 5-20 us). B's values are read once in order before the pass (an OR of their words): the
+# pass reads them in scattered order, each cold line a wait, while a stream is prefetched. Returns the number
+# of result entries, or -2 (A not canonical), -3 (B's positions / entries not well formed), -1 (a sum: the
+# positions differ), -4 (a product: a NaN or Inf without a partner).
+_CSC_PASS = """
+define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cursor, ptr %cc, ptr %cv,
+                   ptr %cp, i64 %m, i64 %n, i64 %nnz_a, i64 %nnz_b, i64 %check_b) {{
+entry:
+  %sink = alloca i64
+  %vbytes = mul i64 %nnz_b, {vsize}
+  %a_bad = call i64 @{check}_canonical(ptr %ap, ptr %ac, i64 %m, i64 %n, i64 %nnz_a)
+  %a_fail = icmp ne i64 %a_bad, 0
+  br i1 %a_fail, label %ret2, label %b_q
+b_q:
+  %cb = icmp ne i64 %check_b, 0
+  br i1 %cb, label %b_check, label %touch
+b_check:
+{b_check}
+touch:
+  %bv_words = lshr i64 %vbytes, 3
+  br label %touch_head
+touch_head:
+  %w = phi i64 [0, %touch], [%w1, %touch_body]
+  %wacc = phi i64 [0, %touch], [%wacc1, %touch_body]
+  %win = icmp slt i64 %w, %bv_words
+  br i1 %win, label %touch_body, label %touched
+touch_body:
+  %pw = getelementptr i64, ptr %bv, i64 %w
+  %wv = load i64, ptr %pw
+  %wacc1 = or i64 %wacc, %wv
+  %w1 = add i64 %w, 1
+  br label %touch_head
+touched:
+  store volatile i64 %wacc, ptr %sink
+  br label %init_head
+init_head:
+  %j = phi i64 [0, %touched], [%j1, %init_body]
+  %jin = icmp slt i64 %j, %n
+  br i1 %jin, label %init_body, label %rows
+init_body:
+  %pbj = getelementptr i{c}, ptr %bp, i64 %j
+  %bj = load i{c}, ptr %pbj
+  %pcj = getelementptr i{c}, ptr %cursor, i64 %j
+  store i{c} %bj, ptr %pcj
+  %j1 = add i64 %j, 1
+  br label %init_head
+rows:
+  store i{c} 0, ptr %cp
+  br label %row
+row:
+  %r = phi i64 [0, %rows], [%r1, %row_end]
+  %o_r = phi i64 [0, %rows], [%o_e, %row_end]
+  %rin = icmp slt i64 %r, %m
+  br i1 %rin, label %row_body, label %done
+row_body:
+  %r1 = add i64 %r, 1
+  %pr0 = getelementptr i{c}, ptr %ap, i64 %r
+  %k0_raw = load i{c}, ptr %pr0
+  %k0 = {ext} %k0_raw to i64
+  %pr1 = getelementptr i{c}, ptr %ap, i64 %r1
+  %k1_raw = load i{c}, ptr %pr1
+  %k1 = {ext} %k1_raw to i64
+  %r_c = {narrow} %r to i{c}
+  br label %entries
+entries:
+  %k = phi i64 [%k0, %row_body], [%kn, %next]
+  %o = phi i64 [%o_r, %row_body], [%o1, %next]
+  %kin = icmp slt i64 %k, %k1
+  br i1 %kin, label %entry_body, label %row_end
+entry_body:
+  %pac = getelementptr i{c}, ptr %ac, i64 %k
+  %col_raw = load i{c}, ptr %pac
+  %col = {ext} %col_raw to i64
+  %pcur = getelementptr i{c}, ptr %cursor, i64 %col
+  %at0_raw = load i{c}, ptr %pcur
+  %at0 = {ext} %at0_raw to i64
+  %col1 = add i64 %col, 1
+  %pbe = getelementptr i{c}, ptr %bp, i64 %col1
+  %end_raw = load i{c}, ptr %pbe
+  %end = {ext} %end_raw to i64
+  br label %seek
+seek:
+  %at = phi i64 [%at0, %entry_body]{seek_phi}
+  %inside = icmp slt i64 %at, %end
+  br i1 %inside, label %look, label %miss
+look:
+  %pbc = getelementptr i{c}, ptr %bc, i64 %at
+  %brow = load i{c}, ptr %pbc
+  %same = icmp eq i{c} %brow, %r_c
+  br i1 %same, label %hit, label %{not_same}
+{skip}
+hit:
+  %at1 = add i64 %at, 1
+  %at1_c = {narrow} %at1 to i{c}
+  store i{c} %at1_c, ptr %pcur
+  %pav = getelementptr {t}, ptr %av, i64 %k
+  %va = load {t}, ptr %pav
+  %pbv = getelementptr {t}, ptr %bv, i64 %at
+  %vb = load {t}, ptr %pbv
+  %v = {op} {t} %va, %vb
+  %pcc = getelementptr i{c}, ptr %cc, i64 %o
+  store i{c} %col_raw, ptr %pcc
+  %pcv = getelementptr {t}, ptr %cv, i64 %o
+  store {t} %v, ptr %pcv
+  %nz = {nonzero} {t} %v, {zero}
+  %nzi = zext i1 %nz to i64
+  %o_hit = add i64 %o, %nzi
+  br label %next
+{miss}
+next:
+  %o1 = phi i64 [%o_hit, %hit]{next_phi}
+  %kn = add i64 %k, 1
+  br label %entries
+row_end:
+  %o_e = phi i64 [%o, %entries]
+  %pce = getelementptr i{c}, ptr %cp, i64 %r1
+  %o_c = {narrow} %o to i{c}
+  store i{c} %o_c, ptr %pce
+  br label %row
+done:
+{tail}
+ret2:
+  ret i64 -2
+ret3:
+  ret i64 -3
+}}
+"""
+
+# B's positions only (a sum: every entry of B is then matched against A's, so its rows need no scan)
+_CSC_POSITIONS = """  %bfirst = load i{c}, ptr %bp
+  %pbn = getelementptr i{c}, ptr %bp, i64 %n
+  %blast_raw = load i{c}, ptr %pbn
+  %blast = {ext} %blast_raw to i64
+  %b0 = icmp eq i{c} %bfirst, 0
+  %bn = icmp eq i64 %blast, %nnz_b
+  %bends = and i1 %b0, %bn
+  %bdown = call i64 @{check}_pos_scan(ptr %bp, i64 %n)
+  %bmono = icmp eq i64 %bdown, 0
+  %bok = and i1 %bends, %bmono
+  br i1 %bok, label %b_checked, label %ret3
+b_checked:
+  br label %touch"""
+
+# all of B, as a CSC: n columns of rows in [0, m), sorted and unique within each column
+_CSC_CANONICAL = """  %b_bad = call i64 @{check}_canonical(ptr %bp, ptr %bc, i64 %n, i64 %m, i64 %nnz_b)
+  %bok = icmp eq i64 %b_bad, 0
+  br i1 %bok, label %b_checked, label %ret3
+b_checked:
+  br label %touch"""
+
+# A sum: a B entry other than A's, or none, under the cursor: the positions differ
+_MATCH_MISS = """miss:
+  ret i64 -1"""
+
+# A product: skip B's entries of earlier rows (their results drop out, if finite); an A entry without a
+# partner drops out (if finite) and leaves the cursor where the skipping stopped
+_INTERSECT_SKIP = """below:
+  %earlier = icmp slt i{c} %brow, %r_c
+  br i1 %earlier, label %skip, label %miss
+skip:
+{finite_b}  %at_next = add i64 %at, 1
+  br label %seek"""
+_INTERSECT_MISS = """miss:
+  %at_c = {narrow} %at to i{c}
+  store i{c} %at_c, ptr %pcur
+{finite_a}  br label %next"""
+
+# float products: whether x * 0 == 0 (x finite), else 4 (the caller merges as a union)
+_FINITE = """  %p{x}f = getelementptr {t}, ptr %{x}v, i64 %{i}
+  %{x}f = load {t}, ptr %p{x}f
+  %{x}f0 = fmul {t} %{x}f, 0.0
+  %{x}fin = fcmp oeq {t} %{x}f0, 0.0
+  br i1 %{x}fin, label %{x}_finite, label %ret4
+{x}_finite:
+"""
+
+# the B entries no A entry reached (after each column's cursor) must be finite too
+_TAIL_FINITE = """  br label %tail_head
+tail_head:
+  %tj = phi i64 [0, %done], [%tj1, %tail_col_end]
+  %tjin = icmp slt i64 %tj, %n
+  br i1 %tjin, label %tail_col, label %finished
+tail_col:
+  %ptc = getelementptr i{c}, ptr %cursor, i64 %tj
+  %tc_raw = load i{c}, ptr %ptc
+  %tc0 = {ext} %tc_raw to i64
+  %tj1 = add i64 %tj, 1
+  %pte = getelementptr i{c}, ptr %bp, i64 %tj1
+  %te_raw = load i{c}, ptr %pte
+  %te = {ext} %te_raw to i64
+  br label %tail_entries
+tail_entries:
+  %tc = phi i64 [%tc0, %tail_col], [%tc1, %t_finite]
+  %tcin = icmp slt i64 %tc, %te
+  br i1 %tcin, label %tail_entry, label %tail_col_end
+tail_entry:
+  %ptf = getelementptr {t}, ptr %bv, i64 %tc
+  %tf = load {t}, ptr %ptf
+  %tf0 = fmul {t} %tf, 0.0
+  %tfin = fcmp oeq {t} %tf0, 0.0
+  br i1 %tfin, label %t_finite, label %ret4
+t_finite:
+  %tc1 = add i64 %tc, 1
+  br label %tail_entries
+tail_col_end:
+  br label %tail_head
+finished:
+  ret i64 %o_r
+ret4:
+  ret i64 -4"""
+
+
+@functools.cache
+def _csc_pass_kernel(op: str, value: np.dtype, bits: int):
+    from splyce.backend import array_objects, native_validation
+    from splyce.backend.codegen import compile_host_helpers
+
+    t, zero, nonzero, ops = _VALUE[value]
+    intersect = op == "multiply"
+    floats = intersect and value.kind == "f"
+    name = f"splyce_elementwise_csc_{op}_{t}_i{bits}"
+    check = name + "_check"
+    ext, narrow = ("zext i32", "trunc i64") if bits == 32 else ("bitcast i64", "bitcast i64")
+    fields = dict(c=bits, ext=ext, narrow=narrow, t=t, check=check, vsize=value.itemsize)
+    if intersect:
+        finite_b = _FINITE.format(x="b", i="at", t=t) if floats else ""
+        finite_a = _FINITE.format(x="a", i="k", t=t) if floats else ""
+        skip = _INTERSECT_SKIP.format(finite_b=finite_b, **fields)
+        miss = _INTERSECT_MISS.format(finite_a=finite_a, **fields)
+        seek_phi, not_same = ", [%at_next, %skip]" if not floats else ", [%at_next, %b_finite]", "below"
+        next_phi = ", [%o, %miss]" if not floats else ", [%o, %a_finite]"
+        b_check = _CSC_CANONICAL
+        tail = _TAIL_FINITE.format(**fields) if floats else "  ret i64 %o_r"
+    else:
+        skip, miss, seek_phi, not_same, next_phi = "", _MATCH_MISS, "", "miss", ""
+        b_check, tail = _CSC_POSITIONS, "  ret i64 %o_r"
+    text = (native_validation.canonical_check_ir(check, bits)
+            + _CSC_PASS.format(name=name, op=ops[op], zero=zero, nonzero=nonzero, skip=skip, miss=miss,
+                               seek_phi=seek_phi, not_same=not_same, next_phi=next_phi,
+                               b_check=b_check.format(**fields), tail=tail, **fields)
+            + array_objects.object_entry_ir(name + "_objects", name, "a" * 10 + "iiiii"))
+    return compile_host_helpers(text, {name + "_objects": array_objects.signature(15)})[name + "_objects"]
+
+
+def csr_with_csc(op: str, a, b_csc, dtype, m: int, n: int):
+    """``op(A, B)`` on one thread for a CSR ``a = (data, indices, indptr)`` (m x n) and a CSC ``b_csc`` of the
+    same shape (n columns of rows): index arrays of one dtype (int32 / int64), values of ``dtype`` (a dtype
+    object), all C-contiguous, lengths consistent (``len(indptr)`` m + 1 and n + 1, data and indices of each
+    operand alike); ``array_objects.DATA_OFFSET`` confirmed. Returns ``(data, indices, indptr)`` (canonical), or
+    a code: 2 A is not canonical, 3 B's structure is not well formed (the caller's general path words either),
+    1 (a sum) B's positions are not A's, 4 (a product of floats) an entry without a partner is NaN or Inf;
+    after 1 or 4 A is known canonical (the caller merges)."""
+    av, ac, ap = a
+    bv, bc, bp = b_csc
+    size = len(ac)
+    if op != "multiply" and len(bc) != size:
+        return 1
+    key = (op, dtype, ac.dtype)
+    kernel = _csc_kernels.get(key)
+    if kernel is None:
+        with _lock:
+            kernel = _csc_kernels[key] = _csc_pass_kernel(op, dtype, ac.dtype.itemsize * 8)
+    vals = np.empty(size, dtype=dtype)
+    cols = np.empty(size, dtype=ac.dtype)
+    indptr = np.empty(m + 1, dtype=ap.dtype)
+    cursor = np.empty(n, dtype=ap.dtype)
+    nnz = kernel(id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cursor), id(cols), id(vals), id(indptr),
+                 m, n, size, len(bc), 0 if (bc is ac and bp is ap) else 1)
+    if nnz < 0:
+        return -nnz
+    if nnz != size:
+        vals.resize(nnz, refcheck=False)       # shrink in place: no copy of the entries
+        cols.resize(nnz, refcheck=False)
+    return vals, cols, indptr
+
+
+_csc_kernels: dict = {}    # (op, value dtype, index dtype) -> the compiled pass (looked up per call: no lock)

@@ -390,6 +390,17 @@ def _compile_driver(tag: str, bits: int, driver: str, kinds: str, **fields):
     return compile_host_helpers(text, {names["entry"]: array_objects.signature(len(kinds))})[names["entry"]]
 
 
+def canonical_check_ir(prefix: str, bits: int) -> str:
+    """LLVM IR of the whole canonical-CSR check (the three scans and their driver) for a native kernel that
+    checks its operands itself, in the same call: ``i64 @{prefix}_canonical(ptr pos, ptr crd, i64 m, i64 n,
+    i64 nnz)`` (0 when canonical, as ``canonical_csr``) and the position scan ``i64 @{prefix}_pos_scan(ptr pos,
+    i64 nseg)`` (nonzero when some position decreases)."""
+    names = {k: f"{prefix}_{k}" for k in ("pos_scan", "crd_scan", "boundary_scan")}
+    return (_unique_scans_ir(names, bits)
+            + _CANONICAL_DRIVER.format(name=f"{prefix}_canonical", chunk=_CHUNK, ends=position_ends_ir(bits),
+                                       **names))
+
+
 @functools.cache
 def _canonical_entry(bits: int):
     return _compile_driver(f"p{bits}_c{bits}_canonical", bits, _CANONICAL_DRIVER, "aaiii",

@@ -616,55 +616,79 @@ def _merge_rows(op: str, a, b, threads: int):
 
 
 # -- the per-call fast path of two scipy sparse matrices (multiply / add / subtract) ---------------------------
-_merge_types: dict = {}   # type(a) -> (result class, accepted types of b, CSC type of that family)
+# type(a) -> (result class, accepted types of b, CSC type of that family); filled on first use, empty (no fast
+# path) when numpy's array layout is not confirmed (the native code reads buffers by object address)
+_merge_types: dict = {}
+_merge_native = None    # the native helper modules, imported on the first call (not per call: imports cost)
 
 
 def _merge_classes(a):
-    if not _merge_types:
+    global _merge_native
+    if _merge_native is None:
         sps = sys.modules.get("scipy.sparse")
         if sps is None:
             return None
-        _merge_types[sps.csr_array] = (sps.csr_array, (sps.csr_array, sps.csc_array), sps.csc_array)
-        _merge_types[sps.csr_matrix] = (sps.csr_matrix, (sps.csr_matrix, sps.csc_matrix), sps.csc_matrix)
+        from splyce.backend import array_objects, ir_text, native_elementwise, native_transpose, native_validation
+
+        if array_objects.DATA_OFFSET is not None:
+            _merge_types[sps.csr_array] = (sps.csr_array, (sps.csr_array, sps.csc_array), sps.csc_array)
+            _merge_types[sps.csr_matrix] = (sps.csr_matrix, (sps.csr_matrix, sps.csc_matrix), sps.csc_matrix)
+        _merge_native = (ir_text, native_elementwise, native_transpose, native_validation)
     return _merge_types.get(type(a))
+
+
+_nd = np.ndarray
 
 
 def _fast_merge(op: str, a, b, threads: int):
     """``op(a, b)`` for the commonest call, or None (then the general path runs, which also words any error):
     ``a`` an exact scipy CSR, ``b`` a CSR or a CSC (``A.T``) of the same family, one value dtype, one index
-    dtype, every buffer 1-D and contiguous. ``a`` is checked canonical by one native scan (a non-canonical
-    operand goes to the general path, which sums duplicates on a copy as before). A CSC ``b`` holding exactly
-    ``a``'s positions (``A.T`` of a structurally symmetric ``A``) is matched entry by entry, no transpose
-    (``native_elementwise.same_pattern_csc``, which checks that as it goes); any other ``b`` is checked
-    canonical too, a CSC one turned into CSR by a native counting transpose (``native_transpose``, split
-    across threads like the checks and the merge), and the rows are merged natively. The result is built without scipy's constructor (``scipy_out``)."""
-    from splyce.backend import array_objects, native_elementwise, native_transpose, native_validation
-
-    classes = _merge_classes(a)
-    if classes is None or type(b) not in classes[1] or array_objects.DATA_OFFSET is None:
+    dtype, every buffer 1-D and contiguous. On one thread (or a small matrix) with a CSC ``b`` the whole call is
+    one native pass (``native_elementwise.csr_with_csc``: both operands checked, a cursor per column of ``b``,
+    no transpose); a sum whose ``b`` does not hold exactly ``a``'s positions then merges as below. Otherwise
+    ``a`` is checked canonical by one native scan (a non-canonical operand goes to the general path, which sums
+    duplicates on a copy as before); a CSC ``b`` holding exactly ``a``'s positions (``A.T`` of a structurally
+    symmetric ``A``) is matched entry by entry (``native_elementwise.same_pattern_csc``, which checks that as it
+    goes); any other ``b`` is checked canonical too, a CSC one turned into CSR by a native counting transpose
+    (``native_transpose``, split across threads like the checks and the merge), and the rows are merged
+    natively. The result is built without scipy's constructor (``scipy_out``). On the corpus' small matrices
+    the bench's ``gc.collect()`` before each call leaves the caches cold, so every Python or NumPy step here
+    costs 5-20 us: the steps are few."""
+    classes = _merge_types.get(type(a)) or _merge_classes(a)
+    if classes is None or type(b) not in classes[1]:
         return None
     cls, _, csc = classes
     av, ac, ap = a.data, a.indices, a.indptr
     bv, bc, bp = b.data, b.indices, b.indptr
-    if not all(isinstance(arr, np.ndarray) for arr in (av, ac, ap, bv, bc, bp)):   # native code reads them by id
+    if not (isinstance(av, _nd) and isinstance(ac, _nd) and isinstance(ap, _nd) and isinstance(bv, _nd)
+            and isinstance(bc, _nd) and isinstance(bp, _nd)):   # native code reads them by id
         return None
     dtype, idx = av.dtype, ac.dtype
-    if (bv.dtype != dtype or ap.dtype != idx or bc.dtype != idx or bp.dtype != idx or idx not in _INT_MAX
-            or not native_elementwise.supported(dtype) or not dtype.isnative or not idx.isnative):
+    if ((dtype, idx) not in _MERGE_DTYPES or bv.dtype != dtype or ap.dtype != idx or bc.dtype != idx
+            or bp.dtype != idx):
         return None
     shape = a.shape
     if b.shape != shape:
         return None
     m, n = shape
-    rows_b, cols_b = (n, m) if type(b) is csc else (m, n)
+    is_csc = type(b) is csc
+    rows_b, cols_b = (n, m) if is_csc else (m, n)
     step, vstep = (idx.itemsize,), (dtype.itemsize,)
     if (len(ap) != m + 1 or len(bp) != rows_b + 1 or len(ac) != len(av) or len(bc) != len(bv)
             or ap.strides != step or ac.strides != step or bp.strides != step or bc.strides != step
-            or av.strides != vstep or bv.strides != vstep):
+            or av.strides != vstep or bv.strides != vstep or max(m, n) - 1 > _INT_MAX[idx]):
         return None
-    if max(m, n) - 1 > _INT_MAX[idx] or not native_validation.canonical_csr_threaded(ap, ac, n, threads):
+    ir_text, native_elementwise, native_transpose, native_validation = _merge_native
+    if is_csc and (threads <= 1 or len(ac) < 2 * ir_text.MIN_CHUNK):
+        out = native_elementwise.csr_with_csc(op, (av, ac, ap), (bv, bc, bp), dtype, m, n)
+        if type(out) is tuple:
+            return scipy_out.csr(cls, *out, shape, True)
+        if out == 2 or out == 3:
+            return None
+        # else A is canonical and B's positions differ (a sum) or a NaN / Inf lacks a partner (a product)
+    elif not native_validation.canonical_csr_threaded(ap, ac, n, threads):
         return None
-    if type(b) is csc:
+    elif is_csc:
         # A.T of a structurally symmetric A: matched entry by entry, no transpose (checked as it goes)
         same = native_validation.positions_ok(bp, len(bc)) and \
             native_elementwise.same_pattern_csc(op, (av, ac, ap), (bv, bc, bp), dtype, threads)
@@ -672,10 +696,15 @@ def _fast_merge(op: str, a, b, threads: int):
             return scipy_out.csr(cls, *same, shape, True)
     if not native_validation.canonical_csr_threaded(bp, bc, cols_b, threads):
         return None
-    if type(b) is csc:
+    if is_csc:
         bv, bc, bp = native_transpose.transpose(bv, bc, bp, rows_b, cols_b, threads)
     vals, cols, indptr = native_elementwise.elementwise(op, (av, ac, ap), (bv, bc, bp), dtype, threads)
     return scipy_out.csr(cls, vals, cols, indptr, shape, True)
+
+
+# (value dtype, index dtype) pairs of the fast path: native byte order (a swapped dtype compares unequal)
+_MERGE_DTYPES = {(np.dtype(v), np.dtype(i)) for v in (np.float64, np.float32, np.int64, np.int32)
+                 for i in (np.int32, np.int64)}
 
 
 def _canonical_csr(parts, shape):
