@@ -6,6 +6,8 @@ row's chain of additions and by the mispredicted exit of every short row loop; t
 ``GROUPED_MAX_BYTES``) rows of varying lengths go in groups of ``GROUPED_ROWS``: the group's rows advance
 together for as many entries as its shortest row holds (independent addition chains, one loop exit per
 group), then each row finishes alone. Beyond cache the gather from memory bounds it and rows go one at a time.
+Rows of a few entries (``FLAT_MAX_ROW``) go through one flat loop over all the entries instead, with no branch
+on a row's end (``_FLAT``).
 
 Index checks: SpMV checks positions and coordinates as it reads them: before a row's entries, ``start <= stop
 <= nnz``; before each ``x[col]``, ``col < n`` (unsigned compares, so negative indices fail too), each a branch
@@ -262,6 +264,161 @@ def _checked_column(ir: _IR, c: int, e: str) -> str:
     return col
 
 
+# -- the flat kernel for very short rows ----------------------------------------------------------------------
+# One loop over all the entries of rows [lo, hi), no branch on a row's end: a row of 2-3 entries otherwise ends
+# in a mispredicted loop exit, which also discards the gathers from x already started for the next rows. Each
+# entry adds its product to the running sum and stores the sum to y[r] (the row's last store wins); at a row's
+# end the sum restarts from +0.0 (a mask and, all bits clear: bit for bit scipy's order) and r, the row's end
+# and the next row's end (loaded one row ahead, off the critical path) move on, by selects. What stays a
+# branch is predicted: a column outside [0, n) (to the error return), and leaving the loop when the next row
+# is empty or its end is out of range (then ``resync`` checks that row, writes 0 for an empty one, and
+# re-enters). The last two rows of the range go one at a time (the look-ahead reads pos[r + 3] <= pos[hi]).
+# The sums of all rows form one chain of additions, so this pays only for rows of a few entries: measured
+# (docs/corpus.md) 1.3x the per-row kernel on road graphs (2.5 entries per row), 0.5-0.75x on 6-25.
+FLAT_MAX_ROW = 4       # average entries per row (nnz <= FLAT_MAX_ROW * m) up to which the drop-in goes flat
+
+_FLAT = """
+define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %lo, i64 %hi, ptr %y, i64 %nnz) noinline {{
+entry:
+  %hf = sub i64 %hi, 2
+  br label %resync
+resync:
+  %r0 = phi i64 [%lo, %entry], [%r0n, %empty], [%rx, %leave], [%r0n, %single_done]
+  %rmore = icmp slt i64 %r0, %hi
+  br i1 %rmore, label %segment, label %done
+segment:
+  %ps0 = getelementptr i{p}, ptr %pos, i64 %r0
+  %s0_raw = load i{p}, ptr %ps0
+  %s0 = {p_ext} %s0_raw to i64
+  %r0n = add i64 %r0, 1
+  %pt0 = getelementptr i{p}, ptr %pos, i64 %r0n
+  %t0_raw = load i{p}, ptr %pt0
+  %t0 = {p_ext} %t0_raw to i64
+  %down = icmp ugt i64 %s0, %t0
+  %over = icmp ugt i64 %t0, %nnz
+  %badseg = or i1 %down, %over
+  br i1 %badseg, label %bad, label %segment_ok
+segment_ok:
+  %is_empty = icmp eq i64 %s0, %t0
+  br i1 %is_empty, label %empty, label %nonempty
+empty:
+  %pye = getelementptr {t}, ptr %y, i64 %r0
+  store {t} {zero}, ptr %pye
+  br label %resync
+nonempty:
+  %in_flat = icmp slt i64 %r0, %hf
+  br i1 %in_flat, label %prime, label %single
+single:
+  %sk = phi i64 [%s0, %nonempty], [%sk1, %single_ok]
+  %sacc = phi {t} [{zero}, %nonempty], [%ss, %single_ok]
+  %spc = getelementptr i{c}, ptr %crd, i64 %sk
+  %scol_raw = load i{c}, ptr %spc
+  %scol = {c_ext} %scol_raw to i64
+  %sinside = icmp ult i64 %scol, %n
+  br i1 %sinside, label %single_ok, label %bad
+single_ok:
+  %spv = getelementptr {t}, ptr %vals, i64 %sk
+  %sv = load {t}, ptr %spv
+  %spx = getelementptr {t}, ptr %x, i64 %scol
+  %sxv = load {t}, ptr %spx
+  %sprod = {mul} {t} %sv, %sxv
+  %ss = {add} {t} %sacc, %sprod
+  %sk1 = add i64 %sk, 1
+  %smore = icmp ult i64 %sk1, %t0
+  br i1 %smore, label %single, label %single_done
+single_done:
+  %spy = getelementptr {t}, ptr %y, i64 %r0
+  store {t} %ss, ptr %spy
+  br label %resync
+prime:
+  %pn = add i64 %r0, 2
+  %ppn = getelementptr i{p}, ptr %pos, i64 %pn
+  %pn_raw = load i{p}, ptr %ppn
+  %next0 = {p_ext} %pn_raw to i64
+  br label %flat
+flat:
+  %k = phi i64 [%s0, %prime], [%k1, %flat_ok]
+  %r = phi i64 [%r0, %prime], [%r1, %flat_ok]
+  %end = phi i64 [%t0, %prime], [%end1, %flat_ok]
+  %next = phi i64 [%next0, %prime], [%next1, %flat_ok]
+  %acc = phi {t} [{zero}, %prime], [%acc1, %flat_ok]
+  %pc = getelementptr i{c}, ptr %crd, i64 %k
+  %col_raw = load i{c}, ptr %pc
+  %col = {c_ext} %col_raw to i64
+  %inside = icmp ult i64 %col, %n
+  br i1 %inside, label %col_ok, label %bad
+col_ok:
+  %pv = getelementptr {t}, ptr %vals, i64 %k
+  %v = load {t}, ptr %pv
+  %px = getelementptr {t}, ptr %x, i64 %col
+  %xv = load {t}, ptr %px
+  %prod = {mul} {t} %v, %xv
+  %s = {add} {t} %acc, %prod
+  %py = getelementptr {t}, ptr %y, i64 %r
+  store {t} %s, ptr %py
+  %k1 = add i64 %k, 1
+  %last = icmp eq i64 %k1, %end
+  %lastw = zext i1 %last to i64
+  %r1 = add i64 %r, %lastw
+{restart}
+  %end1 = select i1 %last, i64 %next, i64 %end
+  %pa = add i64 %r, 3
+  %ppa = getelementptr i{p}, ptr %pos, i64 %pa
+  %ahead_raw = load i{p}, ptr %ppa
+  %ahead = {p_ext} %ahead_raw to i64
+  %next1 = select i1 %last, i64 %ahead, i64 %next
+  ; leave after a row whose successor is empty or ends beyond nnz, and at the flat rows' end. Inside a row
+  ; end1 = end, k1 < end <= nnz; after it end1 = next: one unsigned compare tells both apart
+  %gap = sub i64 %end1, %k1
+  %gap1 = sub i64 %gap, 1
+  %room = sub i64 %nnz, %k1
+  %broken = icmp uge i64 %gap1, %room
+  %range_end = icmp eq i64 %r1, %hf
+  %leaving = or i1 %broken, %range_end
+  br i1 %leaving, label %leave, label %flat_ok
+flat_ok:
+  br label %flat
+leave:
+  %rx = add i64 %r, 1
+  br label %resync
+done:
+  ret i64 0
+bad:
+  ret i64 1
+}}
+"""
+
+# the sum restarts from +0.0 after a row's end: for floating point an and with an all-clear mask, made opaque
+# (an empty asm) so LLVM keeps it an and instead of a select, which x86 compiles to a branch
+_RESTART_FLOAT = """  %keep_int = sub i{bits} {last_w}, 1
+  %keep_f = bitcast i{bits} %keep_int to {t}
+  %keep_o = call {t} asm "", "=x,0"({t} %keep_f)
+  %keep = bitcast {t} %keep_o to i{bits}
+  %s_bits = bitcast {t} %s to i{bits}
+  %acc_bits = and i{bits} %s_bits, %keep
+  %acc1 = bitcast i{bits} %acc_bits to {t}"""
+_RESTART_INT = "  %acc1 = select i1 %last, {t} 0, {t} %s"
+
+
+def _spmv_flat_ir(name: str, value: np.dtype, p: int, c: int) -> str:
+    """Rows [lo, hi) of y = A @ x by one loop over their entries (``_FLAT``), checking as ``_spmv_ir`` does:
+    each segment ``start <= stop <= nnz`` before its entries are read, each column ``< n`` (unsigned) before
+    ``x`` is read there; 1 (``y`` incomplete) at the first defect."""
+    from splyce.backend.codegen import host_target
+
+    t, mul, add, zero = _VALUE[value]
+    if t in ("double", "float") and host_target().triple.startswith("x86_64"):
+        bits = 64 if t == "double" else 32
+        last_w = "%lastw" if bits == 64 else "%lastw32"
+        restart = ("  %lastw32 = trunc i64 %lastw to i32\n" if bits == 32 else "") + _RESTART_FLOAT.format(
+            bits=bits, t=t, last_w=last_w)
+    else:
+        restart = _RESTART_INT.format(t=t) if t not in ("double", "float") else \
+            f"  %acc1 = select i1 %last, {t} {zero}, {t} %s"
+    return _FLAT.format(name=name, t=t, mul=mul, add=add, zero=zero, p=p, c=c, p_ext=_ext(p), c_ext=_ext(c),
+                        restart=restart)
+
+
 # -- compiled variants and the drivers ----------------------------------------------------------------------
 SPMM_FIXED = 32    # column counts up to this get a kernel with the row's sums in registers
 
@@ -402,25 +559,31 @@ fail:
 
 
 @functools.cache
-def _spmv_objects(value: np.dtype, p: int, c: int, grouped: bool):
+def _spmv_objects(value: np.dtype, p: int, c: int, variant: str):
     """``i64 f(id(indptr), id(indices), id(data), id(x), id(y), n, m, nnz)``: the checking SpMV on array
     objects (``array_objects``), nonzero when the index arrays are malformed (then ``y`` is incomplete).
-    ``grouped``: rows of varying lengths go in groups of ``GROUPED_ROWS`` (for matrices that stay in cache)."""
+    ``variant``: "rows" (one row at a time), "grouped" (rows of varying lengths in groups of ``GROUPED_ROWS``,
+    for matrices that stay in cache) or "flat" (one loop over all entries, for rows of a few entries)."""
     from splyce.backend import array_objects
     from splyce.backend.codegen import compile_host_helpers
 
-    text, entry = spmv_objects_ir(value, p, c, grouped)
+    text, entry = spmv_objects_ir(value, p, c, variant)
     return compile_host_helpers(text, {entry: array_objects.signature(8)})[entry]
 
 
-def spmv_objects_ir(value: np.dtype, p: int, c: int, grouped: bool) -> tuple[str, str]:
+def spmv_objects_ir(value: np.dtype, p: int, c: int, variant: str) -> tuple[str, str]:
     """The IR of ``_spmv_objects`` and its entry's name."""
     from splyce.backend import array_objects
     from splyce.backend.native_validation import position_check_ir, position_ends_ir, range_check_ir
 
-    name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + (f"_g{GROUPED_ROWS}" if grouped else "")
+    if variant not in ("rows", "grouped", "flat"):
+        raise ValueError(f"unknown SpMV variant {variant!r}")
+    suffix = {"rows": "", "grouped": f"_g{GROUPED_ROWS}", "flat": "_flat"}[variant]
+    name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + suffix
     checked, whole, entry = name + "_checked", name + "_whole", name + "_objects"
-    if grouped:
+    if variant == "flat":
+        text = _spmv_flat_ir(checked, value, p, c)
+    elif variant == "grouped":
         text = (_spmv_ir(checked + "_rows", value, p, c, ROWS) + _spmv_ir(checked + "_grouped", value, p, c, GROUPED_ROWS)
                 + range_check_ir(checked + "_check", c) + position_check_ir(checked + "_pos", p)
                 + _UNIFORM.format(name=checked + "_uniform", p=p)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from splyce.backend.native_spmv import GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES, SPMM_FIXED as _SPMM_FIXED
+from splyce.backend.native_spmv import FLAT_MAX_ROW as _FLAT_MAX_ROW, GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES
+from splyce.backend.native_spmv import SPMM_FIXED as _SPMM_FIXED
 from splyce.planner import scipy_out
 from splyce.tensors.formats import CSR, SPARSE_VECTOR, Format
 from splyce.tensors.validation import SUPPORTED_DTYPES, check_buffers, check_dtype
@@ -381,8 +382,14 @@ def _fast_spmv(a, x, threads=1):
     if (x.dtype is not dtype and x.dtype != dtype) or (indptr.dtype is not idx and indptr.dtype != idx):
         return None
     if x.ndim == 1:
-        in_cache = len(data) * (dtype.itemsize + idx.itemsize) <= _GROUPED_MAX_BYTES
-        variant = "grouped" if in_cache else "rows"   # grouped rows for a matrix that stays in cache
+        # rows of a few entries: one flat loop over the entries; else grouped rows for a matrix that stays in
+        # cache, one row at a time beyond it (a malformed indptr's length is refused below, whatever the choice)
+        if len(data) <= _FLAT_MAX_ROW * (len(indptr) - 1):
+            variant = "flat"
+        elif len(data) * (dtype.itemsize + idx.itemsize) <= _GROUPED_MAX_BYTES:
+            variant = "grouped"
+        else:
+            variant = "rows"
         x_strides = (dtype.itemsize,)
     else:
         variant = x.shape[1]                    # SpMM: one kernel per column count, up to SPMM_FIXED
@@ -449,7 +456,7 @@ def _coo_array_type():
 
 
 def _spmv_entry(dtype: np.dtype, idx: np.dtype, variant):
-    """The compiled fast-path SpMV (``variant`` "grouped" or "rows") or SpMM (``variant`` the column count)
+    """The compiled fast-path SpMV (``variant`` "flat", "grouped" or "rows") or SpMM (``variant`` the column count)
     for these dtypes, or None when it does not apply (non-native byte order, an unsupported dtype, or numpy's
     array layout not confirmed by ``array_objects``)."""
     from splyce.backend import array_objects, native_spmv
@@ -460,7 +467,7 @@ def _spmv_entry(dtype: np.dtype, idx: np.dtype, variant):
     bits = idx.itemsize * 8
     with native_spmv._lock:
         if type(variant) is str:
-            return native_spmv._spmv_objects(dtype, bits, bits, variant == "grouped")
+            return native_spmv._spmv_objects(dtype, bits, bits, variant)
         return native_spmv._spmm_objects(dtype, bits, bits, variant)
 
 
