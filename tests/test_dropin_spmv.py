@@ -334,7 +334,7 @@ def test_flat_spmv_loop_has_no_branch_on_a_row_end():
     module, tm = optimize(text, host_target(), CodegenOptions(opt_level=3))
     if host_target().triple.startswith("x86_64"):
         asm = emit_assembly(module, tm)
-        body = asm.split("splyce_spmv_double_p32_c32_r1_flat_checked:", 1)[1].split(".Lfunc_end", 1)[0]
+        body = asm.split("splyce_spmv_double_p32_c32_r1_flat_checked_flat:", 1)[1].split(".Lfunc_end", 1)[0]
         blocks = re.split(r"^(\.LBB\d+_\d+):\n", body, flags=re.MULTILINE)[1:]
         flat = [(label, code) for label, code in zip(blocks[::2], blocks[1::2]) if "vaddsd" in code and "vandpd" in code]
         assert len(flat) == 1, blocks
