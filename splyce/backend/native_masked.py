@@ -20,7 +20,7 @@ import threading
 import numpy as np
 
 from splyce.backend.array_objects import address as _address
-from splyce.backend.ir_text import IR, VALUE, load_index, loop, pool, row_chunks, run_taken
+from splyce.backend.ir_text import IR, VALUE, load_index, loop, pool, row_chunks, run_chunks, run_taken
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (mpos, mcrd, mval, apos, acrd, aval, bpos, bcrd, bval, lo, hi, mark, out, cols, ends) -> entries kept
@@ -389,13 +389,14 @@ def masked_spgemm(m, a, b, n_cols: int, dtype, threads: int = 1):
 
     chunks = masked_chunks(mp, ap, ac, bp, threads * CHUNKS_PER_THREAD if threads > 1 else 1)
     kept = run_taken(run, chunks, threads, lambda: np.full(n_cols, -1, dtype=np.int64))
-    return _gather(vals, cols, ends, mp, chunks, kept)
+    return _gather(vals, cols, ends, mp, chunks, kept, threads)
 
 
-def _gather(vals, cols, ends, mp, chunks, kept):
+def _gather(vals, cols, ends, mp, chunks, kept, threads: int = 1):
     """CSR parts from the compacted chunks: each chunk's ``kept`` entries from ``mp[lo]``, ``ends`` counted
-    from the chunk's start. The chunks are moved down in the buffers to close the gaps between them and the
-    buffers shrunk in place (no concatenation)."""
+    from the chunk's start. The chunks are moved down in the buffers to close the gaps between them (kept
+    entries only) and the buffers shrunk in place (no concatenation); ``indptr`` (a pass over the rows) is
+    written by ``threads`` threads, each for its share of the rows."""
     indptr = np.empty(len(mp), dtype=mp.dtype)
     indptr[0] = 0
     if len(chunks) == 1:
@@ -403,14 +404,23 @@ def _gather(vals, cols, ends, mp, chunks, kept):
         cols.resize(kept[0], refcheck=False)
         indptr[1:] = ends
         return vals, cols, indptr
-    offset = 0
+    offsets, offset = [], 0
     for (lo, hi), k in zip(chunks, kept):
         start = int(mp[lo])
         if offset != start:      # close the gap left by the chunks before (a move down: numpy handles overlap)
             vals[offset:offset + k] = vals[start:start + k]
             cols[offset:offset + k] = cols[start:start + k]
-        indptr[lo + 1:hi + 1] = ends[lo:hi] + offset
+        offsets.append(offset)
         offset += k
+
+    def row_ends(t, r0, r1):
+        for (lo, hi), at in zip(chunks, offsets):
+            a, b = max(lo, r0), min(hi, r1)
+            if b > a:
+                np.add(ends[a:b], at, out=indptr[a + 1:b + 1], casting="unsafe")
+
+    m = len(mp) - 1
+    run_chunks(row_ends, [(m * t // threads, m * (t + 1) // threads) for t in range(threads)], threads)
     vals.resize(offset, refcheck=False)
     cols.resize(offset, refcheck=False)
     return vals, cols, indptr
