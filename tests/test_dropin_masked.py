@@ -39,12 +39,18 @@ def test_sddmm_matches_scipy(shape, dtype):
     rng = np.random.default_rng(m + n)
     mask = sps.random_array((m, n), density=0.3, format="csr", rng=rng, dtype=dtype)
     x, y = rng.random((m, d)).astype(dtype), rng.random((n, d)).astype(dtype)
+    x[m // 2:m // 2 + 1] = 0                                # a row of zero results, dropped (as scipy does)
     ours = splyce.einsum("ij,ik,jk->ij", mask, x, y)
     ref = _canonical(mask.multiply(x @ y.T))
     assert ours.dtype == ref.dtype and np.array_equal(ours.indices, ref.indices)
     np.testing.assert_allclose(ours.data, ref.data, rtol=1e-5 if dtype == np.float32 else 1e-12)
     two = splyce.einsum("ij,ik,jk->ij", mask, x, y, threads=2)
     assert np.array_equal(two.data, ours.data)           # bit-identical across threads
+    assert np.array_equal(two.indices, ours.indices) and np.array_equal(two.indptr, ref.indptr)
+    y[:] = 1                                             # no zero result: the index arrays copied by the threads
+    full = splyce.einsum("ij,ik,jk->ij", mask, x + 1, y, threads=2)
+    assert np.array_equal(full.indptr, mask.indptr) and np.array_equal(full.indices, mask.indices)
+    assert full.indices is not mask.indices and not np.shares_memory(full.indptr, mask.indptr)
 
 
 def test_masked_spgemm_chunks_balance_products_on_power_law_rows():

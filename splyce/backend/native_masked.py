@@ -20,14 +20,14 @@ import threading
 import numpy as np
 
 from splyce.backend.array_objects import address as _address
-from splyce.backend.ir_text import IR, VALUE, load_index, loop, pool, row_chunks, run_chunks, run_taken
+from splyce.backend.ir_text import IR, VALUE, load_index, loop, row_chunks, run_chunks, run_taken
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (mpos, mcrd, mval, apos, acrd, aval, bpos, bcrd, bval, lo, hi, mark, out, cols, ends) -> entries kept
 _MASKED_SIG = ctypes.CFUNCTYPE(_I, *([_P] * 9), _I, _I, _P, _P, _P, _P)
 # (apos, acrd, aval, bpos, bcrd, bval, cpos, ccrd, cval, lo, hi, mark, out)
 _MASKED_SUM_SIG = ctypes.CFUNCTYPE(_I, *([_P] * 9), _I, _I, _P, _P)
-# (mpos, mcrd, mval, x, y, d, lo, hi, out)
+# (mpos, mcrd, mval, x, y, d, lo, hi, out) -> results not zero
 _SDDMM_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _I, _I, _I, _P)
 GROUP = 4      # SDDMM: mask entries of one row computed together
 _lock = threading.Lock()
@@ -203,6 +203,8 @@ def _sddmm_ir(name, value, mp, mc, group):
     for acc in accs:
         ir(f"  {acc} = alloca {t}")
     ir("  %e_slot = alloca i64")
+    ir("  %kept = alloca i64")
+    ir("  store i64 0, ptr %kept")
 
     def finish(e, acc):
         s, pm, mv, r, po = (ir.name(n) for n in ("s", "pmv", "mv", "r", "po"))
@@ -212,6 +214,12 @@ def _sddmm_ir(name, value, mp, mc, group):
         ir(f"  {r} = {mul} {t} {s}, {mv}")
         ir(f"  {po} = getelementptr {t}, ptr %out, i64 {e}")
         ir(f"  store {t} {r}, ptr {po}")
+        nz, inc, k0, k1 = (ir.name(n) for n in ("nz", "inc", "k", "k"))
+        ir(f"  {nz} = {'fcmp une' if t in ('double', 'float') else 'icmp ne'} {t} {r}, {zero}")
+        ir(f"  {inc} = zext i1 {nz} to i64")
+        ir(f"  {k0} = load i64, ptr %kept")
+        ir(f"  {k1} = add i64 {k0}, {inc}")
+        ir(f"  store i64 {k1}, ptr %kept")
 
     def dots(i, es):
         """acc[g] = sum over k of x[i, k] * y[crd[es[g]], k], the len(es) chains in one k loop."""
@@ -276,7 +284,8 @@ def _sddmm_ir(name, value, mp, mc, group):
 
     loop(ir, "%lo", "%hi", row, "exit")
     ir.label("exit")
-    ir("  ret i64 0")
+    ir("  %kept_all = load i64, ptr %kept")
+    ir("  ret i64 %kept_all")
     ir("}")
     return "\n".join(ir.lines) + "\n"
 
@@ -322,13 +331,6 @@ def _drop_zeros(vals, indices, indptr):
     before = np.zeros(len(vals) + 1, dtype=np.int64)
     np.cumsum(keep, out=before[1:])
     return vals[keep], indices[keep], before[indptr].astype(indptr.dtype)
-
-
-def _run(fn, args, chunks, threads):
-    """The kernel on each row chunk (one per thread); what each call returned."""
-    if len(chunks) == 1:
-        return [fn(*args(*chunks[0]))]
-    return list(pool(threads).map(lambda ch: fn(*args(*ch)), chunks))
 
 
 SAMPLE_ROWS = 2048      # rows whose products are counted to balance masked SpGEMM's chunks
@@ -456,17 +458,26 @@ def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1):
 
 def sddmm(m, x: np.ndarray, y: np.ndarray, dtype, threads: int = 1):
     """``M * (X @ Y.T)`` as CSR parts; ``m``: validated CSR parts of an (rows(X) x rows(Y)) matrix; ``x``,
-    ``y``: C-contiguous 2-D arrays of ``dtype`` with equal column counts."""
+    ``y``: C-contiguous 2-D arrays of ``dtype`` with equal column counts. Each thread also copies its rows'
+    part of the mask's index arrays, which are the result's when no result is zero (the kernel counts them):
+    nothing runs after the threads then."""
     mv, mc, mp = m
     dtype = np.dtype(dtype)
     out = np.empty(len(mv), dtype=dtype)
+    indices, indptr = np.empty_like(mc), np.empty_like(mp)
     with _lock:
         fn = _sddmm(dtype, _bits(mp), _bits(mc), GROUP)
     d = x.shape[1]
 
-    def args(lo, hi):
-        return (_address(mp), _address(mc), _address(mv), _address(x), _address(y), d, lo, hi,
-                _address(out))
+    def run(t, lo, hi):
+        kept = fn(_address(mp), _address(mc), _address(mv), _address(x), _address(y), d, lo, hi, _address(out))
+        a, b = int(mp[lo]), int(mp[hi])
+        indices[a:b] = mc[a:b]
+        indptr[lo + 1:hi + 1] = mp[lo + 1:hi + 1]
+        return kept
 
-    _run(fn, args, row_chunks(mp, threads), threads)
+    kept = run_chunks(run, row_chunks(mp, threads), threads)
+    if sum(kept) == len(mv):
+        indptr[:1] = 0
+        return out, indices, indptr
     return _drop_zeros(out, mc, mp)
