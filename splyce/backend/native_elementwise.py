@@ -730,8 +730,9 @@ def same_pattern_csc(op: str, a, b_csc, dtype, threads: int = 1):
 # product ("intersect"): the cursor first skips B's entries of rows before i (no partner in A), so any canonical
 # B works; an entry of either operand without a partner only drops out when it is finite (x * 0 == 0; NaN or
 # Inf times a missing entry is NaN, kept by scipy), else 4 is returned and the caller merges as a union.
-# Results op(a, b) that are zero are dropped as they are written (the output cursor advances on nonzero only),
-# so the result comes out in A's order: canonical CSR. On a small matrix the call's fixed costs (a separate
+# Results come out in A's order (canonical CSR); zero results op(a, b) are counted and, if any, dropped by a
+# second pass (the output cursor advancing on nonzero results in the main loop made every store's address wait
+# for the last value's scattered load: ba-100k's pass took 1.7x as long). On a small matrix the call's fixed costs (a separate
 # check per operand, the result's structure copied by NumPy, one ctypes call each) cost as much as the pass,
 # and more with cold caches (each distinct NumPy or Python step then costs 5-20 us). B's values are read once in order before the pass (an OR of their words): the
 # pass reads them in scattered order, each cold line a wait, while a stream is prefetched. Returns the number
@@ -752,7 +753,9 @@ b_q:
 b_check:
 {b_check}
 touch:
-  %bv_words = lshr i64 %vbytes, 3
+  %bv_small = icmp ule i64 %vbytes, {touch_max}
+  %bv_all = lshr i64 %vbytes, 3
+  %bv_words = select i1 %bv_small, i64 %bv_all, i64 0
   br label %touch_head
 touch_head:
   %w = phi i64 [0, %touch], [%w1, %touch_body]
@@ -785,6 +788,7 @@ rows:
 row:
   %r = phi i64 [0, %rows], [%r1, %row_end]
   %o_r = phi i64 [0, %rows], [%o_e, %row_end]
+  %z_r = phi i64 [0, %rows], [%z_e, %row_end]
   %rin = icmp slt i64 %r, %m
   br i1 %rin, label %row_body, label %done
 row_body:
@@ -800,6 +804,7 @@ row_body:
 entries:
   %k = phi i64 [%k0, %row_body], [%kn, %next]
   %o = phi i64 [%o_r, %row_body], [%o1, %next]
+  %z = phi i64 [%z_r, %row_body], [%z1, %next]
   %kin = icmp slt i64 %k, %k1
   br i1 %kin, label %entry_body, label %row_end
 entry_body:
@@ -838,22 +843,70 @@ hit:
   %pcv = getelementptr {t}, ptr %cv, i64 %o
   store {t} %v, ptr %pcv
   %nz = {nonzero} {t} %v, {zero}
-  %nzi = zext i1 %nz to i64
-  %o_hit = add i64 %o, %nzi
+  %zi = select i1 %nz, i64 0, i64 1
+  %z_hit = add i64 %z, %zi
+  %o_hit = add i64 %o, 1
   br label %next
 {miss}
 next:
   %o1 = phi i64 [%o_hit, %hit]{next_phi}
+  %z1 = phi i64 [%z_hit, %hit]{next_phi_z}
   %kn = add i64 %k, 1
   br label %entries
 row_end:
   %o_e = phi i64 [%o, %entries]
+  %z_e = phi i64 [%z, %entries]
   %pce = getelementptr i{c}, ptr %cp, i64 %r1
   %o_c = {narrow} %o to i{c}
   store i{c} %o_c, ptr %pce
   br label %row
 done:
 {tail}
+finish:
+  %anyzero = icmp ne i64 %z_r, 0
+  br i1 %anyzero, label %compact, label %all_kept
+all_kept:
+  ret i64 %o_r
+compact:
+  br label %c_row
+c_row:
+  %cr = phi i64 [0, %compact], [%cr1, %c_row_end]
+  %cs = phi i64 [0, %compact], [%ce, %c_row_end]
+  %cw = phi i64 [0, %compact], [%cw_e, %c_row_end]
+  %crin = icmp slt i64 %cr, %m
+  br i1 %crin, label %c_row_body, label %c_done
+c_row_body:
+  %cr1 = add i64 %cr, 1
+  %pce1 = getelementptr i{c}, ptr %cp, i64 %cr1
+  %ce_raw = load i{c}, ptr %pce1
+  %ce = {ext} %ce_raw to i64
+  br label %c_ent
+c_ent:
+  %ck = phi i64 [%cs, %c_row_body], [%ck1, %c_ent_body]
+  %cw2 = phi i64 [%cw, %c_row_body], [%cw3, %c_ent_body]
+  %ckin = icmp slt i64 %ck, %ce
+  br i1 %ckin, label %c_ent_body, label %c_row_end
+c_ent_body:
+  %pcvk = getelementptr {t}, ptr %cv, i64 %ck
+  %cvk = load {t}, ptr %pcvk
+  %pcck = getelementptr i{c}, ptr %cc, i64 %ck
+  %cck = load i{c}, ptr %pcck
+  %pcvw = getelementptr {t}, ptr %cv, i64 %cw2
+  store {t} %cvk, ptr %pcvw
+  %pccw = getelementptr i{c}, ptr %cc, i64 %cw2
+  store i{c} %cck, ptr %pccw
+  %cnz = {nonzero} {t} %cvk, {zero}
+  %cnzi = zext i1 %cnz to i64
+  %cw3 = add i64 %cw2, %cnzi
+  %ck1 = add i64 %ck, 1
+  br label %c_ent
+c_row_end:
+  %cw_e = phi i64 [%cw2, %c_ent]
+  %cw_c = {narrow} %cw_e to i{c}
+  store i{c} %cw_c, ptr %pce1
+  br label %c_row
+c_done:
+  ret i64 %cw
 ret2:
   ret i64 -2
 ret3:
@@ -940,9 +993,12 @@ t_finite:
 tail_col_end:
   br label %tail_head
 finished:
-  ret i64 %o_r
+  br label %finish
 ret4:
   ret i64 -4"""
+
+
+_TOUCH_MAX = 1 << 20   # B's values read in order first up to this size (beyond, the caches do not hold them)
 
 
 @functools.cache
@@ -964,14 +1020,16 @@ def _csc_pass_kernel(op: str, value: np.dtype, bits: int):
         miss = _INTERSECT_MISS.format(finite_a=finite_a, **fields)
         seek_phi, not_same = ", [%at_next, %skip]" if not floats else ", [%at_next, %b_finite]", "below"
         next_phi = ", [%o, %miss]" if not floats else ", [%o, %a_finite]"
+        next_phi_z = next_phi.replace("%o", "%z")
         b_check = _CSC_CANONICAL
-        tail = _TAIL_FINITE.format(**fields) if floats else "  ret i64 %o_r"
+        tail = _TAIL_FINITE.format(**fields) if floats else "  br label %finish"
     else:
-        skip, miss, seek_phi, not_same, next_phi = "", _MATCH_MISS, "", "miss", ""
-        b_check, tail = _CSC_POSITIONS, "  ret i64 %o_r"
+        skip, miss, seek_phi, not_same, next_phi, next_phi_z = "", _MATCH_MISS, "", "miss", "", ""
+        b_check, tail = _CSC_POSITIONS, "  br label %finish"
     text = (native_validation.canonical_check_ir(check, bits)
             + _CSC_PASS.format(name=name, op=ops[op], zero=zero, nonzero=nonzero, skip=skip, miss=miss,
-                               seek_phi=seek_phi, not_same=not_same, next_phi=next_phi,
+                               seek_phi=seek_phi, not_same=not_same, next_phi=next_phi, next_phi_z=next_phi_z,
+                               touch_max=_TOUCH_MAX,
                                b_check=b_check.format(**fields), tail=tail, **fields)
             + array_objects.object_entry_ir(name + "_objects", name, "a" * 10 + "iiiii"))
     return compile_host_helpers(text, {name + "_objects": array_objects.signature(15)})[name + "_objects"]
