@@ -294,8 +294,9 @@ def test_native_transpose_matches_scipy_for_any_threads(monkeypatch, dtype):
 @pytest.mark.parametrize("dtype", [np.float64, np.int64, np.int32])
 def test_products_of_narrow_and_wide_rows_match_scipy(dtype):
     """A product merges as an intersection (finite floats too): rows whose common columns fit a 64-wide window
-    go through bit masks, wider ones through the merge; block rows, rows with columns on both sides of the
-    window, disjoint rows and wide random rows all give scipy's result."""
+    go through bit masks, wider ones through the merge; a sum likewise when both rows' columns span at most 64;
+    block rows, rows with columns on both sides of the window, disjoint rows and wide random rows all give
+    scipy's result."""
     rng = np.random.default_rng(12)
     blocks = sps.block_diag([sps.random_array((40, 40), density=0.3, rng=rng) for _ in range(4)], format="csr")
     wide = sps.random_array((160, 160), density=0.08, format="csr", rng=rng)
@@ -307,6 +308,8 @@ def test_products_of_narrow_and_wide_rows_match_scipy(dtype):
         x, y = a.astype(dtype), b.astype(dtype)
         _same_as_scipy(splyce.multiply(x, y), x.multiply(y))
         _same_as_scipy(splyce.multiply(x, sps.csc_array(y)), x.multiply(y))
+        _same_as_scipy(splyce.add(x, y), x + y)                   # sums: rows spanning <= 64 columns by masks
+        _same_as_scipy(splyce.subtract(y, x), y - x)
 
 
 def test_scipy_out_builds_what_the_constructor_builds(monkeypatch):

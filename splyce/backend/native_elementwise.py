@@ -206,6 +206,80 @@ nw_body:
   br label %nw_head"""
 
 
+# A sum of rows whose columns together span at most 64 (blocks, bands): both rows' columns become 64-bit masks
+# over the window from their first column, and the bits of the masks' OR are visited in order; an entry's
+# place in its row is a popcount below its bit. op(a, 0), op(0, b) or op(a, b) as in the merge, the same
+# values in the same order, without the merge's chain of loads (each step of a branch-free merge waits for the
+# compare of the entries it loaded). With ``_keep`` (no branch per result) blockdiag-1500's A + A^T merge took
+# 33-36 -> 17 ms CPU (scipy's csr_plus_csr 28 ms; 4096 of its rows in cache: 11 -> 5.3 ns per result).
+_NARROW_UNION = """  %nw_a = icmp sgt i64 %la, 0
+  %nw_b = icmp sgt i64 %lb, 0
+  %nw_ab = and i1 %nw_a, %nw_b
+  br i1 %nw_ab, label %nw_ends, label %general
+nw_ends:
+  %nw_pfa = getelementptr i{c}, ptr %ac, i64 %ia
+  %nw_fa = load i{c}, ptr %nw_pfa
+  %nw_ib1 = sub i64 %ib, 1
+  %nw_pla = getelementptr i{c}, ptr %ac, i64 %nw_ib1
+  %nw_lastA = load i{c}, ptr %nw_pla
+  %nw_pfb = getelementptr i{c}, ptr %bc, i64 %ja
+  %nw_fb = load i{c}, ptr %nw_pfb
+  %nw_jb1 = sub i64 %jb, 1
+  %nw_plb = getelementptr i{c}, ptr %bc, i64 %nw_jb1
+  %nw_lastB = load i{c}, ptr %nw_plb
+  %nw_lo_a = icmp slt i{c} %nw_fa, %nw_fb
+  %nw_lo = select i1 %nw_lo_a, i{c} %nw_fa, i{c} %nw_fb
+  %nw_hi_a = icmp sgt i{c} %nw_lastA, %nw_lastB
+  %nw_hi = select i1 %nw_hi_a, i{c} %nw_lastA, i{c} %nw_lastB
+  br label %nw_width
+nw_width:
+  %nw_w = sub i{c} %nw_hi, %nw_lo
+  %nw_fits = icmp ult i{c} %nw_w, 64
+  br i1 %nw_fits, label %nw_ma_head, label %general
+{mask_a}{mask_b}nw_start:
+  %nw_u0 = or i64 %nw_ma, %nw_mb
+  %nw_lo64 = {c_sext} %nw_lo to i64
+  br label %nw_head
+nw_head:
+  %nw_u = phi i64 [%nw_u0, %nw_start], [%nw_u1, %nw_body]
+  %nw_o = phi i64 [%out, %nw_start], [%nw_o1, %nw_body]
+  %nw_any = icmp ne i64 %nw_u, 0
+  br i1 %nw_any, label %nw_body, label %row_end
+nw_body:
+  %nw_bit = call i64 @llvm.cttz.i64(i64 %nw_u, i1 true)
+  %nw_one = shl i64 1, %nw_bit
+  %nw_below = sub i64 %nw_one, 1
+  %nw_mab = and i64 %nw_ma, %nw_below
+  %nw_pa = call i64 @llvm.ctpop.i64(i64 %nw_mab)
+  %nw_mbb = and i64 %nw_mb, %nw_below
+  %nw_pb = call i64 @llvm.ctpop.i64(i64 %nw_mbb)
+  %nw_hasa_m = and i64 %nw_ma, %nw_one
+  %nw_hasa = icmp ne i64 %nw_hasa_m, 0
+  %nw_hasb_m = and i64 %nw_mb, %nw_one
+  %nw_hasb = icmp ne i64 %nw_hasb_m, 0
+  %nw_xa0 = add i64 %ia, %nw_pa
+  %nw_xa = select i1 %nw_hasa, i64 %nw_xa0, i64 %ia
+  %nw_xb0 = add i64 %ja, %nw_pb
+  %nw_xb = select i1 %nw_hasb, i64 %nw_xb0, i64 %ja
+  %nw_pva = getelementptr {t}, ptr %av, i64 %nw_xa
+  %nw_va_raw = load {t}, ptr %nw_pva
+  %nw_pvb = getelementptr {t}, ptr %bv, i64 %nw_xb
+  %nw_vb_raw = load {t}, ptr %nw_pvb
+{keep_nw_a}{keep_nw_b}  %nw_v = {op} {t} %nw_va, %nw_vb
+  %nw_col64 = add i64 %nw_lo64, %nw_bit
+  %nw_col = {c_narrow} %nw_col64 to i{c}
+  %nw_pcc = getelementptr i{c}, ptr %cc, i64 %nw_o
+  store i{c} %nw_col, ptr %nw_pcc
+  %nw_pcv = getelementptr {t}, ptr %cv, i64 %nw_o
+  store {t} %nw_v, ptr %nw_pcv
+  %nw_nz = {nonzero} {t} %nw_v, {zero}
+  %nw_nzi = zext i1 %nw_nz to i64
+  %nw_o1 = add i64 %nw_o, %nw_nzi
+  %nw_um = sub i64 %nw_u, 1
+  %nw_u1 = and i64 %nw_u, %nw_um
+  br label %nw_head"""
+
+
 # One row's columns in the window [%nw_lo, %nw_lo + 64) as a 64-bit mask, and its entries before the window.
 _NARROW_MASK = """nw_m{x}_head:
   %nw_k{x} = phi i64 [%{start}, %{enter}], [%nw_k{x}1, %nw_m{x}_body]
@@ -243,9 +317,7 @@ body:
   %vb_raw = load {t}, ptr %pbv
   %adv_a = icmp sle i{c} %ca, %cb
   %adv_b = icmp sle i{c} %cb, %ca
-  %va = select i1 %adv_a, {t} %va_raw, {t} {zero}
-  %vb = select i1 %adv_b, {t} %vb_raw, {t} {zero}
-  %v = {op} {t} %va, %vb
+{keep_a}{keep_b}  %v = {op} {t} %va, %vb
   %col = select i1 %adv_a, i{c} %ca, i{c} %cb
   %pcc = getelementptr i{c}, ptr %cc, i64 %o
   store i{c} %col, ptr %pcc
@@ -300,7 +372,7 @@ tb_body:
   %tb1 = add i64 %tb, 1
   br label %tail_b
 row_end:
-  %o_end = phi i64 [%tob, %tail_b], [%os, %same_head]
+  %o_end = phi i64 [%tob, %tail_b], [%os, %same_head], [%nw_o, %nw_head]
   %rel = sub i64 %r, %lo
   %pend = getelementptr i64, ptr %ends, i64 %rel
   store i64 %o_end, ptr %pend
@@ -308,6 +380,9 @@ row_end:
 done:
   ret i64 %out
 }}
+
+declare i64 @llvm.cttz.i64(i64, i1)
+declare i64 @llvm.ctpop.i64(i64)
 """
 
 _BOUNDS = """  %pa0 = getelementptr i{p}, ptr %ap, i64 %r
@@ -322,6 +397,22 @@ _BOUNDS = """  %pa0 = getelementptr i{p}, ptr %ap, i64 %r
   %pb1 = getelementptr i{p}, ptr %bp, i64 %r1
   %jb_raw = load i{p}, ptr %pb1
   %jb = {p_ext} %jb_raw to i64"""
+
+# ``%out = cond ? %raw : +0`` as bit operations (an AND with the condition's all-ones or all-zeros mask): LLVM
+# turns a select between a loaded value and a constant into a branch around the load, and which operand holds
+# the next column is a coin flip in a merge (a misprediction per output entry: blockdiag-1500's sum took 11 ns
+# per result, in cache)
+def _keep(out: str, cond: str, raw: str, t: str) -> str:
+    bits = {"double": 64, "float": 32, "i64": 64, "i32": 32}[t]
+    lines = [f"  %{out}_mask = sext i1 %{cond} to i{bits}"]
+    if t in ("double", "float"):
+        lines += [f"  %{out}_raw_bits = bitcast {t} %{raw} to i{bits}",
+                  f"  %{out}_bits = and i{bits} %{out}_raw_bits, %{out}_mask",
+                  f"  %{out} = bitcast i{bits} %{out}_bits to {t}"]
+    else:
+        lines += [f"  %{out} = and i{bits} %{raw}, %{out}_mask"]
+    return "\n".join(lines) + "\n"
+
 
 # value dtype -> (LLVM type, zero, "is not zero" compare, {op name: instruction})
 _VALUE = {
@@ -344,18 +435,18 @@ def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int, intersect: b
     name = f"splyce_elementwise_{op}_{t}_p{pos_bits}_c{crd_bits}_{'i' if intersect else 'u'}"
     bounds = _BOUNDS.format(p=pos_bits, p_ext="zext i32" if pos_bits == 32 else "bitcast i64")
     template = _INTERSECT if intersect else _UNION
-    narrow = "  br label %general"
-    if intersect:
-        zext = "zext i32" if crd_bits == 32 else "bitcast i64"
-        masks = {f"mask_{x}": _NARROW_MASK.format(x=x, start=start, stop=stop, crd=crd, enter=enter, exit=exit_,
-                                                  c=crd_bits, c_zext=zext)
-                 for x, start, stop, crd, enter, exit_ in (("a", "ia", "ib", "ac", "nw_width", "nw_mb_head"),
-                                                           ("b", "ja", "jb", "bc", "nw_ma_head", "nw_start"))}
-        narrow = _NARROW.format(**masks, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits,
-                                c_sext="sext i32" if crd_bits == 32 else "bitcast i64",
-                                c_narrow="trunc i64" if crd_bits == 32 else "bitcast i64")
+    zext = "zext i32" if crd_bits == 32 else "bitcast i64"
+    masks = {f"mask_{x}": _NARROW_MASK.format(x=x, start=start, stop=stop, crd=crd, enter=enter, exit=exit_,
+                                              c=crd_bits, c_zext=zext)
+             for x, start, stop, crd, enter, exit_ in (("a", "ia", "ib", "ac", "nw_width", "nw_mb_head"),
+                                                       ("b", "ja", "jb", "bc", "nw_ma_head", "nw_start"))}
+    narrow = (_NARROW if intersect else _NARROW_UNION).format(
+        **masks, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits,
+        keep_nw_a=_keep("nw_va", "nw_hasa", "nw_va_raw", t), keep_nw_b=_keep("nw_vb", "nw_hasb", "nw_vb_raw", t),
+        c_sext="sext i32" if crd_bits == 32 else "bitcast i64", c_narrow="trunc i64" if crd_bits == 32 else "bitcast i64")
     text = template.format(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits, bounds=bounds,
-                           narrow=narrow)
+                           narrow=narrow, keep_a=_keep("va", "adv_a", "va_raw", t),
+                           keep_b=_keep("vb", "adv_b", "vb_raw", t))
     return compile_host_helpers(text, {name: _SIG})[name]
 
 

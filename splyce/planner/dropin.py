@@ -701,8 +701,9 @@ def _fast_merge(op: str, a, b, threads: int):
             native_elementwise.same_pattern_csc(op, (av, ac, ap), (bv, bc, bp), dtype, threads)
         if same:
             return scipy_out.csr(cls, *same, shape, True)
-    if not native_validation.canonical_csr_threaded(bp, bc, cols_b, threads):
-        return None
+    if not (is_csc and bc is ac and bp is ap) and not native_validation.canonical_csr_threaded(bp, bc, cols_b,
+                                                                                           threads):
+        return None     # (B's index arrays are A's own, A.T of a square A: A's check covered them)
     if is_csc:
         bv, bc, bp = native_transpose.transpose(bv, bc, bp, rows_b, cols_b, threads)
     vals, cols, indptr = native_elementwise.elementwise(op, (av, ac, ap), (bv, bc, bp), dtype, threads)
