@@ -266,21 +266,30 @@ def _checked_column(ir: _IR, c: int, e: str) -> str:
 
 # -- the flat kernel for very short rows ----------------------------------------------------------------------
 # One loop over all the entries of rows [lo, hi), no branch on a row's end: a row of 2-3 entries otherwise ends
-# in a mispredicted loop exit, which also discards the gathers from x already started for the next rows. Each
+# in a mispredicted loop exit, which costs more than its entries. Each
 # entry adds its product to the running sum and stores the sum to y[r] (the row's last store wins); at a row's
 # end the sum restarts from +0.0 (a mask and, all bits clear: bit for bit scipy's order) and r, the row's end
 # and the next row's end (loaded one row ahead, off the critical path) move on, by selects. What stays a
 # branch is predicted: a column outside [0, n) (to the error return), and leaving the loop when the next row
-# is empty or its end is out of range (then ``resync`` checks that row, writes 0 for an empty one, and
-# re-enters). The last two rows of the range go one at a time (the look-ahead reads pos[r + 3] <= pos[hi]).
+# is empty or its end is beyond min(pos[hi - 2], nnz) (then ``resync`` checks that row, writes 0 for an empty
+# one, and re-enters; the last two rows of the range go one at a time: the look-ahead reads pos[r + 3] <=
+# pos[hi]). The loop is bound by its instruction count (27 per entry on x86-64): one compare serves both ways
+# out, and one row-end flag (kept opaque, or LLVM recomputes it) both r += last and the mask.
 # The sums of all rows form one chain of additions, so this pays only for rows of a few entries: measured
-# (docs/corpus.md) 1.3x the per-row kernel on road graphs (2.5 entries per row), 0.5-0.75x on 6-25.
+# (docs/corpus.md) 1.5-1.6x the per-row kernel on road graphs (2.5 entries per row), 0.5-0.9x on 6-25.
 FLAT_MAX_ROW = 4       # average entries per row (nnz <= FLAT_MAX_ROW * m) up to which the drop-in goes flat
 
 _FLAT = """
 define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %lo, i64 %hi, ptr %y, i64 %nnz) noinline {{
 entry:
   %hf = sub i64 %hi, 2
+  %hf_low = icmp slt i64 %hf, %lo
+  %hfc = select i1 %hf_low, i64 %lo, i64 %hf
+  %pkstop = getelementptr i{p}, ptr %pos, i64 %hfc
+  %kstop_raw = load i{p}, ptr %pkstop
+  %kstop_pos = {p_ext} %kstop_raw to i64
+  %kstop_over = icmp ugt i64 %kstop_pos, %nnz
+  %kstop = select i1 %kstop_over, i64 %nnz, i64 %kstop_pos
   br label %resync
 resync:
   %r0 = phi i64 [%lo, %entry], [%r0n, %empty], [%rx, %leave], [%r0n, %single_done]
@@ -306,7 +315,9 @@ empty:
   store {t} {zero}, ptr %pye
   br label %resync
 nonempty:
-  %in_flat = icmp slt i64 %r0, %hf
+  %below = icmp slt i64 %r0, %hf
+  %inside_kstop = icmp ule i64 %t0, %kstop
+  %in_flat = and i1 %below, %inside_kstop
   br i1 %in_flat, label %prime, label %single
 single:
   %sk = phi i64 [%s0, %nonempty], [%sk1, %single_ok]
@@ -358,7 +369,8 @@ col_ok:
   store {t} %s, ptr %py
   %k1 = add i64 %k, 1
   %last = icmp eq i64 %k1, %end
-  %lastw = zext i1 %last to i64
+  %lastw_i = zext i1 %last to i64
+  %lastw = call i64 asm "", "=r,0"(i64 %lastw_i)
   %r1 = add i64 %r, %lastw
 {restart}
   %end1 = select i1 %last, i64 %next, i64 %end
@@ -367,14 +379,12 @@ col_ok:
   %ahead_raw = load i{p}, ptr %ppa
   %ahead = {p_ext} %ahead_raw to i64
   %next1 = select i1 %last, i64 %ahead, i64 %next
-  ; leave after a row whose successor is empty or ends beyond nnz, and at the flat rows' end. Inside a row
-  ; end1 = end, k1 < end <= nnz; after it end1 = next: one unsigned compare tells both apart
+  ; leave after a row whose successor is empty or ends beyond kstop (min(pos[hf], nnz)), so also at the flat
+  ; rows' end (pos[hf]). Inside a row end1 = end, k1 < end <= kstop; after it end1 = next: one unsigned compare
   %gap = sub i64 %end1, %k1
   %gap1 = sub i64 %gap, 1
-  %room = sub i64 %nnz, %k1
-  %broken = icmp uge i64 %gap1, %room
-  %range_end = icmp eq i64 %r1, %hf
-  %leaving = or i1 %broken, %range_end
+  %room = sub i64 %kstop, %k1
+  %leaving = icmp uge i64 %gap1, %room
   br i1 %leaving, label %leave, label %flat_ok
 flat_ok:
   br label %flat
