@@ -370,6 +370,9 @@ def test_small_products_asked_for_threads_run_on_one(monkeypatch):
     assert len(ir_text.work_chunks(a.indptr, 2)) == 2
     for vec in (x, X, rng.random((200, 40))):           # SpMV, SpMM with k fixed and with any k
         assert np.array_equal(splyce.matmul(a, vec, threads=2), a @ vec)
+    monkeypatch.setattr(dropin, "SERIAL_MAX_WORK", 0)
+    thin = sps.random_array((300, 200), density=0.012, format="csr", rng=rng)   # 2.4 per row: the flat kernel
+    assert np.array_equal(splyce.matmul(thin, x, threads=2), thin @ x)
     for bad in (0, True, "2"):
         with pytest.raises(ValueError, match="threads"):
             splyce.matmul(a, x, threads=bad)

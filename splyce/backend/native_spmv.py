@@ -434,11 +434,15 @@ SPMM_FIXED = 32    # column counts up to this get a kernel with the row's sums i
 
 
 @functools.cache
-def _spmv(value: np.dtype, p: int, c: int, check: bool):
+def _spmv(value: np.dtype, p: int, c: int, check: bool, flat: bool = False):
     """The SpMV kernel on rows [lo, hi); with ``check``, one that checks the positions and columns it reads as
-    it reads them (``_spmv_ir``) and returns 1, the output incomplete, at the first defect."""
+    it reads them (``_spmv_ir``) and returns 1, the output incomplete, at the first defect. ``flat``: the flat
+    kernel for rows of a few entries (``_FLAT``), which always checks (its checks are predicted branches)."""
     from splyce.backend.codegen import compile_host_helpers
 
+    if flat:
+        name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_flat_checked"
+        return compile_host_helpers(_flat_driver_ir(name, value, p, c), {name: _SPMV_SIG})[name]
     name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + ("_checked" if check else "")
     return compile_host_helpers(_spmv_ir(name, value, p, c, ROWS, check), {name: _SPMV_SIG})[name]
 
@@ -591,6 +595,14 @@ fail:
 }}
 """
 
+def _flat_driver_ir(name: str, value: np.dtype, p: int, c: int) -> str:
+    """``name``: the checking SpMV on rows [lo, hi) (``_SPMV_SIG``), uniform blocks one row at a time, the
+    others through the flat loop (``_FLAT_DRIVER``); with its helper functions."""
+    return (_spmv_ir(name + "_rows", value, p, c, ROWS, True) + _spmv_flat_ir(name + "_flat", value, p, c)
+            + _UNIFORM.format(name=name + "_uniform", p=p)
+            + _FLAT_DRIVER.format(name=name, block=GROUPED_BLOCK_ROWS, p=p))
+
+
 # The whole product in one call, as the drop-in's fast path makes it: also checks the two ends of the positions
 # (``pos[0] == 0``, ``pos[m] == nnz``: scipy's own format rule; the kernel checks every segment itself).
 _WHOLE = """
@@ -631,9 +643,7 @@ def spmv_objects_ir(value: np.dtype, p: int, c: int, variant: str) -> tuple[str,
     name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + suffix
     checked, whole, entry = name + "_checked", name + "_whole", name + "_objects"
     if variant == "flat":
-        text = (_spmv_ir(checked + "_rows", value, p, c, ROWS, True) + _spmv_flat_ir(checked + "_flat", value, p, c)
-                + _UNIFORM.format(name=checked + "_uniform", p=p)
-                + _FLAT_DRIVER.format(name=checked, block=GROUPED_BLOCK_ROWS, p=p))
+        text = _flat_driver_ir(checked, value, p, c)
     elif variant == "grouped":
         text = (_spmv_ir(checked + "_rows", value, p, c, ROWS) + _spmv_ir(checked + "_grouped", value, p, c, GROUPED_ROWS)
                 + range_check_ir(checked + "_check", c) + position_check_ir(checked + "_pos", p)
@@ -679,7 +689,7 @@ def csr_times_dense(indptr, indices, data, x, threads: int = 1, coordinates_chec
     if x.ndim == 1:
         y = np.empty(m, dtype=data.dtype)
         with _lock:
-            fn = _spmv(data.dtype, p, c, not coordinates_checked)
+            fn = _spmv(data.dtype, p, c, not coordinates_checked, len(indices) <= FLAT_MAX_ROW * m)
         extra = (len(indices),)
     else:
         k = x.shape[1]
