@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 
-from splyce.backend.array_objects import address as _address
+from splyce.backend.array_objects import DATA_OFFSET, address as _address
 from splyce.backend import ir_text
 
 # Both kernels: the loop over rows [lo, hi) and a fast path for two rows that hold the same columns (compared
@@ -28,6 +28,7 @@ _ROW_HEAD = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi,
                    ptr %ends, ptr %cc, ptr %cv) {{
 entry:
+{entry_store}
   br label %row
 row:
   %r = phi i64 [%lo, %entry], [%r1, %row_end]
@@ -126,9 +127,7 @@ body:
   br label %head
 row_end:
   %o_end = phi i64 [%o, %head], [%os, %same_head], [%out, %nw_ends], [%nw_o, %nw_head]
-  %rel = sub i64 %r, %lo
-  %pend = getelementptr i64, ptr %ends, i64 %rel
-  store i64 %o_end, ptr %pend
+{end_store}
   br label %row
 done:
   ret i64 %out
@@ -373,9 +372,7 @@ tb_body:
   br label %tail_b
 row_end:
   %o_end = phi i64 [%tob, %tail_b], [%os, %same_head], [%nw_o, %nw_head]
-  %rel = sub i64 %r, %lo
-  %pend = getelementptr i64, ptr %ends, i64 %rel
-  store i64 %o_end, ptr %pend
+{end_store}
   br label %row
 done:
   ret i64 %out
@@ -425,14 +422,30 @@ OPS = ("multiply", "add", "subtract")
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 _SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _P, _I, _I, _P, _P, _P)
 _lock = threading.Lock()
+_POS_MAX = {32: 2**31 - 1, 64: 2**63 - 1}   # result entries a positions dtype can count
+
+
+# Where a kernel's row ends go: ``ends[r - lo]`` as i64 (row ranges of threads, moved and offset afterwards), or
+# ``direct``: the whole matrix on one range, straight into the result's positions (``indptr[r + 1]`` in the
+# positions' width, ``indptr[0] = 0``), so the call needs no conversion afterwards
+_END_STORES = {
+    False: ("", """  %rel = sub i64 %r, %lo
+  %pend = getelementptr i64, ptr %ends, i64 %rel
+  store i64 %o_end, ptr %pend"""),
+    True: ("  store i{p} 0, ptr %ends", """  %pend = getelementptr i{p}, ptr %ends, i64 %r1
+  %o_end_p = {p_narrow} %o_end to i{p}
+  store i{p} %o_end_p, ptr %pend"""),
+}
 
 
 @functools.cache
-def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int, intersect: bool):
+def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int, intersect: bool, direct: bool = False):
+    """The merge of rows [lo, hi) (``direct``: all rows, reached through an object entry taking array objects)."""
+    from splyce.backend import array_objects
     from splyce.backend.codegen import compile_host_helpers
 
     t, zero, nonzero, ops = _VALUE[value]
-    name = f"splyce_elementwise_{op}_{t}_p{pos_bits}_c{crd_bits}_{'i' if intersect else 'u'}"
+    name = f"splyce_elementwise_{op}_{t}_p{pos_bits}_c{crd_bits}_{'i' if intersect else 'u'}{'_d' if direct else ''}"
     bounds = _BOUNDS.format(p=pos_bits, p_ext="zext i32" if pos_bits == 32 else "bitcast i64")
     template = _INTERSECT if intersect else _UNION
     zext = "zext i32" if crd_bits == 32 else "bitcast i64"
@@ -443,11 +456,17 @@ def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int, intersect: b
     narrow = (_NARROW if intersect else _NARROW_UNION).format(
         **masks, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits,
         keep_nw_a=_keep("nw_va", "nw_hasa", "nw_va_raw", t), keep_nw_b=_keep("nw_vb", "nw_hasb", "nw_vb_raw", t),
-        c_sext="sext i32" if crd_bits == 32 else "bitcast i64", c_narrow="trunc i64" if crd_bits == 32 else "bitcast i64")
+        c_sext="sext i32" if crd_bits == 32 else "bitcast i64",
+        c_narrow="trunc i64" if crd_bits == 32 else "bitcast i64")
+    entry_store, end_store = (x.format(p=pos_bits, p_narrow="trunc i64" if pos_bits == 32 else "bitcast i64")
+                              for x in _END_STORES[direct])
     text = template.format(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits, bounds=bounds,
                            narrow=narrow, keep_a=_keep("va", "adv_a", "va_raw", t),
-                           keep_b=_keep("vb", "adv_b", "vb_raw", t))
-    return compile_host_helpers(text, {name: _SIG})[name]
+                           keep_b=_keep("vb", "adv_b", "vb_raw", t), entry_store=entry_store, end_store=end_store)
+    if not direct:
+        return compile_host_helpers(text, {name: _SIG})[name]
+    text += array_objects.object_entry_ir(name + "_objects", name, "aaaaaaiiaaa")
+    return compile_host_helpers(text, {name + "_objects": array_objects.signature(11)})[name + "_objects"]
 
 
 def _intersects(op: str, av: np.ndarray, bv: np.ndarray, threads: int = 1) -> bool:
@@ -591,6 +610,21 @@ def elementwise(op: str, a, b, dtype, threads: int = 1):
         return same
     pos_bits, crd_bits = ap.dtype.itemsize * 8, ac.dtype.itemsize * 8
     intersect = _intersects(op, av, bv, threads)
+    one = threads <= 1 or len(ac) + len(bc) < 2 * ir_text.MIN_CHUNK
+    bound = min(len(ac), len(bc)) if intersect else len(ac) + len(bc)
+    if one and m > 0 and bound <= _POS_MAX[pos_bits] and DATA_OFFSET is not None:
+        key = (op, dtype, pos_bits, crd_bits, intersect)
+        kernel = _direct_kernels.get(key)
+        if kernel is None:
+            with _lock:
+                kernel = _direct_kernels[key] = _kernel(*key, direct=True)
+        cols = np.empty(bound + 1, dtype=ac.dtype)    # + 1: the store before the last test
+        vals = np.empty(bound + 1, dtype=dtype)
+        indptr = np.empty(m + 1, dtype=ap.dtype)
+        nnz = kernel(id(ap), id(ac), id(av), id(bp), id(bc), id(bv), 0, m, id(indptr), id(cols), id(vals))
+        cols.resize(nnz, refcheck=False)     # shrink in place: no copy of the entries
+        vals.resize(nnz, refcheck=False)
+        return vals, cols, indptr
     with _lock:
         kernel = _kernel(op, dtype, pos_bits, crd_bits, intersect)
     chunks = [(0, m)]
@@ -814,7 +848,7 @@ def same_pattern_csc(op: str, a, b_csc, dtype, threads: int = 1):
 
 # The whole product or sum of a CSR A and a CSC B (``A.T`` as scipy hands it over) on one thread, in one native
 # call: A checked canonical, B's positions (or, for a product, all of B) checked unless B's index arrays are
-# A's own (``A.T`` of a square A), then one pass over A's entries in order. The B entry at (i, j) lies in B's
+# A's memory (``A.T`` of a square A: scipy hands over new views of A's arrays), then one pass over A's entries in order. The B entry at (i, j) lies in B's
 # column j, whose rows are sorted, so a cursor per column walks it as A's rows go by, with no transpose of B.
 # A sum ("match"): every A entry must find B's entry at its (row, column) under the cursor (B then holds
 # exactly A's positions: as many entries, each matched once), else 1 is returned and the caller merges. A
@@ -831,7 +865,7 @@ def same_pattern_csc(op: str, a, b_csc, dtype, threads: int = 1):
 # positions differ), -4 (a product: a NaN or Inf without a partner).
 _CSC_PASS = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cursor, ptr %cc, ptr %cv,
-                   ptr %cp, i64 %m, i64 %n, i64 %nnz_a, i64 %nnz_b, i64 %check_b) {{
+                   ptr %cp, i64 %m, i64 %n, i64 %nnz_a, i64 %nnz_b) {{
 entry:
   %sink = alloca i64
   %vbytes = mul i64 %nnz_b, {vsize}
@@ -839,8 +873,14 @@ entry:
   %a_fail = icmp ne i64 %a_bad, 0
   br i1 %a_fail, label %ret2, label %b_q
 b_q:
-  %cb = icmp ne i64 %check_b, 0
-  br i1 %cb, label %b_check, label %touch
+  %same_c = icmp eq ptr %bc, %ac
+  %same_p = icmp eq ptr %bp, %ap
+  %same_mn = icmp eq i64 %m, %n
+  %same_nnz = icmp eq i64 %nnz_b, %nnz_a
+  %same_cp = and i1 %same_c, %same_p
+  %same_sizes = and i1 %same_mn, %same_nnz
+  %own = and i1 %same_cp, %same_sizes
+  br i1 %own, label %touch, label %b_check
 b_check:
 {b_check}
 touch:
@@ -1122,8 +1162,8 @@ def _csc_pass_kernel(op: str, value: np.dtype, bits: int):
                                seek_phi=seek_phi, not_same=not_same, next_phi=next_phi, next_phi_z=next_phi_z,
                                touch_max=_TOUCH_MAX,
                                b_check=b_check.format(**fields), tail=tail, **fields)
-            + array_objects.object_entry_ir(name + "_objects", name, "a" * 10 + "iiiii"))
-    return compile_host_helpers(text, {name + "_objects": array_objects.signature(15)})[name + "_objects"]
+            + array_objects.object_entry_ir(name + "_objects", name, "a" * 10 + "iiii"))
+    return compile_host_helpers(text, {name + "_objects": array_objects.signature(14)})[name + "_objects"]
 
 
 def csr_with_csc(op: str, a, b_csc, dtype, m: int, n: int):
@@ -1149,7 +1189,7 @@ def csr_with_csc(op: str, a, b_csc, dtype, m: int, n: int):
     indptr = np.empty(m + 1, dtype=ap.dtype)
     cursor = np.empty(n, dtype=ap.dtype)
     nnz = kernel(id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cursor), id(cols), id(vals), id(indptr),
-                 m, n, size, len(bc), 0 if (bc is ac and bp is ap) else 1)
+                 m, n, size, len(bc))
     if nnz < 0:
         return -nnz
     if nnz != size:
@@ -1158,4 +1198,5 @@ def csr_with_csc(op: str, a, b_csc, dtype, m: int, n: int):
     return vals, cols, indptr
 
 
+_direct_kernels: dict = {}   # the one-range merges, looked up per call without a lock
 _csc_kernels: dict = {}    # (op, value dtype, index dtype) -> the compiled pass (looked up per call: no lock)

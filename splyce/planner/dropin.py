@@ -640,7 +640,7 @@ def _merge_classes(a):
         if array_objects.DATA_OFFSET is not None:
             _merge_types[sps.csr_array] = (sps.csr_array, (sps.csr_array, sps.csc_array), sps.csc_array)
             _merge_types[sps.csr_matrix] = (sps.csr_matrix, (sps.csr_matrix, sps.csc_matrix), sps.csc_matrix)
-        _merge_native = (ir_text, native_elementwise, native_transpose, native_validation)
+        _merge_native = (ir_text, native_elementwise, native_transpose, native_validation, array_objects.address)
     return _merge_types.get(type(a))
 
 
@@ -685,7 +685,7 @@ def _fast_merge(op: str, a, b, threads: int):
             or ap.strides != step or ac.strides != step or bp.strides != step or bc.strides != step
             or av.strides != vstep or bv.strides != vstep or max(m, n) - 1 > _INT_MAX[idx]):
         return None
-    ir_text, native_elementwise, native_transpose, native_validation = _merge_native
+    ir_text, native_elementwise, native_transpose, native_validation, _address = _merge_native
     if is_csc and (threads <= 1 or len(ac) < 2 * ir_text.MIN_CHUNK):
         out = native_elementwise.csr_with_csc(op, (av, ac, ap), (bv, bc, bp), dtype, m, n)
         if type(out) is tuple:
@@ -701,9 +701,9 @@ def _fast_merge(op: str, a, b, threads: int):
             native_elementwise.same_pattern_csc(op, (av, ac, ap), (bv, bc, bp), dtype, threads)
         if same:
             return scipy_out.csr(cls, *same, shape, True)
-    if not (is_csc and bc is ac and bp is ap) and not native_validation.canonical_csr_threaded(bp, bc, cols_b,
-                                                                                           threads):
-        return None     # (B's index arrays are A's own, A.T of a square A: A's check covered them)
+    own = is_csc and m == n and len(bc) == len(ac) and _address(bc) == _address(ac) and _address(bp) == _address(ap)
+    if not own and not native_validation.canonical_csr_threaded(bp, bc, cols_b, threads):
+        return None     # (own: B's index arrays are A's memory, A.T of a square A: A's check covered them)
     if is_csc:
         bv, bc, bp = native_transpose.transpose(bv, bc, bp, rows_b, cols_b, threads)
     vals, cols, indptr = native_elementwise.elementwise(op, (av, ac, ap), (bv, bc, bp), dtype, threads)
