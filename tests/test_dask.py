@@ -88,6 +88,14 @@ def test_spmv_spmm_spgemm(client):
     m = sps.csr_matrix(a)
     _same(splyce.matmul(sd.from_scipy(m, 40), sps.csr_matrix(b)).compute(), dropin.matmul(m, sps.csr_matrix(b)))
     _same(splyce.matmul(ad, b, out_format="dense").compute(), dropin.matmul(a, b, out_format="dense"))
+    # a broadcast right operand with repeated and unsorted columns: each worker canonicalizes it once, as
+    # the drop-in does at each call; one with a column out of range raises as the drop-in does
+    messy = sps.csr_array((np.array([1.0, 2.0, 3.0, 4.0]), np.array([5, 2, 5, 0]), np.r_[0, 3, np.full(79, 4)]),
+                          shape=(80, 80))
+    _same(_compute(client, splyce.matmul(ad, messy)), dropin.matmul(a, messy))
+    bad = sps.csr_array((np.ones(1), np.array([80]), np.r_[0, np.ones(80, dtype=np.int64)]), shape=(80, 80))
+    with pytest.raises(ValueError, match="b: .* out of range"):
+        _compute(client, splyce.matmul(ad, bad))
 
 
 def test_chunks_of_pydata_and_other_scipy_formats(client):
@@ -156,12 +164,28 @@ def test_graph_has_row_block_tasks_and_one_broadcast_key():
     graph = dict(count.__dask_graph__())
     keys = [k for k in graph if k[0].startswith("splyce-einsum")]
     assert len(keys) == 5        # four per-block partial counts and their sum
-    # "kj" is stored by columns: each process transposes the broadcast L once, not once per block
-    assert {graph[k][4] for k in keys if len(k) == 2} == {("pad", "pad", "csc")}
-    from splyce.dask.ops import _as_csc_once
+    # "kj" is stored by columns: each process converts (transposes) and checks the broadcast L once, not
+    # once per block, and the drop-in takes that SparseTensor as it is
+    from splyce.dask.ops import _converted_once
+    from splyce.tensors.formats import CSR
 
-    csc = _as_csc_once(low)
-    assert csc.format == "csc" and (csc != low).nnz == 0 and _as_csc_once(low) is csc
+    (prep,) = {graph[k][4] for k in keys if len(k) == 2}
+    assert prep[:2] == ("pad", "pad") and prep[2][0].order == (1, 0)
+    by_columns = _converted_once(low, *prep[2])
+    assert _converted_once(low, *prep[2]) is by_columns and by_columns.format.order == (1, 0)
+    assert (by_columns.to_scipy() != low).nnz == 0
+    # a broadcast sparse right operand of a product: converted and checked once per process too
+    assert graph_prep(lazy) == ("pad", (CSR, "b"))
+    rows = _converted_once(b, CSR)
+    assert _converted_once(b, CSR) is rows and rows.format.order == (0, 1)
+    assert (rows.to_scipy() != b).nnz == 0
+
+
+def graph_prep(lazy):
+    """The ``prep`` argument of the row-block tasks of ``lazy`` (one value for all of them)."""
+    graph = dict(lazy.__dask_graph__())
+    (prep,) = {task[4] for k, task in graph.items() if k[0].startswith("splyce-matmul")}
+    return prep
 
 
 def test_from_scipy_chunks_by_nonzeros():

@@ -28,14 +28,17 @@ from splyce.dask.blocks import (
 from splyce.planner import dropin
 from splyce.planner.dropin import (
     Formulation, OperandInfo, _family, _rowwise_format, _sparse_family, choose_einsum_formulation,
+    choose_matmul_formulation,
 )
-from splyce.tensors.formats import Format
+from splyce.tensors.formats import CSR, Format
 
 
 def _call_block(fn, rows: int, padded: int, prep: tuple, trim: bool, *operands):
     """One task: pad the partitioned operands to the common row count (``prep`` "pad"), take the broadcast
-    ones stored by columns as this process's CSC of them ("csc"), run the drop-in, trim the result."""
-    ops = [pad_rows(x, padded) if p == "pad" else _as_csc_once(x) if p == "csc" else x
+    ones the drop-in converts to a format (``prep`` (that Format, the operand's name in the drop-in's errors))
+    as this process's converted and checked SparseTensor of them (``_converted_once``), run the drop-in,
+    trim the result."""
+    ops = [pad_rows(x, padded) if p == "pad" else _converted_once(x, *p) if type(p) is tuple else x
            for x, p in zip(operands, prep)]
     out = fn(*ops)
     return trim_rows(out, rows) if trim else out
@@ -71,10 +74,12 @@ def _pydata_empty(ndim, dtype):
 
 
 def _partitioned_graph(fn, parts: list, broadcast: list, order: list, out_chunks, meta, reduce: bool,
-                       name: str, by_columns: frozenset = frozenset()):
+                       name: str, converted: dict | None = None):
     """The graph: per row block, ``fn(*operands)`` with the partitioned operands' blocks (padded to the
     largest block) and the broadcast operands' single keys, in ``order`` (('p', i) / ('b', i) per operand);
-    the operands at positions ``by_columns`` go in as their CSC (``_as_csc_once``)."""
+    the broadcast operands at positions in ``converted`` go in as their SparseTensor in the Format given
+    there (with the operand's name for errors), converted and checked once per process (``_converted_once``)."""
+    converted = converted or {}
     from dask.base import tokenize
 
     rows = parts[0].chunks[0]
@@ -83,7 +88,7 @@ def _partitioned_graph(fn, parts: list, broadcast: list, order: list, out_chunks
     bcast_keys = [single_key(b) for b in broadcast]
     # a dense block's padding rows would take part in a sum over the rows (0 * inf is NaN): then no padding
     dense_sum = reduce and any(_family(p._meta) == "numpy" for p in parts)
-    prep = tuple("pad" if kind == "p" and not dense_sum else "csc" if n in by_columns else ""
+    prep = tuple("pad" if kind == "p" and not dense_sum else converted.get(n, "") if kind == "b" else ""
                  for n, (kind, _) in enumerate(order))
     token = tokenize(fn, [p.name for p in parts], [b.name for b in broadcast], order, reduce)
     # ``name`` names the kind of op (e.g. matmul-spgemm): distributed estimates a task's duration from the
@@ -124,7 +129,34 @@ def matmul(a, b, *, out_format=None, threads=1):
     chunks = (A.chunks[0],) + tuple((s,) for s in sb[1:])
     fn = functools.partial(dropin.matmul, out_format=out_format, threads=threads)
     kind = "spmv" if len(sb) == 1 else "spgemm" if fb != "numpy" else "spmm"
-    return _partitioned_graph(fn, [A], [B], [("p", 0), ("b", 0)], chunks, meta, False, "matmul-" + kind)
+    ia, ib = OperandInfo(fa, sa, ma.dtype), OperandInfo(fb, sb, mb.dtype)
+    converted = {1: (CSR, "b")} if _converts_b_to_csr(ia, ib, out_format) else {}
+    return _partitioned_graph(fn, [A], [B], [("p", 0), ("b", 0)], chunks, meta, False, "matmul-" + kind,
+                              converted)
+
+
+# the formulations in which the drop-in matmul reads a sparse 2-D ``b`` as ``convert(b, CSR, "b")``
+_B_AS_CSR = (Formulation.GUSTAVSON_SPARSE, Formulation.GUSTAVSON_DENSE, Formulation.SPARSIFIER)
+
+
+def _converts_b_to_csr(ia: OperandInfo, ib: OperandInfo, out_format) -> bool:
+    """Whether each block's drop-in ``matmul`` converts (and checks) the whole broadcast ``b`` to CSR, and
+    does the same given that CSR as a SparseTensor: same formulation, same result family."""
+    if not (ib.sparse and len(ib.shape) == 2):
+        return False
+    formulation = choose_matmul_formulation(ia, ib, out_format)
+    trusted = OperandInfo("splyce", ib.shape, ib.dtype)
+    return (formulation in _B_AS_CSR and choose_matmul_formulation(ia, trusted, out_format) is formulation
+            and _same_family([ia.family, ib.family], 1))
+
+
+def _same_family(families: list[str], n: int) -> bool:
+    """Whether the operands' result family (``_sparse_family``) stays the same with operand ``n`` a
+    SparseTensor."""
+    def family(fs):
+        fs = [f for f in fs if f != "numpy"]
+        return "scipy-array" if "scipy-array" in fs else fs[0] if fs else "numpy"
+    return family(families) == family(families[:n] + ["splyce"] + families[n + 1:])
 
 
 # -- multiply, add, subtract ------------------------------------------------------------------------------
@@ -171,7 +203,6 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     if not letters:
         raise ValueError("einsum on Dask operands needs an operand with an index to partition")
     p = letters[0]
-    by_columns = _stored_by_columns(inputs, output, operands, out_format)
     order, parts, broadcast, rows = [], [], [], None
     for n, (x, subs) in enumerate(zip(operands, inputs)):
         if p in subs[1:]:
@@ -206,59 +237,64 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     chunks = tuple(sizes[c] for c in output) if reduce else (rows,) + tuple((sizes[c],) for c in output[1:])
     fn = functools.partial(dropin.einsum, subscripts, out_format=out_format, threads=threads)
     kind = "".join(c for c in subscripts if c.isalpha()) or "scalar"
+    converted = _einsum_conversions(inputs, output, operands, out_format)
     return _partitioned_graph(fn, parts, broadcast, order, chunks, meta, reduce, "einsum-" + kind,
-                              frozenset(n for n in by_columns if order[n][0] == "b"))
+                              {n: f for n, f in converted.items() if order[n][0] == "b"})
 
 
-def _stored_by_columns(inputs: list[str], output: str, operands, out_format) -> set[int]:
-    """The scipy CSR operands that the drop-in ``einsum`` stores by columns (its loops reach their second
-    index first: ``kj`` in ``"ij,ik,kj->"``) and so transposes at every call: for a broadcast operand that was
-    once per block, each time the whole matrix (1.5-2.8x a block's own time on the corpus's triangle counts);
-    ``_as_csc_once`` does it once per process and operand instead."""
+def _einsum_conversions(inputs: list[str], output: str, operands, out_format) -> dict[int, tuple]:
+    """Operand position -> (the Format, the operand's name) the drop-in ``einsum`` converts (and checks) that sparse operand to at
+    every call (``convert(x, _rowwise_format(subs, loops))``), where it does the same given that conversion
+    as a SparseTensor (same formulation, same result family). For a broadcast operand that was the whole
+    matrix checked once per block, and transposed once per block when stored by columns (``kj`` in
+    ``"ij,ik,kj->"``: 1.5-2.8x a block's own time on the corpus's triangle counts)."""
     metas = [_meta(x) for x in operands]
     families = [_family(m) for m in metas]
     if all(f == "numpy" for f in families):
-        return set()
-    infos = [OperandInfo.of(m, f) for m, f in zip(metas, families)]
-    if choose_einsum_formulation(inputs, output, infos, out_format)[0] is not Formulation.COITERATE:
-        return set()
+        return {}
+    infos = [OperandInfo(f, tuple(np.shape(x)), m.dtype) for x, m, f in zip(operands, metas, families)]
+    formulation = choose_einsum_formulation(inputs, output, infos, out_format)[0]
+    if formulation is not Formulation.COITERATE:
+        return {}
     loops = list(dict.fromkeys("".join(inputs)))
-    return {n for n, (subs, f, m) in enumerate(zip(inputs, families, metas))
-            if f.startswith("scipy") and len(subs) == 2 and getattr(m, "format", None) == "csr"
-            and _rowwise_format(subs, loops).order != (0, 1)}
+    out = {}
+    for n, (subs, info) in enumerate(zip(inputs, infos)):
+        if not info.sparse:
+            continue
+        trusted = infos[:n] + [OperandInfo("splyce", info.shape, info.dtype)] + infos[n + 1:]
+        if choose_einsum_formulation(inputs, output, trusted, out_format)[0] is formulation \
+                and _same_family(families, n):
+            out[n] = (_rowwise_format(subs, loops), f"operand {n}")
+    return out
 
 
-# broadcast operand's id -> (weak reference to it, its CSC): a worker keeps a broadcast operand as one object
-# for every task that reads it (and across computations while it is kept, e.g. splyce.dask.broadcast), so
-# it is transposed once per worker; the entry goes when the operand does
-_csc_of: dict = {}
-_csc_lock = threading.Lock()
+# (broadcast operand's id, Format) -> (weak reference to it, its SparseTensor in that Format): a worker keeps
+# a broadcast operand as one object for every task that reads it (and across computations while it is kept,
+# e.g. splyce.dask.broadcast), so it is converted and checked once per worker, not once per block; the
+# entries go when the operand does. Like the drop-in's own conversion, it assumes the operand is not
+# modified in place while it is read (Dask's data is immutable by convention).
+_converted_of: dict = {}
+_converted_lock = threading.Lock()
 
 
-def _as_csc_once(x):
-    """``_as_csc(x)``, made once per process for as long as ``x`` lives."""
-    with _csc_lock:
-        hit = _csc_of.get(id(x))
+def _converted_once(x, fmt: Format, name: str = "operand"):
+    """``dropin._as_format(x, fmt)``'s SparseTensor (the drop-in's own conversion and checks: the kernel
+    sees the same buffers), made once per process for as long as ``x`` lives. The drop-ins take a
+    SparseTensor as it is (it was checked when built)."""
+    key = (id(x), fmt)
+    with _converted_lock:
+        hit = _converted_of.get(key)
         if hit is not None and hit[0]() is x:
             return hit[1]
-        csc = _as_csc(x)
-        try:
-            ref = weakref.ref(x)
-        except TypeError:
-            return csc
-        _csc_of[id(x)] = (ref, csc)
-        weakref.finalize(x, _csc_of.pop, id(x), None)
-        return csc
-
-
-def _as_csc(x):
-    """What ``dropin._as_format`` makes of a scipy CSR stored by columns: validated (``asarray``), then
-    scipy's CSC of it; the drop-in then takes this CSC as it is, so the kernel sees the same buffers."""
-    import scipy.sparse as sps
-
-    from splyce.tensors.tensor import asarray
-
-    if getattr(x, "format", None) != "csr":
-        return x
-    csc = asarray(x).to_scipy().tocsc()
-    return sps.csc_matrix(csc) if isinstance(x, sps.spmatrix) else csc
+    tensor = dropin._as_format(x, fmt, name).tensor     # outside the lock: O(nnz)
+    try:
+        ref = weakref.ref(x)
+    except TypeError:
+        return tensor
+    with _converted_lock:
+        hit = _converted_of.get(key)
+        if hit is not None and hit[0]() is x:
+            return hit[1]
+        _converted_of[key] = (ref, tensor)
+        weakref.finalize(x, _converted_of.pop, key, None)
+    return tensor
