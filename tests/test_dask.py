@@ -164,6 +164,8 @@ def test_graph_has_row_block_tasks_and_one_broadcast_key():
     graph = dict(count.__dask_graph__())
     keys = [k for k in graph if k[0].startswith("splyce-einsum")]
     assert len(keys) == 5        # four per-block partial counts and their sum
+    chain = splyce.einsum("ij,jk,kl->il", sd.from_scipy(low, rows_per_chunk=20), low, low)
+    assert sum(k[0].startswith("splyce-broadcast") for k in dict(chain.__dask_graph__())) == 1   # sent once
     # "kj" is stored by columns: each process converts (transposes) and checks the broadcast L once, not
     # once per block, and the drop-in takes that SparseTensor as it is
     from splyce.dask.ops import _converted_once

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import uuid
 
 import dask
 import dask.array as da
@@ -101,9 +102,10 @@ def from_scipy(a, rows_per_chunk: int | None = None, *, blocks: int | None = Non
     return _row_sliced(csr, nnz_bounds(csr.indptr, rows_per_chunk, blocks), "splyce-from-scipy-")
 
 
-def _row_sliced(x, bounds: list[int], prefix: str) -> da.Array:
-    """``x`` (NumPy, scipy CSR or pydata) cut into the row blocks [bounds[k], bounds[k+1]), on the client."""
-    name = prefix + tokenize(x, bounds)
+def _row_sliced(x, bounds: list[int], prefix: str, hashed: bool = True) -> da.Array:
+    """``x`` (NumPy, scipy CSR or pydata) cut into the row blocks [bounds[k], bounds[k+1]), on the client;
+    named by a hash of ``x`` (``hashed``) or by a fresh name (``_fresh_name``)."""
+    name = prefix + tokenize(x, bounds) if hashed else _fresh_name(prefix)
     rest = tuple((s,) for s in x.shape[1:])
     cut = _pydata_rows if _family(x) == "pydata" else (lambda x, lo, hi: x[lo:hi])
     layer = {(name, k) + (0,) * len(rest): cut(x, lo, hi) for k, (lo, hi) in enumerate(zip(bounds, bounds[1:]))}
@@ -154,7 +156,16 @@ def row_blocks(x, rows: tuple[int, ...] | None = None) -> da.Array:
         bounds = [0, *np.cumsum(rows).tolist()]
     if family == "numpy":
         x = np.asarray(x)
-    return _row_sliced(x, bounds, "splyce-rows-")
+    return _row_sliced(x, bounds, "splyce-rows-", hashed=False)
+
+
+def _fresh_name(prefix: str) -> str:
+    """A new key name for a concrete operand put into one operation's graph. Hashing the operand's data
+    (Dask's ``tokenize``) cost the client 20-70 ms per product with the corpus's dense SpMM operands (13-63
+    MB), more than the product; a fresh name costs nothing, and an operand modified in place between two
+    products can never be mistaken for the old one still held under the same key (``from_array(...,
+    name=False)`` does the same)."""
+    return prefix + uuid.uuid4().hex
 
 
 def whole(x) -> da.Array:
@@ -163,7 +174,7 @@ def whole(x) -> da.Array:
         return x.rechunk(x.shape) if any(n > 1 for n in x.numblocks) else x
     if _family(x) == "numpy":
         x = np.asarray(x)
-    name = "splyce-broadcast-" + tokenize(x)
+    name = _fresh_name("splyce-broadcast-")
     key = (name,) + (0,) * np.ndim(x)
     return _as_array(name, {key: x}, [], tuple((s,) for s in np.shape(x)), sparse_meta(x))
 

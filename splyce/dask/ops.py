@@ -203,7 +203,7 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     if not letters:
         raise ValueError("einsum on Dask operands needs an operand with an index to partition")
     p = letters[0]
-    order, parts, broadcast, rows = [], [], [], None
+    order, parts, broadcast, wholes, rows = [], [], [], [], None
     for n, (x, subs) in enumerate(zip(operands, inputs)):
         if p in subs[1:]:
             raise NotImplementedError(f"einsum on Dask operands partitions index {p!r}, the first index of "
@@ -218,7 +218,10 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
             parts.append(block)
         else:
             order.append(("b", len(broadcast)))
-            broadcast.append(whole(x))
+            # one key for an operand passed twice (a concrete one gets a fresh key name per whole())
+            same = [w for y, w in wholes if y is x]
+            broadcast.append(same[0] if same else whole(x))
+            wholes.append((x, broadcast[-1]))
     if p in output[1:]:
         raise NotImplementedError(f"einsum on Dask operands: the result must start with the partitioned index "
                                   f"{p!r} or sum over it, got output {output!r}")
