@@ -257,6 +257,8 @@ def test_dask_subcommand_tiny(tmp_path, capsys):
     rows = _check_outputs(tmp_path, "dask", dask_bench.COLUMNS)
     assert {r["op"].split()[0] for r in rows} == {"SpMV", "SpMM", "SpGEMM", "triangles"}
     assert all(float(r["splyce_1w_s"]) > 0 and float(r["speedup_2w_vs_1w"]) > 0 for r in rows)
+    # the busiest worker's task bodies (task stream) took part of each run's wall time
+    assert all(0 < float(r[f"splyce_{w}_tasks_s"]) < float(r[f"splyce_{w}_s"]) for r in rows for w in ("1w", "2w"))
 
 
 def test_dask_bench_matrices(tmp_path):
@@ -274,3 +276,8 @@ def test_dask_bench_matrices(tmp_path):
     assert [label.split()[0] for label, _ in mats] == list(dask_bench.TINY)
     for _, A in mats:
         assert A.format == "csr" and A.has_canonical_format and (A != A.T).nnz == 0
+    # --matrices picks corpus entries by name, in the order given; an unknown name exits saying the choices
+    picked = dask_bench.matrices(Config(tiny=True, out=tmp_path, matrices=("rmat-s10", "fem3d-1500")))
+    assert [label.split()[0] for label, _ in picked] == ["rmat-s10", "fem3d-1500"]
+    with pytest.raises(SystemExit, match="choose from"):
+        dask_bench.matrices(Config(tiny=True, out=tmp_path, matrices=("no-such-matrix",)))

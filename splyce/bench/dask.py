@@ -19,12 +19,18 @@ from __future__ import annotations
 import logging
 import time
 
+from splyce.bench.real import _chosen
+
 import numpy as np
 
 from splyce.bench.common import BenchMismatch, Config, Result, Timing, _progress
 
-COLUMNS = ["matrix", "rows", "nnz", "op", "splyce_1w_s", "splyce_2w_s", "speedup_2w_vs_1w", "pydata_2w_s",
-           "splyce_vs_pydata", "splyce_2w_peak_mb", "pydata_2w_peak_mb"]
+COLUMNS = ["matrix", "rows", "nnz", "op", "splyce_1w_s", "splyce_2w_s", "speedup_2w_vs_1w", "splyce_1w_tasks_s",
+           "splyce_2w_tasks_s", "pydata_2w_s", "splyce_vs_pydata", "splyce_2w_peak_mb", "pydata_2w_peak_mb"]
+
+# --ops names -> the op labels of _ops
+OPS = {"spmv": "SpMV", "spmm": "SpMM (16 columns)", "spgemm": "SpGEMM A @ A",
+       "triangles": "triangles sum(L * (L @ L))"}
 
 
 # -- matrices ---------------------------------------------------------------------------------------------
@@ -42,8 +48,9 @@ def matrices(cfg: Config):
 
     from splyce.bench import corpus
 
-    names = TINY if cfg.tiny else QUICK if cfg.quick else FULL
     by_name = {e.name: e for e in corpus.entries()}
+    names = _chosen(cfg.matrices, list(by_name), "matrix") if cfg.matrices else \
+        TINY if cfg.tiny else QUICK if cfg.quick else FULL
     cache = Path(cfg.out) / "corpus-cache"
     return [(f"{name} ({by_name[name].kind})", corpus.build(by_name[name], cache)) for name in names]
 
@@ -202,16 +209,25 @@ def _on_every_worker(client, build, data) -> None:
         del result
 
 
-def _timed(client, graph):
+def _timed(client, graph) -> tuple[float, float]:
+    """(wall seconds of persist + wait, the busiest worker's summed task-body seconds in that run, from
+    Dask's task stream: the wall time minus it is what Dask itself took: sending the graph and the operands
+    not yet on the workers, scheduling, results reported back)."""
     import distributed
 
+    since = time.time()
     t0 = time.perf_counter()
     result = client.persist(graph)
     with client.as_current():
         distributed.wait(result)
     elapsed = time.perf_counter() - t0
     del result
-    return elapsed
+    busy: dict = {}
+    for task in client.get_task_stream(start=since):
+        for span in task.get("startstops", ()):
+            if span["action"] == "compute":
+                busy[task["worker"]] = busy.get(task["worker"], 0.0) + span["stop"] - span["start"]
+    return elapsed, max(busy.values(), default=float("nan"))
 
 
 def _cluster(workers: int):
@@ -224,6 +240,7 @@ def _cluster(workers: int):
     # broadcast operand would be sent again to every worker but one at each repeat; a user repeating
     # products with one broadcast operand keeps its copies the same way
     client.amm.stop()
+    client.get_task_stream(start=time.time())     # the scheduler records task spans from its first request on
     return cluster, client
 
 
@@ -233,8 +250,10 @@ def run(cfg: Config) -> Result:
     rows = []
     try:
         rng = np.random.default_rng(0)
+        chosen = {OPS[n] for n in _chosen(cfg.ops, list(OPS), "op")}
         for mname, A in matrices(cfg):
             ops, L = _ops(A, rng)
+            ops = [o for o in ops if o[0] in chosen]
             data = {name: _inputs(c, A, L, 4) for name, c in clients.items()}
             bar = _progress(len(ops) * (2 if cfg.tiny else 3) * (cfg.n_repeats + 1), f"dask {mname}", cfg)
             for op, single, ours, theirs in ops:
@@ -243,6 +262,7 @@ def run(cfg: Config) -> Result:
                 if cfg.tiny:    # the tests' mode: pydata's Numba JIT takes minutes in fresh worker processes
                     del cands["pydata_2w"]
                 times = {name: Timing(name) for name in cands}
+                tasks = {name: Timing(name) for name in cands}
                 peaks = {}
                 for name, (build, c) in cands.items():     # warm-up (compiles) and check, never timed
                     got, peaks[name] = _checked_with_peak(clients[c], build(data[c]))
@@ -254,12 +274,16 @@ def run(cfg: Config) -> Result:
                     bar.update(1)
                 for _ in range(cfg.n_repeats):              # interleaved repeats
                     for name, (build, c) in cands.items():
-                        times[name].times.append(_timed(clients[c], build(data[c])))
+                        wall, busiest = _timed(clients[c], build(data[c]))
+                        times[name].times.append(wall)
+                        tasks[name].times.append(busiest)
                         bar.update(1)
                 one, two, pd = (times[k].median if k in times else float("nan")
                                 for k in ("splyce_1w", "splyce_2w", "pydata_2w"))
                 rows.append({"matrix": mname, "rows": A.shape[0], "nnz": A.nnz, "op": op, "splyce_1w_s": one,
-                             "splyce_2w_s": two, "speedup_2w_vs_1w": one / two, "pydata_2w_s": pd,
+                             "splyce_2w_s": two, "speedup_2w_vs_1w": one / two,
+                             "splyce_1w_tasks_s": tasks["splyce_1w"].median,
+                             "splyce_2w_tasks_s": tasks["splyce_2w"].median, "pydata_2w_s": pd,
                              "splyce_vs_pydata": pd / two, "splyce_2w_peak_mb": peaks["splyce_2w"],
                              "pydata_2w_peak_mb": peaks.get("pydata_2w", float("nan"))})
             bar.close()
