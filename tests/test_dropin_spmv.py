@@ -251,7 +251,7 @@ def test_positions_far_outside_the_entries_are_refused_without_reading_there():
     script = textwrap.dedent('''
         import ctypes, mmap
         import numpy as np, scipy.sparse as sps, splyce
-        from splyce.backend import ir_text
+        from splyce.backend import ir_text, native_spmv
         from splyce.planner import dropin
         ir_text.MIN_CHUNK = 8                # threads=2 really splits these 4400 entries
         dropin.SERIAL_MAX_WORK = 0
@@ -275,6 +275,7 @@ def test_positions_far_outside_the_entries_are_refused_without_reading_there():
         for index_dtype in (np.int32, np.int64):
             for flat, grouped in ((1 << 40, -1), (-1, 1 << 62), (-1, -1)):
                 dropin._FLAT_MAX_ROW, dropin._GROUPED_MAX_BYTES = flat, grouped
+                native_spmv.FLAT_MAX_ROW = flat          # the threaded general path's choice too
                 for row, value in ((600, np.iinfo(index_dtype).max), (600, -5), (1, 2**30), (1099, -1)):
                     a = sps.csr_array((base.data, base.indices, base.indptr), shape=base.shape)
                     a.indices = before_guard_page(base.indices.astype(index_dtype))
