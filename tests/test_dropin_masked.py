@@ -6,6 +6,7 @@ import scipy.sparse as sps
 from hypothesis import given, settings, strategies as st
 
 import splyce
+from splyce.backend import ir_text
 from splyce.planner.dropin import Formulation, OperandInfo, choose_einsum_formulation
 
 
@@ -26,7 +27,9 @@ def test_masked_spgemm_bit_identical_to_scipy(m, k, n, density, seed, dtype, thr
         x.data = (x.data * 8 - 4).astype(dtype)
     ref = _canonical((a @ b).multiply(mask))
     for subscripts, ops in (("ik,kj,ij->ij", (a, b, mask)), ("ij,ik,kj->ij", (mask, a, b))):
-        ours = splyce.einsum(subscripts, *ops, threads=threads)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(ir_text, "MIN_CHUNK", 1)       # threads split these tiny products
+            ours = splyce.einsum(subscripts, *ops, threads=threads)
         assert isinstance(ours, sps.csr_array) and ours.dtype == ref.dtype
         assert np.array_equal(ours.indptr, ref.indptr) and np.array_equal(ours.indices, ref.indices)
         assert np.array_equal(ours.data, ref.data)
@@ -53,7 +56,7 @@ def test_sddmm_matches_scipy(shape, dtype):
     assert full.indices is not mask.indices and not np.shares_memory(full.indptr, mask.indptr)
 
 
-def test_masked_spgemm_chunks_balance_products_on_power_law_rows():
+def test_masked_spgemm_chunks_balance_products_on_power_law_rows(monkeypatch):
     """Chunks balance mask entries plus products (hub rows hold most products, not most entries); results
     are bit-identical for any number of threads and equal to scipy's."""
     from splyce.backend import native_masked
@@ -76,6 +79,7 @@ def test_masked_spgemm_chunks_balance_products_on_power_law_rows():
         assert max(int(work[hi] - work[lo]) for lo, hi in by_entries) > max(shares)
     one = splyce.einsum("ik,kj,ij->ij", low, low, low, threads=1)
     assert np.array_equal(one.toarray(), _canonical((low @ low).multiply(low)).toarray())
+    monkeypatch.setattr(ir_text, "MIN_CHUNK", 8)          # threads split this small product
     for threads in (2, 3):
         many = splyce.einsum("ik,kj,ij->ij", low, low, low, threads=threads)
         assert np.array_equal(one.indptr, many.indptr) and np.array_equal(one.indices, many.indices)
@@ -97,9 +101,11 @@ def test_triangle_sum_native_split_across_threads(monkeypatch):
     low = sps.csr_array(sps.tril(((g + g.T) > 0).astype(np.int64), -1))
     low.data = rng.integers(1, 5, low.nnz)
     want = int((low @ low).multiply(low).sum())
+    assert splyce.einsum("ij,jk,ik->", low, low, low, threads=2) == want      # small: one chunk, one thread
+    monkeypatch.setattr(ir_text, "MIN_CHUNK", 8)          # threads split it as they split large graphs
     for threads in (1, 2, 3):
         assert splyce.einsum("ij,jk,ik->", low, low, low, threads=threads) == want
-    assert sizes == [1, 8, 12]
+    assert sizes == [1, 1, 8, 12]
 
 
 def test_masked_forms_never_build_a_dense_result():
@@ -154,8 +160,6 @@ def test_an_operand_passed_several_times_is_converted_and_checked_once(monkeypat
     bad.indices[0] = 40
     with pytest.raises(ValueError, match="out of range"):
         splyce.einsum("ij,jk,ik->", bad, bad, bad)
-    from splyce.backend import ir_text
-
     monkeypatch.setattr(ir_text, "MIN_CHUNK", 8)         # the checks split across threads too
     for threads in (1, 2):
         for defect in ((lambda x: x.indices.__setitem__(-1, 40)), (lambda x: x.indptr.__setitem__(20, 10**6))):

@@ -6,6 +6,7 @@ import scipy.sparse as sps
 from hypothesis import given, settings, strategies as st
 
 import splyce
+from splyce.backend import ir_text
 from splyce.planner import dropin
 from splyce.planner.dropin import Formulation, OperandInfo, choose_matmul_formulation
 
@@ -50,14 +51,20 @@ def test_spgemm_property(m, k, n, density, seed, fmt, threads):
     rng = np.random.default_rng(seed)
     a = sps.random_array((m, k), density=density, format=fmt, rng=rng)
     b = sps.random_array((k, n), density=density, format="csr", rng=rng)
-    _same_as_scipy(splyce.matmul(a, b, threads=threads), a @ b)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ir_text, "MIN_CHUNK", 1)              # threads split these tiny products
+        _same_as_scipy(splyce.matmul(a, b, threads=threads), a @ b)
 
 
 def test_spgemm_threads_bit_identical(monkeypatch):
     from splyce.backend import native_spgemm
 
-    monkeypatch.setattr(native_spgemm, "CHUNK_FLOPS", 50)   # many chunks, each in its own buffer
     a = sps.random_array((300, 200), density=0.05, format="csr", random_state=1)
+    with pytest.MonkeyPatch.context() as mp:                # a small product stays on one thread
+        mp.setattr(native_spgemm, "pool", lambda threads: pytest.fail("a thread pool for a small product"))
+        _same_as_scipy(splyce.matmul(a, a.T, threads=2), a @ a.T)
+    monkeypatch.setattr(ir_text, "MIN_CHUNK", 1)           # threads split it as they split large ones
+    monkeypatch.setattr(native_spgemm, "CHUNK_FLOPS", 50)   # many chunks, each in its own buffer
     one, two = splyce.matmul(a, a.T, threads=1), splyce.matmul(a, a.T, threads=2)
     assert np.array_equal(one.indptr, two.indptr) and np.array_equal(one.indices, two.indices)
     assert np.array_equal(one.data, two.data)
@@ -131,6 +138,7 @@ def test_spgemm_kernels_skewed_rows_threads_bit_identical(monkeypatch, kernel):
     from splyce.backend import native_spgemm
 
     monkeypatch.setattr(native_spgemm, "DENSE_ROW_ENTRIES", 1 if kernel == "dense" else 10**9)
+    monkeypatch.setattr(ir_text, "MIN_CHUNK", 1)           # threads split these small products
     a, b = _skewed(300, 120, 5), _skewed(120, 200, 6)
     a[7, 3] = np.nan
     ref = a @ b

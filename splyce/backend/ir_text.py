@@ -100,12 +100,19 @@ def work_chunks(indptr: np.ndarray, threads: int, per_row: int = 0) -> list[tupl
     return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
 
 
+def run_each(fn, items, executor) -> list:
+    """``fn(item)`` for every item, the first on the calling thread (it starts at once, and a pool thread
+    slow to wake never ends up running both halves of a split), the others on ``executor``. Results in order."""
+    items = list(items)
+    rest = [executor.submit(fn, item) for item in items[1:]]
+    return [fn(items[0])] + [f.result() for f in rest]
+
+
 def run_chunks(fn, chunks, threads: int) -> list:
     """``fn(t, lo, hi)`` for every chunk, the first on the calling thread, the others on the pool."""
     if len(chunks) == 1:
         return [fn(0, *chunks[0])]
-    rest = [pool(threads).submit(fn, t, lo, hi) for t, (lo, hi) in enumerate(chunks) if t]
-    return [fn(0, *chunks[0])] + [f.result() for f in rest]
+    return run_each(lambda tc: fn(tc[0], *tc[1]), enumerate(chunks), pool(threads))
 
 
 def run_taken(fn, chunks, threads: int, state=lambda: None, executor=None) -> list:

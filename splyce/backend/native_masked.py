@@ -19,6 +19,7 @@ import threading
 
 import numpy as np
 
+from splyce.backend import ir_text
 from splyce.backend.array_objects import address as _address
 from splyce.backend.ir_text import IR, VALUE, load_index, loop, row_chunks, run_chunks, run_taken
 
@@ -339,15 +340,25 @@ SAMPLE_ROWS = 2048      # rows whose products are counted to balance masked SpGE
 CHUNKS_PER_THREAD = 4
 
 
-def masked_chunks(mp, ap, ac, bp, threads: int) -> list[tuple[int, int]]:
+def serial_max_work() -> int:
+    """Masked work (mask entries plus products) below which ``threads`` > 1 still runs one chunk on the
+    calling thread: ~1-2 ms of one thread, where handing chunks to a thread and the chunking itself
+    (~1 ms of CPU time in all) cost more than they save (ba-4k, fem2d-3k: 2.5-3x slower on two threads)."""
+    return 8 * ir_text.MIN_CHUNK
+
+
+def masked_chunks(mp, ap, ac, bp, threads: int, min_work: int = 0) -> list[tuple[int, int]]:
     """Row chunks of masked SpGEMM with about equal work: mask entries plus products (``len(B[k])`` for each
     ``A[i, k]``). Rows of power-law matrices differ by orders of magnitude in products, so balancing the mask's
     entries alone leaves one thread with most of the work. Products are counted exactly on up to
     ``SAMPLE_ROWS`` evenly spaced rows (all rows of smaller matrices), each standing for the rows up to the
-    next: a pass over a small part of A, not all of it. Balance only: any split gives the same result."""
+    next: a pass over a small part of A, not all of it. Balance only: any split gives the same result. One
+    chunk when that estimate of the work is below ``min_work``."""
     m = len(mp) - 1
     if threads <= 1 or m < 2:
         return [(0, max(m, 0))]
+    if len(ac) * 8 <= min_work and int(mp[-1]) + int(np.diff(bp)[ac].sum()) < min_work:
+        return [(0, m)]         # a small A: its products counted exactly, cheaper than sampling rows
     stride = max(1, m // SAMPLE_ROWS)
     rows = np.arange(0, m, stride)
     starts, lengths = ap[rows].astype(np.int64), (ap[rows + 1] - ap[rows]).astype(np.int64)
@@ -362,6 +373,8 @@ def masked_chunks(mp, ap, ac, bp, threads: int) -> list[tuple[int, int]]:
     work = np.zeros(len(at), dtype=np.int64)
     np.cumsum(block_products, out=work[1:])
     work += mp[at]
+    if work[-1] < min_work:
+        return [(0, m)]
     inner = at[np.searchsorted(work, work[-1] * np.arange(1, threads) / threads, side="left")].tolist()
     bounds = sorted(set([0, *inner, m]))
     return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
@@ -389,7 +402,7 @@ def masked_spgemm(m, a, b, n_cols: int, dtype, threads: int = 1):
                   _address(bp), _address(bc), _address(bv), lo, hi, _address(mark), _address(vals),
                   _address(cols), _address(ends) + 8 * lo)
 
-    chunks = masked_chunks(mp, ap, ac, bp, threads * CHUNKS_PER_THREAD if threads > 1 else 1)
+    chunks = masked_chunks(mp, ap, ac, bp, threads * CHUNKS_PER_THREAD if threads > 1 else 1, serial_max_work())
     kept = run_taken(run, chunks, threads, lambda: np.full(n_cols, -1, dtype=np.int64))
     return _gather(vals, cols, ends, mp, chunks, kept, threads)
 
@@ -442,7 +455,7 @@ def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1):
     dtype = np.dtype(dtype)
     with _lock:
         fn = _masked_sum(dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc), _bits(cp), _bits(cc))
-    chunks = masked_chunks(cp, ap, ac, bp, threads * CHUNKS_PER_THREAD if threads > 1 else 1)
+    chunks = masked_chunks(cp, ap, ac, bp, threads * CHUNKS_PER_THREAD if threads > 1 else 1, serial_max_work())
     out = np.empty(len(chunks), dtype=dtype)
 
     def run(t, lo, hi, mark):

@@ -37,7 +37,8 @@ import threading
 import numpy as np
 
 from splyce.backend.array_objects import address as _address
-from splyce.backend.ir_text import pool, row_chunks
+from splyce.backend import ir_text
+from splyce.backend.ir_text import pool, row_chunks, run_each
 
 # Rows [lo, hi) of A @ B into cc / cv from position base on; ends[i - lo] = row i's end; returns the end.
 # {accumulate}: one multiply-add (col, prod at position c2; defines block j_next, which sets c2n and loops);
@@ -430,7 +431,7 @@ def row_flops_prefix(a_indptr, a_indices, b_indptr, workers=None, threads: int =
     ranges = row_chunks(a_indptr, threads) if workers is not None else [(0, m)]
     if len(ranges) == 1:
         return local(0, m)
-    parts = list(workers.map(lambda r: local(*r), ranges))
+    parts = run_each(lambda r: local(*r), ranges, workers)
     prefix = np.empty(m + 1, dtype=np.int64)
     prefix[0] = total = 0
     for (lo, hi), part in zip(ranges, parts):
@@ -501,7 +502,7 @@ def _meeting_halves(kernel, backward, a, b, n, dtype, col_dtype, dense, prefix, 
         return ends, backward(*operands, lo, _address(bounds), len(bounds) - 1, meet, _address(ends),
                               _address(cols), _address(vals), _address(slots), _address(prefix))
 
-    (ends0, first), (ends1, stop) = workers.map(run, (0, 1))
+    (ends0, first), (ends1, stop) = run_each(run, (0, 1), workers)
     nnz = stop - first
     index_dtype = np.int32 if nnz < 2**31 and n <= 2**31 else np.int64
     indptr = np.empty(len(ap), dtype=index_dtype)
@@ -511,7 +512,7 @@ def _meeting_halves(kernel, backward, a, b, n, dtype, col_dtype, dense, prefix, 
         lo, hi = ranges[index]
         np.subtract((ends0, ends1)[index], first, out=indptr[lo + 1: hi + 1], casting="unsafe")
 
-    list(workers.map(shift, (0, 1)))
+    run_each(shift, (0, 1), workers)
     cols, vals = cols[first: stop], vals[first: stop]
     return Product(vals, cols.astype(index_dtype, copy=False), indptr, len(ap) - 1 + flops)
 
@@ -540,9 +541,14 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1) -> Product:
     bv, bc, bp = b
     dtype = np.dtype(dtype)
     m, n = len(ap) - 1, shape_b_cols
-    workers = pool(threads) if threads > 1 and m > 1 else None
-    prefix = row_flops_prefix(ap, ac, bp, workers, threads)
+    # (split passes over fewer than ~2 * MIN_CHUNK entries, products of fewer than ~8 * MIN_CHUNK flops: ~2 ms
+    # of one thread, cost more than they save; fem2d-3k, ba-4k were 1.5x slower on two threads)
+    split = threads > 1 and m > 1
+    prefix = row_flops_prefix(ap, ac, bp, pool(threads), threads) if split and int(ap[-1]) >= 2 * ir_text.MIN_CHUNK \
+        else row_flops_prefix(ap, ac, bp)
     flops = int(prefix[-1])
+    workers = pool(threads) if split and flops >= 8 * ir_text.MIN_CHUNK else None
+    threads = threads if workers is not None else 1
     col_dtype = np.dtype(np.int32) if n <= 2**31 else np.dtype(np.int64)
     dense = n <= DENSE_COLUMNS and int(ap[-1]) - int(ap[0]) >= DENSE_ROW_ENTRIES * m > 0
     with _lock:
