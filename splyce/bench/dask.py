@@ -1,20 +1,19 @@
 """``dask``: SpMV, SpMM, SpGEMM and triangle counting on a 2-worker Dask ``LocalCluster`` (processes, one
 thread each): splyce.dask on 1 and 2 workers against dask.array + pydata-sparse chunks on the same cluster.
 
-Matrices: the largest of the realistic corpus (``bench real``'s, docs/corpus.md): a 3-D and a 2-D
-finite-element mesh (regular rows), the largest power-law graph (skewed rows, hubs) and the road-like graph
-(very short rows). Both sides get the same inputs, already on the workers before timing: 4 row blocks of
-about equal nonzeros (for 1 and 2 workers alike), each worker holding an equal share, and the right operand
-as one chunk on every worker (``splyce.dask.broadcast``, with Dask's Active Memory Manager stopped so the
-copies stay across repeats), except the dense x / X of SpMV / SpMM: a NumPy operand, put in each run's graph
-and so sent again every run, as a user passing one pays. "1 worker" and "2 workers" are two LocalClusters, both alive, so their runs
-interleave. A timed run is ``persist`` + ``wait``: the result stays on the workers, as for
-data bigger than one machine. Every result is checked before timing: splyce's against the single-process
-drop-in, bit for bit; pydata's against it within 1e-9 relative. The checking (warm-up) run of each
-candidate also records the peak resident memory of the busiest worker process during that run
-(``*_peak_mb``: the persisted inputs plus what the op needs; Linux only). ``*_tasks_s``: the busiest worker's
-summed task bodies per timed run (Dask's task stream); the rest of the wall time is Dask's own. ``--ops`` /
-``--matrices`` run a subset.
+Matrices: the largest of the realistic corpus (``bench real``'s, docs/corpus.md): a 3-D and a 2-D finite-element
+mesh (regular rows), the largest power-law graph (skewed rows, hubs) and the road-like graph (very short rows).
+Both sides get the same inputs, already on the workers before timing: 4 row blocks of about equal nonzeros (for
+1 and 2 workers alike), each worker holding an equal share, and the right operand as one chunk on every worker
+(``splyce.dask.broadcast``, with Dask's Active Memory Manager stopped so the copies stay across repeats), except
+the dense x / X of SpMV / SpMM: a NumPy operand, put in each run's graph and so sent again every run, as a user
+passing one pays. "1 worker" and "2 workers" are two LocalClusters, both alive, so their runs interleave. A
+timed run is ``persist`` + ``wait``: the result stays on the workers, as for data bigger than one machine. Every
+result is checked before timing: splyce's against the single-process drop-in, bit for bit; pydata's against it
+within 1e-9 relative. The checking (warm-up) run of each candidate also records the peak resident memory of the
+busiest worker process during that run (``*_peak_mb``: the persisted inputs plus what the op needs; Linux only).
+``*_tasks_s``: the busiest worker's summed task bodies per timed run (Dask's task stream); the rest of the wall
+time is Dask's own. ``--ops`` / ``--matrices`` run a subset.
 """
 
 from __future__ import annotations
@@ -22,11 +21,10 @@ from __future__ import annotations
 import logging
 import time
 
-from splyce.bench.real import _chosen
-
 import numpy as np
 
 from splyce.bench.common import BenchMismatch, Config, Result, Timing, _progress
+from splyce.bench.real import _chosen
 
 COLUMNS = ["matrix", "rows", "nnz", "op", "splyce_1w_s", "splyce_2w_s", "speedup_2w_vs_1w", "splyce_1w_tasks_s",
            "splyce_2w_tasks_s", "pydata_2w_s", "splyce_vs_pydata", "splyce_2w_peak_mb", "pydata_2w_peak_mb"]

@@ -246,11 +246,12 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
 
 
 def _einsum_conversions(inputs: list[str], output: str, operands, out_format) -> dict[int, tuple]:
-    """Operand position -> (the Format, the operand's name) the drop-in ``einsum`` converts (and checks) that sparse operand to at
-    every call (``convert(x, _rowwise_format(subs, loops))``), where it does the same given that conversion
-    as a SparseTensor (same formulation, same result family). For a broadcast operand that was the whole
-    matrix checked once per block, and transposed once per block when stored by columns (``kj`` in
-    ``"ij,ik,kj->"``: 1.5-2.8x a block's own time on the corpus's triangle counts)."""
+    """Operand position -> (Format, the operand's name) for each sparse operand that the drop-in ``einsum``
+    converts (and checks) at every call (``convert(x, _rowwise_format(subs, loops))``) and that it computes
+    the same way given that conversion as a SparseTensor (same formulation, same result family). For a
+    broadcast operand that was the whole matrix checked once per block, and transposed once per block when
+    stored by columns (``kj`` in ``"ij,ik,kj->"``: 1.5-2.8x a block's own time on the corpus's triangle
+    counts)."""
     metas = [_meta(x) for x in operands]
     families = [_family(m) for m in metas]
     if all(f == "numpy" for f in families):
