@@ -42,7 +42,12 @@ def test_path_chosen_once_per_fiber_pair_and_skewed_pairs_gallop(ctx):
     module = _stage1()
     decisions = run_splyce_pass(module, Options(phases=5, gallop=16))
     assert decisions[0].vectorized and "galloping at length ratio >= 16" in decisions[0].reason
+    assert "prefetched" in decisions[0].reason
     text = str(module)
+    # the long fiber's coordinates prefetched (16 i32 per 64-byte line), C's or B's: only there
+    prefetch = [re.compile(r"scf\.for %\w+ = %\w+ to %\w+ step %c16\w* \{"),
+                re.compile(r"memref\.prefetch %\w+\[%\w+\], read, locality<3>, data : memref<\?xi32>")]
+    assert text.count("memref.prefetch") == 2
     check_in_order(text, [
         # once per fiber pair, before any loop: max(lenB, lenC) >= 16 * min(lenB, lenC), one test
         re.compile(r"(%\w+) = arith\.maxui %\w+, %\w+ : index"),
@@ -50,6 +55,7 @@ def test_path_chosen_once_per_fiber_pair_and_skewed_pairs_gallop(ctx):
         re.compile(r"arith\.muli %\w+, %c16\w* : index"),
         re.compile(r"(%\w+) = arith\.cmpi uge, %\w+, %\w+ : index"),
         re.compile(r"scf\.if %\w+ -> \(index, index, f64\)"),
+        *prefetch, "} else {", *prefetch,
         # skewed: a copy of the scalar loop, its step, then the galloping of C (C long) or of B (B long)
         "scf.while",
         re.compile(r"scf\.if %\w+ -> \(index, index\)"),
@@ -90,6 +96,7 @@ def test_comparable_fiber_pairs_run_exactly_the_loops_without_galloping(ctx):
         loops[gallop] = _fast_and_scalar_loops(module)
     assert loops[16] == loops[0]
     assert "arith.shrui" not in loops[16] and "arith.minui" not in loops[16]
+    assert "memref.prefetch" not in loops[16]
 
 
 def test_gallop_zero_builds_no_galloping(ctx):

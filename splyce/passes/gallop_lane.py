@@ -14,7 +14,9 @@ The choice is made at run time, once per fiber pair, from the lengths ``lenB = h
 - otherwise a copy of the scalar loop runs alone and, after each step, jumps the long side's cursor to the
   first coordinate ``>=`` the short side's current one. The coordinates skipped are exactly those the
   scalar loop would step over one at a time without a match, so the matched pairs, their order and every
-  accumulation are unchanged: results are bit-identical to the plain sparsifier.
+  accumulation are unchanged: results are bit-identical to the plain sparsifier. Before that copy runs,
+  the first lines of the long fiber's coordinates are prefetched (``_prefetch_long_fiber``): the searches'
+  probes are dependent loads, each of which would otherwise wait for its line from memory in turn.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ from splyce.passes.fast_lane import FastLaneBuilder, _apply_chain, _index, _tree
 from splyce.passes.ir_utils import CMPI_UGE, CMPI_UGT, CMPI_ULE, CMPI_ULT
 
 WINDOW = 8  # positions counted branchlessly at the end of a search
+LINE_BYTES = 64
+# A skewed pair prefetches the first min(PREFETCH_LINES, PREFETCH_PER_SHORT * short length) cache lines of the
+# long fiber's coordinates (docs/passes.md, "Prefetching the long fiber": 64 / 4 measured against 32, 64, 128,
+# 256 lines without the per-short limit and against 2 per short coordinate).
+PREFETCH_LINES = 64
+PREFETCH_PER_SHORT = 4
 GALLOP_COUNTER_SLOT = 2  # profile counters: [fast lane, epilogue, galloping skips]
 
 
@@ -83,6 +91,45 @@ def _lower_bound(match: Coiteration, crd, lo, hi, key):
     while len(count) > 1:
         count = [arith.addi(count[i], count[i + 1]) for i in range(0, len(count), 2)]
     return arith.addi(lo_, count[0])
+
+
+def _per_line(match: Coiteration) -> int:
+    """Coordinates per 64-byte cache line."""
+    t = match.crd_type
+    width = ir.IntegerType(t).width if isinstance(t, ir.IntegerType) else 64
+    return LINE_BYTES * 8 // width
+
+
+def _prefetch_range(match: Coiteration, crd, lo, hi, short_len) -> None:
+    """Prefetch (read, all cache levels) crd[lo:hi] one line at a time, at most min(PREFETCH_LINES,
+    PREFETCH_PER_SHORT * short_len) lines: all independent, so their misses overlap, where the searches'
+    probes are dependent loads that would each wait for their line in turn."""
+    per = _per_line(match)
+    span = arith.minui(_index(per * PREFETCH_LINES), arith.muli(short_len, _index(per * PREFETCH_PER_SHORT)))
+    end = arith.minui(hi, arith.addi(lo, span))
+    loop = scf.ForOp(lo, end, _index(per))
+    with ir.InsertionPoint(loop.body):
+        memref.prefetch(crd, [loop.induction_variable], False, 3, True)
+        scf.yield_([])
+
+
+def _prefetch_long_fiber(match: Coiteration, inits, long_c, long_b) -> None:
+    """At the start of a skewed pair, prefetch the long fiber's coordinates (not its values: only matches
+    read those). Nothing when the short fiber is empty (no search will run)."""
+    pb, pc = (inits[p] for p in match.cursor_pos)
+    (hb, hc), (crd_b, crd_c) = match.bounds, match.crd_memrefs
+    len_b, len_c = arith.subi(hb, pb), arith.subi(hc, pc)
+    zero = _index(0)
+    c_long = scf.IfOp(arith.andi(long_c, arith.cmpi(CMPI_UGT, len_b, zero)), [], has_else=True)
+    with ir.InsertionPoint(c_long.then_block):
+        _prefetch_range(match, crd_c, pc, hc, len_b)
+        scf.yield_([])
+    with ir.InsertionPoint(c_long.else_block):
+        b_long = scf.IfOp(arith.andi(long_b, arith.cmpi(CMPI_UGT, len_c, zero)), [], has_else=False)
+        with ir.InsertionPoint(b_long.then_block):
+            _prefetch_range(match, crd_b, pb, hb, len_c)
+            scf.yield_([])
+        scf.yield_([])
 
 
 def _skewed(long_rem, short_rem, ratio):
@@ -163,8 +210,20 @@ def _gallop_epilogue(match: Coiteration, long_c, long_b, counters) -> None:
 
 def add_galloping(match: Coiteration, fast_op, ratio: int, counters=None) -> None:
     """Give the matched loop and its fast lane ``fast_op`` the skew-aware path choice."""
+    inits = list(fast_op.operation.operands)
     skewed, long_c, long_b = _skew_flags(match, fast_op, ratio)
-    _gallop_epilogue(_split_by_skew(match, fast_op, skewed), long_c, long_b, counters)
+    skewed_match = _split_by_skew(match, fast_op, skewed)
+    with ir.InsertionPoint(skewed_match.while_op):
+        _prefetch_long_fiber(match, inits, long_c, long_b)
+    _gallop_epilogue(skewed_match, long_c, long_b, counters)
+
+
+def describe_galloping(ratio: int) -> str:
+    """The decision text of a two-fiber intersection's skew-aware path."""
+    if not ratio:
+        return "no galloping (gallop=0)"
+    return (f"galloping at length ratio >= {ratio} (the long fiber's first min({PREFETCH_LINES}, "
+            f"{PREFETCH_PER_SHORT} x short length) coordinate lines prefetched)")
 
 
 # ---------------------------------------------------------------- three- and four-way: leapfrogging

@@ -16,7 +16,7 @@ from mlir.dialects import memref
 
 from splyce.passes.coiteration_match import INSERT_KIND, Coiteration, Decline, match_coiteration, shape_name
 from splyce.passes.fast_lane import FastLaneBuilder, add_epilogue_count
-from splyce.passes.gallop_lane import add_galloping, add_leapfrog
+from splyce.passes.gallop_lane import add_galloping, add_leapfrog, describe_galloping
 from splyce.passes.insert_lane import InsertLaneBuilder
 from splyce.passes.union_insert import UnionInsert, UnionInsertBuilder, match_union_insert
 from splyce.passes.union_lane import UnionLaneBuilder, add_tail_count, simd_blocker
@@ -165,7 +165,7 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder) ->
         text = f"{shape_name(match.fingers)}: {text}"
         text += f", leapfrogging at length ratio >= {options.gallop}" if options.gallop else ", no leapfrogging (gallop=0)"
     else:
-        text += f", galloping at length ratio >= {options.gallop}" if options.gallop else ", no galloping (gallop=0)"
+        text += ", " + describe_galloping(options.gallop)
     if match.kind == INSERT_KIND:
         return text + "; phase 2: the body, with its call, under a branch per matched lane"
     if options.fast_math:
