@@ -38,6 +38,7 @@ LINE_BYTES = 64
 # "Prefetching the long fiber": measured against 32, 128 and 256 lines, 2 per short coordinate, no gap test).
 PREFETCH_LINES = 64
 LINES_PER_SHORT = 4
+PREFETCH_FUNCTION_PREFIX = "_splyce_prefetch_"  # prefetches only: calls to it write nothing
 GALLOP_COUNTER_SLOT = 2  # profile counters: [fast lane, epilogue, galloping skips]
 
 
@@ -125,7 +126,7 @@ def _prefetch_function(crd, per: int) -> str:
     op = ir.InsertionPoint.current.block.owner
     while op.name != "builtin.module":
         op = op.parent
-    name = "_splyce_prefetch_" + hashlib.sha1(str(crd.type).encode()).hexdigest()[:10]
+    name = PREFETCH_FUNCTION_PREFIX + hashlib.sha1(str(crd.type).encode()).hexdigest()[:10]
     body = op.regions[0].blocks[0]
     if not any(o.operation.name == "func.func" and ir.StringAttr(o.operation.attributes["sym_name"]).value == name
                for o in body.operations):
