@@ -848,21 +848,22 @@ def same_pattern_csc(op: str, a, b_csc, dtype, threads: int = 1):
 
 # The whole product or sum of a CSR A and a CSC B (``A.T`` as scipy hands it over) on one thread, in one native
 # call: A checked canonical, B's positions (or, for a product, all of B) checked unless B's index arrays are
-# A's memory (``A.T`` of a square A: scipy hands over new views of A's arrays), then one pass over A's entries in order. The B entry at (i, j) lies in B's
-# column j, whose rows are sorted, so a cursor per column walks it as A's rows go by, with no transpose of B.
-# A sum ("match"): every A entry must find B's entry at its (row, column) under the cursor (B then holds
-# exactly A's positions: as many entries, each matched once), else 1 is returned and the caller merges. A
-# product ("intersect"): the cursor first skips B's entries of rows before i (no partner in A), so any canonical
-# B works; an entry of either operand without a partner only drops out when it is finite (x * 0 == 0; NaN or
-# Inf times a missing entry is NaN, kept by scipy), else 4 is returned and the caller merges as a union.
-# Results come out in A's order (canonical CSR); zero results op(a, b) are counted and, if any, dropped by a
-# second pass (the output cursor advancing on nonzero results in the main loop made every store's address wait
-# for the last value's scattered load: ba-100k's pass took 1.7x as long). On a small matrix the call's fixed costs (a separate
-# check per operand, the result's structure copied by NumPy, one ctypes call each) cost as much as the pass,
-# and more with cold caches (each distinct NumPy or Python step then costs 5-20 us). B's values are read once in order before the pass (an OR of their words): the
-# pass reads them in scattered order, each cold line a wait, while a stream is prefetched. Returns the number
-# of result entries, or -2 (A not canonical), -3 (B's positions / entries not well formed), -1 (a sum: the
-# positions differ), -4 (a product: a NaN or Inf without a partner).
+# A's memory (``A.T`` of a square A: scipy hands over new views of A's arrays), then one pass over A's entries
+# in order. The B entry at (i, j) lies in B's column j, whose rows are sorted, so a cursor per column walks it
+# as A's rows go by, with no transpose of B. A sum ("match"): every A entry must find B's entry at its (row,
+# column) under the cursor (B then holds exactly A's positions: as many entries, each matched once), else -1
+# is returned and the caller merges. A product ("intersect"): the cursor first skips B's entries of rows
+# before i (no partner in A), so any canonical B works; an entry of either operand without a partner only
+# drops out when it is finite (x * 0 == 0; NaN or Inf times a missing entry is NaN, kept by scipy), else -4
+# is returned and the caller merges as a union. Results come out in A's order (canonical CSR); zero results
+# op(a, b) are counted and, if any, dropped by a second pass (the output cursor advancing on nonzero results
+# in the main loop made every store's address wait for the last value's scattered load: ba-100k's pass took
+# 1.7x as long). On a small matrix the call's fixed costs (a separate check per operand, the result's
+# structure copied by NumPy, one ctypes call each) cost as much as the pass, and more with cold caches (each
+# distinct NumPy or Python step then costs 5-20 us). B's values are read once in order before the pass (an
+# OR of their words): the pass reads them in scattered order, each cold line a wait, while a stream is
+# prefetched. Returns the number of result entries, or -2 (A not canonical), -3 (B's positions / entries not
+# well formed), -1 (a sum: the positions differ), -4 (a product: a NaN or Inf without a partner).
 _CSC_PASS = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cursor, ptr %cc, ptr %cv,
                    ptr %cp, i64 %m, i64 %n, i64 %nnz_a, i64 %nnz_b) {{
