@@ -6,7 +6,6 @@ import scipy.sparse as sps
 import sparse
 
 import splyce
-from splyce.planner import dropin
 
 
 def _arr(m, n, d, seed, fmt="csr", dtype=np.float64):
