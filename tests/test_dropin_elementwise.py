@@ -351,13 +351,21 @@ def test_fast_merge_takes_only_ndarrays():
     assert dropin._fast_merge("add", a, a.T, 1) is not None
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32])
-def test_one_pass_with_a_csc_operand_keeps_nan_and_inf_without_partner(dtype):
+@pytest.mark.parametrize("dtype, prefetch", [(np.float64, False), (np.float64, True), (np.float32, False),
+                                             (np.int32, False)])
+def test_one_pass_with_a_csc_operand_keeps_nan_and_inf_without_partner(monkeypatch, dtype, prefetch):
     """``A * A.T`` and ``A * B`` (B a CSC with its own arrays) in the one-pass cursor kernel: an entry of either
     operand without a partner drops out unless it is NaN or Inf (scipy keeps NaN * 0), in A, in a skipped
-    entry of B or after the last entry of A's that reached B's column; sums with differing positions merge."""
+    entry of B or after the last entry of A's that reached B's column; sums with differing positions merge.
+    ``prefetch``: the kernel variant large scattered matrices get (forced here on a small one)."""
+    from splyce.backend import native_elementwise
+
     rng = np.random.default_rng(5)
     a = sps.random_array((30, 30), density=0.2, format="csr", rng=rng)
+    if prefetch:
+        monkeypatch.setattr(native_elementwise, "PREFETCH_MIN_NNZ", 0)
+        monkeypatch.setattr(native_elementwise, "PREFETCH_WINDOW", 0)
+        assert native_elementwise.prefetch_distance(a.indptr, a.indices, 12) > 0
     a.data = (a.data * 8 - 4).astype(dtype)
     b = sps.random_array((30, 30), density=0.2, format="csc", rng=rng).astype(dtype)
     _same_as_scipy(splyce.multiply(a, a.T), a.multiply(a.T))

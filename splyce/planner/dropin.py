@@ -698,8 +698,9 @@ def _fast_merge(op: str, a, b, threads: int):
             or av.strides != vstep or bv.strides != vstep or max(m, n) - 1 > _INT_MAX[idx]):
         return None
     ir_text, native_elementwise, native_transpose, native_validation, _address = _merge_native
-    if is_csc and len(ac) <= ONE_PASS_MAX_NNZ and (threads <= 1 or len(ac) < 2 * ir_text.MIN_CHUNK):
-        out = native_elementwise.csr_with_csc(op, (av, ac, ap), (bv, bc, bp), dtype, m, n)
+    if is_csc and (threads <= 1 or len(ac) < 2 * ir_text.MIN_CHUNK):
+        out = native_elementwise.csr_with_csc(op, (av, ac, ap), (bv, bc, bp), dtype, m, n,
+                                              native_elementwise.prefetch_distance(ap, ac, idx.itemsize + dtype.itemsize))
         if type(out) is tuple:
             return scipy_out.csr(cls, *out, shape, True)
         if out == 2 or out == 3:
@@ -721,13 +722,6 @@ def _fast_merge(op: str, a, b, threads: int):
     vals, cols, indptr = native_elementwise.elementwise(op, (av, ac, ap), (bv, bc, bp), dtype, threads)
     return scipy_out.csr(cls, vals, cols, indptr, shape, True)
 
-
-# Entries of A up to which the one native pass (a cursor per column of a CSC ``b``) replaces the checks, the
-# same-positions pass or the transpose and the merge. It saves Python / NumPy steps, which is what small
-# matrices pay for (cold caches in the bench: 5-20 us each); beyond cache its cursor per column is a scattered
-# read per entry, slower than a transpose and a sequential merge on matrices that are not symmetric (rmat-s13,
-# 204k entries: Hadamard 1.26x scipy through it against 1.63x, bench subset, 5 repeats, quiet).
-ONE_PASS_MAX_NNZ = 1 << 16
 
 # (value dtype, index dtype) pairs of the fast path: native byte order (a swapped dtype compares unequal)
 _MERGE_DTYPES = {(np.dtype(v), np.dtype(i)) for v in (np.float64, np.float32, np.int64, np.int32)
