@@ -322,18 +322,7 @@ nonempty:
 single:
   %sk = phi i64 [%s0, %nonempty], [%sk1, %single_ok]
   %sacc = phi {t} [{zero}, %nonempty], [%ss, %single_ok]
-  %spc = getelementptr i{c}, ptr %crd, i64 %sk
-  %scol_raw = load i{c}, ptr %spc
-  %scol = {c_ext} %scol_raw to i64
-  %sinside = icmp ult i64 %scol, %n
-  br i1 %sinside, label %single_ok, label %bad
-single_ok:
-  %spv = getelementptr {t}, ptr %vals, i64 %sk
-  %sv = load {t}, ptr %spv
-  %spx = getelementptr {t}, ptr %x, i64 %scol
-  %sxv = load {t}, ptr %spx
-  %sprod = {mul} {t} %sv, %sxv
-  %ss = {add} {t} %sacc, %sprod
+{single_product}
   %sk1 = add i64 %sk, 1
   %smore = icmp ult i64 %sk1, %t0
   br i1 %smore, label %single, label %single_done
@@ -353,18 +342,7 @@ flat:
   %end = phi i64 [%t0, %prime], [%end1, %flat_ok]
   %next = phi i64 [%next0, %prime], [%next1, %flat_ok]
   %acc = phi {t} [{zero}, %prime], [%acc1, %flat_ok]
-  %pc = getelementptr i{c}, ptr %crd, i64 %k
-  %col_raw = load i{c}, ptr %pc
-  %col = {c_ext} %col_raw to i64
-  %inside = icmp ult i64 %col, %n
-  br i1 %inside, label %col_ok, label %bad
-col_ok:
-  %pv = getelementptr {t}, ptr %vals, i64 %k
-  %v = load {t}, ptr %pv
-  %px = getelementptr {t}, ptr %x, i64 %col
-  %xv = load {t}, ptr %px
-  %prod = {mul} {t} %v, %xv
-  %s = {add} {t} %acc, %prod
+{flat_product}
   %py = getelementptr {t}, ptr %y, i64 %r
   store {t} %s, ptr %py
   %k1 = add i64 %k, 1
@@ -398,6 +376,22 @@ bad:
 }}
 """
 
+# One entry's product added to a running sum, its column checked first: %{q}s = %{q}acc + vals[%{q}k] * x[col],
+# shared by the flat loop and the loop for a row on its own (``q`` prefixes the value names, ``ok`` is the
+# block after the check)
+_PRODUCT = """  %{q}pc = getelementptr i{c}, ptr %crd, i64 %{q}k
+  %{q}col_raw = load i{c}, ptr %{q}pc
+  %{q}col = {c_ext} %{q}col_raw to i64
+  %{q}inside = icmp ult i64 %{q}col, %n
+  br i1 %{q}inside, label %{ok}, label %bad
+{ok}:
+  %{q}pv = getelementptr {t}, ptr %vals, i64 %{q}k
+  %{q}v = load {t}, ptr %{q}pv
+  %{q}px = getelementptr {t}, ptr %x, i64 %{q}col
+  %{q}xv = load {t}, ptr %{q}px
+  %{q}prod = {mul} {t} %{q}v, %{q}xv
+  %{q}s = {add} {t} %{q}acc, %{q}prod"""
+
 # the sum restarts from +0.0 after a row's end: for floating point an and with an all-clear mask, made opaque
 # (an empty asm) so LLVM keeps it an and instead of a select, which x86 compiles to a branch
 _RESTART_FLOAT = """  %keep_int = sub i{bits} {last_w}, 1
@@ -425,8 +419,9 @@ def _spmv_flat_ir(name: str, value: np.dtype, p: int, c: int) -> str:
     else:
         restart = _RESTART_INT.format(t=t) if t not in ("double", "float") else \
             f"  %acc1 = select i1 %last, {t} {zero}, {t} %s"
-    return _FLAT.format(name=name, t=t, mul=mul, add=add, zero=zero, p=p, c=c, p_ext=_ext(p), c_ext=_ext(c),
-                        restart=restart)
+    product = functools.partial(_PRODUCT.format, t=t, mul=mul, add=add, c=c, c_ext=_ext(c))
+    return _FLAT.format(name=name, t=t, zero=zero, p=p, c=c, p_ext=_ext(p), c_ext=_ext(c), restart=restart,
+                        single_product=product(q="s", ok="single_ok"), flat_product=product(q="", ok="col_ok"))
 
 
 # -- compiled variants and the drivers ----------------------------------------------------------------------
