@@ -360,12 +360,18 @@ def test_small_products_asked_for_threads_run_on_one(monkeypatch):
     ran = []
     real = dropin._csr_times_dense
     monkeypatch.setattr(dropin, "_csr_times_dense", lambda *args: (ran.append(args[2]), real(*args))[1])
-    for threads in (2, None):
-        for vec in (x, X):
-            assert np.array_equal(splyce.matmul(a, vec, threads=threads), a @ vec)
+    frontier = sps.coo_array((rng.random(9), (rng.choice(200, 9, replace=False),)), shape=(200,))   # SpMSpV
+    one = splyce.matmul(a, frontier)
+    with monkeypatch.context() as m:                   # SpMSpV too: not the general path's compiled kernel
+        m.setattr(dropin, "_kernel", lambda *args, **kw: pytest.fail("general path"))
+        for threads in (2, None):
+            for vec in (x, X):
+                assert np.array_equal(splyce.matmul(a, vec, threads=threads), a @ vec)
+            assert splyce.matmul(a, frontier, threads=threads).data.tobytes() == one.data.tobytes()
     assert ran == []                                   # all on the fast path
     monkeypatch.setattr(dropin, "SERIAL_MAX_WORK", 4 * a.nnz - 1)
     assert np.array_equal(splyce.matmul(a, x, threads=2), a @ x) and ran == [2]
+    assert splyce.matmul(a, frontier, threads=2).data.tobytes() == one.data.tobytes() and ran == [2, 2]
     from splyce.backend import ir_text                # split even these few entries: two ranges, same bits
     monkeypatch.setattr(ir_text, "MIN_CHUNK", 8)
     assert len(ir_text.work_chunks(a.indptr, 2)) == 2
@@ -375,5 +381,6 @@ def test_small_products_asked_for_threads_run_on_one(monkeypatch):
     thin = sps.random_array((300, 200), density=0.012, format="csr", rng=rng)   # 2.4 per row: the flat kernel
     assert np.array_equal(splyce.matmul(thin, x, threads=2), thin @ x)
     for bad in (0, True, "2"):
-        with pytest.raises(ValueError, match="threads"):
-            splyce.matmul(a, x, threads=bad)
+        for vec in (x, frontier):
+            with pytest.raises(ValueError, match="threads"):
+                splyce.matmul(a, vec, threads=bad)

@@ -263,7 +263,7 @@ def matmul(a, b, *, out_format=None, threads=1):
         if type(b) is np.ndarray:
             out = _fast_spmv(a, b, threads)
         else:
-            out = _fast_spmspv(a, b) if threads == 1 and type(threads) is int else None
+            out = _fast_spmspv(a, b, threads)
         if out is not None:
             return out
     threads = _threads(threads)
@@ -351,10 +351,21 @@ _CSR_ORDER = (0, 1)
 
 
 # Work (entries x columns; an SpMV entry, a gather and a short row's loop exit, counts as 4 columns) up to
-# which a product asked for several threads runs on one (bit-identical results either way): ~0.2-0.3 ms of
-# one thread here. Below it, handing half to a worker cost more than it saved: on the loaded machine ba-4k
-# SpMV 45 us on one thread vs 319 us with threads=2, SpMM (16 columns) 135 vs 357 us; pyamg-bar alike.
-SERIAL_MAX_WORK = 1 << 19
+# which a product asked for several threads runs on one (bit-identical results either way): ~1 ms of one
+# thread here. Below it, handing half to a worker cost more than it saved: on the loaded machine ba-4k SpMV
+# 45 us on one thread vs 319 us with threads=2, SpMM (16 columns) 135 vs 357 us; in the quiet corpus run
+# (limit 2**19 then) rmat-s13 SpMV (work 816k, 0.55 ms) 0.50x of one thread, pyamg-ldg-diffusion SpMM (565k,
+# 0.25 ms) 0.57x, rmat-s13 SpMM (3.3M, 1.8 ms) 0.96x, while ba-100k SpMV (3.2M, 3.0 ms) gained 1.49x; the
+# hand-off costs ~0.2 ms of CPU time per call (rmat-s13 SpMV: 551 vs 347 us, kernels 375 vs 322 us).
+SERIAL_MAX_WORK = 1 << 21
+
+
+def _several_threads(threads) -> bool | None:
+    """False for one thread, True for several (an int > 1 or None: all cores), None when ``threads`` is not a
+    thread count (then the fast paths leave the call to the general path, which says so)."""
+    if type(threads) is int:
+        return None if threads < 1 else threads > 1
+    return True if threads is None else None
 
 
 def _fast_spmv(a, x, threads=1):
@@ -366,8 +377,8 @@ def _fast_spmv(a, x, threads=1):
     index arrays to native code: the two ends of ``indptr``, ``indptr`` monotone and every column in range
     (what a product needs; order and duplicates do not matter), as the kernel reads them. A malformed operand
     raises the general path's error, naming the defect."""
-    several = threads != 1 or type(threads) is not int
-    if several and not (threads is None or (type(threads) is int and threads > 1)):
+    several = type(threads) is not int or threads != 1     # the common one-thread call decided inline
+    if several and _several_threads(threads) is None:
         return None                             # not a thread count: the general path says so
     if not _csr_types:
         _scipy_csr_types()
@@ -430,13 +441,18 @@ def _fast_spmv(a, x, threads=1):
     return y
 
 
-def _fast_spmspv(a, x):
+def _fast_spmspv(a, x, threads=1):
     """``a @ x`` for a scipy CSR ``a`` and a 1-D scipy ``coo_array`` ``x`` of ``a``'s value dtype (a BFS
     frontier), or None (then the general path runs): ``x`` scattered into a dense vector (O(n), duplicates
     summed in stored order, as ``x.toarray()`` does), then ``_fast_spmv`` (rows summed in stored order from
     +0.0, the general path's kernel's order), the result built as ``coo_array(y)`` builds it
     (``scipy_out.coo_vector``). An SpMV reads all of ``a`` (O(nnz)), but on the matrices where this path
-    matters its ~20-50 us are less than a general path's fixed cost. Coordinates outside ``[0, n)`` raise."""
+    matters its ~20-50 us are less than a general path's fixed cost. Coordinates outside ``[0, n)`` raise.
+    ``threads``: as SpMV's (a product too small to split on one thread, a larger one split by rows); the
+    general path's compiled kernel cost ~0.7 ms more per call on small matrices (fem2d-3k: 0.87 vs 0.21 ms)."""
+    several = _several_threads(threads)
+    if several is None:
+        return None
     if not _csr_types:
         _scipy_csr_types()
     if type(a) not in _csr_types or type(x) is not _coo_array_type() or len(x.shape) != 1:
@@ -454,9 +470,11 @@ def _fast_spmspv(a, x):
         raise ValueError(f"b: coordinate {coords[k]} out of range [0, {n}) at position {k}")
     dense = np.zeros(n, dtype=dtype)
     np.add.at(dense, coords, values)          # in stored order, from +0.0: what x.toarray() computes
-    y = _fast_spmv(a, dense)
+    y = _fast_spmv(a, dense, threads)
     if y is None:
-        return None
+        if not several:
+            return None
+        y = _csr_times_dense(a, dense, _threads(threads))   # too much work for one thread: split, same bits
     return scipy_out.coo_vector(_coo_array_type(), y)
 
 
