@@ -6,7 +6,8 @@
   scipy for sizes where dense operands would not fit); a mismatch raises :class:`BenchMismatch`, and the
   command exits non-zero.
 * Interleaved A/B repeats: within each repeat every candidate runs once, in turn (baseline, splyce, scipy, ...),
-  so drifts in clock speed or cache state hit all of them alike.
+  so drifts in clock speed or cache state hit all of them alike; the order rotates from repeat to repeat, so
+  no candidate always follows the same one (which may leave the shared operands warm in cache, or not).
 * Median and min over ``repeats`` (>= 5 by default, 3 in ``--quick``).
 * Machine info (CPU model, ISA flags, cores, package versions) is printed and written as leading ``#`` comment
   lines of every CSV.
@@ -247,8 +248,11 @@ def measure(candidates: dict[str, Callable[[], object]], reference: Callable[[],
             check(f"{desc} {name}".strip(), result, ref, rtol=tol)
             del result
             bar.update(1)
-        for _ in range(cfg.n_repeats):              # interleaved: every candidate once per repeat
-            for name, run in candidates.items():
+        names = list(candidates)
+        for r in range(cfg.n_repeats):              # interleaved: every candidate once per repeat, the order
+            # rotated each repeat so that no candidate always runs after the same one (caches, freed pages)
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                run = candidates[name]
                 state = run[0]() if isinstance(run, tuple) else None   # untimed setup
                 gc.collect()
                 t0 = time.perf_counter()
