@@ -207,7 +207,8 @@ for edit in (swap, duplicate):
         for op in ops:
             bad = broken(edit, fmt)
             canonical = sps.csr_array(bad.toarray() if edit is swap else bad.tocoo().tocsr())
-            same(getattr(splyce, op)(base, bad), ops[op](base, canonical))
+            for threads in (1, 2):
+                same(getattr(splyce, op)(base, bad, threads=threads), ops[op](base, canonical))
             if fmt == "csr":
                 same(getattr(splyce, op)(bad, base), ops[op](canonical, base))
 
@@ -237,8 +238,9 @@ def _power_law(n, entries, rng):
 
 
 def test_threads_split_checks_and_merges_balanced_and_bit_identical(monkeypatch):
-    """With ``threads`` > 1 the operand checks, the same-positions pass and the merge run on row ranges of about
-    equal entries (skewed rows too); every result is bit-identical to one thread's and equal to scipy's."""
+    """With ``threads`` > 1 the operand checks, the pass with a cursor per column of a CSC operand and the merge
+    run on row ranges of about equal entries (skewed rows too); every result is bit-identical to one thread's
+    and equal to scipy's."""
     from splyce.backend import ir_text
 
     monkeypatch.setattr(ir_text, "MIN_CHUNK", 64)            # split these small matrices as large ones are
@@ -254,6 +256,8 @@ def test_threads_split_checks_and_merges_balanced_and_bit_identical(monkeypatch)
     sym = (a + a.T).tocsr()
     sym.data = rng.uniform(-2, 2, sym.nnz)                   # symmetric positions, unsymmetric values
     other = _power_law(500, 3000, rng)
+    finite = other.copy()
+    finite.data = np.nan_to_num(finite.data)                 # a product of finite values stays on the ranged pass
     longest = int(np.diff(sym.indptr).max())
     assert longest > 20 * sym.nnz / 500                      # skewed: the hub rows are far above the mean
     for threads in (2, 3):
@@ -265,7 +269,7 @@ def test_threads_split_checks_and_merges_balanced_and_bit_identical(monkeypatch)
         work = [int(sym.indptr[hi] - sym.indptr[lo]) + 4 * (hi - lo) for lo, hi in weighted]
         assert weighted[0][0] == 0 and weighted[-1][1] == 500 and max(work) - min(work) <= 2 * (longest + 4)
     for op in OPS:
-        for x, y in ((sym, sym.T), (a, a.T), (a, other), (sym, other.tocsc())):
+        for x, y in ((sym, sym.T), (a, a.T), (a, other), (sym, other.tocsc()), (sym, finite.tocsc())):
             one = getattr(splyce, op)(x, y, threads=1)
             _same_as_scipy(one, OPS[op](x, y))
             for threads in (2, 3):

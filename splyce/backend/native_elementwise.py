@@ -663,189 +663,6 @@ def elementwise(op: str, a, b, dtype, threads: int = 1):
     return vals, cols, indptr
 
 
-# A and B with the same positions, B given by its CSC arrays (``A.T`` of a structurally symmetric A: meshes,
-# graphs, banded matrices). Walking A's rows in order, the B entry at (i, j) is the next unread one of B's
-# column j (its rows are sorted), so a cursor per column finds it with no transpose of B; the loop checks that
-# it holds row i. A chunk of rows [lo, hi) with lo > 0 does not know where its rows start in each column: a
-# column's cursor starts unknown (-1) and its first use finds row i in the column (its first entry, else a
-# binary search; B's rows
-# are not trusted sorted: the search only proposes a position, the row compare checks it). Every A entry is
-# then matched with a B entry of the same (row, column); two A entries never get the same B entry (within a
-# chunk a column's cursor only moves forward, chunks hold different rows, columns hold disjoint ranges of
-# monotone positions), so when both hold the same number of entries, B's positions are exactly A's (anything
-# else returns 1, nothing trusted). Writes op(a, b) in A's entry order (A's columns and row ends are copied by
-# the caller: stores of them in this loop cost ~10 % on ba-100k) and stores the number of results that are not
-# zero in kept[t]. B's positions must be monotone
-# from 0 to len(bc) and len(bc) == len(ac) (checked before).
-_MIRROR = """
-define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cursor, ptr %cv, ptr %cc,
-                   ptr %cp, ptr %kept, i64 %lo, i64 %hi, i64 %n, i64 %t) {{
-entry:
-  %first = icmp eq i64 %lo, 0
-  br label %init_head
-init_head:
-  %j = phi i64 [0, %entry], [%j1, %init_body]
-  %jin = icmp slt i64 %j, %n
-  br i1 %jin, label %init_body, label %row
-init_body:
-  %pbj = getelementptr i{p}, ptr %bp, i64 %j
-  %bj_raw = load i{p}, ptr %pbj
-  %bj = {p_ext} %bj_raw to i64
-  %start = select i1 %first, i64 %bj, i64 -1
-  %pcj = getelementptr i64, ptr %cursor, i64 %j
-  store i64 %start, ptr %pcj
-  %j1 = add i64 %j, 1
-  br label %init_head
-row:
-  %r = phi i64 [%lo, %init_head], [%r1, %entries]
-  %count = phi i64 [0, %init_head], [%count_e, %entries]
-  %rin = icmp slt i64 %r, %hi
-  br i1 %rin, label %row_body, label %done
-row_body:
-  %r1 = add i64 %r, 1
-  %pr0 = getelementptr i{p}, ptr %ap, i64 %r
-  %k0_raw = load i{p}, ptr %pr0
-  %k0 = {p_ext} %k0_raw to i64
-  %pr1 = getelementptr i{p}, ptr %ap, i64 %r1
-  %k1_raw = load i{p}, ptr %pr1
-  %k1 = {p_ext} %k1_raw to i64
-  %r_c = {narrow} %r to i{c}
-  br label %entries
-entries:
-  %k = phi i64 [%k0, %row_body], [%kn, %entry_ok]
-  %count_e = phi i64 [%count, %row_body], [%count1, %entry_ok]
-  %kin = icmp slt i64 %k, %k1
-  br i1 %kin, label %entry_body, label %row
-entry_body:
-  %pac = getelementptr i{c}, ptr %ac, i64 %k
-  %col_raw = load i{c}, ptr %pac
-  %col = {c_ext} %col_raw to i64
-  %pcur = getelementptr i64, ptr %cursor, i64 %col
-  %at0 = load i64, ptr %pcur
-  %col1 = add i64 %col, 1
-  %pbe = getelementptr i{p}, ptr %bp, i64 %col1
-  %end_raw = load i{p}, ptr %pbe
-  %end = {p_ext} %end_raw to i64
-  %unknown = icmp slt i64 %at0, 0
-{lazy_branch}
-search_init:
-  %pbs = getelementptr i{p}, ptr %bp, i64 %col
-  %bs_raw = load i{p}, ptr %pbs
-  %bs = {p_ext} %bs_raw to i64
-  %nonempty = icmp slt i64 %bs, %end
-  br i1 %nonempty, label %search_first, label %entry_at
-search_first:
-  %pfirst = getelementptr i{c}, ptr %bc, i64 %bs
-  %vfirst = load i{c}, ptr %pfirst
-  %at_first = icmp sge i{c} %vfirst, %r_c
-  br i1 %at_first, label %entry_at, label %search
-search:
-  %s_lo = phi i64 [%bs, %search_first], [%s_lo1, %search_step]
-  %s_hi = phi i64 [%end, %search_first], [%s_hi1, %search_step]
-  %s_more = icmp slt i64 %s_lo, %s_hi
-  br i1 %s_more, label %search_step, label %entry_at
-search_step:
-  %s_sum = add i64 %s_lo, %s_hi
-  %mid = lshr i64 %s_sum, 1
-  %pmid = getelementptr i{c}, ptr %bc, i64 %mid
-  %vmid = load i{c}, ptr %pmid
-  %below = icmp slt i{c} %vmid, %r_c
-  %mid1 = add i64 %mid, 1
-  %s_lo1 = select i1 %below, i64 %mid1, i64 %s_lo
-  %s_hi1 = select i1 %below, i64 %s_hi, i64 %mid
-  br label %search
-entry_at:
-  %at = phi i64 [%at0, %entry_body], [%s_lo, %search], [%bs, %search_init], [%bs, %search_first]
-  %inside = icmp slt i64 %at, %end
-  br i1 %inside, label %entry_row, label %differ
-entry_row:
-  %pbc = getelementptr i{c}, ptr %bc, i64 %at
-  %brow = load i{c}, ptr %pbc
-  %same = icmp eq i{c} %brow, %r_c
-  br i1 %same, label %entry_ok, label %differ
-entry_ok:
-  %at1 = add i64 %at, 1
-  store i64 %at1, ptr %pcur
-  %pav = getelementptr {t}, ptr %av, i64 %k
-  %va = load {t}, ptr %pav
-  %pbv = getelementptr {t}, ptr %bv, i64 %at
-  %vb = load {t}, ptr %pbv
-  %v = {op} {t} %va, %vb
-  %pcv = getelementptr {t}, ptr %cv, i64 %k
-  store {t} %v, ptr %pcv
-  %nz = {nonzero} {t} %v, {zero}
-  %nzi = zext i1 %nz to i64
-  %count1 = add i64 %count_e, %nzi
-  %kn = add i64 %k, 1
-  br label %entries
-done:
-  %pkept = getelementptr i64, ptr %kept, i64 %t
-  store i64 %count, ptr %pkept
-  ret i64 0
-differ:
-  ret i64 1
-}}
-"""
-
-# A row's fixed cost in the same-positions pass, in entries (measured on ba-100k: ranges of equal entries but
-# 3x the rows took 1.5x the CPU time; the first use of a column in a range searches it)
-MIRROR_ROW_COST = 4
-
-
-@functools.cache
-def _mirror_kernel(op: str, value: np.dtype, bits: int, lazy: bool):
-    """The same-positions pass; ``lazy``: for ranges not starting at row 0 (cursors found on first use). The
-    range from row 0 gets a variant without that test in its entry loop (~20 % faster on ba-100k's random
-    accesses)."""
-    from splyce.backend import array_objects
-    from splyce.backend.codegen import compile_host_helpers
-
-    t, zero, nonzero, ops = _VALUE[value]
-    name = f"splyce_elementwise_mirror_{op}_{t}_i{bits}{'_lazy' if lazy else ''}"
-    branch = "  br i1 %unknown, label %search_init, label %entry_at" if lazy else "  br label %entry_at"
-    ext = "zext i32" if bits == 32 else "bitcast i64"
-    text = (_MIRROR.format(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], p=bits, c=bits, p_ext=ext,
-                           c_ext=ext, narrow="trunc i64" if bits == 32 else "bitcast i64", lazy_branch=branch)
-            + array_objects.object_entry_ir(name + "_objects", name, "a" * 11 + "iiii"))
-    return compile_host_helpers(text, {name + "_objects": array_objects.signature(15)})[name + "_objects"]
-
-
-def same_pattern_csc(op: str, a, b_csc, dtype, threads: int = 1):
-    """``op(A, B)`` as ``(data, indices, indptr)`` when B, given by its CSC arrays ``b_csc = (data, indices,
-    indptr)`` (rows per column), holds exactly A's positions, else None. A must be a checked canonical CSR, B's
-    positions monotone from 0 to its entry count; B's rows are compared, never trusted. All index arrays of
-    one dtype, values of ``dtype``, C-contiguous; ``array_objects.DATA_OFFSET`` confirmed. ``threads``: row
-    ranges balanced by entries, each writing its part of the result in place (bit-identical to one thread)."""
-    av, ac, ap = a
-    bv, bc, bp = b_csc
-    m, n = len(ap) - 1, len(bp) - 1
-    if len(bc) != len(ac):
-        return None
-    dtype = np.dtype(dtype)
-    chunks = ir_text.work_chunks(ap, threads, MIRROR_ROW_COST)
-    with _lock:
-        kernels = [_mirror_kernel(op, dtype, ac.dtype.itemsize * 8, lazy) for lazy in (False, True)[:len(chunks)]]
-    vals = np.empty(len(ac), dtype=dtype)
-    cols = np.empty(len(ac), dtype=ac.dtype)
-    indptr = np.empty(m + 1, dtype=ap.dtype)
-    indptr[0] = 0
-    kept = np.zeros(len(chunks), dtype=np.int64)
-
-    def run(t, lo, hi):
-        cursor = np.empty(n, dtype=np.int64)
-        differ = kernels[lo > 0](id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cursor), id(vals), id(cols),
-                                 id(indptr), id(kept), lo, hi, n, t)
-        if not differ:     # A's structure: copies (NumPy drops the GIL), not kernel stores; none when B differs
-            k0, k1 = ap[lo], ap[hi]
-            cols[k0:k1] = ac[k0:k1]
-            indptr[lo + 1:hi + 1] = ap[lo + 1:hi + 1]
-        return differ
-
-    if any(ir_text.run_chunks(run, chunks, threads)):
-        return None
-    return _drop_zeros(vals, cols, indptr, int(kept.sum()))
-
-
 # The whole product or sum of a CSR A and a CSC B (``A.T`` as scipy hands it over) on one thread, in one native
 # call: A checked canonical, B's positions (or, for a product, all of B) checked unless B's index arrays are
 # A's memory (``A.T`` of a square A: scipy hands over new views of A's arrays), then one pass over A's entries
@@ -866,10 +683,11 @@ def same_pattern_csc(op: str, a, b_csc, dtype, threads: int = 1):
 # well formed), -1 (a sum: the positions differ), -4 (a product: a NaN or Inf without a partner).
 _CSC_PASS = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cursor, ptr %cc, ptr %cv,
-                   ptr %cp, i64 %m, i64 %n, i64 %nnz_a, i64 %nnz_b) {{
+                   ptr %cp, i64 %m, i64 %n, i64 %nnz_a, i64 %nnz_b, i64 %lo, i64 %hi) {{
 entry:
   %sink = alloca i64
   %vbytes = mul i64 %nnz_b, {vsize}
+{prologue}
   %a_bad = call i64 @{check}_canonical(ptr %ap, ptr %ac, i64 %m, i64 %n, i64 %nnz_a)
   %a_fail = icmp ne i64 %a_bad, 0
   br i1 %a_fail, label %ret2, label %b_q
@@ -904,24 +722,29 @@ touched:
   store volatile i64 %wacc, ptr %sink
   br label %init_head
 init_head:
-  %j = phi i64 [0, %touched], [%j1, %init_body]
-  %jin = icmp slt i64 %j, %n
+  %j = phi i64 [{init_lo}, %touched], [%j1, %{init_latch}]
+  %jin = icmp slt i64 %j, {init_hi}
   br i1 %jin, label %init_body, label %rows
 init_body:
-  %pbj = getelementptr i{c}, ptr %bp, i64 %j
-  %bj = load i{c}, ptr %pbj
+{init_value}
   %pcj = getelementptr i{c}, ptr %cursor, i64 %j
   store i{c} %bj, ptr %pcj
   %j1 = add i64 %j, 1
   br label %init_head
 rows:
+  %pap_lo = getelementptr i{c}, ptr %ap, i64 %lo
+  %o0_raw = load i{c}, ptr %pap_lo
+  %o0 = {ext} %o0_raw to i64
+  %from_0 = icmp eq i64 %lo, 0
+  br i1 %from_0, label %rows_0, label %row
+rows_0:
   store i{c} 0, ptr %cp
   br label %row
 row:
-  %r = phi i64 [0, %rows], [%r1, %row_end]
-  %o_r = phi i64 [0, %rows], [%o_e, %row_end]
-  %z_r = phi i64 [0, %rows], [%z_e, %row_end]
-  %rin = icmp slt i64 %r, %m
+  %r = phi i64 [%lo, %rows], [%lo, %rows_0], [%r1, %row_end]
+  %o_r = phi i64 [%o0, %rows], [%o0, %rows_0], [%o_e, %row_end]
+  %z_r = phi i64 [0, %rows], [0, %rows_0], [%z_e, %row_end]
+  %rin = icmp slt i64 %r, %hi
   br i1 %rin, label %row_body, label %done
 row_body:
   %r1 = add i64 %r, 1
@@ -1002,10 +825,10 @@ all_kept:
 compact:
   br label %c_row
 c_row:
-  %cr = phi i64 [0, %compact], [%cr1, %c_row_end]
-  %cs = phi i64 [0, %compact], [%ce, %c_row_end]
-  %cw = phi i64 [0, %compact], [%cw_e, %c_row_end]
-  %crin = icmp slt i64 %cr, %m
+  %cr = phi i64 [%lo, %compact], [%cr1, %c_row_end]
+  %cs = phi i64 [%o0, %compact], [%ce, %c_row_end]
+  %cw = phi i64 [%o0, %compact], [%cw_e, %c_row_end]
+  %crin = icmp slt i64 %cr, %hi
   br i1 %crin, label %c_row_body, label %c_done
 c_row_body:
   %cr1 = add i64 %cr, 1
@@ -1152,16 +975,89 @@ ret4:
 
 _TOUCH_MAX = 1 << 20   # B's values read in order first up to this size (beyond, the caches do not hold them)
 
+# A range of rows [lo, hi) on one of several threads (``ranged``): the operands were checked before, so the pass
+# starts with the columns its rows reach (A canonical: a row's first and last entries bound them), whose cursors
+# it sets up (not all n: road-700 has 2 entries per column)
+_RANGE_SPAN = """  br label %span_head
+span_head:
+  %sr = phi i64 [%lo, %entry], [%sr1, %span_next]
+  %smin = phi i64 [%n, %entry], [%smin1, %span_next]
+  %smax = phi i64 [0, %entry], [%smax1, %span_next]
+  %srin = icmp slt i64 %sr, %hi
+  br i1 %srin, label %span_body, label %touch
+span_body:
+  %sr1 = add i64 %sr, 1
+  %ps0 = getelementptr i{c}, ptr %ap, i64 %sr
+  %s0_raw = load i{c}, ptr %ps0
+  %s0 = {ext} %s0_raw to i64
+  %ps1 = getelementptr i{c}, ptr %ap, i64 %sr1
+  %s1_raw = load i{c}, ptr %ps1
+  %s1 = {ext} %s1_raw to i64
+  %sne = icmp slt i64 %s0, %s1
+  br i1 %sne, label %span_row, label %span_next
+span_row:
+  %psf = getelementptr i{c}, ptr %ac, i64 %s0
+  %sf_raw = load i{c}, ptr %psf
+  %sf = {ext} %sf_raw to i64
+  %sl0 = sub i64 %s1, 1
+  %psl = getelementptr i{c}, ptr %ac, i64 %sl0
+  %sl_raw = load i{c}, ptr %psl
+  %sl = {ext} %sl_raw to i64
+  %sl1 = add i64 %sl, 1
+  %sf_lt = icmp slt i64 %sf, %smin
+  %smin_r = select i1 %sf_lt, i64 %sf, i64 %smin
+  %sl_gt = icmp sgt i64 %sl1, %smax
+  %smax_r = select i1 %sl_gt, i64 %sl1, i64 %smax
+  br label %span_next
+span_next:
+  %smin1 = phi i64 [%smin, %span_body], [%smin_r, %span_row]
+  %smax1 = phi i64 [%smax, %span_body], [%smax_r, %span_row]
+  br label %span_head
+unchecked:"""
+
+# A range not starting at row 0 starts each column's cursor at the column's first row >= lo, found by a scan of
+# the column from its start (in column order, over the columns the range reaches), not by a search per column on
+# first use (ba-100k's second range spent more in those scattered searches, 25 ms, than in its entries, 10). In
+# a sum B's rows are not trusted sorted: the scan only proposes a position, the pass's row compare checks it.
+# Every A entry is still matched with a B entry of its (row, column) at most once (a range only matches B
+# entries of its own rows, and within a range a cursor only moves forward), so a sum's count still proves B's
+# positions equal to A's.
+_COUNTED_CURSOR = """  %pbj = getelementptr i{c}, ptr %bp, i64 %j
+  %cb0_raw = load i{c}, ptr %pbj
+  %cb0 = {ext} %cb0_raw to i64
+  %cj1 = add i64 %j, 1
+  %pbj1 = getelementptr i{c}, ptr %bp, i64 %cj1
+  %cb1_raw = load i{c}, ptr %pbj1
+  %cb1 = {ext} %cb1_raw to i64
+  %lo_c = {narrow} %lo to i{c}
+  br label %cnt_head
+cnt_head:
+  %q = phi i64 [%cb0, %init_body], [%q1, %cnt_body]
+  %qin = icmp slt i64 %q, %cb1
+  br i1 %qin, label %cnt_body, label %cnt_done
+cnt_body:
+  %pq = getelementptr i{c}, ptr %bc, i64 %q
+  %rq = load i{c}, ptr %pq
+  %rq_below = icmp slt i{c} %rq, %lo_c
+  %q1 = add i64 %q, 1
+  br i1 %rq_below, label %cnt_head, label %cnt_done
+cnt_done:
+  %bj = {narrow} %q to i{c}"""
+
 
 @functools.cache
-def _csc_pass_kernel(op: str, value: np.dtype, bits: int, prefetch: int = 0):
+def _csc_pass_kernel(op: str, value: np.dtype, bits: int, prefetch: int = 0, ranged: str = ""):
+    """The pass; ``ranged``: "" (one thread: all rows, operands checked in the call), "first" (the range from row
+    0 on several threads, operands checked before, all values finite) or "later" (a later range: likewise, its
+    cursors counted from its first row)."""
     from splyce.backend import array_objects, native_validation
     from splyce.backend.codegen import compile_host_helpers
 
     t, zero, nonzero, ops = _VALUE[value]
     intersect = op == "multiply"
-    floats = intersect and value.kind == "f"
-    name = f"splyce_elementwise_csc_{op}_{t}_i{bits}" + (f"_pf{prefetch}" if prefetch else "")
+    floats = intersect and value.kind == "f" and not ranged     # ranges: the caller checked all values finite
+    name = (f"splyce_elementwise_csc_{op}_{t}_i{bits}" + (f"_pf{prefetch}" if prefetch else "")
+            + (f"_{ranged}" if ranged else ""))
     check = name + "_check"
     ext, narrow = ("zext i32", "trunc i64") if bits == 32 else ("bitcast i64", "bitcast i64")
     fields = dict(c=bits, ext=ext, narrow=narrow, t=t, check=check, vsize=value.itemsize)
@@ -1181,11 +1077,15 @@ def _csc_pass_kernel(op: str, value: np.dtype, bits: int, prefetch: int = 0):
     text = (native_validation.canonical_check_ir(check, bits)
             + _CSC_PASS.format(name=name, op=ops[op], zero=zero, nonzero=nonzero, skip=skip, miss=miss,
                                seek_phi=seek_phi, not_same=not_same, next_phi=next_phi, next_phi_z=next_phi_z,
-                               touch_max=_TOUCH_MAX,
+                               touch_max=_TOUCH_MAX, prologue=_RANGE_SPAN.format(**fields) if ranged else "",
+                               init_lo="%smin" if ranged else "0", init_hi="%smax" if ranged else "%n",
+                               init_value=_COUNTED_CURSOR.format(**fields) if ranged == "later" else
+                               f"  %pbj = getelementptr i{bits}, ptr %bp, i64 %j\n  %bj = load i{bits}, ptr %pbj",
+                               init_latch="cnt_done" if ranged == "later" else "init_body",
                                prefetch=_CSC_PREFETCH.format(distance=prefetch, **fields) if prefetch else "",
                                b_check=b_check.format(**fields), tail=tail, **fields)
-            + array_objects.object_entry_ir(name + "_objects", name, "a" * 10 + "iiii"))
-    return compile_host_helpers(text, {name + "_objects": array_objects.signature(14)})[name + "_objects"]
+            + array_objects.object_entry_ir(name + "_objects", name, "a" * 10 + "iiiiii"))
+    return compile_host_helpers(text, {name + "_objects": array_objects.signature(16)})[name + "_objects"]
 
 
 def csr_with_csc(op: str, a, b_csc, dtype, m: int, n: int, prefetch: int = 0):
@@ -1211,7 +1111,7 @@ def csr_with_csc(op: str, a, b_csc, dtype, m: int, n: int, prefetch: int = 0):
     indptr = np.empty(m + 1, dtype=ap.dtype)
     cursor = np.empty(n, dtype=ap.dtype)
     nnz = kernel(id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cursor), id(cols), id(vals), id(indptr),
-                 m, n, size, len(bc))
+                 m, n, size, len(bc), 0, m)
     if nnz < 0:
         return -nnz
     if nnz != size:
@@ -1246,6 +1146,56 @@ def prefetch_distance(ap: np.ndarray, ac: np.ndarray, entry_bytes: int) -> int:
     reach = int(PREFETCH_WINDOW * m / (nnz * entry_bytes))     # in rows
     far = np.count_nonzero(np.abs(first - rows) > reach) + np.count_nonzero(np.abs(last - rows) > reach)
     return PREFETCH_DISTANCE if far > len(rows) // 16 else 0
+
+
+# A row's fixed cost in the pass on row ranges, in entries (measured on ba-100k for the same-positions pass it
+# replaced: ranges of equal entries but 3x the rows took 1.5x the CPU time; a range's first use of a column
+# searches it)
+CURSOR_ROW_COST = 4
+
+
+def csr_with_csc_ranges(op: str, a, b_csc, dtype, m: int, n: int, threads: int, prefetch: int = 0):
+    """``csr_with_csc`` on row ranges balanced by entries, one per thread, for operands checked by the caller (A
+    canonical; B's positions, and for a product all of B, unless B's index arrays are A's memory). Each range
+    writes its results from its rows' first entry of A on (an upper bound) and its row ends there; the ranges
+    after the first then move down to close the gaps (bit-identical to one thread). Returns ``(data, indices,
+    indptr)``, or 1 (a sum: B's positions are not A's) or 4 (a product of floats with a NaN or Inf, which
+    would need the caller's union merge; checked first, by the values' sums)."""
+    av, ac, ap = a
+    bv, bc, bp = b_csc
+    size = len(ac)
+    if op != "multiply" and len(bc) != size:
+        return 1
+    if op == "multiply" and dtype.kind == "f" and not _intersects(op, av, bv, threads):
+        return 4
+    chunks = ir_text.work_chunks(ap, threads, CURSOR_ROW_COST)
+    with _lock:
+        kernels = [_csc_pass_kernel(op, dtype, ac.dtype.itemsize * 8, prefetch, ranged)
+                   for ranged in ("first", "later")[:len(chunks)]]
+    vals = np.empty(size, dtype=dtype)
+    cols = np.empty(size, dtype=ac.dtype)
+    indptr = np.empty(m + 1, dtype=ap.dtype)
+
+    def run(t, lo, hi):
+        cursor = np.empty(n, dtype=ap.dtype)     # only the columns the range reaches are set up
+        return kernels[lo > 0](id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cursor), id(cols), id(vals),
+                               id(indptr), m, n, size, len(bc), lo, hi)
+
+    ends = ir_text.run_chunks(run, chunks, threads)
+    if min(ends) < 0:
+        return -min(ends)
+    offset = 0
+    for (lo, hi), end in zip(chunks, ends):
+        start = int(ap[lo])
+        if start != offset:     # a move to a lower offset: numpy copies overlapping ranges correctly
+            cols[offset:offset + end - start] = cols[start:end]
+            vals[offset:offset + end - start] = vals[start:end]
+            indptr[lo + 1:hi + 1] -= start - offset
+        offset += end - start
+    if offset != size:
+        vals.resize(offset, refcheck=False)       # shrink in place: no copy of the entries
+        cols.resize(offset, refcheck=False)
+    return vals, cols, indptr
 
 
 _direct_kernels: dict = {}   # the one-range merges, looked up per call without a lock

@@ -682,13 +682,12 @@ def _fast_merge(op: str, a, b, threads: int):
     ``a`` an exact scipy CSR, ``b`` a CSR or a CSC (``A.T``) of the same family, one value dtype, one index
     dtype, every buffer 1-D and contiguous. On one thread (or a small matrix) with a CSC ``b`` the whole call is
     one native pass (``native_elementwise.csr_with_csc``: both operands checked, a cursor per column of ``b``,
-    no transpose); a sum whose ``b`` does not hold exactly ``a``'s positions then merges as below. Otherwise
-    ``a`` is checked canonical by one native scan (a non-canonical operand goes to the general path, which sums
-    duplicates on a copy as before); a CSC ``b`` holding exactly ``a``'s positions (``A.T`` of a structurally
-    symmetric ``A``) is matched entry by entry (``native_elementwise.same_pattern_csc``, which checks that as it
-    goes); any other ``b`` is checked canonical too, a CSC one turned into CSR by a native counting transpose
-    (``native_transpose``, split across threads like the checks and the merge), and the rows are merged
-    natively. The result is built without scipy's constructor (``scipy_out``). On the corpus' small matrices
+    no transpose); a sum whose ``b`` does not hold exactly ``a``'s positions, or a product where a NaN / Inf
+    lacks a partner, then merges as below. On several threads the operands are checked first (split in row
+    ranges; a non-canonical operand goes to the general path, which sums duplicates on a copy as before), then
+    the same pass runs on row ranges (``csr_with_csc_ranges``). Otherwise (a CSR ``b``, or the pass failed) ``b``
+    is checked canonical, a CSC one turned into CSR by a native counting transpose (``native_transpose``,
+    split across threads like the checks and the merge), and the rows are merged natively. The result is built without scipy's constructor (``scipy_out``). On the corpus' small matrices
     the bench's ``gc.collect()`` before each call leaves the caches cold, so every Python or NumPy step here
     costs 5-20 us: the steps are few."""
     classes = _merge_types.get(type(a)) or _merge_classes(a)
@@ -716,6 +715,7 @@ def _fast_merge(op: str, a, b, threads: int):
             or av.strides != vstep or bv.strides != vstep or max(m, n) - 1 > _INT_MAX[idx]):
         return None
     ir_text, native_elementwise, native_transpose, native_validation, _address = _merge_native
+    b_checked = False
     if is_csc and (threads <= 1 or len(ac) < 2 * ir_text.MIN_CHUNK):
         out = native_elementwise.csr_with_csc(op, (av, ac, ap), (bv, bc, bp), dtype, m, n,
                                               native_elementwise.prefetch_distance(ap, ac, idx.itemsize + dtype.itemsize))
@@ -727,18 +727,33 @@ def _fast_merge(op: str, a, b, threads: int):
     elif not native_validation.canonical_csr_threaded(ap, ac, n, threads):
         return None
     elif is_csc:
-        # A.T of a structurally symmetric A: matched entry by entry, no transpose (checked as it goes)
-        same = native_validation.positions_ok(bp, len(bc)) and \
-            native_elementwise.same_pattern_csc(op, (av, ac, ap), (bv, bc, bp), dtype, threads)
-        if same:
-            return scipy_out.csr(cls, *same, shape, True)
-    own = is_csc and m == n and len(bc) == len(ac) and _address(bc) == _address(ac) and _address(bp) == _address(ap)
-    if not own and not native_validation.canonical_csr_threaded(bp, bc, cols_b, threads):
-        return None     # (own: B's index arrays are A's memory, A.T of a square A: A's check covered them)
+        # the same pass on row ranges: a sum needs B's positions checked (each entry is matched against A's), a
+        # product all of B; neither when B's index arrays are A's memory (A.T of a square A)
+        own = b_checked = _owns(ac, ap, bc, bp, _address)
+        if op == "multiply" and not own:
+            if not native_validation.canonical_csr_threaded(bp, bc, cols_b, threads):
+                return None
+            b_checked = True
+        elif not own and not native_validation.positions_ok(bp, len(bc)):
+            return None
+        out = native_elementwise.csr_with_csc_ranges(
+            op, (av, ac, ap), (bv, bc, bp), dtype, m, n, threads,
+            native_elementwise.prefetch_distance(ap, ac, idx.itemsize + dtype.itemsize))
+        if type(out) is tuple:
+            return scipy_out.csr(cls, *out, shape, True)
+    if not (b_checked or is_csc and _owns(ac, ap, bc, bp, _address)) and \
+            not native_validation.canonical_csr_threaded(bp, bc, cols_b, threads):
+        return None
     if is_csc:
         bv, bc, bp = native_transpose.transpose(bv, bc, bp, rows_b, cols_b, threads)
     vals, cols, indptr = native_elementwise.elementwise(op, (av, ac, ap), (bv, bc, bp), dtype, threads)
     return scipy_out.csr(cls, vals, cols, indptr, shape, True)
+
+
+def _owns(ac, ap, bc, bp, address) -> bool:
+    """Whether a CSC B's index arrays are a CSR A's memory (``A.T`` of a square A: scipy hands over new views of
+    them), so that A's check covers them."""
+    return len(bc) == len(ac) and len(bp) == len(ap) and address(bc) == address(ac) and address(bp) == address(ap)
 
 
 # (value dtype, index dtype) pairs of the fast path: native byte order (a swapped dtype compares unequal)
