@@ -683,7 +683,7 @@ def elementwise(op: str, a, b, dtype, threads: int = 1):
 # well formed), -1 (a sum: the positions differ), -4 (a product: a NaN or Inf without a partner).
 _CSC_PASS = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cursor, ptr %cc, ptr %cv,
-                   ptr %cp, i64 %m, i64 %n, i64 %nnz_a, i64 %nnz_b, i64 %lo, i64 %hi) {{
+                   ptr %cp, i64 %m, i64 %n, i64 %nnz_a, i64 %nnz_b, i64 %lo, i64 %hi, ptr %seen) {{
 entry:
   %sink = alloca i64
   %vbytes = mul i64 %nnz_b, {vsize}
@@ -723,12 +723,15 @@ touched:
   br label %init_head
 init_head:
   %j = phi i64 [{init_lo}, %touched], [%j1, %{init_latch}]
+  %isum = phi i64 [0, %touched], [%isum1, %{init_latch}]
   %jin = icmp slt i64 %j, {init_hi}
   br i1 %jin, label %init_body, label %rows
 init_body:
 {init_value}
   %pcj = getelementptr i{c}, ptr %cursor, i64 %j
   store i{c} %bj, ptr %pcj
+  %bj64 = {ext} %bj to i64
+  %isum1 = add i64 %isum, %bj64
   %j1 = add i64 %j, 1
   br label %init_head
 rows:
@@ -975,6 +978,30 @@ ret4:
 
 _TOUCH_MAX = 1 << 20   # B's values read in order first up to this size (beyond, the caches do not hold them)
 
+# A float product on a range of rows: instead of the tail check (B entries of the range's rows that no cursor
+# reached are in other ranges' columns' spans too), the number of B entries its cursors passed (matched or
+# skipped, each checked finite there) goes to ``seen``; the caller checks the rest only when not all were
+# passed
+_RANGE_SEEN = """  br label %seen_head
+seen_head:
+  %sj = phi i64 [%smin, %done], [%sj1, %seen_body]
+  %ssum = phi i64 [0, %done], [%ssum1, %seen_body]
+  %sjin = icmp slt i64 %sj, %smax
+  br i1 %sjin, label %seen_body, label %seen_done
+seen_body:
+  %psj = getelementptr i{c}, ptr %cursor, i64 %sj
+  %sc_raw = load i{c}, ptr %psj
+  %sc = {ext} %sc_raw to i64
+  %ssum1 = add i64 %ssum, %sc
+  %sj1 = add i64 %sj, 1
+  br label %seen_head
+seen_done:
+  %passed = sub i64 %ssum, %isum
+  store i64 %passed, ptr %seen
+  br label %finish
+ret4:
+  ret i64 -4"""
+
 # A range of rows [lo, hi) on one of several threads (``ranged``): the operands were checked before, so the pass
 # starts with the columns its rows reach (A canonical: a row's first and last entries bound them), whose cursors
 # it sets up (not all n: road-700 has 2 entries per column)
@@ -1055,7 +1082,7 @@ def _csc_pass_kernel(op: str, value: np.dtype, bits: int, prefetch: int = 0, ran
 
     t, zero, nonzero, ops = _VALUE[value]
     intersect = op == "multiply"
-    floats = intersect and value.kind == "f" and not ranged     # ranges: the caller checked all values finite
+    floats = intersect and value.kind == "f"
     name = (f"splyce_elementwise_csc_{op}_{t}_i{bits}" + (f"_pf{prefetch}" if prefetch else "")
             + (f"_{ranged}" if ranged else ""))
     check = name + "_check"
@@ -1070,7 +1097,7 @@ def _csc_pass_kernel(op: str, value: np.dtype, bits: int, prefetch: int = 0, ran
         next_phi = ", [%o, %miss]" if not floats else ", [%o, %a_finite]"
         next_phi_z = next_phi.replace("%o", "%z")
         b_check = _CSC_CANONICAL
-        tail = _TAIL_FINITE.format(**fields) if floats else "  br label %finish"
+        tail = ((_RANGE_SEEN if ranged else _TAIL_FINITE).format(**fields) if floats else "  br label %finish")
     else:
         skip, miss, seek_phi, not_same, next_phi, next_phi_z = "", _MATCH_MISS, "", "miss", "", ""
         b_check, tail = _CSC_POSITIONS, "  br label %finish"
@@ -1084,8 +1111,8 @@ def _csc_pass_kernel(op: str, value: np.dtype, bits: int, prefetch: int = 0, ran
                                init_latch="cnt_done" if ranged == "later" else "init_body",
                                prefetch=_CSC_PREFETCH.format(distance=prefetch, **fields) if prefetch else "",
                                b_check=b_check.format(**fields), tail=tail, **fields)
-            + array_objects.object_entry_ir(name + "_objects", name, "a" * 10 + "iiiiii"))
-    return compile_host_helpers(text, {name + "_objects": array_objects.signature(16)})[name + "_objects"]
+            + array_objects.object_entry_ir(name + "_objects", name, "a" * 10 + "iiiiiia"))
+    return compile_host_helpers(text, {name + "_objects": array_objects.signature(17)})[name + "_objects"]
 
 
 def csr_with_csc(op: str, a, b_csc, dtype, m: int, n: int, prefetch: int = 0):
@@ -1111,7 +1138,7 @@ def csr_with_csc(op: str, a, b_csc, dtype, m: int, n: int, prefetch: int = 0):
     indptr = np.empty(m + 1, dtype=ap.dtype)
     cursor = np.empty(n, dtype=ap.dtype)
     nnz = kernel(id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cursor), id(cols), id(vals), id(indptr),
-                 m, n, size, len(bc), 0, m)
+                 m, n, size, len(bc), 0, m, id(cursor))
     if nnz < 0:
         return -nnz
     if nnz != size:
@@ -1160,14 +1187,12 @@ def csr_with_csc_ranges(op: str, a, b_csc, dtype, m: int, n: int, threads: int, 
     writes its results from its rows' first entry of A on (an upper bound) and its row ends there; the ranges
     after the first then move down to close the gaps (bit-identical to one thread). Returns ``(data, indices,
     indptr)``, or 1 (a sum: B's positions are not A's) or 4 (a product of floats with a NaN or Inf, which
-    would need the caller's union merge; checked first, by the values' sums)."""
+    needs the caller's union merge)."""
     av, ac, ap = a
     bv, bc, bp = b_csc
     size = len(ac)
     if op != "multiply" and len(bc) != size:
         return 1
-    if op == "multiply" and dtype.kind == "f" and not _intersects(op, av, bv, threads):
-        return 4
     chunks = ir_text.work_chunks(ap, threads, CURSOR_ROW_COST)
     with _lock:
         kernels = [_csc_pass_kernel(op, dtype, ac.dtype.itemsize * 8, prefetch, ranged)
@@ -1175,15 +1200,19 @@ def csr_with_csc_ranges(op: str, a, b_csc, dtype, m: int, n: int, threads: int, 
     vals = np.empty(size, dtype=dtype)
     cols = np.empty(size, dtype=ac.dtype)
     indptr = np.empty(m + 1, dtype=ap.dtype)
+    seen = np.zeros(len(chunks), dtype=np.int64)    # a float product: B entries the range's cursors passed
 
     def run(t, lo, hi):
         cursor = np.empty(n, dtype=ap.dtype)     # only the columns the range reaches are set up
+        passed = seen[t:t + 1]                   # held: the kernel reads the view object by address
         return kernels[lo > 0](id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cursor), id(cols), id(vals),
-                               id(indptr), m, n, size, len(bc), lo, hi)
+                               id(indptr), m, n, size, len(bc), lo, hi, id(passed))
 
     ends = ir_text.run_chunks(run, chunks, threads)
     if min(ends) < 0:
         return -min(ends)
+    if op == "multiply" and dtype.kind == "f" and int(seen.sum()) != len(bc) and not np.isfinite(bv.sum()):
+        return 4     # B entries no cursor passed, not all finite (a finite sum proves them finite)
     offset = 0
     for (lo, hi), end in zip(chunks, ends):
         start = int(ap[lo])
