@@ -183,6 +183,25 @@ def test_graph_has_row_block_tasks_and_one_broadcast_key():
     assert (rows.to_scipy() != b).nnz == 0
 
 
+def test_dask_broadcast_operand_joined_once_per_worker_not_in_one_task():
+    """A Dask right operand in row blocks reaches each task as its blocks, joined once per process: no task
+    joins it on one worker first (which then sent the whole operand to every other worker)."""
+    from splyce.dask.ops import _joined_once
+
+    a = _random(90, 80, 0.1, 24)
+    X = np.random.default_rng(25).random((80, 6))
+    xd = da.from_array(X, chunks=(30, 3))            # row and column chunks: the columns are joined by Dask
+    lazy = splyce.matmul(sd.from_scipy(a, rows_per_chunk=30), xd)
+    assert graph_prep(lazy) == ("pad", ("join", ""))
+    graph = dict(lazy.__dask_graph__())
+    (blocks,) = {tuple(task[-1]) for k, task in graph.items() if k[0].startswith("splyce-matmul")}
+    assert len(blocks) == 3                          # every task reads the 3 row blocks, none reads a join
+    parts = [X[:30], X[30:60], X[60:]]
+    joined = _joined_once(parts)
+    assert _joined_once(parts) is joined and np.array_equal(joined, X)
+    _same(lazy.compute(scheduler="sync"), dropin.matmul(a, X))
+
+
 def graph_prep(lazy):
     """The ``prep`` argument of the row-block tasks of ``lazy`` (one value for all of them)."""
     graph = dict(lazy.__dask_graph__())

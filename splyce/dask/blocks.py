@@ -169,9 +169,15 @@ def _fresh_name(prefix: str) -> str:
 
 
 def whole(x) -> da.Array:
-    """``x`` as a one-chunk Dask array: one key that every task reads, so a worker receives it once."""
+    """``x`` as a Dask array that every task reads whole: a concrete operand as one key (a worker receives it
+    once); a Dask one in its row blocks (one chunk along the other axes), which each worker joins once
+    (``ops._joined_once``) from the blocks it holds and those it fetches: each worker receives only the rows
+    it lacks, where joining them first in one task (``rechunk``) moved every block to one worker, then the
+    whole operand to every other worker."""
     if is_dask(x):
-        return x.rechunk(x.shape) if any(n > 1 for n in x.numblocks) else x
+        if any(n > 1 for n in x.numblocks[1:]):
+            x = x.rechunk({d: -1 for d in range(1, x.ndim)})
+        return x
     if _family(x) == "numpy":
         x = np.asarray(x)
     name = _fresh_name("splyce-broadcast-")
@@ -208,6 +214,13 @@ def broadcast(x, client=None) -> da.Array:
 def single_key(x: da.Array):
     (key,) = x.__dask_keys__() if x.ndim == 0 else list(_flat(x.__dask_keys__()))
     return key
+
+
+def whole_keys(x: da.Array):
+    """The key of a one-chunk array, or the list of its row blocks' keys (``whole``), and whether joined."""
+    if x.ndim == 0 or x.npartitions == 1:
+        return single_key(x), False
+    return block_keys(x), True
 
 
 def _flat(keys):

@@ -23,7 +23,7 @@ import weakref
 import numpy as np
 
 from splyce.dask.blocks import (
-    _as_array, block_keys, is_dask, pad_rows, row_blocks, single_key, trim_rows, whole,
+    _as_array, block_keys, is_dask, pad_rows, row_blocks, trim_rows, whole, whole_keys,
 )
 from splyce.planner import dropin
 from splyce.planner.dropin import (
@@ -34,14 +34,21 @@ from splyce.tensors.formats import CSR, Format
 
 
 def _call_block(fn, rows: int, padded: int, prep: tuple, trim: bool, *operands):
-    """One task: pad the partitioned operands to the common row count (``prep`` "pad"), take the broadcast
-    ones the drop-in converts to a format (``prep`` (that Format, the operand's name in the drop-in's errors))
-    as this process's converted and checked SparseTensor of them (``_converted_once``), run the drop-in,
-    trim the result."""
-    ops = [pad_rows(x, padded) if p == "pad" else _converted_once(x, *p) if type(p) is tuple else x
-           for x, p in zip(operands, prep)]
-    out = fn(*ops)
+    """One task: pad the partitioned operands to the common row count (``prep`` "pad"), join the broadcast
+    ones given as their row blocks (``prep`` ("join", what next): once per process, ``_joined_once``), take
+    the broadcast ones the drop-in converts to a format (``prep`` (that Format, the operand's name in the
+    drop-in's errors)) as this process's converted and checked SparseTensor of them (``_converted_once``),
+    run the drop-in, trim the result."""
+    out = fn(*(_prepared(x, p, padded) for x, p in zip(operands, prep)))
     return trim_rows(out, rows) if trim else out
+
+
+def _prepared(x, p, padded: int):
+    if p == "pad":
+        return pad_rows(x, padded)
+    if type(p) is tuple and p[0] == "join":
+        x, p = _joined_once(x), p[1]
+    return _converted_once(x, *p) if type(p) is tuple else x
 
 
 def _sum_blocks(partials: list):
@@ -85,11 +92,12 @@ def _partitioned_graph(fn, parts: list, broadcast: list, order: list, out_chunks
     rows = parts[0].chunks[0]
     padded = max(rows) if rows else 0
     part_keys = [block_keys(p) for p in parts]
-    bcast_keys = [single_key(b) for b in broadcast]
+    bcast_keys, joined = zip(*[whole_keys(b) for b in broadcast]) if broadcast else ((), ())
     # a dense block's padding rows would take part in a sum over the rows (0 * inf is NaN): then no padding
     dense_sum = reduce and any(_family(p._meta) == "numpy" for p in parts)
-    prep = tuple("pad" if kind == "p" and not dense_sum else converted.get(n, "") if kind == "b" else ""
-                 for n, (kind, _) in enumerate(order))
+    prep = tuple("pad" if kind == "p" and not dense_sum else
+                 (("join", converted.get(n, "")) if joined[i] else converted.get(n, "")) if kind == "b" else ""
+                 for n, (kind, i) in enumerate(order))
     token = tokenize(fn, [p.name for p in parts], [b.name for b in broadcast], order, reduce)
     # ``name`` names the kind of op (e.g. matmul-spgemm): distributed estimates a task's duration from the
     # past tasks with its name's prefix, and places and steals tasks by that estimate; an SpMV of a few ms
@@ -302,3 +310,33 @@ def _converted_once(x, fmt: Format, name: str = "operand"):
         _converted_of[key] = (ref, tensor)
         weakref.finalize(x, _converted_of.pop, key, None)
     return tensor
+
+
+# (ids of a broadcast operand's row blocks) -> (weak references to them, the joined operand): a worker joins
+# the blocks once for all its tasks that read them, for as long as they all live
+_joined_of: dict = {}
+
+
+def _joined_once(blocks: list):
+    """The row blocks joined along the rows (Dask's own concatenation for their type), once per process while
+    the blocks live."""
+    key = tuple(id(b) for b in blocks)
+    with _converted_lock:
+        hit = _joined_of.get(key)
+        if hit is not None and all(r() is b for r, b in zip(hit[0], blocks)):
+            return hit[1]
+    from dask.array.dispatch import concatenate_lookup
+
+    joined = concatenate_lookup.dispatch(type(blocks[0]))(blocks, axis=0)     # outside the lock: O(size)
+    try:
+        refs = [weakref.ref(b) for b in blocks]
+    except TypeError:
+        return joined
+    with _converted_lock:
+        hit = _joined_of.get(key)
+        if hit is not None and all(r() is b for r, b in zip(hit[0], blocks)):
+            return hit[1]
+        _joined_of[key] = (refs, joined)
+        for b in blocks:
+            weakref.finalize(b, _joined_of.pop, key, None)
+    return joined
