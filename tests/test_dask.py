@@ -354,3 +354,14 @@ def test_worker_killed_mid_graph(client, tmp_path):
     fragile = ad.map_blocks(_die_once, marker, meta=ad._meta, dtype=ad.dtype)
     _same(_compute(client, splyce.matmul(fragile, x)), dropin.matmul(a, x))
     assert os.path.exists(marker)                   # a worker did die, and Dask recomputed its tasks
+
+
+def test_cluster_config_names_real_dask_settings():
+    """Every key of splyce.dask.CLUSTER_CONFIG is one of Dask's own (a misspelt key would change nothing)."""
+    import dask
+
+    for key in sd.CLUSTER_CONFIG:
+        dask.config.get(key)                      # KeyError for a setting Dask does not have
+    with dask.config.set(sd.CLUSTER_CONFIG):
+        assert dask.config.get("distributed.worker.profile.enabled") is False
+        assert "MALLOC_TRIM_THRESHOLD_" in dask.config.get("distributed.nanny.pre-spawn-environ")

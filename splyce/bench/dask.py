@@ -7,8 +7,10 @@ Both sides get the same inputs, already on the workers before timing: 4 row bloc
 1 and 2 workers alike), each worker holding an equal share, and the right operand as one chunk on every worker
 (``splyce.dask.broadcast``, with Dask's Active Memory Manager stopped so the copies stay across repeats), except
 the dense x / X of SpMV / SpMM: a NumPy operand, put in each run's graph and so sent again every run, as a user
-passing one pays. "1 worker" and "2 workers" are two LocalClusters, both alive, so their runs interleave. A
-timed run is ``persist`` + ``wait``: the result stays on the workers, as for data bigger than one machine. Every
+passing one pays. "1 worker" and "2 workers" are two LocalClusters, both alive, so their runs interleave,
+started with ``splyce.dask.CLUSTER_CONFIG``. A timed run is a user's call: the op's graph built, ``persist`` +
+``wait``: the result stays on the workers in row blocks, as for data bigger than one machine (``.compute()``
+would also join it on one worker and send it to the client: SpMM's 16 columns on fem2d-250k are 32 MB). Every
 result is checked before timing: splyce's against the single-process drop-in, bit for bit; pydata's against it
 within 1e-9 relative. The checking (warm-up) run of each candidate also records the peak resident memory of the
 busiest worker process during that run (``*_peak_mb``: the persisted inputs plus what the op needs; Linux only).
@@ -233,22 +235,18 @@ def _timed(client, build, data) -> tuple[float, float]:
     return elapsed, max(busy.values(), default=float("nan"))
 
 
-# Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536 (to hand freed memory back to the system
-# sooner); setting it turns off glibc's adaptive mmap threshold, so every array above 128 KB is mapped fresh
-# and page-faulted at each allocation: SpGEMM task bodies took 1.3-1.5x the CPU time on fem2d-250k and
-# road-700 (in-cluster, interleaved). The clusters here run without it, as README's "More than one machine"
-# recommends for splyce workers.
-NANNY_ENVIRON = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
-
-
 def _cluster(workers: int):
     import dask
     import distributed
 
-    with dask.config.set(NANNY_ENVIRON):
+    from splyce.dask import CLUSTER_CONFIG
+
+    # README's settings for splyce clusters (splyce/dask/cluster.py: no MALLOC_TRIM_THRESHOLD_, no profiler,
+    # a slower event-loop check), for the scheduler, the workers and the client alike
+    with dask.config.set(CLUSTER_CONFIG):
         cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                            dashboard_address=":0", silence_logs=logging.ERROR)
-    client = distributed.Client(cluster, set_as_default=False)
+        client = distributed.Client(cluster, set_as_default=False)
     # Dask's Active Memory Manager drops a key's extra copies within 2 s when no task waits for them: the
     # broadcast operand would be sent again to every worker but one at each repeat; a user repeating
     # products with one broadcast operand keeps its copies the same way
@@ -306,9 +304,10 @@ def run(cfg: Config) -> Result:
             client.close()
             cluster.close()
     note = ("Median of interleaved repeats; 4 row blocks of about equal nonzeros, an equal share on each "
-            "worker; broadcast operands on every worker (AMM stopped); a run is persist + wait (results stay "
-            "distributed). 1w / 2w: LocalClusters of 1 and 2 worker processes (one thread each), both alive, "
-            "runs interleaved; workers started without Dask's MALLOC_TRIM_THRESHOLD_; the untimed checking run "
+            "worker; broadcast operands on every worker (AMM stopped); a run is the op's graph built, persist + wait "
+            "(results stay distributed, in row blocks, not sent to the client). 1w / 2w: LocalClusters of 1 and 2 worker processes (one thread each), both alive, "
+            "runs interleaved; clusters started with splyce.dask.CLUSTER_CONFIG (no MALLOC_TRIM_THRESHOLD_, no "
+            "worker profiler, event-loop check every 1 s); the untimed checking run "
             "loads every worker's kernels. *_tasks_s: the busiest worker's summed task bodies per run (task "
             "stream; the rest of the wall time is Dask's own). The dense x / X of SpMV / SpMM is put in each "
             "run's graph (sent again every run, as a user passing a NumPy operand pays). splyce results "
