@@ -142,16 +142,30 @@ def test_masked_bad_operands():
 
 
 def test_an_operand_passed_several_times_is_converted_and_checked_once(monkeypatch):
+    from splyce.backend import native_masked
     from splyce.planner import dropin
 
     a = sps.random_array((40, 40), density=0.1, format="csr", rng=8)
     L = sps.csr_array(sps.tril(a, -1))
-    calls = []
+    calls, fast = [], []
     real = dropin._as_format
     monkeypatch.setattr(dropin, "_as_format", lambda x, fmt, name, threads=1: calls.append(name) or real(x, fmt, name, threads))
+    real_fast = native_masked.masked_sum_checked
+    monkeypatch.setattr(native_masked, "masked_sum_checked",
+                        lambda *args: fast.append((args[-2:], real_fast(*args))) or fast[-1][1])
     dense = L.toarray()
-    assert np.isclose(splyce.einsum("ij,jk,ik->", L, L, L), np.einsum("ij,jk,ik->", dense, dense, dense))
-    assert len(calls) == 1
+    want = np.einsum("ij,jk,ik->", dense, dense, dense)
+    assert np.isclose(splyce.einsum("ij,jk,ik->", L, L, L), want)
+    assert len(calls) + len(fast) == 1
+    calls.clear()
+    # from the second call of a signature on: the fast path, one native call checking L once
+    assert splyce.einsum("ij,jk,ik->", L, L, L) == splyce.einsum("ij,jk,ik->", L, L, L)
+    assert not calls and [f[0] for f in fast[-2:]] == [(False, False)] * 2
+    for ops in ((L.copy(), L, L), (L, L.copy(), L), (L, L, L.copy())):    # each distinct operand checked
+        ops[[x is not L for x in ops].index(True)].indices[-1] = 40
+        with pytest.raises(ValueError, match="out of range"):
+            splyce.einsum("ij,jk,ik->", *ops)
+        assert fast[-1][1] is None                                        # the fast path declined, then the error
     calls.clear()
     masked = splyce.einsum("ik,kj,ij->ij", L, L, L)
     np.testing.assert_allclose(masked.toarray(), (dense @ dense) * dense)
@@ -178,8 +192,9 @@ def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
     from splyce.planner import dropin
 
     calls = []
-    real = native_masked.masked_sum
-    monkeypatch.setattr(native_masked, "masked_sum", lambda *a: calls.append(1) or real(*a))
+    for name in ("masked_sum", "masked_sum_checked"):      # the general path's, and the fast path's (checks too)
+        real = getattr(native_masked, name)
+        monkeypatch.setattr(native_masked, name, lambda *a, real=real: calls.append(1) or real(*a))
     rng = np.random.default_rng(7)
     n = 120
     a = sps.tril(sps.random_array((n, n), density=0.1, format="csr", rng=rng), -1).tocsr()
@@ -193,6 +208,14 @@ def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
     kernel = dropin._kernel("einsum:ab,bc,ac->", dropin._Einsum("ab,bc,ac->"))
     ref = kernel(*(dropin._as_format(a, dropin.CSR, "x") for _ in range(3)))
     assert calls and type(ours) is type(ref) and ours.tobytes() == ref.tobytes()
+    again = splyce.einsum("ab,bc,ac->", a, a, a)       # the fast path from the second call on, checks included
+    assert type(again) is type(ref) and again.tobytes() == ref.tobytes()
+    ones = a.copy()
+    ones.data[:] = 1                                    # a 0/1 pattern: the hits counted, the same bits
+    ref_ones = kernel(*(dropin._as_format(ones, dropin.CSR, "x") for _ in range(3)))
+    for _ in range(2):
+        counted = splyce.einsum("ab,bc,ac->", ones, ones, ones)
+        assert type(counted) is type(ref_ones) and counted.tobytes() == ref_ones.tobytes()
     dense = a.toarray().astype(np.float64)
     assert np.isclose(float(ours), np.einsum("ij,jk,ik->", dense, dense, dense), rtol=1e-4)
     b = sps.random_array((n, n), density=0.5, format="csr", rng=rng)   # a plan that scatters
@@ -203,3 +226,17 @@ def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
         *(dropin._as_format(x, dropin.CSR, "x") for x in (a, b, a)))[0].plan
     assert bool(calls) == dropin._plain_masked_sum_plan(plan, ["ij", "jk", "ik"])
     assert np.isclose(float(ours), np.einsum("ij,jk,ik->", dense, b.toarray(), dense), rtol=1e-4)
+
+
+def test_triangle_count_beyond_exact_falls_back_to_the_sum():
+    """A count the value type would not hold exactly goes to the summing loop, whose marks are set again (a
+    limit of 2 here instead of 2**53; stale marks from the count would add products that are not there)."""
+    from splyce.backend import native_masked
+
+    L = sps.random_array((60, 60), density=0.3, format="csr", rng=3)   # not triangular: stale marks would show
+    L.data[:] = 1
+    fn = native_masked._sum_checked_kernel(np.dtype(np.float64), 32, exact=2)
+    mark, out = np.empty(60, dtype=np.int64), np.empty(1)
+    parts = [id(x) for x in (L.indptr, L.indices, L.data)] * 3
+    assert fn(*parts, id(mark), id(out), 60, 60, 60, L.nnz, L.nnz, L.nnz, 0) == 0
+    assert out[0] == (L @ L).multiply(L).sum() > 2

@@ -34,11 +34,13 @@ GROUP = 4      # SDDMM: mask entries of one row computed together
 _lock = threading.Lock()
 
 
-def _marked_row(ir, i, t, mul, marked, ap, ac, bp, bc, mark_more, hit):
+def _marked_row(ir, i, t, mul, marked, ap, ac, bp, bc, mark_more, hit, each=None):
     """Row ``i`` of a marked Gustavson product: ``mark[j] = e`` for the marked row's entries ``e`` (``marked``:
     its positions / coordinates array names and bit widths; ``mark_more(e)`` adds per-entry IR), then for
     each ``A[i, k]`` and each ``B[k, j]`` whose ``j`` is marked in this row (``mark[j]`` at or after the row's
-    first entry: earlier rows' marks read as unset), ``hit(a * b, mark[j])``. Returns the marked row's range."""
+    first entry: earlier rows' marks read as unset), ``hit(a * b, mark[j])``; with ``each``, instead
+    ``each(is_hit)`` for every ``B[k, j]``, without a branch (no value is read). Returns the marked row's
+    range."""
     (mpos, mp), (mcrd, mc) = marked
     i1 = ir.name("i1")
     ir(f"  {i1} = add i64 {i}, 1")
@@ -69,6 +71,9 @@ def _marked_row(ir, i, t, mul, marked, ap, ac, bp, bc, mark_more, hit):
             ir(f"  {pm} = getelementptr i64, ptr %mark, i64 {j}")
             ir(f"  {m} = load i64, ptr {pm}")
             ir(f"  {is_hit} = icmp sge i64 {m}, {m_start}")
+            if each is not None:
+                each(is_hit)
+                return
             yes, done = ir.name("yes")[1:], ir.name("done")[1:]
             ir(f"  br i1 {is_hit}, label %{yes}, label %{done}")
             ir.label(yes)
@@ -190,6 +195,35 @@ def _masked_sum_ir(name, value, ap, ac, bp, bc, cp, cc):
     ir(f"  %sum = load {t}, ptr %acc_slot")
     ir(f"  store {t} %sum, ptr %out")
     ir("  ret i64 0")
+    ir("}")
+    return "\n".join(ir.lines) + "\n"
+
+
+def _hit_count_ir(name, bits):
+    """The number of products ``_masked_sum_ir`` adds (``i64 name(...)``, its arguments, ``%out`` unused): when
+    every value is one, the sum is that count, bit for bit (each addend is exactly 1, each partial sum an
+    integer, exact up to 2**53 / 2**24 in double / float; integers wrap alike). A hit is counted by an add of
+    the compare, so the loop has no branch on it: on irregular rows a hit is a coin toss, and its
+    misprediction cost more than the product (docs/corpus.md)."""
+    ir = IR()
+    ir(f"define i64 @{name}(ptr %apos, ptr %acrd, ptr %aval, ptr %bpos, ptr %bcrd, ptr %bval, ptr %cpos, "
+       f"ptr %ccrd, ptr %cval, i64 %lo, i64 %hi, ptr %mark, ptr %out) {{")
+    ir.label("entry")
+    ir("  %count_slot = alloca i64")
+    ir("  store i64 0, ptr %count_slot")
+
+    def count(is_hit):
+        one, old, new = ir.name("one"), ir.name("old"), ir.name("new")
+        ir(f"  {one} = zext i1 {is_hit} to i64")
+        ir(f"  {old} = load i64, ptr %count_slot")
+        ir(f"  {new} = add i64 {old}, {one}")
+        ir(f"  store i64 {new}, ptr %count_slot")
+
+    loop(ir, "%lo", "%hi", lambda i: _marked_row(ir, i, "i64", "mul", (("%cpos", bits), ("%ccrd", bits)), bits,
+                                                 bits, bits, bits, lambda e: None, None, count), "exit")
+    ir.label("exit")
+    ir("  %count = load i64, ptr %count_slot")
+    ir("  ret i64 %count")
     ir("}")
     return "\n".join(ir.lines) + "\n"
 
@@ -467,6 +501,149 @@ def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1):
     for part in out[1:]:
         total = total + part
     return total
+
+
+# The whole one-thread triangle sum in one native call, for the drop-in's fast path: each distinct operand
+# checked canonical (as ``native_validation.canonical_csr``); when every value of the operands is one (the 0/1
+# pattern of triangle counting) the hits counted (``_hit_count_ir``), which is the sum when the value type holds
+# the count exactly (up to 2**53 in double, 2**24 in float); else the masked sum over all rows. The marks are
+# set to -1 before each. Returns 0, or 1 when an operand is not canonical (the caller's general path words
+# it). ``%checks``: bit 0 set to check B, bit 1 to check C (unset for an operand that is A or B itself: its
+# checks and its scan for ones are A's).
+_SUM_CHECKED = """
+define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cp, ptr %cc, ptr %cv,
+                   ptr %mark, ptr %out, i64 %m, i64 %n1, i64 %n2, i64 %nnza, i64 %nnzb, i64 %nnzc, i64 %checks) {{
+entry:
+  %ra = call i64 @{check}_canonical(ptr %ap, ptr %ac, i64 %m, i64 %n1, i64 %nnza)
+  %bad_a = icmp ne i64 %ra, 0
+  br i1 %bad_a, label %fail, label %test_b
+{check_b}{check_c}ones:
+  %oa = call i64 @{name}_ones(ptr %av, i64 %nnza)
+  %nb = select i1 %skip_b, i64 0, i64 %nnzb
+  %ob = call i64 @{name}_ones(ptr %bv, i64 %nb)
+  %nc = select i1 %skip_c, i64 0, i64 %nnzc
+  %oc = call i64 @{name}_ones(ptr %cv, i64 %nc)
+  %oab = and i64 %oa, %ob
+  %oabc = and i64 %oab, %oc
+  %all_ones = icmp ne i64 %oabc, 0
+  br i1 %all_ones, label %count, label %sum
+count:
+  call void @{name}_unmark(ptr %mark, i64 %n2)
+  %hits = call i64 @{count}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cp, ptr %cc, ptr %cv,
+                            i64 0, i64 %m, ptr %mark, ptr %out)
+  %exact = icmp ule i64 %hits, {exact}
+  br i1 %exact, label %counted, label %sum
+counted:
+  %total = {convert} i64 %hits to {t}
+  store {t} %total, ptr %out
+  ret i64 0
+sum:
+  call void @{name}_unmark(ptr %mark, i64 %n2)
+  %r = call i64 @{sum}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cp, ptr %cc, ptr %cv,
+                       i64 0, i64 %m, ptr %mark, ptr %out)
+  ret i64 0
+fail:
+  ret i64 1
+}}
+
+define void @{name}_unmark(ptr %mark, i64 %n) {{
+entry:
+  br label %head
+head:
+  %j = phi i64 [0, %entry], [%j1, %body]
+  %more = icmp slt i64 %j, %n
+  br i1 %more, label %body, label %done
+body:
+  %pm = getelementptr i64, ptr %mark, i64 %j
+  store i64 -1, ptr %pm
+  %j1 = add i64 %j, 1
+  br label %head
+done:
+  ret void
+}}
+
+define i64 @{name}_ones(ptr %v, i64 %n) {{
+entry:
+  br label %head
+head:
+  %k = phi i64 [0, %entry], [%k1, %body]
+  %all = phi i1 [true, %entry], [%all1, %body]
+  %more = icmp slt i64 %k, %n
+  br i1 %more, label %body, label %done
+body:
+  %pv = getelementptr {t}, ptr %v, i64 %k
+  %x = load {t}, ptr %pv
+  %is_one = {is_one}
+  %all1 = and i1 %all, %is_one
+  %k1 = add i64 %k, 1
+  br label %head
+done:
+  %r = zext i1 %all to i64
+  ret i64 %r
+}}
+"""
+# B's or C's check (``x``: b / c), unless its bit of ``%checks`` is clear; then to block ``next``
+_CHECK_OPERAND = """test_{x}:
+  %w{x} = and i64 %checks, {bit}
+  %skip_{x} = icmp eq i64 %w{x}, 0
+  br i1 %skip_{x}, label %{next}, label %check_{x}
+check_{x}:
+  %r{x} = call i64 @{check}_canonical(ptr %{x}p, ptr %{x}c, i64 %{rows}, i64 %n2, i64 %nnz{x})
+  %bad_{x} = icmp ne i64 %r{x}, 0
+  br i1 %bad_{x}, label %fail, label %{next}
+"""
+# value type -> (the compare of %x with one, i64 -> the type, the largest count the sum holds exactly)
+_COUNTED = {"double": ("fcmp oeq double %x, 1.0", "sitofp", 2**53), "float": ("fcmp oeq float %x, 1.0", "sitofp", 2**24),
+            "i64": ("icmp eq i64 %x, 1", "bitcast", 2**63 - 1), "i32": ("icmp eq i32 %x, 1", "trunc", 2**63 - 1)}
+
+
+@functools.cache
+def _sum_checked_kernel(value: np.dtype, bits: int, exact: int | None = None):
+    """The entry of ``_SUM_CHECKED`` on array objects; ``exact``: the largest count taken as the sum (default:
+    the value type's; tests lower it to reach the summing fallback)."""
+    from splyce.backend import array_objects, native_validation
+    from splyce.backend.codegen import compile_host_helpers
+
+    t = VALUE[value][0]
+    name = f"splyce_masked_sum_checked_{t}_i{bits}"
+    check, total, count = name + "_check", name + "_rows", name + "_count"
+    is_one, convert, type_exact = _COUNTED[t]
+    exact = type_exact if exact is None else exact
+    text = (native_validation.canonical_check_ir(check, bits)
+            + _masked_sum_ir(total, value, *([bits] * 6))
+            + _hit_count_ir(count, bits)
+            + _SUM_CHECKED.format(name=name, check=check, sum=total, count=count, t=t, is_one=is_one,
+                                  convert=convert, exact=exact,
+                                  check_b=_CHECK_OPERAND.format(x="b", bit=1, next="test_c", rows="n1", check=check),
+                                  check_c=_CHECK_OPERAND.format(x="c", bit=2, next="ones", rows="m", check=check))
+            + array_objects.object_entry_ir(name + "_objects", name, "a" * 11 + "i" * 7))
+    return compile_host_helpers(text, {name + "_objects": array_objects.signature(18)})[name + "_objects"]
+
+
+_sum_checked: dict = {}     # (value dtype, index dtype) -> the compiled entry (looked up per call: no lock)
+
+
+def masked_sum_checked(a, b, c, m: int, n1: int, n2: int, check_b: bool, check_c: bool):
+    """``masked_sum`` on one thread for CSR parts ``(data, indices, indptr)`` of A (m x n1), B (n1 x n2) and
+    C (m x n2) that are not validated yet: one native call checks each operand canonical (``check_b`` /
+    ``check_c`` False for an operand that is A or B itself), then sums. Values of one dtype the native kernels
+    compute in, index arrays of one dtype (int32 / int64), all 1-D C-contiguous, lengths consistent, the
+    sizes fitting the index dtype, ``array_objects.DATA_OFFSET`` confirmed. Returns the sum (a NumPy scalar,
+    as ``masked_sum``), or None when an operand is not canonical."""
+    av, ac, ap = a
+    bv, bc, bp = b
+    cv, cc, cp = c
+    key = (av.dtype, ac.dtype)
+    fn = _sum_checked.get(key)
+    if fn is None:
+        with _lock:
+            fn = _sum_checked[key] = _sum_checked_kernel(av.dtype, ac.dtype.itemsize * 8)
+    mark = np.empty(n2, dtype=np.int64)
+    out = np.empty(1, dtype=av.dtype)
+    if fn(id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cp), id(cc), id(cv), id(mark), id(out), m, n1, n2,
+          len(ac), len(bc), len(cc), check_b | (check_c << 1)):
+        return None
+    return out[0]
 
 
 def sddmm(m, x: np.ndarray, y: np.ndarray, dtype, threads: int = 1):

@@ -20,6 +20,8 @@ import numpy as np
 
 from splyce.backend.native_spmv import FLAT_MAX_ROW as _FLAT_MAX_ROW, GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES
 from splyce.backend.native_spmv import SPMM_FIXED as _SPMM_FIXED
+from splyce.backend import native_masked as _native_masked
+from splyce.backend.array_objects import DATA_OFFSET as _ARRAY_OFFSET   # None: no array read natively by id
 from splyce.planner import scipy_out
 from splyce.tensors.formats import CSR, SPARSE_VECTOR, Format
 from splyce.tensors.validation import SUPPORTED_DTYPES, check_buffers, check_dtype
@@ -967,6 +969,90 @@ def _masked_sum(jitted, ops, inputs, threads: int = 1):
     A, B, C = (op.tensor for op in ops)
     return native_masked.masked_sum(*((t.values, t.crd[1], t.pos[1]) for t in (A, B, C)), C.shape[1], A.dtype,
                                     threads)
+
+
+_SUM_SUBSCRIPTS: dict = {}    # einsum subscripts -> whether they read "ij,jk,ik->" (up to the letters)
+_SUM_FORMATS: dict = {}       # index bits -> the CSR format a checked scipy CSR of that width gets
+_SUM_VALUES = frozenset(np.dtype(v) for v in (np.float64, np.float32, np.int64, np.int32))   # native, native order
+
+
+def _sum_subscripts(subscripts: str) -> bool:
+    known = _SUM_SUBSCRIPTS.get(subscripts)
+    if known is None:
+        from splyce.tracer.tracer import TraceError, parse_einsum
+
+        try:
+            inputs, output = parse_einsum(subscripts, 3)
+        except TraceError:
+            return False                   # the general path words the error
+        known = not output and len(inputs) == 3 and all(len(s) == 2 for s in inputs) and \
+            inputs[0][0] == inputs[2][0] and inputs[0][1] == inputs[1][0] and inputs[1][1] == inputs[2][1] and \
+            len(set(inputs[0] + inputs[1])) == 3
+        if len(_SUM_SUBSCRIPTS) < 256:
+            _SUM_SUBSCRIPTS[subscripts] = known
+    return known
+
+
+def _sum_parts(x, dtype, idx, rows: int):
+    """``(data, indices, indptr)`` of a scipy CSR of ``rows`` rows as the fast triangle sum reads them by id:
+    exact ndarrays, 1-D and contiguous, values of a native-kernel dtype (``dtype`` when given), int32 / int64
+    indices (``idx`` when given) for both index arrays; else None. Nothing is validated."""
+    data, indices, indptr = x.data, x.indices, x.indptr
+    if not (type(data) is _nd and type(indices) is _nd and type(indptr) is _nd):
+        return None
+    vt, it = data.dtype, indices.dtype
+    if dtype is None:
+        if vt not in _SUM_VALUES or it not in _INT_MAX or not it.isnative:
+            return None
+    elif vt != dtype or it != idx:
+        return None
+    if (indptr.dtype != it or len(indptr) != rows + 1 or len(data) != len(indices)
+            or data.strides != (vt.itemsize,) or indices.strides != (it.itemsize,)
+            or indptr.strides != (it.itemsize,)):
+        return None
+    return data, indices, indptr
+
+
+def _fast_masked_sum(subscripts, a, b, c):
+    """``einsum("ij,jk,ik->", a, b, c)`` on one thread for three exact scipy CSRs (triangle counting passes L
+    three times), or None (then the general path runs, which also words any error): one value dtype the native
+    kernels compute in, one index dtype, every buffer 1-D and contiguous, and a plain plan already filed for
+    these shapes and formats by an earlier general call (the first call of a signature goes the general way;
+    another plan runs the kernel there, as before). Then the whole call is one native pass
+    (``native_masked.masked_sum_checked``: each distinct operand checked canonical, then the sum), with the
+    general path's exact result. On the corpus' small matrices the call is a few hundred microseconds and the
+    bench's ``gc.collect()`` before it leaves the caches cold, so each Python step dropped here counts."""
+    if type(subscripts) is not str or not _sum_subscripts(subscripts) or _ARRAY_OFFSET is None:
+        return None
+    if not _csr_types:
+        _scipy_csr_types()
+    types = _csr_types
+    if type(a) not in types or type(b) not in types or type(c) not in types:
+        return None
+    jitted = _kernels.get(("einsum:" + subscripts, None, 1, False))
+    if jitted is None:
+        return None
+    sa, sb, sc = a.shape, b.shape, c.shape
+    (m, n1), (n1b, n2), (mc, n2c) = sa, sb, sc
+    if n1b != n1 or mc != m or n2c != n2:
+        return None
+    pa = _sum_parts(a, None, None, m)
+    if pa is None:
+        return None
+    dtype, idx = pa[0].dtype, pa[1].dtype
+    if max(m, n1, n2) - 1 > _INT_MAX[idx]:
+        return None
+    pb = pa if b is a else _sum_parts(b, dtype, idx, n1)
+    pc = pa if c is a else pb if c is b else _sum_parts(c, dtype, idx, m)
+    if pb is None or pc is None:
+        return None
+    fmt = _SUM_FORMATS.get(idx)
+    if fmt is None:
+        fmt = _SUM_FORMATS[idx] = CSR.with_widths(idx.itemsize * 8, idx.itemsize * 8)
+    kernel = jitted.filed_kernel(((sa, dtype, fmt), (sb, dtype, fmt), (sc, dtype, fmt)))
+    if kernel is None or not _plain_plans.get(kernel):
+        return None
+    return _native_masked.masked_sum_checked(pa, pb, pc, m, n1, n2, b is not a, c is not a and c is not b)
 
 
 def _plain_masked_sum_plan(plan, inputs: list[str]) -> bool:

@@ -348,6 +348,12 @@ class Jitted:
             self._by_signature[signature] = kernel     # preparing these arguments changed nothing
         return kernel, values
 
+    def filed_kernel(self, signature: tuple):
+        """The kernel already filed under ``signature`` (``_fast_signature``'s key: ``(shape, value dtype,
+        format)`` per checked tensor), or None; compiles nothing. A drop-in fast path that runs natively asks
+        it for the plan a general call with these operands would run."""
+        return self._by_signature.get(signature)
+
     def accumulate(self, out: np.ndarray, *args) -> np.ndarray:
         """``out += f(*args)`` in place, for a function with one dense result: the kernel accumulates
         straight into ``out`` (C-contiguous, the result's shape and dtype), so no result buffer is allocated
