@@ -280,63 +280,53 @@ def _einsum_conversions(inputs: list[str], output: str, operands, out_format) ->
     return out
 
 
-# (broadcast operand's id, Format) -> (weak reference to it, its SparseTensor in that Format): a worker keeps
-# a broadcast operand as one object for every task that reads it (and across computations while it is kept,
-# e.g. splyce.dask.broadcast), so it is converted and checked once per worker, not once per block; the
-# entries go when the operand does. Like the drop-in's own conversion, it assumes the operand is not
-# modified in place while it is read (Dask's data is immutable by convention).
+# Per process caches of what every task on a worker would otherwise redo for a broadcast operand: key ->
+# (weak references to the objects it was made from, the value). A worker keeps a broadcast operand (or its
+# row blocks) as one object for every task that reads it, and across computations while it is kept (e.g.
+# splyce.dask.broadcast), so the value is made once per worker, not once per block; entries go when those
+# objects do. Like the drop-in's own conversion, this assumes they are not modified in place while read
+# (Dask's data is immutable by convention).
 _converted_of: dict = {}
-_converted_lock = threading.Lock()
+_joined_of: dict = {}
+_cache_lock = threading.Lock()
+
+
+def _once(cache: dict, key, sources: list, make):
+    """``make()``, made once per process for as long as every object of ``sources`` lives."""
+    def hit():
+        got = cache.get(key)
+        return got[1] if got is not None and all(r() is x for r, x in zip(got[0], sources)) else None
+
+    with _cache_lock:
+        value = hit()
+    if value is not None:
+        return value
+    value = make()                                      # outside the lock: O(size)
+    try:
+        refs = [weakref.ref(x) for x in sources]
+    except TypeError:
+        return value
+    with _cache_lock:
+        earlier = hit()
+        if earlier is not None:
+            return earlier
+        cache[key] = (refs, value)
+        for x in sources:
+            weakref.finalize(x, cache.pop, key, None)
+    return value
 
 
 def _converted_once(x, fmt: Format, name: str = "operand"):
     """``dropin._as_format(x, fmt)``'s SparseTensor (the drop-in's own conversion and checks: the kernel
     sees the same buffers), made once per process for as long as ``x`` lives. The drop-ins take a
     SparseTensor as it is (it was checked when built)."""
-    key = (id(x), fmt)
-    with _converted_lock:
-        hit = _converted_of.get(key)
-        if hit is not None and hit[0]() is x:
-            return hit[1]
-    tensor = dropin._as_format(x, fmt, name).tensor     # outside the lock: O(nnz)
-    try:
-        ref = weakref.ref(x)
-    except TypeError:
-        return tensor
-    with _converted_lock:
-        hit = _converted_of.get(key)
-        if hit is not None and hit[0]() is x:
-            return hit[1]
-        _converted_of[key] = (ref, tensor)
-        weakref.finalize(x, _converted_of.pop, key, None)
-    return tensor
-
-
-# (ids of a broadcast operand's row blocks) -> (weak references to them, the joined operand): a worker joins
-# the blocks once for all its tasks that read them, for as long as they all live
-_joined_of: dict = {}
+    return _once(_converted_of, (id(x), fmt), [x], lambda: dropin._as_format(x, fmt, name).tensor)
 
 
 def _joined_once(blocks: list):
     """The row blocks joined along the rows (Dask's own concatenation for their type), once per process while
     the blocks live."""
-    key = tuple(id(b) for b in blocks)
-    with _converted_lock:
-        hit = _joined_of.get(key)
-        if hit is not None and all(r() is b for r, b in zip(hit[0], blocks)):
-            return hit[1]
     from dask.array.dispatch import concatenate_lookup
 
-    joined = concatenate_lookup.dispatch(type(blocks[0]))(blocks, axis=0)     # outside the lock: O(size)
-    try:
-        refs = [weakref.ref(b) for b in blocks]
-    except TypeError:
-        return joined
-    with _converted_lock:
-        hit = _joined_of.get(key)
-        if hit is not None and all(r() is b for r, b in zip(hit[0], blocks)):
-            return hit[1]
-        _joined_of[key] = (refs, joined)
-        for b in blocks:
-            weakref.finalize(b, _joined_of.pop, key, None)
-    return joined
+    join = concatenate_lookup.dispatch(type(blocks[0]))
+    return _once(_joined_of, tuple(id(b) for b in blocks), blocks, lambda: join(blocks, axis=0))
