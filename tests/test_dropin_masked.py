@@ -228,6 +228,20 @@ def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
     assert np.isclose(float(ours), np.einsum("ij,jk,ik->", dense, b.toarray(), dense), rtol=1e-4)
 
 
+def test_triangle_sum_of_rare_hits_after_the_sample():
+    """A 0/1 pattern whose sample has under 1 hit in 32 products is summed, not counted: after the sample's
+    count its marks are set back (stale ones would add products that are not there: not triangular here)."""
+    from splyce.backend import native_masked
+
+    L = sps.random_array((2000, 2000), density=0.002, format="csr", rng=5)
+    L.data[:] = 1
+    fn = native_masked._sum_checked_kernel(np.dtype(np.float64), 32)
+    mark, out = np.empty(2000, dtype=np.int64), np.empty(1)
+    parts = [id(x) for x in (L.indptr, L.indices, L.data)] * 3
+    assert fn(*parts, id(mark), id(out), 2000, 2000, 2000, L.nnz, L.nnz, L.nnz, 0) == 0
+    assert out[0] == (L @ L).multiply(L).sum() > 0
+
+
 def test_triangle_count_beyond_exact_falls_back_to_the_sum():
     """A count the value type would not hold exactly goes to the summing loop, whose marks are set again (a
     limit of 2 here instead of 2**53; stale marks from the count would add products that are not there)."""

@@ -521,7 +521,7 @@ def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1):
 # sample's end (the marks stay valid: rows in increasing order), which is the sum when the value type holds it
 # exactly (up to 2**53 in double, 2**24 in float); otherwise the summing loop. The marks are set to -1 before
 # each loop over rows from 0. Returns 0, or 1 when an operand is not canonical (the caller's general path
-# words it). ``%checks``: bit 0 set to check B, bit 1 to check C (unset for an operand that is A or B itself:
+# words it; after a sample only the sample's marks are set back). ``%checks``: bit 0 set to check B, bit 1 to check C (unset for an operand that is A or B itself:
 # its checks and its scan for ones are A's).
 _SUM_CHECKED = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cp, ptr %cc, ptr %cv,
@@ -549,7 +549,10 @@ sample:
   %sprod = call i64 @{name}_products(ptr %ap, ptr %ac, ptr %bp, i64 %srows)
   %scaled = mul i64 %shits, {rate}
   %rare = icmp ult i64 %scaled, %sprod
-  br i1 %rare, label %sum, label %ones
+  br i1 %rare, label %resum, label %ones
+resum:
+  call void @{name}_unmark_rows(ptr %cp, ptr %cc, ptr %mark, i64 %srows)
+  br label %summing
 ones:
   %oa = call i64 @{name}_ones(ptr %av, i64 %nnza)
   %nb = select i1 %skip_b, i64 0, i64 %nnzb
@@ -572,6 +575,8 @@ counted:
   ret i64 0
 sum:
   call void @{name}_unmark(ptr %mark, i64 %n2)
+  br label %summing
+summing:
   %r = call i64 @{sum}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cp, ptr %cc, ptr %cv,
                        i64 0, i64 %m, ptr %mark, ptr %out)
   ret i64 0
@@ -646,6 +651,26 @@ def _products_ir(name, bits):
     return "\n".join(ir.lines) + "\n"
 
 
+def _unmark_rows_ir(name, bits):
+    """``void name(ptr cpos, ptr ccrd, ptr mark, i64 rows)``: the marks C's first ``rows`` rows set back to -1
+    (after a sample, instead of all n of them: road-700's 490k marks are 3.9 MB)."""
+    ir = IR()
+    ir(f"define void @{name}(ptr %cpos, ptr %ccrd, ptr %mark, i64 %rows) {{")
+    ir.label("entry")
+    end = load_index(ir, "%cpos", bits, "%rows")
+
+    def entry(e):
+        j, pm = load_index(ir, "%ccrd", bits, e), ir.name("pm")
+        ir(f"  {pm} = getelementptr i64, ptr %mark, i64 {j}")
+        ir(f"  store i64 -1, ptr {pm}")
+
+    loop(ir, "0", end, entry, "exit")
+    ir.label("exit")
+    ir("  ret void")
+    ir("}")
+    return "\n".join(ir.lines) + "\n"
+
+
 # B's or C's check (``x``: b / c), unless its bit of ``%checks`` is clear; then to block ``next``
 _CHECK_OPERAND = """test_{x}:
   %w{x} = and i64 %checks, {bit}
@@ -677,6 +702,7 @@ def _sum_checked_kernel(value: np.dtype, bits: int, exact: int | None = None):
             + _masked_sum_ir(total, value, *([bits] * 6))
             + _hit_count_ir(count, bits)
             + _products_ir(name + "_products", bits)
+            + _unmark_rows_ir(name + "_unmark_rows", bits)
             + _SUM_CHECKED.format(name=name, check=check, sum=total, count=count, t=t, is_one=is_one,
                                   convert=convert, exact=exact,
                                   check_b=_CHECK_OPERAND.format(x="b", bit=1, next="test_c", rows="n1", check=check),
