@@ -84,6 +84,7 @@ def test_spmv_spmm_spgemm(client):
         lazy = splyce.matmul(ad, right)
         assert isinstance(lazy, da.Array)
         _same(_compute(client, lazy), dropin.matmul(a, concrete))
+        _same(sd.gather(lazy, client), dropin.matmul(a, concrete))     # blocks fetched directly, joined here
     # scipy matrices stay matrices; .compute() on the default client
     m = sps.csr_matrix(a)
     _same(splyce.matmul(sd.from_scipy(m, 40), sps.csr_matrix(b)).compute(), dropin.matmul(m, sps.csr_matrix(b)))
@@ -132,6 +133,7 @@ def test_triangle_count_and_masked_product(client, dtype):
     want = dropin.einsum("ij,ik,kj->", low, low, low)
     for other in (low, ld, sd.broadcast(low)):      # broadcast: a scipy operand, a Dask one, one on every worker
         _same(_compute(client, splyce.einsum("ij,ik,kj->", ld, ld, other)), want)
+    _same(sd.gather(splyce.einsum("ij,ik,kj->", ld, ld, low), client, direct=False), want)     # 0-d
     masked = dropin.einsum("ij,ik,kj->ij", low, low, low)
     _same(_compute(client, splyce.einsum("ij,ik,kj->ij", ld, ld, low)), masked)
     assert want > 0
@@ -241,6 +243,8 @@ def test_unsupported_partitions_raise_saying_why():
         splyce.matmul(a, sps.coo_array(np.ones(20)))
     with pytest.raises(TypeError, match="concrete operand"):
         sd.broadcast(a)
+    with pytest.raises(TypeError, match="takes a Dask array"):
+        sd.gather(np.ones(3))
 
 
 # -- blockwise --------------------------------------------------------------------------------------------

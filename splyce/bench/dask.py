@@ -164,14 +164,12 @@ def _scattered(client, name: str, blocks: list, chunks, meta, workers):
 
 
 def _gathered(client, graph):
-    """The result joined here from its row blocks: ``client.compute`` joins sparse blocks on one worker,
-    which needs twice the result's memory there (dask#7437) and killed workers on a power-law SpGEMM."""
-    from dask.array.dispatch import concatenate_lookup
+    """The result joined here from its row blocks fetched straight from the workers (``splyce.dask.gather``):
+    ``.compute()`` joins sparse blocks on one worker, which needs twice the result's memory there (dask#7437)
+    and killed workers on a power-law SpGEMM, and sends it through the scheduler."""
+    from splyce.dask import gather
 
-    blocks = client.gather(client.compute(graph.to_delayed().ravel().tolist()))
-    if graph.ndim == 0:
-        return blocks[0]
-    return concatenate_lookup.dispatch(type(blocks[0]))(blocks, axis=0)
+    return gather(graph, client)
 
 
 def _reset_peak_rss() -> None:

@@ -14,9 +14,10 @@ except ImportError as exc:   # pragma: no cover - exercised in a subprocess with
     raise ImportError("splyce.dask needs Dask (dask[array] and distributed): pip install 'splyce[dask]'") \
         from exc
 
-from splyce.dask.blocks import broadcast, from_scipy
+from splyce.dask.blocks import broadcast, from_scipy, gather
 from splyce.dask.blockwise import blockwise
 from splyce.dask.cluster import CLUSTER_CONFIG
 from splyce.dask.ops import add, einsum, matmul, multiply, subtract
 
-__all__ = ["CLUSTER_CONFIG", "from_scipy", "broadcast", "blockwise", "matmul", "multiply", "add", "subtract", "einsum"]
+__all__ = ["CLUSTER_CONFIG", "from_scipy", "broadcast", "gather", "blockwise", "matmul", "multiply", "add",
+           "subtract", "einsum"]

@@ -211,6 +211,36 @@ def broadcast(x, client=None) -> da.Array:
     return _as_array(name, layer, [], tuple((s,) for s in np.shape(x)), sparse_meta(x))
 
 
+def gather(x: da.Array, client=None, *, direct: bool = True):
+    """``x``'s value in this process, as ``x.compute()`` returns it (Dask's own ``finalize`` joins the blocks:
+    same type, same values), with its row blocks computed on the workers of ``client`` (the current
+    ``distributed.Client`` when None), fetched straight from the workers that hold them and joined here.
+    ``x.compute()`` joins them in one task on one worker (about four times the result's memory there) and
+    sends the joined result through the scheduler: bringing a persisted SpGEMM result of 63 MB (fem2d-250k)
+    to the client took 656 ms that way and 173 ms this way, 328 MB (ba-100k) 4.6 s and 0.79 s (2 workers,
+    loaded machine, median of 5). ``direct=False`` fetches through the scheduler, for a client that cannot
+    reach the workers."""
+    if not is_dask(x):
+        raise TypeError(f"gather takes a Dask array, got {type(x).__name__}")
+    import distributed
+    from dask.array.core import finalize
+
+    if client is None:
+        try:
+            client = distributed.get_client()
+        except ValueError as exc:
+            raise ValueError("gather needs a distributed.Client: pass client= or create one first") from exc
+    keys = x.__dask_keys__()
+    futures = {f.key: f for f in distributed.futures_of(client.persist(x))}
+    values = iter(client.gather([futures[k] for k in _flat(keys if isinstance(keys, list) else [keys])],
+                                direct=direct))
+
+    def nest(k):
+        return [nest(i) for i in k] if isinstance(k, list) else next(values)
+
+    return finalize(nest(keys)) if isinstance(keys, list) else next(values)
+
+
 def single_key(x: da.Array):
     (key,) = x.__dask_keys__() if x.ndim == 0 else list(_flat(x.__dask_keys__()))
     return key
