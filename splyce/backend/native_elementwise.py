@@ -664,7 +664,8 @@ def elementwise(op: str, a, b, dtype, threads: int = 1):
 
 
 # The whole product or sum of a CSR A and a CSC B (``A.T`` as scipy hands it over) on one thread, in one native
-# call: A checked canonical, B's positions (or, for a product, all of B) checked unless B's index arrays are
+# call (the cursor array holds each column's next entry and its end side by side: one scattered line per entry
+# instead of two, A * A.T on fem3d-100k 18.6 -> 13.0 ms, ba-100k 28 -> 25 ms, thread CPU, loaded): A checked canonical, B's positions (or, for a product, all of B) checked unless B's index arrays are
 # A's memory (``A.T`` of a square A: scipy hands over new views of A's arrays), then one pass over A's entries
 # in order. The B entry at (i, j) lies in B's column j, whose rows are sorted, so a cursor per column walks it
 # as A's rows go by, with no transpose of B. A sum ("match"): every A entry must find B's entry at its (row,
@@ -728,8 +729,13 @@ init_head:
   br i1 %jin, label %init_body, label %rows
 init_body:
 {init_value}
-  %pcj = getelementptr i{c}, ptr %cursor, i64 %j
+  %pcj = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %j, i32 0
   store i{c} %bj, ptr %pcj
+  %ej1 = add i64 %j, 1
+  %pej = getelementptr i{c}, ptr %bp, i64 %ej1
+  %ej = load i{c}, ptr %pej
+  %pcje = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %j, i32 1
+  store i{c} %ej, ptr %pcje
   %bj64 = {ext} %bj to i64
   %isum1 = add i64 %isum, %bj64
   %j1 = add i64 %j, 1
@@ -769,11 +775,11 @@ entry_body:
   %pac = getelementptr i{c}, ptr %ac, i64 %k
   %col_raw = load i{c}, ptr %pac
   %col = {ext} %col_raw to i64
-  %pcur = getelementptr i{c}, ptr %cursor, i64 %col
+  %pcur = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %col, i32 0
   %at0_raw = load i{c}, ptr %pcur
   %at0 = {ext} %at0_raw to i64
   %col1 = add i64 %col, 1
-  %pbe = getelementptr i{c}, ptr %bp, i64 %col1
+  %pbe = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %col, i32 1
   %end_raw = load i{c}, ptr %pbe
   %end = {ext} %end_raw to i64
 {prefetch}  br label %seek
@@ -883,7 +889,7 @@ _CSC_PREFETCH = """  %pf_k0 = add i64 %k, {distance}
   %pf_pc = getelementptr i{c}, ptr %ac, i64 %pf_k
   %pf_col_raw = load i{c}, ptr %pf_pc
   %pf_col = {ext} %pf_col_raw to i64
-  %pf_pcur = getelementptr i{c}, ptr %cursor, i64 %pf_col
+  %pf_pcur = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %pf_col, i32 0
   %pf_at_raw = load i{c}, ptr %pf_pcur
   %pf_at = {ext} %pf_at_raw to i64
   %pf_pbc = getelementptr i{c}, ptr %bc, i64 %pf_at
@@ -947,7 +953,7 @@ tail_head:
   %tjin = icmp slt i64 %tj, %n
   br i1 %tjin, label %tail_col, label %finished
 tail_col:
-  %ptc = getelementptr i{c}, ptr %cursor, i64 %tj
+  %ptc = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %tj, i32 0
   %tc_raw = load i{c}, ptr %ptc
   %tc0 = {ext} %tc_raw to i64
   %tj1 = add i64 %tj, 1
@@ -989,7 +995,7 @@ seen_head:
   %sjin = icmp slt i64 %sj, %smax
   br i1 %sjin, label %seen_body, label %seen_done
 seen_body:
-  %psj = getelementptr i{c}, ptr %cursor, i64 %sj
+  %psj = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %sj, i32 0
   %sc_raw = load i{c}, ptr %psj
   %sc = {ext} %sc_raw to i64
   %ssum1 = add i64 %ssum, %sc
@@ -1136,7 +1142,7 @@ def csr_with_csc(op: str, a, b_csc, dtype, m: int, n: int, prefetch: int = 0):
     vals = np.empty(size, dtype=dtype)
     cols = np.empty(size, dtype=ac.dtype)
     indptr = np.empty(m + 1, dtype=ap.dtype)
-    cursor = np.empty(n, dtype=ap.dtype)
+    cursor = np.empty(2 * n, dtype=ap.dtype)    # (next entry, end) per column of B
     nnz = kernel(id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cursor), id(cols), id(vals), id(indptr),
                  m, n, size, len(bc), 0, m, id(cursor))
     if nnz < 0:
@@ -1203,7 +1209,7 @@ def csr_with_csc_ranges(op: str, a, b_csc, dtype, m: int, n: int, threads: int, 
     seen = np.zeros(len(chunks), dtype=np.int64)    # a float product: B entries the range's cursors passed
 
     def run(t, lo, hi):
-        cursor = np.empty(n, dtype=ap.dtype)     # only the columns the range reaches are set up
+        cursor = np.empty(2 * n, dtype=ap.dtype)     # (next entry, end) per column; only those the range reaches
         passed = seen[t:t + 1]                   # held: the kernel reads the view object by address
         return kernels[lo > 0](id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cursor), id(cols), id(vals),
                                id(indptr), m, n, size, len(bc), lo, hi, id(passed))
