@@ -435,6 +435,19 @@ def _operands(spec, dtype, index_width, seed, specials):
     return out
 
 
+# Which (config, width) cells a (kernel, dtype, index width) test compiles: each of the 24 cells in one of the
+# four type combinations, rotated per kernel. Every kernel still runs every config, every width, both dtypes
+# and both index widths, and every pair of them; each (config, width, dtype, index width) combination runs on
+# at least one kernel (four consecutive kernels take the four rotations). A quarter of the 96 compiles each.
+EXEC_TYPES = (("float32", 32), ("float32", 64), ("float64", 32), ("float64", 64))
+
+
+def _exec_cells(kernel: str, dtype: str, index_width: int) -> list[tuple[int, int]]:
+    rotation = EXEC_TYPES.index((dtype, index_width)) - "K1 K2 K3 K4 K5".split().index(kernel)
+    return [(config, width) for config in EXEC_CONFIGS for j, width in enumerate(EXEC_WIDTHS)
+            if (config + j - rotation) % len(EXEC_TYPES) == 0]
+
+
 def _same(a, b) -> bool:
     a, b = np.asarray(a), np.asarray(b)
     bits = np.uint64 if a.dtype == np.float64 else np.uint32
@@ -452,14 +465,26 @@ def test_jit_all_configs_bit_identical(kernel, dtype, index_width):
     reference = splyce.jit(fun, vectorize=False)
     expected = [reference(*ops) for ops in data]
     assert np.any(np.isnan(np.asarray(expected[1]))) or np.any(np.isinf(np.asarray(expected[1])))
-    for config in EXEC_CONFIGS:
-        for width in EXEC_WIDTHS:
-            f = splyce.jit(fun, phases=config, vector_width=width)
-            for ops, want in zip(data, expected):
-                got = f(*ops)
-                assert _same(got, want), (config, width)
-            decisions = f.lower(*data[0]).decisions
-            assert [d.vectorized for d in decisions] == [True], decisions
+    for config, width in _exec_cells(kernel, dtype, index_width):
+        f = splyce.jit(fun, phases=config, vector_width=width)
+        for ops, want in zip(data, expected):
+            got = f(*ops)
+            assert _same(got, want), (config, width)
+        decisions = f.lower(*data[0]).decisions
+        assert [d.vectorized for d in decisions] == [True], decisions
+
+
+def test_exec_cells_cover_every_combination():
+    cells = {(kernel, dtype, width, config, n) for kernel in "K1 K2 K3 K4 K5".split() for dtype, width in EXEC_TYPES
+             for config, n in _exec_cells(kernel, dtype, width)}
+    for kernel in "K1 K2 K3 K4 K5".split():   # every config x width once per kernel, in some type combination
+        assert sorted((c, n) for k, _, _, c, n in cells if k == kernel) == \
+            sorted((c, n) for c in EXEC_CONFIGS for n in EXEC_WIDTHS)
+        for config in EXEC_CONFIGS:
+            assert {d for k, d, _, c, _ in cells if k == kernel and c == config} == {"float32", "float64"}
+            assert {w for k, _, w, c, _ in cells if k == kernel and c == config} == {32, 64}
+    assert {(d, w, c, n) for _, d, w, c, n in cells} == \
+        {(d, w, c, n) for d, w in EXEC_TYPES for c in EXEC_CONFIGS for n in EXEC_WIDTHS}
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
