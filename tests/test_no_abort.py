@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 SCRIPT = textwrap.dedent('''
     import json, sys, traceback
     import numpy as np, scipy.sparse as sps
@@ -78,17 +80,50 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-def _run(dtypes: str, table: str = "core"):
+# Both tables' children start with the module's first test, so that they run at the same time on a machine with
+# two cores (the parent only waits); each test then checks its own child. Output goes to files, not pipes: a
+# child whose pipe filled up would wait for its test to read it.
+TABLES = {"test_every_op_format_dtype_combination_runs_or_raises_clearly": ("core", "float64,int32"),
+          "test_reductions_and_value_types_run_or_raise_clearly": ("new", "bool,complex128,int64")}
+
+
+@pytest.fixture(scope="module")
+def children(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("no-abort")
     env = dict(os.environ)
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, dtypes, table], capture_output=True, text=True,
-                          env=env, timeout=900)
+    wanted = {item.originalname for item in request.session.items if item.module is request.module}
+    procs = {}
+    for test, (table, dtypes) in TABLES.items():
+        if test in wanted:
+            out, err = open(folder / f"{table}.out", "w+"), open(folder / f"{table}.err", "w+")
+            procs[table] = (subprocess.Popen([sys.executable, "-c", SCRIPT, dtypes, table], stdout=out, stderr=err,
+                                             text=True, env=env), out, err)
+    yield procs
+    for proc, out, err in procs.values():   # a test that failed early leaves no child behind
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        out.close()
+        err.close()
+
+
+def _run(children, table: str):
+    proc, out, err = children[table]
+    try:
+        proc.wait(timeout=900)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    out.seek(0)
+    err.seek(0)
+    stdout, stderr = out.read(), err.read()
     assert proc.returncode == 0, (f"the child process died (status {proc.returncode}, a negative status is a "
-                                  f"signal) after:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+                                  f"signal) after:\n{stdout[-2000:]}\n{stderr[-3000:]}")
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
-def test_every_op_format_dtype_combination_runs_or_raises_clearly():
-    rows = _run("float64,int32")
+def test_every_op_format_dtype_combination_runs_or_raises_clearly(children):
+    rows = _run(children, "core")
     assert len(rows) == 2 * 7 * 14
     wrong = [r for r in rows if r["status"] == "wrong"]
     assert not wrong, wrong[:3]
@@ -99,8 +134,8 @@ def test_every_op_format_dtype_combination_runs_or_raises_clearly():
     assert not [r for r in errors if r["case"].split()[0] in ("multiply", "add", "triangles")], errors[:3]
 
 
-def test_reductions_and_value_types_run_or_raise_clearly():
-    rows = _run("bool,complex128,int64", "new")
+def test_reductions_and_value_types_run_or_raise_clearly(children):
+    rows = _run(children, "new")
     assert len(rows) == 3 * 4 * 8
     wrong = [r for r in rows if r["status"] == "wrong"]
     assert not wrong, wrong[:3]
