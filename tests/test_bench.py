@@ -3,8 +3,10 @@ and a result that disagrees with the reference fails the run loudly."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -137,8 +139,27 @@ def test_interleaved_order():
     order = []
     cands = {k: (lambda k=k: order.append(k) or np.zeros(1)) for k in "abc"}
     t = common.measure(cands, np.zeros(1), Config(repeats=2, progress=False))
-    assert order == list("abc") + list("abc") + list("bca")     # warm-up, then each repeat rotated
+    runs = [k for k, _ in itertools.groupby(order)]             # a sample may call a candidate several times
+    assert runs == list("abc") + list("abc") + list("bca")      # warm-up, then each repeat rotated
     assert all(len(v.times) == 2 for v in t.values())
+
+
+def test_short_calls_timed_in_batches_long_ones_alone():
+    calls = {"fast": 0, "slow": 0}
+
+    def fast():
+        calls["fast"] += 1
+        return np.zeros(1)
+
+    def slow():
+        calls["slow"] += 1
+        time.sleep(common.MIN_SAMPLE_S * 1.5)
+        return np.zeros(1)
+
+    t = common.measure({"fast": fast, "slow": slow}, np.zeros(1), Config(repeats=3, progress=False))
+    assert calls["slow"] == 2 + 3                    # warm-up, calibration, one call per sample
+    assert calls["fast"] > 2 + 3 * 10                # many calls per sample
+    assert t["fast"].median < common.MIN_SAMPLE_S / 10 < t["slow"].median   # times are per call
 
 
 def test_help_has_methodology():

@@ -8,6 +8,8 @@
 * Interleaved A/B repeats: within each repeat every candidate runs once, in turn (baseline, splyce, scipy, ...),
   so drifts in clock speed or cache state hit all of them alike; the order rotates from repeat to repeat, so
   no candidate always follows the same one (which may leave the shared operands warm in cache, or not).
+* Short calls in batches: a sample lasts at least 10 ms; a call shorter than that is repeated within the
+  sample (the count fixed per candidate after the warm-up) and the time per call recorded, as timeit does.
 * Median and min over ``repeats`` (>= 5 by default, 3 in ``--quick``).
 * Machine info (CPU model, ISA flags, cores, package versions) is printed and written as leading ``#`` comment
   lines of every CSV.
@@ -225,16 +227,35 @@ def _progress(total: int, desc: str, cfg: Config):
     return tqdm(total=total, desc=desc, leave=False, disable=not cfg.progress, dynamic_ncols=True)
 
 
+# A timed sample lasts at least this long: a call shorter than that is repeated within the sample and the
+# sample's time divided by the count, as timeit does. One call of a few microseconds right after
+# gc.collect() (which walks every Python object and evicts the caches) measured the cold start of the call's
+# code and data and the timer's resolution, not the steady cost a loop of calls has.
+MIN_SAMPLE_S = 0.01
+MAX_CALLS_PER_SAMPLE = 10_000
+
+
+def _calls_per_sample(run: Callable[[], object]) -> int:
+    """How many calls of ``run`` fill a sample of MIN_SAMPLE_S, from one untimed-for-results call."""
+    t0 = time.perf_counter()
+    run()
+    t = time.perf_counter() - t0
+    return max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(MIN_SAMPLE_S / max(t, 1e-9))))
+
+
 def measure(candidates: dict[str, Callable[[], object]], reference: Callable[[], np.ndarray] | np.ndarray,
             cfg: Config, desc: str = "", rtol: dict | float = 1e-9, bar=None) -> dict[str, Timing]:
     """Warm up and check every candidate, then time them in interleaved repeats.
 
     ``candidates`` maps a name to a zero-argument callable, or to a ``(setup, run)`` pair: ``setup()`` runs
-    untimed before every call (e.g. allocating and zeroing an output) and ``run(setup())`` is timed; ``reference`` is the expected dense result (or a
-    callable producing it). ``rtol`` may be a per-candidate dict (e.g. looser for fast-math variants).
+    untimed before every call (e.g. allocating and zeroing an output) and ``run(setup())`` is timed, one call
+    per sample; a zero-argument callable is called as often as fills MIN_SAMPLE_S per sample and its time
+    per call recorded. ``reference`` is the expected dense result (or a callable producing it). ``rtol`` may
+    be a per-candidate dict (e.g. looser for fast-math variants).
     """
     ref = reference() if callable(reference) else reference
     timings = {name: Timing(name) for name in candidates}
+    calls: dict[str, int] = {}
     own_bar = bar is None
     if own_bar:
         bar = _progress(len(candidates) * (cfg.n_repeats + 1), desc, cfg)
@@ -247,6 +268,8 @@ def measure(candidates: dict[str, Callable[[], object]], reference: Callable[[],
             tol = rtol.get(name, 1e-9) if isinstance(rtol, dict) else rtol
             check(f"{desc} {name}".strip(), result, ref, rtol=tol)
             del result
+            if not isinstance(run, tuple):
+                calls[name] = _calls_per_sample(run)
             bar.update(1)
         names = list(candidates)
         for r in range(cfg.n_repeats):              # interleaved: every candidate once per repeat, the order
@@ -255,9 +278,16 @@ def measure(candidates: dict[str, Callable[[], object]], reference: Callable[[],
                 run = candidates[name]
                 state = run[0]() if isinstance(run, tuple) else None   # untimed setup
                 gc.collect()
-                t0 = time.perf_counter()
-                result = run[1](state) if isinstance(run, tuple) else run()
-                timings[name].times.append(time.perf_counter() - t0)
+                if isinstance(run, tuple):
+                    t0 = time.perf_counter()
+                    result = run[1](state)
+                    timings[name].times.append(time.perf_counter() - t0)
+                else:
+                    n = calls[name]
+                    t0 = time.perf_counter()
+                    for _ in range(n):
+                        result = run()
+                    timings[name].times.append((time.perf_counter() - t0) / n)
                 del result, state
                 bar.update(1)
     finally:
