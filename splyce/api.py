@@ -73,8 +73,8 @@ def einsum(subscripts, *operands, out_format=None, order=None, threads=1):
     """NumPy's einsum (no ellipses, up to 4 operands of rank up to 4). Traced, ``order="ijk"`` pins the loop
     order and the formulation as written (no fusion, operands used as stored). ``threads`` (drop-in only):
     worker threads, 1 by default as scipy, None for all cores; results are bit-identical for any count."""
-    if len(operands) == 3 and out_format is None and order is None and threads == 1 and type(threads) is int:
-        out = (_dropin_module or _dropin())._fast_masked_sum(subscripts, *operands)   # triangle counting
+    if len(operands) == 3 and out_format is None and order is None and (threads is None or type(threads) is int):
+        out = (_dropin_module or _dropin())._fast_masked_sum(subscripts, *operands, threads=threads)   # triangles
         if out is not None:
             return out
     if any(isinstance(x, Tracer) for x in operands):

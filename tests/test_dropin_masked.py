@@ -184,6 +184,30 @@ def test_an_operand_passed_several_times_is_converted_and_checked_once(monkeypat
                     splyce.einsum(subscripts, bad, bad, bad, threads=threads)
 
 
+def test_small_triangle_count_on_several_threads_takes_the_one_call_path(monkeypatch):
+    """threads=2 / None on a triangle count too small to split (the general path would run it on one thread
+    after its own steps) takes the one native call, with the one-thread result; a count whose product bound
+    reaches the split threshold keeps the general path; a bad threads value still raises."""
+    from splyce.backend import native_masked
+
+    fast = []
+    real_fast = native_masked.masked_sum_checked
+    monkeypatch.setattr(native_masked, "masked_sum_checked", lambda *a: fast.append(1) or real_fast(*a))
+    rng = np.random.default_rng(3)
+    L = sps.tril(sps.random_array((300, 300), density=0.05, format="csr", rng=rng), -1).tocsr()
+    L.data[:] = 1.0
+    want = splyce.einsum("ij,jk,ik->", L, L, L)                    # files the plan (general path)
+    for threads in (2, None, 2):
+        fast.clear()
+        got = splyce.einsum("ij,jk,ik->", L, L, L, threads=threads)
+        assert fast == [1] and got == want
+    with pytest.raises(ValueError, match="threads"):
+        splyce.einsum("ij,jk,ik->", L, L, L, threads=0)
+    monkeypatch.setattr(native_masked, "serial_max_work", lambda: 64)   # now "large": the general path
+    fast.clear()
+    assert splyce.einsum("ij,jk,ik->", L, L, L, threads=2) == want and not fast
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
 def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
     """einsum("ij,jk,ik->") whose plan is the plain loop nest runs natively (masked_sum), with exactly the

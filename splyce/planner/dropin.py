@@ -1013,7 +1013,7 @@ def _sum_parts(x, dtype, idx, rows: int):
     return data, indices, indptr
 
 
-def _fast_masked_sum(subscripts, a, b, c):
+def _fast_masked_sum(subscripts, a, b, c, threads=1):
     """``einsum("ij,jk,ik->", a, b, c)`` on one thread for three exact scipy CSRs (triangle counting passes L
     three times), or None (then the general path runs, which also words any error): one value dtype the native
     kernels compute in, one index dtype, every buffer 1-D and contiguous, and a plain plan already filed for
@@ -1021,15 +1021,25 @@ def _fast_masked_sum(subscripts, a, b, c):
     another plan runs the kernel there, as before). Then the whole call is one native pass
     (``native_masked.masked_sum_checked``: each distinct operand checked canonical, then the sum), with the
     general path's exact result. On the corpus' small matrices the call is a few hundred microseconds and the
-    bench's ``gc.collect()`` before it leaves the caches cold, so each Python step dropped here counts."""
+    bench's ``gc.collect()`` before it leaves the caches cold, so each Python step dropped here counts.
+
+    ``threads`` other than 1 (a positive int or None) takes this path too when the work is surely below
+    ``native_masked.serial_max_work()`` (the general path would run it on one thread anyway, after 0.1-0.2 ms
+    of its own steps): mask entries plus an upper bound of the products, ``nnz(a)`` times ``b``'s longest row
+    (from the row starts' differences, which are not trusted yet: a bad bound only picks the path)."""
     if type(subscripts) is not str or not _sum_subscripts(subscripts) or _ARRAY_OFFSET is None:
         return None
+    if threads != 1 and (threads is not None and threads < 1):
+        return None                      # the general path words the error
     if not _csr_types:
         _scipy_csr_types()
     types = _csr_types
     if type(a) not in types or type(b) not in types or type(c) not in types:
         return None
     jitted = _kernels.get(("einsum:" + subscripts, None, 1, False))
+    if jitted is None and threads != 1:   # the general path's kernel for these threads (sums may reassociate)
+        t = (os.cpu_count() or 1) if threads is None else threads
+        jitted = _kernels.get(("einsum:" + subscripts, None, t, t > 1))
     if jitted is None:
         return None
     sa, sb, sc = a.shape, b.shape, c.shape
@@ -1046,6 +1056,11 @@ def _fast_masked_sum(subscripts, a, b, c):
     pc = pa if c is a else pb if c is b else _sum_parts(c, dtype, idx, m)
     if pb is None or pc is None:
         return None
+    if threads != 1:
+        limit, bp = _native_masked.serial_max_work(), pb[2]
+        longest = int(np.diff(bp).max()) if n1 else 0
+        if len(pa[1]) * max(longest, 8) + len(pc[1]) >= limit:
+            return None
     fmt = _SUM_FORMATS.get(idx)
     if fmt is None:
         fmt = _SUM_FORMATS[idx] = CSR.with_widths(idx.itemsize * 8, idx.itemsize * 8)
