@@ -37,7 +37,9 @@ def test_masked_spgemm_bit_identical_to_scipy(m, k, n, density, seed, dtype, thr
 
 @pytest.mark.parametrize("shape", [(0, 0, 3), (1, 1, 1), (20, 30, 32), (9, 4, 5)])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_sddmm_matches_scipy(shape, dtype):
+def test_sddmm_matches_scipy(shape, dtype, monkeypatch):
+    from splyce.backend import native_masked
+
     m, n, d = shape
     rng = np.random.default_rng(m + n)
     mask = sps.random_array((m, n), density=0.3, format="csr", rng=rng, dtype=dtype)
@@ -47,7 +49,15 @@ def test_sddmm_matches_scipy(shape, dtype):
     ref = _canonical(mask.multiply(x @ y.T))
     assert ours.dtype == ref.dtype and np.array_equal(ours.indices, ref.indices)
     np.testing.assert_allclose(ours.data, ref.data, rtol=1e-5 if dtype == np.float32 else 1e-12)
+    split = []
+    real_chunks = native_masked.row_chunks
+    monkeypatch.setattr(native_masked, "row_chunks", lambda *a: split.append(1) or real_chunks(*a))
     two = splyce.einsum("ij,ik,jk->ij", mask, x, y, threads=2)
+    assert not split                                     # too small to split: one range on the calling thread
+    assert np.array_equal(two.data, ours.data)
+    monkeypatch.setattr(native_masked, "SDDMM_SERIAL_MAX_WORK", 0)      # now split across the threads
+    two = splyce.einsum("ij,ik,jk->ij", mask, x, y, threads=2)
+    assert split or m < 2
     assert np.array_equal(two.data, ours.data)           # bit-identical across threads
     assert np.array_equal(two.indices, ours.indices) and np.array_equal(two.indptr, ref.indptr)
     y[:] = 1                                             # no zero result: the index arrays copied by the threads

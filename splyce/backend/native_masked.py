@@ -400,8 +400,11 @@ def masked_chunks(mp, ap, ac, bp, threads: int, min_work: int = 0) -> list[tuple
     m = len(mp) - 1
     if threads <= 1 or m < 2:
         return [(0, max(m, 0))]
-    if len(ac) * 8 <= min_work and int(mp[-1]) + int(np.diff(bp)[ac].sum()) < min_work:
-        return [(0, m)]         # a small A: its products counted exactly, cheaper than sampling rows
+    if len(ac) * 8 <= min_work:     # a small A: its products bounded by B's longest row (a max over B's row
+        lengths = np.diff(bp)       # starts, no gather), else counted exactly: cheaper than sampling rows
+        if (len(ac) * int(lengths.max(initial=0)) + int(mp[-1]) < min_work
+                or int(mp[-1]) + int(lengths[ac].sum()) < min_work):
+            return [(0, m)]
     stride = max(1, m // SAMPLE_ROWS)
     rows = np.arange(0, m, stride)
     starts, lengths = ap[rows].astype(np.int64), (ap[rows + 1] - ap[rows]).astype(np.int64)
@@ -738,6 +741,12 @@ def masked_sum_checked(a, b, c, m: int, n1: int, n2: int, check_b: bool, check_c
     return out[0]
 
 
+# SDDMM's multiply-adds (mask entries x columns) below which threads > 1 still runs one range: about 0.3 ms of
+# one thread, where a pool thread's round trip cost about what it saved (fem2d-3k, 670k: 168 vs 176 us on two
+# threads and one; blockdiag-32, 337k: 164 vs 100 us).
+SDDMM_SERIAL_MAX_WORK = 1 << 20
+
+
 def sddmm(m, x: np.ndarray, y: np.ndarray, dtype, threads: int = 1):
     """``M * (X @ Y.T)`` as CSR parts; ``m``: validated CSR parts of an (rows(X) x rows(Y)) matrix; ``x``,
     ``y``: C-contiguous 2-D arrays of ``dtype`` with equal column counts. Each thread also copies its rows'
@@ -758,7 +767,8 @@ def sddmm(m, x: np.ndarray, y: np.ndarray, dtype, threads: int = 1):
         indptr[lo + 1:hi + 1] = mp[lo + 1:hi + 1]
         return kept
 
-    kept = run_chunks(run, row_chunks(mp, threads), threads)
+    split = threads > 1 and len(mv) * d >= SDDMM_SERIAL_MAX_WORK
+    kept = run_chunks(run, row_chunks(mp, threads) if split else [(0, len(mp) - 1)], threads)
     if sum(kept) == len(mv):
         indptr[:1] = 0
         return out, indices, indptr
