@@ -112,6 +112,7 @@ def _kernel_variant(monkeypatch, variant: str):
     from splyce.planner import dropin
 
     monkeypatch.setattr(dropin, "_FLAT_MAX_ROW", 1 << 40 if variant == "flat" else -1)
+    monkeypatch.setattr(dropin, "_FLAT_MIN_BYTES", 0)
     monkeypatch.setattr(dropin, "_GROUPED_MAX_BYTES", 1 << 62 if variant == "grouped" else -1)
 
 
@@ -275,6 +276,7 @@ def test_positions_far_outside_the_entries_are_refused_without_reading_there():
         for index_dtype in (np.int32, np.int64):
             for flat, grouped in ((1 << 40, -1), (-1, 1 << 62), (-1, -1)):
                 dropin._FLAT_MAX_ROW, dropin._GROUPED_MAX_BYTES = flat, grouped
+                dropin._FLAT_MIN_BYTES = native_spmv.FLAT_MIN_BYTES = 0
                 native_spmv.FLAT_MAX_ROW = flat          # the threaded general path's choice too
                 for row, value in ((600, np.iinfo(index_dtype).max), (600, -5), (1, 2**30), (1099, -1)):
                     a = sps.csr_array((base.data, base.indices, base.indptr), shape=base.shape)
@@ -378,9 +380,22 @@ def test_small_products_asked_for_threads_run_on_one(monkeypatch):
     for vec in (x, X, rng.random((200, 40))):           # SpMV, SpMM with k fixed and with any k
         assert np.array_equal(splyce.matmul(a, vec, threads=2), a @ vec)
     monkeypatch.setattr(dropin, "SERIAL_MAX_WORK", 0)
+    from splyce.backend import native_spmv
+    monkeypatch.setattr(native_spmv, "FLAT_MIN_BYTES", 0)     # the flat kernel at any size (as on Zen 1)
     thin = sps.random_array((300, 200), density=0.012, format="csr", rng=rng)   # 2.4 per row: the flat kernel
     assert np.array_equal(splyce.matmul(thin, x, threads=2), thin @ x)
     for bad in (0, True, "2"):
         for vec in (x, frontier):
             with pytest.raises(ValueError, match="threads"):
                 splyce.matmul(a, vec, threads=bad)
+
+
+def test_spmv_kernel_choice_by_cpu():
+    """The one-row / grouped / flat choice follows the CPU's measurements (native_spmv._tuned_for): on Zen 1 /
+    Zen 2 grouped rows in L2 and flat short rows at any size; elsewhere never grouped, flat from L2's size."""
+    from splyce.backend import native_spmv
+
+    assert native_spmv._tuned_for("znver1", 512 << 10) == (512 << 10, 0)
+    assert native_spmv._tuned_for("znver5", 1 << 20) == (0, 1 << 20)
+    assert native_spmv._tuned_for("sapphirerapids", 2 << 20) == (0, 2 << 20)
+    assert native_spmv._l2_bytes() > 0

@@ -3,11 +3,11 @@
 Every row sums its products in stored order from +0.0, as scipy's ``csr_matvec`` and the plain sparsifier do,
 so results are bit for bit the same. A matrix whose entries stay in cache is bound by the latency of each
 row's chain of additions and by the mispredicted exit of every short row loop; there (the drop-in's fast path,
-``GROUPED_MAX_BYTES``) rows of varying lengths go in groups of ``GROUPED_ROWS``: the group's rows advance
+``GROUPED_MAX_BYTES``, on the CPUs where that pays) rows of varying lengths go in groups of ``GROUPED_ROWS``: the group's rows advance
 together for as many entries as its shortest row holds (independent addition chains, one loop exit per
 group), then each row finishes alone. Beyond cache the gather from memory bounds it and rows go one at a time.
-Rows of a few entries (``FLAT_MAX_ROW``) go through one flat loop over all the entries instead, with no branch
-on a row's end (``_FLAT``).
+Rows of a few entries (``FLAT_MAX_ROW``; on some CPUs only beyond ``FLAT_MIN_BYTES``) go through one flat
+loop over all the entries instead, with no branch on a row's end (``_FLAT``).
 
 Index checks: SpMV checks positions and coordinates as it reads them: before a row's entries, ``start <= stop
 <= nnz``; before each ``x[col]``, ``col < n`` (unsigned compares, so negative indices fail too), each a branch
@@ -533,14 +533,42 @@ done:
 }}
 """
 
-# Rows advanced together in the grouped kernel. Measured on the shared 2-core EPYC, raw kernels, min of 25
-# interleaved repeats, vs ROWS = 1: 1.3-1.45x faster on small meshes, power-law and block matrices (fem2d-3k
+# Rows advanced together in the grouped kernel. Measured on the shared 2-core EPYC (Zen 1), raw kernels, min of
+# 25 interleaved repeats, vs ROWS = 1: 1.3-1.45x faster on small meshes, power-law and block matrices (fem2d-3k
 # 43 -> 30 us, propack 22 -> 17 us), equal on R-MAT and 3-D meshes, slower on uniform rows (banded) and on
 # matrices beyond cache (there the gather from memory bounds it, and ROWS = 1 is fastest).
 GROUPED_ROWS = 3
-# Entries (index + value bytes) up to which a matrix counts as staying in cache (this machine's L2: 512 KiB
-# per core) and gets the grouped kernel.
-GROUPED_MAX_BYTES = 512 << 10
+
+
+def _tuned_for(cpu: str, l2_bytes: int) -> tuple[int, int]:
+    """(GROUPED_MAX_BYTES, FLAT_MIN_BYTES) for this CPU: the matrix sizes (index + value bytes of the entries)
+    up to which the grouped kernel runs, and from which rows of a few entries go flat. Measured per machine
+    (docs/corpus.md, "SpMV kernel choice by CPU"). Zen 1 / Zen 2 (512 KiB L2): grouped rows in L2 (1.3-1.45x
+    the one-row kernel), the flat loop at any size (road-100: 1.83 vs 1.18x scipy). Zen 5 (1 MiB L2), and by
+    default the CPUs not measured: in L2 the one-row kernel is fastest everywhere (grouped 0.66-0.96x of it,
+    flat 0.41-0.62x: road-100 0.97x scipy flat, 2.24x one row) and beyond L2 the flat loop wins on short rows
+    (road graphs of 1.2-14 MB: 1.47-1.72x scipy against the one-row kernel's 0.92-1.00x)."""
+    if cpu in ("znver1", "znver2"):
+        return 512 << 10, 0
+    return 0, l2_bytes
+
+
+def _l2_bytes() -> int:
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index2/size") as f:
+            text = f.read().strip()
+        return int(text[:-1]) << {"K": 10, "M": 20}[text[-1]] if text[-1] in "KM" else int(text)
+    except (OSError, ValueError, IndexError, KeyError):
+        return 1 << 20
+
+
+def _host_cpu() -> str:
+    from splyce.backend.codegen import host_target
+
+    return host_target().cpu
+
+
+GROUPED_MAX_BYTES, FLAT_MIN_BYTES = _tuned_for(_host_cpu(), _l2_bytes())
 
 
 @functools.cache
@@ -684,7 +712,8 @@ def csr_times_dense(indptr, indices, data, x, threads: int = 1, coordinates_chec
     if x.ndim == 1:
         y = np.empty(m, dtype=data.dtype)
         with _lock:
-            fn = _spmv(data.dtype, p, c, not coordinates_checked, len(indices) <= FLAT_MAX_ROW * m)
+            flat = len(indices) <= FLAT_MAX_ROW * m and len(indices) * (c + data.dtype.itemsize * 8) // 8 >= FLAT_MIN_BYTES
+            fn = _spmv(data.dtype, p, c, not coordinates_checked, flat)
         extra = (len(indices),)
     else:
         k = x.shape[1]
