@@ -887,9 +887,9 @@ next:
   %z1 = phi i64 [%z_hit, %hit]{next_phi_z}
 """
 
-# A product's match without a branch on the pattern: the rows of {w} B entries from the cursor on are compared
+# A product's match without a branch on the pattern: the rows of ``lanes`` B entries from the cursor on are compared
 # with A's row at once (a masked load: lanes past the column's end are neither read nor counted, so nothing past
-# B's arrays is), the cursor advances past those below it (a loop only when all {w} are) and by one more on a
+# B's arrays is), the cursor advances past those below it (a loop only when all are) and by one more on a
 # match; the result is written unconditionally and the output cursor advances by the match. A miss reads its
 # partner's value from A's own entry (no read past B's end), a result no one keeps. Float products: the values
 # of the skipped B entries and of an A entry without a partner are tested finite without a branch, their OR
