@@ -386,3 +386,161 @@ def test_one_pass_with_a_csc_operand_keeps_nan_and_inf_without_partner(monkeypat
                 if isinstance(p, sps.csr_array):
                     _same_as_scipy(splyce.multiply(p, q), p.multiply(q))
                     _same_as_scipy(splyce.add(p, q), p + q)
+
+
+def _vector_kernels(monkeypatch):
+    """The one pass with its vector match on every row that missed (a decision per row, any miss), instead of
+    per 64 rows over a third missed: small matrices exercise it."""
+    from splyce.backend import native_elementwise
+
+    monkeypatch.setattr(native_elementwise, "MODE_ROWS", 1)
+    monkeypatch.setattr(native_elementwise, "MISS_SHARE", 1 << 20)
+    monkeypatch.setattr(native_elementwise, "_csc_kernels", {})
+    return native_elementwise
+
+
+def _bitwise_as_scipy(out, a, b):
+    ref = sps.csr_array(a.multiply(b))
+    ref.sum_duplicates()
+    ref.eliminate_zeros()
+    assert type(out) is tuple, out
+    data, indices, indptr = out
+    assert np.array_equal(indptr, ref.indptr) and np.array_equal(indices, ref.indices)
+    assert data.dtype == ref.dtype and data.tobytes() == ref.data.tobytes()
+
+
+def _asymmetric_matrices(rng, dtype, index):
+    """Patterns whose products skip more B entries than a vector holds: a dense lower triangle (its transpose
+    has only the diagonal in common, column j's cursor skips j entries), random blocks (25 % of entries hit),
+    a random matrix with explicit zeros and entries in B's last column and row; values of both signs, some
+    products zero."""
+    tril = sps.csr_array(np.tril(rng.uniform(-2, 2, (90, 90))))
+    blocks = sps.csr_array(sps.block_diag([sps.random_array((40, 40), density=0.3, rng=rng) for _ in range(5)]))
+    loose = sps.random_array((150, 150), density=0.15, format="csr", rng=rng)
+    loose = sps.csr_array(loose + sps.csr_array(([1.0, 2.0, 3.0], ([149, 149, 0], [0, 149, 149])), shape=(150, 150)))
+    loose.data[::7] = 0
+    out = []
+    for x in (tril, blocks, loose):
+        x = x.astype(dtype)
+        if np.dtype(dtype).kind == "i":
+            x.data = (x.data * 1 + np.arange(x.nnz) % 5 - 2).astype(dtype)
+        x.indices, x.indptr = x.indices.astype(index), x.indptr.astype(index)
+        out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32])
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_vector_match_of_the_one_pass_matches_scipy_bit_for_bit(monkeypatch, index, dtype, lanes):
+    """``A * A.T`` (B of A's own memory) and ``A * B`` (B a CSC of its own) in the pass's vector match (a masked
+    load of B's rows at the cursor, skips counted, the match a select), on one thread and on row ranges:
+    entries, values and order exactly scipy's, zero products dropped."""
+    ne = _vector_kernels(monkeypatch)
+    rng = np.random.default_rng(17)
+    for a in _asymmetric_matrices(rng, dtype, index):
+        m, n = a.shape
+        other = sps.csc_array(sps.random_array((m, n), density=0.3, rng=rng).astype(dtype))
+        other.indices, other.indptr = other.indices.astype(index), other.indptr.astype(index)
+        for b in (a.T, other):
+            parts = (a.data, a.indices, a.indptr), (b.data, b.indices, b.indptr)
+            _bitwise_as_scipy(ne.csr_with_csc("multiply", *parts, np.dtype(dtype), m, n, 0, lanes), a, b)
+            _bitwise_as_scipy(ne.csr_with_csc("multiply", *parts, np.dtype(dtype), m, n, 4, lanes), a, b)
+            _bitwise_as_scipy(ne.csr_with_csc_ranges("multiply", *parts, np.dtype(dtype), m, n, 2, 0, lanes), a, b)
+            _bitwise_as_scipy(ne.csr_with_csc("multiply", *parts, np.dtype(dtype), m, n, 0, 0), a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_vector_match_keeps_nan_and_inf_without_partner(monkeypatch, dtype):
+    """A NaN / Inf in a skipped B entry (B of its own arrays), in an A entry without a partner (also of A * A.T,
+    whose skipped B entries are A's unmatched ones and go unchecked) or in B's last column: the pass returns
+    4 (the caller merges as a union); the drop-in then matches scipy. Finite values: the result."""
+    ne = _vector_kernels(monkeypatch)
+    a = _asymmetric_matrices(np.random.default_rng(3), dtype, np.int32)[0]      # dense lower triangle
+    m, n = a.shape
+    b = sps.csc_array(a.T.toarray())            # A.T's pattern in arrays of its own
+    parts = lambda x, y: ((x.data, x.indices, x.indptr), (y.data, y.indices, y.indptr))
+    assert type(ne.csr_with_csc("multiply", *parts(a, b), np.dtype(dtype), m, n, 0, 16)) is tuple
+    skipped = b.copy()
+    skipped[5, 60] = np.nan          # B(5, 60): A has no (5, 60) (upper triangle), the cursor skips it
+    low = a.copy()
+    low.data[a.indptr[70] + 3] = np.inf         # A(70, 3): no partner (B(70, 3) = A(3, 70) absent)
+    late = b.copy()
+    late[80, 89] = -np.inf           # B's last column (its last entries), skipped at A's last row
+    for x, y in ((a, skipped), (low, low.T), (low, b), (a, late)):
+        assert ne.csr_with_csc("multiply", *parts(x, y), np.dtype(dtype), m, n, 0, 16) == 4
+        assert ne.csr_with_csc_ranges("multiply", *parts(x, y), np.dtype(dtype), m, n, 2, 0, 16) == 4
+        _same_as_scipy(splyce.multiply(x, y), x.multiply(y))
+    assert ne.csr_with_csc("multiply", *parts(a, a.T), np.dtype(dtype), m, n, 0, 16) != 4
+
+
+def test_vector_match_reads_nothing_past_b_arrays():
+    """B's row indices and values end exactly at a page that cannot be read (a child process: a read past them
+    would crash it); the vector match's last loads, at B's last column, stay inside them."""
+    code = r"""
+import ctypes, mmap, numpy as np, scipy.sparse as sps
+from splyce.backend import native_elementwise as ne
+ne.MODE_ROWS, ne.MISS_SHARE = 1, 1 << 20        # the vector match on every row after one that missed
+page = mmap.PAGESIZE
+libc = ctypes.CDLL(None)
+libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+keep = []
+def at_page_end(x):
+    buf = mmap.mmap(-1, 2 * page + x.nbytes)
+    keep.append(buf)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    start = -(-(base + x.nbytes) // page) * page - x.nbytes
+    assert libc.mprotect(start + x.nbytes, page, 0) == 0
+    out = np.frombuffer(buf, dtype=x.dtype, count=len(x), offset=start - base)
+    out[:] = x
+    return out
+rng = np.random.default_rng(0)
+for dtype, index in ((np.float64, np.int32), (np.float32, np.int64), (np.int32, np.int32)):
+    for n in (41, 43, 57):
+        a = sps.csr_array(np.tril(np.ones((n, n))) + np.diag(np.ones(n - 1), 1)).astype(dtype)
+        b = sps.csc_array(np.triu(np.ones((n, n)), -1)).astype(dtype)
+        bc, bv = at_page_end(b.indices.astype(index)), at_page_end(b.data)
+        ac, ap, bp = a.indices.astype(index), a.indptr.astype(index), b.indptr.astype(index)
+        for lanes in (8, 16):
+            out = ne.csr_with_csc("multiply", (a.data, ac, ap), (bv, bc, bp), np.dtype(dtype), n, n, 0, lanes)
+            ref = sps.csr_array(a.multiply(b))
+            assert np.array_equal(out[1], ref.indices) and out[0].tobytes() == ref.data.tobytes()
+print("ok")
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode >= 0, f"child killed by signal {-run.returncode}:\n{run.stderr[-3000:]}"
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["ok"]
+
+
+def test_vector_match_has_no_branch_on_the_pattern():
+    """The vector rows' loop (``_VECTOR_ROWS``, of A * A.T's float64 pass with int32 indices) branches only on its
+    loops (rows, entries, and a cursor whose whole vector was below the row): no branch on a hit or miss, on a
+    compare of B's row with A's, or on a float compare (NaN / Inf tested by an OR kept for the end); the
+    partner's value is read through a conditional move; the rows are loaded masked."""
+    import re
+
+    from splyce.backend import native_elementwise
+    from splyce.backend.codegen import CodegenOptions, emit_assembly, host_target, optimize
+
+    if not (host_target().triple.startswith("x86_64") and native_elementwise._host_avx512()):
+        pytest.skip("the vector match is built for hosts with AVX-512")
+    texts = []
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr("splyce.backend.codegen.compile_host_helpers", lambda text, sig: texts.append(text) or dict.fromkeys(sig))
+    try:
+        native_elementwise._csc_pass_kernel.__wrapped__("multiply", np.dtype(np.float64), 32, 0, "", 16)
+    finally:
+        monkey.undo()
+    module, tm = optimize(texts[0], host_target(), CodegenOptions(opt_level=3))
+    asm = emit_assembly(module, tm)
+    for variant in ("_vrows:", "_vrows_own:"):
+        body = asm.split("splyce_elementwise_csc_multiply_double_i32_v16" + variant, 1)[1].split(".Lfunc_end", 1)[0]
+        lines = [x.strip() for x in body.splitlines() if x.startswith("\t") and not x.startswith("\t.")]
+        jumps = [(prev, x) for prev, x in zip(lines, lines[1:]) if re.match(r"j(?!mp)[a-z]+\t", x)]
+        assert not [x for _, x in jumps if x.startswith(("jp", "jnp"))], jumps
+        assert not [p for p, _ in jumps if p.startswith(("vucomis", "vcomis", "ucomis"))], jumps
+        assert not [p for p, _ in jumps if re.match(r"cmp[lq]\t%\w+, \(", p)], jumps   # a row read from B
+        assert len(jumps) <= 10, jumps
+        assert [p for p, _ in jumps if p.startswith("kortest")], jumps       # the all-below loop
+        assert re.search(r"vmovdqu32\t.*\{%k\d\} \{z\}", body) and "cmov" in body
