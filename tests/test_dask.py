@@ -369,3 +369,21 @@ def test_cluster_config_names_real_dask_settings():
     with dask.config.set(sd.CLUSTER_CONFIG):
         assert dask.config.get("distributed.worker.profile.enabled") is False
         assert "MALLOC_TRIM_THRESHOLD_" in dask.config.get("distributed.nanny.pre-spawn-environ")
+
+
+def test_sparse_array_blocks_have_their_size_in_dask(client):
+    """Dask counts a scipy sparse array by its arrays (it registers sizes for sparse matrices only): on the
+    client, and as the workers report a persisted result's blocks to the scheduler."""
+    from dask.sizeof import sizeof
+
+    a = _random(120, 80, 0.1, 1)
+    for x in (a, sps.csr_matrix(a), a.tocoo(), a.tocsc()):
+        arrays = sum(v.nbytes for v in (x.data, *(x.coords if x.format == "coo" else (x.indices, x.indptr))))
+        assert arrays <= sizeof(x) <= arrays + 1000, type(x)
+    product = client.persist(splyce.matmul(sd.from_scipy(a, rows_per_chunk=40), _random(80, 80, 0.1, 2)))
+    distributed.wait(product, timeout=TIMEOUT)
+    keys = {str(f.key) for f in distributed.futures_of(product)}
+    reported = client.run_on_scheduler(lambda dask_scheduler, keys=keys: sum(
+        ts.nbytes for k, ts in dask_scheduler.tasks.items() if str(k) in keys))
+    joined = product.compute()
+    assert reported >= joined.data.nbytes + joined.indices.nbytes

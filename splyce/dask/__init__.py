@@ -14,6 +14,7 @@ except ImportError as exc:   # pragma: no cover - exercised in a subprocess with
     raise ImportError("splyce.dask needs Dask (dask[array] and distributed): pip install 'splyce[dask]'") \
         from exc
 
+import splyce.dask.sizes  # noqa: F401  (Dask's sizeof of scipy sparse arrays)
 from splyce.dask.blocks import broadcast, from_scipy, gather
 from splyce.dask.blockwise import blockwise
 from splyce.dask.cluster import CLUSTER_CONFIG
