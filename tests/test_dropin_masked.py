@@ -213,6 +213,14 @@ def test_small_triangle_count_on_several_threads_takes_the_one_call_path(monkeyp
         assert fast == [1] and got == want
     with pytest.raises(ValueError, match="threads"):
         splyce.einsum("ij,jk,ik->", L, L, L, threads=0)
+    hub = sps.lil_array((3000, 3000))                    # one long row: nnz x longest row passes the limit,
+    hub[2999, :2999] = 1.0                               # the exact product count does not
+    hub[np.arange(1, 2999), np.arange(0, 2998)] = 1.0
+    hub = hub.tocsr()
+    assert hub.nnz * 2999 >= native_masked.serial_max_work()
+    want_hub = splyce.einsum("ij,jk,ik->", hub, hub, hub)
+    fast.clear()
+    assert splyce.einsum("ij,jk,ik->", hub, hub, hub, threads=2) == want_hub and fast == [1]
     monkeypatch.setattr(native_masked, "serial_max_work", lambda: 64)   # now "large": the general path
     fast.clear()
     assert splyce.einsum("ij,jk,ik->", L, L, L, threads=2) == want and not fast

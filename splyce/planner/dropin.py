@@ -1028,7 +1028,8 @@ def _fast_masked_sum(subscripts, a, b, c, threads=1):
     ``threads`` other than 1 (a positive int or None) takes this path too when the work is surely below
     ``native_masked.serial_max_work()`` (the general path would run it on one thread anyway, after 0.1-0.2 ms
     of its own steps): mask entries plus an upper bound of the products, ``nnz(a)`` times ``b``'s longest row
-    (from the row starts' differences, which are not trusted yet: a bad bound only picks the path)."""
+    (from the row starts' differences, which are not trusted yet: a bad bound only picks the path), or, when
+    that bound fails for a small ``a``, the products counted exactly."""
     if type(subscripts) is not str or not _sum_subscripts(subscripts) or _ARRAY_OFFSET is None:
         return None
     if threads != 1 and (threads is not None and threads < 1):
@@ -1059,10 +1060,15 @@ def _fast_masked_sum(subscripts, a, b, c, threads=1):
     if pb is None or pc is None:
         return None
     if threads != 1:
-        limit, bp = _native_masked.serial_max_work(), pb[2]
-        longest = int(np.diff(bp).max()) if n1 else 0
-        if len(pa[1]) * max(longest, 8) + len(pc[1]) >= limit:
-            return None
+        limit, bp, ac = _native_masked.serial_max_work(), pb[2], pa[1]
+        lengths = np.diff(bp)
+        if len(ac) * max(int(lengths.max(initial=0)), 8) + len(pc[1]) >= limit:
+            # the bound failed (hubs, dense blocks): count the products exactly when A is small, its columns
+            # first checked in range (they index; the native call checks everything again)
+            if len(ac) * 8 > limit or (len(ac) and (int(ac.min()) < 0 or int(ac.max()) >= n1)):
+                return None
+            if int(np.bincount(ac, minlength=n1) @ lengths) + len(pc[1]) >= limit:
+                return None
     fmt = _SUM_FORMATS.get(idx)
     if fmt is None:
         fmt = _SUM_FORMATS[idx] = CSR.with_widths(idx.itemsize * 8, idx.itemsize * 8)
