@@ -663,6 +663,20 @@ def elementwise(op: str, a, b, dtype, threads: int = 1):
     return vals, cols, indptr
 
 
+# A row of A in the CSC passes (the one pass and its vector rows): its entries' range and its index narrowed
+# to B's row type; the templates are formatted after joining, so the fields are theirs
+_CSC_ROW_BODY = """row_body:
+  %r1 = add i64 %r, 1
+  %pr0 = getelementptr i{c}, ptr %ap, i64 %r
+  %k0_raw = load i{c}, ptr %pr0
+  %k0 = {ext} %k0_raw to i64
+  %pr1 = getelementptr i{c}, ptr %ap, i64 %r1
+  %k1_raw = load i{c}, ptr %pr1
+  %k1 = {ext} %k1_raw to i64
+  %r_c = {narrow} %r to i{c}
+  br label %entries
+"""
+
 # The whole product or sum of a CSR A and a CSC B (``A.T`` as scipy hands it over) on one thread, in one native
 # call (the cursor array holds each column's next entry and its end side by side: one scattered line per entry
 # instead of two, A * A.T on fem3d-100k 18.6 -> 13.0 ms, ba-100k 28 -> 25 ms, thread CPU, loaded): A checked canonical, B's positions (or, for a product, all of B) checked unless B's index arrays are
@@ -758,17 +772,7 @@ row:
   %z_r = phi i64 [0, %rows], [0, %rows_0], [%{latch_z}, %{row_latch}]
   %rin = icmp slt i64 %r, %hi
   br i1 %rin, label %row_body, label %{row_exit}
-row_body:
-  %r1 = add i64 %r, 1
-  %pr0 = getelementptr i{c}, ptr %ap, i64 %r
-  %k0_raw = load i{c}, ptr %pr0
-  %k0 = {ext} %k0_raw to i64
-  %pr1 = getelementptr i{c}, ptr %ap, i64 %r1
-  %k1_raw = load i{c}, ptr %pr1
-  %k1 = {ext} %k1_raw to i64
-  %r_c = {narrow} %r to i{c}
-  br label %entries
-entries:
+""" + _CSC_ROW_BODY + """entries:
   %k = phi i64 [%k0, %row_body], [%kn, %next]
   %o = phi i64 [%o_r, %row_body], [%o1, %next]
   %z = phi i64 [%z_r, %row_body], [%z1, %next]
@@ -1062,17 +1066,7 @@ row:
   %z_r = phi i64 [0, %entry], [%z, %row_end]
   %rin = icmp slt i64 %r, %hi
   br i1 %rin, label %row_body, label %done
-row_body:
-  %r1 = add i64 %r, 1
-  %pr0 = getelementptr i{c}, ptr %ap, i64 %r
-  %k0_raw = load i{c}, ptr %pr0
-  %k0 = {ext} %k0_raw to i64
-  %pr1 = getelementptr i{c}, ptr %ap, i64 %r1
-  %k1_raw = load i{c}, ptr %pr1
-  %k1 = {ext} %k1_raw to i64
-  %r_c = {narrow} %r to i{c}
-  br label %entries
-entries:
+""" + _CSC_ROW_BODY + """entries:
   %k = phi i64 [%k0, %row_body], [%kn, %next]
   %o = phi i64 [%o_r, %row_body], [%vo1, %next]
   %z = phi i64 [%z_r, %row_body], [%vz1, %next]
