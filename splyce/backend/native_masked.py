@@ -390,6 +390,19 @@ def serial_max_work() -> int:
     return 8 * ir_text.MIN_CHUNK
 
 
+def small_masked_work(mask_entries: int, ac, bp, min_work: int) -> bool:
+    """Whether masked work (``mask_entries`` plus the products: ``len(B[k])`` for each column ``k`` in
+    ``ac``) is surely below ``min_work``, for a small A only: bounded by B's longest row (a max over B's row
+    starts, no gather), else counted exactly. ``ac``'s values must lie in ``[0, len(bp) - 1)``; ``bp`` need
+    not be checked (a bad one only misjudges the size)."""
+    if len(ac) * 8 > min_work:
+        return False
+    lengths = np.diff(bp)
+    if len(ac) * max(int(lengths.max(initial=0)), 8) + mask_entries < min_work:
+        return True
+    return int(np.bincount(ac, minlength=len(lengths)) @ lengths) + mask_entries < min_work
+
+
 def masked_chunks(mp, ap, ac, bp, threads: int, min_work: int = 0) -> list[tuple[int, int]]:
     """Row chunks of masked SpGEMM with about equal work: mask entries plus products (``len(B[k])`` for each
     ``A[i, k]``). Rows of power-law matrices differ by orders of magnitude in products, so balancing the mask's
@@ -400,11 +413,8 @@ def masked_chunks(mp, ap, ac, bp, threads: int, min_work: int = 0) -> list[tuple
     m = len(mp) - 1
     if threads <= 1 or m < 2:
         return [(0, max(m, 0))]
-    if len(ac) * 8 <= min_work:     # a small A: its products bounded by B's longest row (a max over B's row
-        lengths = np.diff(bp)       # starts, no gather), else counted exactly: cheaper than sampling rows
-        if (len(ac) * int(lengths.max(initial=0)) + int(mp[-1]) < min_work
-                or int(mp[-1]) + int(lengths[ac].sum()) < min_work):
-            return [(0, m)]
+    if small_masked_work(int(mp[-1]), ac, bp, min_work):
+        return [(0, m)]             # cheaper than sampling rows
     stride = max(1, m // SAMPLE_ROWS)
     rows = np.arange(0, m, stride)
     starts, lengths = ap[rows].astype(np.int64), (ap[rows + 1] - ap[rows]).astype(np.int64)

@@ -1059,16 +1059,12 @@ def _fast_masked_sum(subscripts, a, b, c, threads=1):
     pc = pa if c is a else pb if c is b else _sum_parts(c, dtype, idx, m)
     if pb is None or pc is None:
         return None
-    if threads != 1:
-        limit, bp, ac = _native_masked.serial_max_work(), pb[2], pa[1]
-        lengths = np.diff(bp)
-        if len(ac) * max(int(lengths.max(initial=0)), 8) + len(pc[1]) >= limit:
-            # the bound failed (hubs, dense blocks): count the products exactly when A is small, its columns
-            # first checked in range (they index; the native call checks everything again)
-            if len(ac) * 8 > limit or (len(ac) and (int(ac.min()) < 0 or int(ac.max()) >= n1)):
-                return None
-            if int(np.bincount(ac, minlength=n1) @ lengths) + len(pc[1]) >= limit:
-                return None
+    if threads != 1:        # only a small a (whose columns index the count: checked in range first; the
+        ac, limit = pa[1], _native_masked.serial_max_work()      # native call checks everything again)
+        if len(ac) * 8 > limit or (len(ac) and (int(ac.min()) < 0 or int(ac.max()) >= n1)):
+            return None
+        if not _native_masked.small_masked_work(len(pc[1]), ac, pb[2], limit):
+            return None
     fmt = _SUM_FORMATS.get(idx)
     if fmt is None:
         fmt = _SUM_FORMATS[idx] = CSR.with_widths(idx.itemsize * 8, idx.itemsize * 8)
