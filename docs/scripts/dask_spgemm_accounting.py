@@ -25,7 +25,8 @@ import time
 
 import numpy as np
 
-CACHE = "/tmp/r1/corpus-cache"
+# built matrices are kept where `python -m splyce.bench real` keeps them by default (its --out folder)
+CACHE = os.environ.get("SPLYCE_CORPUS_CACHE", "bench-results/corpus-cache")
 
 
 def _blocks(name: str, blocks: int = 4):
