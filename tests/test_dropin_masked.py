@@ -226,6 +226,47 @@ def test_small_triangle_count_on_several_threads_takes_the_one_call_path(monkeyp
     assert splyce.einsum("ij,jk,ik->", L, L, L, threads=2) == want and not fast
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32])
+def test_triangle_count_on_several_threads_counts_hits(dtype, monkeypatch):
+    """A 0/1 pattern split across threads is counted by the branch-free hit count, as on one thread: the same
+    value as one thread and scipy, of the same type. Not counted (summed instead): a value other than one, a
+    sample of rare hits, a count beyond what the value type holds exactly."""
+    from splyce.backend import native_masked
+
+    counted = []
+    real = native_masked._counted_sum
+    monkeypatch.setattr(native_masked, "_counted_sum", lambda *a: counted.append(r := real(*a)) or r)
+    monkeypatch.setattr(ir_text, "MIN_CHUNK", 8)          # threads split these as they split large graphs
+    rng = np.random.default_rng(11)
+    rows = np.minimum((rng.pareto(0.9, 20000) * 2).astype(np.int64), 2999)
+    g = sps.csr_array((np.ones(20000), (rows, rng.integers(0, 3000, 20000))), shape=(3000, 3000))
+    low = sps.csr_array(sps.tril(((g + g.T) > 0).astype(dtype), -1))
+    want = int((low @ low).multiply(low).sum())
+    one = splyce.einsum("ij,jk,ik->", low, low, low)
+    for threads in (2, 3):
+        counted.clear()
+        got = splyce.einsum("ij,jk,ik->", low, low, low, threads=threads)
+        assert type(got) is type(one) and got.tobytes() == one.tobytes() and got == want > 0
+        assert counted and counted[-1] is not None and counted[-1] == want
+    heavy = low.copy()
+    heavy.data[-1] = 2                                    # one value other than one: summed
+    counted.clear()
+    want_heavy = (heavy @ heavy).multiply(heavy).sum()
+    assert splyce.einsum("ij,jk,ik->", heavy, heavy, heavy, threads=2) == want_heavy
+    assert counted == [None]
+    sparse = sps.csr_array(sps.random_array((3000, 3000), density=0.002, rng=5).astype(dtype))
+    sparse.data[:] = 1                                    # under 1 hit in 32 products in the sample: summed
+    counted.clear()
+    assert splyce.einsum("ij,jk,ik->", sparse, sparse, sparse, threads=2) == (sparse @ sparse).multiply(sparse).sum()
+    assert counted == [None]
+    t = native_masked.VALUE[np.dtype(dtype)][0]
+    limits = dict(native_masked._COUNTED)
+    limits[t] = (*limits[t][:2], 2)                       # a count above 2 is not exact: summed, same value
+    monkeypatch.setattr(native_masked, "_COUNTED", limits)
+    counted.clear()
+    assert splyce.einsum("ij,jk,ik->", low, low, low, threads=2).tobytes() == one.tobytes()
+    assert counted == [None]
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
 def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
     """einsum("ij,jk,ik->") whose plan is the plain loop nest runs natively (masked_sum), with exactly the
