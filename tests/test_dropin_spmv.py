@@ -114,6 +114,7 @@ def _kernel_variant(monkeypatch, variant: str):
     monkeypatch.setattr(dropin, "_FLAT_MAX_ROW", 1 << 40 if variant == "flat" else -1)
     monkeypatch.setattr(dropin, "_FLAT_MIN_BYTES", 0)
     monkeypatch.setattr(dropin, "_GROUPED_MAX_BYTES", 1 << 62 if variant == "grouped" else -1)
+    monkeypatch.setattr(dropin, "_GROUPED_MIN_ROW", 0)
 
 
 @pytest.mark.parametrize("variant", ["flat", "grouped", "rows"])
@@ -275,7 +276,7 @@ def test_positions_far_outside_the_entries_are_refused_without_reading_there():
         refused = 0
         for index_dtype in (np.int32, np.int64):
             for flat, grouped in ((1 << 40, -1), (-1, 1 << 62), (-1, -1)):
-                dropin._FLAT_MAX_ROW, dropin._GROUPED_MAX_BYTES = flat, grouped
+                dropin._FLAT_MAX_ROW, dropin._GROUPED_MAX_BYTES, dropin._GROUPED_MIN_ROW = flat, grouped, 0
                 dropin._FLAT_MIN_BYTES = native_spmv.FLAT_MIN_BYTES = 0
                 native_spmv.FLAT_MAX_ROW = flat          # the threaded general path's choice too
                 for row, value in ((600, np.iinfo(index_dtype).max), (600, -5), (1, 2**30), (1099, -1)):
@@ -390,12 +391,31 @@ def test_small_products_asked_for_threads_run_on_one(monkeypatch):
                 splyce.matmul(a, vec, threads=bad)
 
 
-def test_spmv_kernel_choice_by_cpu():
+def test_spmv_kernel_choice_by_cpu(monkeypatch):
     """The one-row / grouped / flat choice follows the CPU's measurements (native_spmv._tuned_for): on Zen 1 /
-    Zen 2 grouped rows in L2 and flat short rows at any size; elsewhere never grouped, flat from L2's size."""
-    from splyce.backend import native_spmv
+    Zen 2 grouped rows in L2 and flat short rows at any size; on Zen 4 grouped rows in L2 for long rows only;
+    elsewhere never grouped; flat from L2's size but on Zen 1 / 2. The drop-in follows them."""
+    import scipy.sparse as sps
 
-    assert native_spmv._tuned_for("znver1", 512 << 10) == (512 << 10, 0)
-    assert native_spmv._tuned_for("znver5", 1 << 20) == (0, 1 << 20)
-    assert native_spmv._tuned_for("sapphirerapids", 2 << 20) == (0, 2 << 20)
+    from splyce.backend import native_spmv
+    from splyce.planner import dropin
+
+    assert native_spmv._tuned_for("znver1", 512 << 10) == (512 << 10, 0, 0)
+    assert native_spmv._tuned_for("znver4", 1 << 20) == (1 << 20, 14, 1 << 20)
+    assert native_spmv._tuned_for("znver5", 1 << 20) == (0, 0, 1 << 20)
+    assert native_spmv._tuned_for("sapphirerapids", 2 << 20) == (0, 0, 2 << 20)
+    chosen = []
+    real = dropin._spmv_entry
+    monkeypatch.setattr(dropin, "_spmv_entry", lambda dtype, idx, variant: chosen.append(variant) or real(dtype, idx, variant))
+    rng = np.random.default_rng(2)
+    for tuned in ((1 << 20, 14, 1 << 20), (0, 0, 1 << 20), (512 << 10, 0, 0)):
+        for name, value in zip(("_GROUPED_MAX_BYTES", "_GROUPED_MIN_ROW", "_FLAT_MIN_BYTES"), tuned):
+            monkeypatch.setattr(dropin, name, value)
+        for per_row in (2, 8, 30):                       # in L2 (12 bytes an entry): 48-720 KB
+            monkeypatch.setattr(dropin, "_spmv_entries", {})       # compiled entries looked up again
+            monkeypatch.setattr(dropin, "_spmv_last", (None, None, None, None))
+            a = sps.random_array((2000, 2000), density=per_row / 2000, format="csr", rng=rng)
+            x = rng.random(2000)
+            assert np.array_equal(dropin._fast_spmv(a, x), a @ x)
+    assert chosen == ["rows", "rows", "grouped", "rows", "rows", "rows", "flat", "grouped", "rows"]   # 720 KB > 512
     assert native_spmv._l2_bytes() > 0

@@ -540,17 +540,22 @@ done:
 GROUPED_ROWS = 3
 
 
-def _tuned_for(cpu: str, l2_bytes: int) -> tuple[int, int]:
-    """(GROUPED_MAX_BYTES, FLAT_MIN_BYTES) for this CPU: the matrix sizes (index + value bytes of the entries)
-    up to which the grouped kernel runs, and from which rows of a few entries go flat. Measured per machine
-    (docs/corpus.md, "SpMV kernel choice by CPU"). Zen 1 / Zen 2 (512 KiB L2): grouped rows in L2 (1.3-1.45x
-    the one-row kernel), the flat loop at any size (road-100: 1.83 vs 1.18x scipy). Zen 5 (1 MiB L2), and by
+def _tuned_for(cpu: str, l2_bytes: int) -> tuple[int, int, int]:
+    """(GROUPED_MAX_BYTES, GROUPED_MIN_ROW, FLAT_MIN_BYTES) for this CPU: the matrix size (index + value bytes
+    of the entries) up to which the grouped kernel runs, for an average row of at least GROUPED_MIN_ROW
+    entries, and the size from which rows of a few entries go flat. Measured per machine (docs/corpus.md,
+    "SpMV kernel choice by CPU"). Zen 1 / Zen 2 (512 KiB L2): grouped rows in L2 (1.3-1.45x the one-row
+    kernel), the flat loop at any size (road-100: 1.83 vs 1.18x scipy). Zen 4 (1 MiB L2): grouped rows pay in
+    L2 only on long rows (37-39 entries: 1.25x the one-row kernel; 14-16: 1.02-1.04x; 6-12: 0.86-0.97x), and
+    beyond L2 the flat loop wins on short rows (road-700: 1.9x the one-row kernel). Zen 5 (1 MiB L2), and by
     default the CPUs not measured: in L2 the one-row kernel is fastest everywhere (grouped 0.66-0.96x of it,
     flat 0.41-0.62x: road-100 0.97x scipy flat, 2.24x one row) and beyond L2 the flat loop wins on short rows
     (road graphs of 1.2-14 MB: 1.47-1.72x scipy against the one-row kernel's 0.92-1.00x)."""
     if cpu in ("znver1", "znver2"):
-        return 512 << 10, 0
-    return 0, l2_bytes
+        return 512 << 10, 0, 0
+    if cpu == "znver4":
+        return l2_bytes, 14, l2_bytes
+    return 0, 0, l2_bytes
 
 
 def _l2_bytes() -> int:
@@ -568,7 +573,7 @@ def _host_cpu() -> str:
     return host_target().cpu
 
 
-GROUPED_MAX_BYTES, FLAT_MIN_BYTES = _tuned_for(_host_cpu(), _l2_bytes())
+GROUPED_MAX_BYTES, GROUPED_MIN_ROW, FLAT_MIN_BYTES = _tuned_for(_host_cpu(), _l2_bytes())
 
 
 @functools.cache

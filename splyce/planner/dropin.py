@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from splyce.backend.native_spmv import FLAT_MAX_ROW as _FLAT_MAX_ROW, FLAT_MIN_BYTES as _FLAT_MIN_BYTES
-from splyce.backend.native_spmv import GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES
+from splyce.backend.native_spmv import GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES, GROUPED_MIN_ROW as _GROUPED_MIN_ROW
 from splyce.backend.native_spmv import SPMM_FIXED as _SPMM_FIXED
 from splyce.backend import native_masked as _native_masked
 from splyce.backend.array_objects import DATA_OFFSET as _ARRAY_OFFSET   # None: no array read natively by id
@@ -409,11 +409,12 @@ def _fast_spmv(a, x, threads=1):
     rows1 = len(indptr)
     if ndim == 1:
         # rows of a few entries: one flat loop over the entries (on some CPUs only beyond L2); else grouped rows
-        # for a matrix that stays in cache where the CPU gains by them, else one row at a time (a malformed
-        # indptr's length is refused below, whatever the choice); native_spmv._tuned_for has the measurements
+        # for a matrix that stays in cache where the CPU gains by them (on some only for long rows), else one
+        # row at a time (a malformed indptr's length is refused below, whatever the choice);
+        # native_spmv._tuned_for has the measurements
         if nnz <= _FLAT_MAX_ROW * (rows1 - 1) and nnz * layout[4] >= _FLAT_MIN_BYTES:
             variant = "flat"
-        elif nnz * layout[4] <= _GROUPED_MAX_BYTES:
+        elif nnz * layout[4] <= _GROUPED_MAX_BYTES and nnz >= _GROUPED_MIN_ROW * (rows1 - 1):
             variant = "grouped"
         else:
             variant = "rows"
