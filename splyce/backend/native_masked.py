@@ -385,9 +385,11 @@ CHUNKS_PER_THREAD = 4
 
 def serial_max_work() -> int:
     """Masked work (mask entries plus products) below which ``threads`` > 1 still runs one chunk on the
-    calling thread: ~1-2 ms of one thread, where handing chunks to a thread and the chunking itself
-    (~1 ms of CPU time in all) cost more than they save (ba-4k, fem2d-3k: 2.5-3x slower on two threads)."""
-    return 8 * ir_text.MIN_CHUNK
+    calling thread, where handing chunks to a thread and the chunking itself cost more than they save:
+    2^20 items, 0.4-0.7 ms of one thread on Zen 4/5 (0.4-0.6 ns per item; on Zen 1 ba-4k and fem2d-3k were
+    2.5-3x slower on two threads). At 8 * MIN_CHUNK (2^18, set on Zen 1) pyamg-ldg-diffusion's 0.31M items
+    (0.18 ms on one thread) went to 8 chunks on two threads: 0.53 ms."""
+    return 32 * ir_text.MIN_CHUNK
 
 
 def small_masked_work(mask_entries: int, ac, bp, min_work: int) -> bool:
