@@ -217,8 +217,8 @@ def _expect_false(flag, fast_op):
     """``llvm.intr.expect(flag, false)`` before ``fast_op``: the skewed branch marked unlikely. LLVM then
     lays the galloping copy out of line and spills for its registers there, not in the comparable path: at
     0.01 % density (K1, N = 6000) the j loop's counter and pointers went to the stack otherwise, since
-    LLVM weighed the galloping code as half of the loop's iterations, and K1 ran 1.01x the plain sparsifier
-    with the empty-fiber test, 1.11x with both (docs/passes.md, "Near-empty fibers"). A skewed pair's
+    LLVM weighed the galloping code as half of the loop's iterations, and K1 ran 0.92x the plain sparsifier
+    with the empty-fiber test alone, 1.08-1.13x with both (kernel only) (docs/passes.md, "Near-empty fibers"). A skewed pair's
     searches outweigh the jump to out-of-line code."""
     with ir.InsertionPoint(fast_op):
         return llvm.intr_expect(flag, arith.constant(ir.IntegerType.get_signless(1), 0))
