@@ -19,7 +19,7 @@ from filecheck import check_in_order
 from mlir import ir
 from splyce.lowering.pipeline import SPARSIFY, run_passes
 from splyce.options import Options
-from splyce.passes.ir_utils import walk
+from splyce.passes.ir_utils import CMPI_UGE, walk
 from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL, PROFILE_SLOTS, run_splyce_pass
 
 FIXTURE = Path(__file__).parent / "kernels_mlir" / "k1_spgemm.mlir"
@@ -79,6 +79,69 @@ def test_path_chosen_once_per_fiber_pair_and_skewed_pairs_gallop(ctx):
         "} attributes {splyce.fast_lane}",
         "scf.while",
     ])
+
+
+def _empty_fiber_guard(module):
+    """(the scf.if testing for an empty fiber, the skew-aware choice inside it, the fast lane)."""
+    (fast,) = [op for op in walk(module.operation) if op.name == "scf.while" and "splyce.fast_lane" in op.attributes]
+    split = fast.parent
+    guard = split.parent
+    assert split.name == "scf.if" and guard.name == "scf.if"
+    return guard, split, fast
+
+
+def _defining(value) -> ir.Operation:
+    return value.owner.operation
+
+
+@pytest.mark.parametrize("gallop", [2, 16])
+def test_an_empty_fiber_skips_every_decision(ctx, gallop):
+    """Before the skew decision, one test: is either fiber empty on entry (cursor >= bound, the negation of
+    the scalar loop's own condition)? Then the pair yields the loop's initial values (what the scalar loop
+    returns after zero steps) and computes no length, ratio, prefetch test or fast-lane entry."""
+    module = _stage1()
+    run_splyce_pass(module, Options(phases=7, gallop=gallop))
+    guard, split, fast = _empty_fiber_guard(module)
+    inits = list(fast.operands)
+    cursors = [inits[0], inits[1]]          # the K1 loop's iter-args: (pb, pc, acc)
+    either = _defining(guard.operands[0])
+    assert either.name == "arith.ori"
+    tests = [_defining(v) for v in either.operands]
+    assert [t.name for t in tests] == ["arith.cmpi", "arith.cmpi"]
+    assert [ir.IntegerAttr(t.attributes["predicate"]).value for t in tests] == [CMPI_UGE, CMPI_UGE]
+    assert [t.operands[0] for t in tests] == cursors
+    # the bounds tested are the scalar loop's: its condition compares each cursor with the same values
+    scalar = next(op for op in list(split.regions[1].blocks[0].operations) if op.name == "scf.while"
+                  and "splyce.fast_lane" not in op.attributes)
+    condition = [op for op in scalar.regions[0].blocks[0].operations if op.name == "arith.cmpi"]
+    assert [t.operands[1] for t in tests] == [c.operands[1] for c in condition]
+    # empty: nothing but the initial values; no loop, no decision
+    (only,) = list(guard.regions[0].blocks[0].operations)
+    assert only.name == "scf.yield" and list(only.operands) == inits
+    # not empty: the skew decision, marked unlikely, then its two paths
+    not_empty = [op.operation for op in guard.regions[1].blocks[0].operations]
+    assert split in not_empty and {"arith.maxui", "arith.minui"} <= {op.name for op in not_empty}
+    expect = _defining(split.operands[0])
+    assert expect.name == "llvm.intr.expect"
+    assert _defining(expect.operands[0]).name == "arith.cmpi"
+    assert ir.IntegerAttr(_defining(expect.operands[1]).attributes["value"]).value == 0
+    # nothing of the decision is computed before the guard (the lengths, their ratio)
+    before = []
+    for op in guard.parent.regions[0].blocks[0].operations:
+        if op.operation == guard:
+            break
+        before.append(op.operation.name)
+    assert "arith.maxui" not in before and "arith.minui" not in before and "arith.muli" not in before
+
+
+def test_gallop_zero_has_no_empty_fiber_guard(ctx):
+    """Without the skew decision the fast lane's and scalar loop's own conditions are the only tests (as
+    before galloping existed): no guard, the fast lane directly in the j loop."""
+    module = _stage1()
+    run_splyce_pass(module, Options(phases=7, gallop=0))
+    (fast,) = [op for op in walk(module.operation) if op.name == "scf.while" and "splyce.fast_lane" in op.attributes]
+    assert fast.parent.name == "scf.for"
+    assert "llvm.intr.expect" not in str(module)
 
 
 def _fast_and_scalar_loops(module) -> list[str]:

@@ -127,10 +127,12 @@ def fast_lanes(module: ir.Module) -> list:
 
 
 def loop_around(fast):
-    """The scf.for holding ``fast`` (past the scf.if of the skew-aware path choice, gallop_lane)."""
+    """The scf.for holding ``fast`` (past the scf.ifs of the empty-fiber test and the skew-aware path
+    choice, gallop_lane)."""
     split = fast.operation.parent
-    assert split.name == "scf.if"
-    return split.parent
+    guard = split.parent
+    assert split.name == "scf.if" and guard.name == "scf.if"
+    return guard.parent
 
 
 def original_loop_after(fast) -> str:
@@ -498,3 +500,36 @@ def test_jit_fast_math_within_tolerance(kernel, dtype):
     for config in (1, 5, 7, 8):
         got = np.asarray(splyce.jit(fun, phases=config, vector_width=4, fast_math=True)(*ops))
         np.testing.assert_allclose(got, want, **FAST_MATH_TOL[dtype])
+
+
+@pytest.mark.parametrize("gallop", [0, 16])
+def test_three_way_empty_fiber_guard_before_the_leapfrog_decision(ctx, gallop):
+    """A three-way product: with leapfrogging, an empty fiber (any cursor >= its bound on entry) yields the
+    loop's initial values before the lengths are folded for the skew test; without it, no guard."""
+    module = stage1(THREE_WAY)
+    run_splyce_pass(module, Options(phases=7, gallop=gallop))
+    (fast,) = fast_lanes(module)
+    text = str(module)
+    if not gallop:
+        assert fast.operation.parent.name == "scf.for" and "llvm.intr.expect" not in text
+        return
+    split = fast.operation.parent
+    guard = split.parent
+    assert guard.name == "scf.if"
+    (only,) = list(guard.regions[0].blocks[0].operations)
+    assert only.name == "scf.yield" and list(only.operands) == list(fast.operation.operands)
+    cond = guard.operands[0].owner.operation
+    tests = []
+    while cond.name == "arith.ori":
+        cond, right = (v.owner.operation for v in cond.operands)
+        tests.append(right)
+    tests.append(cond)
+    assert sorted(ir.IntegerAttr(t.attributes["predicate"]).value for t in tests) == [9, 9, 9]  # uge x 3
+    assert {t.operands[0] for t in tests} == set(fast.operation.operands)   # the three cursors
+    check_in_order(text, [re.compile(r"arith\.ori %\w+, %\w+ : i1"),
+                          re.compile(r"scf\.if %\w+ -> \(index, index, index\) \{"),
+                          re.compile(r"scf\.yield %\w+, %\w+, %\w+ : index, index, index"),
+                          "} else {", "arith.cmpi ugt", "arith.select",      # the longest fiber ...
+                          re.compile(r"llvm\.intr\.expect %\w+, %false"),   # ... skewed is unlikely
+                          re.compile(r"scf\.if %\w+ -> \(index, index, index\) \{"),
+                          f"}} attributes {{{FAST_LANE_ATTR}}}"])

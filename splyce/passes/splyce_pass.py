@@ -69,7 +69,8 @@ _VIEW_OPS = ("memref.subview", "memref.cast", "memref.reinterpret_cast", "memref
 _STORE_OPS = {"memref.store": 1, "vector.store": 1, "vector.maskedstore": 0, "vector.scatter": 0,
               "vector.transfer_write": 1}
 _PURE_PREFIXES = ("arith.", "math.", "scf.", "vector.", "llvm.extractvalue", "llvm.insertvalue",
-                  "llvm.mlir.poison", "llvm.mlir.undef", "llvm.mlir.constant", "memref.load", "memref.dim",
+                  "llvm.mlir.poison", "llvm.mlir.undef", "llvm.mlir.constant",
+                  "llvm.intr.expect", "memref.load", "memref.dim",
                   "memref.alloca", "memref.get_global", "memref.extract_strided_metadata") + _VIEW_OPS
 
 
