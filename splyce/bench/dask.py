@@ -15,11 +15,16 @@ result is checked before timing: splyce's against the single-process drop-in, bi
 within 1e-9 relative. The checking (warm-up) run of each candidate also records the peak resident memory of the
 busiest worker process during that run (``*_peak_mb``: the persisted inputs plus what the op needs; Linux only).
 ``*_tasks_s``: the busiest worker's summed task bodies per timed run (Dask's task stream); the rest of the wall
-time is Dask's own. ``--ops`` / ``--matrices`` run a subset.
+time is Dask's own. ``dask_floor_2w_s``: Dask's floor for the op, the splyce 2-worker graph built the same way
+(same inputs, x / X passed the same way, as many tasks and keys) with each block's product replaced by a no-op
+returning an empty result of the same kind (``_floor``); ``max_vs_pydata`` = pydata_2w_s / dask_floor_2w_s,
+the most any kernel could reach against pydata on this cluster. ``--ops`` / ``--matrices`` run a subset.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import time
 
@@ -29,7 +34,8 @@ from splyce.bench.common import BenchMismatch, Config, Result, Timing, _progress
 from splyce.bench.real import _chosen
 
 COLUMNS = ["matrix", "rows", "nnz", "op", "splyce_1w_s", "splyce_2w_s", "speedup_2w_vs_1w", "splyce_1w_tasks_s",
-           "splyce_2w_tasks_s", "pydata_2w_s", "splyce_vs_pydata", "splyce_2w_peak_mb", "pydata_2w_peak_mb"]
+           "splyce_2w_tasks_s", "pydata_2w_s", "splyce_vs_pydata", "dask_floor_2w_s", "max_vs_pydata",
+           "splyce_2w_peak_mb", "pydata_2w_peak_mb"]
 
 # --ops names -> the op labels of _ops
 OPS = {"spmv": "SpMV", "spmm": "SpMM (16 columns)", "spgemm": "SpGEMM A @ A",
@@ -108,6 +114,58 @@ def _ops(A, rng):
          lambda d: splyce.einsum("ij,ik,kj->", d["L"], d["L"], d["Lw"]),
          lambda d: _block_sums((d["PL"] @ d["PLw"]) * d["PL"]).sum()),
     ], L
+
+
+# -- Dask's floor -----------------------------------------------------------------------------------------
+def _no_product(kind, dtype, tail, first, *rest):
+    """The floor's task body, in place of a block's drop-in (same operands, already padded / joined /
+    converted by ``ops._call_block``): no product, an empty result of the drop-in's kind for the block's
+    (padded) rows, which ``_call_block`` trims as it trims the real one: zeros or an empty scipy array; for a
+    sum over the rows (``tail`` None) a zero scalar."""
+    if tail is None:
+        return dtype.type(0)
+    shape = (first.shape[0],) + tail
+    return np.zeros(shape, dtype=dtype) if kind is np.ndarray else kind(shape, dtype=dtype)
+
+
+@contextlib.contextmanager
+def _no_products():
+    """While active (in this process, where graphs are built), splyce.dask's ops build their graphs as usual
+    (``ops._partitioned_graph``: same operands, broadcast keys, padding, once-per-worker joins and
+    conversions, as many tasks and keys) but with ``_no_product`` as each block's function, and under their own key
+    prefix (``splyce-floor-...``: distributed estimates a task's duration by its key's prefix, so the no-op
+    tasks leave the real ones' estimates alone)."""
+    from splyce.dask import ops
+
+    real = ops._partitioned_graph
+
+    def floor(fn, parts, broadcast, order, out_chunks, meta, reduce, name, converted=None):
+        tail = None if reduce else tuple(c[0] for c in out_chunks[1:])
+        if reduce and out_chunks:
+            raise NotImplementedError("the floor of a sum over the rows with a non-scalar result")
+        noop = functools.partial(_no_product, type(meta), np.dtype(meta.dtype), tail)
+        return real(noop, parts, broadcast, order, out_chunks, meta, reduce, "floor-" + name, converted)
+
+    ops._partitioned_graph = floor
+    try:
+        yield
+    finally:
+        ops._partitioned_graph = real
+
+
+def _floor(build):
+    """``build`` (a splyce.dask op's graph from the inputs) with no products (``_no_products``)."""
+    def floor_build(d):
+        with _no_products():
+            return build(d)
+    return floor_build
+
+
+def _check_kind(name, got, want):
+    """The floor's result: the drop-in's type and shape (its values are zeros)."""
+    if type(got) is not type(want) or np.shape(got) != np.shape(want):
+        raise BenchMismatch(f"{name}: {type(got).__name__} {np.shape(got)} != single-process "
+                            f"{type(want).__name__} {np.shape(want)}")
 
 
 def _block_sum(block):
@@ -210,6 +268,13 @@ def _on_every_worker(client, build, data) -> None:
         del result
 
 
+# The client batches its messages to the scheduler (distributed's BatchedSend, every 10 ms): a message sent
+# within 10 ms of the previous one waits for the next batch. The previous run's release (``del result``) is such
+# a message, so a run started right after another one on the same client waited for its graph to leave: +9-12
+# ms measured (tiny mode, 15 repeats; none with a pause of 8 ms or more). Each timed run starts after this pause.
+_SETTLE_S = 0.02
+
+
 def _timed(client, build, data) -> tuple[float, float]:
     """(wall seconds of a user's call: building the op's graph (``build(data)``), persist + wait, the busiest
     worker's summed task-body seconds in that run, from Dask's task stream: the wall time minus it is what
@@ -217,6 +282,7 @@ def _timed(client, build, data) -> tuple[float, float]:
     reported back)."""
     import distributed
 
+    time.sleep(_SETTLE_S)                     # untimed: the client's stream is free again (see _SETTLE_S)
     since = time.time()
     t0 = time.perf_counter()
     with client.as_current():
@@ -264,10 +330,11 @@ def run(cfg: Config) -> Result:
             ops, L = _ops(A, rng)
             ops = [o for o in ops if o[0] in chosen]
             data = {name: _inputs(c, A, L, 4) for name, c in clients.items()}
-            bar = _progress(len(ops) * (2 if cfg.tiny else 3) * (cfg.n_repeats + 1), f"dask {mname}", cfg)
+            bar = _progress(len(ops) * (3 if cfg.tiny else 4) * (cfg.n_repeats + 1), f"dask {mname}", cfg)
             for op, single, ours, theirs in ops:
                 want = single()
-                cands = {"splyce_1w": (ours, "1w"), "splyce_2w": (ours, "2w"), "pydata_2w": (theirs, "2w")}
+                cands = {"splyce_1w": (ours, "1w"), "splyce_2w": (ours, "2w"), "floor_2w": (_floor(ours), "2w"),
+                         "pydata_2w": (theirs, "2w")}
                 if cfg.tiny:    # the tests' mode: pydata's Numba JIT takes minutes in fresh worker processes
                     del cands["pydata_2w"]
                 times = {name: Timing(name) for name in cands}
@@ -275,10 +342,11 @@ def run(cfg: Config) -> Result:
                 peaks = {}
                 for name, (build, c) in cands.items():     # warm-up (compiles) and check, never timed
                     got, peaks[name] = _checked_with_peak(clients[c], build(data[c]))
-                    check = _check_exact if name.startswith("splyce") else _check_close
+                    check = _check_exact if name.startswith("splyce") else \
+                        _check_kind if name.startswith("floor") else _check_close
                     check(f"dask {mname} {op} {name}", got, want)
                     del got
-                    if name.startswith("splyce"):
+                    if not name.startswith("pydata"):
                         _on_every_worker(clients[c], build, data[c])
                     bar.update(1)
                 for _ in range(cfg.n_repeats):              # interleaved repeats
@@ -287,13 +355,14 @@ def run(cfg: Config) -> Result:
                         times[name].times.append(wall)
                         tasks[name].times.append(busiest)
                         bar.update(1)
-                one, two, pd = (times[k].median if k in times else float("nan")
-                                for k in ("splyce_1w", "splyce_2w", "pydata_2w"))
+                one, two, floor, pd = (times[k].median if k in times else float("nan")
+                                       for k in ("splyce_1w", "splyce_2w", "floor_2w", "pydata_2w"))
                 rows.append({"matrix": mname, "rows": A.shape[0], "nnz": A.nnz, "op": op, "splyce_1w_s": one,
                              "splyce_2w_s": two, "speedup_2w_vs_1w": one / two,
                              "splyce_1w_tasks_s": tasks["splyce_1w"].median,
                              "splyce_2w_tasks_s": tasks["splyce_2w"].median, "pydata_2w_s": pd,
-                             "splyce_vs_pydata": pd / two, "splyce_2w_peak_mb": peaks["splyce_2w"],
+                             "splyce_vs_pydata": pd / two, "dask_floor_2w_s": floor,
+                             "max_vs_pydata": pd / floor, "splyce_2w_peak_mb": peaks["splyce_2w"],
                              "pydata_2w_peak_mb": peaks.get("pydata_2w", float("nan"))})
             bar.close()
             del data
@@ -304,13 +373,18 @@ def run(cfg: Config) -> Result:
     note = ("Median of interleaved repeats; 4 row blocks of about equal nonzeros, an equal share on each "
             "worker; broadcast operands on every worker (AMM stopped); a run is the op's graph built, persist + wait "
             "(results stay distributed, in row blocks, not sent to the client). 1w / 2w: LocalClusters of 1 and 2 worker processes (one thread each), both alive, "
-            "runs interleaved; clusters started with splyce.dask.CLUSTER_CONFIG (no MALLOC_TRIM_THRESHOLD_, no "
+            "runs interleaved, each started 20 ms after the previous one (the client sends its messages in "
+            "batches every 10 ms); clusters started with splyce.dask.CLUSTER_CONFIG (no MALLOC_TRIM_THRESHOLD_, no "
             "worker profiler, event-loop check every 1 s); the untimed checking run "
             "loads every worker's kernels. *_tasks_s: the busiest worker's summed task bodies per run (task "
             "stream; the rest of the wall time is Dask's own). The dense x / X of SpMV / SpMM is put in each "
             "run's graph (sent again every run, as a user passing a NumPy operand pays). splyce results "
             "bit-identical to the single-process drop-in. *_peak_mb: peak resident memory of the busiest worker "
-            "during the checking run (inputs included). "
+            "during the checking run (inputs included). dask_floor_2w_s: the splyce 2w graph with every "
+            "block's product replaced by a no-op returning an empty result of the same kind (same inputs, x / X "
+            "sent the same way, as many tasks and keys; the blocks' padding and trimming kept), i.e. Dask's own "
+            "cost of the call, below which no kernel can go, so max_vs_pydata = pydata_2w_s / dask_floor_2w_s "
+            "is the largest splyce_vs_pydata attainable on this cluster. "
             "Matrices: the corpus's (docs/corpus.md).")
     return Result("dask", "splyce.dask vs dask + pydata-sparse on a 2-worker LocalCluster", COLUMNS, rows, note,
                   plot=_plot)
@@ -321,6 +395,8 @@ def _plot(rows, ax):
     xs = np.arange(len(rows))
     ax.bar(xs - 0.2, [r["speedup_2w_vs_1w"] for r in rows], 0.4, label="splyce: 2 workers vs 1")
     ax.bar(xs + 0.2, [r["splyce_vs_pydata"] for r in rows], 0.4, label="splyce vs dask + pydata (2 workers)")
+    ax.scatter(xs + 0.2, [r["max_vs_pydata"] for r in rows], marker="_", s=200, color="black", zorder=3,
+               label="at most (pydata / Dask's floor)")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_yscale("log")
     ax.set_xticks(xs, labels, fontsize=7)
