@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from splyce.bench import __main__ as cli
-from splyce.bench import common, kernels, real, threads
+from splyce.bench import ablation, ceiling, common, kernels, real, threads
 from splyce.bench import compile as compile_bench
 from splyce.bench.common import BenchMismatch, Config, read_csv
 
@@ -57,10 +57,27 @@ def test_subcommand_tiny(sub, tmp_path, capsys):
         assert {r["config"] for r in rows if r["workload"].startswith("skew")} >= {"baseline", "gallop=0"}
         for op in ("add", "subtract", "maximum"):
             for out_format in ("dense", "sparse"):
+                floor = {ablation.FLOOR_LABEL} if out_format == "dense" else set()
                 assert {r["config"] for r in rows if r["workload"].startswith(f"{op} {out_format}")} == \
-                    {"baseline", "union=off", "union=on"}
+                    {"baseline", "union=off", "union=on"} | floor
         assert {r["config"] for r in rows if r["workload"].startswith("a*b*c")} == \
             {"baseline", "three-way n=4", "three-way n=8"}
+
+
+def test_touched_zeros_are_zero_and_resident():
+    out = common.touched_zeros((3, 4))
+    assert out.shape == (3, 4) and out.dtype == np.float64 and not out.any()
+
+
+def test_ceiling_probes_report_every_probe():
+    measured = ceiling.measure(tiny=True)
+    assert len(measured["ceiling"]) == 5
+    assert all(c["one_s"] > 0 and c["two_over_one"] > 0 for c in measured["ceiling"])
+    r = measured["refault"]
+    assert r["at_once_gbs"] > 0 and r["after_pause_gbs"] > 0
+    lines = ceiling.lines(measured)
+    assert len(lines) == 6 and lines[0].startswith("two cores: compute") and "after" in lines[-1]
+    assert ceiling.markdown(measured).count("\n| ") == 6     # header rule + 5 probes
 
 
 def test_threads_subcommand(tmp_path):
@@ -186,6 +203,10 @@ def test_real_tiny_every_op_checked_and_reported(tmp_path, capsys):
     assert all(0 < float(r["bw_scipy"]) for r in spmv)
     printed = capsys.readouterr().out
     assert "drop-in speedup vs scipy" in printed and "GraphBLAS" in printed
+    # the run's machine probes go with its table: what two threads could gain, what fresh memory cost
+    assert "This machine during the run" in printed and "first touch" in printed
+    comments, _ = read_csv(tmp_path / "real.csv")
+    assert any("two cores: copy" in c for c in comments) and any("fresh memory" in c for c in comments)
 
 
 def test_real_ops_and_matrices_select_a_subset(tmp_path):

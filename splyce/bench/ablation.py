@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from splyce.options import DEFAULT_PHASES, Options
-from splyce.bench.common import Config, Result, _progress, measure
+from splyce.bench.common import Config, Result, _progress, measure, touched_zeros
 from splyce.bench.kernels import size_for
 
 def phase_bits(c: int) -> str:
@@ -59,8 +59,11 @@ def run(cfg: Config) -> Result:
              f"with ratio x {SKEW_SHORT} per row (the ratio cycling through 1..256 in the mixed workload); config "
              f"gallop=R: galloping from fiber length ratio R on (0: the all-pairs fast lane only), default phases. "
              f"Union rows: sparse add / subtract / maximum of two uniform 5 % CSR matrices into a dense output "
-             f"(allocated and zeroed untimed: kernel only) and into a CSR output (the whole call), the union fast "
-             f"lane off and on (the default, union=None, is on for the CSR output, off for the dense one). Three-way "
+             f"(allocated, zeroed and its pages touched untimed: kernel only) and into a CSR output (the whole "
+             f"call), the union fast lane off and on (the default, union=None, is on for the CSR output, off for "
+             f"the dense one); '{FLOOR_LABEL}' (dense output only): the result's elements updated in place from one "
+             f"list of the union's entries (`einsum('ij->ij', u)` accumulated, plain sparsifier), i.e. the output's "
+             f"memory traffic without any merge: its speedup bounds what any merge into that output can reach. Three-way "
              f"rows: `a * b * c` of three CSR matrices accumulated into a preallocated dense output (kernel only), "
              f"into its default sparse CSR result (whole call), and its row sums `einsum('ij,ij,ij->i')` (no output "
              f"to allocate: the loop alone), uniform "
@@ -152,7 +155,8 @@ class _UnionOp:
 
 
 def _union_rows(cfg: Config) -> list[dict]:
-    """The union fast lane off / on for sparse add, subtract and maximum into a dense and a sparse output."""
+    """The union fast lane off / on for sparse add, subtract and maximum into a dense and a sparse output;
+    for the dense output also the floor: the same output elements read, updated and written with no merge."""
     import scipy.sparse as sps
 
     import splyce
@@ -166,19 +170,39 @@ def _union_rows(cfg: Config) -> list[dict]:
     for out_format in ("dense", "sparse"):
         for name, ref in refs.items():
             fun = _UnionOp(name, out_format)
-            if out_format == "dense":   # the output allocated and zeroed untimed; the kernel accumulates into it
-                def call(f):
-                    return (lambda: np.zeros((n, n)), lambda into: f.accumulate(into, *ops))
+            configs = {False: "union=off", True: "union=on"}
+            if out_format == "dense":
+                # the output allocated, zeroed and touched untimed (as a reused output, or the runtime's zeroed
+                # result, reaches the kernel); the kernel accumulates into it
+                def call(f, args=ops):
+                    return (lambda: touched_zeros((n, n)), lambda into: f.accumulate(into, *args))
+                union = splyce.asarray(sps.csr_array(ref))
+                floor = {"floor": call(splyce.jit(_scatter_dense, vectorize=False), (union,))}
+                configs["floor"] = FLOOR_LABEL
                 ref = ref.toarray()
             else:                       # the whole call: the kernel builds the CSR result
                 def call(f):
                     return lambda: f(*ops)
+                floor = {}
             candidates = {"baseline": call(splyce.jit(fun, vectorize=False))}
             for union in (False, True):
                 candidates[union] = call(splyce.jit(fun, union=union))
+            candidates.update(floor)
             t = measure(candidates, ref, cfg, desc=f"ablation {name} {out_format}", rtol=1e-12)
-            out += _ratio_rows(f"{name} {out_format} N={n} 5 %", t, {False: "union=off", True: "union=on"})
+            out += _ratio_rows(f"{name} {out_format} N={n} 5 %", t, configs)
     return out
+
+
+# The dense union's floor: one read-modify-write per element of the result (``out[i, j] += u`` over the
+# union's entries, as the merge's bodies do), one coordinate stream instead of the merge's two, no compares:
+# strictly less work than any merge writing the same output, so baseline / floor bounds every merge's speedup.
+FLOOR_LABEL = "floor (no merge)"
+
+
+def _scatter_dense(u):
+    from splyce.tracer import tracer
+
+    return tracer.einsum("ij->ij", u, out_format="dense")
 
 
 def _mul3(a, b, c):   # a dense or sparse result, by out_format

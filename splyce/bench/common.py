@@ -243,6 +243,15 @@ def _calls_per_sample(run: Callable[[], object]) -> int:
     return max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(MIN_SAMPLE_S / max(t, 1e-9))))
 
 
+def touched_zeros(shape, dtype=np.float64) -> np.ndarray:
+    """A zeroed array whose pages are already touched: a setup for a kernel timed without its output's
+    allocation. ``np.zeros`` of a large array maps fresh pages that the kernel's first writes would fault in
+    (zeroing them) inside the timed call."""
+    out = np.empty(shape, dtype=dtype)
+    out[...] = 0
+    return out
+
+
 def measure(candidates: dict[str, Callable[[], object]], reference: Callable[[], np.ndarray] | np.ndarray,
             cfg: Config, desc: str = "", rtol: dict | float = 1e-9, bar=None) -> dict[str, Timing]:
     """Warm up and check every candidate, then time them in interleaved repeats.
@@ -346,6 +355,7 @@ class Result:
     plot: Callable | None = None   # (rows, ax-providing figure) -> None
     preface: str = ""              # Markdown printed before the main table (e.g. summary pivots)
     extra_plots: dict = field(default_factory=dict)   # suffix -> plot function, written as <name>_<suffix>.png
+    comments: list[str] = field(default_factory=list)  # more '#' lines of the CSV (e.g. the run's machine probes)
 
     def write(self, cfg: Config) -> dict[str, Path]:
         out = Path(cfg.out)
@@ -356,6 +366,8 @@ class Result:
             for line in machine_lines():
                 f.write(f"# {line}\n")
             f.write(f"# repeats: {cfg.n_repeats}{' (quick)' if cfg.quick else ''}\n")
+            for line in self.comments:
+                f.write(f"# {line}\n")
             writer = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
             writer.writeheader()
             for row in self.rows:

@@ -3,11 +3,12 @@ and the drop-in ``splyce.matmul / multiply / einsum``."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from splyce.bench.common import Config, Result, geomean, measure, simd_share
+from splyce.bench.common import Config, Result, geomean, measure, simd_share, touched_zeros
 
 TINY_SIZES = {"K1": 96, "K2": 512, "K3": (4, 4, 256, 4), "K4": (16, 1024), "K5": (3, 3, 256, 4)}
 DENSE_REFERENCE_LIMIT = 30_000_000  # elements in all dense operands: above this scipy is the reference
@@ -181,12 +182,7 @@ def run_kernel(spec, cfg: Config, bar=None, simd=True) -> dict:
     sp = scipy_impl(name, shapes)
     candidates = {"baseline": lambda: base(*ops), "splyce": lambda: fast(*ops), "scipy": lambda: sp(*sp_ops)}
     if name == "K4" and hasattr(fast, "accumulate"):   # dense output allocated and zeroed outside the timer
-        shape = ops[0].shape
-
-        def zeroed():
-            out = np.empty(shape, dtype=np.float64)
-            out[...] = 0.0   # touch the pages here, not inside the timed call
-            return out
+        zeroed = functools.partial(touched_zeros, ops[0].shape)
         candidates["baseline"] = (zeroed, lambda out: base.accumulate(out, *ops))
         candidates["splyce"] = (zeroed, lambda out: fast.accumulate(out, *ops))
     pyd = {} if cfg.tiny else pydata_impls(name, ops)   # tiny (tests): skip numba's compile time

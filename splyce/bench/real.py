@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from splyce.bench import corpus
+from splyce.bench import ceiling, corpus
 from splyce.bench.common import Config, Result, _progress, check, geomean, measure, to_dense
 
 OPS = {
@@ -423,6 +423,7 @@ def run(cfg: Config) -> Result:
         entries = [everything[n] for n in _chosen(cfg.matrices, list(everything), "matrix")]
     cache_dir = Path(cfg.out) / "corpus-cache"
     bandwidth = read_bandwidth()
+    machine = ceiling.measure(tiny=cfg.tiny)   # what a second core and fresh memory give, before the corpus
     rows = []
     bar = _progress(0, "real", cfg)
     try:
@@ -446,8 +447,10 @@ def run(cfg: Config) -> Result:
             f"GraphBLAS C(L.S) << L @ L; SDDMM: drop-in einsum('{SDDMM_EINSUM}', A, X, Y, out_format='sparse'), scipy a row-wise "
             "dot product per stored entry. Matrix classes: docs/corpus.md.")
     return Result("real", "Realistic corpus: drop-ins vs scipy, SuiteSparse:GraphBLAS and pydata-sparse", COLUMNS,
-                  rows, note, plot=_plot_summary, preface=summary_tables(rows),
-                  extra_plots={op: _op_plot(op) for op in ops})
+                  rows, note, plot=_plot_summary,
+                  preface=summary_tables(rows) + "\n**This machine during the run** (what the `splyce_t2` columns "
+                  "can gain: `splyce.bench.ceiling`)\n\n" + ceiling.markdown(machine),
+                  extra_plots={op: _op_plot(op) for op in ops}, comments=ceiling.lines(machine))
 
 
 def summary_tables(rows) -> str:
