@@ -292,9 +292,11 @@ def _timed(client, build, data) -> tuple[float, float]:
     elapsed = time.perf_counter() - t0
     del result, graph
     busy: dict = {}
+    # get_task_stream's start= bisects the stream by stop times, which are not in order across workers, so
+    # it can hand back a previous run's tasks: only the compute spans that began in this run count
     for task in client.get_task_stream(start=since):
         for span in task.get("startstops", ()):
-            if span["action"] == "compute":
+            if span["action"] == "compute" and span["start"] >= since:
                 busy[task["worker"]] = busy.get(task["worker"], 0.0) + span["stop"] - span["start"]
     return elapsed, max(busy.values(), default=float("nan"))
 
