@@ -256,9 +256,23 @@ def test_triangle_count_on_several_threads_counts_hits(dtype, monkeypatch):
     assert counted == [None]
     sparse = sps.csr_array(sps.random_array((3000, 3000), density=0.002, rng=5).astype(dtype))
     sparse.data[:] = 1                                    # under 1 hit in 32 products in the sample: summed
+    want_sparse = (sparse @ sparse).multiply(sparse).sum()
     counted.clear()
-    assert splyce.einsum("ij,jk,ik->", sparse, sparse, sparse, threads=2) == (sparse @ sparse).multiply(sparse).sum()
-    assert counted == [None]
+    assert splyce.einsum("ij,jk,ik->", sparse, sparse, sparse, threads=2) == want_sparse
+    assert counted == [want_sparse]                       # the sample counted, the chunks not yet taken summed
+    # with the items taken in order (one thread runs them), no chunk after the sample is counted
+    ranges = []
+    counting = native_masked._counting
+
+    def recording(*key):
+        count, products, ones = counting(*key)
+        return (lambda *args: ranges.append(args[9:11]) or count(*args)), products, ones
+    monkeypatch.setattr(native_masked, "_counting", recording)
+    monkeypatch.setattr(native_masked, "run_taken", lambda fn, chunks, threads, state: ir_text.run_taken(fn, chunks, 1, state))
+    counted.clear()
+    assert splyce.einsum("ij,jk,ik->", sparse, sparse, sparse, threads=2) == want_sparse
+    assert counted == [want_sparse] and ranges == [(0, max(64, 3000 // 16))]
+    monkeypatch.setattr(native_masked, "_counting", counting)
     t = native_masked.VALUE[np.dtype(dtype)][0]
     limits = dict(native_masked._COUNTED)
     limits[t] = (*limits[t][:2], 2)                       # a count above 2 is not exact: summed, same value

@@ -514,15 +514,23 @@ def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1):
     with _lock:
         fn = _masked_sum(dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc), _bits(cp), _bits(cc))
     chunks = masked_chunks(cp, ap, ac, bp, threads * CHUNKS_PER_THREAD if threads > 1 else 1, serial_max_work())
+
+    def summed_into(out, t, lo, hi, mark):
+        fn(_address(ap), _address(ac), _address(av), _address(bp), _address(bc), _address(bv), _address(cp),
+           _address(cc), _address(cv), lo, hi, _address(mark), _address(out) + t * dtype.itemsize)
+
     if len(chunks) > 1:
-        counted = _counted_sum(a, b, c, n_cols, dtype, chunks, threads)
+        def summed(lo, hi, mark):
+            one = np.empty(1, dtype=dtype)
+            summed_into(one, 0, lo, hi, mark)
+            return one[0]
+        counted = _counted_sum(a, b, c, n_cols, dtype, chunks, threads, summed)
         if counted is not None:
             return counted
     out = np.empty(len(chunks), dtype=dtype)
 
     def run(t, lo, hi, mark):
-        fn(_address(ap), _address(ac), _address(av), _address(bp), _address(bc), _address(bv), _address(cp),
-           _address(cc), _address(cv), lo, hi, _address(mark), _address(out) + t * dtype.itemsize)
+        summed_into(out, t, lo, hi, mark)
 
     run_taken(run, chunks, threads, lambda: np.full(n_cols, -1, dtype=np.int64))
     total = out[0]
@@ -548,38 +556,56 @@ def _counting(value, bits):
     return fns[name], fns[name + "_products"], fns[name + "_ones"]
 
 
-def _counted_sum(a, b, c, n_cols: int, dtype: np.dtype, chunks, threads: int):
+def _counted_sum(a, b, c, n_cols: int, dtype: np.dtype, chunks, threads: int, summed):
     """``masked_sum`` over several chunks as the one-thread ``masked_sum_checked`` does it when every value is
     one (triangle counting): the hits counted by the branch-free ``_hit_count_ir`` instead of summed by the
     loop whose branch on a hit mispredicts on irregular rows (rmat-s13 on two threads: 7.1 ms summing, against
-    4.0 ms counting on one). The same sample decides first: the first ``m / 16`` rows (at least
-    64) counted on the calling thread; under 1 hit in ``HIT_SAMPLE_RATE`` products, or a value other than
-    one, or index arrays of several widths, or a count the value type does not hold exactly: None (the caller
-    sums). Else the chunks count from the sample's end on, and the result is the count as ``dtype``: the sum,
-    bit for bit (each product is exactly one; the summing path's partial sums are exact integers too)."""
+    4.0 ms counting on one). The same sample decides: the first ``m / 16`` rows (at least 64) counted, and
+    when under 1 product in ``HIT_SAMPLE_RATE`` hits, a hit is rare and predicted, and the chunks not started
+    yet are summed instead (``summed(lo, hi, own)``: the summing kernel's partial sum of rows ``[lo, hi)``).
+    The sample, the scan of every value for one (in halves) and the chunks after the sample are one list of
+    items taken by the threads in turn, so nothing waits for the sample or the scan: a chunk counted before
+    the scan ends is exact once it passes (each product is one), and all of them are dropped when it fails.
+    Returns None when a value is not one, the index arrays have several widths, or the value type does not
+    hold the count exactly (the caller sums); else the count as ``dtype``: the sum, bit for bit (each product
+    is exactly one, so a summed chunk's partial sum is an exact integer too)."""
     (av, ac, ap), (bv, bc, bp), (cv, cc, cp) = a, b, c
     widths = {_bits(x) for x in (ac, ap, bc, bp, cc, cp)}
     t = VALUE[dtype][0]
-    if len(widths) != 1 or t not in _COUNTED:
-        return None
+    distinct = list({id(v): v for v in (av, bv, cv)}.values())
+    if len(widths) != 1 or t not in _COUNTED or any(len(v) and v[0] != 1 for v in distinct):
+        return None             # not a 0/1 pattern (its first value tells, before any work)
     with _lock:
         count, products, ones = _counting(dtype, widths.pop())
     m = len(cp) - 1
     srows = min(m, max(64, m // 16))
     addresses = [_address(x) for x in (ap, ac, av, bp, bc, bv, cp, cc, cv)]
-    mark = np.full(n_cols, -1, dtype=np.int64)
-    hits = count(*addresses, 0, srows, _address(mark), None)
-    if hits * HIT_SAMPLE_RATE < products(_address(ap), _address(ac), _address(bp), srows):
-        return None
-    distinct = {id(v): v for v in (av, bv, cv)}.values()
-    if not all(ones(_address(v), len(v)) for v in distinct):
-        return None
-    rest = [(max(lo, srows), hi) for lo, hi in chunks if hi > srows]
+    # items in row order (a thread's marks stay valid only while its rows increase): the sample, the scan's
+    # halves (no rows), then the chunks past the sample
+    items = [("sample", 0, srows)]
+    for v in distinct:
+        items += [("ones", v, half) for half in ((0, len(v) // 2), (len(v) // 2, len(v)))]
+    items += [("rows", max(lo, srows), hi) for lo, hi in chunks if hi > srows]
+    rare = []                   # set by the sample: sum the chunks not started yet
 
-    def run(i, lo, hi, own):
-        return count(*addresses, lo, hi, _address(own), None)
+    def run(i, kind, x, y, own):
+        if kind == "ones":
+            lo, hi = y
+            return bool(ones(_address(x) + lo * x.itemsize, hi - lo))
+        if kind == "sample":
+            hits = count(*addresses, x, y, _address(own), None)
+            if hits * HIT_SAMPLE_RATE < products(_address(ap), _address(ac), _address(bp), y):
+                rare.append(True)
+            return hits
+        if rare:
+            return summed(x, y, own)
+        return count(*addresses, x, y, _address(own), None)
 
-    hits += sum(run_taken(run, rest, threads, lambda: np.full(n_cols, -1, dtype=np.int64)))
+    results = run_taken(lambda i, item, own: run(i, *item, own), [(item,) for item in items], threads,
+                        lambda: np.full(n_cols, -1, dtype=np.int64))
+    if not all(r for (kind, *_), r in zip(items, results) if kind == "ones"):
+        return None
+    hits = sum(int(r) for (kind, *_), r in zip(items, results) if kind != "ones")
     if hits > _COUNTED[t][2]:
         return None
     return np.array(hits, dtype=np.int64).astype(dtype)[()]
