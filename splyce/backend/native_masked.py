@@ -588,7 +588,7 @@ def _counted_sum(a, b, c, n_cols: int, dtype: np.dtype, chunks, threads: int, su
     items += [("rows", max(lo, srows), hi) for lo, hi in chunks if hi > srows]
     rare = []                   # set by the sample: sum the chunks not started yet
 
-    def run(i, kind, x, y, own):
+    def run(_, kind, x, y, own):        # run_taken's (index, *item, own)
         if kind == "ones":
             lo, hi = y
             return bool(ones(_address(x) + lo * x.itemsize, hi - lo))
@@ -601,8 +601,7 @@ def _counted_sum(a, b, c, n_cols: int, dtype: np.dtype, chunks, threads: int, su
             return summed(x, y, own)
         return count(*addresses, x, y, _address(own), None)
 
-    results = run_taken(lambda i, item, own: run(i, *item, own), [(item,) for item in items], threads,
-                        lambda: np.full(n_cols, -1, dtype=np.int64))
+    results = run_taken(run, items, threads, lambda: np.full(n_cols, -1, dtype=np.int64))
     if not all(r for (kind, *_), r in zip(items, results) if kind == "ones"):
         return None
     hits = sum(int(r) for (kind, *_), r in zip(items, results) if kind != "ones")

@@ -56,11 +56,10 @@ def _cases(mb: int) -> dict:
             f"random gather: {idx.size / 1e6:.1f} M float64 of {mb} MB": (gather, idx.size)}
 
 
-def two_core_ceiling(mb: int = 200, rounds: int = 11, pool: ThreadPoolExecutor | None = None) -> list[dict]:
+def two_core_ceiling(mb: int = 200, rounds: int = 11) -> list[dict]:
     """Per probe: ``what``, ``one_s`` (one thread's median) and ``two_over_one`` (one thread's median time /
     two threads')."""
-    own = pool is None
-    pool = pool or ThreadPoolExecutor(1)
+    pool = ThreadPoolExecutor(1)
     try:
         out = []
         for name, (fn, n) in _cases(mb).items():
@@ -78,8 +77,7 @@ def two_core_ceiling(mb: int = 200, rounds: int = 11, pool: ThreadPoolExecutor |
             out.append({"what": name, "one_s": m1, "two_over_one": m1 / m2})
         return out
     finally:
-        if own:
-            pool.shutdown()
+        pool.shutdown()
 
 
 def refault(mb: int = 256, rounds: int = 3, pause_s: float = PAUSE_S) -> dict:
