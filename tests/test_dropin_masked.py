@@ -291,7 +291,7 @@ def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
     calls = []
     for name in ("masked_sum", "masked_sum_checked"):      # the general path's, and the fast path's (checks too)
         real = getattr(native_masked, name)
-        monkeypatch.setattr(native_masked, name, lambda *a, real=real: calls.append(1) or real(*a))
+        monkeypatch.setattr(native_masked, name, lambda *a, real=real, **k: calls.append(1) or real(*a, **k))
     rng = np.random.default_rng(7)
     n = 120
     a = sps.tril(sps.random_array((n, n), density=0.1, format="csr", rng=rng), -1).tocsr()

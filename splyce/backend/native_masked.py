@@ -499,14 +499,16 @@ def _gather(vals, cols, ends, mp, chunks, kept, threads: int = 1):
     return vals, cols, indptr
 
 
-def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1):
+def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1, with_proof: bool = False):
     """``einsum("ij,jk,ik->", A, B, C)``, summed in the sparsifier kernel's order (see ``_masked_sum_ir``): a
     NumPy scalar of ``dtype``. ``a``, ``b``, ``c``: validated CSR parts ``(data, indices, indptr)`` with
     values of ``dtype`` (columns of B and C in ``[0, n_cols)``, C's unique within a row). Work: ``nnz(C) + sum
     over A's entries (i, j) of nnz(B[j, :])``. ``threads`` > 1: rows in chunks of about equal work
     (``masked_chunks``, 4 per thread, each thread taking the next one left, one mark array per thread), each
     summed from zero; the partial sums added in chunk order (a float sum reassociated, as the compiled kernel's
-    split reduction does; exact for integers and integer-valued floats)."""
+    split reduction does; exact for integers and integer-valued floats). ``with_proof``: returns ``(sum,
+    finite)``, ``finite`` True when every value is finite: proved by the count (every value one) or by a scan
+    of the values run beside the chunks (``planner.nonfinite`` needs no pass of its own then)."""
     av, ac, ap = a
     bv, bc, bp = b
     cv, cc, cp = c
@@ -526,17 +528,38 @@ def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1):
             return one[0]
         counted = _counted_sum(a, b, c, n_cols, dtype, chunks, threads, summed)
         if counted is not None:
-            return counted
+            return (counted, True) if with_proof else counted
     out = np.empty(len(chunks), dtype=dtype)
+    items = [("rows", lo, hi) for lo, hi in chunks]
+    scan = with_proof and dtype.kind in "fc"
+    if scan:        # each distinct value array scanned for NaN / Inf, in halves, by whichever thread is free
+        with _lock:
+            finite = _finite_scan(dtype)
+        for v in {id(v): v for v in (av, bv, cv)}.values():
+            items += [("finite", v, half) for half in ((0, len(v) // 2), (len(v) // 2, len(v)))]
 
-    def run(t, lo, hi, mark):
-        summed_into(out, t, lo, hi, mark)
+    def run(t, kind, x, y, mark):
+        if kind == "finite":
+            lo, hi = y
+            return bool(finite(_address(x) + lo * x.itemsize, hi - lo))
+        summed_into(out, t, x, y, mark)
 
-    run_taken(run, chunks, threads, lambda: np.full(n_cols, -1, dtype=np.int64))
+    results = run_taken(run, items, threads, lambda: np.full(n_cols, -1, dtype=np.int64))
     total = out[0]
     for part in out[1:]:
         total = total + part
-    return total
+    if not with_proof:
+        return total
+    return total, all(r for (kind, *_), r in zip(items, results) if kind == "finite")
+
+
+@functools.cache
+def _finite_scan(value):
+    """``i64 (ptr v, i64 n)``: whether the ``n`` values at ``v`` are all finite (``_finite_ir``)."""
+    from splyce.backend.codegen import compile_host_helpers
+
+    name = f"splyce_masked_finite_{VALUE[value][0]}"
+    return compile_host_helpers(_finite_ir(name, value), {name: _COUNT_SIG})[name]
 
 
 
@@ -618,7 +641,9 @@ def _counted_sum(a, b, c, n_cols: int, dtype: np.dtype, chunks, threads: int, su
 # sample's end (the marks stay valid: rows in increasing order), which is the sum when the value type holds it
 # exactly (up to 2**53 in double, 2**24 in float); otherwise the summing loop. The marks are set to -1 before
 # each loop over rows from 0. Returns 0, or 1 when an operand is not canonical (the caller's general path
-# words it; after a sample only the sample's marks are set back). ``%checks``: bit 0 set to check B, bit 1 to check C (unset for an operand that is A or B itself:
+# words it; after a sample only the sample's marks are set back), or 2 when the summing loop ran and a value is
+# NaN or Inf (the general path applies NumPy's rule for them, ``planner.nonfinite``; a count needs no scan).
+# ``%checks``: bit 0 set to check B, bit 1 to check C (unset for an operand that is A or B itself:
 # its checks and its scan for ones are A's).
 _SUM_CHECKED = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cp, ptr %cc, ptr %cv,
@@ -676,7 +701,16 @@ sum:
 summing:
   %r = call i64 @{sum}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cp, ptr %cc, ptr %cv,
                        i64 0, i64 %m, ptr %mark, ptr %out)
-  ret i64 0
+  %fa = call i64 @{name}_finite(ptr %av, i64 %nnza)
+  %fnb = select i1 %skip_b, i64 0, i64 %nnzb
+  %fb = call i64 @{name}_finite(ptr %bv, i64 %fnb)
+  %fnc = select i1 %skip_c, i64 0, i64 %nnzc
+  %fc = call i64 @{name}_finite(ptr %cv, i64 %fnc)
+  %fab = and i64 %fa, %fb
+  %fabc = and i64 %fab, %fc
+  %finite = icmp ne i64 %fabc, 0
+  %code = select i1 %finite, i64 0, i64 2
+  ret i64 %code
 fail:
   ret i64 1
 }}
@@ -777,6 +811,40 @@ done:
 """
 
 
+def _finite_ir(name, value):
+    """``i64 name(ptr v, i64 n)``: 1 when each of the ``n`` values at ``v`` is finite (its exponent bits not
+    all set; integers always), else 0 (no early exit: the loop vectorizes)."""
+    t = VALUE[value][0]
+    if t not in _EXPONENT:
+        return f"define i64 @{name}(ptr %v, i64 %n) {{\nentry:\n  ret i64 1\n}}\n"
+    bits, mask = _EXPONENT[t]
+    return f"""
+define i64 @{name}(ptr %v, i64 %n) {{
+entry:
+  br label %head
+head:
+  %k = phi i64 [0, %entry], [%k1, %body]
+  %all = phi i1 [true, %entry], [%all1, %body]
+  %more = icmp slt i64 %k, %n
+  br i1 %more, label %body, label %done
+body:
+  %pv = getelementptr i{bits}, ptr %v, i64 %k
+  %x = load i{bits}, ptr %pv
+  %e = and i{bits} %x, {mask}
+  %fin = icmp ne i{bits} %e, {mask}
+  %all1 = and i1 %all, %fin
+  %k1 = add i64 %k, 1
+  br label %head
+done:
+  %r = zext i1 %all to i64
+  ret i64 %r
+}}
+"""
+
+
+_EXPONENT = {"double": (64, 0x7FF0000000000000), "float": (32, 0x7F800000)}
+
+
 # B's or C's check (``x``: b / c), unless its bit of ``%checks`` is clear; then to block ``next``
 _CHECK_OPERAND = """test_{x}:
   %w{x} = and i64 %checks, {bit}
@@ -810,6 +878,7 @@ def _sum_checked_kernel(value: np.dtype, bits: int, exact: int | None = None):
             + _products_ir(name + "_products", bits)
             + _unmark_rows_ir(name + "_unmark_rows", bits)
             + _ones_ir(name + "_ones", value)
+            + _finite_ir(name + "_finite", value)
             + _SUM_CHECKED.format(name=name, check=check, sum=total, count=count, t=t,
                                   convert=convert, exact=exact,
                                   check_b=_CHECK_OPERAND.format(x="b", bit=1, next="test_c", rows="n1", check=check),
@@ -828,7 +897,7 @@ def masked_sum_checked(a, b, c, m: int, n1: int, n2: int, check_b: bool, check_c
     ``check_c`` False for an operand that is A or B itself), then sums. Values of one dtype the native kernels
     compute in, index arrays of one dtype (int32 / int64), all 1-D C-contiguous, lengths consistent, the
     sizes fitting the index dtype, ``array_objects.DATA_OFFSET`` confirmed. Returns the sum (a NumPy scalar,
-    as ``masked_sum``), or None when an operand is not canonical."""
+    as ``masked_sum``), or None when an operand is not canonical or a value is not finite."""
     av, ac, ap = a
     bv, bc, bp = b
     cv, cc, cp = c
@@ -841,7 +910,7 @@ def masked_sum_checked(a, b, c, m: int, n1: int, n2: int, check_b: bool, check_c
     out = np.empty(1, dtype=av.dtype)
     if fn(id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cp), id(cc), id(cv), id(mark), id(out), m, n1, n2,
           len(ac), len(bc), len(cc), check_b | (check_c << 1)):
-        return None
+        return None          # not canonical, or a value NaN / Inf: the general path words it / applies the rule
     return out[0]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import functools
+from collections import Counter
 import os
 import sys
 import threading
@@ -906,12 +907,18 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     family = _sparse_family(*operands)
     inputs, output = parse_einsum(subscripts, len(operands))
     infos = [OperandInfo.of(x, f) for f, x in zip(families, operands)]
+    if (len(inputs) == 2 and inputs[0] == inputs[1] == output and len(output) == 2 and len(set(output)) == 2
+            and infos[0].sparse and infos[1].sparse):
+        # a Hadamard product: the drop-in multiply, whose result keeps scipy's and NumPy's NaN for a NaN or
+        # Inf against a missing entry (the coiterating kernel skips that pair), and runs the native merge
+        return multiply(*operands, out_format=out_format, threads=threads)
     formulation, roles = choose_einsum_formulation(inputs, output, infos, out_format)
     if formulation is Formulation.SPARSIFIER:
         out_format = "sparse"   # a result on the mask's positions, as the native masked products return
     elif formulation is not Formulation.COITERATE:
         _check_einsum_shapes(inputs, infos)
         return _wrap_sparse(_masked_product(formulation, roles, operands, threads), family)
+    operands, inputs, subscripts = _sum_lone_dense_letters(subscripts, operands, inputs, output, families)
     order = list(dict.fromkeys("".join(inputs)))
     ops = []
     convert = _converter(threads)
@@ -923,10 +930,12 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     jitted = _kernel("einsum:" + subscripts, _Einsum(subscripts), out_format, threads,
                      reassociate=threads > 1 and not output)
     if out_format is None and _is_masked_sum(inputs, output, infos):
-        out = _masked_sum(jitted, ops, inputs, threads)
-        if out is not None:
-            return out
+        summed = _masked_sum(jitted, ops, inputs, threads)
+        if summed is not None:
+            return _numpy_sum(inputs, ops, *summed)
     out = jitted(*ops)
+    if not output:
+        return _numpy_sum(inputs, ops, out)
     if isinstance(out, np.ndarray):
         if family == "pydata" and out.ndim:
             import sparse
@@ -936,6 +945,26 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     if np.ndim(out) == 2 and hasattr(out, "tocsr"):
         return _wrap_sparse(out, family)
     return out.to_pydata() if family == "pydata" else out
+
+
+def _sum_lone_dense_letters(subscripts, operands, inputs, output, families):
+    """Sum a dense operand over its letters that are in no other operand and not in the result, before the
+    kernel, as NumPy's einsum does: ``"ij,jk->"`` with a dense B is ``A``'s entries times B's row sums, not
+    each entry times every element of its row (O(nnz + size of B), not O(nnz * columns)), and an Inf in A
+    against a zero in B's row is then Inf, as NumPy and pydata-sparse give. Returns the operands, their
+    subscripts and the subscripts string."""
+    counts = Counter("".join(inputs) + output)
+    operands, inputs, changed = list(operands), list(inputs), False
+    for n, (x, subs, family) in enumerate(zip(operands, inputs, families)):
+        if family != "numpy" or np.ndim(x) != len(subs):
+            continue                       # (a subscript / shape mismatch: the tracer words it)
+        lone = [d for d, letter in enumerate(subs) if counts[letter] == 1]
+        if lone and len(lone) < len(subs):
+            x = np.asarray(x)
+            operands[n] = np.add.reduce(x, axis=tuple(lone), dtype=x.dtype)
+            inputs[n] = "".join(letter for d, letter in enumerate(subs) if d not in lone)
+            changed = True
+    return operands, inputs, (",".join(inputs) + "->" + output) if changed else subscripts
 
 
 def _is_masked_sum(inputs: list[str], output: str, infos: list[OperandInfo]) -> bool:
@@ -960,7 +989,8 @@ def _masked_sum(jitted, ops, inputs, threads: int = 1):
     shapes and formats, sets the order of the sum; when it is the plain one (loops i, j, k, every operand kept
     in its CSR, nothing fused: the corpus's triangle counts), the native ``masked_sum`` runs the same sum in
     the same order, bit for bit, without the kernel call's descriptors and results (~0.3 ms on a small
-    matrix); any other plan: None (the caller runs the kernel)."""
+    matrix), as ``(sum, whether every value was proved finite)``; any other plan: None (the caller runs the
+    kernel)."""
     from splyce.backend import native_masked
 
     kernel, _ = jitted.kernel_for(*ops)
@@ -971,7 +1001,16 @@ def _masked_sum(jitted, ops, inputs, threads: int = 1):
         return None
     A, B, C = (op.tensor for op in ops)
     return native_masked.masked_sum(*((t.values, t.crd[1], t.pos[1]) for t in (A, B, C)), C.shape[1], A.dtype,
-                                    threads)
+                                    threads, with_proof=True)
+
+
+def _numpy_sum(inputs, ops, out, values_known_finite: bool = False):
+    """A scalar einsum's value with NumPy's NaN / Inf rule for missing entries (``planner.nonfinite``)."""
+    from splyce.planner import nonfinite
+
+    sparse = [None if isinstance(op, np.ndarray) else op.tensor for op in ops]
+    return nonfinite.sum_value(inputs, [np.shape(op) if isinstance(op, np.ndarray) else op.tensor.shape
+                                        for op in ops], sparse, out, values_known_finite)
 
 
 _SUM_SUBSCRIPTS: dict = {}    # einsum subscripts -> whether they read "ij,jk,ik->" (up to the letters)

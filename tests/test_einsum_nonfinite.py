@@ -1,0 +1,194 @@
+"""NaN and Inf in the drop-in einsum: a scalar sum gives what NumPy's einsum on the dense arrays, scipy's
+formulation and pydata-sparse's einsum give (NaN times a missing entry is NaN), not the sum over stored
+entries only; a Hadamard einsum keeps scipy's NaN (splyce.planner.nonfinite, docs/semantics.md)."""
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+import sparse
+from hypothesis import given, settings, strategies as st
+
+import splyce
+from splyce.backend import native_masked
+
+
+def _graph(n, density, seed):
+    A = sps.random_array((n, n), density=density, rng=np.random.default_rng(seed), format="csr")
+    return sps.csr_array(sps.tril((A + A.T) != 0, -1), dtype=np.float64)
+
+
+def _dense(*xs):
+    return [x.toarray() if sps.issparse(x) else np.asarray(x) for x in xs]
+
+
+def _ref(subs, *xs, optimize=False):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.einsum(subs, *_dense(*xs), optimize=optimize)
+
+
+def _pydata(subs, *xs):
+    """pydata-sparse's einsum (fill values: NaN times a missing zero is NaN, a letter in one operand only is
+    summed there first), the reference nobody here wrote."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = sparse.einsum(subs, *(sparse.COO.from_scipy_sparse(x) if sps.issparse(x) else sparse.COO(x)
+                                    for x in xs))
+    return out.todense()[()] if hasattr(out, "todense") else out
+
+
+def _same(got, want):
+    got, want = complex(got), complex(want)
+    if np.isnan(want.real) or np.isnan(want.imag):
+        return np.isnan(got.real) or np.isnan(got.imag)
+    return np.isclose(got, want, rtol=1e-4, atol=1e-6) or got == want
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_triangle_count_with_a_non_finite_weight_is_nan(value, where, threads):
+    """The reported defect: a NaN closing no triangle gave a finite count (921.0 here), one or two threads,
+    first call (the general path) and later ones (the fast native path) alike."""
+    L = _graph(300, 0.03, 0)
+    at = {"first": 0, "middle": L.nnz // 2, "last": L.nnz - 1}[where]
+    L.data[at] = value
+    before = L.data.copy()
+    want = _ref("ij,jk,ik->", L, L, L)
+    with np.errstate(all="ignore"):
+        scipy_says = (L @ L).multiply(L).sum()
+    assert np.isnan(want) and np.isnan(scipy_says)
+    for _ in range(3):                               # the general path first, then the fast one
+        assert np.isnan(splyce.einsum("ij,jk,ik->", L, L, L, threads=threads))
+    np.testing.assert_array_equal(L.data, before)    # inputs are never modified
+
+
+def test_triangle_count_of_finite_weights_is_unchanged():
+    """Finite weights (not a 0/1 pattern): the sum over stored entries, bit for bit the plain kernel's."""
+    L = _graph(400, 0.03, 1)
+    L.data = np.random.default_rng(2).uniform(0.5, 2.0, L.nnz)
+    want = splyce.jit(lambda a, b, c: splyce.einsum("ij,jk,ik->", a, b, c))(
+        *(splyce.asarray(L) for _ in range(3)))
+    for _ in range(3):
+        assert splyce.einsum("ij,jk,ik->", L, L, L) == want
+
+
+def test_triangle_count_on_one_thread_scans_only_when_summing():
+    """A 0/1 pattern is counted, which proves every value one: no finiteness scan. A weighted one is summed,
+    then scanned: the fast kernel says 2 for a NaN (the general path applies the rule), 0 otherwise."""
+    L = _graph(500, 0.05, 3)
+    fn = native_masked._sum_checked_kernel(np.dtype(np.float64), 32)
+    mark, out = np.empty(500, dtype=np.int64), np.empty(1)
+
+    def call(x):
+        parts = [id(a) for a in (x.indptr, x.indices, x.data)] * 3
+        return fn(*parts, id(mark), id(out), 500, 500, 500, x.nnz, x.nnz, x.nnz, 0)
+
+    assert call(L) == 0 and out[0] == (L @ L).multiply(L).sum()
+    W = L.copy()
+    W.data = W.data * 1.5
+    assert call(W) == 0
+    W.data[W.nnz // 3] = np.inf
+    assert call(W) == 2
+
+
+def test_full_operands_keep_infinity():
+    """An Inf whose terms meet no missing entry (every partner stored) is NumPy's Inf, not NaN."""
+    full = sps.csr_array(np.ones((3, 3)))
+    inf = full.copy()
+    inf.data[4] = np.inf
+    assert splyce.einsum("ij,jk,ik->", inf, full, full) == np.inf == _ref("ij,jk,ik->", inf, full, full)
+    assert splyce.einsum("ij,ij->", inf, full) == np.inf
+    neg = full.copy()
+    neg.data[0] = -np.inf
+    assert np.isnan(splyce.einsum("ij,ij->", inf, neg))          # Inf - Inf, as NumPy
+    one_missing = full.copy()
+    one_missing.data[8] = 0
+    one_missing.eliminate_zeros()                                  # (2, 2) missing: Inf at (1, 1) never meets it
+    assert splyce.einsum("ij,ij->", inf, one_missing) == np.inf
+    assert splyce.einsum("ij,jk,ik->", inf, one_missing, full) == np.inf   # B's row 1 is full
+    row_one_missing = full.copy()
+    row_one_missing.data[5] = 0
+    row_one_missing.eliminate_zeros()                              # (1, 2) missing
+    assert np.isnan(splyce.einsum("ij,jk,ik->", inf, row_one_missing, full))   # term (1, 1, 2)
+    assert np.isnan(_ref("ij,jk,ik->", inf, row_one_missing, full))
+
+
+def test_a_dense_operands_infinity_against_a_missing_entry_is_skipped_as_scipy_and_pydata_do():
+    A = sps.random_array((20, 20), density=0.2, rng=0, format="csr")
+    x = np.ones(20)
+    x[3] = np.inf
+    P = sparse.COO.from_scipy_sparse(A)
+    got = splyce.einsum("ij,j->", A, x)
+    assert got == sparse.einsum("ij,j->", P, x) == (A @ x).sum() == np.inf
+
+
+def test_hadamard_einsum_keeps_nan_against_a_missing_entry():
+    """``"ij,ij->ij"`` of two sparse operands is the drop-in multiply: scipy's union rule."""
+    A = sps.random_array((50, 60), density=0.1, rng=0, format="csr")
+    B = sps.random_array((50, 60), density=0.1, rng=1, format="csr")
+    A.data[5] = np.nan
+    got = splyce.einsum("ij,ij->ij", A, B)
+    with np.errstate(all="ignore"):
+        want = A.multiply(B)
+    np.testing.assert_array_equal(got.toarray(), want.toarray())
+    assert np.isnan(got.toarray()).sum() == 1
+
+
+_SUMS = ["ij,jk,ik->", "ij,ij->", "ij,ji->", "ij->", "ij,jk->", "ij,j->", "ij,jk,kl->"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(_SUMS), st.integers(1, 7), st.floats(0.1, 1.0), st.integers(0, 10**6),
+       st.sampled_from([np.nan, np.inf, -np.inf, None]), st.sampled_from([np.float64, np.float32]),
+       st.booleans())
+def test_scalar_einsum_matches_numpy_with_non_finite_values(subs, n, density, seed, value, dtype, dense_last):
+    """Property: any scalar einsum over sparse operands (and a dense one), a non-finite value in a sparse one:
+    the value of NumPy's einsum on the dense arrays and of pydata-sparse's einsum."""
+    rng = np.random.default_rng(seed)
+    ins = subs.split("->")[0].split(",")
+    ops = []
+    for k, s in enumerate(ins):
+        shape = (n,) * len(s)
+        d = rng.uniform(0.5, 2.0, shape) * (rng.random(shape) < density)
+        if dense_last and k == len(ins) - 1 and len(ins) > 1:
+            ops.append(d.astype(dtype))
+        else:
+            ops.append(sps.csr_array(d.astype(dtype)) if len(s) == 2 else d.astype(dtype))
+    sparse_ops = [k for k, o in enumerate(ops) if sps.issparse(o) and o.nnz]
+    if value is not None and sparse_ops:
+        o = ops[sparse_ops[rng.integers(len(sparse_ops))]]
+        o.data[rng.integers(o.nnz)] = value
+    if not any(sps.issparse(o) for o in ops):
+        return
+    refs = {"pydata": _pydata(subs, *ops), "numpy": _ref(subs, *ops), "numpy optimize": _ref(subs, *ops, optimize=True)}
+    got = splyce.einsum(subs, *ops)
+    # the references disagree on an Inf against a zero of a letter in one operand only (NumPy's default path
+    # multiplies it, pydata and NumPy's optimize=True sum it first): one of them; where they agree, theirs
+    assert any(_same(got, r) for r in refs.values()), (subs, got, refs)
+    if sum(_same(a, b) for a in refs.values() for b in refs.values()) == 9:
+        assert _same(got, refs["numpy"]), (subs, got, refs)
+
+
+def test_a_dense_operands_lone_letters_are_summed_before_the_kernel():
+    """``"ij,jk->"`` with a dense B runs as ``"ij,j->"`` on B's row sums (NumPy's order: O(nnz + size of B),
+    not every stored entry times a whole row), so an Inf in A against a zero in B's row is Inf, as NumPy's
+    einsum and pydata-sparse give."""
+    from splyce.planner import dropin
+
+    rng = np.random.default_rng(4)
+    A = sps.random_array((40, 30), density=0.1, rng=rng, format="csr")
+    B = rng.standard_normal((30, 25))
+    B[:, 3] = 0.0
+    got = splyce.einsum("ij,jk->", A, B)
+    assert np.isclose(got, np.einsum("ij,jk->", A.toarray(), B))
+    assert any(key[0] == "einsum:ij,j->" for key in dropin._kernels)
+    A.data[0] = np.inf
+    j = A.indices[0]
+    B[j] = np.abs(B[j]) + 1.0
+    B[j, 3] = 0.0
+    assert splyce.einsum("ij,jk->", A, B) == np.inf == _ref("ij,jk->", A, B) == _pydata("ij,jk->", A, B)
+    # the result keeps the other letters: "ij,jk->i" sums B over k too, "ij,jk->ik" does not
+    np.testing.assert_allclose(splyce.einsum("ij,jk->i", A, np.ones((30, 25))),
+                               np.einsum("ij,jk->i", A.toarray(), np.ones((30, 25))))
