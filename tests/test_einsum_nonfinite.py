@@ -134,6 +134,15 @@ def test_hadamard_einsum_keeps_nan_against_a_missing_entry():
         want = A.multiply(B)
     np.testing.assert_array_equal(got.toarray(), want.toarray())
     assert np.isnan(got.toarray()).sum() == 1
+    C = sps.random_array((60, 50), density=0.1, rng=2, format="csr")      # "ij,ji->ij": A * C.T
+    with np.errstate(all="ignore"):
+        want = A.multiply(C.T)
+    for c in (C, sparse.COO.from_scipy_sparse(C)):
+        got = splyce.einsum("ij,ji->ij", A if sps.issparse(c) else sparse.COO.from_scipy_sparse(A), c)
+        dense = got.toarray() if hasattr(got, "toarray") else got.todense()
+        np.testing.assert_array_equal(dense, want.toarray())
+    with pytest.raises(ValueError, match="index 'j' has sizes 60 and 50"):
+        splyce.einsum("ij,ji->ij", A, B)
 
 
 _SUMS = ["ij,jk,ik->", "ij,ij->", "ij,ji->", "ij->", "ij,jk->", "ij,j->", "ij,jk,kl->"]

@@ -907,11 +907,15 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     family = _sparse_family(*operands)
     inputs, output = parse_einsum(subscripts, len(operands))
     infos = [OperandInfo.of(x, f) for f, x in zip(families, operands)]
-    if (len(inputs) == 2 and inputs[0] == inputs[1] == output and len(output) == 2 and len(set(output)) == 2
-            and infos[0].sparse and infos[1].sparse):
-        # a Hadamard product: the drop-in multiply, whose result keeps scipy's and NumPy's NaN for a NaN or
-        # Inf against a missing entry (the coiterating kernel skips that pair), and runs the native merge
-        return multiply(*operands, out_format=out_format, threads=threads)
+    if (len(inputs) == 2 and inputs[0] == output and inputs[1] in (output, output[::-1]) and len(output) == 2
+            and len(set(output)) == 2 and infos[0].sparse and infos[1].sparse
+            and (inputs[1] == output or hasattr(operands[1], "T"))):
+        # a Hadamard product (``"ij,ij->ij"``, ``"ij,ji->ij"`` of a scipy / pydata B): the drop-in multiply,
+        # whose result keeps scipy's and NumPy's NaN for a NaN or Inf against a missing entry (the coiterating
+        # kernel skips that pair), and runs the native merge (a CSC B.T without a transpose)
+        _check_einsum_shapes(inputs, infos)         # (worded by index, not by the transposed shape)
+        b = operands[1] if inputs[1] == output else operands[1].T
+        return multiply(operands[0], b, out_format=out_format, threads=threads)
     formulation, roles = choose_einsum_formulation(inputs, output, infos, out_format)
     if formulation is Formulation.SPARSIFIER:
         out_format = "sparse"   # a result on the mask's positions, as the native masked products return
