@@ -24,8 +24,8 @@ from splyce.backend.native_spmv import GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES, 
 from splyce.backend.native_spmv import SPMM_FIXED as _SPMM_FIXED
 from splyce.backend import native_masked as _native_masked
 from splyce.backend.array_objects import DATA_OFFSET as _ARRAY_OFFSET   # None: no array read natively by id
-from splyce.planner import scipy_out
-from splyce.tensors.formats import CSR, SPARSE_VECTOR, Format
+from splyce.planner import nonfinite as _nonfinite, scipy_out
+from splyce.tensors.formats import CSC, CSR, SPARSE_VECTOR, Format
 from splyce.tensors.validation import SUPPORTED_DTYPES, check_buffers, check_dtype
 from splyce.runtime.arguments import Checked
 from splyce.tensors.tensor import SparseTensor, asarray
@@ -293,9 +293,24 @@ def matmul(a, b, *, out_format=None, threads=1):
         return _dense_out(kernel(np.ascontiguousarray(a), B), family, want_sparse)
     if formulation is Formulation.SCATTER_VECTOR:
         if len(sa) == 1:
-            return matmul(_to_dense_vector(a), b, out_format="dense", threads=threads)
+            dense_a = _to_dense_vector(a)
+            out = matmul(dense_a, b, out_format="dense", threads=threads)
+            if _nonfinite.maybe_nan(np.asarray(out)):   # a NaN / Inf of b times a missing entry of a: scipy
+                stored = _nonfinite.stored_mask(asarray(a).coords()[0], sa[0])         # skips the pair
+                if len(sb) == 2:
+                    B = _as_format(b, CSC, "b").tensor
+                    out = _nonfinite.resum_columns(out, B.pos[1], B.crd[1], B.values, stored, dense_a)
+                else:
+                    out = _nonfinite.resum_dot(out, stored, dense_a, asarray(b).coords()[0], _to_dense_vector(b))
+            return _vector_out(out, family) if len(sb) == 2 else out     # sparse, as scipy / pydata return it
         # matrix times a sparse vector: scatter the vector once (O(n)), then a CSR row-times-vector kernel
-        out = kernel(_as_format(a, CSR, "a"), _to_dense_vector(b))
+        A = _as_format(a, CSR, "a")
+        dense_b = _to_dense_vector(b)
+        out = kernel(A, dense_b)
+        if _nonfinite.maybe_nan(out):       # a NaN / Inf of a times a missing entry of b: scipy skips it
+            stored = _nonfinite.stored_mask(asarray(b).coords()[0], sb[0])
+            t = A.tensor
+            out = _nonfinite.resum_rows(out, t.pos[1], t.crd[1], t.values, stored, dense_b)
         if len(sb) == 2:
             return _dense_out(out.reshape(-1, 1), family, want_sparse)
         return _vector_out(out, family)
@@ -481,6 +496,8 @@ def _fast_spmspv(a, x, threads=1):
         if not several:
             return None
         y = _csr_times_dense(a, dense, _threads(threads))   # too much work for one thread: split, same bits
+    if _nonfinite.maybe_nan(y):        # a NaN / Inf of a times a missing entry of x: scipy skips the pair
+        y = _nonfinite.resum_rows(y, a.indptr, a.indices, a.data, _nonfinite.stored_mask(coords, n), dense)
     return scipy_out.coo_vector(_coo_array_type(), y)
 
 

@@ -117,3 +117,61 @@ def sum_value(inputs: list[str], shapes: list[tuple], sparse: list, result, valu
             if q != i and _missing_partner(e_coords, subs, coords(q), inputs[q], sizes, summed):
                 return nan          # Inf times a missing entry
     return result
+
+
+# -- a sparse vector scattered densely into a product --------------------------------------------------------
+# ``A @ x`` with a sparse x runs as an SpMV on x scattered into a dense vector (O(n)). Its missing entries are
+# then zeros that are multiplied: a NaN or Inf of A in a column x does not store gives NaN, where scipy's
+# sparse product (and GraphBLAS) skips the pair. Such a NaN is sticky, so the result shows every row it
+# reached: those rows (only those) are summed again over the entries x stores, in stored order from +0.0,
+# as scipy's ``csr_matmat`` sums them.
+
+def maybe_nan(y: np.ndarray) -> bool:
+    """Whether ``y`` holds a NaN, at a ufunc call's cost (~2.5 us on a small vector, where an SpMSpV call
+    takes 20-30 us; 0.7-1.7 % of the large ones): its minimum, which a NaN propagates into (a sum would warn
+    on an overflow of finite values)."""
+    if y.dtype.kind == "c":
+        return bool(np.isnan(y).any())
+    if y.dtype.kind != "f" or not y.size:
+        return False
+    v = y.min()
+    return v != v
+
+
+def stored_mask(coords: np.ndarray, n: int) -> np.ndarray:
+    mask = np.zeros(n, dtype=bool)
+    mask[coords] = True
+    return mask
+
+
+def resum_rows(y: np.ndarray, indptr, indices, data, stored: np.ndarray, dense_x: np.ndarray) -> np.ndarray:
+    """``y`` (``A @ x`` by a dense scatter of x) with each NaN row summed again over the columns x stores
+    (``stored``): a copy when a row changes. Work: the NaN rows' entries."""
+    rows = np.flatnonzero(np.isnan(y))
+    if not len(rows):
+        return y
+    y = y.copy()
+    zero = np.zeros(1, dtype=y.dtype)
+    for r in rows:
+        cols = indices[indptr[r]:indptr[r + 1]]
+        keep = stored[cols]
+        products = data[indptr[r]:indptr[r + 1]][keep] * dense_x[cols[keep]]
+        y[r] = np.cumsum(np.concatenate([zero, products.astype(y.dtype, copy=False)]))[-1]
+    return y
+
+
+def resum_columns(y: np.ndarray, colptr, rows_of, data, stored: np.ndarray, dense_a: np.ndarray) -> np.ndarray:
+    """``a @ B`` for a sparse vector ``a`` scattered densely: each NaN entry ``k`` summed again over B's column
+    ``k`` (CSC parts, rows ascending) where ``a`` stores the row, in that order from +0.0."""
+    return resum_rows(y, colptr, rows_of, data, stored, dense_a)
+
+
+def resum_dot(out, stored_a: np.ndarray, dense_a: np.ndarray, coords_b: np.ndarray, dense_b: np.ndarray):
+    """``a @ b`` of two sparse vectors scattered densely, when NaN: summed again over the coordinates both
+    store, ascending (scipy's ``csr_matmat`` order for a 1 x n row times an n x 1 column), from +0.0."""
+    both = np.unique(coords_b)
+    both = both[stored_a[both]]
+    dtype = np.asarray(out).dtype
+    products = (dense_a[both] * dense_b[both]).astype(dtype, copy=False)
+    total = np.cumsum(np.concatenate([np.zeros(1, dtype=dtype), products]))[-1]
+    return total if np.ndim(out) == 0 and not isinstance(out, np.ndarray) else np.asarray(total, dtype=dtype)
