@@ -783,11 +783,9 @@ def _unmark_rows_ir(name, bits):
     return "\n".join(ir.lines) + "\n"
 
 
-def _ones_ir(name, value):
-    """``i64 name(ptr v, i64 n)``: 1 when each of the ``n`` values at ``v`` is one, else 0 (no early exit: the
-    loop vectorizes)."""
-    t = VALUE[value][0]
-    is_one = _COUNTED[t][0]
+def _all_of_ir(name, elem, test):
+    """``i64 name(ptr v, i64 n)``: 1 when ``test`` (IR lines computing ``%ok`` from the element ``%x`` of type
+    ``elem``) holds for each of the ``n`` values at ``v``, else 0 (no early exit: the loop vectorizes)."""
     return f"""
 define i64 @{name}(ptr %v, i64 %n) {{
 entry:
@@ -798,10 +796,10 @@ head:
   %more = icmp slt i64 %k, %n
   br i1 %more, label %body, label %done
 body:
-  %pv = getelementptr {t}, ptr %v, i64 %k
-  %x = load {t}, ptr %pv
-  %is_one = {is_one}
-  %all1 = and i1 %all, %is_one
+  %pv = getelementptr {elem}, ptr %v, i64 %k
+  %x = load {elem}, ptr %pv
+{test}
+  %all1 = and i1 %all, %ok
   %k1 = add i64 %k, 1
   br label %head
 done:
@@ -811,35 +809,20 @@ done:
 """
 
 
+def _ones_ir(name, value):
+    """``i64 name(ptr v, i64 n)``: whether each of the ``n`` values at ``v`` is one."""
+    t = VALUE[value][0]
+    return _all_of_ir(name, t, f"  %ok = {_COUNTED[t][0]}")
+
+
 def _finite_ir(name, value):
-    """``i64 name(ptr v, i64 n)``: 1 when each of the ``n`` values at ``v`` is finite (its exponent bits not
-    all set; integers always), else 0 (no early exit: the loop vectorizes)."""
+    """``i64 name(ptr v, i64 n)``: whether each of the ``n`` values at ``v`` is finite (its exponent bits not
+    all set, read as an integer; integers always are)."""
     t = VALUE[value][0]
     if t not in _EXPONENT:
         return f"define i64 @{name}(ptr %v, i64 %n) {{\nentry:\n  ret i64 1\n}}\n"
     bits, mask = _EXPONENT[t]
-    return f"""
-define i64 @{name}(ptr %v, i64 %n) {{
-entry:
-  br label %head
-head:
-  %k = phi i64 [0, %entry], [%k1, %body]
-  %all = phi i1 [true, %entry], [%all1, %body]
-  %more = icmp slt i64 %k, %n
-  br i1 %more, label %body, label %done
-body:
-  %pv = getelementptr i{bits}, ptr %v, i64 %k
-  %x = load i{bits}, ptr %pv
-  %e = and i{bits} %x, {mask}
-  %fin = icmp ne i{bits} %e, {mask}
-  %all1 = and i1 %all, %fin
-  %k1 = add i64 %k, 1
-  br label %head
-done:
-  %r = zext i1 %all to i64
-  ret i64 %r
-}}
-"""
+    return _all_of_ir(name, f"i{bits}", f"  %e = and i{bits} %x, {mask}\n  %ok = icmp ne i{bits} %e, {mask}")
 
 
 _EXPONENT = {"double": (64, 0x7FF0000000000000), "float": (32, 0x7F800000)}

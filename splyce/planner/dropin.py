@@ -299,7 +299,8 @@ def matmul(a, b, *, out_format=None, threads=1):
                 stored = _nonfinite.stored_mask(asarray(a).coords()[0], sa[0])         # skips the pair
                 if len(sb) == 2:
                     B = _as_format(b, CSC, "b").tensor
-                    out = _nonfinite.resum_columns(out, B.pos[1], B.crd[1], B.values, stored, dense_a)
+                    # B's columns (CSC, rows ascending) as the rows summed again: scipy's order
+                    out = _nonfinite.resum_rows(out, B.pos[1], B.crd[1], B.values, stored, dense_a)
                 else:
                     out = _nonfinite.resum_dot(out, stored, dense_a, asarray(b).coords()[0], _to_dense_vector(b))
             return _vector_out(out, family) if len(sb) == 2 else out     # sparse, as scipy / pydata return it
@@ -1027,10 +1028,8 @@ def _masked_sum(jitted, ops, inputs, threads: int = 1):
 
 def _numpy_sum(inputs, ops, out, values_known_finite: bool = False):
     """A scalar einsum's value with NumPy's NaN / Inf rule for missing entries (``planner.nonfinite``)."""
-    from splyce.planner import nonfinite
-
     sparse = [None if isinstance(op, np.ndarray) else op.tensor for op in ops]
-    return nonfinite.sum_value(inputs, [np.shape(op) if isinstance(op, np.ndarray) else op.tensor.shape
+    return _nonfinite.sum_value(inputs, [np.shape(op) if isinstance(op, np.ndarray) else op.tensor.shape
                                         for op in ops], sparse, out, values_known_finite)
 
 

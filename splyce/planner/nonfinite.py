@@ -29,13 +29,9 @@ def values_finite(values: np.ndarray) -> bool:
         return bool(np.isfinite(values.sum()))
 
 
-def _columns(coords, subs, letters):
-    return [coords[subs.index(letter)] for letter in letters]
-
-
-def _ranks(columns: list[np.ndarray]) -> np.ndarray:
-    """One int64 key per entry for its coordinates in ``columns``, equal keys for equal tuples."""
-    return np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+def _columns(coords, subs, letters) -> np.ndarray:
+    """The entries' coordinates on ``letters``, one row per entry."""
+    return np.stack([coords[subs.index(letter)] for letter in letters], axis=1)
 
 
 def _missing_partner(e_coords, e_subs, q_coords, q_subs, sizes, summed) -> bool:
@@ -51,28 +47,15 @@ def _missing_partner(e_coords, e_subs, q_coords, q_subs, sizes, summed) -> bool:
         full *= sizes[letter]
     if len(q_coords[0]) < full:     # fewer stored entries than one fibre holds: every fibre misses some
         return True
-    radix = full
-    for letter in shared:
-        radix *= sizes[letter]
-    if radix < 2**62:               # one mixed-radix key per entry: shared letters high, free ones low
-        q_key = np.zeros(len(q_coords[0]), dtype=np.int64)
-        for letter in shared + free:
-            q_key = q_key * sizes[letter] + q_coords[q_subs.index(letter)]
-        e_key = np.zeros(len(e_coords[0]), dtype=np.int64)
-        for letter in shared:
-            e_key = e_key * sizes[letter] + e_coords[e_subs.index(letter)]
-        q_shared = np.unique(q_key) // full
-    else:                           # too many for one int64: ranks of the coordinate tuples
-        n_q = len(q_coords[0])
-        cols = _columns(q_coords, q_subs, shared)
-        if free:
-            q_full = np.unique(np.stack(_columns(q_coords, q_subs, shared + free), axis=1), axis=0)
-            cols = list(q_full[:, :len(shared)].T)
-            n_q = len(q_full)
-        if not shared:
-            return n_q < full
-        ranks = _ranks([np.concatenate([c, e]) for c, e in zip(cols, _columns(e_coords, e_subs, shared))])
-        q_shared, e_key = ranks[:n_q], ranks[n_q:]
+    if not shared + free:
+        return False                # q is summed whole: it multiplies nothing missing
+    distinct = np.unique(_columns(q_coords, q_subs, shared + free), axis=0)   # a duplicate is one entry
+    if not shared:
+        return len(distinct) < full
+    # the shared coordinates of q's distinct entries and of the non-finite ones, ranked together
+    both = np.concatenate([distinct[:, :len(shared)], _columns(e_coords, e_subs, shared)])
+    ranks = np.unique(both, axis=0, return_inverse=True)[1].reshape(-1)
+    q_shared, e_key = ranks[:len(distinct)], ranks[len(distinct):]
     stored, counts = np.unique(q_shared, return_counts=True)
     at = np.minimum(np.searchsorted(stored, e_key), len(stored) - 1)
     return bool(((stored[at] != e_key) | (counts[at] < full)).any())
@@ -99,7 +82,7 @@ def sum_value(inputs: list[str], shapes: list[tuple], sparse: list, result, valu
 
     def coords(i):
         if i not in coords_of:
-            coords_of[i] = sparse[i].coords()     # (duplicates: the keys above are made unique)
+            coords_of[i] = sparse[i].coords()     # (duplicates: made one in _missing_partner)
         return coords_of[i]
 
     for i, t in tensors:
@@ -158,12 +141,6 @@ def resum_rows(y: np.ndarray, indptr, indices, data, stored: np.ndarray, dense_x
         products = data[indptr[r]:indptr[r + 1]][keep] * dense_x[cols[keep]]
         y[r] = np.cumsum(np.concatenate([zero, products.astype(y.dtype, copy=False)]))[-1]
     return y
-
-
-def resum_columns(y: np.ndarray, colptr, rows_of, data, stored: np.ndarray, dense_a: np.ndarray) -> np.ndarray:
-    """``a @ B`` for a sparse vector ``a`` scattered densely: each NaN entry ``k`` summed again over B's column
-    ``k`` (CSC parts, rows ascending) where ``a`` stores the row, in that order from +0.0."""
-    return resum_rows(y, colptr, rows_of, data, stored, dense_a)
 
 
 def resum_dot(out, stored_a: np.ndarray, dense_a: np.ndarray, coords_b: np.ndarray, dense_b: np.ndarray):
