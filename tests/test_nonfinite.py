@@ -261,3 +261,99 @@ def test_sparse_vector_products_match_scipy_with_non_finite_values(m, n, da, dx,
         want = (A @ x).toarray()
     got = splyce.matmul(A, x)
     np.testing.assert_array_equal(got.toarray(), want)
+
+
+# -- jitted functions whose plan scatters a sparse operand ---------------------------------------------------
+# The planner may store a sparse input scattered into a dense array; its missing entries are then stored zeros,
+# and NaN * 0 would reach rows that the sparsifier on the kept operands (and scipy) never multiply. A result
+# holding a NaN is recomputed by the plan that keeps every operand sparse (Kernel.run_exact).
+
+def _with_non_finite(A, seed, nan=40, inf=10):
+    A = A.copy()
+    rng = np.random.default_rng(seed)
+    A.data[rng.choice(A.nnz, nan, replace=False)] = np.nan
+    A.data[rng.choice(A.nnz, inf, replace=False)] = -np.inf
+    return A
+
+
+def _scattering_kernel(f, *args):
+    kernel, _ = f.kernel_for(*args)
+    assert kernel.plan.scatters, kernel.plan.as_text()
+    return kernel
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_jitted_product_with_a_scattered_sparse_vector_skips_missing_entries_as_scipy(threads):
+    n = 1000
+    A = _with_non_finite(sps.random_array((n, n), density=0.5, format="csr", rng=np.random.default_rng(1)), 0,
+                         nan=200, inf=50)
+    v = sps.random_array((n,), density=0.8, rng=np.random.default_rng(2)).toarray()
+    a, x = splyce.asarray(A), splyce.asarray(v, format=splyce.SPARSE_VECTOR)
+    f = splyce.jit(lambda a, x: a @ x, threads=threads)
+    kernel = _scattering_kernel(f, a, x)
+    scattered = kernel.run([a, x])[0]
+    expected = (sps.csr_matrix(A) @ sps.csr_matrix(v).T).toarray().ravel()
+    assert np.isnan(scattered).sum() > np.isnan(expected).sum()    # the gap this closes is real here
+    y = f(a, x)
+    assert np.array_equal(y, expected, equal_nan=True)
+    assert not kernel.kept().plan.scatters
+    out = np.zeros(n)
+    f.accumulate(out, a, x)
+    assert np.array_equal(out, expected, equal_nan=True)
+
+
+def test_jitted_product_with_a_scattered_sparse_matrix_skips_missing_entries_as_scipy():
+    n = 300
+    A = _with_non_finite(sps.random_array((n, n), density=0.3, format="csr", rng=np.random.default_rng(1)), 3)
+    B = sps.random_array((n, n), density=0.7, format="csc", rng=np.random.default_rng(3))
+    a, b = splyce.asarray(A), splyce.asarray(B, format=splyce.CSC)
+    f = splyce.jit(lambda a, b: a @ b, out_format="dense")
+    kernel = _scattering_kernel(f, a, b)
+    expected = (A @ B).toarray()
+    assert not np.array_equal(kernel.run([a, b])[0], expected, equal_nan=True)
+    assert np.array_equal(f(a, b), expected, equal_nan=True)
+
+
+def test_a_scattering_plan_of_finite_values_runs_alone_and_equals_the_kept_plan():
+    n = 400
+    A = sps.random_array((n, n), density=0.4, format="csr", rng=np.random.default_rng(5))
+    v = sps.random_array((n,), density=0.9, rng=np.random.default_rng(6)).toarray()
+    v[np.flatnonzero(v)[:3]] = np.inf   # met by A's positive stored values only: Inf rows, no NaN
+    a, x = splyce.asarray(A), splyce.asarray(v, format=splyce.SPARSE_VECTOR)
+    f = splyce.jit(lambda a, x: a @ x)
+    kernel = _scattering_kernel(f, a, x)
+    y = f(a, x)
+    assert kernel._kept is None                     # no NaN in the result: the twin was never compiled
+    assert np.array_equal(y, kernel.kept().run([a, x])[0], equal_nan=True)
+    assert np.isinf(y).any()
+    assert np.array_equal(y, (sps.csr_matrix(A) @ sps.csr_matrix(v).T).toarray().ravel())
+
+
+def test_the_kept_plan_is_costed_without_scatters():
+    n = 1000
+    a = splyce.asarray(sps.random_array((n, n), density=0.5, format="csr", rng=np.random.default_rng(1)))
+    x = splyce.asarray(np.ones(n), format=splyce.SPARSE_VECTOR)
+    f = splyce.jit(lambda a, x: a @ x)
+    kernel = _scattering_kernel(f, a, x)
+    kept = kernel.plan.kept()
+    assert "scatter" not in " ".join(" ".join(s.storage) for s in kept.steps)
+    assert "scattered" not in kept.as_text()
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 120), da=st.floats(0.05, 0.9), dx=st.floats(0.3, 1.0), seed=st.integers(0, 2**16),
+       value=st.sampled_from([np.nan, np.inf, -np.inf]))
+def test_jitted_sparse_vector_products_match_scipy_whatever_the_plan(n, da, dx, seed, value):
+    rng = np.random.default_rng(seed)
+    A = sps.random_array((n, n), density=da, format="csr", rng=rng)
+    if A.nnz:
+        A.data[rng.integers(0, A.nnz, size=max(1, A.nnz // 20))] = value
+    v = sps.random_array((n,), density=dx, rng=rng).toarray()
+    a, x = splyce.asarray(A), splyce.asarray(v, format=splyce.SPARSE_VECTOR)
+    expected = (sps.csr_matrix(A) @ sps.csr_matrix(v).T).toarray().ravel()
+    y = _JITTED_MATVEC(a, x)
+    assert np.array_equal(np.isnan(y), np.isnan(expected))
+    np.testing.assert_allclose(y, expected, rtol=1e-12, atol=0, equal_nan=True)
+
+
+_JITTED_MATVEC = splyce.jit(lambda a, x: a @ x)

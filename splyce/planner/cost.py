@@ -126,9 +126,12 @@ def loop_cost(ops: list[Operand], sparse_flags: list[bool], sizes: dict[str, int
     return total + _points(sparse_ops, sizes, set(order))
 
 
-def choose(ops: list[Operand], output: str, out_stored: str | None, fallback_order: str | None) -> Choice | None:
+def choose(ops: list[Operand], output: str, out_stored: str | None, fallback_order: str | None,
+           scatter: bool = True) -> Choice | None:
     """The cheapest (loop order, storage per operand) for a contraction, or None when no order fits an
-    operand that cannot be converted. ``out_stored``: a sparse result's indices in storage order."""
+    operand that cannot be converted. ``out_stored``: a sparse result's indices in storage order.
+    ``scatter=False`` keeps every sparse operand sparse (a scattered operand's missing entries become stored
+    zeros, which a NaN or Inf of its partners is then multiplied by: docs/semantics.md)."""
     out_sparse = out_stored is not None
     sizes: dict[str, int] = {}
     for op in ops:
@@ -153,10 +156,9 @@ def choose(ops: list[Operand], output: str, out_stored: str | None, fallback_ord
             elif op.convertible:
                 # sorting the entries, plus the new positions array of every level
                 convert = op.nnz * max(1.0, math.log2(max(op.nnz, 2.0))) + sum(op.shape)
-                scatter = op.size
-                if scatter < convert:
+                if scatter and op.size < convert:
                     storage.append("scatter"), flags.append(False)
-                    extra += scatter
+                    extra += op.size
                 else:
                     storage.append("convert"), flags.append(True)
                     effective[k] = op.restored(order)
@@ -168,7 +170,7 @@ def choose(ops: list[Operand], output: str, out_stored: str | None, fallback_ord
             continue
         # scattering a short sparse vector can still pay against long sparse rows (look-ups, no merging)
         for k, op in enumerate(ops):
-            if storage[k] == "keep" and op.convertible and len(op.shape) == 1:
+            if scatter and storage[k] == "keep" and op.convertible and len(op.shape) == 1:
                 trial = list(flags)
                 trial[k] = False
                 if loop_cost(effective, trial, sizes, order) + op.size < loop_cost(effective, flags, sizes, order):

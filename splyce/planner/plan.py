@@ -56,6 +56,17 @@ class Plan:
         return sum(step.cost for step in self.steps)
 
     @property
+    def scatters(self) -> bool:
+        """Whether a sparse input is scattered into a dense array: then its missing entries are stored zeros,
+        and a NaN or Inf they meet gives NaN where the sparsifier on the kept operands skips the term."""
+        return any(s.converted and not s.type.is_sparse for s in self.sources)
+
+    def kept(self) -> "Plan":
+        """The same function planned with every sparse operand kept sparse (the dispatcher runs it when a
+        scattering plan's result holds a NaN: docs/semantics.md)."""
+        return make_plan(self.source, self.nnz, scatter=False)
+
+    @property
     def needs_conversion(self) -> bool:
         return any(s.converted for s in self.sources)
 
@@ -87,6 +98,9 @@ class Plan:
             if s.converted:
                 how = f"stored as {s.type.format}" if s.type.is_sparse else "scattered into a dense array"
                 lines.append(f"  %arg{s_index} = convert %arg{s.index} ({how}) : {s.type}")
+        if self.scatters:
+            lines.append("  // a scattered operand's missing entries are stored zeros: a result holding a NaN is "
+                         "recomputed with every operand kept sparse")
         for f in self.fusions:
             lines.append(f"  // fused {_describe(f.inner)} into {_describe(f.outer)}")
         for k, step in enumerate(self.steps):
@@ -119,9 +133,10 @@ class Planner:
     """Per-plan state: the expected entries of each node and its cheapest formulation (memoized; nodes are
     hash-consed, so identity keys are structural)."""
 
-    def __init__(self, trace: Trace, nnz: tuple[int, ...]):
+    def __init__(self, trace: Trace, nnz: tuple[int, ...], scatter: bool = True):
         self.trace = trace
         self.nnz = nnz
+        self.scatter = scatter
         self._entries: dict[Node, float] = {}
         self._choice: dict[Node, cost.Choice | None] = {}
 
@@ -160,7 +175,8 @@ class Planner:
         if params.order is not None:   # pinned by the user (einsum(..., order=)): formulation as written
             found = cost.evaluate(self.operands(node), params.output, out_stored, params.order)
         else:
-            found = cost.choose(self.operands(node), params.output, out_stored, _heuristic_order(node))
+            found = cost.choose(self.operands(node), params.output, out_stored, _heuristic_order(node),
+                                scatter=self.scatter)
         self._choice[node] = found
         return found
 
@@ -223,8 +239,9 @@ def _heuristic_order(node: Node) -> str | None:
         return None
 
 
-def make_plan(trace: Trace, nnz: tuple[int, ...]) -> Plan:
-    planner = Planner(trace, tuple(nnz))
+def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True) -> Plan:
+    """``scatter=False``: the plan that keeps every sparse operand sparse (``Plan.kept``)."""
+    planner = Planner(trace, tuple(nnz), scatter)
     outputs, fusions = planner.fuse()
     outputs, _ = fuse_elementwise(outputs, uses(outputs))
 

@@ -71,6 +71,31 @@ class Kernel:
         self._call = calls.KernelCall(
             self._compiled.function_address(GUARDED_ENTRY), input_ranks, lowering.result_ranks,
             n_indices=2 if lowering.outer_extent is not None else 0)
+        self._kept: Kernel | None = None
+        self._kept_lock = threading.Lock()
+
+    def kept(self) -> "Kernel":
+        """The twin of a scattering plan with every sparse operand kept sparse, compiled on first use (kept
+        in memory with this kernel). A scattered operand's missing entries are stored zeros: a NaN or Inf
+        of its partners times one is NaN where the sparsifier skips the term (docs/semantics.md)."""
+        with self._kept_lock:
+            if self._kept is None:
+                plan = self.plan.kept()
+                low = lower(plan.trace, self.lowering.options)
+                low.texts["trace"] = plan.source.as_text()
+                low.texts["plan"] = plan.as_text()
+                self._kept = Kernel(low, self.result_tree, plan)
+            return self._kept
+
+    def run_exact(self, values: list) -> list:
+        """``run``, with the kept twin's results where a scattering plan's results hold a NaN. Every traced
+        op propagates NaN, so a NaN that a scattered zero made shows in a result, or is skipped by a missing
+        partner downstream (as the kept plan skips the term itself); without a NaN the results are the kept
+        plan's (a scattered zero adds a zero product to sums that start at +0.0)."""
+        results = self.run(values)
+        if self.plan.scatters and any(_holds_nan(r) for r in results):
+            return self.kept().run(values)
+        return results
 
     @property
     def compiled(self):
@@ -162,6 +187,30 @@ class Kernel:
             k += len(dtypes)
             results.append(_sparse_result(t, bufs))
         return results
+
+
+def _values_of(x):
+    if isinstance(x, SparseTensor):
+        return x.values
+    if hasattr(x, "format") and hasattr(x, "data"):   # a scipy.sparse result
+        return x.data
+    return x
+
+
+def _holds_nan(x) -> bool:
+    a = np.asarray(_values_of(x))
+    if a.dtype.kind not in "fc" or a.size == 0:
+        return False
+    if a.dtype.kind == "f":
+        return bool(np.isnan(a.min()))   # min propagates NaN: one pass, no temporary
+    return bool(np.isnan(a).any())
+
+
+def _finite(x) -> bool:
+    a = np.asarray(_values_of(x))
+    if a.dtype.kind not in "fc" or a.size == 0:
+        return True
+    return bool(np.isfinite(a.min()) and np.isfinite(a.max())) if a.dtype.kind == "f" else bool(np.isfinite(a).all())
 
 
 def _stored_entries(value) -> int:
@@ -326,7 +375,7 @@ class Jitted:
         if any(isinstance(a, Tracer) for a in args):   # called from another jitted function: inline
             return self.fun(*args)
         kernel, values = self.kernel_for(*args)
-        return _unflatten(kernel.result_tree, kernel.run(values))
+        return _unflatten(kernel.result_tree, kernel.run_exact(values))
 
     def kernel_for(self, *args) -> tuple[Kernel, list]:
         """The compiled kernel for these arguments (compiling on a miss) and the prepared operands."""
@@ -368,6 +417,8 @@ class Jitted:
                              f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("out must be a writeable C-contiguous array")
+        if kernel.plan.scatters and not all(_finite(v) for v in values):
+            kernel = kernel.kept()   # ``out`` cannot be recomputed after the fact: decided from the inputs
         kernel.run(values, accumulate_into=out)
         return out
 
