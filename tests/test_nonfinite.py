@@ -342,18 +342,19 @@ def test_the_kept_plan_is_costed_without_scatters():
 
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(2, 120), da=st.floats(0.05, 0.9), dx=st.floats(0.3, 1.0), seed=st.integers(0, 2**16),
-       value=st.sampled_from([np.nan, np.inf, -np.inf]))
-def test_jitted_sparse_vector_products_match_scipy_whatever_the_plan(n, da, dx, seed, value):
+       value=st.sampled_from([np.nan, np.inf, -np.inf]), dtype=st.sampled_from([np.float64, np.float32,
+                                                                                np.complex128]))
+def test_jitted_sparse_vector_products_match_scipy_whatever_the_plan(n, da, dx, seed, value, dtype):
     rng = np.random.default_rng(seed)
-    A = sps.random_array((n, n), density=da, format="csr", rng=rng)
+    A = sps.random_array((n, n), density=da, format="csr", rng=rng, dtype=dtype)
     if A.nnz:
         A.data[rng.integers(0, A.nnz, size=max(1, A.nnz // 20))] = value
-    v = sps.random_array((n,), density=dx, rng=rng).toarray()
+    v = sps.random_array((n,), density=dx, rng=rng, dtype=dtype).toarray()
     a, x = splyce.asarray(A), splyce.asarray(v, format=splyce.SPARSE_VECTOR)
     expected = (sps.csr_matrix(A) @ sps.csr_matrix(v).T).toarray().ravel()
     y = _JITTED_MATVEC(a, x)
     assert np.array_equal(np.isnan(y), np.isnan(expected))
-    np.testing.assert_allclose(y, expected, rtol=1e-12, atol=0, equal_nan=True)
+    np.testing.assert_allclose(y, expected, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=0, equal_nan=True)
 
 
 _JITTED_MATVEC = splyce.jit(lambda a, x: a @ x)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from splyce.planner import nonfinite
 from splyce.planner.plan import Plan, make_plan
 from splyce.runtime import disk_cache
 from splyce.runtime import arguments
@@ -71,6 +72,7 @@ class Kernel:
         self._call = calls.KernelCall(
             self._compiled.function_address(GUARDED_ENTRY), input_ranks, lowering.result_ranks,
             n_indices=2 if lowering.outer_extent is not None else 0)
+        self.scatters = plan.scatters    # decided once per compile, read on every call
         self._kept: Kernel | None = None
         self._kept_lock = threading.Lock()
 
@@ -81,10 +83,8 @@ class Kernel:
         with self._kept_lock:
             if self._kept is None:
                 plan = self.plan.kept()
-                low = lower(plan.trace, self.lowering.options)
-                low.texts["trace"] = plan.source.as_text()
-                low.texts["plan"] = plan.as_text()
-                self._kept = Kernel(low, self.result_tree, plan)
+                self._kept = Kernel(_labelled(lower(plan.trace, self.lowering.options), plan),
+                                    self.result_tree, plan)
             return self._kept
 
     def run_exact(self, values: list) -> list:
@@ -93,7 +93,7 @@ class Kernel:
         partner downstream (as the kept plan skips the term itself); without a NaN the results are the kept
         plan's (a scattered zero adds a zero product to sums that start at +0.0)."""
         results = self.run(values)
-        if self.plan.scatters and any(_holds_nan(r) for r in results):
+        if self.scatters and any(nonfinite.maybe_nan(_values_of(r)) for r in results):
             return self.kept().run(values)
         return results
 
@@ -189,28 +189,20 @@ class Kernel:
         return results
 
 
-def _values_of(x):
+def _labelled(low: Lowering, plan: Plan) -> Lowering:
+    """``low`` with the texts of the stages before lowering (``as_text("trace")``, ``as_text("plan")``)."""
+    low.texts["trace"] = plan.source.as_text()
+    low.texts["plan"] = plan.as_text()
+    return low
+
+
+def _values_of(x) -> np.ndarray:
+    """The stored values of a kernel operand or result (a SparseTensor, a scipy.sparse result, an array)."""
     if isinstance(x, SparseTensor):
         return x.values
     if hasattr(x, "format") and hasattr(x, "data"):   # a scipy.sparse result
         return x.data
-    return x
-
-
-def _holds_nan(x) -> bool:
-    a = np.asarray(_values_of(x))
-    if a.dtype.kind not in "fc" or a.size == 0:
-        return False
-    if a.dtype.kind == "f":
-        return bool(np.isnan(a.min()))   # min propagates NaN: one pass, no temporary
-    return bool(np.isnan(a).any())
-
-
-def _finite(x) -> bool:
-    a = np.asarray(_values_of(x))
-    if a.dtype.kind not in "fc" or a.size == 0:
-        return True
-    return bool(np.isfinite(a.min()) and np.isfinite(a.max())) if a.dtype.kind == "f" else bool(np.isfinite(a).all())
+    return np.ravel(x)
 
 
 def _stored_entries(value) -> int:
@@ -417,7 +409,7 @@ class Jitted:
                              f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("out must be a writeable C-contiguous array")
-        if kernel.plan.scatters and not all(_finite(v) for v in values):
+        if kernel.scatters and not all(nonfinite.values_finite(_values_of(v)) for v in values):
             kernel = kernel.kept()   # ``out`` cannot be recomputed after the fact: decided from the inputs
         kernel.run(values, accumulate_into=out)
         return out
@@ -463,7 +455,7 @@ class Jitted:
         stored."""
         cached = self._lowerings.get(key)
         if cached is None:
-            source, tree, plan = planned or self._plan(specs, values)
+            _, tree, plan = planned or self._plan(specs, values)
             trace = plan.trace
             low = None
             disk_key = None
@@ -477,9 +469,7 @@ class Jitted:
             if low is None:
                 low = lower(trace, key.options)
             low.disk_key = disk_key
-            low.texts["trace"] = source.as_text()
-            low.texts["plan"] = plan.as_text()
-            cached = (low, tree, plan)
+            cached = (_labelled(low, plan), tree, plan)
             self._lowerings[key] = cached
         return cached
 
