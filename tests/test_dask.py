@@ -247,6 +247,86 @@ def test_unsupported_partitions_raise_saying_why():
         sd.gather(np.ones(3))
 
 
+_MALFORMED_CHILD = r"""
+import sys
+import numpy as np, pytest, scipy.sparse as sps, splyce, splyce.dask as sd
+kind = sys.argv[1]
+rng = np.random.default_rng(21)
+bad = sps.random_array((30, 20), density=0.3, format="csr", rng=rng)
+good = sps.random_array((30, 20), density=0.3, format="csr", rng=rng)
+if kind == "column out of range":
+    bad.indices[3] = 20
+elif kind == "negative column":
+    bad.indices[3] = -1
+elif kind == "positions decrease":
+    bad.indptr[5] = bad.indptr[7]
+elif kind == "coo row out of range":
+    bad = bad.tocoo()
+    bad.coords[0][3] = 40
+elif kind == "csc row out of range":
+    bad = bad.tocsc()
+    bad.indices[3] = 30
+x = np.ones(20)
+defect = r"out of range|positions decrease"
+saved = (bad.coords[0].copy(),) if bad.format == "coo" else (bad.indptr.copy(), bad.indices.copy())
+with pytest.raises(ValueError, match=defect):
+    splyce.matmul(bad, x)                                    # the single-process reference
+with pytest.raises(ValueError, match=defect):
+    sd.from_scipy(bad, blocks=2)
+with pytest.raises(ValueError, match=r"^a: .*(" + defect + ")"):
+    sd.matmul(bad, x).compute(scheduler="synchronous")
+with pytest.raises(ValueError, match=r"^b: .*(" + defect + ")"):
+    sd.multiply(sd.from_scipy(good, blocks=2), bad).compute(scheduler="synchronous")
+with pytest.raises(ValueError, match=r"^operand 1: .*(" + defect + ")"):
+    sd.einsum("ij,ij->ij", sd.from_scipy(good, blocks=2), bad).compute(scheduler="synchronous")
+after = (bad.coords[0],) if bad.format == "coo" else (bad.indptr, bad.indices)
+assert all(np.array_equal(s, a) for s, a in zip(saved, after))     # inputs never modified
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("kind", ["column out of range", "negative column", "positions decrease",
+                                  "coo row out of range", "csc row out of range"])
+def test_malformed_operand_refused_as_the_drop_in_does(kind):
+    """scipy's row slicing drops an out-of-range column silently, and its conversions write an out-of-range
+    index out of bounds: the Dask path checks a scipy operand before cutting it, as the single-process
+    drop-in does, and names the operand. Before, the cut gave a wrong SpMV where the drop-in raised, and a
+    CSC or COO operand crashed the process: so this runs in a child process and fails on a signal."""
+    run = subprocess.run([sys.executable, "-c", _MALFORMED_CHILD, kind], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode >= 0, f"child killed by signal {-run.returncode}:\n{run.stderr[-3000:]}"
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["ok"]
+
+
+def test_unsorted_columns_are_fine_on_the_dask_path():
+    a = _random(30, 20, 0.3, 23)
+    row = slice(a.indptr[4], a.indptr[5])
+    a.indices[row] = a.indices[row][::-1].copy()
+    a.data[row] = a.data[row][::-1].copy()
+    x = np.arange(20.0)
+    _same(sd.matmul(sd.from_scipy(a, blocks=3), x).compute(scheduler="synchronous"), splyce.matmul(a, x))
+    _same(sd.add(sd.from_scipy(a, blocks=3), a).compute(scheduler="synchronous"), splyce.add(a, a))
+
+
+def test_einsum_sizes_checked_on_whole_shapes():
+    """Each task sees only its rows: a longer operand cut into the first one's row blocks lost its last rows
+    and gave a wrong sum; the shapes are now checked on the client, as the single-process einsum does."""
+    from splyce.tracer.tracer import TraceError
+
+    with pytest.raises(ValueError):
+        splyce.einsum("i,i->", np.ones(5), np.ones(6))
+    with pytest.raises(TraceError, match=r"size mismatch for index 'i' \(5 vs 6\)"):
+        sd.einsum("i,i->", np.ones(5), np.ones(6))
+    a = sd.from_scipy(_random(30, 20, 0.3, 24), blocks=3)
+    with pytest.raises(TraceError, match=r"index 'j' \(20 vs 30\) with operand shapes \(30, 20\), \(30, 20\)"):
+        sd.einsum("ij,jk->ik", a, _random(30, 20, 0.3, 25))
+    with pytest.raises(TraceError, match="must be distinct indices of the inputs"):
+        sd.einsum("ij,jk->q", a, _random(20, 5, 0.3, 26))
+    with pytest.raises(TraceError, match="must be distinct indices of the inputs"):
+        splyce.einsum("ij,jk->q", _random(30, 20, 0.3, 24), _random(20, 5, 0.3, 26))
+
+
 # -- blockwise --------------------------------------------------------------------------------------------
 @splyce.jit
 def _spmm(a, x):

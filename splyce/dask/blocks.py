@@ -98,8 +98,36 @@ def from_scipy(a, rows_per_chunk: int | None = None, *, blocks: int | None = Non
 
     if not sps.issparse(a) or a.ndim != 2:
         raise TypeError(f"from_scipy needs a 2-D scipy.sparse array or matrix, got {type(a).__name__}")
-    csr = a.tocsr()
+    csr = checked_csr(a)
     return _row_sliced(csr, nnz_bounds(csr.indptr, rows_per_chunk, blocks), "splyce-from-scipy-")
+
+
+def checked_csr(a, name: str = "a"):
+    """The 2-D scipy.sparse ``a`` as a scipy CSR of its own kind (array or matrix), refused with the drop-ins'
+    ValueError (naming the defect) when its index arrays are malformed. Needed before any cut: scipy's row
+    slicing silently drops columns out of range (a wrong answer where the single-process drop-in refuses),
+    and its conversions trust the index arrays (an out-of-range one is written out of bounds). A CSR with
+    int32 / int64 indices is checked where it is (one native scan when canonical; unsorted or duplicate
+    columns are fine: each block's drop-in handles them as the single-process call does); anything else goes
+    the drop-ins' road (``asarray`` checks it and canonicalizes a copy)."""
+    import scipy.sparse as sps
+
+    from splyce.tensors.formats import CSR
+    from splyce.tensors.tensor import asarray
+    from splyce.tensors.validation import NotCanonicalError, check_buffers, check_dtype
+
+    ints = (np.dtype(np.int32), np.dtype(np.int64))
+    if (a.format == "csr" and a.indptr.dtype in ints and a.indices.dtype in ints and a.data.dtype.isnative
+            and all(x.ndim == 1 and x.flags.c_contiguous for x in (a.indptr, a.indices, a.data))):
+        check_dtype(a.dtype, name)
+        fmt = CSR.with_widths(a.indptr.dtype.itemsize * 8, a.indices.dtype.itemsize * 8)
+        try:
+            check_buffers(a.shape, fmt, (None, a.indptr), (None, a.indices), a.data, name)
+        except NotCanonicalError:
+            pass
+        return a
+    csr = asarray(a, name=name).to_scipy().tocsr()
+    return csr if isinstance(a, sps.sparray) else sps.csr_matrix(csr)
 
 
 def _row_sliced(x, bounds: list[int], prefix: str, hashed: bool = True) -> da.Array:
@@ -129,9 +157,10 @@ def _pydata_rows(x, lo: int, hi: int):
     return sparse.COO(coords, x.data[keep], shape=(hi - lo,) + tuple(x.shape[1:]), **_CANONICAL)
 
 
-def row_blocks(x, rows: tuple[int, ...] | None = None) -> da.Array:
+def row_blocks(x, rows: tuple[int, ...] | None = None, name: str = "a") -> da.Array:
     """``x`` as a Dask array of whole-row blocks (one chunk along every other axis), with the row chunks
-    ``rows`` when given (a Dask operand is rechunked, a concrete one sliced)."""
+    ``rows`` when given (a Dask operand is rechunked, a concrete one sliced; a scipy one checked first,
+    errors naming it ``name``)."""
     if is_dask(x):
         if x.ndim == 0:
             raise ValueError("a 0-d operand has no rows to partition")
@@ -143,8 +172,8 @@ def row_blocks(x, rows: tuple[int, ...] | None = None) -> da.Array:
     if np.ndim(x) == 0:
         raise ValueError("a 0-d operand has no rows to partition")
     family = _family(x)
-    if family.startswith("scipy") and x.format != "csr":
-        x = x.tocsr()
+    if family.startswith("scipy"):
+        x = checked_csr(x, name)
     if rows is None:
         if family.startswith("scipy"):
             bounds = nnz_bounds(x.indptr)

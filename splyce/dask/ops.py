@@ -175,8 +175,8 @@ def _elementwise(name: str, a, b, out_format, threads):
     if len(sa) != 2:
         raise NotImplementedError(f"{name} on Dask operands needs 2-D operands (row blocks), got shape {sa}")
     first = a if is_dask(a) else b
-    A = row_blocks(first)
-    other = row_blocks(b if first is a else a, A.chunks[0])
+    A = row_blocks(first, name="a" if first is a else "b")
+    other = row_blocks(b if first is a else a, A.chunks[0], name="b" if first is a else "a")
     A, B = (A, other) if first is a else (other, A)
     ma, mb = _meta(a), _meta(b)
     fa, fb = _family(ma), _family(mb)
@@ -207,6 +207,7 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     from splyce.tracer.tracer import parse_einsum
 
     inputs, output = parse_einsum(subscripts, len(operands))
+    _check_sizes(inputs, operands)
     letters = "".join(inputs)
     if not letters:
         raise ValueError("einsum on Dask operands needs an operand with an index to partition")
@@ -220,7 +221,7 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
             rows = row_blocks(x).chunks[0]
     for n, (x, subs) in enumerate(zip(operands, inputs)):
         if subs[:1] == p:
-            block = row_blocks(x, rows)
+            block = row_blocks(x, rows, name=f"operand {n}")
             rows = block.chunks[0]
             order.append(("p", len(parts)))
             parts.append(block)
@@ -251,6 +252,26 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     converted = _einsum_conversions(inputs, output, operands, out_format)
     return _partitioned_graph(fn, parts, broadcast, order, chunks, meta, reduce, "einsum-" + kind,
                               {n: f for n, f in converted.items() if order[n][0] == "b"})
+
+
+def _check_sizes(inputs: list[str], operands) -> None:
+    """Every index of one size across the operands, checked on the client with the operands' whole shapes, as
+    the single-process einsum does: each task sees only its rows, and cutting a longer operand into the first
+    one's row blocks would drop its last rows without an error. Unknown (NaN) Dask sizes are not checked."""
+    from splyce.tracer.tracer import TraceError
+
+    sizes: dict = {}
+    for n, (x, subs) in enumerate(zip(operands, inputs)):
+        shape = tuple(np.shape(x))
+        if len(shape) != len(subs):
+            raise TraceError(f"einsum: operand {n} has shape {shape} but subscripts {subs!r}")
+        for letter, size in zip(subs, shape):
+            if size != size:            # NaN: a Dask array of unknown chunk sizes
+                continue
+            if sizes.setdefault(letter, size) != size:
+                shapes = ", ".join(str(tuple(np.shape(y))) for y in operands)
+                raise TraceError(f"einsum: size mismatch for index {letter!r} ({sizes[letter]} vs {size}) "
+                                 f"with operand shapes {shapes}")
 
 
 def _einsum_conversions(inputs: list[str], output: str, operands, out_format) -> dict[int, tuple]:

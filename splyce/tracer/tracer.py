@@ -435,6 +435,8 @@ def parse_einsum(subscripts: str, nops: int) -> tuple[list[str], str]:
     if not arrow:
         counts = {c: "".join(inputs).count(c) for c in set("".join(inputs))}
         rhs = "".join(sorted(c for c, n in counts.items() if n == 1))
+    if len(set(rhs)) != len(rhs) or not set(rhs) <= set("".join(inputs)):
+        raise TraceError(f"einsum: output subscripts {rhs!r} must be distinct indices of the inputs")
     return inputs, rhs
 
 
