@@ -87,6 +87,29 @@ def test_accumulate_adds_into_out_without_allocating():
         g.accumulate(np.zeros(expected.shape), *ops)
 
 
+
+@pytest.mark.parametrize("start", [0, 5, 10])
+def test_accumulate_with_an_input_sharing_memory_with_out(start):
+    """``out += A @ out[start:start + 20]``: the kernel once read entries of x it had already overwritten (a
+    wrong sum). Inputs overlapping ``out`` are copied first, as NumPy does for ``out=``; the answer is the one
+    the same call gives with a copy, bit for bit."""
+    a = sps.random_array((30, 20), density=0.3, format="csr", rng=np.random.default_rng(7))
+    f = splyce.jit(lambda a, x: a @ x)
+    out = np.arange(30.0)
+    expected = out.copy()
+    f.accumulate(expected, a, out[start:start + 20].copy())
+    f.accumulate(out, a, out[start:start + 20])
+    assert out.tobytes() == expected.tobytes()
+    # a sparse operand whose values are out's memory (its first 10 values are out's last 10 elements)
+    shared = np.concatenate([np.arange(20.0), a.data])
+    b = sps.csr_array((shared[20:], a.indices, a.indptr), shape=a.shape)
+    assert b.data.base is shared
+    out = shared[:30]
+    expected = out.copy()
+    f.accumulate(expected, b.copy(), np.ones(20))
+    f.accumulate(out, b, np.ones(20))
+    assert out.tobytes() == expected.tobytes()
+
 def test_profile_of_a_kernel_loaded_from_the_disk_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("SPLYCE_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("SPLYCE_DISABLE_DISK_CACHE", raising=False)

@@ -26,6 +26,7 @@ from splyce.runtime import disk_cache
 from splyce.runtime import arguments
 from splyce.runtime import calls
 from splyce.runtime.arguments import Static
+from splyce.tensors.tensor import SparseTensor
 from splyce.backend.array_objects import address as _address
 from splyce.backend.compiler import Lowering, lower
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
@@ -39,6 +40,30 @@ CacheInfo = namedtuple("CacheInfo", "hits misses currsize compiles disk_hits", d
 _LIVE: "weakref.WeakSet[Jitted]" = weakref.WeakSet()   # for splyce.clear_cache()
 _log = logging.getLogger("splyce.cache")
 _BY_TOKEN: "weakref.WeakValueDictionary[str, Jitted]" = weakref.WeakValueDictionary()   # unpickling
+
+
+def _arrays_of(arg) -> list:
+    """The NumPy buffers behind an argument: an ndarray, a SparseTensor's, scipy.sparse's or pydata's."""
+    if isinstance(arg, np.ndarray):
+        return [arg]
+    if isinstance(arg, SparseTensor):
+        return arg._buffers()
+    found = []
+    for name in ("data", "indices", "indptr", "row", "col", "offsets", "coords"):
+        x = getattr(arg, name, None)
+        if isinstance(x, np.ndarray):
+            found.append(x)
+        elif isinstance(x, tuple):       # scipy coo_array's coords
+            found.extend(c for c in x if isinstance(c, np.ndarray))
+    return found
+
+
+def _unaliased(arg, out: np.ndarray):
+    """``arg``, or a copy of it when one of its buffers may share memory with ``out`` (``np.may_share_memory``:
+    a bounds test, no data read)."""
+    if any(np.may_share_memory(x, out) for x in _arrays_of(arg)):
+        return arg.copy()
+    return arg
 
 
 @dataclass(frozen=True)
@@ -398,7 +423,11 @@ class Jitted:
     def accumulate(self, out: np.ndarray, *args) -> np.ndarray:
         """``out += f(*args)`` in place, for a function with one dense result: the kernel accumulates
         straight into ``out`` (C-contiguous, the result's shape and dtype), so no result buffer is allocated
-        or zeroed. Benchmarks use it to time a kernel without its output allocation (docs/kernels.md, K4)."""
+        or zeroed. Benchmarks use it to time a kernel without its output allocation (docs/kernels.md, K4).
+        An argument sharing memory with ``out`` is copied first, as NumPy does for ``out=``: the kernel would
+        read what it has already written (a wrong sum, or an index array overwritten under the kernel)."""
+        if isinstance(out, np.ndarray):
+            args = tuple(_unaliased(arg, out) for arg in args)
         kernel, values = self.kernel_for(*args)
         outputs = kernel.trace.outputs
         if len(outputs) != 1 or outputs[0].type.is_sparse:
