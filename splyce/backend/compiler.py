@@ -16,6 +16,7 @@ from splyce.lowering import pipeline
 from splyce.lowering.to_mlir import ENTRY, lower_trace
 from splyce.options import Options
 from splyce.lowering.free_intermediates import free_intermediates
+from splyce.lowering.fusion_check import contradicting_sparse_orders
 from splyce.passes.dealloc_guard import drop_foreign_deallocs
 from splyce.passes.widen_i1 import widen_i1_memrefs
 from splyce.tracer.ir import Trace
@@ -106,11 +107,7 @@ def lower(trace: Trace, options: Options) -> Lowering:
         record("linalg", str(module), start)
 
         start = time.perf_counter()
-        # lower_trace refuses what the sparsifier cannot compile (loop orders, sparse results), so a failure
-        # here is an internal error and surfaces as the MLIRError with its diagnostics
-        pipeline.run_passes(module, pipeline.FUSE)
-        free_intermediates(module)
-        pipeline.run_passes(module, pipeline.BUFFERIZE)
+        module = _sparsified(trace, module)
         record("scf", str(module), start)
 
         start = time.perf_counter()
@@ -145,6 +142,32 @@ def lower(trace: Trace, options: Options) -> Lowering:
         llvm_ir, options.target, codegen.CodegenOptions(opt_level=3, slp_vectorize=slp))
     record("llvm", str(low._llvm_module), start)
     return low
+
+
+def _sparsified(trace: Trace, module):
+    """The sparsifier's loops for ``module``, with MLIR's elementwise fusion where the sparsifier compiles the
+    fused kernels, and without it where it does not.
+
+    lower_trace refuses what the sparsifier cannot compile one kernel at a time (loop orders, sparse
+    results). Fusion can still make a kernel it cannot: one sparse operand read in two orders (``b.T + b``:
+    the sparsifier aborts the process, so that is checked before it runs, lowering/fusion_check.py) or a
+    dense-derived loop order kept for a sparse operand (``(b + a).max(axis=0)``: an MLIRError). Both compile
+    unfused, each kernel on its own; a failure of the unfused module surfaces with its diagnostics."""
+    from mlir import ir
+
+    pipeline.run_passes(module, pipeline.FUSE)
+    if not contradicting_sparse_orders(module):
+        try:
+            free_intermediates(module)
+            pipeline.run_passes(module, pipeline.BUFFERIZE)
+            return module
+        except ir.MLIRError:
+            pass
+    module = lower_trace(trace)
+    pipeline.run_passes(module, pipeline.UNFUSED)
+    free_intermediates(module)
+    pipeline.run_passes(module, pipeline.BUFFERIZE)
+    return module
 
 
 def optimize_kernel(llvm_ir: str, target, options: codegen.CodegenOptions):

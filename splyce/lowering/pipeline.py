@@ -21,6 +21,8 @@ BUFFERIZE = (
     "func.func(canonicalize)",
 )
 SPARSIFY = FUSE + BUFFERIZE
+# when the fused module has sparse operands that contradict each other's loop orders (lowering/fusion_check.py)
+UNFUSED = tuple(p for p in FUSE if "linalg-fuse-elementwise-ops" not in p)
 
 TO_LLVM = (
     "func.func(convert-linalg-to-loops)",

@@ -115,8 +115,11 @@ def lower_contract(node: Node, ctx: _Context):
     init = _init_tensor(node, ctx)
     # A dense result accumulates into its (zeroed) output: reading it keeps the sparsifier from allocating
     # and zero-filling a fresh buffer per call (docs/toolchain.md). A sparse result reads it only to reduce.
+    # A dense intermediate that reduces nothing (a transpose, a scaled copy) does not read it either: a fused
+    # producer whose body reads its init stays a second result of the fused op (MLIR keeps it), which the
+    # sparsifier refuses and whose free landed on a constant (a crash of `abs(d.T)`).
     reduces = set("".join(params.inputs)) != set(params.output)
-    reads_out = not node.type.is_sparse or reduces
+    reads_out = reduces or (not node.type.is_sparse and node in ctx.dense_out_args)
     order = params.order or loop_order([(s, a.type) for s, a in zip(params.inputs, node.args)], params.output)
     if node.type.is_sparse:
         check_sparse_result(node, params.output, order)
@@ -250,11 +253,13 @@ def expression_dtype(expr, node: Node) -> str | None:
     if head == "abs":
         inner = expression_dtype(expr[1], node)
         return inner and real_dtype(inner)
-    parts = [expression_dtype(x, node) for x in expr[1:] if isinstance(x, tuple)]
-    known = [p for p in parts if p is not None]
+    parts = [x for x in expr[1:] if isinstance(x, tuple)]
+    known = [np.dtype(d) for d in (expression_dtype(x, node) for x in parts) if d is not None]
     if not known:
         return None
-    result = np.result_type(*[np.dtype(p) for p in known]).name
+    # a constant is a weak Python scalar (NEP 50): int64 * -0.5 is float64, float32 * 2.0 stays float32
+    weak = [x[1] for x in parts if x[0] == "const"]
+    result = np.result_type(*known, *weak).name
     if head == "div" and not (result.startswith("float") or is_complex(result)):
         result = "float64"
     return result
@@ -383,7 +388,8 @@ def lower_trace(trace: Trace):
     from mlir.dialects import func
 
     module = ir.Module.create()
-    dense_results = [o for o in trace.outputs if not o.type.is_sparse]
+    # one output buffer per distinct dense result: the planner may map two results to one node
+    dense_results = list(dict.fromkeys(o for o in trace.outputs if not o.type.is_sparse))
     arg_types = [tensor_type(t) for t in trace.inputs] + [tensor_type(o.type) for o in dense_results]
     result_types = [tensor_type(o.type) for o in trace.outputs]
     with ir.InsertionPoint(module.body):
@@ -411,9 +417,8 @@ def lower_trace(trace: Trace):
 
 
 def _returned(out: Node, ctx: _Context):
-    """A result that is an input passed through (or reused) still has to land in its output buffer."""
+    """A result's value. An argument returned as it is was made a copy when traced (runtime/dispatcher.py)."""
     value = ctx.values[out]
     if out.op == "input":
-        raise LoweringError("a jitted function must compute its results; returning an argument unchanged "
-                            "is not supported")
+        raise LoweringError("internal error: a result is an argument, not a copy of it")
     return value

@@ -92,7 +92,7 @@ class Kernel:
         self._compiled = lowering.load()
         from splyce.backend.alloc_guard import GUARDED_ENTRY
 
-        dense_out = [o for o in self.trace.outputs if not o.type.is_sparse]
+        dense_out = list(dict.fromkeys(o for o in self.trace.outputs if not o.type.is_sparse))   # one buffer each
         input_ranks = tuple(_input_ranks(self.trace.inputs)) + tuple(o.type.ndim for o in dense_out)
         self._call = calls.KernelCall(
             self._compiled.function_address(GUARDED_ENTRY), input_ranks, lowering.result_ranks,
@@ -521,9 +521,13 @@ class Jitted:
                 inputs.append(spec)
         out = self.fun(*tracers)
         leaves, tree = _flatten_outputs(out)
+        leaves = [_copied(n) if n.op == "input" else n for n in leaves]
         if self.out_format is not None:
             leaves = [_with_format(n, self.out_format) for n in leaves]
-        return Trace(tuple(inputs), tuple(leaves)), tree
+        unique = list(dict.fromkeys(leaves))   # a value returned twice is computed and returned once
+        if len(unique) < len(leaves):
+            tree = (*tree, tuple(unique.index(n) for n in leaves))
+        return Trace(tuple(inputs), tuple(unique)), tree
 
     def lower(self, *args) -> Lowering:
         """The IR of every stage for these arguments: ``.as_text("trace" | "plan" | "linalg" | "scf" |
@@ -589,6 +593,16 @@ def _store(lowering: Lowering, kernel: Kernel) -> None:
     disk_cache.write(lowering.disk_key, disk_cache.Entry(code, meta))
 
 
+def _copied(node: Node) -> Node:
+    """A result that is an argument passed through: a copy in the argument's own format, as JAX returns a
+    new array (a result never aliases an input: the caller may write to either)."""
+    from splyce.tracer.tracer import contract
+
+    subs = "abcd"[: node.type.ndim]
+    fmt = node.type.format if node.type.is_sparse else "dense"
+    return contract([node], [subs], subs, out_format=fmt, op="return").node
+
+
 def _with_format(node: Node, out_format) -> Node:
     """Apply the jit-level ``out_format`` to a result node."""
     from splyce.tracer.tracer import check_out_format, resolve_format
@@ -645,7 +659,9 @@ def _unchanged(value, arg) -> bool:
 def _unflatten(tree, results):
     if tree is None:
         return results[0]
-    kind, _ = tree
+    kind, _, *positions = tree
+    if positions:   # `return y, y` gives the same object twice, as the Python function does
+        results = [results[p] for p in positions[0]]
     return kind(results)
 
 

@@ -1,0 +1,226 @@
+"""Jitted expressions that compose transposes, reductions and elementwise ops, checked against NumPy.
+
+MLIR's elementwise fusion once turned some of them into kernels the sparsifier cannot compile: ``b.T + b`` on
+a CSR operand aborted the process (one sparse operand read in two orders), ``abs(d.T)`` on a dense one freed a
+constant (a segfault), ``(b + a).max(axis=0)`` raised an MLIRError. They run in a child process, so an abort
+fails the test instead of killing pytest; a seeded random-expression sweep in the same child covers the
+combinations nobody listed."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+import splyce
+
+CHILD = textwrap.dedent('''
+    import json, sys
+    import numpy as np, scipy.sparse as sps
+    import splyce as S
+
+    class N:   # the reference namespace: NumPy's functions under splyce's names
+        maximum = staticmethod(np.maximum)
+        minimum = staticmethod(np.minimum)
+
+    LISTED = [   # (source over a, b, v, d; formats of a and b)
+        ("abs(d.T)", "csr", "csr"), ("d.T + d", "csr", "csr"), ("(d * 2.0).T", "csr", "csr"),
+        ("abs(b.T)", "csr", "csr"), ("abs(b.T)", "csr", "csc"), ("b.T + b", "csr", "csr"),
+        ("b.T + b", "csr", "csc"), ("S.maximum(b.T, b)", "csr", "csr"), ("b.T ** 2", "csr", "csr"),
+        ("b.T.min()", "csr", "csr"), ("b.T.min()", "csr", "csc"), ("abs(b.T @ b)", "csr", "csr"),
+        ("b.T * b", "csr", "csr"), ("abs(b).T", "csr", "csr"), ("(b + b).T", "csr", "csr"),
+        ("b.T.T + b", "csr", "csr"), ("abs(S.minimum(d.T, b - b))", "csr", "csr"), ("b.T.sum(axis=1)", "csr", "csr"),
+        ("b.T @ a.min(axis=1)", "csc", "csc"), ("(a @ b) @ b.min(axis=1)", "csc", "csc"),
+        ("b.T.max(axis=0) * -(b @ v)", "csr", "csc"), ("(b + d).max(axis=0)", "csr", "csr"),
+        ("(b + d).max()", "csr", "csr"), ("S.minimum(abs(v), v) + b.min(axis=1) * 3.0", "csr", "csc"),
+    ]
+
+    def operand(rng, n, fmt, density, dtype):
+        A = sps.random_array((n, n), density=density, format="csr", rng=rng)
+        A.data = np.round(A.data * 8 - 4) if np.dtype(dtype).kind in "iu" else A.data * 8 - 4
+        A = A.astype(dtype)
+        return A.toarray() if fmt == "dense" else getattr(sps, fmt + "_array")(A)
+
+    def expression(rng, rank, depth):
+        """Random source of the given rank over a, b (matrices) and v (a vector)."""
+        if depth == 0 or rng.random() < 0.25:
+            return {2: str(rng.choice(["a", "b"])), 1: "v", 0: "(v.sum())"}[rank]
+        kind = str(rng.choice({2: ["bin", "un", "matmul", "T", "scale"], 1: ["bin", "un", "mv", "red", "scale"],
+                               0: ["red0", "bin", "scale"]}[rank]))
+        sub = lambda r=rank: expression(rng, r, depth - 1)
+        if kind == "bin":
+            op = str(rng.choice(["+", "-", "*", "max", "min"]))
+            if op in ("max", "min"):
+                return f"S.{op}imum({sub()}, {sub()})" if rank else f"({sub()} {'+' if op == 'max' else '-'} {sub()})"
+            return f"({sub()} {op} {sub()})"
+        if kind == "un":
+            return str(rng.choice([f"abs({sub()})", f"(-{sub()})", f"({sub()} ** 2)"]))
+        if kind == "scale":
+            return f"({sub()} * {float(rng.choice([2.0, -0.5, 3.0]))})"
+        if kind == "matmul":
+            return f"({sub(2)} @ {sub(2)})"
+        if kind == "T":
+            return f"({sub(2)}.T)"
+        if kind == "mv":
+            return f"({sub(2)} @ {sub(1)})"
+        if kind == "red":
+            return f"({sub(2)}.{rng.choice(['sum', 'max', 'min'])}(axis={int(rng.integers(0, 2))}))"
+        return f"({sub(int(rng.integers(1, 3)))}.{rng.choice(['sum', 'max', 'min'])}())"
+
+    def dense(x):
+        return x.toarray() if sps.issparse(x) else (x.todense() if hasattr(x, "todense") else np.asarray(x))
+
+    def check(case, src, a, b, v, d):
+        fun = eval(f"lambda a, b, v, d: {src}")
+        try:
+            with np.errstate(all="ignore"):
+                want = eval(f"lambda a, b, v, d: {src}", {"S": N})(dense(a), dense(b), dense(v), d)
+        except Exception:
+            return   # NumPy refuses it too (e.g. a shape NumPy does not broadcast)
+        try:
+            got = dense(S.jit(fun)(a, b, v, d))
+        except Exception as exc:
+            print(json.dumps({"case": case, "src": src, "status": "error",
+                              "message": f"{type(exc).__name__}: {str(exc)[:300]}"}), flush=True)
+            return
+        want = np.asarray(want)
+        # integers exactly; floats to rounding (sums in another order), float32 at its own precision
+        tol = {"i": 0.0, "u": 0.0}.get(want.dtype.kind, 1e-4 if want.dtype == np.float32 else 1e-9)
+        ok = got.shape == want.shape and np.allclose(got, want, rtol=tol, equal_nan=True,
+                                                     atol=tol * (1 + np.abs(want).max(initial=0)))
+        print(json.dumps({"case": case, "src": src, "status": "ok" if ok else "wrong",
+                          "got": str(got)[:200], "want": str(want)[:200]}), flush=True)
+
+    rng = np.random.default_rng(20261202)
+    for k, (src, fa, fb) in enumerate(LISTED):
+        n = 6
+        a, b = operand(rng, n, fa, 0.5, "float64"), operand(rng, n, fb, 0.5, "float64")
+        check(f"listed {k}", src, a, b, rng.standard_normal(n), operand(rng, n, "dense", 0.5, "float64"))
+    for k in range(int(sys.argv[1])):
+        n = int(rng.integers(1, 10))
+        dtype = str(rng.choice(["float64", "int64", "float32"]))
+        src = expression(rng, int(rng.integers(0, 3)), int(rng.integers(1, 4)))
+        fmts = [str(rng.choice(["csr", "csc", "coo", "dense"])) for _ in range(2)]
+        a, b = (operand(rng, n, f, float(rng.choice([0.0, 0.1, 0.5, 1.0])), dtype) for f in fmts)
+        v = operand(rng, n, "dense", 1.0, dtype)[0]
+        if rng.random() < 0.3:
+            v = sps.coo_array(np.where(rng.random(n) < 0.5, v, 0))
+        check(f"random {k} {dtype} {fmts}", src, a, b, v, None)
+''')
+
+
+def test_composed_expressions_match_numpy_in_a_child_process(tmp_path):
+    out = tmp_path / "out.txt"
+    with open(out, "w") as stdout:
+        proc = subprocess.run([sys.executable, "-c", CHILD, "120"], stdout=stdout, stderr=subprocess.PIPE,
+                              text=True, timeout=900)
+    text = out.read_text()
+    assert proc.returncode == 0, (f"the child died (status {proc.returncode}; negative: a signal) after:\n"
+                                  f"{text[-2000:]}\n{proc.stderr[-3000:]}")
+    rows = [json.loads(line) for line in text.splitlines()]
+    listed = [r for r in rows if r["case"].startswith("listed")]
+    assert len(listed) == 24
+    bad = [r for r in rows if r["status"] != "ok"]
+    assert not bad, bad[:5]
+    assert len(rows) >= 24 + 100   # NumPy itself refuses few of the random ones
+
+
+def _fused(fun, *args):
+    """The module of ``fun`` after MLIR's elementwise fusion, before sparsification."""
+    from mlir import ir
+
+    from splyce.lowering import pipeline
+    from splyce.lowering.fusion_check import contradicting_sparse_orders
+    from splyce.lowering.to_mlir import lower_trace
+
+    trace = splyce.jit(fun).lower(*args).trace
+    with ir.Context(), ir.Location.unknown():
+        module = lower_trace(trace)
+        pipeline.run_passes(module, pipeline.FUSE)
+        return str(module), contradicting_sparse_orders(module)
+
+
+B = sps.csr_array(sps.random_array((6, 6), density=0.5, rng=1))
+
+
+def test_fusion_check_finds_one_sparse_operand_read_in_two_orders():
+    text, contradicts = _fused(lambda b: b.T + b, B)
+    assert contradicts
+    assert text.count("linalg.generic") == 1   # fusion made one kernel reading b through (i, j) and (j, i)
+    # the unfused lowering compiles the transposed copy as its own kernel, and the sum is right
+    low = splyce.jit(lambda b: b.T + b).lower(B)
+    assert low.as_text("scf").count("func.func private @_internal_kernel") == 1
+    np.testing.assert_array_equal(splyce.jit(lambda b: b.T + b)(B), B.toarray().T + B.toarray())
+
+
+def test_fusion_check_accepts_compatible_orders():
+    _, contradicts = _fused(lambda b: abs(b * 2.0) + b, B)
+    assert not contradicts
+
+
+def test_a_python_scalar_in_a_fused_expression_promotes_like_numpy():
+    """NEP 50: int64 * -0.5 is float64; the fused ``abs`` once evaluated its operand in int64 (-0.5 -> 0)."""
+    v = sps.coo_array(np.array([0, 3, 0, -2, 1, 0], dtype=np.int64))
+    got = splyce.jit(lambda v: abs(v * -0.5))(v)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got.todense(), np.abs(v.toarray() * -0.5))
+    x = np.arange(-3, 3, dtype=np.float32)
+    got = splyce.jit(lambda x: abs(x * -0.5) + x)(x)
+    assert got.dtype == np.float32   # a Python float never widens float32
+    np.testing.assert_array_equal(got, np.abs(x * -0.5) + x)
+
+
+A = sps.random_array((5, 6), density=0.4, format="csr", rng=2, dtype=np.float32)
+
+
+@pytest.mark.parametrize("operand", [A, sps.csc_array(A), A.toarray(), splyce.asarray(A)],
+                         ids=["csr", "csc", "dense", "SparseTensor"])
+def test_returning_an_argument_gives_a_copy_in_its_format(operand):
+    """As JAX returns a new array: the same values and format, never the argument's own buffers."""
+    got = splyce.jit(lambda x: x)(operand)
+    want = operand.toarray() if hasattr(operand, "toarray") else (
+        operand.todense() if hasattr(operand, "todense") else operand)
+    values = got.toarray() if hasattr(got, "toarray") else got
+    np.testing.assert_array_equal(values, want)
+    assert values.dtype == np.float32
+    if isinstance(operand, np.ndarray):
+        assert isinstance(got, np.ndarray) and not np.shares_memory(got, operand)
+    else:
+        assert got.format == ("csc" if getattr(operand, "format", None) == "csc" else "csr")
+        stored = operand.values if isinstance(operand, splyce.SparseTensor) else operand.data
+        assert not np.shares_memory(got.data, stored)
+
+
+def test_returning_an_argument_among_results_and_with_out_format():
+    x = A.toarray()
+    prod, same = splyce.jit(lambda x, y: (x * y, y))(x, A)
+    assert sps.issparse(prod)   # dense * sparse is sparse, as in scipy
+    np.testing.assert_array_equal(prod.toarray(), x * A.toarray())
+    assert sps.issparse(same) and not np.shares_memory(same.data, A.data)
+    np.testing.assert_array_equal(same.toarray(), A.toarray())
+    as_csr = splyce.jit(lambda x: x, out_format=splyce.CSR)(x)
+    assert sps.issparse(as_csr) and as_csr.nnz == A.nnz
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_value_returned_twice_is_one_object_as_in_python(threads):
+    def f(x):
+        y = x * 2
+        return y, y, x, x.T.T, x.sum(), x.T.T.sum()
+
+    x = A.toarray()
+    y, y2, same, same2, total, total2 = splyce.jit(f, threads=threads)(x)
+    assert y is y2
+    np.testing.assert_array_equal(y, x * 2)
+    # x and x.T.T are distinct traced values that the planner makes one node: one buffer, both results right
+    np.testing.assert_array_equal(same, x)
+    np.testing.assert_array_equal(same2, x)
+    assert total == total2
+    np.testing.assert_allclose(total, x.sum(), rtol=1e-6)
+    for operand in (A, splyce.asarray(A)):
+        y, y2, *_ = splyce.jit(f, threads=threads)(operand)
+        assert y is y2
+        np.testing.assert_array_equal(y.toarray(), A.toarray() * 2)
