@@ -17,6 +17,7 @@ from splyce.lowering.to_mlir import ENTRY, lower_trace
 from splyce.options import Options
 from splyce.lowering.free_intermediates import free_intermediates
 from splyce.lowering.fusion_check import contradicting_sparse_orders
+from splyce.lowering.noop_generics import drop_noop_generics
 from splyce.passes.dealloc_guard import drop_foreign_deallocs
 from splyce.passes.widen_i1 import widen_i1_memrefs
 from splyce.tracer.ir import Trace
@@ -156,6 +157,7 @@ def _sparsified(trace: Trace, module):
     from mlir import ir
 
     pipeline.run_passes(module, pipeline.FUSE)
+    drop_noop_generics(module)   # the sparsifier segfaults on a generic that ignores its sparse operand
     if not contradicting_sparse_orders(module):
         try:
             free_intermediates(module)
@@ -165,6 +167,7 @@ def _sparsified(trace: Trace, module):
             pass
     module = lower_trace(trace)
     pipeline.run_passes(module, pipeline.UNFUSED)
+    drop_noop_generics(module)
     free_intermediates(module)
     pipeline.run_passes(module, pipeline.BUFFERIZE)
     return module
