@@ -18,6 +18,7 @@ from splyce.planner import cost
 from splyce.planner.elementwise import expression_text, fuse_elementwise
 from splyce.planner.memory import budget_bytes, format_bytes
 from splyce.planner.rewrite import Fusion, substitute, uses, with_args, with_order
+from splyce.planner.transposed_inputs import Derived, relabel_inputs, transposed
 from splyce.tensors.formats import Format
 from splyce.tracer.ir import ContractParams, Node, TensorType, Trace, walk
 
@@ -49,7 +50,8 @@ class Plan:
     sources: tuple[Source, ...]
     steps: tuple[Step, ...]
     fusions: tuple[Fusion, ...]
-    nnz: tuple[int, ...]
+    nnz: tuple[int, ...]       # of the call's arguments (the source trace's inputs)
+    derived: tuple[Derived, ...] = ()   # kernel inputs after the arguments: transposes read in place
 
     @property
     def cost(self) -> float:
@@ -71,7 +73,10 @@ class Plan:
         return any(s.converted for s in self.sources)
 
     def prepare(self, values: list) -> list:
-        """The kernel's operands from the call's (validated) operands: conversions the plan asks for."""
+        """The kernel's operands from the call's (validated) operands: transposes read in place, then the
+        conversions the plan asks for."""
+        if self.derived:
+            values = list(values) + [transposed(values[d.source], d.axes, d.type) for d in self.derived]
         if not self.needs_conversion:
             return values
         from splyce.tensors.tensor import asarray
@@ -94,6 +99,9 @@ class Plan:
         lines = ["plan {"]
         nnz = ", ".join(f"%arg{i}: {n}" for i, n in enumerate(self.nnz))
         lines.append(f"  // costed for the first call's stored entries ({nnz})")
+        for k, d in enumerate(self.derived):
+            lines.append(f"  %arg{len(self.source.inputs) + k} = transpose %arg{d.source} "
+                         f"(axes {d.axes}: its buffers relabelled) : {d.type}")
         for s_index, s in enumerate(self.sources):
             if s.converted:
                 how = f"stored as {s.type.format}" if s.type.is_sparse else "scattered into a dense array"
@@ -241,7 +249,9 @@ def _heuristic_order(node: Node) -> str | None:
 
 def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True) -> Plan:
     """``scatter=False``: the plan that keeps every sparse operand sparse (``Plan.kept``)."""
-    planner = Planner(trace, tuple(nnz), scatter)
+    source = trace
+    trace, derived = relabel_inputs(trace)
+    planner = Planner(trace, tuple(nnz) + tuple(nnz[d.source] for d in derived), scatter)
     outputs, fusions = planner.fuse()
     outputs, _ = fuse_elementwise(outputs, uses(outputs))
 
@@ -284,7 +294,7 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True) -> Plan:
             steps.append(Step(new, storage, planner.node_cost(node), entries, _nbytes(node.type, entries),
                               node in result_nodes))
     planned = Trace(tuple(s.type for s in sources), tuple(mapping[o] for o in outputs))
-    plan = Plan(trace, planned, tuple(sources), tuple(steps), tuple(fusions), tuple(nnz))
+    plan = Plan(source, planned, tuple(sources), tuple(steps), tuple(fusions), tuple(nnz), derived)
     check_memory(plan)
     return plan
 

@@ -17,7 +17,7 @@ import numpy as np
 
 __all__ = [
     "Level", "Format", "to_mlir_encoding",
-    "CSR", "CSC", "DCSR", "DCSC", "COO", "SPARSE_VECTOR", "csf", "coo", "dense",
+    "CSR", "CSC", "DCSR", "DCSC", "COO", "SPARSE_VECTOR", "csf", "coo", "dense", "relabelled",
 ]
 
 LEVEL_KINDS = ("dense", "compressed", "singleton")
@@ -253,6 +253,13 @@ CSC = Format(("dense", "compressed"), order=(1, 0))
 DCSR = Format(("compressed", "compressed"))
 DCSC = Format(("compressed", "compressed"), order=(1, 0))
 COO = coo(2)
+
+
+def relabelled(fmt: Format, axes: tuple[int, ...]) -> Format:
+    """The format of ``x.transpose(axes)`` stored in ``x``'s buffers unchanged: the same levels, each now
+    storing the result dimension that was its source dimension (a CSR matrix's transpose is CSC)."""
+    position = {source: result for result, source in enumerate(axes)}
+    return Format(fmt.levels, tuple(position[d] for d in fmt.order), fmt.pos_width, fmt.crd_width)
 
 
 def to_mlir_encoding(fmt: Format):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numbers
 import string
 
-from splyce.tensors.formats import Format
+from splyce.tensors.formats import Format, relabelled
 from splyce.tracer.ir import ContractParams, Node, TensorType, result_dtype
 
 MAX_OPERANDS = 4
@@ -161,8 +161,14 @@ def contract(nodes: list[Node], inputs: list[str], output: str, *, scale=None, o
     """The one constructor for contraction nodes: checks subscripts against shapes and infers the type."""
     if not 1 <= len(nodes) <= MAX_OPERANDS:
         raise TraceError(f"{op}: between 1 and {MAX_OPERANDS} operands are supported, got {len(nodes)}")
+    # an elementwise product, or a scaled copy, of sparse operands as written gives a sparse result as in
+    # scipy (``b.T * b`` of a CSR ``b`` is CSC there), also when a transpose folds into the subscripts below
+    elementwise = all(subs == output for subs in inputs) and (len(nodes) >= 2 or scale is not None)
+    sparse_like = [n.type.format for n in nodes if n.type.is_sparse]
     if len(nodes) > 1 or scale is not None or inputs[0] != output:
-        nodes, inputs = zip(*[_fold_transpose(n, s) for n, s in zip(nodes, inputs)])
+        # a sparse transpose stays an operand of an elementwise op: the planner reads a transposed input in
+        # place and fuses the op with its elementwise neighbours, which permuted subscripts would prevent
+        nodes, inputs = zip(*[_fold_transpose(n, s, relabels=not elementwise) for n, s in zip(nodes, inputs)])
     sizes: dict[str, int] = {}
     for n, (node, subs) in enumerate(zip(nodes, inputs)):
         if len(subs) != node.type.ndim:
@@ -181,9 +187,6 @@ def contract(nodes: list[Node], inputs: list[str], output: str, *, scale=None, o
     if len(output) > MAX_RANK:
         raise TraceError(f"{op}: results of rank up to {MAX_RANK} are supported")
     out_format = check_out_format(out_format, len(output))
-    # an elementwise product, or a scaled copy: sparse operands give a sparse result, as in scipy
-    elementwise = all(subs == output for subs in inputs) and (len(nodes) >= 2 or scale is not None)
-    sparse_like = [n.type.format for n in nodes if n.type.is_sparse]
     fmt = resolve_format(out_format, elementwise and bool(sparse_like), sparse_like, len(output))
     dtype = dtype or result_dtype(*[n.type.dtype for n in nodes])
     if scale is not None:   # NumPy 2 (NEP 50): a Python scalar is weak (it turns ints into floats, bools
@@ -199,11 +202,12 @@ def contract(nodes: list[Node], inputs: list[str], output: str, *, scale=None, o
     return Tracer(Node("contract", tuple(nodes), (params,), TensorType(shape, dtype, fmt)))
 
 
-def _fold_transpose(node: Node, subs: str) -> tuple[Node, str]:
+def _fold_transpose(node: Node, subs: str, relabels: bool = True) -> tuple[Node, str]:
     """Read a transposed operand through its source with permuted subscripts (``x @ y.T`` becomes
     ``einsum("ik,jk->ij", x, y)``), so the sparse source keeps its format instead of going through a
-    dense transposed copy."""
-    while node.op == "contract" and len(node.args) == 1 and not node.type.is_sparse:
+    dense transposed copy. ``relabels``: sparse transposes (relabel_axes) fold too."""
+    while node.op == "contract" and len(node.args) == 1 and (
+            not node.type.is_sparse or (relabels and relabel_axes(node))):
         params: ContractParams = node.params[0]
         (source,) = params.inputs
         if params.scale is not None or sorted(source) != sorted(params.output):
@@ -415,8 +419,28 @@ def transpose(a, axes=None, *, out_format=None) -> Tracer:
     axes = tuple(reversed(range(ndim))) if axes is None else tuple(axes)
     if sorted(a % ndim if isinstance(a, int) else a for a in axes) != list(range(ndim)):
         raise TraceError(f"transpose: axes {axes} are not a permutation of range({ndim})")
+    axes = tuple(a % ndim for a in axes)
+    if out_format is None and na.type.is_sparse:
+        # as scipy's ``csr.T`` is a CSC array over the same buffers: sparse, each level relabelled
+        out_format = relabelled(na.type.format, axes)
     subs = _letters(ndim)
-    return contract([na], [subs], "".join(subs[a % ndim] for a in axes), out_format=out_format, op="transpose")
+    return contract([na], [subs], "".join(subs[a] for a in axes), out_format=out_format, op="transpose")
+
+
+def relabel_axes(node: Node) -> tuple[int, ...] | None:
+    """The axes of ``node`` when it is a transpose of a sparse value stored in that value's buffers
+    relabelled (``relabelled(format, axes)``: no entry moves), else None."""
+    if node.op != "contract" or len(node.args) != 1 or not node.type.is_sparse:
+        return None
+    params: ContractParams = node.params[0]
+    (source,) = params.inputs
+    (arg,) = node.args
+    if params.scale is not None or not arg.type.is_sparse or sorted(source) != sorted(params.output):
+        return None
+    if node.type.dtype != arg.type.dtype:
+        return None
+    axes = tuple(source.index(c) for c in params.output)
+    return axes if node.type.format == relabelled(arg.type.format, axes) else None
 
 
 def parse_einsum(subscripts: str, nops: int) -> tuple[list[str], str]:
