@@ -42,6 +42,10 @@ CHILD = textwrap.dedent('''
     LISTED_INT = [   # integer code that folds to a kernel ignoring its sparse operand (segfaulted the sparsifier)
         ("(d - d) @ a", "csr", "csr"), ("(a * 0).sum()", "csr", "csr"), ("(b - b) @ v", "csc", "csr"),
         ("(a * 0).sum(axis=1)", "csr", "csc"), ("(a * 0 + b).sum()", "csr", "csr"),
+        # a dtype change keeps elementwise ops apart: their intermediates take the consumer's storage order
+        ("((abs(b) * -0.5) - (S.minimum(a, b) * (a * -0.5)))", "csc", "coo"),
+        ("(v - v).min() + (d - d).max()", "csr", "csr"),   # v - v folds to a constant, which was freed
+        ("S.maximum(b ** 2, (b * 3.0).T)", "csr", "csc"),   # a transposed intermediate in the other order
     ]
 
     def operand(rng, n, fmt, density, dtype):
@@ -131,10 +135,10 @@ def test_composed_expressions_match_numpy_in_a_child_process(tmp_path):
                                   f"{text[-2000:]}\n{proc.stderr[-3000:]}")
     rows = [json.loads(line) for line in text.splitlines()]
     listed = [r for r in rows if r["case"].startswith("listed")]
-    assert len(listed) == 28 + 5
+    assert len(listed) == 28 + 8
     bad = [r for r in rows if r["status"] != "ok"]
     assert not bad, bad[:5]
-    assert len(rows) >= 33 + 100   # NumPy itself refuses few of the random ones
+    assert len(rows) >= 36 + 100   # NumPy itself refuses few of the random ones
 
 
 def _fused(fun, *args):

@@ -3,8 +3,9 @@
 ``lower_trace`` frees every intermediate result before returning (``bufferization.dealloc_tensor``). MLIR's
 folding may turn an intermediate into another value (an identity kernel such as integer ``x * 1`` folds to
 ``x``), so such a free could land on an argument (the caller's NumPy buffers), on a returned buffer, or on a
-buffer already freed. Each dealloc's memref is followed through view-like ops to the value it aliases; a
-free of a function argument, of a value that is returned, or a second free of one value is erased.
+buffer already freed, and constant folding can make it a global constant (integer ``(v - v).min()``: ``v - v``
+is a ``memref.get_global`` of zeros, whose free crashed the process). Each dealloc's memref is followed through view-like ops to the value it aliases; a
+free of a function argument, of a global, of a value that is returned, or a second free of one value is erased.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ def drop_foreign_deallocs(module: ir.Module) -> int:
             if op.name != "memref.dealloc":
                 continue
             root = aliased_root(op.operands[0])
-            if any(root == v for v in arguments + returned + freed):
+            owner = defining_op(root)
+            constant = owner is not None and owner.name == "memref.get_global"   # folding made it a constant
+            if constant or any(root == v for v in arguments + returned + freed):
                 op.erase()
                 erased += 1
             else:

@@ -254,6 +254,7 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True) -> Plan:
     planner = Planner(trace, tuple(nnz) + tuple(nnz[d.source] for d in derived), scatter)
     outputs, fusions = planner.fuse()
     outputs, _ = fuse_elementwise(outputs, uses(outputs))
+    outputs = _align_intermediate_orders(outputs)
 
     sources = [Source(i, t, False) for i, t in enumerate(trace.inputs)]
     slots: dict[tuple[int, TensorType], Node] = {}
@@ -297,6 +298,46 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True) -> Plan:
     plan = Plan(source, planned, tuple(sources), tuple(steps), tuple(fusions), tuple(nnz), derived)
     check_memory(plan)
     return plan
+
+
+def _align_intermediate_orders(outputs):
+    """Store each sparse elementwise intermediate in the order its elementwise consumer co-iterates.
+
+    An input read in another order is re-stored on the host (``_elementwise_storage``), an intermediate
+    cannot be; but its format is the planner's to choose (only results are seen by the caller), so the
+    consumer's order, decided first (consumers before producers), is passed down to it. Elementwise ops
+    that stay apart (a dtype change: ``abs(b) * -0.5`` of integers) would otherwise meet in three orders. A
+    sparse contraction intermediate in another order (a transpose, ``maximum(b ** 2, (b * 3.0).T)``: the
+    sparsifier cannot write it out of order) becomes dense, as contractions are by default."""
+    nodes = walk(outputs)
+    results = set(outputs)
+    want: dict[Node, tuple[int, ...] | None] = {}   # None: dense
+    for node in reversed(nodes):
+        if node.op not in ("ewise", "combine"):
+            continue
+        sparse = [a for a in node.args if a.type.is_sparse]
+        if not sparse:
+            continue
+        order = want.get(node, node.type.format.order) if node.type.is_sparse else sparse[0].type.format.order
+        for arg in sparse:
+            if arg in results or arg.type.format.order == order or arg.type.ndim != len(order):
+                continue
+            if arg.op in ("ewise", "combine"):
+                want.setdefault(arg, order)
+            elif arg.op == "contract":
+                want.setdefault(arg, None)   # a transposed intermediate (``(b * 3.0).T``) in the other order: dense
+    if not want:
+        return outputs
+    mapping: dict[Node, Node] = {}
+    for node in nodes:
+        args = tuple(mapping.get(a, a) for a in node.args)
+        type_ = node.type
+        if node in want:
+            fmt, order = type_.format, want[node]
+            type_ = TensorType(type_.shape, type_.dtype,
+                               None if order is None else Format(fmt.levels, order, fmt.pos_width, fmt.crd_width))
+        mapping[node] = node if args == node.args and node not in want else Node(node.op, args, node.params, type_)
+    return tuple(mapping[o] for o in outputs)
 
 
 def _elementwise_storage(node: Node, new: Node, converted_input):
