@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from mlir import ir
 
+from splyce.passes.ir_utils import walk
+
 
 def _is_noop(op) -> bool:
     if op.name != "linalg.generic" or len(op.results) == 0:
@@ -28,15 +30,8 @@ def _is_noop(op) -> bool:
 
 def drop_noop_generics(module: ir.Module) -> int:
     """Replace each no-op generic's results by its ``outs`` operands and erase it; returns how many."""
-    found = []
-
-    def visit(op):
-        if _is_noop(op.operation):
-            found.append(op.operation)
-        return ir.WalkResult.ADVANCE
-
+    found = [op for fn in module.body.operations for op in walk(fn.operation) if _is_noop(op)]
     with module.context:
-        module.operation.walk(visit)
         for op in found:
             n_outs = len(op.results)
             outs = list(op.operands)[len(op.operands) - n_outs:]

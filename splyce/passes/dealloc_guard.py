@@ -3,9 +3,10 @@
 ``lower_trace`` frees every intermediate result before returning (``bufferization.dealloc_tensor``). MLIR's
 folding may turn an intermediate into another value (an identity kernel such as integer ``x * 1`` folds to
 ``x``), so such a free could land on an argument (the caller's NumPy buffers), on a returned buffer, or on a
-buffer already freed, and constant folding can make it a global constant (integer ``(v - v).min()``: ``v - v``
-is a ``memref.get_global`` of zeros, whose free crashed the process). Each dealloc's memref is followed through view-like ops to the value it aliases; a
-free of a function argument, of a global, of a value that is returned, or a second free of one value is erased.
+buffer already freed; constant folding can make it a global (integer ``(v - v).min()``: ``v - v`` is a
+``memref.get_global`` of zeros, whose free crashed the process). Each dealloc's memref is followed through
+view-like ops to the value it aliases; a free of a function argument, of a global, of a value that is
+returned, or a second free of one value is erased.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ class Derived:
 def relabel_inputs(trace: Trace) -> tuple[Trace, tuple[Derived, ...]]:
     """``trace`` with every relabelling transpose of an input read through a derived input (one per
     distinct transpose), and the derived inputs in order. O(nodes)."""
-    from splyce.tracer.tracer import contract, relabel_axes
+    from splyce.tracer.tracer import copy_of, relabel_axes
 
     derived: dict[tuple[int, tuple[int, ...]], Node] = {}
     found: list[Derived] = []
@@ -42,8 +42,7 @@ def relabel_inputs(trace: Trace) -> tuple[Trace, tuple[Derived, ...]]:
                 derived[key] = Node("input", (), (len(trace.inputs) + len(found) - 1,), node.type)
             new = derived[key]
             if node in outputs:   # a result: a copy of the relabelled buffers, in their storage order
-                subs = "abcd"[: node.type.ndim]
-                new = contract([new], [subs], subs, out_format=node.type.format, op="transpose").node
+                new = copy_of(new, op="transpose")
         mapping[node] = new
     if not found:
         return trace, ()

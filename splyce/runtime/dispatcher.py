@@ -33,7 +33,7 @@ from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
 from splyce.tensors.formats import Format
 from splyce.tensors.tensor import SparseTensor
 from splyce.tracer.ir import Node, TensorType, Trace
-from splyce.tracer.tracer import OUT_FORMATS, Tracer, TraceError
+from splyce.tracer.tracer import OUT_FORMATS, Tracer, TraceError, copy_of
 
 # compiles: kernels built by the compiler; disk_hits: memory misses served by the disk cache instead.
 CacheInfo = namedtuple("CacheInfo", "hits misses currsize compiles disk_hits", defaults=(0,))
@@ -521,7 +521,7 @@ class Jitted:
                 inputs.append(spec)
         out = self.fun(*tracers)
         leaves, tree = _flatten_outputs(out)
-        leaves = [_copied(n) if n.op == "input" else n for n in leaves]
+        leaves = [copy_of(n) if n.op == "input" else n for n in leaves]   # an argument returned as is
         if self.out_format is not None:
             leaves = [_with_format(n, self.out_format) for n in leaves]
         unique = list(dict.fromkeys(leaves))   # a value returned twice is computed and returned once
@@ -591,16 +591,6 @@ def _store(lowering: Lowering, kernel: Kernel) -> None:
             "decisions": [dict(function=d.function, index=d.index, vectorized=d.vectorized, reason=d.reason)
                           for d in lowering.decisions]}
     disk_cache.write(lowering.disk_key, disk_cache.Entry(code, meta))
-
-
-def _copied(node: Node) -> Node:
-    """A result that is an argument passed through: a copy in the argument's own format, as JAX returns a
-    new array (a result never aliases an input: the caller may write to either)."""
-    from splyce.tracer.tracer import contract
-
-    subs = "abcd"[: node.type.ndim]
-    fmt = node.type.format if node.type.is_sparse else "dense"
-    return contract([node], [subs], subs, out_format=fmt, op="return").node
 
 
 def _with_format(node: Node, out_format) -> Node:

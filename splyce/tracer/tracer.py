@@ -427,6 +427,14 @@ def transpose(a, axes=None, *, out_format=None) -> Tracer:
     return contract([na], [subs], "".join(subs[a] for a in axes), out_format=out_format, op="transpose")
 
 
+def copy_of(node: Node, op: str = "return") -> Node:
+    """A copy of ``node`` in its own format (a result never aliases an argument: the caller may write to
+    either, as JAX returns a new array)."""
+    subs = _letters(node.type.ndim)
+    fmt = node.type.format if node.type.is_sparse else "dense"
+    return contract([node], [subs], subs, out_format=fmt, op=op).node
+
+
 def relabel_axes(node: Node) -> tuple[int, ...] | None:
     """The axes of ``node`` when it is a transpose of a sparse value stored in that value's buffers
     relabelled (``relabelled(format, axes)``: no entry moves), else None."""
