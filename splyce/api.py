@@ -10,8 +10,23 @@ import sys
 
 import numpy as np
 
+from splyce.runtime import memory_pool
 from splyce.tracer import tracer as T
 from splyce.tracer.tracer import Tracer
+
+# Drop-ins on operands of at least this many stored values run with NumPy allocating from splyce's cache of
+# freed large buffers (runtime/memory_pool.py: a result is fresh memory on every call otherwise); below it
+# a result is under the cache's 1 MiB minimum anyway, and the call saves the handler switch (~1 us).
+POOL_OPERAND = 1 << 16
+
+
+def _pool_for(*xs):
+    """memory_pool.install() when an operand is large (the token to restore), else None."""
+    for x in xs:
+        d = x if type(x) is np.ndarray else getattr(x, "data", None)
+        if type(d) is np.ndarray and d.size >= POOL_OPERAND:
+            return memory_pool.install()
+    return None
 
 
 def _any_dask(*xs) -> bool:
@@ -40,6 +55,14 @@ def _binary(name: str, doc: str):
     merge = name != "matmul"     # the same for two scipy CSR / CSC matrices on one thread (A * A.T, A + A.T)
 
     def op(a, b, *, out_format=None, threads=1):
+        token = _pool_for(a, b)
+        try:
+            return _op(a, b, out_format, threads)
+        finally:
+            if token is not None:
+                memory_pool.restore(token)
+
+    def _op(a, b, out_format, threads):
         if fast and type(b) is np.ndarray and out_format is None:
             out = (_dropin_module or _dropin())._fast_spmv(a, b, threads)
             if out is not None:
@@ -73,6 +96,15 @@ def einsum(subscripts, *operands, out_format=None, order=None, threads=1):
     """NumPy's einsum (no ellipses, up to 4 operands of rank up to 4). Traced, ``order="ijk"`` pins the loop
     order and the formulation as written (no fusion, operands used as stored). ``threads`` (drop-in only):
     worker threads, 1 by default as scipy, None for all cores; results are bit-identical for any count."""
+    token = _pool_for(*operands)
+    try:
+        return _einsum(subscripts, operands, out_format, order, threads)
+    finally:
+        if token is not None:
+            memory_pool.restore(token)
+
+
+def _einsum(subscripts, operands, out_format, order, threads):
     if len(operands) == 3 and out_format is None and order is None and (threads is None or type(threads) is int):
         out = (_dropin_module or _dropin())._fast_masked_sum(subscripts, *operands, threads=threads)   # triangles
         if out is not None:

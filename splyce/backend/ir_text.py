@@ -4,6 +4,7 @@ and counted loops, plus the row split the helpers share for ``threads``."""
 from __future__ import annotations
 
 import bisect
+import contextvars
 import functools
 from concurrent.futures import ThreadPoolExecutor
 
@@ -64,9 +65,17 @@ def loop(ir: IR, start: str, stop: str, body, after: str) -> None:
     ir(f"  br label %{head}")
 
 
+class ContextPool(ThreadPoolExecutor):
+    """A thread pool whose tasks run in a copy of the submitting thread's context, so that a drop-in's
+    workers allocate with the same NumPy allocator as its caller (runtime/memory_pool.py)."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
+
+
 @functools.cache
 def pool(workers: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="splyce-native")
+    return ContextPool(max_workers=workers, thread_name_prefix="splyce-native")
 
 
 def row_chunks(indptr: np.ndarray, threads: int) -> list[tuple[int, int]]:

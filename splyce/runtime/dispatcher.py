@@ -291,7 +291,9 @@ CHUNKS_PER_THREAD = 4
 @functools.cache
 def _pool(threads: int) -> ThreadPoolExecutor:
     """Worker threads for kernels run on ``threads`` threads (the caller's thread is one of them)."""
-    return ThreadPoolExecutor(max_workers=max(threads - 1, 1), thread_name_prefix="splyce")
+    from splyce.backend.ir_text import ContextPool
+
+    return ContextPool(max_workers=max(threads - 1, 1), thread_name_prefix="splyce")
 
 
 def _input_ranks(inputs):

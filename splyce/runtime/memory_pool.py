@@ -1,0 +1,571 @@
+"""A cache of large freed array buffers, used by the drop-ins through NumPy's allocator hook (NEP 49).
+
+Why: a product's result is fresh memory on every call (scipy's too), and fresh memory costs page faults:
+the kernel zeroes every page it hands out, and on a virtual machine whose host reclaims freed guest memory
+(free-page reporting) it also has to be backed again. Measured on the 2-core EPYC VM (docs/memory.md):
+the 63 MB result of road-700's SpMM took 17.3 ms per call fresh and 11.0 ms reused; a two-thread SpGEMM on
+banded-150k spent 50 ms of its 71 ms in the kernel's page faults. glibc returns every block above 32 MB to
+the system when it is freed, so a loop of products pays that on every call.
+
+How: while a drop-in on large operands runs, NumPy allocates arrays with this module's handler (set for the
+current context only, as NEP 49 intends; worker threads run in a copy of the caller's context). A block of
+at least ``POOL_MIN`` bytes freed later, wherever that happens, is kept (up to ``limit()`` bytes in all, at
+most ``SLOTS`` blocks) instead of going back to libc, and the next allocation of about its size (the block
+is at most twice as large as asked) takes it, its pages already backed. Smaller blocks go to libc's
+malloc / free. Each block has a 64-byte header before the address NumPy sees: the libc block, its capacity
+and whether it may be kept. Arrays stay ordinary NumPy arrays that own their data (``resize`` works: it goes
+through the same handler). ``release()`` gives every kept block back; ``SPLYCE_POOL_BYTES=0`` (or
+``set_limit(0)``) turns the cache off, and then no handler is ever installed.
+
+The handler's functions are native (LLVM IR compiled once per process) and take a spin lock around the
+table, so a block may be freed on any thread. They, their table and the handler stay alive until the
+process ends: arrays that carry the handler may be freed during interpreter shutdown.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+import numpy as np
+
+POOL_MIN = 1 << 20          # blocks from 1 MiB are kept when freed; below, libc's heap already reuses them
+SLOTS = 32                  # at most this many blocks kept
+HUGE_MIN = 4 << 20          # fresh blocks from 4 MiB get MADV_HUGEPAGE, as NumPy's own allocator does
+HEADER = 64                 # bytes before the pointer NumPy sees (keeps libc's 16-byte alignment)
+_MADV_HUGEPAGE = 14
+_MADV_DONTNEED = 4
+
+# The table that the native functions share (the handler's ctx): int64 words.
+_LOCK, _LIMIT, _POOLED, _HITS, _MISSES, _KEPT, _RELEASED, _SLOT0 = range(8)
+_WORDS = _SLOT0 + 2 * SLOTS  # slot pointers, then slot capacities
+
+
+def _default_limit() -> int:
+    text = os.environ.get("SPLYCE_POOL_BYTES")
+    if text is not None:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"SPLYCE_POOL_BYTES must be a number of bytes, got {text!r}") from None
+        if value < 0:
+            raise ValueError(f"SPLYCE_POOL_BYTES must be >= 0, got {value}")
+        return value
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        ram = 8 << 30
+    return min(1 << 30, ram // 16)
+
+
+_IR = r"""
+declare ptr @malloc(i64)
+declare ptr @calloc(i64, i64)
+declare ptr @realloc(ptr, i64)
+declare void @free(ptr)
+declare ptr @aligned_alloc(i64, i64)
+declare i32 @madvise(ptr, i64, i32)
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
+declare {i64, i1} @llvm.umul.with.overflow.i64(i64, i64)
+declare void @llvm.x86.sse2.pause()
+
+define internal void @lock(ptr %ctx) {
+entry:
+  br label %try
+try:
+  %old = atomicrmw xchg ptr %ctx, i64 1 acquire
+  %free = icmp eq i64 %old, 0
+  br i1 %free, label %done, label %spin
+spin:
+  call void @llvm.x86.sse2.pause()
+  %now = load atomic i64, ptr %ctx monotonic, align 8
+  %still = icmp ne i64 %now, 0
+  br i1 %still, label %spin, label %try
+done:
+  ret void
+}
+
+define internal void @unlock(ptr %ctx) {
+  store atomic i64 0, ptr %ctx release, align 8
+  ret void
+}
+
+define internal void @bump(ptr %ctx, i64 %word, i64 %by) {
+  %p = getelementptr i64, ptr %ctx, i64 %word
+  %v = load i64, ptr %p
+  %v1 = add i64 %v, %by
+  store i64 %v1, ptr %p
+  ret void
+}
+
+; the smallest kept block of capacity in [size, 2 size], taken out of the table; null if none
+define internal ptr @take(ptr %ctx, i64 %size) {
+entry:
+  call void @lock(ptr %ctx)
+  %most = shl i64 %size, 1
+  br label %scan
+scan:
+  %s = phi i64 [0, %entry], [%s1, %next]
+  %best = phi i64 [-1, %entry], [%best1, %next]
+  %bestcap = phi i64 [-1, %entry], [%bestcap1, %next]
+  %more = icmp slt i64 %s, {SLOTS}
+  br i1 %more, label %look, label %chosen
+look:
+  %ip = add i64 %s, {SLOT0}
+  %pp = getelementptr i64, ptr %ctx, i64 %ip
+  %p = load i64, ptr %pp
+  %ic = add i64 %ip, {SLOTS}
+  %pc = getelementptr i64, ptr %ctx, i64 %ic
+  %c = load i64, ptr %pc
+  %full = icmp ne i64 %p, 0
+  %big = icmp uge i64 %c, %size
+  %small = icmp ule i64 %c, %most
+  %better = icmp ult i64 %c, %bestcap
+  %f1 = and i1 %full, %big
+  %f2 = and i1 %small, %better
+  %fits = and i1 %f1, %f2
+  %best1 = select i1 %fits, i64 %s, i64 %best
+  %bestcap1 = select i1 %fits, i64 %c, i64 %bestcap
+  br label %next
+next:
+  %s1 = add i64 %s, 1
+  br label %scan
+chosen:
+  %none = icmp slt i64 %best, 0
+  br i1 %none, label %miss, label %hit
+miss:
+  call void @bump(ptr %ctx, i64 {MISSES}, i64 1)
+  br label %evict
+; A miss needs fresh pages: kept blocks too small for it go back first (up to its size), so the system can
+; hand their pages out again (on a VM, pages just freed are backed; pages never used may not be), and the
+; cache holds what calls reuse, not what they outgrew.
+evict:
+  %e = phi i64 [0, %miss], [%e1, %evict_next]
+  %freed = phi i64 [0, %miss], [%freed1, %evict_next]
+  %emore = icmp slt i64 %e, {SLOTS}
+  %need = icmp ult i64 %freed, %size
+  %go = and i1 %emore, %need
+  br i1 %go, label %evict_look, label %evicted
+evict_look:
+  %eip = add i64 %e, {SLOT0}
+  %epp = getelementptr i64, ptr %ctx, i64 %eip
+  %ep = load i64, ptr %epp
+  %eic = add i64 %eip, {SLOTS}
+  %epc = getelementptr i64, ptr %ctx, i64 %eic
+  %ec = load i64, ptr %epc
+  %efull = icmp ne i64 %ep, 0
+  %esmall = icmp ult i64 %ec, %size
+  %out = and i1 %efull, %esmall
+  br i1 %out, label %evict_one, label %evict_next
+evict_one:
+  store i64 0, ptr %epp
+  %eneg = sub i64 0, %ec
+  call void @bump(ptr %ctx, i64 {POOLED}, i64 %eneg)
+  call void @bump(ptr %ctx, i64 {RELEASED}, i64 1)
+  %euser = inttoptr i64 %ep to ptr
+  %eh = getelementptr i8, ptr %euser, i64 -{HEADER}
+  %eraw = load ptr, ptr %eh
+  call void @free(ptr %eraw)
+  br label %evict_next
+evict_next:
+  %gained = phi i64 [%ec, %evict_one], [0, %evict_look]
+  %e1 = add i64 %e, 1
+  %freed1 = add i64 %freed, %gained
+  br label %evict
+evicted:
+  call void @unlock(ptr %ctx)
+  ret ptr null
+hit:
+  %jp = add i64 %best, {SLOT0}
+  %qp = getelementptr i64, ptr %ctx, i64 %jp
+  %q = load i64, ptr %qp
+  store i64 0, ptr %qp
+  %neg = sub i64 0, %bestcap
+  call void @bump(ptr %ctx, i64 {POOLED}, i64 %neg)
+  call void @bump(ptr %ctx, i64 {HITS}, i64 1)
+  call void @unlock(ptr %ctx)
+  %r = inttoptr i64 %q to ptr
+  ret ptr %r
+}
+
+; header at raw: [raw, capacity, keepable]; returns raw + HEADER
+define internal ptr @stamp(ptr %raw, i64 %cap, i64 %keep) {
+  store ptr %raw, ptr %raw
+  %pc = getelementptr i64, ptr %raw, i64 1
+  store i64 %cap, ptr %pc
+  %pk = getelementptr i64, ptr %raw, i64 2
+  store i64 %keep, ptr %pk
+  %user = getelementptr i8, ptr %raw, i64 {HEADER}
+  ret ptr %user
+}
+
+define internal void @hugepages(ptr %raw, i64 %bytes) {
+entry:
+  %big = icmp uge i64 %bytes, {HUGE_MIN}
+  br i1 %big, label %advise, label %done
+advise:
+  %a = ptrtoint ptr %raw to i64
+  %a1 = add i64 %a, 4095
+  %start = and i64 %a1, -4096
+  %end0 = add i64 %a, %bytes
+  %end = and i64 %end0, -4096
+  %len = sub i64 %end, %start
+  %ps = inttoptr i64 %start to ptr
+  %ignored = call i32 @madvise(ptr %ps, i64 %len, i32 {MADV_HUGEPAGE})
+  br label %done
+done:
+  ret void
+}
+
+define ptr @pool_malloc(ptr %ctx, i64 %size) {
+entry:
+  %total = add i64 %size, {HEADER}
+  %wraps = icmp ult i64 %total, %size
+  br i1 %wraps, label %fail, label %sized
+sized:
+  %large = icmp uge i64 %size, {POOL_MIN}
+  br i1 %large, label %pooled, label %small
+small:
+  %raw = call ptr @malloc(i64 %total)
+  %nul = icmp eq ptr %raw, null
+  br i1 %nul, label %fail, label %small_ok
+small_ok:
+  %u = call ptr @stamp(ptr %raw, i64 %size, i64 0)
+  ret ptr %u
+pooled:
+  %got = call ptr @take(ptr %ctx, i64 %size)
+  %hit = icmp ne ptr %got, null
+  br i1 %hit, label %reuse, label %fresh
+reuse:
+  ret ptr %got
+fresh:
+  %rounded0 = add i64 %total, 63
+  %rounded = and i64 %rounded0, -64
+  %raw2 = call ptr @aligned_alloc(i64 64, i64 %rounded)
+  %nul2 = icmp eq ptr %raw2, null
+  br i1 %nul2, label %fail, label %fresh_ok
+fresh_ok:
+  call void @hugepages(ptr %raw2, i64 %rounded)
+  %u2 = call ptr @stamp(ptr %raw2, i64 %size, i64 1)
+  ret ptr %u2
+fail:
+  ret ptr null
+}
+
+define ptr @pool_calloc(ptr %ctx, i64 %n, i64 %each) {
+entry:
+  %m = call {i64, i1} @llvm.umul.with.overflow.i64(i64 %n, i64 %each)
+  %size = extractvalue {i64, i1} %m, 0
+  %over = extractvalue {i64, i1} %m, 1
+  %total = add i64 %size, {HEADER}
+  %wraps = icmp ult i64 %total, %size
+  %bad = or i1 %over, %wraps
+  br i1 %bad, label %fail, label %sized
+sized:
+  %large = icmp uge i64 %size, {POOL_MIN}
+  br i1 %large, label %pooled, label %zeroed
+pooled:
+  %got = call ptr @take(ptr %ctx, i64 %size)
+  %hit = icmp ne ptr %got, null
+  br i1 %hit, label %reuse, label %zeroed
+reuse:
+  call void @llvm.memset.p0.i64(ptr %got, i8 0, i64 %size, i1 false)
+  ret ptr %got
+zeroed:
+  %raw = call ptr @calloc(i64 1, i64 %total)
+  %nul = icmp eq ptr %raw, null
+  br i1 %nul, label %fail, label %ok
+ok:
+  %keep = zext i1 %large to i64
+  br i1 %large, label %advise, label %stamped
+advise:
+  call void @hugepages(ptr %raw, i64 %total)
+  br label %stamped
+stamped:
+  %u = call ptr @stamp(ptr %raw, i64 %size, i64 %keep)
+  ret ptr %u
+fail:
+  ret ptr null
+}
+
+define ptr @pool_realloc(ptr %ctx, ptr %user, i64 %size) {
+entry:
+  %isnull = icmp eq ptr %user, null
+  br i1 %isnull, label %new, label %old
+new:
+  %n = call ptr @pool_malloc(ptr %ctx, i64 %size)
+  ret ptr %n
+old:
+  %h = getelementptr i8, ptr %user, i64 -{HEADER}
+  %raw = load ptr, ptr %h
+  %pc = getelementptr i64, ptr %h, i64 1
+  %cap = load i64, ptr %pc
+  %pk = getelementptr i64, ptr %h, i64 2
+  %keep = load i64, ptr %pk
+  %kept = icmp ne i64 %keep, 0
+  %fits = icmp ule i64 %size, %cap
+  %inplace = and i1 %kept, %fits
+  br i1 %inplace, label %same, label %move
+; A kept block shrinks in place (a product's buffers sized by an upper bound, then cut to the entries made):
+; it keeps its capacity, so the next call asking the same bound reuses it, and the pages past the new end
+; are given back (MADV_DONTNEED: none, when they were never touched).
+same:
+  %ua = ptrtoint ptr %user to i64
+  %end0 = add i64 %ua, %size
+  %end1 = add i64 %end0, 4095
+  %from = and i64 %end1, -4096
+  %stop0 = add i64 %ua, %cap
+  %stop = and i64 %stop0, -4096         ; madvise rounds a length up: never past the block (heap chunks follow)
+  %tail = icmp ugt i64 %stop, %from
+  br i1 %tail, label %trim, label %trimmed
+trim:
+  %len = sub i64 %stop, %from
+  %twice = shl i64 %size, 1
+  %shrinks = icmp ult i64 %twice, %cap
+  br i1 %shrinks, label %advise, label %trimmed
+advise:
+  %pf = inttoptr i64 %from to ptr
+  %ignored = call i32 @madvise(ptr %pf, i64 %len, i32 {MADV_DONTNEED})
+  br label %trimmed
+trimmed:
+  ret ptr %user
+move:
+  %total = add i64 %size, {HEADER}
+  %wraps = icmp ult i64 %total, %size
+  br i1 %wraps, label %fail, label %go
+go:
+  %raw2 = call ptr @realloc(ptr %raw, i64 %total)
+  %nul = icmp eq ptr %raw2, null
+  br i1 %nul, label %fail, label %ok
+ok:
+  %large = icmp uge i64 %size, {POOL_MIN}
+  %keep2 = zext i1 %large to i64
+  %u = call ptr @stamp(ptr %raw2, i64 %size, i64 %keep2)
+  ret ptr %u
+fail:
+  ret ptr null
+}
+
+define void @pool_free(ptr %ctx, ptr %user, i64 %ignored) {
+entry:
+  %isnull = icmp eq ptr %user, null
+  br i1 %isnull, label %done, label %old
+old:
+  %h = getelementptr i8, ptr %user, i64 -{HEADER}
+  %raw = load ptr, ptr %h
+  %pc = getelementptr i64, ptr %h, i64 1
+  %cap = load i64, ptr %pc
+  %pk = getelementptr i64, ptr %h, i64 2
+  %keep = load i64, ptr %pk
+  %kept = icmp ne i64 %keep, 0
+  br i1 %kept, label %try, label %give
+try:
+  call void @lock(ptr %ctx)
+  %pl = getelementptr i64, ptr %ctx, i64 {LIMIT}
+  %limit = load i64, ptr %pl
+  %pp = getelementptr i64, ptr %ctx, i64 {POOLED}
+  %pooled = load i64, ptr %pp
+  %after = add i64 %pooled, %cap
+  %room = icmp ule i64 %after, %limit
+  br i1 %room, label %scan, label %release
+scan:
+  %s = phi i64 [0, %try], [%s1, %occupied]
+  %more = icmp slt i64 %s, {SLOTS}
+  br i1 %more, label %look, label %release
+look:
+  %ip = add i64 %s, {SLOT0}
+  %sp = getelementptr i64, ptr %ctx, i64 %ip
+  %p = load i64, ptr %sp
+  %empty = icmp eq i64 %p, 0
+  %s1 = add i64 %s, 1
+  br i1 %empty, label %store, label %occupied
+occupied:
+  br label %scan
+store:
+  %ua = ptrtoint ptr %user to i64
+  store i64 %ua, ptr %sp
+  %ic = add i64 %ip, {SLOTS}
+  %cp = getelementptr i64, ptr %ctx, i64 %ic
+  store i64 %cap, ptr %cp
+  store i64 %after, ptr %pp
+  call void @bump(ptr %ctx, i64 {KEPT}, i64 1)
+  call void @unlock(ptr %ctx)
+  ret void
+release:
+  call void @bump(ptr %ctx, i64 {RELEASED}, i64 1)
+  call void @unlock(ptr %ctx)
+  br label %give
+give:
+  call void @free(ptr %raw)
+  br label %done
+done:
+  ret void
+}
+
+; every kept block back to libc
+define void @pool_release(ptr %ctx) {
+entry:
+  call void @lock(ptr %ctx)
+  br label %scan
+scan:
+  %s = phi i64 [0, %entry], [%s1, %next]
+  %more = icmp slt i64 %s, {SLOTS}
+  br i1 %more, label %look, label %done
+look:
+  %ip = add i64 %s, {SLOT0}
+  %sp = getelementptr i64, ptr %ctx, i64 %ip
+  %p = load i64, ptr %sp
+  %full = icmp ne i64 %p, 0
+  br i1 %full, label %give, label %next
+give:
+  store i64 0, ptr %sp
+  %user = inttoptr i64 %p to ptr
+  %h = getelementptr i8, ptr %user, i64 -{HEADER}
+  %raw = load ptr, ptr %h
+  call void @free(ptr %raw)
+  br label %next
+next:
+  %s1 = add i64 %s, 1
+  br label %scan
+done:
+  %pp = getelementptr i64, ptr %ctx, i64 {POOLED}
+  store i64 0, ptr %pp
+  call void @unlock(ptr %ctx)
+  ret void
+}
+"""
+
+
+def _ir() -> str:
+    text = _IR
+    for key, value in {"SLOTS": SLOTS, "SLOT0": _SLOT0, "HEADER": HEADER, "POOL_MIN": POOL_MIN,
+                       "HUGE_MIN": HUGE_MIN, "MADV_HUGEPAGE": _MADV_HUGEPAGE, "MADV_DONTNEED": _MADV_DONTNEED, "LIMIT": _LIMIT,
+                       "POOLED": _POOLED, "HITS": _HITS, "MISSES": _MISSES, "KEPT": _KEPT,
+                       "RELEASED": _RELEASED}.items():
+        text = text.replace("{" + key + "}", str(value))
+    return text
+
+
+class _Handler(ctypes.Structure):     # NumPy's PyDataMem_Handler, version 1
+    _fields_ = [("name", ctypes.c_char * 127), ("version", ctypes.c_uint8), ("ctx", ctypes.c_void_p),
+                ("malloc", ctypes.c_void_p), ("calloc", ctypes.c_void_p), ("realloc", ctypes.c_void_p),
+                ("free", ctypes.c_void_p)]
+
+
+_P = ctypes.c_void_p
+_SIGNATURES = {"pool_malloc": ctypes.CFUNCTYPE(_P, _P, ctypes.c_size_t),
+               "pool_calloc": ctypes.CFUNCTYPE(_P, _P, ctypes.c_size_t, ctypes.c_size_t),
+               "pool_realloc": ctypes.CFUNCTYPE(_P, _P, _P, ctypes.c_size_t),
+               "pool_free": ctypes.CFUNCTYPE(None, _P, _P, ctypes.c_size_t),
+               "pool_release": ctypes.CFUNCTYPE(None, _P)}
+
+_lock = threading.Lock()
+_state: dict = {}           # built once: the table, the functions, the handler capsule, NumPy's setter
+_table = np.zeros(_WORDS, dtype=np.int64)
+_table[_LIMIT] = _default_limit()
+
+
+def _numpy_set_handler():
+    """NumPy's ``PyDataMem_SetHandler`` (C API slot 304 since NumPy 1.22), called through ctypes."""
+    from numpy._core import _multiarray_umath
+
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    table = ctypes.cast(get_pointer(_multiarray_umath._ARRAY_API, None), ctypes.POINTER(ctypes.c_void_p))
+    return ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object)(table[304])
+
+
+def _build() -> dict:
+    from splyce.backend.codegen import compile_host_helpers
+
+    functions = compile_host_helpers(_ir(), _SIGNATURES)
+    handler = _Handler(b"splyce_pool", 1, _table.ctypes.data,
+                       *(ctypes.cast(functions[f], ctypes.c_void_p).value
+                         for f in ("pool_malloc", "pool_calloc", "pool_realloc", "pool_free")))
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype, new_capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    name = ctypes.c_char_p(b"mem_handler")      # the capsule keeps this pointer: the buffer must outlive it
+    capsule = new_capsule(ctypes.addressof(handler), name, None)
+    state = {"functions": functions, "handler": handler, "name": name, "capsule": capsule,
+             "set": _numpy_set_handler()}
+    # Arrays carrying the handler can be freed at interpreter shutdown, after this module's globals are
+    # gone: the code, the table and the handler are never collected.
+    for keep in (state, _table):
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(keep))
+    return state
+
+
+def _ensure() -> dict:
+    if not _state:
+        with _lock:
+            if not _state:
+                _state.update(_build())
+    return _state
+
+
+def enabled() -> bool:
+    return int(_table[_LIMIT]) > 0
+
+
+def install():
+    """Make the pool NumPy's allocator for the current context; returns the token for :func:`restore`
+    (None when the cache is off: nothing installed)."""
+    if _table[_LIMIT] <= 0:
+        return None
+    state = _state or _ensure()
+    return state["set"](state["capsule"])
+
+
+def restore(token) -> None:
+    """Put back the handler that :func:`install` replaced."""
+    if token is not None:
+        _state["set"](token)
+
+
+class active:
+    """``with memory_pool.active(): ...``: NumPy allocates with the pool inside the block (this context)."""
+
+    def __enter__(self):
+        self._token = install()
+        return self
+
+    def __exit__(self, *exc):
+        restore(self._token)
+        return False
+
+
+def set_limit(nbytes: int) -> None:
+    """Keep at most ``nbytes`` of freed blocks (0: keep none, and install no handler from now on)."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+        raise ValueError(f"the pool limit must be a number of bytes >= 0, got {nbytes!r}")
+    _table[_LIMIT] = int(nbytes)
+    if nbytes == 0:
+        release()
+
+
+def limit() -> int:
+    return int(_table[_LIMIT])
+
+
+def release() -> None:
+    """Give every kept block back to libc (and so, for blocks of glibc's mmap size, to the system)."""
+    if _state:
+        _state["functions"]["pool_release"](_table.ctypes.data)
+
+
+def stats() -> dict:
+    """Counters since the process started: kept bytes now, reuses (hits), fresh large blocks (misses),
+    frees kept and frees given back to libc."""
+    return {"pooled_bytes": int(_table[_POOLED]), "hits": int(_table[_HITS]), "misses": int(_table[_MISSES]),
+            "kept": int(_table[_KEPT]), "released": int(_table[_RELEASED]), "limit": int(_table[_LIMIT])}
+
+
+def is_pooled(array: np.ndarray) -> bool:
+    """Whether ``array``'s data was allocated by this pool's handler."""
+    from numpy._core.multiarray import get_handler_name
+
+    base = array
+    while isinstance(base, np.ndarray) and base.base is not None and isinstance(base.base, np.ndarray):
+        base = base.base
+    return isinstance(base, np.ndarray) and get_handler_name(base) == "splyce_pool"

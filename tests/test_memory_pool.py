@@ -1,0 +1,227 @@
+"""The cache of freed large buffers (runtime/memory_pool.py): NumPy's allocator inside drop-ins on large
+operands. What could go wrong is heap corruption or a crash, so the stress tests run in child processes
+under glibc's heap checks (MALLOC_CHECK_=3) and fail on any signal."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+import splyce
+from splyce.runtime import memory_pool as mp
+
+MB = 1 << 20
+
+
+def _large(n=200_000, nnz=1_000_000, seed=0):
+    rng = np.random.default_rng(seed)
+    A = sps.coo_array((rng.uniform(-1, 1, nnz), (rng.integers(0, n, nnz), rng.integers(0, n, nnz))), shape=(n, n))
+    return A.tocsr()
+
+
+def _run_child(script: str, env_extra=None, timeout: int = 240) -> str:
+    env = dict(os.environ, MALLOC_CHECK_="3", **(env_extra or {}))
+    run = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                         timeout=timeout, env=env)
+    assert run.returncode >= 0, f"child killed by signal {-run.returncode}:\n{run.stdout}\n{run.stderr[-3000:]}"
+    assert run.returncode == 0, f"child failed:\n{run.stdout}\n{run.stderr[-3000:]}"
+    return run.stdout
+
+
+@pytest.fixture
+def fresh_pool():
+    limit = mp.limit()
+    mp.release()
+    yield
+    mp.set_limit(limit)
+
+
+def test_only_inside_active_and_only_large_blocks_are_kept(fresh_pool):
+    from numpy._core.multiarray import get_handler_name
+
+    with mp.active():
+        small, large = np.empty(10), np.empty(2 * MB // 8)
+    outside = np.empty(2 * MB // 8)
+    assert get_handler_name(small) == get_handler_name(large) == "splyce_pool"
+    assert get_handler_name(outside) != "splyce_pool"
+    before = mp.stats()
+    del small, large, outside
+    after = mp.stats()
+    assert after["kept"] == before["kept"] + 1            # the large block only
+    assert after["pooled_bytes"] == before["pooled_bytes"] + 2 * MB
+
+
+def test_a_freed_block_is_reused_for_the_next_allocation_of_about_its_size(fresh_pool):
+    with mp.active():
+        a = np.empty(8 * MB // 8)
+        address = a.ctypes.data
+        del a
+        hits = mp.stats()["hits"]
+        b = np.empty(6 * MB // 8)                          # within [size, 2 size]: reused
+        assert b.ctypes.data == address and mp.stats()["hits"] == hits + 1
+        del b
+        c = np.empty(2 * MB // 8)                          # the kept block is more than twice as large
+        assert c.ctypes.data != address
+
+
+def test_zeros_from_a_reused_block_are_zero(fresh_pool):
+    with mp.active():
+        a = np.empty(4 * MB // 8)
+        a.fill(np.nan)
+        address = a.ctypes.data
+        del a
+        z = np.zeros(4 * MB // 8)
+    assert z.ctypes.data == address
+    assert not z.any()
+
+
+def test_resize_keeps_contents_and_a_shrink_stays_in_place(fresh_pool):
+    with mp.active():
+        a = np.arange(3 * MB // 8, dtype=np.float64)
+    address = a.ctypes.data
+    a.resize(1000, refcheck=False)
+    assert a.ctypes.data == address and np.array_equal(a, np.arange(1000.0))
+    a.resize(5 * MB // 8, refcheck=False)                  # grows past the capacity: moves, contents kept
+    assert np.array_equal(a[:1000], np.arange(1000.0))
+    a[1000:] = 7.0
+    assert a[-1] == 7.0
+    small = np.empty(0)
+    with mp.active():
+        b = np.empty(100)
+    b.resize(3 * MB // 8, refcheck=False)                  # a small block grown large, then kept
+    b[:] = 1.0
+    kept = mp.stats()["kept"]
+    del b, small
+    assert mp.stats()["kept"] == kept + 1
+
+
+def test_the_limit_bounds_what_is_kept_and_zero_turns_it_off(fresh_pool):
+    mp.set_limit(3 * MB)
+    with mp.active():
+        arrays = [np.empty(2 * MB // 8) for _ in range(3)]
+    before = mp.stats()
+    del arrays
+    after = mp.stats()
+    assert after["kept"] - before["kept"] == 1 and after["released"] - before["released"] == 2
+    assert after["pooled_bytes"] <= 3 * MB
+    mp.set_limit(0)
+    assert mp.stats()["pooled_bytes"] == 0
+    assert mp.install() is None                            # off: no handler installed at all
+    with pytest.raises(ValueError, match="pool limit"):
+        mp.set_limit(-1)
+
+
+def test_a_miss_gives_back_kept_blocks_too_small_for_it(fresh_pool):
+    with mp.active():
+        blocks = [np.empty(2 * MB // 8) for _ in range(4)]
+        del blocks
+        assert mp.stats()["pooled_bytes"] == 8 * MB
+        released = mp.stats()["released"]
+        big = np.empty(5 * MB // 8)                        # no kept block fits: three of them go first
+    assert mp.stats()["released"] - released == 3 and mp.stats()["pooled_bytes"] == 2 * MB
+    del big
+
+
+def test_dropin_results_come_from_the_pool_and_match_scipy(fresh_pool):
+    A = _large()
+    X = np.random.default_rng(0).uniform(-1, 1, (200_000, 4))
+    from splyce.api import POOL_OPERAND
+    assert A.nnz >= POOL_OPERAND
+    first = splyce.matmul(A, X)
+    assert mp.is_pooled(first)
+    np.testing.assert_array_equal(first, A @ X)
+    address = first.ctypes.data
+    del first
+    again = splyce.matmul(A, X)                            # the same buffer, already backed
+    assert again.ctypes.data == address
+    np.testing.assert_array_equal(again, A @ X)
+    C = splyce.matmul(A, A.T, threads=2)
+    ref = (A @ A.T).tocsr()
+    assert abs(C - ref).max() == 0
+    small = sps.random_array((50, 50), density=0.1, format="csr", random_state=1)
+    assert not mp.is_pooled(splyce.matmul(small, np.ones(50)))   # small operands: no handler switch
+
+
+def test_environment_variable_turns_the_pool_off():
+    out = _run_child('''
+    import numpy as np, scipy.sparse as sps, splyce
+    from splyce.runtime import memory_pool as mp
+    rng = np.random.default_rng(0)
+    A = sps.coo_array((rng.uniform(-1, 1, 10**6), (rng.integers(0, 200_000, 10**6), rng.integers(0, 200_000, 10**6))),
+                      shape=(200_000, 200_000)).tocsr()
+    y = splyce.matmul(A, np.ones((200_000, 4)))
+    print(mp.limit(), mp.is_pooled(y))
+    ''', {"SPLYCE_POOL_BYTES": "0"})
+    assert out.split() == ["0", "False"]
+
+
+def test_threads_allocating_resizing_and_freeing_each_others_blocks():
+    """Four threads allocate (empty / zeros, 0-24 MiB), check and shrink or grow their arrays, and hand half
+    of them to another thread to free; the heap checks and the contents must hold throughout."""
+    out = _run_child('''
+    import queue, threading, numpy as np
+    from splyce.runtime import memory_pool as mp
+    mp.set_limit(64 << 20)
+    handoff = queue.Queue()
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            with mp.active():
+                for step in range(300):
+                    n = int(rng.choice([0, 1, 100, 1 << 17, 1 << 18, 1 << 20, 3 << 20]))
+                    zeroed = rng.random() < 0.4
+                    a = np.zeros(n) if zeroed else np.empty(n)
+                    assert not zeroed or not a.any(), "zeros that are not zero"
+                    a[:] = seed
+                    if rng.random() < 0.3:
+                        m = int(rng.integers(0, 2 * n + 2))
+                        a.resize(m, refcheck=False)
+                        assert np.all(a[: min(n, m)] == seed), "contents lost in resize"
+                        a[:] = seed
+                    if rng.random() < 0.5:
+                        handoff.put(a)
+                    while not handoff.empty():
+                        try:
+                            b = handoff.get_nowait()
+                        except queue.Empty:
+                            break
+                        assert b.size == 0 or b[0] == b[-1], "a block changed while in use"
+                        del b
+                    del a
+        except Exception as e:
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    s = mp.stats()
+    assert s["hits"] > 0 and s["pooled_bytes"] <= 64 << 20, s
+    mp.release()
+    print("ok", s["hits"], s["misses"])
+    ''')
+    assert out.startswith("ok")
+
+
+def test_pooled_arrays_alive_at_interpreter_exit_are_freed_cleanly():
+    out = _run_child('''
+    import numpy as np, scipy.sparse as sps, splyce
+    from splyce.runtime import memory_pool as mp
+    rng = np.random.default_rng(0)
+    A = sps.coo_array((rng.uniform(-1, 1, 10**6), (rng.integers(0, 200_000, 10**6), rng.integers(0, 200_000, 10**6))),
+                      shape=(200_000, 200_000)).tocsr()
+    KEEP = [splyce.matmul(A, np.ones((200_000, 4))), splyce.matmul(A, A)]
+    with mp.active():
+        CYCLE = [np.empty(1 << 20)]
+        CYCLE.append(CYCLE)
+    print("exiting")
+    ''')
+    assert out.strip() == "exiting"
