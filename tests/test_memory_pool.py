@@ -99,6 +99,31 @@ def test_resize_keeps_contents_and_a_shrink_stays_in_place(fresh_pool):
     assert mp.stats()["kept"] == kept + 1
 
 
+def _resident_pages(address: int, nbytes: int) -> int:
+    """How many pages of [address, address + nbytes) are in memory (mincore)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    page = os.sysconf("SC_PAGE_SIZE")
+    start = address // page * page
+    count = (address + nbytes - start + page - 1) // page
+    vec = (ctypes.c_ubyte * count)()
+    assert libc.mincore(ctypes.c_void_p(start), ctypes.c_size_t(count * page), vec) == 0, ctypes.get_errno()
+    return sum(v & 1 for v in vec)
+
+
+def test_a_shrunk_written_block_keeps_only_pages_near_its_new_size(fresh_pool):
+    with mp.active():
+        a = np.ones(96 * MB // 8)                          # every page written
+    address = a.ctypes.data
+    a.resize(MB // 8, refcheck=False)
+    assert a.ctypes.data == address and a.sum() == MB // 8
+    page = os.sysconf("SC_PAGE_SIZE")
+    beyond = address + 2 * MB + mp.SLACK + 2 * page
+    assert _resident_pages(beyond, address + 96 * MB - beyond - page) == 0
+    assert _resident_pages(address + 2 * MB, mp.SLACK - page) > 0
+
+
 def test_the_limit_bounds_what_is_kept_and_zero_turns_it_off(fresh_pool):
     mp.set_limit(3 * MB)
     with mp.active():

@@ -33,6 +33,7 @@ import numpy as np
 POOL_MIN = 1 << 20          # blocks from 1 MiB are kept when freed; below, libc's heap already reuses them
 SLOTS = 32                  # at most this many blocks kept
 HUGE_MIN = 4 << 20          # fresh blocks from 4 MiB get MADV_HUGEPAGE, as NumPy's own allocator does
+SLACK = 32 << 20            # an in-place shrink keeps up to 2 x size + SLACK of the block's pages resident
 HEADER = 64                 # bytes before the pointer NumPy sees (keeps libc's 16-byte alignment)
 _MADV_HUGEPAGE = 14
 _MADV_DONTNEED = 4
@@ -308,23 +309,23 @@ old:
   %inplace = and i1 %kept, %fits
   br i1 %inplace, label %same, label %move
 ; A kept block shrinks in place (a product's buffers sized by an upper bound, then cut to the entries made):
-; it keeps its capacity, so the next call asking the same bound reuses it, and the pages past the new end
-; are given back (MADV_DONTNEED: none, when they were never touched).
+; it keeps its capacity, so the next call asking the same bound reuses it. Its pages up to twice the new
+; size plus SLACK stay (a kernel that wrote its whole bound reuses them, backed, on the next call); those
+; beyond are given back (MADV_DONTNEED: nothing to do for pages never touched), so a small array cut from a
+; large written buffer does not hold the buffer's memory.
 same:
   %ua = ptrtoint ptr %user to i64
-  %end0 = add i64 %ua, %size
+  %keep_end = shl i64 %size, 1
+  %end0a = add i64 %ua, %keep_end
+  %end0 = add i64 %end0a, {SLACK}
   %end1 = add i64 %end0, 4095
   %from = and i64 %end1, -4096
   %stop0 = add i64 %ua, %cap
   %stop = and i64 %stop0, -4096         ; madvise rounds a length up: never past the block (heap chunks follow)
   %tail = icmp ugt i64 %stop, %from
-  br i1 %tail, label %trim, label %trimmed
-trim:
-  %len = sub i64 %stop, %from
-  %twice = shl i64 %size, 1
-  %shrinks = icmp ult i64 %twice, %cap
-  br i1 %shrinks, label %advise, label %trimmed
+  br i1 %tail, label %advise, label %trimmed
 advise:
+  %len = sub i64 %stop, %from
   %pf = inttoptr i64 %from to ptr
   %ignored = call i32 @madvise(ptr %pf, i64 %len, i32 {MADV_DONTNEED})
   br label %trimmed
@@ -440,7 +441,7 @@ done:
 def _ir() -> str:
     text = _IR
     for key, value in {"SLOTS": SLOTS, "SLOT0": _SLOT0, "HEADER": HEADER, "POOL_MIN": POOL_MIN,
-                       "HUGE_MIN": HUGE_MIN, "MADV_HUGEPAGE": _MADV_HUGEPAGE, "MADV_DONTNEED": _MADV_DONTNEED, "LIMIT": _LIMIT,
+                       "HUGE_MIN": HUGE_MIN, "SLACK": SLACK, "MADV_HUGEPAGE": _MADV_HUGEPAGE, "MADV_DONTNEED": _MADV_DONTNEED, "LIMIT": _LIMIT,
                        "POOLED": _POOLED, "HITS": _HITS, "MISSES": _MISSES, "KEPT": _KEPT,
                        "RELEASED": _RELEASED}.items():
         text = text.replace("{" + key + "}", str(value))
