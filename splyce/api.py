@@ -16,7 +16,7 @@ from splyce.tracer.tracer import Tracer
 
 # Drop-ins on operands of at least this many stored values run with NumPy allocating from splyce's cache of
 # freed large buffers (runtime/memory_pool.py: a result is fresh memory on every call otherwise); below it
-# a result is under the cache's 1 MiB minimum anyway, and the call saves the handler switch (~1 us).
+# a result is under the cache's 1 MiB minimum anyway, and the call saves the handler switch (~2 us).
 POOL_OPERAND = 1 << 16
 
 
@@ -27,6 +27,17 @@ def _pool_for(*xs):
         if type(d) is np.ndarray and d.size >= POOL_OPERAND:
             return memory_pool.install()
     return None
+
+
+def _pool_for_dense_product(a, b: np.ndarray):
+    """As _pool_for for ``a @ b`` with a dense ``b`` (SpMV / SpMM): by the result's size, the call's only
+    large allocation (an SpMV of 0.2 ms on 200k entries with a 64 KB result would pay the switch for nothing)."""
+    shape = getattr(a, "shape", None)
+    if type(shape) is tuple and len(shape) == 2 and b.ndim in (1, 2):
+        if shape[0] * (b.shape[1] if b.ndim == 2 else 1) * b.itemsize >= memory_pool.POOL_MIN:
+            return memory_pool.install()
+        return None
+    return _pool_for(a, b)
 
 
 def _any_dask(*xs) -> bool:
@@ -55,7 +66,7 @@ def _binary(name: str, doc: str):
     merge = name != "matmul"     # the same for two scipy CSR / CSC matrices on one thread (A * A.T, A + A.T)
 
     def op(a, b, *, out_format=None, threads=1):
-        token = _pool_for(a, b)
+        token = _pool_for_dense_product(a, b) if fast and type(b) is np.ndarray else _pool_for(a, b)
         try:
             return _op(a, b, out_format, threads)
         finally:

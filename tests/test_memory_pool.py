@@ -167,6 +167,10 @@ def test_dropin_results_come_from_the_pool_and_match_scipy(fresh_pool):
     C = splyce.matmul(A, A.T, threads=2)
     ref = (A @ A.T).tocsr()
     assert abs(C - ref).max() == 0
+    y = splyce.matmul(A, np.ones(200_000))                 # SpMV: a 1.6 MB result, pooled
+    assert mp.is_pooled(y)
+    short = _large(n=8192, nnz=300_000)                    # many entries, a 64 KB result: not worth the switch
+    assert not mp.is_pooled(splyce.matmul(short, np.ones(8192)))
     small = sps.random_array((50, 50), density=0.1, format="csr", random_state=1)
     assert not mp.is_pooled(splyce.matmul(small, np.ones(50)))   # small operands: no handler switch
 
