@@ -254,3 +254,15 @@ def test_pooled_arrays_alive_at_interpreter_exit_are_freed_cleanly():
     print("exiting")
     ''')
     assert out.strip() == "exiting"
+
+
+def test_jitted_dense_results_from_1_mib_come_from_the_pool(fresh_pool):
+    A = _large(n=100_000, nnz=200_000)
+    X = np.random.default_rng(1).uniform(-1, 1, (100_000, 4))
+    f = splyce.jit(lambda a, x: a @ x)
+    big = f(A, X)                                          # 3.2 MB of zeros to accumulate into
+    assert mp.is_pooled(big)
+    np.testing.assert_allclose(big, A @ X, rtol=1e-12, atol=1e-12)
+    small = f(A[:1000], X)                                 # 32 KB: plain np.zeros
+    assert not mp.is_pooled(small)
+    np.testing.assert_allclose(small, A[:1000] @ X, rtol=1e-12, atol=1e-12)

@@ -25,6 +25,7 @@ from splyce.planner.plan import Plan, make_plan
 from splyce.runtime import disk_cache
 from splyce.runtime import arguments
 from splyce.runtime import calls
+from splyce.runtime import memory_pool
 from splyce.runtime.arguments import Static
 from splyce.tensors.tensor import SparseTensor
 from splyce.backend.array_objects import address as _address
@@ -137,7 +138,7 @@ class Kernel:
                 if accumulate_into is not None:
                     dense_outputs[out] = accumulate_into
                 else:
-                    dense_outputs[out] = np.zeros(out.type.shape, dtype=out.type.dtype)
+                    dense_outputs[out] = _zeros(out.type.shape, out.type.dtype)
         buffers.extend(dense_outputs.values())
         extent = self.lowering.outer_extent
         try:
@@ -212,6 +213,15 @@ class Kernel:
             k += len(dtypes)
             results.append(_sparse_result(t, bufs))
         return results
+
+
+def _zeros(shape, dtype) -> np.ndarray:
+    """A dense result, zeroed; from 1 MiB through the cache of freed buffers (runtime/memory_pool.py), so
+    a loop of calls reuses backed pages instead of faulting fresh ones."""
+    if int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize < memory_pool.POOL_MIN:
+        return np.zeros(shape, dtype=dtype)
+    with memory_pool.active():
+        return np.zeros(shape, dtype=dtype)
 
 
 def _labelled(low: Lowering, plan: Plan) -> Lowering:
