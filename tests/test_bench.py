@@ -87,6 +87,15 @@ def test_threads_subcommand(tmp_path):
     assert all(float(r["self_scaling"]) > 0 for r in rows)
 
 
+def test_memory_subcommand(tmp_path):
+    from splyce.bench import memory
+
+    assert cli.main(["memory", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
+    rows = _check_outputs(tmp_path, "memory", memory.COLUMNS)
+    assert {r["op"] for r in rows} == set(memory.OPS)
+    assert all(float(r["t1_on_vs_off"]) > 0 and float(r["t2_on_vs_off"]) > 0 for r in rows)
+
+
 def test_compile_subcommand_fails_without_disk_hit(tmp_path, monkeypatch):
     """With the disk cache switched off the second fresh jit compiles again: the run must fail, not report."""
     monkeypatch.setenv("SPLYCE_DISABLE_DISK_CACHE", "1")

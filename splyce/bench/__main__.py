@@ -16,11 +16,13 @@ SUBCOMMANDS = {
     "sparsity": "speedup and SIMD share from 0.01 %% to 10 %% density, --kernel (Figure 13)",
     "real": "the drop-ins vs scipy, GraphBLAS and pydata-sparse on a realistic corpus, 9 ops (docs/corpus.md)",
     "threads": "K3 and K1 at 1..cpu_count threads, Splyce and the plain sparsifier (Figure 17)",
+    "memory": "the drop-ins on the largest corpus matrices with and without the cache of freed buffers, 1 and 2 "
+              "threads (docs/memory.md)",
     "compile": "cold compile vs disk-cache load of K1-K5, results checked",
     "dask": "SpMV, SpGEMM, triangles on a 2-worker Dask LocalCluster: 1 vs 2 workers, vs dask + pydata-sparse",
     "all": "every subcommand above but dask, in turn",
 }
-ORDER = ["kernels", "ablation", "width", "sparsity", "real", "threads", "compile"]
+ORDER = ["kernels", "ablation", "width", "sparsity", "real", "threads", "memory", "compile"]
 
 EPILOG = "Methodology:\n" + METHODOLOGY + """
 Outputs: each subcommand writes <name>.csv (machine info as leading '#' lines), <name>.md and <name>.png
