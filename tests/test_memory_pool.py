@@ -68,6 +68,15 @@ def test_a_freed_block_is_reused_for_the_next_allocation_of_about_its_size(fresh
         assert c.ctypes.data != address
 
 
+def test_of_the_blocks_that_fit_the_most_recently_freed_is_reused(fresh_pool):
+    with mp.active():
+        a, b, c = (np.empty(2 * MB // 8) for _ in range(3))
+        addresses = [x.ctypes.data for x in (a, b, c)]
+        del b, a, c                                        # c freed last: the likeliest still in cache
+        first, second = np.empty(2 * MB // 8), np.empty(2 * MB // 8)
+    assert [first.ctypes.data, second.ctypes.data] == [addresses[2], addresses[0]]
+
+
 def test_zeros_from_a_reused_block_are_zero(fresh_pool):
     with mp.active():
         a = np.empty(4 * MB // 8)

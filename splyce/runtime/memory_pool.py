@@ -11,7 +11,8 @@ How: while a drop-in on large operands runs, NumPy allocates arrays with this mo
 current context only, as NEP 49 intends; worker threads run in a copy of the caller's context). A block of
 at least ``POOL_MIN`` bytes freed later, wherever that happens, is kept (up to ``limit()`` bytes in all, at
 most ``SLOTS`` blocks) instead of going back to libc, and the next allocation of about its size (the block
-is at most twice as large as asked) takes it, its pages already backed. Smaller blocks go to libc's
+is at most twice as large as asked; the most recently kept of those, the likeliest still in cache) takes it,
+its pages already backed. Smaller blocks go to libc's
 malloc / free. Each block has a 64-byte header before the address NumPy sees: the libc block, its capacity
 and whether it may be kept. Arrays stay ordinary NumPy arrays that own their data (``resize`` works: it goes
 through the same handler). ``release()`` gives every kept block back; ``SPLYCE_POOL_BYTES=0`` (or
@@ -39,8 +40,8 @@ _MADV_HUGEPAGE = 14
 _MADV_DONTNEED = 4
 
 # The table that the native functions share (the handler's ctx): int64 words.
-_LOCK, _LIMIT, _POOLED, _HITS, _MISSES, _KEPT, _RELEASED, _SLOT0 = range(8)
-_WORDS = _SLOT0 + 2 * SLOTS  # slot pointers, then slot capacities
+_LOCK, _LIMIT, _POOLED, _HITS, _MISSES, _KEPT, _RELEASED, _CLOCK, _SLOT0 = range(9)
+_WORDS = _SLOT0 + 3 * SLOTS  # slot pointers, slot capacities, then when each slot was filled (the clock)
 
 
 def _default_limit() -> int:
@@ -100,7 +101,8 @@ define internal void @bump(ptr %ctx, i64 %word, i64 %by) {
   ret void
 }
 
-; the smallest kept block of capacity in [size, 2 size], taken out of the table; null if none
+; the most recently kept block of capacity in [size, 2 size], taken out of the table; null if none (the
+; newest is the likeliest still in cache, as glibc's bins reuse the last chunk freed)
 define internal ptr @take(ptr %ctx, i64 %size) {
 entry:
   call void @lock(ptr %ctx)
@@ -110,6 +112,7 @@ scan:
   %s = phi i64 [0, %entry], [%s1, %next]
   %best = phi i64 [-1, %entry], [%best1, %next]
   %bestcap = phi i64 [-1, %entry], [%bestcap1, %next]
+  %beststamp = phi i64 [-1, %entry], [%beststamp1, %next]
   %more = icmp slt i64 %s, {SLOTS}
   br i1 %more, label %look, label %chosen
 look:
@@ -119,15 +122,19 @@ look:
   %ic = add i64 %ip, {SLOTS}
   %pc = getelementptr i64, ptr %ctx, i64 %ic
   %c = load i64, ptr %pc
+  %it = add i64 %ic, {SLOTS}
+  %pt = getelementptr i64, ptr %ctx, i64 %it
+  %t = load i64, ptr %pt
   %full = icmp ne i64 %p, 0
   %big = icmp uge i64 %c, %size
   %small = icmp ule i64 %c, %most
-  %better = icmp ult i64 %c, %bestcap
+  %newer = icmp sgt i64 %t, %beststamp
   %f1 = and i1 %full, %big
-  %f2 = and i1 %small, %better
+  %f2 = and i1 %small, %newer
   %fits = and i1 %f1, %f2
   %best1 = select i1 %fits, i64 %s, i64 %best
   %bestcap1 = select i1 %fits, i64 %c, i64 %bestcap
+  %beststamp1 = select i1 %fits, i64 %t, i64 %beststamp
   br label %next
 next:
   %s1 = add i64 %s, 1
@@ -389,6 +396,13 @@ store:
   %ic = add i64 %ip, {SLOTS}
   %cp = getelementptr i64, ptr %ctx, i64 %ic
   store i64 %cap, ptr %cp
+  %clockp = getelementptr i64, ptr %ctx, i64 {CLOCK}
+  %now = load i64, ptr %clockp
+  %now1 = add i64 %now, 1
+  store i64 %now1, ptr %clockp
+  %it = add i64 %ic, {SLOTS}
+  %tp = getelementptr i64, ptr %ctx, i64 %it
+  store i64 %now1, ptr %tp
   store i64 %after, ptr %pp
   call void @bump(ptr %ctx, i64 {KEPT}, i64 1)
   call void @unlock(ptr %ctx)
@@ -442,7 +456,7 @@ def _ir() -> str:
     text = _IR
     for key, value in {"SLOTS": SLOTS, "SLOT0": _SLOT0, "HEADER": HEADER, "POOL_MIN": POOL_MIN,
                        "HUGE_MIN": HUGE_MIN, "SLACK": SLACK, "MADV_HUGEPAGE": _MADV_HUGEPAGE, "MADV_DONTNEED": _MADV_DONTNEED, "LIMIT": _LIMIT,
-                       "POOLED": _POOLED, "HITS": _HITS, "MISSES": _MISSES, "KEPT": _KEPT,
+                       "POOLED": _POOLED, "CLOCK": _CLOCK, "HITS": _HITS, "MISSES": _MISSES, "KEPT": _KEPT,
                        "RELEASED": _RELEASED}.items():
         text = text.replace("{" + key + "}", str(value))
     return text
