@@ -275,3 +275,48 @@ def test_jitted_dense_results_from_1_mib_come_from_the_pool(fresh_pool):
     small = f(A[:1000], X)                                 # 32 KB: plain np.zeros
     assert not mp.is_pooled(small)
     np.testing.assert_allclose(small, A[:1000] @ X, rtol=1e-12, atol=1e-12)
+
+
+def test_a_fork_while_another_thread_uses_the_pool_leaves_the_child_working():
+    out = _run_child('''
+    import os, threading, numpy as np
+    from splyce.runtime import memory_pool as mp
+    stop = threading.Event()
+    mp.restore(mp.install())                           # built before the threads start, as in a running program
+
+    def churn():
+        with mp.active():
+            while not stop.is_set():
+                a = np.empty(1 << 18)
+                a[:] = 1.0
+                del a
+
+    # A thread inside the allocator at the fork, made certain: the lock word set by hand in the parent.
+    mp._table[mp._LOCK] = 1
+    pid = os.fork()
+    if pid == 0:
+        with mp.active():
+            c = np.ones(1 << 18)
+        os._exit(0 if c.sum() == 1 << 18 else 3)
+    held = os.waitpid(pid, 0)[1]
+    mp._table[mp._LOCK] = 0
+    assert held == 0, held
+    t = threading.Thread(target=churn)
+    t.start()
+    codes = []
+    for _ in range(100):
+        pid = os.fork()
+        if pid == 0:                                   # the child: allocate and free through the pool
+            with mp.active():
+                arrays = [np.ones(1 << 18) for _ in range(4)]
+                ok = all(x.sum() == 1 << 18 for x in arrays)
+                del arrays
+                b = np.zeros(1 << 18)
+            os._exit(0 if ok and not b.any() else 3)
+        codes.append(os.waitpid(pid, 0)[1])
+    stop.set()
+    t.join()
+    print(codes)
+    assert all(c == 0 for c in codes), codes
+    ''', timeout=120)
+    assert out.strip().startswith("[0")

@@ -390,9 +390,10 @@ look:
   br i1 %empty, label %store, label %occupied
 occupied:
   br label %scan
+; the slot's capacity and time first, its pointer last (a release store: a process forked meanwhile sees
+; a slot either empty or whole)
 store:
   %ua = ptrtoint ptr %user to i64
-  store i64 %ua, ptr %sp
   %ic = add i64 %ip, {SLOTS}
   %cp = getelementptr i64, ptr %ctx, i64 %ic
   store i64 %cap, ptr %cp
@@ -403,6 +404,7 @@ store:
   %it = add i64 %ic, {SLOTS}
   %tp = getelementptr i64, ptr %ctx, i64 %it
   store i64 %now1, ptr %tp
+  store atomic i64 %ua, ptr %sp release, align 8
   store i64 %after, ptr %pp
   call void @bump(ptr %ctx, i64 {KEPT}, i64 1)
   call void @unlock(ptr %ctx)
@@ -479,6 +481,18 @@ _lock = threading.Lock()
 _state: dict = {}           # built once: the table, the functions, the handler capsule, NumPy's setter
 _table = np.zeros(_WORDS, dtype=np.int64)
 _table[_LIMIT] = _default_limit()
+
+
+def _after_fork_in_child() -> None:
+    # Only the forking thread lives on in the child, and it never holds the spin lock while running Python: a
+    # lock word still set belonged to a thread that is gone (so did a held build lock).
+    global _lock
+    _table[_LOCK] = 0
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _numpy_set_handler():
