@@ -250,6 +250,27 @@ def test_coo_inputs_are_converted_not_misread():
     assert np.allclose(out, a.toarray() @ b.toarray())
 
 
+_KEEPS_COO = ["x.T", "x * 2.0", "-x", "abs(x)", "x", "(x * 2.0).T", "x / 4.0"]
+
+
+@pytest.mark.parametrize("cls, source", [(sps.coo_array, s) for s in _KEEPS_COO + ["x ** 2", "x + y", "x * y"]]
+                         + [(sps.coo_matrix, s) for s in _KEEPS_COO])   # (a matrix's ** is the matrix power)
+def test_results_of_a_coo_argument_have_scipys_class(cls, source):
+    """scipy keeps a COO a COO through transposes, scalar multiples, abs / neg / power (and returns a copy
+    as is); a sum or product of two operands is CSR. A jitted function returns the same class."""
+    a = cls(sps.random_array((7, 9), density=0.4, format="coo", random_state=4))
+    b = cls(sps.random_array((7, 9), density=0.4, format="coo", random_state=5))
+    fun = eval(f"lambda x, y: {source}")
+    expected, got = fun(a, b), splyce.jit(fun)(a, b)
+    assert type(got) is type(expected), (source, type(got), type(expected))
+    np.testing.assert_array_equal(got.toarray(), expected.toarray())
+
+
+def test_a_chosen_out_format_wins_over_a_coo_argument():
+    a = sps.random_array((7, 9), density=0.4, format="coo", random_state=4)
+    assert type(splyce.jit(lambda x: x * 2.0, out_format="sparse")(a)) is sps.csr_array
+
+
 # -- cache -----------------------------------------------------------------------------------------------
 def test_second_call_hits_the_cache_without_tracing_or_compiling():
     traced = []

@@ -404,7 +404,10 @@ class Jitted:
         if any(isinstance(a, Tracer) for a in args):   # called from another jitted function: inline
             return self.fun(*args)
         kernel, values = self.kernel_for(*args)
-        return _unflatten(kernel.result_tree, kernel.run_exact(values))
+        results = kernel.run_exact(values)
+        if self.out_format is None and any(type(a).__name__ in _COO_CLASSES for a in args):
+            results = _as_coo_where_scipy_keeps_it(kernel.plan.source, results, args)
+        return _unflatten(kernel.result_tree, results)
 
     def kernel_for(self, *args) -> tuple[Kernel, list]:
         """The compiled kernel for these arguments (compiling on a miss) and the prepared operands."""
@@ -656,6 +659,52 @@ def _unchanged(value, arg) -> bool:
         return value is arg.tensor
     return value is arg or (type(value) is np.ndarray and value.shape == arg.shape and value.dtype == arg.dtype
                             and value.strides == arg.strides and _address(value) == _address(arg))
+
+
+_COO_CLASSES = ("coo_array", "coo_matrix")
+
+
+def _coo_source(node) -> int | None:
+    """The input index of the one sparse argument ``node`` is made from by ops that keep a scipy COO a COO
+    (transposes, scalar multiples and divisions, abs / neg / conj / power, a copy), else None. Kernels read
+    a COO operand as DCSR; scipy returns ``coo.T``, ``coo * 2.0``, ``abs(coo)`` as COO and a product or sum
+    of two operands as CSR."""
+    while True:
+        if node.op == "input":
+            return node.params[0] if node.type.is_sparse else None
+        if len(node.args) != 1 or not node.type.is_sparse or not node.args[0].type.is_sparse:
+            return None
+        if node.op == "contract":
+            params = node.params[0]
+            (source,) = params.inputs
+            if sorted(source) != sorted(params.output):      # a reduction, not a relabelling
+                return None
+        elif node.op != "map":
+            return None
+        node = node.args[0]
+
+
+def _as_coo_where_scipy_keeps_it(trace, results: list, args) -> list:
+    """``results`` with each sparse result that scipy would return as a COO (``_coo_source``, on the traced
+    function before planning) converted to one, of the argument's class."""
+    array_args = [a for a in args if isinstance(a, (np.ndarray, SparseTensor, arguments.Checked))
+                  or arguments._is_sparse_object(a)]        # the arguments that became inputs, in order
+    out = list(results)
+    if len(trace.outputs) != len(out):
+        return out
+    for k, node in enumerate(trace.outputs):
+        i = _coo_source(node)
+        if i is not None and i < len(array_args) and type(array_args[i]).__name__ in _COO_CLASSES \
+                and getattr(out[k], "format", None) in ("csr", "csc"):
+            coo = out[k].tocoo()
+            out[k] = coo if type(array_args[i]).__name__ == "coo_array" else _matrix_of(coo)
+    return out
+
+
+def _matrix_of(coo):
+    import scipy.sparse as sps
+
+    return sps.coo_matrix(coo)
 
 
 def _unflatten(tree, results):
