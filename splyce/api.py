@@ -11,6 +11,7 @@ import sys
 import numpy as np
 
 from splyce.runtime import memory_pool
+from splyce.tensors.tensor import SparseTensor
 from splyce.tracer import tracer as T
 from splyce.tracer.tracer import Tracer
 
@@ -23,7 +24,7 @@ POOL_OPERAND = 1 << 16
 def _pool_for(*xs):
     """memory_pool.install() when an operand is large (the token to restore), else None."""
     for x in xs:
-        d = x if type(x) is np.ndarray else getattr(x, "data", None)
+        d = x if type(x) is np.ndarray else getattr(x, "values" if type(x) is SparseTensor else "data", None)
         if type(d) is np.ndarray and d.size >= POOL_OPERAND:
             return memory_pool.install()
     return None
@@ -70,8 +71,7 @@ def _binary(name: str, doc: str):
         try:
             return _op(a, b, out_format, threads)
         finally:
-            if token is not None:
-                memory_pool.restore(token)
+            memory_pool.restore(token)
 
     def _op(a, b, out_format, threads):
         if fast and type(b) is np.ndarray and out_format is None:
@@ -111,8 +111,7 @@ def einsum(subscripts, *operands, out_format=None, order=None, threads=1):
     try:
         return _einsum(subscripts, operands, out_format, order, threads)
     finally:
-        if token is not None:
-            memory_pool.restore(token)
+        memory_pool.restore(token)
 
 
 def _einsum(subscripts, operands, out_format, order, threads):

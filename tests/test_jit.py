@@ -266,6 +266,16 @@ def test_results_of_a_coo_argument_have_scipys_class(cls, source):
     np.testing.assert_array_equal(got.toarray(), expected.toarray())
 
 
+def test_a_static_argument_before_a_coo_one_does_not_shift_which_input_is_coo():
+    a = sps.random_array((7, 9), density=0.4, format="coo", random_state=4)
+    c = sps.random_array((7, 9), density=0.4, format="csr", random_state=6)
+    f = splyce.jit(lambda s, x, y: (x * s, y.T * s, x + y))
+    got = f(3.0, a, c)
+    assert [type(g) for g in got] == [sps.coo_array, sps.csc_array, sps.csr_array]
+    for g, e in zip(got, (a * 3.0, c.T * 3.0, a + c)):
+        np.testing.assert_array_equal(g.toarray(), e.toarray())
+
+
 def test_a_chosen_out_format_wins_over_a_coo_argument():
     a = sps.random_array((7, 9), density=0.4, format="coo", random_state=4)
     assert type(splyce.jit(lambda x: x * 2.0, out_format="sparse")(a)) is sps.csr_array

@@ -41,13 +41,11 @@ def fresh_pool():
 
 
 def test_only_inside_active_and_only_large_blocks_are_kept(fresh_pool):
-    from numpy._core.multiarray import get_handler_name
-
     with mp.active():
         small, large = np.empty(10), np.empty(2 * MB // 8)
     outside = np.empty(2 * MB // 8)
-    assert get_handler_name(small) == get_handler_name(large) == "splyce_pool"
-    assert get_handler_name(outside) != "splyce_pool"
+    assert mp.handler_name(small) == mp.handler_name(large) == "splyce_pool"
+    assert mp.handler_name(outside) != "splyce_pool"
     before = mp.stats()
     del small, large, outside
     after = mp.stats()
@@ -195,6 +193,36 @@ def test_environment_variable_turns_the_pool_off():
     print(mp.limit(), mp.is_pooled(y))
     ''', {"SPLYCE_POOL_BYTES": "0"})
     assert out.split() == ["0", "False"]
+
+
+def test_a_malformed_environment_variable_is_a_clear_error():
+    run = subprocess.run([sys.executable, "-c", "import numpy as np, splyce; splyce.matmul(np.eye(2), np.ones(2))"],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, SPLYCE_POOL_BYTES="lots"))
+    assert run.returncode == 1 and "SPLYCE_POOL_BYTES must be a number of bytes, got 'lots'" in run.stderr
+
+
+def test_a_handler_that_cannot_be_built_turns_the_cache_off_with_a_warning():
+    out = _run_child('''
+    import warnings, numpy as np, scipy.sparse as sps, splyce
+    from splyce.runtime import memory_pool as mp
+
+    def broken():
+        raise RuntimeError("no LLVM here")
+    mp._build = broken
+    rng = np.random.default_rng(0)
+    A = sps.coo_array((rng.uniform(-1, 1, 10**6), (rng.integers(0, 200_000, 10**6), rng.integers(0, 200_000, 10**6))),
+                      shape=(200_000, 200_000)).tocsr()
+    X = np.ones((200_000, 4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = splyce.matmul(A, X)
+    assert np.array_equal(y, A @ X) and not mp.is_pooled(y)
+    assert any("cache of freed buffers is off" in str(w.message) for w in caught), caught
+    assert mp.limit() == 0 and mp.install() is None
+    print("ok")
+    ''')
+    assert out.strip() == "ok"
 
 
 def test_threads_allocating_resizing_and_freeing_each_others_blocks():

@@ -52,6 +52,11 @@ def _is_sparse_object(x) -> bool:
     return type(x).__module__.split(".")[0] == "sparse" and hasattr(x, "shape")
 
 
+def is_tensor(x) -> bool:
+    """Whether ``prepare`` takes ``x`` as a tensor input (else a static argument, or a TypeError)."""
+    return isinstance(x, (Checked, SparseTensor, np.ndarray)) or _is_sparse_object(x)
+
+
 def _check_dtype(dtype: np.dtype, name: str) -> None:
     if dtype not in _NAMES:
         raise TypeError(f"{name}: dtype {dtype} is not supported; use one of {', '.join(DTYPE_NAMES)}")

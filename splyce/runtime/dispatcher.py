@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
+import sys
 import threading
 import uuid
 import weakref
@@ -29,6 +31,7 @@ from splyce.runtime import memory_pool
 from splyce.runtime.arguments import Static
 from splyce.tensors.tensor import SparseTensor
 from splyce.backend.array_objects import address as _address
+from splyce.backend.ir_text import ContextPool
 from splyce.backend.compiler import Lowering, lower
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
 from splyce.tensors.formats import Format
@@ -99,6 +102,10 @@ class Kernel:
             self._compiled.function_address(GUARDED_ENTRY), input_ranks, lowering.result_ranks,
             n_indices=2 if lowering.outer_extent is not None else 0)
         self.scatters = plan.scatters    # decided once per compile, read on every call
+        # per result, the input it keeps a scipy COO of (None: none), on the function as traced
+        sources = tuple(_coo_source(n) for n in plan.source.outputs)
+        self.coo_sources = sources if len(sources) == len(self.trace.outputs) and any(
+            i is not None for i in sources) else None
         self._kept: Kernel | None = None
         self._kept_lock = threading.Lock()
 
@@ -218,7 +225,7 @@ class Kernel:
 def _zeros(shape, dtype) -> np.ndarray:
     """A dense result, zeroed; from 1 MiB through the cache of freed buffers (runtime/memory_pool.py), so
     a loop of calls reuses backed pages instead of faulting fresh ones."""
-    if int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize < memory_pool.POOL_MIN:
+    if math.prod(shape) * np.dtype(dtype).itemsize < memory_pool.POOL_MIN:
         return np.zeros(shape, dtype=dtype)
     with memory_pool.active():
         return np.zeros(shape, dtype=dtype)
@@ -301,8 +308,6 @@ CHUNKS_PER_THREAD = 4
 @functools.cache
 def _pool(threads: int) -> ThreadPoolExecutor:
     """Worker threads for kernels run on ``threads`` threads (the caller's thread is one of them)."""
-    from splyce.backend.ir_text import ContextPool
-
     return ContextPool(max_workers=max(threads - 1, 1), thread_name_prefix="splyce")
 
 
@@ -405,8 +410,8 @@ class Jitted:
             return self.fun(*args)
         kernel, values = self.kernel_for(*args)
         results = kernel.run_exact(values)
-        if self.out_format is None and any(type(a).__name__ in _COO_CLASSES for a in args):
-            results = _as_coo_where_scipy_keeps_it(kernel.plan.source, results, args)
+        if kernel.coo_sources is not None and self.out_format is None:
+            results = _as_coo_where_scipy_keeps_it(kernel.coo_sources, results, args)
         return _unflatten(kernel.result_tree, results)
 
     def kernel_for(self, *args) -> tuple[Kernel, list]:
@@ -661,9 +666,6 @@ def _unchanged(value, arg) -> bool:
                             and value.strides == arg.strides and _address(value) == _address(arg))
 
 
-_COO_CLASSES = ("coo_array", "coo_matrix")
-
-
 def _coo_source(node) -> int | None:
     """The input index of the one sparse argument ``node`` is made from by ops that keep a scipy COO a COO
     (transposes, scalar multiples and divisions, abs / neg / conj / power, a copy), else None. Kernels read
@@ -684,27 +686,18 @@ def _coo_source(node) -> int | None:
         node = node.args[0]
 
 
-def _as_coo_where_scipy_keeps_it(trace, results: list, args) -> list:
-    """``results`` with each sparse result that scipy would return as a COO (``_coo_source``, on the traced
-    function before planning) converted to one, of the argument's class."""
-    array_args = [a for a in args if isinstance(a, (np.ndarray, SparseTensor, arguments.Checked))
-                  or arguments._is_sparse_object(a)]        # the arguments that became inputs, in order
+def _as_coo_where_scipy_keeps_it(sources, results: list, args) -> list:
+    """``results`` with each CSR / CSC result whose ``sources`` entry names a scipy COO argument converted to
+    a COO of that argument's class, as scipy returns it."""
+    sps = sys.modules.get("scipy.sparse")
+    inputs = [a for a in args if arguments.is_tensor(a)]   # the arguments that became inputs, in order
     out = list(results)
-    if len(trace.outputs) != len(out):
-        return out
-    for k, node in enumerate(trace.outputs):
-        i = _coo_source(node)
-        if i is not None and i < len(array_args) and type(array_args[i]).__name__ in _COO_CLASSES \
+    for k, i in enumerate(sources):
+        arg = inputs[i] if i is not None and i < len(inputs) else None
+        if sps is not None and isinstance(arg, (sps.coo_array, sps.coo_matrix)) \
                 and getattr(out[k], "format", None) in ("csr", "csc"):
-            coo = out[k].tocoo()
-            out[k] = coo if type(array_args[i]).__name__ == "coo_array" else _matrix_of(coo)
+            out[k] = out[k].tocoo() if isinstance(arg, sps.coo_array) else sps.coo_matrix(out[k])
     return out
-
-
-def _matrix_of(coo):
-    import scipy.sparse as sps
-
-    return sps.coo_matrix(coo)
 
 
 def _unflatten(tree, results):

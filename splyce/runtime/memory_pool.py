@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import threading
+import warnings
 
 import numpy as np
 
@@ -70,7 +72,7 @@ declare ptr @aligned_alloc(i64, i64)
 declare i32 @madvise(ptr, i64, i32)
 declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
 declare {i64, i1} @llvm.umul.with.overflow.i64(i64, i64)
-declare void @llvm.x86.sse2.pause()
+{PAUSE_DECLARE}
 
 define internal void @lock(ptr %ctx) {
 entry:
@@ -80,7 +82,7 @@ try:
   %free = icmp eq i64 %old, 0
   br i1 %free, label %done, label %spin
 spin:
-  call void @llvm.x86.sse2.pause()
+{PAUSE}
   %now = load atomic i64, ptr %ctx monotonic, align 8
   %still = icmp ne i64 %now, 0
   br i1 %still, label %spin, label %try
@@ -101,6 +103,78 @@ define internal void @bump(ptr %ctx, i64 %word, i64 %by) {
   ret void
 }
 
+; slot s's word in the table: field 0 its block (0: empty), 1 the block's capacity, 2 when it was kept
+define internal ptr @slot(ptr %ctx, i64 %field, i64 %s) {
+  %f = mul i64 %field, {SLOTS}
+  %i0 = add i64 %f, %s
+  %i = add i64 %i0, {SLOT0}
+  %p = getelementptr i64, ptr %ctx, i64 %i
+  ret ptr %p
+}
+
+; the block's header, HEADER bytes before the pointer NumPy holds: [libc block, capacity, keepable]
+define internal ptr @raw_of(ptr %user) {
+  %h = getelementptr i8, ptr %user, i64 -{HEADER}
+  %raw = load ptr, ptr %h
+  ret ptr %raw
+}
+
+define internal i64 @capacity_of(ptr %user) {
+  %h = getelementptr i8, ptr %user, i64 -{HEADER}
+  %pc = getelementptr i64, ptr %h, i64 1
+  %cap = load i64, ptr %pc
+  ret i64 %cap
+}
+
+define internal i1 @keepable(ptr %user) {
+  %h = getelementptr i8, ptr %user, i64 -{HEADER}
+  %pk = getelementptr i64, ptr %h, i64 2
+  %keep = load i64, ptr %pk
+  %kept = icmp ne i64 %keep, 0
+  ret i1 %kept
+}
+
+define internal ptr @stamp(ptr %raw, i64 %cap, i64 %keep) {
+  store ptr %raw, ptr %raw
+  %pc = getelementptr i64, ptr %raw, i64 1
+  store i64 %cap, ptr %pc
+  %pk = getelementptr i64, ptr %raw, i64 2
+  store i64 %keep, ptr %pk
+  %user = getelementptr i8, ptr %raw, i64 {HEADER}
+  ret ptr %user
+}
+
+; madvise on the whole pages inside [start, end): madvise rounds a length up, and the bytes after a block
+; may be the next heap chunk's header
+define internal void @advise_inside(i64 %start, i64 %end, i32 %advice) {
+entry:
+  %a1 = add i64 %start, 4095
+  %from = and i64 %a1, -4096
+  %to = and i64 %end, -4096
+  %some = icmp ugt i64 %to, %from
+  br i1 %some, label %advise, label %done
+advise:
+  %len = sub i64 %to, %from
+  %pf = inttoptr i64 %from to ptr
+  %ignored = call i32 @madvise(ptr %pf, i64 %len, i32 %advice)
+  br label %done
+done:
+  ret void
+}
+
+define internal void @hugepages(ptr %raw, i64 %bytes) {
+entry:
+  %big = icmp uge i64 %bytes, {HUGE_MIN}
+  br i1 %big, label %advise, label %done
+advise:
+  %a = ptrtoint ptr %raw to i64
+  %end = add i64 %a, %bytes
+  call void @advise_inside(i64 %a, i64 %end, i32 {MADV_HUGEPAGE})
+  br label %done
+done:
+  ret void
+}
+
 ; the most recently kept block of capacity in [size, 2 size], taken out of the table; null if none (the
 ; newest is the likeliest still in cache, as glibc's bins reuse the last chunk freed)
 define internal ptr @take(ptr %ctx, i64 %size) {
@@ -109,21 +183,18 @@ entry:
   %most = shl i64 %size, 1
   br label %scan
 scan:
-  %s = phi i64 [0, %entry], [%s1, %next]
-  %best = phi i64 [-1, %entry], [%best1, %next]
-  %bestcap = phi i64 [-1, %entry], [%bestcap1, %next]
-  %beststamp = phi i64 [-1, %entry], [%beststamp1, %next]
+  %s = phi i64 [0, %entry], [%s1, %look]
+  %best = phi i64 [-1, %entry], [%best1, %look]
+  %bestcap = phi i64 [-1, %entry], [%bestcap1, %look]
+  %beststamp = phi i64 [-1, %entry], [%beststamp1, %look]
   %more = icmp slt i64 %s, {SLOTS}
   br i1 %more, label %look, label %chosen
 look:
-  %ip = add i64 %s, {SLOT0}
-  %pp = getelementptr i64, ptr %ctx, i64 %ip
+  %pp = call ptr @slot(ptr %ctx, i64 0, i64 %s)
   %p = load i64, ptr %pp
-  %ic = add i64 %ip, {SLOTS}
-  %pc = getelementptr i64, ptr %ctx, i64 %ic
+  %pc = call ptr @slot(ptr %ctx, i64 1, i64 %s)
   %c = load i64, ptr %pc
-  %it = add i64 %ic, {SLOTS}
-  %pt = getelementptr i64, ptr %ctx, i64 %it
+  %pt = call ptr @slot(ptr %ctx, i64 2, i64 %s)
   %t = load i64, ptr %pt
   %full = icmp ne i64 %p, 0
   %big = icmp uge i64 %c, %size
@@ -135,8 +206,6 @@ look:
   %best1 = select i1 %fits, i64 %s, i64 %best
   %bestcap1 = select i1 %fits, i64 %c, i64 %bestcap
   %beststamp1 = select i1 %fits, i64 %t, i64 %beststamp
-  br label %next
-next:
   %s1 = add i64 %s, 1
   br label %scan
 chosen:
@@ -156,11 +225,9 @@ evict:
   %go = and i1 %emore, %need
   br i1 %go, label %evict_look, label %evicted
 evict_look:
-  %eip = add i64 %e, {SLOT0}
-  %epp = getelementptr i64, ptr %ctx, i64 %eip
+  %epp = call ptr @slot(ptr %ctx, i64 0, i64 %e)
   %ep = load i64, ptr %epp
-  %eic = add i64 %eip, {SLOTS}
-  %epc = getelementptr i64, ptr %ctx, i64 %eic
+  %epc = call ptr @slot(ptr %ctx, i64 1, i64 %e)
   %ec = load i64, ptr %epc
   %efull = icmp ne i64 %ep, 0
   %esmall = icmp ult i64 %ec, %size
@@ -172,8 +239,7 @@ evict_one:
   call void @bump(ptr %ctx, i64 {POOLED}, i64 %eneg)
   call void @bump(ptr %ctx, i64 {RELEASED}, i64 1)
   %euser = inttoptr i64 %ep to ptr
-  %eh = getelementptr i8, ptr %euser, i64 -{HEADER}
-  %eraw = load ptr, ptr %eh
+  %eraw = call ptr @raw_of(ptr %euser)
   call void @free(ptr %eraw)
   br label %evict_next
 evict_next:
@@ -185,8 +251,7 @@ evicted:
   call void @unlock(ptr %ctx)
   ret ptr null
 hit:
-  %jp = add i64 %best, {SLOT0}
-  %qp = getelementptr i64, ptr %ctx, i64 %jp
+  %qp = call ptr @slot(ptr %ctx, i64 0, i64 %best)
   %q = load i64, ptr %qp
   store i64 0, ptr %qp
   %neg = sub i64 0, %bestcap
@@ -195,35 +260,6 @@ hit:
   call void @unlock(ptr %ctx)
   %r = inttoptr i64 %q to ptr
   ret ptr %r
-}
-
-; header at raw: [raw, capacity, keepable]; returns raw + HEADER
-define internal ptr @stamp(ptr %raw, i64 %cap, i64 %keep) {
-  store ptr %raw, ptr %raw
-  %pc = getelementptr i64, ptr %raw, i64 1
-  store i64 %cap, ptr %pc
-  %pk = getelementptr i64, ptr %raw, i64 2
-  store i64 %keep, ptr %pk
-  %user = getelementptr i8, ptr %raw, i64 {HEADER}
-  ret ptr %user
-}
-
-define internal void @hugepages(ptr %raw, i64 %bytes) {
-entry:
-  %big = icmp uge i64 %bytes, {HUGE_MIN}
-  br i1 %big, label %advise, label %done
-advise:
-  %a = ptrtoint ptr %raw to i64
-  %a1 = add i64 %a, 4095
-  %start = and i64 %a1, -4096
-  %end0 = add i64 %a, %bytes
-  %end = and i64 %end0, -4096
-  %len = sub i64 %end, %start
-  %ps = inttoptr i64 %start to ptr
-  %ignored = call i32 @madvise(ptr %ps, i64 %len, i32 {MADV_HUGEPAGE})
-  br label %done
-done:
-  ret void
 }
 
 define ptr @pool_malloc(ptr %ctx, i64 %size) {
@@ -305,13 +341,8 @@ new:
   %n = call ptr @pool_malloc(ptr %ctx, i64 %size)
   ret ptr %n
 old:
-  %h = getelementptr i8, ptr %user, i64 -{HEADER}
-  %raw = load ptr, ptr %h
-  %pc = getelementptr i64, ptr %h, i64 1
-  %cap = load i64, ptr %pc
-  %pk = getelementptr i64, ptr %h, i64 2
-  %keep = load i64, ptr %pk
-  %kept = icmp ne i64 %keep, 0
+  %cap = call i64 @capacity_of(ptr %user)
+  %kept = call i1 @keepable(ptr %user)
   %fits = icmp ule i64 %size, %cap
   %inplace = and i1 %kept, %fits
   br i1 %inplace, label %same, label %move
@@ -323,26 +354,17 @@ old:
 same:
   %ua = ptrtoint ptr %user to i64
   %keep_end = shl i64 %size, 1
-  %end0a = add i64 %ua, %keep_end
-  %end0 = add i64 %end0a, {SLACK}
-  %end1 = add i64 %end0, 4095
-  %from = and i64 %end1, -4096
-  %stop0 = add i64 %ua, %cap
-  %stop = and i64 %stop0, -4096         ; madvise rounds a length up: never past the block (heap chunks follow)
-  %tail = icmp ugt i64 %stop, %from
-  br i1 %tail, label %advise, label %trimmed
-advise:
-  %len = sub i64 %stop, %from
-  %pf = inttoptr i64 %from to ptr
-  %ignored = call i32 @madvise(ptr %pf, i64 %len, i32 {MADV_DONTNEED})
-  br label %trimmed
-trimmed:
+  %end0 = add i64 %ua, %keep_end
+  %from = add i64 %end0, {SLACK}
+  %stop = add i64 %ua, %cap
+  call void @advise_inside(i64 %from, i64 %stop, i32 {MADV_DONTNEED})
   ret ptr %user
 move:
   %total = add i64 %size, {HEADER}
   %wraps = icmp ult i64 %total, %size
   br i1 %wraps, label %fail, label %go
 go:
+  %raw = call ptr @raw_of(ptr %user)
   %raw2 = call ptr @realloc(ptr %raw, i64 %total)
   %nul = icmp eq ptr %raw2, null
   br i1 %nul, label %fail, label %ok
@@ -360,13 +382,9 @@ entry:
   %isnull = icmp eq ptr %user, null
   br i1 %isnull, label %done, label %old
 old:
-  %h = getelementptr i8, ptr %user, i64 -{HEADER}
-  %raw = load ptr, ptr %h
-  %pc = getelementptr i64, ptr %h, i64 1
-  %cap = load i64, ptr %pc
-  %pk = getelementptr i64, ptr %h, i64 2
-  %keep = load i64, ptr %pk
-  %kept = icmp ne i64 %keep, 0
+  %raw = call ptr @raw_of(ptr %user)
+  %cap = call i64 @capacity_of(ptr %user)
+  %kept = call i1 @keepable(ptr %user)
   br i1 %kept, label %try, label %give
 try:
   call void @lock(ptr %ctx)
@@ -378,32 +396,27 @@ try:
   %room = icmp ule i64 %after, %limit
   br i1 %room, label %scan, label %release
 scan:
-  %s = phi i64 [0, %try], [%s1, %occupied]
+  %s = phi i64 [0, %try], [%s1, %look]
   %more = icmp slt i64 %s, {SLOTS}
   br i1 %more, label %look, label %release
 look:
-  %ip = add i64 %s, {SLOT0}
-  %sp = getelementptr i64, ptr %ctx, i64 %ip
+  %sp = call ptr @slot(ptr %ctx, i64 0, i64 %s)
   %p = load i64, ptr %sp
   %empty = icmp eq i64 %p, 0
   %s1 = add i64 %s, 1
-  br i1 %empty, label %store, label %occupied
-occupied:
-  br label %scan
+  br i1 %empty, label %store, label %scan
 ; the slot's capacity and time first, its pointer last (a release store: a process forked meanwhile sees
 ; a slot either empty or whole)
 store:
-  %ua = ptrtoint ptr %user to i64
-  %ic = add i64 %ip, {SLOTS}
-  %cp = getelementptr i64, ptr %ctx, i64 %ic
+  %cp = call ptr @slot(ptr %ctx, i64 1, i64 %s)
   store i64 %cap, ptr %cp
   %clockp = getelementptr i64, ptr %ctx, i64 {CLOCK}
   %now = load i64, ptr %clockp
   %now1 = add i64 %now, 1
   store i64 %now1, ptr %clockp
-  %it = add i64 %ic, {SLOTS}
-  %tp = getelementptr i64, ptr %ctx, i64 %it
+  %tp = call ptr @slot(ptr %ctx, i64 2, i64 %s)
   store i64 %now1, ptr %tp
+  %ua = ptrtoint ptr %user to i64
   store atomic i64 %ua, ptr %sp release, align 8
   store i64 %after, ptr %pp
   call void @bump(ptr %ctx, i64 {KEPT}, i64 1)
@@ -430,16 +443,14 @@ scan:
   %more = icmp slt i64 %s, {SLOTS}
   br i1 %more, label %look, label %done
 look:
-  %ip = add i64 %s, {SLOT0}
-  %sp = getelementptr i64, ptr %ctx, i64 %ip
+  %sp = call ptr @slot(ptr %ctx, i64 0, i64 %s)
   %p = load i64, ptr %sp
   %full = icmp ne i64 %p, 0
   br i1 %full, label %give, label %next
 give:
   store i64 0, ptr %sp
   %user = inttoptr i64 %p to ptr
-  %h = getelementptr i8, ptr %user, i64 -{HEADER}
-  %raw = load ptr, ptr %h
+  %raw = call ptr @raw_of(ptr %user)
   call void @free(ptr %raw)
   br label %next
 next:
@@ -455,7 +466,9 @@ done:
 
 
 def _ir() -> str:
-    text = _IR
+    x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+    text = _IR.replace("{PAUSE_DECLARE}", "declare void @llvm.x86.sse2.pause()" if x86 else "")
+    text = text.replace("{PAUSE}", "  call void @llvm.x86.sse2.pause()" if x86 else "")
     for key, value in {"SLOTS": SLOTS, "SLOT0": _SLOT0, "HEADER": HEADER, "POOL_MIN": POOL_MIN,
                        "HUGE_MIN": HUGE_MIN, "SLACK": SLACK, "MADV_HUGEPAGE": _MADV_HUGEPAGE, "MADV_DONTNEED": _MADV_DONTNEED, "LIMIT": _LIMIT,
                        "POOLED": _POOLED, "CLOCK": _CLOCK, "HITS": _HITS, "MISSES": _MISSES, "KEPT": _KEPT,
@@ -495,13 +508,19 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _multiarray_umath():
+    try:
+        from numpy._core import _multiarray_umath     # NumPy 2
+    except ImportError:
+        from numpy.core import _multiarray_umath      # NumPy 1.x
+    return _multiarray_umath
+
+
 def _numpy_set_handler():
     """NumPy's ``PyDataMem_SetHandler`` (C API slot 304 since NumPy 1.22), called through ctypes."""
-    from numpy._core import _multiarray_umath
-
     get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
     get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    table = ctypes.cast(get_pointer(_multiarray_umath._ARRAY_API, None), ctypes.POINTER(ctypes.c_void_p))
+    table = ctypes.cast(get_pointer(_multiarray_umath()._ARRAY_API, None), ctypes.POINTER(ctypes.c_void_p))
     return ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object)(table[304])
 
 
@@ -526,15 +545,18 @@ def _build() -> dict:
 
 
 def _ensure() -> dict:
+    """The built handler, or {} when it cannot be built here (then the cache turns itself off, with a
+    warning: drop-ins allocate as NumPy does, nothing else changes)."""
     if not _state:
         with _lock:
-            if not _state:
-                _state.update(_build())
+            if not _state and _table[_LIMIT] > 0:
+                try:
+                    _state.update(_build())
+                except Exception as e:                 # an unknown NumPy or LLVM: no cache, not a failure
+                    _table[_LIMIT] = 0
+                    warnings.warn(f"splyce: the cache of freed buffers is off ({type(e).__name__}: {e})",
+                                  RuntimeWarning, stacklevel=3)
     return _state
-
-
-def enabled() -> bool:
-    return int(_table[_LIMIT]) > 0
 
 
 def install():
@@ -543,7 +565,7 @@ def install():
     if _table[_LIMIT] <= 0:
         return None
     state = _state or _ensure()
-    return state["set"](state["capsule"])
+    return state["set"](state["capsule"]) if state else None
 
 
 def restore(token) -> None:
@@ -590,11 +612,13 @@ def stats() -> dict:
             "kept": int(_table[_KEPT]), "released": int(_table[_RELEASED]), "limit": int(_table[_LIMIT])}
 
 
-def is_pooled(array: np.ndarray) -> bool:
-    """Whether ``array``'s data was allocated by this pool's handler."""
-    from numpy._core.multiarray import get_handler_name
+def handler_name(array: np.ndarray) -> str | None:
+    """The name of the allocator that holds ``array``'s data (None for a view: its base's)."""
+    return _multiarray_umath().get_handler_name(array)
 
-    base = array
-    while isinstance(base, np.ndarray) and base.base is not None and isinstance(base.base, np.ndarray):
-        base = base.base
-    return isinstance(base, np.ndarray) and get_handler_name(base) == "splyce_pool"
+
+def is_pooled(array: np.ndarray) -> bool:
+    """Whether ``array``'s data (a view's: its base array's) was allocated by this pool's handler."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return handler_name(array) == "splyce_pool"
