@@ -348,3 +348,54 @@ def test_a_fork_while_another_thread_uses_the_pool_leaves_the_child_working():
     assert all(c == 0 for c in codes), codes
     ''', timeout=120)
     assert out.strip().startswith("[0")
+
+
+def test_a_block_grown_past_its_capacity_takes_a_kept_block_and_keeps_its_contents(fresh_pool):
+    with mp.active():
+        spare = np.empty(6 * MB // 8)
+        spare_address = spare.ctypes.data
+        a = np.arange(3 * MB // 8, dtype=np.float64)
+    del spare                                               # kept: 6 MiB
+    hits = mp.stats()["hits"]
+    a.resize(5 * MB // 8, refcheck=False)                   # past a's 3 MiB: takes the kept 6 MiB block
+    assert a.ctypes.data == spare_address and mp.stats()["hits"] == hits + 1
+    assert np.array_equal(a[:3 * MB // 8], np.arange(3 * MB // 8, dtype=np.float64))
+    a[3 * MB // 8:] = -1.0
+    assert a[-1] == -1.0
+
+
+def test_jitted_sparse_results_reuse_their_buffers_and_stay_exact(fresh_pool):
+    """Kernels' own allocations (the checked allocator, backend/alloc_guard.py) come from the pool: a loop
+    of calls reuses the last result's freed buffers, and the plain sparsifier's result buffers, grown by
+    doubling through realloc (the growth takes kept blocks, copying), hold exactly scipy's result every time,
+    whichever inputs came before."""
+    from splyce.backend import alloc_guard
+
+    rng = np.random.default_rng(3)
+    mats = [sps.random_array((700, 700), density=d, format="csr", rng=rng) for d in (0.3, 0.05, 0.3, 0.12)]
+    add = splyce.jit(lambda a, b: a + b, out_format="sparse", vectorize=False)
+    lane = splyce.jit(lambda a, b: a + b, out_format="sparse")
+    add(mats[0], mats[0])
+    assert alloc_guard.install().heap is not None
+    before = mp.stats()
+    for f in (add, lane):
+        for a, b in zip(mats, mats[1:] + mats[:1]):
+            for _ in range(2):
+                got = f(a, b)
+                ref = (a + b).tocsr()
+                assert np.array_equal(got.indptr, ref.indptr) and np.array_equal(got.indices, ref.indices)
+                assert np.array_equal(got.data.view(np.int64), ref.data.view(np.int64))
+                del got
+    after = mp.stats()
+    assert after["hits"] > before["hits"] + 8 and after["kept"] > before["kept"]
+
+
+def test_kernels_allocate_from_libc_when_the_pool_is_off():
+    out = _run_child('''
+    import numpy as np, scipy.sparse as sps, splyce
+    from splyce.backend import alloc_guard
+    a = sps.random_array((600, 600), density=0.3, format="csr", random_state=0)
+    got = splyce.jit(lambda a, b: a + b, out_format="sparse")(a, a)
+    print(alloc_guard.install().heap is None, abs(got - (a + a)).max() == 0)
+    ''', env_extra={"SPLYCE_POOL_BYTES": "0"})
+    assert out.split() == ["True", "True"], out

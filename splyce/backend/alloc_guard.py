@@ -16,6 +16,10 @@ own thread. The current call's context (its ``jmp_buf`` and block list) is found
 a failing allocation jumps back only to the wrapper frame of its own thread, which is live: no ``longjmp``
 ever crosses threads. The other chunks finish normally; the runtime raises once all have returned.
 
+The blocks come from libc's heap, or from the heap the runtime sets (``set_heap``: its cache of freed large
+buffers, runtime/memory_pool.py, so that a loop of calls reuses its results' backed pages instead of
+faulting fresh ones in on every call).
+
 Blocks still live when the kernel returns are its results (or buffers it never freed, as before): they are
 detached from the list and are freed by the runtime with ``free_address`` (never libc ``free``: the pointer
 handed out is 16 bytes past the block's start).
@@ -44,6 +48,16 @@ _HEADER = 16   # block header: next block, address of the pointer that points at
 
 _lock = threading.Lock()
 _installed = None
+_heap_provider = None
+
+
+def set_heap(provider) -> None:
+    """Have the checked allocator take its blocks from ``provider()`` (called once, at ``install``): a dict
+    of native function addresses (``_heap_calls``), or None for libc's heap. The runtime sets its cache of
+    freed large buffers here (runtime/memory_pool.py), so that kernels' result buffers are reused too. Takes
+    effect only before the first ``install`` of the process."""
+    global _heap_provider
+    _heap_provider = provider
 
 
 def _walk_blocks(body: str) -> str:
@@ -64,10 +78,26 @@ body:
 exit:"""
 
 
-def _helper_ir(key: int) -> str:
-    """The checked allocator and the wrapper's enter / leave / fail steps, for pthread key ``key``."""
+def _heap_calls(heap: dict | None) -> dict:
+    """IR calls of the heap underneath the checked allocator: libc's, or the native functions of ``heap``
+    (``set_heap``: addresses of malloc / calloc / realloc / free taking a leading context pointer ``ctx``, and
+    free a trailing size that is ignored), called through constant addresses."""
+    if heap is None:
+        return {"malloc": "call ptr @malloc(", "calloc": "call ptr @calloc(", "realloc": "call ptr @realloc(",
+                "free": "call void @free(", "free_end": ")"}
+    ctx = f"ptr inttoptr (i64 {int(heap['ctx'])} to ptr), "
+    fn = {name: f"inttoptr (i64 {int(heap[name])} to ptr)" for name in ("malloc", "calloc", "realloc", "free")}
+    return {"malloc": f"call ptr {fn['malloc']}({ctx}", "calloc": f"call ptr {fn['calloc']}({ctx}",
+            "realloc": f"call ptr {fn['realloc']}({ctx}", "free": f"call void {fn['free']}({ctx}",
+            "free_end": ", i64 0)"}
+
+
+def _helper_ir(key: int, heap: dict | None = None) -> str:
+    """The checked allocator and the wrapper's enter / leave / fail steps, for pthread key ``key``, on libc's
+    heap or on ``heap`` (see ``_heap_calls``)."""
+    call = _heap_calls(heap)
     detach_each = _walk_blocks("  %pprev = getelementptr i8, ptr %h, i64 8\n  store ptr null, ptr %pprev")
-    free_each = _walk_blocks("  call void @free(ptr %h)")
+    free_each = _walk_blocks(f"  {call['free']}ptr %h{call['free_end']}")
     return f"""
 declare ptr @malloc(i64)
 declare ptr @calloc(i64, i64)
@@ -164,7 +194,7 @@ define ptr @{_PREFIX}malloc(i64 %size) {{
   br i1 %big, label %failed, label %try
 try:
   %total = add i64 %size, {_HEADER}
-  %h = call ptr @malloc(i64 %total)
+  %h = {call['malloc']}i64 %total)
   %null = icmp eq ptr %h, null
   br i1 %null, label %failed, label %ok
 ok:
@@ -184,7 +214,7 @@ define ptr @{_PREFIX}calloc(i64 %count, i64 %size) {{
   br i1 %bad, label %failed, label %try
 try:
   %total = add i64 %bytes, {_HEADER}
-  %h = call ptr @calloc(i64 1, i64 %total)
+  %h = {call['calloc']}i64 1, i64 %total)
   %null = icmp eq ptr %h, null
   br i1 %null, label %failed, label %ok
 ok:
@@ -209,7 +239,7 @@ check:
 try:
   %h = getelementptr i8, ptr %p, i64 -{_HEADER}
   %total = add i64 %size, {_HEADER}
-  %h2 = call ptr @realloc(ptr %h, i64 %total)
+  %h2 = {call['realloc']}ptr %h, i64 %total)
   %null = icmp eq ptr %h2, null
   br i1 %null, label %failed, label %moved
 moved:
@@ -256,7 +286,7 @@ relink_next:
   store ptr %pprev, ptr %next_pprev
   br label %release
 release:
-  call void @free(ptr %h)
+  {call['free']}ptr %h{call['free_end']}
   br label %out
 out:
   ret void
@@ -268,9 +298,10 @@ _EXPORTED = tuple(f"{_PREFIX}{name}" for name in HEAP_FUNCTIONS + ("guard_enter"
 
 
 class _Installed:
-    def __init__(self, compiled, key: int):
+    def __init__(self, compiled, key: int, heap: dict | None = None):
         self.compiled = compiled   # keeps the helper's machine code alive
         self.key = key
+        self.heap = heap           # the heap underneath (None: libc's)
         self.free = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(compiled.function_address(f"{_PREFIX}free"))
 
 
@@ -288,12 +319,13 @@ def install() -> _Installed:
             key = ctypes.c_uint()
             if libc.pthread_key_create(ctypes.byref(key), None) != 0:
                 raise RuntimeError("splyce: pthread_key_create failed (no thread-specific key left)")
+            heap = _heap_provider() if _heap_provider is not None else None
             target = codegen.host_target()
-            module, tm = codegen.optimize(_helper_ir(key.value), target, codegen.CodegenOptions(opt_level=2))
+            module, tm = codegen.optimize(_helper_ir(key.value, heap), target, codegen.CodegenOptions(opt_level=2))
             compiled = codegen.load(module, tm, target)
             for name in _EXPORTED:
                 llvm.add_symbol(name, compiled.function_address(name))
-            _installed = _Installed(compiled, key.value)
+            _installed = _Installed(compiled, key.value, heap)
         return _installed
 
 

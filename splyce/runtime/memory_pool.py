@@ -71,6 +71,7 @@ declare void @free(ptr)
 declare ptr @aligned_alloc(i64, i64)
 declare i32 @madvise(ptr, i64, i32)
 declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
+declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
 declare {i64, i1} @llvm.umul.with.overflow.i64(i64, i64)
 {PAUSE_DECLARE}
 
@@ -359,10 +360,26 @@ same:
   %stop = add i64 %ua, %cap
   call void @advise_inside(i64 %from, i64 %stop, i32 {MADV_DONTNEED})
   ret ptr %user
+; A block grown to a pooled size takes a kept block when one fits (its pages backed: a kernel's result
+; buffers grow by doubling, and the last call's buffers of each size were kept), copying the old contents;
+; else libc moves it (fresh pages past the old ones).
 move:
   %total = add i64 %size, {HEADER}
   %wraps = icmp ult i64 %total, %size
-  br i1 %wraps, label %fail, label %go
+  br i1 %wraps, label %fail, label %sized
+sized:
+  %grow_large = icmp uge i64 %size, {POOL_MIN}
+  br i1 %grow_large, label %try_take, label %go
+try_take:
+  %got = call ptr @take(ptr %ctx, i64 %size)
+  %hit = icmp ne ptr %got, null
+  br i1 %hit, label %copy, label %go
+copy:
+  %less = icmp ult i64 %cap, %size
+  %copied = select i1 %less, i64 %cap, i64 %size
+  call void @llvm.memcpy.p0.p0.i64(ptr %got, ptr %user, i64 %copied, i1 false)
+  call void @pool_free(ptr %ctx, ptr %user, i64 0)
+  ret ptr %got
 go:
   %raw = call ptr @raw_of(ptr %user)
   %raw2 = call ptr @realloc(ptr %raw, i64 %total)
@@ -542,6 +559,21 @@ def _build() -> dict:
     for keep in (state, _table):
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(keep))
     return state
+
+
+def native_heap() -> dict | None:
+    """The handler's native functions for code that allocates outside NumPy (the kernels' checked allocator,
+    backend/alloc_guard.py): their addresses (``malloc(ctx, size)``, ``calloc(ctx, n, size)``,
+    ``realloc(ctx, p, size)``, ``free(ctx, p, size)``) and the table they share (``ctx``); None when the cache
+    is off (``SPLYCE_POOL_BYTES=0``) or cannot be built here. Blocks of such code are cached as NumPy's are
+    (the same table and limit) whether or not the handler is installed."""
+    state = _ensure()
+    if not state:
+        return None
+    heap = {name: ctypes.cast(state["functions"][f"pool_{name}"], ctypes.c_void_p).value
+            for name in ("malloc", "calloc", "realloc", "free")}
+    heap["ctx"] = _table.ctypes.data
+    return heap
 
 
 def _ensure() -> dict:
