@@ -507,6 +507,14 @@ class FastLaneBuilder:
         et = ir.MemRefType(mem.type).element_type
         vt = _vtype(self.n, et)
         base, offsets, idx = self._gather_parts(mem, entries)
+        if st.get("scalar_loads") and mask is st.get("true"):
+            # every lane: n scalar loads (a gather is microcoded on AMD Zen 4; LLVM scalarizes it on AVX2)
+            outer = [v for _, v in entries[:-1]]
+            result = vector.from_elements(vt, [memref.load(mem, [*outer, vector.extract(idx, [], [i])])
+                                               for i in range(self.n)])
+            if cache is not None:
+                cache[key] = result
+            return result
         zeros = arith.constant(vt, ir.DenseElementsAttr.get_splat(
             vt, ir.FloatAttr.get(et, 0.0) if isinstance(et, ir.FloatType) else ir.IntegerAttr.get(et, 0)))
         result = vector.gather(vt, base, offsets, idx, mask, zeros)
