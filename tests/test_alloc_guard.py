@@ -106,12 +106,19 @@ def call(small, huge):
 '''
 
 
-def test_guard_frees_the_call_blocks_and_works_per_thread():
+@pytest.mark.parametrize("heap", ["libc", "pool"])
+def test_guard_frees_the_call_blocks_and_works_per_thread(heap):
     """A call whose third allocation fails returns 1 + its size after freeing the first two (a realloc'ed
     block among them): repeated 40 times under a margin that holds 3 of them, every failure still names
     the huge block, never the 96 MiB ones (which would fail if they leaked). Two threads at once, one
-    failing and one succeeding, each get their own outcome (each longjmp stays on its own thread)."""
-    out = _run_child(LIMIT + GUARDED_KERNEL + '''
+    failing and one succeeding, each get their own outcome (each longjmp stays on its own thread). On
+    libc's heap and on the runtime's cache of freed blocks (runtime/memory_pool.py), which keeps the freed
+    96 MiB blocks for the next call and gives them back before the huge request fails."""
+    use_pool = ("from splyce.runtime import memory_pool\nalloc_guard.set_heap(memory_pool.native_heap)\n"
+                if heap == "pool" else "")
+    kernel = GUARDED_KERNEL.replace("alloc_guard.install()\n", use_pool + "alloc_guard.install()\n"
+                                    f"assert (alloc_guard.install().heap is None) == {heap == 'libc'}\n", 1)
+    out = _run_child(LIMIT + kernel + '''
 SMALL, HUGE = 96 << 20, 1 << 40
 assert call(16, 16) == 0
 limit_address_space(1 << 30)
