@@ -79,17 +79,16 @@ exit:"""
 
 
 def _heap_calls(heap: dict | None) -> dict:
-    """IR calls of the heap underneath the checked allocator: libc's, or the native functions of ``heap``
-    (``set_heap``: addresses of malloc / calloc / realloc / free taking a leading context pointer ``ctx``, and
-    free a trailing size that is ignored), called through constant addresses."""
+    """The IR call prefixes of the heap underneath the checked allocator (``"free_end"`` closes a free): libc's,
+    or the native functions of ``heap`` (``set_heap``: addresses of malloc / calloc / realloc / free taking a
+    leading context pointer ``ctx``, free a trailing size that is ignored), called through constant addresses."""
     if heap is None:
-        return {"malloc": "call ptr @malloc(", "calloc": "call ptr @calloc(", "realloc": "call ptr @realloc(",
-                "free": "call void @free(", "free_end": ")"}
-    ctx = f"ptr inttoptr (i64 {int(heap['ctx'])} to ptr), "
-    fn = {name: f"inttoptr (i64 {int(heap[name])} to ptr)" for name in ("malloc", "calloc", "realloc", "free")}
-    return {"malloc": f"call ptr {fn['malloc']}({ctx}", "calloc": f"call ptr {fn['calloc']}({ctx}",
-            "realloc": f"call ptr {fn['realloc']}({ctx}", "free": f"call void {fn['free']}({ctx}",
-            "free_end": ", i64 0)"}
+        callee, end = {name: f"@{name}(" for name in HEAP_FUNCTIONS}, ")"
+    else:
+        ctx = f"ptr inttoptr (i64 {int(heap['ctx'])} to ptr), "
+        callee, end = {name: f"inttoptr (i64 {int(heap[name])} to ptr)({ctx}" for name in HEAP_FUNCTIONS}, ", i64 0)"
+    calls = {name: ("call void " if name == "free" else "call ptr ") + c for name, c in callee.items()}
+    return dict(calls, free_end=end)
 
 
 def _helper_ir(key: int, heap: dict | None = None) -> str:

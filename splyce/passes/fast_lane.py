@@ -499,28 +499,34 @@ class FastLaneBuilder:
 
     def gather(self, st, mem, entries, mask):
         """``mem[s.., v]`` gathered under ``mask``; with ``st["gathers"]`` (a dict), each distinct access
-        is gathered once per step (the union lane's branches read the same output element)."""
+        is gathered once per step (the union lane's branches read the same output element). Under the mask
+        ``st["unmasked"]`` (the caller's all-true mask: every lane's element may be read) the lanes are loaded
+        one by one instead."""
         cache = st.get("gathers")
         key = (mem, *(v for _, v in entries))
         if cache is not None and key in cache:
             return cache[key]
         et = ir.MemRefType(mem.type).element_type
         vt = _vtype(self.n, et)
-        base, offsets, idx = self._gather_parts(mem, entries)
-        if st.get("scalar_loads") and mask is st.get("true"):
-            # every lane: n scalar loads (a gather is microcoded on AMD Zen 4; LLVM scalarizes it on AVX2)
-            outer = [v for _, v in entries[:-1]]
-            result = vector.from_elements(vt, [memref.load(mem, [*outer, vector.extract(idx, [], [i])])
-                                               for i in range(self.n)])
-            if cache is not None:
-                cache[key] = result
-            return result
-        zeros = arith.constant(vt, ir.DenseElementsAttr.get_splat(
-            vt, ir.FloatAttr.get(et, 0.0) if isinstance(et, ir.FloatType) else ir.IntegerAttr.get(et, 0)))
-        result = vector.gather(vt, base, offsets, idx, mask, zeros)
+        unmasked = st.get("unmasked")
+        if unmasked is not None and mask == unmasked:
+            # every lane reads: n scalar loads (a gather is microcoded on AMD Zen 4; LLVM scalarizes it on AVX2)
+            result = vector.from_elements(vt, [memref.load(mem, at) for at in self.lane_indices(entries)])
+        else:
+            base, offsets, idx = self._gather_parts(mem, entries)
+            zeros = arith.constant(vt, ir.DenseElementsAttr.get_splat(
+                vt, ir.FloatAttr.get(et, 0.0) if isinstance(et, ir.FloatType) else ir.IntegerAttr.get(et, 0)))
+            result = vector.gather(vt, base, offsets, idx, mask, zeros)
         if cache is not None:
             cache[key] = result
         return result
+
+    @staticmethod
+    def lane_indices(entries):
+        """Each lane's indices of an access ``mem[s.., v]`` (lane-uniform outer indices, per-lane innermost)."""
+        outer, innermost = [v for _, v in entries[:-1]], entries[-1][1]
+        width = ir.VectorType(innermost.type).shape[0]
+        return [[*outer, vector.extract(innermost, [], [i])] for i in range(width)]
 
     @staticmethod
     def _gather_parts(mem, entries):

@@ -172,8 +172,7 @@ class UnionLaneBuilder:
         stored = []
         for branch, coords, rotate_c in ((u.both, vb, True), (u.only_b, vb, False), (u.only_c, vc, False)):
             st = {"kb": Lanes(n, vec=coords), "matched": all_lanes, "values": side_values(branch, rotate_c),
-                  "gathers": gathers, "chain": chains[id(coords)], "stores": [], "scalar_loads": True,
-                  "true": true}
+                  "gathers": gathers, "chain": chains[id(coords)], "stores": [], "unmasked": true}
             FastLaneBuilder(branch, self.options, self.profile_counters)._phase2_simd(args, st)
             (store,) = st["stores"]
             stored.append(store)
@@ -187,15 +186,14 @@ class UnionLaneBuilder:
         # scalarizes them the same way). (On AVX-512 a masked scatter, which writes no lane past the pivot,
         # measured 1.92 -> 2.06x at N = 1000 and no gain at N = 4000 on Zen 5, output in DRAM: not kept.)
         lanes = FastLaneBuilder(u.both, self.options)
-        cached = {"gathers": gathers, "scalar_loads": True, "true": true}
+        cached = {"gathers": gathers, "unmasked": true}
         old_b = lanes.gather(cached, mem, at_b, true)
         old_c = lanes.gather(cached, mem, at_c, true)
         new_c = arith.select(only_c, only_c_v, old_c)
         new_b = arith.select(active_b, arith.select(match_b, both_v, only_b_v), old_b)
         for at, value in ((at_c, new_c), (at_b, new_b)):
-            outer, index = [v for _, v in at[:-1]], at[-1][1]
-            for i in range(n):
-                memref.store(vector.extract(value, [], [i]), mem, [*outer, vector.extract(index, [], [i])])
+            for i, indices in enumerate(FastLaneBuilder.lane_indices(at)):
+                memref.store(vector.extract(value, [], [i]), mem, indices)
         self._prefetch(pb, pc, mem, [v for _, v in at_b[:-1]])
 
         idx_t = ir.IndexType.get()

@@ -386,8 +386,7 @@ go:
   %nul = icmp eq ptr %raw2, null
   br i1 %nul, label %fail, label %ok
 ok:
-  %large = icmp uge i64 %size, {POOL_MIN}
-  %keep2 = zext i1 %large to i64
+  %keep2 = zext i1 %grow_large to i64
   %u = call ptr @stamp(ptr %raw2, i64 %size, i64 %keep2)
   ret ptr %u
 fail:
@@ -500,6 +499,7 @@ class _Handler(ctypes.Structure):     # NumPy's PyDataMem_Handler, version 1
                 ("free", ctypes.c_void_p)]
 
 
+_HEAP_FUNCTIONS = ("malloc", "calloc", "realloc", "free")   # in the order of NumPy's handler struct
 _P = ctypes.c_void_p
 _SIGNATURES = {"pool_malloc": ctypes.CFUNCTYPE(_P, _P, ctypes.c_size_t),
                "pool_calloc": ctypes.CFUNCTYPE(_P, _P, ctypes.c_size_t, ctypes.c_size_t),
@@ -545,15 +545,14 @@ def _build() -> dict:
     from splyce.backend.codegen import compile_host_helpers
 
     functions = compile_host_helpers(_ir(), _SIGNATURES)
-    handler = _Handler(b"splyce_pool", 1, _table.ctypes.data,
-                       *(ctypes.cast(functions[f], ctypes.c_void_p).value
-                         for f in ("pool_malloc", "pool_calloc", "pool_realloc", "pool_free")))
+    heap = {name: ctypes.cast(functions[f"pool_{name}"], ctypes.c_void_p).value for name in _HEAP_FUNCTIONS}
+    handler = _Handler(b"splyce_pool", 1, _table.ctypes.data, *(heap[name] for name in _HEAP_FUNCTIONS))
     new_capsule = ctypes.pythonapi.PyCapsule_New
     new_capsule.restype, new_capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
     name = ctypes.c_char_p(b"mem_handler")      # the capsule keeps this pointer: the buffer must outlive it
     capsule = new_capsule(ctypes.addressof(handler), name, None)
-    state = {"functions": functions, "handler": handler, "name": name, "capsule": capsule,
-             "set": _numpy_set_handler()}
+    state = {"functions": functions, "heap": dict(heap, ctx=_table.ctypes.data), "handler": handler, "name": name,
+             "capsule": capsule, "set": _numpy_set_handler()}
     # Arrays carrying the handler can be freed at interpreter shutdown, after this module's globals are
     # gone: the code, the table and the handler are never collected.
     for keep in (state, _table):
@@ -568,12 +567,7 @@ def native_heap() -> dict | None:
     is off (``SPLYCE_POOL_BYTES=0``) or cannot be built here. Blocks of such code are cached as NumPy's are
     (the same table and limit) whether or not the handler is installed."""
     state = _ensure()
-    if not state:
-        return None
-    heap = {name: ctypes.cast(state["functions"][f"pool_{name}"], ctypes.c_void_p).value
-            for name in ("malloc", "calloc", "realloc", "free")}
-    heap["ctx"] = _table.ctypes.data
-    return heap
+    return dict(state["heap"]) if state else None
 
 
 def _ensure() -> dict:
