@@ -15,10 +15,13 @@ OPS = {"multiply": lambda a, b: a.multiply(b), "add": lambda a, b: a + b, "subtr
 
 
 def _same_as_scipy(ours, ref):
+    want = sps.csc_array if getattr(ref, "format", None) == "csc" else sps.csr_array   # scipy's class
+    assert isinstance(ours, want) and ours.has_canonical_format
+    if want is sps.csc_array:
+        ours = ours.tocsr()
     ref = sps.csr_array(ref).copy()
     ref.sum_duplicates()
     ref.eliminate_zeros()
-    assert isinstance(ours, sps.csr_array) and ours.has_canonical_format
     assert ours.shape == ref.shape and ours.dtype == ref.dtype
     assert np.array_equal(ours.indptr, ref.indptr) and np.array_equal(ours.indices, ref.indices)
     assert np.array_equal(ours.data, ref.data, equal_nan=True)
@@ -89,6 +92,10 @@ def test_elementwise_formulation_choice():
     assert choose_elementwise_formulation(s, d) is Formulation.COITERATE
     assert choose_elementwise_formulation(s, s, "dense") is Formulation.COITERATE
     assert choose_elementwise_formulation(d, d) is Formulation.NUMPY
+    for name in ("add", "subtract"):     # a dense result, as scipy computes it (a dense copy, then A's entries)
+        assert choose_elementwise_formulation(s, d, None, name) is Formulation.DENSE_SUM
+        assert choose_elementwise_formulation(d, s, "dense", name) is Formulation.DENSE_SUM
+        assert choose_elementwise_formulation(s, d, "sparse", name) is Formulation.COITERATE
 
 
 def test_malformed_csc_operand_is_caught_before_scipy_converts_it():

@@ -24,7 +24,7 @@ from splyce.backend.native_spmv import GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES, 
 from splyce.backend.native_spmv import SPMM_FIXED as _SPMM_FIXED
 from splyce.backend import native_masked as _native_masked
 from splyce.backend.array_objects import DATA_OFFSET as _ARRAY_OFFSET   # None: no array read natively by id
-from splyce.planner import nonfinite as _nonfinite, scipy_out
+from splyce.planner import broadcast, nonfinite as _nonfinite, scipy_out
 from splyce.tensors.formats import CSC, CSR, SPARSE_VECTOR, Format
 from splyce.tensors.validation import SUPPORTED_DTYPES, check_buffers, check_dtype
 from splyce.runtime.arguments import Checked
@@ -208,6 +208,7 @@ class Formulation(enum.Enum):
     SPARSIFIER = "sparsifier"            # a product through the MLIR sparsifier's kernel: value types the
                                          # native kernels lack (bool, complex)
     COITERATE = "coiterate"              # elementwise through the MLIR kernel (any rank, dense operands)
+    DENSE_SUM = "dense-sum"              # a sparse and a dense matrix added / subtracted: scipy's dense result
 
 
 @dataclass(frozen=True)
@@ -270,7 +271,14 @@ def matmul(a, b, *, out_format=None, threads=1):
             out = _fast_spmspv(a, b, threads)
         if out is not None:
             return out
-    threads = _threads(threads)
+        if _csc_first(a, b) and np.shape(b)[1] != 1 and np.shape(a)[-1] == np.shape(b)[0]:
+            # a CSC product is scipy's CSC: (B.T @ A.T).T, A.T being A's buffers as a CSR, and the CSR result
+            # transposed that CSC with no copy (scipy's csc_matmat computes the same product of transposes)
+            return _matmul(b.T, a.T, out_format, _threads(threads)).T
+    return _matmul(a, b, out_format, _threads(threads))
+
+
+def _matmul(a, b, out_format, threads: int):
     ia, ib = OperandInfo.of(a), OperandInfo.of(b)
     formulation = choose_matmul_formulation(ia, ib, out_format)
     if formulation is Formulation.NUMPY:
@@ -606,13 +614,16 @@ def _sub(a, b):
     return a - b
 
 
-def choose_elementwise_formulation(a: OperandInfo, b: OperandInfo, out_format=None) -> Formulation:
+def choose_elementwise_formulation(a: OperandInfo, b: OperandInfo, out_format=None,
+                                   name: str = "multiply") -> Formulation:
     """The one place the drop-in ``multiply`` / ``add`` / ``subtract`` decides how to compute: two sparse
     matrices with a sparse result merge their rows natively; anything else runs the coiteration kernel."""
     if not (a.sparse or b.sparse):
         return Formulation.NUMPY
     if a.sparse and b.sparse and len(a.shape) == 2 and out_format in (None, "sparse") and _native_values(a, b):
         return Formulation.MERGE_ROWS
+    if name != "multiply" and a.sparse != b.sparse and len(a.shape) == 2 and out_format in (None, "dense"):
+        return Formulation.DENSE_SUM
     return Formulation.COITERATE
 
 
@@ -622,15 +633,22 @@ def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
         out = _fast_merge(name, a, b, threads)
         if out is not None:
             return out
+        if _csc_first(a, b) and np.shape(a) == np.shape(b):
+            # scipy's result takes a CSC left operand's format: the op on the transposes (a CSC's buffers
+            # are its transpose's CSR), whose CSR result transposed is that CSC, with no copy
+            return _elementwise(name, fun, np_fun, a.T, b.T, out_format, threads).T
     ia, ib = OperandInfo.of(a), OperandInfo.of(b)
-    formulation = choose_elementwise_formulation(ia, ib, out_format)
+    formulation = choose_elementwise_formulation(ia, ib, out_format, name)
     if formulation is Formulation.NUMPY:
         return np_fun(a, b)
     fa, fb = ia.family, ib.family
     sa, sb = ia.shape, ib.shape
-    if sa != sb:
-        raise ValueError(f"{name}: shapes {sa} and {sb} differ (broadcasting is not supported)")
+    if sa != sb or (name == "multiply" and ia.sparse != ib.sparse and np.size(b if ia.sparse else a) == 1):
+        # a scalar, a vector, or one element (scipy's scalar rule, even where the shapes match)
+        return broadcast.elementwise(name, a, b, ia.sparse, ib.sparse, out_format, threads)
     family = _sparse_family(a, b)
+    if formulation is Formulation.DENSE_SUM:
+        return _dense_result(_dense_sum(name, a, b, ia.sparse), family)
     if formulation is Formulation.MERGE_ROWS:
         return _wrap_sparse(_merge_rows(name, a, b, threads), family)
     ndim = len(sa)
@@ -648,6 +666,42 @@ def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
         # scipy returns COO for a sparse-times-dense elementwise product
         return out.tocoo() if "numpy" in (fa, fb) and family.startswith("scipy") else out
     return out.to_pydata() if family == "pydata" else out
+
+
+def _dense_sum(name: str, a, b, sparse_first: bool) -> np.ndarray:
+    """scipy's sum or difference of a sparse and a dense matrix, bit for bit: ``A + D`` is a copy of D with A's
+    stored values added (where A stores nothing, D's value stays, -0.0 included), ``A - D`` A's dense form
+    (its entries added into zeros) minus D, ``D - A`` D minus that. O(m n), as the dense result; A validated
+    first."""
+    s, d = (a, b) if sparse_first else (b, a)
+    S = _as_format(s, CSR, "a" if sparse_first else "b").tensor
+    d = np.asarray(d)
+    rows = np.repeat(np.arange(S.shape[0], dtype=np.intp), np.diff(S.pos[1]))
+    if name == "add":
+        out = np.array(d, dtype=np.result_type(S.dtype, d.dtype), order="C")
+        out[rows, S.crd[1]] += S.values          # canonical: each position once
+        return out
+    dense = np.zeros(S.shape, dtype=S.dtype)
+    dense[rows, S.crd[1]] += S.values            # scipy's todense adds into zeros: a stored -0.0 reads +0.0
+    return np.subtract(dense, d) if sparse_first else np.subtract(d, dense)
+
+
+def _dense_result(out: np.ndarray, family: str):
+    """A dense result in the operands' family: scipy's matrix classes give ``numpy.matrix``, pydata-sparse a
+    COO (its arrays stay its own), the rest a NumPy array."""
+    if family == "scipy-matrix":
+        return np.asmatrix(out)
+    if family == "pydata":
+        import sparse
+
+        return sparse.COO.from_numpy(out)
+    return out
+
+
+def _csc_first(a, b) -> bool:
+    """A scipy CSC left operand against a 2-D scipy sparse one: scipy returns a CSC (it converts the right one)."""
+    return (getattr(a, "format", None) == "csc" and _family(a).startswith("scipy") and np.ndim(b) == 2
+            and _family(b).startswith("scipy"))
 
 
 def _merge_rows(op: str, a, b, threads: int):
