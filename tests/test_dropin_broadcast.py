@@ -212,3 +212,12 @@ def test_multiply_broadcasts_match_scipy(m, n, density, fmt, dtype, kind, seed):
     other = {"scalar": vals[0], "row": vals[:n][None, :], "column": vals[:m][:, None],
              "sparse-row": sps.csr_array(vals[:n][None, :]), "sparse-column": sps.csr_array(vals[:m][:, None])}[kind]
     assert_as_scipy(splyce.multiply(A, other), A.multiply(other))
+
+
+def test_numpy_matrix_operands_as_scipy():
+    A = _matrix(20, 15, 0.2, seed=12)
+    Am = sps.csr_matrix(A)
+    M, Y = np.asmatrix(np.arange(30.0).reshape(15, 2)), np.asmatrix(np.arange(40.0).reshape(2, 20))
+    for got, ref in [(splyce.matmul(Am, M), Am @ M), (splyce.matmul(Y, Am), Y @ Am), (splyce.matmul(A, M), A @ M),
+                     (splyce.matmul(Am, np.asarray(M)), Am @ np.asarray(M)), (splyce.add(Am, A.toarray()), Am + A.toarray())]:
+        assert type(got) is type(ref) and got.shape == ref.shape and np.array_equal(got, ref)

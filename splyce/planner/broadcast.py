@@ -125,17 +125,17 @@ def _as_asked(result, out_format):
 def scaled(s, value):
     """``s`` times the scalar ``value``: the same positions, values ``np.multiply(values, value)`` (NumPy's
     promotion, as scipy's ``_mul_scalar``), in ``s``'s own class."""
-    return _with_values(s, lambda v: np.multiply(v, value), lambda x: x * value)
+    return with_values(s, lambda v: np.multiply(v, value), lambda x: x * value)
 
 
-def _negated(s):
+def negated(s):
     """``-s`` as scipy's ``-A`` (``np.negative`` of the values: a NaN's sign flips too)."""
     if s.dtype == np.bool_:
         raise NotImplementedError("negating a boolean sparse array is not supported")
-    return _with_values(s, np.negative, lambda x: -x)
+    return with_values(s, np.negative, lambda x: -x)
 
 
-def _with_values(s, values_fn, own_fn):
+def with_values(s, values_fn, own_fn):
     """``s`` with ``values_fn`` of its values at the same positions, the index arrays copied (scipy's
     ``_with_data``), in ``s``'s own class; ``own_fn(s)`` for classes whose own operator keeps their class."""
     from splyce.tensors.tensor import SparseTensor
@@ -159,7 +159,7 @@ def _plus_scalar(name: str, s, value, sparse_first: bool):
     if value != 0:
         raise NotImplementedError(_SCALAR_ADD_ERRORS[(name, sparse_first)])
     if name == "subtract" and not sparse_first:
-        return _negated(s)
+        return negated(s)
     return s.copy()
 
 

@@ -275,7 +275,11 @@ def matmul(a, b, *, out_format=None, threads=1):
             # a CSC product is scipy's CSC: (B.T @ A.T).T, A.T being A's buffers as a CSR, and the CSR result
             # transposed that CSC with no copy (scipy's csc_matmat computes the same product of transposes)
             return _matmul(b.T, a.T, out_format, _threads(threads)).T
-    return _matmul(a, b, out_format, _threads(threads))
+    out = _matmul(a, b, out_format, _threads(threads))
+    if (type(a) is np.matrix or type(b) is np.matrix) and type(out) is np.ndarray \
+            and _sparse_family(a, b) == "scipy-matrix":
+        return np.asmatrix(out)        # scipy: a sparse matrix times a numpy.matrix is a numpy.matrix
+    return out
 
 
 def _matmul(a, b, out_format, threads: int):

@@ -97,6 +97,86 @@ class SparseTensor:
         return (f"SparseTensor(shape={self._shape}, dtype={self.dtype}, nnz={self.nnz}, "
                 f"format={self._format})")
 
+    # -- NumPy-style operators: the drop-ins (splyce.matmul / multiply / add / subtract), never a silent dense
+    # conversion. NumPy defers to them (``__array_ufunc__ = None``), so ``x @ t`` and ``x * t`` of an ndarray
+    # ``x`` come here too instead of densifying ``t`` through ``__array__``; ``np.asarray(t)`` still densifies.
+    __array_ufunc__ = None
+
+    @property
+    def T(self) -> SparseTensor:
+        """The transpose (dimensions reversed) over the same buffers: only the format's dimension order
+        changes (CSR becomes CSC), no copy."""
+        fmt = self._format
+        n = self.ndim
+        order = tuple(n - 1 - d for d in fmt.order)
+        out = SparseTensor(self._shape[::-1], Format(fmt.levels, order, fmt.pos_width, fmt.crd_width), self._pos,
+                           self._crd, self._values, validate=False)
+        out._sealed = self._sealed     # the same read-only buffers, as well formed as they were
+        return out
+
+    def transpose(self) -> SparseTensor:
+        return self.T
+
+    def sum(self, axis=None):
+        """NumPy's ``sum`` over ``axis`` (None: all; an int or a tuple of ints): a NumPy scalar or array."""
+        from splyce import api
+
+        if axis is None:
+            return self._values.sum()       # scipy's A.sum(): NumPy's sum of the stored values, bit for bit
+        letters = "abcdefgh"[:self.ndim]
+        axes = (axis,) if isinstance(axis, (int, np.integer)) else axis
+        axes = {int(a) + self.ndim if int(a) < 0 else int(a) for a in axes}
+        if any(not 0 <= a < self.ndim for a in axes):
+            raise np.exceptions.AxisError(f"sum: axis {axis} is out of bounds for a {self.ndim}-D tensor")
+        kept = "".join(letter for d, letter in enumerate(letters) if d not in axes)
+        return api.einsum(f"{letters}->{kept}", self)
+
+    def _binary(self, other, name: str, reflected: bool):
+        from splyce import api
+        from splyce.tracer.tracer import Tracer
+
+        if isinstance(other, Tracer):
+            return NotImplemented           # inside a jitted function: the tracer's own operator
+        fn = getattr(api, name)
+        return fn(other, self) if reflected else fn(self, other)
+
+    def __matmul__(self, other):
+        return self._binary(other, "matmul", False)
+
+    def __rmatmul__(self, other):
+        return self._binary(other, "matmul", True)
+
+    def __mul__(self, other):
+        return self._binary(other, "multiply", False)
+
+    def __rmul__(self, other):
+        return self._binary(other, "multiply", True)
+
+    def __add__(self, other):
+        return self._binary(other, "add", False)
+
+    def __radd__(self, other):
+        return self._binary(other, "add", True)
+
+    def __sub__(self, other):
+        return self._binary(other, "subtract", False)
+
+    def __rsub__(self, other):
+        return self._binary(other, "subtract", True)
+
+    def __neg__(self) -> SparseTensor:
+        from splyce.planner import broadcast
+
+        return broadcast.negated(self)
+
+    def __truediv__(self, other) -> SparseTensor:
+        """Division by a scalar (scipy's rule: the same positions, ``np.true_divide`` of the values)."""
+        from splyce.planner import broadcast
+
+        if not (np.isscalar(other) or (isinstance(other, np.ndarray) and other.ndim == 0)):
+            return NotImplemented
+        return broadcast.with_values(self, lambda v: np.true_divide(v, other), None)
+
     def copy(self) -> SparseTensor:
         copy = [None if a is None else a.copy() for a in (*self._pos, *self._crd)]
         n = self.ndim
