@@ -221,3 +221,45 @@ def test_numpy_matrix_operands_as_scipy():
     for got, ref in [(splyce.matmul(Am, M), Am @ M), (splyce.matmul(Y, Am), Y @ Am), (splyce.matmul(A, M), A @ M),
                      (splyce.matmul(Am, np.asarray(M)), Am @ np.asarray(M)), (splyce.add(Am, A.toarray()), Am + A.toarray())]:
         assert type(got) is type(ref) and got.shape == ref.shape and np.array_equal(got, ref)
+
+
+# -- integer dtypes the kernels lack: computed in int64 (or the float result dtype), cast back ---------------
+NARROW = [np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64]
+
+
+def _narrow(m, n, density, dtype, seed):
+    rng = np.random.default_rng(seed)
+    A = sps.random_array((m, n), density=density, format="csr", rng=rng)
+    info = np.iinfo(dtype)
+    A.data = rng.integers(max(info.min, -200), min(info.max, 200), size=A.nnz, endpoint=True).astype(dtype)
+    return A.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+def test_narrow_integers_as_scipy(dtype):
+    A, B = _narrow(60, 50, 0.3, dtype, 1), _narrow(60, 50, 0.3, dtype, 2)
+    C = _narrow(50, 40, 0.3, dtype, 3)
+    x = np.arange(50).astype(dtype)
+    X = (np.arange(100).reshape(50, 2) % 9).astype(dtype)
+    cases = [(splyce.matmul(A, C), A @ C), (splyce.matmul(A, x), A @ x), (splyce.matmul(A, X), A @ X),
+             (splyce.multiply(A, B), A.multiply(B)), (splyce.add(A, B), A + B), (splyce.subtract(A, B), A - B),
+             (splyce.matmul(A, x.astype(np.float64)), A @ x.astype(np.float64)),
+             (splyce.multiply(A, x[None, :]), A.multiply(x[None, :])), (splyce.multiply(A, 3), A.multiply(3)),
+             (splyce.add(A, A.toarray()), A + A.toarray()), (splyce.matmul(A.tocsc(), C), A.tocsc() @ C)]
+    for got, ref in cases:
+        assert_as_scipy(got, ref)
+
+
+def test_narrow_integer_wraparound_drops_zeros_as_scipy():
+    # 16 * 16 = 256 wraps to 0 in uint8: scipy's product stores no zero, so neither does ours
+    A = sps.csr_array(np.array([[16, 1], [0, 2]], dtype=np.uint8))
+    got, ref = splyce.matmul(A, A), A @ A
+    assert_as_scipy(got, ref)
+    assert_as_scipy(splyce.add(A, A * np.uint8(15)), A + A * np.uint8(15))
+    assert splyce.einsum("ij,jk->ik", A, A).dtype == np.uint8
+
+
+def test_float16_stays_unsupported():
+    A = sps.random_array((5, 4), density=0.5, format="csr", rng=0)
+    with pytest.raises((TypeError, ValueError), match="float16"):
+        splyce.matmul(A, np.ones(4, dtype=np.float16))

@@ -24,7 +24,7 @@ from splyce.backend.native_spmv import GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES, 
 from splyce.backend.native_spmv import SPMM_FIXED as _SPMM_FIXED
 from splyce.backend import native_masked as _native_masked
 from splyce.backend.array_objects import DATA_OFFSET as _ARRAY_OFFSET   # None: no array read natively by id
-from splyce.planner import broadcast, nonfinite as _nonfinite, scipy_out
+from splyce.planner import broadcast, narrow_dtypes, nonfinite as _nonfinite, scipy_out
 from splyce.tensors.formats import CSC, CSR, SPARSE_VECTOR, Format
 from splyce.tensors.validation import SUPPORTED_DTYPES, check_buffers, check_dtype
 from splyce.runtime.arguments import Checked
@@ -271,6 +271,10 @@ def matmul(a, b, *, out_format=None, threads=1):
             out = _fast_spmspv(a, b, threads)
         if out is not None:
             return out
+    if narrow_dtypes.involved(a, b):
+        return narrow_dtypes.call(matmul, (a, b), dict(out_format=out_format, threads=threads),
+                                  prune=_family(a) != "numpy" and _family(b) != "numpy")
+    if out_format is None:
         if _csc_first(a, b) and np.shape(b)[1] != 1 and np.shape(a)[-1] == np.shape(b)[0]:
             # a CSC product is scipy's CSC: (B.T @ A.T).T, A.T being A's buffers as a CSR, and the CSR result
             # transposed that CSC with no copy (scipy's csc_matmat computes the same product of transposes)
@@ -637,6 +641,11 @@ def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
         out = _fast_merge(name, a, b, threads)
         if out is not None:
             return out
+    if narrow_dtypes.involved(a, b):
+        return narrow_dtypes.call(getattr(sys.modules[__name__], name), (a, b),
+                                  dict(out_format=out_format, threads=threads),
+                                  prune=_family(a) != "numpy" and _family(b) != "numpy")
+    if out_format is None or out_format == "sparse":
         if _csc_first(a, b) and np.shape(a) == np.shape(b):
             # scipy's result takes a CSC left operand's format: the op on the transposes (a CSC's buffers
             # are its transpose's CSR), whose CSR result transposed is that CSC, with no copy
@@ -979,6 +988,9 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     families = [_family(x) for x in operands]
     if all(f == "numpy" for f in families):
         return np.einsum(subscripts, *operands)
+    if narrow_dtypes.involved(*operands):
+        return narrow_dtypes.call(functools.partial(einsum, subscripts), operands,
+                                  dict(out_format=out_format, threads=threads), prune=False)
     threads = _threads(threads)
     family = _sparse_family(*operands)
     inputs, output = parse_einsum(subscripts, len(operands))
