@@ -23,8 +23,12 @@ def _dtype(x):
 
 def involved(*operands) -> bool:
     """Whether an array operand has a narrow integer dtype (a scalar operand needs no kernel: its rules run
-    in the operand's own dtype)."""
-    return any(_dtype(x) in NARROW for x in operands) and not any(np.ndim(x) == 0 for x in operands)
+    in the operand's own dtype). Per call on every drop-in's general path: the common answer (no) costs one
+    set lookup per operand."""
+    for x in operands:
+        if getattr(x, "dtype", None) in NARROW:
+            return not any(np.ndim(y) == 0 for y in operands)
+    return False
 
 
 def call(fn, operands, kwargs: dict, prune: bool):
