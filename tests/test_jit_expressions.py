@@ -313,3 +313,17 @@ def test_transposes_of_sparse_inputs_are_read_in_place_in_linear_memory():
     got = splyce.jit(lambda b: b.T + b)(b)
     want = b.T + b
     assert isinstance(got, sps.csc_array) and abs(got - want).max() < 1e-12
+
+
+def test_traced_multiply_broadcasts_a_sum_or_a_row():
+    import scipy.sparse as sps
+
+    A = sps.random_array((30, 20), density=0.2, format="csr", rng=np.random.default_rng(3))
+    D = A.toarray()
+    cases = [(lambda a: a * a.sum(), D * D.sum()), (lambda a: a.sum() * a, D * D.sum()),
+             (lambda a: a * a.sum(axis=0), D * D.sum(axis=0)), (lambda a: a.sum(axis=0) * a, D * D.sum(axis=0))]
+    for fn, ref in cases:
+        out = splyce.jit(fn)(A)
+        np.testing.assert_allclose(out.toarray() if hasattr(out, "toarray") else out, ref, rtol=1e-12)
+    with pytest.raises(ValueError, match="cannot be broadcast"):
+        splyce.jit(lambda a: a * a.sum(axis=1))(A)        # (30,) against (30, 20): NumPy refuses it too

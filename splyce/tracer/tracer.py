@@ -259,8 +259,17 @@ def multiply(a, b, *, out_format=None) -> Tracer:
         return contract([na], [subs], subs, scale=b, out_format=out_format, op="multiply")
     nb = _node(b, "multiply")
     if na.type.shape != nb.type.shape:
-        raise TraceError(f"multiply: shapes {na.type.shape} and {nb.type.shape} differ (broadcasting is not "
-                         "supported)")
+        # NumPy's broadcasting of a 0-d tensor (a traced sum) or of a vector along the last axis: the same
+        # product as a contraction that repeats the smaller operand's indices (``ij,j->ij``)
+        if na.type.ndim < nb.type.ndim:
+            na, nb = nb, na
+        big, small = na.type.shape, nb.type.shape
+        subs = _letters(len(big))
+        if small == () or small == big[-1:]:
+            return contract([na, nb], [subs, subs[len(big) - len(small):]], subs, out_format=out_format,
+                            op="multiply")
+        raise TraceError(f"multiply: shapes {na.type.shape} and {nb.type.shape} cannot be broadcast (a 0-d "
+                         "tensor or a vector along the last axis can)")
     return contract([na, nb], [subs, subs], subs, out_format=out_format, op="multiply")
 
 
