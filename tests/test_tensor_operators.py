@@ -69,3 +69,10 @@ def test_operators_inside_jit_trace(pair):
     A, T = pair
     f = splyce.jit(lambda a: (a.T @ a) * 2)
     assert np.allclose(_dense(f(T)), 2 * (A.T @ A).toarray())
+
+
+def test_notebook_repr(pair):
+    A, T = pair
+    html = T._repr_html_()
+    assert "50 x 40" in html and f"{A.nnz:,}" in html and "compressed" in html and "&gt;" in html
+    assert splyce.asarray(np.zeros((0, 3)))._repr_html_().count("<tr>") == 7

@@ -97,6 +97,20 @@ class SparseTensor:
         return (f"SparseTensor(shape={self._shape}, dtype={self.dtype}, nnz={self.nnz}, "
                 f"format={self._format})")
 
+    def _repr_html_(self) -> str:
+        """A notebook's view: one small table of what the kernels see (no values are printed)."""
+        import html
+
+        size = int(np.prod(self._shape, dtype=np.float64))
+        density = f"{self.nnz / size:.3%}" if size else "-"
+        nbytes = sum(b.nbytes for b in self._buffers())
+        rows = [("shape", " x ".join(map(str, self._shape))), ("dtype", str(self.dtype)),
+                ("format", str(self._format)), ("stored values", f"{self.nnz:,}"), ("density", density),
+                ("buffers", f"{nbytes / 2**20:.2f} MiB"), ("sealed", "yes" if self._sealed else "no")]
+        left = "style='text-align:left'"
+        cells = "".join(f"<tr><th {left}>{k}</th><td {left}>{html.escape(v)}</td></tr>" for k, v in rows)
+        return f"<table><caption>splyce.SparseTensor</caption>{cells}</table>"
+
     # -- NumPy-style operators: the drop-ins (splyce.matmul / multiply / add / subtract), never a silent dense
     # conversion. NumPy defers to them (``__array_ufunc__ = None``), so ``x @ t`` and ``x * t`` of an ndarray
     # ``x`` come here too instead of densifying ``t`` through ``__array__``; ``np.asarray(t)`` still densifies.
