@@ -57,7 +57,8 @@ TRACE_ERRORS = {
     "matmul not aligned": (lambda x, y: x @ y, (A, B),
                            "matmul: shapes (4, 5) and (4, 5) are not aligned (5 != 4)"),
     "multiply shapes": (lambda x, y: x * y, (A, A.T),
-                        "multiply: shapes (4, 5) and (5, 4) differ (broadcasting is not supported)"),
+                        "multiply: shapes (4, 5) and (5, 4) cannot be broadcast (a 0-d tensor or a vector along the last axis "
+                        "can)"),
     "add a scalar": (lambda x, y: x + 1.0, (A, B),
                      "add: adding a scalar to a sparse tensor makes it dense; add a dense array instead"),
     "subtract shapes": (lambda x, y: x - y, (A, A.T),
