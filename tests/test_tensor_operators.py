@@ -63,6 +63,10 @@ def test_sum(pair):
     np.testing.assert_allclose(T.sum(axis=(0, 1)), A.sum())
     with pytest.raises(np.exceptions.AxisError):
         T.sum(axis=2)
+    with pytest.raises(TypeError, match="axis must be"):
+        T.sum(axis="x")
+    with pytest.raises(TypeError, match="only division by a scalar"):
+        T / np.ones(40)
 
 
 def test_operators_inside_jit_trace(pair):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-_SCALAR_ADD_ERRORS = {
+_SCALAR_ADD_ERRORS = {   # scipy's words, by (op, sparse operand first)
     ("add", True): "adding a nonzero scalar to a sparse array is not supported",
     ("add", False): "adding a nonzero scalar to a sparse array is not supported",
     ("subtract", True): "subtracting a nonzero scalar from a sparse array is not supported",
@@ -32,7 +32,7 @@ _SCALAR_ADD_ERRORS = {
 }
 
 
-def _is_scalar(x) -> bool:
+def is_scalar(x) -> bool:
     """scipy's ``isscalarlike``: a number or a 0-d array."""
     return np.isscalar(x) or (isinstance(x, np.ndarray) and x.ndim == 0)
 
@@ -52,10 +52,10 @@ def elementwise(name: str, a, b, sparse_a: bool, sparse_b: bool, out_format, thr
                 return out
         raise _shape_error(name, a, b)
     s, o, sparse_first = (a, b, True) if sparse_a else (b, a, False)
-    if _is_scalar(o) or (name == "multiply" and np.size(o) == 1 and np.ndim(o) <= 2):
-        value = o if _is_scalar(o) else np.asarray(o).flat[0]   # scipy's scalar: the one element
+    if is_scalar(o) or (name == "multiply" and np.size(o) == 1 and np.ndim(o) <= 2):
+        value = o if is_scalar(o) else np.asarray(o).flat[0]   # scipy's scalar: the one element
         if name == "multiply":
-            if not _is_scalar(o):
+            if not is_scalar(o):
                 s = _as_scipy_keeps(s, _KEEPS_FOR_DENSE)
             return _as_asked(scaled(s, value), out_format)
         return _as_asked(_plus_scalar(name, s, value, sparse_first), out_format)
@@ -141,9 +141,7 @@ def with_values(s, values_fn, own_fn):
     from splyce.tensors.tensor import SparseTensor
 
     if isinstance(s, SparseTensor):
-        return SparseTensor(s.shape, s.format, [None if p is None else p.copy() for p in s.pos],
-                            [None if c is None else c.copy() for c in s.crd], values_fn(s.values),
-                            validate=False)
+        return s.with_values(values_fn(s.values))
     fmt = getattr(s, "format", None)
     cls = type(s)
     if fmt in ("csr", "csc", "bsr"):

@@ -274,11 +274,10 @@ def matmul(a, b, *, out_format=None, threads=1):
     if narrow_dtypes.involved(a, b):
         return narrow_dtypes.call(matmul, (a, b), dict(out_format=out_format, threads=threads),
                                   prune=_family(a) != "numpy" and _family(b) != "numpy")
-    if out_format is None:
-        if _csc_first(a, b) and np.shape(b)[1] != 1 and np.shape(a)[-1] == np.shape(b)[0]:
-            # a CSC product is scipy's CSC: (B.T @ A.T).T, A.T being A's buffers as a CSR, and the CSR result
-            # transposed that CSC with no copy (scipy's csc_matmat computes the same product of transposes)
-            return _matmul(b.T, a.T, out_format, _threads(threads)).T
+    if out_format is None and _csc_first(a, b) and np.shape(b)[1] != 1 and np.shape(a)[-1] == np.shape(b)[0]:
+        # a CSC product is scipy's CSC: (B.T @ A.T).T, A.T being A's buffers as a CSR, and the CSR result
+        # transposed that CSC with no copy (scipy's csc_matmat computes the same product of transposes)
+        return _matmul(b.T, a.T, out_format, _threads(threads)).T
     out = _matmul(a, b, out_format, _threads(threads))
     if (type(a) is np.matrix or type(b) is np.matrix) and type(out) is np.ndarray \
             and _sparse_family(a, b) == "scipy-matrix":
@@ -642,14 +641,13 @@ def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
         if out is not None:
             return out
     if narrow_dtypes.involved(a, b):
-        return narrow_dtypes.call(getattr(sys.modules[__name__], name), (a, b),
+        return narrow_dtypes.call(globals()[name], (a, b),
                                   dict(out_format=out_format, threads=threads),
                                   prune=_family(a) != "numpy" and _family(b) != "numpy")
-    if out_format is None or out_format == "sparse":
-        if _csc_first(a, b) and np.shape(a) == np.shape(b):
-            # scipy's result takes a CSC left operand's format: the op on the transposes (a CSC's buffers
-            # are its transpose's CSR), whose CSR result transposed is that CSC, with no copy
-            return _elementwise(name, fun, np_fun, a.T, b.T, out_format, threads).T
+    if out_format in (None, "sparse") and _csc_first(a, b) and np.shape(a) == np.shape(b):
+        # scipy's result takes a CSC left operand's format: the op on the transposes (a CSC's buffers are its
+        # transpose's CSR), whose CSR result transposed is that CSC, with no copy
+        return _elementwise(name, fun, np_fun, a.T, b.T, out_format, threads).T
     ia, ib = OperandInfo.of(a), OperandInfo.of(b)
     formulation = choose_elementwise_formulation(ia, ib, out_format, name)
     if formulation is Formulation.NUMPY:

@@ -9,6 +9,7 @@ scipy.sparse and pydata-sparse are imported only when an input of theirs is seen
 
 from __future__ import annotations
 
+import operator
 import sys
 
 import numpy as np
@@ -123,10 +124,9 @@ class SparseTensor:
         fmt = self._format
         n = self.ndim
         order = tuple(n - 1 - d for d in fmt.order)
-        out = SparseTensor(self._shape[::-1], Format(fmt.levels, order, fmt.pos_width, fmt.crd_width), self._pos,
-                           self._crd, self._values, validate=False)
-        out._sealed = self._sealed     # the same read-only buffers, as well formed as they were
-        return out
+        # sealed as this one is: the same read-only buffers, as well formed as they were
+        return SparseTensor(self._shape[::-1], Format(fmt.levels, order, fmt.pos_width, fmt.crd_width), self._pos,
+                            self._crd, self._values, validate=False, _owned=self._sealed)
 
     def transpose(self) -> SparseTensor:
         return self.T
@@ -138,8 +138,11 @@ class SparseTensor:
         if axis is None:
             return self._values.sum()       # scipy's A.sum(): NumPy's sum of the stored values, bit for bit
         letters = "abcdefgh"[:self.ndim]
-        axes = (axis,) if isinstance(axis, (int, np.integer)) else axis
-        axes = {int(a) + self.ndim if int(a) < 0 else int(a) for a in axes}
+        try:
+            axes = [operator.index(a) for a in (axis if isinstance(axis, tuple) else (axis,))]
+        except TypeError:
+            raise TypeError(f"sum: axis must be None, an int or a tuple of ints, got {axis!r}") from None
+        axes = {a + self.ndim if a < 0 else a for a in axes}
         if any(not 0 <= a < self.ndim for a in axes):
             raise np.exceptions.AxisError(f"sum: axis {axis} is out of bounds for a {self.ndim}-D tensor")
         kept = "".join(letter for d, letter in enumerate(letters) if d not in axes)
@@ -154,29 +157,14 @@ class SparseTensor:
         fn = getattr(api, name)
         return fn(other, self) if reflected else fn(self, other)
 
-    def __matmul__(self, other):
-        return self._binary(other, "matmul", False)
+    def _operator(name: str, reflected: bool):    # ``self <op> other`` (reflected: ``other <op> self``)
+        return lambda self, other: self._binary(other, name, reflected)
 
-    def __rmatmul__(self, other):
-        return self._binary(other, "matmul", True)
-
-    def __mul__(self, other):
-        return self._binary(other, "multiply", False)
-
-    def __rmul__(self, other):
-        return self._binary(other, "multiply", True)
-
-    def __add__(self, other):
-        return self._binary(other, "add", False)
-
-    def __radd__(self, other):
-        return self._binary(other, "add", True)
-
-    def __sub__(self, other):
-        return self._binary(other, "subtract", False)
-
-    def __rsub__(self, other):
-        return self._binary(other, "subtract", True)
+    __matmul__, __rmatmul__ = _operator("matmul", False), _operator("matmul", True)
+    __mul__, __rmul__ = _operator("multiply", False), _operator("multiply", True)
+    __add__, __radd__ = _operator("add", False), _operator("add", True)
+    __sub__, __rsub__ = _operator("subtract", False), _operator("subtract", True)
+    del _operator
 
     def __neg__(self) -> SparseTensor:
         from splyce.planner import broadcast
@@ -187,15 +175,20 @@ class SparseTensor:
         """Division by a scalar (scipy's rule: the same positions, ``np.true_divide`` of the values)."""
         from splyce.planner import broadcast
 
-        if not (np.isscalar(other) or (isinstance(other, np.ndarray) and other.ndim == 0)):
-            return NotImplemented
-        return broadcast.with_values(self, lambda v: np.true_divide(v, other), None)
+        if not broadcast.is_scalar(other):
+            raise TypeError(f"SparseTensor / {type(other).__name__}: only division by a scalar is supported "
+                            "(dividing by an array would divide by the tensor's implicit zeros)")
+        return self.with_values(np.true_divide(self._values, other))
 
     def copy(self) -> SparseTensor:
+        return self.with_values(self._values.copy())
+
+    def with_values(self, values: np.ndarray) -> SparseTensor:
+        """The same positions (index buffers copied) holding ``values``, a new array of one value per stored
+        position (a scalar product, a negation): sealed, since splyce holds every buffer."""
         copy = [None if a is None else a.copy() for a in (*self._pos, *self._crd)]
         n = self.ndim
-        return SparseTensor(self._shape, self._format, copy[:n], copy[n:], self._values.copy(), validate=False,
-                            _owned=True)
+        return SparseTensor(self._shape, self._format, copy[:n], copy[n:], values, validate=False, _owned=True)
 
     def coords(self) -> list[np.ndarray]:
         """Dimension coordinates (one int64 array per dimension) of every stored value."""
