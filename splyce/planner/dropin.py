@@ -24,7 +24,7 @@ from splyce.backend.native_spmv import GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES, 
 from splyce.backend.native_spmv import SPMM_FIXED as _SPMM_FIXED
 from splyce.backend import native_masked as _native_masked
 from splyce.backend.array_objects import DATA_OFFSET as _ARRAY_OFFSET   # None: no array read natively by id
-from splyce.planner import broadcast, narrow_dtypes, nonfinite as _nonfinite, scipy_out
+from splyce.planner import broadcast, diagonals, narrow_dtypes, nonfinite as _nonfinite, scipy_out
 from splyce.tensors.formats import CSC, CSR, SPARSE_VECTOR, Format
 from splyce.tensors.validation import SUPPORTED_DTYPES, check_buffers, check_dtype
 from splyce.runtime.arguments import Checked
@@ -986,6 +986,10 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     families = [_family(x) for x in operands]
     if all(f == "numpy" for f in families):
         return np.einsum(subscripts, *operands)
+    inputs, output = parse_einsum(subscripts, len(operands))
+    if diagonals.has_repeats(inputs):     # "ii->i", "ii->": the diagonals first, as NumPy does
+        operands, inputs = diagonals.take(operands, inputs, families, out_format is not None)
+        return einsum(",".join(inputs) + "->" + output, *operands, out_format=out_format, threads=threads)
     if narrow_dtypes.involved(*operands):
         return narrow_dtypes.call(functools.partial(einsum, subscripts), operands,
                                   dict(out_format=out_format, threads=threads), prune=False)
