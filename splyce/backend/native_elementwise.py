@@ -1403,7 +1403,10 @@ def csr_with_csc(op: str, a, b_csc, dtype, m: int, n: int, prefetch: int = 0, la
     bv, bc, bp = b_csc
     size = len(ac)
     if op != "multiply" and len(bc) != size:
-        return 1
+        # B's positions are not A's, but code 1 promises A canonical to the caller's merge: checked here
+        from splyce.backend import native_validation
+
+        return 1 if native_validation.canonical_csr(ap, ac, n) else 2
     lanes = _lanes(ac.dtype, lanes, size)
     key = (op, dtype, ac.dtype, prefetch, lanes)
     kernel = _csc_kernels.get(key)
