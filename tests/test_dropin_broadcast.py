@@ -263,3 +263,25 @@ def test_float16_stays_unsupported():
     A = sps.random_array((5, 4), density=0.5, format="csr", rng=0)
     with pytest.raises((TypeError, ValueError), match="float16"):
         splyce.matmul(A, np.ones(4, dtype=np.float16))
+
+
+@pytest.mark.parametrize("cls", [sps.csr_array, sps.csr_matrix])
+def test_bsr_and_dok_left_operands_keep_scipys_result_format(cls):
+    """scipy converts the right operand to a BSR left one's format (blocks of the left's size; a product's
+    blocks: the left's rows by the right's block columns, 1 for a non-BSR right), and a DOK sum is a DOK (its
+    difference and product are CSR)."""
+    rng = np.random.default_rng(21)
+    for block in ((2, 3), (1, 1), (3, 2), (6, 6)):
+        a = cls(sps.random_array((6, 6), density=0.4, format="csr", rng=rng)).tobsr(blocksize=block)
+        b = cls(sps.random_array((6, 6), density=0.4, format="csr", rng=rng))
+        for right in (b, b.tocsc(), b.tobsr(blocksize=(block[1], 2))):
+            for name, ref in (("add", a + right), ("subtract", a - right), ("multiply", a.multiply(right)),
+                              ("matmul", a @ right)):
+                got = getattr(splyce, name)(a, right)
+                assert type(got) is type(ref) and got.blocksize == ref.blocksize, (name, block, right.format)
+                np.testing.assert_array_equal(got.toarray(), ref.toarray())
+        d = cls(sps.random_array((6, 6), density=0.4, format="csr", rng=rng)).todok()
+        for name, ref in (("add", d + b), ("subtract", d - b), ("multiply", d.multiply(b)), ("matmul", d @ b)):
+            got = getattr(splyce, name)(d, b)
+            assert type(got) is type(ref), name
+            np.testing.assert_array_equal(got.toarray(), ref.toarray())

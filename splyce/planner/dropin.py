@@ -278,6 +278,12 @@ def matmul(a, b, *, out_format=None, threads=1):
         # a CSC product is scipy's CSC: (B.T @ A.T).T, A.T being A's buffers as a CSR, and the CSR result
         # transposed that CSC with no copy (scipy's csc_matmat computes the same product of transposes)
         return _matmul(b.T, a.T, out_format, _threads(threads)).T
+    if out_format is None and getattr(a, "format", None) == "bsr" and _keeps_left_format("matmul", a, b) \
+            and np.shape(a)[-1] == np.shape(b)[0]:
+        # scipy: a BSR times a sparse matrix is a BSR of the left's block rows by the right's block columns (1
+        # for any other format)
+        block = b.blocksize[1] if getattr(b, "format", None) == "bsr" else 1
+        return _left_format(a, _matmul(a.tocsr(), b, out_format, _threads(threads)), block)
     out = _matmul(a, b, out_format, _threads(threads))
     if (type(a) is np.matrix or type(b) is np.matrix) and type(out) is np.ndarray \
             and _sparse_family(a, b) == "scipy-matrix":
@@ -648,6 +654,8 @@ def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
         # scipy's result takes a CSC left operand's format: the op on the transposes (a CSC's buffers are its
         # transpose's CSR), whose CSR result transposed is that CSC, with no copy
         return _elementwise(name, fun, np_fun, a.T, b.T, out_format, threads).T
+    if out_format is None and _keeps_left_format(name, a, b) and np.shape(a) == np.shape(b):
+        return _left_format(a, _elementwise(name, fun, np_fun, a.tocsr(), b, out_format, threads), 0)
     ia, ib = OperandInfo.of(a), OperandInfo.of(b)
     formulation = choose_elementwise_formulation(ia, ib, out_format, name)
     if formulation is Formulation.NUMPY:
@@ -707,6 +715,23 @@ def _dense_result(out: np.ndarray, family: str):
 
         return sparse.COO.from_numpy(out)
     return out
+
+
+def _keeps_left_format(name: str, a, b) -> bool:
+    """scipy's result keeps a BSR left operand's format (``bsr op sparse``, ``bsr @ sparse``), and a DOK's in a
+    sum (``dok + sparse``; its difference and product are CSR), the right operand 2-D scipy sparse."""
+    fmt = getattr(a, "format", None)
+    return ((fmt == "bsr" or fmt == "dok" and name == "add") and _family(a).startswith("scipy")
+            and np.ndim(b) == 2 and _family(b).startswith("scipy"))
+
+
+def _left_format(a, out, right_block: int):
+    """A CSR result in the left operand's format, as scipy gives it: a BSR's blocks of ``a.blocksize`` (a
+    product: its rows by ``right_block`` columns), a DOK."""
+    if a.format == "dok":
+        return out.todok()
+    rows, cols = a.blocksize
+    return out.tobsr(blocksize=(rows, right_block or cols))
 
 
 def _csc_first(a, b) -> bool:
