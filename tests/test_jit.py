@@ -446,3 +446,23 @@ def test_signature_cache_reuses_kernels_only_for_identical_signatures():
     assert np.isclose(splyce.einsum("ij,j,ij->", b, w, b), (b.toarray() ** 2).sum())
     splyce.clear_cache()
     assert not jitted._by_signature
+
+
+def test_jitted_results_of_spmatrix_arguments_are_spmatrix_as_scipy():
+    """``csr_matrix`` arguments give ``csr_matrix`` / ``csc_matrix`` / ``coo_matrix`` results, as scipy's own
+    operators on them do; an ``sparray`` among the arguments gives ``sparray`` results (the drop-ins' rule)."""
+    import scipy.sparse as sps
+
+    a = sps.csr_matrix(sps.random_array((6, 6), density=0.4, format="csr", rng=3))
+    x = np.linspace(-1, 1, 6)
+    several = splyce.jit(lambda m, v: (m * m, m + m, m.T * 2.0, m @ v))
+    got = several(a, x)
+    want = (a.multiply(a), a + a, a.T * 2.0, a @ x)
+    for g, w in zip(got, want):
+        assert type(g) is type(w)
+        np.testing.assert_allclose(g.toarray() if hasattr(g, "toarray") else g,
+                                   w.toarray() if hasattr(w, "toarray") else w)
+    assert type(several(a.tocoo(), x)[2]) is sps.coo_matrix        # a COO's transpose stays a COO
+    product = splyce.jit(lambda m, n: m * n)
+    assert type(product(sps.csr_array(a), sps.csr_array(a))) is sps.csr_array
+    assert type(product(a, sps.csr_array(a))) is sps.csr_array

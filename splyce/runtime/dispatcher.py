@@ -106,6 +106,7 @@ class Kernel:
         sources = tuple(_coo_source(n) for n in plan.source.outputs)
         self.coo_sources = sources if len(sources) == len(self.trace.outputs) and any(
             i is not None for i in sources) else None
+        self.sparse_results = any(o.type.is_sparse and o.type.ndim == 2 for o in self.trace.outputs)
         self._kept: Kernel | None = None
         self._kept_lock = threading.Lock()
 
@@ -412,6 +413,8 @@ class Jitted:
         results = kernel.run_exact(values)
         if kernel.coo_sources is not None and self.out_format is None:
             results = _as_coo_where_scipy_keeps_it(kernel.coo_sources, results, args)
+        if kernel.sparse_results:
+            results = _as_matrix_where_scipy_gives_it(results, args)
         return _unflatten(kernel.result_tree, results)
 
     def kernel_for(self, *args) -> tuple[Kernel, list]:
@@ -698,6 +701,19 @@ def _as_coo_where_scipy_keeps_it(sources, results: list, args) -> list:
                 and getattr(out[k], "format", None) in ("csr", "csc"):
             out[k] = out[k].tocoo() if isinstance(arg, sps.coo_array) else sps.coo_matrix(out[k])
     return out
+
+
+def _as_matrix_where_scipy_gives_it(results: list, args) -> list:
+    """``results`` with each scipy sparse array converted to its ``spmatrix`` class (``csr_matrix``, sharing the
+    buffers) when the arguments' scipy operands are all ``spmatrix`` ones, as scipy computes ``csr_matrix``
+    with ``csr_matrix`` (an ``sparray`` among them makes the result an ``sparray``, as the drop-ins do)."""
+    sps = sys.modules.get("scipy.sparse")
+    if sps is None or not any(isinstance(a, sps.spmatrix) for a in args) \
+            or any(isinstance(a, sps.sparray) for a in args):
+        return results
+    classes = {"csr": sps.csr_matrix, "csc": sps.csc_matrix, "coo": sps.coo_matrix}
+    return [classes[r.format](r, copy=False) if isinstance(r, sps.sparray) and r.format in classes else r
+            for r in results]
 
 
 def _unflatten(tree, results):
