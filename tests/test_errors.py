@@ -42,7 +42,8 @@ TRACE_ERRORS = {
     "subscripts vs rank": (lambda x, y: splyce.einsum("ijk,ij->ij", x, y), (A, B),
                            "einsum: operand 0 has shape (4, 5) but subscripts 'ijk'"),
     "repeated index": (lambda x, y: splyce.einsum("ii,jk->ik", x, y), (A, B),
-                       "einsum: repeated index in 'ii' (diagonals) is not supported"),
+                       "einsum: repeated index in 'ii' (diagonals) is not supported inside @splyce.jit "
+                       "(the drop-in splyce.einsum on concrete operands takes the diagonal)"),
     "size mismatch": (lambda x, y: splyce.einsum("ij,jk->ik", x, y), (A, B),
                       "einsum: size mismatch for index 'j' (5 vs 4) with operand shapes (4, 5), (4, 5)"),
     "output repeats": (lambda x, y: splyce.einsum("ij,ij->ii", x, y), (A, B),

@@ -174,7 +174,8 @@ def contract(nodes: list[Node], inputs: list[str], output: str, *, scale=None, o
         if len(subs) != node.type.ndim:
             raise TraceError(f"{op}: operand {n} has shape {node.type.shape} but subscripts {subs!r}")
         if len(set(subs)) != len(subs):
-            raise TraceError(f"{op}: repeated index in {subs!r} (diagonals) is not supported")
+            raise TraceError(f"{op}: repeated index in {subs!r} (diagonals) is not supported inside @splyce.jit "
+                             "(the drop-in splyce.einsum on concrete operands takes the diagonal)")
         if node.type.ndim > MAX_RANK:
             raise TraceError(f"{op}: tensors of rank up to {MAX_RANK} are supported, got {node.type.ndim}")
         for letter, size in zip(subs, node.type.shape):
