@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from splyce.lowering import dense
 from splyce.lowering.scalars import (absolute, binary, cast, conjugate, constant, divide_by, element_type,
                                      extremum, extremum_identity, is_complex, needs_unary, real_dtype)
 from splyce.tensors.formats import to_mlir_encoding
+from splyce.tracer import dense_ops
 from splyce.tracer.ir import ContractParams, Node, Trace, TensorType
 
 ENTRY = "kernel"
@@ -75,6 +77,7 @@ def build_generic(inputs, input_subs: list[str], init, output: str, order: str, 
     from mlir.dialects import linalg
 
     dims = {c: ir.AffineDimExpr.get(i) for i, c in enumerate(order)}
+    dims["0"] = ir.AffineConstantExpr.get(0)   # a broadcast unit axis, read at 0 (tracer/dense_ops.py)
 
     def amap(subs):
         return ir.AffineMapAttr.get(ir.AffineMap.get(len(order), 0, [dims[c] for c in subs]))
@@ -166,10 +169,11 @@ def lower_combine(node: Node, ctx: _Context):
 
 def lower_ewise(node: Node, ctx: _Context):
     """A fused elementwise expression (planner/elementwise.py) as one ``linalg.generic``."""
-    (expr,) = node.params
+    expr = node.params[0]
     dtype = node.type.dtype
     init = _init_tensor(node, ctx)
     subs = "abcd"[: node.type.ndim]
+    reads = node.params[1] if len(node.params) > 1 else (subs,) * len(node.args)   # broadcasting
     any_sparse = any(a.type.is_sparse for a in node.args)
 
     def body(args):
@@ -180,7 +184,7 @@ def lower_ewise(node: Node, ctx: _Context):
     order = loop_order([(subs, a.type) for a in node.args], subs)
     if node.type.is_sparse:
         check_sparse_result(node, subs, order)
-    return build_generic(inputs, [subs] * len(inputs), init, subs, order, body)
+    return build_generic(inputs, list(reads), init, subs, order, body)
 
 
 def _expression(expr, args, node: Node, dtype: str, sparse: bool):
@@ -192,6 +196,9 @@ def _expression(expr, args, node: Node, dtype: str, sparse: bool):
         return _converted(args[k], node.args[k].type.dtype, dtype, sparse)
     if head == "const":
         return constant(expr[1], dtype)
+    if head in NUMPY_HEADS or (sparse and head in ("max", "min") and _one_sparse_child(expr, node)):
+        natural = expression_dtype(expr, node)
+        return dense.convert(_numpy_head(expr, args, node, natural, sparse), natural, dtype)
     if head == "abs":
         inner = expression_dtype(expr[1], node) or dtype
         magnitude = absolute(_expression(expr[1], args, node, inner, sparse), inner)
@@ -216,6 +223,64 @@ def _expression(expr, args, node: Node, dtype: str, sparse: bool):
         y = _expression(expr[2], args, node, dtype, sparse)
         return _extremum(head, x, y, dtype, sparse)
     raise LoweringError(f"internal error: unknown elementwise operation {head!r}")
+
+
+# heads of NumPy's functions (tracer/dense_ops.py); the others above are the planner's own
+NUMPY_HEADS = (set(dense_ops.UFUNCS) | {"cast"}) - {"add", "sub", "mul", "max", "min"}
+
+
+def _numpy_head(expr, args, node: Node, natural: str, sparse: bool):
+    """A NumPy head in its ``natural`` dtype (``expression_dtype``). With one operand that reads a sparse
+    value (the others constants: the tracer allows only functions with f(0) = 0 there) it is computed in a
+    ``sparse_tensor.unary``'s present region, so the sparsifier keeps that operand's pattern."""
+    head, children = expr[0], [x for x in expr[1:] if isinstance(x, tuple)]
+    kind = dense_ops.UFUNCS[head].kind if head in dense_ops.UFUNCS else "cast"
+    own = [expression_dtype(c, node) or natural for c in children]
+    if kind == "compare":
+        wanted = [dense_ops.compute_dtype(head, [d if d is not None else c[1] for d, c in zip(
+            (expression_dtype(c, node) for c in children), children)])] * len(children)
+    elif kind in ("logical", "predicate", "cast"):
+        wanted = own
+    elif kind == "where":
+        wanted = [own[0], natural, natural]
+    else:
+        wanted = [natural] * len(children)
+
+    def build(values):
+        if kind in ("logical",) or (kind == "where"):
+            values = [dense.truth(v, d) if k == 0 or kind == "logical" else v
+                      for k, (v, d) in enumerate(zip(values, wanted))]
+        if kind == "cast":
+            return dense.convert(values[0], wanted[0], expr[2])
+        result = dense.SCALAR_OPS[head](values, wanted[-1] if kind != "where" else natural)
+        return dense.to_bool(result) if kind in ("compare", "logical", "predicate") else result
+
+    reading = [k for k, c in enumerate(children) if _reads_sparse(c, node)] if sparse else []
+    if len(reading) != 1 or any(c[0] != "const" for k, c in enumerate(children) if k != reading[0]):
+        return build([_expression(c, args, node, d, sparse) for c, d in zip(children, wanted)])
+    from mlir import ir
+    from mlir.dialects import sparse_tensor
+
+    (k,) = reading
+    value = _expression(children[k], args, node, wanted[k], sparse)
+    op = sparse_tensor.UnaryOp(element_type(natural), value)
+    block = op.presentRegion.blocks.append(element_type(wanted[k]))
+    with ir.InsertionPoint(block):
+        values = [block.arguments[0] if j == k else constant(c[1], wanted[j]) for j, c in enumerate(children)]
+        sparse_tensor.YieldOp([build(values)])
+    return op.result
+
+
+def _reads_sparse(expr, node: Node) -> bool:
+    if expr[0] == "arg":
+        return node.args[expr[1]].type.is_sparse
+    return any(_reads_sparse(x, node) for x in expr[1:] if isinstance(x, tuple))
+
+
+def _one_sparse_child(expr, node: Node) -> bool:
+    """A binary head of one operand reading a sparse value and a constant (``maximum(a, 0)``)."""
+    children = [x for x in expr[1:] if isinstance(x, tuple)]
+    return any(c[0] == "const" for c in children) and any(_reads_sparse(c, node) for c in children)
 
 
 def _converted(value, from_dtype: str, to_dtype: str, sparse: bool):
@@ -253,6 +318,12 @@ def expression_dtype(expr, node: Node) -> str | None:
     if head == "abs":
         inner = expression_dtype(expr[1], node)
         return inner and real_dtype(inner)
+    if head == "cast":
+        return expr[2]
+    if head in NUMPY_HEADS:
+        children = [x for x in expr[1:] if isinstance(x, tuple)]
+        return dense_ops.result_dtype(head, [expression_dtype(c, node) if c[0] != "const" else c[1]
+                                             for c in children])
     parts = [x for x in expr[1:] if isinstance(x, tuple)]
     known = [np.dtype(d) for d in (expression_dtype(x, node) for x in parts) if d is not None]
     if not known:
@@ -379,7 +450,14 @@ def _with_implicit_zeros(ctx: _Context, result, source, subs: str, out: str, res
     return result
 
 
-LOWERINGS = {"contract": lower_contract, "combine": lower_combine, "ewise": lower_ewise, "reduce": lower_reduce}
+def lower_view(node: Node, ctx: _Context):
+    """A view of a dense value (tracer/indexing.py): a copy through an affine map, which MLIR's elementwise
+    fusion folds into the kernel that reads it."""
+    return dense.lower_view(node, ctx, _init_tensor(node, ctx), node in ctx.dense_out_args)
+
+
+LOWERINGS = {"contract": lower_contract, "combine": lower_combine, "ewise": lower_ewise, "reduce": lower_reduce,
+             "view": lower_view}
 
 
 def lower_trace(trace: Trace):

@@ -8,7 +8,11 @@ whole chain in one pass with no intermediate tensors.
 
 An expression is nested tuples: ``("arg", k)`` (the k-th operand), ``("const", value)``, ``(op, x, y)``
 for ``op`` in add / sub / mul / max / min, ``("abs", x)``, ``("neg", x)``, ``("conj", x)``, ``("pow", x, k)``,
-``("div", x, value)``.
+``("div", x, value)``, and NumPy's functions (``("exp", x)``, ``("gt", x, y)``, ``("where", c, x, y)``,
+``("cast", x, dtype)``...: tracer/dense_ops.py). An ``ewise`` node's params are ``(expression, reads)``:
+per operand, how the result's axes read it (``"ab"`` in place, ``"b"`` / ``"0b"`` broadcast along the first
+axis). A chain fuses through operands read in place; a broadcast operand stays an operand (fusing it would
+recompute it at every position it is broadcast to).
 """
 
 from __future__ import annotations
@@ -19,7 +23,20 @@ BINARY = {1: "add", -1: "sub", "max": "max", "min": "min"}
 
 
 def elementwise_form(node: Node):
-    """``(args, expression)`` when ``node`` is elementwise, else None."""
+    """``(args, expression, reads)`` when ``node`` is elementwise, else None."""
+    form = _form(node)
+    if form is None:
+        return None
+    args, expr = form
+    reads = node.params[1] if node.op == "ewise" and len(node.params) > 1 else (_axes(node),) * len(args)
+    return args, expr, tuple(reads)
+
+
+def _axes(node: Node) -> str:
+    return "abcd"[: node.type.ndim]
+
+
+def _form(node: Node):
     if node.op == "combine":
         return node.args, (BINARY[node.params[0]], ("arg", 0), ("arg", 1))
     if node.op == "map":
@@ -66,27 +83,30 @@ def fuse_elementwise(outputs, uses: dict[Node, int]):
         if form is None:
             mapping[node] = new
             continue
-        f_args, expr = form
+        f_args, expr, f_reads = form
         slots: list[Node] = []
-        index: dict[Node, int] = {}
+        reads: list[str] = []
+        index: dict[tuple, int] = {}
 
-        def slot(arg: Node):
-            if arg not in index:
-                index[arg] = len(slots)
+        def slot(arg: Node, read: str):
+            if (arg, read) not in index:
+                index[(arg, read)] = len(slots)
                 slots.append(arg)
-            return ("arg", index[arg])
+                reads.append(read)
+            return ("arg", index[(arg, read)])
 
         parts = []
-        for old_arg, arg in zip(node.args, f_args):
+        for old_arg, arg, read in zip(node.args, f_args, f_reads):
             inner = elementwise_form(arg) if uses.get(old_arg) == 1 else None
-            if inner is not None and arg.type.shape == new.type.shape and arg.type.dtype == new.type.dtype:
-                inner_args, inner_expr = inner
-                parts.append(_remap(inner_expr, [slot(a) for a in inner_args]))
+            if inner is not None and arg.type.shape == new.type.shape and arg.type.dtype == new.type.dtype \
+                    and read == _axes(new):
+                inner_args, inner_expr, inner_reads = inner
+                parts.append(_remap(inner_expr, [slot(a, r) for a, r in zip(inner_args, inner_reads)]))
                 absorbed += 1
             else:
-                parts.append(slot(arg))
+                parts.append(slot(arg, read))
         fused = _remap(expr, parts)
-        mapping[node] = Node("ewise", tuple(slots), (fused,), new.type)
+        mapping[node] = Node("ewise", tuple(slots), (fused, tuple(reads)), new.type)
     return tuple(mapping[o] for o in outputs), absorbed
 
 

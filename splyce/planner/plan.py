@@ -10,7 +10,7 @@ plan is cached with the kernel (per input shapes, dtypes and formats); ``lower(.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -52,6 +52,8 @@ class Plan:
     fusions: tuple[Fusion, ...]
     nnz: tuple[int, ...]       # of the call's arguments (the source trace's inputs)
     derived: tuple[Derived, ...] = ()   # kernel inputs after the arguments: transposes read in place
+    # values of the constants frozen at trace time (tracer/captures.py): the source trace's last inputs
+    constants: tuple = field(default=(), compare=False)
 
     @property
     def cost(self) -> float:
@@ -66,15 +68,17 @@ class Plan:
     def kept(self) -> "Plan":
         """The same function planned with every sparse operand kept sparse (the dispatcher runs it when a
         scattering plan's result holds a NaN: docs/semantics.md)."""
-        return make_plan(self.source, self.nnz, scatter=False)
+        return make_plan(self.source, self.nnz, scatter=False, constants=self.constants)
 
     @property
     def needs_conversion(self) -> bool:
         return any(s.converted for s in self.sources)
 
     def prepare(self, values: list) -> list:
-        """The kernel's operands from the call's (validated) operands: transposes read in place, then the
-        conversions the plan asks for."""
+        """The kernel's operands from the call's (validated) operands: the frozen constants after them,
+        transposes read in place, then the conversions the plan asks for."""
+        if self.constants:
+            values = list(values) + list(self.constants)
         if self.derived:
             values = list(values) + [transposed(values[d.source], d.axes, d.type) for d in self.derived]
         if not self.needs_conversion:
@@ -247,8 +251,9 @@ def _heuristic_order(node: Node) -> str | None:
         return None
 
 
-def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True) -> Plan:
-    """``scatter=False``: the plan that keeps every sparse operand sparse (``Plan.kept``)."""
+def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constants: tuple = ()) -> Plan:
+    """``scatter=False``: the plan that keeps every sparse operand sparse (``Plan.kept``). ``constants``: the
+    values of the trace's frozen constants (its last inputs; ``nnz`` counts them too)."""
     source = trace
     trace, derived = relabel_inputs(trace)
     planner = Planner(trace, tuple(nnz) + tuple(nnz[d.source] for d in derived), scatter)
@@ -295,7 +300,8 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True) -> Plan:
             steps.append(Step(new, storage, planner.node_cost(node), entries, _nbytes(node.type, entries),
                               node in result_nodes))
     planned = Trace(tuple(s.type for s in sources), tuple(mapping[o] for o in outputs))
-    plan = Plan(source, planned, tuple(sources), tuple(steps), tuple(fusions), tuple(nnz), derived)
+    plan = Plan(source, planned, tuple(sources), tuple(steps), tuple(fusions), tuple(nnz), derived,
+                constants=tuple(constants))
     check_memory(plan)
     return plan
 

@@ -36,6 +36,7 @@ from splyce.backend.compiler import Lowering, lower
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
 from splyce.tensors.formats import Format
 from splyce.tensors.tensor import SparseTensor
+from splyce.tracer import captures
 from splyce.tracer.ir import Node, TensorType, Trace
 from splyce.tracer.tracer import OUT_FORMATS, Tracer, TraceError, copy_of
 
@@ -79,6 +80,7 @@ class CacheKey:
     inputs: tuple[TensorType | None, ...]
     out_format: object
     options: Options
+    captured: tuple[TensorType, ...] = ()   # the named constants the function reads (tracer/captures.py)
 
     def explain(self, other: "CacheKey") -> list[str]:
         """The names of the parts in which two keys differ."""
@@ -362,6 +364,7 @@ class Jitted:
         self._key_locks: dict[CacheKey, threading.Lock] = {}
         self.hits = self.misses = self.compiles = self.disk_hits = 0
         self._last_disk_parts: dict | None = None
+        self._sites = captures.sites(fun)   # where its named constants are read from, on every call
         functools.update_wrapper(self, fun)
         _LIVE.add(self)
         self._token = uuid.uuid4().hex
@@ -393,7 +396,19 @@ class Jitted:
         return self if obj is None else functools.partial(self, obj)
 
     # -- dispatch --------------------------------------------------------------------------------------
-    def _key(self, args):
+    def _captured(self) -> list:
+        """The arrays bound to the names the function reads from its closure and globals now (each once)."""
+        found, seen = [], set()
+        for site in self._sites:
+            value = site.read()
+            if id(value) in seen or not arguments.is_tensor(value) or isinstance(value, arguments.Checked) \
+                    or (isinstance(value, np.ndarray) and value.ndim == 0):
+                continue
+            seen.add(id(value))
+            found.append((site.label, value))
+        return found
+
+    def _key(self, args, captured=None):
         specs, values = [], []
         for i, x in enumerate(args):
             spec, value = arguments.prepare(x, f"argument {i}")
@@ -401,7 +416,13 @@ class Jitted:
             values.append(value)
         statics = tuple((i, s.value) for i, s in enumerate(specs) if isinstance(s, Static))
         inputs = tuple(s for s in specs if not isinstance(s, Static))
-        key = CacheKey(self.fun, statics, inputs, self.out_format, self.options)
+        constants = []
+        for label, obj in (self._captured() if captured is None else captured):
+            spec, value = arguments.prepare(obj, f"captured constant {label!r}")
+            constants.append(spec)
+            specs.append(captures.Captured(obj, label, spec))
+            values.append(value)
+        key = CacheKey(self.fun, statics, inputs, self.out_format, self.options, tuple(constants))
         return key, specs, [v for v in values if v is not None]
 
     def __call__(self, *args, **kwargs):
@@ -419,14 +440,15 @@ class Jitted:
 
     def kernel_for(self, *args) -> tuple[Kernel, list]:
         """The compiled kernel for these arguments (compiling on a miss) and the prepared operands."""
-        signature = _fast_signature(args)
+        captured = self._captured() if self._sites else ()
+        signature = _fast_signature(args) if not captured else None
         if signature is not None:
             kernel = self._by_signature.get(signature)
             if kernel is not None:
                 with self._lock:
                     self.hits += 1
                 return kernel, [a.tensor if type(a) is arguments.Checked else a for a in args]
-        key, specs, values = self._key(args)
+        key, specs, values = self._key(args, captured)
         kernel = self._cache.get(key)
         if kernel is None:
             kernel = self._compile(key, specs, values)
@@ -498,8 +520,9 @@ class Jitted:
 
     def _plan(self, specs, values):
         """Trace the function and plan it, costed for these operands' stored entries."""
-        source, tree = self._trace(specs)
-        return source, tree, make_plan(source, tuple(_stored_entries(v) for v in values))
+        source, tree, constants = self._trace(specs)
+        nnz = tuple(_stored_entries(v) for v in (*values, *constants))
+        return source, tree, make_plan(source, nnz, constants=tuple(constants))
 
     def _lower(self, key: CacheKey, specs, values, disk: bool = False, planned=None):
         """The lowering for ``key``: from memory, else trace and plan; then (``disk``) the disk cache, else
@@ -535,14 +558,24 @@ class Jitted:
         self._last_disk_parts = parts
 
     def _trace(self, specs):
-        tracers, inputs = [], []
+        """The trace, the result tree and the values of the frozen constants (tracer/captures.py), whose
+        inputs follow the arguments' and the named constants'."""
+        tracers, inputs, named = [], [], []
         for spec in specs:
             if isinstance(spec, Static):
                 tracers.append(spec.value)
+            elif isinstance(spec, captures.Captured):
+                named.append(spec)
             else:
                 tracers.append(Tracer(Node("input", (), (len(inputs),), spec)))
                 inputs.append(spec)
-        out = self.fun(*tracers)
+        context = captures.TraceContext(_prepare_constant, len(inputs) + len(named))
+        for constant in named:
+            context.add(constant.obj, len(inputs), constant.type)
+            inputs.append(constant.type)
+        with captures.tracing(context):
+            out = self.fun(*tracers)
+        inputs.extend(t for _, t, _ in context.frozen)
         leaves, tree = _flatten_outputs(out)
         leaves = [copy_of(n) if n.op == "input" else n for n in leaves]   # an argument returned as is
         if self.out_format is not None:
@@ -550,7 +583,7 @@ class Jitted:
         unique = list(dict.fromkeys(leaves))   # a value returned twice is computed and returned once
         if len(unique) < len(leaves):
             tree = (*tree, tuple(unique.index(n) for n in leaves))
-        return Trace(tuple(inputs), tuple(unique)), tree
+        return Trace(tuple(inputs), tuple(unique)), tree, [v for _, _, v in context.frozen]
 
     def lower(self, *args) -> Lowering:
         """The IR of every stage for these arguments: ``.as_text("trace" | "plan" | "linalg" | "scf" |
@@ -588,6 +621,14 @@ def clear_cache(disk: bool = False) -> None:
         jitted.cache_clear()
     if disk:
         disk_cache.clear()
+
+
+def _prepare_constant(obj, name: str):
+    """A constant array read while tracing, as a kernel operand: ``(TensorType, value)``."""
+    spec, value = arguments.prepare(obj, name)
+    if isinstance(spec, Static):
+        raise TypeError(f"{name}: unsupported array of type {type(obj).__name__}")
+    return spec, value
 
 
 def _disk_key(trace: Trace, key: CacheKey) -> str:

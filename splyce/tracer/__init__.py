@@ -1,0 +1,7 @@
+"""The tracer: stand-ins for a jitted function's arguments that record a trace (ir.py).
+
+Importing the package installs NumPy's protocols on ``Tracer`` (numpy_api.py), so that ``np.exp(t)`` traces
+wherever a tracer exists.
+"""
+
+from splyce.tracer import numpy_api  # noqa: F401  (installs Tracer.__array_ufunc__ / __array_function__)

@@ -1,238 +1,37 @@
-"""Tracers: stand-ins for a jitted function's arguments that record operations as trace IR nodes.
+"""The operations on traced values, with NumPy's and scipy's rules: a value stored sparse keeps scipy's
+rules (a nonzero scalar added to it, or a division by its implicit zeros, is refused with what to write
+instead), a dense value takes NumPy's (dense_ops.py). Shapes, dtypes and formats are inferred here, at trace
+time, so a shape mismatch or an unsupported operation raises before anything is compiled.
 
-Shapes and formats are inferred here, at trace time, so a shape mismatch or an unsupported operation raises
-before anything is compiled.
+The ``Tracer`` class is defined in base.py; its operators and methods are installed at the end of this module
+(``_install``), where every operation they name is defined.
 """
 
 from __future__ import annotations
 
 import numbers
-import string
 
-from splyce.tensors.formats import Format, relabelled
-from splyce.tracer.ir import ContractParams, Node, TensorType, result_dtype
+import numpy as np
 
-MAX_OPERANDS = 4
-MAX_RANK = 4
+from splyce.tensors.formats import relabelled
+from splyce.tracer import dense_ops, indexing
+from splyce.tracer.base import (MAX_OPERANDS, MAX_RANK, OUT_FORMATS, TraceError, Tracer, _axes, _letters, _node,
+                                _scalar_dtype, check_out_format, check_reducible, contract, copy_of,
+                                default_sparse_format, is_array, parse_einsum, refuse_dtype, relabel_axes,
+                                resolve_format, scalar_value)
+from splyce.tracer.dense_ops import apply, astype, ufunc
+from splyce.tracer.ir import Node, TensorType, result_dtype
 
-# What a user may pass as out_format: "dense", "sparse" (an automatic sparse format) or a Format.
-OUT_FORMATS = ("dense", "sparse")
-
-
-class TraceError(ValueError):
-    """A traced operation that cannot be compiled (shape mismatch, unsupported operation or operand)."""
-
-
-class Tracer:
-    """A tensor inside a jitted function. Supports ``@``, ``*``, ``+``, ``-``, ``sum``, ``.T``."""
-
-    __slots__ = ("node",)
-    __array_priority__ = 1000  # so that ndarray * tracer defers to us
-
-    def __init__(self, node: Node):
-        self.node = node
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.node.type.shape
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def dtype(self):
-        import numpy as np
-
-        return np.dtype(self.node.type.dtype)
-
-    @property
-    def format(self) -> Format | None:
-        return self.node.type.format
-
-    def __repr__(self) -> str:
-        return f"Tracer({self.node.type})"
-
-    def __bool__(self):
-        raise TraceError("the truth value of a traced tensor is not known at trace time")
-
-    def __matmul__(self, other):
-        return matmul(self, other)
-
-    def __rmatmul__(self, other):
-        return matmul(other, self)
-
-    def __mul__(self, other):
-        return multiply(self, other)
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, other):
-        return divide(self, other)
-
-    def __abs__(self):
-        return absolute(self)
-
-    def __pow__(self, exponent):
-        return power(self, exponent)
-
-    def max(self, axis=None, keepdims=False):
-        return reduce_extremum(self, "max", axis, keepdims)
-
-    def min(self, axis=None, keepdims=False):
-        return reduce_extremum(self, "min", axis, keepdims)
-
-    def __neg__(self):
-        return negative(self)
-
-    def conj(self):
-        return conjugate(self)
-
-    conjugate = conj
-
-    def __add__(self, other):
-        return add(self, other)
-
-    __radd__ = __add__
-
-    def __sub__(self, other):
-        return subtract(self, other)
-
-    def __rsub__(self, other):
-        return subtract(other, self)
-
-    def sum(self, axis=None):
-        return sum_(self, axis)
-
-    @property
-    def T(self):
-        return transpose(self)
-
-    def transpose(self, *axes):
-        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
-            axes = tuple(axes[0])
-        return transpose(self, axes or None)
+__all__ = ["MAX_OPERANDS", "MAX_RANK", "OUT_FORMATS", "TraceError", "Tracer", "check_out_format", "contract",
+           "copy_of", "default_sparse_format", "parse_einsum", "refuse_dtype", "relabel_axes", "resolve_format"]
 
 
-def _node(x, op: str) -> Node:
-    if isinstance(x, Tracer):
-        return x.node
-    raise TraceError(f"{op}: operands must be traced tensors (the jitted function's arguments), "
-                     f"got {type(x).__name__}")
+def _sparse(x) -> bool:
+    return isinstance(x, Tracer) and x.node.type.is_sparse
 
 
-def check_out_format(out_format, ndim: int):
-    if out_format is None or isinstance(out_format, Format):
-        if isinstance(out_format, Format) and out_format.ndim != ndim:
-            raise TraceError(f"out_format {out_format} has {out_format.ndim} levels, the result has rank {ndim}")
-        return out_format
-    if out_format in OUT_FORMATS:
-        return out_format
-    raise TraceError(f"out_format must be 'dense', 'sparse', a splyce.Format or None, got {out_format!r}")
-
-
-def default_sparse_format(like: Format, ndim: int) -> Format:
-    """The sparse format of a result that mirrors a sparse operand: same level kinds and order, unique and
-    ordered (the sparsifier inserts in order), same index widths."""
-    from splyce.tensors.formats import Level
-
-    levels = tuple(Level("dense") if lv.kind == "dense" else Level("compressed") for lv in like.levels)
-    return Format(levels, like.order, like.pos_width, like.crd_width)
-
-
-def resolve_format(out_format, sparse_default: bool, sparse_like: list[Format], ndim: int):
-    """The result format: an explicit request wins; otherwise sparse only where the op's default says so."""
-    if isinstance(out_format, Format):
-        return None if out_format.is_dense else out_format
-    want_sparse = out_format == "sparse" or (out_format is None and sparse_default)
-    if not want_sparse or ndim == 0:
-        return None
-    same_rank = [f for f in sparse_like if f.ndim == ndim]
-    if same_rank:
-        return default_sparse_format(same_rank[0], ndim)
-    from splyce.tensors.formats import csf
-
-    base = csf(ndim) if ndim > 1 else Format(("compressed",))
-    return base
-
-
-def contract(nodes: list[Node], inputs: list[str], output: str, *, scale=None, out_format=None,
-             op: str = "einsum", order: str | None = None, dtype: str | None = None) -> Tracer:
-    """The one constructor for contraction nodes: checks subscripts against shapes and infers the type."""
-    if not 1 <= len(nodes) <= MAX_OPERANDS:
-        raise TraceError(f"{op}: between 1 and {MAX_OPERANDS} operands are supported, got {len(nodes)}")
-    # an elementwise product, or a scaled copy, of sparse operands as written gives a sparse result as in
-    # scipy (``b.T * b`` of a CSR ``b`` is CSC there), also when a transpose folds into the subscripts below
-    elementwise = all(subs == output for subs in inputs) and (len(nodes) >= 2 or scale is not None)
-    sparse_like = [n.type.format for n in nodes if n.type.is_sparse]
-    if len(nodes) > 1 or scale is not None or inputs[0] != output:
-        # a sparse transpose stays an operand of an elementwise op: the planner reads a transposed input in
-        # place and fuses the op with its elementwise neighbours, which permuted subscripts would prevent
-        nodes, inputs = zip(*[_fold_transpose(n, s, relabels=not elementwise) for n, s in zip(nodes, inputs)])
-    sizes: dict[str, int] = {}
-    for n, (node, subs) in enumerate(zip(nodes, inputs)):
-        if len(subs) != node.type.ndim:
-            raise TraceError(f"{op}: operand {n} has shape {node.type.shape} but subscripts {subs!r}")
-        if len(set(subs)) != len(subs):
-            raise TraceError(f"{op}: repeated index in {subs!r} (diagonals) is not supported inside @splyce.jit "
-                             "(the drop-in splyce.einsum on concrete operands takes the diagonal)")
-        if node.type.ndim > MAX_RANK:
-            raise TraceError(f"{op}: tensors of rank up to {MAX_RANK} are supported, got {node.type.ndim}")
-        for letter, size in zip(subs, node.type.shape):
-            if sizes.setdefault(letter, size) != size:
-                shapes = ", ".join(str(x.type.shape) for x in nodes)
-                raise TraceError(f"{op}: size mismatch for index {letter!r} ({sizes[letter]} vs {size}) "
-                                 f"with operand shapes {shapes}")
-    if len(set(output)) != len(output) or not set(output) <= set(sizes):
-        raise TraceError(f"{op}: output subscripts {output!r} must be distinct indices of the inputs")
-    if len(output) > MAX_RANK:
-        raise TraceError(f"{op}: results of rank up to {MAX_RANK} are supported")
-    out_format = check_out_format(out_format, len(output))
-    fmt = resolve_format(out_format, elementwise and bool(sparse_like), sparse_like, len(output))
-    dtype = dtype or result_dtype(*[n.type.dtype for n in nodes])
-    if scale is not None:   # NumPy 2 (NEP 50): a Python scalar is weak (it turns ints into floats, bools
-        _scalar_dtype(scale)   # into ints, reals into complex), never widens float32 / complex64
-        import numpy as np
-
-        dtype = np.result_type(np.dtype(dtype), scale).name
-    shape = tuple(sizes[c] for c in output)
-    if order is not None and (not isinstance(order, str) or sorted(order) != sorted(sizes)):
-        raise TraceError(f"{op}: order must list each index of {','.join(inputs)}->{output} once "
-                         f"(outermost loop first), got {order!r}")
-    params = ContractParams(tuple(inputs), output, scale, order)
-    return Tracer(Node("contract", tuple(nodes), (params,), TensorType(shape, dtype, fmt)))
-
-
-def _fold_transpose(node: Node, subs: str, relabels: bool = True) -> tuple[Node, str]:
-    """Read a transposed operand through its source with permuted subscripts (``x @ y.T`` becomes
-    ``einsum("ik,jk->ij", x, y)``), so the sparse source keeps its format instead of going through a
-    dense transposed copy. ``relabels``: sparse transposes (relabel_axes) fold too."""
-    while node.op == "contract" and len(node.args) == 1 and (
-            not node.type.is_sparse or (relabels and relabel_axes(node))):
-        params: ContractParams = node.params[0]
-        (source,) = params.inputs
-        if params.scale is not None or sorted(source) != sorted(params.output):
-            break
-        subs = "".join(subs[params.output.index(c)] for c in source)
-        node = node.args[0]
-    return node, subs
-
-
-def _scalar_dtype(x) -> str:
-    if isinstance(x, bool) or not isinstance(x, numbers.Number):
-        raise TraceError(f"scalar factors must be numbers, got {type(x).__name__}")
-    if isinstance(x, numbers.Integral):
-        return "int64"
-    return "float64" if isinstance(x, numbers.Real) else "complex128"
-
-
-def refuse_dtype(op: str, dtype: str, why: str) -> None:
-    """The one error for an op NumPy does not define (or splyce does not support) on a value dtype."""
-    raise TypeError(f"{op}: not supported for {dtype} values ({why})")
-
-
-def _letters(n: int, skip: str = "") -> str:
-    return "".join(c for c in string.ascii_lowercase if c not in skip)[:n]
+def _is_tensor(x) -> bool:
+    return isinstance(x, Tracer) or (is_array(x) and scalar_value(x) is None)
 
 
 def matmul(a, b, *, out_format=None) -> Tracer:
@@ -247,49 +46,6 @@ def matmul(a, b, *, out_format=None) -> Tracer:
                          f"({na.type.shape[-1]} != {nb.type.shape[0]})")
     out = sa.replace("k", "") + sb.replace("k", "")
     return contract([na, nb], [sa, sb], out, out_format=out_format, op="matmul")
-
-
-def multiply(a, b, *, out_format=None) -> Tracer:
-    """Elementwise product (an intersection of sparse operands); a scalar operand scales."""
-    if not isinstance(a, Tracer):
-        a, b = b, a
-    na = _node(a, "multiply")
-    subs = _letters(na.type.ndim)
-    if isinstance(b, numbers.Number):
-        _scalar_dtype(b)
-        return contract([na], [subs], subs, scale=b, out_format=out_format, op="multiply")
-    nb = _node(b, "multiply")
-    if na.type.shape != nb.type.shape:
-        # NumPy's broadcasting of a 0-d tensor (a traced sum) or of a vector along the last axis: the same
-        # product as a contraction that repeats the smaller operand's indices (``ij,j->ij``)
-        if na.type.ndim < nb.type.ndim:
-            na, nb = nb, na
-        big, small = na.type.shape, nb.type.shape
-        subs = _letters(len(big))
-        if small == () or small == big[-1:]:
-            return contract([na, nb], [subs, subs[len(big) - len(small):]], subs, out_format=out_format,
-                            op="multiply")
-        raise TraceError(f"multiply: shapes {na.type.shape} and {nb.type.shape} cannot be broadcast (a 0-d "
-                         "tensor or a vector along the last axis can)")
-    return contract([na, nb], [subs, subs], subs, out_format=out_format, op="multiply")
-
-
-def divide(a, b) -> Tracer:
-    """Division by a nonzero scalar (dividing by a sparse tensor would divide by its implicit zeros)."""
-    if isinstance(b, numbers.Number) and not isinstance(b, bool) and not isinstance(a, numbers.Number):
-        _scalar_dtype(b)
-        if b == 0:
-            raise TraceError("divide: division by zero")
-        na = _node(a, "divide")
-        if na.type.dtype == "bool":
-            refuse_dtype("divide", "bool", "divide a numeric array instead")
-        import numpy as np
-
-        source = na.type.dtype if na.type.dtype.startswith(("float", "complex")) else "float64"   # true division
-        dtype = np.result_type(np.dtype(source), b).name
-        return Tracer(Node("map", (na,), (("div", b),), TensorType(na.type.shape, dtype, na.type.format)))
-    raise TraceError("divide: only division by a nonzero scalar is supported (dividing by a sparse tensor "
-                     "divides by its implicit zeros)")
 
 
 def absolute(a) -> Tracer:
@@ -318,85 +74,6 @@ def conjugate(a) -> Tracer:
     return Tracer(Node("map", (na,), (("conj",),), na.type))
 
 
-def power(a, exponent) -> Tracer:
-    """``a ** k`` for an integer ``k >= 1`` (zero-preserving, so sparse stays sparse)."""
-    na = _node(a, "power")
-    if na.type.dtype == "bool":
-        refuse_dtype("power", "bool", "raise a numeric array instead")
-    if isinstance(exponent, bool) or not isinstance(exponent, numbers.Integral):
-        raise TraceError(f"power: only integer exponents are supported, got {exponent!r}")
-    if exponent < 1:
-        raise TraceError(f"power: the exponent must be >= 1 (a ** {exponent} is not zero at the implicit zeros "
-                         "of a sparse tensor); compute it on a dense array instead")
-    if exponent == 1:
-        return Tracer(na)
-    return Tracer(Node("map", (na,), (("pow", int(exponent)),), na.type))
-
-
-def maximum(a, b, *, out_format=None) -> Tracer:
-    """Elementwise maximum (NumPy's: NaN propagates); an entry stored in neither operand is 0."""
-    return _combine(a, b, "max", "maximum", out_format)
-
-
-def minimum(a, b, *, out_format=None) -> Tracer:
-    """Elementwise minimum (NumPy's: NaN propagates); an entry stored in neither operand is 0."""
-    return _combine(a, b, "min", "minimum", out_format)
-
-
-def _combine(a, b, sign, op: str, out_format=None) -> Tracer:
-    if isinstance(a, numbers.Number) or isinstance(b, numbers.Number):
-        if op in ("maximum", "minimum"):
-            raise TraceError(f"{op}: scalar operands are not supported (the result is not zero at a sparse "
-                             "tensor's implicit zeros); pass a dense array instead")
-        raise TraceError(f"{op}: adding a scalar to a sparse tensor makes it dense; add a dense array instead")
-    na, nb = _node(a, op), _node(b, op)
-    if na.type.shape != nb.type.shape:
-        raise TraceError(f"{op}: shapes {na.type.shape} and {nb.type.shape} differ (broadcasting is not "
-                         "supported)")
-    ndim = na.type.ndim
-    out_format = check_out_format(out_format, ndim)
-    sparse_like = [n.type.format for n in (na, nb) if n.type.is_sparse]
-    fmt = resolve_format(out_format, len(sparse_like) == 2, sparse_like, ndim)
-    dtype = result_dtype(na.type.dtype, nb.type.dtype)
-    if op in ("maximum", "minimum"):
-        check_reducible(dtype, op)
-    if op == "subtract" and dtype == "bool":
-        refuse_dtype("subtract", "bool", "NumPy refuses it too: use ^ or logical_xor")
-    return Tracer(Node("combine", (na, nb), (sign,), TensorType(na.type.shape, dtype, fmt)))
-
-
-def add(a, b, *, out_format=None) -> Tracer:
-    return _combine(a, b, +1, "add", out_format)
-
-
-def subtract(a, b, *, out_format=None) -> Tracer:
-    return _combine(a, b, -1, "subtract", out_format)
-
-
-def _axes(axis, ndim: int, op: str) -> set[int]:
-    """NumPy's ``axis`` argument (None, an int or a tuple; negative counts from the end) as a set."""
-    axes = range(ndim) if axis is None else (axis if isinstance(axis, (tuple, list)) else (axis,))
-    norm = set()
-    for ax in axes:
-        if isinstance(ax, bool) or not isinstance(ax, numbers.Integral) or not -ndim <= ax < ndim:
-            raise TraceError(f"{op}: axis {ax!r} is out of range for a tensor of rank {ndim}")
-        if int(ax) % ndim in norm:
-            raise TraceError(f"{op}: axis {ax!r} is repeated")
-        norm.add(int(ax) % ndim)
-    return norm
-
-
-def sum_(a, axis=None, *, out_format=None) -> Tracer:
-    na = _node(a, "sum")
-    ndim = na.type.ndim
-    norm = _axes(axis, ndim, "sum")
-    subs = _letters(ndim)
-    out = "".join(c for d, c in enumerate(subs) if d not in norm)
-    # NumPy sums bools and integers narrower than the platform's int64 as int64
-    dtype = "int64" if na.type.dtype in ("bool", "int8", "int16", "int32") else None
-    return contract([na], [subs], out, out_format=out_format, op="sum", dtype=dtype)
-
-
 def reduce_extremum(a, kind: str, axis=None, keepdims=False) -> Tracer:
     """``a.max(axis)`` / ``a.min(axis)`` as NumPy computes them on the dense equivalent: a sparse operand's
     implicit zeros take part, NaN propagates, and an empty reduction raises NumPy's ValueError. The result is
@@ -417,12 +94,6 @@ def reduce_extremum(a, kind: str, axis=None, keepdims=False) -> Tracer:
     return Tracer(Node("reduce", (na,), params, TensorType(shape, na.type.dtype, None)))
 
 
-def check_reducible(dtype: str, op: str) -> None:
-    """max / min need an order: complex values have none here."""
-    if dtype.startswith("complex"):
-        refuse_dtype(op, dtype, "complex numbers are not ordered; compare abs(x) instead")
-
-
 def transpose(a, axes=None, *, out_format=None) -> Tracer:
     na = _node(a, "transpose")
     ndim = na.type.ndim
@@ -437,54 +108,365 @@ def transpose(a, axes=None, *, out_format=None) -> Tracer:
     return contract([na], [subs], "".join(subs[a] for a in axes), out_format=out_format, op="transpose")
 
 
-def copy_of(node: Node, op: str = "return") -> Node:
-    """A copy of ``node`` in its own format (a result never aliases an argument: the caller may write to
-    either, as JAX returns a new array)."""
-    subs = _letters(node.type.ndim)
-    fmt = node.type.format if node.type.is_sparse else "dense"
-    return contract([node], [subs], subs, out_format=fmt, op=op).node
-
-
-def relabel_axes(node: Node) -> tuple[int, ...] | None:
-    """The axes of ``node`` when it is a transpose of a sparse value stored in that value's buffers
-    relabelled (``relabelled(format, axes)``: no entry moves), else None."""
-    if node.op != "contract" or len(node.args) != 1 or not node.type.is_sparse:
-        return None
-    params: ContractParams = node.params[0]
-    (source,) = params.inputs
-    (arg,) = node.args
-    if params.scale is not None or not arg.type.is_sparse or sorted(source) != sorted(params.output):
-        return None
-    if node.type.dtype != arg.type.dtype:
-        return None
-    axes = tuple(source.index(c) for c in params.output)
-    return axes if node.type.format == relabelled(arg.type.format, axes) else None
-
-
-def parse_einsum(subscripts: str, nops: int) -> tuple[list[str], str]:
-    """NumPy's einsum notation without ellipses: explicit (``"ik,kj->ij"``) or implicit (``"ik,kj"``)."""
-    if not isinstance(subscripts, str):
-        raise TraceError(f"einsum: subscripts must be a string, got {type(subscripts).__name__}")
-    text = subscripts.replace(" ", "")
-    if "." in text:
-        raise TraceError("einsum: ellipses ('...') are not supported")
-    lhs, arrow, rhs = text.partition("->")
-    inputs = lhs.split(",")
-    if any(not s.isalpha() and s != "" for s in inputs) or (arrow and rhs and not rhs.isalpha()):
-        raise TraceError(f"einsum: invalid subscripts {subscripts!r} (use letters a-z)")
-    if len(inputs) != nops:
-        raise TraceError(f"einsum: {len(inputs)} subscript groups for {nops} operands in {subscripts!r}")
-    if not arrow:
-        counts = {c: "".join(inputs).count(c) for c in set("".join(inputs))}
-        rhs = "".join(sorted(c for c, n in counts.items() if n == 1))
-    if len(set(rhs)) != len(rhs) or not set(rhs) <= set("".join(inputs)):
-        raise TraceError(f"einsum: output subscripts {rhs!r} must be distinct indices of the inputs")
-    return inputs, rhs
-
-
 def einsum(subscripts: str, *operands, out_format=None, order: str | None = None) -> Tracer:
     """``order`` pins the loop order (outermost first) and the formulation as written: the planner then
     neither fuses, re-stores nor scatters this contraction's operands (the paper's kernels use it)."""
     inputs, output = parse_einsum(subscripts, len(operands))
     return contract([_node(x, "einsum") for x in operands], inputs, output, out_format=out_format,
                     order=order)
+
+
+def _combine(a, b, sign, op: str, out_format=None) -> Tracer:
+    """A union of same-shaped operands (``+``, ``-``, maximum / minimum): sparse when both are."""
+    na, nb = _node(a, op), _node(b, op)
+    if na.type.shape != nb.type.shape:
+        raise TraceError(f"{op}: shapes {na.type.shape} and {nb.type.shape} differ (broadcasting is not "
+                         "supported)")
+    ndim = na.type.ndim
+    out_format = check_out_format(out_format, ndim)
+    sparse_like = [n.type.format for n in (na, nb) if n.type.is_sparse]
+    fmt = resolve_format(out_format, len(sparse_like) == 2, sparse_like, ndim)
+    dtype = result_dtype(na.type.dtype, nb.type.dtype)
+    if op in ("maximum", "minimum"):
+        check_reducible(dtype, op)
+    if op == "subtract" and dtype == "bool":
+        refuse_dtype("subtract", "bool", "NumPy refuses it too: use ^ or logical_xor")
+    return Tracer(Node("combine", (na, nb), (sign,), TensorType(na.type.shape, dtype, fmt)))
+
+
+def multiply(a, b, *, out_format=None) -> Tracer:
+    """Elementwise product (an intersection of sparse operands) with NumPy's broadcasting; a scalar scales.
+    A sparse operand times dense ones broadcast along its axes (``a * d[:, None]``) stays sparse, as scipy's
+    ``multiply``."""
+    if not isinstance(a, Tracer) and (isinstance(b, Tracer) or scalar_value(a) is not None):
+        a, b = b, a
+    na = _node(a, "multiply")
+    subs = _letters(na.type.ndim)
+    scalar = scalar_value(b)
+    if scalar is not None:
+        if isinstance(scalar, bool) and not na.type.is_sparse:
+            return apply("mul", a, scalar)
+        _scalar_dtype(scalar)
+        return contract([na], [subs], subs, scale=scalar, out_format=out_format, op="multiply")
+    nb = _node(b, "multiply")
+    if na.type.shape == nb.type.shape:
+        return contract([na, nb], [subs, subs], subs, out_format=out_format, op="multiply")
+    # NumPy's broadcasting as a contraction that repeats the indices of the operand read along fewer axes
+    # (``ij,j->ij``, ``ij,i->ij`` for ``d[:, None]``): unit axes are squeezed out of the dense operand
+    shape = dense_ops.broadcast_shape([na.type.shape, nb.type.shape], "multiply")
+    nodes, inputs = [], []
+    for node in (na, nb):
+        read = dense_ops.broadcast_subscripts(node.type.shape, shape)
+        if node.type.is_sparse and read != _letters(len(shape)):
+            raise TraceError(f"multiply: a sparse operand cannot be broadcast (shape {node.type.shape} against "
+                             f"{shape}); write a.todense() for the dense product")
+        if "0" in read:
+            node = indexing.squeeze(node, {d for d, c in enumerate(read) if c == "0"})
+            read = read.replace("0", "")
+        nodes.append(node)
+        inputs.append(read)
+    return contract(nodes, inputs, _letters(len(shape)), out_format=out_format, op="multiply",
+                    scaling=any(n.type.is_sparse for n in nodes))
+
+
+def divide(a, b) -> Tracer:
+    """NumPy's true division. A sparse dividend keeps its pattern where scipy's does: divided by a scalar
+    (a nonzero Python one, or a traced 0-d value: scipy multiplies by its reciprocal); dividing by a sparse
+    tensor divides by its implicit zeros, and a sparse tensor divided by a dense array is dense: both raise
+    with what to write instead."""
+    sa, sb = scalar_value(a), scalar_value(b)
+    if sb is not None and sa is None:
+        na = _node(a, "divide")
+        if isinstance(sb, bool) or (na.type.is_sparse and sb == 0):
+            if na.type.is_sparse:
+                _scalar_dtype(sb)
+                raise TraceError("divide: division by zero")
+            return apply("truediv", a, sb)
+        _scalar_dtype(sb)
+        if sb == 0 or na.type.dtype == "bool":   # dense: NumPy's inf / NaN, bools as numbers
+            if na.type.is_sparse:
+                refuse_dtype("divide", "bool", "divide a numeric array instead")
+            return apply("truediv", a, sb)
+        source = na.type.dtype if na.type.dtype.startswith(("float", "complex")) else "float64"   # true division
+        dtype = np.result_type(np.dtype(source), sb).name
+        return Tracer(Node("map", (na,), (("div", sb),), TensorType(na.type.shape, dtype, na.type.format)))
+    if _sparse(b):
+        raise TraceError("divide: dividing by a sparse tensor divides by its implicit zeros (0 / 0 is NaN); "
+                         "write x / b.todense() for NumPy's dense result")
+    if _sparse(a):
+        nb = _node(b, "divide")
+        if nb.type.ndim == 0:    # scipy's scalar rule: the stored entries times the reciprocal
+            return multiply(a, apply("truediv", 1.0, b))
+        raise TraceError("divide: a sparse tensor divided by a dense array is dense (0 / 0 is NaN at its implicit "
+                         "zeros); write a.todense() / d for NumPy's result, or a.multiply(1 / d) to keep a's "
+                         "pattern")
+    return apply("truediv", a, b)
+
+
+def power(a, exponent) -> Tracer:
+    """``a ** k``. Sparse: ``k > 0`` (zero-preserving, so sparse stays sparse); dense: NumPy's power, with
+    its shortcuts ``x ** 2`` (a product), ``x ** 0.5`` (sqrt) and ``x ** -1`` (reciprocal) of floats."""
+    na = _node(a, "power")
+    k = scalar_value(exponent)
+    if k is None:
+        if na.type.is_sparse or _sparse(exponent):
+            raise TraceError("power: a tensor exponent of a sparse tensor is not supported; write "
+                             "a.todense() ** e")
+        return apply("powf", a, exponent)
+    if na.type.dtype == "bool":
+        refuse_dtype("power", "bool", "raise a numeric array instead")
+    if isinstance(k, bool) or not isinstance(k, numbers.Real):
+        raise TraceError(f"power: only real exponents are supported, got {exponent!r}")
+    if isinstance(k, numbers.Integral) and k >= 1:
+        return Tracer(na) if k == 1 else Tracer(Node("map", (na,), (("pow", int(k)),), na.type))
+    if na.type.is_sparse:
+        if k <= 0:
+            raise TraceError(f"power: the exponent must be > 0 for a sparse tensor (a ** {exponent} is not zero "
+                             "at its implicit zeros); write a.todense() ** k for the dense result")
+        return ufunc("powf", a, float(k))
+    inexact = na.type.dtype.startswith(("float", "complex"))
+    if k == 0.5 and inexact:
+        return ufunc("sqrt", a)
+    if k == -1 and inexact:
+        return ufunc("reciprocal", a)
+    if isinstance(k, numbers.Integral) and not inexact and k < 0:
+        raise ValueError("Integers to negative integer powers are not allowed.")
+    return apply("powf", a, k)
+
+
+def rpower(base, a) -> Tracer:
+    """``c ** a`` (dense ``a``)."""
+    return ufunc("powf", base, a)
+
+
+def maximum(a, b, *, out_format=None) -> Tracer:
+    """Elementwise maximum (NumPy's: NaN propagates); an entry stored in neither operand is 0."""
+    return _extremum(a, b, "max", "maximum", out_format)
+
+
+def minimum(a, b, *, out_format=None) -> Tracer:
+    """Elementwise minimum (NumPy's: NaN propagates); an entry stored in neither operand is 0."""
+    return _extremum(a, b, "min", "minimum", out_format)
+
+
+def _extremum(a, b, head: str, op: str, out_format) -> Tracer:
+    if scalar_value(a) is not None or scalar_value(b) is not None:
+        return ufunc(head, a, b)
+    na, nb = _node(a, op), _node(b, op)
+    if na.type.shape == nb.type.shape:
+        return _combine(a, b, head, op, out_format)
+    if na.type.is_sparse or nb.type.is_sparse:
+        raise TraceError(f"{op}: shapes {na.type.shape} and {nb.type.shape} differ; a sparse operand cannot be "
+                         "broadcast: write a.todense()")
+    return apply(head, a, b)
+
+
+def add(a, b, *, out_format=None) -> Tracer:
+    return _add_sub(a, b, +1, "add", out_format)
+
+
+def subtract(a, b, *, out_format=None) -> Tracer:
+    return _add_sub(a, b, -1, "subtract", out_format)
+
+
+def _add_sub(a, b, sign: int, op: str, out_format) -> Tracer:
+    head = "add" if sign > 0 else "sub"
+    sa, sb = scalar_value(a), scalar_value(b)
+    if sa is not None or sb is not None:
+        tensor, c = (b, sa) if sa is not None else (a, sb)
+        node = _node(tensor, op)
+        if not node.type.is_sparse:
+            return apply(head, a, b)
+        if c != 0 or isinstance(c, bool):
+            raise TraceError(f"{op}: adding a nonzero scalar to a sparse tensor makes it dense (scipy refuses it "
+                             f"too); write a.todense() {'+' if sign > 0 else '-'} c for the dense result")
+        if sign < 0 and sa is not None:
+            tensor = negative(tensor)                 # 0 - a
+        dtype = np.result_type(np.dtype(node.type.dtype), c).name
+        return tensor if dtype == node.type.dtype else astype(tensor, dtype)   # a + 0 is a (as scipy's copy)
+    na, nb = _node(a, op), _node(b, op)
+    if na.type.shape == nb.type.shape:
+        return _combine(a, b, sign, op, out_format)
+    if na.type.is_sparse or nb.type.is_sparse:
+        raise TraceError(f"{op}: shapes {na.type.shape} and {nb.type.shape} differ; a sparse operand cannot be "
+                         f"broadcast: write a.todense() {'+' if sign > 0 else '-'} d for the dense result")
+    return apply(head, a, b)
+
+
+COMPARISONS = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
+
+
+def compare(symbol: str, a, b) -> Tracer:
+    """NumPy's comparisons (a bool array). A sparse tensor compared with a scalar it is not equal to at 0
+    (``a != 0``, ``a > 0``) gives its sparse bool pattern, as scipy's."""
+    return ufunc(COMPARISONS[symbol], a, b)
+
+
+def logical(head: str, *operands) -> Tracer:
+    """``&``, ``|``, ``^``, ``~`` of bool values (NumPy's logical_and ...); bitwise ops of integers are not
+    supported."""
+    for x in operands:
+        if isinstance(x, Tracer) and x.node.type.dtype != "bool":
+            raise TypeError(f"{dense_ops.NUMPY_NAMES[head]}: bitwise operators are supported on bool values only "
+                            f"inside @splyce.jit, got {x.node.type.dtype}")
+    return ufunc(head, *operands)
+
+
+def where(condition, x, y) -> Tracer:
+    if any(_sparse(v) for v in (condition, x, y)):
+        raise TraceError("where: not supported on sparse tensors; write where(c.todense(), ...) on dense arrays, "
+                         "or a.multiply(mask) to keep a sparse pattern")
+    return apply("where", condition, x, y)
+
+
+def clip(a, lo=None, hi=None) -> Tracer:
+    """NumPy's clip: ``minimum(maximum(a, lo), hi)`` (a sparse tensor stays sparse for ``lo <= 0 <= hi``)."""
+    if lo is None and hi is None:
+        raise ValueError("One of max or min must be given")
+    out = a if lo is None else maximum(a, lo)
+    return out if hi is None else minimum(out, hi)
+
+
+def sum_(a, axis=None, *, out_format=None, keepdims=False, dtype=None) -> Tracer:
+    na = _node(a, "sum")
+    ndim = na.type.ndim
+    norm = _axes(axis, ndim, "sum")
+    subs = _letters(ndim)
+    out = "".join(c for d, c in enumerate(subs) if d not in norm)
+    if dtype is not None:
+        dtype = np.dtype(dtype).name
+    elif na.type.dtype in ("bool", "int8", "int16", "int32"):   # NumPy sums these as int64
+        dtype = "int64"
+    result = contract([na], [subs], out, out_format=out_format, op="sum", dtype=dtype)
+    return _keep_dims(result, na.type.shape, norm) if keepdims else result
+
+
+def _keep_dims(result: Tracer, shape, axes) -> Tracer:
+    kept = tuple(1 if d in axes else n for d, n in enumerate(shape))
+    return Tracer(indexing.expand(result.node, kept, "keepdims")) if not result.node.type.is_sparse else result
+
+
+def mean(a, axis=None, *, keepdims=False) -> Tracer:
+    na = _node(a, "mean")
+    norm = _axes(axis, na.type.ndim, "mean")
+    count = int(np.prod([na.type.shape[d] for d in norm], dtype=np.int64))
+    if count == 0:
+        raise TraceError("mean: the mean of an empty axis is NaN (NumPy warns); not supported inside @splyce.jit")
+    total = sum_(a, axis, keepdims=keepdims)
+    if na.type.dtype.startswith(("float", "complex")):
+        total = astype(total, na.type.dtype) if total.node.type.dtype != na.type.dtype else total
+    return divide(total, count)
+
+
+def dot(a, b) -> Tracer:
+    """NumPy's / scipy's ``dot``: a product with a scalar, an inner product of vectors, a matrix product."""
+    if scalar_value(a) is not None or scalar_value(b) is not None:
+        return multiply(a, b)
+    na, nb = _node(a, "dot"), _node(b, "dot")
+    if na.type.ndim == 0 or nb.type.ndim == 0:
+        return multiply(a, b)
+    if na.type.ndim > 2 or nb.type.ndim > 2:
+        raise TraceError(f"dot: operands of rank up to 2 are supported, got shapes {na.type.shape} and "
+                         f"{nb.type.shape}")
+    return matmul(a, b)
+
+
+def todense(a) -> Tracer:
+    """The dense array of a sparse value (scipy's ``todense()`` / ``toarray()``); a dense value as it is."""
+    node = _node(a, "todense")
+    if not node.type.is_sparse:
+        return Tracer(node)
+    subs = _letters(node.type.ndim)
+    return contract([node], [subs], subs, out_format="dense", op="todense")
+
+
+def diagonal(a) -> Tracer:
+    """The main diagonal (a dense vector). Of a sparse matrix: the entries it stores on the diagonal, read by
+    an elementwise product with an identity matrix (a constant of the trace, O(n))."""
+    node = _node(a, "diagonal")
+    if node.type.ndim != 2:
+        raise TraceError(f"diagonal: a 2-D tensor is needed, got shape {node.type.shape}")
+    if not node.type.is_sparse:
+        return Tracer(indexing.diagonal_dense(node))
+    import scipy.sparse as sps
+
+    m, n = node.type.shape
+    eye = sps.eye_array(m, n, dtype=node.type.dtype, format="csr")
+    rows = contract([node, _node(eye, "diagonal")], ["ij", "ij"], "i", out_format="dense", op="diagonal")
+    return rows if m <= n else Tracer(indexing.getitem(rows, slice(0, n)).node)
+
+
+# -- the Tracer's operators and methods --------------------------------------------------------------------
+
+# scipy.sparse's elementwise methods of the same name (zero-preserving: a sparse tensor stays sparse)
+_UNARY_METHODS = ("sqrt", "expm1", "log1p", "sign", "tanh", "sin", "tan", "sinh", "arctan", "arcsinh", "floor",
+                  "ceil", "trunc", "rint")
+
+
+def _not_concrete(self, *args):
+    raise TraceError("a traced tensor has no value at trace time (float(), int(), item() and the like need "
+                     "one); keep the computation in arrays, e.g. where(c, x, y) instead of an if")
+
+
+def _as_object(self, dtype=None, copy=None):
+    """A 0-d object array holding the tracer: scipy.sparse's operators convert an unknown operand with
+    ``np.asanyarray`` and, on such an array, return NotImplemented, so Python calls the tracer's reflected
+    operator (``B @ x`` with a captured scipy matrix ``B``)."""
+    holder = np.empty((), dtype=object)
+    holder[()] = self
+    return holder
+
+
+def _squeeze(self, axis=None):
+    node = _node(self, "squeeze")
+    shape = node.type.shape
+    axes = {d for d, n in enumerate(shape) if n == 1} if axis is None else _axes(axis, len(shape), "squeeze")
+    return Tracer(indexing.squeeze(indexing.dense_node(self, "squeeze"), axes))
+
+
+def _install(cls) -> None:
+    def binary(fn, reflected=False):
+        return (lambda self, other: fn(other, self)) if reflected else (lambda self, other: fn(self, other))
+
+    methods = {
+        "__matmul__": binary(matmul), "__rmatmul__": binary(matmul, True),
+        "__mul__": binary(multiply), "__rmul__": binary(multiply, True),
+        "__truediv__": binary(divide), "__rtruediv__": binary(divide, True),
+        "__add__": binary(add), "__radd__": binary(add, True),
+        "__sub__": binary(subtract), "__rsub__": binary(subtract, True),
+        "__pow__": binary(power), "__rpow__": binary(rpower, True),
+        "__abs__": absolute, "__neg__": negative, "__pos__": lambda self: self,
+        "__and__": lambda self, other: logical("and", self, other),
+        "__rand__": lambda self, other: logical("and", other, self),
+        "__or__": lambda self, other: logical("or", self, other),
+        "__ror__": lambda self, other: logical("or", other, self),
+        "__xor__": lambda self, other: logical("xor", self, other),
+        "__rxor__": lambda self, other: logical("xor", other, self),
+        "__invert__": lambda self: logical("not", self),
+        "__getitem__": indexing.getitem, "__array__": _as_object,
+        "__float__": _not_concrete, "__int__": _not_concrete, "__index__": _not_concrete, "item": _not_concrete,
+        "__complex__": _not_concrete,
+        "sum": lambda self, axis=None, dtype=None, keepdims=False: sum_(self, axis, keepdims=keepdims, dtype=dtype),
+        "mean": lambda self, axis=None, keepdims=False: mean(self, axis, keepdims=keepdims),
+        "max": lambda self, axis=None, keepdims=False: reduce_extremum(self, "max", axis, keepdims),
+        "min": lambda self, axis=None, keepdims=False: reduce_extremum(self, "min", axis, keepdims),
+        "T": property(lambda self: transpose(self)),
+        "transpose": lambda self, *axes: transpose(
+            self, (tuple(axes[0]) if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes) or None),
+        "conj": conjugate, "conjugate": conjugate, "dot": dot, "multiply": multiply, "maximum": maximum,
+        "minimum": minimum, "power": power, "todense": todense, "toarray": todense, "diagonal": diagonal,
+        "astype": lambda self, dtype, copy=True: astype(self, dtype), "clip": clip,
+        "reshape": indexing.reshape, "squeeze": _squeeze, "ravel": lambda self: indexing.reshape(self, -1),
+        "flatten": lambda self: indexing.reshape(self, -1), "copy": lambda self: self,
+    }
+    for symbol, head in COMPARISONS.items():
+        name = {"==": "__eq__", "!=": "__ne__", "<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__"}[symbol]
+        methods[name] = (lambda s: lambda self, other: compare(s, self, other))(symbol)
+    for name in _UNARY_METHODS:
+        methods[name] = (lambda n: lambda self: ufunc(n, self))(name)
+    for name, method in methods.items():
+        setattr(cls, name, method)
+    cls.__hash__ = object.__hash__   # defining __eq__ would drop it; tracers stay usable as dict keys
+
+
+_install(Tracer)

@@ -1,0 +1,226 @@
+"""Lowering rules for NumPy's elementwise functions (tracer/dense_ops.py) and for views of dense values
+(tracer/indexing.py).
+
+``SCALAR_OPS`` has one rule per elementwise head: a builder of its ``arith`` / ``math`` / ``complex`` ops on
+operands already converted as the head's kind says (``Ufunc.kind``). Comparisons and predicates build an
+``i1``; ``to_bool`` widens it to the ``i8`` that stores a bool (lowering/scalars.py).
+"""
+
+from __future__ import annotations
+
+from splyce.lowering.scalars import (binary, cast, constant, element_type, extremum, is_complex, is_float,
+                                     real_dtype)
+
+
+def _math(name: str):
+    def build(values, dtype):
+        from mlir.dialects import complex as cplx, math
+
+        if is_complex(dtype):
+            return getattr(cplx, name)(values[0])
+        return getattr(math, name)(values[0])
+    return build
+
+
+def _float_only(name: str, integer=None):
+    """A math op on floats; on integers ``integer(value, dtype)`` (NumPy's floor / ceil / trunc / rint of
+    integers are the identity; NumPy computes the others in float)."""
+    def build(values, dtype):
+        from mlir.dialects import math
+
+        if not is_float(dtype):
+            return integer(values[0], dtype)
+        return getattr(math, name)(values[0])
+    return build
+
+
+def _compare(predicate: str):
+    float_predicates = {"eq": "OEQ", "ne": "UNE", "lt": "OLT", "le": "OLE", "gt": "OGT", "ge": "OGE"}
+    int_predicates = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}
+
+    def build(values, dtype):
+        from mlir.dialects import arith, complex as cplx
+
+        a, b = values
+        if is_complex(dtype):
+            return (cplx.eq if predicate == "eq" else cplx.neq)(a, b)
+        if is_float(dtype):
+            return arith.cmpf(getattr(arith.CmpFPredicate, float_predicates[predicate]), a, b)
+        return arith.cmpi(getattr(arith.CmpIPredicate, int_predicates[predicate]), a, b)
+    return build
+
+
+def _truediv(values, dtype):
+    from mlir.dialects import arith, complex as cplx
+
+    return (cplx.div if is_complex(dtype) else arith.divf)(*values)
+
+
+def _powf(values, dtype):
+    from mlir.dialects import math
+
+    if is_float(dtype):
+        return math.powf(*values)
+    return math.ipowi(*values)   # integers to non-negative integer powers (the tracer checks the exponent)
+
+
+def _sign(values, dtype):
+    """NumPy's sign: -1, 0 or 1 (NaN stays NaN, as NumPy's)."""
+    from mlir.dialects import arith
+
+    (x,) = values
+    zero, one, minus = constant(0, dtype), constant(1, dtype), constant(-1, dtype)
+    if is_float(dtype):
+        positive = arith.cmpf(arith.CmpFPredicate.OGT, x, zero)
+        negative = arith.cmpf(arith.CmpFPredicate.OLT, x, zero)
+        is_zero = arith.cmpf(arith.CmpFPredicate.OEQ, x, zero)
+        return arith.select(positive, one, arith.select(negative, minus, arith.select(is_zero, zero, x)))
+    if dtype == "bool":
+        return x
+    positive = arith.cmpi(arith.CmpIPredicate.sgt, x, zero)
+    negative = arith.cmpi(arith.CmpIPredicate.slt, x, zero)
+    return arith.select(positive, one, arith.select(negative, minus, zero))
+
+
+def _reciprocal(values, dtype):
+    from mlir.dialects import arith, complex as cplx
+
+    return (cplx.div if is_complex(dtype) else arith.divf)(constant(1, dtype), values[0])
+
+
+def _logical(op: str):
+    def build(values, dtype):
+        from mlir.dialects import arith
+
+        if op == "not":
+            return arith.xori(values[0], _true())
+        return {"and": arith.andi, "or": arith.ori, "xor": arith.xori}[op](*values)
+    return build
+
+
+def _true():
+    from mlir import ir
+    from mlir.dialects import arith
+
+    i1 = ir.IntegerType.get_signless(1)
+    return arith.constant(i1, ir.IntegerAttr.get(i1, 1))
+
+
+def _predicate(name: str):
+    def build(values, dtype):
+        from mlir.dialects import arith, math
+
+        (x,) = values
+        if not is_float(dtype):   # integers and bools are never NaN or infinite
+            return _true() if name == "isfinite" else arith.xori(_true(), _true())
+        if name == "isnan":
+            return arith.cmpf(arith.CmpFPredicate.UNO, x, x)
+        magnitude = math.absf(x)
+        infinity = constant(float("inf"), dtype)
+        return arith.cmpf(arith.CmpFPredicate.OEQ if name == "isinf" else arith.CmpFPredicate.OLT, magnitude,
+                          infinity)
+    return build
+
+
+def _where(values, dtype):
+    from mlir.dialects import arith
+
+    return arith.select(*values)
+
+
+def _identity(value, dtype):
+    return value
+
+
+SCALAR_OPS = {
+    "add": lambda v, d: binary("add", v[0], v[1], d), "sub": lambda v, d: binary("sub", v[0], v[1], d),
+    "mul": lambda v, d: binary("mul", v[0], v[1], d), "max": lambda v, d: extremum("max", d)(*v),
+    "min": lambda v, d: extremum("min", d)(*v), "truediv": _truediv, "powf": _powf,
+    "exp": _math("exp"), "expm1": _math("expm1"), "log": _math("log"), "log1p": _math("log1p"),
+    "log2": _math("log2"), "log10": _math("log10"), "sqrt": _math("sqrt"), "sin": _math("sin"),
+    "cos": _math("cos"), "tan": _math("tan"), "tanh": _math("tanh"), "sinh": _math("sinh"),
+    "cosh": _math("cosh"), "arctan": _math("atan"), "arcsinh": _math("asinh"),
+    "floor": _float_only("floor", _identity), "ceil": _float_only("ceil", _identity),
+    "trunc": _float_only("trunc", _identity), "rint": _float_only("roundeven", _identity),
+    "sign": _sign, "square": lambda v, d: binary("mul", v[0], v[0], d), "reciprocal": _reciprocal,
+    **{p: _compare(p) for p in ("eq", "ne", "lt", "le", "gt", "ge")},
+    **{op: _logical(op) for op in ("and", "or", "xor", "not")},
+    **{p: _predicate(p) for p in ("isnan", "isinf", "isfinite")},
+    "where": _where,
+}
+
+
+def to_bool(flag):
+    """An ``i1`` as NumPy's bool (an ``i8`` holding 0 / 1)."""
+    from mlir.dialects import arith
+
+    return arith.extui(element_type("bool"), flag)
+
+
+def truth(value, dtype: str):
+    """``value != 0`` as an ``i1`` (NaN is true, as NumPy's ``bool(nan)``)."""
+    from mlir.dialects import arith, complex as cplx
+
+    zero = constant(0, dtype)
+    if is_complex(dtype):
+        return cplx.neq(value, zero)
+    if is_float(dtype):
+        return arith.cmpf(arith.CmpFPredicate.UNE, value, zero)
+    return arith.cmpi(arith.CmpIPredicate.ne, value, zero)
+
+
+def convert(value, from_dtype: str, to_dtype: str):
+    """NumPy's ``astype``: widening as ``cast``, narrowing with C's conversions (floats truncate toward zero
+    to integers, float64 rounds to float32, integers wrap, nonzero is True)."""
+    from mlir.dialects import arith
+
+    if from_dtype == to_dtype:
+        return value
+    if to_dtype == "bool":
+        return to_bool(truth(value, from_dtype))
+    if is_complex(from_dtype):   # the tracer refuses complex -> real; complex128 -> complex64
+        from mlir.dialects import complex as cplx
+
+        part = real_dtype(to_dtype)
+        re = convert(cplx.re(value), real_dtype(from_dtype), part)
+        im = convert(cplx.im(value), real_dtype(from_dtype), part)
+        return cplx.create_(element_type(to_dtype), re, im)
+    target = element_type(to_dtype)
+    if is_float(from_dtype) and is_float(to_dtype) and from_dtype == "float64" and to_dtype == "float32":
+        return arith.truncf(target, value)
+    if is_float(from_dtype) and not is_float(to_dtype) and not is_complex(to_dtype):
+        return arith.fptosi(target, value)
+    if from_dtype == "int64" and to_dtype in ("int32",):
+        return arith.trunci(target, value)
+    return cast(value, from_dtype, to_dtype)
+
+
+def lower_view(node, ctx, init, dense_out: bool):
+    """A ``view`` node: one ``linalg.generic`` reading the operand through the view's affine map."""
+    from mlir import ir
+    from mlir.dialects import linalg
+
+    (spec,) = node.params
+    (arg,) = node.args
+    rank = node.type.ndim
+    exprs = []
+    for entry in spec:
+        if entry[0] == "at":
+            exprs.append(ir.AffineConstantExpr.get(entry[1]))
+            continue
+        _, k, start, step = entry
+        exprs.append(ir.AffineDimExpr.get(k) * step + start)
+    in_map = ir.AffineMap.get(rank, 0, exprs)
+    out_map = ir.AffineMap.get_identity(rank)
+    maps = ir.ArrayAttr.get([ir.AffineMapAttr.get(in_map), ir.AffineMapAttr.get(out_map)])
+    kinds = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * rank)
+    source = ctx.values[arg]
+    op = linalg.GenericOp([init.type], [source], [init], maps, kinds)
+    element = element_type(node.type.dtype)
+    block = op.regions[0].blocks.append(element, element)
+    with ir.InsertionPoint(block):
+        value = block.arguments[0]
+        if dense_out:
+            value = binary("add", block.arguments[1], value, node.type.dtype)
+        linalg.YieldOp([value])
+    return op.result

@@ -1,0 +1,154 @@
+"""Constants of a trace: arrays a jitted function reads from its enclosing scope, as JAX's closed-over constants.
+
+Such an array (NumPy, scipy.sparse, a SparseTensor) becomes an ``input`` node of the trace after the
+arguments, and the kernel takes it as a hidden argument: its values are never baked into the machine code.
+
+- *Named* constants are the arrays bound, when the function is called, to the names it reads from its
+  closure cells and module globals (and those of the plain Python functions of the same module it calls).
+  The dispatcher reads them on every call (``read``): their types are part of the cache key, and a new value
+  of the same type is used by the same kernel, without recompiling.
+- Any other array met while tracing (an attribute ``self.w``, an array the function builds, ``np.ones(n)``)
+  is *frozen*: the value seen at trace time is kept with the plan and passed on every call (JAX's behaviour
+  for all captured constants).
+
+The trace context is per thread: tracing runs the Python function on the calling thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from dataclasses import dataclass, field
+
+from splyce.tracer.ir import Node, TensorType
+
+
+@dataclass(frozen=True, eq=False)
+class Captured:
+    """A named constant as the dispatcher found it for one call: the object, its label and its type."""
+
+    obj: object
+    label: str
+    type: TensorType
+
+
+@dataclass
+class TraceContext:
+    """The constants of the trace being recorded on this thread."""
+
+    prepare: object                  # (obj, name) -> (TensorType, value): the dispatcher's argument handling
+    next_index: int                  # input index of the next frozen constant
+    nodes: dict = field(default_factory=dict)       # id(obj) -> input Node
+    frozen: list = field(default_factory=list)      # (obj, TensorType, value) per frozen constant, in order
+
+    def add(self, obj, index: int, type_: TensorType) -> Node:
+        node = Node("input", (), (index,), type_)
+        self.nodes[id(obj)] = node
+        return node
+
+
+_state = threading.local()
+
+
+def current() -> TraceContext | None:
+    return getattr(_state, "context", None)
+
+
+class tracing:
+    """``with tracing(context):`` records the constants of one trace (nested traces keep their own)."""
+
+    def __init__(self, context: TraceContext):
+        self.context = context
+
+    def __enter__(self) -> TraceContext:
+        self.saved = current()
+        _state.context = self.context
+        return self.context
+
+    def __exit__(self, *exc):
+        _state.context = self.saved
+
+
+def constant_node(obj) -> Node | None:
+    """The input node of a constant array read while tracing (a frozen one is added on first use), or None
+    outside a trace."""
+    context = current()
+    if context is None:
+        return None
+    node = context.nodes.get(id(obj))
+    if node is not None:
+        return node
+    type_, value = context.prepare(obj, f"a constant array ({type(obj).__name__}) read by the function")
+    context.frozen.append((obj, type_, value))   # obj stays alive with the plan, so its id is not reused
+    node = context.add(obj, context.next_index, type_)
+    context.next_index += 1
+    return node
+
+
+# -- where a function's named constants live ----------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class Site:
+    """A name the function reads: a closure cell, or a key of a module's globals."""
+
+    label: str
+    cell: object = None
+    namespace: dict | None = None
+
+    def read(self):
+        if self.cell is not None:
+            try:
+                return self.cell.cell_contents
+            except ValueError:   # an empty cell (a name assigned later in the enclosing function)
+                return None
+        return self.namespace.get(self.label)
+
+
+_NOT_DATA = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)
+
+
+def sites(fun) -> tuple[Site, ...]:
+    """The names ``fun`` reads from its closure and its module's globals, and transitively those of the plain
+    functions of the same module it calls; names bound to modules, functions and classes when ``jit`` is
+    called are left out (they are code, not data)."""
+    found: dict[tuple, Site] = {}
+    seen: set[int] = set()
+    stack = [fun]
+    while stack:
+        f = stack.pop()
+        f = getattr(f, "__wrapped__", f)
+        code = getattr(f, "__code__", None)
+        if code is None or id(code) in seen:
+            continue
+        seen.add(id(code))
+        closure = getattr(f, "__closure__", None) or ()
+        for name, cell in zip(code.co_freevars, closure):
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                value = None
+            if isinstance(value, types.FunctionType):
+                stack.append(value)
+            elif not isinstance(value, _NOT_DATA) and not callable(value):
+                found.setdefault(("cell", id(cell)), Site(name, cell=cell))
+        namespace = getattr(f, "__globals__", None)
+        if namespace is None:
+            continue
+        for name in _global_names(code):
+            value = namespace.get(name)
+            if isinstance(value, types.FunctionType) and value.__globals__ is namespace:
+                stack.append(value)
+            elif not isinstance(value, _NOT_DATA) and not callable(value):
+                found.setdefault(("global", id(namespace), name), Site(name, namespace=namespace))
+    return tuple(found.values())
+
+
+def _global_names(code) -> set[str]:
+    """The names a code object and the code nested in it (lambdas, comprehensions) may read as globals."""
+    names: set[str] = set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return names

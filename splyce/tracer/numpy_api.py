@@ -1,0 +1,187 @@
+"""NumPy's functions on traced values, the NumPy way and the JAX way.
+
+- NumPy dispatches its ufuncs (``np.exp(t)``, ``np.maximum(t, 0)``, ``ndarray @ t``) to
+  ``Tracer.__array_ufunc__`` and its other functions (``np.where``, ``np.sum``, ``np.dot``...) to
+  ``Tracer.__array_function__``, both installed here; a function splyce does not trace raises a TypeError
+  naming it.
+- ``splyce.numpy`` (``import splyce.numpy as snp``) exposes the same functions under NumPy's names: on traced
+  values they trace, on concrete ones they are NumPy's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from splyce.tracer import tracer as T
+from splyce.tracer.base import TraceError, Tracer, _node, scalar_value
+from splyce.tracer.dense_ops import astype, ufunc
+
+
+def _unary(head: str):
+    return lambda x: ufunc(head, x)
+
+
+def _square(x):
+    return T.power(x, 2) if _node(x, "square").type.dtype != "bool" else T.logical("and", x, x)
+
+
+UFUNCS = {   # NumPy ufunc name -> the traced operation
+    "add": T.add, "subtract": T.subtract, "multiply": T.multiply, "true_divide": T.divide, "divide": T.divide,
+    "power": T.power, "matmul": T.matmul, "negative": T.negative, "positive": lambda x: x,
+    "absolute": T.absolute, "conjugate": T.conjugate, "maximum": T.maximum, "minimum": T.minimum,
+    "square": _square, "logical_and": lambda a, b: T.logical("and", a, b),
+    "logical_or": lambda a, b: T.logical("or", a, b), "logical_xor": lambda a, b: T.logical("xor", a, b),
+    "logical_not": lambda a: T.logical("not", a),
+    **{name: (lambda s: lambda a, b: T.compare(s, a, b))(symbol) for name, symbol in (
+        ("equal", "=="), ("not_equal", "!="), ("less", "<"), ("less_equal", "<="), ("greater", ">"),
+        ("greater_equal", ">="))},
+    **{name: _unary(head) for name, head in (
+        ("exp", "exp"), ("expm1", "expm1"), ("log", "log"), ("log1p", "log1p"), ("log2", "log2"),
+        ("log10", "log10"), ("sqrt", "sqrt"), ("sin", "sin"), ("cos", "cos"), ("tan", "tan"), ("tanh", "tanh"),
+        ("sinh", "sinh"), ("cosh", "cosh"), ("arctan", "arctan"), ("arcsinh", "arcsinh"), ("floor", "floor"),
+        ("ceil", "ceil"), ("trunc", "trunc"), ("rint", "rint"), ("sign", "sign"), ("reciprocal", "reciprocal"),
+        ("isnan", "isnan"), ("isinf", "isinf"), ("isfinite", "isfinite"))},
+}
+UFUNCS["abs"] = UFUNCS["absolute"]
+UFUNCS["conj"] = UFUNCS["conjugate"]
+
+
+def _no(name: str, **given):
+    """Refuse NumPy keyword arguments the traced version does not implement."""
+    used = [k for k, v in given.items() if v is not None and v is not False]
+    if used:
+        raise TypeError(f"numpy.{name}: argument{'s' if len(used) > 1 else ''} {', '.join(used)} not supported on "
+                        "traced tensors")
+
+
+def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+    _no("sum", out=out, initial=initial, where=where)
+    return T.sum_(a, axis, keepdims=keepdims, dtype=dtype)
+
+
+def _mean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
+    _no("mean", dtype=dtype, out=out, where=where)
+    return T.mean(a, axis, keepdims=keepdims)
+
+
+def _extremum(kind: str):
+    def reduce(a, axis=None, out=None, keepdims=False, initial=None, where=None):
+        _no(kind, out=out, initial=initial, where=where)
+        return T.reduce_extremum(a, kind, axis, keepdims)
+    return reduce
+
+
+def _where(condition, x=None, y=None):
+    if x is None or y is None:
+        raise TypeError("numpy.where with one argument (the indices of nonzeros) has no static shape; pass x and y")
+    return T.where(condition, x, y)
+
+
+def _clip(a, a_min=None, a_max=None, out=None, min=None, max=None):
+    _no("clip", out=out)
+    return T.clip(a, a_min if min is None else min, a_max if max is None else max)
+
+
+def _norm(x, ord=None, axis=None, keepdims=False):
+    """The 2-norm of a vector, the Frobenius norm of a matrix (``np.linalg.norm`` without ``ord``)."""
+    if ord not in (None, 2, "fro") or (ord == 2 and _node(x, "norm").type.ndim != 1):
+        raise TypeError(f"numpy.linalg.norm: ord={ord!r} is not supported on traced tensors (the 2-norm of "
+                        "vectors and the Frobenius norm are)")
+    squares = T.absolute(x) ** 2 if _node(x, "norm").type.dtype.startswith("complex") else T.multiply(x, x)
+    return ufunc("sqrt", T.sum_(squares, axis, keepdims=keepdims))
+
+
+def _like(fill):
+    def build(a, dtype=None, order="K", subok=True, shape=None, **extra):
+        node = _node(a, "like")
+        value = np.full(node.type.shape if shape is None else shape, fill(extra),
+                        dtype=dtype or node.type.dtype)
+        return value   # a constant of the trace when an operation reads it
+    return build
+
+
+def _outer(a, b, out=None):
+    _no("outer", out=out)
+    na, nb = _node(a, "outer"), _node(b, "outer")
+    if na.type.ndim != 1 or nb.type.ndim != 1:
+        raise TypeError("numpy.outer: 1-D traced operands are supported")
+    return T.einsum("i,j->ij", a, b)
+
+
+FUNCTIONS = {   # NumPy function -> the traced operation
+    np.where: _where, np.sum: _sum, np.mean: _mean, np.max: _extremum("max"), np.min: _extremum("min"),
+    np.amax: _extremum("max"), np.amin: _extremum("min"), np.dot: T.dot, np.vdot: T.dot,
+    np.inner: T.dot, np.clip: _clip, np.transpose: lambda a, axes=None: T.transpose(a, axes),
+    np.einsum: lambda subscripts, *operands, **kw: T.einsum(subscripts, *operands, **kw),
+    np.diagonal: lambda a: T.diagonal(a), np.reshape: lambda a, shape, *rest: a.reshape(shape),
+    np.squeeze: lambda a, axis=None: a.squeeze(axis), np.ravel: lambda a, order="C": a.ravel(),
+    np.expand_dims: lambda a, axis: _expand_dims(a, axis), np.linalg.norm: _norm,
+    np.zeros_like: _like(lambda kw: 0), np.ones_like: _like(lambda kw: 1),
+    np.full_like: lambda a, fill_value, dtype=None, **kw: _like(lambda _: fill_value)(a, dtype, **kw),
+    np.outer: _outer, np.abs: UFUNCS["absolute"], np.real_if_close: lambda a, tol=100: a,
+    np.trace: lambda a: T.sum_(T.diagonal(a)),
+}
+if hasattr(np, "astype"):
+    FUNCTIONS[np.astype] = lambda x, dtype, copy=True, **kw: astype(x, dtype)
+
+
+def _expand_dims(a, axis):
+    node = _node(a, "expand_dims")
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    ndim = node.type.ndim + len(axes)
+    axes = {int(ax) % ndim for ax in axes}
+    shape, rest = [], iter(node.type.shape)
+    for d in range(ndim):
+        shape.append(1 if d in axes else next(rest))
+    return a.reshape(tuple(shape))
+
+
+def _name(func) -> str:
+    module = getattr(func, "__module__", "numpy") or "numpy"
+    module = "numpy" if module.startswith("numpy") and "linalg" not in module else module
+    return f"{module}.{getattr(func, '__name__', func)}"
+
+
+def array_ufunc(self, ufunc_, method, *inputs, **kwargs):
+    name = ufunc_.__name__
+    if method != "__call__":
+        raise TypeError(f"numpy.{name}.{method} is not supported on traced tensors (use the function or method, "
+                        f"e.g. x.sum(axis=0))")
+    _no(name, **{k: v for k, v in kwargs.items() if k != "out" or v is not None})
+    impl = UFUNCS.get(name)
+    if impl is None:
+        raise TypeError(f"numpy.{name} is not supported on traced tensors inside @splyce.jit; supported ufuncs: "
+                        f"{', '.join(sorted(UFUNCS))}")
+    return impl(*inputs)
+
+
+def array_function(self, func, types, args, kwargs):
+    impl = FUNCTIONS.get(func)
+    if impl is None:
+        raise TypeError(f"{_name(func)} is not supported on traced tensors inside @splyce.jit; supported: "
+                        f"{', '.join(sorted(_name(f) for f in FUNCTIONS))} and the ufuncs")
+    return impl(*args, **kwargs)
+
+
+Tracer.__array_ufunc__ = array_ufunc
+Tracer.__array_function__ = array_function
+
+
+def traced(name: str):
+    """The traced implementation of NumPy's ``name`` (a ufunc or a function), or None."""
+    if name in UFUNCS:
+        return UFUNCS[name]
+    target = getattr(np, name, None) if name != "norm" else np.linalg.norm
+    return FUNCTIONS.get(target)
+
+
+def has_tracer(values) -> bool:
+    for v in values:
+        if isinstance(v, Tracer):
+            return True
+        if isinstance(v, (tuple, list)) and has_tracer(v):
+            return True
+    return False
+
+
+__all__ = ["UFUNCS", "FUNCTIONS", "traced", "has_tracer", "TraceError", "scalar_value"]
