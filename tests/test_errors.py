@@ -25,8 +25,8 @@ TRACE_ERRORS = {
     "truth value": (lambda x, y: x if x else y, (A, B),
                     "the truth value of a traced tensor is not known at trace time"),
     "divide by a tensor": (lambda x, y: x / y, (A, B),
-                           "divide: only division by a nonzero scalar is supported (dividing by a sparse tensor "
-                           "divides by its implicit zeros)"),
+                           "divide: dividing by a sparse tensor divides by its implicit zeros (0 / 0 is NaN); "
+                           "write x / b.todense() for NumPy's dense result"),
     "matmul by a Python int": (lambda x, y: x @ 3, (A, B),
                                "matmul: operands must be traced tensors (the jitted function's arguments), "
                                "got int"),
@@ -58,12 +58,30 @@ TRACE_ERRORS = {
     "matmul not aligned": (lambda x, y: x @ y, (A, B),
                            "matmul: shapes (4, 5) and (4, 5) are not aligned (5 != 4)"),
     "multiply shapes": (lambda x, y: x * y, (A, A.T),
-                        "multiply: shapes (4, 5) and (5, 4) cannot be broadcast (a 0-d tensor or a vector along the last axis "
-                        "can)"),
+                        "multiply: shapes (4, 5), (5, 4) cannot be broadcast together"),
     "add a scalar": (lambda x, y: x + 1.0, (A, B),
-                     "add: adding a scalar to a sparse tensor makes it dense; add a dense array instead"),
+                     "add: adding a nonzero scalar to a sparse tensor makes it dense (scipy refuses it too); "
+                     "write a.todense() + c for the dense result"),
     "subtract shapes": (lambda x, y: x - y, (A, A.T),
-                        "subtract: shapes (4, 5) and (5, 4) differ (broadcasting is not supported)"),
+                        "subtract: shapes (4, 5), (5, 4) cannot be broadcast together"),
+    "add a sparse broadcast": (lambda x, y: x + y.sum(axis=0), (A, B),
+                               "add: shapes (4, 5) and (5,) differ; a sparse operand cannot be broadcast: write "
+                               "a.todense() + d for the dense result"),
+    "exp of a sparse tensor": (lambda x, y: np.exp(x), (A, B),
+                               "exp: not supported on a sparse tensor here: exp(a) is not zero where a stores "
+                               "nothing, so the result is dense; write exp(a.todense()) to compute it on the dense "
+                               "array"),
+    "a sparse tensor over a dense array": (
+        lambda x, y: x / y.sum(axis=0), (A, B),
+        "divide: a sparse tensor divided by a dense array is dense (0 / 0 is NaN at its implicit zeros); write "
+        "a.todense() / d for NumPy's result, or a.multiply(1 / d) to keep a's pattern"),
+    "mask index": (lambda x, y: x.todense()[x.todense() > 0], (A, B),
+                   "index: only integers, slices, None and ... index a traced tensor (its shape must be known at "
+                   "trace time); for a mask write where(mask, x, 0), for a gather write a product with a selection "
+                   "matrix"),
+    "truth of a value": (lambda x, y: float(x.sum()), (A, B),
+                         "a traced tensor has no value at trace time (float(), int(), item() and the like need "
+                         "one); keep the computation in arrays, e.g. where(c, x, y) instead of an if"),
     "sum axis": (lambda x, y: x.sum(axis=2), (A, B), "sum: axis 2 is out of range for a tensor of rank 2"),
     "sum axis bool": (lambda x, y: x.sum(axis=True), (A, B),
                       "sum: axis True is out of range for a tensor of rank 2"),

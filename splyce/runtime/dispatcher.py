@@ -570,11 +570,12 @@ class Jitted:
                 tracers.append(Tracer(Node("input", (), (len(inputs),), spec)))
                 inputs.append(spec)
         context = captures.TraceContext(_prepare_constant, len(inputs) + len(named))
+        bound = {}
         for constant in named:
-            context.add(constant.obj, len(inputs), constant.type)
+            bound[id(constant.obj)] = Tracer(context.add(constant.obj, len(inputs), constant.type))
             inputs.append(constant.type)
         with captures.tracing(context):
-            out = self.fun(*tracers)
+            out = captures.rebound(self.fun, bound)(*tracers)
         inputs.extend(t for _, t, _ in context.frozen)
         leaves, tree = _flatten_outputs(out)
         leaves = [copy_of(n) if n.op == "input" else n for n in leaves]   # an argument returned as is

@@ -5,8 +5,10 @@ arguments, and the kernel takes it as a hidden argument: its values are never ba
 
 - *Named* constants are the arrays bound, when the function is called, to the names it reads from its
   closure cells and module globals (and those of the plain Python functions of the same module it calls).
-  The dispatcher reads them on every call (``read``): their types are part of the cache key, and a new value
-  of the same type is used by the same kernel, without recompiling.
+  The dispatcher reads them on every call (``Site.read``): their types are part of the cache key, and a new
+  value of the same type is used by the same kernel, without recompiling. The function is traced as a copy
+  of itself (``rebound``) whose globals and closure cells bind those names to tracers, so that an expression
+  of constants only (``X @ W``) is traced too instead of being computed once by NumPy.
 - Any other array met while tracing (an attribute ``self.w``, an array the function builds, ``np.ones(n)``)
   is *frozen*: the value seen at trace time is kept with the plan and passed on every call (JAX's behaviour
   for all captured constants).
@@ -152,3 +154,44 @@ def _global_names(code) -> set[str]:
         names.update(c.co_names)
         stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
     return names
+
+
+def rebound(fun, tracers: dict):
+    """A copy of ``fun`` whose module globals and closure cells bound to the objects keyed (by id) in
+    ``tracers`` are bound to those tracers instead, as are the same-module functions it calls (copied over
+    the same new globals). Nothing is modified: the copy has its own globals dict and cells."""
+    if not isinstance(fun, types.FunctionType) or not tracers:
+        return fun
+    namespace = fun.__globals__
+    scope = dict(namespace)
+    for name, value in namespace.items():
+        if id(value) in tracers:
+            scope[name] = tracers[id(value)]
+    pending, done = [fun.__code__], set()
+    while pending:   # the same-module functions reachable by name, copied over ``scope``
+        code = pending.pop()
+        for name in _global_names(code):
+            value = namespace.get(name)
+            if isinstance(value, types.FunctionType) and value.__globals__ is namespace and name not in done:
+                done.add(name)
+                scope[name] = _copy(value, scope, tracers)
+                pending.append(value.__code__)
+    return _copy(fun, scope, tracers)
+
+
+def _copy(fun, scope: dict, tracers: dict):
+    closure = None
+    if fun.__closure__:
+        cells = []
+        for cell in fun.__closure__:
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                cells.append(cell)
+                continue
+            cells.append(types.CellType(tracers[id(value)]) if id(value) in tracers else cell)
+        closure = tuple(cells)
+    copy = types.FunctionType(fun.__code__, scope, fun.__name__, fun.__defaults__, closure)
+    copy.__kwdefaults__ = fun.__kwdefaults__
+    copy.__qualname__ = fun.__qualname__
+    return copy

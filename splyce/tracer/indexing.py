@@ -149,7 +149,7 @@ def reshape(x, *shape) -> Tracer:
     return Tracer(expand(node, shape))
 
 
-def diagonaldense_node(node: Node) -> Node:
+def diagonal_dense(node: Node) -> Node:
     if node.type.ndim != 2:
         raise TraceError(f"diagonal: a 2-D tensor is needed, got shape {node.type.shape}")
     n = min(node.type.shape)

@@ -255,6 +255,7 @@ def _extremum(a, b, head: str, op: str, out_format) -> Tracer:
     na, nb = _node(a, op), _node(b, op)
     if na.type.shape == nb.type.shape:
         return _combine(a, b, head, op, out_format)
+    dense_ops.broadcast_shape([na.type.shape, nb.type.shape], op)
     if na.type.is_sparse or nb.type.is_sparse:
         raise TraceError(f"{op}: shapes {na.type.shape} and {nb.type.shape} differ; a sparse operand cannot be "
                          "broadcast: write a.todense()")
@@ -287,6 +288,7 @@ def _add_sub(a, b, sign: int, op: str, out_format) -> Tracer:
     na, nb = _node(a, op), _node(b, op)
     if na.type.shape == nb.type.shape:
         return _combine(a, b, sign, op, out_format)
+    dense_ops.broadcast_shape([na.type.shape, nb.type.shape], op)
     if na.type.is_sparse or nb.type.is_sparse:
         raise TraceError(f"{op}: shapes {na.type.shape} and {nb.type.shape} differ; a sparse operand cannot be "
                          f"broadcast: write a.todense() {'+' if sign > 0 else '-'} d for the dense result")
