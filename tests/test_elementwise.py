@@ -69,18 +69,30 @@ def test_maximum_propagates_nan_like_numpy():
 
 
 @pytest.mark.parametrize("fun, message", [
-    (lambda a: a ** 0, r"power: the exponent must be >= 1 \(a \*\* 0 is not zero at the implicit zeros"),
-    (lambda a: a ** -1, r"power: the exponent must be >= 1 \(a \*\* -1"),
-    (lambda a: a ** 0.5, r"power: only integer exponents are supported, got 0.5"),
-    (lambda a: a / a, r"divide: only division by a nonzero scalar is supported"),
+    (lambda a: a ** 0, r"power: the exponent must be > 0 for a sparse tensor \(a \*\* 0 is not zero at its implicit "
+                       r"zeros\); write a.todense\(\) \*\* k"),
+    (lambda a: a ** -1, r"power: the exponent must be > 0 for a sparse tensor \(a \*\* -1"),
+    (lambda a: a ** -0.5, r"power: the exponent must be > 0 for a sparse tensor \(a \*\* -0.5"),
+    (lambda a: a / a, r"divide: dividing by a sparse tensor divides by its implicit zeros \(0 / 0 is NaN\)"),
     (lambda a: a / 0, r"divide: division by zero"),
-    (lambda a: splyce.maximum(a, 0), r"maximum: scalar operands are not supported \(the result is not zero at a sparse tensor's implicit "
-                                          r"zeros\); pass a dense array instead"),
+    (lambda a: splyce.maximum(a, 1), r"maximum: not supported on a sparse tensor here: maximum\(a, c\) is not zero where "
+                                     r"a stores nothing, so the result is dense; write maximum\(a.todense\(\), c\)"),
 ])
 def test_undefined_or_unsupported_elementwise_ops_raise_clearly(fun, message):
     a = sps.random_array((4, 4), density=0.5, format="csr", rng=3)
     with pytest.raises(TraceError, match=message):
         splyce.jit(fun)(a)
+
+
+def test_zero_preserving_scalar_ops_keep_a_sparse_tensor_sparse():
+    # maximum(a, c <= 0) and a ** k for k > 0 are 0 where a stores nothing: sparse results, as scipy's
+    a = sps.random_array((4, 4), density=0.5, format="csr", rng=3)
+    a.data -= 0.5
+    relu = splyce.jit(lambda a: splyce.maximum(a, 0))(a)
+    root = splyce.jit(lambda a: abs(a) ** 0.5)(a)
+    assert sps.issparse(relu) and sps.issparse(root)
+    np.testing.assert_array_equal(relu.toarray(), np.maximum(a.toarray(), 0))
+    np.testing.assert_allclose(root.toarray(), np.abs(a.toarray()) ** 0.5)
 
 
 def test_maximum_on_concrete_operands_points_to_scipy():

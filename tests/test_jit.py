@@ -41,7 +41,7 @@ def test_trace_text_shows_ops_shapes_and_formats():
 @pytest.mark.parametrize("fun, message", [
     (lambda a, b: a @ b, "not aligned"),
     (lambda a, b: a * b, "cannot be broadcast"),
-    (lambda a, b: a + b, "differ"),
+    (lambda a, b: a + b, "cannot be broadcast together"),
     (lambda a, b: splyce.einsum("ij,jk->ik", a, b), "size mismatch"),
     (lambda a, b: splyce.einsum("i...,j->ij", a, b), "ellipses"),
     (lambda a, b: splyce.einsum("ii,jk->ik", a, b), "repeated index"),
