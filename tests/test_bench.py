@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from splyce.bench import __main__ as cli
-from splyce.bench import ablation, ceiling, common, kernels, real, threads
+from splyce.bench import ablation, ceiling, common, kernels, programs, real, threads
 from splyce.bench import compile as compile_bench
 from splyce.bench.common import BenchMismatch, Config, read_csv
 
@@ -341,3 +341,11 @@ def test_dask_bench_matrices(tmp_path):
     assert [label.split()[0] for label, _ in picked] == ["rmat-s10", "fem3d-1500"]
     with pytest.raises(SystemExit, match="choose from"):
         dask_bench.matrices(Config(tiny=True, out=tmp_path, matrices=("no-such-matrix",)))
+
+
+def test_programs_tiny(tmp_path, capsys):
+    # the algorithm bodies jitted whole vs scipy: every program on both tiny matrices, checked, timed
+    assert cli.main(["programs", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
+    rows = _check_outputs(tmp_path, "programs", programs.COLUMNS)
+    assert {r["program"] for r in rows} == set(programs.PROGRAMS) and len(rows) == 2 * len(programs.PROGRAMS)
+    assert all(float(r["splyce_vs_scipy"]) > 0 for r in rows)

@@ -19,10 +19,12 @@ SUBCOMMANDS = {
     "memory": "the drop-ins on the largest corpus matrices with and without the cache of freed buffers, 1 and 2 "
               "threads (docs/memory.md)",
     "compile": "cold compile vs disk-cache load of K1-K5, results checked",
+    "programs": "algorithm bodies (PageRank, CG, GCN, logistic regression, row normalisation, triangles) jitted "
+                "whole vs scipy / NumPy on the corpus; --ops picks programs",
     "dask": "SpMV, SpGEMM, triangles on a 2-worker Dask LocalCluster: 1 vs 2 workers, vs dask + pydata-sparse",
     "all": "every subcommand above but dask, in turn",
 }
-ORDER = ["kernels", "ablation", "width", "sparsity", "real", "threads", "memory", "compile"]
+ORDER = ["kernels", "ablation", "width", "sparsity", "real", "programs", "threads", "memory", "compile"]
 
 EPILOG = "Methodology:\n" + METHODOLOGY + """
 Outputs: each subcommand writes <name>.csv (machine info as leading '#' lines), <name>.md and <name>.png

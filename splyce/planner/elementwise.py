@@ -99,7 +99,7 @@ def fuse_elementwise(outputs, uses: dict[Node, int]):
         for old_arg, arg, read in zip(node.args, f_args, f_reads):
             inner = elementwise_form(arg) if uses.get(old_arg) == 1 else None
             if inner is not None and arg.type.shape == new.type.shape and arg.type.dtype == new.type.dtype \
-                    and read == _axes(new):
+                    and read == _axes(new) and not _dense_union_into_numpy(arg, inner[0], expr):
                 inner_args, inner_expr, inner_reads = inner
                 parts.append(_remap(inner_expr, [slot(a, r) for a, r in zip(inner_args, inner_reads)]))
                 absorbed += 1
@@ -110,6 +110,29 @@ def fuse_elementwise(outputs, uses: dict[Node, int]):
     return tuple(mapping[o] for o in outputs), absorbed
 
 
+_PLANNER_HEADS = {"arg", "const", "add", "sub", "mul", "max", "min", "abs", "neg", "conj", "pow", "div"}
+
+
+def _dense_union_into_numpy(inner: Node, inner_args, outer_expr) -> bool:
+    """Whether absorbing ``inner`` would put a value that reads a sparse operand but is not zero where it
+    stores nothing (a dense result: ``a - d``) under one of NumPy's functions. The lowering computes such a
+    function of a sparse-reading value on the stored entries only (``sparse_tensor.unary``: valid for f(0) = 0
+    of a sparse value), so ``maximum(a - d, -0.5)`` stays two loops."""
+    if inner.type.is_sparse or not any(a.type.is_sparse for a in inner_args):
+        return False
+    return _has_numpy_head(outer_expr)
+
+
+def _has_numpy_head(expr) -> bool:
+    if not isinstance(expr, tuple) or not expr or not isinstance(expr[0], str):
+        return False
+    if expr[0] not in _PLANNER_HEADS:
+        return True
+    if expr[0] in ("max", "min") and any(isinstance(x, tuple) and x[0] == "const" for x in expr[1:]):
+        return True
+    return any(_has_numpy_head(x) for x in expr[1:] if isinstance(x, tuple))
+
+
 def expression_text(expr) -> str:
     if expr[0] == "arg":
         return f"${expr[1]}"
@@ -117,3 +140,24 @@ def expression_text(expr) -> str:
         return repr(expr[1])
     head, *rest = expr
     return f"{head}(" + ", ".join(expression_text(x) if isinstance(x, tuple) else repr(x) for x in rest) + ")"
+
+
+# heads that can map a NaN to a number (NaN > 0 is False, NaN ** 0 is 1, int(NaN) is undefined)
+_HIDE_NAN = {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor", "not", "isnan", "isinf", "isfinite", "where",
+             "powf"}
+
+
+def propagates_nan(node: Node) -> bool:
+    """Whether a NaN in an operand of ``node`` shows in its result at the same position (or is dropped with
+    the position, as a view does): what lets a scattering plan be checked by its results (plan.Plan.kept)."""
+    if node.op != "ewise":
+        return True
+    return not _hides_nan(node.params[0])
+
+
+def _hides_nan(expr) -> bool:
+    head = expr[0]
+    if head in _HIDE_NAN or (head == "cast" and not expr[2].startswith(("float", "complex"))):
+        return True
+    return any(_hides_nan(x) for x in expr[1:] if isinstance(x, tuple) and x and isinstance(x[0], str)
+               and x[0] not in ("arg", "const"))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from splyce.planner import cost
-from splyce.planner.elementwise import expression_text, fuse_elementwise
+from splyce.planner.elementwise import expression_text, fuse_elementwise, propagates_nan
 from splyce.planner.memory import budget_bytes, format_bytes
 from splyce.planner.rewrite import Fusion, substitute, uses, with_args, with_order
 from splyce.planner.transposed_inputs import Derived, relabel_inputs, transposed
@@ -255,6 +255,8 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
     """``scatter=False``: the plan that keeps every sparse operand sparse (``Plan.kept``). ``constants``: the
     values of the trace's frozen constants (its last inputs; ``nnz`` counts them too)."""
     source = trace
+    # a scattered operand's NaN is caught in the results (Kernel.run_exact) only where every op propagates it
+    scatter = scatter and all(propagates_nan(n) for n in walk(trace.outputs))
     trace, derived = relabel_inputs(trace)
     planner = Planner(trace, tuple(nnz) + tuple(nnz[d.source] for d in derived), scatter)
     outputs, fusions = planner.fuse()

@@ -1,15 +1,20 @@
 """The trace IR: small, frozen, hashable nodes recorded while a jitted function runs on tracers.
 
-Every operation normalizes to one of three node kinds:
-- ``input``: the i-th argument (params: its position);
+Every operation normalizes to one of these node kinds:
+- ``input``: the i-th argument, or a constant the function reads from its enclosing scope after the arguments
+  (params: its position; tracer/captures.py);
 - ``contract``: an einsum over 1-4 operands with an optional constant factor (matmul, einsum, elementwise
   ``*``, transpose, ``sum`` and scalar multiplication all become this);
 - ``combine``: elementwise ``+`` / ``-`` (params: +1 / -1), ``maximum`` / ``minimum`` ("max" / "min") of
   same-shaped operands (a union: an entry stored in either operand);
 - ``map``: a zero-preserving elementwise function of one operand (params: ``("abs",)``, ``("pow", k)``,
   ``("div", scalar)``);
-- ``ewise``: built by the planner only: a fused elementwise expression over its operands (params: the
-  expression as nested tuples, see planner/elementwise.py).
+- ``ewise``: an elementwise expression over its operands, with NumPy's broadcasting (params: the expression
+  as nested tuples and how each operand is read, see planner/elementwise.py): built by the tracer for NumPy's
+  functions on dense values (tracer/dense_ops.py) and by the planner for fused elementwise chains;
+- ``reduce``: ``max`` / ``min`` over axes (params: kind, axes, keepdims), a dense result;
+- ``view``: a dense operand read through an affine map: indexing, unit axes, a diagonal (params: the spec,
+  see tracer/indexing.py).
 
 Nodes are hash-consed (one object per distinct structure), so equality is identity and a trace prints and
 keys in time linear in its distinct nodes.
@@ -61,7 +66,7 @@ class Node:
     tree). Immutable once built."""
 
     __slots__ = ("op", "args", "params", "type", "__weakref__")
-    op: str                       # "input" | "contract" | "combine" | "map" | "ewise"
+    op: str                       # "input" | "contract" | "combine" | "map" | "ewise" | "reduce" | "view"
     args: tuple["Node", ...]
     params: tuple                 # hashable op parameters (see the module docstring)
     type: TensorType
