@@ -59,9 +59,7 @@ def _truediv(values, dtype):
 def _powf(values, dtype):
     from mlir.dialects import math
 
-    if is_float(dtype):
-        return math.powf(*values)
-    return math.ipowi(*values)   # integers to non-negative integer powers (the tracer checks the exponent)
+    return math.powf(*values)   # floats only: the tracer gives integer powers as products
 
 
 def _sign(values, dtype):

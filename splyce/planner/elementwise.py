@@ -133,15 +133,6 @@ def _has_numpy_head(expr) -> bool:
     return any(_has_numpy_head(x) for x in expr[1:] if isinstance(x, tuple))
 
 
-def expression_text(expr) -> str:
-    if expr[0] == "arg":
-        return f"${expr[1]}"
-    if expr[0] == "const":
-        return repr(expr[1])
-    head, *rest = expr
-    return f"{head}(" + ", ".join(expression_text(x) if isinstance(x, tuple) else repr(x) for x in rest) + ")"
-
-
 # heads that can map a NaN to a number (NaN > 0 is False, NaN ** 0 is 1, int(NaN) is undefined)
 _HIDE_NAN = {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor", "not", "isnan", "isinf", "isfinite", "where",
              "powf"}

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from splyce.planner import cost
-from splyce.planner.elementwise import expression_text, fuse_elementwise, propagates_nan
+from splyce.planner.elementwise import fuse_elementwise, propagates_nan
 from splyce.planner.memory import budget_bytes, format_bytes
 from splyce.planner.rewrite import Fusion, substitute, uses, with_args, with_order
 from splyce.planner.transposed_inputs import Derived, relabel_inputs, transposed
 from splyce.tensors.formats import Format
-from splyce.tracer.ir import ContractParams, Node, TensorType, Trace, walk
+from splyce.tracer.ir import ContractParams, Node, TensorType, Trace, ewise_text, walk
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class Plan:
             operands = ", ".join(names.get(a, "?") for a in step.node.args)
             storage = f" storage=({', '.join(step.storage)})" if any(step.storage) else ""
             kind = "result" if step.result else "intermediate"
-            params = (expression_text(step.node.params[0]) if step.node.op == "ewise"
+            params = (ewise_text(step.node.params, step.node.type.ndim) if step.node.op == "ewise"
                       else ", ".join(str(p) for p in step.node.params))
             lines.append(f"  %{k} = {step.node.op}[{params}]({operands}) : {step.node.type}")
             lines.append(f"      // cost ~{step.cost:.3g} steps{storage}; {kind} ~{step.entries:.3g} entries, "

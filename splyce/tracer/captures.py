@@ -137,12 +137,22 @@ def sites(fun) -> tuple[Site, ...]:
         if namespace is None:
             continue
         for name in _global_names(code):
-            value = namespace.get(name)
-            if isinstance(value, types.FunctionType) and value.__globals__ is namespace:
+            value = _helper(namespace.get(name), namespace)
+            if value is not None:
                 stack.append(value)
-            elif not isinstance(value, _NOT_DATA) and not callable(value):
+            elif not isinstance(namespace.get(name), _NOT_DATA) and not callable(namespace.get(name)):
                 found.setdefault(("global", id(namespace), name), Site(name, namespace=namespace))
     return tuple(found.values())
+
+
+def _helper(value, namespace: dict):
+    """The plain function of the module ``namespace`` that ``value`` runs: itself, or the function of a
+    ``splyce.jit`` object (called with tracers, a jitted function runs its Python function inline), else None."""
+    if not isinstance(value, types.FunctionType) and hasattr(value, "cache_info") and hasattr(value, "lower"):
+        value = getattr(value, "__wrapped__", None)
+    if isinstance(value, types.FunctionType) and value.__globals__ is namespace:
+        return value
+    return None
 
 
 def _global_names(code) -> set[str]:
@@ -171,8 +181,8 @@ def rebound(fun, tracers: dict):
     while pending:   # the same-module functions reachable by name, copied over ``scope``
         code = pending.pop()
         for name in _global_names(code):
-            value = namespace.get(name)
-            if isinstance(value, types.FunctionType) and value.__globals__ is namespace and name not in done:
+            value = _helper(namespace.get(name), namespace)
+            if value is not None and name not in done:
                 done.add(name)
                 scope[name] = _copy(value, scope, tracers)
                 pending.append(value.__code__)

@@ -168,11 +168,34 @@ class Trace:
                 continue
             names[node] = name = f"%{len(lines)}"
             operands = ", ".join(names[a] for a in node.args)
-            params = ", ".join(str(p) for p in node.params if p is not None)
+            if node.op == "ewise":
+                params = ewise_text(node.params, node.type.ndim)
+            else:
+                params = ", ".join(str(p) for p in node.params if p is not None)
             lines.append(f"  {name} = {node.op}[{params}]({operands}) : {node.type}")
         header = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(self.inputs))
         results = ", ".join(names[o] for o in self.outputs)
         return f"trace({header}) {{\n" + "\n".join(lines) + f"\n  return {results}\n}}"
+
+
+def expression_text(expr) -> str:
+    """An elementwise expression (planner/elementwise.py) as text: ``$k`` for operand k, constants by repr."""
+    if expr[0] == "arg":
+        return f"${expr[1]}"
+    if expr[0] == "const":
+        return repr(expr[1])
+    head, *rest = expr
+    return f"{head}(" + ", ".join(expression_text(x) if isinstance(x, tuple) else repr(x) for x in rest) + ")"
+
+
+def ewise_text(params: tuple, ndim: int) -> str:
+    """An ``ewise`` node's params as text: the expression, then how each operand is read when one is
+    broadcast (``reads ab,b``)."""
+    text = expression_text(params[0])
+    reads = params[1] if len(params) > 1 else ()
+    if any(r != "abcd"[:ndim] for r in reads):
+        text += f"; reads {','.join(reads)}"
+    return text
 
 
 def result_dtype(*dtypes: str) -> str:

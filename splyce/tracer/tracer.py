@@ -212,6 +212,9 @@ def power(a, exponent) -> Tracer:
         if na.type.is_sparse or _sparse(exponent):
             raise TraceError("power: a tensor exponent of a sparse tensor is not supported; write "
                              "a.todense() ** e")
+        if not na.type.dtype.startswith("float"):
+            raise TypeError(f"power: a tensor exponent is supported for float values, got {na.type.dtype}; "
+                            "convert first (x.astype(float))")
         return apply("powf", a, exponent)
     if na.type.dtype == "bool":
         refuse_dtype("power", "bool", "raise a numeric array instead")
@@ -229,8 +232,10 @@ def power(a, exponent) -> Tracer:
         return ufunc("sqrt", a)
     if k == -1 and inexact:
         return ufunc("reciprocal", a)
-    if isinstance(k, numbers.Integral) and not inexact and k < 0:
-        raise ValueError("Integers to negative integer powers are not allowed.")
+    if isinstance(k, numbers.Integral) and not inexact:
+        if k < 0:
+            raise ValueError("Integers to negative integer powers are not allowed.")
+        return apply("mul", a, 0) + 1    # x ** 0 of integers: ones
     return apply("powf", a, k)
 
 
