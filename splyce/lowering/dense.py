@@ -194,31 +194,39 @@ def convert(value, from_dtype: str, to_dtype: str):
 
 
 def lower_view(node, ctx, init, dense_out: bool):
-    """A ``view`` node: one ``linalg.generic`` reading the operand through the view's affine map."""
+    """A ``view`` node: one ``linalg.generic`` over the result that reads the operand as a gather
+    (``tensor.extract`` at ``start + step * i`` or a fixed index per operand axis). An affine operand map
+    would do for most views, but linalg's verifier takes a plain ``d0`` as the operand's extent, which a
+    prefix slice (``x[:3]``) or a diagonal of a non-square matrix contradicts."""
     from mlir import ir
-    from mlir.dialects import linalg
+    from mlir.dialects import arith, linalg, tensor
 
     (spec,) = node.params
     (arg,) = node.args
     rank = node.type.ndim
-    exprs = []
-    for entry in spec:
-        if entry[0] == "at":
-            exprs.append(ir.AffineConstantExpr.get(entry[1]))
-            continue
-        _, k, start, step = entry
-        exprs.append(ir.AffineDimExpr.get(k) * step + start)
-    in_map = ir.AffineMap.get(rank, 0, exprs)
-    out_map = ir.AffineMap.get_identity(rank)
-    maps = ir.ArrayAttr.get([ir.AffineMapAttr.get(in_map), ir.AffineMapAttr.get(out_map)])
+    maps = ir.ArrayAttr.get([ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))])
     kinds = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * rank)
     source = ctx.values[arg]
-    op = linalg.GenericOp([init.type], [source], [init], maps, kinds)
+    op = linalg.GenericOp([init.type], [], [init], maps, kinds)
     element = element_type(node.type.dtype)
-    block = op.regions[0].blocks.append(element, element)
+    block = op.regions[0].blocks.append(element)
     with ir.InsertionPoint(block):
-        value = block.arguments[0]
+        index = ir.IndexType.get()
+
+        def const(v):
+            return arith.constant(index, ir.IntegerAttr.get(index, v))
+
+        loops = [linalg.IndexOp(k).result for k in range(rank)]
+        indices = []
+        for entry in spec:
+            if entry[0] == "at":
+                indices.append(const(entry[1]))
+                continue
+            _, k, start, step = entry
+            position = loops[k] if step == 1 else arith.muli(loops[k], const(step))
+            indices.append(position if start == 0 else arith.addi(position, const(start)))
+        value = tensor.extract(source, indices)
         if dense_out:
-            value = binary("add", block.arguments[1], value, node.type.dtype)
+            value = binary("add", block.arguments[0], value, node.type.dtype)
         linalg.YieldOp([value])
     return op.result

@@ -186,6 +186,9 @@ class Planner:
             out_stored = "".join(params.output[d] for d in node.type.format.order)
         if params.order is not None:   # pinned by the user (einsum(..., order=)): formulation as written
             found = cost.evaluate(self.operands(node), params.output, out_stored, params.order)
+        elif not node.type.is_sparse and not any(a.type.is_sparse for a in node.args):
+            # dense only: every order costs the same steps; the one that walks memory contiguously wins
+            found = cost.evaluate(self.operands(node), params.output, None, dense_order(params))
         else:
             found = cost.choose(self.operands(node), params.output, out_stored, _heuristic_order(node),
                                 scatter=self.scatter)
@@ -229,6 +232,17 @@ class Planner:
             if not changed:
                 break
         return outputs, fusions
+
+
+def dense_order(params: ContractParams) -> str:
+    """The loop order of a contraction of dense (row-major) operands: innermost the index that is the last,
+    contiguous axis of most operands and of the result (``j`` of ``ik,kj->ij``, ``k`` of ``ik,k->i``), then
+    outward the result's indices in order, then the reductions."""
+    letters = list(dict.fromkeys(params.output + "".join(params.inputs)))
+    last = [s[-1] for s in (*params.inputs, params.output) if s]
+    inner = max(letters, key=lambda c: (last.count(c), c in params.output, -letters.index(c)))
+    outer = [c for c in params.output if c != inner] + [c for c in letters if c not in params.output and c != inner]
+    return "".join(outer) + inner
 
 
 def _pinned(node: Node) -> bool:
