@@ -10,13 +10,13 @@ import sys
 
 import numpy as np
 
-from splyce.runtime import memory_pool
+from splyce.native import memory_pool
 from splyce.tensors.tensor import SparseTensor
 from splyce.tracer import tracer as T
 from splyce.tracer.tracer import Tracer
 
 # Drop-ins on operands of at least this many stored values run with NumPy allocating from splyce's cache of
-# freed large buffers (runtime/memory_pool.py: a result is fresh memory on every call otherwise); below it
+# freed large buffers (native/memory_pool.py: a result is fresh memory on every call otherwise); below it
 # a result is under the cache's 1 MiB minimum anyway, and the call saves the handler switch (~2 us).
 POOL_OPERAND = 1 << 16
 

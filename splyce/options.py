@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # codegen imports llvmlite: not needed to build or validate options
-    from splyce.backend.codegen import Target
+    from splyce.native.codegen import Target
 
 # The fast lane's phases in SIMD (see Options). The paper found 5 (SIMD load/compare, scalar
 # multiply-accumulate and pointer advance) best on Sapphire Rapids; re-measured on this project's machines

@@ -113,7 +113,7 @@ def test_compile_subcommand_loads_from_disk(tmp_path, monkeypatch):
 
 
 def test_simd_share_reads_the_profile():
-    from splyce.kernels import KERNELS
+    from splyce.bench.paper_kernels import KERNELS
 
     spec = KERNELS["K1"]
     assert 0.5 < common.simd_share(spec.fun, tuple(spec.operands(96, 0.2))) <= 1.0

@@ -6,7 +6,7 @@ import scipy.sparse as sps
 from hypothesis import given, settings, strategies as st
 
 import splyce
-from splyce.backend import ir_text
+from splyce.native import ir_text
 from splyce.planner.dropin import Formulation, OperandInfo, choose_einsum_formulation
 
 
@@ -38,7 +38,7 @@ def test_masked_spgemm_bit_identical_to_scipy(m, k, n, density, seed, dtype, thr
 @pytest.mark.parametrize("shape", [(0, 0, 3), (1, 1, 1), (20, 30, 32), (9, 4, 5)])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_sddmm_matches_scipy(shape, dtype, monkeypatch):
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
 
     m, n, d = shape
     rng = np.random.default_rng(m + n)
@@ -69,7 +69,7 @@ def test_sddmm_matches_scipy(shape, dtype, monkeypatch):
 def test_masked_spgemm_chunks_balance_products_on_power_law_rows(monkeypatch):
     """Chunks balance mask entries plus products (hub rows hold most products, not most entries); results
     are bit-identical for any number of threads and equal to scipy's."""
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
 
     rng = np.random.default_rng(3)
     n, entries = 3000, 30000
@@ -99,7 +99,7 @@ def test_masked_spgemm_chunks_balance_products_on_power_law_rows(monkeypatch):
 def test_triangle_sum_native_split_across_threads(monkeypatch):
     """``"ij,jk,ik->"`` with threads runs the native masked sum on work-balanced chunks (4 per thread); the
     partial sums of integer values are exact."""
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
 
     sizes = []
     real = native_masked.run_taken
@@ -154,7 +154,7 @@ def test_masked_bad_operands():
 
 
 def test_an_operand_passed_several_times_is_converted_and_checked_once(monkeypatch):
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
     from splyce.planner import dropin
 
     a = sps.random_array((40, 40), density=0.1, format="csr", rng=8)
@@ -200,7 +200,7 @@ def test_small_triangle_count_on_several_threads_takes_the_one_call_path(monkeyp
     """threads=2 / None on a triangle count too small to split (the general path would run it on one thread
     after its own steps) takes the one native call, with the one-thread result; a count whose product bound
     reaches the split threshold keeps the general path; a bad threads value still raises."""
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
 
     fast = []
     real_fast = native_masked.masked_sum_checked
@@ -233,7 +233,7 @@ def test_triangle_count_on_several_threads_counts_hits(dtype, monkeypatch):
     """A 0/1 pattern split across threads is counted by the branch-free hit count, as on one thread: the same
     value as one thread and scipy, of the same type. Not counted (summed instead): a value other than one, a
     sample of rare hits, a count beyond what the value type holds exactly."""
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
 
     counted = []
     real = native_masked._counted_sum
@@ -287,7 +287,7 @@ def test_triangle_count_on_several_threads_counts_hits(dtype, monkeypatch):
 def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
     """einsum("ij,jk,ik->") whose plan is the plain loop nest runs natively (masked_sum), with exactly the
     kernel's sum; another plan runs the kernel. Values of wide magnitudes, so any other order would show."""
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
     from splyce.planner import dropin
 
     calls = []
@@ -330,7 +330,7 @@ def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
 def test_triangle_sum_of_rare_hits_after_the_sample():
     """A 0/1 pattern whose sample has under 1 hit in 32 products is summed, not counted: after the sample's
     count its marks are set back (stale ones would add products that are not there: not triangular here)."""
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
 
     L = sps.random_array((2000, 2000), density=0.002, format="csr", rng=5)
     L.data[:] = 1
@@ -344,7 +344,7 @@ def test_triangle_sum_of_rare_hits_after_the_sample():
 def test_triangle_count_beyond_exact_falls_back_to_the_sum():
     """A count the value type would not hold exactly goes to the summing loop, whose marks are set again (a
     limit of 2 here instead of 2**53; stale marks from the count would add products that are not there)."""
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
 
     L = sps.random_array((60, 60), density=0.3, format="csr", rng=3)   # not triangular: stale marks would show
     L.data[:] = 1

@@ -227,7 +227,7 @@ def test_fast_spmv_leaves_other_calls_to_the_general_path():
 
 
 def test_array_objects_entry_reads_the_data_pointer(monkeypatch):
-    from splyce.backend import array_objects
+    from splyce.native import array_objects
     from splyce.planner import dropin
 
     assert array_objects.DATA_OFFSET is not None          # numpy's layout confirmed on this platform
@@ -253,7 +253,7 @@ def test_positions_far_outside_the_entries_are_refused_without_reading_there():
     script = textwrap.dedent('''
         import ctypes, mmap
         import numpy as np, scipy.sparse as sps, splyce
-        from splyce.backend import ir_text, native_spmv
+        from splyce.native import ir_text, spmv as native_spmv
         from splyce.planner import dropin
         ir_text.MIN_CHUNK = 8                # threads=2 really splits these 4400 entries
         dropin.SERIAL_MAX_WORK = 0
@@ -307,8 +307,8 @@ def test_checked_spmv_kernel_code_shape():
     loop measured ~12 % slower)."""
     import re
 
-    from splyce.backend import native_spmv
-    from splyce.backend.codegen import CodegenOptions, emit_assembly, host_target, optimize
+    from splyce.native import spmv as native_spmv
+    from splyce.native.codegen import CodegenOptions, emit_assembly, host_target, optimize
 
     text, _ = native_spmv.spmv_objects_ir(np.dtype(np.float64), 32, 32, "rows")
     module, tm = optimize(text, host_target(), CodegenOptions(opt_level=3))
@@ -331,8 +331,8 @@ def test_flat_spmv_loop_has_no_branch_on_a_row_end():
     on x86)."""
     import re
 
-    from splyce.backend import native_spmv
-    from splyce.backend.codegen import CodegenOptions, emit_assembly, host_target, optimize
+    from splyce.native import spmv as native_spmv
+    from splyce.native.codegen import CodegenOptions, emit_assembly, host_target, optimize
 
     text, _ = native_spmv.spmv_objects_ir(np.dtype(np.float64), 32, 32, "flat")
     module, tm = optimize(text, host_target(), CodegenOptions(opt_level=3))
@@ -375,13 +375,13 @@ def test_small_products_asked_for_threads_run_on_one(monkeypatch):
     monkeypatch.setattr(dropin, "SERIAL_MAX_WORK", 4 * a.nnz - 1)
     assert np.array_equal(splyce.matmul(a, x, threads=2), a @ x) and ran == [2]
     assert splyce.matmul(a, frontier, threads=2).data.tobytes() == one.data.tobytes() and ran == [2, 2]
-    from splyce.backend import ir_text                # split even these few entries: two ranges, same bits
+    from splyce.native import ir_text  # split even these few entries: two ranges, same bits
     monkeypatch.setattr(ir_text, "MIN_CHUNK", 8)
     assert len(ir_text.work_chunks(a.indptr, 2)) == 2
     for vec in (x, X, rng.random((200, 40))):           # SpMV, SpMM with k fixed and with any k
         assert np.array_equal(splyce.matmul(a, vec, threads=2), a @ vec)
     monkeypatch.setattr(dropin, "SERIAL_MAX_WORK", 0)
-    from splyce.backend import native_spmv
+    from splyce.native import spmv as native_spmv
     monkeypatch.setattr(native_spmv, "FLAT_MIN_BYTES", 0)     # the flat kernel at any size (as on Zen 1)
     thin = sps.random_array((300, 200), density=0.012, format="csr", rng=rng)   # 2.4 per row: the flat kernel
     assert np.array_equal(splyce.matmul(thin, x, threads=2), thin @ x)
@@ -397,7 +397,7 @@ def test_spmv_kernel_choice_by_cpu(monkeypatch):
     elsewhere never grouped; flat from L2's size but on Zen 1 / 2. The drop-in follows them."""
     import scipy.sparse as sps
 
-    from splyce.backend import native_spmv
+    from splyce.native import spmv as native_spmv
     from splyce.planner import dropin
 
     assert native_spmv._tuned_for("znver1", 512 << 10) == (512 << 10, 0, 0)

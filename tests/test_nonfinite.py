@@ -10,7 +10,7 @@ import sparse
 from hypothesis import given, settings, strategies as st
 
 import splyce
-from splyce.backend import native_masked
+from splyce.native import masked as native_masked
 
 
 def _graph(n, density, seed):

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from splyce.backend.native_spmv import FLAT_MAX_ROW as _FLAT_MAX_ROW, FLAT_MIN_BYTES as _FLAT_MIN_BYTES
-from splyce.backend.native_spmv import GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES, GROUPED_MIN_ROW as _GROUPED_MIN_ROW
-from splyce.backend.native_spmv import SPMM_FIXED as _SPMM_FIXED
-from splyce.backend import native_masked as _native_masked
-from splyce.backend.array_objects import DATA_OFFSET as _ARRAY_OFFSET   # None: no array read natively by id
+from splyce.native.spmv import FLAT_MAX_ROW as _FLAT_MAX_ROW, FLAT_MIN_BYTES as _FLAT_MIN_BYTES
+from splyce.native.spmv import GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES, GROUPED_MIN_ROW as _GROUPED_MIN_ROW
+from splyce.native.spmv import SPMM_FIXED as _SPMM_FIXED
+from splyce.native import masked as _native_masked
+from splyce.native.array_objects import DATA_OFFSET as _ARRAY_OFFSET   # None: no array read natively by id
 from splyce.planner import broadcast, diagonals, narrow_dtypes, nonfinite as _nonfinite, scipy_out
 from splyce.tensors.formats import CSC, CSR, SPARSE_VECTOR, Format
 from splyce.tensors.validation import SUPPORTED_DTYPES, check_buffers, check_dtype
@@ -121,7 +121,7 @@ def _csr_as_it_is(x, fmt: Format, threads: int = 1) -> Checked | None:
     """What ``asarray`` makes of an exact scipy CSR asked for in CSR (up to index widths), by a shorter road:
     its own buffers wrapped as they are after one native canonical-CSR scan; None (the general road) for
     anything else, including a CSR that fails the scan (then ``asarray`` words the error or canonicalizes)."""
-    from splyce.backend import array_objects, native_validation
+    from splyce.native import array_objects, validation as native_validation
 
     if not _csr_types:
         _scipy_csr_types()
@@ -174,7 +174,7 @@ def _wrap_sparse(result, family):
 
 def _dense_to_csr(block: np.ndarray, index_dtype=np.int64):
     """CSR parts ``(data, indices, indptr)`` of a dense block, dropping zeros (as scipy's product does)."""
-    from splyce.backend import native_compress
+    from splyce.native import compress as native_compress
 
     if native_compress.supported(block.dtype):
         return native_compress.dense_to_csr(block, index_dtype)
@@ -231,9 +231,9 @@ class OperandInfo:
 
 
 def _native_values(*infos: OperandInfo) -> bool:
-    """Whether the native kernels (splyce/backend/native_*.py) compute in the operands' common value dtype
+    """Whether the native kernels (splyce/native/*.py) compute in the operands' common value dtype
     (float64 / float32 / int64 / int32; bool and complex go through the sparsifier's kernels)."""
-    from splyce.backend.ir_text import VALUE
+    from splyce.native.ir_text import VALUE
 
     dtypes = [i.dtype for i in infos if i.dtype is not None]
     return not dtypes or np.result_type(*dtypes) in VALUE
@@ -358,7 +358,7 @@ def _csr_times_dense(a, b, threads: int) -> np.ndarray:
     +0.0 as scipy does: the same values bit for bit). A scipy CSR is read as it is and checked only for what
     a product needs (positions, column range; unsorted or repeated columns are fine), by the kernel itself as
     it reads them."""
-    from splyce.backend import native_spmv
+    from splyce.native import spmv as native_spmv
 
     b = np.asarray(b)
     check_dtype(b.dtype, "b")
@@ -534,7 +534,7 @@ def _spmv_entry(dtype: np.dtype, idx: np.dtype, variant):
     """The compiled fast-path SpMV (``variant`` "flat", "grouped" or "rows") or SpMM (``variant`` the column count)
     for these dtypes, or None when it does not apply (non-native byte order, an unsupported dtype, or numpy's
     array layout not confirmed by ``array_objects``)."""
-    from splyce.backend import array_objects, native_spmv
+    from splyce.native import array_objects, spmv as native_spmv
 
     if (array_objects.DATA_OFFSET is None or not native_spmv.supported(dtype) or not dtype.isnative
             or idx not in _INT_MAX or not idx.isnative):
@@ -558,7 +558,7 @@ def _raise_bad_product_operand(x) -> None:
 
 def _spgemm(A: SparseTensor, B: SparseTensor, family: str, threads: int):
     """CSR x CSR -> CSR in O(flops) (native sparse accumulator); values in the operands' common dtype."""
-    from splyce.backend import native_spgemm
+    from splyce.native import spgemm as native_spgemm
 
     dtype = np.result_type(A.dtype, B.dtype)
     parts = [(t.values.astype(dtype, copy=False), t.crd[1], t.pos[1]) for t in (A, B)]
@@ -746,7 +746,7 @@ def _merge_rows(op: str, a, b, threads: int):
     A is converted to canonical CSR and validated. When B is a scipy CSR with exactly A's positions (a
     structurally symmetric matrix and its transpose, a copy with new values), B's index arrays are only
     compared with A's, never followed, so they need no validation of their own."""
-    from splyce.backend import native_elementwise
+    from splyce.native import elementwise as native_elementwise
 
     A = _as_format(a, CSR, "a").tensor
     raw_b = _raw_csr(b)
@@ -779,7 +779,7 @@ def _merge_classes(a):
         sps = sys.modules.get("scipy.sparse")
         if sps is None:
             return None
-        from splyce.backend import array_objects, ir_text, native_elementwise, native_transpose, native_validation
+        from splyce.native import array_objects, ir_text, elementwise as native_elementwise, transpose as native_transpose, validation as native_validation
 
         if array_objects.DATA_OFFSET is not None:
             _merge_types[sps.csr_array] = (sps.csr_array, (sps.csr_array, sps.csc_array), sps.csc_array)
@@ -974,7 +974,7 @@ def choose_einsum_formulation(inputs: list[str], output: str, infos: list[Operan
 def _masked_product(formulation, roles, operands, threads):
     """Masked SpGEMM or SDDMM (see ``choose_einsum_formulation``): a canonical csr_array on the mask's
     positions, zero results dropped."""
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
 
     mask, left, right = roles
     convert = _converter(threads)
@@ -1110,7 +1110,7 @@ def _masked_sum(jitted, ops, inputs, threads: int = 1):
     the same order, bit for bit, without the kernel call's descriptors and results (~0.3 ms on a small
     matrix), as ``(sum, whether every value was proved finite)``; any other plan: None (the caller runs the
     kernel)."""
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
 
     kernel, _ = jitted.kernel_for(*ops)
     plain = _plain_plans.get(kernel)

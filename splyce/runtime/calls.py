@@ -19,9 +19,9 @@ import numpy as np
 
 from splyce.backend import alloc_guard
 from splyce.backend.alloc_guard import free_address
-from splyce.backend.array_objects import address as _address
-from splyce.backend.ir_text import run_taken
-from splyce.runtime import memory_pool
+from splyce.native.array_objects import address as _address
+from splyce.native.ir_text import run_taken
+from splyce.native import memory_pool
 
 # Kernels' result buffers come from the cache of freed large buffers (a loop of calls reuses their backed
 # pages; docs/memory.md), set before any kernel is loaded: the runtime imports this module first.

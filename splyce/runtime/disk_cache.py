@@ -84,7 +84,7 @@ CODEGEN_SOURCES = (
     "lowering/*.py",
     "passes/*.py",
     "backend/compiler.py",
-    "backend/codegen.py",
+    "native/codegen.py",
     "backend/alloc_guard.py",        # the guarded entry and the heap functions kernels call
     "runtime/arguments.py",          # the entry point's buffer layout
     "runtime/disk_cache.py",         # the entry layout

@@ -27,11 +27,11 @@ from splyce.planner.plan import Plan, make_plan
 from splyce.runtime import disk_cache
 from splyce.runtime import arguments
 from splyce.runtime import calls
-from splyce.runtime import memory_pool
+from splyce.native import memory_pool
 from splyce.runtime.arguments import Static
 from splyce.tensors.tensor import SparseTensor
-from splyce.backend.array_objects import address as _address
-from splyce.backend.ir_text import ContextPool
+from splyce.native.array_objects import address as _address
+from splyce.native.ir_text import ContextPool
 from splyce.backend.compiler import Lowering, lower
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
 from splyce.tensors.formats import Format
@@ -224,7 +224,7 @@ class Kernel:
 
 
 def _zeros(shape, dtype) -> np.ndarray:
-    """A dense result, zeroed; from 1 MiB through the cache of freed buffers (runtime/memory_pool.py), so
+    """A dense result, zeroed; from 1 MiB through the cache of freed buffers (native/memory_pool.py), so
     a loop of calls reuses backed pages instead of faulting fresh ones."""
     if math.prod(shape) * np.dtype(dtype).itemsize < memory_pool.POOL_MIN:
         return np.zeros(shape, dtype=dtype)
@@ -375,7 +375,7 @@ class Jitted:
     @property
     def options(self) -> Options:
         if self._options is None:
-            from splyce.backend.codegen import resolve_target
+            from splyce.native.codegen import resolve_target
 
             self._options = Options(target=resolve_target(self._target_name), **self._option_args)
         return self._options
