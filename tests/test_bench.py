@@ -16,6 +16,8 @@ from splyce.bench import ablation, ceiling, common, kernels, real, threads
 from splyce.bench import compile as compile_bench
 from splyce.bench.common import BenchMismatch, Config, read_csv
 
+pytestmark = pytest.mark.slow
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 EXPECTED = {

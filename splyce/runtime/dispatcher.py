@@ -192,10 +192,10 @@ class Kernel:
 
     def _allocation_message(self, nbytes: int) -> str:
         from splyce.planner.memory import budget_bytes, format_bytes
-        from splyce.planner.plan import _describe
+        from splyce.planner.plan import describe
 
         asked = "more than 2**63 bytes" if nbytes >= 2**63 - 2 else f"{nbytes} bytes ({format_bytes(nbytes)})"
-        ops = "; ".join(_describe(o) for o in self.trace.outputs)
+        ops = "; ".join(describe(o) for o in self.trace.outputs)
         return (f"splyce: the kernel computing {ops} could not allocate {asked}: the system is out of memory "
                 f"(the plan's estimate fitted the budget of {format_bytes(budget_bytes())}). Everything the "
                 "kernel had allocated was freed; the inputs are unchanged.")
