@@ -28,6 +28,9 @@ def __getattr__(name):
     if name in _LAZY:
         import importlib
 
+        if name == "jit":   # the drop-ins register the native kernel library that jitted plans may run on
+            importlib.import_module("splyce.dropin")
+
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value      # later look-ups skip this hook (a drop-in call is microseconds)
         return value

@@ -28,7 +28,11 @@ from splyce.dropin.operands import (
 from splyce.dropin.products import matmul, _fast_spmv as fast_spmv
 from splyce.dropin import broadcast
 
+from splyce.dropin import jit_library
+from splyce.runtime import library
+
 broadcast.bind(multiply=multiply, add=add, subtract=subtract, einsum=einsum)
+library.register(jit_library.provide)     # the jit runs these ops on the drop-ins' native kernels
 
 __all__ = [
     "matmul", "multiply", "add", "subtract", "einsum", "fast_spmv", "fast_merge", "fast_masked_sum",

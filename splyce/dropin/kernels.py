@@ -23,8 +23,9 @@ def _kernel(name: str, fun, out_format=None, threads: int = 1, reassociate: bool
         from splyce.runtime.dispatcher import Jitted
 
         with _lock:
+            # library=False: these kernels are what the drop-ins fall back on, never the drop-ins again
             kernel = _kernels.setdefault(key, Jitted(fun, out_format=out_format, threads=threads,
-                                                     fast_math=reassociate))
+                                                     fast_math=reassociate, library=False))
     return kernel
 
 
