@@ -14,6 +14,7 @@ import string
 
 import numpy as np
 
+from splyce.errors import TraceError  # re-exported: defined once in splyce.errors
 from splyce.tensors.formats import Format, relabelled
 from splyce.tracer import captures
 from splyce.tracer.ir import ContractParams, Node, TensorType, result_dtype
@@ -23,10 +24,6 @@ MAX_RANK = 4
 
 # What a user may pass as out_format: "dense", "sparse" (an automatic sparse format) or a Format.
 OUT_FORMATS = ("dense", "sparse")
-
-
-class TraceError(ValueError):
-    """A traced operation that cannot be compiled (shape mismatch, unsupported operation or operand)."""
 
 
 class Tracer:

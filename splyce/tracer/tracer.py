@@ -50,7 +50,7 @@ def matmul(a, b, *, out_format=None) -> Tracer:
 
 def absolute(a) -> Tracer:
     """NumPy's ``abs``: the real magnitude of complex values (complex128 -> float64), the identity on bools."""
-    from splyce.lowering.scalars import real_dtype
+    from splyce.native.dtypes import real_dtype
 
     na = _node(a, "abs")
     t = na.type
