@@ -175,6 +175,7 @@ class LibraryKernel:
             return self._kernel
 
     def run_exact(self, values: list) -> list:
+        values = self.plan.prepare(values)   # + the constants frozen at trace time (no conversion: ``choose``)
         out = self.call.run([values[i] for i in self.call.op.operands], self.threads)
         if not self.sparse_results:
             if hasattr(out, "to_numpy"):        # a SparseTensor vector where the traced result is dense

@@ -15,7 +15,8 @@ import numpy as np
 
 from splyce.tensors.formats import relabelled
 from splyce.tracer import dense_ops, indexing
-from splyce.tracer.base import (MAX_OPERANDS, MAX_RANK, OUT_FORMATS, TraceError, Tracer, _axes, _letters, _node,
+from splyce.errors import TraceError  # re-exported: defined once in splyce.errors
+from splyce.tracer.base import (MAX_OPERANDS, MAX_RANK, OUT_FORMATS, Tracer, _axes, _letters, _node,
                                 _scalar_dtype, check_out_format, check_reducible, contract, copy_of,
                                 default_sparse_format, is_array, parse_einsum, refuse_dtype, relabel_axes,
                                 resolve_format, scalar_value)
