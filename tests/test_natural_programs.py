@@ -305,6 +305,8 @@ DENSE_CASES = {
     "np.dot": lambda a, x: np.dot(a @ x, x),
     "outer": lambda a, x: np.outer(x, x) * 2,
     "diagonal dense": lambda a, x: np.diagonal(np.outer(x, x)) - x * x,
+    "0-d scaled": lambda a, x: x.sum() * 3.0 + (a @ x).sum() * -0.5,
+    "prefix slice": lambda a, x: x[:3] + (a @ x)[-3:],
 }
 
 

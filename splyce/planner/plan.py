@@ -239,6 +239,8 @@ def dense_order(params: ContractParams) -> str:
     contiguous axis of most operands and of the result (``j`` of ``ik,kj->ij``, ``k`` of ``ik,k->i``), then
     outward the result's indices in order, then the reductions."""
     letters = list(dict.fromkeys(params.output + "".join(params.inputs)))
+    if not letters:
+        return ""
     last = [s[-1] for s in (*params.inputs, params.output) if s]
     inner = max(letters, key=lambda c: (last.count(c), c in params.output, -letters.index(c)))
     outer = [c for c in params.output if c != inner] + [c for c in letters if c not in params.output and c != inner]
