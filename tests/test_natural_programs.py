@@ -306,6 +306,9 @@ DENSE_CASES = {
     "outer": lambda a, x: np.outer(x, x) * 2,
     "diagonal dense": lambda a, x: np.diagonal(np.outer(x, x)) - x * x,
     "0-d scaled": lambda a, x: x.sum() * 3.0 + (a @ x).sum() * -0.5,
+    "numpy functions": lambda a, x: (np.sum(np.outer(x, x), axis=0, keepdims=True) + np.linalg.norm(x)
+                                     + np.max(np.outer(x, x), axis=1)[None, :] + np.transpose(np.outer(x, x))[0]
+                                     + np.einsum("i,i->", x, x) + np.trace(np.outer(x, x))),
     "prefix slice": lambda a, x: x[:3] + (a @ x)[-3:],
 }
 

@@ -45,7 +45,7 @@ def parser() -> argparse.ArgumentParser:
                    help="kernel for sparsity (default K1)")
     p.add_argument("--ops", default="", help="real: comma-separated ops to run (default all), e.g. spmv,spgemm")
     p.add_argument("--matrices", default="",
-                   help="real: comma-separated corpus matrices to run (default all), e.g. ba-100k,pyamg-bar")
+                   help="real / programs: comma-separated corpus matrices to run (default all), e.g. ba-100k,pyamg-bar")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # seconds-long runs for the tests
     return p
