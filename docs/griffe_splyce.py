@@ -11,7 +11,7 @@ Two things static analysis cannot see in splyce's source:
 from __future__ import annotations
 
 import ast
-import importlib
+import sys
 
 import griffe
 
@@ -20,16 +20,22 @@ class SplyceNames(griffe.Extension):
     def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs) -> None:
         if pkg.path != "splyce":
             return
-        lazy = ast.literal_eval(str(pkg.members["_LAZY"].value))
+        lazy = ast.literal_eval(str(pkg.members["_LAZY"].value)) if "_LAZY" in pkg.members else {}
         for name, module in lazy.items():
             if name not in pkg.members:
                 pkg.set_member(name, griffe.Alias(name, f"{module}.{name}", parent=pkg))
-        for module_path in sorted(set(lazy.values())):
-            module = loader.modules_collection[module_path]
+        # the modules that define the public names: where factory-made functions may hide
+        public = ast.literal_eval(str(pkg.members["__all__"].value))
+        modules = {pkg.members[n].target_path.rpartition(".")[0] for n in public
+                   if n in pkg.members and pkg.members[n].is_alias}
+        for module_path in sorted(modules):
+            module = loader.modules_collection.get_member(module_path)
             made = [n for n, m in module.members.items()
                     if not m.is_alias and m.is_attribute and str(getattr(m, "value", "")).startswith("_binary(")]
             if made:
-                inspected = griffe.inspect(module_path, docstring_parser=loader.docstring_parser,
+                # imported from the tree being documented, not from another installed copy
+                inspected = griffe.inspect(module_path, import_paths=[str(pkg.filepath.parent.parent), *sys.path],
+                                           docstring_parser=loader.docstring_parser,
                                            docstring_options=loader.docstring_options)
                 for name in made:
                     static = module.members[name]

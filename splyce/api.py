@@ -6,17 +6,18 @@ On Dask operands they return lazy Dask arrays, one task per row block (``splyce.
 
 from __future__ import annotations
 
+import operator
 import sys
 
 import numpy as np
 
-from splyce.runtime import memory_pool
+from splyce.native import memory_pool
 from splyce.tensors.tensor import SparseTensor
 from splyce.tracer import tracer as T
 from splyce.tracer.tracer import Tracer
 
 # Drop-ins on operands of at least this many stored values run with NumPy allocating from splyce's cache of
-# freed large buffers (runtime/memory_pool.py: a result is fresh memory on every call otherwise); below it
+# freed large buffers (native/memory_pool.py: a result is fresh memory on every call otherwise); below it
 # a result is under the cache's 1 MiB minimum anyway, and the call saves the handler switch (~2 us).
 POOL_OPERAND = 1 << 16
 
@@ -51,10 +52,10 @@ _dropin_module = None
 
 
 def _dropin():
-    """splyce.planner.dropin, imported on first use (a drop-in call is microseconds: no import per call)."""
+    """splyce.dropin, imported on first use (a drop-in call is microseconds: no import per call)."""
     global _dropin_module
     if _dropin_module is None:
-        from splyce.planner import dropin
+        from splyce import dropin
 
         _dropin_module = dropin
     return _dropin_module
@@ -75,11 +76,11 @@ def _binary(name: str, doc: str):
 
     def _op(a, b, out_format, threads):
         if fast and type(b) is np.ndarray and out_format is None:
-            out = (_dropin_module or _dropin())._fast_spmv(a, b, threads)
+            out = (_dropin_module or _dropin()).fast_spmv(a, b, threads)
             if out is not None:
                 return out
         elif merge and out_format is None and threads == 1 and type(threads) is int:
-            out = (_dropin_module or _dropin())._fast_merge(name, a, b, 1)
+            out = (_dropin_module or _dropin()).fast_merge(name, a, b, 1)
             if out is not None:
                 return out
         if isinstance(a, Tracer) or isinstance(b, Tracer):
@@ -304,7 +305,7 @@ def einsum(subscripts, *operands, out_format=None, order=None, threads=1):
 
 def _einsum(subscripts, operands, out_format, order, threads):
     if len(operands) == 3 and out_format is None and order is None and (threads is None or type(threads) is int):
-        out = (_dropin_module or _dropin())._fast_masked_sum(subscripts, *operands, threads=threads)   # triangles
+        out = (_dropin_module or _dropin()).fast_masked_sum(subscripts, *operands, threads=threads)   # triangles
         if out is not None:
             return out
     if any(isinstance(x, Tracer) for x in operands):
@@ -316,7 +317,7 @@ def _einsum(subscripts, operands, out_format, order, threads):
         from splyce.dask import ops
 
         return ops.einsum(subscripts, *operands, out_format=out_format, threads=threads)
-    from splyce.planner import dropin
+    from splyce import dropin
 
     return dropin.einsum(subscripts, *operands, out_format=out_format, threads=threads)
 
@@ -396,3 +397,61 @@ def _traced_only(name, traced_op, a, b, out_format):
         return traced_op(a, b, out_format=out_format)
     raise TypeError(f"splyce.{name} works inside @splyce.jit; on concrete operands use scipy's "
                     f"a.{name}(b) or np.{name}")
+
+
+# -- SparseTensor's NumPy operators ----------------------------------------------------------------------------
+# Attached here, as JAX's array methods are (jax/_src/numpy/array_methods.py), so that the data type on the
+# ground floor imports no operation: tensors/ stays below the tracer, the drop-ins and this module.
+
+def _tensor_sum(self, axis=None):
+    """NumPy's ``sum`` over ``axis`` (None: all; an int or a tuple of ints): a NumPy scalar or array."""
+    if axis is None:
+        return self.values.sum()       # scipy's A.sum(): NumPy's sum of the stored values, bit for bit
+    letters = "abcdefgh"[:self.ndim]
+    try:
+        axes = [operator.index(a) for a in (axis if isinstance(axis, tuple) else (axis,))]
+    except TypeError:
+        raise TypeError(f"sum: axis must be None, an int or a tuple of ints, got {axis!r}") from None
+    axes = {a + self.ndim if a < 0 else a for a in axes}
+    if any(not 0 <= a < self.ndim for a in axes):
+        raise np.exceptions.AxisError(f"sum: axis {axis} is out of bounds for a {self.ndim}-D tensor")
+    kept = "".join(letter for d, letter in enumerate(letters) if d not in axes)
+    return einsum(f"{letters}->{kept}", self)
+
+
+def _tensor_operator(op, reflected: bool):
+    """``self <op> other`` (reflected: ``other <op> self``) through the drop-in; a tracer operand defers to the
+    tracer's own operator (inside a jitted function)."""
+    def method(self, other):
+        if isinstance(other, Tracer):
+            return NotImplemented
+        return op(other, self) if reflected else op(self, other)
+    return method
+
+
+def _tensor_neg(self):
+    from splyce.dropin import broadcast
+
+    return broadcast.negated(self)
+
+
+def _tensor_truediv(self, other):
+    """Division by a scalar (scipy's rule: the same positions, ``np.true_divide`` of the values)."""
+    from splyce.dropin import broadcast
+
+    if not broadcast.is_scalar(other):
+        raise TypeError(f"SparseTensor / {type(other).__name__}: only division by a scalar is supported "
+                        "(dividing by an array would divide by the tensor's implicit zeros)")
+    return self.with_values(np.true_divide(self.values, other))
+
+
+def _set_tensor_methods(cls) -> None:
+    for name, op in (("matmul", matmul), ("mul", multiply), ("add", add), ("sub", subtract)):
+        setattr(cls, f"__{name}__", _tensor_operator(op, False))
+        setattr(cls, f"__r{name}__", _tensor_operator(op, True))
+    cls.__neg__ = _tensor_neg
+    cls.__truediv__ = _tensor_truediv
+    cls.sum = _tensor_sum
+
+
+_set_tensor_methods(SparseTensor)

@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from splyce.backend import alloc_guard, codegen
+from splyce.backend import alloc_guard
+from splyce.native import codegen
 from splyce.lowering import pipeline
 from splyce.lowering.to_mlir import ENTRY, lower_trace
 from splyce.options import Options

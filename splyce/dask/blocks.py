@@ -18,7 +18,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from splyce.planner.dropin import _family
+from splyce.dropin import operand_family
 
 
 def is_dask(x) -> bool:
@@ -75,7 +75,7 @@ def _as_array(name: str, layer: dict, dependencies, chunks, meta) -> da.Array:
 def sparse_meta(x, dtype=None):
     """An empty object of ``x``'s type (a Dask ``meta``)."""
     dtype = np.dtype(dtype if dtype is not None else x.dtype)
-    family = _family(x)
+    family = operand_family(x)
     if family.startswith("scipy"):
         return type(x)((0,) * x.ndim, dtype=dtype)
     if family == "pydata":
@@ -170,7 +170,7 @@ def _row_sliced(x, bounds: list[int], prefix: str, hashed: bool = True) -> da.Ar
     named by a hash of ``x`` (``hashed``) or by a fresh name (``_fresh_name``)."""
     name = prefix + tokenize(x, bounds) if hashed else _fresh_name(prefix)
     rest = tuple((s,) for s in x.shape[1:])
-    cut = _pydata_rows if _family(x) == "pydata" else (lambda x, lo, hi: x[lo:hi])
+    cut = _pydata_rows if operand_family(x) == "pydata" else (lambda x, lo, hi: x[lo:hi])
     layer = {(name, k) + (0,) * len(rest): cut(x, lo, hi) for k, (lo, hi) in enumerate(zip(bounds, bounds[1:]))}
     chunks = (tuple(hi - lo for lo, hi in zip(bounds, bounds[1:])),) + rest
     return _as_array(name, layer, [], chunks, sparse_meta(x))
@@ -206,7 +206,7 @@ def row_blocks(x, rows: tuple[int, ...] | None = None, name: str = "a") -> da.Ar
         return x
     if np.ndim(x) == 0:
         raise ValueError("a 0-d operand has no rows to partition")
-    family = _family(x)
+    family = operand_family(x)
     if family.startswith("scipy"):
         x = checked_csr(x, name)
     if rows is None:
@@ -242,7 +242,7 @@ def whole(x) -> da.Array:
         if any(n > 1 for n in x.numblocks[1:]):
             x = x.rechunk({d: -1 for d in range(1, x.ndim)})
         return x
-    if _family(x) == "numpy":
+    if operand_family(x) == "numpy":
         x = np.asarray(x)
     name = _fresh_name("splyce-broadcast-")
     key = (name,) + (0,) * np.ndim(x)
@@ -299,7 +299,7 @@ def broadcast(x, client=None) -> da.Array:
             client = distributed.get_client()
         except ValueError as exc:
             raise ValueError("broadcast needs a distributed.Client: pass client= or create one first") from exc
-    if _family(x) == "numpy":
+    if operand_family(x) == "numpy":
         x = np.asarray(x)
     name = "splyce-broadcast-" + tokenize(x)
     key = (name,) + (0,) * np.ndim(x)
@@ -394,7 +394,7 @@ def pad_rows(x, rows: int):
     extra = rows - x.shape[0]
     if extra <= 0:
         return x
-    family = _family(x)
+    family = operand_family(x)
     shape = (rows,) + tuple(x.shape[1:])
     if family.startswith("scipy"):
         x = x if x.format == "csr" else x.tocsr()
@@ -416,7 +416,7 @@ def trim_rows(x, rows: int):
     """The first ``rows`` rows of a block result whose other rows are empty padding."""
     if np.ndim(x) == 0 or x.shape[0] == rows:
         return x
-    family = _family(x)
+    family = operand_family(x)
     shape = (rows,) + tuple(x.shape[1:])
     if family.startswith("scipy"):
         if x.format == "csr":

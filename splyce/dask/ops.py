@@ -25,9 +25,9 @@ import numpy as np
 from splyce.dask.blocks import (
     _as_array, block_keys, is_dask, pad_rows, row_blocks, trim_rows, whole, whole_keys,
 )
-from splyce.planner import dropin
-from splyce.planner.dropin import (
-    Formulation, OperandInfo, _family, _rowwise_format, _sparse_family, choose_einsum_formulation,
+from splyce import dropin
+from splyce.dropin import (
+    Formulation, OperandInfo, operand_family, rowwise_format, sparse_family, choose_einsum_formulation,
     choose_matmul_formulation,
 )
 from splyce.tensors.formats import CSR, Format
@@ -94,7 +94,7 @@ def _partitioned_graph(fn, parts: list, broadcast: list, order: list, out_chunks
     part_keys = [block_keys(p) for p in parts]
     bcast_keys, joined = zip(*[whole_keys(b) for b in broadcast]) if broadcast else ((), ())
     # a dense block's padding rows would take part in a sum over the rows (0 * inf is NaN): then no padding
-    dense_sum = reduce and any(_family(p._meta) == "numpy" for p in parts)
+    dense_sum = reduce and any(operand_family(p._meta) == "numpy" for p in parts)
     prep = tuple("pad" if kind == "p" and not dense_sum else
                  (("join", converted.get(n, "")) if joined[i] else converted.get(n, "")) if kind == "b" else ""
                  for n, (kind, i) in enumerate(order))
@@ -157,7 +157,7 @@ def matmul(a, b, *, out_format=None, threads=1):
     if sa[1] != sb[0]:
         raise ValueError(f"matmul: shapes {sa} and {sb} are not aligned ({sa[1]} != {sb[0]})")
     ma, mb = _meta(a), _meta(b)
-    fa, fb = _family(ma), _family(mb)
+    fa, fb = operand_family(ma), operand_family(mb)
     if len(sb) == 1 and fb != "numpy":
         raise NotImplementedError("matmul on Dask operands: a sparse 1-D right operand would give 1-D sparse "
                                   "blocks, which Dask cannot concatenate; pass the vector as a NumPy array")
@@ -165,7 +165,7 @@ def matmul(a, b, *, out_format=None, threads=1):
     want_sparse = out_format == "sparse" or isinstance(out_format, Format) or (
         out_format is None and fa != "numpy" and fb != "numpy" and len(sb) == 2)
     dtype = np.result_type(ma.dtype, mb.dtype)
-    meta = _result_meta(_sparse_family(ma, mb), want_sparse, len(sb), dtype)
+    meta = _result_meta(sparse_family(ma, mb), want_sparse, len(sb), dtype)
     chunks = (A.chunks[0],) + tuple((s,) for s in sb[1:])
     fn = functools.partial(dropin.matmul, out_format=out_format, threads=threads)
     kind = "spmv" if len(sb) == 1 else "spgemm" if fb != "numpy" else "spmm"
@@ -211,9 +211,9 @@ def _elementwise(name: str, a, b, out_format, threads):
     other = row_blocks(b if first is a else a, A.chunks[0], name="b" if first is a else "a")
     A, B = (A, other) if first is a else (other, A)
     ma, mb = _meta(a), _meta(b)
-    fa, fb = _family(ma), _family(mb)
+    fa, fb = operand_family(ma), operand_family(mb)
     sparse = not (fa == fb == "numpy") and out_format != "dense"
-    family = _sparse_family(ma, mb)
+    family = sparse_family(ma, mb)
     coo = "numpy" in (fa, fb) and family.startswith("scipy")
     meta = _result_meta(family, sparse, 2, np.result_type(ma.dtype, mb.dtype), coo=coo)
     fn = functools.partial(getattr(dropin, name), out_format=out_format, threads=threads)
@@ -309,11 +309,11 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
                                   f"{p!r} or sum over it, got output {output!r}")
     metas = [_meta(x) for x in operands]
     sizes = {c: s for x, subs in zip(operands, inputs) for c, s in zip(subs, np.shape(x))}
-    families = [_family(m) for m in metas]
+    families = [operand_family(m) for m in metas]
     elementwise = len(operands) >= 2 and all(s == output for s in inputs)
     sparse = out_format == "sparse" or isinstance(out_format, Format) or (
         out_format is None and elementwise and any(f != "numpy" for f in families))
-    family = _sparse_family(*metas)
+    family = sparse_family(*metas)
     dtype = np.result_type(*[m.dtype for m in metas])
     meta = _result_meta(family, sparse, len(output), dtype)
     if family == "pydata" and output and not sparse:
@@ -349,13 +349,13 @@ def _check_sizes(inputs: list[str], operands) -> None:
 
 def _einsum_conversions(inputs: list[str], output: str, operands, out_format) -> dict[int, tuple]:
     """Operand position -> (Format, the operand's name) for each sparse operand that the drop-in ``einsum``
-    converts (and checks) at every call (``convert(x, _rowwise_format(subs, loops))``) and that it computes
+    converts (and checks) at every call (``convert(x, rowwise_format(subs, loops))``) and that it computes
     the same way given that conversion as a SparseTensor (same formulation, same result family). For a
     broadcast operand that was the whole matrix checked once per block, and transposed once per block when
     stored by columns (``kj`` in ``"ij,ik,kj->"``: 1.5-2.8x a block's own time on the corpus's triangle
     counts)."""
     metas = [_meta(x) for x in operands]
-    families = [_family(m) for m in metas]
+    families = [operand_family(m) for m in metas]
     if all(f == "numpy" for f in families):
         return {}
     infos = [OperandInfo(f, tuple(np.shape(x)), m.dtype) for x, m, f in zip(operands, metas, families)]
@@ -370,7 +370,7 @@ def _einsum_conversions(inputs: list[str], output: str, operands, out_format) ->
         trusted = infos[:n] + [OperandInfo("splyce", info.shape, info.dtype)] + infos[n + 1:]
         if choose_einsum_formulation(inputs, output, trusted, out_format)[0] is formulation \
                 and _same_family(families, n):
-            out[n] = (_rowwise_format(subs, loops), f"operand {n}")
+            out[n] = (rowwise_format(subs, loops), f"operand {n}")
     return out
 
 
@@ -411,10 +411,10 @@ def _once(cache: dict, key, sources: list, make):
 
 
 def _converted_once(x, fmt: Format, name: str = "operand"):
-    """``dropin._as_format(x, fmt)``'s SparseTensor (the drop-in's own conversion and checks: the kernel
+    """``dropin.as_format(x, fmt)``'s SparseTensor (the drop-in's own conversion and checks: the kernel
     sees the same buffers), made once per process for as long as ``x`` lives. The drop-ins take a
     SparseTensor as it is (it was checked when built)."""
-    return _once(_converted_of, (id(x), fmt), [x], lambda: dropin._as_format(x, fmt, name).tensor)
+    return _once(_converted_of, (id(x), fmt), [x], lambda: dropin.as_format(x, fmt, name).tensor)
 
 
 def _joined_once(blocks: list):

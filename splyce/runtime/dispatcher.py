@@ -27,11 +27,12 @@ from splyce.planner.plan import Plan, make_plan
 from splyce.runtime import disk_cache
 from splyce.runtime import arguments
 from splyce.runtime import calls
-from splyce.runtime import memory_pool
+from splyce.runtime import library
+from splyce.native import memory_pool
 from splyce.runtime.arguments import Static
 from splyce.tensors.tensor import SparseTensor
-from splyce.backend.array_objects import address as _address
-from splyce.backend.ir_text import ContextPool
+from splyce.native.array_objects import address as _address
+from splyce.native.ir_text import ContextPool
 from splyce.backend.compiler import Lowering, lower
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
 from splyce.tensors.formats import Format
@@ -192,10 +193,10 @@ class Kernel:
 
     def _allocation_message(self, nbytes: int) -> str:
         from splyce.planner.memory import budget_bytes, format_bytes
-        from splyce.planner.plan import _describe
+        from splyce.planner.plan import describe
 
         asked = "more than 2**63 bytes" if nbytes >= 2**63 - 2 else f"{nbytes} bytes ({format_bytes(nbytes)})"
-        ops = "; ".join(_describe(o) for o in self.trace.outputs)
+        ops = "; ".join(describe(o) for o in self.trace.outputs)
         return (f"splyce: the kernel computing {ops} could not allocate {asked}: the system is out of memory "
                 f"(the plan's estimate fitted the budget of {format_bytes(budget_bytes())}). Everything the "
                 "kernel had allocated was freed; the inputs are unchanged.")
@@ -224,7 +225,7 @@ class Kernel:
 
 
 def _zeros(shape, dtype) -> np.ndarray:
-    """A dense result, zeroed; from 1 MiB through the cache of freed buffers (runtime/memory_pool.py), so
+    """A dense result, zeroed; from 1 MiB through the cache of freed buffers (native/memory_pool.py), so
     a loop of calls reuses backed pages instead of faulting fresh ones."""
     if math.prod(shape) * np.dtype(dtype).itemsize < memory_pool.POOL_MIN:
         return np.zeros(shape, dtype=dtype)
@@ -232,10 +233,11 @@ def _zeros(shape, dtype) -> np.ndarray:
         return np.zeros(shape, dtype=dtype)
 
 
-def _labelled(low: Lowering, plan: Plan) -> Lowering:
-    """``low`` with the texts of the stages before lowering (``as_text("trace")``, ``as_text("plan")``)."""
+def _labelled(low: Lowering, plan: Plan, call=None) -> Lowering:
+    """``low`` with the texts of the stages before lowering (``as_text("trace")``, ``as_text("plan")``; the
+    latter says when the plan runs on the native kernel library instead, ``call``)."""
     low.texts["trace"] = plan.source.as_text()
-    low.texts["plan"] = plan.as_text()
+    low.texts["plan"] = plan.as_text() + ("\n" + call.describe() if call is not None else "")
     return low
 
 
@@ -366,14 +368,14 @@ class Jitted:
 
     def __init__(self, fun, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast_math=False,
                  target="native", out_format=None, slp=None, profile=False, threads=1,
-                 gallop=DEFAULT_GALLOP_RATIO, union=None):
+                 gallop=DEFAULT_GALLOP_RATIO, union=None, library=True):
         if not callable(fun):
             raise TypeError(f"splyce.jit needs a callable, got {type(fun).__name__}")
         self.fun = fun
         self._target_name = target
         self._option_args = dict(vectorize=vectorize, vector_width=vector_width, phases=phases,
                                  fast_math=fast_math, slp=slp, profile=profile, gallop=gallop, union=union,
-                                 threads=(os.cpu_count() or 1) if threads is None else threads)
+                                 library=library, threads=(os.cpu_count() or 1) if threads is None else threads)
         Options(**self._option_args)  # validate now, resolve the target lazily (no LLVM at import)
         if not (out_format is None or isinstance(out_format, Format) or out_format in OUT_FORMATS):
             raise ValueError(f"out_format must be 'dense', 'sparse', a splyce.Format or None, got {out_format!r}")
@@ -401,7 +403,7 @@ class Jitted:
     def options(self) -> Options:
         """The resolved compile options (the target CPU resolved on first use)."""
         if self._options is None:
-            from splyce.backend.codegen import resolve_target
+            from splyce.native.codegen import resolve_target
 
             self._options = Options(target=resolve_target(self._target_name), **self._option_args)
         return self._options
@@ -549,19 +551,31 @@ class Jitted:
                     self.hits += 1
                 return kernel
             planned = None if key in self._lowerings else self._plan(specs, values)
-            with self._machine_lock(key, planned):
-                lowering, tree, plan = self._lower(key, specs, values, disk=True, planned=planned)
-                kernel = Kernel(lowering, tree, plan)
-                if lowering.disk_key and not lowering.from_disk:
-                    _store(lowering, kernel)
+            _, tree, plan = planned or self._lowerings[key]
+            call = library.choose(plan, key.options, self.out_format) if key.options.library else None
+            if call is not None:     # the drop-in's native kernel: no MLIR compile unless asked for
+                kernel = library.LibraryKernel(call, tree, plan, key.options.threads,
+                                               lambda: self._mlir_kernel(key, specs, values, planned))
+            else:
+                kernel = self._mlir_kernel(key, specs, values, planned)
             with self._lock:
                 self.misses += 1
-                if lowering.from_disk:
-                    self.disk_hits += 1
-                else:
-                    self.compiles += 1
                 self._cache[key] = kernel
             return kernel
+
+    def _mlir_kernel(self, key: CacheKey, specs, values, planned) -> Kernel:
+        """The MLIR kernel for ``key``: from the disk cache, else compiled (and stored)."""
+        with self._machine_lock(key, planned):
+            lowering, tree, plan = self._lower(key, specs, values, disk=True, planned=planned)
+            kernel = Kernel(lowering, tree, plan)
+            if lowering.disk_key and not lowering.from_disk:
+                _store(lowering, kernel)
+        with self._lock:
+            if lowering.from_disk:
+                self.disk_hits += 1
+            else:
+                self.compiles += 1
+        return kernel
 
     def _machine_lock(self, key: CacheKey, planned):
         """The disk cache's lock on this kernel (processes on one machine compile it once), or none."""
@@ -594,7 +608,8 @@ class Jitted:
             if low is None:
                 low = lower(trace, key.options)
             low.disk_key = disk_key
-            cached = (_labelled(low, plan), tree, plan)
+            call = library.choose(plan, key.options, key.out_format) if key.options.library else None
+            cached = (_labelled(low, plan, call), tree, plan)
             self._lowerings[key] = cached
         return cached
 
@@ -840,7 +855,7 @@ def _unflatten(tree, results):
 
 
 def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast_math=False, target="native",
-        out_format=None, slp=None, threads=1, gallop=DEFAULT_GALLOP_RATIO, union=None):
+        out_format=None, slp=None, threads=1, gallop=DEFAULT_GALLOP_RATIO, union=None, library=True):
     """Compile ``fun``, a NumPy-style function of sparse and dense tensors, on its first call per signature.
 
     Usable as ``@splyce.jit`` and ``@splyce.jit(vectorize=False, ...)``. Arguments may be NumPy arrays,
@@ -881,6 +896,10 @@ def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast
     union : bool or None, optional
         The union fast lane for sparse add / subtract / maximum: None for CSR-like sparse outputs, True for
         dense outputs too, False never. Bit-identical either way.
+    library : bool, optional
+        A function that is one drop-in operation on its arguments (``a @ x`` on a CSR, ``a * b`` of two CSRs)
+        runs the drop-in's native kernel when the drop-in's rules choose one and its results are the MLIR
+        kernel's bit for bit; ``as_text("plan")`` says so. False: always the MLIR kernel.
 
     Returns
     -------
@@ -915,7 +934,7 @@ def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast
     """
     options = dict(vectorize=vectorize, vector_width=vector_width, phases=phases, fast_math=fast_math,
                    target=target, out_format=out_format, slp=slp, threads=threads, gallop=gallop,
-                   union=union)
+                   union=union, library=library)
     if fun is None:
         return lambda f: Jitted(f, **options)
     return Jitted(fun, **options)

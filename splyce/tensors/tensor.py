@@ -32,7 +32,8 @@ class SparseTensor:
     take it without validating it again on every call. A tensor wrapping someone else's arrays is validated
     on each kernel call (its owner may change them), by a native scan near memory bandwidth.
 
-    NumPy's operators run the drop-ins: ``@``, ``*``, ``+``, ``-``, unary ``-`` and ``/`` by a scalar;
+    NumPy's operators run the drop-ins: ``@``, ``*``, ``+``, ``-``, unary ``-``, ``/`` by a scalar and
+    ``.sum(axis=None)`` (attached by ``splyce.api``);
     ``x @ t`` with an ndarray ``x`` never densifies ``t`` (``__array_ufunc__ = None``), while
     ``np.asarray(t)`` does.
 
@@ -188,9 +189,10 @@ class SparseTensor:
         cells = "".join(f"<tr><th {left}>{k}</th><td {left}>{html.escape(v)}</td></tr>" for k, v in rows)
         return f"<table><caption>splyce.SparseTensor</caption>{cells}</table>"
 
-    # -- NumPy-style operators: the drop-ins (splyce.matmul / multiply / add / subtract), never a silent dense
-    # conversion. NumPy defers to them (``__array_ufunc__ = None``), so ``x @ t`` and ``x * t`` of an ndarray
-    # ``x`` come here too instead of densifying ``t`` through ``__array__``; ``np.asarray(t)`` still densifies.
+    # -- NumPy-style operators (``@ * + -``, unary ``-``, ``/`` by a scalar, ``sum``) are the drop-ins,
+    # attached by splyce.api (imported with splyce), never a silent dense conversion. NumPy defers to them
+    # (``__array_ufunc__ = None``), so ``x @ t`` and ``x * t`` of an ndarray ``x`` come to them too instead of
+    # densifying ``t`` through ``__array__``; ``np.asarray(t)`` still densifies.
     __array_ufunc__ = None
 
     @property
@@ -206,66 +208,6 @@ class SparseTensor:
 
     def transpose(self) -> SparseTensor:
         return self.T
-
-    def sum(self, axis=None):
-        """NumPy's ``sum`` of the dense equivalent.
-
-        Parameters
-        ----------
-        axis : None or int or tuple of int, optional
-            The axes to sum over; None: all.
-
-        Returns
-        -------
-        numpy scalar or ndarray
-            The sum.
-        """
-        from splyce import api
-
-        if axis is None:
-            return self._values.sum()       # scipy's A.sum(): NumPy's sum of the stored values, bit for bit
-        letters = "abcdefgh"[:self.ndim]
-        try:
-            axes = [operator.index(a) for a in (axis if isinstance(axis, tuple) else (axis,))]
-        except TypeError:
-            raise TypeError(f"sum: axis must be None, an int or a tuple of ints, got {axis!r}") from None
-        axes = {a + self.ndim if a < 0 else a for a in axes}
-        if any(not 0 <= a < self.ndim for a in axes):
-            raise np.exceptions.AxisError(f"sum: axis {axis} is out of bounds for a {self.ndim}-D tensor")
-        kept = "".join(letter for d, letter in enumerate(letters) if d not in axes)
-        return api.einsum(f"{letters}->{kept}", self)
-
-    def _binary(self, other, name: str, reflected: bool):
-        from splyce import api
-        from splyce.tracer.tracer import Tracer
-
-        if isinstance(other, Tracer):
-            return NotImplemented           # inside a jitted function: the tracer's own operator
-        fn = getattr(api, name)
-        return fn(other, self) if reflected else fn(self, other)
-
-    def _operator(name: str, reflected: bool):    # ``self <op> other`` (reflected: ``other <op> self``)
-        return lambda self, other: self._binary(other, name, reflected)
-
-    __matmul__, __rmatmul__ = _operator("matmul", False), _operator("matmul", True)
-    __mul__, __rmul__ = _operator("multiply", False), _operator("multiply", True)
-    __add__, __radd__ = _operator("add", False), _operator("add", True)
-    __sub__, __rsub__ = _operator("subtract", False), _operator("subtract", True)
-    del _operator
-
-    def __neg__(self) -> SparseTensor:
-        from splyce.planner import broadcast
-
-        return broadcast.negated(self)
-
-    def __truediv__(self, other) -> SparseTensor:
-        """Division by a scalar (scipy's rule: the same positions, ``np.true_divide`` of the values)."""
-        from splyce.planner import broadcast
-
-        if not broadcast.is_scalar(other):
-            raise TypeError(f"SparseTensor / {type(other).__name__}: only division by a scalar is supported "
-                            "(dividing by an array would divide by the tensor's implicit zeros)")
-        return self.with_values(np.true_divide(self._values, other))
 
     def copy(self) -> SparseTensor:
         return self.with_values(self._values.copy())
@@ -366,7 +308,7 @@ def _default_format(ndim: int, sparse_default: Format | None = None) -> Format:
     return csf(ndim)
 
 
-def _from_coords(shape, fmt, coords, values, copy, name, sorted_unique=False) -> SparseTensor:
+def from_coords(shape, fmt, coords, values, copy, name, sorted_unique=False) -> SparseTensor:
     if copy is False:
         raise ValueError(f"{name}: converting to {fmt} needs a copy, but copy=False")
     shape = check_shape(shape, name)
@@ -402,7 +344,7 @@ def _from_numpy(x: np.ndarray, fmt, copy, name) -> SparseTensor:
     coords = [None] * x.ndim
     for l, d in enumerate(fmt.order):
         coords[d] = lvl_coords[l]
-    return _from_coords(x.shape, fmt, coords, in_levels[lvl_coords], copy, name, sorted_unique=True)
+    return from_coords(x.shape, fmt, coords, in_levels[lvl_coords], copy, name, sorted_unique=True)
 
 
 def _wrap_compressed(x, native: Format, fmt: Format, copy, name) -> SparseTensor | None:
@@ -455,7 +397,7 @@ def _from_scipy(x, fmt, copy, name) -> SparseTensor:
         sparse_default = COO if x.format == "coo" else CSR
         fmt = (coo(x.ndim) if x.format == "coo" and x.ndim > 2 else _default_format(x.ndim, sparse_default))
         fmt = fmt.with_widths(width, width)
-    return _from_coords(x.shape, fmt, list(coo_x.coords), coo_x.data, copy, name)
+    return from_coords(x.shape, fmt, list(coo_x.coords), coo_x.data, copy, name)
 
 
 def _from_pydata(x, fmt, copy, name) -> SparseTensor:
@@ -473,7 +415,7 @@ def _from_pydata(x, fmt, copy, name) -> SparseTensor:
         raise TypeError(f"{name}: unsupported pydata-sparse type {type(x).__name__}; use COO or GCXS")
     if fmt is None:
         fmt = coo(x.ndim) if x.ndim >= 2 else _default_format(x.ndim)
-    return _from_coords(x.shape, fmt, list(x.coords), x.data, copy, name)
+    return from_coords(x.shape, fmt, list(x.coords), x.data, copy, name)
 
 
 def asarray(x, format: Format | None = None, copy: bool | None = None, *, name: str = "tensor") -> SparseTensor:
@@ -530,7 +472,7 @@ def asarray(x, format: Format | None = None, copy: bool | None = None, *, name: 
             return x.copy() if copy else x
         if x.format.is_dense:     # its stored zeros are not entries: convert like a NumPy array
             return _from_numpy(x.to_numpy(), format, copy, name)
-        return _from_coords(x.shape, format, x.coords(), x.values, copy, name)
+        return from_coords(x.shape, format, x.coords(), x.values, copy, name)
     sps = sys.modules.get("scipy.sparse")
     if sps is not None and sps.issparse(x):
         return _from_scipy(x, format, copy, name)
