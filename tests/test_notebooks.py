@@ -1,4 +1,4 @@
-"""The notebooks execute top to bottom (small sizes), in a kernel running this very interpreter."""
+"""The notebooks execute top to bottom in a kernel running this very interpreter (01 and 02 at small sizes)."""
 
 from __future__ import annotations
 
