@@ -19,17 +19,18 @@ def _info(t) -> OperandInfo:
 
 
 # The drop-ins' native kernels follow scipy's rules, the jit's MLIR kernels the sparsifier's: a union or
-# intersection result stores every coiterated position (scipy drops zero results), and SpMM / SpMSpV / SpGEMM /
-# SDDMM / masked products differ from the MLIR kernel in signed zeros, NaN propagation or summation order
-# (tests/test_one_engine.py finds the differences). A native kernel serves the jit only where its results are
-# the MLIR kernel's bit for bit on every input, special values included: SpMV and the masked sum (triangles).
+# intersection result stores every coiterated position where scipy drops zero results and keeps NaN times a
+# missing entry, and SpGEMM / masked products / SDDMM differ in stored zeros or summation order. A native kernel
+# serves the jit only where its results are the MLIR kernel's on every input, special values included (equal
+# bits, but for the sign of a NaN, which depends on operand order in the hardware; tests/test_one_engine.py):
+# SpMV, SpMM, SpMSpV and the masked sum (triangles).
 def provide(op: LibraryOp, options) -> LibraryCall | None:
     if len({t.dtype for t in op.types}) != 1 or op.out.dtype != op.types[0].dtype:
         return None              # mixed or promoted value types: the jit's kernel (NumPy's promotion there)
     infos = [_info(t) for t in op.types]
-    if op.op == "matmul" and op.types[1].ndim == 1 and not op.types[1].is_sparse:
+    if op.op == "matmul" and not op.out.is_sparse:
         formulation = choose_matmul_formulation(*infos)
-        if formulation is not Formulation.SPARSE_TIMES_DENSE:
+        if formulation not in (Formulation.SPARSE_TIMES_DENSE, Formulation.SCATTER_VECTOR):
             return None
         return LibraryCall(op, formulation.value, lambda args, t: matmul(*args, threads=t))
     if op.op == "einsum" and op.out.ndim == 0:
