@@ -96,18 +96,206 @@ def _binary(name: str, doc: str):
     return op
 
 
-matmul = _binary("matmul", "``a @ b``. Traced: a contraction node. Concrete: a drop-in for scipy's product "
-                           "(sparse @ sparse uses a row-wise Gustavson formulation).")
-multiply = _binary("multiply", "Elementwise product (sparse x sparse is an intersection; the default result is "
-                               "sparse, as scipy's ``multiply``).")
-add = _binary("add", "Elementwise sum (a union of sparse operands).")
-subtract = _binary("subtract", "Elementwise difference (a union of sparse operands).")
+matmul = _binary("matmul", """``a @ b``, as scipy / NumPy compute it.
+
+On concrete operands, a drop-in for scipy's product: SpMV and SpMM (each row summed in stored order,
+bit-identical to scipy's CSR product), sparse @ sparse in O(flops) with a sparse result (Gustavson), a CSR
+matrix times a sparse vector. Inside ``@splyce.jit``, a contraction node the planner may fuse with what
+reads it.
+
+Parameters
+----------
+a, b : array_like or SparseTensor or dask.array.Array
+    NumPy arrays, scipy.sparse arrays or matrices (any format), pydata-sparse ``COO`` / ``GCXS``,
+    ``SparseTensor``; inside ``@splyce.jit``, the traced arguments. Dask arrays give a lazy Dask result
+    (``splyce.dask``).
+out_format : {None, "dense", "sparse"} or Format, optional
+    The result's storage. None: what scipy / NumPy return for these operands.
+threads : int or None, optional
+    Worker threads of a drop-in call (1 by default, as scipy; None: all cores). Results are bit-identical
+    for any count. Ignored inside ``@splyce.jit``, where ``jit(threads=)`` decides.
+
+Returns
+-------
+ndarray or scipy.sparse array or matrix or SparseTensor or dask.array.Array
+    What scipy returns for the same operands (type family, format, shape, dtype): a dense result for a
+    dense operand, a CSR (CSC for a CSC left operand) for sparse @ sparse.
+
+Raises
+------
+ValueError
+    Shapes that do not align, or a malformed sparse operand (the message names the operand, level and
+    position).
+TypeError
+    An operand splyce cannot read, or a dtype with no such operation.
+
+Examples
+--------
+>>> import numpy as np, scipy.sparse as sps, splyce
+>>> A = sps.csr_array(np.array([[1.0, 0.0], [2.0, 3.0]]))
+>>> splyce.matmul(A, np.array([1.0, 1.0]))
+array([1., 5.])
+>>> type(splyce.matmul(A, A)).__name__
+'csr_array'
+""")
+multiply = _binary("multiply", """Elementwise product (Hadamard), as scipy's ``a.multiply(b)``.
+
+Two sparse operands intersect: only positions stored in both are computed, and the result is sparse.
+Scalars and row / column vectors broadcast by scipy's rules. A NaN or Inf without a partner gives scipy's
+result (a NaN where scipy has one: see the guide's "NaN, Inf and dtypes").
+
+Parameters
+----------
+a, b : array_like or SparseTensor or dask.array.Array
+    NumPy arrays, scipy.sparse arrays or matrices (any format), pydata-sparse ``COO`` / ``GCXS``,
+    ``SparseTensor``; inside ``@splyce.jit``, the traced arguments. Dask arrays give a lazy Dask result
+    (``splyce.dask``).
+out_format : {None, "dense", "sparse"} or Format, optional
+    The result's storage. None: what scipy / NumPy return for these operands.
+threads : int or None, optional
+    Worker threads of a drop-in call (1 by default, as scipy; None: all cores). Results are bit-identical
+    for any count. Ignored inside ``@splyce.jit``, where ``jit(threads=)`` decides.
+
+Returns
+-------
+scipy.sparse array or matrix or ndarray or SparseTensor or dask.array.Array
+    What scipy's ``multiply`` returns for the same operands.
+
+Raises
+------
+ValueError
+    Shapes that do not broadcast, or a malformed sparse operand.
+TypeError
+    An operand splyce cannot read.
+
+Examples
+--------
+>>> import numpy as np, scipy.sparse as sps, splyce
+>>> A = sps.csr_array(np.array([[1.0, 0.0], [2.0, 3.0]]))
+>>> splyce.multiply(A, A.T).toarray()
+array([[1., 0.],
+       [0., 9.]])
+""")
+add = _binary("add", """Elementwise sum, as scipy's ``a + b``.
+
+Two sparse operands merge (a union of their positions) into a sparse result; a dense operand gives a
+dense result, and ``0`` is accepted as scipy accepts it.
+
+Parameters
+----------
+a, b : array_like or SparseTensor or dask.array.Array
+    NumPy arrays, scipy.sparse arrays or matrices (any format), pydata-sparse ``COO`` / ``GCXS``,
+    ``SparseTensor``; inside ``@splyce.jit``, the traced arguments. Dask arrays give a lazy Dask result
+    (``splyce.dask``).
+out_format : {None, "dense", "sparse"} or Format, optional
+    The result's storage. None: what scipy / NumPy return for these operands.
+threads : int or None, optional
+    Worker threads of a drop-in call (1 by default, as scipy; None: all cores). Results are bit-identical
+    for any count. Ignored inside ``@splyce.jit``, where ``jit(threads=)`` decides.
+
+Returns
+-------
+scipy.sparse array or matrix or ndarray or SparseTensor or dask.array.Array
+    What scipy's ``+`` returns for the same operands.
+
+Raises
+------
+ValueError
+    Shapes that do not broadcast, or a malformed sparse operand.
+TypeError
+    An operand splyce cannot read.
+
+Examples
+--------
+>>> import numpy as np, scipy.sparse as sps, splyce
+>>> A = sps.csr_array(np.array([[1.0, 0.0], [2.0, 3.0]]))
+>>> splyce.add(A, A.T).toarray()
+array([[2., 2.],
+       [2., 6.]])
+""")
+subtract = _binary("subtract", """Elementwise difference, as scipy's ``a - b``.
+
+Two sparse operands merge (a union of their positions) into a sparse result; a dense operand gives a
+dense result.
+
+Parameters
+----------
+a, b : array_like or SparseTensor or dask.array.Array
+    NumPy arrays, scipy.sparse arrays or matrices (any format), pydata-sparse ``COO`` / ``GCXS``,
+    ``SparseTensor``; inside ``@splyce.jit``, the traced arguments. Dask arrays give a lazy Dask result
+    (``splyce.dask``).
+out_format : {None, "dense", "sparse"} or Format, optional
+    The result's storage. None: what scipy / NumPy return for these operands.
+threads : int or None, optional
+    Worker threads of a drop-in call (1 by default, as scipy; None: all cores). Results are bit-identical
+    for any count. Ignored inside ``@splyce.jit``, where ``jit(threads=)`` decides.
+
+Returns
+-------
+scipy.sparse array or matrix or ndarray or SparseTensor or dask.array.Array
+    What scipy's ``-`` returns for the same operands.
+
+Raises
+------
+ValueError
+    Shapes that do not broadcast, or a malformed sparse operand.
+TypeError
+    An operand splyce cannot read, or bool operands (NumPy's rules).
+
+Examples
+--------
+>>> import numpy as np, scipy.sparse as sps, splyce
+>>> A = sps.csr_array(np.array([[1.0, 0.0], [2.0, 3.0]]))
+>>> splyce.subtract(A, A.T).toarray()
+array([[ 0., -2.],
+       [ 2.,  0.]])
+""")
 
 
 def einsum(subscripts, *operands, out_format=None, order=None, threads=1):
-    """NumPy's einsum (no ellipses, up to 4 operands of rank up to 4). Traced, ``order="ijk"`` pins the loop
-    order and the formulation as written (no fusion, operands used as stored). ``threads`` (drop-in only):
-    worker threads, 1 by default as scipy, None for all cores; results are bit-identical for any count."""
+    """NumPy's ``einsum`` on sparse and dense operands (no ellipses; up to 4 operands of rank up to 4).
+
+    On concrete operands, a drop-in: masked SpGEMM (``"ik,kj,ij->ij"``), SDDMM (``"ij,ik,jk->ij"``) and the
+    triangle count (``"ij,jk,ik->"``) run on the mask's positions, never building a dense product. An index
+    repeated in one operand (``"ii->i"``) takes the diagonal first, as NumPy. Inside ``@splyce.jit``, a
+    contraction node the planner formulates (loop order, operand storage) by cost.
+
+    Parameters
+    ----------
+    subscripts : str
+        NumPy's subscripts, e.g. ``"ik,kj->ij"``; an explicit output (``->``) is optional.
+    *operands : array_like or SparseTensor or dask.array.Array
+        NumPy, scipy.sparse, pydata-sparse or ``SparseTensor`` operands (traced ones inside ``@splyce.jit``).
+    out_format : {None, "dense", "sparse"} or Format, optional
+        The result's storage. None: a dense result for contractions, a sparse one for a Hadamard product
+        of sparse operands, as NumPy / scipy.
+    order : str, optional
+        Only inside ``@splyce.jit``: the loop order, e.g. ``"ijk"``; the contraction is then lowered as
+        written (no fusion, operands used as stored).
+    threads : int or None, optional
+        Worker threads of a drop-in call (1 by default; None: all cores). Bit-identical for any count,
+        except a full reduction to a scalar, whose per-thread partial sums are added (a float result may
+        differ in the last bits).
+
+    Returns
+    -------
+    ndarray or scalar or scipy.sparse array or SparseTensor or dask.array.Array
+        NumPy's result for the same subscripts (sparse where the result is the pattern of a sparse operand).
+
+    Raises
+    ------
+    ValueError
+        Malformed subscripts, sizes that disagree for one index, or a malformed sparse operand.
+    TypeError
+        ``order=`` on concrete operands (the drop-in chooses its own formulation).
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sps, splyce
+    >>> L = sps.csr_array(np.tril(np.ones((4, 4)), -1))     # the lower triangle of K4
+    >>> float(splyce.einsum("ij,jk,ik->", L, L, L))          # its triangles
+    4.0
+    """
     token = _pool_for(*operands)
     try:
         return _einsum(subscripts, operands, out_format, order, threads)
@@ -135,13 +323,72 @@ def _einsum(subscripts, operands, out_format, order, threads):
 
 
 def maximum(a, b, *, out_format=None):
-    """Elementwise maximum (NumPy's, NaN propagates) of traced operands; a sparse pair gives a sparse union.
-    Only inside ``@splyce.jit`` (on concrete operands use ``np.maximum`` / scipy's ``.maximum``)."""
+    """Elementwise maximum of traced operands, as ``np.maximum`` (NaN propagates).
+
+    A sparse pair gives a sparse union: implicit zeros take part, so ``maximum(a, b)`` of two sparse
+    tensors holds ``max(a, 0)`` where only ``a`` has an entry. Only inside ``@splyce.jit``.
+
+    Parameters
+    ----------
+    a, b : traced tensors
+        The jitted function's arguments or values computed from them.
+    out_format : {None, "dense", "sparse"} or Format, optional
+        The result's storage (None: sparse for a sparse pair).
+
+    Returns
+    -------
+    traced tensor
+        The elementwise maximum.
+
+    Raises
+    ------
+    TypeError
+        Called on concrete operands (use ``np.maximum`` or scipy's ``a.maximum(b)``), or on complex values
+        (complex numbers have no order).
+    TraceError
+        A form that is not zero at implicit zeros, such as ``maximum(a, 1)`` of a sparse ``a``.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sps, splyce
+    >>> f = splyce.jit(lambda a, b: splyce.maximum(a, b))
+    >>> A = sps.csr_array(np.array([[1.0, -2.0], [0.0, 3.0]]))
+    >>> f(A, A.T).toarray()
+    array([[1., 0.],
+           [0., 3.]])
+    """
     return _traced_only("maximum", T.maximum, a, b, out_format)
 
 
 def minimum(a, b, *, out_format=None):
-    """Elementwise minimum, as ``maximum``."""
+    """Elementwise minimum of traced operands, as ``np.minimum`` (NaN propagates); see ``maximum``.
+
+    Parameters
+    ----------
+    a, b : traced tensors
+        The jitted function's arguments or values computed from them.
+    out_format : {None, "dense", "sparse"} or Format, optional
+        The result's storage (None: sparse for a sparse pair).
+
+    Returns
+    -------
+    traced tensor
+        The elementwise minimum.
+
+    Raises
+    ------
+    TypeError
+        Called on concrete operands (use ``np.minimum`` or scipy's ``a.minimum(b)``), or on complex values.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sps, splyce
+    >>> f = splyce.jit(lambda a, b: splyce.minimum(a, b))
+    >>> A = sps.csr_array(np.array([[1.0, -2.0], [0.0, 3.0]]))
+    >>> f(A, A.T).toarray()
+    array([[ 1., -2.],
+           [-2.,  3.]])
+    """
     return _traced_only("minimum", T.minimum, a, b, out_format)
 
 

@@ -117,7 +117,39 @@ def _partitioned_graph(fn, parts: list, broadcast: list, order: list, out_chunks
 
 # -- matmul -------------------------------------------------------------------------------------------------
 def matmul(a, b, *, out_format=None, threads=1):
-    """``a @ b`` as a lazy Dask array: row blocks of ``a`` (1-D or 2-D on the right) times the whole ``b``."""
+    """``a @ b`` as a lazy Dask array: row blocks of ``a`` times the whole ``b``.
+
+    ``splyce.matmul`` calls it when an operand is a Dask array.
+
+    Parameters
+    ----------
+    a : dask.array.Array or scipy.sparse array or matrix
+        2-D; its rows are partitioned (``from_scipy``).
+    b : array_like or scipy.sparse array or matrix or dask.array.Array
+        1-D (a NumPy vector) or 2-D; broadcast to every task as one Dask key, or read from its row blocks
+        (joined once per worker) when it is a Dask array.
+    out_format : {None, "dense", "sparse"} or Format, optional
+        As the single-process drop-in's.
+    threads : int or None, optional
+        Threads per task.
+
+    Returns
+    -------
+    dask.array.Array
+        Row blocks of the product; ``.compute()`` returns what ``splyce.matmul`` returns on the whole
+        operands, bit for bit.
+
+    Raises
+    ------
+    ValueError
+        A left operand that is not 2-D, or shapes that do not align.
+    NotImplementedError
+        A sparse 1-D right operand (pass the vector as a NumPy array).
+
+    Examples
+    --------
+    See ``from_scipy``.
+    """
     sa, sb = np.shape(a), np.shape(b)
     if len(sa) != 2 or not 1 <= len(sb) <= 2:
         raise ValueError(f"matmul on Dask operands needs a 2-D left operand (its rows are partitioned) and a "
@@ -189,21 +221,62 @@ def _elementwise(name: str, a, b, out_format, threads):
 
 
 def multiply(a, b, *, out_format=None, threads=1):
+    """``splyce.multiply`` of 2-D operands, one task per row block of ``a``.
+
+    ``b`` is rechunked to ``a``'s row blocks. Parameters and results as ``matmul``'s; ``.compute()`` returns
+    what the single-process drop-in returns.
+    """
     return _elementwise("multiply", a, b, out_format, threads)
 
 
 def add(a, b, *, out_format=None, threads=1):
+    """``splyce.add`` of 2-D operands, one task per row block of ``a``; as ``multiply``."""
     return _elementwise("add", a, b, out_format, threads)
 
 
 def subtract(a, b, *, out_format=None, threads=1):
+    """``splyce.subtract`` of 2-D operands, one task per row block of ``a``; as ``multiply``."""
     return _elementwise("subtract", a, b, out_format, threads)
 
 
 # -- einsum -----------------------------------------------------------------------------------------------
 def einsum(subscripts, *operands, out_format=None, threads=1):
-    """``splyce.einsum`` with row-partitioned operands; see the module docstring for the partitioning.
-    ``threads``: threads per task (each task runs the drop-in with them)."""
+    """``splyce.einsum`` with row-partitioned operands.
+
+    The operands whose first index is the first operand's first index are split into row blocks; the others
+    are broadcast. A sum over the partitioned index adds one partial result per block (exact for integers,
+    booleans and 0/1-valued floats).
+
+    Parameters
+    ----------
+    subscripts : str
+        NumPy's subscripts.
+    *operands : dask.array.Array or array_like or scipy.sparse array
+        At least one Dask array.
+    out_format : {None, "dense", "sparse"} or Format, optional
+        As the single-process drop-in's.
+    threads : int or None, optional
+        Threads per task.
+
+    Returns
+    -------
+    dask.array.Array
+        The lazy result; ``.compute()`` returns what ``splyce.einsum`` returns on the whole operands.
+
+    Raises
+    ------
+    ValueError
+        Sizes that disagree for one index, or no operand with an index to partition.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sps, splyce, splyce.dask
+    >>> A = sps.random_array((500, 500), density=0.02, format="csr", rng=0)
+    >>> L = sps.csr_array(sps.tril(A != 0, -1), dtype=np.float64)
+    >>> t = splyce.einsum("ij,ik,kj->", splyce.dask.from_scipy(L, blocks=2), splyce.dask.from_scipy(L, blocks=2), L)
+    >>> float(t.compute()) == float(splyce.einsum("ij,ik,kj->", L, L, L))
+    True
+    """
     from splyce.tracer.tracer import parse_einsum
 
     inputs, output = parse_einsum(subscripts, len(operands))

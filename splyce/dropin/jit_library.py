@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from splyce.dropin.formulation import Formulation, _is_masked_sum, choose_matmul_formulation
+from splyce.dropin.operands import _native_values
 from splyce.dropin.einsums import einsum
 from splyce.dropin.operands import OperandInfo
 from splyce.dropin.products import matmul
@@ -24,6 +25,26 @@ def _info(t) -> OperandInfo:
 # serves the jit only where its results are the MLIR kernel's on every input, special values included (equal
 # bits, but for the sign of a NaN, which depends on operand order in the hardware; tests/test_one_engine.py):
 # SpMV, SpMM, SpMSpV and the masked sum (triangles).
+_SAME_PATTERN_OPS = {"multiply": "multiply", "add": "add", "subtract": "subtract"}
+
+
+def _same_pattern(name: str, args, out):
+    """``name(a, b)`` of two CSR SparseTensors with identical positions as a scipy CSR of the traced result's
+    format, or None when their positions differ."""
+    from splyce.native import elementwise
+    from splyce.tensors.tensor import SparseTensor
+
+    a, b = args
+    parts = [(x.values, x.crd[1], x.pos[1]) for x in (a, b)]
+    got = elementwise.same_pattern(name, *parts, np.dtype(out.dtype), drop_zeros=False)
+    if got is None or got[1].dtype.itemsize * 8 != out.format.crd_width \
+            or got[2].dtype.itemsize * 8 != out.format.pos_width:
+        return None
+    vals, cols, indptr = got
+    return SparseTensor.from_buffers(out.shape, out.format, [None, indptr], [None, cols], vals,
+                                     validate=False).to_scipy()
+
+
 def provide(op: LibraryOp, options) -> LibraryCall | None:
     if len({t.dtype for t in op.types}) != 1 or op.out.dtype != op.types[0].dtype:
         return None              # mixed or promoted value types: the jit's kernel (NumPy's promotion there)
@@ -33,6 +54,12 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
         if formulation not in (Formulation.SPARSE_TIMES_DENSE, Formulation.SCATTER_VECTOR):
             return None
         return LibraryCall(op, formulation.value, lambda args, t: matmul(*args, threads=t))
+    if op.op in _SAME_PATTERN_OPS and _native_values(*infos):
+        # two CSRs holding the same positions (a structurally symmetric A and A.T, a matrix and new values):
+        # one flat native pass keeping every position, the sparsifier's result exactly; other pairs return
+        # None and run the MLIR kernel (runtime/library.py)
+        name, out = _SAME_PATTERN_OPS[op.op], op.out
+        return LibraryCall(op, "same-pattern", lambda args, t: _same_pattern(name, args, out), guarded=True)
     if op.op == "einsum" and op.out.ndim == 0:
         inputs, output = op.subscripts.split("->")
         if not _is_masked_sum(inputs.split(","), output, infos):

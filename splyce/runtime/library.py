@@ -42,10 +42,15 @@ class LibraryCall:
 
     op: LibraryOp
     formulation: str             # the drop-in's name for it (splyce.dropin.Formulation's value)
-    run: object                  # (args: list, threads) -> the result
+    run: object                  # (args: list, threads) -> the result (None: not for these values)
+    guarded: bool = False        # the run checks the values (e.g. equal patterns) and may answer None: then
+    #                              the MLIR kernel runs the call
 
     def describe(self) -> str:
         call = self.op.op if self.op.subscripts is None else f'einsum("{self.op.subscripts}")'
+        if self.guarded:
+            return (f"// runs on the native kernel library when the values allow: {call} as '{self.formulation}' "
+                    f"(checked per call); otherwise the MLIR kernel, compiled on the first such call")
         return (f"// runs on the native kernel library: {call} as formulation '{self.formulation}' (the drop-in's "
                 f"choice for these formats and dtypes); the MLIR kernel is compiled only when asked for")
 
@@ -177,6 +182,8 @@ class LibraryKernel:
     def run_exact(self, values: list) -> list:
         values = self.plan.prepare(values)   # + the constants frozen at trace time (no conversion: ``choose``)
         out = self.call.run([values[i] for i in self.call.op.operands], self.threads)
+        if out is None:                         # a guarded call declined these values
+            return self.kernel().run_exact(values)
         if not self.sparse_results:
             if hasattr(out, "to_numpy"):        # a SparseTensor vector where the traced result is dense
                 out = out.to_numpy()
