@@ -130,4 +130,20 @@ def run(cfg: Config) -> Result:
     note = (f"Median seconds of {cfg.n_repeats} interleaved repeats, one thread; splyce_vs_scipy = scipy time / "
             "jitted time (> 1: the jitted body is faster). The jitted call includes its argument handling. "
             f"Geometric means over the matrices: {summary}.")
-    return Result("programs", "Algorithm bodies jitted whole vs scipy / NumPy", COLUMNS, rows, note)
+    return Result("programs", "Algorithm bodies jitted whole vs scipy / NumPy", COLUMNS, rows, note, plot=plot)
+
+
+def plot(rows, ax) -> None:
+    """splyce_vs_scipy per program, one bar per matrix (log scale; 1 = as fast as scipy)."""
+    programs = list(dict.fromkeys(r["program"] for r in rows))
+    matrices = list(dict.fromkeys(r["matrix"] for r in rows))
+    width = 0.8 / max(len(matrices), 1)
+    for k, matrix in enumerate(matrices):
+        ratios = {r["program"]: float(r["splyce_vs_scipy"]) for r in rows if r["matrix"] == matrix}
+        ax.bar([p + k * width for p in range(len(programs))], [ratios.get(p, float("nan")) for p in programs],
+               width, label=matrix)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks([p + 0.4 - width / 2 for p in range(len(programs))], programs)
+    ax.set_ylabel("scipy time / jitted time")
+    ax.legend(fontsize=7, ncol=2)
