@@ -8,6 +8,8 @@ operands already converted as the head's kind says (``Ufunc.kind``). Comparisons
 
 from __future__ import annotations
 
+import threading
+
 from splyce.lowering.scalars import (binary, cast, constant, element_type, extremum, is_complex, is_float,
                                      real_dtype)
 
@@ -20,6 +22,42 @@ def _math(name: str):
             return getattr(cplx, name)(values[0])
         return getattr(math, name)(values[0])
     return build
+
+
+# MLIR's math-to-llvm lowers expm1 as exp(x) - 1 and log1p as log(1 + x), hundreds of ulps off for small x:
+# these call libm's functions (as NumPy computes them), declared in the module by ``declare_libm``.
+_LIBM = threading.local()
+
+
+def _libm(name: str):
+    def build(values, dtype):
+        from mlir import ir
+        from mlir.dialects import func
+
+        symbol = name if dtype == "float64" else name + "f"
+        needed = getattr(_LIBM, "needed", None)
+        if needed is None:
+            needed = _LIBM.needed = {}
+        needed[symbol] = dtype
+        return func.CallOp([element_type(dtype)], ir.FlatSymbolRefAttr.get(symbol), list(values)).result
+    return build
+
+
+def declare_libm(module) -> None:
+    """Declare the libm functions the module's kernels call (and forget them for the next module)."""
+    from mlir import ir
+    from mlir.dialects import func
+
+    needed = getattr(_LIBM, "needed", None) or {}
+    _LIBM.needed = {}
+    with ir.InsertionPoint.at_block_begin(module.body):
+        for symbol, dtype in needed.items():
+            t = element_type(dtype)
+            func.FuncOp(symbol, ir.FunctionType.get([t], [t]), visibility="private")
+
+
+def forget_libm() -> None:
+    _LIBM.needed = {}
 
 
 def _float_only(name: str, integer=None):
@@ -134,7 +172,7 @@ SCALAR_OPS = {
     "add": lambda v, d: binary("add", v[0], v[1], d), "sub": lambda v, d: binary("sub", v[0], v[1], d),
     "mul": lambda v, d: binary("mul", v[0], v[1], d), "max": lambda v, d: extremum("max", d)(*v),
     "min": lambda v, d: extremum("min", d)(*v), "truediv": _truediv, "powf": _powf,
-    "exp": _math("exp"), "expm1": _math("expm1"), "log": _math("log"), "log1p": _math("log1p"),
+    "exp": _math("exp"), "expm1": _libm("expm1"), "log": _math("log"), "log1p": _libm("log1p"),
     "log2": _math("log2"), "log10": _math("log10"), "sqrt": _math("sqrt"), "sin": _math("sin"),
     "cos": _math("cos"), "tan": _math("tan"), "tanh": _math("tanh"), "sinh": _math("sinh"),
     "cosh": _math("cosh"), "arctan": _math("atan"), "arcsinh": _math("asinh"),

@@ -463,6 +463,7 @@ def lower_trace(trace: Trace):
     from mlir.dialects import func
 
     module = ir.Module.create()
+    dense.forget_libm()
     # one output buffer per distinct dense result: the planner may map two results to one node
     dense_results = list(dict.fromkeys(o for o in trace.outputs if not o.type.is_sparse))
     arg_types = [tensor_type(t) for t in trace.inputs] + [tensor_type(o.type) for o in dense_results]
@@ -488,6 +489,7 @@ def lower_trace(trace: Trace):
                         ctx.values[node] = LOWERINGS[node.op](node, ctx)
             returned = [_returned(o, ctx) for o in trace.outputs]
             func.ReturnOp(returned)
+    dense.declare_libm(module)
     return module
 
 

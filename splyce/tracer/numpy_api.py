@@ -29,9 +29,9 @@ UFUNCS = {   # NumPy ufunc name -> the traced operation
     "add": T.add, "subtract": T.subtract, "multiply": T.multiply, "true_divide": T.divide, "divide": T.divide,
     "power": T.power, "matmul": T.matmul, "negative": T.negative, "positive": lambda x: x,
     "absolute": T.absolute, "conjugate": T.conjugate, "maximum": T.maximum, "minimum": T.minimum,
-    "square": _square, "logical_and": lambda a, b: T.logical("and", a, b),
-    "logical_or": lambda a, b: T.logical("or", a, b), "logical_xor": lambda a, b: T.logical("xor", a, b),
-    "logical_not": lambda a: T.logical("not", a),
+    "square": _square, "logical_and": lambda a, b: ufunc("and", a, b),   # of any dtype's truth values
+    "logical_or": lambda a, b: ufunc("or", a, b), "logical_xor": lambda a, b: ufunc("xor", a, b),
+    "logical_not": lambda a: ufunc("not", a),
     **{name: (lambda s: lambda a, b: T.compare(s, a, b))(symbol) for name, symbol in (
         ("equal", "=="), ("not_equal", "!="), ("less", "<"), ("less_equal", "<="), ("greater", ">"),
         ("greater_equal", ">="))},
