@@ -310,6 +310,8 @@ DENSE_CASES = {
                                      + np.max(np.outer(x, x), axis=1)[None, :] + np.transpose(np.outer(x, x))[0]
                                      + np.einsum("i,i->", x, x) + np.trace(np.outer(x, x))),
     "prefix slice": lambda a, x: x[:3] + (a @ x)[-3:],
+    "any all count": lambda a, x: (np.any(x > 0.9) & (x > 0).all() & ~np.all(np.outer(x, x) > 0.5, axis=0)
+                                   ) * (np.count_nonzero(a @ x) + (np.outer(x, x) > 0.25).sum(axis=1)),
 }
 
 
@@ -336,6 +338,15 @@ SPARSE_KEEPS = {   # results that stay sparse, as scipy's
     "a / a.sum()": (lambda a: a / a.sum(), lambda d: d / d.sum()),
     "a ** 1.5": (lambda a: a ** 1.5, lambda d: d ** 1.5),
 }
+
+
+def test_counts_of_a_sparse_tensor():
+    f = splyce.jit(lambda a: (np.count_nonzero(a), a.any(axis=1), (a > 0.5).sum(axis=0)))
+    count, rows, columns = f(A)
+    d = A.toarray()
+    assert count == np.count_nonzero(d)
+    np.testing.assert_array_equal(rows, d.any(axis=1))
+    np.testing.assert_array_equal(columns, (d > 0.5).sum(axis=0))
 
 
 @pytest.mark.parametrize("case", list(SPARSE_KEEPS), ids=list(SPARSE_KEEPS))

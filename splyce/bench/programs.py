@@ -108,6 +108,9 @@ def run(cfg: Config) -> Result:
     programs = [p for p in PROGRAMS if not cfg.ops or p in cfg.ops]
     rows = []
     bar = _progress(0, "programs", cfg)
+    from threadpoolctl import threadpool_limits
+
+    blas = threadpool_limits(1)   # one thread on both sides: NumPy's BLAS too (X @ W, the GCN layer)
     try:
         for entry in entries:
             A = corpus.build(entry, Path(cfg.out) / "corpus-cache")
@@ -124,11 +127,13 @@ def run(cfg: Config) -> Result:
                              "scipy_s": t_scipy, "splyce_s": t_splyce, "splyce_vs_scipy": t_scipy / t_splyce,
                              "compile_s": timings["splyce"].compile})
     finally:
+        blas.restore_original_limits()
         bar.close()
     by_program = {p: geomean(r["splyce_vs_scipy"] for r in rows if r["program"] == p) for p in programs}
     summary = "; ".join(f"{p} {v:.2f}x" for p, v in by_program.items())
-    note = (f"Median seconds of {cfg.n_repeats} interleaved repeats, one thread; splyce_vs_scipy = scipy time / "
-            "jitted time (> 1: the jitted body is faster). The jitted call includes its argument handling. "
+    note = (f"Median seconds of {cfg.n_repeats} interleaved repeats, one thread (NumPy's BLAS too); "
+            "splyce_vs_scipy = scipy time / jitted time (> 1: the jitted body is faster). The jitted call includes "
+            "its argument handling. "
             f"Geometric means over the matrices: {summary}.")
     return Result("programs", "Algorithm bodies jitted whole vs scipy / NumPy", COLUMNS, rows, note, plot=plot)
 

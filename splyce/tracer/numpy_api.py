@@ -120,6 +120,9 @@ FUNCTIONS = {   # NumPy function -> the traced operation
     np.full_like: lambda a, fill_value, dtype=None, **kw: _like(lambda _: fill_value)(a, dtype, **kw),
     np.outer: _outer, np.abs: UFUNCS["absolute"], np.real_if_close: lambda a, tol=100: a,
     np.trace: lambda a: T.sum_(T.diagonal(a)),
+    np.any: lambda a, axis=None, out=None, keepdims=False: _no("any", out=out) or T.any_(a, axis, keepdims),
+    np.all: lambda a, axis=None, out=None, keepdims=False: _no("all", out=out) or T.all_(a, axis, keepdims),
+    np.count_nonzero: lambda a, axis=None, keepdims=False: T.count_nonzero(a, axis, keepdims),
 }
 if hasattr(np, "astype"):
     FUNCTIONS[np.astype] = lambda x, dtype, copy=True, **kw: astype(x, dtype)

@@ -366,6 +366,22 @@ def mean(a, axis=None, *, keepdims=False) -> Tracer:
     return divide(total, count)
 
 
+def count_nonzero(a, axis=None, keepdims=False) -> Tracer:
+    """NumPy's count_nonzero: a sum of ``a != 0`` (int64; a sparse ``a`` counts its nonzero stored values)."""
+    return sum_(compare("!=", a, 0), axis, keepdims=keepdims)
+
+
+def any_(a, axis=None, keepdims=False) -> Tracer:
+    return compare(">", count_nonzero(a, axis, keepdims), 0)
+
+
+def all_(a, axis=None, keepdims=False) -> Tracer:
+    node = _node(a, "all")
+    norm = _axes(axis, node.type.ndim, "all")
+    extent = int(np.prod([node.type.shape[d] for d in norm], dtype=np.int64))
+    return compare("==", count_nonzero(a, axis, keepdims), extent)
+
+
 def dot(a, b) -> Tracer:
     """NumPy's / scipy's ``dot``: a product with a scalar, an inner product of vectors, a matrix product."""
     if scalar_value(a) is not None or scalar_value(b) is not None:
@@ -466,6 +482,9 @@ def _install(cls) -> None:
         "astype": lambda self, dtype, copy=True: astype(self, dtype), "clip": clip,
         "reshape": indexing.reshape, "squeeze": _squeeze, "ravel": lambda self: indexing.reshape(self, -1),
         "flatten": lambda self: indexing.reshape(self, -1), "copy": lambda self: self,
+        "any": lambda self, axis=None, keepdims=False: any_(self, axis, keepdims),
+        "all": lambda self, axis=None, keepdims=False: all_(self, axis, keepdims),
+        "count_nonzero": lambda self: count_nonzero(self),
     }
     for symbol, head in COMPARISONS.items():
         name = {"==": "__eq__", "!=": "__ne__", "<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__"}[symbol]
