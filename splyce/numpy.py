@@ -19,6 +19,7 @@ _NAMES = (
     "greater_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "where", "sum", "mean", "max",
     "min", "amax", "amin", "dot", "vdot", "inner", "outer", "clip", "transpose", "einsum", "diagonal", "reshape",
     "squeeze", "ravel", "expand_dims", "zeros_like", "ones_like", "full_like", "trace", "any", "all", "count_nonzero",
+    "argmax", "argmin", "round", "around",
 )
 
 

@@ -142,6 +142,9 @@ def test_label_propagation():
         F = propagate(a, F, Y, labeled)
         want = np.where(labeled[:, None], Y, (a.toarray() / d[:, None]) @ want)
     np.testing.assert_allclose(F, want, rtol=1e-12)
+    # the labels: the class of largest score per vertex (the first one on ties, as NumPy's)
+    labels = splyce.jit(lambda a, F: (a @ F).argmax(axis=1))
+    np.testing.assert_array_equal(labels(a, F), (a.toarray() @ F).argmax(axis=1))
 
 
 WEIGHTS = RNG.random((8, 4)) - 0.5          # module globals read by the jitted function: captured constants
@@ -310,6 +313,8 @@ DENSE_CASES = {
                                      + np.max(np.outer(x, x), axis=1)[None, :] + np.transpose(np.outer(x, x))[0]
                                      + np.einsum("i,i->", x, x) + np.trace(np.outer(x, x))),
     "prefix slice": lambda a, x: x[:3] + (a @ x)[-3:],
+    "argmax / argmin": lambda a, x: (np.outer(x, np.round(x * 3)).argmax(axis=1) + np.argmin(np.log(x - 0.3))
+                                     + np.round(np.outer(x, x) * 2).argmin(axis=0, keepdims=True)),
     "any all count": lambda a, x: (np.any(x > 0.9) & (x > 0).all() & ~np.all(np.outer(x, x) > 0.5, axis=0)
                                    ) * (np.count_nonzero(a @ x) + (np.outer(x, x) > 0.25).sum(axis=1)),
 }

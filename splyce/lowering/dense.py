@@ -268,3 +268,42 @@ def lower_view(node, ctx, init, dense_out: bool):
             value = binary("add", block.arguments[0], value, node.type.dtype)
         linalg.YieldOp([value])
     return op.result
+
+
+def lower_argreduce(node, ctx, init):
+    """NumPy's argmax / argmin along one axis: one ``linalg.generic`` with two outputs, the running extremum
+    (from the identity, an intermediate) and its index (the result). The reduced loop runs in increasing
+    order and only a strictly better value (or a first NaN, as NumPy's) moves the index: the first
+    occurrence wins."""
+    from mlir import ir
+    from mlir.dialects import arith, linalg, tensor
+
+    from splyce.lowering.scalars import extremum_identity
+
+    kind, axis = node.params
+    (arg,) = node.args
+    dtype = arg.type.dtype
+    rank = arg.type.ndim
+    dims = [ir.AffineDimExpr.get(d) for d in range(rank)]
+    out_map = ir.AffineMap.get(rank, 0, [e for d, e in enumerate(dims) if d != axis])
+    maps = ir.ArrayAttr.get([ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank)),
+                             ir.AffineMapAttr.get(out_map), ir.AffineMapAttr.get(out_map)])
+    kinds = ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{'reduction' if d == axis else 'parallel'}>")
+                              for d in range(rank)])
+    element = element_type(dtype)
+    best = linalg.fill(extremum_identity(kind, dtype),
+                       outs=[tensor.EmptyOp(list(node.type.shape), element).result])
+    op = linalg.GenericOp([best.type, init.type], [ctx.values[arg]], [best, init], maps, kinds)
+    block = op.regions[0].blocks.append(element, element, element_type("int64"))
+    with ir.InsertionPoint(block):
+        value, current, index = block.arguments
+        position = arith.index_cast(element_type("int64"), linalg.IndexOp(axis).result)
+        if is_float(dtype):
+            better = arith.cmpf(arith.CmpFPredicate.OGT if kind == "max" else arith.CmpFPredicate.OLT, value, current)
+            first_nan = arith.andi(arith.cmpf(arith.CmpFPredicate.UNO, value, value),
+                                   arith.cmpf(arith.CmpFPredicate.ORD, current, current))
+            better = arith.ori(better, first_nan)
+        else:
+            better = arith.cmpi(arith.CmpIPredicate.sgt if kind == "max" else arith.CmpIPredicate.slt, value, current)
+        linalg.YieldOp([arith.select(better, value, current), arith.select(better, position, index)])
+    return op.results[1]

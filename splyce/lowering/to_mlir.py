@@ -453,8 +453,16 @@ def lower_view(node: Node, ctx: _Context):
     return dense.lower_view(node, ctx, _init_tensor(node, ctx), node in ctx.dense_out_args)
 
 
+def lower_argreduce(node: Node, ctx: _Context):
+    """argmax / argmin along one axis of a dense value (tracer.argextremum): its index result is written in
+    place (the zeroed buffer of a final result is the initial index 0)."""
+    if node.type.is_sparse:
+        raise LoweringError("argmax / argmin results are dense; out_format='sparse' is not supported for them")
+    return dense.lower_argreduce(node, ctx, _init_tensor(node, ctx))
+
+
 LOWERINGS = {"contract": lower_contract, "combine": lower_combine, "ewise": lower_ewise, "reduce": lower_reduce,
-             "view": lower_view}
+             "view": lower_view, "argreduce": lower_argreduce}
 
 
 def lower_trace(trace: Trace):

@@ -100,6 +100,14 @@ def _like(fill):
     return build
 
 
+def _round(a, decimals, out):
+    """``np.round`` to an integer (half to even, as NumPy's ``rint``)."""
+    _no("round", out=out)
+    if decimals != 0:
+        raise TypeError("numpy.round: only decimals=0 is supported on traced tensors")
+    return ufunc("rint", a)
+
+
 def _outer(a, b, out=None):
     _no("outer", out=out)
     na, nb = _node(a, "outer"), _node(b, "outer")
@@ -123,6 +131,12 @@ FUNCTIONS = {   # NumPy function -> the traced operation
     np.any: lambda a, axis=None, out=None, keepdims=False: _no("any", out=out) or T.any_(a, axis, keepdims),
     np.all: lambda a, axis=None, out=None, keepdims=False: _no("all", out=out) or T.all_(a, axis, keepdims),
     np.count_nonzero: lambda a, axis=None, keepdims=False: T.count_nonzero(a, axis, keepdims),
+    np.round: lambda a, decimals=0, out=None: _round(a, decimals, out),
+    np.around: lambda a, decimals=0, out=None: _round(a, decimals, out),
+    np.argmax: lambda a, axis=None, out=None, keepdims=False: _no("argmax", out=out) or T.argextremum(
+        a, "max", axis, keepdims),
+    np.argmin: lambda a, axis=None, out=None, keepdims=False: _no("argmin", out=out) or T.argextremum(
+        a, "min", axis, keepdims),
 }
 if hasattr(np, "astype"):
     FUNCTIONS[np.astype] = lambda x, dtype, copy=True, **kw: astype(x, dtype)

@@ -366,6 +366,31 @@ def mean(a, axis=None, *, keepdims=False) -> Tracer:
     return divide(total, count)
 
 
+def argextremum(a, kind: str, axis=None, keepdims=False) -> Tracer:
+    """NumPy's argmax / argmin of a dense value along one axis (the first occurrence; the first NaN, as
+    NumPy's): an int64 ``argreduce`` node."""
+    op = "argmax" if kind == "max" else "argmin"
+    node = _node(a, op)
+    if node.type.is_sparse:
+        raise TraceError(f"{op}: not supported on a sparse tensor inside @splyce.jit; write a.todense().{op}(axis)")
+    check_reducible(node.type.dtype, op)
+    shape = node.type.shape
+    if axis is None:
+        if len(shape) != 1:
+            raise TraceError(f"{op}: without an axis NumPy returns an index into the flattened array; pass axis= "
+                             "(or take it of a 1-D value)")
+        axis = 0
+    if isinstance(axis, (tuple, list)):
+        raise TraceError(f"{op}: axis must be an integer, got {axis!r}")
+    (ax,) = _axes(axis, len(shape), op)
+    if shape[ax] == 0:
+        raise ValueError(f"attempt to get {op} of an empty sequence")
+    reduced = Node("argreduce", (node,), (kind, ax), TensorType(shape[:ax] + shape[ax + 1:], "int64", None))
+    if keepdims:
+        return Tracer(indexing.expand(reduced, shape[:ax] + (1,) + shape[ax + 1:], op))
+    return Tracer(reduced)
+
+
 def count_nonzero(a, axis=None, keepdims=False) -> Tracer:
     """NumPy's count_nonzero: a sum of ``a != 0`` (int64; a sparse ``a`` counts its nonzero stored values)."""
     return sum_(compare("!=", a, 0), axis, keepdims=keepdims)
@@ -485,6 +510,8 @@ def _install(cls) -> None:
         "any": lambda self, axis=None, keepdims=False: any_(self, axis, keepdims),
         "all": lambda self, axis=None, keepdims=False: all_(self, axis, keepdims),
         "count_nonzero": lambda self: count_nonzero(self),
+        "argmax": lambda self, axis=None, keepdims=False: argextremum(self, "max", axis, keepdims),
+        "argmin": lambda self, axis=None, keepdims=False: argextremum(self, "min", axis, keepdims),
     }
     for symbol, head in COMPARISONS.items():
         name = {"==": "__eq__", "!=": "__ne__", "<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__"}[symbol]
