@@ -171,6 +171,8 @@ def test_gcn_layer_with_captured_features_and_weights():
     finally:
         WEIGHTS = saved
     trace = layer.lower(A).as_text("trace")
+    plan = layer.lower(A).as_text("plan")
+    assert "host einsum('ik,kj->ij'" in plan        # X @ W by NumPy's BLAS before the kernel, on every call
     header = trace.splitlines()[0]
     assert ": 60x8xfloat64" in header and ": 8x4xfloat64" in header   # hidden arguments, not baked in
     assert "contract[ik,kj->ij](%arg" in trace    # FEATURES @ WEIGHTS is traced, not computed once by NumPy

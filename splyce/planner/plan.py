@@ -26,11 +26,13 @@ from splyce.tracer.ir import ContractParams, Node, TensorType, Trace, ewise_text
 @dataclass(frozen=True)
 class Source:
     """Where a planned kernel input comes from: original input ``index``, stored as ``type`` (converted
-    on the host when ``converted``)."""
+    on the host when ``converted``); or, with ``host``, a product of dense inputs computed on the host by
+    NumPy (BLAS) before the kernel runs: ``(einsum subscripts, input indices, scale)``."""
 
     index: int
     type: TensorType
     converted: bool
+    host: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class Plan:
     def scatters(self) -> bool:
         """Whether a sparse input is scattered into a dense array: then its missing entries are stored zeros,
         and a NaN or Inf they meet gives NaN where the sparsifier on the kept operands skips the term."""
-        return any(s.converted and not s.type.is_sparse for s in self.sources)
+        return any(s.converted and not s.type.is_sparse and s.host is None for s in self.sources)
 
     def kept(self) -> "Plan":
         """The same function planned with every sparse operand kept sparse (the dispatcher runs it when a
@@ -87,6 +89,9 @@ class Plan:
 
         out = []
         for s in self.sources:
+            if s.host is not None:
+                out.append(_host_product(s, values))
+                continue
             value = values[s.index]
             if s.converted:
                 if s.type.is_sparse:
@@ -107,7 +112,12 @@ class Plan:
             lines.append(f"  %arg{len(self.source.inputs) + k} = transpose %arg{d.source} "
                          f"(axes {d.axes}: its buffers relabelled) : {d.type}")
         for s_index, s in enumerate(self.sources):
-            if s.converted:
+            if s.host is not None:
+                subs, operands, scale = s.host
+                factor = f" * {scale!r}" if scale is not None else ""
+                lines.append(f"  %arg{s_index} = host einsum('{subs}', {', '.join(f'%arg{i}' for i in operands)})"
+                             f"{factor} (NumPy, BLAS: dense inputs only, computed before the kernel) : {s.type}")
+            elif s.converted:
                 how = f"stored as {s.type.format}" if s.type.is_sparse else "scattered into a dense array"
                 lines.append(f"  %arg{s_index} = convert %arg{s.index} ({how}) : {s.type}")
         if self.scatters:
@@ -234,6 +244,28 @@ class Planner:
         return outputs, fusions
 
 
+def _host_product(source: Source, values: list) -> np.ndarray:
+    subs, operands, scale = source.host
+    with np.errstate(all="ignore"):   # NaN / Inf as the kernel would give them, silently
+        value = np.einsum(subs, *[values[i] for i in operands], optimize=len(operands) > 1)
+        if scale is not None:
+            value = value * scale
+    return np.ascontiguousarray(value, dtype=source.type.dtype)
+
+
+def on_host(node: Node) -> bool:
+    """A contraction of dense inputs (arguments or constants) that reduces an index: a matrix product or a
+    dot product of arrays the call passes in (``X @ W`` of a GCN layer's captured weights, ``r @ r``), which
+    NumPy's BLAS computes faster than a loop nest, once per call before the kernel."""
+    if node.op != "contract" or _pinned(node) or len(node.args) < 2:
+        return False
+    if any(a.op != "input" or a.type.is_sparse for a in node.args) or node.type.is_sparse:
+        return False
+    params: ContractParams = node.params[0]
+    return bool(set("".join(params.inputs)) - set(params.output)) and node.type.dtype in (
+        "float64", "float32", "complex128", "complex64")
+
+
 def dense_order(params: ContractParams) -> str:
     """The loop order of a contraction of dense (row-major) operands: innermost the index that is the last,
     contiguous axis of most operands and of the result (``j`` of ``ik,kj->ij``, ``k`` of ``ik,k->i``), then
@@ -293,6 +325,15 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
     steps: list[Step] = []
     result_nodes = set(outputs)
     for node in walk(outputs):
+        if on_host(node) and node not in result_nodes:
+            params = node.params[0]
+            host = (",".join(params.inputs) + "->" + params.output, tuple(a.params[0] for a in node.args),
+                    params.scale)
+            if ("host", host) not in slots:
+                sources.append(Source(-1, node.type, True, host))
+                slots[("host", host)] = Node("input", (), (len(sources) - 1,), node.type)
+            mapping[node] = slots[("host", host)]
+            continue
         new = with_args(node, tuple(mapping.get(a, a) for a in node.args))
         storage: tuple[str, ...] = ("",) * len(node.args)
         if node.op == "contract":
