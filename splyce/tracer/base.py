@@ -103,6 +103,8 @@ def _node(x, op: str) -> Node:
     (a hidden argument of the kernel, captures.py)."""
     if isinstance(x, Tracer):
         return x.node
+    if isinstance(x, (list, tuple)) and x and all(isinstance(v, numbers.Number) for v in x):
+        x = np.asarray(x)   # a literal vector, as NumPy converts it: a frozen constant
     if is_array(x) and not (isinstance(x, np.ndarray) and x.ndim == 0):
         node = captures.constant_node(x)
         if node is not None:
