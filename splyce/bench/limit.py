@@ -16,8 +16,9 @@ has too) and equal or 1:16 lengths. Candidates, on the same arrays:
 
 Times are per input coordinate (``len(a) + len(b)``); cycles use the clock measured at the start of the run
 by a loop of dependent 1-cycle adds; ``bw_share`` = floor time / candidate time. Splyce's times are whole
-calls on sealed operands (no per-call validation), NumKong's whole Python calls. Interleaved repeats with
-rotation, as every subcommand (splyce/bench/common.py), each candidate checked before it is timed.
+calls on sealed operands (no per-call validation), NumKong's whole Python calls. Times are the thread's CPU
+time (``time.thread_time``: the machines here are shared, and a descheduled thread's wait is not the
+kernel's cost); interleaved repeats with rotation, each candidate checked before it is timed.
 """
 
 from __future__ import annotations
@@ -79,10 +80,10 @@ def clock_ghz() -> tuple[float, str]:
         spin(10_000)
         iters, best = 200_000, math.inf
         for _ in range(5):
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             spin(iters)
-            best = min(best, time.perf_counter() - t0)
-        return SPIN_ADDS * iters / best / 1e9, "calibrated (dependent adds, best of 5)"
+            best = min(best, time.thread_time() - t0)
+        return SPIN_ADDS * iters / best / 1e9, "calibrated: dependent adds, thread CPU time, best of 5"
     except Exception:   # noqa: BLE001 - any failure: fall back to the reported clock
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("cpu MHz"):
@@ -163,10 +164,10 @@ def _time_case(cands: dict, repeats: int) -> dict[str, list[float]]:
         for name in names[r % len(names):] + names[:r % len(names)]:
             run, n = cands[name][0], calls[name]
             gc.collect()
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             for _ in range(n):
                 run()
-            times[name].append((time.perf_counter() - t0) / n)
+            times[name].append((time.thread_time() - t0) / n)
     return times
 
 
