@@ -225,21 +225,6 @@ def test_fiber_bounds_not_hoisted_past_a_store_to_them(ctx):
     assert _loop_may_write(inner.opview, load)
 
 
-@pytest.mark.parametrize("width", [2, 4, 8])
-def test_fast_lane_condition_is_one_compare_per_finger(ctx, width):
-    """The fast lane runs while ``bound >= cursor + n`` for each finger: one compare each (no ``cursor <
-    bound`` test and no ``bound - cursor`` subtraction besides it)."""
-    module = stage1(kernel_text("k1"))
-    run_splyce_pass(module, Options(vector_width=width))
-    (fast,) = fast_lanes(module)
-    before = str(fast).split("} do {")[0]
-    tests = re.findall(r"arith\.cmpi (\w+), %\w+, (%\w+) : index", before)
-    assert [pred for pred, _ in tests] == ["uge", "uge"]
-    for _, rhs in tests:
-        assert re.search(rf"{re.escape(rhs)} = arith\.addi %\w+, %c{width}\w* : index", before)
-    assert "arith.subi" not in before
-
-
 @pytest.mark.parametrize("config", [7, 8])
 def test_two_finger_advance_compares_with_the_other_lists_last_coordinate(ctx, config):
     """Phase 3 of two fingers: B's lanes are counted against C's last coordinate and C's against B's, with no

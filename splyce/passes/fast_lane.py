@@ -16,8 +16,9 @@ SIMD (vector dialect) or unrolled scalar form:
    ``vector.scatter`` under the match mask (B's coordinates in one vector are distinct: no conflicts).
 3. pointer advance past the pivot ``min(last B coordinate, last C coordinate, ..)``: per operand, the
    number of lanes whose coordinate is ``<=`` the pivot, as a tree of scalar compares or a vector compare
-   + reduction. (A coordinate present in every operand's window is ``<=`` every last coordinate, so no
-   matched lane lies past the pivot: nothing is done twice.)
+   whose mask bits are counted (popcnt). With two operands each one counts against the *other's* last
+   coordinate, the same number without computing the pivot. (A coordinate present in every operand's window
+   is ``<=`` every last coordinate, so no matched lane lies past the pivot: nothing is done twice.)
 
 The original loop then runs from the fast lane's cursors and accumulators and finishes the tails.
 """
@@ -206,10 +207,12 @@ class FastLaneBuilder:
             fast.operation.attributes[FAST_LANE_ATTR] = ir.UnitAttr.get()
             before = fast.before.blocks.append(*types)
             with ir.InsertionPoint(before):
-                # n coordinates left: cursor + n <= bound, one compare per finger (a cursor is at most the
-                # bound, both far below 2^63: no wrap-around), the same as cursor < bound && bound - cursor >= n
-                ok = [_cmpi(CMPI_UGE, hi, arith.addi(before.arguments[pos], c_n))
-                      for pos, hi in zip(m.cursor_pos, m.bounds)]
+                ok = []
+                for pos, hi in zip(m.cursor_pos, m.bounds):
+                    cur = before.arguments[pos]
+                    inside = _cmpi(CMPI_ULT, cur, hi)
+                    room = _cmpi(CMPI_UGE, arith.subi(hi, cur), c_n)
+                    ok.append(arith.andi(inside, room))
                 scf.condition(_tree(ok, arith.andi), list(before.arguments))
             after = fast.after.blocks.append(*types)
             with ir.InsertionPoint(after):
