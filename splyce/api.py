@@ -11,7 +11,6 @@ import sys
 
 import numpy as np
 
-from splyce.native import memory_pool
 from splyce.tensors.tensor import SparseTensor
 from splyce.tracer import tracer as T
 from splyce.tracer.tracer import Tracer
@@ -20,14 +19,22 @@ from splyce.tracer.tracer import Tracer
 # freed large buffers (native/memory_pool.py: a result is fresh memory on every call otherwise); below it
 # a result is under the cache's 1 MiB minimum anyway, and the call saves the handler switch (~2 us).
 POOL_OPERAND = 1 << 16
+POOL_MIN = 1 << 20          # native/memory_pool.POOL_MIN: the smallest block the cache keeps (a test checks)
+
+
+def _memory_pool():
+    from splyce.native import memory_pool
+
+    return memory_pool
 
 
 def _pool_for(*xs):
-    """memory_pool.install() when an operand is large (the token to restore), else None."""
+    """memory_pool.install() when an operand is large (the token to restore), else None. The pool's module
+    loads on the first large call: ``import splyce`` does not pay for it."""
     for x in xs:
         d = x if type(x) is np.ndarray else getattr(x, "values" if type(x) is SparseTensor else "data", None)
         if type(d) is np.ndarray and d.size >= POOL_OPERAND:
-            return memory_pool.install()
+            return _memory_pool().install()
     return None
 
 
@@ -36,8 +43,8 @@ def _pool_for_dense_product(a, b: np.ndarray):
     large allocation (an SpMV of 0.2 ms on 200k entries with a 64 KB result would pay the switch for nothing)."""
     shape = getattr(a, "shape", None)
     if type(shape) is tuple and len(shape) == 2 and b.ndim in (1, 2):
-        if shape[0] * (b.shape[1] if b.ndim == 2 else 1) * b.itemsize >= memory_pool.POOL_MIN:
-            return memory_pool.install()
+        if shape[0] * (b.shape[1] if b.ndim == 2 else 1) * b.itemsize >= POOL_MIN:
+            return _memory_pool().install()
         return None
     return _pool_for(a, b)
 
@@ -72,7 +79,8 @@ def _binary(name: str, doc: str):
         try:
             return _op(a, b, out_format, threads)
         finally:
-            memory_pool.restore(token)
+            if token is not None:
+                _memory_pool().restore(token)
 
     def _op(a, b, out_format, threads):
         if fast and type(b) is np.ndarray and out_format is None:
@@ -300,7 +308,8 @@ def einsum(subscripts, *operands, out_format=None, order=None, threads=1):
     try:
         return _einsum(subscripts, operands, out_format, order, threads)
     finally:
-        memory_pool.restore(token)
+        if token is not None:
+            _memory_pool().restore(token)
 
 
 def _einsum(subscripts, operands, out_format, order, threads):
