@@ -22,29 +22,38 @@ POOL_OPERAND = 1 << 16
 POOL_MIN = 1 << 20          # native/memory_pool.POOL_MIN: the smallest block the cache keeps (a test checks)
 
 
-def _memory_pool():
-    from splyce.native import memory_pool
+_pool_module = None
 
-    return memory_pool
+
+def _memory_pool():
+    """native/memory_pool, imported on the first drop-in call (not by ``import splyce``; a malformed
+    SPLYCE_POOL_BYTES is reported there)."""
+    global _pool_module
+    if _pool_module is None:
+        from splyce.native import memory_pool
+
+        _pool_module = memory_pool
+    return _pool_module
 
 
 def _pool_for(*xs):
-    """memory_pool.install() when an operand is large (the token to restore), else None. The pool's module
-    loads on the first large call: ``import splyce`` does not pay for it."""
+    """memory_pool.install() when an operand is large (the token to restore), else None."""
+    pool = _pool_module or _memory_pool()
     for x in xs:
         d = x if type(x) is np.ndarray else getattr(x, "values" if type(x) is SparseTensor else "data", None)
         if type(d) is np.ndarray and d.size >= POOL_OPERAND:
-            return _memory_pool().install()
+            return pool.install()
     return None
 
 
 def _pool_for_dense_product(a, b: np.ndarray):
     """As _pool_for for ``a @ b`` with a dense ``b`` (SpMV / SpMM): by the result's size, the call's only
     large allocation (an SpMV of 0.2 ms on 200k entries with a 64 KB result would pay the switch for nothing)."""
+    pool = _pool_module or _memory_pool()
     shape = getattr(a, "shape", None)
     if type(shape) is tuple and len(shape) == 2 and b.ndim in (1, 2):
         if shape[0] * (b.shape[1] if b.ndim == 2 else 1) * b.itemsize >= POOL_MIN:
-            return _memory_pool().install()
+            return pool.install()
         return None
     return _pool_for(a, b)
 
@@ -80,7 +89,7 @@ def _binary(name: str, doc: str):
             return _op(a, b, out_format, threads)
         finally:
             if token is not None:
-                _memory_pool().restore(token)
+                _pool_module.restore(token)
 
     def _op(a, b, out_format, threads):
         if fast and type(b) is np.ndarray and out_format is None:
@@ -309,7 +318,7 @@ def einsum(subscripts, *operands, out_format=None, order=None, threads=1):
         return _einsum(subscripts, operands, out_format, order, threads)
     finally:
         if token is not None:
-            _memory_pool().restore(token)
+            _pool_module.restore(token)
 
 
 def _einsum(subscripts, operands, out_format, order, threads):
