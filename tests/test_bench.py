@@ -16,6 +16,8 @@ from splyce.bench import ablation, ceiling, common, kernels, real, threads
 from splyce.bench import compile as compile_bench
 from splyce.bench.common import BenchMismatch, Config, read_csv
 
+pytestmark = pytest.mark.slow
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 EXPECTED = {
@@ -113,7 +115,7 @@ def test_compile_subcommand_loads_from_disk(tmp_path, monkeypatch):
 
 
 def test_simd_share_reads_the_profile():
-    from splyce.kernels import KERNELS
+    from splyce.bench.paper_kernels import KERNELS
 
     spec = KERNELS["K1"]
     assert 0.5 < common.simd_share(spec.fun, tuple(spec.operands(96, 0.2))) <= 1.0

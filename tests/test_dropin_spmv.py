@@ -92,7 +92,7 @@ def test_sealed_tensor_is_not_validated_again(monkeypatch):
 # -- the per-call fast path (scipy CSR, 1-D vector of its dtype): its checks happen inside the kernel ----------
 def _general_path_off(monkeypatch):
     """Make the general SpMV path fail, so a test proves the fast path produced (or refused) the result."""
-    from splyce.planner import dropin
+    from splyce.dropin import products as dropin
 
     def refuse(*_args, **_kw):
         raise AssertionError("the general SpMV path ran")
@@ -109,7 +109,7 @@ def _csr(indptr, indices, data, shape, index_dtype, kind):
 def _kernel_variant(monkeypatch, variant: str):
     """Make the fast path pick the flat kernel (short rows), the grouped-rows kernel (matrices in cache) or the
     one-row kernel for every matrix."""
-    from splyce.planner import dropin
+    from splyce.dropin import products as dropin
 
     monkeypatch.setattr(dropin, "_FLAT_MAX_ROW", 1 << 40 if variant == "flat" else -1)
     monkeypatch.setattr(dropin, "_FLAT_MIN_BYTES", 0)
@@ -191,7 +191,7 @@ def test_fast_spmv_refuses_every_malformed_operand(monkeypatch, variant, index_d
 
 
 def test_fast_spmv_leaves_other_calls_to_the_general_path():
-    from splyce.planner import dropin
+    from splyce.dropin import products as dropin
 
     a = sps.random_array((30, 20), density=0.2, format="csr", rng=3)
     x = np.random.default_rng(3).random(20)
@@ -227,8 +227,8 @@ def test_fast_spmv_leaves_other_calls_to_the_general_path():
 
 
 def test_array_objects_entry_reads_the_data_pointer(monkeypatch):
-    from splyce.backend import array_objects
-    from splyce.planner import dropin
+    from splyce.native import array_objects
+    from splyce.dropin import products as dropin
 
     assert array_objects.DATA_OFFSET is not None          # numpy's layout confirmed on this platform
     # without a confirmed layout the fast path steps aside and the general path answers
@@ -253,8 +253,8 @@ def test_positions_far_outside_the_entries_are_refused_without_reading_there():
     script = textwrap.dedent('''
         import ctypes, mmap
         import numpy as np, scipy.sparse as sps, splyce
-        from splyce.backend import ir_text, native_spmv
-        from splyce.planner import dropin
+        from splyce.native import ir_text, spmv as native_spmv
+        from splyce.dropin import products as dropin
         ir_text.MIN_CHUNK = 8                # threads=2 really splits these 4400 entries
         dropin.SERIAL_MAX_WORK = 0
         keep = []
@@ -307,8 +307,8 @@ def test_checked_spmv_kernel_code_shape():
     loop measured ~12 % slower)."""
     import re
 
-    from splyce.backend import native_spmv
-    from splyce.backend.codegen import CodegenOptions, emit_assembly, host_target, optimize
+    from splyce.native import spmv as native_spmv
+    from splyce.native.codegen import CodegenOptions, emit_assembly, host_target, optimize
 
     text, _ = native_spmv.spmv_objects_ir(np.dtype(np.float64), 32, 32, "rows")
     module, tm = optimize(text, host_target(), CodegenOptions(opt_level=3))
@@ -331,8 +331,8 @@ def test_flat_spmv_loop_has_no_branch_on_a_row_end():
     on x86)."""
     import re
 
-    from splyce.backend import native_spmv
-    from splyce.backend.codegen import CodegenOptions, emit_assembly, host_target, optimize
+    from splyce.native import spmv as native_spmv
+    from splyce.native.codegen import CodegenOptions, emit_assembly, host_target, optimize
 
     text, _ = native_spmv.spmv_objects_ir(np.dtype(np.float64), 32, 32, "flat")
     module, tm = optimize(text, host_target(), CodegenOptions(opt_level=3))
@@ -355,7 +355,7 @@ def test_small_products_asked_for_threads_run_on_one(monkeypatch):
     """threads=2 / None on a product of at most SERIAL_MAX_WORK entries x columns takes the one-thread fast
     path (waking a worker costs more than it saves there; results are bit-identical either way); above it,
     the threaded general path; a bad thread count still raises."""
-    from splyce.planner import dropin
+    from splyce.dropin import products as dropin
 
     rng = np.random.default_rng(11)
     a = sps.random_array((300, 200), density=0.05, format="csr", rng=rng)
@@ -375,13 +375,13 @@ def test_small_products_asked_for_threads_run_on_one(monkeypatch):
     monkeypatch.setattr(dropin, "SERIAL_MAX_WORK", 4 * a.nnz - 1)
     assert np.array_equal(splyce.matmul(a, x, threads=2), a @ x) and ran == [2]
     assert splyce.matmul(a, frontier, threads=2).data.tobytes() == one.data.tobytes() and ran == [2, 2]
-    from splyce.backend import ir_text                # split even these few entries: two ranges, same bits
+    from splyce.native import ir_text  # split even these few entries: two ranges, same bits
     monkeypatch.setattr(ir_text, "MIN_CHUNK", 8)
     assert len(ir_text.work_chunks(a.indptr, 2)) == 2
     for vec in (x, X, rng.random((200, 40))):           # SpMV, SpMM with k fixed and with any k
         assert np.array_equal(splyce.matmul(a, vec, threads=2), a @ vec)
     monkeypatch.setattr(dropin, "SERIAL_MAX_WORK", 0)
-    from splyce.backend import native_spmv
+    from splyce.native import spmv as native_spmv
     monkeypatch.setattr(native_spmv, "FLAT_MIN_BYTES", 0)     # the flat kernel at any size (as on Zen 1)
     thin = sps.random_array((300, 200), density=0.012, format="csr", rng=rng)   # 2.4 per row: the flat kernel
     assert np.array_equal(splyce.matmul(thin, x, threads=2), thin @ x)
@@ -397,8 +397,8 @@ def test_spmv_kernel_choice_by_cpu(monkeypatch):
     elsewhere never grouped; flat from L2's size but on Zen 1 / 2. The drop-in follows them."""
     import scipy.sparse as sps
 
-    from splyce.backend import native_spmv
-    from splyce.planner import dropin
+    from splyce.native import spmv as native_spmv
+    from splyce.dropin import products as dropin
 
     assert native_spmv._tuned_for("znver1", 512 << 10) == (512 << 10, 0, 0)
     assert native_spmv._tuned_for("znver4", 1 << 20) == (1 << 20, 14, 1 << 20)

@@ -17,7 +17,7 @@ a failing allocation jumps back only to the wrapper frame of its own thread, whi
 ever crosses threads. The other chunks finish normally; the runtime raises once all have returned.
 
 The blocks come from libc's heap, or from the heap the runtime sets (``set_heap``: its cache of freed large
-buffers, runtime/memory_pool.py, so that a loop of calls reuses its results' backed pages instead of
+buffers, native/memory_pool.py, so that a loop of calls reuses its results' backed pages instead of
 faulting fresh ones in on every call).
 
 Blocks still live when the kernel returns are its results (or buffers it never freed, as before): they are
@@ -54,7 +54,7 @@ _heap_provider = None
 def set_heap(provider) -> None:
     """Have the checked allocator take its blocks from ``provider()`` (called once, at ``install``): a dict
     of native function addresses (``_heap_calls``), or None for libc's heap. The runtime sets its cache of
-    freed large buffers here (runtime/memory_pool.py), so that kernels' result buffers are reused too. Takes
+    freed large buffers here (native/memory_pool.py), so that kernels' result buffers are reused too. Takes
     effect only before the first ``install`` of the process."""
     global _heap_provider
     _heap_provider = provider
@@ -312,7 +312,7 @@ def install() -> _Installed:
         if _installed is None:
             import llvmlite.binding as llvm
 
-            from splyce.backend import codegen
+            from splyce.native import codegen
 
             libc = ctypes.CDLL(None)
             key = ctypes.c_uint()

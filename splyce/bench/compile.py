@@ -42,7 +42,7 @@ def _first_minus_run(f, ops, ref, desc) -> tuple[float, float]:
 def _warm_process() -> None:
     """Imports, LLVM initialisation and the source hash happen once per process, not in the first kernel."""
     import splyce
-    from splyce.kernels import KERNELS
+    from splyce.bench.paper_kernels import KERNELS
 
     spec = KERNELS["K2"]
     splyce.jit(spec.fun, vector_width=2)(*spec.operands(64, 0.2))
@@ -50,7 +50,7 @@ def _warm_process() -> None:
 
 def run(cfg: Config) -> Result:
     import splyce
-    from splyce.kernels import KERNELS
+    from splyce.bench.paper_kernels import KERNELS
 
     saved = os.environ.get("SPLYCE_CACHE_DIR")
     rows = []

@@ -84,7 +84,7 @@ CODEGEN_SOURCES = (
     "lowering/*.py",
     "passes/*.py",
     "backend/compiler.py",
-    "backend/codegen.py",
+    "native/codegen.py",
     "backend/alloc_guard.py",        # the guarded entry and the heap functions kernels call
     "runtime/arguments.py",          # the entry point's buffer layout
     "runtime/disk_cache.py",         # the entry layout
@@ -130,7 +130,7 @@ def _versions() -> dict:
 
     import llvmlite
 
-    import splyce
+    from splyce.version import __version__
 
     try:
         mlir = version("xtc-mlir-python-bindings")
@@ -138,7 +138,7 @@ def _versions() -> dict:
         from mlir import ir
 
         mlir = getattr(ir, "__version__", "unknown")
-    return {"splyce": splyce.__version__, "mlir": mlir, "llvmlite": llvmlite.__version__,
+    return {"splyce": __version__, "mlir": mlir, "llvmlite": llvmlite.__version__,
             "compiler_sources": compiler_sources_hash()}
 
 

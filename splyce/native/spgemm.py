@@ -36,9 +36,9 @@ import threading
 
 import numpy as np
 
-from splyce.backend.array_objects import address as _address
-from splyce.backend import ir_text
-from splyce.backend.ir_text import pool, row_chunks, run_each
+from splyce.native.array_objects import address as _address
+from splyce.native import ir_text
+from splyce.native.ir_text import pool, row_chunks, run_each
 
 # Rows [lo, hi) of A @ B into cc / cv from position base on; ends[i - lo] = row i's end; returns the end.
 # {accumulate}: one multiply-add (col, prod at position c2; defines block j_next, which sets c2n and loops);
@@ -387,7 +387,7 @@ def _bits(arr: np.ndarray) -> int:
 
 @functools.cache
 def _product(dense: bool, value: np.dtype, pa: int, ca: int, pb: int, cb: int, co: int):
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native.codegen import compile_host_helpers
 
     t, mul, add = _VALUE[value]
     floating = t in ("double", "float")
@@ -404,7 +404,7 @@ def _product(dense: bool, value: np.dtype, pa: int, ca: int, pb: int, cb: int, c
 
 @functools.cache
 def _flops(pa: int, ca: int, pb: int):
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native.codegen import compile_host_helpers
 
     name = f"splyce_spgemm_flops_{pa}_{ca}_{pb}"
     text = _FLOPS.format(name=name, pa=pa, ca=ca, pb=pb, pa_ext=_ext(pa), ca_ext=_ext(ca), pb_ext=_ext(pb))
