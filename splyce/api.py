@@ -11,7 +11,6 @@ import sys
 
 import numpy as np
 
-from splyce.native import memory_pool
 from splyce.tensors.tensor import SparseTensor
 from splyce.tracer import tracer as T
 from splyce.tracer.tracer import Tracer
@@ -20,24 +19,41 @@ from splyce.tracer.tracer import Tracer
 # freed large buffers (native/memory_pool.py: a result is fresh memory on every call otherwise); below it
 # a result is under the cache's 1 MiB minimum anyway, and the call saves the handler switch (~2 us).
 POOL_OPERAND = 1 << 16
+POOL_MIN = 1 << 20          # native/memory_pool.POOL_MIN: the smallest block the cache keeps (a test checks)
+
+
+_pool_module = None
+
+
+def _memory_pool():
+    """native/memory_pool, imported on the first drop-in call (not by ``import splyce``; a malformed
+    SPLYCE_POOL_BYTES is reported there)."""
+    global _pool_module
+    if _pool_module is None:
+        from splyce.native import memory_pool
+
+        _pool_module = memory_pool
+    return _pool_module
 
 
 def _pool_for(*xs):
     """memory_pool.install() when an operand is large (the token to restore), else None."""
+    pool = _pool_module or _memory_pool()
     for x in xs:
         d = x if type(x) is np.ndarray else getattr(x, "values" if type(x) is SparseTensor else "data", None)
         if type(d) is np.ndarray and d.size >= POOL_OPERAND:
-            return memory_pool.install()
+            return pool.install()
     return None
 
 
 def _pool_for_dense_product(a, b: np.ndarray):
     """As _pool_for for ``a @ b`` with a dense ``b`` (SpMV / SpMM): by the result's size, the call's only
     large allocation (an SpMV of 0.2 ms on 200k entries with a 64 KB result would pay the switch for nothing)."""
+    pool = _pool_module or _memory_pool()
     shape = getattr(a, "shape", None)
     if type(shape) is tuple and len(shape) == 2 and b.ndim in (1, 2):
-        if shape[0] * (b.shape[1] if b.ndim == 2 else 1) * b.itemsize >= memory_pool.POOL_MIN:
-            return memory_pool.install()
+        if shape[0] * (b.shape[1] if b.ndim == 2 else 1) * b.itemsize >= POOL_MIN:
+            return pool.install()
         return None
     return _pool_for(a, b)
 
@@ -72,7 +88,8 @@ def _binary(name: str, doc: str):
         try:
             return _op(a, b, out_format, threads)
         finally:
-            memory_pool.restore(token)
+            if token is not None:
+                _pool_module.restore(token)
 
     def _op(a, b, out_format, threads):
         if fast and type(b) is np.ndarray and out_format is None:
@@ -300,7 +317,8 @@ def einsum(subscripts, *operands, out_format=None, order=None, threads=1):
     try:
         return _einsum(subscripts, operands, out_format, order, threads)
     finally:
-        memory_pool.restore(token)
+        if token is not None:
+            _pool_module.restore(token)
 
 
 def _einsum(subscripts, operands, out_format, order, threads):

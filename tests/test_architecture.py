@@ -105,3 +105,22 @@ def test_the_checks_see_the_package():
     assert "splyce.dropin.products" in graph["splyce.dropin"]
     assert "splyce.native.spmv" in graph["splyce.dropin.products"]
     assert "splyce.errors" in graph["splyce.tracer.tracer"]
+
+
+def test_import_splyce_loads_no_compiler_and_no_native_code():
+    """``import splyce`` stays cheap: no MLIR, no LLVM, no native module until a call needs one."""
+    import subprocess
+    import sys
+
+    code = ("import sys, splyce; heavy = [m for m in ('mlir', 'llvmlite', 'splyce.native.memory_pool', "
+            "'splyce.native.codegen', 'splyce.runtime.dispatcher', 'scipy.sparse') if m in sys.modules]; "
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_api_pool_threshold_is_the_pools():
+    from splyce import api
+    from splyce.native import memory_pool
+
+    assert api.POOL_MIN == memory_pool.POOL_MIN

@@ -21,10 +21,11 @@ SUBCOMMANDS = {
     "compile": "cold compile vs disk-cache load of K1-K5, results checked",
     "programs": "algorithm bodies (PageRank, CG, GCN, logistic regression, row normalisation, triangles) jitted "
                 "whole vs scipy / NumPy on the corpus; --ops picks programs",
+    "limit": "the fiber-pair sparse dot vs the plain sparsifier, NumKong and the bandwidth floor (issue 36)",
     "dask": "SpMV, SpGEMM, triangles on a 2-worker Dask LocalCluster: 1 vs 2 workers, vs dask + pydata-sparse",
     "all": "every subcommand above but dask, in turn",
 }
-ORDER = ["kernels", "ablation", "width", "sparsity", "real", "programs", "threads", "memory", "compile"]
+ORDER = ["kernels", "ablation", "width", "sparsity", "real", "programs", "threads", "memory", "compile", "limit"]
 
 EPILOG = "Methodology:\n" + METHODOLOGY + """
 Outputs: each subcommand writes <name>.csv (machine info as leading '#' lines), <name>.md and <name>.png

@@ -12,6 +12,7 @@ from splyce.dropin.formulation import Formulation, _is_masked_sum, choose_matmul
 from splyce.dropin.operands import _native_values
 from splyce.dropin.einsums import einsum
 from splyce.dropin.operands import OperandInfo
+from splyce.native import memory_pool
 from splyce.dropin.products import matmul
 from splyce.runtime.library import LibraryCall, LibraryOp
 
@@ -36,7 +37,11 @@ def _same_pattern(name: str, args, out):
 
     a, b = args
     parts = [(x.values, x.crd[1], x.pos[1]) for x in (a, b)]
-    got = elementwise.same_pattern(name, *parts, np.dtype(out.dtype), drop_zeros=False)
+    if a.values.nbytes >= memory_pool.POOL_MIN:
+        with memory_pool.active():
+            got = elementwise.same_pattern(name, *parts, np.dtype(out.dtype), drop_zeros=False)
+    else:
+        got = elementwise.same_pattern(name, *parts, np.dtype(out.dtype), drop_zeros=False)
     if got is None or got[1].dtype.itemsize * 8 != out.format.crd_width \
             or got[2].dtype.itemsize * 8 != out.format.pos_width:
         return None
@@ -53,7 +58,14 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
         formulation = choose_matmul_formulation(*infos)
         if formulation not in (Formulation.SPARSE_TIMES_DENSE, Formulation.SCATTER_VECTOR):
             return None
-        return LibraryCall(op, formulation.value, lambda args, t: matmul(*args, threads=t))
+        pooled = int(np.prod(op.out.shape)) * np.dtype(op.out.dtype).itemsize >= memory_pool.POOL_MIN
+
+        def run(args, t):
+            if not pooled:
+                return matmul(*args, threads=t)
+            with memory_pool.active():      # a result of 1 MiB or more from the cache of freed buffers, as the
+                return matmul(*args, threads=t)   # drop-in call and the MLIR kernel's dense results do
+        return LibraryCall(op, formulation.value, run)
     if op.op in _SAME_PATTERN_OPS and _native_values(*infos):
         # two CSRs holding the same positions (a structurally symmetric A and A.T, a matrix and new values):
         # one flat native pass keeping every position, the sparsifier's result exactly; other pairs return

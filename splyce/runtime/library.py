@@ -130,14 +130,15 @@ def _pinned(trace) -> bool:
 
 def choose(plan, options, out_format) -> LibraryCall | None:
     """The native call that computes ``plan``, or None (then the MLIR kernel runs). Only for a plan of one
-    step on the arguments as they are (no conversion or transposed reads), the default result format, the
-    host CPU and the Splyce pass on (``vectorize=False`` is the plain sparsifier, the baseline by contract)."""
+    step on its inputs (the arguments, their transposes read in place, or re-stored ones: the plan prepares
+    them as for the MLIR kernel; never a sparse operand scattered dense), the default result format, the host
+    CPU and the Splyce pass on (``vectorize=False`` is the plain sparsifier, the baseline by contract)."""
     if out_format not in (None, "dense", "sparse") or not options.vectorize or options.profile:
         return None
     if len(plan.steps) != 1 or len(plan.trace.outputs) != 1 or _pinned(plan.source):
         return None
-    if plan.needs_conversion or plan.derived or not options.target.is_host_compatible:
-        return None
+    if plan.scatters or not options.target.is_host_compatible:
+        return None      # a scattered operand's missing entries become stored zeros: the MLIR kernel's rule
     step = plan.steps[0]
     if plan.trace.outputs[0] is not step.node:
         return None
@@ -169,6 +170,8 @@ class LibraryKernel:
         self._dtype = np.dtype(out.dtype)
         self._shape = out.shape
         self._build_kernel = build_kernel
+        # transposed reads, re-stored operands, constants frozen at trace time (tracer/captures.py)
+        self._prepares = bool(plan.derived) or plan.needs_conversion or bool(plan.constants)
         self._kernel = None
         self._kernel_lock = threading.Lock()
 
@@ -180,8 +183,8 @@ class LibraryKernel:
             return self._kernel
 
     def run_exact(self, values: list) -> list:
-        values = self.plan.prepare(values)   # + the constants frozen at trace time (no conversion: ``choose``)
-        out = self.call.run([values[i] for i in self.call.op.operands], self.threads)
+        inputs = self.plan.prepare(values) if self._prepares else values
+        out = self.call.run([inputs[i] for i in self.call.op.operands], self.threads)
         if out is None:                         # a guarded call declined these values
             return self.kernel().run_exact(values)
         if not self.sparse_results:

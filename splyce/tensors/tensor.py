@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 from splyce.tensors import convert
-from splyce.tensors.formats import COO, CSC, CSR, SPARSE_VECTOR, Format, coo, csf, dense
+from splyce.tensors.formats import COO, CSC, CSR, SPARSE_VECTOR, Format, Level, coo, csf, dense
 from splyce.tensors.validation import NotCanonicalError, check_buffers, check_dtype, check_shape
 
 __all__ = ["SparseTensor", "asarray"]
@@ -418,6 +418,42 @@ def _from_pydata(x, fmt, copy, name) -> SparseTensor:
     return from_coords(x.shape, fmt, list(x.coords), x.data, copy, name)
 
 
+_ROWS_OF_COLUMNS = (Level("dense"), Level("compressed"))
+
+
+def _swapped_order(x: SparseTensor, fmt: Format) -> SparseTensor | None:
+    """A CSC stored as CSR (or the reverse) by a counting transpose of its buffers, O(nnz + n) native code,
+    instead of a sort of all coordinates; None when the formats are not that pair. The buffers of a CSC are
+    the CSR of its transpose, whose transpose is the CSR wanted (entries in order, values' bits kept)."""
+    old = x.format
+    if x.ndim != 2 or old.levels != _ROWS_OF_COLUMNS or fmt.levels != _ROWS_OF_COLUMNS or fmt.order == old.order:
+        return None
+    from splyce.native import transpose
+
+    data, indices, indptr = x.values, x.crd[1], x.pos[1]
+    if not transpose.supported(data, indices, indptr):
+        return None
+    if not x.sealed:    # native code follows these indices: they must be in range (the owner may have changed them)
+        check_buffers(x.shape, old, x.pos, x.crd, x.values, "tensor")
+    rows, cols = (x.shape[1], x.shape[0]) if old.order == (1, 0) else (x.shape[0], x.shape[1])
+    t_data, t_indices, t_indptr = transpose.transpose(data, indices, indptr, rows, cols)
+    pos = to_index_array_checked(t_indptr, fmt.pos_width)
+    crd = to_index_array_checked(t_indices, fmt.crd_width)
+    if pos is None or crd is None:
+        return None
+    return SparseTensor(x.shape, fmt, (None, pos), (None, crd), t_data, validate=False, _owned=True)
+
+
+def to_index_array_checked(arr: np.ndarray, width: int) -> np.ndarray | None:
+    """``arr`` as the index dtype of ``width`` bits, or None when a value does not fit."""
+    dtype = np.dtype(np.int32 if width == 32 else np.int64)
+    if arr.dtype == dtype:
+        return arr
+    if dtype == np.int32 and len(arr) and int(arr.max()) > np.iinfo(np.int32).max:
+        return None
+    return arr.astype(dtype)
+
+
 def asarray(x, format: Format | None = None, copy: bool | None = None, *, name: str = "tensor") -> SparseTensor:
     """Convert `x` to a `SparseTensor` stored in `format`.
 
@@ -472,6 +508,9 @@ def asarray(x, format: Format | None = None, copy: bool | None = None, *, name: 
             return x.copy() if copy else x
         if x.format.is_dense:     # its stored zeros are not entries: convert like a NumPy array
             return _from_numpy(x.to_numpy(), format, copy, name)
+        swapped = _swapped_order(x, format)
+        if swapped is not None:
+            return swapped
         return from_coords(x.shape, format, x.coords(), x.values, copy, name)
     sps = sys.modules.get("scipy.sparse")
     if sps is not None and sps.issparse(x):
