@@ -70,38 +70,62 @@ def clear() -> int:
 # int32, and int64 for matrices past 2**31 entries).
 WARM_DTYPES = ("float64", "float32", "int64", "complex128")
 _INDEX_DTYPES = ("int32", "int64")
-_SIZES = (60, 3000)   # small and large matrices take different kernels (the row-blocked SpMV driver, ...)
+# (rows, density): matrices of different sizes and row lengths take different kernels (SpMV: grouped rows
+# for long rows in a small matrix, the row-blocked driver for larger ones, ...)
+_SIZES = ((60, 0.05), (2000, 0.01), (3000, 0.002), (20000, 0.0005))
+_SPMM_COLUMNS = (8, 16, 64)   # SpMM kernels are specialised per column count up to 32, generic beyond
+_SHORT_ROWS = 300_000  # rows of 3 entries: past 1 MiB of entries the flat SpMV kernel takes over
 
 
-def _operands(n: int, dtype: str, index: str):
+def _operands(n: int, density: float, dtype: str, index: str):
     import numpy as np
     import scipy.sparse as sps
 
-    density = 0.05 if n < 1000 else 0.002
-    a = sps.random_array((n, n), density=density, format="csr", random_state=1, dtype=np.float64)
-    b = sps.random_array((n, n), density=density, format="csr", random_state=2, dtype=np.float64)
+    rng = np.random.default_rng(1)
+    a, b = (sps.csr_array((np.ones(nnz), rng.integers(0, n, (2, nnz))), shape=(n, n))   # duplicates summed
+            for nnz in (int(density * n * n),) * 2)
     for m in (a, b):
         m.data[:] = np.arange(m.nnz) % 7 + 1   # nonzero in every dtype
     a, b = a.astype(dtype), b.astype(dtype)
     for m in (a, b):
         m.indptr, m.indices = m.indptr.astype(index), m.indices.astype(index)
     x = (np.arange(n) % 7).astype(dtype)
-    return a, b, x, np.ones((n, 8), dtype=dtype)
+    return a, b, x, np.ones((n, max(_SPMM_COLUMNS)), dtype=dtype)
 
 
-def _drop_in_calls(n: int, dtype: str, index: str) -> None:
+def _short_rows(dtype: str, index: str):
+    import numpy as np
+    import scipy.sparse as sps
+
+    n = _SHORT_ROWS
+    rows = np.repeat(np.arange(n), 3)
+    cols = (rows + np.tile(np.array([0, 1, 7]), n)) % n
+    a = sps.csr_array((np.ones(3 * n, dtype=dtype), (rows, cols)), shape=(n, n))
+    a.indptr, a.indices = a.indptr.astype(index), a.indices.astype(index)
+    return a, np.ones(n, dtype=dtype)
+
+
+def _drop_in_calls(n: int, density: float, dtype: str, index: str) -> None:
     """The drop-ins scipy users call, once each, on operands of ``dtype`` with ``index`` index arrays."""
     import splyce
 
-    a, b, x, dense = _operands(n, dtype, index)
+    if n == _SHORT_ROWS:
+        a, x = _short_rows(dtype, index)
+        splyce.matmul(a, x)             # the flat SpMV kernel
+        return
+    a, b, x, dense = _operands(n, density, dtype, index)
     splyce.matmul(a, x)                 # SpMV
     splyce.matmul(a.tocsc(), x)         # CSC SpMV
-    splyce.matmul(a, dense)             # SpMM
+    for k in _SPMM_COLUMNS:
+        splyce.matmul(a, dense[:, :k])  # SpMM
     splyce.matmul(a, b)                 # SpGEMM
     splyce.multiply(a, b)               # Hadamard
     splyce.multiply(a, b.T)             # Hadamard with a transposed operand
     splyce.add(a, b)
     splyce.subtract(a, b)
+    splyce.multiply(a, a)               # operands of one structure: the same-pattern kernels
+    splyce.add(a, a)
+    splyce.subtract(a, a)
     splyce.multiply(a, dense[:, :1])    # broadcast
     if dtype != "complex128":
         splyce.einsum("ij,jk,ik->", a, b, a)   # masked SpGEMM (triangle counting's shape)
@@ -109,20 +133,22 @@ def _drop_in_calls(n: int, dtype: str, index: str) -> None:
 
 def warm(dtypes=WARM_DTYPES, progress: bool = True) -> dict:
     """Compile the drop-ins' native kernels for this CPU ahead of time (or load them, where cached): every
-    drop-in on small and large operands of each of ``dtypes`` with int32 and int64 index arrays. Returns
+    drop-in on small and large operands of each of ``dtypes`` with int32 and int64 index arrays (SpMM with
+    8, 16 and 64 columns; SpMV also on many short rows, the flat kernel). Returns
     ``{"compiled": n, "loaded": n, "seconds": s}``; a tqdm progress bar when tqdm is installed and
     ``progress``. With the disk cache off it only warms this process."""
     from splyce.native import codegen
 
-    tasks = [(n, d, i) for d in dtypes for i in _INDEX_DTYPES for n in _SIZES]
+    tasks = [(n, density, d, i) for d in dtypes for i in _INDEX_DTYPES
+             for n, density in (*_SIZES, (_SHORT_ROWS, 0.0))]
     bar = _bar(len(tasks), progress)
     start = time.perf_counter()
     compiles, hits = codegen.stats.compiles, codegen.stats.hits
     try:
-        for n, dtype, index in tasks:
+        for n, density, dtype, index in tasks:
             if bar is not None:
                 bar.set_postfix_str(f"{dtype}, {index} indices, {n} x {n}")
-            _drop_in_calls(n, dtype, index)
+            _drop_in_calls(n, density, dtype, index)
             if bar is not None:
                 bar.update(1)
     finally:
