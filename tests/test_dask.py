@@ -14,7 +14,7 @@ import pytest
 import scipy.sparse as sps
 
 import splyce
-from splyce.planner import dropin
+from splyce import dropin
 
 da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
@@ -250,6 +250,8 @@ def test_unsupported_partitions_raise_saying_why():
 _MALFORMED_CHILD = r"""
 import sys
 import numpy as np, pytest, scipy.sparse as sps, splyce, splyce.dask as sd
+
+pytestmark = pytest.mark.slow
 kind = sys.argv[1]
 rng = np.random.default_rng(21)
 bad = sps.random_array((30, 20), density=0.3, format="csr", rng=rng)

@@ -9,7 +9,7 @@ import scipy.sparse as sps
 from hypothesis import given, settings, strategies as st
 
 import splyce
-from splyce.planner.dropin import Formulation, OperandInfo, choose_elementwise_formulation
+from splyce.dropin import Formulation, OperandInfo, choose_elementwise_formulation
 
 OPS = {"multiply": lambda a, b: a.multiply(b), "add": lambda a, b: a + b, "subtract": lambda a, b: a - b}
 
@@ -129,7 +129,7 @@ def _index_width(x, dtype):
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("kind", [sps.csr_array, sps.csr_matrix])
 def test_fast_merge_is_taken_and_matches_scipy(monkeypatch, op, index_dtype, kind):
-    from splyce.planner import dropin
+    from splyce.dropin import elementwise as dropin
 
     def refuse(*_args, **_kw):
         raise AssertionError("the general elementwise path ran")
@@ -324,7 +324,7 @@ def test_products_of_narrow_and_wide_rows_match_scipy(dtype):
 
 
 def test_scipy_out_builds_what_the_constructor_builds(monkeypatch):
-    from splyce.planner import scipy_out
+    from splyce.dropin import scipy_out
 
     parts = (np.array([1.0, 2.0, 3.0]), np.array([0, 2, 1], dtype=np.int32), np.array([0, 2, 3], dtype=np.int32))
     for cls in (sps.csr_array, sps.csr_matrix):
@@ -353,7 +353,7 @@ def test_scipy_out_builds_what_the_constructor_builds(monkeypatch):
 
 def test_fast_merge_takes_only_ndarrays():
     """The native merge reads buffers by object address: anything that is not an ndarray goes the general way."""
-    from splyce.planner import dropin
+    from splyce.dropin import elementwise as dropin
 
     a = sps.random_array((20, 20), density=0.2, format="csr", rng=4)
     odd = a.copy()

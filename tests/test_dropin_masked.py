@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 import splyce
 from splyce.native import ir_text
-from splyce.planner.dropin import Formulation, OperandInfo, choose_einsum_formulation
+from splyce.dropin import Formulation, OperandInfo, choose_einsum_formulation
 
 
 def _canonical(x):
@@ -155,13 +155,13 @@ def test_masked_bad_operands():
 
 def test_an_operand_passed_several_times_is_converted_and_checked_once(monkeypatch):
     from splyce.native import masked as native_masked
-    from splyce.planner import dropin
+    from splyce.dropin import operands as dropin
 
     a = sps.random_array((40, 40), density=0.1, format="csr", rng=8)
     L = sps.csr_array(sps.tril(a, -1))
     calls, fast = [], []
-    real = dropin._as_format
-    monkeypatch.setattr(dropin, "_as_format", lambda x, fmt, name, threads=1: calls.append(name) or real(x, fmt, name, threads))
+    real = dropin.as_format
+    monkeypatch.setattr(dropin, "as_format", lambda x, fmt, name, threads=1: calls.append(name) or real(x, fmt, name, threads))
     real_fast = native_masked.masked_sum_checked
     monkeypatch.setattr(native_masked, "masked_sum_checked",
                         lambda *args: fast.append((args[-2:], real_fast(*args))) or fast[-1][1])
@@ -288,7 +288,7 @@ def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
     """einsum("ij,jk,ik->") whose plan is the plain loop nest runs natively (masked_sum), with exactly the
     kernel's sum; another plan runs the kernel. Values of wide magnitudes, so any other order would show."""
     from splyce.native import masked as native_masked
-    from splyce.planner import dropin
+    from splyce.dropin import as_format, einsums as dropin
 
     calls = []
     for name in ("masked_sum", "masked_sum_checked"):      # the general path's, and the fast path's (checks too)
@@ -305,13 +305,13 @@ def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
     a.data = values(a.nnz)
     ours = splyce.einsum("ab,bc,ac->", a, a, a)
     kernel = dropin._kernel("einsum:ab,bc,ac->", dropin._Einsum("ab,bc,ac->"))
-    ref = kernel(*(dropin._as_format(a, dropin.CSR, "x") for _ in range(3)))
+    ref = kernel(*(as_format(a, dropin.CSR, "x") for _ in range(3)))
     assert calls and type(ours) is type(ref) and ours.tobytes() == ref.tobytes()
     again = splyce.einsum("ab,bc,ac->", a, a, a)       # the fast path from the second call on, checks included
     assert type(again) is type(ref) and again.tobytes() == ref.tobytes()
     ones = a.copy()
     ones.data[:] = 1                                    # a 0/1 pattern: the hits counted, the same bits
-    ref_ones = kernel(*(dropin._as_format(ones, dropin.CSR, "x") for _ in range(3)))
+    ref_ones = kernel(*(as_format(ones, dropin.CSR, "x") for _ in range(3)))
     for _ in range(2):
         counted = splyce.einsum("ab,bc,ac->", ones, ones, ones)
         assert type(counted) is type(ref_ones) and counted.tobytes() == ref_ones.tobytes()
@@ -322,7 +322,7 @@ def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
     calls.clear()
     ours = splyce.einsum("ij,jk,ik->", a, b, a)
     plan = dropin._kernel("einsum:ij,jk,ik->", dropin._Einsum("ij,jk,ik->")).kernel_for(
-        *(dropin._as_format(x, dropin.CSR, "x") for x in (a, b, a)))[0].plan
+        *(as_format(x, dropin.CSR, "x") for x in (a, b, a)))[0].plan
     assert bool(calls) == dropin._plain_masked_sum_plan(plan, ["ij", "jk", "ik"])
     assert np.isclose(float(ours), np.einsum("ij,jk,ik->", dense, b.toarray(), dense), rtol=1e-4)
 

@@ -7,8 +7,8 @@ from hypothesis import given, settings, strategies as st
 
 import splyce
 from splyce.native import ir_text
-from splyce.planner import dropin
-from splyce.planner.dropin import Formulation, OperandInfo, choose_matmul_formulation
+from splyce.dropin import products as dropin
+from splyce.dropin import Formulation, OperandInfo, choose_matmul_formulation
 
 
 def _same_as_scipy(ours, ref):
@@ -105,12 +105,12 @@ def test_bad_operands_of_spgemm_raise():
 
 
 def test_a_times_a_converts_and_checks_the_operand_once(monkeypatch):
-    from splyce.planner import dropin
+    from splyce.dropin import operands as dropin
 
     a = sps.random_array((40, 40), density=0.1, format="csr", rng=12)
     calls = []
-    real = dropin._as_format
-    monkeypatch.setattr(dropin, "_as_format", lambda x, fmt, name, *rest: calls.append(name) or real(x, fmt, name, *rest))
+    real = dropin.as_format
+    monkeypatch.setattr(dropin, "as_format", lambda x, fmt, name, *rest: calls.append(name) or real(x, fmt, name, *rest))
     np.testing.assert_allclose(splyce.matmul(a, a).toarray(), (a @ a).toarray())
     assert calls == ["a"]
     bad = a.copy()

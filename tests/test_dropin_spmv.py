@@ -116,7 +116,7 @@ def test_a_bad_tensor_made_unchecked_is_refused_on_its_first_call():
 # -- the per-call fast path (scipy CSR, 1-D vector of its dtype): its checks happen inside the kernel ----------
 def _general_path_off(monkeypatch):
     """Make the general SpMV path fail, so a test proves the fast path produced (or refused) the result."""
-    from splyce.planner import dropin
+    from splyce.dropin import products as dropin
 
     def refuse(*_args, **_kw):
         raise AssertionError("the general SpMV path ran")
@@ -133,7 +133,7 @@ def _csr(indptr, indices, data, shape, index_dtype, kind):
 def _kernel_variant(monkeypatch, variant: str):
     """Make the fast path pick the flat kernel (short rows), the grouped-rows kernel (matrices in cache) or the
     one-row kernel for every matrix."""
-    from splyce.planner import dropin
+    from splyce.dropin import products as dropin
 
     monkeypatch.setattr(dropin, "_FLAT_MAX_ROW", 1 << 40 if variant == "flat" else -1)
     monkeypatch.setattr(dropin, "_FLAT_MIN_BYTES", 0)
@@ -215,7 +215,7 @@ def test_fast_spmv_refuses_every_malformed_operand(monkeypatch, variant, index_d
 
 
 def test_fast_spmv_leaves_other_calls_to_the_general_path():
-    from splyce.planner import dropin
+    from splyce.dropin import products as dropin
 
     a = sps.random_array((30, 20), density=0.2, format="csr", rng=3)
     x = np.random.default_rng(3).random(20)
@@ -252,7 +252,7 @@ def test_fast_spmv_leaves_other_calls_to_the_general_path():
 
 def test_array_objects_entry_reads_the_data_pointer(monkeypatch):
     from splyce.native import array_objects
-    from splyce.planner import dropin
+    from splyce.dropin import products as dropin
 
     assert array_objects.DATA_OFFSET is not None          # numpy's layout confirmed on this platform
     # without a confirmed layout the fast path steps aside and the general path answers
@@ -278,7 +278,7 @@ def test_positions_far_outside_the_entries_are_refused_without_reading_there():
         import ctypes, mmap
         import numpy as np, scipy.sparse as sps, splyce
         from splyce.native import ir_text, spmv as native_spmv
-        from splyce.planner import dropin
+        from splyce.dropin import products as dropin
         ir_text.MIN_CHUNK = 8                # threads=2 really splits these 4400 entries
         dropin.SERIAL_MAX_WORK = 0
         keep = []
@@ -379,7 +379,7 @@ def test_small_products_asked_for_threads_run_on_one(monkeypatch):
     """threads=2 / None on a product of at most SERIAL_MAX_WORK entries x columns takes the one-thread fast
     path (waking a worker costs more than it saves there; results are bit-identical either way); above it,
     the threaded general path; a bad thread count still raises."""
-    from splyce.planner import dropin
+    from splyce.dropin import products as dropin
 
     rng = np.random.default_rng(11)
     a = sps.random_array((300, 200), density=0.05, format="csr", rng=rng)
@@ -422,7 +422,7 @@ def test_spmv_kernel_choice_by_cpu(monkeypatch):
     import scipy.sparse as sps
 
     from splyce.native import spmv as native_spmv
-    from splyce.planner import dropin
+    from splyce.dropin import products as dropin
 
     assert native_spmv._tuned_for("znver1", 512 << 10) == (512 << 10, 0, 0)
     assert native_spmv._tuned_for("znver4", 1 << 20) == (1 << 20, 14, 1 << 20)

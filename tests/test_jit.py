@@ -423,7 +423,7 @@ def test_signature_cache_reuses_kernels_only_for_identical_signatures():
     dtype, shape, format or layout never reuses a kernel compiled for something else, and clear_cache empties it."""
     import scipy.sparse as sps
 
-    from splyce.planner import dropin
+    from splyce.dropin import kernels as dropin
     from splyce.runtime import dispatcher
 
     a = sps.random_array((30, 30), density=0.2, format="csr", rng=6)

@@ -24,7 +24,10 @@ STAGES = ("trace", "plan", "linalg", "scf", "splyce", "llvm", "asm")
 
 @dataclass
 class Lowering:
-    """The IR of every stage for one trace and options; native code is produced on demand."""
+    """The IR of every stage for one trace and options, as ``Jitted.lower`` returns it.
+
+    Native code is produced on demand. ``as_text`` reads one stage.
+    """
 
     trace: Trace
     options: Options
@@ -52,6 +55,34 @@ class Lowering:
         return self.object_code is not None
 
     def as_text(self, stage: str = "scf") -> str:
+        """One stage's text.
+
+        Parameters
+        ----------
+        stage : str, optional
+            One of "trace", "plan", "linalg", "scf", "splyce", "llvm", "asm". "trace": the traced operations; "plan": the planner's formulation (fusion, loop order, operand
+            storage, modelled cost); "linalg": ``linalg.generic`` on sparse tensor encodings; "scf": the
+            sparsifier's loops; "splyce": the loops after the Splyce pass, with its decision per loop;
+            "llvm": LLVM IR; "asm": the target's assembly.
+
+        Returns
+        -------
+        str
+            The text of that stage.
+
+        Raises
+        ------
+        ValueError
+            An unknown stage.
+
+        Examples
+        --------
+        >>> import scipy.sparse as sps, splyce
+        >>> f = splyce.jit(lambda a, b: a * b)
+        >>> A = sps.random_array((50, 50), density=0.1, format="csr", rng=0)
+        >>> "scf.while" in f.lower(A, A).as_text("scf")
+        True
+        """
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
         if stage not in self.texts and self._llvm_module is None:  # loaded from disk: lower again, lazily

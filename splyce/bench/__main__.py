@@ -20,10 +20,11 @@ SUBCOMMANDS = {
               "threads (docs/memory.md)",
     "compile": "cold compile vs disk-cache load of K1-K5, results checked",
     "overhead": "fixed costs per op: first call cold / from the disk cache (fresh processes), steady, 4x4 call, vs scipy",
+    "limit": "the fiber-pair sparse dot vs the plain sparsifier, NumKong and the bandwidth floor (issue 36)",
     "dask": "SpMV, SpGEMM, triangles on a 2-worker Dask LocalCluster: 1 vs 2 workers, vs dask + pydata-sparse",
     "all": "every subcommand above but dask, in turn",
 }
-ORDER = ["kernels", "ablation", "width", "sparsity", "real", "threads", "memory", "compile"]
+ORDER = ["kernels", "ablation", "width", "sparsity", "real", "threads", "memory", "compile", "limit"]
 
 EPILOG = "Methodology:\n" + METHODOLOGY + """
 Outputs: each subcommand writes <name>.csv (machine info as leading '#' lines), <name>.md and <name>.png

@@ -28,3 +28,7 @@ CLUSTER_CONFIG = {
     "distributed.admin.tick.interval": "1s",
     "distributed.client.direct-to-workers": True,
 }
+"""Dask settings for clusters that run splyce: ``with dask.config.set(splyce.dask.CLUSTER_CONFIG):`` around
+``LocalCluster(...)``. It leaves ``MALLOC_TRIM_THRESHOLD_`` unset in the workers (Dask's 65536 makes every
+array above 128 KB page-faulted afresh at each allocation), turns the workers' statistical profiler off and
+checks the event loop's health every second instead of every 20 ms."""

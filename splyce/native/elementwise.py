@@ -562,9 +562,11 @@ def _same_kernel(op: str, value: np.dtype, crd_bits: int):
     return compile_host_helpers(text, {name: _SAME_SIG})[name]
 
 
-def same_pattern(op: str, a, b, dtype):
+def same_pattern(op: str, a, b, dtype, drop_zeros: bool = True):
     """``op(A, B)`` as ``(data, indices, indptr)`` when B holds exactly A's positions (equal ``indptr`` and
-    ``indices``), else None. Only A needs to be validated: B's index arrays are compared, never followed."""
+    ``indices``), else None. Only A needs to be validated: B's index arrays are compared, never followed.
+    ``drop_zeros``: scipy's rule (a zero result is not stored); False keeps every position, as the sparsifier's
+    coiteration does (the jit's semantics)."""
     av, ac, ap = a
     bv, bc, bp = b
     if ac.dtype != bc.dtype or ap.dtype != bp.dtype or not _same_bytes(ap, bp) or len(ac) != len(bc):
@@ -580,6 +582,8 @@ def same_pattern(op: str, a, b, dtype):
            _address(vals), _address(out))
     if out[0]:
         return None
+    if not drop_zeros:
+        return vals, cols, ap.copy()
     return _drop_zeros(vals, cols, ap.copy(), int(out[1]))
 
 

@@ -21,19 +21,12 @@ from splyce.backend import alloc_guard
 from splyce.backend.alloc_guard import free_address
 from splyce.native.array_objects import address as _address
 from splyce.native.ir_text import run_taken
+from splyce.errors import AllocationFailed
 from splyce.native import memory_pool
 
 # Kernels' result buffers come from the cache of freed large buffers (a loop of calls reuses their backed
 # pages; docs/memory.md), set before any kernel is loaded: the runtime imports this module first.
 alloc_guard.set_heap(memory_pool.native_heap)
-
-
-class AllocationFailed(MemoryError):
-    """An allocation inside a kernel returned NULL; the kernel stopped and freed what it had allocated."""
-
-    def __init__(self, nbytes: int):
-        super().__init__(f"an allocation of {nbytes} bytes inside the kernel failed")
-        self.nbytes = nbytes
 
 
 @functools.cache

@@ -87,7 +87,7 @@ def _versions() -> dict:
 
     import llvmlite
 
-    import splyce
+    from splyce.version import __version__
 
     try:
         mlir = version("xtc-mlir-python-bindings")
@@ -95,7 +95,7 @@ def _versions() -> dict:
         from mlir import ir
 
         mlir = getattr(ir, "__version__", "unknown")
-    return {"splyce": splyce.__version__, "mlir": mlir, "llvmlite": llvmlite.__version__,
+    return {"splyce": __version__, "mlir": mlir, "llvmlite": llvmlite.__version__,
             "compiler_sources": compiler_sources_hash()}
 
 

@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 
+from splyce.errors import NotCanonicalError
 from splyce.native.dtypes import DTYPE_NAMES, SUPPORTED_DTYPES
 from splyce.tensors.formats import Format
 
@@ -21,8 +22,6 @@ __all__ = ["DTYPE_NAMES", "SUPPORTED_DTYPES", "NotCanonicalError", "check_dtype"
 
 
 
-class NotCanonicalError(ValueError):
-    """Coordinates unsorted or duplicated within a segment: the one defect a canonicalizing copy can fix."""
 
 
 def check_dtype(dtype, name: str = "tensor") -> np.dtype:
