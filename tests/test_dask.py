@@ -451,6 +451,7 @@ def test_cluster_config_names_real_dask_settings():
     with dask.config.set(sd.CLUSTER_CONFIG):
         assert dask.config.get("distributed.worker.profile.enabled") is False
         assert "MALLOC_TRIM_THRESHOLD_" in dask.config.get("distributed.nanny.pre-spawn-environ")
+        assert dask.config.get("distributed.client.direct-to-workers") is True
 
 
 def test_sparse_array_blocks_have_their_size_in_dask(client):

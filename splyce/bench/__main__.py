@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "memory": "the drop-ins on the largest corpus matrices with and without the cache of freed buffers, 1 and 2 "
               "threads (docs/memory.md)",
     "compile": "cold compile vs disk-cache load of K1-K5, results checked",
+    "overhead": "fixed costs per op: first call cold / from the disk cache (fresh processes), steady, 4x4 call, vs scipy",
     "limit": "the fiber-pair sparse dot vs the plain sparsifier, NumKong and the bandwidth floor (issue 36)",
     "dask": "SpMV, SpGEMM, triangles on a 2-worker Dask LocalCluster: 1 vs 2 workers, vs dask + pydata-sparse",
     "all": "every subcommand above but dask, in turn",
