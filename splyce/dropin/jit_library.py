@@ -29,6 +29,15 @@ def _info(t) -> OperandInfo:
 _SAME_PATTERN_OPS = {"multiply": "multiply", "add": "add", "subtract": "subtract"}
 
 
+def _csr_times_dense(args, threads: int):
+    """The drop-in's SpMV / SpMM kernel on the jit's operands as they come: a checked CSR SparseTensor and a
+    C-contiguous array of its dtype (``arguments.prepare`` made them so), with no per-call conversion."""
+    from splyce.native import spmv
+
+    a, x = args
+    return spmv.csr_times_dense(a.pos[1], a.crd[1], a.values, x, threads)
+
+
 def _same_pattern(name: str, args, out):
     """``name(a, b)`` of two CSR SparseTensors with identical positions as a scipy CSR of the traced result's
     format, or None when their positions differ."""
@@ -80,12 +89,14 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
         if formulation not in (Formulation.SPARSE_TIMES_DENSE, Formulation.SCATTER_VECTOR):
             return None
         pooled = int(np.prod(op.out.shape)) * np.dtype(op.out.dtype).itemsize >= memory_pool.POOL_MIN
+        product = _csr_times_dense if formulation is Formulation.SPARSE_TIMES_DENSE else \
+            (lambda args, t: matmul(*args, threads=t))
 
         def run(args, t):
             if not pooled:
-                return matmul(*args, threads=t)
+                return product(args, t)
             with memory_pool.active():      # a result of 1 MiB or more from the cache of freed buffers, as the
-                return matmul(*args, threads=t)   # drop-in call and the MLIR kernel's dense results do
+                return product(args, t)     # drop-in call and the MLIR kernel's dense results do
         return LibraryCall(op, formulation.value, run)
     if op.op in _SAME_PATTERN_OPS and _native_values(*infos):
         # two CSRs holding the same positions (a structurally symmetric A and A.T, a matrix and new values):
