@@ -114,6 +114,16 @@ def test_compile_subcommand_loads_from_disk(tmp_path, monkeypatch):
     assert not (tmp_path / "user-cache").exists() or not any((tmp_path / "user-cache").iterdir())
 
 
+def test_overhead_subcommand_runs_and_later_processes_compile_nothing(tmp_path):
+    from splyce.bench import overhead
+
+    assert cli.main(["overhead", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
+    rows = _check_outputs(tmp_path, "overhead", overhead.COLUMNS)
+    assert [r["op"] for r in rows] == list(overhead.OPS)
+    assert all(int(r["disk_compiles"]) == 0 for r in rows)   # the second fresh process loaded everything
+    assert all(float(r["steady_ms"]) > 0 and float(r["call_4x4_us"]) > 0 for r in rows)   # no timing asserts
+
+
 def test_simd_share_reads_the_profile():
     from splyce.bench.paper_kernels import KERNELS
 

@@ -72,21 +72,45 @@ def test_bad_operands_raise_clear_errors():
         splyce.matmul(sps.csr_array(np.eye(4)), x.astype(np.float16))
 
 
-def test_sealed_tensor_is_not_validated_again(monkeypatch):
+def test_a_tensor_is_validated_once_then_trusted(monkeypatch):
+    """scipy's contract (docs/caches.md): checked when made, or on its first kernel call; trusted after."""
     a = sps.random_array((30, 20), density=0.2, format="csr", random_state=1)
     sealed = splyce.asarray(a, copy=True)
-    wrapped = splyce.asarray(a)                    # shares scipy's arrays: its owner may change them
+    wrapped = splyce.asarray(a)                    # shares scipy's arrays: checked now, as scipy checks
+    unchecked = splyce.SparseTensor.from_buffers(a.shape, wrapped.format, wrapped.pos, wrapped.crd, a.data,
+                                                 validate=False)
     assert sealed.sealed and not wrapped.sealed
+    assert sealed.validated and wrapped.validated and not unchecked.validated
     with pytest.raises(ValueError):
         sealed.values[0] = 1.0                     # read-only: the check made once cannot go stale
     calls = []
-    monkeypatch.setattr(arguments, "validate", lambda t, name: calls.append(name))
+    real = arguments.validate
+    monkeypatch.setattr(arguments, "validate", lambda t, name: (calls.append(name), real(t, name)))
     f = splyce.jit(lambda m, v: m @ v)
     x = np.ones(20)
-    assert np.allclose(f(sealed, x), a @ x) and calls == []
-    assert np.allclose(f(wrapped, x), a @ x) and len(calls) == 1
+    for _ in range(3):
+        assert np.allclose(f(sealed, x), a @ x) and np.allclose(f(wrapped, x), a @ x)
+    assert calls == []
+    for _ in range(3):
+        assert np.allclose(f(unchecked, x), a @ x)
+    assert len(calls) == 1 and unchecked.validated          # checked on its first call only
+    assert np.allclose(f(a, x), a @ x) and np.allclose(f(a, x), a @ x)
+    assert len(calls) == 1   # a scipy argument is checked on every call, while converted (not by validate)
     out = sealed.to_scipy()                        # handing the buffers out unseals the tensor
     assert not sealed.sealed and out.data.flags.writeable
+
+
+def test_a_bad_tensor_made_unchecked_is_refused_on_its_first_call():
+    a = sps.random_array((30, 20), density=0.2, format="csr", random_state=1)
+    indices = a.indices.copy()
+    indices[3] = 99
+    bad = splyce.SparseTensor.from_buffers(a.shape, splyce.CSR.with_widths(32, 32), (None, a.indptr),
+                                           (None, indices), a.data, validate=False)
+    f = splyce.jit(lambda m, v: m @ v)
+    for _ in range(2):   # refused every time: a failed check never marks it validated
+        with pytest.raises(ValueError, match="out of range"):
+            f(bad, np.ones(20))
+    assert not bad.validated
 
 
 # -- the per-call fast path (scipy CSR, 1-D vector of its dtype): its checks happen inside the kernel ----------

@@ -13,15 +13,11 @@ from pathlib import Path
 
 from splyce.backend import alloc_guard
 from splyce.native import codegen
-from splyce.lowering import pipeline
-from splyce.lowering.to_mlir import ENTRY, lower_trace
 from splyce.options import Options
-from splyce.lowering.free_intermediates import free_intermediates
-from splyce.lowering.fusion_check import contradicting_sparse_orders
-from splyce.lowering.noop_generics import drop_noop_generics
-from splyce.passes.dealloc_guard import drop_foreign_deallocs
-from splyce.passes.widen_i1 import widen_i1_memrefs
 from splyce.tracer.ir import Trace
+
+# The lowering steps import MLIR's Python bindings (~170 ms): inside ``lower``, so that a kernel loaded from
+# the disk cache never pays for them.
 
 STAGES = ("trace", "plan", "linalg", "scf", "splyce", "llvm", "asm")
 
@@ -125,6 +121,11 @@ def lower(trace: Trace, options: Options) -> Lowering:
     from mlir import ir
     from mlir.dialects import llvm as llvm_dialect
 
+    from splyce.lowering import pipeline
+    from splyce.lowering.to_mlir import lower_trace
+    from splyce.passes.dealloc_guard import drop_foreign_deallocs
+    from splyce.passes.widen_i1 import widen_i1_memrefs
+
     low = Lowering(trace, options)
 
     def record(stage: str, text: str, start: float):
@@ -188,6 +189,12 @@ def _sparsified(trace: Trace, module):
     unfused, each kernel on its own; a failure of the unfused module surfaces with its diagnostics."""
     from mlir import ir
 
+    from splyce.lowering import pipeline
+    from splyce.lowering.free_intermediates import free_intermediates
+    from splyce.lowering.fusion_check import contradicting_sparse_orders
+    from splyce.lowering.noop_generics import drop_noop_generics
+    from splyce.lowering.to_mlir import lower_trace
+
     pipeline.run_passes(module, pipeline.FUSE)
     drop_noop_generics(module)   # the sparsifier segfaults on a generic that ignores its sparse operand
     if not contradicting_sparse_orders(module):
@@ -231,6 +238,8 @@ def _split_outer_loop(low: Lowering, module) -> str:
 
 
 def _entry_function(module):
+    from splyce.lowering.to_mlir import ENTRY
+
     for op in module.body.operations:
         if op.operation.name == "func.func" and op.attributes["sym_name"].value == ENTRY:
             return op

@@ -33,7 +33,7 @@ from splyce.runtime.arguments import Static
 from splyce.tensors.tensor import SparseTensor
 from splyce.native.array_objects import address as _address
 from splyce.native.ir_text import ContextPool
-from splyce.backend.compiler import Lowering, lower
+from splyce.backend.compiler import Lowering, lower   # no MLIR until lower() runs
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
 from splyce.tensors.formats import Format
 from splyce.tensors.tensor import SparseTensor
@@ -105,6 +105,10 @@ class Kernel:
             self._compiled.function_address(GUARDED_ENTRY), input_ranks, lowering.result_ranks,
             n_indices=2 if lowering.outer_extent is not None else 0)
         self.scatters = plan.scatters    # decided once per compile, read on every call
+        self._prepares = bool(plan.derived) or plan.needs_conversion
+        self._input_sparse = tuple(t.is_sparse for t in self.trace.inputs)
+        self._dense_outputs = tuple((o, o.type.shape, o.type.dtype) for o in dict.fromkeys(
+            o for o in self.trace.outputs if not o.type.is_sparse))
         # per result, the input it keeps a scipy COO of (None: none), on the function as traced
         sources = tuple(_coo_source(n) for n in plan.source.outputs)
         self.coo_sources = sources if len(sources) == len(self.trace.outputs) and any(
@@ -139,22 +143,24 @@ class Kernel:
         return self._compiled
 
     def run(self, values: list, accumulate_into: np.ndarray | None = None):
-        values = self.plan.prepare(values)
-        buffers = []
-        for t, v in zip(self.trace.inputs, values):
-            buffers.extend(arguments.flatten(t, v))
+        if self._prepares:
+            values = self.plan.prepare(values)
         dense_outputs = {}
-        for out in self.trace.outputs:
-            if not out.type.is_sparse and out not in dense_outputs:
-                if accumulate_into is not None:
-                    dense_outputs[out] = accumulate_into
-                else:
-                    dense_outputs[out] = _zeros(out.type.shape, out.type.dtype)
-        buffers.extend(dense_outputs.values())
+        for out, shape, dtype in self._dense_outputs:
+            dense_outputs[out] = _zeros(shape, dtype) if accumulate_into is None else accumulate_into
         extent = self.lowering.outer_extent
         try:
-            if extent is None:
-                return self._results(self._call(buffers), dense_outputs, buffers)
+            if extent is None:   # one call: descriptors from each operand's (memoized) words
+                words = []
+                for sparse, v in zip(self._input_sparse, values):
+                    words += calls.tensor_words(v) if sparse else calls.descriptor_words(v)
+                for array in dense_outputs.values():
+                    words += calls.descriptor_words(array)
+                return self._results(self._call.call_words(words), dense_outputs, words)
+            buffers = []
+            for t, v in zip(self.trace.inputs, values):
+                buffers.extend(arguments.flatten(t, v))
+            buffers.extend(dense_outputs.values())
             threads = self.lowering.options.threads
             chunks = _outer_chunks(extent, threads * CHUNKS_PER_THREAD if threads > 1 else 1, self.trace.inputs,
                                    values)
@@ -204,9 +210,10 @@ class Kernel:
                 "kernel had allocated was freed; the inputs are unchanged.")
 
     def _results(self, descs, dense_outputs, buffers):
+        """``buffers``: the arrays passed in, or their packed descriptor words (``calls.descriptor_words``)."""
         results = []
         owners: dict = {}
-        borrowed = {b.ctypes.data for b in buffers}   # the caller's: copied if returned, never freed
+        borrowed = None   # the caller's buffers: copied if returned, never freed (asked for by sparse results)
         k = 0
         for out in self.trace.outputs:
             t = out.type
@@ -219,6 +226,9 @@ class Kernel:
                     array = flat
                 results.append(array[()] if array.ndim == 0 else array)
                 continue
+            if borrowed is None:
+                borrowed = (self._call.borrowed(buffers) if buffers and type(buffers[0]) is int
+                            else {_address(b) for b in buffers})
             dtypes = arguments.result_buffer_dtypes(t)
             bufs = [calls.take_or_copy(descs[k + i], dt, owners, borrowed) for i, dt in enumerate(dtypes)]
             k += len(dtypes)
@@ -821,14 +831,24 @@ def _fast_signature(args) -> tuple | None:
     A kernel is filed under a signature only after ``prepare`` returned the arguments themselves."""
     parts = []
     for a in args:
-        if type(a) is arguments.Checked:
+        kind = type(a)
+        if kind is arguments.Checked:
             t = a.tensor
             parts.append((t.shape, t.values.dtype, t.format))
-        elif type(a) is np.ndarray and a.flags.c_contiguous:
+        elif kind is SparseTensor and a.validated and _passes_through(a.format):
+            parts.append((a.shape, a.values.dtype, a.format))    # checked once already (docs/caches.md)
+        elif kind is np.ndarray and a.flags.c_contiguous:
             parts.append((a.shape, a.dtype))
         else:
             return None
     return tuple(parts)
+
+
+@functools.cache
+def _passes_through(fmt: Format) -> bool:
+    """Whether ``arguments.prepare`` hands a validated tensor in ``fmt`` on as it is (a sparse format the
+    kernels read directly)."""
+    return not fmt.is_dense and arguments.kernel_format(fmt) == fmt
 
 
 def _unchanged(value, arg) -> bool:
@@ -836,6 +856,8 @@ def _unchanged(value, arg) -> bool:
     with the same layout)."""
     if type(arg) is arguments.Checked:
         return value is arg.tensor
+    if type(arg) is SparseTensor:
+        return value is arg and arg.validated
     return value is arg or (type(value) is np.ndarray and value.shape == arg.shape and value.dtype == arg.dtype
                             and value.strides == arg.strides and _address(value) == _address(arg))
 

@@ -27,10 +27,12 @@ class SparseTensor:
     Make one with `splyce.asarray`. Treat it as immutable: its buffers may be shared with the object it was
     made from (a scipy array wrapped without copying).
 
-    A tensor whose buffers splyce allocated itself (a conversion, ``copy()``, ``asarray(..., copy=True)``) is
-    *sealed*: well formed by construction, its buffers read-only and referenced by nobody else, so kernels
-    take it without validating it again on every call. A tensor wrapping someone else's arrays is validated
-    on each kernel call (its owner may change them), by a native scan near memory bandwidth.
+    A tensor is checked once, as scipy does: when it is made (``asarray``, ``from_buffers``), or, made with
+    ``validate=False``, by the first kernel call that takes it; kernels trust it after (docs/caches.md). A
+    tensor whose buffers splyce allocated itself (a conversion, ``copy()``, ``asarray(..., copy=True)``) is
+    also *sealed*: its buffers are read-only and referenced by nobody else, so the check cannot go stale. A
+    tensor wrapping someone else's arrays (``asarray`` of a scipy CSR) shares them: changing them afterwards
+    is the caller's responsibility, as changing a scipy array's ``indices`` is.
 
     NumPy's operators run the drop-ins: ``@``, ``*``, ``+``, ``-``, unary ``-``, ``/`` by a scalar and
     ``.sum(axis=None)`` (attached by ``splyce.api``);
@@ -72,10 +74,10 @@ class SparseTensor:
     [1.0, 5.0]
     """
 
-    __slots__ = ("_shape", "_format", "_pos", "_crd", "_values", "_sealed")
+    __slots__ = ("_shape", "_format", "_pos", "_crd", "_values", "_sealed", "_validated", "_memo")
 
     def __init__(self, shape, format: Format, pos, crd, values, *, validate: bool = True, name: str = "tensor",
-                 _owned: bool = False):
+                 _owned: bool = False, _validated: bool = False):
         if validate:
             check_buffers(shape, format, pos, crd, values, name)
         self._shape = tuple(int(s) for s in shape)
@@ -84,6 +86,8 @@ class SparseTensor:
         self._crd = tuple(crd)
         self._values = values
         self._sealed = False
+        self._validated = validate or _owned or _validated
+        self._memo = None
         if _owned:     # only splyce holds these buffers: freeze them, so the checks made now cannot go stale
             for buffer in self._buffers():
                 buffer.flags.writeable = False
@@ -96,6 +100,19 @@ class SparseTensor:
     def sealed(self) -> bool:
         """Whether the tensor is known well formed and its buffers cannot change (see the class doc)."""
         return self._sealed
+
+    @property
+    def validated(self) -> bool:
+        """Whether the tensor's buffers were checked well formed (when it was made, or by a kernel call that
+        took it): kernels take it without checking it again (see the class doc)."""
+        return self._validated
+
+    def memo(self) -> dict:
+        """A dict for what callers derive from the tensor's (immutable) buffers once and reuse on every call
+        (the runtime keeps its kernel argument descriptors here). Empty at first; never pickled."""
+        if self._memo is None:
+            self._memo = {}
+        return self._memo
 
     @classmethod
     def from_buffers(cls, shape, format: Format, pos=None, crd=None, values=None, *, validate: bool = True,
@@ -204,7 +221,8 @@ class SparseTensor:
         order = tuple(n - 1 - d for d in fmt.order)
         # sealed as this one is: the same read-only buffers, as well formed as they were
         return SparseTensor(self._shape[::-1], Format(fmt.levels, order, fmt.pos_width, fmt.crd_width), self._pos,
-                            self._crd, self._values, validate=False, _owned=self._sealed)
+                            self._crd, self._values, validate=False, _owned=self._sealed,
+                            _validated=self._validated)
 
     def transpose(self) -> SparseTensor:
         return self.T
@@ -339,7 +357,8 @@ def _from_numpy(x: np.ndarray, fmt, copy, name) -> SparseTensor:
         values = np.ascontiguousarray(in_levels, dtype=x.dtype.newbyteorder("=")).reshape(-1)
         if copy and np.shares_memory(values, x):
             values = values.copy()
-        return SparseTensor(x.shape, fmt, (None,) * x.ndim, (None,) * x.ndim, values, validate=False)
+        return SparseTensor(x.shape, fmt, (None,) * x.ndim, (None,) * x.ndim, values, validate=False,
+                            _validated=True)   # all dense: nothing to check
     lvl_coords = np.nonzero(in_levels)       # sorted in level order, unique
     coords = [None] * x.ndim
     for l, d in enumerate(fmt.order):
@@ -362,7 +381,7 @@ def _wrap_compressed(x, native: Format, fmt: Format, copy, name) -> SparseTensor
         pos = (None, convert.to_index_array(x.indptr, fmt.pos_width, "pos positions", name))
         crd = (None, convert.to_index_array(x.indices, fmt.crd_width, "crd coordinates", name))
         data = data.copy() if copy else data
-    tensor = SparseTensor(x.shape, fmt, pos, crd, data, validate=False)
+    tensor = SparseTensor(x.shape, fmt, pos, crd, data, validate=False, _validated=True)   # checked above
     return tensor.copy() if copy and fmt == native else tensor
 
 
@@ -433,8 +452,9 @@ def _swapped_order(x: SparseTensor, fmt: Format) -> SparseTensor | None:
     data, indices, indptr = x.values, x.crd[1], x.pos[1]
     if not transpose.supported(data, indices, indptr):
         return None
-    if not x.sealed:    # native code follows these indices: they must be in range (the owner may have changed them)
+    if not x.validated:    # native code follows these indices: checked once (docs/caches.md)
         check_buffers(x.shape, old, x.pos, x.crd, x.values, "tensor")
+        x._validated = True
     rows, cols = (x.shape[1], x.shape[0]) if old.order == (1, 0) else (x.shape[0], x.shape[1])
     t_data, t_indices, t_indptr = transpose.transpose(data, indices, indptr, rows, cols)
     pos = to_index_array_checked(t_indptr, fmt.pos_width)

@@ -188,5 +188,7 @@ def check_buffers(shape, fmt: Format, pos, crd, values, name: str = "tensor") ->
 
 
 def validate(tensor, name: str = "tensor") -> None:
-    """Check a SparseTensor's buffers (cheap, vectorized, no copies): call before handing it to a kernel."""
+    """Check a SparseTensor's buffers (cheap, vectorized, no copies) and mark it validated (trusted by later
+    kernel calls): call before handing a tensor that is not ``validated`` to a kernel."""
     check_buffers(tensor.shape, tensor.format, tensor.pos, tensor.crd, tensor.values, name)
+    tensor._validated = True   # tensor.py's class, same package
