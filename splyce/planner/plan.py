@@ -250,7 +250,8 @@ def _host_product(source: Source, values: list) -> np.ndarray:
         value = np.einsum(subs, *[values[i] for i in operands], optimize=len(operands) > 1)
         if scale is not None:
             value = value * scale
-    return np.ascontiguousarray(value, dtype=source.type.dtype)
+    value = np.asarray(value, dtype=source.type.dtype)   # a 0-d result stays 0-d (ascontiguousarray makes it 1-D)
+    return value if value.flags.c_contiguous else value.copy()
 
 
 def on_host(node: Node) -> bool:

@@ -105,7 +105,8 @@ class Kernel:
             self._compiled.function_address(GUARDED_ENTRY), input_ranks, lowering.result_ranks,
             n_indices=2 if lowering.outer_extent is not None else 0)
         self.scatters = plan.scatters    # decided once per compile, read on every call
-        self._prepares = bool(plan.derived) or plan.needs_conversion
+        # transposed reads, re-stored operands, host products, constants frozen at trace time
+        self._prepares = bool(plan.derived) or plan.needs_conversion or bool(plan.constants)
         self._input_sparse = tuple(t.is_sparse for t in self.trace.inputs)
         self._dense_outputs = tuple((o, o.type.shape, o.type.dtype) for o in dict.fromkeys(
             o for o in self.trace.outputs if not o.type.is_sparse))
