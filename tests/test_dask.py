@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import subprocess
@@ -376,8 +377,8 @@ def test_blockwise(client):
 
 
 # -- the disk cache, pickling -----------------------------------------------------------------------------
-@splyce.jit
-def _probe(a, x):
+@functools.partial(splyce.jit, library=False)   # an MLIR kernel, compiled or loaded (never the native library's,
+def _probe(a, x):                               # which a worker that imported splyce.dropin would choose)
     return a @ x
 
 
