@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import pickle
 import subprocess
@@ -20,6 +19,8 @@ from splyce import dropin
 da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 import splyce.dask as sd  # noqa: E402
+
+pytestmark = pytest.mark.slow
 
 TIMEOUT = 120   # seconds for any one computation on the cluster
 
@@ -252,7 +253,6 @@ _MALFORMED_CHILD = r"""
 import sys
 import numpy as np, pytest, scipy.sparse as sps, splyce, splyce.dask as sd
 
-pytestmark = pytest.mark.slow
 kind = sys.argv[1]
 rng = np.random.default_rng(21)
 bad = sps.random_array((30, 20), density=0.3, format="csr", rng=rng)
@@ -377,9 +377,9 @@ def test_blockwise(client):
 
 
 # -- the disk cache, pickling -----------------------------------------------------------------------------
-@functools.partial(splyce.jit, library=False)   # an MLIR kernel, compiled or loaded (never the native library's,
-def _probe(a, x):                               # which a worker that imported splyce.dropin would choose)
-    return a @ x
+@splyce.jit
+def _probe(a, x):
+    return 2 * (a @ x)      # two ops: an MLIR kernel (one op would run the drop-in's native SpMV)
 
 
 def _compile_counts():

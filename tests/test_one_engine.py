@@ -22,9 +22,9 @@ def _matrix(rng, n, density, special=True, dtype=np.float64):
 
 def _same(x, y):
     if hasattr(x, "indptr"):
-        assert type(x) is type(y)
+        assert type(x) is type(y) and x.indices.dtype == y.indices.dtype and x.indptr.dtype == y.indptr.dtype
         assert np.array_equal(x.indptr, y.indptr) and np.array_equal(x.indices, y.indices)
-        assert np.array_equal(x.data.view(np.uint8), y.data.view(np.uint8))
+        x, y = x.data, y.data
     else:
         x, y = np.asarray(x).reshape(-1), np.asarray(y).reshape(-1)
         assert x.dtype == y.dtype and x.shape == y.shape
@@ -50,7 +50,7 @@ CASES = {
 # the ops whose native kernel gives the MLIR kernel's results on every input (bits equal but for a NaN's sign):
 # they run natively; the others keep the sparsifier's semantics (stored zeros, NaN times a missing entry) that
 # the drop-ins' scipy-rule kernels do not have
-NATIVE = {"spmv", "spmm", "spmspv", "triangles"}
+NATIVE = {"spmv", "spmm", "spmspv", "spgemm", "triangles"}
 # elementwise ops of two CSRs: native when both hold the same positions (checked per call), else the MLIR kernel
 GUARDED = {"hadamard", "add", "subtract"}
 

@@ -29,6 +29,15 @@ def _info(t) -> OperandInfo:
 _SAME_PATTERN_OPS = {"multiply": "multiply", "add": "add", "subtract": "subtract"}
 
 
+def _csr_times_dense(args, threads: int):
+    """The drop-in's SpMV / SpMM kernel on the jit's operands as they come: a checked CSR SparseTensor and a
+    C-contiguous array of its dtype (``arguments.prepare`` made them so), with no per-call conversion."""
+    from splyce.native import spmv
+
+    a, x = args
+    return spmv.csr_times_dense(a.pos[1], a.crd[1], a.values, x, threads)
+
+
 def _same_pattern(name: str, args, out):
     """``name(a, b)`` of two CSR SparseTensors with identical positions as a scipy CSR of the traced result's
     format, or None when their positions differ."""
@@ -50,6 +59,27 @@ def _same_pattern(name: str, args, out):
                                      validate=False).to_scipy()
 
 
+def _spgemm_kept(args, out, threads: int):
+    """``a @ b`` of two CSR SparseTensors as a scipy CSR of the traced result's format: the sparsifier's stored
+    positions and values, or None (then the MLIR kernel runs) when the index widths differ from the format's."""
+    import scipy.sparse as sps
+
+    from splyce.native import spgemm
+
+    a, b = args
+    parts = [(x.values, x.crd[1], x.pos[1]) for x in (a, b)]
+    with memory_pool.active():
+        product = spgemm.spgemm(parts[0], parts[1], b.shape[1], np.dtype(out.dtype), threads, keep_zeros=True)
+    if product.indices.dtype.itemsize * 8 != out.format.crd_width \
+            or product.indptr.dtype.itemsize * 8 != out.format.pos_width:
+        return None
+    result = sps.csr_array((product.data, product.indices, product.indptr), shape=out.shape, copy=False)
+    # columns sorted per row in place (scipy's csr_sort_indices; two counting transposes measured no faster
+    # on rmat-s13's 13.5M-entry product and need two more copies)
+    result.sort_indices()                 # scipy's per-row sort, in place
+    return result
+
+
 def provide(op: LibraryOp, options) -> LibraryCall | None:
     if len({t.dtype for t in op.types}) != 1 or op.out.dtype != op.types[0].dtype:
         return None              # mixed or promoted value types: the jit's kernel (NumPy's promotion there)
@@ -59,12 +89,14 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
         if formulation not in (Formulation.SPARSE_TIMES_DENSE, Formulation.SCATTER_VECTOR):
             return None
         pooled = int(np.prod(op.out.shape)) * np.dtype(op.out.dtype).itemsize >= memory_pool.POOL_MIN
+        product = _csr_times_dense if formulation is Formulation.SPARSE_TIMES_DENSE else \
+            (lambda args, t: matmul(*args, threads=t))
 
         def run(args, t):
             if not pooled:
-                return matmul(*args, threads=t)
+                return product(args, t)
             with memory_pool.active():      # a result of 1 MiB or more from the cache of freed buffers, as the
-                return matmul(*args, threads=t)   # drop-in call and the MLIR kernel's dense results do
+                return product(args, t)     # drop-in call and the MLIR kernel's dense results do
         return LibraryCall(op, formulation.value, run)
     if op.op in _SAME_PATTERN_OPS and _native_values(*infos):
         # two CSRs holding the same positions (a structurally symmetric A and A.T, a matrix and new values):
@@ -72,6 +104,12 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
         # None and run the MLIR kernel (runtime/library.py)
         name, out = _SAME_PATTERN_OPS[op.op], op.out
         return LibraryCall(op, "same-pattern", lambda args, t: _same_pattern(name, args, out), guarded=True)
+    if op.op == "matmul" and op.out.is_sparse and _native_values(*infos):
+        # Gustavson's product keeping every reached position (zero sums too), columns then sorted per row: the
+        # sparsifier's result; each entry sums over k in A's row order, as its i, k, j loop nest does
+        out = op.out
+        return LibraryCall(op, "gustavson-spa, every position kept, sorted",
+                           lambda args, t: _spgemm_kept(args, out, t))
     if op.op == "einsum" and op.out.ndim == 0:
         inputs, output = op.subscripts.split("->")
         if not _is_masked_sum(inputs.split(","), output, infos):
