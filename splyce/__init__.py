@@ -12,7 +12,7 @@ __all__ = [
     "Format", "Level", "CSR", "CSC", "DCSR", "DCSC", "COO", "SPARSE_VECTOR", "csf", "dense",
     "SparseTensor", "asarray", "jit", "matmul", "multiply", "einsum", "add", "subtract", "profile",
     "clear_cache", "set_memory_budget", "maximum", "minimum",
-    "patch_scipy", "unpatch_scipy", "patched_scipy", "scipy_patch_stats",
+    "patch_scipy", "unpatch_scipy", "patched_scipy", "scipy_patch_stats", "is_scipy_patched",
 ]
 
 # The compiler-facing names load lazily (PEP 562) so that `import splyce` stays cheap.
@@ -22,7 +22,7 @@ _LAZY = {
     "clear_cache": "splyce.runtime.dispatcher", "set_memory_budget": "splyce.planner.memory",
     "maximum": "splyce.api", "minimum": "splyce.api",
     "patch_scipy": "splyce.scipy_patch", "unpatch_scipy": "splyce.scipy_patch", "patched_scipy": "splyce.scipy_patch",
-    "scipy_patch_stats": "splyce.scipy_patch",
+    "scipy_patch_stats": "splyce.scipy_patch", "is_scipy_patched": "splyce.scipy_patch",
 }
 
 
