@@ -22,10 +22,37 @@ def pytest_addoption(parser):
     parser.addoption("--splyce-route-small", action="store_true",
                      help="splyce.patch_scipy(route_small=True): serve eligible calls below the break-even sizes "
                           "too (test matrices are small)")
+    parser.addoption("--splyce-off", action="store_true",
+                     help="leave the switch off (the same run unpatched, for comparison)")
+    parser.addoption("--splyce-outcomes", default=None,
+                     help="write {test id: passed / failed / skipped} as JSON to this path (test ids with absolute "
+                          "file paths: they can be passed back to pytest)")
+
+
+_outcomes: dict = {}
+_ids: dict = {}
 
 
 def pytest_configure(config):
-    scipy_patch.patch_scipy(route_small=config.getoption("--splyce-route-small"))
+    if not config.getoption("--splyce-off"):
+        scipy_patch.patch_scipy(route_small=config.getoption("--splyce-route-small"))
+
+
+def pytest_collection_modifyitems(session, config, items):
+    for item in items:
+        _ids[item.nodeid] = "::".join([str(item.path), *item.nodeid.split("::")[1:]])
+
+
+def pytest_runtest_logreport(report):
+    test = _ids.get(report.nodeid, report.nodeid)
+    if report.failed:
+        _outcomes[test] = "failed"
+    elif report.skipped and (report.when != "call" or not hasattr(report, "wasxfail")):
+        _outcomes.setdefault(test, "skipped")
+    elif report.skipped:
+        _outcomes.setdefault(test, "xfailed")
+    elif report.when == "call":
+        _outcomes.setdefault(test, "passed")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -40,6 +67,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 def pytest_unconfigure(config):
+    outcomes = config.getoption("--splyce-outcomes")
+    if outcomes:
+        with open(outcomes, "w") as f:
+            json.dump(_outcomes, f, indent=0)
     path = os.environ.get(STATS_ENV)
     if path:
         with open(path, "w") as f:
