@@ -20,6 +20,8 @@ SUBCOMMANDS = {
               "threads (docs/memory.md)",
     "compile": "cold compile vs disk-cache load of K1-K5, results checked",
     "dask": "SpMV, SpGEMM, triangles on a 2-worker Dask LocalCluster: 1 vs 2 workers, vs dask + pydata-sparse",
+    "clients": "networkx / scikit-learn / scanpy-style client code with splyce.patch_scipy() off and on, and the "
+               "per-op break-even sizes (docs/scipy_patch.md; needs the compat extra)",
     "all": "every subcommand above but dask, in turn",
 }
 ORDER = ["kernels", "ablation", "width", "sparsity", "real", "threads", "memory", "compile"]

@@ -93,12 +93,15 @@ def stats(reset: bool = False) -> dict:
 _kinds: dict = {}        # exact scipy type -> (family, "csr" | "csc"); filled on first use
 _has_canonical = None    # scipy's csr_has_canonical_format (uncached: scipy's own flag is not set by a check)
 issparse = None
+_sputils = None          # scipy.sparse._sputils: its get_index_dtype is what scipy's workers ask (or a test's stand-in)
 
 
 def _load() -> None:
-    global _has_canonical, issparse
+    global _has_canonical, issparse, _sputils
     import scipy.sparse as sps
-    from scipy.sparse import _sparsetools
+    from scipy.sparse import _sparsetools, _sputils as sputils
+
+    _sputils = sputils
 
     _has_canonical = _sparsetools.csr_has_canonical_format
     issparse = sps.issparse
@@ -161,18 +164,31 @@ def _pair(a, b, min_nnz: int, same_class: bool = False):
 
 
 # -- results --------------------------------------------------------------------------------------------------
+_I32 = np.dtype(np.int32)
+_I32_MAX = 2**31 - 1
+
+
 def _as_scipy_result(self, out, arrays, maxval):
     """``out`` (splyce's result, of self's family) as scipy's worker returns it: self's class, the index dtype
-    scipy's two policy calls give (the worker's, then the constructor's on the result; through
-    ``self._get_index_dtype``, which test suites monkeypatch), no cached format flags (scipy's constructor
-    sets none)."""
+    scipy's two policy calls give (the worker's on the operands, then the constructor's on the result), no
+    cached format flags (scipy's constructor sets none)."""
     if type(out) is not type(self):
         out = self.__class__(out)
-    idx = self._get_index_dtype(arrays, maxval=maxval)
-    indices, indptr = out.indices.astype(idx, copy=False), out.indptr.astype(idx, copy=False)
     shape = out._shape
-    final = self._get_index_dtype((indices, indptr), maxval=None if 0 in shape else max(shape), check_contents=True)
-    out.indices, out.indptr = indices.astype(final, copy=False), indptr.astype(final, copy=False)
+    if _sputils.get_index_dtype.__module__ == _sputils.__name__:
+        # scipy's own policy, in closed form (each call of it costs ~8 us): int64 when a size needs it; a
+        # sparray also keeps int64 operands' width (its constructor does not look at the contents), an
+        # spmatrix narrows to int32 whatever fits
+        wide = max(shape) > _I32_MAX or out.nnz > _I32_MAX or (
+            _kinds[type(self)][0] == "array" and (maxval > _I32_MAX or any(x.dtype != _I32 for x in arrays)))
+        final = np.dtype(np.int64) if wide else _I32
+    else:
+        # a monkeypatched policy (scipy's own 64-bit tests): ask it, as scipy's worker and constructor do
+        idx = self._get_index_dtype(arrays, maxval=maxval)
+        carriers = (out.indices.astype(idx, copy=False), out.indptr.astype(idx, copy=False))
+        final = self._get_index_dtype(carriers, maxval=None if 0 in shape else max(shape), check_contents=True)
+    if out.indices.dtype != final or out.indptr.dtype != final:
+        out.indices, out.indptr = out.indices.astype(final), out.indptr.astype(final)
     d = out.__dict__
     d.pop("_has_canonical_format", None)
     d.pop("_has_sorted_indices", None)
