@@ -101,7 +101,7 @@ def _client_workloads(cfg: Config, rng):
     if cfg.tiny:
         nodes, docs, cells = 2000, 300, 2000
     elif cfg.quick:
-        nodes, docs, cells = 20000, 3000, 20000
+        nodes, docs, cells = 50000, 3000, 20000
     else:
         nodes, docs, cells = 100000, 10000, 100000
     out = []
