@@ -35,25 +35,24 @@ import threading
 
 import numpy as np
 
-# Break-even sizes, measured on 2026-12-04 with ``python -m splyce.bench clients --breakeven`` (the
-# ``breakeven`` table of docs/scipy_patch.md) on the shared, loaded 2-core AMD EPYC Zen 4 KVM VM, scipy 1.17.1:
-# median per-call time of scipy's operator vs the same operator patched, random n x n CSR float64 operands
-# (5 entries per row) from n = 30 up.
-# - elementwise (+, -, multiply; CSR with CSR or CSC): splyce's single native pass beats scipy's
-#   ``_binopt`` (~25-30 us of Python and conversions) from the smallest sizes on (n = 30, 150 entries:
-#   scipy 28 us, patched 12 us); below ELEMENTWISE_MIN_NNZ stored entries in both operands together the
-#   two are within noise of each other, so scipy keeps them.
-# - sparse @ sparse: SpGEMM's fixed costs are similar (~35 us at 200 entries), splyce gains from
-#   ~1,000 entries in both operands together (n = 300, 1,800 entries: 1.06x; n = 1,000, 8,000: 1.4x).
-# - CSR @ dense matrix (SpMM): scipy's csr_matvecs is an axpy per entry; splyce's kernels gain from the
-#   smallest sizes (n = 100, 200 entries x 8 columns: 4.1 vs 3.1 us); below SPMM_MIN_WORK entries x columns
-#   the hook's own ~1 us is a visible share, so scipy keeps them.
-# Not routed at all (no gain measured): CSR @ vector (scipy's csr_matvec and splyce's SpMV are both
-# memory-bound, 0.98-1.04x from 200 to 500k entries), vector @ CSR and CSC @ dense (scipy's csc_matvec:
+# Break-even sizes, measured 2026-12-04 on the shared 2-core AMD EPYC Zen 4 KVM VM (load average 7-11 from
+# other jobs, so fastest of 15 interleaved batches of 100 calls), scipy 1.17.1, random n x n CSR float64
+# operands with 5 entries per row, each op with the switch off vs on (route_small=True); the script is the
+# break-even part of ``python -m splyce.bench clients`` (its table in docs/scipy_patch.md):
+# - elementwise (+, -, multiply): scipy's ``_binopt`` spends ~25-70 us in Python and conversions, the
+#   drop-in's native merge less: 1.4-3.8x at 500 and 1,000 stored entries (both operands together), 1.2-3.4x
+#   at 300 in the bench; below ELEMENTWISE_MIN_NNZ the hook's own checks (~2-5 us) are too large a share.
+# - sparse @ sparse: 0.93x at 1,000 entries, 0.63x at 2,000, 1.57x at 4,000, 1.09x at 8,000 (scipy 465 us);
+#   1.8x at 30,000 in the bench: served from MATMUL_MIN_NNZ entries (both operands together).
+# - CSR @ dense matrix (SpMM, entries x columns of work): 0.6-0.7x up to 8,000 (scipy's csr_matvecs takes
+#   4-6 us there, the hook and the drop-in's call ~2.5 us more), 1.09x at 16,000, 1.23-1.54x at 8,000 and
+#   32,000 with 2 and 8 columns, 1.4-1.9x beyond: served from SPMM_MIN_WORK.
+# Not hooked at all (no gain measured): CSR @ vector (scipy's csr_matvec and splyce's SpMV are both
+# memory-bound, 0.98-1.04x from 200 to 10^6 entries), vector @ CSR and CSC @ dense (scipy's csc_matvec:
 # splyce's dense-times-CSR kernel measured 0.5-0.8x).
-ELEMENTWISE_MIN_NNZ = 64
-MATMUL_MIN_NNZ = 1024
-SPMM_MIN_WORK = 1024
+ELEMENTWISE_MIN_NNZ = 128
+MATMUL_MIN_NNZ = 4096
+SPMM_MIN_WORK = 16384
 
 # The sizes in force: the break-evens above, or all zero with patch_scipy(route_small=True) (every eligible
 # call served, however small: how tests prove served results equal scipy's on small matrices).
