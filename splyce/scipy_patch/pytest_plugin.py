@@ -3,7 +3,9 @@
     python -m pytest -p splyce.scipy_patch.pytest_plugin --pyargs scipy.sparse.tests.test_base
 
 ``--splyce-route-small`` serves eligible calls of any size (scipy's test matrices are small: with the
-measured break-even sizes few of them would be served). The switch goes on before collection (so module-level code of the tests runs patched too) and off at the end.
+measured break-even sizes few of them would be served); ``--splyce-off`` runs the same session unpatched;
+``--splyce-outcomes=FILE`` writes each test's outcome as JSON (ids pytest takes back, to rerun failures).
+The switch goes on before collection (module-level code of the tests runs patched too) and off at the end.
 The terminal summary prints the per-op counts of ``splyce.scipy_patch_stats()``; with the environment
 variable ``SPLYCE_SCIPY_PATCH_STATS=path`` they are also written to ``path`` as JSON (tests read them).
 """
