@@ -3,24 +3,25 @@
 Importing splyce builds no MLIR context and compiles nothing: the compiler loads on first use.
 """
 
+from splyce.errors import AllocationFailed, LoweringError, NotCanonicalError, TraceError
 from splyce.tensors.formats import COO, CSC, CSR, DCSC, DCSR, SPARSE_VECTOR, Format, Level, csf, dense
 from splyce.tensors.tensor import SparseTensor, asarray
+from splyce.api import add, einsum, matmul, maximum, minimum, multiply, subtract   # attaches SparseTensor's operators
 
-__version__ = "0.1.0"
+from splyce.version import __version__
 
 __all__ = [
     "Format", "Level", "CSR", "CSC", "DCSR", "DCSC", "COO", "SPARSE_VECTOR", "csf", "dense",
     "SparseTensor", "asarray", "jit", "matmul", "multiply", "einsum", "add", "subtract", "profile",
     "clear_cache", "set_memory_budget", "maximum", "minimum",
+    "TraceError", "LoweringError", "NotCanonicalError", "AllocationFailed",
     "patch_scipy", "unpatch_scipy", "patched_scipy", "scipy_patch_stats", "is_scipy_patched",
 ]
 
 # The compiler-facing names load lazily (PEP 562) so that `import splyce` stays cheap.
 _LAZY = {
-    "jit": "splyce.runtime.dispatcher", "matmul": "splyce.api", "multiply": "splyce.api", "einsum": "splyce.api",
-    "add": "splyce.api", "subtract": "splyce.api", "profile": "splyce.runtime.profiling",
+    "jit": "splyce.runtime.dispatcher", "profile": "splyce.runtime.profiling",
     "clear_cache": "splyce.runtime.dispatcher", "set_memory_budget": "splyce.planner.memory",
-    "maximum": "splyce.api", "minimum": "splyce.api",
     "patch_scipy": "splyce.scipy_patch", "unpatch_scipy": "splyce.scipy_patch", "patched_scipy": "splyce.scipy_patch",
     "scipy_patch_stats": "splyce.scipy_patch", "is_scipy_patched": "splyce.scipy_patch",
 }
@@ -29,6 +30,9 @@ _LAZY = {
 def __getattr__(name):
     if name in _LAZY:
         import importlib
+
+        if name == "jit":   # the drop-ins register the native kernel library that jitted plans may run on
+            importlib.import_module("splyce.dropin")
 
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value      # later look-ups skip this hook (a drop-in call is microseconds)

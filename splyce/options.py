@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # codegen imports llvmlite: not needed to build or validate options
-    from splyce.backend.codegen import Target
+    from splyce.native.codegen import Target
 
 # The fast lane's phases in SIMD (see Options). The paper found 5 (SIMD load/compare, scalar
 # multiply-accumulate and pointer advance) best on Sapphire Rapids; re-measured on this project's machines
@@ -39,6 +39,8 @@ class Options:
     profile: bool = False        # instrument fast lanes and epilogues (splyce.profile)
     threads: int = 1             # > 1: the outer loop takes [lo, hi) arguments (passes/parallel.py)
     gallop: int = DEFAULT_GALLOP_RATIO  # intersections gallop from this fiber length ratio on; 0: never
+    library: bool = True         # a plan of one drop-in op runs on the native kernel library, as the drop-in
+    #                              does (runtime/library.py); False: always the MLIR kernel
     union: bool | None = None    # the union fast lane (sparse add / subtract / maximum): None (default) for
     #                              CSR outputs only, True for dense outputs too, False never (docs/passes.md)
 
@@ -61,6 +63,8 @@ class Options:
         if not isinstance(self.gallop, int) or isinstance(self.gallop, bool) or self.gallop == 1 or \
                 not 0 <= self.gallop <= 1 << 16:
             raise ValueError(f"gallop must be 0 (off) or a fiber length ratio from 2 to 65536, got {self.gallop!r}")
+        if not isinstance(self.library, bool):
+            raise TypeError(f"library must be a bool, got {self.library!r}")
         if self.union is not None and not isinstance(self.union, bool):
             raise TypeError(f"union must be a bool or None, got {self.union!r}")
 

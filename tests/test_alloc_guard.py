@@ -62,7 +62,8 @@ print("small ok", abs(spgemm(c, c) - c @ c).max() == 0)
 GUARDED_KERNEL = '''
 import ctypes, threading
 import llvmlite.binding
-from splyce.backend import alloc_guard, codegen
+from splyce.backend import alloc_guard
+from splyce.native import codegen
 from splyce.backend.compiler import optimize_kernel
 
 # out[0..2] = three blocks: a (grown by realloc), c, b; b is `huge` bytes
@@ -112,9 +113,9 @@ def test_guard_frees_the_call_blocks_and_works_per_thread(heap):
     block among them): repeated 40 times under a margin that holds 3 of them, every failure still names
     the huge block, never the 96 MiB ones (which would fail if they leaked). Two threads at once, one
     failing and one succeeding, each get their own outcome (each longjmp stays on its own thread). On
-    libc's heap and on the runtime's cache of freed blocks (runtime/memory_pool.py), which keeps the freed
+    libc's heap and on the runtime's cache of freed blocks (native/memory_pool.py), which keeps the freed
     96 MiB blocks for the next call and gives them back before the huge request fails."""
-    use_pool = ("from splyce.runtime import memory_pool\nalloc_guard.set_heap(memory_pool.native_heap)\n"
+    use_pool = ("from splyce.native import memory_pool\nalloc_guard.set_heap(memory_pool.native_heap)\n"
                 if heap == "pool" else "")
     kernel = GUARDED_KERNEL.replace("alloc_guard.install()\n", use_pool + "alloc_guard.install()\n"
                                     f"assert (alloc_guard.install().heap is None) == {heap == 'libc'}\n", 1)

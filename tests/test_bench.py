@@ -16,6 +16,8 @@ from splyce.bench import ablation, ceiling, common, kernels, real, threads
 from splyce.bench import compile as compile_bench
 from splyce.bench.common import BenchMismatch, Config, read_csv
 
+pytestmark = pytest.mark.slow
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 EXPECTED = {
@@ -112,8 +114,18 @@ def test_compile_subcommand_loads_from_disk(tmp_path, monkeypatch):
     assert not (tmp_path / "user-cache").exists() or not any((tmp_path / "user-cache").iterdir())
 
 
+def test_overhead_subcommand_runs_and_later_processes_compile_nothing(tmp_path):
+    from splyce.bench import overhead
+
+    assert cli.main(["overhead", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
+    rows = _check_outputs(tmp_path, "overhead", overhead.COLUMNS)
+    assert [r["op"] for r in rows] == list(overhead.OPS)
+    assert all(int(r["disk_compiles"]) == 0 for r in rows)   # the second fresh process loaded everything
+    assert all(float(r["steady_ms"]) > 0 and float(r["call_4x4_us"]) > 0 for r in rows)   # no timing asserts
+
+
 def test_simd_share_reads_the_profile():
-    from splyce.kernels import KERNELS
+    from splyce.bench.paper_kernels import KERNELS
 
     spec = KERNELS["K1"]
     assert 0.5 < common.simd_share(spec.fun, tuple(spec.operands(96, 0.2))) <= 1.0
@@ -341,3 +353,31 @@ def test_dask_bench_matrices(tmp_path):
     assert [label.split()[0] for label, _ in picked] == ["rmat-s10", "fem3d-1500"]
     with pytest.raises(SystemExit, match="choose from"):
         dask_bench.matrices(Config(tiny=True, out=tmp_path, matrices=("no-such-matrix",)))
+
+
+def test_limit_tiny(tmp_path, capsys):
+    """bench limit: every candidate checked and timed, NumKong only where it takes the dtypes, the clock known."""
+    from splyce.bench import limit
+
+    assert cli.main(["limit", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
+    comments, rows = read_csv(tmp_path / "limit.csv")
+    assert any(c.startswith("# clock: ") for c in comments)
+    assert list(rows[0]) == limit.COLUMNS
+    by_case = {}
+    for r in rows:
+        by_case.setdefault((r["crd"], r["val"], r["lengths"]), set()).add(r["candidate"])
+        assert float(r["ns_per_crd"]) > 0 and float(r["bw_share"]) > 0
+    assert by_case[("int32", "float64", "4096:4096")] >= {"lane", "plain", "floor"}
+    assert "lane gallop=0" in by_case[("int64", "float32", "4096:256")]
+    assert all("numkong dot" not in names for (crd, _, _), names in by_case.items() if crd == "int64")
+    assert "plain / lane" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("skew", [1, 16])
+def test_limit_fiber_pair_overlap(skew):
+    from splyce.bench import limit
+
+    dim, b, bv, c, cv = limit.fiber_pair(2000, 0.1, skew, np.int64, np.float32)
+    assert b.size == 2000 and c.size == 2000 // skew and b.max() < dim and c.max() < dim
+    assert np.all(np.diff(b) > 0) and np.all(np.diff(c) > 0)
+    assert np.intersect1d(b, c).size == round(0.1 * c.size)

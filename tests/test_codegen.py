@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sps
 
 import splyce
-from splyce.kernels import KERNELS
+from splyce.bench.paper_kernels import KERNELS
 
 
 def _asm(target, **options):

@@ -8,6 +8,8 @@ import scipy.sparse as sps
 
 from splyce.bench import corpus
 
+pytestmark = pytest.mark.slow
+
 
 def _assert_canonical(A, symmetric):
     assert isinstance(A, sps.csr_array)

@@ -14,11 +14,13 @@ import pytest
 import scipy.sparse as sps
 
 import splyce
-from splyce.planner import dropin
+from splyce import dropin
 
 da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 import splyce.dask as sd  # noqa: E402
+
+pytestmark = pytest.mark.slow
 
 TIMEOUT = 120   # seconds for any one computation on the cluster
 
@@ -250,6 +252,7 @@ def test_unsupported_partitions_raise_saying_why():
 _MALFORMED_CHILD = r"""
 import sys
 import numpy as np, pytest, scipy.sparse as sps, splyce, splyce.dask as sd
+
 kind = sys.argv[1]
 rng = np.random.default_rng(21)
 bad = sps.random_array((30, 20), density=0.3, format="csr", rng=rng)
@@ -376,7 +379,7 @@ def test_blockwise(client):
 # -- the disk cache, pickling -----------------------------------------------------------------------------
 @splyce.jit
 def _probe(a, x):
-    return a @ x
+    return 2 * (a @ x)      # two ops: an MLIR kernel (one op would run the drop-in's native SpMV)
 
 
 def _compile_counts():
@@ -449,6 +452,7 @@ def test_cluster_config_names_real_dask_settings():
     with dask.config.set(sd.CLUSTER_CONFIG):
         assert dask.config.get("distributed.worker.profile.enabled") is False
         assert "MALLOC_TRIM_THRESHOLD_" in dask.config.get("distributed.nanny.pre-spawn-environ")
+        assert dask.config.get("distributed.client.direct-to-workers") is True
 
 
 def test_sparse_array_blocks_have_their_size_in_dask(client):

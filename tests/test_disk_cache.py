@@ -12,14 +12,14 @@ import pytest
 
 import splyce
 from splyce.runtime import disk_cache
-from splyce.kernels import KERNELS
+from splyce.bench.paper_kernels import KERNELS
 
 # One kernel call in a fresh process; prints "compiles disk_hits max-error".
 SCRIPT = textwrap.dedent("""
     import sys, warnings
     import numpy as np
     import splyce
-    from splyce.kernels import KERNELS
+    from splyce.bench.paper_kernels import KERNELS
     warnings.simplefilter("always")
     spec = KERNELS[{name!r}]
     ops = spec.operands(spec.quick_size, 0.1, seed=3)
@@ -173,7 +173,7 @@ def test_codegen_sources_all_exist():
     for pattern in disk_cache.CODEGEN_SOURCES:
         assert list(root.glob(pattern)), pattern
     names = {p.relative_to(root).as_posix() for p in disk_cache.codegen_source_files()}
-    assert {"tensors/formats.py", "lowering/to_mlir.py", "backend/codegen.py"} <= names
+    assert {"tensors/formats.py", "lowering/to_mlir.py", "native/codegen.py"} <= names
     assert not names & {"runtime/dispatcher.py", "runtime/calls.py", "tensors/validation.py"}
 
 

@@ -135,7 +135,7 @@ def test_scipy_csr_wrapped_as_it_is_matches_asarray():
     buffers, no copy); anything it does not take, or that fails its scan, goes to ``asarray``."""
     import scipy.sparse as sps
 
-    from splyce.planner import dropin
+    from splyce.dropin import operands as dropin
 
     a = sps.random_array((30, 20), density=0.2, format="csr", rng=9)
     for x in (a, sps.csr_matrix(a)):

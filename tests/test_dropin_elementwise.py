@@ -9,7 +9,7 @@ import scipy.sparse as sps
 from hypothesis import given, settings, strategies as st
 
 import splyce
-from splyce.planner.dropin import Formulation, OperandInfo, choose_elementwise_formulation
+from splyce.dropin import Formulation, OperandInfo, choose_elementwise_formulation
 
 OPS = {"multiply": lambda a, b: a.multiply(b), "add": lambda a, b: a + b, "subtract": lambda a, b: a - b}
 
@@ -129,7 +129,7 @@ def _index_width(x, dtype):
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("kind", [sps.csr_array, sps.csr_matrix])
 def test_fast_merge_is_taken_and_matches_scipy(monkeypatch, op, index_dtype, kind):
-    from splyce.planner import dropin
+    from splyce.dropin import elementwise as dropin
 
     def refuse(*_args, **_kw):
         raise AssertionError("the general elementwise path ran")
@@ -155,7 +155,7 @@ def test_fast_merge_checks_every_operand():
     Positions of the CSC operand that differ from A's in one place go through the transpose and merge instead."""
     code = r"""
 import numpy as np, scipy.sparse as sps, splyce
-from splyce.backend import ir_text
+from splyce.native import ir_text
 ir_text.MIN_CHUNK = 64                                        # threads=2 splits these small matrices
 rng = np.random.default_rng(4)
 base = sps.random_array((600, 600), density=0.01, format="csr", rng=rng)
@@ -248,7 +248,7 @@ def test_threads_split_checks_and_merges_balanced_and_bit_identical(monkeypatch)
     """With ``threads`` > 1 the operand checks, the pass with a cursor per column of a CSC operand and the merge
     run on row ranges of about equal entries (skewed rows too); every result is bit-identical to one thread's
     and equal to scipy's."""
-    from splyce.backend import ir_text
+    from splyce.native import ir_text
 
     monkeypatch.setattr(ir_text, "MIN_CHUNK", 64)            # split these small matrices as large ones are
     calls = []
@@ -289,7 +289,7 @@ def test_threads_split_checks_and_merges_balanced_and_bit_identical(monkeypatch)
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int64])
 def test_native_transpose_matches_scipy_for_any_threads(monkeypatch, dtype):
-    from splyce.backend import ir_text, native_transpose
+    from splyce.native import ir_text, transpose as native_transpose
 
     monkeypatch.setattr(ir_text, "MIN_CHUNK", 64)
     a = _power_law(300, 4000, np.random.default_rng(2))[:, :250]
@@ -324,7 +324,7 @@ def test_products_of_narrow_and_wide_rows_match_scipy(dtype):
 
 
 def test_scipy_out_builds_what_the_constructor_builds(monkeypatch):
-    from splyce.planner import scipy_out
+    from splyce.dropin import scipy_out
 
     parts = (np.array([1.0, 2.0, 3.0]), np.array([0, 2, 1], dtype=np.int32), np.array([0, 2, 3], dtype=np.int32))
     for cls in (sps.csr_array, sps.csr_matrix):
@@ -353,7 +353,7 @@ def test_scipy_out_builds_what_the_constructor_builds(monkeypatch):
 
 def test_fast_merge_takes_only_ndarrays():
     """The native merge reads buffers by object address: anything that is not an ndarray goes the general way."""
-    from splyce.planner import dropin
+    from splyce.dropin import elementwise as dropin
 
     a = sps.random_array((20, 20), density=0.2, format="csr", rng=4)
     odd = a.copy()
@@ -369,7 +369,7 @@ def test_one_pass_with_a_csc_operand_keeps_nan_and_inf_without_partner(monkeypat
     operand without a partner drops out unless it is NaN or Inf (scipy keeps NaN * 0), in A, in a skipped
     entry of B or after the last entry of A's that reached B's column; sums with differing positions merge.
     ``prefetch``: the kernel variant large scattered matrices get (forced here on a small one)."""
-    from splyce.backend import native_elementwise
+    from splyce.native import elementwise as native_elementwise
 
     rng = np.random.default_rng(5)
     a = sps.random_array((30, 30), density=0.2, format="csr", rng=rng)
@@ -398,7 +398,7 @@ def test_one_pass_with_a_csc_operand_keeps_nan_and_inf_without_partner(monkeypat
 def _vector_kernels(monkeypatch):
     """The one pass with its vector match on every row that missed (a decision per row, any miss), instead of
     per 64 rows over a third missed: small matrices exercise it."""
-    from splyce.backend import native_elementwise
+    from splyce.native import elementwise as native_elementwise
 
     monkeypatch.setattr(native_elementwise, "MODE_ROWS", 1)
     monkeypatch.setattr(native_elementwise, "MISS_SHARE", 1 << 20)
@@ -486,7 +486,7 @@ def test_vector_match_reads_nothing_past_b_arrays():
     would crash it); the vector match's last loads, at B's last column, stay inside them."""
     code = r"""
 import ctypes, mmap, numpy as np, scipy.sparse as sps
-from splyce.backend import native_elementwise as ne
+from splyce.native import elementwise as ne
 ne.MODE_ROWS, ne.MISS_SHARE = 1, 1 << 20        # the vector match on every row after one that missed
 page = mmap.PAGESIZE
 libc = ctypes.CDLL(None)
@@ -527,14 +527,14 @@ def test_vector_match_has_no_branch_on_the_pattern():
     partner's value is read through a conditional move; the rows are loaded masked."""
     import re
 
-    from splyce.backend import native_elementwise
-    from splyce.backend.codegen import CodegenOptions, emit_assembly, host_target, optimize
+    from splyce.native import elementwise as native_elementwise
+    from splyce.native.codegen import CodegenOptions, emit_assembly, host_target, optimize
 
     if not (host_target().triple.startswith("x86_64") and native_elementwise._host_avx512()):
         pytest.skip("the vector match is built for hosts with AVX-512")
     texts = []
     monkey = pytest.MonkeyPatch()
-    monkey.setattr("splyce.backend.codegen.compile_host_helpers", lambda text, sig: texts.append(text) or dict.fromkeys(sig))
+    monkey.setattr("splyce.native.codegen.compile_host_helpers", lambda text, sig: texts.append(text) or dict.fromkeys(sig))
     try:
         native_elementwise._csc_pass_kernel.__wrapped__("multiply", np.dtype(np.float64), 32, 0, "", 16)
     finally:
@@ -558,7 +558,7 @@ def test_non_canonical_left_operand_against_another_pattern(monkeypatch, threads
     """A CSR left operand with unsorted (or duplicate) columns against a CSC or CSR of another pattern and entry
     count: the one-thread pass's early 'B's positions differ' answer used to let the row merge take A as
     canonical (a BSR's ``tocsr()`` has unsorted blocks: ``A + B.tocsc()`` was wrong by up to 0.96 on 6 x 6)."""
-    from splyce.backend import ir_text
+    from splyce.native import ir_text
 
     monkeypatch.setattr(ir_text, "MIN_CHUNK", 8)
     rng = np.random.default_rng(11)

@@ -6,8 +6,8 @@ import scipy.sparse as sps
 from hypothesis import given, settings, strategies as st
 
 import splyce
-from splyce.backend import ir_text
-from splyce.planner.dropin import Formulation, OperandInfo, choose_einsum_formulation
+from splyce.native import ir_text
+from splyce.dropin import Formulation, OperandInfo, choose_einsum_formulation
 
 
 def _canonical(x):
@@ -38,7 +38,7 @@ def test_masked_spgemm_bit_identical_to_scipy(m, k, n, density, seed, dtype, thr
 @pytest.mark.parametrize("shape", [(0, 0, 3), (1, 1, 1), (20, 30, 32), (9, 4, 5)])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_sddmm_matches_scipy(shape, dtype, monkeypatch):
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
 
     m, n, d = shape
     rng = np.random.default_rng(m + n)
@@ -69,7 +69,7 @@ def test_sddmm_matches_scipy(shape, dtype, monkeypatch):
 def test_masked_spgemm_chunks_balance_products_on_power_law_rows(monkeypatch):
     """Chunks balance mask entries plus products (hub rows hold most products, not most entries); results
     are bit-identical for any number of threads and equal to scipy's."""
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
 
     rng = np.random.default_rng(3)
     n, entries = 3000, 30000
@@ -99,7 +99,7 @@ def test_masked_spgemm_chunks_balance_products_on_power_law_rows(monkeypatch):
 def test_triangle_sum_native_split_across_threads(monkeypatch):
     """``"ij,jk,ik->"`` with threads runs the native masked sum on work-balanced chunks (4 per thread); the
     partial sums of integer values are exact."""
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
 
     sizes = []
     real = native_masked.run_taken
@@ -154,14 +154,14 @@ def test_masked_bad_operands():
 
 
 def test_an_operand_passed_several_times_is_converted_and_checked_once(monkeypatch):
-    from splyce.backend import native_masked
-    from splyce.planner import dropin
+    from splyce.native import masked as native_masked
+    from splyce.dropin import operands as dropin
 
     a = sps.random_array((40, 40), density=0.1, format="csr", rng=8)
     L = sps.csr_array(sps.tril(a, -1))
     calls, fast = [], []
-    real = dropin._as_format
-    monkeypatch.setattr(dropin, "_as_format", lambda x, fmt, name, threads=1: calls.append(name) or real(x, fmt, name, threads))
+    real = dropin.as_format
+    monkeypatch.setattr(dropin, "as_format", lambda x, fmt, name, threads=1: calls.append(name) or real(x, fmt, name, threads))
     real_fast = native_masked.masked_sum_checked
     monkeypatch.setattr(native_masked, "masked_sum_checked",
                         lambda *args: fast.append((args[-2:], real_fast(*args))) or fast[-1][1])
@@ -200,7 +200,7 @@ def test_small_triangle_count_on_several_threads_takes_the_one_call_path(monkeyp
     """threads=2 / None on a triangle count too small to split (the general path would run it on one thread
     after its own steps) takes the one native call, with the one-thread result; a count whose product bound
     reaches the split threshold keeps the general path; a bad threads value still raises."""
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
 
     fast = []
     real_fast = native_masked.masked_sum_checked
@@ -233,7 +233,7 @@ def test_triangle_count_on_several_threads_counts_hits(dtype, monkeypatch):
     """A 0/1 pattern split across threads is counted by the branch-free hit count, as on one thread: the same
     value as one thread and scipy, of the same type. Not counted (summed instead): a value other than one, a
     sample of rare hits, a count beyond what the value type holds exactly."""
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
 
     counted = []
     real = native_masked._counted_sum
@@ -287,8 +287,8 @@ def test_triangle_count_on_several_threads_counts_hits(dtype, monkeypatch):
 def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
     """einsum("ij,jk,ik->") whose plan is the plain loop nest runs natively (masked_sum), with exactly the
     kernel's sum; another plan runs the kernel. Values of wide magnitudes, so any other order would show."""
-    from splyce.backend import native_masked
-    from splyce.planner import dropin
+    from splyce.native import masked as native_masked
+    from splyce.dropin import as_format, einsums as dropin
 
     calls = []
     for name in ("masked_sum", "masked_sum_checked"):      # the general path's, and the fast path's (checks too)
@@ -305,13 +305,13 @@ def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
     a.data = values(a.nnz)
     ours = splyce.einsum("ab,bc,ac->", a, a, a)
     kernel = dropin._kernel("einsum:ab,bc,ac->", dropin._Einsum("ab,bc,ac->"))
-    ref = kernel(*(dropin._as_format(a, dropin.CSR, "x") for _ in range(3)))
+    ref = kernel(*(as_format(a, dropin.CSR, "x") for _ in range(3)))
     assert calls and type(ours) is type(ref) and ours.tobytes() == ref.tobytes()
     again = splyce.einsum("ab,bc,ac->", a, a, a)       # the fast path from the second call on, checks included
     assert type(again) is type(ref) and again.tobytes() == ref.tobytes()
     ones = a.copy()
     ones.data[:] = 1                                    # a 0/1 pattern: the hits counted, the same bits
-    ref_ones = kernel(*(dropin._as_format(ones, dropin.CSR, "x") for _ in range(3)))
+    ref_ones = kernel(*(as_format(ones, dropin.CSR, "x") for _ in range(3)))
     for _ in range(2):
         counted = splyce.einsum("ab,bc,ac->", ones, ones, ones)
         assert type(counted) is type(ref_ones) and counted.tobytes() == ref_ones.tobytes()
@@ -322,7 +322,7 @@ def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
     calls.clear()
     ours = splyce.einsum("ij,jk,ik->", a, b, a)
     plan = dropin._kernel("einsum:ij,jk,ik->", dropin._Einsum("ij,jk,ik->")).kernel_for(
-        *(dropin._as_format(x, dropin.CSR, "x") for x in (a, b, a)))[0].plan
+        *(as_format(x, dropin.CSR, "x") for x in (a, b, a)))[0].plan
     assert bool(calls) == dropin._plain_masked_sum_plan(plan, ["ij", "jk", "ik"])
     assert np.isclose(float(ours), np.einsum("ij,jk,ik->", dense, b.toarray(), dense), rtol=1e-4)
 
@@ -330,7 +330,7 @@ def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
 def test_triangle_sum_of_rare_hits_after_the_sample():
     """A 0/1 pattern whose sample has under 1 hit in 32 products is summed, not counted: after the sample's
     count its marks are set back (stale ones would add products that are not there: not triangular here)."""
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
 
     L = sps.random_array((2000, 2000), density=0.002, format="csr", rng=5)
     L.data[:] = 1
@@ -344,7 +344,7 @@ def test_triangle_sum_of_rare_hits_after_the_sample():
 def test_triangle_count_beyond_exact_falls_back_to_the_sum():
     """A count the value type would not hold exactly goes to the summing loop, whose marks are set again (a
     limit of 2 here instead of 2**53; stale marks from the count would add products that are not there)."""
-    from splyce.backend import native_masked
+    from splyce.native import masked as native_masked
 
     L = sps.random_array((60, 60), density=0.3, format="csr", rng=3)   # not triangular: stale marks would show
     L.data[:] = 1

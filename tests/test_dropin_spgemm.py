@@ -6,9 +6,9 @@ import scipy.sparse as sps
 from hypothesis import given, settings, strategies as st
 
 import splyce
-from splyce.backend import ir_text
-from splyce.planner import dropin
-from splyce.planner.dropin import Formulation, OperandInfo, choose_matmul_formulation
+from splyce.native import ir_text
+from splyce.dropin import products as dropin
+from splyce.dropin import Formulation, OperandInfo, choose_matmul_formulation
 
 
 def _same_as_scipy(ours, ref):
@@ -57,7 +57,7 @@ def test_spgemm_property(m, k, n, density, seed, fmt, threads):
 
 
 def test_spgemm_threads_bit_identical(monkeypatch):
-    from splyce.backend import native_spgemm
+    from splyce.native import spgemm as native_spgemm
 
     a = sps.random_array((300, 200), density=0.05, format="csr", random_state=1)
     with pytest.MonkeyPatch.context() as mp:                # a small product stays on one thread
@@ -105,12 +105,12 @@ def test_bad_operands_of_spgemm_raise():
 
 
 def test_a_times_a_converts_and_checks_the_operand_once(monkeypatch):
-    from splyce.planner import dropin
+    from splyce.dropin import operands as dropin
 
     a = sps.random_array((40, 40), density=0.1, format="csr", rng=12)
     calls = []
-    real = dropin._as_format
-    monkeypatch.setattr(dropin, "_as_format", lambda x, fmt, name, *rest: calls.append(name) or real(x, fmt, name, *rest))
+    real = dropin.as_format
+    monkeypatch.setattr(dropin, "as_format", lambda x, fmt, name, *rest: calls.append(name) or real(x, fmt, name, *rest))
     np.testing.assert_allclose(splyce.matmul(a, a).toarray(), (a @ a).toarray())
     assert calls == ["a"]
     bad = a.copy()
@@ -135,7 +135,7 @@ def test_spgemm_kernels_skewed_rows_threads_bit_identical(monkeypatch, kernel):
     and threads=1 / 2 / 3 the same arrays in the same (unsorted) order, several chunks per thread included, and
     two threads' first range placed backwards in blocks of 16 multiply-adds (rows longer than a block, blocks
     moved up over repeated columns)."""
-    from splyce.backend import native_spgemm
+    from splyce.native import spgemm as native_spgemm
 
     monkeypatch.setattr(native_spgemm, "DENSE_ROW_ENTRIES", 1 if kernel == "dense" else 10**9)
     monkeypatch.setattr(ir_text, "MIN_CHUNK", 1)           # threads split these small products
@@ -155,7 +155,7 @@ def test_spgemm_kernels_skewed_rows_threads_bit_identical(monkeypatch, kernel):
 
 def test_spgemm_row_split_balances_flops_on_skewed_rows():
     """The two threads' row ranges carry about equal multiply-adds, hub rows included (no timing)."""
-    from splyce.backend import native_spgemm
+    from splyce.native import spgemm as native_spgemm
 
     a = _skewed(5000, 5000, 7)
     a = a + a.T                                     # hubs as rows and as columns
@@ -169,7 +169,7 @@ def test_spgemm_row_split_balances_flops_on_skewed_rows():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int32])
 def test_spgemm_dense_kernel_other_dtypes(monkeypatch, dtype):
-    from splyce.backend import native_spgemm
+    from splyce.native import spgemm as native_spgemm
 
     monkeypatch.setattr(native_spgemm, "DENSE_ROW_ENTRIES", 1)
     a, b = _skewed(60, 50, 8), _skewed(50, 40, 9)

@@ -72,27 +72,51 @@ def test_bad_operands_raise_clear_errors():
         splyce.matmul(sps.csr_array(np.eye(4)), x.astype(np.float16))
 
 
-def test_sealed_tensor_is_not_validated_again(monkeypatch):
+def test_a_tensor_is_validated_once_then_trusted(monkeypatch):
+    """scipy's contract (docs/caches.md): checked when made, or on its first kernel call; trusted after."""
     a = sps.random_array((30, 20), density=0.2, format="csr", random_state=1)
     sealed = splyce.asarray(a, copy=True)
-    wrapped = splyce.asarray(a)                    # shares scipy's arrays: its owner may change them
+    wrapped = splyce.asarray(a)                    # shares scipy's arrays: checked now, as scipy checks
+    unchecked = splyce.SparseTensor.from_buffers(a.shape, wrapped.format, wrapped.pos, wrapped.crd, a.data,
+                                                 validate=False)
     assert sealed.sealed and not wrapped.sealed
+    assert sealed.validated and wrapped.validated and not unchecked.validated
     with pytest.raises(ValueError):
         sealed.values[0] = 1.0                     # read-only: the check made once cannot go stale
     calls = []
-    monkeypatch.setattr(arguments, "validate", lambda t, name: calls.append(name))
+    real = arguments.validate
+    monkeypatch.setattr(arguments, "validate", lambda t, name: (calls.append(name), real(t, name)))
     f = splyce.jit(lambda m, v: m @ v)
     x = np.ones(20)
-    assert np.allclose(f(sealed, x), a @ x) and calls == []
-    assert np.allclose(f(wrapped, x), a @ x) and len(calls) == 1
+    for _ in range(3):
+        assert np.allclose(f(sealed, x), a @ x) and np.allclose(f(wrapped, x), a @ x)
+    assert calls == []
+    for _ in range(3):
+        assert np.allclose(f(unchecked, x), a @ x)
+    assert len(calls) == 1 and unchecked.validated          # checked on its first call only
+    assert np.allclose(f(a, x), a @ x) and np.allclose(f(a, x), a @ x)
+    assert len(calls) == 1   # a scipy argument is checked on every call, while converted (not by validate)
     out = sealed.to_scipy()                        # handing the buffers out unseals the tensor
     assert not sealed.sealed and out.data.flags.writeable
+
+
+def test_a_bad_tensor_made_unchecked_is_refused_on_its_first_call():
+    a = sps.random_array((30, 20), density=0.2, format="csr", random_state=1)
+    indices = a.indices.copy()
+    indices[3] = 99
+    bad = splyce.SparseTensor.from_buffers(a.shape, splyce.CSR.with_widths(32, 32), (None, a.indptr),
+                                           (None, indices), a.data, validate=False)
+    f = splyce.jit(lambda m, v: m @ v)
+    for _ in range(2):   # refused every time: a failed check never marks it validated
+        with pytest.raises(ValueError, match="out of range"):
+            f(bad, np.ones(20))
+    assert not bad.validated
 
 
 # -- the per-call fast path (scipy CSR, 1-D vector of its dtype): its checks happen inside the kernel ----------
 def _general_path_off(monkeypatch):
     """Make the general SpMV path fail, so a test proves the fast path produced (or refused) the result."""
-    from splyce.planner import dropin
+    from splyce.dropin import products as dropin
 
     def refuse(*_args, **_kw):
         raise AssertionError("the general SpMV path ran")
@@ -109,7 +133,7 @@ def _csr(indptr, indices, data, shape, index_dtype, kind):
 def _kernel_variant(monkeypatch, variant: str):
     """Make the fast path pick the flat kernel (short rows), the grouped-rows kernel (matrices in cache) or the
     one-row kernel for every matrix."""
-    from splyce.planner import dropin
+    from splyce.dropin import products as dropin
 
     monkeypatch.setattr(dropin, "_FLAT_MAX_ROW", 1 << 40 if variant == "flat" else -1)
     monkeypatch.setattr(dropin, "_FLAT_MIN_BYTES", 0)
@@ -191,7 +215,7 @@ def test_fast_spmv_refuses_every_malformed_operand(monkeypatch, variant, index_d
 
 
 def test_fast_spmv_leaves_other_calls_to_the_general_path():
-    from splyce.planner import dropin
+    from splyce.dropin import products as dropin
 
     a = sps.random_array((30, 20), density=0.2, format="csr", rng=3)
     x = np.random.default_rng(3).random(20)
@@ -227,8 +251,8 @@ def test_fast_spmv_leaves_other_calls_to_the_general_path():
 
 
 def test_array_objects_entry_reads_the_data_pointer(monkeypatch):
-    from splyce.backend import array_objects
-    from splyce.planner import dropin
+    from splyce.native import array_objects
+    from splyce.dropin import products as dropin
 
     assert array_objects.DATA_OFFSET is not None          # numpy's layout confirmed on this platform
     # without a confirmed layout the fast path steps aside and the general path answers
@@ -253,8 +277,8 @@ def test_positions_far_outside_the_entries_are_refused_without_reading_there():
     script = textwrap.dedent('''
         import ctypes, mmap
         import numpy as np, scipy.sparse as sps, splyce
-        from splyce.backend import ir_text, native_spmv
-        from splyce.planner import dropin
+        from splyce.native import ir_text, spmv as native_spmv
+        from splyce.dropin import products as dropin
         ir_text.MIN_CHUNK = 8                # threads=2 really splits these 4400 entries
         dropin.SERIAL_MAX_WORK = 0
         keep = []
@@ -307,8 +331,8 @@ def test_checked_spmv_kernel_code_shape():
     loop measured ~12 % slower)."""
     import re
 
-    from splyce.backend import native_spmv
-    from splyce.backend.codegen import CodegenOptions, emit_assembly, host_target, optimize
+    from splyce.native import spmv as native_spmv
+    from splyce.native.codegen import CodegenOptions, emit_assembly, host_target, optimize
 
     text, _ = native_spmv.spmv_objects_ir(np.dtype(np.float64), 32, 32, "rows")
     module, tm = optimize(text, host_target(), CodegenOptions(opt_level=3))
@@ -331,8 +355,8 @@ def test_flat_spmv_loop_has_no_branch_on_a_row_end():
     on x86)."""
     import re
 
-    from splyce.backend import native_spmv
-    from splyce.backend.codegen import CodegenOptions, emit_assembly, host_target, optimize
+    from splyce.native import spmv as native_spmv
+    from splyce.native.codegen import CodegenOptions, emit_assembly, host_target, optimize
 
     text, _ = native_spmv.spmv_objects_ir(np.dtype(np.float64), 32, 32, "flat")
     module, tm = optimize(text, host_target(), CodegenOptions(opt_level=3))
@@ -355,7 +379,7 @@ def test_small_products_asked_for_threads_run_on_one(monkeypatch):
     """threads=2 / None on a product of at most SERIAL_MAX_WORK entries x columns takes the one-thread fast
     path (waking a worker costs more than it saves there; results are bit-identical either way); above it,
     the threaded general path; a bad thread count still raises."""
-    from splyce.planner import dropin
+    from splyce.dropin import products as dropin
 
     rng = np.random.default_rng(11)
     a = sps.random_array((300, 200), density=0.05, format="csr", rng=rng)
@@ -375,13 +399,13 @@ def test_small_products_asked_for_threads_run_on_one(monkeypatch):
     monkeypatch.setattr(dropin, "SERIAL_MAX_WORK", 4 * a.nnz - 1)
     assert np.array_equal(splyce.matmul(a, x, threads=2), a @ x) and ran == [2]
     assert splyce.matmul(a, frontier, threads=2).data.tobytes() == one.data.tobytes() and ran == [2, 2]
-    from splyce.backend import ir_text                # split even these few entries: two ranges, same bits
+    from splyce.native import ir_text  # split even these few entries: two ranges, same bits
     monkeypatch.setattr(ir_text, "MIN_CHUNK", 8)
     assert len(ir_text.work_chunks(a.indptr, 2)) == 2
     for vec in (x, X, rng.random((200, 40))):           # SpMV, SpMM with k fixed and with any k
         assert np.array_equal(splyce.matmul(a, vec, threads=2), a @ vec)
     monkeypatch.setattr(dropin, "SERIAL_MAX_WORK", 0)
-    from splyce.backend import native_spmv
+    from splyce.native import spmv as native_spmv
     monkeypatch.setattr(native_spmv, "FLAT_MIN_BYTES", 0)     # the flat kernel at any size (as on Zen 1)
     thin = sps.random_array((300, 200), density=0.012, format="csr", rng=rng)   # 2.4 per row: the flat kernel
     assert np.array_equal(splyce.matmul(thin, x, threads=2), thin @ x)
@@ -397,8 +421,8 @@ def test_spmv_kernel_choice_by_cpu(monkeypatch):
     elsewhere never grouped; flat from L2's size but on Zen 1 / 2. The drop-in follows them."""
     import scipy.sparse as sps
 
-    from splyce.backend import native_spmv
-    from splyce.planner import dropin
+    from splyce.native import spmv as native_spmv
+    from splyce.dropin import products as dropin
 
     assert native_spmv._tuned_for("znver1", 512 << 10) == (512 << 10, 0, 0)
     assert native_spmv._tuned_for("znver4", 1 << 20) == (1 << 20, 14, 1 << 20)

@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sps
 
 import splyce
-from splyce.kernels import KERNELS
+from splyce.bench.paper_kernels import KERNELS
 from splyce.tracer.tracer import TraceError
 
 from filecheck import check_in_order
@@ -162,7 +162,7 @@ def test_each_target_gets_its_own_vector_instructions():
 
 def test_foreign_target_lowers_to_asm_but_refuses_to_run():
     a, b = _random_csr(8, 8, 0.5, 1), _random_csr(8, 8, 0.5, 2)
-    from splyce.backend.codegen import host_target
+    from splyce.native.codegen import host_target
 
     other = "skylake" if host_target().cpu != "skylake" else "icelake-server"
     g = splyce.jit(lambda a, b: a @ b, vectorize=False, target=other)
@@ -423,7 +423,7 @@ def test_signature_cache_reuses_kernels_only_for_identical_signatures():
     dtype, shape, format or layout never reuses a kernel compiled for something else, and clear_cache empties it."""
     import scipy.sparse as sps
 
-    from splyce.planner import dropin
+    from splyce.dropin import kernels as dropin
     from splyce.runtime import dispatcher
 
     a = sps.random_array((30, 30), density=0.2, format="csr", rng=6)

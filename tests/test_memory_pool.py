@@ -1,4 +1,4 @@
-"""The cache of freed large buffers (runtime/memory_pool.py): NumPy's allocator inside drop-ins on large
+"""The cache of freed large buffers (native/memory_pool.py): NumPy's allocator inside drop-ins on large
 operands. What could go wrong is heap corruption or a crash, so the stress tests run in child processes
 under glibc's heap checks (MALLOC_CHECK_=3) and fail on any signal."""
 
@@ -12,7 +12,7 @@ import pytest
 import scipy.sparse as sps
 
 import splyce
-from splyce.runtime import memory_pool as mp
+from splyce.native import memory_pool as mp
 
 MB = 1 << 20
 
@@ -185,7 +185,7 @@ def test_dropin_results_come_from_the_pool_and_match_scipy(fresh_pool):
 def test_environment_variable_turns_the_pool_off():
     out = _run_child('''
     import numpy as np, scipy.sparse as sps, splyce
-    from splyce.runtime import memory_pool as mp
+    from splyce.native import memory_pool as mp
     rng = np.random.default_rng(0)
     A = sps.coo_array((rng.uniform(-1, 1, 10**6), (rng.integers(0, 200_000, 10**6), rng.integers(0, 200_000, 10**6))),
                       shape=(200_000, 200_000)).tocsr()
@@ -205,7 +205,7 @@ def test_a_malformed_environment_variable_is_a_clear_error():
 def test_a_handler_that_cannot_be_built_turns_the_cache_off_with_a_warning():
     out = _run_child('''
     import warnings, numpy as np, scipy.sparse as sps, splyce
-    from splyce.runtime import memory_pool as mp
+    from splyce.native import memory_pool as mp
 
     def broken():
         raise RuntimeError("no LLVM here")
@@ -230,7 +230,7 @@ def test_threads_allocating_resizing_and_freeing_each_others_blocks():
     of them to another thread to free; the heap checks and the contents must hold throughout."""
     out = _run_child('''
     import queue, threading, numpy as np
-    from splyce.runtime import memory_pool as mp
+    from splyce.native import memory_pool as mp
     mp.set_limit(64 << 20)
     handoff = queue.Queue()
     errors = []
@@ -280,7 +280,7 @@ def test_threads_allocating_resizing_and_freeing_each_others_blocks():
 def test_pooled_arrays_alive_at_interpreter_exit_are_freed_cleanly():
     out = _run_child('''
     import numpy as np, scipy.sparse as sps, splyce
-    from splyce.runtime import memory_pool as mp
+    from splyce.native import memory_pool as mp
     rng = np.random.default_rng(0)
     A = sps.coo_array((rng.uniform(-1, 1, 10**6), (rng.integers(0, 200_000, 10**6), rng.integers(0, 200_000, 10**6))),
                       shape=(200_000, 200_000)).tocsr()
@@ -308,7 +308,7 @@ def test_jitted_dense_results_from_1_mib_come_from_the_pool(fresh_pool):
 def test_a_fork_while_another_thread_uses_the_pool_leaves_the_child_working():
     out = _run_child('''
     import os, threading, numpy as np
-    from splyce.runtime import memory_pool as mp
+    from splyce.native import memory_pool as mp
     stop = threading.Event()
     mp.restore(mp.install())                           # built before the threads start, as in a running program
 

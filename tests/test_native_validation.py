@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 import splyce
 from splyce.tensors.formats import CSR, Format
-from splyce.backend import native_validation
+from splyce.native import validation as native_validation
 from splyce.tensors.validation import check_buffers
 
 
@@ -63,7 +63,7 @@ def test_large_canonical_csr_is_checked_by_the_native_scan():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 def test_native_dense_to_csr_matches_numpy(dtype, index_dtype):
-    from splyce.backend.native_compress import dense_to_csr
+    from splyce.native.compress import dense_to_csr
 
     rng = np.random.default_rng(1)
     block = rng.random((37, 53)).astype(dtype)

@@ -9,6 +9,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 SCRIPT = textwrap.dedent('''
     import json, sys, traceback
     import numpy as np, scipy.sparse as sps

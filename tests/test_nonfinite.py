@@ -10,7 +10,7 @@ import sparse
 from hypothesis import given, settings, strategies as st
 
 import splyce
-from splyce.backend import native_masked
+from splyce.native import masked as native_masked
 
 
 def _graph(n, density, seed):
@@ -184,7 +184,7 @@ def test_a_dense_operands_lone_letters_are_summed_before_the_kernel():
     """``"ij,jk->"`` with a dense B runs as ``"ij,j->"`` on B's row sums (NumPy's order: O(nnz + size of B),
     not every stored entry times a whole row), so an Inf in A against a zero in B's row is Inf, as NumPy's
     einsum and pydata-sparse give."""
-    from splyce.planner import dropin
+    from splyce.dropin import kernels as dropin
 
     rng = np.random.default_rng(4)
     A = sps.random_array((40, 30), density=0.1, rng=rng, format="csr")

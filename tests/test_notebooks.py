@@ -1,4 +1,4 @@
-"""The notebooks execute top to bottom (small sizes), in a kernel running this very interpreter."""
+"""The notebooks execute top to bottom in a kernel running this very interpreter (01 and 02 at small sizes)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.slow
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -38,13 +40,34 @@ def kernel_env(tmp_path_factory):
             os.environ[k] = v
 
 
-@pytest.mark.parametrize("name", ["01_quickstart.ipynb", "02_paper_experiments.ipynb"])
+# name -> whether it draws a plot. Each notebook asserts its results against scipy / NumPy in its cells.
+NOTEBOOK_PLOTS = {
+    "01_quickstart.ipynb": True,
+    "02_paper_experiments.ipynb": True,
+    "03_graph_analytics.ipynb": False,
+    "04_fem_spmv_spmm.ipynb": False,
+    "05_sddmm_attention.ipynb": False,
+    "06_reading_the_plan.ipynb": False,
+}
+
+
+def test_every_notebook_is_executed():
+    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(NOTEBOOK_PLOTS)
+
+
+@pytest.mark.parametrize("name", sorted(NOTEBOOK_PLOTS))
 def test_notebook_runs(name, kernel_env, tmp_path):
+    # The committed notebooks keep the outputs of a full run (the docs site renders them); the test runs
+    # them afresh from their sources, replacing those outputs in memory only.
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit notebooks cleared"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
     client = nbclient.NotebookClient(nb, kernel_name=KERNEL_NAME, timeout=240,
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.get("output_type") == "error"]
-    assert any("image/png" in o.get("data", {}) for o in outputs), "no plot"
+    assert all(c.outputs for c in nb.cells if c.cell_type == "code" and "print(" in c.source)
+    if NOTEBOOK_PLOTS[name]:
+        assert any("image/png" in o.get("data", {}) for o in outputs), "no plot"

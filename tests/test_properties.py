@@ -1,11 +1,14 @@
 """Property tests: random shapes, densities, formats, dtypes and index widths through @splyce.jit, checked
 against NumPy dense results, and Splyce (strict) bit-identical to the plain sparsifier."""
 
+import pytest
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import splyce
 from splyce.tensors.formats import CSC, CSR, DCSC, DCSR
+
+pytestmark = pytest.mark.slow
 
 FORMATS_2D = [CSR, CSC, DCSR, DCSC]
 DTYPES = [np.float64, np.float32]

@@ -225,6 +225,56 @@ def test_fiber_bounds_not_hoisted_past_a_store_to_them(ctx):
     assert _loop_may_write(inner.opview, load)
 
 
+@pytest.mark.parametrize("config", [7, 8])
+def test_two_finger_advance_compares_with_the_other_lists_last_coordinate(ctx, config):
+    """Phase 3 of two fingers: B's lanes are counted against C's last coordinate and C's against B's, with no
+    pivot min(last B, last C) (a compare and select on the loop-carried path). Scalar (7): n ``cmpi ule`` per
+    operand; SIMD (8): a vector ``cmpi ule`` against the other's broadcast last, its bits counted by
+    ``math.ctpop``."""
+    module = stage1(kernel_text("k1"))
+    run_splyce_pass(module, Options(vector_width=4, phases=config))
+    (fast,) = fast_lanes(module)
+    text = str(fast).split("} do {")[1]
+    assert "arith.cmpi ult" not in text
+    assert not re.search(r"arith\.select %\w+, %\w+, %\w+ : i32", text)
+    source = dict(re.findall(r"(%\w+) = vector\.extract (%\w+)\[\d\] : i32 from vector<4xi32>", text))
+    if config == 7:   # each lane of one list against the last lane of the other list
+        ule = re.findall(r"arith\.cmpi ule, (%\w+), (%\w+) : i32", text)
+        assert len(ule) == 8 and len({source[lhs] for lhs, _ in ule}) == 2
+        for lhs, rhs in ule:
+            assert re.search(rf"{re.escape(rhs)} = vector\.extract %\w+\[3\]", text)
+            assert source[rhs] != source[lhs]
+    else:
+        assert text.count("math.ctpop") == 2
+        assert not re.search(r"vector\.reduction <add>, %\w+ : vector<4xi32>", text)
+        assert len(re.findall(r"vector\.bitcast %\w+ : vector<4xi1> to vector<1xi4>", text)) == 2
+
+
+def _dot_asm(target: str, **options) -> str:
+    import splyce
+
+    rng = np.random.default_rng(0)
+    crd = [np.sort(rng.choice(400, 120, replace=False)).astype(np.int32) for _ in range(2)]
+    fmt = splyce.SPARSE_VECTOR.with_widths(32, 32)
+    x, y = (splyce.SparseTensor.from_buffers((400,), fmt, pos=(np.array([0, 120], np.int32),), crd=(c,),
+                                             values=rng.uniform(-1, 1, 120)) for c in crd)
+    return splyce.jit(lambda a, b: splyce.einsum("i,i->", a, b), target=target, **options).lower(x, y).as_text("asm")
+
+
+def test_simd_advance_asm_is_a_mask_popcount():
+    """The SIMD pointer advance (phase 3 in SIMD) in machine code: AVX-512 compares the coordinates with
+    the other list's last one broadcast from memory (``{1to4}``) into a mask register and counts its bits
+    (``popcnt``); AVX2 compares (``vpminud`` + ``vpcmpeqd``) and counts ``vmovmskps``'s bits. Without the
+    vector reduction it replaced: no horizontal adds or shuffles of the i32 counts."""
+    avx512 = _dot_asm("avx512", phases=8, gallop=0)
+    counts = re.findall(r"vpcmpleud\s+\d+\(%\w+,%\w+,4\)\{1to4\}", avx512)   # two per copy of the lane
+    assert len(counts) >= 2 and len(counts) % 2 == 0
+    assert len(re.findall(r"\bpopcntl\b", avx512)) >= 2
+    avx2 = _dot_asm("avx2", phases=8, gallop=0)
+    assert len(re.findall(r"\bvmovmskps\b", avx2)) >= 2 and len(re.findall(r"\bpopcntl\b", avx2)) >= 2
+    assert not re.search(r"\bvphaddd\b|\bvpsadbw\b", avx2 + avx512)
+
+
 @pytest.mark.parametrize("width", [2, 4, 8, 16])
 def test_vector_width(ctx, width):
     module = stage1(kernel_text("k1"))
@@ -237,7 +287,7 @@ def test_vector_width(ctx, width):
 def _phase_markers(text: str, crd: str = "i32", dtype: str = "f64"):
     phase1 = "vector.shuffle" in text and "vector.load" in text
     phase2 = bool(re.search(rf"vector\.reduction <add>, %\w+, %\w+ : vector<\d+x{dtype}> into {dtype}", text))
-    phase3 = bool(re.search(rf"vector\.reduction <add>, %\w+ : vector<\d+x{crd}> into {crd}", text))
+    phase3 = bool(re.search(r"vector\.bitcast %\w+ : vector<\d+xi1> to vector<1xi\d+>\n.*\n.*math\.ctpop", text))
     return phase1, phase2, phase3
 
 

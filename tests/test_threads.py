@@ -8,7 +8,7 @@ import scipy.sparse as sps
 
 import splyce
 from splyce.runtime.dispatcher import _outer_chunks
-from splyce.kernels import KERNELS
+from splyce.bench.paper_kernels import KERNELS
 
 
 def _as_array(x):

@@ -76,6 +76,8 @@ def _fast_lane(text: str) -> str:
 
 CRD_LOAD = re.compile(r"vector\.load %\w+\[%\w+\] : memref<\?xi32>, vector<4xi32>")
 EQ = re.compile(r"arith\.cmpi eq, %(\w+), %\w+ : vector<4xi32>")
+# the SIMD count of the lanes <= the pivot: the compare mask as an integer, its set bits counted
+POPCOUNT = re.compile(r"vector\.bitcast %\w+ : vector<4xi1> to vector<1xi4>\n.*vector\.extract .*\n.*math\.ctpop %\w+ : i4")
 
 
 def test_three_way_simd_lane(ctx):
@@ -96,9 +98,10 @@ def test_three_way_simd_lane(ctx):
         # phase 2: the product in the scalar loop's order ((b * c) * d), one masked scatter
         re.compile(r"arith\.mulf %\w+, %\w+ : vector<4xf64>\n\s*%\w+ = arith\.mulf"),
         "vector.scatter",
-        # phase 3: pivot = min of the three last coordinates (two compare-selects), three SIMD counts
+        # phase 3: pivot = min of the three last coordinates (two compare-selects), three SIMD counts (the
+        # compare mask's bits counted: popcnt)
         "arith.cmpi ult", "arith.select", "arith.cmpi ult", "arith.select", "vector.broadcast",
-        "vector.reduction <add>", "vector.reduction <add>", "vector.reduction <add>",
+        POPCOUNT, POPCOUNT, POPCOUNT,
         "scf.yield", f"}} attributes {{{FAST_LANE_ATTR}}}",
         # the original three-way loop follows as the epilogue
         re.compile(r"scf\.while \(%\w+ = %\w+#0, %\w+ = %\w+#1, %\w+ = %\w+#2\)"), "scf.if"])

@@ -44,7 +44,7 @@ def _task_body(block, b, padded):
     import functools
 
     from splyce.dask import ops
-    from splyce.planner import dropin
+    from splyce import dropin
     from splyce.tensors.formats import CSR
 
     fn = functools.partial(dropin.matmul, out_format=None, threads=1)

@@ -17,7 +17,7 @@ a failing allocation jumps back only to the wrapper frame of its own thread, whi
 ever crosses threads. The other chunks finish normally; the runtime raises once all have returned.
 
 The blocks come from libc's heap, or from the heap the runtime sets (``set_heap``: its cache of freed large
-buffers, runtime/memory_pool.py, so that a loop of calls reuses its results' backed pages instead of
+buffers, native/memory_pool.py, so that a loop of calls reuses its results' backed pages instead of
 faulting fresh ones in on every call).
 
 Blocks still live when the kernel returns are its results (or buffers it never freed, as before): they are
@@ -54,7 +54,7 @@ _heap_provider = None
 def set_heap(provider) -> None:
     """Have the checked allocator take its blocks from ``provider()`` (called once, at ``install``): a dict
     of native function addresses (``_heap_calls``), or None for libc's heap. The runtime sets its cache of
-    freed large buffers here (runtime/memory_pool.py), so that kernels' result buffers are reused too. Takes
+    freed large buffers here (native/memory_pool.py), so that kernels' result buffers are reused too. Takes
     effect only before the first ``install`` of the process."""
     global _heap_provider
     _heap_provider = provider
@@ -78,23 +78,75 @@ body:
 exit:"""
 
 
-def _heap_calls(heap: dict | None) -> dict:
+# The process-specific numbers the helper needs (its pthread key; the heap's context and functions) are read
+# from this table, filled in after loading: the helper's IR, and so its machine code, is the same in every
+# process and comes from the native code cache (native/codegen.py) after the first.
+_CONFIG = f"{_PREFIX}guard_config"
+_CONFIG_SLOTS = ("key", "ctx") + HEAP_FUNCTIONS
+
+
+def _slot(name: str) -> str:
+    return f"getelementptr inbounds ([{len(_CONFIG_SLOTS)} x i64], ptr @{_CONFIG}, i64 0, i64 {_CONFIG_SLOTS.index(name)})"
+
+
+def _heap_calls(pooled: bool) -> dict:
     """The IR call prefixes of the heap underneath the checked allocator (``"free_end"`` closes a free): libc's,
-    or the native functions of ``heap`` (``set_heap``: addresses of malloc / calloc / realloc / free taking a
-    leading context pointer ``ctx``, free a trailing size that is ignored), called through constant addresses."""
-    if heap is None:
+    or the native functions that ``set_heap`` gives (malloc / calloc / realloc / free taking a leading context
+    pointer ``ctx``, free a trailing size that is ignored), called through the config table."""
+    if not pooled:
         callee, end = {name: f"@{name}(" for name in HEAP_FUNCTIONS}, ")"
     else:
-        ctx = f"ptr inttoptr (i64 {int(heap['ctx'])} to ptr), "
-        callee, end = {name: f"inttoptr (i64 {int(heap[name])} to ptr)({ctx}" for name in HEAP_FUNCTIONS}, ", i64 0)"
+        callee, end = {name: f"@{_PREFIX}heap_{name}(" for name in HEAP_FUNCTIONS}, ", i64 0)"
     calls = {name: ("call void " if name == "free" else "call ptr ") + c for name, c in callee.items()}
     return dict(calls, free_end=end)
 
 
-def _helper_ir(key: int, heap: dict | None = None) -> str:
-    """The checked allocator and the wrapper's enter / leave / fail steps, for pthread key ``key``, on libc's
-    heap or on ``heap`` (see ``_heap_calls``)."""
-    call = _heap_calls(heap)
+def _pooled_heap_ir() -> str:
+    """Internal forwarders to the pooled heap's functions (inlined at O2: two loads per call)."""
+    params = {"malloc": ("ptr", "i64 %a"), "calloc": ("ptr", "i64 %a, i64 %b"), "realloc": ("ptr", "ptr %a, i64 %b"),
+              "free": ("void", "ptr %a, i64 %b")}
+    out = []
+    for name, (ret, args) in params.items():
+        forwarded = ", ".join(a.split()[0] + " " + a.split()[1] for a in args.split(", "))
+        call = f"call {ret} %f(ptr %ctx, {forwarded})"
+        body = f"  %r = {call}\n  ret ptr %r" if ret == "ptr" else f"  {call}\n  ret void"
+        out.append(f"""define internal {ret} @{_PREFIX}heap_{name}({args}) alwaysinline {{
+  %f = load ptr, ptr {_slot(name)}
+  %ctx = load ptr, ptr {_slot("ctx")}
+{body}
+}}
+""")
+    return "\n".join(out)
+
+
+def _helper_ir(pooled: bool = False) -> str:
+    """The checked allocator and the wrapper's enter / leave / fail steps, on libc's heap or (``pooled``) on
+    the heap ``set_heap`` gives; the pthread key and the heap's addresses are read from ``_CONFIG``."""
+    text = _helper_ir_template(pooled)
+    key = f"{_PREFIX}key"
+    text = text.replace("call ptr @pthread_getspecific(i32 {key})", f"call ptr @{key}_get()")
+    text = text.replace("call i32 @pthread_setspecific(i32 {key}, ", f"call i32 @{key}_set(")
+    assert "{key}" not in text
+    config = f"@{_CONFIG} = global [{len(_CONFIG_SLOTS)} x i64] zeroinitializer\n"
+    accessors = f"""
+define internal ptr @{key}_get() alwaysinline {{
+  %k = load i32, ptr {_slot("key")}
+  %r = call ptr @pthread_getspecific(i32 %k)
+  ret ptr %r
+}}
+
+define internal i32 @{key}_set(ptr %v) alwaysinline {{
+  %k = load i32, ptr {_slot("key")}
+  %r = call i32 @pthread_setspecific(i32 %k, ptr %v)
+  ret i32 %r
+}}
+"""
+    return config + text + accessors + (_pooled_heap_ir() if pooled else "")
+
+
+def _helper_ir_template(pooled: bool) -> str:
+    call = _heap_calls(pooled)
+    key = "{key}"   # replaced by the accessors in _helper_ir
     detach_each = _walk_blocks("  %pprev = getelementptr i8, ptr %h, i64 8\n  store ptr null, ptr %pprev")
     free_each = _walk_blocks(f"  {call['free']}ptr %h{call['free_end']}")
     return f"""
@@ -312,7 +364,7 @@ def install() -> _Installed:
         if _installed is None:
             import llvmlite.binding as llvm
 
-            from splyce.backend import codegen
+            from splyce.native import codegen
 
             libc = ctypes.CDLL(None)
             key = ctypes.c_uint()
@@ -320,8 +372,12 @@ def install() -> _Installed:
                 raise RuntimeError("splyce: pthread_key_create failed (no thread-specific key left)")
             heap = _heap_provider() if _heap_provider is not None else None
             target = codegen.host_target()
-            module, tm = codegen.optimize(_helper_ir(key.value, heap), target, codegen.CodegenOptions(opt_level=2))
-            compiled = codegen.load(module, tm, target)
+            compiled = codegen.compile_cached(_helper_ir(heap is not None), target,
+                                              codegen.CodegenOptions(opt_level=2), names=_EXPORTED)
+            config = (ctypes.c_int64 * len(_CONFIG_SLOTS)).from_address(compiled.global_address(_CONFIG))
+            config[0] = key.value
+            for k, name in enumerate(_CONFIG_SLOTS[1:], start=1):
+                config[k] = int(heap[name]) if heap is not None else 0
             for name in _EXPORTED:
                 llvm.add_symbol(name, compiled.function_address(name))
             _installed = _Installed(compiled, key.value, heap)

@@ -11,23 +11,23 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from splyce.backend import alloc_guard, codegen
-from splyce.lowering import pipeline
-from splyce.lowering.to_mlir import ENTRY, lower_trace
+from splyce.backend import alloc_guard
+from splyce.native import codegen
 from splyce.options import Options
-from splyce.lowering.free_intermediates import free_intermediates
-from splyce.lowering.fusion_check import contradicting_sparse_orders
-from splyce.lowering.noop_generics import drop_noop_generics
-from splyce.passes.dealloc_guard import drop_foreign_deallocs
-from splyce.passes.widen_i1 import widen_i1_memrefs
 from splyce.tracer.ir import Trace
+
+# The lowering steps import MLIR's Python bindings (~170 ms): inside ``lower``, so that a kernel loaded from
+# the disk cache never pays for them.
 
 STAGES = ("trace", "plan", "linalg", "scf", "splyce", "llvm", "asm")
 
 
 @dataclass
 class Lowering:
-    """The IR of every stage for one trace and options; native code is produced on demand."""
+    """The IR of every stage for one trace and options, as ``Jitted.lower`` returns it.
+
+    Native code is produced on demand. ``as_text`` reads one stage.
+    """
 
     trace: Trace
     options: Options
@@ -55,6 +55,34 @@ class Lowering:
         return self.object_code is not None
 
     def as_text(self, stage: str = "scf") -> str:
+        """One stage's text.
+
+        Parameters
+        ----------
+        stage : str, optional
+            One of "trace", "plan", "linalg", "scf", "splyce", "llvm", "asm". "trace": the traced operations; "plan": the planner's formulation (fusion, loop order, operand
+            storage, modelled cost); "linalg": ``linalg.generic`` on sparse tensor encodings; "scf": the
+            sparsifier's loops; "splyce": the loops after the Splyce pass, with its decision per loop;
+            "llvm": LLVM IR; "asm": the target's assembly.
+
+        Returns
+        -------
+        str
+            The text of that stage.
+
+        Raises
+        ------
+        ValueError
+            An unknown stage.
+
+        Examples
+        --------
+        >>> import scipy.sparse as sps, splyce
+        >>> f = splyce.jit(lambda a, b: a * b)
+        >>> A = sps.random_array((50, 50), density=0.1, format="csr", rng=0)
+        >>> "scf.while" in f.lower(A, A).as_text("scf")
+        True
+        """
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
         if stage not in self.texts and self._llvm_module is None:  # loaded from disk: lower again, lazily
@@ -92,6 +120,11 @@ def lower(trace: Trace, options: Options) -> Lowering:
     """Run every step up to optimized LLVM IR; assembly and native code are produced lazily."""
     from mlir import ir
     from mlir.dialects import llvm as llvm_dialect
+
+    from splyce.lowering import pipeline
+    from splyce.lowering.to_mlir import lower_trace
+    from splyce.passes.dealloc_guard import drop_foreign_deallocs
+    from splyce.passes.widen_i1 import widen_i1_memrefs
 
     low = Lowering(trace, options)
 
@@ -156,6 +189,12 @@ def _sparsified(trace: Trace, module):
     unfused, each kernel on its own; a failure of the unfused module surfaces with its diagnostics."""
     from mlir import ir
 
+    from splyce.lowering import pipeline
+    from splyce.lowering.free_intermediates import free_intermediates
+    from splyce.lowering.fusion_check import contradicting_sparse_orders
+    from splyce.lowering.noop_generics import drop_noop_generics
+    from splyce.lowering.to_mlir import lower_trace
+
     pipeline.run_passes(module, pipeline.FUSE)
     drop_noop_generics(module)   # the sparsifier segfaults on a generic that ignores its sparse operand
     if not contradicting_sparse_orders(module):
@@ -199,6 +238,8 @@ def _split_outer_loop(low: Lowering, module) -> str:
 
 
 def _entry_function(module):
+    from splyce.lowering.to_mlir import ENTRY
+
     for op in module.body.operations:
         if op.operation.name == "func.func" and op.attributes["sym_name"].value == ENTRY:
             return op

@@ -19,12 +19,14 @@ SUBCOMMANDS = {
     "memory": "the drop-ins on the largest corpus matrices with and without the cache of freed buffers, 1 and 2 "
               "threads (docs/memory.md)",
     "compile": "cold compile vs disk-cache load of K1-K5, results checked",
+    "overhead": "fixed costs per op: first call cold / from the disk cache (fresh processes), steady, 4x4 call, vs scipy",
+    "limit": "the fiber-pair sparse dot vs the plain sparsifier, NumKong and the bandwidth floor (issue 36)",
     "dask": "SpMV, SpGEMM, triangles on a 2-worker Dask LocalCluster: 1 vs 2 workers, vs dask + pydata-sparse",
     "clients": "networkx / scikit-learn / scanpy-style client code with splyce.patch_scipy() off and on, and the "
                "per-op break-even sizes (docs/scipy_patch.md; needs the compat extra)",
-    "all": "every subcommand above but dask, in turn",
+    "all": "every subcommand above but dask, overhead and clients, in turn",
 }
-ORDER = ["kernels", "ablation", "width", "sparsity", "real", "threads", "memory", "compile"]
+ORDER = ["kernels", "ablation", "width", "sparsity", "real", "threads", "memory", "compile", "limit"]
 
 EPILOG = "Methodology:\n" + METHODOLOGY + """
 Outputs: each subcommand writes <name>.csv (machine info as leading '#' lines), <name>.md and <name>.png

@@ -22,7 +22,7 @@ SKEW_SHORT = 8  # coordinates per short fiber in the skew workloads
 
 def run(cfg: Config) -> Result:
     import splyce
-    from splyce.kernels import KERNELS
+    from splyce.bench.paper_kernels import KERNELS
 
     spec = KERNELS["K1"]
     n = size_for(spec, cfg)

@@ -98,7 +98,7 @@ def _ops(A, rng):
     import scipy.sparse as sps
 
     import splyce
-    from splyce.planner import dropin
+    from splyce import dropin
 
     x = rng.random(A.shape[1])
     X = rng.random((A.shape[1], 16))

@@ -214,7 +214,7 @@ def run_kernel(spec, cfg: Config, bar=None, simd=True) -> dict:
 
 def run(cfg: Config) -> Result:
     import splyce
-    from splyce.kernels import KERNELS
+    from splyce.bench.paper_kernels import KERNELS
 
     from splyce.bench.common import _progress
 

@@ -1,4 +1,4 @@
-"""``memory``: the drop-ins with and without the cache of freed large buffers (runtime/memory_pool.py), in one
+"""``memory``: the drop-ins with and without the cache of freed large buffers (native/memory_pool.py), in one
 process, interleaved, on one and two threads, beside scipy (docs/memory.md).
 
 "off" switches the allocator hook off for that candidate only (``api._pool_for`` and its dense-product twin
@@ -37,7 +37,7 @@ def _without_pool(fn):
 
 
 def run(cfg: Config) -> Result:
-    from splyce.runtime import memory_pool
+    from splyce.native import memory_pool
 
     if cfg.tiny:
         entries = real.tiny_entries()

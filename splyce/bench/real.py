@@ -6,6 +6,9 @@ Candidates per (matrix, op), timed interleaved in one :func:`~splyce.bench.commo
 * ``scipy``: the product as a scipy user writes it (``A @ x``, ``A.multiply(A.T)``, ...): the reference.
 * ``splyce``: the drop-in (``splyce.matmul / multiply / add / einsum``) on the same scipy operands, validation
   and conversion included, as a user calls it.
+* ``jit``: the same op written as a JAX user writes it, inside ``@splyce.jit`` on ``SparseTensor`` operands made
+  once (untimed) with ``splyce.asarray``: ``a @ x``, ``a * a.T``, ``((l @ l.T) * l).sum()``, ... (the planner
+  chooses the kernel: an MLIR kernel, or the drop-in's native one where it serves the jit).
 * ``graphblas``: SuiteSparse:GraphBLAS with ``nthreads = 1`` on its own objects (converted once, untimed).
 * ``pydata``: pydata-sparse ``COO`` (converted once, untimed), where it fits in memory and time; full runs
   only (its numba kernels compile in every process, ~30 s, longer than a whole ``--quick`` run).
@@ -59,10 +62,11 @@ GUARD_MIN_S, CHILD_STARTUP_S = 2.0, 120.0
 PYDATA_DENSE_BYTES = 256 << 20         # pydata's SDDMM forms X @ Y^T densely
 PYDATA_QUICK_NOTE = "pydata: full runs only (numba compiles its kernels in every process: ~30 s)"
 
-COLUMNS = ["matrix", "class", "n", "nnz", "op", "scipy_s", "splyce_s", "splyce_vs_scipy", "graphblas_s",
+COLUMNS = ["matrix", "class", "n", "nnz", "op", "scipy_s", "splyce_s", "splyce_vs_scipy", "jit_s", "jit_vs_scipy",
+           "jit_vs_splyce", "graphblas_s",
            "graphblas_vs_scipy", "splyce_vs_graphblas", "pydata_s", "pydata_vs_scipy", "splyce_t2_s",
            "graphblas_t2_s", "splyce_t2_vs_graphblas_t2", "splyce_t2_scaling", "bw_splyce", "bw_scipy",
-           "bw_graphblas", "splyce_compile_s", "notes"]
+           "bw_graphblas", "splyce_compile_s", "jit_compile_s", "notes"]
 
 
 # -- operands -------------------------------------------------------------------------------------------------
@@ -156,6 +160,42 @@ def splyce_call(op: str, d: Operands, threads: int | None = None):
     }[op]
 
 
+_JITTED: dict = {}
+
+
+def _jitted(op: str):
+    """One ``splyce.jit`` function per op for the whole run (its kernels cached per signature)."""
+    import splyce
+
+    if op not in _JITTED:
+        body, out_format = {
+            "spmv": (lambda a, x: a @ x, None),
+            "spmm": (lambda a, x: a @ x, None),
+            "spmspv": (lambda a, x: a @ x, None),
+            "hadamard": (lambda a: a * a.T, None),
+            "add": (lambda a: a + a.T, None),
+            "spgemm": (lambda a: a @ a, "sparse"),
+            "masked": (lambda l: (l @ l) * l, None),
+            "triangles": (lambda l: ((l @ l.T) * l).sum(), None),
+            "sddmm": (lambda m, x, y: m * (x @ y.T), None),
+        }[op]
+        _JITTED[op] = splyce.jit(body, out_format=out_format)
+    return _JITTED[op]
+
+
+def jit_call(op: str, d: Operands):
+    """The op inside ``@splyce.jit`` on SparseTensor operands (converted once, here, untimed)."""
+    import splyce
+
+    f = _jitted(op)
+    T = splyce.asarray
+    args = {"spmv": lambda: (T(d.A), d.x), "spmm": lambda: (T(d.A), d.X), "spmspv": lambda: (T(d.A), T(d.xs)),
+            "hadamard": lambda: (T(d.A),), "add": lambda: (T(d.A),), "spgemm": lambda: (T(d.A),),
+            "masked": lambda: (T(d.L),), "triangles": lambda: (T(d.L),),
+            "sddmm": lambda: (T(d.A), d.XL, d.YL)}[op]()
+    return lambda: f(*args)
+
+
 def graphblas_call(op: str, d: Operands, nthreads: int = 1):
     import graphblas as gb
 
@@ -230,7 +270,7 @@ def _timed(f):
 
 
 def probe_in_child(cache_dir: Path, entry: corpus.Entry, op: str, who: str, limit: float) -> float | None:
-    """Seconds of one call of ``who`` ('splyce' or 'pydata') in a child process, or None when the child was
+    """Seconds of one call of ``who`` ('splyce', 'jit' or 'pydata') in a child process, or None when the child was
     stopped (killed) ``limit`` seconds after it said it was ready (imports and operands are not counted)."""
     import select
 
@@ -264,7 +304,7 @@ def _probe_main(cache_dir: str, name: str, op: str, who: str) -> None:
     """Child side of :func:`probe_in_child`: build the operands, say 'ready', time one call."""
     entry = next(e for e in corpus.entries() if e.name == name)
     d = Operands(name, corpus.build(entry, Path(cache_dir)))
-    f = splyce_call(op, d) if who == "splyce" else pydata_call(op, d)
+    f = {"splyce": splyce_call, "jit": jit_call, "pydata": pydata_call}[who](op, d)
     print("ready", flush=True)
     _, seconds = _timed(f)
     print(json.dumps({"seconds": seconds}), flush=True)
@@ -284,7 +324,8 @@ def _reference(op, d):
 def run_case(entry, d: Operands, op: str, cfg: Config, bar=None, cache_dir: Path | None = None) -> dict:
     ref, t_ref = _reference(op, d)
     limit = max(SLOW_FACTOR * t_ref, SLOW_MIN_S)
-    cands = {"scipy": scipy_call(op, d), "splyce": splyce_call(op, d), "graphblas": graphblas_call(op, d, 1)}
+    cands = {"scipy": scipy_call(op, d), "splyce": splyce_call(op, d), "jit": jit_call(op, d),
+             "graphblas": graphblas_call(op, d, 1)}
     pyd = pydata_call(op, d) if not cfg.quick else PYDATA_QUICK_NOTE
     notes, single, first = [], {}, {}
     if isinstance(pyd, str):
@@ -296,13 +337,13 @@ def run_case(entry, d: Operands, op: str, cfg: Config, bar=None, cache_dir: Path
         cands["graphblas-t2"] = graphblas_call(op, d, 2)
     unsupported = _unsupported_errors()
     guarded = op in SUPERLINEAR and d.A.nnz > GUARD_NNZ and cache_dir is not None
-    for name in [c for c in cands if c.startswith(("splyce", "pydata"))]:
-        who = "pydata" if name == "pydata" else "splyce"
+    for name in [c for c in cands if c.startswith(("splyce", "pydata", "jit"))]:
+        who = name if name in ("pydata", "jit") else "splyce"
         if name == "splyce-t2" and "splyce" in single:
             notes.append("splyce-t2: not run (one thread is already > 10x scipy)")
             del cands[name]
             continue
-        if guarded and name in ("splyce", "pydata"):
+        if guarded and name in ("splyce", "pydata", "jit"):
             child_limit = max(SLOW_FACTOR * t_ref, GUARD_MIN_S)
             seconds = probe_in_child(cache_dir, entry, op, who, child_limit)
             if seconds is None or seconds > child_limit:
@@ -335,6 +376,8 @@ def run_case(entry, d: Operands, op: str, cfg: Config, bar=None, cache_dir: Path
     row = _row(entry, d, op, t, single, notes)
     if "splyce" in t:                            # the first call (compile included) was the check above
         row["splyce_compile_s"] = max(0.0, first["splyce"] - t["splyce"].min)
+    if "jit" in t:
+        row["jit_compile_s"] = max(0.0, first["jit"] - t["jit"].min)
     return row
 
 
@@ -364,13 +407,15 @@ def _row(entry, d, op, t, single, notes) -> dict:
            "notes": "; ".join(notes)}
     scipy_s = t["scipy"].median
     row["scipy_s"] = scipy_s
-    for name, col in (("splyce", "splyce"), ("graphblas", "graphblas"), ("pydata", "pydata"),
+    for name, col in (("splyce", "splyce"), ("jit", "jit"), ("graphblas", "graphblas"), ("pydata", "pydata"),
                       ("splyce-t2", "splyce_t2"), ("graphblas-t2", "graphblas_t2")):
         s, marker = _seconds(name, t, single)
         row[f"{col}_s"] = math.nan if s is None else (f">{s:.3g}" if marker == ">" else s)
-        if col in ("splyce", "graphblas", "pydata"):
+        if col in ("splyce", "jit", "graphblas", "pydata"):
             row[f"{col}_vs_scipy"] = _ratio(scipy_s, s, marker)
     sp, sp_marker = _seconds("splyce", t, single)
+    jit_s, jit_marker = _seconds("jit", t, single)
+    row["jit_vs_splyce"] = _ratio(sp, jit_s, jit_marker)
     gb_s, _ = _seconds("graphblas", t, single)
     row["splyce_vs_graphblas"] = _ratio(gb_s, sp, sp_marker)
     if "splyce-t2" in t and "graphblas-t2" in t:
@@ -458,7 +503,9 @@ def summary_tables(rows) -> str:
     mats = list(dict.fromkeys(r["matrix"] for r in rows))
     ops = list(dict.fromkeys(r["op"] for r in rows))
     out = []
-    for col, title in (("splyce_vs_scipy", "drop-in speedup vs scipy (> 1: faster)"),
+    for col, title in (("jit_vs_splyce", "@splyce.jit vs the drop-in on the same op (> 1: jit faster)"),
+                       ("jit_vs_scipy", "@splyce.jit speedup vs scipy (> 1: faster)"),
+                       ("splyce_vs_scipy", "drop-in speedup vs scipy (> 1: faster)"),
                        ("splyce_vs_graphblas", "drop-in speedup vs GraphBLAS, nthreads = 1"),
                        ("graphblas_vs_scipy", "GraphBLAS speedup vs scipy, nthreads = 1")):
         lines = [f"**{title}**", "", "| matrix | class | " + " | ".join(ops) + " |",

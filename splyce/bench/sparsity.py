@@ -33,7 +33,7 @@ def grown_size(kernel: str, d: float, cfg: Config) -> int:
 def make_case(kernel: str, d: float, cfg: Config, seed: int = 0):
     """(operands, reference, size label) for one density."""
     import splyce
-    from splyce.kernels import KERNELS
+    from splyce.bench.paper_kernels import KERNELS
 
     from splyce.bench.kernels import TINY_SIZES
 
@@ -63,7 +63,7 @@ COLUMNS = ["kernel", "density", "size", "baseline_s", "splyce_s", "speedup_vs_ba
 
 def run(cfg: Config) -> Result:
     import splyce
-    from splyce.kernels import KERNELS
+    from splyce.bench.paper_kernels import KERNELS
 
     spec = KERNELS[cfg.kernel]
     ds = densities(cfg)

@@ -16,7 +16,7 @@ COLUMNS = ["kernel", "threads", "baseline_1t_s", "baseline_s", "splyce_s", "self
 
 def run(cfg: Config) -> Result:
     import splyce
-    from splyce.kernels import KERNELS
+    from splyce.bench.paper_kernels import KERNELS
 
     from splyce.bench.kernels import size_for
 

@@ -24,7 +24,7 @@ COLUMNS = ["density", "width", "median_s", "baseline_s", "speedup_vs_baseline"]
 
 def run(cfg: Config) -> Result:
     import splyce
-    from splyce.kernels import KERNELS
+    from splyce.bench.paper_kernels import KERNELS
 
     spec = KERNELS["K1"]
     n = min(size_for(spec, cfg), FULL_K1_SIZE)

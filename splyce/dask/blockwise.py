@@ -68,10 +68,41 @@ def _check_indices(lowering, partitioned: list[bool]) -> str | None:
 
 
 def blockwise(f):
-    """Wrap the ``@splyce.jit`` function ``f``: calling the wrapper with Dask arrays (row-partitioned) and
-    concrete operands (broadcast to every block) returns a lazy Dask array whose ``.compute()`` equals
-    ``f`` on the whole operands, computed one row block per task. Raises ``ValueError`` when the planner
-    cannot prove the row blocks independent (sparse results, sums over rows, ...), saying why."""
+    """Run the ``@splyce.jit`` function ``f`` once per row block of its Dask arguments.
+
+    Calling the wrapper with Dask arrays (row-partitioned) and concrete operands (broadcast to every block)
+    returns a lazy Dask array whose ``.compute()`` equals ``f`` on the whole operands. Every block is padded
+    to the largest block's row count, so all tasks share one compiled kernel.
+
+    Parameters
+    ----------
+    f : Jitted
+        A jitted function whose outer loop runs over the Dask arguments' rows.
+
+    Returns
+    -------
+    callable
+        The wrapper, taking ``f``'s arguments.
+
+    Raises
+    ------
+    TypeError
+        ``f`` is not a jitted function.
+    ValueError
+        (when the wrapper is called) no Dask argument, Dask arguments of different row counts, or a
+        function whose row blocks the compiler cannot prove independent (a sparse result, a sum over the
+        rows such as ``a.T @ a``), saying why.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sps, splyce, splyce.dask
+    >>> spmm = splyce.jit(lambda a, x: a @ x)
+    >>> A = sps.random_array((1000, 1000), density=0.01, format="csr", rng=0)
+    >>> X = np.ones((1000, 4))
+    >>> Y = splyce.dask.blockwise(spmm)(splyce.dask.from_scipy(A, blocks=4), X).compute()
+    >>> np.allclose(Y, A @ X)
+    True
+    """
     from splyce.runtime.dispatcher import Jitted
     from splyce.tracer.tracer import TraceError
 

@@ -25,9 +25,9 @@ import numpy as np
 from splyce.dask.blocks import (
     _as_array, block_keys, is_dask, pad_rows, row_blocks, trim_rows, whole, whole_keys,
 )
-from splyce.planner import dropin
-from splyce.planner.dropin import (
-    Formulation, OperandInfo, _family, _rowwise_format, _sparse_family, choose_einsum_formulation,
+from splyce import dropin
+from splyce.dropin import (
+    Formulation, OperandInfo, operand_family, rowwise_format, sparse_family, choose_einsum_formulation,
     choose_matmul_formulation,
 )
 from splyce.tensors.formats import CSR, Format
@@ -94,7 +94,7 @@ def _partitioned_graph(fn, parts: list, broadcast: list, order: list, out_chunks
     part_keys = [block_keys(p) for p in parts]
     bcast_keys, joined = zip(*[whole_keys(b) for b in broadcast]) if broadcast else ((), ())
     # a dense block's padding rows would take part in a sum over the rows (0 * inf is NaN): then no padding
-    dense_sum = reduce and any(_family(p._meta) == "numpy" for p in parts)
+    dense_sum = reduce and any(operand_family(p._meta) == "numpy" for p in parts)
     prep = tuple("pad" if kind == "p" and not dense_sum else
                  (("join", converted.get(n, "")) if joined[i] else converted.get(n, "")) if kind == "b" else ""
                  for n, (kind, i) in enumerate(order))
@@ -117,7 +117,39 @@ def _partitioned_graph(fn, parts: list, broadcast: list, order: list, out_chunks
 
 # -- matmul -------------------------------------------------------------------------------------------------
 def matmul(a, b, *, out_format=None, threads=1):
-    """``a @ b`` as a lazy Dask array: row blocks of ``a`` (1-D or 2-D on the right) times the whole ``b``."""
+    """``a @ b`` as a lazy Dask array: row blocks of ``a`` times the whole ``b``.
+
+    ``splyce.matmul`` calls it when an operand is a Dask array.
+
+    Parameters
+    ----------
+    a : dask.array.Array or scipy.sparse array or matrix
+        2-D; its rows are partitioned (``from_scipy``).
+    b : array_like or scipy.sparse array or matrix or dask.array.Array
+        1-D (a NumPy vector) or 2-D; broadcast to every task as one Dask key, or read from its row blocks
+        (joined once per worker) when it is a Dask array.
+    out_format : {None, "dense", "sparse"} or Format, optional
+        As the single-process drop-in's.
+    threads : int or None, optional
+        Threads per task.
+
+    Returns
+    -------
+    dask.array.Array
+        Row blocks of the product; ``.compute()`` returns what ``splyce.matmul`` returns on the whole
+        operands, bit for bit.
+
+    Raises
+    ------
+    ValueError
+        A left operand that is not 2-D, or shapes that do not align.
+    NotImplementedError
+        A sparse 1-D right operand (pass the vector as a NumPy array).
+
+    Examples
+    --------
+    See ``from_scipy``.
+    """
     sa, sb = np.shape(a), np.shape(b)
     if len(sa) != 2 or not 1 <= len(sb) <= 2:
         raise ValueError(f"matmul on Dask operands needs a 2-D left operand (its rows are partitioned) and a "
@@ -125,7 +157,7 @@ def matmul(a, b, *, out_format=None, threads=1):
     if sa[1] != sb[0]:
         raise ValueError(f"matmul: shapes {sa} and {sb} are not aligned ({sa[1]} != {sb[0]})")
     ma, mb = _meta(a), _meta(b)
-    fa, fb = _family(ma), _family(mb)
+    fa, fb = operand_family(ma), operand_family(mb)
     if len(sb) == 1 and fb != "numpy":
         raise NotImplementedError("matmul on Dask operands: a sparse 1-D right operand would give 1-D sparse "
                                   "blocks, which Dask cannot concatenate; pass the vector as a NumPy array")
@@ -133,7 +165,7 @@ def matmul(a, b, *, out_format=None, threads=1):
     want_sparse = out_format == "sparse" or isinstance(out_format, Format) or (
         out_format is None and fa != "numpy" and fb != "numpy" and len(sb) == 2)
     dtype = np.result_type(ma.dtype, mb.dtype)
-    meta = _result_meta(_sparse_family(ma, mb), want_sparse, len(sb), dtype)
+    meta = _result_meta(sparse_family(ma, mb), want_sparse, len(sb), dtype)
     chunks = (A.chunks[0],) + tuple((s,) for s in sb[1:])
     fn = functools.partial(dropin.matmul, out_format=out_format, threads=threads)
     kind = "spmv" if len(sb) == 1 else "spgemm" if fb != "numpy" else "spmm"
@@ -179,9 +211,9 @@ def _elementwise(name: str, a, b, out_format, threads):
     other = row_blocks(b if first is a else a, A.chunks[0], name="b" if first is a else "a")
     A, B = (A, other) if first is a else (other, A)
     ma, mb = _meta(a), _meta(b)
-    fa, fb = _family(ma), _family(mb)
+    fa, fb = operand_family(ma), operand_family(mb)
     sparse = not (fa == fb == "numpy") and out_format != "dense"
-    family = _sparse_family(ma, mb)
+    family = sparse_family(ma, mb)
     coo = "numpy" in (fa, fb) and family.startswith("scipy")
     meta = _result_meta(family, sparse, 2, np.result_type(ma.dtype, mb.dtype), coo=coo)
     fn = functools.partial(getattr(dropin, name), out_format=out_format, threads=threads)
@@ -189,21 +221,62 @@ def _elementwise(name: str, a, b, out_format, threads):
 
 
 def multiply(a, b, *, out_format=None, threads=1):
+    """``splyce.multiply`` of 2-D operands, one task per row block of ``a``.
+
+    ``b`` is rechunked to ``a``'s row blocks. Parameters and results as ``matmul``'s; ``.compute()`` returns
+    what the single-process drop-in returns.
+    """
     return _elementwise("multiply", a, b, out_format, threads)
 
 
 def add(a, b, *, out_format=None, threads=1):
+    """``splyce.add`` of 2-D operands, one task per row block of ``a``; as ``multiply``."""
     return _elementwise("add", a, b, out_format, threads)
 
 
 def subtract(a, b, *, out_format=None, threads=1):
+    """``splyce.subtract`` of 2-D operands, one task per row block of ``a``; as ``multiply``."""
     return _elementwise("subtract", a, b, out_format, threads)
 
 
 # -- einsum -----------------------------------------------------------------------------------------------
 def einsum(subscripts, *operands, out_format=None, threads=1):
-    """``splyce.einsum`` with row-partitioned operands; see the module docstring for the partitioning.
-    ``threads``: threads per task (each task runs the drop-in with them)."""
+    """``splyce.einsum`` with row-partitioned operands.
+
+    The operands whose first index is the first operand's first index are split into row blocks; the others
+    are broadcast. A sum over the partitioned index adds one partial result per block (exact for integers,
+    booleans and 0/1-valued floats).
+
+    Parameters
+    ----------
+    subscripts : str
+        NumPy's subscripts.
+    *operands : dask.array.Array or array_like or scipy.sparse array
+        At least one Dask array.
+    out_format : {None, "dense", "sparse"} or Format, optional
+        As the single-process drop-in's.
+    threads : int or None, optional
+        Threads per task.
+
+    Returns
+    -------
+    dask.array.Array
+        The lazy result; ``.compute()`` returns what ``splyce.einsum`` returns on the whole operands.
+
+    Raises
+    ------
+    ValueError
+        Sizes that disagree for one index, or no operand with an index to partition.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sps, splyce, splyce.dask
+    >>> A = sps.random_array((500, 500), density=0.02, format="csr", rng=0)
+    >>> L = sps.csr_array(sps.tril(A != 0, -1), dtype=np.float64)
+    >>> t = splyce.einsum("ij,ik,kj->", splyce.dask.from_scipy(L, blocks=2), splyce.dask.from_scipy(L, blocks=2), L)
+    >>> float(t.compute()) == float(splyce.einsum("ij,ik,kj->", L, L, L))
+    True
+    """
     from splyce.tracer.tracer import parse_einsum
 
     inputs, output = parse_einsum(subscripts, len(operands))
@@ -236,11 +309,11 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
                                   f"{p!r} or sum over it, got output {output!r}")
     metas = [_meta(x) for x in operands]
     sizes = {c: s for x, subs in zip(operands, inputs) for c, s in zip(subs, np.shape(x))}
-    families = [_family(m) for m in metas]
+    families = [operand_family(m) for m in metas]
     elementwise = len(operands) >= 2 and all(s == output for s in inputs)
     sparse = out_format == "sparse" or isinstance(out_format, Format) or (
         out_format is None and elementwise and any(f != "numpy" for f in families))
-    family = _sparse_family(*metas)
+    family = sparse_family(*metas)
     dtype = np.result_type(*[m.dtype for m in metas])
     meta = _result_meta(family, sparse, len(output), dtype)
     if family == "pydata" and output and not sparse:
@@ -276,13 +349,13 @@ def _check_sizes(inputs: list[str], operands) -> None:
 
 def _einsum_conversions(inputs: list[str], output: str, operands, out_format) -> dict[int, tuple]:
     """Operand position -> (Format, the operand's name) for each sparse operand that the drop-in ``einsum``
-    converts (and checks) at every call (``convert(x, _rowwise_format(subs, loops))``) and that it computes
+    converts (and checks) at every call (``convert(x, rowwise_format(subs, loops))``) and that it computes
     the same way given that conversion as a SparseTensor (same formulation, same result family). For a
     broadcast operand that was the whole matrix checked once per block, and transposed once per block when
     stored by columns (``kj`` in ``"ij,ik,kj->"``: 1.5-2.8x a block's own time on the corpus's triangle
     counts)."""
     metas = [_meta(x) for x in operands]
-    families = [_family(m) for m in metas]
+    families = [operand_family(m) for m in metas]
     if all(f == "numpy" for f in families):
         return {}
     infos = [OperandInfo(f, tuple(np.shape(x)), m.dtype) for x, m, f in zip(operands, metas, families)]
@@ -297,7 +370,7 @@ def _einsum_conversions(inputs: list[str], output: str, operands, out_format) ->
         trusted = infos[:n] + [OperandInfo("splyce", info.shape, info.dtype)] + infos[n + 1:]
         if choose_einsum_formulation(inputs, output, trusted, out_format)[0] is formulation \
                 and _same_family(families, n):
-            out[n] = (_rowwise_format(subs, loops), f"operand {n}")
+            out[n] = (rowwise_format(subs, loops), f"operand {n}")
     return out
 
 
@@ -338,10 +411,10 @@ def _once(cache: dict, key, sources: list, make):
 
 
 def _converted_once(x, fmt: Format, name: str = "operand"):
-    """``dropin._as_format(x, fmt)``'s SparseTensor (the drop-in's own conversion and checks: the kernel
+    """``dropin.as_format(x, fmt)``'s SparseTensor (the drop-in's own conversion and checks: the kernel
     sees the same buffers), made once per process for as long as ``x`` lives. The drop-ins take a
     SparseTensor as it is (it was checked when built)."""
-    return _once(_converted_of, (id(x), fmt), [x], lambda: dropin._as_format(x, fmt, name).tensor)
+    return _once(_converted_of, (id(x), fmt), [x], lambda: dropin.as_format(x, fmt, name).tensor)
 
 
 def _joined_once(blocks: list):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from splyce.native.dtypes import real_dtype  # re-exported for the lowering rules
+
 
 def is_float(dtype: str) -> bool:
     return dtype.startswith("float")
@@ -19,11 +21,6 @@ def is_float(dtype: str) -> bool:
 
 def is_complex(dtype: str) -> bool:
     return dtype.startswith("complex")
-
-
-def real_dtype(dtype: str) -> str:
-    """The dtype of ``abs`` of a value (NumPy: complex128 -> float64, complex64 -> float32)."""
-    return {"complex128": "float64", "complex64": "float32"}.get(dtype, dtype)
 
 
 def element_type(dtype: str):

@@ -13,12 +13,9 @@ from splyce.lowering.scalars import (absolute, binary, cast, conjugate, constant
                                      extremum, extremum_identity, is_complex, needs_unary, real_dtype)
 from splyce.tensors.formats import to_mlir_encoding
 from splyce.tracer.ir import ContractParams, Node, Trace, TensorType
+from splyce.errors import LoweringError  # re-exported: defined once in splyce.errors
 
 ENTRY = "kernel"
-
-
-class LoweringError(ValueError):
-    """A trace that cannot be lowered (for example no loop order fits the operands' formats)."""
 
 
 def tensor_type(t: TensorType):

@@ -16,8 +16,9 @@ SIMD (vector dialect) or unrolled scalar form:
    ``vector.scatter`` under the match mask (B's coordinates in one vector are distinct: no conflicts).
 3. pointer advance past the pivot ``min(last B coordinate, last C coordinate, ..)``: per operand, the
    number of lanes whose coordinate is ``<=`` the pivot, as a tree of scalar compares or a vector compare
-   + reduction. (A coordinate present in every operand's window is ``<=`` every last coordinate, so no
-   matched lane lies past the pivot: nothing is done twice.)
+   whose mask bits are counted (popcnt). With two operands each one counts against the *other's* last
+   coordinate, the same number without computing the pivot. (A coordinate present in every operand's window
+   is ``<=`` every last coordinate, so no matched lane lies past the pivot: nothing is done twice.)
 
 The original loop then runs from the fast lane's cursors and accumulators and finishes the tails.
 """
@@ -25,7 +26,7 @@ The original loop then runs from the fast lane's cursors and accumulators and fi
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, memref, scf, vector
+from mlir.dialects import arith, math, memref, scf, vector
 
 from splyce.options import Options
 from splyce.passes.coiteration_match import Coiteration
@@ -75,6 +76,14 @@ class Lanes:
 
     def scalar(self, i: int):
         return self.scalars()[i]
+
+
+def _popcount(mask, n: int):
+    """The number of set lanes of a vector<n x i1>, as an index: the mask's n bits as one integer and
+    ``math.ctpop`` (a mask-register move and ``popcnt`` on AVX-512, ``vmovmskps`` + ``popcnt`` on AVX2)."""
+    bits_t = ir.IntegerType.get_signless(n)
+    bits = vector.extract(vector.bitcast(_vtype(1, bits_t), mask), [], [0])
+    return arith.index_castui(ir.IndexType.get(), math.ctpop(bits))
 
 
 def _neg_zero(t: ir.Type):
@@ -537,19 +546,22 @@ class FastLaneBuilder:
         m, n = self.m, self.n
         t = m.crd_type
         lasts = st["lasts"]
-        pivot = lasts[0]
-        for last in lasts[1:]:
-            pivot = arith.select(_cmpi(CMPI_ULT, last, pivot), last, pivot)
         idx_t = ir.IndexType.get()
         advances = []
-        pivots = vector.broadcast(_vtype(n, t), pivot) if self.options.simd_advance else None
-        for lanes in st["keys"]:
+        global_pivot = None
+        if len(lasts) > 2:  # min of all lasts (k - 1 compare-selects, shared by the k counts)
+            global_pivot = lasts[0]
+            for last in lasts[1:]:
+                global_pivot = arith.select(_cmpi(CMPI_ULT, last, global_pivot), last, global_pivot)
+        for side, lanes in enumerate(st["keys"]):
+            # Two fingers: each operand advances past its coordinates <= the *other* operand's last one, the
+            # same count as <= the pivot min(both lasts) (the operand holding the pivot has all n coordinates
+            # <= the other's last), without the pivot's compare-and-select on the loop-carried path from the
+            # loaded coordinates to the next cursors.
+            pivot = lasts[1 - side] if global_pivot is None else global_pivot
             if self.options.simd_advance:
-                le = _cmpi(CMPI_ULE, lanes.vec(), pivots)
-                wt = t if isinstance(t, ir.IntegerType) else ir.IntegerType.get_signless(64)
-                ones = arith.extui(_vtype(n, wt), le)
-                total = vector.reduction(wt, vector.CombiningKind.ADD, ones)
-                advances.append(arith.index_castui(idx_t, total))
+                le = _cmpi(CMPI_ULE, lanes.vec(), vector.broadcast(_vtype(n, t), pivot))
+                advances.append(_popcount(le, n))
             else:
                 bits = [arith.index_castui(idx_t, _cmpi(CMPI_ULE, k, pivot)) for k in lanes.scalars()]
                 advances.append(_tree(bits, arith.addi))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, linalg, memref
 
-from splyce.lowering.to_mlir import LoweringError
+from splyce.errors import LoweringError
 from splyce.passes.ir_utils import walk
 
 # Ops that make a new memref value from an i1 one (or from nothing) without reading its elements.

@@ -31,8 +31,28 @@ def budget_bytes() -> int:
 
 
 def set_memory_budget(nbytes: int | None) -> None:
-    """Cap the memory a jitted function's kernels may allocate (results and intermediates); ``None``
-    restores the default. Plans over the cap raise ``MemoryError`` before anything runs."""
+    """Cap the memory a jitted function's kernels may allocate (results and intermediates).
+
+    Plans over the cap raise ``MemoryError`` naming the op before anything runs. The default budget is
+    ``$SPLYCE_MEMORY_BUDGET`` (bytes, or a fraction of physical memory when below 1), else half of
+    physical memory.
+
+    Parameters
+    ----------
+    nbytes : int or None
+        The budget in bytes; None restores the default.
+
+    Raises
+    ------
+    ValueError
+        `nbytes` is not a positive int or None.
+
+    Examples
+    --------
+    >>> import splyce
+    >>> splyce.set_memory_budget(2 * 2**30)
+    >>> splyce.set_memory_budget(None)
+    """
     global _budget
     if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0):
         raise ValueError(f"the memory budget must be a positive number of bytes or None, got {nbytes!r}")

@@ -110,7 +110,7 @@ class Plan:
             lines.append("  // a scattered operand's missing entries are stored zeros: a result holding a NaN is "
                          "recomputed with every operand kept sparse")
         for f in self.fusions:
-            lines.append(f"  // fused {_describe(f.inner)} into {_describe(f.outer)}")
+            lines.append(f"  // fused {describe(f.inner)} into {describe(f.outer)}")
         for k, step in enumerate(self.steps):
             names[step.node] = f"%{k}"
             operands = ", ".join(names.get(a, "?") for a in step.node.args)
@@ -133,7 +133,7 @@ def _input_node(trace: Trace, index: int) -> Node:
     return Node("input", (), (index,), trace.inputs[index])
 
 
-def _describe(node: Node) -> str:
+def describe(node: Node) -> str:
     return f"{node.op}[{node.params[0] if node.params else ''}] : {node.type}"
 
 
@@ -415,7 +415,7 @@ def check_memory(plan: Plan) -> None:
             "(out_format='sparse')") if not worst.node.type.is_sparse else "split the problem"
     raise MemoryError(
         f"splyce: the plan needs {format_bytes(total)}, over the memory budget of {format_bytes(limit)}: "
-        f"{what} {_describe(worst.node)} takes {format_bytes(worst.nbytes)}; {hint}. "
+        f"{what} {describe(worst.node)} takes {format_bytes(worst.nbytes)}; {hint}. "
         f"The budget is set by splyce.set_memory_budget(nbytes) or SPLYCE_MEMORY_BUDGET.")
 
 

@@ -72,7 +72,7 @@ def prepare(x, name: str):
         _check_dtype(x.dtype, name)
         if x.format.is_dense:
             return _dense(x.to_numpy(), name)
-        if not (checked or x.sealed):
+        if not (checked or x.validated):   # checked once, when made or on first use (docs/caches.md)
             validate(x, name)
         wanted = kernel_format(x.format)
         if wanted != x.format:

@@ -19,21 +19,14 @@ import numpy as np
 
 from splyce.backend import alloc_guard
 from splyce.backend.alloc_guard import free_address
-from splyce.backend.array_objects import address as _address
-from splyce.backend.ir_text import run_taken
-from splyce.runtime import memory_pool
+from splyce.native.array_objects import address as _address
+from splyce.native.ir_text import run_taken
+from splyce.errors import AllocationFailed
+from splyce.native import memory_pool
 
 # Kernels' result buffers come from the cache of freed large buffers (a loop of calls reuses their backed
 # pages; docs/memory.md), set before any kernel is loaded: the runtime imports this module first.
 alloc_guard.set_heap(memory_pool.native_heap)
-
-
-class AllocationFailed(MemoryError):
-    """An allocation inside a kernel returned NULL; the kernel stopped and freed what it had allocated."""
-
-    def __init__(self, nbytes: int):
-        super().__init__(f"an allocation of {nbytes} bytes inside the kernel failed")
-        self.nbytes = nbytes
 
 
 @functools.cache
@@ -42,6 +35,30 @@ def descriptor_class(rank: int) -> type[ctypes.Structure]:
     if rank:
         fields += [("sizes", ctypes.c_int64 * rank), ("strides", ctypes.c_int64 * rank)]
     return type(f"MemRef{rank}D", (ctypes.Structure,), {"_fields_": fields})
+
+
+def descriptor_words(a: np.ndarray) -> list[int]:
+    """The int64 words of ``a``'s memref descriptor (allocated, aligned, offset, sizes, strides)."""
+    address = _address(a)
+    if a.ndim == 1:
+        return [address, address, 0, a.shape[0], a.strides[0] // a.itemsize]
+    itemsize = a.itemsize
+    return [address, address, 0, *a.shape, *(stride // itemsize for stride in a.strides)]
+
+
+def tensor_words(tensor) -> list[int]:
+    """The descriptor words of a SparseTensor operand's buffers (per level its pos and crd, then its values),
+    computed once per tensor: its buffers never change (they are a tuple of arrays it holds)."""
+    memo = tensor.memo()
+    words = memo.get("descriptor_words")
+    if words is None:
+        index = {"pos": tensor.pos, "crd": tensor.crd}
+        words = []
+        for kind, level in tensor.format.index_buffers:
+            words += descriptor_words(index[kind][level])
+        words += descriptor_words(tensor.values)
+        memo["descriptor_words"] = words
+    return words
 
 
 def pack_descriptors(arrays) -> tuple[array.array, list[int]]:
@@ -132,6 +149,12 @@ class KernelCall:
         # GIL, so several threads can run the kernel at once.
         argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int64] * n_indices
         self._fn = ctypes.CFUNCTYPE(ctypes.c_int64, *argtypes)(address)
+        offsets, at = [], 0
+        for rank in input_ranks:   # where each argument's descriptor starts in the packed words
+            offsets.append(at)
+            at += 3 + 2 * rank
+        self._offsets = tuple(offsets)
+        self._size = at
         if len(result_ranks) == 1:
             self._result_cls = descriptor_class(result_ranks[0])
         elif result_ranks:
@@ -142,6 +165,22 @@ class KernelCall:
     def __call__(self, arrays, indices: tuple[int, ...] = ()) -> list[ctypes.Structure]:
         """Run the kernel on ``arrays`` (kept alive by the caller); returns the result descriptors."""
         return self.call_chunks(arrays, [indices])[0]
+
+    def call_words(self, words: list[int]) -> list[ctypes.Structure]:
+        """Run the kernel once on descriptors already packed as words (``descriptor_words`` of each argument,
+        in order; the arrays kept alive by the caller); returns the result descriptors."""
+        if len(words) != self._size:
+            raise RuntimeError(f"internal error: {len(words)} descriptor words for a kernel taking {self._size}")
+        packed = array.array("q", words)
+        base = packed.buffer_info()[0]
+        status, descs = self._call_one([base + 8 * offset for offset in self._offsets], ())
+        if status:
+            raise AllocationFailed(status - 1)
+        return descs
+
+    def borrowed(self, words: list[int]) -> set[int]:
+        """The data addresses of the arguments packed in ``words``."""
+        return {words[offset + 1] for offset in self._offsets}
 
     def call_chunks(self, arrays, chunks: list[tuple[int, ...]], pool=None, workers: int = 0
                     ) -> list[list[ctypes.Structure]]:

@@ -5,71 +5,27 @@ memory miss the dispatcher still traces the Python function (cheap); the canonic
 identity, goes into the key, so two functions with the same trace share an entry.
 
 An entry is one file ``<sha256 of the key>.splk`` in the cache folder (``$SPLYCE_CACHE_DIR``, default
-``platformdirs.user_cache_dir("splyce")``; ``SPLYCE_DISABLE_DISK_CACHE=1`` turns the cache off)::
-
-    MAGIC (8 bytes) | payload length (8 bytes, little endian) | sha256(payload) (32 bytes) | payload
-    payload = metadata length (4 bytes) | metadata (JSON) | object code
-
-Writes go to a temporary file in the same folder, then ``os.replace``: readers see a whole entry or none, and
-processes compiling the same kernel at once each replace it with identical bytes. A truncated or corrupted
-entry fails the checksum: it is deleted with a warning and rebuilt, never loaded.
+``platformdirs.user_cache_dir("splyce")``; ``SPLYCE_DISABLE_DISK_CACHE=1`` turns the cache off), in the
+format of ``native/object_cache.py`` (checksummed, written atomically; a corrupted entry is deleted with a
+warning and rebuilt, never loaded). The native kernels' entries (``.splo``) live beside them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
-import os
-import struct
-import tempfile
 import threading
 import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-MAGIC = b"SPLYCE\x01\x00"
-_HEADER = struct.Struct("<8sQ32s")
-_META_LEN = struct.Struct("<I")
-SUFFIX = ".splk"
+from splyce.native import object_cache
+from splyce.native.object_cache import MAGIC, CorruptEntry, Entry, cache_dir, decode, enabled, encode  # noqa: F401
 
-
-@dataclass
-class DiskStats:
-    """Process-wide counters (``splyce.runtime.disk_cache.stats``)."""
-
-    hits: int = 0
-    misses: int = 0
-    writes: int = 0
-    rejected: int = 0   # corrupted / unreadable entries discarded
-
-    def reset(self) -> None:
-        for f in fields(self):
-            setattr(self, f.name, 0)
-
-
-stats = DiskStats()
-_stats_lock = threading.Lock()
-
-
-def _count(name: str) -> None:
-    with _stats_lock:
-        setattr(stats, name, getattr(stats, name) + 1)
-
-
-def enabled() -> bool:
-    return os.environ.get("SPLYCE_DISABLE_DISK_CACHE", "").strip().lower() not in ("1", "true", "yes", "on")
-
-
-def cache_dir() -> Path:
-    """The cache folder (read from the environment on every use, so tests can redirect it)."""
-    folder = os.environ.get("SPLYCE_CACHE_DIR")
-    if folder:
-        return Path(folder)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("splyce"))
+SUFFIX = object_cache.KERNEL_SUFFIX
+DiskStats = object_cache.Stats
+stats = DiskStats()   # process-wide counters (``splyce.runtime.disk_cache.stats``)
 
 
 # -- the key ------------------------------------------------------------------------------------------------
@@ -84,10 +40,11 @@ CODEGEN_SOURCES = (
     "lowering/*.py",
     "passes/*.py",
     "backend/compiler.py",
-    "backend/codegen.py",
+    "native/codegen.py",
     "backend/alloc_guard.py",        # the guarded entry and the heap functions kernels call
     "runtime/arguments.py",          # the entry point's buffer layout
-    "runtime/disk_cache.py",         # the entry layout
+    "runtime/disk_cache.py",         # the key
+    "native/object_cache.py",        # the entry layout
 )
 
 _SOURCES_HASH: str | None = None
@@ -130,7 +87,7 @@ def _versions() -> dict:
 
     import llvmlite
 
-    import splyce
+    from splyce.version import __version__
 
     try:
         mlir = version("xtc-mlir-python-bindings")
@@ -138,7 +95,7 @@ def _versions() -> dict:
         from mlir import ir
 
         mlir = getattr(ir, "__version__", "unknown")
-    return {"splyce": splyce.__version__, "mlir": mlir, "llvmlite": llvmlite.__version__,
+    return {"splyce": __version__, "mlir": mlir, "llvmlite": llvmlite.__version__,
             "compiler_sources": compiler_sources_hash()}
 
 
@@ -195,129 +152,32 @@ def digest(parts: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-# -- entries ------------------------------------------------------------------------------------------------
-@dataclass
-class Entry:
-    object_code: bytes
-    metadata: dict
-
-
-def encode(entry: Entry) -> bytes:
-    meta = json.dumps(entry.metadata, sort_keys=True).encode()
-    payload = _META_LEN.pack(len(meta)) + meta + entry.object_code
-    return _HEADER.pack(MAGIC, len(payload), hashlib.sha256(payload).digest()) + payload
-
-
-class CorruptEntry(Exception):
-    pass
-
-
-def decode(data: bytes) -> Entry:
-    if len(data) < _HEADER.size:
-        raise CorruptEntry(f"truncated header ({len(data)} bytes)")
-    magic, length, checksum = _HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise CorruptEntry("bad magic")
-    payload = data[_HEADER.size:]
-    if len(payload) != length:
-        raise CorruptEntry(f"payload is {len(payload)} bytes, the header says {length}")
-    if hashlib.sha256(payload).digest() != checksum:
-        raise CorruptEntry("checksum mismatch")
-    (meta_len,) = _META_LEN.unpack_from(payload)
-    meta = json.loads(payload[_META_LEN.size:_META_LEN.size + meta_len])
-    return Entry(payload[_META_LEN.size + meta_len:], meta)
-
-
+# -- entries: the format, atomic writes and locks are native/object_cache.py's ---------------------------
 def entry_path(key: str) -> Path:
     return cache_dir() / (key + SUFFIX)
 
 
 def read(key: str) -> Entry | None:
     """The entry for ``key``, or None (missing, or corrupted: then deleted with a warning)."""
-    path = entry_path(key)
-    try:
-        data = path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        _count("misses")
-        return None
-    except OSError as exc:
-        warnings.warn(f"splyce: cannot read the disk cache entry {path}: {exc}; recompiling", stacklevel=4)
-        _count("misses")
-        return None
-    try:
-        entry = decode(data)
-    except (CorruptEntry, ValueError, struct.error) as exc:
-        warnings.warn(f"splyce: discarding the corrupted disk cache entry {path} ({exc}); recompiling",
-                      stacklevel=4)
-        _count("rejected")
-        _count("misses")
-        discard(path)
-        return None
-    _count("hits")
-    return entry
+    return object_cache.read(entry_path(key), stats, stacklevel=3)
 
 
 def discard(path: Path) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass
+    object_cache.discard(path)
 
 
 def write(key: str, entry: Entry) -> None:
-    """Store ``entry`` atomically (temporary file in the same folder, then ``os.replace``). A cache that
-    cannot be written (read-only folder, full disk) only warns: the kernel still runs."""
-    path = entry_path(key)
-    data = encode(entry)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            discard(Path(tmp))
-            raise
-    except OSError as exc:
-        warnings.warn(f"splyce: cannot write the disk cache entry {path}: {exc}", stacklevel=4)
-        return
-    _count("writes")
+    """Store ``entry`` atomically. A cache that cannot be written (read-only folder, full disk) only warns:
+    the kernel still runs."""
+    failure = object_cache.write(entry_path(key), entry, stats)
+    if failure is not None:
+        warnings.warn(f"splyce: cannot write the disk cache entry {entry_path(key)}: {failure}", stacklevel=3)
 
 
-@contextlib.contextmanager
-def compile_lock(key: str):
-    """Hold an exclusive lock on ``key`` across processes (``locks/<key>.lock`` in the cache folder) while
-    it is read, compiled and written: processes that miss on the same kernel at once (Dask workers on one
-    machine) compile it once; the others wait, then load it. Without ``fcntl`` (Windows) or a writable
-    folder, no lock: each process may compile, still correct."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        yield
-        return
-    path = cache_dir() / "locks" / (key + ".lock")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)   # releases the lock
+compile_lock = object_cache.compile_lock
 
 
 def clear() -> int:
-    """Delete every entry (and stray temporary file) in the cache folder; returns how many files went."""
-    folder = cache_dir()
-    removed = 0
-    if not folder.is_dir():
-        return 0
-    for path in folder.iterdir():
-        if path.name.endswith(SUFFIX) or path.name.endswith(".tmp"):
-            discard(path)
-            removed += 1
-    return removed
+    """Delete every entry, jitted and native (and stray temporary files), in the cache folder; returns how
+    many files went."""
+    return object_cache.clear()

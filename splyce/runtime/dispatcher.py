@@ -27,12 +27,13 @@ from splyce.planner.plan import Plan, make_plan
 from splyce.runtime import disk_cache
 from splyce.runtime import arguments
 from splyce.runtime import calls
-from splyce.runtime import memory_pool
+from splyce.runtime import library
+from splyce.native import memory_pool
 from splyce.runtime.arguments import Static
 from splyce.tensors.tensor import SparseTensor
-from splyce.backend.array_objects import address as _address
-from splyce.backend.ir_text import ContextPool
-from splyce.backend.compiler import Lowering, lower
+from splyce.native.array_objects import address as _address
+from splyce.native.ir_text import ContextPool
+from splyce.backend.compiler import Lowering, lower   # no MLIR until lower() runs
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
 from splyce.tensors.formats import Format
 from splyce.tensors.tensor import SparseTensor
@@ -102,6 +103,10 @@ class Kernel:
             self._compiled.function_address(GUARDED_ENTRY), input_ranks, lowering.result_ranks,
             n_indices=2 if lowering.outer_extent is not None else 0)
         self.scatters = plan.scatters    # decided once per compile, read on every call
+        self._prepares = bool(plan.derived) or plan.needs_conversion
+        self._input_sparse = tuple(t.is_sparse for t in self.trace.inputs)
+        self._dense_outputs = tuple((o, o.type.shape, o.type.dtype) for o in dict.fromkeys(
+            o for o in self.trace.outputs if not o.type.is_sparse))
         # per result, the input it keeps a scipy COO of (None: none), on the function as traced
         sources = tuple(_coo_source(n) for n in plan.source.outputs)
         self.coo_sources = sources if len(sources) == len(self.trace.outputs) and any(
@@ -136,22 +141,24 @@ class Kernel:
         return self._compiled
 
     def run(self, values: list, accumulate_into: np.ndarray | None = None):
-        values = self.plan.prepare(values)
-        buffers = []
-        for t, v in zip(self.trace.inputs, values):
-            buffers.extend(arguments.flatten(t, v))
+        if self._prepares:
+            values = self.plan.prepare(values)
         dense_outputs = {}
-        for out in self.trace.outputs:
-            if not out.type.is_sparse and out not in dense_outputs:
-                if accumulate_into is not None:
-                    dense_outputs[out] = accumulate_into
-                else:
-                    dense_outputs[out] = _zeros(out.type.shape, out.type.dtype)
-        buffers.extend(dense_outputs.values())
+        for out, shape, dtype in self._dense_outputs:
+            dense_outputs[out] = _zeros(shape, dtype) if accumulate_into is None else accumulate_into
         extent = self.lowering.outer_extent
         try:
-            if extent is None:
-                return self._results(self._call(buffers), dense_outputs, buffers)
+            if extent is None:   # one call: descriptors from each operand's (memoized) words
+                words = []
+                for sparse, v in zip(self._input_sparse, values):
+                    words += calls.tensor_words(v) if sparse else calls.descriptor_words(v)
+                for array in dense_outputs.values():
+                    words += calls.descriptor_words(array)
+                return self._results(self._call.call_words(words), dense_outputs, words)
+            buffers = []
+            for t, v in zip(self.trace.inputs, values):
+                buffers.extend(arguments.flatten(t, v))
+            buffers.extend(dense_outputs.values())
             threads = self.lowering.options.threads
             chunks = _outer_chunks(extent, threads * CHUNKS_PER_THREAD if threads > 1 else 1, self.trace.inputs,
                                    values)
@@ -192,18 +199,19 @@ class Kernel:
 
     def _allocation_message(self, nbytes: int) -> str:
         from splyce.planner.memory import budget_bytes, format_bytes
-        from splyce.planner.plan import _describe
+        from splyce.planner.plan import describe
 
         asked = "more than 2**63 bytes" if nbytes >= 2**63 - 2 else f"{nbytes} bytes ({format_bytes(nbytes)})"
-        ops = "; ".join(_describe(o) for o in self.trace.outputs)
+        ops = "; ".join(describe(o) for o in self.trace.outputs)
         return (f"splyce: the kernel computing {ops} could not allocate {asked}: the system is out of memory "
                 f"(the plan's estimate fitted the budget of {format_bytes(budget_bytes())}). Everything the "
                 "kernel had allocated was freed; the inputs are unchanged.")
 
     def _results(self, descs, dense_outputs, buffers):
+        """``buffers``: the arrays passed in, or their packed descriptor words (``calls.descriptor_words``)."""
         results = []
         owners: dict = {}
-        borrowed = {b.ctypes.data for b in buffers}   # the caller's: copied if returned, never freed
+        borrowed = None   # the caller's buffers: copied if returned, never freed (asked for by sparse results)
         k = 0
         for out in self.trace.outputs:
             t = out.type
@@ -216,6 +224,9 @@ class Kernel:
                     array = flat
                 results.append(array[()] if array.ndim == 0 else array)
                 continue
+            if borrowed is None:
+                borrowed = (self._call.borrowed(buffers) if buffers and type(buffers[0]) is int
+                            else {_address(b) for b in buffers})
             dtypes = arguments.result_buffer_dtypes(t)
             bufs = [calls.take_or_copy(descs[k + i], dt, owners, borrowed) for i, dt in enumerate(dtypes)]
             k += len(dtypes)
@@ -224,7 +235,7 @@ class Kernel:
 
 
 def _zeros(shape, dtype) -> np.ndarray:
-    """A dense result, zeroed; from 1 MiB through the cache of freed buffers (runtime/memory_pool.py), so
+    """A dense result, zeroed; from 1 MiB through the cache of freed buffers (native/memory_pool.py), so
     a loop of calls reuses backed pages instead of faulting fresh ones."""
     if math.prod(shape) * np.dtype(dtype).itemsize < memory_pool.POOL_MIN:
         return np.zeros(shape, dtype=dtype)
@@ -232,10 +243,11 @@ def _zeros(shape, dtype) -> np.ndarray:
         return np.zeros(shape, dtype=dtype)
 
 
-def _labelled(low: Lowering, plan: Plan) -> Lowering:
-    """``low`` with the texts of the stages before lowering (``as_text("trace")``, ``as_text("plan")``)."""
+def _labelled(low: Lowering, plan: Plan, call=None) -> Lowering:
+    """``low`` with the texts of the stages before lowering (``as_text("trace")``, ``as_text("plan")``; the
+    latter says when the plan runs on the native kernel library instead, ``call``)."""
     low.texts["trace"] = plan.source.as_text()
-    low.texts["plan"] = plan.as_text()
+    low.texts["plan"] = plan.as_text() + ("\n" + call.describe() if call is not None else "")
     return low
 
 
@@ -337,18 +349,43 @@ def _sparse_result(t: TensorType, bufs: list[np.ndarray]):
 
 
 class Jitted:
-    """A jitted function. Call it like the original; ``lower(*args)`` shows the IR of every stage."""
+    """A jitted function, as ``splyce.jit`` returns it: call it like the original function.
+
+    The first call with a new signature (shapes, dtypes, formats and index widths of the arguments, the
+    values of static arguments) traces, plans, lowers and compiles; later calls find the kernel in memory
+    (or on disk, in a new process). Positional arguments only. A jitted function called from another one
+    is inlined into the caller's trace. It pickles as its function and options, never machine code.
+
+    Attributes
+    ----------
+    fun : callable
+        The original Python function.
+    out_format : {None, "dense", "sparse"} or Format
+        The results' storage, as given to ``jit``.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sps, splyce
+    >>> @splyce.jit
+    ... def spmv(a, x):
+    ...     return a @ x
+    >>> A = sps.csr_array(np.array([[1.0, 0.0], [2.0, 3.0]]))
+    >>> spmv(A, np.ones(2))
+    array([1., 5.])
+    >>> spmv.cache_info().misses
+    1
+    """
 
     def __init__(self, fun, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast_math=False,
                  target="native", out_format=None, slp=None, profile=False, threads=1,
-                 gallop=DEFAULT_GALLOP_RATIO, union=None):
+                 gallop=DEFAULT_GALLOP_RATIO, union=None, library=True):
         if not callable(fun):
             raise TypeError(f"splyce.jit needs a callable, got {type(fun).__name__}")
         self.fun = fun
         self._target_name = target
         self._option_args = dict(vectorize=vectorize, vector_width=vector_width, phases=phases,
                                  fast_math=fast_math, slp=slp, profile=profile, gallop=gallop, union=union,
-                                 threads=(os.cpu_count() or 1) if threads is None else threads)
+                                 library=library, threads=(os.cpu_count() or 1) if threads is None else threads)
         Options(**self._option_args)  # validate now, resolve the target lazily (no LLVM at import)
         if not (out_format is None or isinstance(out_format, Format) or out_format in OUT_FORMATS):
             raise ValueError(f"out_format must be 'dense', 'sparse', a splyce.Format or None, got {out_format!r}")
@@ -374,8 +411,9 @@ class Jitted:
 
     @property
     def options(self) -> Options:
+        """The resolved compile options (the target CPU resolved on first use)."""
         if self._options is None:
-            from splyce.backend.codegen import resolve_target
+            from splyce.native.codegen import resolve_target
 
             self._options = Options(target=resolve_target(self._target_name), **self._option_args)
         return self._options
@@ -384,7 +422,26 @@ class Jitted:
         return f"<splyce.jit {getattr(self.fun, '__qualname__', self.fun)!r}>"
 
     def with_options(self, **changes) -> "Jitted":
-        """A jitted twin of the same function with some options changed (and caches of its own)."""
+        """A jitted twin of the same function with some options changed, and caches of its own.
+
+        Parameters
+        ----------
+        **changes
+            Any keyword argument of ``splyce.jit``.
+
+        Returns
+        -------
+        Jitted
+            The twin; this function is unchanged.
+
+        Examples
+        --------
+        >>> import splyce
+        >>> f = splyce.jit(lambda a, b: a @ b)
+        >>> plain = f.with_options(vectorize=False)     # the unmodified MLIR sparsifier
+        >>> plain.options.vectorize
+        False
+        """
         args = dict(self._option_args, target=self._target_name, out_format=self.out_format)
         args.update(changes)
         return Jitted(self.fun, **args)
@@ -444,11 +501,39 @@ class Jitted:
         return self._by_signature.get(signature)
 
     def accumulate(self, out: np.ndarray, *args) -> np.ndarray:
-        """``out += f(*args)`` in place, for a function with one dense result: the kernel accumulates
-        straight into ``out`` (C-contiguous, the result's shape and dtype), so no result buffer is allocated
-        or zeroed. Benchmarks use it to time a kernel without its output allocation (docs/kernels.md, K4).
-        An argument sharing memory with ``out`` is copied first, as NumPy does for ``out=``: the kernel would
-        read what it has already written (a wrong sum, or an index array overwritten under the kernel)."""
+        """``out += f(*args)`` in place, for a function with one dense result.
+
+        The kernel accumulates straight into ``out``, so no result buffer is allocated or zeroed (the
+        benchmarks time kernels without their output allocation this way). An argument sharing memory with
+        ``out`` is copied first, as NumPy does for ``out=``.
+
+        Parameters
+        ----------
+        out : ndarray
+            C-contiguous and writeable, of the result's shape and dtype.
+        *args
+            The function's arguments.
+
+        Returns
+        -------
+        ndarray
+            ``out``.
+
+        Raises
+        ------
+        ValueError
+            The function does not have exactly one dense result, or ``out`` has another shape or dtype, or is
+            not a writeable C-contiguous array.
+
+        Examples
+        --------
+        >>> import numpy as np, scipy.sparse as sps, splyce
+        >>> f = splyce.jit(lambda a, x: a @ x)
+        >>> A = sps.csr_array(np.array([[1.0, 0.0], [2.0, 3.0]]))
+        >>> out = np.ones(2)
+        >>> f.accumulate(out, A, np.ones(2))
+        array([2., 6.])
+        """
         if isinstance(out, np.ndarray):
             args = tuple(_unaliased(arg, out) for arg in args)
         kernel, values = self.kernel_for(*args)
@@ -476,19 +561,31 @@ class Jitted:
                     self.hits += 1
                 return kernel
             planned = None if key in self._lowerings else self._plan(specs, values)
-            with self._machine_lock(key, planned):
-                lowering, tree, plan = self._lower(key, specs, values, disk=True, planned=planned)
-                kernel = Kernel(lowering, tree, plan)
-                if lowering.disk_key and not lowering.from_disk:
-                    _store(lowering, kernel)
+            _, tree, plan = planned or self._lowerings[key]
+            call = library.choose(plan, key.options, self.out_format) if key.options.library else None
+            if call is not None:     # the drop-in's native kernel: no MLIR compile unless asked for
+                kernel = library.LibraryKernel(call, tree, plan, key.options.threads,
+                                               lambda: self._mlir_kernel(key, specs, values, planned))
+            else:
+                kernel = self._mlir_kernel(key, specs, values, planned)
             with self._lock:
                 self.misses += 1
-                if lowering.from_disk:
-                    self.disk_hits += 1
-                else:
-                    self.compiles += 1
                 self._cache[key] = kernel
             return kernel
+
+    def _mlir_kernel(self, key: CacheKey, specs, values, planned) -> Kernel:
+        """The MLIR kernel for ``key``: from the disk cache, else compiled (and stored)."""
+        with self._machine_lock(key, planned):
+            lowering, tree, plan = self._lower(key, specs, values, disk=True, planned=planned)
+            kernel = Kernel(lowering, tree, plan)
+            if lowering.disk_key and not lowering.from_disk:
+                _store(lowering, kernel)
+        with self._lock:
+            if lowering.from_disk:
+                self.disk_hits += 1
+            else:
+                self.compiles += 1
+        return kernel
 
     def _machine_lock(self, key: CacheKey, planned):
         """The disk cache's lock on this kernel (processes on one machine compile it once), or none."""
@@ -521,7 +618,8 @@ class Jitted:
             if low is None:
                 low = lower(trace, key.options)
             low.disk_key = disk_key
-            cached = (_labelled(low, plan), tree, plan)
+            call = library.choose(plan, key.options, key.out_format) if key.options.library else None
+            cached = (_labelled(low, plan, call), tree, plan)
             self._lowerings[key] = cached
         return cached
 
@@ -553,15 +651,46 @@ class Jitted:
         return Trace(tuple(inputs), tuple(unique)), tree
 
     def lower(self, *args) -> Lowering:
-        """The IR of every stage for these arguments: ``.as_text("trace" | "plan" | "linalg" | "scf" |
-        "splyce" | "llvm" | "asm")``. Works for any target, including CPUs this machine cannot run."""
+        """The IR of every stage for these arguments, without running anything.
+
+        Works for any target, including CPUs this machine cannot run.
+
+        Parameters
+        ----------
+        *args
+            Arguments as the function would be called with (only their types, shapes and formats matter,
+            and the nonzeros the planner's cost model counts).
+
+        Returns
+        -------
+        Lowering
+            ``.as_text(stage)`` gives one stage's text: "trace", "plan", "linalg", "scf", "splyce", "llvm"
+            or "asm".
+
+        Examples
+        --------
+        >>> import numpy as np, scipy.sparse as sps, splyce
+        >>> f = splyce.jit(lambda a, b: a @ b)
+        >>> A = sps.random_array((50, 50), density=0.1, format="csr", rng=0)
+        >>> "linalg.generic" in f.lower(A, A).as_text("linalg")
+        True
+        """
         key, specs, values = self._key(args)
         return self._lower(key, specs, values)[0]
 
     def cache_info(self) -> CacheInfo:
+        """The in-memory cache's counters, as ``functools.lru_cache``'s ``cache_info``.
+
+        Returns
+        -------
+        CacheInfo
+            A named tuple ``(hits, misses, currsize, compiles, disk_hits)``: ``compiles`` counts kernels the
+            compiler built, ``disk_hits`` misses served by the on-disk cache instead.
+        """
         return CacheInfo(self.hits, self.misses, len(self._cache), self.compiles, self.disk_hits)
 
     def cache_clear(self) -> None:
+        """Forget this function's compiled kernels and reset its counters (the disk cache is kept)."""
         with self._lock:
             self._cache.clear()
             self._by_signature.clear()
@@ -582,8 +711,18 @@ def _unpickle_jitted(token, fun, target, option_args, out_format) -> Jitted:
 
 
 def clear_cache(disk: bool = False) -> None:
-    """Empty the in-memory cache of every live jitted function; with ``disk=True`` also delete the disk
-    cache's entries (``$SPLYCE_CACHE_DIR``)."""
+    """Empty the in-memory kernel cache of every live jitted function.
+
+    Parameters
+    ----------
+    disk : bool, optional
+        Also delete the on-disk cache's entries (``$SPLYCE_CACHE_DIR``, default the user cache directory).
+
+    Examples
+    --------
+    >>> import splyce
+    >>> splyce.clear_cache()
+    """
     for jitted in list(_LIVE):
         jitted.cache_clear()
     if disk:
@@ -650,14 +789,24 @@ def _fast_signature(args) -> tuple | None:
     A kernel is filed under a signature only after ``prepare`` returned the arguments themselves."""
     parts = []
     for a in args:
-        if type(a) is arguments.Checked:
+        kind = type(a)
+        if kind is arguments.Checked:
             t = a.tensor
             parts.append((t.shape, t.values.dtype, t.format))
-        elif type(a) is np.ndarray and a.flags.c_contiguous:
+        elif kind is SparseTensor and a.validated and _passes_through(a.format):
+            parts.append((a.shape, a.values.dtype, a.format))    # checked once already (docs/caches.md)
+        elif kind is np.ndarray and a.flags.c_contiguous:
             parts.append((a.shape, a.dtype))
         else:
             return None
     return tuple(parts)
+
+
+@functools.cache
+def _passes_through(fmt: Format) -> bool:
+    """Whether ``arguments.prepare`` hands a validated tensor in ``fmt`` on as it is (a sparse format the
+    kernels read directly)."""
+    return not fmt.is_dense and arguments.kernel_format(fmt) == fmt
 
 
 def _unchanged(value, arg) -> bool:
@@ -665,6 +814,8 @@ def _unchanged(value, arg) -> bool:
     with the same layout)."""
     if type(arg) is arguments.Checked:
         return value is arg.tensor
+    if type(arg) is SparseTensor:
+        return value is arg and arg.validated
     return value is arg or (type(value) is np.ndarray and value.shape == arg.shape and value.dtype == arg.dtype
                             and value.strides == arg.strides and _address(value) == _address(arg))
 
@@ -726,26 +877,86 @@ def _unflatten(tree, results):
 
 
 def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast_math=False, target="native",
-        out_format=None, slp=None, threads=1, gallop=DEFAULT_GALLOP_RATIO, union=None):
-    """Compile ``fun`` (a function of sparse / dense tensors) on first call per input signature.
+        out_format=None, slp=None, threads=1, gallop=DEFAULT_GALLOP_RATIO, union=None, library=True):
+    """Compile ``fun``, a NumPy-style function of sparse and dense tensors, on its first call per signature.
 
-    Usable as ``@splyce.jit`` and ``@splyce.jit(vectorize=False, ...)``. Options: ``vectorize`` (the Splyce
-    pass; False gives the plain MLIR sparsifier), ``vector_width`` (the fast lane's n: 2, 4, 8, 16),
-    ``phases`` (1..8, which fast-lane phases run in SIMD, docs/kernels.md numbering), ``fast_math`` (allow
-    reassociating sums), ``target`` ("native", "avx2", "avx512" or an LLVM CPU name), ``out_format``
-    ("dense", "sparse" or a Format for the results), ``slp`` (LLVM's SLP vectorizer; default: off where a
-    fast lane was built), ``threads`` (run the outer loop's rows in that many contiguous chunks balanced by
-    nonzeros, concurrently; None: all cores; results are bit-identical to one thread. Only kernels with
-    dense outputs whose outer loop is parallel are split, others run on one thread: see
-    ``lower(...).as_text("splyce")`` for the reason), ``gallop`` (intersections whose fibers' remaining
-    lengths differ by this ratio or more skip ahead by exponential + binary search instead of the all-pairs
-    fast lane; 0: never; results are bit-identical either way), ``union`` (the union fast lane for sparse
-    add / subtract / maximum: None, the default, for CSR-like sparse outputs; True for dense outputs too;
-    False never; bit-identical either way).
+    Usable as ``@splyce.jit`` and ``@splyce.jit(vectorize=False, ...)``. Arguments may be NumPy arrays,
+    scipy.sparse arrays or matrices, pydata-sparse arrays or ``SparseTensor``; Python scalars and strings
+    are static (part of the cache key). Results are NumPy arrays or scalars, and scipy.sparse arrays for
+    sparse 2-D results (``csr_matrix`` and its kin when every scipy argument is an ``spmatrix``).
+
+    Parameters
+    ----------
+    fun : callable, optional
+        The function to compile. Omitted, ``jit`` returns a decorator with these options.
+    vectorize : bool, optional
+        Run the Splyce pass (the SIMD fast lanes). False gives the plain MLIR sparsifier's code.
+    vector_width : int, optional
+        Coordinates of each operand a fast-lane step consumes: 2, 4, 8 or 16.
+    phases : int, optional
+        1 to 8: which fast-lane phases run in SIMD; the bits of ``phases - 1`` are load / compare,
+        multiply-accumulate and pointer advance (see the design page on kernels). The default, 7, runs
+        load / compare and multiply-accumulate in SIMD with an ordered, bit-exact reduction.
+    fast_math : bool, optional
+        Allow reassociating floating-point sums (a SIMD tree reduction; threads may split float sums).
+        False keeps results bit-identical to the plain sparsifier, Inf and NaN included.
+    target : str, optional
+        "native", "avx2", "avx512" or an LLVM CPU name. Any target lowers to "asm"; calling code the host
+        cannot run raises ``RuntimeError``.
+    out_format : {None, "dense", "sparse"} or Format, optional
+        The results' storage. None: dense for contractions, sparse for elementwise results of sparse
+        operands, as scipy.
+    slp : bool, optional
+        LLVM's SLP vectorizer. None: off where a fast lane was built, on elsewhere.
+    threads : int or None, optional
+        Split the kernel's outermost parallel loop into chunks balanced by nonzeros, run on this many
+        threads (None: all cores). Results are bit-identical to one thread. Kernels whose outer loop is not
+        independent run on one thread and say why in ``lower(...).as_text("splyce")``.
+    gallop : int, optional
+        Intersections whose fibers' remaining lengths differ by this ratio or more skip ahead by
+        exponential and binary search instead of the all-pairs fast lane; 0: never. Bit-identical either way.
+    union : bool or None, optional
+        The union fast lane for sparse add / subtract / maximum: None for CSR-like sparse outputs, True for
+        dense outputs too, False never. Bit-identical either way.
+    library : bool, optional
+        A function that is one drop-in operation on its arguments (``a @ x`` on a CSR, ``a * b`` of two CSRs)
+        runs the drop-in's native kernel when the drop-in's rules choose one and its results are the MLIR
+        kernel's bit for bit; ``as_text("plan")`` says so. False: always the MLIR kernel.
+
+    Returns
+    -------
+    Jitted
+        The compiled function (a decorator when ``fun`` is omitted).
+
+    Raises
+    ------
+    TypeError
+        ``fun`` is not callable.
+    ValueError
+        An option out of range, an unknown ``out_format`` or an unknown CPU name.
+
+    Notes
+    -----
+    Tracing errors (an operation splyce cannot express, or one undefined on sparse operands such as
+    ``a ** 0``) raise ``TraceError`` at the first call. A plan whose results and intermediates exceed the
+    memory budget (``set_memory_budget``) raises ``MemoryError`` before anything runs.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sps, splyce
+    >>> @splyce.jit
+    ... def triangles(L):
+    ...     return ((L @ L) * L).sum()       # fused by the planner: no L @ L is built
+    >>> L = sps.csr_array(np.tril(np.ones((4, 4)), -1))
+    >>> float(triangles(L))
+    4.0
+    >>> plain = splyce.jit(triangles.fun, vectorize=False)
+    >>> float(plain(L))
+    4.0
     """
     options = dict(vectorize=vectorize, vector_width=vector_width, phases=phases, fast_math=fast_math,
                    target=target, out_format=out_format, slp=slp, threads=threads, gallop=gallop,
-                   union=union)
+                   union=union, library=library)
     if fun is None:
         return lambda f: Jitted(f, **options)
     return Jitted(fun, **options)

@@ -27,10 +27,30 @@ _DIM_NAMES = ("i", "j", "k", "l")
 
 @dataclass(frozen=True, slots=True)
 class Level:
-    """One storage level: `kind` is "dense", "compressed" or "singleton".
+    """One storage level of a `Format`, as MLIR's sparse tensor level types.
 
-    `unique=False` (MLIR's `nonunique`) lets a coordinate repeat within a segment, as COO's first level needs;
-    `ordered=False` (`nonordered`) lets coordinates appear in any order within a segment.
+    Parameters
+    ----------
+    kind : {"dense", "compressed", "singleton"}
+        A dense level stores every coordinate; a compressed one positions and coordinates; a singleton one
+        one coordinate per parent entry (COO's inner levels).
+    unique : bool, optional
+        False (MLIR's ``nonunique``) lets a coordinate repeat within a segment, as COO's first level needs.
+    ordered : bool, optional
+        False (``nonordered``) lets coordinates appear in any order within a segment.
+
+    Raises
+    ------
+    ValueError
+        An unknown kind, or a dense level that is not unique and ordered.
+
+    Examples
+    --------
+    >>> import splyce
+    >>> str(splyce.Level("compressed", unique=False))
+    'compressed(nonunique)'
+    >>> splyce.Level.from_string("singleton(nonunique)") == splyce.Level("singleton", unique=False)
+    True
     """
 
     kind: str
@@ -102,8 +122,36 @@ def _check_width(name: str, width) -> None:
 class Format:
     """A sparse storage format: `levels[l]` stores dimension `order[l]`.
 
-    `order` defaults to the identity. `pos_width` / `crd_width` (32 or 64) are the integer widths of the
-    position and coordinate buffers; scipy's int32 index arrays are used as they are with widths 32.
+    Frozen and hashable; part of every compile-cache key. ``str(fmt)`` reads like MLIR's encoding map, and
+    ``Format.from_string`` parses it back.
+
+    Parameters
+    ----------
+    levels : sequence of Level or str
+        One level per dimension, outermost first; strings such as ``"compressed(nonunique)"`` are parsed.
+    order : tuple of int, optional
+        The dimension stored at each level (a permutation); None: the identity.
+    pos_width, crd_width : {64, 32}, optional
+        The integer widths of the position and coordinate buffers; scipy's int32 index arrays are used as
+        they are with widths 32.
+
+    Raises
+    ------
+    ValueError
+        No levels, an `order` that is not a permutation, widths other than 32 / 64, or a singleton level
+        whose parent is not a non-unique compressed or singleton level.
+    TypeError
+        A level that is neither a ``Level`` nor a string.
+
+    Examples
+    --------
+    >>> import splyce
+    >>> str(splyce.CSC)
+    '(i, j) -> (j : dense, i : compressed)'
+    >>> splyce.Format(("dense", "compressed"), order=(1, 0)) == splyce.CSC
+    True
+    >>> str(splyce.csf(3).with_widths(32, 32))
+    '(i, j, k) -> (i : dense, j : compressed, k : compressed), posWidth = 32, crdWidth = 32'
     """
 
     levels: tuple[Level, ...]
@@ -167,6 +215,7 @@ class Format:
         return _index_buffers(self.levels)
 
     def with_widths(self, pos_width: int, crd_width: int) -> Format:
+        """The same format with other index widths (32 or 64)."""
         if (pos_width, crd_width) == (self.pos_width, self.crd_width):
             return self
         return _with_widths(self, pos_width, crd_width)
@@ -225,13 +274,58 @@ def _check_ndim(ndim) -> None:
 
 
 def dense(ndim: int) -> Format:
-    """All levels dense, identity order."""
+    """The all-dense format of `ndim` dimensions (identity order).
+
+    Parameters
+    ----------
+    ndim : int
+        Number of dimensions (>= 1).
+
+    Returns
+    -------
+    Format
+        Dense levels only; such tensors carry no MLIR encoding.
+
+    Raises
+    ------
+    ValueError
+        `ndim` is not a positive int.
+
+    Examples
+    --------
+    >>> import splyce
+    >>> str(splyce.dense(2))
+    '(i, j) -> (i : dense, j : dense)'
+    """
     _check_ndim(ndim)
     return Format(("dense",) * ndim)
 
 
 def csf(ndim: int) -> Format:
-    """The project's CSF: first level dense, the others compressed (csf(1) is the sparse vector)."""
+    """Compressed sparse fiber: the first level dense, the others compressed.
+
+    Parameters
+    ----------
+    ndim : int
+        Number of dimensions (>= 1); ``csf(1)`` is ``SPARSE_VECTOR`` and ``csf(2)`` is ``CSR``.
+
+    Returns
+    -------
+    Format
+        The format.
+
+    Raises
+    ------
+    ValueError
+        `ndim` is not a positive int.
+
+    Examples
+    --------
+    >>> import numpy as np, splyce
+    >>> X = splyce.asarray(np.arange(8.0).reshape(2, 2, 2), format=splyce.csf(3))
+    >>> X.nnz                               # the zero at (0, 0, 0) is not stored
+    7
+    """
     _check_ndim(ndim)
     if ndim == 1:
         return SPARSE_VECTOR
@@ -248,11 +342,17 @@ def coo(ndim: int) -> Format:
 
 
 SPARSE_VECTOR = Format(("compressed",))
+"""A 1-D sparse vector: one compressed level."""
 CSR = Format(("dense", "compressed"))
+"""Compressed sparse rows: rows dense, columns compressed (scipy's ``csr_array``)."""
 CSC = Format(("dense", "compressed"), order=(1, 0))
+"""Compressed sparse columns: columns dense, rows compressed (scipy's ``csc_array``)."""
 DCSR = Format(("compressed", "compressed"))
+"""Doubly compressed sparse rows: only non-empty rows are stored."""
 DCSC = Format(("compressed", "compressed"), order=(1, 0))
+"""Doubly compressed sparse columns: only non-empty columns are stored."""
 COO = coo(2)
+"""Sorted 2-D coordinates: ``compressed(nonunique)`` rows, ``singleton`` columns (scipy's ``coo_array``)."""
 
 
 def relabelled(fmt: Format, axes: tuple[int, ...]) -> Format:

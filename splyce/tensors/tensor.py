@@ -15,25 +15,69 @@ import sys
 import numpy as np
 
 from splyce.tensors import convert
-from splyce.tensors.formats import COO, CSC, CSR, SPARSE_VECTOR, Format, coo, csf, dense
+from splyce.tensors.formats import COO, CSC, CSR, SPARSE_VECTOR, Format, Level, coo, csf, dense
 from splyce.tensors.validation import NotCanonicalError, check_buffers, check_dtype, check_shape
 
 __all__ = ["SparseTensor", "asarray"]
 
 
 class SparseTensor:
-    """A tensor stored level by level in a `Format`. Treat it as immutable: its buffers may be shared with
-    the object it was made from (a scipy array wrapped without copying).
+    """A tensor stored level by level in a `Format` (MLIR's sparse tensor storage).
 
-    A tensor whose buffers splyce allocated itself (a conversion, ``copy()``, ``asarray(..., copy=True)``) is
-    *sealed*: well formed by construction, its buffers read-only and referenced by nobody else, so kernels
-    take it without validating it again on every call. A tensor wrapping someone else's arrays is validated
-    on each kernel call (its owner may change them), by a native scan near memory bandwidth."""
+    Make one with `splyce.asarray`. Treat it as immutable: its buffers may be shared with the object it was
+    made from (a scipy array wrapped without copying).
 
-    __slots__ = ("_shape", "_format", "_pos", "_crd", "_values", "_sealed")
+    A tensor is checked once, as scipy does: when it is made (``asarray``, ``from_buffers``), or, made with
+    ``validate=False``, by the first kernel call that takes it; kernels trust it after (docs/caches.md). A
+    tensor whose buffers splyce allocated itself (a conversion, ``copy()``, ``asarray(..., copy=True)``) is
+    also *sealed*: its buffers are read-only and referenced by nobody else, so the check cannot go stale. A
+    tensor wrapping someone else's arrays (``asarray`` of a scipy CSR) shares them: changing them afterwards
+    is the caller's responsibility, as changing a scipy array's ``indices`` is.
+
+    NumPy's operators run the drop-ins: ``@``, ``*``, ``+``, ``-``, unary ``-``, ``/`` by a scalar and
+    ``.sum(axis=None)`` (attached by ``splyce.api``);
+    ``x @ t`` with an ndarray ``x`` never densifies ``t`` (``__array_ufunc__ = None``), while
+    ``np.asarray(t)`` does.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The dimensions' sizes.
+    format : Format
+        The storage format.
+    pos, crd : sequence of ndarray or None
+        Per level, the positions and coordinates buffers (None where a level has none).
+    values : ndarray
+        One value per position of the last level.
+    validate : bool, optional
+        Check the buffers (O(nnz)); ``False`` only for buffers known well formed.
+    name : str, optional
+        The tensor's name in error messages.
+
+    Raises
+    ------
+    ValueError
+        Malformed buffers (unsorted, duplicate or out-of-range coordinates, non-monotone positions, bad
+        shapes), naming the tensor, level and position.
+    TypeError
+        Buffers of the wrong dtype.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sps, splyce
+    >>> t = splyce.asarray(sps.csr_array(np.array([[1.0, 0.0], [2.0, 3.0]])))
+    >>> t
+    SparseTensor(shape=(2, 2), dtype=float64, nnz=3, format=(i, j) -> (i : dense, j : compressed), posWidth = 32, crdWidth = 32)
+    >>> t.T.format == splyce.CSC.with_widths(32, 32)      # the same buffers, read as CSC
+    True
+    >>> (t @ np.ones(2)).tolist()
+    [1.0, 5.0]
+    """
+
+    __slots__ = ("_shape", "_format", "_pos", "_crd", "_values", "_sealed", "_validated", "_memo")
 
     def __init__(self, shape, format: Format, pos, crd, values, *, validate: bool = True, name: str = "tensor",
-                 _owned: bool = False):
+                 _owned: bool = False, _validated: bool = False):
         if validate:
             check_buffers(shape, format, pos, crd, values, name)
         self._shape = tuple(int(s) for s in shape)
@@ -42,6 +86,8 @@ class SparseTensor:
         self._crd = tuple(crd)
         self._values = values
         self._sealed = False
+        self._validated = validate or _owned or _validated
+        self._memo = None
         if _owned:     # only splyce holds these buffers: freeze them, so the checks made now cannot go stale
             for buffer in self._buffers():
                 buffer.flags.writeable = False
@@ -55,12 +101,60 @@ class SparseTensor:
         """Whether the tensor is known well formed and its buffers cannot change (see the class doc)."""
         return self._sealed
 
+    @property
+    def validated(self) -> bool:
+        """Whether the tensor's buffers were checked well formed (when it was made, or by a kernel call that
+        took it): kernels take it without checking it again (see the class doc)."""
+        return self._validated
+
+    def memo(self) -> dict:
+        """A dict for what callers derive from the tensor's (immutable) buffers once and reuse on every call
+        (the runtime keeps its kernel argument descriptors here). Empty at first; never pickled."""
+        if self._memo is None:
+            self._memo = {}
+        return self._memo
+
     @classmethod
     def from_buffers(cls, shape, format: Format, pos=None, crd=None, values=None, *, validate: bool = True,
                      name: str = "tensor") -> SparseTensor:
-        """Wrap level buffers without copying. `pos` / `crd` have one entry per level (None where a level has
-        no such buffer); omitted, they are all None (an all-dense format). `validate=False` skips the O(nnz)
-        checks for buffers splyce produced itself."""
+        """Wrap level buffers without copying.
+
+        Parameters
+        ----------
+        shape : tuple of int
+            The dimensions' sizes.
+        format : Format
+            The storage format.
+        pos, crd : sequence of ndarray or None, optional
+            One entry per level (None where a level has no such buffer); omitted, all None (an all-dense
+            format).
+        values : ndarray
+            One value per position of the last level.
+        validate : bool, optional
+            ``False`` skips the O(nnz) checks, for buffers splyce produced itself.
+        name : str, optional
+            The tensor's name in error messages.
+
+        Returns
+        -------
+        SparseTensor
+            A tensor over these very arrays.
+
+        Raises
+        ------
+        ValueError
+            Malformed buffers, naming the tensor, level and position.
+
+        Examples
+        --------
+        >>> import numpy as np, splyce
+        >>> t = splyce.SparseTensor.from_buffers(
+        ...     (2, 3), splyce.CSR, pos=[None, np.array([0, 1, 3])], crd=[None, np.array([2, 0, 1])],
+        ...     values=np.array([1.0, 2.0, 3.0]))
+        >>> t.to_numpy()
+        array([[0., 0., 1.],
+               [2., 3., 0.]])
+        """
         pos = (None,) * format.ndim if pos is None else tuple(pos)
         crd = (None,) * format.ndim if crd is None else tuple(crd)
         return cls(shape, format, pos, crd, values, validate=validate, name=name)
@@ -112,9 +206,10 @@ class SparseTensor:
         cells = "".join(f"<tr><th {left}>{k}</th><td {left}>{html.escape(v)}</td></tr>" for k, v in rows)
         return f"<table><caption>splyce.SparseTensor</caption>{cells}</table>"
 
-    # -- NumPy-style operators: the drop-ins (splyce.matmul / multiply / add / subtract), never a silent dense
-    # conversion. NumPy defers to them (``__array_ufunc__ = None``), so ``x @ t`` and ``x * t`` of an ndarray
-    # ``x`` come here too instead of densifying ``t`` through ``__array__``; ``np.asarray(t)`` still densifies.
+    # -- NumPy-style operators (``@ * + -``, unary ``-``, ``/`` by a scalar, ``sum``) are the drop-ins,
+    # attached by splyce.api (imported with splyce), never a silent dense conversion. NumPy defers to them
+    # (``__array_ufunc__ = None``), so ``x @ t`` and ``x * t`` of an ndarray ``x`` come to them too instead of
+    # densifying ``t`` through ``__array__``; ``np.asarray(t)`` still densifies.
     __array_ufunc__ = None
 
     @property
@@ -126,59 +221,11 @@ class SparseTensor:
         order = tuple(n - 1 - d for d in fmt.order)
         # sealed as this one is: the same read-only buffers, as well formed as they were
         return SparseTensor(self._shape[::-1], Format(fmt.levels, order, fmt.pos_width, fmt.crd_width), self._pos,
-                            self._crd, self._values, validate=False, _owned=self._sealed)
+                            self._crd, self._values, validate=False, _owned=self._sealed,
+                            _validated=self._validated)
 
     def transpose(self) -> SparseTensor:
         return self.T
-
-    def sum(self, axis=None):
-        """NumPy's ``sum`` over ``axis`` (None: all; an int or a tuple of ints): a NumPy scalar or array."""
-        from splyce import api
-
-        if axis is None:
-            return self._values.sum()       # scipy's A.sum(): NumPy's sum of the stored values, bit for bit
-        letters = "abcdefgh"[:self.ndim]
-        try:
-            axes = [operator.index(a) for a in (axis if isinstance(axis, tuple) else (axis,))]
-        except TypeError:
-            raise TypeError(f"sum: axis must be None, an int or a tuple of ints, got {axis!r}") from None
-        axes = {a + self.ndim if a < 0 else a for a in axes}
-        if any(not 0 <= a < self.ndim for a in axes):
-            raise np.exceptions.AxisError(f"sum: axis {axis} is out of bounds for a {self.ndim}-D tensor")
-        kept = "".join(letter for d, letter in enumerate(letters) if d not in axes)
-        return api.einsum(f"{letters}->{kept}", self)
-
-    def _binary(self, other, name: str, reflected: bool):
-        from splyce import api
-        from splyce.tracer.tracer import Tracer
-
-        if isinstance(other, Tracer):
-            return NotImplemented           # inside a jitted function: the tracer's own operator
-        fn = getattr(api, name)
-        return fn(other, self) if reflected else fn(self, other)
-
-    def _operator(name: str, reflected: bool):    # ``self <op> other`` (reflected: ``other <op> self``)
-        return lambda self, other: self._binary(other, name, reflected)
-
-    __matmul__, __rmatmul__ = _operator("matmul", False), _operator("matmul", True)
-    __mul__, __rmul__ = _operator("multiply", False), _operator("multiply", True)
-    __add__, __radd__ = _operator("add", False), _operator("add", True)
-    __sub__, __rsub__ = _operator("subtract", False), _operator("subtract", True)
-    del _operator
-
-    def __neg__(self) -> SparseTensor:
-        from splyce.planner import broadcast
-
-        return broadcast.negated(self)
-
-    def __truediv__(self, other) -> SparseTensor:
-        """Division by a scalar (scipy's rule: the same positions, ``np.true_divide`` of the values)."""
-        from splyce.planner import broadcast
-
-        if not broadcast.is_scalar(other):
-            raise TypeError(f"SparseTensor / {type(other).__name__}: only division by a scalar is supported "
-                            "(dividing by an array would divide by the tensor's implicit zeros)")
-        return self.with_values(np.true_divide(self._values, other))
 
     def copy(self) -> SparseTensor:
         return self.with_values(self._values.copy())
@@ -214,8 +261,14 @@ class SparseTensor:
         return out if dtype is None else out.astype(dtype, copy=False)
 
     def to_scipy(self):
-        """A scipy.sparse array: csr_array for CSR, csc_array for CSC, coo_array for COO (sharing buffers),
-        otherwise csr_array. Needs ndim 2 (scipy's coo_array for other ranks). An all-dense format drops zeros."""
+        """The tensor as a scipy.sparse array.
+
+        Returns
+        -------
+        scipy.sparse array
+            ``csr_array`` for CSR, ``csc_array`` for CSC, ``coo_array`` for COO (sharing buffers), otherwise
+            a ``csr_array``; a ``coo_array`` for other ranks than 2. An all-dense format drops its zeros.
+        """
         import scipy.sparse as sps
 
         fmt = self._format
@@ -273,7 +326,7 @@ def _default_format(ndim: int, sparse_default: Format | None = None) -> Format:
     return csf(ndim)
 
 
-def _from_coords(shape, fmt, coords, values, copy, name, sorted_unique=False) -> SparseTensor:
+def from_coords(shape, fmt, coords, values, copy, name, sorted_unique=False) -> SparseTensor:
     if copy is False:
         raise ValueError(f"{name}: converting to {fmt} needs a copy, but copy=False")
     shape = check_shape(shape, name)
@@ -304,12 +357,13 @@ def _from_numpy(x: np.ndarray, fmt, copy, name) -> SparseTensor:
         values = np.ascontiguousarray(in_levels, dtype=x.dtype.newbyteorder("=")).reshape(-1)
         if copy and np.shares_memory(values, x):
             values = values.copy()
-        return SparseTensor(x.shape, fmt, (None,) * x.ndim, (None,) * x.ndim, values, validate=False)
+        return SparseTensor(x.shape, fmt, (None,) * x.ndim, (None,) * x.ndim, values, validate=False,
+                            _validated=True)   # all dense: nothing to check
     lvl_coords = np.nonzero(in_levels)       # sorted in level order, unique
     coords = [None] * x.ndim
     for l, d in enumerate(fmt.order):
         coords[d] = lvl_coords[l]
-    return _from_coords(x.shape, fmt, coords, in_levels[lvl_coords], copy, name, sorted_unique=True)
+    return from_coords(x.shape, fmt, coords, in_levels[lvl_coords], copy, name, sorted_unique=True)
 
 
 def _wrap_compressed(x, native: Format, fmt: Format, copy, name) -> SparseTensor | None:
@@ -327,7 +381,7 @@ def _wrap_compressed(x, native: Format, fmt: Format, copy, name) -> SparseTensor
         pos = (None, convert.to_index_array(x.indptr, fmt.pos_width, "pos positions", name))
         crd = (None, convert.to_index_array(x.indices, fmt.crd_width, "crd coordinates", name))
         data = data.copy() if copy else data
-    tensor = SparseTensor(x.shape, fmt, pos, crd, data, validate=False)
+    tensor = SparseTensor(x.shape, fmt, pos, crd, data, validate=False, _validated=True)   # checked above
     return tensor.copy() if copy and fmt == native else tensor
 
 
@@ -362,7 +416,7 @@ def _from_scipy(x, fmt, copy, name) -> SparseTensor:
         sparse_default = COO if x.format == "coo" else CSR
         fmt = (coo(x.ndim) if x.format == "coo" and x.ndim > 2 else _default_format(x.ndim, sparse_default))
         fmt = fmt.with_widths(width, width)
-    return _from_coords(x.shape, fmt, list(coo_x.coords), coo_x.data, copy, name)
+    return from_coords(x.shape, fmt, list(coo_x.coords), coo_x.data, copy, name)
 
 
 def _from_pydata(x, fmt, copy, name) -> SparseTensor:
@@ -380,22 +434,92 @@ def _from_pydata(x, fmt, copy, name) -> SparseTensor:
         raise TypeError(f"{name}: unsupported pydata-sparse type {type(x).__name__}; use COO or GCXS")
     if fmt is None:
         fmt = coo(x.ndim) if x.ndim >= 2 else _default_format(x.ndim)
-    return _from_coords(x.shape, fmt, list(x.coords), x.data, copy, name)
+    return from_coords(x.shape, fmt, list(x.coords), x.data, copy, name)
+
+
+_ROWS_OF_COLUMNS = (Level("dense"), Level("compressed"))
+
+
+def _swapped_order(x: SparseTensor, fmt: Format) -> SparseTensor | None:
+    """A CSC stored as CSR (or the reverse) by a counting transpose of its buffers, O(nnz + n) native code,
+    instead of a sort of all coordinates; None when the formats are not that pair. The buffers of a CSC are
+    the CSR of its transpose, whose transpose is the CSR wanted (entries in order, values' bits kept)."""
+    old = x.format
+    if x.ndim != 2 or old.levels != _ROWS_OF_COLUMNS or fmt.levels != _ROWS_OF_COLUMNS or fmt.order == old.order:
+        return None
+    from splyce.native import transpose
+
+    data, indices, indptr = x.values, x.crd[1], x.pos[1]
+    if not transpose.supported(data, indices, indptr):
+        return None
+    if not x.validated:    # native code follows these indices: checked once (docs/caches.md)
+        check_buffers(x.shape, old, x.pos, x.crd, x.values, "tensor")
+        x._validated = True
+    rows, cols = (x.shape[1], x.shape[0]) if old.order == (1, 0) else (x.shape[0], x.shape[1])
+    t_data, t_indices, t_indptr = transpose.transpose(data, indices, indptr, rows, cols)
+    pos = to_index_array_checked(t_indptr, fmt.pos_width)
+    crd = to_index_array_checked(t_indices, fmt.crd_width)
+    if pos is None or crd is None:
+        return None
+    return SparseTensor(x.shape, fmt, (None, pos), (None, crd), t_data, validate=False, _owned=True)
+
+
+def to_index_array_checked(arr: np.ndarray, width: int) -> np.ndarray | None:
+    """``arr`` as the index dtype of ``width`` bits, or None when a value does not fit."""
+    dtype = np.dtype(np.int32 if width == 32 else np.int64)
+    if arr.dtype == dtype:
+        return arr
+    if dtype == np.int32 and len(arr) and int(arr.max()) > np.iinfo(np.int32).max:
+        return None
+    return arr.astype(dtype)
 
 
 def asarray(x, format: Format | None = None, copy: bool | None = None, *, name: str = "tensor") -> SparseTensor:
-    """Convert `x` to a SparseTensor stored in `format`.
+    """Convert `x` to a `SparseTensor` stored in `format`.
 
-    `x`: a NumPy array (or anything np.asarray accepts; zeros are not stored), any scipy.sparse array or
-    matrix, a pydata-sparse COO / GCXS, or a SparseTensor. Default formats: `dense(ndim)` for NumPy input
-    (pass a sparse format to store only its nonzeros), scipy csr / bsr / dia / lil / dok, CSC for scipy csc, COO for scipy coo (`coo(ndim)` for n-D), `coo(ndim)` for pydata COO, CSR / CSC for a 2-D GCXS
-    compressed along rows / columns, otherwise the sparse vector for 1-D and `csf(ndim)` for 3-D and up.
-    scipy int32 indices give index widths 32.
+    `x` is never modified. Non-canonical scipy input (unsorted or duplicate indices, whatever its flags say)
+    is canonicalized on a copy, duplicates summed.
 
-    `copy=None` shares buffers when it can: a canonical scipy CSR / CSC in its own format is wrapped without
-    copying (validation reads it in O(nnz), ~0.5 ms per million entries). `copy=True` always copies;
-    `copy=False` raises ValueError when a copy is needed. Non-canonical scipy input (unsorted or duplicate
-    indices, whatever its flags say) is canonicalized on a copy, duplicates summed; `x` is never modified.
+    Parameters
+    ----------
+    x : array_like or scipy.sparse array or matrix or pydata-sparse array or SparseTensor
+        A NumPy array (or anything ``np.asarray`` accepts), any scipy.sparse array or matrix, a pydata-sparse
+        ``COO`` / ``GCXS``, or a ``SparseTensor``.
+    format : Format, optional
+        The storage format. None: ``dense(ndim)`` for NumPy input (pass a sparse format to store only its
+        nonzeros); CSR for scipy csr / bsr / dia / lil / dok, CSC for csc, COO for coo; ``coo(ndim)`` for
+        pydata COO; CSR / CSC for a 2-D GCXS compressed along rows / columns; otherwise ``SPARSE_VECTOR``
+        in 1-D and ``csf(ndim)`` in 3-D and up. scipy's int32 indices give index widths 32.
+    copy : bool, optional
+        None: share buffers when it can (a canonical scipy CSR / CSC in its own format is wrapped without
+        copying, and checked in O(nnz)); True: always copy (the result is sealed); False: raise when a copy
+        is needed.
+    name : str, optional
+        The tensor's name in error messages.
+
+    Returns
+    -------
+    SparseTensor
+        The tensor.
+
+    Raises
+    ------
+    ValueError
+        Malformed input (out-of-range coordinates, non-monotone positions, bad shapes) naming the tensor,
+        level and position; a 0-d array; ``copy=False`` when a copy is needed.
+    TypeError
+        A `format` that is not a ``Format``, an unsupported pydata-sparse type, or an unsupported dtype.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sps, splyce
+    >>> A = sps.random_array((1000, 1000), density=0.01, format="csr", rng=0)
+    >>> t = splyce.asarray(A)                      # a canonical CSR: wrapped, not copied
+    >>> np.shares_memory(t.values, A.data)
+    True
+    >>> x = splyce.asarray(np.eye(3), format=splyce.CSR)     # only the nonzeros are stored
+    >>> x.nnz
+    3
     """
     if format is not None and not isinstance(format, Format):
         raise TypeError(f"{name}: format must be a splyce Format, not {type(format).__name__}")
@@ -404,7 +528,10 @@ def asarray(x, format: Format | None = None, copy: bool | None = None, *, name: 
             return x.copy() if copy else x
         if x.format.is_dense:     # its stored zeros are not entries: convert like a NumPy array
             return _from_numpy(x.to_numpy(), format, copy, name)
-        return _from_coords(x.shape, format, x.coords(), x.values, copy, name)
+        swapped = _swapped_order(x, format)
+        if swapped is not None:
+            return swapped
+        return from_coords(x.shape, format, x.coords(), x.values, copy, name)
     sps = sys.modules.get("scipy.sparse")
     if sps is not None and sps.issparse(x):
         return _from_scipy(x, format, copy, name)

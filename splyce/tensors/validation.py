@@ -14,17 +14,14 @@ import sys
 
 import numpy as np
 
+from splyce.errors import NotCanonicalError
+from splyce.native.dtypes import DTYPE_NAMES, SUPPORTED_DTYPES
 from splyce.tensors.formats import Format
 
 __all__ = ["DTYPE_NAMES", "SUPPORTED_DTYPES", "NotCanonicalError", "check_dtype", "check_shape", "check_buffers", "validate"]
 
-# The value dtypes every stage supports (the lowering maps each to an MLIR element type): defined once here.
-DTYPE_NAMES = ("float64", "float32", "int64", "int32", "bool", "complex128", "complex64")
-SUPPORTED_DTYPES = tuple(np.dtype(t) for t in DTYPE_NAMES)
 
 
-class NotCanonicalError(ValueError):
-    """Coordinates unsorted or duplicated within a segment: the one defect a canonicalizing copy can fix."""
 
 
 def check_dtype(dtype, name: str = "tensor") -> np.dtype:
@@ -91,7 +88,7 @@ def _check_order(crd: np.ndarray, within: np.ndarray, level, label: str, segment
     return within & (diff == 0)
 
 
-# The native single-pass scan (backend/native_validation.py) answers True when the buffers are well formed;
+# The native single-pass scan (native/validation.py) answers True when the buffers are well formed;
 # on False the NumPy checks below run and word the error. It is JIT-compiled with llvmlite, so it is used
 # once splyce's compiler is loaded in this process anyway (a jitted call or a drop-in), or for tensors large
 # enough that loading it costs less than the NumPy checks; `import splyce` and small conversions never load
@@ -100,9 +97,9 @@ NATIVE_MIN_ENTRIES = 1 << 18
 
 
 def _native_ok(shape, fmt, pos, crd, values) -> bool:
-    if "splyce.backend.codegen" not in sys.modules and len(values) < NATIVE_MIN_ENTRIES:
+    if "splyce.native.codegen" not in sys.modules and len(values) < NATIVE_MIN_ENTRIES:
         return False
-    from splyce.backend.native_validation import buffers_ok
+    from splyce.native.validation import buffers_ok
 
     return buffers_ok(shape, fmt, pos, crd, values)
 
@@ -191,5 +188,7 @@ def check_buffers(shape, fmt: Format, pos, crd, values, name: str = "tensor") ->
 
 
 def validate(tensor, name: str = "tensor") -> None:
-    """Check a SparseTensor's buffers (cheap, vectorized, no copies): call before handing it to a kernel."""
+    """Check a SparseTensor's buffers (cheap, vectorized, no copies) and mark it validated (trusted by later
+    kernel calls): call before handing a tensor that is not ``validated`` to a kernel."""
     check_buffers(tensor.shape, tensor.format, tensor.pos, tensor.crd, tensor.values, name)
+    tensor._validated = True   # tensor.py's class, same package

@@ -11,16 +11,13 @@ import string
 
 from splyce.tensors.formats import Format, relabelled
 from splyce.tracer.ir import ContractParams, Node, TensorType, result_dtype
+from splyce.errors import TraceError  # re-exported: defined once in splyce.errors
 
 MAX_OPERANDS = 4
 MAX_RANK = 4
 
 # What a user may pass as out_format: "dense", "sparse" (an automatic sparse format) or a Format.
 OUT_FORMATS = ("dense", "sparse")
-
-
-class TraceError(ValueError):
-    """A traced operation that cannot be compiled (shape mismatch, unsupported operation or operand)."""
 
 
 class Tracer:
@@ -294,7 +291,7 @@ def divide(a, b) -> Tracer:
 
 def absolute(a) -> Tracer:
     """NumPy's ``abs``: the real magnitude of complex values (complex128 -> float64), the identity on bools."""
-    from splyce.lowering.scalars import real_dtype
+    from splyce.native.dtypes import real_dtype
 
     na = _node(a, "abs")
     t = na.type

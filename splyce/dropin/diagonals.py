@@ -86,8 +86,8 @@ def _build(family: str, shape: tuple[int, ...], coords, values, sparse_out: bool
         dense[tuple(coords)] = values
         return dense
     from splyce.tensors.formats import SPARSE_VECTOR, CSR, csf
-    from splyce.tensors.tensor import _from_coords
+    from splyce.tensors.tensor import from_coords
 
     fmt = SPARSE_VECTOR if len(shape) == 1 else CSR if len(shape) == 2 else csf(len(shape))
-    return _from_coords(shape, fmt, [np.asarray(c, dtype=np.int64) for c in coords], values, None,
+    return from_coords(shape, fmt, [np.asarray(c, dtype=np.int64) for c in coords], values, None,
                         "einsum diagonal")

@@ -542,7 +542,7 @@ def _numpy_set_handler():
 
 
 def _build() -> dict:
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native.codegen import compile_host_helpers
 
     functions = compile_host_helpers(_ir(), _SIGNATURES)
     heap = {name: ctypes.cast(functions[f"pool_{name}"], ctypes.c_void_p).value for name in _HEAP_FUNCTIONS}

@@ -25,9 +25,9 @@ import threading
 
 import numpy as np
 
-from splyce.backend.array_objects import address as _address
-from splyce.backend import ir_text
-from splyce.tensors.validation import SUPPORTED_DTYPES
+from splyce.native.array_objects import address as _address
+from splyce.native import ir_text
+from splyce.native.dtypes import SUPPORTED_DTYPES
 
 # 1. any pos[s] > pos[s+1] for s in [0, nseg)
 _POS_TEMPLATE = """
@@ -157,7 +157,7 @@ _BOUNDARY_SIG = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64
 @functools.cache
 def _scanners(pos_bits: int, crd_bits: int, rule: str):
     """Compile one variant on first use (~20 ms), once per process: (pos scan, crd scan, boundary scan)."""
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native.codegen import compile_host_helpers
 
     tag = f"p{pos_bits}_c{crd_bits}_{rule}"
     cmp = _ORDER.get(rule, "slt")
@@ -201,7 +201,7 @@ def buffers_ok(shape, fmt, pos, crd, values) -> bool:
 
 
 def _is_canonical_matrix(fmt, pos) -> bool:
-    from splyce.backend.array_objects import DATA_OFFSET
+    from splyce.native.array_objects import DATA_OFFSET
 
     return (fmt.ndim == 2 and fmt.levels[0].kind == "dense" and fmt.levels[1].kind == "compressed"
             and fmt.levels[1].unique and fmt.levels[1].ordered and fmt.pos_width == fmt.crd_width
@@ -379,8 +379,8 @@ def _unique_scans_ir(names: dict, bits: int) -> str:
 def _compile_driver(tag: str, bits: int, driver: str, kinds: str, **fields):
     """A canonical-CSR driver (``driver``, formatted with the scans' names and ``fields``) and the three scans,
     compiled once, reached through an object entry taking ``kinds`` arguments."""
-    from splyce.backend import array_objects
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native import array_objects
+    from splyce.native.codegen import compile_host_helpers
 
     names = {k: f"splyce_{k}_{tag}" for k in ("pos_scan", "crd_scan", "boundary_scan", "driver", "entry")}
     text = (_unique_scans_ir(names, bits)

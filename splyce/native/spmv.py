@@ -31,9 +31,9 @@ import threading
 
 import numpy as np
 
-from splyce.backend.array_objects import address as _address
-from splyce.backend.ir_text import IR as _IR, VALUE as _VALUE, ext as _ext, load_index as _load_index, loop as _loop
-from splyce.backend.ir_text import run_chunks as _run_chunks, work_chunks as _work_chunks
+from splyce.native.array_objects import address as _address
+from splyce.native.ir_text import IR as _IR, VALUE as _VALUE, ext as _ext, load_index as _load_index, loop as _loop
+from splyce.native.ir_text import run_chunks as _run_chunks, work_chunks as _work_chunks
 
 # Rows advanced together (independent addition chains). Measured on the shared 2-core EPYC (Delaunay meshes,
 # R-MAT, 0.7-1M entries): 1 is fastest there (1.76 ms vs 2.16 for 4 and 3.0 for 8 on a 3-D mesh); the gather
@@ -408,7 +408,7 @@ def _spmv_flat_ir(name: str, value: np.dtype, p: int, c: int) -> str:
     """Rows [lo, hi) of y = A @ x by one loop over their entries (``_FLAT``), checking as ``_spmv_ir`` does:
     each segment ``start <= stop <= nnz`` before its entries are read, each column ``< n`` (unsigned) before
     ``x`` is read there; 1 (``y`` incomplete) at the first defect."""
-    from splyce.backend.codegen import host_target
+    from splyce.native.codegen import host_target
 
     t, mul, add, zero = _VALUE[value]
     if t in ("double", "float") and host_target().triple.startswith("x86_64"):
@@ -433,7 +433,7 @@ def _spmv(value: np.dtype, p: int, c: int, check: bool, flat: bool = False):
     """The SpMV kernel on rows [lo, hi); with ``check``, one that checks the positions and columns it reads as
     it reads them (``_spmv_ir``) and returns 1, the output incomplete, at the first defect. ``flat``: the flat
     kernel for rows of a few entries (``_FLAT``), which always checks (its checks are predicted branches)."""
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native.codegen import compile_host_helpers
 
     if flat:
         name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_flat_checked"
@@ -568,7 +568,7 @@ def _l2_bytes() -> int:
 
 
 def _host_cpu() -> str:
-    from splyce.backend.codegen import host_target
+    from splyce.native.codegen import host_target
 
     return host_target().cpu
 
@@ -578,7 +578,7 @@ GROUPED_MAX_BYTES, GROUPED_MIN_ROW, FLAT_MIN_BYTES = _tuned_for(_host_cpu(), _l2
 
 @functools.cache
 def _spmm(value: np.dtype, p: int, c: int, k: int | None, check: bool = False):
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native.codegen import compile_host_helpers
 
     name = f"splyce_spmm_{_VALUE[value][0]}_p{p}_c{c}_k{k or 'any'}" + ("_checked" if check else "")
     return compile_host_helpers(_spmm_ir(name, value, p, c, k, check), {name: _SPMM_SIG})[name]
@@ -653,8 +653,8 @@ def _spmv_objects(value: np.dtype, p: int, c: int, variant: str):
     objects (``array_objects``), nonzero when the index arrays are malformed (then ``y`` is incomplete).
     ``variant``: "rows" (one row at a time), "grouped" (rows of varying lengths in groups of ``GROUPED_ROWS``,
     for matrices that stay in cache) or "flat" (one loop over all entries, for rows of a few entries)."""
-    from splyce.backend import array_objects
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native import array_objects
+    from splyce.native.codegen import compile_host_helpers
 
     text, entry = spmv_objects_ir(value, p, c, variant)
     return compile_host_helpers(text, {entry: array_objects.signature(8)})[entry]
@@ -662,8 +662,8 @@ def _spmv_objects(value: np.dtype, p: int, c: int, variant: str):
 
 def spmv_objects_ir(value: np.dtype, p: int, c: int, variant: str) -> tuple[str, str]:
     """The IR of ``_spmv_objects`` and its entry's name."""
-    from splyce.backend import array_objects
-    from splyce.backend.native_validation import position_check_ir, position_ends_ir, range_check_ir
+    from splyce.native import array_objects
+    from splyce.native.validation import position_check_ir, position_ends_ir, range_check_ir
 
     if variant not in ("rows", "grouped", "flat"):
         raise ValueError(f"unknown SpMV variant {variant!r}")
@@ -689,9 +689,9 @@ def _spmm_objects(value: np.dtype, p: int, c: int, k: int):
     """``i64 f(id(indptr), id(indices), id(data), id(X), id(Y), n, m, nnz)``: SpMM with ``k`` (<= SPMM_FIXED)
     columns on array objects, checking what it reads as SpMV does; nonzero (``Y`` incomplete) when the operand
     is malformed."""
-    from splyce.backend import array_objects
-    from splyce.backend.codegen import compile_host_helpers
-    from splyce.backend.native_validation import position_ends_ir
+    from splyce.native import array_objects
+    from splyce.native.codegen import compile_host_helpers
+    from splyce.native.validation import position_ends_ir
 
     name = f"splyce_spmm_{_VALUE[value][0]}_p{p}_c{c}_k{k}"
     checked, whole, entry = name + "_checked", name + "_whole", name + "_objects"

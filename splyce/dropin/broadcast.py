@@ -24,6 +24,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from splyce.dropin.operands import _to_dense_vector, operand_family
+
+# The same-shape ops and einsum that a broadcast form reduces to, bound by splyce.dropin's __init__ once they
+# are defined (they use these rules in turn: binding them keeps the import graph free of cycles).
+_OPS: dict = {}
+
+
+def bind(**ops) -> None:
+    """Set the ops the broadcast forms call: ``multiply``, ``add``, ``subtract`` and ``einsum``."""
+    _OPS.update(ops)
+
 _SCALAR_ADD_ERRORS = {   # scipy's words, by (op, sparse operand first)
     ("add", True): "adding a nonzero scalar to a sparse array is not supported",
     ("add", False): "adding a nonzero scalar to a sparse array is not supported",
@@ -68,14 +79,12 @@ def elementwise(name: str, a, b, sparse_a: bool, sparse_b: bool, out_format, thr
         return out
     # a sum or difference with a dense operand is dense: the operand broadcast to the matrix's shape (the
     # result's size), then the same-shape drop-in
-    from splyce.planner import dropin
-
     try:
         full = np.ascontiguousarray(np.broadcast_to(np.asarray(o), np.shape(s)))
     except ValueError:
         raise _shape_error(name, a, b) from None
     pair = (s, full) if sparse_first else (full, s)
-    return getattr(dropin, name)(*pair, out_format=out_format, threads=threads)
+    return _OPS[name](*pair, out_format=out_format, threads=threads)
 
 
 # scipy formats whose multiply keeps their class for a one-element dense / sparse operand; the others multiply
@@ -91,19 +100,15 @@ def _as_scipy_keeps(s, keeps):
 
 def _element(x):
     """The one element of a one-element sparse operand (scipy: ``toarray()[0, 0]``)."""
-    from splyce.planner import dropin
-
-    return x.toarray().flat[0] if hasattr(x, "toarray") else dropin._to_dense_vector(x)[0]
+    return x.toarray().flat[0] if hasattr(x, "toarray") else _to_dense_vector(x)[0]
 
 
 def _stored_sum(x):
     """A one-element sparse operand's stored values summed (scipy: ``data.sum()``, 0 when none is stored)."""
-    from splyce.planner import dropin
-
     data = getattr(x, "data", None)
     if isinstance(data, np.ndarray):
         return data.sum()
-    return dropin._to_dense_vector(x).sum()
+    return _to_dense_vector(x).sum()
 
 
 def _shape_error(name, a, b) -> ValueError:
@@ -174,15 +179,13 @@ def _vector_letter(matrix_shape, vector_shape) -> str | None:
 def _times_dense_vector(s, v: np.ndarray, out_format, threads: int):
     """A sparse matrix times a dense row or column at its stored positions (einsum kernel, O(nnz)); scipy's
     result is a COO. None when ``v`` is neither."""
-    from splyce.planner import dropin
-
     letter = _vector_letter(np.shape(s), v.shape)
     if letter is None:
         return None
     sparse_out = out_format is None or out_format == "sparse"
-    out = dropin.einsum(f"ij,{letter}->ij", s, np.ascontiguousarray(v.reshape(-1)),
+    out = _OPS["einsum"](f"ij,{letter}->ij", s, np.ascontiguousarray(v.reshape(-1)),
                         out_format="sparse" if sparse_out else out_format, threads=threads)
-    if out_format is None and dropin._family(s).startswith("scipy"):
+    if out_format is None and operand_family(s).startswith("scipy"):
         # scipy: a COO, but DIA multiplies its diagonals and stays a DIA
         return out.todia() if s.format == "dia" else out.tocoo()
     return out
@@ -192,17 +195,15 @@ def _times_sparse_vector(a, b, out_format, threads: int):
     """A sparse matrix times a sparse row or column vector (either side): scipy's product with the vector's
     diagonal matrix, i.e. the dense rule with zero products dropped; a CSR (a CSC for a row against a CSC
     matrix). None when neither operand is a vector of the other's shape."""
-    from splyce.planner import dropin
-
     for s, v in ((a, b), (b, a)):
         if np.ndim(s) != 2:
             continue
         letter = _vector_letter(np.shape(s), tuple(np.shape(v)))
         if letter is None:
             continue
-        pydata = dropin._family(s) == "pydata"
-        dense = dropin._to_dense_vector(v)
-        out = dropin.einsum(f"ij,{letter}->ij", s.to_scipy_sparse() if pydata else s, dense, out_format="sparse",
+        pydata = operand_family(s) == "pydata"
+        dense = _to_dense_vector(v)
+        out = _OPS["einsum"](f"ij,{letter}->ij", s.to_scipy_sparse() if pydata else s, dense, out_format="sparse",
                             threads=threads)
         out.eliminate_zeros()                 # our own result: scipy's product stores no zero
         if letter == "j" and getattr(s, "format", None) in ("csc", "bsr"):

@@ -36,9 +36,9 @@ import threading
 
 import numpy as np
 
-from splyce.backend.array_objects import address as _address
-from splyce.backend import ir_text
-from splyce.backend.ir_text import pool, row_chunks, run_each
+from splyce.native.array_objects import address as _address
+from splyce.native import ir_text
+from splyce.native.ir_text import pool, row_chunks, run_each
 
 # Rows [lo, hi) of A @ B into cc / cv from position base on; ends[i - lo] = row i's end; returns the end.
 # {accumulate}: one multiply-add (col, prod at position c2; defines block j_next, which sets c2n and loops);
@@ -386,25 +386,28 @@ def _bits(arr: np.ndarray) -> int:
 
 
 @functools.cache
-def _product(dense: bool, value: np.dtype, pa: int, ca: int, pb: int, cb: int, co: int):
-    from splyce.backend.codegen import compile_host_helpers
+def _product(dense: bool, value: np.dtype, pa: int, ca: int, pb: int, cb: int, co: int, keep_zeros: bool = False):
+    from splyce.native.codegen import compile_host_helpers
 
     t, mul, add = _VALUE[value]
     floating = t in ("double", "float")
-    name = f"splyce_spgemm_{'dense' if dense else 'sparse'}_{t}_{pa}_{ca}_{pb}_{cb}_{co}"
+    name = f"splyce_spgemm_{'dense' if dense else 'sparse'}_{t}_{pa}_{ca}_{pb}_{cb}_{co}" + ("_keep" if keep_zeros else "")
+    # keep_zeros: every position the product reaches is stored, zero sums too (the sparsifier's result): the
+    # zero tests become constant false / the keep test constant true, and LLVM folds the compaction away
+    nonzero = ("fcmp true" if floating else "icmp uge") if keep_zeros else ("fcmp une" if floating else "icmp ne")
+    zero_test = ("fcmp false" if floating else "icmp ult") if keep_zeros else ("fcmp oeq" if floating else "icmp eq")
     body = (_DENSE_ACCUMULATE, _DENSE_FINISH) if dense else (_SPARSE_ACCUMULATE, _SPARSE_FINISH)
     text = (_ROWS.replace("{accumulate}", body[0]).replace("{finish}", body[1]) + _BACKWARD).format(name=name, t=t, mul=mul, add=add, pa=pa, ca=ca, pb=pb, cb=cb, co=co,
                            pa_ext=_ext(pa), ca_ext=_ext(ca), pb_ext=_ext(pb), cb_ext=_ext(cb), co_ext=_ext(co),
                            co_narrow="trunc i64" if co == 32 else "bitcast i64",
-                           nonzero="fcmp une" if floating else "icmp ne", zero_test="fcmp oeq" if floating else "icmp eq",
-                           zero="0.0" if floating else "0")
+                           nonzero=nonzero, zero_test=zero_test, zero="0.0" if floating else "0")
     fns = compile_host_helpers(text, {name: _PRODUCT_SIG, f"{name}_backward": _BACKWARD_SIG})
     return fns[name], fns[f"{name}_backward"]
 
 
 @functools.cache
 def _flops(pa: int, ca: int, pb: int):
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native.codegen import compile_host_helpers
 
     name = f"splyce_spgemm_flops_{pa}_{ca}_{pb}"
     text = _FLOPS.format(name=name, pa=pa, ca=ca, pb=pb, pa_ext=_ext(pa), ca_ext=_ext(ca), pb_ext=_ext(pb))
@@ -533,10 +536,11 @@ def _copy_tasks(counts, offsets, threads: int):
     return tasks
 
 
-def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1) -> Product:
+def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = False) -> Product:
     """``A @ B`` for CSR parts ``a = (data, indices, indptr)`` and ``b`` (index arrays int32 or int64, any
     widths; values of ``dtype``, C-contiguous, already validated: in-range columns, monotone positions).
-    The result's indices are int32 when the column count and entry count fit, else int64."""
+    The result's indices are int32 when the column count and entry count fit, else int64. ``keep_zeros``:
+    store every position reached, zero sums included (the sparsifier's rule) instead of scipy's."""
     av, ac, ap = a
     bv, bc, bp = b
     dtype = np.dtype(dtype)
@@ -553,7 +557,7 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1) -> Product:
     dense = n <= DENSE_COLUMNS and int(ap[-1]) - int(ap[0]) >= DENSE_ROW_ENTRIES * m > 0
     with _lock:
         kernel, backward = _product(dense, dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc),
-                                    col_dtype.itemsize * 8)
+                                    col_dtype.itemsize * 8, keep_zeros)
     ranges = chunks(prefix, threads)
     if workers is not None and len(ranges) == 2:
         return _meeting_halves(kernel, backward, a, b, n, dtype, col_dtype, dense, prefix, ranges, workers)

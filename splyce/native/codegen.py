@@ -7,8 +7,14 @@ packs the Splyce fast lane's scalar pointer advance into vector registers, which
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import threading
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
+
+from splyce.native import object_cache
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -202,13 +208,107 @@ def _check_runnable(target: Target) -> None:
             f"it lacks {', '.join(target.missing_features()) or 'the target triple'}; "
             "lower(...).as_text('asm') still shows the code")
 
-def compile_host_helpers(llvm_ir: str, signatures: dict) -> dict:
-    """Hand-written LLVM IR helpers (validation, compression) compiled for the host at O3: returns
-    ``{name: ctypes function}`` for each ``signatures[name]`` (a ``ctypes.CFUNCTYPE``). The functions keep
-    their compiled module alive."""
-    target = host_target()
-    module, tm = optimize(llvm_ir, target, CodegenOptions(opt_level=3))
+# -- the native code cache ---------------------------------------------------------------------------------
+# Hand-written kernels and helpers compile once per machine and CPU: their object code is stored in the cache
+# folder (``<key>.splo``, the format of object_cache.py) and loaded by later processes. The key is the IR text
+# itself (anything baked into it, like a struct offset measured at run time, is in the key) plus what turns
+# IR into machine code: target, options, LLVM and llvmlite versions, this file.
+NATIVE_FORMAT = 1
+
+
+@dataclass
+class CodegenStats(object_cache.Stats):
+    """Process-wide counters (``splyce.native.codegen.stats``): ``compiles`` counts LLVM optimization and
+    code generation of a native module, ``hits`` loads of one from the disk cache."""
+
+    compiles: int = 0
+
+
+stats = CodegenStats()
+_write_warned = False
+
+
+@functools.cache
+def _codegen_versions() -> dict:
+    import llvmlite
+
+    llvm = _llvm()
+    return {"format": NATIVE_FORMAT, "llvmlite": llvmlite.__version__,
+            "llvm": ".".join(map(str, llvm.llvm_version_info)),
+            "codegen": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+
+
+def native_key_parts(llvm_ir: str, target: Target, options: CodegenOptions) -> dict:
+    return {"ir": hashlib.sha256(llvm_ir.encode()).hexdigest(),
+            "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
+            "options": {"opt_level": options.opt_level, "slp_vectorize": options.slp_vectorize,
+                        "loop_vectorize": options.loop_vectorize},
+            "versions": _codegen_versions()}
+
+
+def native_key(llvm_ir: str, target: Target, options: CodegenOptions) -> str:
+    parts = native_key_parts(llvm_ir, target, options)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def compile_cached(llvm_ir: str, target: Target, options: CodegenOptions, names=()) -> CompiledModule:
+    """``llvm_ir`` compiled for ``target``: loaded from the disk cache, or optimized, compiled and stored.
+    ``names``: functions the module must define (an entry lacking one is discarded). Processes missing on the
+    same module at once compile it once (a lock per key); the others load what it wrote."""
+    if not object_cache.enabled():
+        return _compile(llvm_ir, target, options)
+    key = native_key(llvm_ir, target, options)
+    path = object_cache.cache_dir() / (key + object_cache.NATIVE_SUFFIX)
+    if path.exists():
+        compiled = _load_entry(path, target, names)
+        if compiled is not None:
+            return compiled
+    with object_cache.compile_lock(key):
+        compiled = _load_entry(path, target, names)   # written by another process while this one waited
+        if compiled is None:
+            compiled = _compile(llvm_ir, target, options)
+            if compiled.object_code is not None:
+                meta = {"kind": "native", "functions": sorted(names), "cpu": target.cpu}
+                _store(path, object_cache.Entry(compiled.object_code, meta))
+    return compiled
+
+
+def _compile(llvm_ir: str, target: Target, options: CodegenOptions) -> CompiledModule:
+    module, tm = optimize(llvm_ir, target, options)
     compiled = load(module, tm, target)
+    object_cache.count(stats, "compiles")
+    return compiled
+
+
+def _load_entry(path: Path, target: Target, names) -> CompiledModule | None:
+    entry = object_cache.read(path, stats, stacklevel=4)
+    if entry is None:
+        return None
+    try:
+        compiled = load_object(entry.object_code, target)
+        for name in names:
+            compiled.function_address(name)
+    except (LookupError, RuntimeError, OSError) as exc:   # checksummed, but not what this key expects
+        object_cache.reject(path, stats, f"does not load: {exc}", stacklevel=4)
+        return None
+    return compiled
+
+
+def _store(path: Path, entry) -> None:
+    global _write_warned
+    failure = object_cache.write(path, entry, stats)
+    if failure is not None and not _write_warned:   # once: every helper would say the same
+        _write_warned = True
+        warnings.warn(f"splyce: cannot write the disk cache entry {path}: {failure} (native code is compiled "
+                      "in every process until the cache folder is writable)", stacklevel=4)
+
+
+def compile_host_helpers(llvm_ir: str, signatures: dict) -> dict:
+    """Hand-written LLVM IR helpers (validation, compression, the drop-ins' kernels) compiled for the host at
+    O3, or loaded from the disk cache: returns ``{name: ctypes function}`` for each ``signatures[name]`` (a
+    ``ctypes.CFUNCTYPE``). The functions keep their compiled module alive."""
+    target = host_target()
+    compiled = compile_cached(llvm_ir, target, CodegenOptions(opt_level=3), names=tuple(signatures))
     functions = {}
     for name, signature in signatures.items():
         fn = signature(compiled.function_address(name))

@@ -101,7 +101,7 @@ _lock = threading.Lock()
 
 @functools.cache
 def _helpers(value_type: str, index_type: str):
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native.codegen import compile_host_helpers
 
     text = _COUNT.format(t=value_type) + _FILL.format(t=value_type, ix=index_type,
                                                        narrow="trunc i64" if index_type == "i32" else "bitcast i64")

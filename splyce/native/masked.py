@@ -19,9 +19,9 @@ import threading
 
 import numpy as np
 
-from splyce.backend import ir_text
-from splyce.backend.array_objects import address as _address
-from splyce.backend.ir_text import IR, VALUE, load_index, loop, row_chunks, run_chunks, run_taken
+from splyce.native import ir_text
+from splyce.native.array_objects import address as _address
+from splyce.native.ir_text import IR, VALUE, load_index, loop, row_chunks, run_chunks, run_taken
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (mpos, mcrd, mval, apos, acrd, aval, bpos, bcrd, bval, lo, hi, mark, out, cols, ends) -> entries kept
@@ -340,7 +340,7 @@ def _bits(a: np.ndarray) -> int:
 
 @functools.cache
 def _masked(value, mp, mc, ap, ac, bp, bc):
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native.codegen import compile_host_helpers
 
     name = f"splyce_masked_spgemm_{VALUE[value][0]}_{mp}_{mc}_{ap}_{ac}_{bp}_{bc}"
     return compile_host_helpers(_masked_ir(name, value, mp, mc, ap, ac, bp, bc), {name: _MASKED_SIG})[name]
@@ -348,7 +348,7 @@ def _masked(value, mp, mc, ap, ac, bp, bc):
 
 @functools.cache
 def _masked_sum(value, ap, ac, bp, bc, cp, cc):
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native.codegen import compile_host_helpers
 
     name = f"splyce_masked_sum_{VALUE[value][0]}_{ap}_{ac}_{bp}_{bc}_{cp}_{cc}"
     return compile_host_helpers(_masked_sum_ir(name, value, ap, ac, bp, bc, cp, cc), {name: _MASKED_SUM_SIG})[name]
@@ -356,7 +356,7 @@ def _masked_sum(value, ap, ac, bp, bc, cp, cc):
 
 @functools.cache
 def _sddmm(value, mp, mc, group):
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native.codegen import compile_host_helpers
 
     name = f"splyce_sddmm_{VALUE[value][0]}_{mp}_{mc}_g{group}"
     return compile_host_helpers(_sddmm_ir(name, value, mp, mc, group), {name: _SDDMM_SIG})[name]
@@ -556,7 +556,7 @@ def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1, with_proof: bool =
 @functools.cache
 def _finite_scan(value):
     """``i64 (ptr v, i64 n)``: whether the ``n`` values at ``v`` are all finite (``_finite_ir``)."""
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native.codegen import compile_host_helpers
 
     name = f"splyce_masked_finite_{VALUE[value][0]}"
     return compile_host_helpers(_finite_ir(name, value), {name: _COUNT_SIG})[name]
@@ -570,7 +570,7 @@ _PRODUCTS_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _I)
 @functools.cache
 def _counting(value, bits):
     """(hit count of rows ``[lo, hi)``, products of the first rows, all-ones test) for one index width."""
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native.codegen import compile_host_helpers
 
     name = f"splyce_masked_count_{VALUE[value][0]}_i{bits}"
     text = (_hit_count_ir(name, bits) + _products_ir(name + "_products", bits) + _ones_ir(name + "_ones", value))
@@ -847,8 +847,8 @@ _COUNTED = {"double": ("fcmp oeq double %x, 1.0", "sitofp", 2**53), "float": ("f
 def _sum_checked_kernel(value: np.dtype, bits: int, exact: int | None = None):
     """The entry of ``_SUM_CHECKED`` on array objects; ``exact``: the largest count taken as the sum (default:
     the value type's; tests lower it to reach the summing fallback)."""
-    from splyce.backend import array_objects, native_validation
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native import array_objects, validation as native_validation
+    from splyce.native.codegen import compile_host_helpers
 
     t = VALUE[value][0]
     name = f"splyce_masked_sum_checked_{t}_i{bits}"

@@ -19,8 +19,8 @@ import threading
 
 import numpy as np
 
-from splyce.backend.array_objects import DATA_OFFSET, address as _address
-from splyce.backend import ir_text
+from splyce.native.array_objects import DATA_OFFSET, address as _address
+from splyce.native import ir_text
 
 # Both kernels: the loop over rows [lo, hi) and a fast path for two rows that hold the same columns (compared
 # first, then combined column by column in one pass); the part after it merges the two rows.
@@ -441,8 +441,8 @@ _END_STORES = {
 @functools.cache
 def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int, intersect: bool, direct: bool = False):
     """The merge of rows [lo, hi) (``direct``: all rows, reached through an object entry taking array objects)."""
-    from splyce.backend import array_objects
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native import array_objects
+    from splyce.native.codegen import compile_host_helpers
 
     t, zero, nonzero, ops = _VALUE[value]
     name = f"splyce_elementwise_{op}_{t}_p{pos_bits}_c{crd_bits}_{'i' if intersect else 'u'}{'_d' if direct else ''}"
@@ -554,7 +554,7 @@ _SAME_SIG = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4), ctypes.c_int64, cty
 
 @functools.cache
 def _same_kernel(op: str, value: np.dtype, crd_bits: int):
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native.codegen import compile_host_helpers
 
     t, zero, nonzero, ops = _VALUE[value]
     name = f"splyce_elementwise_same_{op}_{t}_c{crd_bits}"
@@ -562,9 +562,11 @@ def _same_kernel(op: str, value: np.dtype, crd_bits: int):
     return compile_host_helpers(text, {name: _SAME_SIG})[name]
 
 
-def same_pattern(op: str, a, b, dtype):
+def same_pattern(op: str, a, b, dtype, drop_zeros: bool = True):
     """``op(A, B)`` as ``(data, indices, indptr)`` when B holds exactly A's positions (equal ``indptr`` and
-    ``indices``), else None. Only A needs to be validated: B's index arrays are compared, never followed."""
+    ``indices``), else None. Only A needs to be validated: B's index arrays are compared, never followed.
+    ``drop_zeros``: scipy's rule (a zero result is not stored); False keeps every position, as the sparsifier's
+    coiteration does (the jit's semantics)."""
     av, ac, ap = a
     bv, bc, bp = b
     if ac.dtype != bc.dtype or ap.dtype != bp.dtype or not _same_bytes(ap, bp) or len(ac) != len(bc):
@@ -580,6 +582,8 @@ def same_pattern(op: str, a, b, dtype):
            _address(vals), _address(out))
     if out[0]:
         return None
+    if not drop_zeros:
+        return vals, cols, ap.copy()
     return _drop_zeros(vals, cols, ap.copy(), int(out[1]))
 
 
@@ -1329,8 +1333,8 @@ def _csc_pass_kernel(op: str, value: np.dtype, bits: int, prefetch: int = 0, ran
     cursors counted from its first row); ``lanes``: a product's rows that miss often (``_MODE_NEXT``: over 1 /
     ``miss_share`` of the last ``mode_rows`` rows' entries) go to ``_VECTOR_MATCH`` on that many B entries at
     once (0: all rows ``_SCALAR_MATCH``)."""
-    from splyce.backend import array_objects, native_validation
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native import array_objects, validation as native_validation
+    from splyce.native.codegen import compile_host_helpers
 
     t, zero, nonzero, ops = _VALUE[value]
     intersect = op == "multiply"
@@ -1404,7 +1408,7 @@ def csr_with_csc(op: str, a, b_csc, dtype, m: int, n: int, prefetch: int = 0, la
     size = len(ac)
     if op != "multiply" and len(bc) != size:
         # B's positions are not A's, but code 1 promises A canonical to the caller's merge: checked here
-        from splyce.backend import native_validation
+        from splyce.native import validation as native_validation
 
         return 1 if native_validation.canonical_csr(ap, ac, n) else 2
     lanes = _lanes(ac.dtype, lanes, size)

@@ -67,7 +67,7 @@ def loop(ir: IR, start: str, stop: str, body, after: str) -> None:
 
 class ContextPool(ThreadPoolExecutor):
     """A thread pool whose tasks run in a copy of the submitting thread's context, so that a drop-in's
-    workers allocate with the same NumPy allocator as its caller (runtime/memory_pool.py)."""
+    workers allocate with the same NumPy allocator as its caller (native/memory_pool.py)."""
 
     def submit(self, fn, /, *args, **kwargs):
         return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)

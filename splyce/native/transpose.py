@@ -17,8 +17,8 @@ import threading
 
 import numpy as np
 
-from splyce.backend import ir_text
-from splyce.backend.array_objects import address as _address
+from splyce.native import ir_text
+from splyce.native.array_objects import address as _address
 
 _COUNT = """
 define void @{name}(ptr %pos, ptr %crd, i64 %lo, i64 %hi, ptr %cnt) {{
@@ -101,7 +101,7 @@ _lock = threading.Lock()
 
 @functools.cache
 def _kernels(index_bits: int, value_bits: int):
-    from splyce.backend.codegen import compile_host_helpers
+    from splyce.native.codegen import compile_host_helpers
 
     names = (f"splyce_transpose_count_i{index_bits}", f"splyce_transpose_scatter_i{index_bits}_v{value_bits}")
     ext = "zext i32" if index_bits == 32 else "bitcast i64"

@@ -1,0 +1,245 @@
+"""``limit``: the fast lane against the machine and the best SIMD peer, on one long fiber pair.
+
+The sparse dot of two sorted fibers, ``einsum("i,i->", a, b)`` on SPARSE_VECTOR operands (one two-finger
+loop: the fast lane and its scalar epilogue, or galloping for skewed lengths), for int32 / int64 coordinates,
+f32 / f64 values, 1 / 10 / 50 % overlap (the share of the shorter fiber's coordinates that the other fiber
+has too) and equal or 1:16 lengths. Candidates, on the same arrays:
+
+* ``lane``: ``splyce.jit`` with the default options (IR checked: the loop is vectorized);
+* ``lane gallop=0`` (skewed rows only): the all-pairs fast lane without galloping;
+* ``plain``: the plain sparsifier (``vectorize=False``);
+* ``numkong dot``: NumKong's ``sparse_dot`` (uint32 indices + float32 values only: int32 rows, the values
+  as float32 copies made untimed in f64 rows);
+* ``numkong intersect``: NumKong's ``intersect`` (the count of common coordinates; uint32 / uint64);
+* ``floor``: NumPy reading the same bytes (both fibers' coordinates and values: ``max`` over an int32 view
+  of each buffer), the least time any candidate needs to read its inputs.
+
+Times are per input coordinate (``len(a) + len(b)``); cycles use the clock measured at the start of the run
+by a loop of dependent 1-cycle adds; ``bw_share`` = floor time / candidate time. Splyce's times are whole
+calls on sealed operands (no per-call validation), NumKong's whole Python calls. Times are the thread's CPU
+time (``time.thread_time``: the machines here are shared, and a descheduled thread's wait is not the
+kernel's cost); interleaved repeats with rotation, each candidate checked before it is timed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import math
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from splyce.bench.common import BenchMismatch, Config, Result, _calls_per_sample, _progress
+
+OVERLAPS = (0.01, 0.10, 0.50)
+SKEWS = (1, 16)
+DTYPES = ((np.int32, np.float64), (np.int32, np.float32), (np.int64, np.float64), (np.int64, np.float32))
+COLUMNS = ["crd", "val", "overlap", "lengths", "candidate", "ns_per_crd", "ns_per_crd_median", "cycles_per_crd",
+           "bw_share", "vs_lane"]
+SPIN_ADDS = 200     # dependent adds per iteration of the clock calibration loop
+
+
+def fiber_pair(n: int, overlap: float, skew: int, itype, vtype, seed: int = 0):
+    """(dim, b crd, b values, c crd, c values): sorted unique coordinates, ``len(b) = n``, ``len(c) = n //
+    skew``, ``overlap`` of the shorter fiber's coordinates in both; the rest drawn from a universe 4x the
+    total so that the two fibers interleave uniformly."""
+    rng = np.random.default_rng(seed)
+    nb, nc = n, max(1, n // skew)
+    shared = int(round(overlap * min(nb, nc)))
+    dim = 4 * (nb + nc)
+    pool = rng.choice(dim, size=nb + nc - shared, replace=False)
+    b = np.sort(np.concatenate([pool[:shared], pool[shared:nb]])).astype(itype)
+    c = np.sort(np.concatenate([pool[:shared], pool[nb:]])).astype(itype)
+    bv = rng.uniform(-1, 1, nb).astype(vtype)
+    cv = rng.uniform(-1, 1, nc).astype(vtype)
+    return dim, b, bv, c, cv
+
+
+def clock_ghz() -> tuple[float, str]:
+    """The core clock in GHz from a JIT-compiled loop of dependent 1-cycle ``add``s (best of 5), and how it
+    was obtained; /proc/cpuinfo's "cpu MHz" (a VM reports the nominal clock there) if that fails."""
+    try:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        llvm.initialize_native_asmparser()     # inline asm needs the parser (LLVM aborts without one)
+        text = ('define void @spin(i64 %n) {\nentry:\n  br label %loop\nloop:\n'
+                '  %i = phi i64 [0, %entry], [%j, %loop]\n'
+                f'  call void asm sideeffect "{"addq $$1, %rax; " * SPIN_ADDS}", "~{{rax}}"()\n'
+                '  %j = add i64 %i, 1\n  %c = icmp ult i64 %j, %n\n  br i1 %c, label %loop, label %done\n'
+                'done:\n  ret void\n}\n')
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+        engine = llvm.create_mcjit_compiler(mod, llvm.Target.from_default_triple().create_target_machine())
+        engine.finalize_object()
+        spin = ctypes.CFUNCTYPE(None, ctypes.c_int64)(engine.get_function_address("spin"))
+        spin(10_000)
+        iters, best = 200_000, math.inf
+        for _ in range(5):
+            t0 = time.thread_time()
+            spin(iters)
+            best = min(best, time.thread_time() - t0)
+        return SPIN_ADDS * iters / best / 1e9, "calibrated: dependent adds, thread CPU time, best of 5"
+    except Exception:   # noqa: BLE001 - any failure: fall back to the reported clock
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                return float(line.split(":")[1]) / 1e3, "/proc/cpuinfo cpu MHz"
+    return math.nan, "unknown"
+
+
+def _sealed_vector(dim: int, crd: np.ndarray, values: np.ndarray):
+    import splyce
+
+    fmt = splyce.SPARSE_VECTOR.with_widths(crd.itemsize * 8, crd.itemsize * 8)
+    pos = np.array([0, crd.size], dtype=crd.dtype)
+    # copy(): splyce owns the buffers, so calls do not validate them again (the peers do not validate either)
+    return splyce.SparseTensor.from_buffers((dim,), fmt, pos=(pos,), crd=(crd,), values=values).copy()
+
+
+def _dot(x, y):
+    import splyce
+
+    return splyce.einsum("i,i->", x, y)
+
+
+_JITS: dict = {}
+
+
+def _jit(**options):
+    import splyce
+
+    key = tuple(sorted(options.items()))
+    if key not in _JITS:
+        _JITS[key] = splyce.jit(_dot, **options)
+    return _JITS[key]
+
+
+def _candidates(dim, b, bv, c, cv, skew):
+    """name -> (zero-argument callable, expected result, relative tolerance)."""
+    A, B = _sealed_vector(dim, b, bv), _sealed_vector(dim, c, cv)
+    common, ib, ic = np.intersect1d(b, c, assume_unique=True, return_indices=True)
+    exact = float(np.dot(bv[ib].astype(np.float64), cv[ic].astype(np.float64)))
+    tol = 1e-4 if bv.dtype == np.float32 else 1e-9
+    lane = _jit()
+    text = lane.lower(A, B).as_text("splyce")
+    if "vectorized (K-accumulate" not in text:
+        raise BenchMismatch(f"limit: the dot's loop has no fast lane: {text.splitlines()[0]}")
+    out = {"lane": (lambda: lane(A, B), exact, tol)}
+    if skew > 1:
+        nogallop = _jit(gallop=0)
+        out["lane gallop=0"] = (lambda: nogallop(A, B), exact, tol)
+    plain = _jit(vectorize=False)
+    out["plain"] = (lambda: plain(A, B), exact, tol)
+    try:
+        import numkong as nk
+    except ImportError:
+        nk = None
+    if nk is not None:
+        if b.dtype == np.int32:
+            ub, uc = b.view(np.uint32), c.view(np.uint32)
+            fb, fc = bv.astype(np.float32), cv.astype(np.float32)
+            out["numkong dot"] = (lambda: nk.sparse_dot(ub, fb, uc, fc), exact, 1e-3)
+        ub, uc = (b.view(np.uint32), c.view(np.uint32)) if b.dtype == np.int32 else \
+            (b.view(np.uint64), c.view(np.uint64))
+        out["numkong intersect"] = (lambda: nk.intersect(ub, uc), float(common.size), 0.0)
+    buffers = [x.view(np.int32) for x in (b, bv, c, cv)]
+    floor_value = float(max(int(x.max()) for x in buffers))
+    out["floor"] = (lambda: max(int(x.max()) for x in buffers), floor_value, 0.0)
+    return out
+
+
+def _time_case(cands: dict, repeats: int) -> dict[str, list[float]]:
+    calls, times = {}, {name: [] for name in cands}
+    for name, (run, expected, tol) in cands.items():     # warm up (compiles) and check before any timing
+        got = float(run())
+        if not math.isclose(got, expected, rel_tol=tol, abs_tol=1e-9 * max(1.0, abs(expected))):
+            raise BenchMismatch(f"limit {name}: got {got!r}, expected {expected!r}")
+        calls[name] = _calls_per_sample(run)
+    names = list(cands)
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            run, n = cands[name][0], calls[name]
+            gc.collect()
+            t0 = time.thread_time()
+            for _ in range(n):
+                run()
+            times[name].append((time.thread_time() - t0) / n)
+    return times
+
+
+def run(cfg: Config) -> Result:
+    if cfg.tiny:
+        n, cases = 4096, [(np.int32, np.float64, 0.10, 1), (np.int64, np.float32, 0.50, 16)]
+    else:
+        n = 1 << 18 if cfg.quick else 1 << 20
+        cases = [(it, vt, ov, sk) for it, vt in DTYPES for sk in SKEWS for ov in OVERLAPS]
+    repeats = cfg.repeats if cfg.repeats is not None else (2 if cfg.tiny else 5 if cfg.quick else 9)
+    ghz, clock_how = clock_ghz()
+    rows, summary = [], []
+    bar = _progress(len(cases), "limit", cfg)
+    try:
+        for it, vt, ov, sk in cases:
+            dim, b, bv, c, cv = fiber_pair(n, ov, sk, it, vt)
+            cands = _candidates(dim, b, bv, c, cv, sk)
+            times = _time_case(cands, repeats)
+            coords = b.size + c.size
+            best = {k: min(v) for k, v in times.items()}
+            med = {k: statistics.median(v) for k, v in times.items()}
+            head = {"crd": np.dtype(it).name, "val": np.dtype(vt).name, "overlap": f"{ov * 100:g} %",
+                    "lengths": f"{b.size}:{c.size}"}
+            for name in cands:
+                rows.append({**head, "candidate": name, "ns_per_crd": best[name] / coords * 1e9,
+                             "ns_per_crd_median": med[name] / coords * 1e9,
+                             "cycles_per_crd": best[name] / coords * ghz * 1e9,
+                             "bw_share": med["floor"] / med[name], "vs_lane": med[name] / med["lane"]})
+            summary.append((head, {k: v / coords * 1e9 for k, v in best.items()},
+                            {k: v / med["lane"] for k, v in med.items()}))
+            bar.update(1)
+    finally:
+        bar.close()
+    floor_bytes = sum(x.nbytes for x in (b, bv, c, cv))
+    note = (f"ns_per_crd: best of {repeats} interleaved repeats per input coordinate (len(a) + len(b)), "
+            f"_median the median; cycles_per_crd at {ghz:.2f} GHz ({clock_how}); bw_share = floor / candidate "
+            f"(medians), floor = NumPy reading the same bytes (max over an int32 view of both fibers' "
+            f"coordinates and values; the last case: {floor_bytes / 1e6:.1f} MB); vs_lane = candidate / lane "
+            f"(medians, same run). NumKong's sparse_dot takes uint32 + float32 only: int32 rows, float32 copies "
+            f"of f64 values; intersect returns the count. Splyce: whole calls, sealed operands, default options "
+            f"(n = 4, phases 7, galloping from ratio 16: the 1:16 rows gallop).")
+    return Result("limit", "Fiber-pair sparse dot: the fast lane vs the plain sparsifier, NumKong and the "
+                  "bandwidth floor", COLUMNS, rows, note, plot=_plot, preface=_preface(summary),
+                  comments=[f"clock: {ghz:.3f} GHz ({clock_how})"])
+
+
+PREFACE_COLUMNS = ("lane", "plain", "numkong dot", "numkong intersect", "floor")
+
+
+def _preface(summary) -> str:
+    """One line per case: best ns per coordinate of the main candidates and the ratios to the lane."""
+    lines = ["| case | " + " | ".join(f"{c} ns" for c in PREFACE_COLUMNS) +
+             " | plain / lane | numkong dot / lane |", "|" + " --- |" * (len(PREFACE_COLUMNS) + 3)]
+    for head, ns, ratio in summary:
+        case = f"{head['crd']} {head['val']} {head['overlap']} {head['lengths']}"
+        cells = [f"{ns[c]:.3g}" if c in ns else "n/a" for c in PREFACE_COLUMNS]
+        lines.append(f"| {case} | " + " | ".join(cells) + f" | {ratio['plain']:.2f} | " +
+                     (f"{ratio['numkong dot']:.2f}" if "numkong dot" in ratio else "n/a") + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot(rows, ax):
+    cases = list(dict.fromkeys((r["crd"], r["val"], r["overlap"], r["lengths"]) for r in rows))
+    x = np.arange(len(cases))
+    w = 0.8 / len(PREFACE_COLUMNS)
+    for i, name in enumerate(PREFACE_COLUMNS):
+        ys = []
+        for case in cases:
+            hit = [r["ns_per_crd"] for r in rows if (r["crd"], r["val"], r["overlap"], r["lengths"]) == case
+                   and r["candidate"] == name]
+            ys.append(hit[0] if hit else 0.0)
+        ax.bar(x + (i - len(PREFACE_COLUMNS) / 2) * w, ys, w, label=name)
+    ax.set_xticks(x, [f"{c[0][3:]}/{c[1][5:]} {c[2]} {c[3].split(':')[1]}" for c in cases], rotation=90, fontsize=6)
+    ax.set_ylabel("ns per coordinate (best)")
+    ax.legend(fontsize=7)

@@ -1,0 +1,296 @@
+"""``matmul``: SpMV / SpMM on the native row kernels, SpMSpV, Gustavson SpGEMM into a sparse result, and
+dense or jitted formulations otherwise; the per-call SpMV fast path for scipy CSR operands.
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from splyce.native.spmv import FLAT_MAX_ROW as _FLAT_MAX_ROW, FLAT_MIN_BYTES as _FLAT_MIN_BYTES
+from splyce.native.spmv import GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES, GROUPED_MIN_ROW as _GROUPED_MIN_ROW
+from splyce.native.spmv import SPMM_FIXED as _SPMM_FIXED
+from splyce.dropin import narrow_dtypes, scipy_out
+from splyce.planner import nonfinite as _nonfinite
+from splyce.tensors.formats import CSC, CSR, SPARSE_VECTOR
+from splyce.tensors.validation import check_dtype
+from splyce.tensors.tensor import SparseTensor, asarray
+
+from splyce.dropin.formulation import Formulation, _wants_sparse_result, choose_matmul_formulation
+from splyce.dropin.kernels import DENSE_RESULT_BYTES, SERIAL_MAX_WORK, _kernel, _mm, _several_threads, _threads
+from splyce.dropin.operands import OperandInfo, _INT_MAX, as_format, _converter, _coo_array_type, _csc_first, _dense_out, operand_family, _keeps_left_format, _left_format, _raise_bad_product_operand, _raw_csr, scipy_csr_types, sparse_family, _to_dense_vector, _vector_out, _wrap_sparse
+
+
+def matmul(a, b, *, out_format=None, threads=1):
+    """scipy's / NumPy's ``a @ b``. ``threads``: worker threads (1 as scipy; None: all cores); results are
+    bit-identical for any count."""
+    if out_format is None:
+        if type(b) is np.ndarray:
+            out = _fast_spmv(a, b, threads)
+        else:
+            out = _fast_spmspv(a, b, threads)
+        if out is not None:
+            return out
+    if narrow_dtypes.involved(a, b):
+        return narrow_dtypes.call(matmul, (a, b), dict(out_format=out_format, threads=threads),
+                                  prune=operand_family(a) != "numpy" and operand_family(b) != "numpy")
+    if out_format is None and _csc_first(a, b) and np.shape(b)[1] != 1 and np.shape(a)[-1] == np.shape(b)[0]:
+        # a CSC product is scipy's CSC: (B.T @ A.T).T, A.T being A's buffers as a CSR, and the CSR result
+        # transposed that CSC with no copy (scipy's csc_matmat computes the same product of transposes)
+        return _matmul(b.T, a.T, out_format, _threads(threads)).T
+    if out_format is None and getattr(a, "format", None) == "bsr" and _keeps_left_format("matmul", a, b) \
+            and np.shape(a)[-1] == np.shape(b)[0]:
+        # scipy: a BSR times a sparse matrix is a BSR of the left's block rows by the right's block columns (1
+        # for any other format)
+        block = b.blocksize[1] if getattr(b, "format", None) == "bsr" else 1
+        return _left_format(a, _matmul(a.tocsr(), b, out_format, _threads(threads)), block)
+    out = _matmul(a, b, out_format, _threads(threads))
+    if (type(a) is np.matrix or type(b) is np.matrix) and type(out) is np.ndarray \
+            and sparse_family(a, b) == "scipy-matrix":
+        return np.asmatrix(out)        # scipy: a sparse matrix times a numpy.matrix is a numpy.matrix
+    return out
+
+
+def _matmul(a, b, out_format, threads: int):
+    ia, ib = OperandInfo.of(a), OperandInfo.of(b)
+    formulation = choose_matmul_formulation(ia, ib, out_format)
+    if formulation is Formulation.NUMPY:
+        return np.matmul(a, b)
+    sa, sb = ia.shape, ib.shape
+    if not (1 <= len(sa) <= 2 and 1 <= len(sb) <= 2):
+        raise ValueError(f"matmul: operands must be 1-D or 2-D, got shapes {sa} and {sb}")
+    if sa[-1] != sb[0]:
+        raise ValueError(f"matmul: shapes {sa} and {sb} are not aligned ({sa[-1]} != {sb[0]})")
+    family = sparse_family(a, b)
+    want_sparse = _wants_sparse_result(ia, ib, out_format)
+    kernel = _kernel("matmul", _mm, threads=threads)
+    if formulation is Formulation.SPARSE_TIMES_DENSE:
+        if len(sa) == 2:
+            return _dense_out(_csr_times_dense(a, b, threads), family, want_sparse)
+        A = as_format(a, SPARSE_VECTOR, "a")     # a sparse vector dotted with dense columns
+        return _dense_out(kernel(A, np.ascontiguousarray(b)), family, want_sparse)
+    if formulation is Formulation.DENSE_TIMES_SPARSE:
+        B = as_format(b, CSR if len(sb) == 2 else SPARSE_VECTOR, "b")
+        return _dense_out(kernel(np.ascontiguousarray(a), B), family, want_sparse)
+    if formulation is Formulation.SCATTER_VECTOR:
+        if len(sa) == 1:
+            dense_a = _to_dense_vector(a)
+            out = matmul(dense_a, b, out_format="dense", threads=threads)
+            if _nonfinite.maybe_nan(np.asarray(out)):   # a NaN / Inf of b times a missing entry of a: scipy
+                stored = _nonfinite.stored_mask(asarray(a).coords()[0], sa[0])         # skips the pair
+                if len(sb) == 2:
+                    B = as_format(b, CSC, "b").tensor
+                    # B's columns (CSC, rows ascending) as the rows summed again: scipy's order
+                    out = _nonfinite.resum_rows(out, B.pos[1], B.crd[1], B.values, stored, dense_a)
+                else:
+                    out = _nonfinite.resum_dot(out, stored, dense_a, asarray(b).coords()[0], _to_dense_vector(b))
+            return _vector_out(out, family) if len(sb) == 2 else out     # sparse, as scipy / pydata return it
+        # matrix times a sparse vector: scatter the vector once (O(n)), then a CSR row-times-vector kernel
+        A = as_format(a, CSR, "a")
+        dense_b = _to_dense_vector(b)
+        out = kernel(A, dense_b)
+        if _nonfinite.maybe_nan(out):       # a NaN / Inf of a times a missing entry of b: scipy skips it
+            stored = _nonfinite.stored_mask(asarray(b).coords()[0], sb[0])
+            t = A.tensor
+            out = _nonfinite.resum_rows(out, t.pos[1], t.crd[1], t.values, stored, dense_b)
+        if len(sb) == 2:
+            return _dense_out(out.reshape(-1, 1), family, want_sparse)
+        return _vector_out(out, family)
+    convert = _converter(threads)    # A @ A: the operand converted and checked once (split across threads)
+    A = convert(a, CSR, "a")
+    if formulation is Formulation.SPARSIFIER and not ib.sparse:
+        return _dense_out(kernel(A, np.ascontiguousarray(b)), family, want_sparse)
+    B = convert(b, CSR, "b")
+    if formulation is Formulation.GUSTAVSON_SPARSE:
+        return _spgemm(A.tensor, B.tensor, family, threads)
+    if formulation is Formulation.SPARSIFIER and want_sparse:
+        return _wrap_sparse(_kernel("matmul", _mm, "sparse", threads)(A, B), family)
+    m, n = sa[0], sb[1]
+    dtype = np.result_type(A.tensor.dtype, B.tensor.dtype)
+    if m * n * dtype.itemsize > DENSE_RESULT_BYTES:
+        raise MemoryError(f"matmul: a dense {m}x{n} result needs {m * n * dtype.itemsize / 2**30:.1f} GiB; "
+                          "request a sparse result (out_format='sparse')")
+    return kernel(A, B)
+
+
+def _csr_times_dense(a, b, threads: int) -> np.ndarray:
+    """SpMV / SpMM: a sparse matrix times a dense vector or matrix (native, rows summed in stored order from
+    +0.0 as scipy does: the same values bit for bit). A scipy CSR is read as it is and checked only for what
+    a product needs (positions, column range; unsorted or repeated columns are fine), by the kernel itself as
+    it reads them."""
+    from splyce.native import spmv as native_spmv
+
+    b = np.asarray(b)
+    check_dtype(b.dtype, "b")
+    raw = _raw_csr(a)
+    checked = raw is None
+    if raw is not None:
+        data, indices, indptr = raw
+        # the kernels check positions and coordinates themselves as they read them (each thread its rows)
+        if not (len(indptr) and indptr[0] == 0 and indptr[-1] == len(indices)):
+            _raise_bad_product_operand(a)
+    else:
+        A = as_format(a, CSR, "a").tensor
+        data, indices, indptr = A.values, A.crd[1], A.pos[1]
+    dtype = np.result_type(data.dtype, b.dtype)
+    x = np.ascontiguousarray(b, dtype=dtype.newbyteorder("="))
+    out = native_spmv.csr_times_dense(indptr, indices, data.astype(dtype, copy=False), x, threads, checked)
+    if out is None:
+        _raise_bad_product_operand(a)
+    return out
+
+
+_spmv_entries: dict = {}        # (value dtype, index dtype, variant) -> native product on array objects, or None
+_spmv_last: tuple = (None, None, None, None)   # the last (value dtype, index dtype, variant, entry) used
+
+
+# the last (value dtype, index dtype, value strides, index strides, bytes per entry, largest index) seen:
+# computing them per call cost ~1 us of a ~5 us Python side (10 x 10 matrix, loaded machine)
+_spmv_layout: tuple = (None, None, None, None, 0, 0)
+
+
+def _fast_spmv(a, x, threads=1):
+    """``a @ x`` for the commonest calls, or None (then the general path runs): ``a`` an exact scipy
+    ``csr_array`` / ``csr_matrix``, ``x`` a NumPy vector (SpMV) or a matrix of up to ``SPMM_FIXED`` columns
+    (SpMM) of ``a``'s value dtype, every buffer C-contiguous; one thread, or more asked for a product of at
+    most ``SERIAL_MAX_WORK`` (then one thread is faster). A small matrix's product takes tens of microseconds,
+    so this path reads a handful of attributes, trusts none of scipy's flags, and leaves every check on the
+    index arrays to native code: the two ends of ``indptr``, ``indptr`` monotone and every column in range
+    (what a product needs; order and duplicates do not matter), as the kernel reads them. A malformed operand
+    raises the general path's error, naming the defect."""
+    several = type(threads) is not int or threads != 1     # the common one-thread call decided inline
+    if several and _several_threads(threads) is None:
+        return None                             # not a thread count: the general path says so
+    ndim = x.ndim
+    if type(a) not in scipy_csr_types() or not 1 <= ndim <= 2:
+        return None
+    global _spmv_last, _spmv_layout
+    data, indices, indptr = a.data, a.indices, a.indptr
+    # the kernel reads each array's data pointer from the object itself: ndarrays (or subclasses) only
+    if not (isinstance(data, np.ndarray) and isinstance(indices, np.ndarray) and isinstance(indptr, np.ndarray)):
+        return None
+    nnz = len(data)
+    if several and nnz * (x.shape[1] if ndim == 2 else 4) > SERIAL_MAX_WORK:
+        return None
+    dtype, idx = data.dtype, indices.dtype
+    # identity first: NumPy's built-in dtypes are singletons, and hashing or comparing dtypes costs ~0.3 us
+    if (x.dtype is not dtype and x.dtype != dtype) or (indptr.dtype is not idx and indptr.dtype != idx):
+        return None
+    layout = _spmv_layout                       # the strides and sizes of the last dtypes, made once
+    if dtype is not layout[0] or idx is not layout[1]:
+        if idx not in _INT_MAX:
+            return None
+        layout = _spmv_layout = (dtype, idx, (dtype.itemsize,), (idx.itemsize,), dtype.itemsize + idx.itemsize,
+                                 _INT_MAX[idx])
+    rows1 = len(indptr)
+    if ndim == 1:
+        # rows of a few entries: one flat loop over the entries (on some CPUs only beyond L2); else grouped rows
+        # for a matrix that stays in cache where the CPU gains by them (on some only for long rows), else one
+        # row at a time (a malformed indptr's length is refused below, whatever the choice);
+        # native_spmv._tuned_for has the measurements
+        if nnz <= _FLAT_MAX_ROW * (rows1 - 1) and nnz * layout[4] >= _FLAT_MIN_BYTES:
+            variant = "flat"
+        elif nnz * layout[4] <= _GROUPED_MAX_BYTES and nnz >= _GROUPED_MIN_ROW * (rows1 - 1):
+            variant = "grouped"
+        else:
+            variant = "rows"
+        x_strides = layout[2]
+    else:
+        variant = x.shape[1]                    # SpMM: one kernel per column count, up to SPMM_FIXED
+        x_strides = (variant * dtype.itemsize, dtype.itemsize)
+        if not 0 < variant <= _SPMM_FIXED:
+            return None
+    last_dtype, last_idx, last_variant, entry = _spmv_last
+    if dtype is not last_dtype or idx is not last_idx or variant != last_variant:
+        key = (dtype, idx, variant)
+        entry = _spmv_entries.get(key, False)
+        if entry is False:
+            entry = _spmv_entries[key] = _spmv_entry(dtype, idx, variant)
+        _spmv_last = (dtype, idx, variant, entry)
+    if entry is None:
+        return None
+    m, n = a.shape
+    idx_strides = layout[3]
+    # strides == (itemsize,): 1-D and contiguous (anything else: the general path copies or refuses)
+    if (rows1 != m + 1 or len(indices) != nnz or len(x) != n or n - 1 > layout[5]
+            or indptr.strides != idx_strides or indices.strides != idx_strides
+            or data.strides != layout[2] or x.strides != x_strides):
+        return None
+    y = np.empty(m if ndim == 1 else (m, variant), dtype=dtype)
+    if entry(id(indptr), id(indices), id(data), id(x), id(y), n, m, nnz):
+        _raise_bad_product_operand(a)
+    return y
+
+
+def _fast_spmspv(a, x, threads=1):
+    """``a @ x`` for a scipy CSR ``a`` and a 1-D scipy ``coo_array`` ``x`` of ``a``'s value dtype (a BFS
+    frontier), or None (then the general path runs): ``x`` scattered into a dense vector (O(n), duplicates
+    summed in stored order, as ``x.toarray()`` does), then ``_fast_spmv`` (rows summed in stored order from
+    +0.0, the general path's kernel's order), the result built as ``coo_array(y)`` builds it
+    (``scipy_out.coo_vector``). An SpMV reads all of ``a`` (O(nnz)), but on the matrices where this path
+    matters its ~20-50 us are less than a general path's fixed cost. Coordinates outside ``[0, n)`` raise.
+    ``threads``: as SpMV's (a product too small to split on one thread, a larger one split by rows); the
+    general path's compiled kernel cost ~0.7 ms more per call on small matrices (fem2d-3k: 0.87 vs 0.21 ms)."""
+    several = _several_threads(threads)
+    if several is None:
+        return None
+    if type(a) not in scipy_csr_types() or type(x) is not _coo_array_type() or len(x.shape) != 1:
+        return None
+    coords, values = x.coords[0], x.data
+    n = x.shape[0]
+    if (not isinstance(coords, np.ndarray) or not isinstance(values, np.ndarray) or coords.ndim != 1
+            or coords.dtype.kind not in "iu" or values.shape != coords.shape or a.shape[1] != n):
+        return None
+    dtype = a.data.dtype
+    if values.dtype is not dtype and values.dtype != dtype:
+        return None
+    if len(coords) and (coords.min() < 0 or coords.max() >= n):
+        k = int(np.argmax((coords < 0) | (coords >= n)))
+        raise ValueError(f"b: coordinate {coords[k]} out of range [0, {n}) at position {k}")
+    dense = np.zeros(n, dtype=dtype)
+    np.add.at(dense, coords, values)          # in stored order, from +0.0: what x.toarray() computes
+    y = _fast_spmv(a, dense, threads)
+    if y is None:
+        if not several:
+            return None
+        y = _csr_times_dense(a, dense, _threads(threads))   # too much work for one thread: split, same bits
+    if _nonfinite.maybe_nan(y):        # a NaN / Inf of a times a missing entry of x: scipy skips the pair
+        y = _nonfinite.resum_rows(y, a.indptr, a.indices, a.data, _nonfinite.stored_mask(coords, n), dense)
+    return scipy_out.coo_vector(_coo_array_type(), y)
+
+
+def _spmv_entry(dtype: np.dtype, idx: np.dtype, variant):
+    """The compiled fast-path SpMV (``variant`` "flat", "grouped" or "rows") or SpMM (``variant`` the column count)
+    for these dtypes, or None when it does not apply (non-native byte order, an unsupported dtype, or numpy's
+    array layout not confirmed by ``array_objects``)."""
+    from splyce.native import array_objects, spmv as native_spmv
+
+    if (array_objects.DATA_OFFSET is None or not native_spmv.supported(dtype) or not dtype.isnative
+            or idx not in _INT_MAX or not idx.isnative):
+        return None
+    bits = idx.itemsize * 8
+    with native_spmv._lock:
+        if type(variant) is str:
+            return native_spmv._spmv_objects(dtype, bits, bits, variant)
+        return native_spmv._spmm_objects(dtype, bits, bits, variant)
+
+
+def _spgemm(A: SparseTensor, B: SparseTensor, family: str, threads: int):
+    """CSR x CSR -> CSR in O(flops) (native sparse accumulator); values in the operands' common dtype."""
+    from splyce.native import spgemm as native_spgemm
+
+    dtype = np.result_type(A.dtype, B.dtype)
+    parts = [(t.values.astype(dtype, copy=False), t.crd[1], t.pos[1]) for t in (A, B)]
+    product = native_spgemm.spgemm(parts[0], parts[1], B.shape[1], dtype, threads)
+    global last_spgemm_work
+    last_spgemm_work = product.work
+    import scipy.sparse as sps
+
+    # columns in order of first appearance, as scipy's product: not sorted
+    out = scipy_out.csr(sps.csr_array, product.data, product.indices, product.indptr, (A.shape[0], B.shape[1]),
+                        False)
+    return _wrap_sparse(out, family)
+
+
+# Work of the last sparse-result product (rows + multiply-adds): tests check it scales with flops.
+last_spgemm_work = 0

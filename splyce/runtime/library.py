@@ -1,0 +1,210 @@
+"""One engine: a planned program that is one library op runs on the native kernel library, as the drop-in does.
+
+A jitted function whose plan is a single step over its arguments (``a @ x``, ``a @ b`` into a sparse result,
+``a * b``, ``a + b``, ``a - b``, a masked product, SDDMM, the triangle sum) is the same computation as a
+drop-in call on the same operands. The drop-ins' formulation rules (``splyce.dropin.formulation``) decide which
+of those run natively; this module asks them, through the providers ``splyce.dropin`` registers (it sits above
+the runtime, so it registers instead of being imported), and the dispatcher then runs the chosen native kernel
+instead of compiling the MLIR kernel: the same kernel, the same decision, for both entry points.
+
+What is matched is structural (formats, dtypes, shapes, options), never values, so the choice is made once per
+signature and cached with the kernel. The MLIR kernel is still compiled when asked for (``lower()``,
+``accumulate``), and ``as_text("plan")`` says which runs and why.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from splyce.tracer.ir import ContractParams, Node, TensorType
+
+_providers: list = []
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class LibraryOp:
+    """A plan's one step written as a drop-in call: ``op(*args[operands], ...)``."""
+
+    op: str                      # "matmul" | "multiply" | "add" | "subtract" | "einsum"
+    subscripts: str | None       # einsum's subscripts, else None
+    operands: tuple[int, ...]    # the function's arguments, in call order
+    types: tuple[TensorType, ...]
+    out: TensorType
+
+
+@dataclass(frozen=True)
+class LibraryCall:
+    """A provider's answer: the native formulation that computes ``op`` and the function that runs it."""
+
+    op: LibraryOp
+    formulation: str             # the drop-in's name for it (splyce.dropin.Formulation's value)
+    run: object                  # (args: list, threads) -> the result (None: not for these values)
+    guarded: bool = False        # the run checks the values (e.g. equal patterns) and may answer None: then
+    #                              the MLIR kernel runs the call
+
+    def describe(self) -> str:
+        call = self.op.op if self.op.subscripts is None else f'einsum("{self.op.subscripts}")'
+        if self.guarded:
+            return (f"// runs on the native kernel library when the values allow: {call} as '{self.formulation}' "
+                    f"(checked per call); otherwise the MLIR kernel, compiled on the first such call")
+        return (f"// runs on the native kernel library: {call} as formulation '{self.formulation}' (the drop-in's "
+                f"choice for these formats and dtypes); the MLIR kernel is compiled only when asked for")
+
+
+def register(provider) -> None:
+    """Add a provider: ``provider(op: LibraryOp, options: Options) -> LibraryCall | None``."""
+    with _lock:
+        if provider not in _providers:
+            _providers.append(provider)
+
+
+def _is_csr(t: TensorType) -> bool:
+    f = t.format
+    return (t.ndim == 2 and f is not None and f.order == (0, 1)
+            and tuple(level.kind for level in f.levels) == ("dense", "compressed")
+            and all(level.unique and level.ordered for level in f.levels))
+
+
+def _is_sparse_vector(t: TensorType) -> bool:
+    f = t.format
+    return t.ndim == 1 and f is not None and tuple(level.kind for level in f.levels) == ("compressed",)
+
+
+def _as_library_op(step: Node, inputs: tuple[TensorType, ...]) -> LibraryOp | None:
+    """``step`` as a drop-in call, when every operand is an argument and the form is one the drop-ins run."""
+    if not step.args or any(a.op != "input" for a in step.args):
+        return None
+    operands = tuple(a.params[0] for a in step.args)
+    types = tuple(inputs[i] for i in operands)
+    out = step.type
+    if step.op == "ewise":
+        expr = step.params[0]
+        if len(operands) == 2 and expr in (("mul", ("arg", 0), ("arg", 1)), ("add", ("arg", 0), ("arg", 1)),
+                                           ("sub", ("arg", 0), ("arg", 1))):
+            if all(_is_csr(t) for t in types) and types[0].shape == types[1].shape and _is_csr(out):
+                name = {"mul": "multiply", "add": "add", "sub": "subtract"}[expr[0]]
+                return LibraryOp(name, None, operands, types, out)
+        return None
+    if step.op != "contract":
+        return None
+    params: ContractParams = step.params[0]
+    if params.scale is not None:
+        return None
+    subs = ",".join(params.inputs) + "->" + params.output
+    if len(operands) == 2:
+        (x, y), o = params.inputs, params.output
+        product = len(x) == 2 and y[:1] == x[1:] and x[1] not in o and o == x[0] + y[1:]
+        if not (product and _is_csr(types[0])):
+            return None
+        if not types[1].is_sparse and not out.is_sparse:
+            return LibraryOp("matmul", None, operands, types, out)                  # SpMV / SpMM
+        if _is_sparse_vector(types[1]) and not out.is_sparse:
+            return LibraryOp("matmul", None, operands, types, out)                  # SpMSpV
+        if _is_csr(types[1]) and _is_csr(out):
+            return LibraryOp("matmul", None, operands, types, out)                  # Gustavson SpGEMM
+        return None
+    if len(operands) == 3 and (out.ndim == 0 or _is_csr(out)):
+        if all(_is_csr(t) or not t.is_sparse for t in types):
+            return LibraryOp("einsum", subs, operands, types, out)                  # masked / SDDMM / triangles
+    return None
+
+
+def _pinned(trace) -> bool:
+    """Whether a contraction's loop order was pinned (``einsum(..., order=)``): the formulation as written, on
+    the MLIR kernel (the paper's kernels are measured that way)."""
+    seen, todo = set(), list(trace.outputs)
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op == "contract" and node.params[0].order is not None:
+            return True
+        todo.extend(node.args)
+    return False
+
+
+def choose(plan, options, out_format) -> LibraryCall | None:
+    """The native call that computes ``plan``, or None (then the MLIR kernel runs). Only for a plan of one
+    step on its inputs (the arguments, their transposes read in place, or re-stored ones: the plan prepares
+    them as for the MLIR kernel; never a sparse operand scattered dense), the default result format, the host
+    CPU and the Splyce pass on (``vectorize=False`` is the plain sparsifier, the baseline by contract)."""
+    if out_format not in (None, "dense", "sparse") or not options.vectorize or options.profile:
+        return None
+    if len(plan.steps) != 1 or len(plan.trace.outputs) != 1 or _pinned(plan.source):
+        return None
+    if plan.scatters or not options.target.is_host_compatible:
+        return None      # a scattered operand's missing entries become stored zeros: the MLIR kernel's rule
+    step = plan.steps[0]
+    if plan.trace.outputs[0] is not step.node:
+        return None
+    op = _as_library_op(step.node, plan.trace.inputs)
+    if op is None:
+        return None
+    for provider in list(_providers):
+        call = provider(op, options)
+        if call is not None:
+            return call
+    return None
+
+
+class LibraryKernel:
+    """A kernel that is a native library call: the dispatcher's ``Kernel`` interface over ``LibraryCall``. The
+    MLIR kernel of the same plan is built on first need (``accumulate`` into a caller's array, profiling)."""
+
+    scatters = False
+    coo_sources = None
+
+    def __init__(self, call: LibraryCall, result_tree, plan, threads: int, build_kernel):
+        self.call = call
+        self.result_tree = result_tree
+        self.plan = plan
+        self.trace = plan.trace
+        self.threads = threads
+        out = plan.trace.outputs[0].type
+        self.sparse_results = out.is_sparse and out.ndim == 2
+        self._dtype = np.dtype(out.dtype)
+        self._shape = out.shape
+        self._build_kernel = build_kernel
+        self._prepares = bool(plan.derived) or plan.needs_conversion   # transposed reads, re-stored operands
+        self._kernel = None
+        self._kernel_lock = threading.Lock()
+
+    def kernel(self):
+        """The MLIR kernel of the same plan, compiled on first use."""
+        with self._kernel_lock:
+            if self._kernel is None:
+                self._kernel = self._build_kernel()
+            return self._kernel
+
+    def run_exact(self, values: list) -> list:
+        inputs = self.plan.prepare(values) if self._prepares else values
+        out = self.call.run([inputs[i] for i in self.call.op.operands], self.threads)
+        if out is None:                         # a guarded call declined these values
+            return self.kernel().run_exact(values)
+        if not self.sparse_results:
+            if hasattr(out, "to_numpy"):        # a SparseTensor vector where the traced result is dense
+                out = out.to_numpy()
+            if self._shape == ():
+                out = self._dtype.type(out)
+            elif type(out) is not np.ndarray or out.dtype != self._dtype or out.shape != self._shape:
+                out = np.asarray(out, dtype=self._dtype).reshape(self._shape)
+        return [out]
+
+    def run(self, values: list, accumulate_into: np.ndarray | None = None):
+        return self.kernel().run(values, accumulate_into=accumulate_into)
+
+    def kept(self):
+        return self.kernel().kept()
+
+    @property
+    def lowering(self):
+        return self.kernel().lowering
+
+    @property
+    def compiled(self):
+        return self.kernel().compiled

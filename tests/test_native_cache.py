@@ -1,0 +1,141 @@
+"""The native kernels' disk cache (native/codegen.py): a second process loads the drop-ins' kernels and host
+helpers instead of compiling them, a corrupted entry is rebuilt, the cache can be turned off, and processes
+starting together compile each module once. Counted with ``codegen.stats``, in fresh processes."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from splyce.native import codegen, object_cache
+
+# Drop-in SpMV, SpGEMM and multiply in a fresh process, checked against scipy; prints "compiles hits rejected".
+SCRIPT = textwrap.dedent("""
+    import warnings
+    import numpy as np, scipy.sparse as sp
+    import splyce
+    from splyce.native import codegen
+    warnings.simplefilter("always")
+    a = sp.random_array((60, 50), density=0.1, format="csr", random_state=1)
+    b = sp.random_array((50, 40), density=0.1, format="csr", random_state=2)
+    x = np.arange(50.0)
+    assert np.allclose(splyce.matmul(a, x), a @ x)
+    assert abs(splyce.matmul(a, b) - a @ b).max() < 1e-12
+    assert abs(splyce.multiply(a, a.T.T) - a.multiply(a)).max() < 1e-12
+    s = codegen.stats
+    print(s.compiles, s.hits, s.rejected)
+""")
+
+
+def _run(cache: Path, **env_extra):
+    env = {k: v for k, v in os.environ.items() if k != "SPLYCE_DISABLE_DISK_CACHE"}
+    env.update(SPLYCE_CACHE_DIR=str(cache), **env_extra)
+    return subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _counts(proc):
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    return tuple(int(v) for v in out.split()), err
+
+
+def _entries(cache: Path):
+    return sorted(cache.glob("*" + object_cache.NATIVE_SUFFIX))
+
+
+def test_second_process_loads_instead_of_compiling(tmp_path):
+    (compiles, hits, _), _ = _counts(_run(tmp_path))
+    assert compiles > 0 and hits == 0
+    assert len(_entries(tmp_path)) == compiles
+    (again, loaded, rejected), _ = _counts(_run(tmp_path))
+    assert (again, loaded, rejected) == (0, compiles, 0)
+    assert not list(tmp_path.glob("*.splk"))   # no jitted kernel: the drop-ins ran on native kernels only
+
+
+def test_corrupted_entries_are_recompiled_with_a_warning(tmp_path):
+    (compiles, _, _), _ = _counts(_run(tmp_path))
+    entries = _entries(tmp_path)
+    for k, path in enumerate(entries):   # three kinds of damage, in turn
+        data = bytearray(path.read_bytes())
+        if k % 3 == 0:
+            data = data[: len(data) // 2]
+        elif k % 3 == 1:
+            data[-20] ^= 0xFF
+        else:
+            data = bytearray()
+        path.write_bytes(bytes(data))
+    (again, hits, rejected), err = _counts(_run(tmp_path))
+    assert (again, hits, rejected) == (len(entries), compiles - len(entries), len(entries))
+    assert "discarding the corrupted disk cache entry" in err
+    (third, hits, rejected), _ = _counts(_run(tmp_path))
+    assert (third, hits, rejected) == (0, compiles, 0)
+
+
+def test_disabled_cache_writes_nothing(tmp_path):
+    (compiles, hits, _), _ = _counts(_run(tmp_path, SPLYCE_DISABLE_DISK_CACHE="1"))
+    assert compiles > 0 and hits == 0
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_processes_started_together_compile_each_module_once(tmp_path):
+    (alone, _, _), _ = _counts(_run(tmp_path / "alone"))
+    procs = [_run(tmp_path / "shared") for _ in range(3)]
+    counts = [_counts(p)[0] for p in procs]
+    assert sum(c[0] for c in counts) == alone        # each module compiled by one process
+    assert sum(c[1] for c in counts) == 2 * alone    # and loaded by the two others
+    assert len(_entries(tmp_path / "shared")) == alone
+
+
+IR = "define i64 @twice(i64 %x) {\n  %y = add i64 %x, %x\n  ret i64 %y\n}\n"
+
+
+def test_key_changes_with_what_changes_the_code():
+    host = codegen.host_target()
+    base = codegen.native_key(IR, host, codegen.CodegenOptions())
+    assert base == codegen.native_key(IR, host, codegen.CodegenOptions())
+    others = {codegen.native_key(IR.replace("add", "mul"), host, codegen.CodegenOptions()),
+              codegen.native_key(IR, host, codegen.CodegenOptions(opt_level=2)),
+              codegen.native_key(IR, host, codegen.CodegenOptions(slp_vectorize=False)),
+              codegen.native_key(IR, codegen.Target(host.triple, "haswell", "+avx2"), codegen.CodegenOptions())}
+    assert base not in others and len(others) == 4
+    parts = codegen.native_key_parts(IR, host, codegen.CodegenOptions())
+    assert set(parts["versions"]) == {"format", "llvmlite", "llvm", "codegen"}
+
+
+def test_in_process_hit_and_an_entry_missing_a_function(tmp_path, monkeypatch):
+    import ctypes
+
+    monkeypatch.setenv("SPLYCE_CACHE_DIR", str(tmp_path))
+    sig = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)
+    before = (codegen.stats.compiles, codegen.stats.hits, codegen.stats.rejected)
+    assert codegen.compile_host_helpers(IR, {"twice": sig})["twice"](21) == 42
+    assert codegen.compile_host_helpers(IR, {"twice": sig})["twice"](4) == 8
+    assert (codegen.stats.compiles, codegen.stats.hits) == (before[0] + 1, before[1] + 1)
+    # An entry under this key that lacks a function the caller needs is discarded and rebuilt.
+    with pytest.warns(UserWarning, match="does not load"):
+        compiled = codegen.compile_cached(IR, codegen.host_target(), codegen.CodegenOptions(),
+                                          names=("twice", "thrice"))
+    assert codegen.stats.rejected == before[2] + 1
+    assert compiled.function_address("twice")
+    assert len(_entries(tmp_path)) == 1
+
+
+def test_unwritable_folder_warns_once_and_runs(tmp_path, monkeypatch):
+    import ctypes
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("SPLYCE_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setattr(codegen, "_write_warned", False)
+    sig = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)
+    with pytest.warns(UserWarning, match="cannot write the disk cache entry"):
+        assert codegen.compile_host_helpers(IR.replace("twice", "twice_b"), {"twice_b": sig})["twice_b"](3) == 6
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert codegen.compile_host_helpers(IR.replace("twice", "twice_c"), {"twice_c": sig})["twice_c"](5) == 10
