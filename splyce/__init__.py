@@ -15,12 +15,15 @@ __all__ = [
     "SparseTensor", "asarray", "jit", "matmul", "multiply", "einsum", "add", "subtract", "profile",
     "clear_cache", "set_memory_budget", "maximum", "minimum",
     "TraceError", "LoweringError", "NotCanonicalError", "AllocationFailed",
+    "patch_scipy", "unpatch_scipy", "patched_scipy", "scipy_patch_stats", "is_scipy_patched",
 ]
 
 # The compiler-facing names load lazily (PEP 562) so that `import splyce` stays cheap.
 _LAZY = {
     "jit": "splyce.runtime.dispatcher", "profile": "splyce.runtime.profiling",
     "clear_cache": "splyce.runtime.dispatcher", "set_memory_budget": "splyce.planner.memory",
+    "patch_scipy": "splyce.scipy_patch", "unpatch_scipy": "splyce.scipy_patch", "patched_scipy": "splyce.scipy_patch",
+    "scipy_patch_stats": "splyce.scipy_patch", "is_scipy_patched": "splyce.scipy_patch",
 }
 
 

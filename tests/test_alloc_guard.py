@@ -40,7 +40,7 @@ import numpy as np, scipy.sparse as sps, splyce
 N = 2**30
 a = sps.csr_array((np.ones(3), ([0, 1, 2], [5, 7, 9])), shape=(3, 16))
 b = sps.csr_array((np.ones(3), ([5, 7, 9], [1, 2, N - 1])), shape=(16, N))
-spgemm = splyce.jit(lambda a, b: a @ b, out_format="sparse")
+spgemm = splyce.jit(lambda a, b: a @ b, out_format="sparse", library=False)   # the sparsifier's kernel
 spgemm.kernel_for(a, b)                      # compile before the limit
 limit_address_space(1 << 30)
 for attempt in range(3):

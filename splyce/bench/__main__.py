@@ -24,7 +24,9 @@ SUBCOMMANDS = {
     "overhead": "fixed costs per op: first call cold / from the disk cache (fresh processes), steady, 4x4 call, vs scipy",
     "limit": "the fiber-pair sparse dot vs the plain sparsifier, NumKong and the bandwidth floor (issue 36)",
     "dask": "SpMV, SpGEMM, triangles on a 2-worker Dask LocalCluster: 1 vs 2 workers, vs dask + pydata-sparse",
-    "all": "every subcommand above but dask, in turn",
+    "clients": "networkx / scikit-learn / scanpy-style client code with splyce.patch_scipy() off and on, and the "
+               "per-op break-even sizes (docs/scipy_patch.md; needs the compat extra)",
+    "all": "every subcommand above but dask, overhead and clients, in turn",
 }
 ORDER = ["kernels", "ablation", "width", "sparsity", "real", "programs", "threads", "memory", "compile", "limit"]
 
