@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sps
 
 import splyce
-from splyce.runtime.dispatcher import _outer_chunks
+from splyce.runtime.kernel import _outer_chunks
 from splyce.bench.paper_kernels import KERNELS
 
 
@@ -158,7 +158,7 @@ def test_threads_take_chunks_dynamically_each_once(monkeypatch):
     exact on skewed rows."""
     import threading
 
-    from splyce.runtime import calls, dispatcher
+    from splyce.runtime import calls, kernel as dispatcher
 
     seen = []
     call_one = calls.KernelCall._call_one
