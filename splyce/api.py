@@ -109,18 +109,12 @@ def _binary(name: str, doc: str):
         return getattr(_dropin(), name)(a, b, out_format=out_format, threads=threads)
 
     op.__name__ = op.__qualname__ = name
-    op.__doc__ = doc
+    op.__doc__ = doc.replace("{parameters}", _BINARY_PARAMETERS)
     return op
 
 
-matmul = _binary("matmul", """``a @ b``, as scipy / NumPy compute it.
-
-On concrete operands, a drop-in for scipy's product: SpMV and SpMM (each row summed in stored order,
-bit-identical to scipy's CSR product), sparse @ sparse in O(flops) with a sparse result (Gustavson), a CSR
-matrix times a sparse vector. Inside ``@splyce.jit``, a contraction node the planner may fuse with what
-reads it.
-
-Parameters
+# The parameters the four binary operations share, written once into each docstring.
+_BINARY_PARAMETERS = """Parameters
 ----------
 a, b : array_like or SparseTensor or dask.array.Array
     NumPy arrays, scipy.sparse arrays or matrices (any format), pydata-sparse ``COO`` / ``GCXS``,
@@ -131,7 +125,17 @@ out_format : {None, "dense", "sparse"} or Format, optional
 threads : int or None, optional
     Worker threads of a drop-in call (1 by default, as scipy; None: all cores). Results are bit-identical
     for any count. Ignored inside ``@splyce.jit``, where ``jit(threads=)`` decides.
+"""
 
+
+matmul = _binary("matmul", """``a @ b``, as scipy / NumPy compute it.
+
+On concrete operands, a drop-in for scipy's product: SpMV and SpMM (each row summed in stored order,
+bit-identical to scipy's CSR product), sparse @ sparse in O(flops) with a sparse result (Gustavson), a CSR
+matrix times a sparse vector. Inside ``@splyce.jit``, a contraction node the planner may fuse with what
+reads it.
+
+{parameters}
 Returns
 -------
 ndarray or scipy.sparse array or matrix or SparseTensor or dask.array.Array
@@ -161,18 +165,7 @@ Two sparse operands intersect: only positions stored in both are computed, and t
 Scalars and row / column vectors broadcast by scipy's rules. A NaN or Inf without a partner gives scipy's
 result (a NaN where scipy has one: see the guide's "NaN, Inf and dtypes").
 
-Parameters
-----------
-a, b : array_like or SparseTensor or dask.array.Array
-    NumPy arrays, scipy.sparse arrays or matrices (any format), pydata-sparse ``COO`` / ``GCXS``,
-    ``SparseTensor``; inside ``@splyce.jit``, the traced arguments. Dask arrays give a lazy Dask result
-    (``splyce.dask``).
-out_format : {None, "dense", "sparse"} or Format, optional
-    The result's storage. None: what scipy / NumPy return for these operands.
-threads : int or None, optional
-    Worker threads of a drop-in call (1 by default, as scipy; None: all cores). Results are bit-identical
-    for any count. Ignored inside ``@splyce.jit``, where ``jit(threads=)`` decides.
-
+{parameters}
 Returns
 -------
 scipy.sparse array or matrix or ndarray or SparseTensor or dask.array.Array
@@ -198,18 +191,7 @@ add = _binary("add", """Elementwise sum, as scipy's ``a + b``.
 Two sparse operands merge (a union of their positions) into a sparse result; a dense operand gives a
 dense result, and ``0`` is accepted as scipy accepts it.
 
-Parameters
-----------
-a, b : array_like or SparseTensor or dask.array.Array
-    NumPy arrays, scipy.sparse arrays or matrices (any format), pydata-sparse ``COO`` / ``GCXS``,
-    ``SparseTensor``; inside ``@splyce.jit``, the traced arguments. Dask arrays give a lazy Dask result
-    (``splyce.dask``).
-out_format : {None, "dense", "sparse"} or Format, optional
-    The result's storage. None: what scipy / NumPy return for these operands.
-threads : int or None, optional
-    Worker threads of a drop-in call (1 by default, as scipy; None: all cores). Results are bit-identical
-    for any count. Ignored inside ``@splyce.jit``, where ``jit(threads=)`` decides.
-
+{parameters}
 Returns
 -------
 scipy.sparse array or matrix or ndarray or SparseTensor or dask.array.Array
@@ -235,18 +217,7 @@ subtract = _binary("subtract", """Elementwise difference, as scipy's ``a - b``.
 Two sparse operands merge (a union of their positions) into a sparse result; a dense operand gives a
 dense result.
 
-Parameters
-----------
-a, b : array_like or SparseTensor or dask.array.Array
-    NumPy arrays, scipy.sparse arrays or matrices (any format), pydata-sparse ``COO`` / ``GCXS``,
-    ``SparseTensor``; inside ``@splyce.jit``, the traced arguments. Dask arrays give a lazy Dask result
-    (``splyce.dask``).
-out_format : {None, "dense", "sparse"} or Format, optional
-    The result's storage. None: what scipy / NumPy return for these operands.
-threads : int or None, optional
-    Worker threads of a drop-in call (1 by default, as scipy; None: all cores). Results are bit-identical
-    for any count. Ignored inside ``@splyce.jit``, where ``jit(threads=)`` decides.
-
+{parameters}
 Returns
 -------
 scipy.sparse array or matrix or ndarray or SparseTensor or dask.array.Array

@@ -1,4 +1,5 @@
-/* The dense-output union with the output row prefetched ahead: C prototypes for docs/passes.md ("Session 10"),
+/* The dense-output union with the output row prefetched ahead: C prototypes for docs/passes.md
+   ("Prefetching the output row ahead"),
    driven by dense_union_prefetch.py. out[i, :] += B[i, :] + C[i, :] in the plain sparsifier's arithmetic. */
 #include <stdint.h>
 #define PF_LINES(row_next, n) do { const char *p_ = (const char *)(row_next); \

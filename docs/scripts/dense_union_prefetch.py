@@ -1,4 +1,5 @@
-"""The dense-output union with the output row prefetched ahead (docs/passes.md, "Session 10"): C prototypes
+"""The dense-output union with the output row prefetched ahead (docs/passes.md, "Prefetching the
+output row ahead"): C prototypes
 (dense_union_prefetch.c, built here with gcc) beside the jitted plain sparsifier and union lane, uniform 5 % + 5 %,
 the output touched untimed as ``bench ablation`` does, median of 9 interleaved runs.
 

@@ -6,6 +6,8 @@ take the same kernel. A native kernel serves the jit only where its results are 
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from splyce.dropin.formulation import Formulation, _is_masked_sum, choose_matmul_formulation
@@ -26,7 +28,13 @@ def _info(t) -> OperandInfo:
 # serves the jit only where its results are the MLIR kernel's on every input, special values included (equal
 # bits, but for the sign of a NaN, which depends on operand order in the hardware; tests/test_one_engine.py):
 # SpMV, SpMM, SpMSpV and the masked sum (triangles).
-_SAME_PATTERN_OPS = {"multiply": "multiply", "add": "add", "subtract": "subtract"}
+_SAME_PATTERN_OPS = ("multiply", "add", "subtract")
+
+
+def _pool(nbytes: int):
+    """NumPy allocating from the cache of freed buffers for a result of 1 MiB or more, as the drop-in calls
+    and the MLIR kernel's dense results do; no handler switch below that."""
+    return memory_pool.active() if nbytes >= memory_pool.POOL_MIN else contextlib.nullcontext()
 
 
 def _csr_times_dense(args, threads: int):
@@ -46,10 +54,7 @@ def _same_pattern(name: str, args, out):
 
     a, b = args
     parts = [(x.values, x.crd[1], x.pos[1]) for x in (a, b)]
-    if a.values.nbytes >= memory_pool.POOL_MIN:
-        with memory_pool.active():
-            got = elementwise.same_pattern(name, *parts, np.dtype(out.dtype), drop_zeros=False)
-    else:
+    with _pool(a.values.nbytes):
         got = elementwise.same_pattern(name, *parts, np.dtype(out.dtype), drop_zeros=False)
     if got is None or got[1].dtype.itemsize * 8 != out.format.crd_width \
             or got[2].dtype.itemsize * 8 != out.format.pos_width:
@@ -88,21 +93,19 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
         formulation = choose_matmul_formulation(*infos)
         if formulation not in (Formulation.SPARSE_TIMES_DENSE, Formulation.SCATTER_VECTOR):
             return None
-        pooled = int(np.prod(op.out.shape)) * np.dtype(op.out.dtype).itemsize >= memory_pool.POOL_MIN
+        nbytes = int(np.prod(op.out.shape)) * np.dtype(op.out.dtype).itemsize
         product = _csr_times_dense if formulation is Formulation.SPARSE_TIMES_DENSE else \
             (lambda args, t: matmul(*args, threads=t))
 
         def run(args, t):
-            if not pooled:
+            with _pool(nbytes):
                 return product(args, t)
-            with memory_pool.active():      # a result of 1 MiB or more from the cache of freed buffers, as the
-                return product(args, t)     # drop-in call and the MLIR kernel's dense results do
         return LibraryCall(op, formulation.value, run)
     if op.op in _SAME_PATTERN_OPS and _native_values(*infos):
         # two CSRs holding the same positions (a structurally symmetric A and A.T, a matrix and new values):
         # one flat native pass keeping every position, the sparsifier's result exactly; other pairs return
         # None and run the MLIR kernel (runtime/library.py)
-        name, out = _SAME_PATTERN_OPS[op.op], op.out
+        name, out = op.op, op.out
         return LibraryCall(op, "same-pattern", lambda args, t: _same_pattern(name, args, out), guarded=True)
     if op.op == "matmul" and op.out.is_sparse and _native_values(*infos):
         # Gustavson's product keeping every reached position (zero sums too), columns then sorted per row: the

@@ -9,7 +9,6 @@ scipy.sparse and pydata-sparse are imported only when an input of theirs is seen
 
 from __future__ import annotations
 
-import operator
 import sys
 
 import numpy as np
@@ -440,7 +439,7 @@ def _from_pydata(x, fmt, copy, name) -> SparseTensor:
 _ROWS_OF_COLUMNS = (Level("dense"), Level("compressed"))
 
 
-def _swapped_order(x: SparseTensor, fmt: Format) -> SparseTensor | None:
+def _swapped_order(x: SparseTensor, fmt: Format, name: str) -> SparseTensor | None:
     """A CSC stored as CSR (or the reverse) by a counting transpose of its buffers, O(nnz + n) native code,
     instead of a sort of all coordinates; None when the formats are not that pair. The buffers of a CSC are
     the CSR of its transpose, whose transpose is the CSR wanted (entries in order, values' bits kept)."""
@@ -453,25 +452,13 @@ def _swapped_order(x: SparseTensor, fmt: Format) -> SparseTensor | None:
     if not transpose.supported(data, indices, indptr):
         return None
     if not x.validated:    # native code follows these indices: checked once (docs/caches.md)
-        check_buffers(x.shape, old, x.pos, x.crd, x.values, "tensor")
+        check_buffers(x.shape, old, x.pos, x.crd, x.values, name)
         x._validated = True
     rows, cols = (x.shape[1], x.shape[0]) if old.order == (1, 0) else (x.shape[0], x.shape[1])
     t_data, t_indices, t_indptr = transpose.transpose(data, indices, indptr, rows, cols)
-    pos = to_index_array_checked(t_indptr, fmt.pos_width)
-    crd = to_index_array_checked(t_indices, fmt.crd_width)
-    if pos is None or crd is None:
-        return None
+    pos = convert.to_index_array(t_indptr, fmt.pos_width, "pos positions", name)
+    crd = convert.to_index_array(t_indices, fmt.crd_width, "crd coordinates", name)
     return SparseTensor(x.shape, fmt, (None, pos), (None, crd), t_data, validate=False, _owned=True)
-
-
-def to_index_array_checked(arr: np.ndarray, width: int) -> np.ndarray | None:
-    """``arr`` as the index dtype of ``width`` bits, or None when a value does not fit."""
-    dtype = np.dtype(np.int32 if width == 32 else np.int64)
-    if arr.dtype == dtype:
-        return arr
-    if dtype == np.int32 and len(arr) and int(arr.max()) > np.iinfo(np.int32).max:
-        return None
-    return arr.astype(dtype)
 
 
 def asarray(x, format: Format | None = None, copy: bool | None = None, *, name: str = "tensor") -> SparseTensor:
@@ -528,7 +515,7 @@ def asarray(x, format: Format | None = None, copy: bool | None = None, *, name: 
             return x.copy() if copy else x
         if x.format.is_dense:     # its stored zeros are not entries: convert like a NumPy array
             return _from_numpy(x.to_numpy(), format, copy, name)
-        swapped = _swapped_order(x, format)
+        swapped = _swapped_order(x, format, name)
         if swapped is not None:
             return swapped
         return from_coords(x.shape, format, x.coords(), x.values, copy, name)
