@@ -72,7 +72,8 @@ _STORE_OPS = {"memref.store": 1, "vector.store": 1, "vector.maskedstore": 0, "ve
 _PURE_PREFIXES = ("arith.", "math.", "scf.", "vector.", "llvm.extractvalue", "llvm.insertvalue",
                   "llvm.mlir.poison", "llvm.mlir.undef", "llvm.mlir.constant",
                   "llvm.intr.expect", "memref.load", "memref.dim",
-                  "memref.alloca", "memref.get_global", "memref.extract_strided_metadata") + _VIEW_OPS
+                  "memref.alloca", "memref.get_global", "memref.extract_strided_metadata",
+                  "memref.extract_aligned_pointer_as_index") + _VIEW_OPS
 
 
 def _memref_root(value):
