@@ -205,6 +205,8 @@ def test_from_scipy_blocks_are_views_and_its_operand_is_sent_once(client):
     assert sum(k[0].startswith("splyce-from-scipy") for k in graph) == 3
     assert graph_prep(lazy) == ("pad", ("join", (CSR, "b")))      # joined once per worker, then converted
     _same(_compute(client, lazy), dropin.matmul(a, a))
+    # by default one block per worker thread, the count read from the cluster object (no scheduler round trip)
+    assert sd.from_scipy(a).numblocks[0] == sum(client.nthreads().values()) == 2
     one = sd.from_scipy(a, blocks=1)
     assert dict(one.__dask_graph__())[(one.name, 0, 0)] is a      # one block: a itself, no copy
     _same(_compute(client, splyce.matmul(one, a)), dropin.matmul(a, a))
