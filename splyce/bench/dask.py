@@ -331,7 +331,7 @@ def run(cfg: Config) -> Result:
             raise SystemExit(f"--ops {GATHERED} runs alone (its own table)")
         from splyce.bench import dask_gathered
 
-        return dask_gathered.run(cfg)
+        return dask_gathered.run(cfg, matrices)
     clusters = {"1w": _cluster(1), "2w": _cluster(2)}     # both alive: runs interleave across them
     clients = {name: c for name, (_, c) in clusters.items()}
     rows = []

@@ -52,11 +52,11 @@ def mesh3d(n: int):
     return a
 
 
-def _matrices(cfg: Config):
+def _matrices(cfg: Config, corpus_matrices):
+    """The mesh for ``cfg``'s mode, or the corpus entries ``--matrices`` names (``corpus_matrices``: bench
+    dask's ``matrices``, passed in: bench dask imports this module)."""
     if cfg.matrices:
-        from splyce.bench.dask import matrices
-
-        return matrices(cfg)
+        return corpus_matrices(cfg)
     n = TINY if cfg.tiny else QUICK if cfg.quick else FULL
     return [(f"mesh3d-{n} (3-D 7-point, {n}^3 rows)", mesh3d(n))]
 
@@ -123,7 +123,7 @@ def _check(name, got, want):
         raise BenchMismatch(f"dask gathered {name}: not bit-identical to the single-process drop-in")
 
 
-def run(cfg: Config) -> Result:
+def run(cfg: Config, corpus_matrices) -> Result:
     import splyce
     import splyce.dask as sd
     from splyce import dropin
@@ -131,7 +131,7 @@ def run(cfg: Config) -> Result:
     cluster, client = _cluster()
     rows = []
     try:
-        for label, A in _matrices(cfg):
+        for label, A in _matrices(cfg, corpus_matrices):
             want = dropin.matmul(A, A)
             held = client.scatter(want, hash=False)        # the product, on the worker, for the floors
 
