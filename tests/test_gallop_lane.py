@@ -43,8 +43,8 @@ def test_path_chosen_once_per_fiber_pair_and_skewed_pairs_gallop(ctx, monkeypatc
     monkeypatch.setattr(gallop_lane, "PREFETCH_ASM", asm)
     module = _stage1()
     decisions = run_splyce_pass(module, Options(phases=5, gallop=16))
-    assert decisions[0].vectorized and "galloping when long >= (16 + 2 min(floor(log2 short), 12)) x short" in \
-        decisions[0].reason
+    assert decisions[0].vectorized and "galloping when long >= (16 + 2 L) x short, L = min(floor(log2 short), 12) " \
+        "from short >= 8, else 0" in decisions[0].reason
     assert "prefetched" in decisions[0].reason
     text = str(module)
     if asm and gallop_lane._X86:
@@ -63,13 +63,17 @@ def test_path_chosen_once_per_fiber_pair_and_skewed_pairs_gallop(ctx, monkeypatc
         prefetch = [re.compile(r"func\.call @_splyce_prefetch_\w+\(%\w+, %\w+, %\w+\)")]
         assert text.count("memref.prefetch") == 1 and text.count("call @_splyce_prefetch_") == 2
     check_in_order(text, [
-        # once per fiber pair, before any loop: max(lenB, lenC) >= (16 + 2 min(floor(log2 min), 12)) * min,
-        # one test
+        # once per fiber pair, before any loop: max(lenB, lenC) >= 16 * min, then the threshold
         re.compile(r"(%\w+) = arith\.maxui %\w+, %\w+ : index"),
         re.compile(r"(%\w+) = arith\.minui %\w+, %\w+ : index"),
+        re.compile(r"arith\.muli %\w+, %c16\w* : index"),     # max >= 16 min first; the threshold past it
+        re.compile(r"(%\w+) = arith\.cmpi uge, %\w+, %\w+ : index"),
+        re.compile(r"scf\.if %\w+ -> \(i1\)"),
         re.compile(r"math\.ctlz %\w+ : i64"),
         re.compile(r"arith\.minui %\w+, %c12\w* : i64"),
-        re.compile(r"arith\.muli %\w+, %c2\w* : index"),
+        re.compile(r"arith\.muli %\w+, %c2\w* : i64"),
+        re.compile(r"arith\.cmpi uge, %\w+, %c3\w* : i64"),    # from 8 coordinates on, else 0
+        re.compile(r"arith\.select %\w+, %\w+, %c0\w* : i64"),
         re.compile(r"arith\.addi %c16\w*, %\w+ : index"),
         re.compile(r"arith\.muli %\w+, %\w+ : index"),
         re.compile(r"(%\w+) = arith\.cmpi uge, %\w+, %\w+ : index"),
@@ -139,7 +143,14 @@ def test_an_empty_fiber_skips_every_decision(ctx, gallop):
     assert split in not_empty and {"arith.maxui", "arith.minui"} <= {op.name for op in not_empty}
     expect = _defining(split.operands[0])
     assert expect.name == "llvm.intr.expect"
-    assert _defining(expect.operands[0]).name == "arith.cmpi"
+    # the flag: max >= R * min, then (only past it) max >= the threshold
+    maybe = _defining(expect.operands[0])
+    assert maybe.name == "scf.if" and _defining(maybe.operands[0]).name == "arith.cmpi"
+    then_yield = list(maybe.regions[0].blocks[0].operations)[-1]
+    assert _defining(then_yield.operands[0]).name == "arith.cmpi"
+    assert "math.ctlz" in {op.operation.name for op in maybe.regions[0].blocks[0].operations}
+    else_ops = list(maybe.regions[1].blocks[0].operations)
+    assert [op.operation.name for op in else_ops] == ["arith.constant", "scf.yield"]
     assert ir.IntegerAttr(_defining(expect.operands[1]).attributes["value"]).value == 0
     # nothing of the decision is computed before the guard (the lengths, their ratio)
     before = []
@@ -296,7 +307,7 @@ def test_galloping_bit_identical_to_plain_sparsifier(dtype, width):
 THRESHOLD_CHILD = r"""
 import numpy as np, scipy.sparse as sps
 import splyce
-from splyce.passes.gallop_lane import LOG_CAP, skew_threshold
+from splyce.passes.gallop_lane import LOG_CAP, LOG_FROM, skew_threshold
 
 def pair(short, long, swap, rng):
     # one row: `long` even coordinates in one operand, `short` spread over the same range in the other (some
@@ -316,10 +327,10 @@ plain = splyce.jit(row_dot, vectorize=False)
 checked = 0
 for gallop in (16, 4):
     lane = splyce.jit(row_dot, gallop=gallop)
-    # S = 1 (the option's ratio itself), 8, 64 and 2**(LOG_CAP + 1) (the log capped)
-    for short in (1, 8, 64, 1 << (LOG_CAP + 1)):
+    # S = 1 and 4 (the option's ratio itself), 8, 64 and 2**(LOG_CAP + 1) (the log capped)
+    for short in (1, 4, 8, 64, 1 << (LOG_CAP + 1)):
         edge = skew_threshold(gallop, short)
-        assert edge >= gallop * short and (short > 1 or edge == gallop)
+        assert edge >= gallop * short and ((short >= 1 << LOG_FROM) == (edge > gallop * short))
         for long, galloped in ((edge - 1, False), (edge, True)):
             for swap in (False, True):
                 B, C = pair(short, long, swap, rng)
@@ -335,12 +346,12 @@ print("checked", checked)
 
 def test_galloping_chosen_from_the_short_fibers_length():
     """The skewed path runs (profile's galloped coordinates > 0) exactly from long = skew_threshold(R, short):
-    R x short for 1-coordinate fibers, (R + 2 floor(log2 short)) x short above, the log capped at LOG_CAP;
+    R x short below 8 coordinates, (R + 2 floor(log2 short)) x short from 8 on, the log capped at LOG_CAP;
     one coordinate less runs the fast lane. Both orientations, two R, results bit-identical to the plain
     sparsifier."""
     proc = subprocess.run([sys.executable, "-c", THRESHOLD_CHILD], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
-    assert "checked 32" in proc.stdout
+    assert "checked 40" in proc.stdout
 
 
 def _lane_loop(asm: str) -> list[str]:
