@@ -3,8 +3,8 @@
 A jitted function whose plan is a single step over its arguments (``a @ x``, ``a @ b`` into a sparse result,
 ``a * b``, ``a + b``, ``a - b``, a masked product, SDDMM, the triangle sum) is the same computation as a
 drop-in call on the same operands. The drop-ins' formulation rules (``splyce.dropin.formulation``) decide which
-of those run natively; this module asks them, through the providers ``splyce.dropin`` registers (it sits above
-the runtime, so it registers instead of being imported), and the dispatcher then runs the chosen native kernel
+of those run natively; this module asks them, through the providers ``splyce.dropin`` registers in
+runtime/providers.py (it sits above the runtime, so it registers instead of being imported), and the dispatcher then runs the chosen native kernel
 instead of compiling the MLIR kernel: the same kernel, the same decision, for both entry points.
 
 What is matched is structural (formats, dtypes, shapes, options), never values, so the choice is made once per
@@ -19,10 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from splyce.runtime import providers
 from splyce.tracer.ir import ContractParams, Node, TensorType
 
-_providers: list = []
-_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -55,11 +54,7 @@ class LibraryCall:
                 f"choice for these formats and dtypes); the MLIR kernel is compiled only when asked for")
 
 
-def register(provider) -> None:
-    """Add a provider: ``provider(op: LibraryOp, options: Options) -> LibraryCall | None``."""
-    with _lock:
-        if provider not in _providers:
-            _providers.append(provider)
+register = providers.register   # ``provider(op: LibraryOp, options: Options) -> LibraryCall | None``
 
 
 def _is_csr(t: TensorType) -> bool:
@@ -145,7 +140,7 @@ def choose(plan, options, out_format) -> LibraryCall | None:
     op = _as_library_op(step.node, plan.trace.inputs)
     if op is None:
         return None
-    for provider in list(_providers):
+    for provider in providers.registered():
         call = provider(op, options)
         if call is not None:
             return call
