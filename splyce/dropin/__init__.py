@@ -20,7 +20,6 @@ modules it runs (a first SpMV in a fresh process does not import the einsums).
 """
 
 from splyce.dropin import broadcast
-from splyce.runtime import providers
 
 # public name -> (module, its name there)
 _NAMES = {
@@ -80,16 +79,6 @@ def _late(name: str):
 
 broadcast.bind(**{name: _late(name) for name in ("multiply", "add", "subtract", "einsum")})
 
-
-def _provide(op, options):
-    """The jit runs these ops on the drop-ins' native kernels (dropin/jit_library.py, imported when a jitted
-    plan first asks)."""
-    from splyce.dropin import jit_library
-
-    return jit_library.provide(op, options)
-
-
-providers.register(_provide)
 
 __all__ = [
     "matmul", "multiply", "add", "subtract", "einsum", "fast_spmv", "fast_merge", "fast_masked_sum",

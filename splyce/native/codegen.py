@@ -14,10 +14,10 @@ import hashlib
 import json
 import threading
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 from splyce.native import host, object_cache, shared_lib
+from splyce.native.records import record
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -53,7 +53,7 @@ def add_process_symbols(symbols: dict) -> None:
         llvm.add_symbol(name, address)
 
 
-@dataclass(frozen=True)
+@record
 class Target:
     """A CPU to compile for: LLVM triple, CPU name and feature string. Part of every cache key."""
 
@@ -130,7 +130,7 @@ def _check_cpu_name(triple: str, cpu: str) -> None:
                          f"{run.stderr.strip().splitlines()[-1] if run.stderr.strip() else 'llc failed'}")
 
 
-@dataclass(frozen=True)
+@record
 class CodegenOptions:
     opt_level: int = 3
     slp_vectorize: bool = True

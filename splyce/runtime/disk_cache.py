@@ -18,10 +18,11 @@ import hashlib
 import json
 import threading
 import warnings
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 
 from splyce.native import codegen, host, object_cache
+from splyce.native.records import record
 from splyce.native.object_cache import MAGIC, CorruptEntry, Entry, cache_dir, decode, enabled, encode  # noqa: F401
 
 SUFFIX = object_cache.KERNEL_SUFFIX
@@ -73,7 +74,7 @@ def compiler_sources_hash() -> str:
     return _SOURCES_HASH
 
 
-@dataclass(frozen=True)
+@record
 class CachedDecision:
     """A Splyce pass ``LoopDecision`` read back from an entry (same fields, without importing MLIR)."""
 

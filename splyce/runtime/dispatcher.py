@@ -17,7 +17,6 @@ import time
 import uuid
 import weakref
 from collections import namedtuple
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,6 +31,7 @@ from splyce.runtime.kernel import (
 from splyce.runtime.arguments import Static
 from splyce.tensors.tensor import SparseTensor
 from splyce.native.array_objects import address as _address
+from splyce.native.records import record
 from splyce.backend.compiler import Lowering, load_entry, lower   # no MLIR until lower() runs
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
 from splyce.tensors.formats import Format
@@ -70,7 +70,7 @@ def _unaliased(arg, out: np.ndarray):
     return arg
 
 
-@dataclass(frozen=True)
+@record
 class CacheKey:
     """Everything that changes the generated code, as named parts (so a miss can be explained)."""
 
@@ -83,7 +83,7 @@ class CacheKey:
 
     def explain(self, other: "CacheKey") -> list[str]:
         """The names of the parts in which two keys differ."""
-        return [name for name in self.__dataclass_fields__ if getattr(self, name) != getattr(other, name)]
+        return [name for name in self._fields if getattr(self, name) != getattr(other, name)]
 
 
 class Jitted:

@@ -3,8 +3,9 @@
 A jitted function whose plan is a single step over its arguments (``a @ x``, ``a @ b`` into a sparse result,
 ``a * b``, ``a + b``, ``a - b``, a masked product, SDDMM, the triangle sum) is the same computation as a
 drop-in call on the same operands. The drop-ins' formulation rules (``splyce.dropin.formulation``) decide which
-of those run natively; this module asks them, through the providers ``splyce.dropin`` registers in
-runtime/providers.py (it sits above the runtime, so it registers instead of being imported), and the dispatcher then runs the chosen native kernel
+of those run natively; this module asks them, through the provider that ``splyce`` registers in
+runtime/providers.py for the drop-ins (they sit above the runtime, so they register instead of being
+imported), and the dispatcher then runs the chosen native kernel
 instead of compiling the MLIR kernel: the same kernel, the same decision, for both entry points.
 
 What is matched is structural (formats, dtypes, shapes, options), never values, so the choice is made once per
@@ -15,16 +16,16 @@ signature and cached with the kernel. The MLIR kernel is still compiled when ask
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 
+from splyce.native.records import record
 from splyce.runtime import providers
 from splyce.tracer.ir import ContractParams, Node, TensorType
 
 
 
-@dataclass(frozen=True)
+@record
 class LibraryOp:
     """A plan's one step written as a drop-in call: ``op(*args[operands], ...)``."""
 
@@ -35,7 +36,7 @@ class LibraryOp:
     out: TensorType
 
 
-@dataclass(frozen=True)
+@record
 class LibraryCall:
     """A provider's answer: the native formulation that computes ``op`` and the function that runs it."""
 

@@ -1,6 +1,6 @@
-"""The registry of the jit's native kernel library providers (runtime/library.py asks them; ``splyce.dropin``
-registers its own). A module of its own, importing nothing, so that registering costs a drop-in process no
-import of the jit's runtime (library.py needs NumPy and the tracer's types)."""
+"""The registry of the jit's native kernel library providers (runtime/library.py asks them; ``splyce``'s
+``__init__`` registers the drop-ins'). A module of its own, importing nothing, so that registering at
+``import splyce`` imports neither the jit's runtime (library.py needs the tracer's types) nor the drop-ins."""
 
 from __future__ import annotations
 
