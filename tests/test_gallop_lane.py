@@ -40,7 +40,8 @@ def _stage1() -> ir.Module:
 def test_path_chosen_once_per_fiber_pair_and_skewed_pairs_gallop(ctx):
     module = _stage1()
     decisions = run_splyce_pass(module, Options(phases=5, gallop=16))
-    assert decisions[0].vectorized and "galloping at length ratio >= 16" in decisions[0].reason
+    assert decisions[0].vectorized and "galloping when long >= (16 + 2 min(floor(log2 short), 12)) x short" in \
+        decisions[0].reason
     assert "prefetched" in decisions[0].reason
     text = str(module)
     # the long fiber's coordinates prefetched (16 i32 per 64-byte line) by a never-inlined function, called
@@ -52,10 +53,15 @@ def test_path_chosen_once_per_fiber_pair_and_skewed_pairs_gallop(ctx):
     prefetch = [re.compile(r"func\.call @_splyce_prefetch_\w+\(%\w+, %\w+, %\w+\)")]
     assert text.count("memref.prefetch") == 1 and text.count("call @_splyce_prefetch_") == 2
     check_in_order(text, [
-        # once per fiber pair, before any loop: max(lenB, lenC) >= 16 * min(lenB, lenC), one test
+        # once per fiber pair, before any loop: max(lenB, lenC) >= (16 + 2 min(floor(log2 min), 12)) * min,
+        # one test
         re.compile(r"(%\w+) = arith\.maxui %\w+, %\w+ : index"),
         re.compile(r"(%\w+) = arith\.minui %\w+, %\w+ : index"),
-        re.compile(r"arith\.muli %\w+, %c16\w* : index"),
+        re.compile(r"math\.ctlz %\w+ : i64"),
+        re.compile(r"arith\.minui %\w+, %c12\w* : i64"),
+        re.compile(r"arith\.muli %\w+, %c2\w* : index"),
+        re.compile(r"arith\.addi %c16\w*, %\w+ : index"),
+        re.compile(r"arith\.muli %\w+, %\w+ : index"),
         re.compile(r"(%\w+) = arith\.cmpi uge, %\w+, %\w+ : index"),
         re.compile(r"scf\.if %\w+ -> \(index, index, f64\)"),
         *prefetch, "} else {", *prefetch,
@@ -275,3 +281,53 @@ def test_galloping_bit_identical_to_plain_sparsifier(dtype, width):
                           timeout=600)
     assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
     assert "checked 16" in proc.stdout
+
+
+THRESHOLD_CHILD = r"""
+import numpy as np, scipy.sparse as sps
+import splyce
+from splyce.passes.gallop_lane import LOG_CAP, skew_threshold
+
+def pair(short, long, swap, rng):
+    # one row: `long` even coordinates in one operand, `short` spread over the same range in the other (some
+    # even: matches), so that every short coordinate has long ones below it (a galloping jump skips some)
+    cols = 2 * long + 1
+    l_idx = 2 * np.arange(long)
+    s_idx = (np.arange(1, short + 1) * (cols - 1)) // short - rng.integers(0, 2, short)
+    mats = []
+    for idx in (s_idx, l_idx):
+        mats.append(splyce.asarray(sps.csr_array((rng.uniform(-1, 1, idx.size), idx.astype(np.int32),
+                                                  np.array([0, idx.size], np.int32)), shape=(1, cols))))
+    return mats[::-1] if swap else mats
+
+row_dot = lambda x, y: splyce.einsum("ij,ij->i", x, y)
+rng = np.random.default_rng(0)
+plain = splyce.jit(row_dot, vectorize=False)
+checked = 0
+for gallop in (16, 4):
+    lane = splyce.jit(row_dot, gallop=gallop)
+    # S = 1 (the option's ratio itself), 8, 64 and 2**(LOG_CAP + 1) (the log capped)
+    for short in (1, 8, 64, 1 << (LOG_CAP + 1)):
+        edge = skew_threshold(gallop, short)
+        assert edge >= gallop * short and (short > 1 or edge == gallop)
+        for long, galloped in ((edge - 1, False), (edge, True)):
+            for swap in (False, True):
+                B, C = pair(short, long, swap, rng)
+                assert sorted((B.nnz, C.nnz)) == [short, long]
+                prof = splyce.profile(lane, B, C)
+                assert (prof.gallop > 0) == galloped, (gallop, short, long, swap, prof)
+                got, want = np.asarray(lane(B, C)), np.asarray(plain(B, C))
+                assert np.array_equal(got.view(np.uint64), want.view(np.uint64)), (gallop, short, long)
+                checked += 1
+print("checked", checked)
+"""
+
+
+def test_galloping_chosen_from_the_short_fibers_length():
+    """The skewed path runs (profile's galloped coordinates > 0) exactly from long = skew_threshold(R, short):
+    R x short for 1-coordinate fibers, (R + 2 floor(log2 short)) x short above, the log capped at LOG_CAP;
+    one coordinate less runs the fast lane. Both orientations, two R, results bit-identical to the plain
+    sparsifier."""
+    proc = subprocess.run([sys.executable, "-c", THRESHOLD_CHILD], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    assert "checked 32" in proc.stdout
