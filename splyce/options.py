@@ -16,8 +16,9 @@ if TYPE_CHECKING:  # codegen imports llvmlite: not needed to build or validate o
 # (AMD Zen 5, both AVX-512 and AVX2 code), 7 (SIMD multiply-accumulate too, with an ordered, bit-exact
 # reduction; scalar pointer advance) is faster on K1, K3, K5 (and K2 with AVX2 code): see README.
 DEFAULT_PHASES = 7
-# The length ratio from which galloping beats the all-pairs fast lane: measured ~12 for n = 4 and ~8 for
-# n = 8, a clear win from 16 on for both (docs/passes.md).
+# The length ratio from which galloping beats the all-pairs fast lane for short fibers: measured ~12 for
+# n = 4 and ~8 for n = 8 on 8-coordinate ones, a clear win from 16 on for both (docs/passes.md); two-fiber
+# intersections add 2 floor(log2(short length)) (capped) to it (passes/gallop_lane.py, LOG_SLOPE).
 DEFAULT_GALLOP_RATIO = 16
 VECTOR_WIDTHS = (2, 4, 8, 16)
 

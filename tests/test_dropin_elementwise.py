@@ -369,7 +369,7 @@ def test_one_pass_with_a_csc_operand_keeps_nan_and_inf_without_partner(monkeypat
     operand without a partner drops out unless it is NaN or Inf (scipy keeps NaN * 0), in A, in a skipped
     entry of B or after the last entry of A's that reached B's column; sums with differing positions merge.
     ``prefetch``: the kernel variant large scattered matrices get (forced here on a small one)."""
-    from splyce.native import elementwise as native_elementwise
+    from splyce.native.elementwise import csc as native_elementwise
 
     rng = np.random.default_rng(5)
     a = sps.random_array((30, 30), density=0.2, format="csr", rng=rng)
@@ -398,7 +398,7 @@ def test_one_pass_with_a_csc_operand_keeps_nan_and_inf_without_partner(monkeypat
 def _vector_kernels(monkeypatch):
     """The one pass with its vector match on every row that missed (a decision per row, any miss), instead of
     per 64 rows over a third missed: small matrices exercise it."""
-    from splyce.native import elementwise as native_elementwise
+    from splyce.native.elementwise import csc as native_elementwise
 
     monkeypatch.setattr(native_elementwise, "MODE_ROWS", 1)
     monkeypatch.setattr(native_elementwise, "MISS_SHARE", 1 << 20)
@@ -486,7 +486,7 @@ def test_vector_match_reads_nothing_past_b_arrays():
     would crash it); the vector match's last loads, at B's last column, stay inside them."""
     code = r"""
 import ctypes, mmap, numpy as np, scipy.sparse as sps
-from splyce.native import elementwise as ne
+from splyce.native.elementwise import csc as ne
 ne.MODE_ROWS, ne.MISS_SHARE = 1, 1 << 20        # the vector match on every row after one that missed
 page = mmap.PAGESIZE
 libc = ctypes.CDLL(None)
@@ -527,7 +527,7 @@ def test_vector_match_has_no_branch_on_the_pattern():
     partner's value is read through a conditional move; the rows are loaded masked."""
     import re
 
-    from splyce.native import elementwise as native_elementwise
+    from splyce.native.elementwise import csc as native_elementwise
     from splyce.native.codegen import CodegenOptions, emit_assembly, host_target, optimize
 
     if not (host_target().triple.startswith("x86_64") and native_elementwise._host_avx512()):

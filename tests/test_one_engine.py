@@ -24,15 +24,14 @@ def _same(x, y):
     if hasattr(x, "indptr"):
         assert type(x) is type(y) and x.indices.dtype == y.indices.dtype and x.indptr.dtype == y.indptr.dtype
         assert np.array_equal(x.indptr, y.indptr) and np.array_equal(x.indices, y.indices)
-        x, y = x.data, y.data
-    else:
-        x, y = np.asarray(x).reshape(-1), np.asarray(y).reshape(-1)
-        assert x.dtype == y.dtype and x.shape == y.shape
-        if x.dtype.kind == "f":                 # NaN where NaN (its sign bit aside), every other value's bits
-            nan = np.isnan(x)
-            assert np.array_equal(nan, np.isnan(y))
-            x, y = x[~nan], y[~nan]
-        assert np.array_equal(x.view(np.uint8), y.view(np.uint8))
+        x, y = x.data, y.data                   # and the stored values, bit for bit (-0.0 is not +0.0)
+    x, y = np.asarray(x).reshape(-1), np.asarray(y).reshape(-1)
+    assert x.dtype == y.dtype and x.shape == y.shape
+    if x.dtype.kind == "f":                     # NaN where NaN (its sign bit aside), every other value's bits
+        nan = np.isnan(x)
+        assert np.array_equal(nan, np.isnan(y))
+        x, y = x[~nan], y[~nan]
+    assert np.array_equal(x.view(np.uint8), y.view(np.uint8))
 
 
 CASES = {

@@ -12,7 +12,9 @@ has too) and equal or 1:16 lengths. Candidates, on the same arrays:
   as float32 copies made untimed in f64 rows);
 * ``numkong intersect``: NumKong's ``intersect`` (the count of common coordinates; uint32 / uint64);
 * ``floor``: NumPy reading the same bytes (both fibers' coordinates and values: ``max`` over an int32 view
-  of each buffer), the least time any candidate needs to read its inputs.
+  of each buffer), the least time any candidate needs to read its inputs;
+* ``floor crd``: the same over the coordinates only: what a lane that reads the values of matches alone
+  (the plain sparsifier, NumKong's ``intersect``) cannot go below.
 
 Times are per input coordinate (``len(a) + len(b)``); cycles use the clock measured at the start of the run
 by a loop of dependent 1-cycle adds; ``bw_share`` = floor time / candidate time. Splyce's times are whole
@@ -149,6 +151,8 @@ def _candidates(dim, b, bv, c, cv, skew):
     buffers = [x.view(np.int32) for x in (b, bv, c, cv)]
     floor_value = float(max(int(x.max()) for x in buffers))
     out["floor"] = (lambda: max(int(x.max()) for x in buffers), floor_value, 0.0)
+    crds = buffers[0::2]
+    out["floor crd"] = (lambda: max(int(x.max()) for x in crds), float(max(int(x.max()) for x in crds)), 0.0)
     return out
 
 
@@ -207,14 +211,15 @@ def run(cfg: Config) -> Result:
             f"(medians), floor = NumPy reading the same bytes (max over an int32 view of both fibers' "
             f"coordinates and values; the last case: {floor_bytes / 1e6:.1f} MB); vs_lane = candidate / lane "
             f"(medians, same run). NumKong's sparse_dot takes uint32 + float32 only: int32 rows, float32 copies "
-            f"of f64 values; intersect returns the count. Splyce: whole calls, sealed operands, default options "
-            f"(n = 4, phases 7, galloping from ratio 16: the 1:16 rows gallop).")
+            f"of f64 values; intersect returns the count; floor crd: the coordinates only. Splyce: whole calls, sealed "
+            f"operands, default options (n = 4, phases 7; galloping from long >= (16 + 2 min(floor(log2 short), "
+            f"12)) x short: the 1:16 rows run the fast lane, as gallop=0).")
     return Result("limit", "Fiber-pair sparse dot: the fast lane vs the plain sparsifier, NumKong and the "
                   "bandwidth floor", COLUMNS, rows, note, plot=_plot, preface=_preface(summary),
                   comments=[f"clock: {ghz:.3f} GHz ({clock_how})"])
 
 
-PREFACE_COLUMNS = ("lane", "plain", "numkong dot", "numkong intersect", "floor")
+PREFACE_COLUMNS = ("lane", "plain", "numkong dot", "numkong intersect", "floor", "floor crd")
 
 
 def _preface(summary) -> str:

@@ -66,7 +66,8 @@ def _same_pattern(name: str, args, out):
 
 def _spgemm_kept(args, out, threads: int):
     """``a @ b`` of two CSR SparseTensors as a scipy CSR of the traced result's format: the sparsifier's stored
-    positions and values, or None (then the MLIR kernel runs) when the index widths differ from the format's."""
+    positions and values (every position reached, columns ascending, sums from +0.0; native/spgemm_sorted.py),
+    or None (then the MLIR kernel runs) when the result does not fit the format's index widths."""
     import scipy.sparse as sps
 
     from splyce.native import spgemm
@@ -74,14 +75,16 @@ def _spgemm_kept(args, out, threads: int):
     a, b = args
     parts = [(x.values, x.crd[1], x.pos[1]) for x in (a, b)]
     with memory_pool.active():
-        product = spgemm.spgemm(parts[0], parts[1], b.shape[1], np.dtype(out.dtype), threads, keep_zeros=True)
-    if product.indices.dtype.itemsize * 8 != out.format.crd_width \
-            or product.indptr.dtype.itemsize * 8 != out.format.pos_width:
-        return None
-    result = sps.csr_array((product.data, product.indices, product.indptr), shape=out.shape, copy=False)
-    # columns sorted per row in place (scipy's csr_sort_indices; two counting transposes measured no faster
-    # on rmat-s13's 13.5M-entry product and need two more copies)
-    result.sort_indices()                 # scipy's per-row sort, in place
+        product = spgemm.spgemm(parts[0], parts[1], b.shape[1], np.dtype(out.dtype), threads, keep_zeros=True,
+                                sort=True)
+    # the traced format's index widths (64-bit operands give a 64-bit result; the kernel writes the narrowest)
+    if product.indices.dtype.itemsize * 8 > out.format.crd_width \
+            or product.indptr.dtype.itemsize * 8 > out.format.pos_width:
+        return None                               # the result needs wider indices than the format's
+    indices = product.indices.astype(f"int{out.format.crd_width}", copy=False)
+    indptr = product.indptr.astype(f"int{out.format.pos_width}", copy=False)
+    result = sps.csr_array((product.data, indices, indptr), shape=out.shape, copy=False)
+    result.has_sorted_indices = True              # as written (scipy would otherwise check on first use)
     return result
 
 
@@ -108,10 +111,10 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
         name, out = op.op, op.out
         return LibraryCall(op, "same-pattern", lambda args, t: _same_pattern(name, args, out), guarded=True)
     if op.op == "matmul" and op.out.is_sparse and _native_values(*infos):
-        # Gustavson's product keeping every reached position (zero sums too), columns then sorted per row: the
-        # sparsifier's result; each entry sums over k in A's row order, as its i, k, j loop nest does
+        # Gustavson's product keeping every reached position (zero sums too), each row written sorted: the
+        # sparsifier's result; each entry sums from +0.0 over k in A's row order, as its i, k, j loop nest does
         out = op.out
-        return LibraryCall(op, "gustavson-spa, every position kept, sorted",
+        return LibraryCall(op, "gustavson-spa, every position kept, rows sorted",
                            lambda args, t: _spgemm_kept(args, out, t))
     if op.op == "einsum" and op.out.ndim == 0:
         inputs, output = op.subscripts.split("->")

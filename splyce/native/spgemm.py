@@ -386,12 +386,23 @@ def _bits(arr: np.ndarray) -> int:
 
 
 @functools.cache
-def _product(dense: bool, value: np.dtype, pa: int, ca: int, pb: int, cb: int, co: int, keep_zeros: bool = False):
+def _product(dense: bool, value: np.dtype, pa: int, ca: int, pb: int, cb: int, co: int, keep_zeros: bool = False,
+             sort: bool = False):
     from splyce.native.codegen import compile_host_helpers
 
     t, mul, add = _VALUE[value]
     floating = t in ("double", "float")
-    name = f"splyce_spgemm_{'dense' if dense else 'sparse'}_{t}_{pa}_{ca}_{pb}_{cb}_{co}" + ("_keep" if keep_zeros else "")
+    kind = "sorted" if sort else "dense" if dense else "sparse"
+    name = f"splyce_spgemm_{kind}_{t}_{pa}_{ca}_{pb}_{cb}_{co}" + ("_keep" if keep_zeros else "")
+    if sort:            # the sparsifier's result: every position kept, rows sorted (spgemm_sorted.py)
+        from splyce.native import spgemm_sorted
+
+        fields = dict(name=name, t=t, mul=mul, add=add, pa=pa, ca=ca, pb=pb, cb=cb, co=co, pa_ext=_ext(pa),
+                      ca_ext=_ext(ca), pb_ext=_ext(pb), cb_ext=_ext(cb), co_ext=_ext(co),
+                      co_narrow="trunc i64" if co == 32 else "bitcast i64")
+        text = spgemm_sorted.rows_ir(fields) + _BACKWARD.format(**fields)
+        fns = compile_host_helpers(text, {name: _PRODUCT_SIG, f"{name}_backward": _BACKWARD_SIG})
+        return fns[name], fns[f"{name}_backward"]
     # keep_zeros: every position the product reaches is stored, zero sums too (the sparsifier's result): the
     # zero tests become constant false / the keep test constant true, and LLVM folds the compaction away
     nonzero = ("fcmp true" if floating else "icmp uge") if keep_zeros else ("fcmp une" if floating else "icmp ne")
@@ -466,8 +477,12 @@ class Product:
         self.data, self.indices, self.indptr, self.work = data, indices, indptr, work
 
 
-def _slots(n: int, dense: bool) -> np.ndarray:
+def _slots(n: int, dense: bool, sort: bool = False) -> np.ndarray:
     """A thread's accumulator (see the kernels): nothing shared between threads, never cleared."""
+    if sort:
+        from splyce.native import spgemm_sorted
+
+        return spgemm_sorted.scratch(n)
     slots = np.empty((n, 2) if dense else n, dtype=np.int64)
     (slots[:, 0] if dense else slots)[...] = -1
     return slots
@@ -480,7 +495,7 @@ def _blocks(prefix: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return np.unique(np.concatenate((inner.clip(lo, hi), [lo, hi])))
 
 
-def _meeting_halves(kernel, backward, a, b, n, dtype, col_dtype, dense, prefix, ranges, workers) -> Product:
+def _meeting_halves(kernel, backward, a, b, n, dtype, col_dtype, dense, prefix, ranges, workers, sort) -> Product:
     """Two row ranges on two threads writing straight into one pair of result buffers (sized by all the
     flops, allocated once, each page first touched by the thread that fills it): the first range's rows
     go last row first (``_BACKWARD``) and end at position F (the first range's flops, an upper bound of its
@@ -497,7 +512,7 @@ def _meeting_halves(kernel, backward, a, b, n, dtype, col_dtype, dense, prefix, 
     def run(index):
         lo, hi = ranges[index]
         ends = np.empty(hi - lo, dtype=np.int64)
-        slots = _slots(n, dense)
+        slots = _slots(n, dense, sort)
         if index == 1:
             return ends, kernel(*operands, lo, hi, meet, _address(ends), _address(cols), _address(vals),
                                 _address(slots))
@@ -536,11 +551,15 @@ def _copy_tasks(counts, offsets, threads: int):
     return tasks
 
 
-def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = False) -> Product:
+def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = False, sort: bool = False) -> Product:
     """``A @ B`` for CSR parts ``a = (data, indices, indptr)`` and ``b`` (index arrays int32 or int64, any
     widths; values of ``dtype``, C-contiguous, already validated: in-range columns, monotone positions).
     The result's indices are int32 when the column count and entry count fit, else int64. ``keep_zeros``:
-    store every position reached, zero sums included (the sparsifier's rule) instead of scipy's."""
+    store every position reached, zero sums included (the sparsifier's rule) instead of scipy's. ``sort``
+    (with ``keep_zeros``): the sparsifier's result exactly: columns ascending in each row, each sum started
+    from +0.0 (spgemm_sorted.py)."""
+    if sort and not keep_zeros:
+        raise ValueError("spgemm: sort=True is the sparsifier's result and needs keep_zeros=True")
     av, ac, ap = a
     bv, bc, bp = b
     dtype = np.dtype(dtype)
@@ -554,13 +573,13 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = 
     workers = pool(threads) if split and flops >= 8 * ir_text.MIN_CHUNK else None
     threads = threads if workers is not None else 1
     col_dtype = np.dtype(np.int32) if n <= 2**31 else np.dtype(np.int64)
-    dense = n <= DENSE_COLUMNS and int(ap[-1]) - int(ap[0]) >= DENSE_ROW_ENTRIES * m > 0
+    dense = not sort and n <= DENSE_COLUMNS and int(ap[-1]) - int(ap[0]) >= DENSE_ROW_ENTRIES * m > 0
     with _lock:
         kernel, backward = _product(dense, dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc),
-                                    col_dtype.itemsize * 8, keep_zeros)
+                                    col_dtype.itemsize * 8, keep_zeros, sort)
     ranges = chunks(prefix, threads)
     if workers is not None and len(ranges) == 2:
-        return _meeting_halves(kernel, backward, a, b, n, dtype, col_dtype, dense, prefix, ranges, workers)
+        return _meeting_halves(kernel, backward, a, b, n, dtype, col_dtype, dense, prefix, ranges, workers, sort)
     # The first chunk writes straight into the result's buffers, sized for every chunk's flops when that
     # bound is small enough to reserve (pages never written are never touched); the others write into
     # their own, copied after it by all threads at once.
@@ -572,7 +591,7 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = 
         cols = np.empty(size, dtype=col_dtype)
         vals = np.empty(size, dtype=dtype)
         ends = np.empty(hi - lo, dtype=np.int64)
-        slots = _slots(n, dense)
+        slots = _slots(n, dense, sort)
         count = kernel(_address(ap), _address(ac), _address(av), _address(bp), _address(bc),
                        _address(bv), lo, hi, 0, _address(ends), _address(cols), _address(vals), _address(slots))
         return cols, vals, ends, int(count)

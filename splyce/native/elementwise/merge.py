@@ -1,0 +1,163 @@
+"""Elementwise products and sums of two CSR matrices (canonical: sorted, unique columns) -> CSR, native code.
+
+Operands with the same positions (a structurally symmetric matrix and its transpose, a matrix and a copy with
+new values: common) take one flat, vectorized pass over all entries (``same_pattern``). Otherwise each row is
+one pass: rows holding the same columns are combined entry by entry after a vectorized compare; other rows
+merge their two sorted column lists with branch-free steps (both cursors advance by comparison results, every
+candidate is stored and the output cursor advances only when it is kept), so the loop does not mispredict on
+irregular patterns. The output is sized by an upper bound (``min(nnz)`` for an integer product, an
+intersection; ``nnz(A) + nnz(B)`` for a union) and shrunk in place afterwards; pages never written are never
+touched. Values follow scipy's ``csr_binop_csr``: a missing entry counts as zero, ``op(a, b)`` is stored only
+when it is not zero (NaN is kept, so NaN times a missing entry is NaN, as in scipy), columns come out sorted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+
+from splyce.native.array_objects import DATA_OFFSET, address as _address
+from splyce.native import ir_text
+from splyce.native.elementwise.common import _POS_MAX, _VALUE, _keep, _lock
+from splyce.native.elementwise.merge_ir import _BOUNDS, _INTERSECT, _NARROW, _NARROW_MASK, _NARROW_UNION, _UNION
+from splyce.native.elementwise.same import same_pattern
+
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _P, _I, _I, _P, _P, _P)
+
+
+# Where a kernel's row ends go: ``ends[r - lo]`` as i64 (row ranges of threads, moved and offset afterwards), or
+# ``direct``: the whole matrix on one range, straight into the result's positions (``indptr[r + 1]`` in the
+# positions' width, ``indptr[0] = 0``), so the call needs no conversion afterwards
+_END_STORES = {
+    False: ("", """  %rel = sub i64 %r, %lo
+  %pend = getelementptr i64, ptr %ends, i64 %rel
+  store i64 %o_end, ptr %pend"""),
+    True: ("  store i{p} 0, ptr %ends", """  %pend = getelementptr i{p}, ptr %ends, i64 %r1
+  %o_end_p = {p_narrow} %o_end to i{p}
+  store i{p} %o_end_p, ptr %pend"""),
+}
+
+
+@functools.cache
+def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int, intersect: bool, direct: bool = False):
+    """The merge of rows [lo, hi) (``direct``: all rows, reached through an object entry taking array objects)."""
+    from splyce.native import array_objects
+    from splyce.native.codegen import compile_host_helpers
+
+    t, zero, nonzero, ops = _VALUE[value]
+    name = f"splyce_elementwise_{op}_{t}_p{pos_bits}_c{crd_bits}_{'i' if intersect else 'u'}{'_d' if direct else ''}"
+    bounds = _BOUNDS.format(p=pos_bits, p_ext="zext i32" if pos_bits == 32 else "bitcast i64")
+    template = _INTERSECT if intersect else _UNION
+    zext = "zext i32" if crd_bits == 32 else "bitcast i64"
+    masks = {f"mask_{x}": _NARROW_MASK.format(x=x, start=start, stop=stop, crd=crd, enter=enter, exit=exit_,
+                                              c=crd_bits, c_zext=zext)
+             for x, start, stop, crd, enter, exit_ in (("a", "ia", "ib", "ac", "nw_width", "nw_mb_head"),
+                                                       ("b", "ja", "jb", "bc", "nw_ma_head", "nw_start"))}
+    narrow = (_NARROW if intersect else _NARROW_UNION).format(
+        **masks, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits,
+        keep_nw_a=_keep("nw_va", "nw_hasa", "nw_va_raw", t), keep_nw_b=_keep("nw_vb", "nw_hasb", "nw_vb_raw", t),
+        c_sext="sext i32" if crd_bits == 32 else "bitcast i64",
+        c_narrow="trunc i64" if crd_bits == 32 else "bitcast i64")
+    entry_store, end_store = (x.format(p=pos_bits, p_narrow="trunc i64" if pos_bits == 32 else "bitcast i64")
+                              for x in _END_STORES[direct])
+    text = template.format(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits, bounds=bounds,
+                           narrow=narrow, keep_a=_keep("va", "adv_a", "va_raw", t),
+                           keep_b=_keep("vb", "adv_b", "vb_raw", t), entry_store=entry_store, end_store=end_store)
+    if not direct:
+        return compile_host_helpers(text, {name: _SIG})[name]
+    text += array_objects.object_entry_ir(name + "_objects", name, "aaaaaaiiaaa")
+    return compile_host_helpers(text, {name + "_objects": array_objects.signature(11)})[name + "_objects"]
+
+
+def _intersects(op: str, av: np.ndarray, bv: np.ndarray, threads: int = 1) -> bool:
+    """Whether only columns both rows hold can give nonzero results: a product, except of floats where NaN or
+    Inf meets an absent entry (as in scipy and IEEE, NaN or Inf times zero is NaN, kept: then the product
+    merges as a union). A finite sum proves every value finite (NaN and Inf propagate into it; an overflow
+    to Inf only costs the union). The sums of large operands are split across threads (NumPy's reductions
+    release the GIL)."""
+    if op != "multiply":
+        return False
+    if av.dtype.kind != "f":
+        return True
+    parts = [av, bv]
+    if threads > 1 and len(av) + len(bv) >= 2 * ir_text.MIN_CHUNK:
+        half_a, half_b = len(av) // 2, len(bv) // 2
+        parts = [(av[:half_a], bv[:half_b]), (av[half_a:], bv[half_b:])]
+        sums = ir_text.run_chunks(lambda t, lo, hi: float(parts[t][0].sum()) + float(parts[t][1].sum()),
+                                  [(0, 1), (1, 2)], threads)
+        return all(np.isfinite(sums))
+    return bool(np.isfinite(av.sum()) and np.isfinite(bv.sum()))
+
+
+def elementwise(op: str, a, b, dtype, threads: int = 1):
+    """``(data, indices, indptr)`` of ``op(A, B)`` for canonical CSR parts ``a = (data, indices, indptr)`` and
+    ``b`` of one shape, with equal index dtypes (pos: int32 or int64; crd: int32 or int64) and values of
+    ``dtype``. Index dtypes of the result are the operands'. ``threads``: row ranges balanced by the entries
+    of both operands, each writing straight into the result at its upper-bound offset; the ranges after the
+    first then move down to close the gaps (bit-identical to one thread)."""
+    av, ac, ap = a
+    bv, bc, bp = b
+    dtype = np.dtype(dtype)
+    m = len(ap) - 1
+    same = same_pattern(op, a, b, dtype)
+    if same is not None:
+        return same
+    pos_bits, crd_bits = ap.dtype.itemsize * 8, ac.dtype.itemsize * 8
+    intersect = _intersects(op, av, bv, threads)
+    one = threads <= 1 or len(ac) + len(bc) < 2 * ir_text.MIN_CHUNK
+    bound = min(len(ac), len(bc)) if intersect else len(ac) + len(bc)
+    if one and m > 0 and bound <= _POS_MAX[pos_bits] and DATA_OFFSET is not None:
+        key = (op, dtype, pos_bits, crd_bits, intersect)
+        kernel = _direct_kernels.get(key)
+        if kernel is None:
+            with _lock:
+                kernel = _direct_kernels[key] = _kernel(*key, direct=True)
+        cols = np.empty(bound + 1, dtype=ac.dtype)    # + 1: the store before the last test
+        vals = np.empty(bound + 1, dtype=dtype)
+        indptr = np.empty(m + 1, dtype=ap.dtype)
+        nnz = kernel(id(ap), id(ac), id(av), id(bp), id(bc), id(bv), 0, m, id(indptr), id(cols), id(vals))
+        cols.resize(nnz, refcheck=False)     # shrink in place: no copy of the entries
+        vals.resize(nnz, refcheck=False)
+        return vals, cols, indptr
+    with _lock:
+        kernel = _kernel(op, dtype, pos_bits, crd_bits, intersect)
+    chunks = [(0, m)]
+    if threads > 1 and len(ac) + len(bc) >= 2 * ir_text.MIN_CHUNK:
+        chunks = ir_text.work_chunks(ap.astype(np.int64) + bp, threads)
+    # each range's room: its bound (min(na, nb) for an intersection, na + nb for a union) + 1 for the store
+    # before the last test
+    bound = [(min if intersect else int.__add__)(int(ap[hi] - ap[lo]), int(bp[hi] - bp[lo])) + 1
+             for lo, hi in chunks]
+    starts = np.concatenate([[0], np.cumsum(bound)]).tolist()
+    cols = np.empty(starts[-1], dtype=ac.dtype)
+    vals = np.empty(starts[-1], dtype=dtype)
+    ends = np.empty(m, dtype=np.int64)
+    cbase, vbase, ebase = _address(cols), _address(vals), _address(ends)
+
+    def run(t, lo, hi):
+        return int(kernel(_address(ap), _address(ac), _address(av), _address(bp), _address(bc), _address(bv),
+                          lo, hi, ebase + lo * 8, cbase + starts[t] * cols.itemsize,
+                          vbase + starts[t] * vals.itemsize))
+
+    counts = ir_text.run_chunks(run, chunks, threads)
+    nnz = sum(counts)
+    offset = 0
+    for t, ((lo, hi), count) in enumerate(zip(chunks, counts)):
+        if t:     # close the gap (a move to a lower offset: numpy copies overlapping ranges correctly)
+            cols[offset:offset + count] = cols[starts[t]:starts[t] + count]
+            vals[offset:offset + count] = vals[starts[t]:starts[t] + count]
+            ends[lo:hi] += offset
+        offset += count
+    cols.resize(nnz, refcheck=False)     # shrink in place: no copy of the entries
+    vals.resize(nnz, refcheck=False)
+    pos_dtype = ap.dtype if nnz <= np.iinfo(ap.dtype).max else np.dtype(np.int64)
+    indptr = np.empty(m + 1, dtype=pos_dtype)
+    indptr[0] = 0
+    indptr[1:] = ends
+    return vals, cols, indptr
+
+
+_direct_kernels: dict = {}   # the one-range merges, looked up per call without a lock

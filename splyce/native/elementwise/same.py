@@ -1,0 +1,104 @@
+"""Operands holding the same positions: one flat, vectorizable pass over all entries."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+
+from splyce.native.array_objects import address as _address
+from splyce.native.elementwise.common import _VALUE, _lock, _same_bytes
+
+
+# Same positions in both operands: one flat, vectorizable pass over all entries writes every column and
+# op(a, b), counts the nonzero results, and records whether any column differs (then the caller merges).
+_SAME = """
+define void @{name}(ptr %ac, ptr %bc, ptr %av, ptr %bv, i64 %n, ptr %cc, ptr %cv, ptr %out) {{
+entry:
+  br label %head
+head:
+  %k = phi i64 [0, %entry], [%k1, %body]
+  %diff = phi i32 [0, %entry], [%diff1, %body]
+  %kept = phi i64 [0, %entry], [%kept1, %body]
+  %more = icmp slt i64 %k, %n
+  br i1 %more, label %body, label %done
+body:
+  %pac = getelementptr i{c}, ptr %ac, i64 %k
+  %ca = load i{c}, ptr %pac
+  %pbc = getelementptr i{c}, ptr %bc, i64 %k
+  %cb = load i{c}, ptr %pbc
+  %pav = getelementptr {t}, ptr %av, i64 %k
+  %va = load {t}, ptr %pav
+  %pbv = getelementptr {t}, ptr %bv, i64 %k
+  %vb = load {t}, ptr %pbv
+  %v = {op} {t} %va, %vb
+  %pcc = getelementptr i{c}, ptr %cc, i64 %k
+  store i{c} %ca, ptr %pcc
+  %pcv = getelementptr {t}, ptr %cv, i64 %k
+  store {t} %v, ptr %pcv
+  %ne = icmp ne i{c} %ca, %cb
+  %nei = zext i1 %ne to i32
+  %diff1 = or i32 %diff, %nei
+  %nz = {nonzero} {t} %v, {zero}
+  %nzi = zext i1 %nz to i64
+  %kept1 = add i64 %kept, %nzi
+  %k1 = add i64 %k, 1
+  br label %head
+done:
+  %d64 = zext i32 %diff to i64
+  store i64 %d64, ptr %out
+  %o1 = getelementptr i64, ptr %out, i64 1
+  store i64 %kept, ptr %o1
+  ret void
+}}
+"""
+_SAME_SIG = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4), ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                             ctypes.c_void_p)
+
+
+@functools.cache
+def _same_kernel(op: str, value: np.dtype, crd_bits: int):
+    from splyce.native.codegen import compile_host_helpers
+
+    t, zero, nonzero, ops = _VALUE[value]
+    name = f"splyce_elementwise_same_{op}_{t}_c{crd_bits}"
+    text = _SAME.format(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits)
+    return compile_host_helpers(text, {name: _SAME_SIG})[name]
+
+
+def same_pattern(op: str, a, b, dtype, drop_zeros: bool = True):
+    """``op(A, B)`` as ``(data, indices, indptr)`` when B holds exactly A's positions (equal ``indptr`` and
+    ``indices``), else None. Only A needs to be validated: B's index arrays are compared, never followed.
+    ``drop_zeros``: scipy's rule (a zero result is not stored); False keeps every position, as the sparsifier's
+    coiteration does (the jit's semantics)."""
+    av, ac, ap = a
+    bv, bc, bp = b
+    if ac.dtype != bc.dtype or ap.dtype != bp.dtype or not _same_bytes(ap, bp) or len(ac) != len(bc):
+        return None
+    dtype = np.dtype(dtype)
+    n = len(ac)
+    with _lock:
+        kernel = _same_kernel(op, dtype, ac.dtype.itemsize * 8)
+    cols = np.empty(n, dtype=ac.dtype)
+    vals = np.empty(n, dtype=dtype)
+    out = np.zeros(2, dtype=np.int64)
+    kernel(_address(ac), _address(bc), _address(av), _address(bv), n, _address(cols),
+           _address(vals), _address(out))
+    if out[0]:
+        return None
+    if not drop_zeros:
+        return vals, cols, ap.copy()
+    return _drop_zeros(vals, cols, ap.copy(), int(out[1]))
+
+
+def _drop_zeros(vals, cols, indptr, kept: int):
+    """The entries of (vals, cols, indptr) whose value is not zero (``kept`` of them), as scipy's products drop
+    them; NaN != 0 is kept."""
+    n = len(vals)
+    if kept != n:
+        keep = vals != 0
+        kept_before = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(keep, out=kept_before[1:])
+        vals, cols, indptr = vals[keep], cols[keep], kept_before[indptr].astype(indptr.dtype)
+    return vals, cols, indptr
