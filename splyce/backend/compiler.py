@@ -134,6 +134,7 @@ def lower(trace: Trace, options: Options) -> Lowering:
 
     from splyce.lowering import pipeline
     from splyce.lowering.to_mlir import lower_trace
+    from splyce.passes import noalias
     from splyce.passes.dealloc_guard import drop_foreign_deallocs
     from splyce.passes.widen_i1 import widen_i1_memrefs
 
@@ -176,7 +177,11 @@ def lower(trace: Trace, options: Options) -> Lowering:
         low.result_ranks = tuple(ir.MemRefType(t).rank for t in ir.FunctionType(
             ir.TypeAttr(entry.attributes["function_type"]).value).results)
         start = time.perf_counter()
+        plan = _noalias_plan(low, module)
         pipeline.run_passes(module, pipeline.TO_LLVM)
+        if plan is not None:
+            noalias.mark_noalias(module, plan)
+            noalias.offset_aligned_allocations(module)
         llvm_ir = llvm_dialect.translate_module_to_llvmir(module.operation)
         low.timings["to_llvm"] = time.perf_counter() - start
 
@@ -231,6 +236,19 @@ def optimize_kernel(llvm_ir: str, target, options: codegen.CodegenOptions):
     module, tm = codegen.optimize(module, target, options)
     alloc_guard.route_heap_calls(module)   # after O3, which still knew malloc / calloc / free for what they are
     return module, tm
+
+
+def _noalias_plan(low: Lowering, module):
+    """passes/noalias.py's plan for ``module``, or None: kernels with a Splyce fast lane keep their code (the
+    lane already keeps its values in registers; noalias made K1 4 % slower), as does a split outer loop."""
+    from splyce.lowering.to_mlir import ENTRY
+    from splyce.passes import noalias
+
+    if any(d.vectorized for d in low.decisions) or low.outer_extent is not None:
+        return None
+    n_outputs = len(dict.fromkeys(o for o in low.trace.outputs if not o.type.is_sparse))
+    plan = noalias.analyze(module, ENTRY, n_outputs)
+    return plan if plan.applies else None
 
 
 def _split_outer_loop(low: Lowering, module) -> str:

@@ -262,8 +262,9 @@ class Jitted:
         """``out += f(*args)`` in place, for a function with one dense result.
 
         The kernel accumulates straight into ``out``, so no result buffer is allocated or zeroed (the
-        benchmarks time kernels without their output allocation this way). An argument sharing memory with
-        ``out`` is copied first, as NumPy does for ``out=``.
+        benchmarks time kernels without their output allocation this way). An argument or a captured constant
+        sharing memory with ``out`` is copied first, as NumPy does for ``out=`` (the kernel reads its inputs
+        while it writes ``out``, and is compiled assuming they do not overlap).
 
         Parameters
         ----------
@@ -292,9 +293,9 @@ class Jitted:
         >>> f.accumulate(out, A, np.ones(2))
         array([2., 6.])
         """
-        if isinstance(out, np.ndarray):
-            args = tuple(_unaliased(arg, out) for arg in args)
         kernel, values = self.kernel_for(*args)
+        if isinstance(out, np.ndarray):   # the prepared operands, captured constants included (they follow
+            values = [_unaliased(v, out) for v in values]   # the arguments): the kernel reads them as it writes
         outputs = kernel.trace.outputs
         if len(outputs) != 1 or outputs[0].type.is_sparse:
             raise ValueError("accumulate needs a function with exactly one dense result")

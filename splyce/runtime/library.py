@@ -34,6 +34,10 @@ class LibraryOp:
     operands: tuple[int, ...]    # the function's arguments, in call order
     types: tuple[TensorType, ...]
     out: TensorType
+    # set when the operands are the call's arguments read as they are (nothing prepared): the argument each
+    # reads, and whether transposed (a CSR argument's own buffers as its transpose's CSC, not re-stored)
+    reads: tuple[int, ...] | None = None
+    transposed: tuple[bool, ...] = ()
 
 
 @record
@@ -45,9 +49,12 @@ class LibraryCall:
     run: object                  # (args: list, threads) -> the result (None: not for these values)
     guarded: bool = False        # the run checks the values (e.g. equal patterns) and may answer None: then
     #                              the MLIR kernel runs the call
+    detail: str = ""             # how, in the plan's text
 
     def describe(self) -> str:
         call = self.op.op if self.op.subscripts is None else f'einsum("{self.op.subscripts}")'
+        if self.detail:
+            call += f" ({self.detail})"
         if self.guarded:
             return (f"// runs on the native kernel library when the values allow: {call} as '{self.formulation}' "
                     f"(checked per call); otherwise the MLIR kernel, compiled on the first such call")
@@ -141,11 +148,44 @@ def choose(plan, options, out_format) -> LibraryCall | None:
     op = _as_library_op(step.node, plan.trace.inputs)
     if op is None:
         return None
-    for provider in providers.registered():
-        call = provider(op, options)
-        if call is not None:
-            return call
+    ops = [op]
+    if op.subscripts is None and op.op != "matmul":
+        direct = _argument_reads(plan, op.operands)
+        if direct is not None and any(direct[1]):     # offered first: no re-stored transpose
+            ops.insert(0, op._replace(reads=direct[0], transposed=direct[1]))
+    for candidate in ops:
+        for provider in providers.registered():
+            call = provider(candidate, options)
+            if call is not None:
+                return call
     return None
+
+
+def _argument_reads(plan, operands) -> tuple[tuple[int, ...], tuple[bool, ...]] | None:
+    """The arguments that kernel inputs ``operands`` come from, and whether each is a CSR argument's transpose
+    re-stored as CSR (``a.T`` in ``a * a.T``: the argument's buffers are that transpose's CSC); None when an
+    operand is anything else (a constant, another conversion, a host product)."""
+    n_in = len(plan.source.inputs)
+    n_args = n_in - len(plan.constants)
+    reads, flips = [], []
+    for k in operands:
+        s = plan.sources[k]
+        if s.host is not None:
+            return None
+        if not s.converted:
+            if k >= n_args:
+                return None
+            reads.append(k)
+            flips.append(False)
+            continue
+        if s.index < n_in:
+            return None
+        d = plan.derived[s.index - n_in]
+        if d.axes != (1, 0) or d.source >= n_args or not _is_csr(plan.source.inputs[d.source]):
+            return None
+        reads.append(d.source)
+        flips.append(True)
+    return tuple(reads), tuple(flips)
 
 
 class LibraryKernel:
@@ -179,8 +219,12 @@ class LibraryKernel:
             return self._kernel
 
     def run_exact(self, values: list) -> list:
-        inputs = self.plan.prepare(values) if self._prepares else values
-        out = self.call.run([inputs[i] for i in self.call.op.operands], self.threads)
+        reads = self.call.op.reads
+        if reads is not None:                   # the arguments themselves (a transpose read in place)
+            out = self.call.run([values[i] for i in reads], self.threads)
+        else:
+            inputs = self.plan.prepare(values) if self._prepares else values
+            out = self.call.run([inputs[i] for i in self.call.op.operands], self.threads)
         if out is None:                         # a guarded call declined these values
             return self.kernel().run_exact(values)
         if not self.sparse_results:
