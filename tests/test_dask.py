@@ -238,6 +238,10 @@ def test_result_block_finalized_without_copy_only_where_it_leaves_by_the_wire(cl
     a = _random(60, 60, 0.1, 33)
     got = splyce.matmul(sd.from_scipy(a, blocks=1), a).compute(scheduler="synchronous")
     _same(got, dropin.matmul(a, a))
+    # gather of one block received over the wire: the plain class over the received arrays (no copy)
+    _same(sd.gather(splyce.matmul(sd.from_scipy(a, blocks=1), a), client), dropin.matmul(a, a))
+    y = sd.gather(splyce.matmul(sd.from_scipy(a, blocks=1), np.ones(60)), client)
+    _same(y, dropin.matmul(a, np.ones(60)))
 
 
 def _pool_stats():
