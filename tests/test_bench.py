@@ -333,6 +333,31 @@ def test_dask_subcommand_tiny(tmp_path, capsys):
             assert float(r["max_vs_pydata"]) > 0, r
 
 
+def test_dask_gathered_tiny(tmp_path):
+    """--ops gathered: the 1-worker SpGEMM gathered to the client (checked bit for bit before timing) against
+    the single-process drop-in, with Dask's transport alone beside it; runs alone."""
+    pytest.importorskip("distributed")
+    from splyce.bench import dask_gathered
+
+    assert cli.main(["dask", "--tiny", "--ops", "gathered", "--repeats", "2", "--no-progress",
+                     "--out", str(tmp_path)]) == 0
+    (row,) = _check_outputs(tmp_path, "dask_gathered", dask_gathered.COLUMNS)
+    assert row["matrix"].startswith("mesh3d-12") and int(row["rows"]) == 12 ** 3
+    assert float(row["c_mb"]) > float(row["a_mb"]) > 0
+    assert all(float(row[c]) > 0 for c in dask_gathered.COLUMNS[5:])
+    with pytest.raises(SystemExit, match="runs alone"):
+        cli.main(["dask", "--tiny", "--ops", "gathered,spmv", "--no-progress", "--out", str(tmp_path)])
+
+
+def test_mesh3d_is_the_7_point_laplacian():
+    from splyce.bench.dask_gathered import mesh3d
+
+    a = mesh3d(4)
+    assert a.shape == (64, 64) and a.has_canonical_format
+    assert np.array_equal(a.diagonal(), np.full(64, 6.0)) and np.array_equal(np.diff(a.indptr).max(), 7)
+    assert a.nnz == 64 * 7 - 6 * 16 and (a != a.T).nnz == 0
+
+
 def test_dask_bench_matrices(tmp_path):
     """The dask bench runs on the corpus: its full sizes are the corpus's large entries (a mesh, a power-law
     graph, the road-like graph), its quick and test sizes small entries; matrices come out canonical."""

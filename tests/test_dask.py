@@ -164,11 +164,12 @@ def test_graph_has_row_block_tasks_and_one_broadcast_key():
     assert sum(k[0].startswith("splyce-broadcast") for k in graph) == 1
     assert sum(k[0].startswith("splyce-matmul") for k in graph) == ad.numblocks[0] == 4
     low = _triangles(80, 12, np.int64)
-    count = splyce.einsum("ij,ik,kj->", sd.from_scipy(low, rows_per_chunk=20), sd.from_scipy(low, 20), low)
+    other = low.copy()       # not cut by from_scipy: broadcast as one key
+    count = splyce.einsum("ij,ik,kj->", sd.from_scipy(low, rows_per_chunk=20), sd.from_scipy(low, 20), other)
     graph = dict(count.__dask_graph__())
     keys = [k for k in graph if k[0].startswith("splyce-einsum")]
     assert len(keys) == 5        # four per-block partial counts and their sum
-    chain = splyce.einsum("ij,jk,kl->il", sd.from_scipy(low, rows_per_chunk=20), low, low)
+    chain = splyce.einsum("ij,jk,kl->il", sd.from_scipy(other, rows_per_chunk=20), low, low)
     assert sum(k[0].startswith("splyce-broadcast") for k in dict(chain.__dask_graph__())) == 1   # sent once
     # "kj" is stored by columns: each process converts (transposes) and checks the broadcast L once, not
     # once per block, and the drop-in takes that SparseTensor as it is
@@ -177,14 +178,66 @@ def test_graph_has_row_block_tasks_and_one_broadcast_key():
 
     (prep,) = {graph[k][4] for k in keys if len(k) == 2}
     assert prep[:2] == ("pad", "pad") and prep[2][0].order == (1, 0)
-    by_columns = _converted_once(low, *prep[2])
-    assert _converted_once(low, *prep[2]) is by_columns and by_columns.format.order == (1, 0)
-    assert (by_columns.to_scipy() != low).nnz == 0
+    by_columns = _converted_once(other, *prep[2])
+    assert _converted_once(other, *prep[2]) is by_columns and by_columns.format.order == (1, 0)
+    assert (by_columns.to_scipy() != other).nnz == 0
     # a broadcast sparse right operand of a product: converted and checked once per process too
     assert graph_prep(lazy) == ("pad", (CSR, "b"))
     rows = _converted_once(b, CSR)
     assert _converted_once(b, CSR) is rows and rows.format.order == (0, 1)
     assert (rows.to_scipy() != b).nnz == 0
+
+
+def test_from_scipy_blocks_are_views_and_its_operand_is_sent_once(client):
+    """from_scipy cuts a CSR into views of its arrays (no copy), and the same object passed again to an op on
+    those blocks is read from them: its arrays are in the graph once. An operand whose arrays were replaced
+    since is sent anew."""
+    from splyce.tensors.formats import CSR
+
+    a = _random(120, 120, 0.1, 31)
+    ad = sd.from_scipy(a, blocks=3)
+    blocks = list(dict(ad.__dask_graph__()).values())
+    assert len(blocks) == 3 and all(np.shares_memory(b.data, a.data) and np.shares_memory(b.indices, a.indices)
+                                    for b in blocks)
+    lazy = splyce.matmul(ad, a)
+    graph = dict(lazy.__dask_graph__())
+    assert not any(k[0].startswith("splyce-broadcast") for k in graph)
+    assert sum(k[0].startswith("splyce-from-scipy") for k in graph) == 3
+    assert graph_prep(lazy) == ("pad", ("join", (CSR, "b")))      # joined once per worker, then converted
+    _same(_compute(client, lazy), dropin.matmul(a, a))
+    # by default one block per worker thread, the count read from the cluster object (no scheduler round trip)
+    assert sd.from_scipy(a).numblocks[0] == sum(client.nthreads().values()) == 2
+    one = sd.from_scipy(a, blocks=1)
+    assert dict(one.__dask_graph__())[(one.name, 0, 0)] is a      # one block: a itself, no copy
+    _same(_compute(client, splyce.matmul(one, a)), dropin.matmul(a, a))
+    before = a.copy()
+    a.data = a.data * 2                                           # arrays replaced: not the blocks' any more
+    assert sum(k[0].startswith("splyce-broadcast") for k in dict(splyce.matmul(ad, a).__dask_graph__())) == 1
+    _same(_compute(client, splyce.matmul(ad, a)), dropin.matmul(before, a))
+
+
+def _finalized_block():
+    """(plain class, shares the block's arrays) of Dask's finalize of one FreshRows block, and whether the
+    block's own copy() shares them."""
+    from dask.array.core import finalize
+
+    from splyce.dask.fresh import fresh_rows
+
+    block = fresh_rows(_random(30, 20, 0.2, 32))
+    out = finalize([[block]])
+    return type(out) is sps.csr_array, np.shares_memory(out.data, block.data), \
+        np.shares_memory(block.copy().data, block.data)
+
+
+def test_result_block_finalized_without_copy_only_where_it_leaves_by_the_wire(client):
+    """A task's CSR result block skips Dask's finalize copy on a worker whose results go out serialized; in
+    this process (a local scheduler's or an in-process worker's result is the block itself) and for any other
+    caller of copy() it is a real copy; the class is scipy's own either way."""
+    assert client.submit(_finalized_block, pure=False).result(timeout=TIMEOUT) == (True, True, False)
+    assert _finalized_block() == (True, False, False)
+    a = _random(60, 60, 0.1, 33)
+    got = splyce.matmul(sd.from_scipy(a, blocks=1), a).compute(scheduler="synchronous")
+    _same(got, dropin.matmul(a, a))
 
 
 def test_dask_broadcast_operand_joined_once_per_worker_not_in_one_task():

@@ -19,6 +19,7 @@ from filecheck import check_in_order
 from mlir import ir
 from splyce.lowering.pipeline import SPARSIFY, run_passes
 from splyce.options import Options
+from splyce.passes import gallop_lane
 from splyce.passes.ir_utils import CMPI_UGE, walk
 from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL, PROFILE_SLOTS, run_splyce_pass
 
@@ -37,21 +38,30 @@ def _stage1() -> ir.Module:
     return module
 
 
-def test_path_chosen_once_per_fiber_pair_and_skewed_pairs_gallop(ctx):
+@pytest.mark.parametrize("asm", [True, False])
+def test_path_chosen_once_per_fiber_pair_and_skewed_pairs_gallop(ctx, monkeypatch, asm):
+    monkeypatch.setattr(gallop_lane, "PREFETCH_ASM", asm)
     module = _stage1()
     decisions = run_splyce_pass(module, Options(phases=5, gallop=16))
     assert decisions[0].vectorized and "galloping when long >= (16 + 2 min(floor(log2 short), 12)) x short" in \
         decisions[0].reason
     assert "prefetched" in decisions[0].reason
     text = str(module)
-    # the long fiber's coordinates prefetched (16 i32 per 64-byte line) by a never-inlined function, called
-    # for C's or B's in the skewed branch only
-    check_in_order(text, [re.compile(r"func\.func private (@_splyce_prefetch_\w+)\(%\w+: memref<\?xi32>, %\w+: index, "
-                                     r"%\w+: index\) attributes \{passthrough = \[\"noinline\"\]\}"),
-                          re.compile(r"scf\.for %\w+ = %\w+ to %\w+ step %c16\w* \{"),
-                          re.compile(r"memref\.prefetch %\w+\[%\w+\], read, locality<3>, data : memref<\?xi32>")])
-    prefetch = [re.compile(r"func\.call @_splyce_prefetch_\w+\(%\w+, %\w+, %\w+\)")]
-    assert text.count("memref.prefetch") == 1 and text.count("call @_splyce_prefetch_") == 2
+    if asm and gallop_lane._X86:
+        # the long fiber's coordinate lines prefetched by one inline-asm loop (x86-64: no call, whose clobbered
+        # registers made LLVM spill the fast lane's pointers), for C's or B's in the skewed branch only
+        prefetch = [re.compile(r"memref\.extract_aligned_pointer_as_index %\w+ : memref<\?xi32> -> index"),
+                    re.compile(r'llvm\.inline_asm has_side_effects "1:\\0A\\09prefetcht0 \(\$0\)\\0A\\09addq '
+                               r'\$\$64, \$0.*jb 1b", "=r,0,r,~\{cc\}" %\w+, %\w+ : \(i64, i64\) -> i64')]
+        assert text.count("llvm.inline_asm") == 2 and "_splyce_prefetch_" not in text
+    else:
+        # otherwise by a never-inlined function (16 i32 per 64-byte line)
+        check_in_order(text, [re.compile(r"func\.func private (@_splyce_prefetch_\w+)\(%\w+: memref<\?xi32>, "
+                                         r"%\w+: index, %\w+: index\) attributes \{passthrough = \[\"noinline\"\]\}"),
+                              re.compile(r"scf\.for %\w+ = %\w+ to %\w+ step %c16\w* \{"),
+                              re.compile(r"memref\.prefetch %\w+\[%\w+\], read, locality<3>, data : memref<\?xi32>")])
+        prefetch = [re.compile(r"func\.call @_splyce_prefetch_\w+\(%\w+, %\w+, %\w+\)")]
+        assert text.count("memref.prefetch") == 1 and text.count("call @_splyce_prefetch_") == 2
     check_in_order(text, [
         # once per fiber pair, before any loop: max(lenB, lenC) >= (16 + 2 min(floor(log2 min), 12)) * min,
         # one test
@@ -331,3 +341,36 @@ def test_galloping_chosen_from_the_short_fibers_length():
     proc = subprocess.run([sys.executable, "-c", THRESHOLD_CHILD], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
     assert "checked 32" in proc.stdout
+
+
+def _lane_loop(asm: str) -> list[str]:
+    """The fast lane's loop in machine code: the smallest label-to-back-edge region with a vector compare."""
+    lines = [ln.strip() for ln in asm.splitlines()]
+    best = None
+    for i, ln in enumerate(lines):
+        m = re.match(r"^(\.LBB\w+):", ln)
+        if m:
+            j = next((j for j in range(i + 1, len(lines)) if re.match(rf"^j\w+\s+{re.escape(m.group(1))}$", lines[j])),
+                     None)
+            body = lines[i + 1:j + 1] if j is not None else []
+            if any(x.startswith("vpcmp") for x in body) and (best is None or len(body) < len(best)):
+                best = body
+    assert best is not None, "no fast-lane loop in the machine code"
+    return best
+
+
+@pytest.mark.skipif(not gallop_lane._X86, reason="the inline-asm prefetch is x86-64 code")
+def test_galloping_leaves_the_fast_lane_loop_as_without_it():
+    """The skewed branch (its prefetch as inline asm, not a call clobbering the caller-saved registers) takes
+    no register from the comparable pairs' fast lane: its loop reloads nothing from the stack, as with
+    gallop=0 (with the call, a sparse dot's loop reloaded two pointers every step)."""
+    import numpy as np
+
+    import splyce
+    from splyce.bench.limit import _dot, _sealed_vector, fiber_pair
+
+    dim, b, bv, c, cv = fiber_pair(4096, 0.1, 1, np.int32, np.float64)
+    A, B = _sealed_vector(dim, b, bv), _sealed_vector(dim, c, cv)
+    loops = {g: _lane_loop(splyce.jit(_dot, gallop=g).lower(A, B).as_text("asm")) for g in (16, 0)}
+    assert [x for x in loops[16] if "(%rsp)" in x] == [x for x in loops[0] if "(%rsp)" in x] == []
+    assert "prefetcht0" in splyce.jit(_dot).lower(A, B).as_text("asm")

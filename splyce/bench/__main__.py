@@ -47,7 +47,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--density", type=float, default=0.05, help="density for kernels / threads (default 0.05)")
     p.add_argument("--kernel", default="K1", choices=["K1", "K2", "K3", "K4", "K5"],
                    help="kernel for sparsity (default K1)")
-    p.add_argument("--ops", default="", help="real: comma-separated ops to run (default all), e.g. spmv,spgemm")
+    p.add_argument("--ops", default="",
+                   help="real / dask: comma-separated ops to run (default all), e.g. spmv,spgemm; dask --ops gathered: "
+                        "one SpGEMM gathered to the client on 1 worker vs the single-process drop-in (issue 35)")
     p.add_argument("--matrices", default="",
                    help="real / programs: comma-separated corpus matrices to run (default all), e.g. ba-100k,pyamg-bar")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")

@@ -18,7 +18,8 @@ busiest worker process during that run (``*_peak_mb``: the persisted inputs plus
 time is Dask's own. ``dask_floor_2w_s``: Dask's floor for the op, the splyce 2-worker graph built the same way
 (same inputs, x / X passed the same way, as many tasks and keys) with each block's product replaced by a no-op
 returning an empty result of the same kind (``_floor``); ``max_vs_pydata`` = pydata_2w_s / dask_floor_2w_s,
-the most any kernel could reach against pydata on this cluster. ``--ops`` / ``--matrices`` run a subset.
+the most any kernel could reach against pydata on this cluster. ``--ops`` / ``--matrices`` run a subset;
+``--ops gathered`` runs issue 35's Dask row instead (``bench/dask_gathered.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ COLUMNS = ["matrix", "rows", "nnz", "op", "splyce_1w_s", "splyce_2w_s", "speedup
 # --ops names -> the op labels of _ops
 OPS = {"spmv": "SpMV", "spmm": "SpMM (16 columns)", "spgemm": "SpGEMM A @ A",
        "triangles": "triangles sum(L * (L @ L))"}
+# --ops gathered: its own run and table (bench/dask_gathered.py: issue 35's 1-worker SpGEMM gathered to the
+# client against the single-process drop-in, with Dask's transport alone beside it)
+GATHERED = "gathered"
 
 
 # -- matrices ---------------------------------------------------------------------------------------------
@@ -322,6 +326,12 @@ def _cluster(workers: int):
 
 
 def run(cfg: Config) -> Result:
+    if GATHERED in cfg.ops:
+        if len(cfg.ops) > 1:
+            raise SystemExit(f"--ops {GATHERED} runs alone (its own table)")
+        from splyce.bench import dask_gathered
+
+        return dask_gathered.run(cfg, matrices)
     clusters = {"1w": _cluster(1), "2w": _cluster(2)}     # both alive: runs interleave across them
     clients = {name: c for name, (_, c) in clusters.items()}
     rows = []

@@ -25,6 +25,7 @@ import numpy as np
 from splyce.dask.blocks import (
     _as_array, block_keys, is_dask, pad_rows, row_blocks, trim_rows, whole, whole_keys,
 )
+from splyce.dask.fresh import fresh_rows
 from splyce import dropin
 from splyce.dropin import (
     Formulation, OperandInfo, operand_family, rowwise_format, sparse_family, choose_einsum_formulation,
@@ -38,9 +39,9 @@ def _call_block(fn, rows: int, padded: int, prep: tuple, trim: bool, *operands):
     ones given as their row blocks (``prep`` ("join", what next): once per process, ``_joined_once``), take
     the broadcast ones the drop-in converts to a format (``prep`` (that Format, the operand's name in the
     drop-in's errors)) as this process's converted and checked SparseTensor of them (``_converted_once``),
-    run the drop-in, trim the result."""
+    run the drop-in, trim the result (a scipy CSR block as a ``FreshRows``: no copy at ``.compute()``'s end)."""
     out = fn(*(_prepared(x, p, padded) for x, p in zip(operands, prep)))
-    return trim_rows(out, rows) if trim else out
+    return fresh_rows(trim_rows(out, rows)) if trim else out
 
 
 def _prepared(x, p, padded: int):

@@ -29,6 +29,7 @@ def _llvm():
         if not _initialized:
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
+            llvm.initialize_native_asmparser()   # inline asm (the galloping prefetch) needs it, or LLVM aborts
             _initialized = True
     return llvm
 

@@ -24,6 +24,7 @@ The choice is made at run time, once per fiber pair, from the lengths ``lenB = h
 from __future__ import annotations
 
 import hashlib
+import platform
 from dataclasses import replace
 
 from mlir import ir
@@ -42,6 +43,10 @@ PREFETCH_LINES = 64
 LINES_PER_SHORT = 4
 PREFETCH_FUNCTION_PREFIX = "_splyce_prefetch_"  # prefetches only: calls to it write nothing
 GALLOP_COUNTER_SLOT = 2  # profile counters: [fast lane, epilogue, galloping skips]
+PREFETCH_ASM = True      # x86-64: the prefetch loop as inline asm, not a call (_prefetch_asm)
+# prefetcht0 = memref.prefetch read, locality 3, data; the loop runs once at least (span >= 1 line)
+PREFETCH_ASM_TEXT = "1:\n\tprefetcht0 ($0)\n\taddq $$64, $0\n\tcmpq $2, $0\n\tjb 1b"
+_X86 = platform.machine().lower() in ("x86_64", "amd64")   # kernels run on the host (codegen.Target)
 # The length ratio from which galloping wins grows with the short fiber's length, up to ~4K coordinates
 # (docs/passes.md, "Threshold": crossover table by docs/scripts/gallop_crossover.py): gallop when long >=
 # (R + LOG_SLOPE * min(floor(log2(short)), LOG_CAP)) * short. With R alone, 1:16 pairs of 64K : 1M
@@ -116,7 +121,29 @@ def _prefetch_lines(match: Coiteration, crd, lo, short_len) -> None:
     misses overlap, where the searches' probes are dependent loads that would each wait for their line."""
     per = _per_line(match)
     span = arith.minui(_index(per * PREFETCH_LINES), arith.muli(short_len, _index(per * LINES_PER_SHORT)))
+    if PREFETCH_ASM and _X86 and _contiguous(crd):
+        _prefetch_asm(crd, lo, arith.addi(lo, span), per)
+        return
     func.CallOp([], ir.FlatSymbolRefAttr.get(_prefetch_function(crd, per)), [crd, lo, arith.addi(lo, span)])
+
+
+def _contiguous(crd) -> bool:
+    """A rank-1 memref with the identity layout (not a strided view, as a COO level's coordinates are)."""
+    t = ir.MemRefType(crd.type)
+    return t.rank == 1 and "strided" not in str(t) and "affine_map" not in str(t)
+
+
+def _prefetch_asm(crd, lo, end, per: int) -> None:
+    """The prefetch loop as one inline-asm statement (x86-64): it clobbers one register and the flags, where
+    a call clobbers every caller-saved register, so the values the skewed branch keeps across the call had
+    to live in callee-saved ones, and LLVM spilled two of the fast lane's pointers to the stack (reloaded
+    every lane step: bench limit's dot 2-3 %, K2 ~5 % slower than gallop=0; docs/passes.md, "Prefetching
+    the long fiber"). LLVM cannot unroll or move it either (why the loop was a never-inlined call)."""
+    size = LINE_BYTES // per
+    i64 = ir.IntegerType.get_signless(64)
+    base = memref.extract_aligned_pointer_as_index(crd)
+    start, stop = (arith.index_cast(i64, arith.addi(base, arith.muli(p, _index(size)))) for p in (lo, end))
+    llvm.InlineAsmOp(i64, [start, stop], PREFETCH_ASM_TEXT, "=r,0,r,~{cc}", has_side_effects=True)
 
 
 def _prefetch_loop(crd, lo, end, per: int) -> None:
