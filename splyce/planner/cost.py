@@ -22,6 +22,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from splyce.native.records import record
+
 MAX_PERMUTED_INDICES = 7     # beyond this many indices only the heuristic order is costed (7! = 5040)
 
 
@@ -62,7 +64,7 @@ class Operand:
         return "".join(self.subs[d] for d in self.order)
 
 
-@dataclass(frozen=True)
+@record
 class Choice:
     """How a contraction runs: its loop order, what happens to each operand, the expected work."""
 

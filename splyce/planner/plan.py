@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from splyce.native.records import record
 from splyce.planner import cost
 from splyce.planner.elementwise import fuse_elementwise, propagates_nan
 from splyce.planner.memory import budget_bytes, format_bytes
@@ -23,7 +24,7 @@ from splyce.tensors.formats import Format
 from splyce.tracer.ir import ContractParams, Node, TensorType, Trace, ewise_text, walk
 
 
-@dataclass(frozen=True)
+@record
 class Source:
     """Where a planned kernel input comes from: original input ``index``, stored as ``type`` (converted
     on the host when ``converted``); or, with ``host``, a product of dense inputs computed on the host by
@@ -35,7 +36,7 @@ class Source:
     host: tuple | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Step:
     node: Node                 # a contraction or combination of the planned trace
     storage: tuple[str, ...]   # per operand: keep | convert | scatter | dense | "" (not costed)
