@@ -34,6 +34,7 @@ class LibraryOp:
     operands: tuple[int, ...]    # the function's arguments, in call order
     types: tuple[TensorType, ...]
     out: TensorType
+    order: str | None = None     # a contraction's loop order, outermost first (it fixes the sum's order)
     # set when the operands are the call's arguments read as they are (nothing prepared): the argument each
     # reads, and whether transposed (a CSR argument's own buffers as its transpose's CSC, not re-stored)
     reads: tuple[int, ...] | None = None
@@ -112,7 +113,7 @@ def _as_library_op(step: Node, inputs: tuple[TensorType, ...]) -> LibraryOp | No
         return None
     if len(operands) == 3 and (out.ndim == 0 or _is_csr(out)):
         if all(_is_csr(t) or not t.is_sparse for t in types):
-            return LibraryOp("einsum", subs, operands, types, out)                  # masked / SDDMM / triangles
+            return LibraryOp("einsum", subs, operands, types, out, params.order)    # masked / SDDMM / triangles
     return None
 
 
