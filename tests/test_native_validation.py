@@ -60,6 +60,45 @@ def test_large_canonical_csr_is_checked_by_the_native_scan():
     assert native_validation.buffers_ok(t.shape, t.format, t.pos, t.crd, t.values)
 
 
+def _canonical_reference(indptr, indices, n_cols) -> bool:
+    if indptr[0] != 0 or indptr[-1] != len(indices) or np.any(np.diff(indptr) < 0):
+        return False
+    if len(indices) and (indices.min() < 0 or indices.max() >= n_cols):
+        return False
+    row_start = np.zeros(len(indices), bool)
+    row_start[indptr[:-1][indptr[:-1] < len(indices)]] = True
+    steps = np.flatnonzero(np.diff(indices) <= 0) + 1
+    return not np.any(~row_start[steps])
+
+
+@pytest.mark.parametrize("bits", [32, 64])
+def test_canonical_csr_across_its_row_blocks(bits):
+    """``canonical_csr`` scans rows in blocks (2048 rows): a defect on either side of a block boundary, in
+    the first or last row of a block, in an empty-row run across a boundary, is found; the matrix without it
+    passes. Checked against a NumPy reference."""
+    rng = np.random.default_rng(bits)
+    m, n = 5000, 300
+    counts = rng.integers(0, 6, m)
+    counts[2040:2060] = 0                      # empty rows across the first boundary
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(f"int{bits}")
+    indices = np.concatenate([np.sort(rng.choice(n, c, replace=False)) for c in counts]).astype(f"int{bits}")
+    assert native_validation.canonical_csr(indptr, indices, n) and _canonical_reference(indptr, indices, n)
+    for row in (0, 1, 2047, 2048, 2049, 2061, 4095, 4096, m - 1):
+        lo, hi = int(indptr[row]), int(indptr[row + 1])
+        if hi - lo < 2:
+            continue
+        for k, value in ((lo + 1, indices[lo]), (hi - 1, indices[hi - 2]), (lo, n), (hi - 1, -1)):
+            bad = indices.copy()
+            bad[k] = value                     # a repeat, a step down, or out of range
+            assert native_validation.canonical_csr(indptr, bad, n) == _canonical_reference(indptr, bad, n) \
+                == False, (row, k, value)
+    # a row start below the row before it is allowed: the first row of each block starts at column 0
+    starts = indices.copy()
+    for row in (2048, 4096):
+        starts[indptr[row]:indptr[row + 1]] = np.arange(indptr[row + 1] - indptr[row])
+    assert native_validation.canonical_csr(indptr, starts, n) and _canonical_reference(indptr, starts, n)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 def test_native_dense_to_csr_matches_numpy(dtype, index_dtype):

@@ -110,6 +110,24 @@ def test_accumulate_with_an_input_sharing_memory_with_out(start):
     f.accumulate(out, b, np.ones(20))
     assert out.tobytes() == expected.tobytes()
 
+@pytest.mark.parametrize("library", [True, False])
+def test_accumulate_with_a_captured_array_sharing_memory_with_out(library):
+    """``out += A @ y`` where ``y`` is a closure array that is ``out`` (or a view of it): the captured constant
+    is copied before the kernel writes ``out``, as an argument is; the answer is the one a copy gives, bit for
+    bit (the kernel once read entries of y it had already overwritten)."""
+    a = sps.random_array((30, 30), density=0.3, format="csr", rng=np.random.default_rng(3))
+    for view in (slice(None), slice(0, 30)):
+        out = np.arange(30.0) + 1
+        y = out[view]
+        f = splyce.jit(lambda a: a @ y, library=library)
+        expected = out.copy()
+        g = splyce.jit(lambda a, x: a @ x, library=library)
+        g.accumulate(expected, a, out.copy())
+        f.accumulate(out, a)
+        assert out.tobytes() == expected.tobytes()
+        assert not np.array_equal(out, np.arange(30.0) + 1)   # the kernel ran
+
+
 def test_profile_of_a_kernel_loaded_from_the_disk_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("SPLYCE_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("SPLYCE_DISABLE_DISK_CACHE", raising=False)

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sps
 
+import splyce
 from splyce.tensors.formats import COO, CSR, DCSR, SPARSE_VECTOR, Format, Level, coo
 from splyce.tensors.tensor import SparseTensor, asarray
 from splyce.tensors.validation import NotCanonicalError, check_dtype, check_shape, validate
@@ -169,3 +170,34 @@ def test_int32_overflow_raises():
     with pytest.raises(ValueError, match="does not fit in 32 bits"):
         asarray(sps.csr_array((np.ones(1), arr([2**31]), arr([0, 1])), shape=(1, 2**31 + 1)),
                 CSR.with_widths(64, 32))
+
+
+@pytest.mark.parametrize("library", [True, False])
+def test_a_jitted_call_checks_its_scipy_operand_every_time(library):
+    """A scipy CSR given to a jitted function is checked at every call (its flags are not trusted): after a
+    first good call, the same object with a column out of range or positions out of order raises a
+    ``ValueError`` naming the argument, and with unsorted columns it is sorted on a copy (the result is the
+    canonical matrix's, and the operand is not modified)."""
+    rng = np.random.default_rng(5)
+    a = sps.random_array((3000, 40), density=0.1, format="csr", rng=rng)   # > one row block of the scan
+    x = rng.random(40)
+    f = splyce.jit(lambda a, x: a @ x, library=library)
+    np.testing.assert_allclose(f(a, x), a @ x, rtol=1e-13)
+    row = 2500
+    lo, hi = int(a.indptr[row]), int(a.indptr[row + 1])
+    assert hi - lo >= 2
+    for corrupt, message in ((lambda b: b.indices.__setitem__(lo, 40), "out of range"),
+                             (lambda b: b.indices.__setitem__(hi - 1, -1), "out of range"),
+                             (lambda b: b.indptr.__setitem__(row + 1, lo - 1), "position")):
+        bad = a.copy()
+        corrupt(bad)
+        with pytest.raises(ValueError, match=message) as info:
+            f(bad, x)
+        assert "argument 0" in str(info.value)
+    unsorted = a.copy()
+    unsorted.indices[lo:hi] = unsorted.indices[lo:hi][::-1].copy()
+    unsorted.data[lo:hi] = unsorted.data[lo:hi][::-1].copy()
+    unsorted.has_sorted_indices = True    # a stale flag: not trusted
+    before = unsorted.indices.copy()
+    np.testing.assert_allclose(f(unsorted, x), a @ x, rtol=1e-13)
+    assert np.array_equal(unsorted.indices, before)

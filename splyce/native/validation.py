@@ -331,39 +331,71 @@ def position_ends_ir(bits: int) -> str:
 
 # A whole canonical-CSR check in one native call (the three scans above, rule "unique"), for the drop-ins'
 # per-call fast paths: pos[0] == 0, pos[m] == nnz, positions monotone, columns in [0, n), strictly increasing
-# within each row. Returns 0 when all hold.
+# within each row. Returns 0 when all hold. The rows go in blocks of {rows}: a block's columns are scanned,
+# then its row starts, while those columns are still in cache (the row-start scan reads one coordinate per
+# row, a new cache line per row of 16 or more entries: run over the whole matrix after the column scan it
+# streamed crd from memory a second time, as long as the column scan itself). The block's column scan starts
+# at the entry before its first (compared with it), so the blocks together compare every entry with the one
+# before it once; the row-start scan of rows [s0, s1) runs from pos + s0 - 1 (row 0's start is never a step).
 _CANONICAL_DRIVER = """
-define i64 @{name}(ptr %pos, ptr %crd, i64 %m, i64 %n, i64 %nnz) {{
+define i64 @{{name}}(ptr %pos, ptr %crd, i64 %m, i64 %n, i64 %nnz) {{{{
 entry:
   %out = alloca [2 x i64]
-{ends}
-  %fits = icmp slt i64 %nnz, {chunk}
+{{ends}}
+  %fits = icmp slt i64 %nnz, {{chunk}}
   %ok1 = and i1 %ends_ok, %fits
   br i1 %ok1, label %positions, label %fail
 positions:
-  %down = call i64 @{pos_scan}(ptr %pos, i64 %m)
+  %down = call i64 @{{pos_scan}}(ptr %pos, i64 %m)
   %dec = icmp ne i64 %down, 0
-  br i1 %dec, label %fail, label %columns
-columns:
-  call void @{crd_scan}(ptr %crd, i64 %nnz, i64 %n, ptr %out)
-  %range = load i64, ptr %out
+  br i1 %dec, label %fail, label %blocks
+blocks:
+  %s0 = phi i64 [0, %positions], [%s1, %columns_ok], [%s1, %row_starts_ok]
+  %more = icmp slt i64 %s0, %m
+  br i1 %more, label %block, label %ok
+block:
+  %s1_try = add i64 %s0, {rows}
+  %short = icmp slt i64 %s1_try, %m
+  %s1 = select i1 %short, i64 %s1_try, i64 %m
+  %ps0 = getelementptr i{{p}}, ptr %pos, i64 %s0
+  %e0_raw = load i{{p}}, ptr %ps0
+  %e0 = {{ext}} %e0_raw to i64
+  %ps1 = getelementptr i{{p}}, ptr %pos, i64 %s1
+  %e1_raw = load i{{p}}, ptr %ps1
+  %e1 = {{ext}} %e1_raw to i64
+  %has_prev = icmp sgt i64 %e0, 0
+  %e0m1 = add i64 %e0, -1
+  %cfirst = select i1 %has_prev, i64 %e0m1, i64 0
+  %pcf = getelementptr i{{p}}, ptr %crd, i64 %cfirst
+  %ncrd = sub i64 %e1, %cfirst
+  call void @{{crd_scan}}(ptr %pcf, i64 %ncrd, i64 %n, ptr %out)
+  %brange = load i64, ptr %out
   %o1 = getelementptr i64, ptr %out, i64 1
   %steps = load i64, ptr %o1
-  %out_of_range = icmp ne i64 %range, 0
+  %out_of_range = icmp ne i64 %brange, 0
   br i1 %out_of_range, label %fail, label %order
 order:
   %none = icmp eq i64 %steps, 0
-  br i1 %none, label %ok, label %boundaries
-boundaries:
-  %allowed = call i64 @{boundary_scan}(ptr %pos, i64 %m, ptr %crd)
+  br i1 %none, label %columns_ok, label %row_starts
+columns_ok:
+  br label %blocks
+row_starts:
+  %at_top = icmp eq i64 %s0, 0
+  %s0m1 = add i64 %s0, -1
+  %from = select i1 %at_top, i64 0, i64 %s0m1
+  %pfrom = getelementptr i{{p}}, ptr %pos, i64 %from
+  %nseg = sub i64 %s1, %from
+  %allowed = call i64 @{{boundary_scan}}(ptr %pfrom, i64 %nseg, ptr %crd)
   %same = icmp eq i64 %allowed, %steps
-  br i1 %same, label %ok, label %fail
+  br i1 %same, label %row_starts_ok, label %fail
+row_starts_ok:
+  br label %blocks
 ok:
   ret i64 0
 fail:
   ret i64 1
-}}
-"""
+}}}}
+""".format(rows=2048)
 
 
 def _unique_scans_ir(names: dict, bits: int) -> str:
@@ -398,13 +430,14 @@ def canonical_check_ir(prefix: str, bits: int) -> str:
     names = {k: f"{prefix}_{k}" for k in ("pos_scan", "crd_scan", "boundary_scan")}
     return (_unique_scans_ir(names, bits)
             + _CANONICAL_DRIVER.format(name=f"{prefix}_canonical", chunk=_CHUNK, ends=position_ends_ir(bits),
+                                       p=bits, ext=_extend(bits),
                                        **names))
 
 
 @functools.cache
 def _canonical_entry(bits: int):
     return _compile_driver(f"p{bits}_c{bits}_canonical", bits, _CANONICAL_DRIVER, "aaiii",
-                           ends=position_ends_ir(bits))
+                           ends=position_ends_ir(bits), p=bits, ext=_extend(bits))
 
 
 def canonical_csr(indptr: np.ndarray, indices: np.ndarray, n_cols: int) -> bool:
