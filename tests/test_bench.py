@@ -344,7 +344,7 @@ def test_dask_gathered_tiny(tmp_path):
     (row,) = _check_outputs(tmp_path, "dask_gathered", dask_gathered.COLUMNS)
     assert row["matrix"].startswith("mesh3d-12") and int(row["rows"]) == 12 ** 3
     assert float(row["c_mb"]) > float(row["a_mb"]) > 0
-    assert all(float(row[c]) > 0 for c in dask_gathered.COLUMNS[5:])
+    assert all(float(row[c]) > 0 for c in dask_gathered.COLUMNS[5:]), row
     with pytest.raises(SystemExit, match="runs alone"):
         cli.main(["dask", "--tiny", "--ops", "gathered,spmv", "--no-progress", "--out", str(tmp_path)])
 

@@ -10,9 +10,9 @@ import contextlib
 
 import numpy as np
 
-from splyce.dropin.formulation import Formulation, _is_masked_sum, choose_matmul_formulation
+from splyce.dropin import jit_products
+from splyce.dropin.formulation import Formulation, choose_matmul_formulation
 from splyce.dropin.operands import _native_values
-from splyce.dropin.einsums import einsum
 from splyce.dropin.operands import OperandInfo
 from splyce.native import memory_pool
 from splyce.dropin.products import matmul
@@ -27,8 +27,10 @@ def _info(t) -> OperandInfo:
 # missing entry, and SpGEMM / masked products / SDDMM differ in stored zeros or summation order. A native kernel
 # serves the jit only where its results are the MLIR kernel's on every input, special values included (equal
 # bits, but for the sign of a NaN, which depends on operand order in the hardware; tests/test_one_engine.py):
-# SpMV, SpMM, SpMSpV, the masked sum (triangles), and the elementwise ops through their ``keep_zeros``
-# variants (native/elementwise/kept.py: the sparsifier's coiteration on the drop-in's kernels).
+# SpMV, SpMM, SpMSpV, the elementwise ops through their ``keep_zeros`` variants (native/elementwise/kept.py: the
+# sparsifier's coiteration on the drop-in's kernels), and the sparsifier's own variants of SpGEMM, masked
+# SpGEMM, the masked sum (triangles) and SDDMM (every reached position kept, the sparsifier's summation and
+# multiplication order; jit_products.py).
 _ELEMENTWISE = ("multiply", "add", "subtract")
 
 
@@ -149,10 +151,6 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
         out = op.out
         return LibraryCall(op, "gustavson-spa, every position kept, rows sorted",
                            lambda args, t: _spgemm_kept(args, out, t))
-    if op.op == "einsum" and op.out.ndim == 0:
-        inputs, output = op.subscripts.split("->")
-        if not _is_masked_sum(inputs.split(","), output, infos):
-            return None
-        subscripts = op.subscripts
-        return LibraryCall(op, "masked-sum", lambda args, t: einsum(subscripts, *args, threads=t))
+    if op.op == "einsum":        # masked SpGEMM, the masked sum (triangles), SDDMM: jit_products.py
+        return jit_products.provide(op, infos)
     return None

@@ -146,9 +146,9 @@ def csr_with_csc(op: str, a, b_csc, dtype, m: int, n: int, prefetch: int = 0, la
 
 @functools.cache
 def _host_avx512() -> bool:
-    import llvmlite.binding as llvm
+    from splyce.native.codegen import host_target
 
-    return bool(llvm.get_host_cpu_features().get("avx512f", False))
+    return "+avx512f" in host_target().features.split(",")
 
 
 # Below this many entries of A the pass keeps the scalar match: called again on the same matrix (as a benchmark
