@@ -205,6 +205,11 @@ def test_from_scipy_blocks_are_views_and_its_operand_is_sent_once(client):
     assert sum(k[0].startswith("splyce-from-scipy") for k in graph) == 3
     assert graph_prep(lazy) == ("pad", ("join", (CSR, "b")))      # joined once per worker, then converted
     _same(_compute(client, lazy), dropin.matmul(a, a))
+    # an elementwise op with the same object: its row blocks are the same keys
+    twice = splyce.multiply(ad, a)
+    assert sum(k[0].startswith("splyce-from-scipy") for k in dict(twice.__dask_graph__())) == 3
+    assert not any(k[0].startswith("splyce-rows") for k in dict(twice.__dask_graph__()))
+    _same(_compute(client, twice), dropin.multiply(a, a))
     # by default one block per worker thread, the count read from the cluster object (no scheduler round trip)
     assert sd.from_scipy(a).numblocks[0] == sum(client.nthreads().values()) == 2
     one = sd.from_scipy(a, blocks=1)

@@ -105,10 +105,11 @@ def from_scipy(a, rows_per_chunk: int | None = None, *, blocks: int | None = Non
     ``a`` is checked first, as the single-process drop-in checks it (scipy's own row slicing would drop an
     out-of-range column silently). A CSR ``a`` is not copied: its blocks are views of ``a``'s own arrays
     (``data``, ``indices``, ``indptr``), put in the graph under a fresh name (no hash of the data), and the
-    same ``a`` passed again to an operation on that Dask array (``splyce.matmul(from_scipy(a), a)``) is read
-    from these blocks, not sent a second time. So ``a`` must not be modified while the returned array, or
-    anything computed from it, is in use (a Dask array built by Dask's own ``from_array`` holds its input the
-    same way); another format is converted to a CSR copy first.
+    same ``a`` passed again to an operation on that Dask array (``splyce.matmul(from_scipy(a), a)``,
+    ``splyce.multiply(from_scipy(a), a)``) is read from these blocks, not sent a second time (the latest
+    ``from_scipy`` of ``a`` whose array is still in use). So ``a`` must not be modified while the returned
+    array, or anything computed from it, is in use (a Dask array built by Dask's own ``from_array`` holds its
+    input the same way); another format is converted to a CSR copy first.
 
     Parameters
     ----------
@@ -257,7 +258,11 @@ def _pydata_rows(x, lo: int, hi: int):
 def row_blocks(x, rows: tuple[int, ...] | None = None, name: str = "a") -> da.Array:
     """``x`` as a Dask array of whole-row blocks (one chunk along every other axis), with the row chunks
     ``rows`` when given (a Dask operand is rechunked, a concrete one sliced; a scipy one checked first,
-    errors naming it ``name``)."""
+    errors naming it ``name``). A concrete operand that ``from_scipy`` cut into such blocks is those blocks
+    (``multiply(from_scipy(a), a)`` puts ``a``'s arrays in the graph once)."""
+    cut = None if is_dask(x) else _cut_of(x)
+    if cut is not None and (rows is None or cut.chunks[0] == tuple(rows)):
+        return cut
     if is_dask(x):
         if x.ndim == 0:
             raise ValueError("a 0-d operand has no rows to partition")
@@ -276,7 +281,7 @@ def row_blocks(x, rows: tuple[int, ...] | None = None, name: str = "a") -> da.Ar
             bounds = nnz_bounds(x.indptr)
         else:
             m = x.shape[0]
-            blocks = max(1, min(m, 2 * _parallelism()))
+            blocks = max(1, min(m, _parallelism()))
             bounds = sorted({m * k // blocks for k in range(blocks + 1)})
     else:
         bounds = [0, *np.cumsum(rows).tolist()]
