@@ -691,7 +691,8 @@ def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast
     library : bool, optional
         A function that is one drop-in operation on its arguments (``a @ x`` on a CSR, ``a * b`` of two CSRs)
         runs the drop-in's native kernel when the drop-in's rules choose one and its results are the MLIR
-        kernel's bit for bit; ``as_text("plan")`` says so. False: always the MLIR kernel.
+        kernel's bit for bit; ``as_text("plan")`` says so. False: always the MLIR kernel. An elementwise op
+        jitted with ``union=`` or ``gallop=`` given runs the MLIR kernel too (they choose among its loops).
 
     Returns
     -------
