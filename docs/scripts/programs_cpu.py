@@ -1,6 +1,8 @@
 """``bench programs``' jitted bodies against scipy / NumPy in the calling thread's CPU time per call
 (``time.thread_time``, minimum over interleaved repeats), for a machine shared with other jobs, where the
-bench's wall-clock medians mostly measure the load (docs/passes.md, "The noalias pass").
+bench's wall-clock medians mostly measure the load (docs/passes.md, "The noalias pass"). ``jit`` takes the
+scipy operands as the bench does (checked at every call); ``jit on tensors`` the same operands wrapped once
+with ``splyce.asarray`` (checked when wrapped).
 
     python docs/scripts/programs_cpu.py [MATRIX,...] [PROGRAM,...] [REPEATS]
     (default fem3d-100k,ba-100k  pagerank,cg,gcn,logreg  9)
@@ -8,6 +10,8 @@ bench's wall-clock medians mostly measure the load (docs/passes.md, "The noalias
 import sys, time
 from pathlib import Path
 import numpy as np
+import scipy.sparse as sps
+import splyce
 from threadpoolctl import threadpool_limits
 from splyce.bench import corpus
 from splyce.bench.common import check
@@ -29,17 +33,19 @@ def cpu_per_call(f):
 
 
 threadpool_limits(1)
-print(f"{'matrix':12} {'program':9} {'scipy ms':>9} {'jit ms':>9} {'jit vs scipy':>13}")
+print(f"{'matrix':12} {'program':9} {'scipy ms':>9} {'jit ms':>9} {'jit vs scipy':>13} {'on tensors ms':>14} {'vs scipy':>9}")
 for name in names:
     A = corpus.build(everything[name], Path("bench-results") / "corpus-cache")
     for program, (jitted, reference, args) in _programs(A).items():
         if program not in programs:
             continue
         check(f"{name} {program}", _first(jitted(*args)), _first(reference(*args)), rtol=1e-8)   # as the bench
-        t = {"scipy": [], "jit": []}
+        wrapped = tuple(splyce.asarray(a) if sps.issparse(a) else a for a in args)
+        calls = {"scipy": lambda: reference(*args), "jit": lambda: jitted(*args), "tensors": lambda: jitted(*wrapped)}
+        t = {who: [] for who in calls}
         for r in range(repeats):
-            for who in (("scipy", "jit") if r % 2 == 0 else ("jit", "scipy")):
-                f = reference if who == "scipy" else jitted
-                t[who].append(cpu_per_call(lambda: f(*args)))
-        ts, tj = min(t["scipy"]), min(t["jit"])
-        print(f"{name:12} {program:9} {ts * 1e3:9.3f} {tj * 1e3:9.3f} {ts / tj:13.2f}", flush=True)
+            for who in list(calls)[r % 3:] + list(calls)[:r % 3]:
+                t[who].append(cpu_per_call(calls[who]))
+        ts, tj, tt = min(t["scipy"]), min(t["jit"]), min(t["tensors"])
+        print(f"{name:12} {program:9} {ts * 1e3:9.3f} {tj * 1e3:9.3f} {ts / tj:13.2f} {tt * 1e3:14.3f} {ts / tt:9.2f}",
+              flush=True)
