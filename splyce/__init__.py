@@ -9,6 +9,7 @@ from splyce.tensors.tensor import SparseTensor, asarray
 from splyce.api import add, einsum, matmul, maximum, minimum, multiply, subtract   # attaches SparseTensor's operators
 
 from splyce.version import __version__
+from splyce.runtime import providers as _providers
 
 __all__ = [
     "Format", "Level", "CSR", "CSC", "DCSR", "DCSC", "COO", "SPARSE_VECTOR", "csf", "dense",
@@ -31,13 +32,21 @@ def __getattr__(name):
     if name in _LAZY:
         import importlib
 
-        if name == "jit":   # the drop-ins register the native kernel library that jitted plans may run on
-            importlib.import_module("splyce.dropin")
-
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value      # later look-ups skip this hook (a drop-in call is microseconds)
         return value
     raise AttributeError(f"module 'splyce' has no attribute {name!r}")
+
+
+def _dropin_kernels(op, options):
+    """The drop-ins' native kernels as the jit's kernel library (runtime/library.py asks; dropin/jit_library.py
+    answers, imported when a jitted plan first asks)."""
+    from splyce.dropin import jit_library
+
+    return jit_library.provide(op, options)
+
+
+_providers.register(_dropin_kernels)
 
 
 def __dir__():

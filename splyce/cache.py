@@ -59,7 +59,8 @@ def info() -> CacheInfo:
 
 
 def clear() -> int:
-    """Delete every entry (jitted and native kernels) from the disk cache; returns how many files went.
+    """Delete every entry (jitted and native kernels) from the disk cache, with the memoized host facts and
+    what an interrupted compile left (temporary files, ``link-*`` folders); returns how many went.
     Kernels already loaded in running processes keep working. (``splyce.clear_cache(disk=True)`` also
     empties this process's in-memory caches of jitted functions.)"""
     return object_cache.clear()

@@ -205,6 +205,11 @@ def test_from_scipy_blocks_are_views_and_its_operand_is_sent_once(client):
     assert sum(k[0].startswith("splyce-from-scipy") for k in graph) == 3
     assert graph_prep(lazy) == ("pad", ("join", (CSR, "b")))      # joined once per worker, then converted
     _same(_compute(client, lazy), dropin.matmul(a, a))
+    # an elementwise op with the same object: its row blocks are the same keys
+    twice = splyce.multiply(ad, a)
+    assert sum(k[0].startswith("splyce-from-scipy") for k in dict(twice.__dask_graph__())) == 3
+    assert not any(k[0].startswith("splyce-rows") for k in dict(twice.__dask_graph__()))
+    _same(_compute(client, twice), dropin.multiply(a, a))
     # by default one block per worker thread, the count read from the cluster object (no scheduler round trip)
     assert sd.from_scipy(a).numblocks[0] == sum(client.nthreads().values()) == 2
     one = sd.from_scipy(a, blocks=1)
@@ -238,6 +243,30 @@ def test_result_block_finalized_without_copy_only_where_it_leaves_by_the_wire(cl
     a = _random(60, 60, 0.1, 33)
     got = splyce.matmul(sd.from_scipy(a, blocks=1), a).compute(scheduler="synchronous")
     _same(got, dropin.matmul(a, a))
+    # gather of one block received over the wire: the plain class over the received arrays (no copy)
+    _same(sd.gather(splyce.matmul(sd.from_scipy(a, blocks=1), a), client), dropin.matmul(a, a))
+    y = sd.gather(splyce.matmul(sd.from_scipy(a, blocks=1), np.ones(60)), client)
+    _same(y, dropin.matmul(a, np.ones(60)))
+
+
+def _pool_stats():
+    from splyce.native import memory_pool
+
+    return memory_pool.stats()
+
+
+def test_tasks_allocate_from_the_cache_of_freed_buffers(client):
+    """A task's drop-in allocates from splyce's cache of freed large buffers, as splyce.matmul does in one
+    process: a worker's second product of a 1.6 MB result reuses the first one's freed blocks."""
+    from splyce.bench.dask_gathered import mesh3d
+
+    a = mesh3d(20)                       # 8000 rows: A @ A has 200k entries, 1.6 MB of values
+    before = {w: s["hits"] for w, s in client.run(_pool_stats).items()}
+    for _ in range(3):
+        _same(_compute(client, splyce.matmul(sd.from_scipy(a, blocks=1), a)), dropin.matmul(a, a))
+    after = client.run(_pool_stats)
+    assert sum(s["hits"] - before[w] for w, s in after.items()) > 0
+    assert sum(s["kept"] for s in after.values()) > 0
 
 
 def test_dask_broadcast_operand_joined_once_per_worker_not_in_one_task():

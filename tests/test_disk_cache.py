@@ -30,6 +30,7 @@ SCRIPT = textwrap.dedent("""
     err = float(np.max(np.abs(out - spec.reference(*dense))))
     info = f.cache_info()
     print(info.compiles, info.disk_hits, err)
+    print(*sorted(m for m in ("llvmlite", "mlir") if m in sys.modules))   # the compiler, if it was imported
 """)
 
 
@@ -42,7 +43,7 @@ def _run(cache: Path, name="K1", width=4, **env_extra):
 
 def _counts(run):
     assert run.returncode == 0, run.stderr
-    compiles, disk_hits, err = run.stdout.split()
+    compiles, disk_hits, err = run.stdout.splitlines()[0].split()
     assert float(err) < 1e-9
     return int(compiles), int(disk_hits)
 
@@ -51,11 +52,72 @@ def _entries(cache: Path):
     return sorted(cache.glob("*" + disk_cache.SUFFIX))
 
 
+def _imported(run) -> list:
+    """What the process imported of llvmlite and MLIR."""
+    return run.stdout.splitlines()[1].split()
+
+
 def test_second_process_loads_instead_of_compiling(tmp_path):
     assert _counts(_run(tmp_path)) == (1, 0)
+    (entry,) = _entries(tmp_path)
+    assert entry.read_bytes()[:4] == b"\x7fELF" and entry.read_bytes()[16] == 3   # ET_DYN: a shared library
+    again = _run(tmp_path)
+    assert _counts(again) == (0, 1)
+    assert _imported(again) == []     # dlopened: neither llvmlite nor MLIR was imported
     assert len(_entries(tmp_path)) == 1
+
+
+def test_sources_hash_is_memoized_and_a_damaged_memo_recomputed(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPLYCE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(disk_cache, "_SOURCES_HASH", None)
+    first = disk_cache.compiler_sources_hash()
+    (memo,) = tmp_path.glob("host-sources-*.json")
+    monkeypatch.setattr(disk_cache, "_SOURCES_HASH", None)
+    memo.write_text("{damaged")
+    assert disk_cache.compiler_sources_hash() == first
+    monkeypatch.setattr(disk_cache, "_SOURCES_HASH", None)
+    monkeypatch.setenv("SPLYCE_DISABLE_DISK_CACHE", "1")     # no memo: the files themselves
+    assert disk_cache.compiler_sources_hash() == first
+
+
+def _rewrite(entry: Path, code: bytes) -> None:
+    """Replace an entry's code, keeping its metadata and a valid checksum (damage the checksum cannot see)."""
+    old = disk_cache.decode(entry.read_bytes())
+    entry.write_bytes(disk_cache.encode(disk_cache.Entry(code, old.metadata)))
+
+
+def test_an_entry_that_does_not_load_is_rebuilt_with_a_warning(tmp_path):
+    _counts(_run(tmp_path))
+    (entry,) = _entries(tmp_path)
+    _rewrite(entry, b"\x7fELF\x02\x01\x01 not a library at all")
+    run = _run(tmp_path)
+    assert _counts(run) == (1, 0)
+    assert "does not load" in run.stderr
     assert _counts(_run(tmp_path)) == (0, 1)
-    assert len(_entries(tmp_path)) == 1
+
+
+def test_without_a_linker_object_code_is_cached_under_its_own_key(tmp_path):
+    none = _run(tmp_path, SPLYCE_LINKER="none")
+    assert _counts(none) == (1, 0) and "cannot link" not in none.stderr
+    (entry,) = _entries(tmp_path)
+    assert disk_cache.decode(entry.read_bytes()).metadata["artifact"] == "object"
+    assert entry.read_bytes()[16] == 1          # ET_REL: object code, for llvmlite
+    assert _counts(_run(tmp_path, SPLYCE_LINKER="none")) == (0, 1)
+    assert _counts(_run(tmp_path)) == (1, 0)    # linking: a shared library, another entry
+    assert len(_entries(tmp_path)) == 2
+    assert _counts(_run(tmp_path)) == (0, 1)
+
+
+def test_a_failing_linker_falls_back_to_llvmlite_with_one_warning(tmp_path):
+    import shutil
+
+    run = _run(tmp_path, SPLYCE_LINKER=shutil.which("false"))    # a "linker" that exits 1
+    assert _counts(run) == (1, 0)
+    assert run.stderr.count("cannot link or load native code as a shared library") == 1
+    (entry,) = _entries(tmp_path)
+    assert disk_cache.decode(entry.read_bytes()).metadata["artifact"] == "object"
+    again = _run(tmp_path, SPLYCE_LINKER=shutil.which("false"))
+    assert _counts(again) == (0, 1)          # the object code entry, loaded through llvmlite
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty"])
@@ -147,7 +209,7 @@ def test_key_parts_are_named_and_change_with_options():
     assert disk_cache.explain(p1, p2) == ["options.fast_math"]
     assert disk_cache.digest(p1) != disk_cache.digest(p2)
     assert set(p1) == {"trace", "static_args", "inputs", "out_format", "options", "target", "versions"}
-    assert set(p1["versions"]) == {"splyce", "mlir", "llvmlite", "compiler_sources"}
+    assert set(p1["versions"]) == {"splyce", "mlir", "llvmlite", "compiler_sources", "artifact"}
     # formats appear in full, index widths included (a 64-bit CSR must not share a 32-bit CSR's entry)
     assert p1["inputs"][0]["format"] == {"levels": ["dense", "compressed"], "order": [0, 1],
                                          "pos_width": 32, "crd_width": 32}
@@ -207,8 +269,8 @@ def test_entry_format_round_trips_and_rejects_damage():
     entry = disk_cache.Entry(b"\x7fELF object", {"result_ranks": [1, 1]})
     data = disk_cache.encode(entry)
     assert disk_cache.decode(data) == entry
-    for bad, why in [(data[:10], "truncated header"), (b"X" + data[1:], "bad magic"),
-                     (data[:-1], "payload is"), (data[:-1] + b"!", "checksum mismatch")]:
+    for bad, why in [(data[-10:], "truncated"), (data[:-1] + b"X", "bad magic"),
+                     (data[1:], "the trailer says"), (b"!" + data[1:], "checksum mismatch")]:
         with pytest.raises(disk_cache.CorruptEntry, match=why):
             disk_cache.decode(bad)
 

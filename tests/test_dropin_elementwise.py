@@ -591,3 +591,64 @@ def test_non_canonical_left_operand_against_another_pattern(monkeypatch, threads
                 np.testing.assert_array_equal(got.toarray(), ref, err_msg=f"{op} trial {trial} {right.format}")
         for arr, old in zip((left.data, left.indices, left.indptr), before):
             assert np.array_equal(arr, old)                  # inputs never modified
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32, np.bool_])
+def test_keep_zeros_kernels_are_the_sparsifiers_coiteration(monkeypatch, dtype):
+    """The drop-in kernels' keep-zeros variants (native/elementwise/kept.py, what the jit runs): every variant
+    of the merge (narrow-window masks, wide rows, same-column rows) and of the one pass with a CSC operand
+    (prefetch, the vector match on every row that missed) gives the MLIR kernel's result bit for bit: zero
+    and NaN products kept, NaN times a missing entry not stored, a sum's lone entry as it is (-0.0 too)."""
+    from splyce.native.elementwise import csc as native_csc, kept
+
+    _vector_kernels(monkeypatch)
+    monkeypatch.setattr(native_csc, "PREFETCH_MIN_NNZ", 0)
+    monkeypatch.setattr(native_csc, "PREFETCH_WINDOW", 0)
+    rng = np.random.default_rng(21)
+    blocks = sps.block_diag([sps.random_array((40, 40), density=0.3, rng=rng) for _ in range(4)], format="csr")
+    wide = sps.random_array((160, 160), density=0.08, format="csr", rng=rng)
+    band = sps.diags_array([np.ones(160 - abs(k)) for k in (-70, -3, 0, 5, 90)], offsets=[-70, -3, 0, 5, 90])
+    ops = ("multiply", "add") + (("subtract",) if dtype != np.bool_ else ())
+    jits = {(op, t): splyce.jit({"multiply": (lambda a, b: a * b, lambda a, b: a * b.T),
+                                 "add": (lambda a, b: a + b, lambda a, b: a + b.T),
+                                 "subtract": (lambda a, b: a - b, lambda a, b: a - b.T)}[op][t], library=False)
+            for op in ops for t in (0, 1)}
+    for a, b in ((blocks, blocks.T), (blocks, wide), (wide, wide.T), (band, blocks), (band + wide, band.T)):
+        x, y = [sps.csr_array(z).astype(np.float64) for z in (a, b)]
+        for z in (x, y):
+            z.data = z.data * 8 - 4
+            z.data[::5] = 0.0
+            z.data[1::7] = -0.0
+            if dtype in (np.float64, np.float32):
+                z.data[2::11] = np.nan
+                z.data[3::13] = -np.inf
+        x, y = splyce.asarray(x.astype(dtype)), splyce.asarray(y.astype(dtype))
+        px, py = [(z.values, z.crd[1], z.pos[1]) for z in (x, y)]
+        for op in ops:
+            ref = jits[(op, 0)](x, y)
+            got = kept.rows(op, px, py, dtype)
+            assert np.array_equal(got[2], ref.indptr) and np.array_equal(got[1], ref.indices)
+            _same_values(got[0], ref.data)
+            ref = jits[(op, 1)](x, y)                      # y.T: y's buffers as a CSC, no transpose
+            runs = [kept.with_csc(op, px, py, dtype, *x.shape)]
+            yt = sps.csr_array(y.to_scipy().T)
+            same = np.array_equal(yt.indptr, x.pos[1]) and np.array_equal(yt.indices, x.crd[1])
+            if op != "multiply" and not same:     # a sum's pass needs B to hold A's positions: else code 1
+                assert native_csc.csr_with_csc(op, px, py, np.dtype(dtype), *x.shape, keep_zeros=True) == 1
+            else:
+                runs += [native_csc.csr_with_csc(op, px, py, np.dtype(dtype), *x.shape, 4, lanes, keep_zeros=True)
+                         for lanes in (0, 8, 16)]
+                runs.append(native_csc.csr_with_csc_ranges(op, px, py, np.dtype(dtype), *x.shape, 2, 4, 16,
+                                                           keep_zeros=True))
+            for got in runs:
+                assert np.array_equal(got[2], ref.indptr) and np.array_equal(got[1], ref.indices)
+                _same_values(got[0], ref.data)
+
+
+def _same_values(x, y):
+    """Equal bits, but NaN's sign (it depends on the operand order in the hardware)."""
+    if x.dtype.kind == "f":
+        nan = np.isnan(x)
+        assert np.array_equal(nan, np.isnan(y))
+        x, y = x[~nan], y[~nan]
+    assert x.dtype == y.dtype and x.tobytes() == y.tobytes()

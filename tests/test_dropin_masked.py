@@ -38,7 +38,7 @@ def test_masked_spgemm_bit_identical_to_scipy(m, k, n, density, seed, dtype, thr
 @pytest.mark.parametrize("shape", [(0, 0, 3), (1, 1, 1), (20, 30, 32), (9, 4, 5)])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_sddmm_matches_scipy(shape, dtype, monkeypatch):
-    from splyce.native import masked as native_masked
+    from splyce.native import sddmm as native_sddmm
 
     m, n, d = shape
     rng = np.random.default_rng(m + n)
@@ -50,12 +50,12 @@ def test_sddmm_matches_scipy(shape, dtype, monkeypatch):
     assert ours.dtype == ref.dtype and np.array_equal(ours.indices, ref.indices)
     np.testing.assert_allclose(ours.data, ref.data, rtol=1e-5 if dtype == np.float32 else 1e-12)
     split = []
-    real_chunks = native_masked.row_chunks
-    monkeypatch.setattr(native_masked, "row_chunks", lambda *a: split.append(1) or real_chunks(*a))
+    real_chunks = native_sddmm.row_chunks
+    monkeypatch.setattr(native_sddmm, "row_chunks", lambda *a: split.append(1) or real_chunks(*a))
     two = splyce.einsum("ij,ik,jk->ij", mask, x, y, threads=2)
     assert not split                                     # too small to split: one range on the calling thread
     assert np.array_equal(two.data, ours.data)
-    monkeypatch.setattr(native_masked, "SDDMM_SERIAL_MAX_WORK", 0)      # now split across the threads
+    monkeypatch.setattr(native_sddmm, "SDDMM_SERIAL_MAX_WORK", 0)      # now split across the threads
     two = splyce.einsum("ij,ik,jk->ij", mask, x, y, threads=2)
     assert split or m < 2
     assert np.array_equal(two.data, ours.data)           # bit-identical across threads
@@ -70,6 +70,7 @@ def test_masked_spgemm_chunks_balance_products_on_power_law_rows(monkeypatch):
     """Chunks balance mask entries plus products (hub rows hold most products, not most entries); results
     are bit-identical for any number of threads and equal to scipy's."""
     from splyce.native import masked as native_masked
+    from splyce.native.ir_text import row_chunks as _row_chunks
 
     rng = np.random.default_rng(3)
     n, entries = 3000, 30000
@@ -85,7 +86,7 @@ def test_masked_spgemm_chunks_balance_products_on_power_law_rows(monkeypatch):
         shares = [int(work[hi] - work[lo]) for lo, hi in chunks]
         assert len(chunks) == threads and sum(shares) == work[-1]
         assert max(shares) < 1.15 * work[-1] / threads           # by entries alone: far off on these rows
-        by_entries = native_masked.row_chunks(low.indptr, threads)
+        by_entries = _row_chunks(low.indptr, threads)
         assert max(int(work[hi] - work[lo]) for lo, hi in by_entries) > max(shares)
     one = splyce.einsum("ik,kj,ij->ij", low, low, low, threads=1)
     assert np.array_equal(one.toarray(), _canonical((low @ low).multiply(low)).toarray())

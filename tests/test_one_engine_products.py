@@ -22,9 +22,10 @@ def _csr(rng, m, n, density, dtype=np.float64, special=True, index=np.int32, emp
         a[r, cols] = rng.standard_normal(len(cols))
     a = sps.csr_array(a)
     if empty_rows:
-        keep = np.repeat(rng.random(m) >= empty_rows, np.diff(a.indptr))
-        a = sps.csr_array((a.data[keep], a.indices[keep], np.concatenate(([0], np.cumsum(
-            np.add.reduceat(keep, a.indptr[:-1]) * (np.diff(a.indptr) > 0)))) if a.nnz else a.indptr), shape=a.shape)
+        coo, keep = a.tocoo(), rng.random(m) >= empty_rows
+        at = keep[coo.row]
+        a = sps.csr_array((coo.data[at], (coo.row[at], coo.col[at])), shape=a.shape)
+        a.sort_indices()
     if np.issubdtype(dtype, np.integer):
         a.data = np.round(a.data * 4)
     elif special and a.nnz:
@@ -92,3 +93,79 @@ def test_spgemm_plan_is_the_dropins_native_product():
     assert "runs on the native kernel library: matmul as formulation 'gustavson-spa, every position kept, rows " \
            "sorted'" in text
     assert choose_matmul_formulation(OperandInfo.of(a), OperandInfo.of(a)).value == "gustavson-spa"
+
+
+def _lower(rng, n, dtype, index=np.int32, special=True):
+    a = _csr(rng, n, n, 10 / n, dtype, special=special, index=index, empty_rows=0.1, long_rows=1)
+    low = sps.csr_array(sps.tril(a, -1))
+    return splyce.asarray(sps.csr_array((low.data, low.indices.astype(index), low.indptr.astype(index)),
+                                        shape=low.shape))
+
+
+PRODUCTS = {
+    "masked": (lambda l: (l @ l) * l, "masked-gustavson, reached positions kept"),
+    "triangles": (lambda l: ((l @ l.T) * l).sum(), "masked-sum"),
+    "triangles-einsum": (lambda l: splyce.einsum("ij,jk,ik->", l, l, l), "masked-sum"),
+    "masked-einsum": (lambda l: splyce.einsum("ik,kj,ij->ij", l, l, l, out_format="sparse"),
+                      "masked-gustavson, reached positions kept"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRODUCTS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32])
+@pytest.mark.parametrize("seed", range(3))
+def test_masked_products_bit_for_bit(name, dtype, seed):
+    """Each term multiplied in the einsum's operand order, summed from +0.0 in the plan's loop order; the
+    masked product keeps every reached mask position (zero sums too): the MLIR kernel's result."""
+    rng = np.random.default_rng(10 + seed)
+    n = (25, 120, 400)[seed]
+    index = np.int64 if seed == 1 else np.int32
+    l = _lower(rng, n, dtype, index)
+    body, formulation = PRODUCTS[name]
+    fast, mlir = _both(body, (l,))
+    _same(fast(l), mlir(l))
+    if name == "triangles" and dtype == np.int32:
+        # .sum() of int32 products is int64 (NumPy's promotion): a cast in the plan, the MLIR kernel's
+        assert not isinstance(fast.kernel_for(l)[0], LibraryKernel)
+        return
+    assert isinstance(fast.kernel_for(l)[0], LibraryKernel)
+    assert f"as formulation '{formulation}'" in fast.lower(l).as_text("plan")
+    assert fast.cache_info().compiles + fast.cache_info().disk_hits == 0
+
+
+def test_masked_product_on_two_threads_is_the_one_thread_result():
+    rng = np.random.default_rng(4)
+    l = _lower(rng, 3000, np.float64)
+    fast, mlir = _both(lambda l: (l @ l) * l, (l,), threads=2)
+    _same(fast(l), mlir(l))
+
+
+def test_bool_triangles_plan_two_steps_and_stay_on_the_mlir_kernel():
+    """``bench real``'s L is float64; a bool L makes ``l @ l.T`` a separate step (its sum promotes), so the
+    plan is not one library op."""
+    rng = np.random.default_rng(5)
+    l = splyce.asarray(sps.csr_array(sps.tril(_csr(rng, 60, 60, 0.1, special=False), -1)).astype(bool))
+    fast, mlir = _both(lambda l: ((l @ l.T) * l).sum(), (l,))
+    assert not isinstance(fast.kernel_for(l)[0], LibraryKernel)
+    _same(fast(l), mlir(l))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+@pytest.mark.parametrize("density", [0.02, 0.3])
+@pytest.mark.parametrize("d", [1, 5, 32])
+def test_sddmm_bit_for_bit(dtype, density, d):
+    """Each mask entry ``+0.0 + sum over k of (M[i, j] X[i, k]) Y[j, k]``, every mask position kept (zeros
+    too); the planner's loop order (i, j, k or i, k, j, by density) sums each entry alike."""
+    rng = np.random.default_rng(int(density * 100) + d)
+    n = 90
+    m = splyce.asarray(_csr(rng, n, n + 7, density, dtype, empty_rows=0.1))
+    x = rng.standard_normal((n, d)).astype(dtype)
+    y = rng.standard_normal((n + 7, d)).astype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        x[3, 0], y[5, 0], x[7, :] = np.inf, np.nan, -0.0
+    fast, mlir = _both(lambda m, x, y: m * (x @ y.T), (m, x, y))
+    _same(fast(m, x, y), mlir(m, x, y))
+    assert isinstance(fast.kernel_for(m, x, y)[0], LibraryKernel)
+    assert "as formulation 'sddmm, every mask position kept'" in fast.lower(m, x, y).as_text("plan")
+    two = splyce.jit(lambda m, x, y: m * (x @ y.T), threads=2)
+    _same(two(m, x, y), mlir(m, x, y))

@@ -3,10 +3,10 @@
 MLIR lowers ``memref.alloc`` to ``malloc`` (and LLVM's O3 turns some into ``calloc``) without checking the
 result. After LLVM has optimized a kernel (so it still knows these are the C allocator's functions: it
 elides, merges and zero-fills them as usual), ``route_heap_calls`` renames its calls to our checked versions
-(``__splyce_malloc`` ...), which MCJIT resolves to the functions of a small helper module compiled once per
-process. ``add_entry_wrapper`` gives every kernel one more entry point, ``splyce_entry``: it takes the same
-arguments as ``_mlir_ciface_kernel``, calls ``_setjmp`` once, then calls the kernel (never inlined into the
-wrapper, so the kernel's code is the same as without the guard). An allocation that fails inside the call
+(``__splyce_malloc`` ...), which resolve to the functions of a small helper library loaded (RTLD_GLOBAL) before
+any kernel, from the disk cache after the first process (MCJIT's symbol table too, without a linker).
+``add_entry_wrapper`` gives every kernel one more entry point, ``splyce_entry``: it takes the same arguments
+as ``_mlir_ciface_kernel``, calls ``_setjmp`` once, then calls the kernel (never inlined into the wrapper, so the kernel's code is the same as without the guard). An allocation that fails inside the call
 ``longjmp``s back to the wrapper, which frees every block the call had allocated and returns the size that
 failed; the runtime raises ``MemoryError``. The cost: one ``_setjmp`` and two ``pthread_setspecific`` per
 call, and a 16-byte header per allocation (two pointers: the blocks of a running call form a list).
@@ -357,13 +357,13 @@ class _Installed:
 
 
 def install() -> _Installed:
-    """Compile the helper once per process and make its functions resolvable by every kernel MCJIT loads
-    afterwards (``llvmlite.binding.add_symbol``). Idempotent; call before loading a guarded kernel."""
+    """Compile (or load) the helper once per process and make its functions resolvable by every kernel loaded
+    afterwards: a shared library loaded with RTLD_GLOBAL (kernels' libraries find ``__splyce_*`` through the
+    dynamic loader), and for code MCJIT loads, llvmlite's symbol table (``codegen.add_process_symbols``).
+    Idempotent; call before loading a guarded kernel."""
     global _installed
     with _lock:
         if _installed is None:
-            import llvmlite.binding as llvm
-
             from splyce.native import codegen
 
             libc = ctypes.CDLL(None)
@@ -373,13 +373,13 @@ def install() -> _Installed:
             heap = _heap_provider() if _heap_provider is not None else None
             target = codegen.host_target()
             compiled = codegen.compile_cached(_helper_ir(heap is not None), target,
-                                              codegen.CodegenOptions(opt_level=2), names=_EXPORTED)
+                                              codegen.CodegenOptions(opt_level=2), names=_EXPORTED,
+                                              global_symbols=True)
             config = (ctypes.c_int64 * len(_CONFIG_SLOTS)).from_address(compiled.global_address(_CONFIG))
             config[0] = key.value
             for k, name in enumerate(_CONFIG_SLOTS[1:], start=1):
                 config[k] = int(heap[name]) if heap is not None else 0
-            for name in _EXPORTED:
-                llvm.add_symbol(name, compiled.function_address(name))
+            codegen.add_process_symbols({name: compiled.function_address(name) for name in _EXPORTED})
             _installed = _Installed(compiled, key.value, heap)
         return _installed
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from splyce.backend import alloc_guard
@@ -22,37 +21,40 @@ from splyce.tracer.ir import Trace
 STAGES = ("trace", "plan", "linalg", "scf", "splyce", "llvm", "asm")
 
 
-@dataclass
 class Lowering:
     """The IR of every stage for one trace and options, as ``Jitted.lower`` returns it.
 
-    Native code is produced on demand. ``as_text`` reads one stage.
+    Native code is produced on demand. ``as_text`` reads one stage. (A plain class: a dataclass costs a warm
+    process ~1 ms to create at import.)
     """
 
-    trace: Trace
-    options: Options
-    texts: dict = field(default_factory=dict)
-    timings: dict = field(default_factory=dict)
-    decisions: list = field(default_factory=list)
-    result_ranks: tuple = ()
-    _llvm_module: object = None
-    _target_machine: object = None
-    object_code: bytes | None = None   # set when loaded from the disk cache (no IR until asked for)
-    disk_key: str | None = None        # its disk cache key, when the disk cache is on
-    outer_extent: int | None = None    # set when the entry takes (lo, hi) outer-loop bounds (threads > 1)
-    outer_reductions: tuple = ()       # (k, combine) per rank-0 output the split loop reduces into
+    def __init__(self, trace: Trace, options: Options, texts: dict | None = None, decisions=(),
+                 result_ranks: tuple = (), loaded=None, outer_extent: int | None = None, outer_reductions=()):
+        self.trace = trace
+        self.options = options
+        self.texts = {} if texts is None else texts
+        self.timings: dict = {}
+        self.decisions = list(decisions)
+        self.result_ranks = tuple(result_ranks)
+        self._llvm_module = None
+        self._target_machine = None
+        self.loaded = loaded                 # the native code, when it came from the disk cache (no IR until asked)
+        self.disk_key: str | None = None     # its disk cache key, when the disk cache is on
+        self.outer_extent = outer_extent     # set when the entry takes (lo, hi) outer-loop bounds (threads > 1)
+        self.outer_reductions = tuple(outer_reductions)   # (k, combine) per rank-0 output the loop reduces into
 
     @classmethod
-    def from_object(cls, trace: Trace, options: "Options", object_code: bytes, result_ranks: tuple,
-                    decisions: list, outer_extent: int | None = None, outer_reductions=()) -> "Lowering":
-        """A lowering whose native code came from the disk cache; ``as_text`` recompiles lazily."""
+    def from_loaded(cls, trace: Trace, options: "Options", loaded, result_ranks: tuple, decisions: list,
+                    outer_extent: int | None = None, outer_reductions=()) -> "Lowering":
+        """A lowering whose native code came from the disk cache, already loaded (``load_entry``); ``as_text``
+        recompiles lazily."""
         return cls(trace, options, texts={"trace": trace.as_text()}, decisions=list(decisions),
-                   result_ranks=tuple(result_ranks), object_code=object_code, outer_extent=outer_extent,
+                   result_ranks=tuple(result_ranks), loaded=loaded, outer_extent=outer_extent,
                    outer_reductions=tuple((int(k), str(c)) for k, c in outer_reductions))
 
     @property
     def from_disk(self) -> bool:
-        return self.object_code is not None
+        return self.loaded is not None
 
     def as_text(self, stage: str = "scf") -> str:
         """One stage's text.
@@ -94,15 +96,25 @@ class Lowering:
             _dump(self, "asm")
         return self.texts[stage]
 
-    def load(self) -> codegen.CompiledModule:
+    def load(self):
+        """The native code (``codegen.CompiledModule`` or ``shared_lib.SharedModule``): loaded from the disk
+        cache, or built from the optimized module."""
+        if self.loaded is not None:
+            return self.loaded
         start = time.perf_counter()
         alloc_guard.install()   # the checked allocator the kernel's heap calls resolve to
-        if self.object_code is not None:
-            compiled = codegen.load_object(self.object_code, self.options.target)
-        else:
-            compiled = codegen.load(self._llvm_module, self._target_machine, self.options.target)
+        compiled = codegen.build(self._llvm_module, self._target_machine, self.options.target)
         self.timings["load"] = time.perf_counter() - start
         return compiled
+
+
+def load_entry(path, entry, options: Options):
+    """A disk cache entry's kernel, loaded (after the checked allocator it calls); raises OSError /
+    LookupError / RuntimeError when it does not load."""
+    alloc_guard.install()
+    loaded = codegen.load_entry(path, entry, options.target)
+    loaded.function_address(alloc_guard.GUARDED_ENTRY)
+    return loaded
 
 
 def _dump(lowering: Lowering, stage: str) -> None:

@@ -24,7 +24,7 @@ COLUMNS = ["kernel", "size", "cold_s", "mlir_s", "llvm_opt_s", "codegen_load_s",
 
 # Where a cold compile's time goes (``Lowering.timings``, backend/compiler.py): MLIR (trace -> linalg,
 # sparsifier and bufferization, the Splyce pass, MLIR -> LLVM IR), LLVM's O3 pipeline, then instruction
-# selection and loading (MCJIT, ``load``). The rest of ``cold_s`` is tracing, planning and the disk-cache key.
+# selection, linking and loading (a shared library, ``build``; MCJIT without a linker). The rest of ``cold_s`` is tracing, planning and the disk-cache key.
 _MLIR_STAGES = ("linalg", "scf", "splyce", "to_llvm")
 
 
@@ -105,7 +105,7 @@ def run(cfg: Config) -> Result:
     note = ("cold_s = the first call's kernel lookup (`kernel_for`) of a fresh `splyce.jit` with an empty disk cache "
             "(trace, plan, lowering, Splyce pass, LLVM codegen), without the run; of it mlir_s: MLIR (linalg, "
             "sparsifier, Splyce pass, to LLVM IR), llvm_opt_s: LLVM's O3 pipeline, codegen_load_s: instruction "
-            "selection and loading (MCJIT), trace_plan_s: the rest (tracing, planning, disk key); load_s = the same after emptying "
+            "selection, linking into a shared library and loading it, trace_plan_s: the rest (tracing, planning, disk key); load_s = the same after emptying "
             "only the in-memory "
             f"caches (the kernel comes from the disk cache); medians of {cfg.n_repeats} repeats in a warm process "
             "(the process's first MLIR context is excluded); run_s = the faster of the two runs after it. Every call's "

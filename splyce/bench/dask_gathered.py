@@ -18,8 +18,8 @@ interleaved with the real runs):
 - ``floor_fetch_c_s``: nothing sent, the held product back (the round trip plus fetching the result).
 
 ``task_1w_s``: the worker's task (Dask's task stream: the product, and Dask's finalize fused into it);
-``client_cpu_s``: CPU time of the client's process (client and scheduler: a ``LocalCluster``'s scheduler runs in
-it) during ``.compute()``.
+``*_cpu_s``: CPU time of the call in all its processes (this one, where a ``LocalCluster``'s scheduler runs
+too, plus the worker's), which the other jobs of a shared machine inflate much less than wall time.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ import numpy as np
 from splyce.bench.common import BenchMismatch, Config, Result, Timing, _progress
 
 COLUMNS = ["matrix", "rows", "nnz", "a_mb", "c_mb", "single_s", "compute_1w_s", "compute_vs_single",
-           "gather_1w_s", "task_1w_s", "client_cpu_s", "floor_1w_s", "floor_vs_single", "floor_send_a_s",
+           "gather_1w_s", "task_1w_s", "floor_1w_s", "floor_vs_single", "single_cpu_s", "compute_cpu_s",
+           "compute_cpu_vs_single", "floor_cpu_s", "floor_cpu_vs_single", "floor_send_a_s",
            "floor_fetch_c_s"]
 
 FULL, QUICK, TINY = 60, 30, 12      # grid points per side of the 7-point mesh
@@ -108,13 +109,23 @@ def _cluster():
 
 
 def _task_seconds(client, since: float) -> float:
-    """The summed compute spans of the tasks that began since ``since`` (the run's own)."""
+    """The summed compute spans of the run's product tasks: those that began since ``since``, give or take
+    half the pause before each run (the scheduler shifts a worker's times by its estimate of the clocks'
+    offset, a few ms either way, which dropped a task started at once in the tests' tiny runs; the previous
+    run ended a whole pause before ``since``)."""
     total = 0.0
-    for task in client.get_task_stream(start=since):
+    for task in client.get_task_stream(start=since - _SETTLE_S / 2):
+        if "splyce-matmul" not in str(task.get("key", "")):
+            continue
         for span in task.get("startstops", ()):
-            if span["action"] == "compute" and span["start"] >= since:
+            if span["action"] == "compute" and span["start"] >= since - _SETTLE_S / 2:
                 total += span["stop"] - span["start"]
     return total
+
+
+def _worker_cpu(client) -> float:
+    """The worker processes' CPU time so far (user + system)."""
+    return sum(client.run(time.process_time).values())
 
 
 def _check(name, got, want):
@@ -126,17 +137,15 @@ def _check(name, got, want):
 def run(cfg: Config, corpus_matrices) -> Result:
     import splyce
     import splyce.dask as sd
-    from splyce import dropin
-
     cluster, client = _cluster()
     rows = []
     try:
         for label, A in _matrices(cfg, corpus_matrices):
-            want = dropin.matmul(A, A)
+            want = splyce.matmul(A, A)
             held = client.scatter(want, hash=False)        # the product, on the worker, for the floors
 
-            def single():
-                return dropin.matmul(A, A)
+            def single():                  # the user's call (splyce.matmul: the drop-in, buffers reused)
+                return splyce.matmul(A, A)
 
             def compute():
                 with client.as_current():
@@ -160,28 +169,40 @@ def run(cfg: Config, corpus_matrices) -> Result:
             for name in ("floor_1w", "floor_send_a", "floor_fetch_c"):
                 cands[name]()
             times = {name: Timing(name) for name in cands}
-            tasks, cpu = Timing("task"), Timing("cpu")
+            tasks = Timing("task")
+            cpu = {name: Timing(name) for name in ("single", "compute_1w", "floor_1w")}
             bar = _progress(cfg.n_repeats * len(cands), f"dask gathered {label}", cfg)
             names = list(cands)
             for r in range(cfg.n_repeats):                    # interleaved, the order rotated per repeat
                 for name in names[r % len(names):] + names[:r % len(names)]:
+                    # untimed: the worker's CPU so far (the single-process call has none to count)
+                    worker0 = _worker_cpu(client) if name in cpu and name != "single" else 0.0
                     time.sleep(_SETTLE_S)
                     since, c0 = time.time(), time.process_time()
                     t0 = time.perf_counter()
                     result = cands[name]()
                     times[name].times.append(time.perf_counter() - t0)
-                    if name == "compute_1w":
-                        cpu.times.append(time.process_time() - c0)
-                        tasks.times.append(_task_seconds(client, since))
+                    c1 = time.process_time()
                     del result
+                    if name == "single":
+                        cpu[name].times.append(c1 - c0)
+                    elif name in cpu:      # the worker's CPU read after the result was released there too
+                        time.sleep(_SETTLE_S)
+                        cpu[name].times.append(c1 - c0 + _worker_cpu(client) - worker0)
+                    if name == "compute_1w":
+                        tasks.times.append(_task_seconds(client, since))
                     bar.update(1)
             bar.close()
             med = {name: t.median for name, t in times.items()}
             rows.append({"matrix": label, "rows": A.shape[0], "nnz": A.nnz, "a_mb": _mb(A), "c_mb": _mb(want),
                          "single_s": med["single"], "compute_1w_s": med["compute_1w"],
                          "compute_vs_single": med["compute_1w"] / med["single"], "gather_1w_s": med["gather_1w"],
-                         "task_1w_s": tasks.median, "client_cpu_s": cpu.median, "floor_1w_s": med["floor_1w"],
+                         "task_1w_s": tasks.median, "floor_1w_s": med["floor_1w"],
                          "floor_vs_single": med["floor_1w"] / med["single"],
+                         "single_cpu_s": cpu["single"].median, "compute_cpu_s": cpu["compute_1w"].median,
+                         "compute_cpu_vs_single": cpu["compute_1w"].median / cpu["single"].median,
+                         "floor_cpu_s": cpu["floor_1w"].median,
+                         "floor_cpu_vs_single": cpu["floor_1w"].median / cpu["single"].median,
                          "floor_send_a_s": med["floor_send_a"], "floor_fetch_c_s": med["floor_fetch_c"]})
             del held
     finally:
@@ -194,7 +215,8 @@ def run(cfg: Config, corpus_matrices) -> Result:
             "splyce.dask.gather of the same graph. floor_1w: the same bytes moved with no product (A in the "
             "graph, the product already held by the worker returned); floor_send_a: A sent, an empty result "
             "back; floor_fetch_c: nothing sent, the held product back. task_1w: the worker's task (product and "
-            "Dask's finalize); client_cpu: CPU of the client's process (client and scheduler) per compute. "
+            "Dask's finalize). *_cpu: CPU time of the call in this process (client and scheduler) and, but for "
+            "single, the worker's, read before and after it (the worker's after the result's release). "
             "Results bit-identical to the single-process drop-in.")
     return Result("dask_gathered", "splyce.dask SpGEMM gathered to the client vs the single-process drop-in",
                   COLUMNS, rows, note)

@@ -14,25 +14,71 @@ Modules: ``operands`` (families, conversions, result wrapping), ``formulation`` 
 ``kernels`` (the jitted kernels the drop-ins compile, and thread counts), ``products`` (matmul: SpMV / SpMM /
 SpMSpV / SpGEMM), ``elementwise`` (multiply / add / subtract: row merges), ``einsums`` (einsum, masked
 products, the triangle sum).
+
+The names load lazily (PEP 562): ``import splyce.dropin`` costs a few ms, and a first call imports only the
+modules it runs (a first SpMV in a fresh process does not import the einsums).
 """
 
-from splyce.dropin.einsums import einsum, _fast_masked_sum as fast_masked_sum
-from splyce.dropin.elementwise import add, multiply, subtract, _fast_merge as fast_merge
-from splyce.dropin.formulation import (
-    Formulation, choose_einsum_formulation, choose_elementwise_formulation, choose_matmul_formulation,
-    rowwise_format,
-)
-from splyce.dropin.operands import (
-    OperandInfo, as_format, operand_family, sparse_family, _to_dense_vector as to_dense_vector,
-)
-from splyce.dropin.products import matmul, _fast_spmv as fast_spmv
 from splyce.dropin import broadcast
 
-from splyce.dropin import jit_library
-from splyce.runtime import library
+# public name -> (module, its name there)
+_NAMES = {
+    "einsum": ("einsums", "einsum"), "fast_masked_sum": ("einsums", "_fast_masked_sum"),
+    "add": ("elementwise", "add"), "multiply": ("elementwise", "multiply"),
+    "subtract": ("elementwise", "subtract"), "fast_merge": ("elementwise", "_fast_merge"),
+    "Formulation": ("formulation", "Formulation"),
+    "choose_einsum_formulation": ("formulation", "choose_einsum_formulation"),
+    "choose_elementwise_formulation": ("formulation", "choose_elementwise_formulation"),
+    "choose_matmul_formulation": ("formulation", "choose_matmul_formulation"),
+    "rowwise_format": ("formulation", "rowwise_format"),
+    "OperandInfo": ("operands", "OperandInfo"), "as_format": ("operands", "as_format"),
+    "operand_family": ("operands", "operand_family"), "sparse_family": ("operands", "sparse_family"),
+    "to_dense_vector": ("operands", "_to_dense_vector"),
+    "matmul": ("products", "matmul"), "fast_spmv": ("products", "_fast_spmv"),
+}
 
-broadcast.bind(multiply=multiply, add=add, subtract=subtract, einsum=einsum)
-library.register(jit_library.provide)     # the jit runs these ops on the drop-ins' native kernels
+
+def _module(name: str):
+    """A submodule, imported on first use (each import spelled out: the import graph checks see them)."""
+    if name == "einsums":
+        from splyce.dropin import einsums as module
+    elif name == "elementwise":
+        from splyce.dropin import elementwise as module
+    elif name == "formulation":
+        from splyce.dropin import formulation as module
+    elif name == "operands":
+        from splyce.dropin import operands as module
+    elif name == "products":
+        from splyce.dropin import products as module
+    else:
+        raise AttributeError(f"module 'splyce.dropin' has no attribute {name!r}")
+    return module
+
+
+def __getattr__(name):
+    if name in _NAMES:
+        module, attribute = _NAMES[name]
+        value = getattr(_module(module), attribute)
+        globals()[name] = value      # later look-ups skip this hook
+        return value
+    raise AttributeError(f"module 'splyce.dropin' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_NAMES))
+
+
+def _late(name: str):
+    """``name`` for the broadcast forms, imported on their first call (then bound as it is)."""
+    def op(*args, **kwargs):
+        value = __getattr__(name)
+        broadcast.bind(**{name: value})
+        return value(*args, **kwargs)
+    return op
+
+
+broadcast.bind(**{name: _late(name) for name in ("multiply", "add", "subtract", "einsum")})
+
 
 __all__ = [
     "matmul", "multiply", "add", "subtract", "einsum", "fast_spmv", "fast_merge", "fast_masked_sum",

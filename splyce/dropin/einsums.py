@@ -46,7 +46,7 @@ class _Einsum:
 def _masked_product(formulation, roles, operands, threads):
     """Masked SpGEMM or SDDMM (see ``choose_einsum_formulation``): a canonical csr_array on the mask's
     positions, zero results dropped."""
-    from splyce.native import masked as native_masked
+    from splyce.native import masked as native_masked, sddmm as native_sddmm
 
     mask, left, right = roles
     convert = _converter(threads)
@@ -61,7 +61,7 @@ def _masked_product(formulation, roles, operands, threads):
     else:
         x, y = (np.ascontiguousarray(operands[r], dtype=dtype.newbyteorder("=")) for r in (left, right))
         check_dtype(x.dtype, "x")
-        out = native_masked.sddmm(m_parts, x, y, dtype, threads)
+        out = native_sddmm.sddmm(m_parts, x, y, dtype, threads)
     return _canonical_csr(out, M.shape)
 
 

@@ -10,9 +10,9 @@ import contextlib
 
 import numpy as np
 
-from splyce.dropin.formulation import Formulation, _is_masked_sum, choose_matmul_formulation
+from splyce.dropin import jit_products
+from splyce.dropin.formulation import Formulation, choose_matmul_formulation
 from splyce.dropin.operands import _native_values
-from splyce.dropin.einsums import einsum
 from splyce.dropin.operands import OperandInfo
 from splyce.native import memory_pool
 from splyce.dropin.products import matmul
@@ -27,8 +27,11 @@ def _info(t) -> OperandInfo:
 # missing entry, and SpGEMM / masked products / SDDMM differ in stored zeros or summation order. A native kernel
 # serves the jit only where its results are the MLIR kernel's on every input, special values included (equal
 # bits, but for the sign of a NaN, which depends on operand order in the hardware; tests/test_one_engine.py):
-# SpMV, SpMM, SpMSpV and the masked sum (triangles).
-_SAME_PATTERN_OPS = ("multiply", "add", "subtract")
+# SpMV, SpMM, SpMSpV, the elementwise ops through their ``keep_zeros`` variants (native/elementwise/kept.py: the
+# sparsifier's coiteration on the drop-in's kernels), and the sparsifier's own variants of SpGEMM, masked
+# SpGEMM, the masked sum (triangles) and SDDMM (every reached position kept, the sparsifier's summation and
+# multiplication order; jit_products.py).
+_ELEMENTWISE = ("multiply", "add", "subtract")
 
 
 def _pool(nbytes: int):
@@ -46,22 +49,58 @@ def _csr_times_dense(args, threads: int):
     return spmv.csr_times_dense(a.pos[1], a.crd[1], a.values, x, threads)
 
 
-def _same_pattern(name: str, args, out):
-    """``name(a, b)`` of two CSR SparseTensors with identical positions as a scipy CSR of the traced result's
-    format, or None when their positions differ."""
-    from splyce.native import elementwise
-    from splyce.tensors.tensor import SparseTensor
+def _coiterated(name: str, transposed, out):
+    """The run of ``name(a, b)`` on two CSR SparseTensors with the sparsifier's semantics: a scipy CSR of the
+    traced result's format, or None (then the MLIR kernel runs) when the result's index widths are not the
+    format's. A transposed operand (``a.T``) is read as its argument's buffers, a CSC of the transpose: the
+    drop-in's one pass with a cursor per column (``A * A.T``), no re-store. Modules bound once here: the call
+    runs with cold caches in a loop of other work, where each import statement costs microseconds."""
+    import scipy.sparse as sps
 
-    a, b = args
-    parts = [(x.values, x.crd[1], x.pos[1]) for x in (a, b)]
-    with _pool(a.values.nbytes):
-        got = elementwise.same_pattern(name, *parts, np.dtype(out.dtype), drop_zeros=False)
-    if got is None or got[1].dtype.itemsize * 8 != out.format.crd_width \
-            or got[2].dtype.itemsize * 8 != out.format.pos_width:
+    from splyce.dropin import scipy_out
+    from splyce.native.elementwise import kept
+
+    dtype, shape, csr_array = np.dtype(out.dtype), out.shape, sps.csr_array
+    widths = (out.format.crd_width, out.format.pos_width)
+    merge = kept.with_csc if any(transposed) else kept.rows
+    extra = shape if any(transposed) else ()
+    swap = transposed[0]              # a.T * b == b * a.T bit for bit (IEEE products and sums commute)
+
+    def run(args, threads: int):
+        a, b = args
+        if swap:
+            a, b = b, a
+        with _pool(a.values.nbytes + b.values.nbytes):
+            vals, cols, indptr = merge(name, (a.values, a.crd[1], a.pos[1]), (b.values, b.crd[1], b.pos[1]),
+                                       dtype, *extra, threads=threads)
+        if (cols.dtype.itemsize * 8, indptr.dtype.itemsize * 8) != widths:
+            return None
+        return scipy_out.csr(csr_array, vals, cols, indptr, shape, True)
+    return run
+
+
+def _elementwise_call(op: LibraryOp, options) -> LibraryCall | None:
+    """Two CSRs (one of them maybe a transposed argument) with a CSR result of their dtype: the drop-in's
+    elementwise kernels with every coiterated position kept. Not when the jit was asked for the MLIR kernel's
+    own lanes (``union=``, ``gallop=``): those options choose among MLIR loops the native kernel does not have."""
+    from splyce.native.elementwise import keep_supported
+    from splyce.options import DEFAULT_GALLOP_RATIO
+
+    dtype = np.dtype(op.out.dtype)
+    if not keep_supported(dtype) or (dtype == np.bool_ and op.op == "subtract"):
         return None
-    vals, cols, indptr = got
-    return SparseTensor.from_buffers(out.shape, out.format, [None, indptr], [None, cols], vals,
-                                     validate=False).to_scipy()
+    if options.union is not None or options.gallop != DEFAULT_GALLOP_RATIO:
+        return None
+    if op.transposed == (True, True) or (op.transposed[:1] == (True,) and op.op == "subtract"):
+        return None                   # a.T - b: the difference does not commute
+    widths = {(t.format.pos_width, t.format.crd_width) for t in op.types + (op.out,)}
+    if len(widths) != 1 or (any(op.transposed) and len(set(widths.pop())) != 1):
+        return None                   # the kernels take one index dtype per operand pair (a CSC pass: one in all)
+    name, out, transposed = op.op, op.out, op.transposed or (False, False)
+    detail = "every coiterated position kept"
+    if any(transposed):
+        detail += "; the transpose read as its argument's CSC, one pass with a cursor per column, not re-stored"
+    return LibraryCall(op, Formulation.MERGE_ROWS.value, _coiterated(name, transposed, out), detail=detail)
 
 
 def _spgemm_kept(args, out, threads: int):
@@ -104,22 +143,14 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
             with _pool(nbytes):
                 return product(args, t)
         return LibraryCall(op, formulation.value, run)
-    if op.op in _SAME_PATTERN_OPS and _native_values(*infos):
-        # two CSRs holding the same positions (a structurally symmetric A and A.T, a matrix and new values):
-        # one flat native pass keeping every position, the sparsifier's result exactly; other pairs return
-        # None and run the MLIR kernel (runtime/library.py)
-        name, out = op.op, op.out
-        return LibraryCall(op, "same-pattern", lambda args, t: _same_pattern(name, args, out), guarded=True)
+    if op.op in _ELEMENTWISE:
+        return _elementwise_call(op, options)
     if op.op == "matmul" and op.out.is_sparse and _native_values(*infos):
         # Gustavson's product keeping every reached position (zero sums too), each row written sorted: the
         # sparsifier's result; each entry sums from +0.0 over k in A's row order, as its i, k, j loop nest does
         out = op.out
         return LibraryCall(op, "gustavson-spa, every position kept, rows sorted",
                            lambda args, t: _spgemm_kept(args, out, t))
-    if op.op == "einsum" and op.out.ndim == 0:
-        inputs, output = op.subscripts.split("->")
-        if not _is_masked_sum(inputs.split(","), output, infos):
-            return None
-        subscripts = op.subscripts
-        return LibraryCall(op, "masked-sum", lambda args, t: einsum(subscripts, *args, threads=t))
+    if op.op == "einsum":        # masked SpGEMM, the masked sum (triangles), SDDMM: jit_products.py
+        return jit_products.provide(op, infos)
     return None

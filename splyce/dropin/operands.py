@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import functools
 import sys
-from dataclasses import dataclass
 
 import numpy as np
 
 from splyce.dropin import scipy_out
+from splyce.native.records import record
 from splyce.tensors.formats import CSR, Format
 from splyce.tensors.validation import SUPPORTED_DTYPES, check_buffers
 from splyce.runtime.arguments import Checked
@@ -156,7 +156,7 @@ def _index_dtype(nnz: int, n: int):
     return np.int32 if max(nnz, n) < 2**31 else np.int64
 
 
-@dataclass(frozen=True)
+@record
 class OperandInfo:
     """What the formulation choice looks at: the operand's family (numpy / scipy / pydata / splyce), shape
     and value dtype (None: not known, taken as one the native kernels support)."""

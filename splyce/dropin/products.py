@@ -63,7 +63,10 @@ def _matmul(a, b, out_format, threads: int):
         raise ValueError(f"matmul: shapes {sa} and {sb} are not aligned ({sa[-1]} != {sb[0]})")
     family = sparse_family(a, b)
     want_sparse = _wants_sparse_result(ia, ib, out_format)
-    kernel = _kernel("matmul", _mm, threads=threads)
+
+    def kernel(*args):   # the jitted kernel, made on first need (a Gustavson product never imports the jit)
+        return _kernel("matmul", _mm, threads=threads)(*args)
+
     if formulation is Formulation.SPARSE_TIMES_DENSE:
         if len(sa) == 2:
             return _dense_out(_csr_times_dense(a, b, threads), family, want_sparse)

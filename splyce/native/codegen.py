@@ -2,6 +2,9 @@
 
 llvmlite (not MLIR's ExecutionEngine) because it lets us switch LLVM's SLP vectorizer per kernel: at O3 it
 packs the Splyce fast lane's scalar pointer advance into vector registers, which costs ~40 % (docs/toolchain.md).
+
+The code is linked into a shared library and loaded with dlopen (native/shared_lib.py), so that a later
+process loads it from the disk cache without llvmlite; without a linker, MCJIT loads object code as before.
 """
 
 from __future__ import annotations
@@ -11,13 +14,14 @@ import hashlib
 import json
 import threading
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
-from splyce.native import object_cache
+from splyce.native import host, object_cache, shared_lib
+from splyce.native.records import record
 
 _init_lock = threading.Lock()
 _initialized = False
+_process_symbols: dict = {}   # name -> address: what MCJIT-loaded code resolves to (add_process_symbols)
 
 
 def _llvm():
@@ -29,12 +33,28 @@ def _llvm():
         if not _initialized:
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
-            llvm.initialize_native_asmparser()   # inline asm (the galloping prefetch) needs it, or LLVM aborts
+            llvm.initialize_native_asmparser()   # inline asm with instructions needs it, or LLVM aborts
+            for name, address in _process_symbols.items():
+                llvm.add_symbol(name, address)
             _initialized = True
     return llvm
 
 
-@dataclass(frozen=True)
+def add_process_symbols(symbols: dict) -> None:
+    """Make ``{name: address}`` resolvable by code MCJIT loads (now, or once llvmlite is first used): the
+    checked allocator's functions (backend/alloc_guard.py). Shared libraries find them by the dynamic
+    loader instead."""
+    with _init_lock:
+        _process_symbols.update(symbols)
+        if not _initialized:
+            return
+    import llvmlite.binding as llvm
+
+    for name, address in symbols.items():
+        llvm.add_symbol(name, address)
+
+
+@record
 class Target:
     """A CPU to compile for: LLVM triple, CPU name and feature string. Part of every cache key."""
 
@@ -63,8 +83,8 @@ class Target:
 
 @functools.cache
 def host_target() -> Target:
-    llvm = _llvm()
-    return Target(llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten())
+    facts = host.facts()   # memoized in the cache folder: no llvmlite in a process that only loads code
+    return Target(facts["triple"], facts["cpu"], facts["features"])
 
 
 # Features implied by the named targets, so that we can tell whether the host may run their code.
@@ -111,7 +131,7 @@ def _check_cpu_name(triple: str, cpu: str) -> None:
                          f"{run.stderr.strip().splitlines()[-1] if run.stderr.strip() else 'llc failed'}")
 
 
-@dataclass(frozen=True)
+@record
 class CodegenOptions:
     opt_level: int = 3
     slp_vectorize: bool = True
@@ -119,13 +139,16 @@ class CodegenOptions:
 
 
 class CompiledModule:
-    """Native code for one LLVM module, owned by an MCJIT engine for as long as this object lives."""
+    """Native code for one LLVM module, owned by an MCJIT engine for as long as this object lives (the
+    fallback without a linker; ``shared_lib.SharedModule`` has the same interface)."""
+
+    artifact_kind = "object"
 
     def __init__(self, engine, llvm_module, target_machine, object_code: bytes | None = None):
         self._engine = engine
         self._module = llvm_module
         self._tm = target_machine
-        self.object_code = object_code  # the machine code MCJIT produced (what the disk cache stores)
+        self.artifact = object_code  # the machine code MCJIT produced (what the disk cache stores)
 
     def function_address(self, name: str) -> int:
         address = self._engine.get_function_address(name)
@@ -140,10 +163,10 @@ class CompiledModule:
         return address
 
 
-def _target_machine(target: Target, opt_level: int, jit: bool):
+def _target_machine(target: Target, opt_level: int, jit: bool, reloc: str = "default"):
     llvm = _llvm()
     tm = llvm.Target.from_triple(target.triple).create_target_machine(
-        cpu=target.cpu, features=target.features, opt=opt_level, reloc="default",
+        cpu=target.cpu, features=target.features, opt=opt_level, reloc=reloc,
         codemodel="jitdefault" if jit else "default", jit=jit)
     return tm
 
@@ -174,6 +197,37 @@ def optimize(llvm_ir, target: Target, options: CodegenOptions):
 
 def emit_assembly(module, tm) -> str:
     return tm.emit_assembly(module)
+
+
+def artifact_kind() -> str:
+    """What this process makes of compiled code: ``"shared"`` (a linked library) or ``"object"`` (MCJIT)."""
+    return shared_lib.ARTIFACT if shared_lib.linker() is not None else CompiledModule.artifact_kind
+
+
+def build(module, tm, target: Target, opt_level: int = 3, global_symbols: bool = False):
+    """Native code for an optimized module, loaded: a shared library (position-independent object code from
+    a target machine for ``opt_level``, linked), or MCJIT's object code when this process does not link.
+    ``global_symbols``: the library's symbols resolve later libraries' references. Refuses code the host
+    cannot run."""
+    command = shared_lib.linker()
+    if command is not None:
+        _check_runnable(target)
+        code = _target_machine(target, opt_level, jit=False, reloc="pic").emit_object(module)
+        try:
+            return shared_lib.link(code, command, global_symbols)[1]
+        except (shared_lib.LinkError, OSError) as exc:
+            shared_lib.disable(f"cannot link or load native code as a shared library ({exc})")
+    return load(module, tm, target)
+
+
+def load_entry(path: Path, entry, target: Target, global_symbols: bool = False):
+    """Load a disk cache entry's code (``entry`` read from ``path``): dlopen the entry file itself (a shared
+    library) or MCJIT its object code (written where linking failed). Raises OSError / LookupError /
+    RuntimeError when it does not load."""
+    _check_runnable(target)
+    if entry.metadata.get("artifact") == shared_lib.ARTIFACT:
+        return shared_lib.load(path, global_symbols)
+    return load_object(entry.code, target)
 
 
 def load(module, tm, target: Target) -> CompiledModule:
@@ -210,19 +264,19 @@ def _check_runnable(target: Target) -> None:
             "lower(...).as_text('asm') still shows the code")
 
 # -- the native code cache ---------------------------------------------------------------------------------
-# Hand-written kernels and helpers compile once per machine and CPU: their object code is stored in the cache
-# folder (``<key>.splo``, the format of object_cache.py) and loaded by later processes. The key is the IR text
-# itself (anything baked into it, like a struct offset measured at run time, is in the key) plus what turns
-# IR into machine code: target, options, LLVM and llvmlite versions, this file.
-NATIVE_FORMAT = 1
+# Hand-written kernels and helpers compile once per machine and CPU: their code (a shared library, or object
+# code without a linker) is stored in the cache folder (``<key>.splo``, the format of object_cache.py) and
+# loaded by later processes. The key is the IR text itself (anything baked into it, like a struct offset
+# measured at run time, is in the key) plus what turns IR into machine code: target, options, LLVM and
+# llvmlite versions, this file, and the kind of artifact.
+NATIVE_FORMAT = 2
 
 
-@dataclass
 class CodegenStats(object_cache.Stats):
     """Process-wide counters (``splyce.native.codegen.stats``): ``compiles`` counts LLVM optimization and
     code generation of a native module, ``hits`` loads of one from the disk cache."""
 
-    compiles: int = 0
+    COUNTERS = object_cache.Stats.COUNTERS + ("compiles",)
 
 
 stats = CodegenStats()
@@ -231,11 +285,8 @@ _write_warned = False
 
 @functools.cache
 def _codegen_versions() -> dict:
-    import llvmlite
-
-    llvm = _llvm()
-    return {"format": NATIVE_FORMAT, "llvmlite": llvmlite.__version__,
-            "llvm": ".".join(map(str, llvm.llvm_version_info)),
+    facts = host.facts()
+    return {"format": NATIVE_FORMAT, "llvmlite": facts["llvmlite"], "llvm": facts["llvm"],
             "codegen": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
 
 
@@ -244,7 +295,7 @@ def native_key_parts(llvm_ir: str, target: Target, options: CodegenOptions) -> d
             "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
             "options": {"opt_level": options.opt_level, "slp_vectorize": options.slp_vectorize,
                         "loop_vectorize": options.loop_vectorize},
-            "versions": _codegen_versions()}
+            "versions": dict(_codegen_versions(), artifact=artifact_kind())}
 
 
 def native_key(llvm_ir: str, target: Target, options: CodegenOptions) -> str:
@@ -252,41 +303,43 @@ def native_key(llvm_ir: str, target: Target, options: CodegenOptions) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def compile_cached(llvm_ir: str, target: Target, options: CodegenOptions, names=()) -> CompiledModule:
+def compile_cached(llvm_ir: str, target: Target, options: CodegenOptions, names=(), global_symbols: bool = False):
     """``llvm_ir`` compiled for ``target``: loaded from the disk cache, or optimized, compiled and stored.
     ``names``: functions the module must define (an entry lacking one is discarded). Processes missing on the
-    same module at once compile it once (a lock per key); the others load what it wrote."""
+    same module at once compile it once (a lock per key); the others load what it wrote. ``global_symbols``:
+    see ``build``. Returns a ``CompiledModule`` or a ``shared_lib.SharedModule``."""
     if not object_cache.enabled():
-        return _compile(llvm_ir, target, options)
+        return _compile(llvm_ir, target, options, global_symbols)
     key = native_key(llvm_ir, target, options)
     path = object_cache.cache_dir() / (key + object_cache.NATIVE_SUFFIX)
     if path.exists():
-        compiled = _load_entry(path, target, names)
+        compiled = _load_entry(path, target, names, global_symbols)
         if compiled is not None:
             return compiled
     with object_cache.compile_lock(key):
-        compiled = _load_entry(path, target, names)   # written by another process while this one waited
+        compiled = _load_entry(path, target, names, global_symbols)   # written by another process meanwhile
         if compiled is None:
-            compiled = _compile(llvm_ir, target, options)
-            if compiled.object_code is not None:
-                meta = {"kind": "native", "functions": sorted(names), "cpu": target.cpu}
-                _store(path, object_cache.Entry(compiled.object_code, meta))
+            compiled = _compile(llvm_ir, target, options, global_symbols)
+            if compiled.artifact is not None:
+                meta = {"kind": "native", "functions": sorted(names), "cpu": target.cpu,
+                        "artifact": compiled.artifact_kind}
+                _store(path, object_cache.Entry(compiled.artifact, meta))
     return compiled
 
 
-def _compile(llvm_ir: str, target: Target, options: CodegenOptions) -> CompiledModule:
+def _compile(llvm_ir: str, target: Target, options: CodegenOptions, global_symbols: bool):
     module, tm = optimize(llvm_ir, target, options)
-    compiled = load(module, tm, target)
+    compiled = build(module, tm, target, options.opt_level, global_symbols)
     object_cache.count(stats, "compiles")
     return compiled
 
 
-def _load_entry(path: Path, target: Target, names) -> CompiledModule | None:
+def _load_entry(path: Path, target: Target, names, global_symbols: bool):
     entry = object_cache.read(path, stats, stacklevel=4)
     if entry is None:
         return None
     try:
-        compiled = load_object(entry.object_code, target)
+        compiled = load_entry(path, entry, target, global_symbols)
         for name in names:
             compiled.function_address(name)
     except (LookupError, RuntimeError, OSError) as exc:   # checksummed, but not what this key expects

@@ -4,9 +4,9 @@
   positions, then the row's Gustavson products ``A[i, k] * B[k, j]`` are accumulated where ``j`` is marked and
   skipped elsewhere. Work: ``nnz(M) + flops(A @ B)``. Each kept entry is ``(sum over k in A's row order) *
   M[i, j]``, the order scipy's ``(A @ B).multiply(M)`` uses, so values match it bit for bit.
-- SDDMM ``M * (X @ Y.T)`` (M CSR, X and Y dense, rows of ``d`` values): for each mask entry a dot product of
-  two rows, ``d`` products summed in order from +0.0, times ``M[i, j]``; the row's entries go four at a time
-  (four independent addition chains). Work: ``nnz(M) * d``.
+- the masked sum ``einsum("ij,jk,ik->", A, B, C)`` (triangle counting) in the sparsifier's order.
+
+SDDMM ``M * (X @ Y.T)`` is in sddmm.py, the sparsifier's masked SpGEMM (the jit's) in masked_kept.py.
 
 Results keep the mask's positions, without the entries that are zero (as scipy drops them).
 """
@@ -21,26 +21,23 @@ import numpy as np
 
 from splyce.native import ir_text
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import IR, VALUE, load_index, loop, row_chunks, run_chunks, run_taken
+from splyce.native.ir_text import IR, VALUE, load_index, loop, run_chunks, run_taken
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (mpos, mcrd, mval, apos, acrd, aval, bpos, bcrd, bval, lo, hi, mark, out, cols, ends) -> entries kept
 _MASKED_SIG = ctypes.CFUNCTYPE(_I, *([_P] * 9), _I, _I, _P, _P, _P, _P)
 # (apos, acrd, aval, bpos, bcrd, bval, cpos, ccrd, cval, lo, hi, mark, out)
 _MASKED_SUM_SIG = ctypes.CFUNCTYPE(_I, *([_P] * 9), _I, _I, _P, _P)
-# (mpos, mcrd, mval, x, y, d, lo, hi, out) -> results not zero
-_SDDMM_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _I, _I, _I, _P)
-GROUP = 4      # SDDMM: mask entries of one row computed together
 _lock = threading.Lock()
 
 
-def _marked_row(ir, i, t, mul, marked, ap, ac, bp, bc, mark_more, hit, each=None):
+def _marked_row(ir, i, t, mul, marked, ap, ac, bp, bc, mark_more, hit, each=None, pair=False):
     """Row ``i`` of a marked Gustavson product: ``mark[j] = e`` for the marked row's entries ``e`` (``marked``:
     its positions / coordinates array names and bit widths; ``mark_more(e)`` adds per-entry IR), then for
     each ``A[i, k]`` and each ``B[k, j]`` whose ``j`` is marked in this row (``mark[j]`` at or after the row's
     first entry: earlier rows' marks read as unset), ``hit(a * b, mark[j])``; with ``each``, instead
     ``each(mark[j], first, end)`` (the marked row's range) for every ``B[k, j]``, without a branch (no value
-    is read). Returns the marked row's range."""
+    is read); with ``pair``, ``hit((a, b), mark[j])``: the factors unmultiplied. Returns the marked row's range."""
     (mpos, mp), (mcrd, mc) = marked
     i1 = ir.name("i1")
     ir(f"  {i1} = add i64 {i}, 1")
@@ -80,8 +77,11 @@ def _marked_row(ir, i, t, mul, marked, ap, ac, bp, bc, mark_more, hit, each=None
             pb, bv, prod = ir.name("pb"), ir.name("bv"), ir.name("prod")
             ir(f"  {pb} = getelementptr {t}, ptr %bval, i64 {kb}")
             ir(f"  {bv} = load {t}, ptr {pb}")
-            ir(f"  {prod} = {mul} {t} {av}, {bv}")
-            hit(prod, m)
+            if pair:
+                hit((av, bv), m)
+            else:
+                ir(f"  {prod} = {mul} {t} {av}, {bv}")
+                hit(prod, m)
             ir(f"  br label %{done}")
             ir.label(done)
 
@@ -164,12 +164,14 @@ def _masked_ir(name, value, mp, mc, ap, ac, bp, bc):
     return "\n".join(ir.lines) + "\n"
 
 
-def _masked_sum_ir(name, value, ap, ac, bp, bc, cp, cc):
+def _masked_sum_ir(name, value, ap, ac, bp, bc, cp, cc, factors="abc"):
     """``sum over i, j, k of A[i, j] * B[j, k] * C[i, k]`` (einsum ``"ij,jk,ik->"``, triangle counting with
     A = B = C = L) in the order the sparsifier's kernel for that einsum sums, loops i, j, k: rows i in order,
     A's row in stored order, then the k of B's row j that C's row i holds, in B's order (ascending, as the
     sparsifier's co-iteration yields them); one accumulator from zero, ``(a * b) * c`` added to it. C's row
-    is marked (``mark[k]`` = its position), so each k costs one lookup."""
+    is marked (``mark[k]`` = its position), so each k costs one lookup. ``factors``: the order the three are
+    multiplied in, ``(x * y) * z`` for ``factors = "xyz"`` (the einsum's operand order: ``"ac,bc,ab->"``, the
+    jit's triangle sum, is ``"cba"``)."""
     t, mul, add, zero = VALUE[value]
     ir = IR()
     ir(f"define i64 @{name}(ptr %apos, ptr %acrd, ptr %aval, ptr %bpos, ptr %bcrd, ptr %bval, ptr %cpos, "
@@ -179,16 +181,20 @@ def _masked_sum_ir(name, value, ap, ac, bp, bc, cp, cc):
     ir(f"  store {t} {zero}, ptr %acc_slot")
 
     def row(i):
-        def add_times_c(ab, m):     # acc += (a * b) * C[i, k]
-            pc, cv, abc, old, new = (ir.name(n) for n in ("pc", "cv", "abc", "old", "new"))
+        def add_times_c(ab, m):     # acc += (a * b) * C[i, k], multiplied in the order of ``factors``
+            pc, cv, xy, abc, old, new = (ir.name(n) for n in ("pc", "cv", "xy", "abc", "old", "new"))
             ir(f"  {pc} = getelementptr {t}, ptr %cval, i64 {m}")
             ir(f"  {cv} = load {t}, ptr {pc}")
-            ir(f"  {abc} = {mul} {t} {ab}, {cv}")
+            value_of = {"a": ab[0], "b": ab[1], "c": cv}
+            x, y, z = (value_of[f] for f in factors)
+            ir(f"  {xy} = {mul} {t} {x}, {y}")
+            ir(f"  {abc} = {mul} {t} {xy}, {z}")
             ir(f"  {old} = load {t}, ptr %acc_slot")
             ir(f"  {new} = {add} {t} {old}, {abc}")
             ir(f"  store {t} {new}, ptr %acc_slot")
 
-        _marked_row(ir, i, t, mul, (("%cpos", cp), ("%ccrd", cc)), ap, ac, bp, bc, lambda e: None, add_times_c)
+        _marked_row(ir, i, t, mul, (("%cpos", cp), ("%ccrd", cc)), ap, ac, bp, bc, lambda e: None, add_times_c,
+                    pair=True)
 
     loop(ir, "%lo", "%hi", row, "exit")
     ir.label("exit")
@@ -237,103 +243,6 @@ def _hit_count_ir(name, bits):
     return "\n".join(ir.lines) + "\n"
 
 
-def _sddmm_ir(name, value, mp, mc, group):
-    t, mul, add, zero = VALUE[value]
-    ir = IR()
-    ir(f"define i64 @{name}(ptr %mpos, ptr %mcrd, ptr %mval, ptr %x, ptr %y, i64 %d, i64 %lo, i64 %hi, "
-       f"ptr %out) {{")
-    ir.label("entry")
-    accs = [f"%acc{g}" for g in range(group)]
-    for acc in accs:
-        ir(f"  {acc} = alloca {t}")
-    ir("  %e_slot = alloca i64")
-    ir("  %kept = alloca i64")
-    ir("  store i64 0, ptr %kept")
-
-    def finish(e, acc):
-        s, pm, mv, r, po = (ir.name(n) for n in ("s", "pmv", "mv", "r", "po"))
-        ir(f"  {s} = load {t}, ptr {acc}")
-        ir(f"  {pm} = getelementptr {t}, ptr %mval, i64 {e}")
-        ir(f"  {mv} = load {t}, ptr {pm}")
-        ir(f"  {r} = {mul} {t} {s}, {mv}")
-        ir(f"  {po} = getelementptr {t}, ptr %out, i64 {e}")
-        ir(f"  store {t} {r}, ptr {po}")
-        nz, inc, k0, k1 = (ir.name(n) for n in ("nz", "inc", "k", "k"))
-        ir(f"  {nz} = {'fcmp une' if t in ('double', 'float') else 'icmp ne'} {t} {r}, {zero}")
-        ir(f"  {inc} = zext i1 {nz} to i64")
-        ir(f"  {k0} = load i64, ptr %kept")
-        ir(f"  {k1} = add i64 {k0}, {inc}")
-        ir(f"  store i64 {k1}, ptr %kept")
-
-    def dots(i, es):
-        """acc[g] = sum over k of x[i, k] * y[crd[es[g]], k], the len(es) chains in one k loop."""
-        xrow = ir.name("xrow")
-        ir(f"  {xrow} = mul i64 {i}, %d")
-        yrows = []
-        for g, e in enumerate(es):
-            j, yrow = load_index(ir, "%mcrd", mc, e), ir.name("yrow")
-            ir(f"  {yrow} = mul i64 {j}, %d")
-            yrows.append(yrow)
-            ir(f"  store {t} {zero}, ptr {accs[g]}")
-
-        def k_body(k):
-            xa, px, xv = ir.name("xa"), ir.name("px"), ir.name("xv")
-            ir(f"  {xa} = add i64 {xrow}, {k}")
-            ir(f"  {px} = getelementptr {t}, ptr %x, i64 {xa}")
-            ir(f"  {xv} = load {t}, ptr {px}")
-            for g, yrow in enumerate(yrows):
-                ya, py, yv, prod, s0, s1 = (ir.name(n) for n in ("ya", "py", "yv", "prod", "s", "s"))
-                ir(f"  {ya} = add i64 {yrow}, {k}")
-                ir(f"  {py} = getelementptr {t}, ptr %y, i64 {ya}")
-                ir(f"  {yv} = load {t}, ptr {py}")
-                ir(f"  {prod} = {mul} {t} {xv}, {yv}")
-                ir(f"  {s0} = load {t}, ptr {accs[g]}")
-                ir(f"  {s1} = {add} {t} {s0}, {prod}")
-                ir(f"  store {t} {s1}, ptr {accs[g]}")
-
-        after = ir.name("kdone")[1:]
-        loop(ir, "0", "%d", k_body, after)
-        ir.label(after)
-        for g, e in enumerate(es):
-            finish(e, accs[g])
-
-    def row(i):
-        i1 = ir.name("i1")
-        ir(f"  {i1} = add i64 {i}, 1")
-        start, stop = load_index(ir, "%mpos", mp, i), load_index(ir, "%mpos", mp, i1)
-        ir(f"  store i64 {start}, ptr %e_slot")
-        ghead, gbody, single = ir.name("ghead")[1:], ir.name("gbody")[1:], ir.name("single")[1:]
-        ir(f"  br label %{ghead}")
-        ir.label(ghead)
-        e, end, fits = ir.name("e"), ir.name("end"), ir.name("fits")
-        ir(f"  {e} = load i64, ptr %e_slot")
-        ir(f"  {end} = add i64 {e}, {group}")
-        ir(f"  {fits} = icmp sle i64 {end}, {stop}")
-        ir(f"  br i1 {fits}, label %{gbody}, label %{single}")
-        ir.label(gbody)
-        es = []
-        for g in range(group):
-            eg = ir.name("eg")
-            ir(f"  {eg} = add i64 {e}, {g}")
-            es.append(eg)
-        dots(i, es)
-        ir(f"  store i64 {end}, ptr %e_slot")
-        ir(f"  br label %{ghead}")
-        ir.label(single)
-        e2 = ir.name("e")
-        ir(f"  {e2} = load i64, ptr %e_slot")
-        after = ir.name("sdone")[1:]
-        loop(ir, e2, stop, lambda es1: dots(i, [es1]), after)
-        ir.label(after)
-
-    loop(ir, "%lo", "%hi", row, "exit")
-    ir.label("exit")
-    ir("  %kept_all = load i64, ptr %kept")
-    ir("  ret i64 %kept_all")
-    ir("}")
-    return "\n".join(ir.lines) + "\n"
-
-
 def _bits(a: np.ndarray) -> int:
     return a.dtype.itemsize * 8
 
@@ -347,19 +256,12 @@ def _masked(value, mp, mc, ap, ac, bp, bc):
 
 
 @functools.cache
-def _masked_sum(value, ap, ac, bp, bc, cp, cc):
+def _masked_sum(value, ap, ac, bp, bc, cp, cc, factors="abc"):
     from splyce.native.codegen import compile_host_helpers
 
-    name = f"splyce_masked_sum_{VALUE[value][0]}_{ap}_{ac}_{bp}_{bc}_{cp}_{cc}"
-    return compile_host_helpers(_masked_sum_ir(name, value, ap, ac, bp, bc, cp, cc), {name: _MASKED_SUM_SIG})[name]
-
-
-@functools.cache
-def _sddmm(value, mp, mc, group):
-    from splyce.native.codegen import compile_host_helpers
-
-    name = f"splyce_sddmm_{VALUE[value][0]}_{mp}_{mc}_g{group}"
-    return compile_host_helpers(_sddmm_ir(name, value, mp, mc, group), {name: _SDDMM_SIG})[name]
+    name = f"splyce_masked_sum_{VALUE[value][0]}_{ap}_{ac}_{bp}_{bc}_{cp}_{cc}" + ("" if factors == "abc" else f"_{factors}")
+    return compile_host_helpers(_masked_sum_ir(name, value, ap, ac, bp, bc, cp, cc, factors),
+                                {name: _MASKED_SUM_SIG})[name]
 
 
 def supported(dtype) -> bool:
@@ -499,7 +401,7 @@ def _gather(vals, cols, ends, mp, chunks, kept, threads: int = 1):
     return vals, cols, indptr
 
 
-def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1, with_proof: bool = False):
+def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1, with_proof: bool = False, factors: str = "abc"):
     """``einsum("ij,jk,ik->", A, B, C)``, summed in the sparsifier kernel's order (see ``_masked_sum_ir``): a
     NumPy scalar of ``dtype``. ``a``, ``b``, ``c``: validated CSR parts ``(data, indices, indptr)`` with
     values of ``dtype`` (columns of B and C in ``[0, n_cols)``, C's unique within a row). Work: ``nnz(C) + sum
@@ -508,13 +410,14 @@ def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1, with_proof: bool =
     summed from zero; the partial sums added in chunk order (a float sum reassociated, as the compiled kernel's
     split reduction does; exact for integers and integer-valued floats). ``with_proof``: returns ``(sum,
     finite)``, ``finite`` True when every value is finite: proved by the count (every value one) or by a scan
-    of the values run beside the chunks (``planner.nonfinite`` needs no pass of its own then)."""
+    of the values run beside the chunks (``planner.nonfinite`` needs no pass of its own then). ``factors``: the
+    order of each term's multiplications (``_masked_sum_ir``)."""
     av, ac, ap = a
     bv, bc, bp = b
     cv, cc, cp = c
     dtype = np.dtype(dtype)
     with _lock:
-        fn = _masked_sum(dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc), _bits(cp), _bits(cc))
+        fn = _masked_sum(dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc), _bits(cp), _bits(cc), factors)
     chunks = masked_chunks(cp, ap, ac, bp, threads * CHUNKS_PER_THREAD if threads > 1 else 1, serial_max_work())
 
     def summed_into(out, t, lo, hi, mark):
@@ -895,37 +798,3 @@ def masked_sum_checked(a, b, c, m: int, n1: int, n2: int, check_b: bool, check_c
           len(ac), len(bc), len(cc), check_b | (check_c << 1)):
         return None          # not canonical, or a value NaN / Inf: the general path words it / applies the rule
     return out[0]
-
-
-# SDDMM's multiply-adds (mask entries x columns) below which threads > 1 still runs one range: about 0.3 ms of
-# one thread, where a pool thread's round trip cost about what it saved (fem2d-3k, 670k: 168 vs 176 us on two
-# threads and one; blockdiag-32, 337k: 164 vs 100 us).
-SDDMM_SERIAL_MAX_WORK = 1 << 20
-
-
-def sddmm(m, x: np.ndarray, y: np.ndarray, dtype, threads: int = 1):
-    """``M * (X @ Y.T)`` as CSR parts; ``m``: validated CSR parts of an (rows(X) x rows(Y)) matrix; ``x``,
-    ``y``: C-contiguous 2-D arrays of ``dtype`` with equal column counts. Each thread also copies its rows'
-    part of the mask's index arrays, which are the result's when no result is zero (the kernel counts them):
-    nothing runs after the threads then."""
-    mv, mc, mp = m
-    dtype = np.dtype(dtype)
-    out = np.empty(len(mv), dtype=dtype)
-    indices, indptr = np.empty_like(mc), np.empty_like(mp)
-    with _lock:
-        fn = _sddmm(dtype, _bits(mp), _bits(mc), GROUP)
-    d = x.shape[1]
-
-    def run(t, lo, hi):
-        kept = fn(_address(mp), _address(mc), _address(mv), _address(x), _address(y), d, lo, hi, _address(out))
-        a, b = int(mp[lo]), int(mp[hi])
-        indices[a:b] = mc[a:b]
-        indptr[lo + 1:hi + 1] = mp[lo + 1:hi + 1]
-        return kept
-
-    split = threads > 1 and len(mv) * d >= SDDMM_SERIAL_MAX_WORK
-    kept = run_chunks(run, row_chunks(mp, threads) if split else [(0, len(mp) - 1)], threads)
-    if sum(kept) == len(mv):
-        indptr[:1] = 0
-        return out, indices, indptr
-    return _drop_zeros(out, mc, mp)

@@ -1,12 +1,17 @@
 """Machine code on disk, shared across processes: the entry format, atomic writes and per-key compile locks
 used by both caches in the cache folder (the jitted kernels' ``runtime/disk_cache.py`` and the native
-kernels' ``native/codegen.py``). The ground floor: standard library (and platformdirs) only.
+kernels' ``native/codegen.py``). The ground floor: standard library (and platformdirs off Linux) only.
 
 An entry is one file in the cache folder (``$SPLYCE_CACHE_DIR``, default ``platformdirs.user_cache_dir
 ("splyce")``; ``SPLYCE_DISABLE_DISK_CACHE=1`` turns both caches off)::
 
-    MAGIC (8 bytes) | payload length (8 bytes, little endian) | sha256(payload) (32 bytes) | payload
-    payload = metadata length (4 bytes) | metadata (JSON) | object code
+    code | metadata (JSON) | trailer
+    trailer = code length (8 bytes, little endian) | metadata length (4 bytes) | sha256(code | metadata)
+              (32 bytes) | MAGIC (8 bytes)
+
+The code comes first and the check last so that an entry holding a shared library (native/shared_lib.py)
+is itself a loadable library: the dynamic loader reads the ELF headers at the start and ignores the bytes
+after the sections, so a later process verifies the checksum and dlopens the entry file as it is.
 
 Writes go to a temporary file in the same folder, then ``os.replace``: readers see a whole entry or none, and
 processes compiling the same code at once each replace it with identical bytes. A truncated or corrupted
@@ -20,34 +25,38 @@ import hashlib
 import json
 import os
 import struct
+import sys
 import tempfile
 import threading
 import warnings
-from dataclasses import dataclass, fields
 from pathlib import Path
 
-MAGIC = b"SPLYCE\x01\x00"
-_HEADER = struct.Struct("<8sQ32s")
-_META_LEN = struct.Struct("<I")
+MAGIC = b"SPLYCE\x02\x00"
+_TRAILER = struct.Struct("<QI32s8s")
 
 # File suffixes by kind of entry (``python -m splyce.cache info`` counts them apart).
 KERNEL_SUFFIX = ".splk"     # a jitted kernel (runtime/disk_cache.py)
 NATIVE_SUFFIX = ".splo"     # a native kernel or host helper (native/codegen.py)
 KINDS = {KERNEL_SUFFIX: "jitted kernels", NATIVE_SUFFIX: "native kernels"}
+LINK_PREFIX = "link-"       # a folder a shared library is linked in (removed when done)
+HOST_PREFIX = "host-"       # memoized host facts (native/host.py) and sources' hash (runtime/disk_cache.py)
 
 
-@dataclass
 class Stats:
-    """Process-wide counters of one cache."""
+    """Process-wide counters of one cache: ``hits``, ``misses``, ``writes``, ``rejected`` (corrupted or
+    unloadable entries discarded). A plain class (a dataclass costs ~1 ms to create at import)."""
 
-    hits: int = 0
-    misses: int = 0
-    writes: int = 0
-    rejected: int = 0   # corrupted / unreadable entries discarded
+    COUNTERS = ("hits", "misses", "writes", "rejected")
+
+    def __init__(self):
+        self.reset()
 
     def reset(self) -> None:
-        for f in fields(self):
-            setattr(self, f.name, 0)
+        for name in self.COUNTERS:
+            setattr(self, name, 0)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)}' for n in self.COUNTERS)})"
 
 
 _stats_lock = threading.Lock()
@@ -67,21 +76,35 @@ def cache_dir() -> Path:
     folder = os.environ.get("SPLYCE_CACHE_DIR")
     if folder:
         return Path(folder)
+    if sys.platform.startswith("linux"):   # platformdirs' answer on Linux, without its import (~3 ms)
+        base = os.environ.get("XDG_CACHE_HOME", "").strip()
+        return Path(base if os.path.isabs(base) else os.path.expanduser("~/.cache")) / "splyce"
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("splyce"))
 
 
-@dataclass
 class Entry:
-    object_code: bytes
-    metadata: dict
+    """One entry: its code (a shared library, or object code for llvmlite: ``metadata["artifact"]`` says which,
+    native/codegen.py) and the metadata its loader needs."""
+
+    __slots__ = ("code", "metadata")
+
+    def __init__(self, code: bytes, metadata: dict):
+        self.code = code
+        self.metadata = metadata
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Entry) and (self.code, self.metadata) == (other.code, other.metadata)
+
+    def __repr__(self) -> str:
+        return f"Entry({len(self.code)} bytes of code, {self.metadata!r})"
 
 
 def encode(entry: Entry) -> bytes:
     meta = json.dumps(entry.metadata, sort_keys=True).encode()
-    payload = _META_LEN.pack(len(meta)) + meta + entry.object_code
-    return _HEADER.pack(MAGIC, len(payload), hashlib.sha256(payload).digest()) + payload
+    body = entry.code + meta
+    return body + _TRAILER.pack(len(entry.code), len(meta), hashlib.sha256(body).digest(), MAGIC)
 
 
 class CorruptEntry(Exception):
@@ -89,19 +112,17 @@ class CorruptEntry(Exception):
 
 
 def decode(data: bytes) -> Entry:
-    if len(data) < _HEADER.size:
-        raise CorruptEntry(f"truncated header ({len(data)} bytes)")
-    magic, length, checksum = _HEADER.unpack_from(data)
+    if len(data) < _TRAILER.size:
+        raise CorruptEntry(f"truncated ({len(data)} bytes)")
+    code_len, meta_len, checksum, magic = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
     if magic != MAGIC:
         raise CorruptEntry("bad magic")
-    payload = data[_HEADER.size:]
-    if len(payload) != length:
-        raise CorruptEntry(f"payload is {len(payload)} bytes, the header says {length}")
-    if hashlib.sha256(payload).digest() != checksum:
+    body = memoryview(data)[:len(data) - _TRAILER.size]
+    if len(body) != code_len + meta_len:
+        raise CorruptEntry(f"{len(body)} bytes of code and metadata, the trailer says {code_len + meta_len}")
+    if hashlib.sha256(body).digest() != checksum:
         raise CorruptEntry("checksum mismatch")
-    (meta_len,) = _META_LEN.unpack_from(payload)
-    meta = json.loads(payload[_META_LEN.size:_META_LEN.size + meta_len])
-    return Entry(payload[_META_LEN.size + meta_len:], meta)
+    return Entry(bytes(body[:code_len]), json.loads(bytes(body[code_len:])))
 
 
 def read(path: Path, stats: Stats, stacklevel: int = 2) -> Entry | None:
@@ -160,6 +181,24 @@ def write(path: Path, entry: Entry, stats: Stats) -> str | None:
     return None
 
 
+def write_text(path: Path, text: str) -> bool:
+    """Write a small text file atomically (a memo beside the entries); False when the folder cannot be
+    written (the memo is then recomputed by the next process)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            discard(Path(tmp))
+            raise
+    except OSError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def compile_lock(key: str):
     """Hold an exclusive lock on ``key`` across processes (``locks/<key>.lock`` in the cache folder) while
@@ -199,14 +238,22 @@ def entries(folder: Path | None = None) -> dict:
 
 
 def clear(suffixes=tuple(KINDS)) -> int:
-    """Delete every entry with one of ``suffixes`` (and stray temporary files) in the cache folder; returns
-    how many files went."""
+    """Delete every entry with one of ``suffixes`` in the cache folder, and what compiling leaves behind when
+    a process dies mid-way (temporary files, ``link-*`` folders of native/shared_lib.py) and the memoized host
+    facts (``host-*.json``, native/host.py); returns how many files and folders went."""
+    import shutil
+
     folder = cache_dir()
     removed = 0
     if not folder.is_dir():
         return 0
     for path in folder.iterdir():
-        if path.suffix in suffixes or path.name.endswith(".tmp"):
+        name = path.name
+        if name.startswith(LINK_PREFIX) and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+        elif path.suffix in suffixes or name.endswith(".tmp") or (name.startswith(HOST_PREFIX)
+                                                                    and name.endswith(".json")):
             discard(path)
             removed += 1
     return removed   # lock files stay: deleting one that a process holds would let a second one in

@@ -10,10 +10,10 @@ plan is cached with the kernel (per input shapes, dtypes and formats); ``lower(.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from splyce.native.records import record
 from splyce.planner import cost
 from splyce.planner.elementwise import fuse_elementwise, propagates_nan
 from splyce.planner.memory import budget_bytes, format_bytes
@@ -23,7 +23,7 @@ from splyce.tensors.formats import Format
 from splyce.tracer.ir import ContractParams, Node, TensorType, Trace, ewise_text, walk
 
 
-@dataclass(frozen=True)
+@record
 class Source:
     """Where a planned kernel input comes from: original input ``index``, stored as ``type`` (converted
     on the host when ``converted``); or, with ``host``, a product of dense inputs computed on the host by
@@ -35,7 +35,7 @@ class Source:
     host: tuple | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Step:
     node: Node                 # a contraction or combination of the planned trace
     storage: tuple[str, ...]   # per operand: keep | convert | scatter | dense | "" (not costed)
@@ -45,7 +45,7 @@ class Step:
     result: bool               # a result of the function (else an intermediate the kernel allocates)
 
 
-@dataclass(frozen=True)
+@record(compare=("source", "trace", "sources", "steps", "fusions", "nnz", "derived"))
 class Plan:
     source: Trace
     trace: Trace               # what is lowered: fused, loop orders chosen, converted inputs appended
@@ -55,7 +55,7 @@ class Plan:
     nnz: tuple[int, ...]       # of the call's arguments (the source trace's inputs)
     derived: tuple[Derived, ...] = ()   # kernel inputs after the arguments: transposes read in place
     # values of the constants frozen at trace time (tracer/captures.py): the source trace's last inputs
-    constants: tuple = field(default=(), compare=False)
+    constants: tuple = ()      # (not compared)
 
     @property
     def cost(self) -> float:

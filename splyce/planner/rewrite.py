@@ -11,14 +11,14 @@ products that are cheaper apart (``(a @ b) @ c``) stay apart.
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass
 
+from splyce.native.records import record
 from splyce.tracer.ir import ContractParams, Node, TensorType, walk
 
 MAX_FUSED_OPERANDS = 6
 
 
-@dataclass(frozen=True)
+@record
 class Fusion:
     """One substitution: ``inner`` (a contraction) into ``outer``, giving ``fused``."""
 

@@ -8,12 +8,12 @@ as a result is still a copy (results never alias arguments), written in storage 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from splyce.native.records import record
 from splyce.tracer.ir import Node, TensorType, Trace, walk
 
 
-@dataclass(frozen=True)
+@record
 class Derived:
     """Kernel input ``len(trace.inputs) + k``: argument ``source`` transposed by ``axes``, stored as ``type``."""
 

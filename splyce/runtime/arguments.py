@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numbers
 import sys
-from dataclasses import dataclass
 
 import numpy as np
 
+from splyce.native.records import record
 from splyce.tensors.formats import Format, Level
 from splyce.tensors.tensor import SparseTensor, asarray
 from splyce.tracer.ir import TensorType
@@ -21,14 +21,14 @@ from splyce.tensors.validation import DTYPE_NAMES, validate
 _NAMES = {np.dtype(name): name for name in DTYPE_NAMES}
 
 
-@dataclass(frozen=True)
+@record
 class Static:
     """A non-array argument: part of the cache key, passed to the traced function as it is."""
 
     value: object
 
 
-@dataclass(frozen=True)
+@record
 class Checked:
     """A SparseTensor that splyce itself just built and validated (the drop-ins wrap the operands they
     convert), so the call does not validate it a second time."""

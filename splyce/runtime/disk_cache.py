@@ -6,8 +6,9 @@ identity, goes into the key, so two functions with the same trace share an entry
 
 An entry is one file ``<sha256 of the key>.splk`` in the cache folder (``$SPLYCE_CACHE_DIR``, default
 ``platformdirs.user_cache_dir("splyce")``; ``SPLYCE_DISABLE_DISK_CACHE=1`` turns the cache off), in the
-format of ``native/object_cache.py`` (checksummed, written atomically; a corrupted entry is deleted with a
-warning and rebuilt, never loaded). The native kernels' entries (``.splo``) live beside them.
+format of ``native/object_cache.py`` (checksummed, written atomically; a corrupted entry, or one whose code
+does not load, is deleted with a warning and rebuilt). It holds a shared library, dlopened from the entry
+file itself (or, without a linker, object code for llvmlite: native/shared_lib.py). The native kernels' entries (``.splo``) live beside them.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import hashlib
 import json
 import threading
 import warnings
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 
-from splyce.native import object_cache
+from splyce.native import codegen, host, object_cache
+from splyce.native.records import record
 from splyce.native.object_cache import MAGIC, CorruptEntry, Entry, cache_dir, decode, enabled, encode  # noqa: F401
 
 SUFFIX = object_cache.KERNEL_SUFFIX
@@ -45,6 +47,7 @@ CODEGEN_SOURCES = (
     "runtime/arguments.py",          # the entry point's buffer layout
     "runtime/disk_cache.py",         # the key
     "native/object_cache.py",        # the entry layout
+    "native/shared_lib.py",          # how code is linked and loaded
 )
 
 _SOURCES_HASH: str | None = None
@@ -58,20 +61,38 @@ def codegen_source_files() -> list[Path]:
 
 def compiler_sources_hash() -> str:
     """sha256 over ``CODEGEN_SOURCES``, computed once per process: a changed compiler never reuses stale
-    code."""
+    code. Memoized in the cache folder by the files' sizes and modification times (``host-sources-*.json``),
+    so that a process loading its kernels reads none of the ~50 files."""
     global _SOURCES_HASH
     with _sources_lock:
         if _SOURCES_HASH is None:
             root = Path(__file__).parent.parent
+            files = codegen_source_files()
+            memo = None
+            if enabled():
+                stamp = hashlib.sha256()
+                for path in files:
+                    st = path.stat()
+                    stamp.update(f"{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}\n".encode())
+                memo = cache_dir() / f"{object_cache.HOST_PREFIX}sources-{stamp.hexdigest()[:24]}.json"
+                try:
+                    found = json.loads(memo.read_text()).get("sha256")
+                except (OSError, ValueError, AttributeError):
+                    found = None
+                if isinstance(found, str) and len(found) == 64:
+                    _SOURCES_HASH = found
+                    return found
             digest = hashlib.sha256()
-            for path in codegen_source_files():
+            for path in files:
                 digest.update(path.relative_to(root).as_posix().encode() + b"\0")
                 digest.update(path.read_bytes() + b"\0")
             _SOURCES_HASH = digest.hexdigest()
+            if memo is not None:
+                object_cache.write_text(memo, json.dumps({"sha256": _SOURCES_HASH}))
     return _SOURCES_HASH
 
 
-@dataclass(frozen=True)
+@record
 class CachedDecision:
     """A Splyce pass ``LoopDecision`` read back from an entry (same fields, without importing MLIR)."""
 
@@ -83,19 +104,10 @@ class CachedDecision:
 
 @functools.cache
 def _versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    import llvmlite
-
     from splyce.version import __version__
 
-    try:
-        mlir = version("xtc-mlir-python-bindings")
-    except PackageNotFoundError:  # pragma: no cover - another MLIR build
-        from mlir import ir
-
-        mlir = getattr(ir, "__version__", "unknown")
-    return {"splyce": __version__, "mlir": mlir, "llvmlite": llvmlite.__version__,
+    facts = host.facts()   # memoized in the cache folder: no llvmlite or MLIR import to compute a key
+    return {"splyce": __version__, "mlir": facts["mlir"], "llvmlite": facts["llvmlite"],
             "compiler_sources": compiler_sources_hash()}
 
 
@@ -111,7 +123,7 @@ def key_parts(trace, static_args, out_format, options) -> dict:
         "options": {f.name: _value_key(getattr(options, f.name)) for f in fields(options)
                     if f.name != "target"},
         "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
-        "versions": _versions(),
+        "versions": dict(_versions(), artifact=codegen.artifact_kind()),   # a shared library, or object code
     }
 
 
@@ -164,6 +176,11 @@ def read(key: str) -> Entry | None:
 
 def discard(path: Path) -> None:
     object_cache.discard(path)
+
+
+def reject(path: Path, why: str) -> None:
+    """Discard an entry whose code does not load (with a warning): the kernel is compiled again."""
+    object_cache.reject(path, stats, why, stacklevel=3)
 
 
 def write(key: str, entry: Entry) -> None:

@@ -13,10 +13,10 @@ import logging
 import os
 import sys
 import threading
+import time
 import uuid
 import weakref
 from collections import namedtuple
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,7 +31,8 @@ from splyce.runtime.kernel import (
 from splyce.runtime.arguments import Static
 from splyce.tensors.tensor import SparseTensor
 from splyce.native.array_objects import address as _address
-from splyce.backend.compiler import Lowering, lower   # no MLIR until lower() runs
+from splyce.native.records import record
+from splyce.backend.compiler import Lowering, load_entry, lower   # no MLIR until lower() runs
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
 from splyce.tensors.formats import Format
 from splyce.tracer import captures
@@ -69,7 +70,7 @@ def _unaliased(arg, out: np.ndarray):
     return arg
 
 
-@dataclass(frozen=True)
+@record
 class CacheKey:
     """Everything that changes the generated code, as named parts (so a miss can be explained)."""
 
@@ -82,7 +83,7 @@ class CacheKey:
 
     def explain(self, other: "CacheKey") -> list[str]:
         """The names of the parts in which two keys differ."""
-        return [name for name in self.__dataclass_fields__ if getattr(self, name) != getattr(other, name)]
+        return [name for name in self._fields if getattr(self, name) != getattr(other, name)]
 
 
 class Jitted:
@@ -512,25 +513,35 @@ def _disk_key(trace: Trace, key: CacheKey) -> str:
 
 
 def _load(disk_key: str, trace: Trace, options: Options) -> Lowering | None:
-    """A lowering whose native code comes from the disk cache, or None on a miss (or a bad entry)."""
+    """A lowering whose native code comes from the disk cache (loaded), or None on a miss (or a bad entry:
+    one that does not load is discarded with a warning, and the kernel recompiled)."""
     entry = disk_cache.read(disk_key)
     if entry is None:
         return None
+    start = time.perf_counter()
+    path = disk_cache.entry_path(disk_key)
+    try:
+        loaded = load_entry(path, entry, options)
+    except (OSError, LookupError, RuntimeError) as exc:
+        disk_cache.reject(path, f"does not load: {exc}")
+        return None
     meta = entry.metadata
     decisions = [disk_cache.CachedDecision(**d) for d in meta["decisions"]]
-    return Lowering.from_object(trace, options, entry.object_code, tuple(meta["result_ranks"]), decisions,
-                                meta.get("outer_extent"), meta.get("outer_reductions", ()))
+    low = Lowering.from_loaded(trace, options, loaded, tuple(meta["result_ranks"]), decisions,
+                               meta.get("outer_extent"), meta.get("outer_reductions", ()))
+    low.timings["load"] = time.perf_counter() - start
+    return low
 
 
 def _store(lowering: Lowering, kernel: Kernel) -> None:
-    code = kernel.compiled.object_code
-    if code is None:  # pragma: no cover - MCJIT emitted no single object
+    compiled = kernel.compiled
+    if compiled.artifact is None:  # pragma: no cover - MCJIT emitted no single object
         return
     meta = {"result_ranks": list(lowering.result_ranks), "outer_extent": lowering.outer_extent,
-            "outer_reductions": [list(r) for r in lowering.outer_reductions],
+            "outer_reductions": [list(r) for r in lowering.outer_reductions], "artifact": compiled.artifact_kind,
             "decisions": [dict(function=d.function, index=d.index, vectorized=d.vectorized, reason=d.reason)
                           for d in lowering.decisions]}
-    disk_cache.write(lowering.disk_key, disk_cache.Entry(code, meta))
+    disk_cache.write(lowering.disk_key, disk_cache.Entry(compiled.artifact, meta))
 
 
 def _with_format(node: Node, out_format) -> Node:
@@ -671,8 +682,8 @@ def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast
         threads (None: all cores). Results are bit-identical to one thread. Kernels whose outer loop is not
         independent run on one thread and say why in ``lower(...).as_text("splyce")``.
     gallop : int, optional
-        Two-fiber intersections whose long fiber has at least ``(gallop + 2 min(floor(log2 short), 12))``
-        times the short one's coordinates (k-way: the longest ``gallop`` times the shortest's) skip ahead by
+        Two-fiber intersections whose long fiber has at least ``gallop + 2 min(floor(log2 short), 12)``
+        (short fibers of 8 coordinates or more; ``gallop`` below) times the short one's coordinates (k-way: the longest ``gallop`` times the shortest's) skip ahead by
         exponential and binary search instead of the all-pairs fast lane; 0: never. Bit-identical either way.
     union : bool or None, optional
         The union fast lane for sparse add / subtract / maximum: None for CSR-like sparse outputs, True for
@@ -680,7 +691,8 @@ def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast
     library : bool, optional
         A function that is one drop-in operation on its arguments (``a @ x`` on a CSR, ``a * b`` of two CSRs)
         runs the drop-in's native kernel when the drop-in's rules choose one and its results are the MLIR
-        kernel's bit for bit; ``as_text("plan")`` says so. False: always the MLIR kernel.
+        kernel's bit for bit; ``as_text("plan")`` says so. False: always the MLIR kernel. An elementwise op
+        jitted with ``union=`` or ``gallop=`` given runs the MLIR kernel too (they choose among its loops).
 
     Returns
     -------

@@ -3,8 +3,9 @@
 A jitted function whose plan is a single step over its arguments (``a @ x``, ``a @ b`` into a sparse result,
 ``a * b``, ``a + b``, ``a - b``, a masked product, SDDMM, the triangle sum) is the same computation as a
 drop-in call on the same operands. The drop-ins' formulation rules (``splyce.dropin.formulation``) decide which
-of those run natively; this module asks them, through the providers ``splyce.dropin`` registers (it sits above
-the runtime, so it registers instead of being imported), and the dispatcher then runs the chosen native kernel
+of those run natively; this module asks them, through the provider that ``splyce`` registers in
+runtime/providers.py for the drop-ins (they sit above the runtime, so they register instead of being
+imported), and the dispatcher then runs the chosen native kernel
 instead of compiling the MLIR kernel: the same kernel, the same decision, for both entry points.
 
 What is matched is structural (formats, dtypes, shapes, options), never values, so the choice is made once per
@@ -15,17 +16,16 @@ signature and cached with the kernel. The MLIR kernel is still compiled when ask
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 
+from splyce.native.records import record
+from splyce.runtime import providers
 from splyce.tracer.ir import ContractParams, Node, TensorType
 
-_providers: list = []
-_lock = threading.Lock()
 
 
-@dataclass(frozen=True)
+@record
 class LibraryOp:
     """A plan's one step written as a drop-in call: ``op(*args[operands], ...)``."""
 
@@ -34,9 +34,14 @@ class LibraryOp:
     operands: tuple[int, ...]    # the function's arguments, in call order
     types: tuple[TensorType, ...]
     out: TensorType
+    order: str | None = None     # a contraction's loop order, outermost first (it fixes the sum's order)
+    # set when the operands are the call's arguments read as they are (nothing prepared): the argument each
+    # reads, and whether transposed (a CSR argument's own buffers as its transpose's CSC, not re-stored)
+    reads: tuple[int, ...] | None = None
+    transposed: tuple[bool, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class LibraryCall:
     """A provider's answer: the native formulation that computes ``op`` and the function that runs it."""
 
@@ -45,9 +50,12 @@ class LibraryCall:
     run: object                  # (args: list, threads) -> the result (None: not for these values)
     guarded: bool = False        # the run checks the values (e.g. equal patterns) and may answer None: then
     #                              the MLIR kernel runs the call
+    detail: str = ""             # how, in the plan's text
 
     def describe(self) -> str:
         call = self.op.op if self.op.subscripts is None else f'einsum("{self.op.subscripts}")'
+        if self.detail:
+            call += f" ({self.detail})"
         if self.guarded:
             return (f"// runs on the native kernel library when the values allow: {call} as '{self.formulation}' "
                     f"(checked per call); otherwise the MLIR kernel, compiled on the first such call")
@@ -55,11 +63,7 @@ class LibraryCall:
                 f"choice for these formats and dtypes); the MLIR kernel is compiled only when asked for")
 
 
-def register(provider) -> None:
-    """Add a provider: ``provider(op: LibraryOp, options: Options) -> LibraryCall | None``."""
-    with _lock:
-        if provider not in _providers:
-            _providers.append(provider)
+register = providers.register   # ``provider(op: LibraryOp, options: Options) -> LibraryCall | None``
 
 
 def _is_csr(t: TensorType) -> bool:
@@ -109,7 +113,7 @@ def _as_library_op(step: Node, inputs: tuple[TensorType, ...]) -> LibraryOp | No
         return None
     if len(operands) == 3 and (out.ndim == 0 or _is_csr(out)):
         if all(_is_csr(t) or not t.is_sparse for t in types):
-            return LibraryOp("einsum", subs, operands, types, out)                  # masked / SDDMM / triangles
+            return LibraryOp("einsum", subs, operands, types, out, params.order)    # masked / SDDMM / triangles
     return None
 
 
@@ -145,11 +149,44 @@ def choose(plan, options, out_format) -> LibraryCall | None:
     op = _as_library_op(step.node, plan.trace.inputs)
     if op is None:
         return None
-    for provider in list(_providers):
-        call = provider(op, options)
-        if call is not None:
-            return call
+    ops = [op]
+    if op.subscripts is None and op.op != "matmul":
+        direct = _argument_reads(plan, op.operands)
+        if direct is not None and any(direct[1]):     # offered first: no re-stored transpose
+            ops.insert(0, op._replace(reads=direct[0], transposed=direct[1]))
+    for candidate in ops:
+        for provider in providers.registered():
+            call = provider(candidate, options)
+            if call is not None:
+                return call
     return None
+
+
+def _argument_reads(plan, operands) -> tuple[tuple[int, ...], tuple[bool, ...]] | None:
+    """The arguments that kernel inputs ``operands`` come from, and whether each is a CSR argument's transpose
+    re-stored as CSR (``a.T`` in ``a * a.T``: the argument's buffers are that transpose's CSC); None when an
+    operand is anything else (a constant, another conversion, a host product)."""
+    n_in = len(plan.source.inputs)
+    n_args = n_in - len(plan.constants)
+    reads, flips = [], []
+    for k in operands:
+        s = plan.sources[k]
+        if s.host is not None:
+            return None
+        if not s.converted:
+            if k >= n_args:
+                return None
+            reads.append(k)
+            flips.append(False)
+            continue
+        if s.index < n_in:
+            return None
+        d = plan.derived[s.index - n_in]
+        if d.axes != (1, 0) or d.source >= n_args or not _is_csr(plan.source.inputs[d.source]):
+            return None
+        reads.append(d.source)
+        flips.append(True)
+    return tuple(reads), tuple(flips)
 
 
 class LibraryKernel:
@@ -183,8 +220,12 @@ class LibraryKernel:
             return self._kernel
 
     def run_exact(self, values: list) -> list:
-        inputs = self.plan.prepare(values) if self._prepares else values
-        out = self.call.run([inputs[i] for i in self.call.op.operands], self.threads)
+        reads = self.call.op.reads
+        if reads is not None:                   # the arguments themselves (a transpose read in place)
+            out = self.call.run([values[i] for i in reads], self.threads)
+        else:
+            inputs = self.plan.prepare(values) if self._prepares else values
+            out = self.call.run([inputs[i] for i in self.call.op.operands], self.threads)
         if out is None:                         # a guarded call declined these values
             return self.kernel().run_exact(values)
         if not self.sparse_results:

@@ -15,14 +15,18 @@ from splyce.native.array_objects import address as _address
 # ``%out = cond ? %raw : +0`` as bit operations (an AND with the condition's all-ones or all-zeros mask): LLVM
 # turns a select between a loaded value and a constant into a branch around the load, and which operand holds
 # the next column is a coin flip in a merge (a misprediction per output entry: blockdiag-1500's sum took 11 ns
-# per result, in cache)
-def _keep(out: str, cond: str, raw: str, t: str) -> str:
-    bits = {"double": 64, "float": 32, "i64": 64, "i32": 32}[t]
+# per result, in cache). ``neg``: -0.0 instead of +0 (x + -0.0 is x for every x, -0.0 included; +0 is not)
+def _keep(out: str, cond: str, raw: str, t: str, neg: bool = False) -> str:
+    bits = {"double": 64, "float": 32, "i64": 64, "i32": 32, "i8": 8}[t]
     lines = [f"  %{out}_mask = sext i1 %{cond} to i{bits}"]
     if t in ("double", "float"):
         lines += [f"  %{out}_raw_bits = bitcast {t} %{raw} to i{bits}",
-                  f"  %{out}_bits = and i{bits} %{out}_raw_bits, %{out}_mask",
-                  f"  %{out} = bitcast i{bits} %{out}_bits to {t}"]
+                  f"  %{out}_bits = and i{bits} %{out}_raw_bits, %{out}_mask"]
+        if neg:
+            lines += [f"  %{out}_off = xor i{bits} %{out}_mask, -1",
+                      f"  %{out}_sign = and i{bits} %{out}_off, {-(1 << (bits - 1))}",
+                      f"  %{out}_bits_n = or i{bits} %{out}_bits, %{out}_sign"]
+        lines += [f"  %{out} = bitcast i{bits} %{out}_bits{'_n' if neg else ''} to {t}"]
     else:
         lines += [f"  %{out} = and i{bits} %{raw}, %{out}_mask"]
     return "\n".join(lines) + "\n"
@@ -36,6 +40,38 @@ _VALUE = {
     np.dtype(np.int32): ("i32", "0", "icmp ne", {"multiply": "mul", "add": "add", "subtract": "sub"}),
 }
 OPS = ("multiply", "add", "subtract")
+
+# The sparsifier's coiteration (``keep_zeros``, the jit's semantics) also for bool: a product is AND, a sum OR
+# (NumPy's bool + bool); every coiterated position is stored, so ``{nonzero}`` is a compare that is always true
+# (``fcmp true``; ``icmp uge x, 0``), which LLVM folds away
+_KEEP_VALUE = {**_VALUE, np.dtype(np.bool_): ("i8", "0", "icmp ne", {"multiply": "and", "add": "or"})}
+_ALWAYS = {"double": "fcmp true", "float": "fcmp true", "i64": "icmp uge", "i32": "icmp uge", "i8": "icmp uge"}
+# A value missing from one side of a sum (the sparsifier's rule: a + missing is a, missing + b is b,
+# a - missing is a, missing - b is -b): -0.0 where +0.0 would change a -0.0 (x + -0.0 == x and -0.0 - x == -x
+# for every x, -0.0 included; x - +0.0 == x); ints and bools 0
+_NEG_ZERO = "0x8000000000000000"      # LLVM's hex form of a double or float constant
+
+
+def value_type(dtype: np.dtype, keep_zeros: bool) -> tuple:
+    """``(LLVM type, zero, "is not zero" compare, {op: instruction})`` of ``dtype``; with ``keep_zeros`` the
+    compare keeps every result."""
+    if not keep_zeros:
+        return _VALUE[dtype]
+    t, zero, _, ops = _KEEP_VALUE[dtype]
+    return t, zero, _ALWAYS[t], ops
+
+
+def missing_values(op: str, t: str, keep_zeros: bool) -> tuple[str, str]:
+    """The value a sum's missing entry takes on the left and on the right: the constants of ``op(missing, b)``
+    and ``op(a, missing)``; scipy's rule (not ``keep_zeros``) is +0 on both sides."""
+    if not keep_zeros or t not in ("double", "float"):
+        return ("0.0", "0.0") if t in ("double", "float") else ("0", "0")
+    return _NEG_ZERO, (_NEG_ZERO if op == "add" else "0.0")
+
+
+def keep_supported(dtype) -> bool:
+    """Whether ``keep_zeros`` kernels exist for ``dtype`` (bool too: product and sum)."""
+    return np.dtype(dtype) in _KEEP_VALUE
 _lock = threading.Lock()
 _POS_MAX = {32: 2**31 - 1, 64: 2**63 - 1}   # result entries a positions dtype can count
 

@@ -8,7 +8,7 @@ import functools
 import numpy as np
 
 from splyce.native import ir_text
-from splyce.native.elementwise.common import _VALUE, _lock
+from splyce.native.elementwise.common import _lock, value_type
 from splyce.native.elementwise.csc_ir import (_COUNTED_CURSOR, _CSC_CANONICAL, _CSC_PASS, _CSC_POSITIONS,
                                               _CSC_PREFETCH, _FINITE, _INTERSECT_MISS, _INTERSECT_SKIP, _MATCH_MISS,
                                               _RANGE_SEEN, _RANGE_SPAN, _RANGE_STASH, _SCALAR_MATCH, _TAIL_FINITE,
@@ -22,22 +22,33 @@ MODE_ROWS = 64      # a power of two
 MISS_SHARE = 3
 
 
+# The entries loop of a pass that keeps every result is not unrolled: without the zero count LLVM unrolled it by
+# two, and the remainder's branches and the spills of the output pointers made road-700's A * A.T (2.5 entries
+# per row, every one a hit) 6.3 ms against 5.4 for the float pass (thread CPU, median of 31)
+_NO_UNROLL_REF = ", !llvm.loop !90"
+_NO_UNROLL = """
+!90 = distinct !{!90, !91}
+!91 = !{!"llvm.loop.unroll.disable"}
+"""
+
+
 @functools.cache
 def _csc_pass_kernel(op: str, value: np.dtype, bits: int, prefetch: int = 0, ranged: str = "", lanes: int = 0,
-                     mode_rows: int = 64, miss_share: int = 3):
+                     mode_rows: int = 64, miss_share: int = 3, keep_zeros: bool = False):
     """The pass; ``ranged``: "" (one thread: all rows, operands checked in the call), "first" (the range from row
     0 on several threads, operands checked before, all values finite) or "later" (a later range: likewise, its
     cursors counted from its first row); ``lanes``: a product's rows that miss often (``_MODE_NEXT``: over 1 /
     ``miss_share`` of the last ``mode_rows`` rows' entries) go to ``_VECTOR_MATCH`` on that many B entries at
-    once (0: all rows ``_SCALAR_MATCH``)."""
+    once (0: all rows ``_SCALAR_MATCH``); ``keep_zeros``: the sparsifier's coiteration (every matched position
+    stored, zero results too; an entry without a partner drops out whatever its value: no finite checks)."""
     from splyce.native import array_objects, validation as native_validation
     from splyce.native.codegen import compile_host_helpers
 
-    t, zero, nonzero, ops = _VALUE[value]
+    t, zero, nonzero, ops = value_type(value, keep_zeros)
     intersect = op == "multiply"
-    floats = intersect and value.kind == "f"
+    floats = intersect and value.kind == "f" and not keep_zeros
     name = (f"splyce_elementwise_csc_{op}_{t}_i{bits}" + (f"_pf{prefetch}" if prefetch else "")
-            + (f"_{ranged}" if ranged else "") + (f"_v{lanes}" if lanes else ""))
+            + (f"_{ranged}" if ranged else "") + (f"_v{lanes}" if lanes else "") + ("_k" if keep_zeros else ""))
     check = name + "_check"
     ext, narrow = ("zext i32", "trunc i64") if bits == 32 else ("bitcast i64", "bitcast i64")
     fields = dict(c=bits, ext=ext, narrow=narrow, t=t, check=check, vsize=value.itemsize)
@@ -87,19 +98,23 @@ def _csc_pass_kernel(op: str, value: np.dtype, bits: int, prefetch: int = 0, ran
                                f"  %pbj = getelementptr i{bits}, ptr %bp, i64 %j\n  %bj = load i{bits}, ptr %pbj",
                                init_latch="cnt_done" if ranged == "later" else "init_body",
                                prefetch=_CSC_PREFETCH.format(distance=prefetch, **fields) if prefetch else "",
-                               b_check=b_check.format(**fields), tail=tail, **fields)
-            + array_objects.object_entry_ir(name + "_objects", name, "a" * 10 + "iiiiiia"))
+                               b_check=b_check.format(**fields), tail=tail, entries_loop=_NO_UNROLL_REF if keep_zeros else "",
+                               **fields)
+            + array_objects.object_entry_ir(name + "_objects", name, "a" * 10 + "iiiiiia")
+            + (_NO_UNROLL if keep_zeros else ""))
     return compile_host_helpers(text, {name + "_objects": array_objects.signature(17)})[name + "_objects"]
 
 
-def csr_with_csc(op: str, a, b_csc, dtype, m: int, n: int, prefetch: int = 0, lanes: int | None = None):
+def csr_with_csc(op: str, a, b_csc, dtype, m: int, n: int, prefetch: int = 0, lanes: int | None = None,
+                 keep_zeros: bool = False):
     """``op(A, B)`` on one thread for a CSR ``a = (data, indices, indptr)`` (m x n) and a CSC ``b_csc`` of the
     same shape (n columns of rows): index arrays of one dtype (int32 / int64), values of ``dtype`` (a dtype
     object), all C-contiguous, lengths consistent (``len(indptr)`` m + 1 and n + 1, data and indices of each
     operand alike); ``array_objects.DATA_OFFSET`` confirmed. Returns ``(data, indices, indptr)`` (canonical), or
     a code: 2 A is not canonical, 3 B's structure is not well formed (the caller's general path words either),
     1 (a sum) B's positions are not A's, 4 (a product of floats) an entry without a partner is NaN or Inf;
-    after 1 or 4 A is known canonical (the caller merges)."""
+    after 1 or 4 A is known canonical (the caller merges). ``keep_zeros``: the sparsifier's coiteration (every
+    matched position stored; never 4)."""
     av, ac, ap = a
     bv, bc, bp = b_csc
     size = len(ac)
@@ -109,12 +124,12 @@ def csr_with_csc(op: str, a, b_csc, dtype, m: int, n: int, prefetch: int = 0, la
 
         return 1 if native_validation.canonical_csr(ap, ac, n) else 2
     lanes = _lanes(ac.dtype, lanes, size)
-    key = (op, dtype, ac.dtype, prefetch, lanes)
+    key = (op, dtype, ac.dtype, prefetch, lanes, keep_zeros)
     kernel = _csc_kernels.get(key)
     if kernel is None:
         with _lock:
             kernel = _csc_kernels[key] = _csc_pass_kernel(op, dtype, ac.dtype.itemsize * 8, prefetch, "", lanes,
-                                                          MODE_ROWS, MISS_SHARE)
+                                                          MODE_ROWS, MISS_SHARE, keep_zeros)
     vals = np.empty(size, dtype=dtype)
     cols = np.empty(size, dtype=ac.dtype)
     indptr = np.empty(m + 1, dtype=ap.dtype)
@@ -131,9 +146,9 @@ def csr_with_csc(op: str, a, b_csc, dtype, m: int, n: int, prefetch: int = 0, la
 
 @functools.cache
 def _host_avx512() -> bool:
-    import llvmlite.binding as llvm
+    from splyce.native.codegen import host_target
 
-    return bool(llvm.get_host_cpu_features().get("avx512f", False))
+    return "+avx512f" in host_target().features.split(",")
 
 
 # Below this many entries of A the pass keeps the scalar match: called again on the same matrix (as a benchmark
@@ -186,7 +201,7 @@ CURSOR_ROW_COST = 4
 
 
 def csr_with_csc_ranges(op: str, a, b_csc, dtype, m: int, n: int, threads: int, prefetch: int = 0,
-                        lanes: int | None = None):
+                        lanes: int | None = None, keep_zeros: bool = False):
     """``csr_with_csc`` on row ranges balanced by entries, one per thread, for operands checked by the caller (A
     canonical; B's positions, and for a product all of B, unless B's index arrays are A's memory). Each range
     writes its results from its rows' first entry of A on (an upper bound) and its row ends there; the ranges
@@ -201,7 +216,7 @@ def csr_with_csc_ranges(op: str, a, b_csc, dtype, m: int, n: int, threads: int, 
     chunks = ir_text.work_chunks(ap, threads, CURSOR_ROW_COST)
     with _lock:
         kernels = [_csc_pass_kernel(op, dtype, ac.dtype.itemsize * 8, prefetch, ranged, _lanes(ac.dtype, lanes, size),
-                                    MODE_ROWS, MISS_SHARE)
+                                    MODE_ROWS, MISS_SHARE, keep_zeros)
                    for ranged in ("first", "later")[:len(chunks)]]
     vals = np.empty(size, dtype=dtype)
     cols = np.empty(size, dtype=ac.dtype)
@@ -219,7 +234,7 @@ def csr_with_csc_ranges(op: str, a, b_csc, dtype, m: int, n: int, threads: int, 
     ends = ir_text.run_chunks(run, chunks, threads)
     if min(ends) < 0:
         return -min(ends)
-    if op == "multiply" and dtype.kind == "f" and int(seen[:, 0].sum()) != len(bc) and not np.isfinite(bv.sum()):
+    if op == "multiply" and dtype.kind == "f" and not keep_zeros and int(seen[:, 0].sum()) != len(bc) and not np.isfinite(bv.sum()):
         return 4     # B entries no cursor passed, not all finite (a finite sum proves them finite)
     offset = 0
     for (lo, hi), end in zip(chunks, ends):

@@ -130,7 +130,7 @@ row:
   %kin = icmp slt i64 %k, %k1
   br i1 %kin, label %entry_body, label %row_end
 """ + _CSC_ENTRY_CURSOR + """{prefetch}{match}  %kn = add i64 %k, 1
-  br label %entries
+  br label %entries{entries_loop}
 row_end:
   %o_e = phi i64 [%o, %entries]
   %z_e = phi i64 [%z, %entries]

@@ -20,7 +20,7 @@ import numpy as np
 
 from splyce.native.array_objects import DATA_OFFSET, address as _address
 from splyce.native import ir_text
-from splyce.native.elementwise.common import _POS_MAX, _VALUE, _keep, _lock
+from splyce.native.elementwise.common import _POS_MAX, _keep, _lock, missing_values, value_type
 from splyce.native.elementwise.merge_ir import _BOUNDS, _INTERSECT, _NARROW, _NARROW_MASK, _NARROW_UNION, _UNION
 from splyce.native.elementwise.same import same_pattern
 
@@ -42,13 +42,18 @@ _END_STORES = {
 
 
 @functools.cache
-def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int, intersect: bool, direct: bool = False):
-    """The merge of rows [lo, hi) (``direct``: all rows, reached through an object entry taking array objects)."""
+def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int, intersect: bool, direct: bool = False,
+            keep_zeros: bool = False):
+    """The merge of rows [lo, hi) (``direct``: all rows, reached through an object entry taking array objects;
+    ``keep_zeros``: every coiterated position stored, a sum's missing entries as ``missing_values``)."""
     from splyce.native import array_objects
     from splyce.native.codegen import compile_host_helpers
 
-    t, zero, nonzero, ops = _VALUE[value]
-    name = f"splyce_elementwise_{op}_{t}_p{pos_bits}_c{crd_bits}_{'i' if intersect else 'u'}{'_d' if direct else ''}"
+    t, zero, nonzero, ops = value_type(value, keep_zeros)
+    zero_a, zero_b = missing_values(op, t, keep_zeros)
+    neg_a, neg_b = zero_a != zero, zero_b != zero       # -0.0 where a value is missing
+    name = (f"splyce_elementwise_{op}_{t}_p{pos_bits}_c{crd_bits}_{'i' if intersect else 'u'}"
+            f"{'_d' if direct else ''}{'_k' if keep_zeros else ''}")
     bounds = _BOUNDS.format(p=pos_bits, p_ext="zext i32" if pos_bits == 32 else "bitcast i64")
     template = _INTERSECT if intersect else _UNION
     zext = "zext i32" if crd_bits == 32 else "bitcast i64"
@@ -58,14 +63,16 @@ def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int, intersect: b
                                                        ("b", "ja", "jb", "bc", "nw_ma_head", "nw_start"))}
     narrow = (_NARROW if intersect else _NARROW_UNION).format(
         **masks, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits,
-        keep_nw_a=_keep("nw_va", "nw_hasa", "nw_va_raw", t), keep_nw_b=_keep("nw_vb", "nw_hasb", "nw_vb_raw", t),
+        keep_nw_a=_keep("nw_va", "nw_hasa", "nw_va_raw", t, neg_a),
+        keep_nw_b=_keep("nw_vb", "nw_hasb", "nw_vb_raw", t, neg_b),
         c_sext="sext i32" if crd_bits == 32 else "bitcast i64",
         c_narrow="trunc i64" if crd_bits == 32 else "bitcast i64")
     entry_store, end_store = (x.format(p=pos_bits, p_narrow="trunc i64" if pos_bits == 32 else "bitcast i64")
                               for x in _END_STORES[direct])
     text = template.format(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits, bounds=bounds,
-                           narrow=narrow, keep_a=_keep("va", "adv_a", "va_raw", t),
-                           keep_b=_keep("vb", "adv_b", "vb_raw", t), entry_store=entry_store, end_store=end_store)
+                           narrow=narrow, keep_a=_keep("va", "adv_a", "va_raw", t, neg_a),
+                           keep_b=_keep("vb", "adv_b", "vb_raw", t, neg_b), entry_store=entry_store,
+                           end_store=end_store, zero_a=zero_a, zero_b=zero_b)
     if not direct:
         return compile_host_helpers(text, {name: _SIG})[name]
     text += array_objects.object_entry_ir(name + "_objects", name, "aaaaaaiiaaa")
@@ -92,29 +99,32 @@ def _intersects(op: str, av: np.ndarray, bv: np.ndarray, threads: int = 1) -> bo
     return bool(np.isfinite(av.sum()) and np.isfinite(bv.sum()))
 
 
-def elementwise(op: str, a, b, dtype, threads: int = 1):
+def elementwise(op: str, a, b, dtype, threads: int = 1, keep_zeros: bool = False):
     """``(data, indices, indptr)`` of ``op(A, B)`` for canonical CSR parts ``a = (data, indices, indptr)`` and
     ``b`` of one shape, with equal index dtypes (pos: int32 or int64; crd: int32 or int64) and values of
     ``dtype``. Index dtypes of the result are the operands'. ``threads``: row ranges balanced by the entries
     of both operands, each writing straight into the result at its upper-bound offset; the ranges after the
-    first then move down to close the gaps (bit-identical to one thread)."""
+    first then move down to close the gaps (bit-identical to one thread). ``keep_zeros``: the sparsifier's
+    coiteration (the jit's semantics) instead of scipy's rule: a product stores every position both hold (zero
+    and NaN results too; NaN or Inf times a missing entry is not stored), a sum every position either holds,
+    a missing entry leaving the other value as it is (``a - missing`` is a, ``missing - b`` is -b); bool too."""
     av, ac, ap = a
     bv, bc, bp = b
     dtype = np.dtype(dtype)
     m = len(ap) - 1
-    same = same_pattern(op, a, b, dtype)
+    same = same_pattern(op, a, b, dtype, drop_zeros=not keep_zeros)
     if same is not None:
         return same
     pos_bits, crd_bits = ap.dtype.itemsize * 8, ac.dtype.itemsize * 8
-    intersect = _intersects(op, av, bv, threads)
+    intersect = op == "multiply" if keep_zeros else _intersects(op, av, bv, threads)
     one = threads <= 1 or len(ac) + len(bc) < 2 * ir_text.MIN_CHUNK
     bound = min(len(ac), len(bc)) if intersect else len(ac) + len(bc)
     if one and m > 0 and bound <= _POS_MAX[pos_bits] and DATA_OFFSET is not None:
-        key = (op, dtype, pos_bits, crd_bits, intersect)
+        key = (op, dtype, pos_bits, crd_bits, intersect, True, keep_zeros)
         kernel = _direct_kernels.get(key)
         if kernel is None:
             with _lock:
-                kernel = _direct_kernels[key] = _kernel(*key, direct=True)
+                kernel = _direct_kernels[key] = _kernel(*key)
         cols = np.empty(bound + 1, dtype=ac.dtype)    # + 1: the store before the last test
         vals = np.empty(bound + 1, dtype=dtype)
         indptr = np.empty(m + 1, dtype=ap.dtype)
@@ -123,7 +133,7 @@ def elementwise(op: str, a, b, dtype, threads: int = 1):
         vals.resize(nnz, refcheck=False)
         return vals, cols, indptr
     with _lock:
-        kernel = _kernel(op, dtype, pos_bits, crd_bits, intersect)
+        kernel = _kernel(op, dtype, pos_bits, crd_bits, intersect, False, keep_zeros)
     chunks = [(0, m)]
     if threads > 1 and len(ac) + len(bc) >= 2 * ir_text.MIN_CHUNK:
         chunks = ir_text.work_chunks(ap.astype(np.int64) + bp, threads)

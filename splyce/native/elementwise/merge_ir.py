@@ -318,7 +318,7 @@ ta_body:
   %tca = load i{c}, ptr %tpac
   %tpav = getelementptr {t}, ptr %av, i64 %ta
   %tva = load {t}, ptr %tpav
-  %tv = {op} {t} %tva, {zero}
+  %tv = {op} {t} %tva, {zero_b}
   %tpcc = getelementptr i{c}, ptr %cc, i64 %toa
   store i{c} %tca, ptr %tpcc
   %tpcv = getelementptr {t}, ptr %cv, i64 %toa
@@ -338,7 +338,7 @@ tb_body:
   %tcb = load i{c}, ptr %tpbc
   %tpbv = getelementptr {t}, ptr %bv, i64 %tb
   %tvb = load {t}, ptr %tpbv
-  %tw = {op} {t} {zero}, %tvb
+  %tw = {op} {t} {zero_a}, %tvb
   %tpcc2 = getelementptr i{c}, ptr %cc, i64 %tob
   store i{c} %tcb, ptr %tpcc2
   %tpcv2 = getelementptr {t}, ptr %cv, i64 %tob

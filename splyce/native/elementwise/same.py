@@ -8,7 +8,7 @@ import functools
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.elementwise.common import _VALUE, _lock, _same_bytes
+from splyce.native.elementwise.common import _lock, _same_bytes, value_type
 
 
 # Same positions in both operands: one flat, vectorizable pass over all entries writes every column and
@@ -58,11 +58,11 @@ _SAME_SIG = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4), ctypes.c_int64, cty
 
 
 @functools.cache
-def _same_kernel(op: str, value: np.dtype, crd_bits: int):
+def _same_kernel(op: str, value: np.dtype, crd_bits: int, keep_zeros: bool = False):
     from splyce.native.codegen import compile_host_helpers
 
-    t, zero, nonzero, ops = _VALUE[value]
-    name = f"splyce_elementwise_same_{op}_{t}_c{crd_bits}"
+    t, zero, nonzero, ops = value_type(value, keep_zeros)
+    name = f"splyce_elementwise_same_{op}_{t}_c{crd_bits}{'_k' if keep_zeros else ''}"
     text = _SAME.format(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits)
     return compile_host_helpers(text, {name: _SAME_SIG})[name]
 
@@ -71,7 +71,7 @@ def same_pattern(op: str, a, b, dtype, drop_zeros: bool = True):
     """``op(A, B)`` as ``(data, indices, indptr)`` when B holds exactly A's positions (equal ``indptr`` and
     ``indices``), else None. Only A needs to be validated: B's index arrays are compared, never followed.
     ``drop_zeros``: scipy's rule (a zero result is not stored); False keeps every position, as the sparsifier's
-    coiteration does (the jit's semantics)."""
+    coiteration does (the jit's semantics; bool too)."""
     av, ac, ap = a
     bv, bc, bp = b
     if ac.dtype != bc.dtype or ap.dtype != bp.dtype or not _same_bytes(ap, bp) or len(ac) != len(bc):
@@ -79,7 +79,7 @@ def same_pattern(op: str, a, b, dtype, drop_zeros: bool = True):
     dtype = np.dtype(dtype)
     n = len(ac)
     with _lock:
-        kernel = _same_kernel(op, dtype, ac.dtype.itemsize * 8)
+        kernel = _same_kernel(op, dtype, ac.dtype.itemsize * 8, not drop_zeros)
     cols = np.empty(n, dtype=ac.dtype)
     vals = np.empty(n, dtype=dtype)
     out = np.zeros(2, dtype=np.int64)

@@ -1,0 +1,196 @@
+"""SDDMM ``M * (X @ Y.T)`` (M CSR, X and Y dense, rows of ``d`` values), native code: for each mask entry a
+dot product of two rows, ``d`` products summed in order from +0.0; the row's entries go four at a time (four
+independent addition chains). Work: ``nnz(M) * d``.
+
+- the drop-in's (scipy's values): ``(sum of X[i, k] Y[j, k]) * M[i, j]``, zero results left out;
+- the jit's (``factors``, the sparsifier's values bit for bit): each term ``(f0 * f1) * f2`` in the einsum's
+  operand order (``m * (x @ y.T)`` is ``(M[i, j] X[i, k]) Y[j, k]``), added to a sum from +0.0, every mask
+  position kept.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+
+import numpy as np
+
+from splyce.native.array_objects import address as _address
+from splyce.native.ir_text import IR, VALUE, load_index, loop, row_chunks, run_chunks
+from splyce.native.masked import _drop_zeros
+
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+# (mpos, mcrd, mval, x, y, d, lo, hi, out) -> results not zero
+_SDDMM_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _I, _I, _I, _P)
+GROUP = 4      # mask entries of one row computed together
+_lock = threading.Lock()
+
+
+def _bits(a: np.ndarray) -> int:
+    return a.dtype.itemsize * 8
+
+
+def supported(dtype) -> bool:
+    return np.dtype(dtype) in VALUE
+
+
+def _sddmm_ir(name, value, mp, mc, group, factors=None):
+    """SDDMM's row loop: ``group`` mask entries of a row at a time, each a chain of ``d`` additions from zero.
+    ``factors`` None: ``(sum of x * y) * m``, zero results counted out (the drop-in's, scipy's values);
+    ``factors`` (the roles ``m``, ``x``, ``y`` in the einsum's operand order): the sparsifier's, each term
+    ``(f0 * f1) * f2`` added in, every entry kept."""
+    t, mul, add, zero = VALUE[value]
+    ir = IR()
+    ir(f"define i64 @{name}(ptr %mpos, ptr %mcrd, ptr %mval, ptr %x, ptr %y, i64 %d, i64 %lo, i64 %hi, "
+       f"ptr %out) {{")
+    ir.label("entry")
+    accs = [f"%acc{g}" for g in range(group)]
+    for acc in accs:
+        ir(f"  {acc} = alloca {t}")
+    ir("  %e_slot = alloca i64")
+    ir("  %kept = alloca i64")
+    ir("  store i64 0, ptr %kept")
+
+    def finish(e, acc):
+        s, pm, mv, r, po = (ir.name(n) for n in ("s", "pmv", "mv", "r", "po"))
+        ir(f"  {s} = load {t}, ptr {acc}")
+        ir(f"  {pm} = getelementptr {t}, ptr %mval, i64 {e}")
+        ir(f"  {mv} = load {t}, ptr {pm}")
+        if factors is None:
+            ir(f"  {r} = {mul} {t} {s}, {mv}")
+        else:
+            r = s
+        ir(f"  {po} = getelementptr {t}, ptr %out, i64 {e}")
+        ir(f"  store {t} {r}, ptr {po}")
+        nz, inc, k0, k1 = (ir.name(n) for n in ("nz", "inc", "k", "k"))
+        ir(f"  {nz} = {'fcmp une' if t in ('double', 'float') else 'icmp ne'} {t} {r}, {zero}" if factors is None
+           else f"  {nz} = icmp eq i64 0, 0")
+        ir(f"  {inc} = zext i1 {nz} to i64")
+        ir(f"  {k0} = load i64, ptr %kept")
+        ir(f"  {k1} = add i64 {k0}, {inc}")
+        ir(f"  store i64 {k1}, ptr %kept")
+
+    def dots(i, es):
+        """acc[g] = sum over k of x[i, k] * y[crd[es[g]], k], the len(es) chains in one k loop."""
+        xrow = ir.name("xrow")
+        ir(f"  {xrow} = mul i64 {i}, %d")
+        yrows = []
+        mvals = []
+        for g, e in enumerate(es):
+            j, yrow = load_index(ir, "%mcrd", mc, e), ir.name("yrow")
+            ir(f"  {yrow} = mul i64 {j}, %d")
+            yrows.append(yrow)
+            ir(f"  store {t} {zero}, ptr {accs[g]}")
+            if factors is not None:
+                pm, mv = ir.name("pm"), ir.name("mv")
+                ir(f"  {pm} = getelementptr {t}, ptr %mval, i64 {e}")
+                ir(f"  {mv} = load {t}, ptr {pm}")
+                mvals.append(mv)
+
+        def k_body(k):
+            xa, px, xv = ir.name("xa"), ir.name("px"), ir.name("xv")
+            ir(f"  {xa} = add i64 {xrow}, {k}")
+            ir(f"  {px} = getelementptr {t}, ptr %x, i64 {xa}")
+            ir(f"  {xv} = load {t}, ptr {px}")
+            for g, yrow in enumerate(yrows):
+                ya, py, yv, prod, s0, s1 = (ir.name(n) for n in ("ya", "py", "yv", "prod", "s", "s"))
+                ir(f"  {ya} = add i64 {yrow}, {k}")
+                ir(f"  {py} = getelementptr {t}, ptr %y, i64 {ya}")
+                ir(f"  {yv} = load {t}, ptr {py}")
+                if factors is None:
+                    ir(f"  {prod} = {mul} {t} {xv}, {yv}")
+                else:
+                    value_of, first = {"m": mvals[g], "x": xv, "y": yv}, ir.name("f")
+                    f0, f1, f2 = (value_of[f] for f in factors)
+                    ir(f"  {first} = {mul} {t} {f0}, {f1}")
+                    ir(f"  {prod} = {mul} {t} {first}, {f2}")
+                ir(f"  {s0} = load {t}, ptr {accs[g]}")
+                ir(f"  {s1} = {add} {t} {s0}, {prod}")
+                ir(f"  store {t} {s1}, ptr {accs[g]}")
+
+        after = ir.name("kdone")[1:]
+        loop(ir, "0", "%d", k_body, after)
+        ir.label(after)
+        for g, e in enumerate(es):
+            finish(e, accs[g])
+
+    def row(i):
+        i1 = ir.name("i1")
+        ir(f"  {i1} = add i64 {i}, 1")
+        start, stop = load_index(ir, "%mpos", mp, i), load_index(ir, "%mpos", mp, i1)
+        ir(f"  store i64 {start}, ptr %e_slot")
+        ghead, gbody, single = ir.name("ghead")[1:], ir.name("gbody")[1:], ir.name("single")[1:]
+        ir(f"  br label %{ghead}")
+        ir.label(ghead)
+        e, end, fits = ir.name("e"), ir.name("end"), ir.name("fits")
+        ir(f"  {e} = load i64, ptr %e_slot")
+        ir(f"  {end} = add i64 {e}, {group}")
+        ir(f"  {fits} = icmp sle i64 {end}, {stop}")
+        ir(f"  br i1 {fits}, label %{gbody}, label %{single}")
+        ir.label(gbody)
+        es = []
+        for g in range(group):
+            eg = ir.name("eg")
+            ir(f"  {eg} = add i64 {e}, {g}")
+            es.append(eg)
+        dots(i, es)
+        ir(f"  store i64 {end}, ptr %e_slot")
+        ir(f"  br label %{ghead}")
+        ir.label(single)
+        e2 = ir.name("e")
+        ir(f"  {e2} = load i64, ptr %e_slot")
+        after = ir.name("sdone")[1:]
+        loop(ir, e2, stop, lambda es1: dots(i, [es1]), after)
+        ir.label(after)
+
+    loop(ir, "%lo", "%hi", row, "exit")
+    ir.label("exit")
+    ir("  %kept_all = load i64, ptr %kept")
+    ir("  ret i64 %kept_all")
+    ir("}")
+    return "\n".join(ir.lines) + "\n"
+
+
+@functools.cache
+def _sddmm(value, mp, mc, group, factors=None):
+    from splyce.native.codegen import compile_host_helpers
+
+    name = f"splyce_sddmm_{VALUE[value][0]}_{mp}_{mc}_g{group}" + ("" if factors is None else f"_{factors}")
+    return compile_host_helpers(_sddmm_ir(name, value, mp, mc, group, factors), {name: _SDDMM_SIG})[name]
+
+
+# SDDMM's multiply-adds (mask entries x columns) below which threads > 1 still runs one range: about 0.3 ms of
+# one thread, where a pool thread's round trip cost about what it saved (fem2d-3k, 670k: 168 vs 176 us on two
+# threads and one; blockdiag-32, 337k: 164 vs 100 us).
+SDDMM_SERIAL_MAX_WORK = 1 << 20
+
+
+def sddmm(m, x: np.ndarray, y: np.ndarray, dtype, threads: int = 1, factors: str | None = None):
+    """``M * (X @ Y.T)`` as CSR parts; ``m``: validated CSR parts of an (rows(X) x rows(Y)) matrix; ``x``,
+    ``y``: C-contiguous 2-D arrays of ``dtype`` with equal column counts. Each thread also copies its rows'
+    part of the mask's index arrays, which are the result's when no result is zero (the kernel counts them):
+    nothing runs after the threads then. ``factors`` (``"mxy"``: the einsum's operand order of the roles M, X,
+    Y): the sparsifier's result instead, the jit's: every mask position, ``+0.0 + sum over k of (f0 * f1) *
+    f2`` (``_sddmm_ir``)."""
+    mv, mc, mp = m
+    dtype = np.dtype(dtype)
+    out = np.empty(len(mv), dtype=dtype)
+    indices, indptr = np.empty_like(mc), np.empty_like(mp)
+    with _lock:
+        fn = _sddmm(dtype, _bits(mp), _bits(mc), GROUP, factors)
+    d = x.shape[1]
+
+    def run(t, lo, hi):
+        kept = fn(_address(mp), _address(mc), _address(mv), _address(x), _address(y), d, lo, hi, _address(out))
+        a, b = int(mp[lo]), int(mp[hi])
+        indices[a:b] = mc[a:b]
+        indptr[lo + 1:hi + 1] = mp[lo + 1:hi + 1]
+        return kept
+
+    split = threads > 1 and len(mv) * d >= SDDMM_SERIAL_MAX_WORK
+    kept = run_chunks(run, row_chunks(mp, threads) if split else [(0, len(mp) - 1)], threads)
+    if sum(kept) == len(mv):
+        indptr[:1] = 0
+        return out, indices, indptr
+    return _drop_zeros(out, mc, mp)
