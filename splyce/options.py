@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # codegen imports llvmlite: not needed to build or validate o
 DEFAULT_PHASES = 7
 # The length ratio from which galloping beats the all-pairs fast lane for short fibers: measured ~12 for
 # n = 4 and ~8 for n = 8 on 8-coordinate ones, a clear win from 16 on for both (docs/passes.md); two-fiber
-# intersections add 2 floor(log2(short length)) (capped) to it (passes/gallop_lane.py, LOG_SLOPE).
+# intersections add 2 floor(log2(short length)) (capped; short fibers of 8 or more) to it (gallop_lane.py).
 DEFAULT_GALLOP_RATIO = 16
 VECTOR_WIDTHS = (2, 4, 8, 16)
 

@@ -205,6 +205,11 @@ def test_from_scipy_blocks_are_views_and_its_operand_is_sent_once(client):
     assert sum(k[0].startswith("splyce-from-scipy") for k in graph) == 3
     assert graph_prep(lazy) == ("pad", ("join", (CSR, "b")))      # joined once per worker, then converted
     _same(_compute(client, lazy), dropin.matmul(a, a))
+    # an elementwise op with the same object: its row blocks are the same keys
+    twice = splyce.multiply(ad, a)
+    assert sum(k[0].startswith("splyce-from-scipy") for k in dict(twice.__dask_graph__())) == 3
+    assert not any(k[0].startswith("splyce-rows") for k in dict(twice.__dask_graph__()))
+    _same(_compute(client, twice), dropin.multiply(a, a))
     # by default one block per worker thread, the count read from the cluster object (no scheduler round trip)
     assert sd.from_scipy(a).numblocks[0] == sum(client.nthreads().values()) == 2
     one = sd.from_scipy(a, blocks=1)
@@ -238,6 +243,10 @@ def test_result_block_finalized_without_copy_only_where_it_leaves_by_the_wire(cl
     a = _random(60, 60, 0.1, 33)
     got = splyce.matmul(sd.from_scipy(a, blocks=1), a).compute(scheduler="synchronous")
     _same(got, dropin.matmul(a, a))
+    # gather of one block received over the wire: the plain class over the received arrays (no copy)
+    _same(sd.gather(splyce.matmul(sd.from_scipy(a, blocks=1), a), client), dropin.matmul(a, a))
+    y = sd.gather(splyce.matmul(sd.from_scipy(a, blocks=1), np.ones(60)), client)
+    _same(y, dropin.matmul(a, np.ones(60)))
 
 
 def _pool_stats():

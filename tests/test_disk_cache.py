@@ -67,6 +67,19 @@ def test_second_process_loads_instead_of_compiling(tmp_path):
     assert len(_entries(tmp_path)) == 1
 
 
+def test_sources_hash_is_memoized_and_a_damaged_memo_recomputed(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPLYCE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(disk_cache, "_SOURCES_HASH", None)
+    first = disk_cache.compiler_sources_hash()
+    (memo,) = tmp_path.glob("host-sources-*.json")
+    monkeypatch.setattr(disk_cache, "_SOURCES_HASH", None)
+    memo.write_text("{damaged")
+    assert disk_cache.compiler_sources_hash() == first
+    monkeypatch.setattr(disk_cache, "_SOURCES_HASH", None)
+    monkeypatch.setenv("SPLYCE_DISABLE_DISK_CACHE", "1")     # no memo: the files themselves
+    assert disk_cache.compiler_sources_hash() == first
+
+
 def _rewrite(entry: Path, code: bytes) -> None:
     """Replace an entry's code, keeping its metadata and a valid checksum (damage the checksum cannot see)."""
     old = disk_cache.decode(entry.read_bytes())

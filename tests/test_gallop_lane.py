@@ -19,7 +19,6 @@ from filecheck import check_in_order
 from mlir import ir
 from splyce.lowering.pipeline import SPARSIFY, run_passes
 from splyce.options import Options
-from splyce.passes import gallop_lane
 from splyce.passes.ir_utils import CMPI_UGE, walk
 from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL, PROFILE_SLOTS, run_splyce_pass
 
@@ -38,38 +37,33 @@ def _stage1() -> ir.Module:
     return module
 
 
-@pytest.mark.parametrize("asm", [True, False])
-def test_path_chosen_once_per_fiber_pair_and_skewed_pairs_gallop(ctx, monkeypatch, asm):
-    monkeypatch.setattr(gallop_lane, "PREFETCH_ASM", asm)
+def test_path_chosen_once_per_fiber_pair_and_skewed_pairs_gallop(ctx):
     module = _stage1()
     decisions = run_splyce_pass(module, Options(phases=5, gallop=16))
-    assert decisions[0].vectorized and "galloping when long >= (16 + 2 min(floor(log2 short), 12)) x short" in \
-        decisions[0].reason
+    assert decisions[0].vectorized and "galloping when long >= (16 + 2 L) x short, L = min(floor(log2 short), 12) " \
+        "from short >= 8, else 0" in decisions[0].reason
     assert "prefetched" in decisions[0].reason
     text = str(module)
-    if asm and gallop_lane._X86:
-        # the long fiber's coordinate lines prefetched by one inline-asm loop (x86-64: no call, whose clobbered
-        # registers made LLVM spill the fast lane's pointers), for C's or B's in the skewed branch only
-        prefetch = [re.compile(r"memref\.extract_aligned_pointer_as_index %\w+ : memref<\?xi32> -> index"),
-                    re.compile(r'llvm\.inline_asm has_side_effects "1:\\0A\\09prefetcht0 \(\$0\)\\0A\\09addq '
-                               r'\$\$64, \$0.*jb 1b", "=r,0,r,~\{cc\}" %\w+, %\w+ : \(i64, i64\) -> i64')]
-        assert text.count("llvm.inline_asm") == 2 and "_splyce_prefetch_" not in text
-    else:
-        # otherwise by a never-inlined function (16 i32 per 64-byte line)
-        check_in_order(text, [re.compile(r"func\.func private (@_splyce_prefetch_\w+)\(%\w+: memref<\?xi32>, "
-                                         r"%\w+: index, %\w+: index\) attributes \{passthrough = \[\"noinline\"\]\}"),
-                              re.compile(r"scf\.for %\w+ = %\w+ to %\w+ step %c16\w* \{"),
-                              re.compile(r"memref\.prefetch %\w+\[%\w+\], read, locality<3>, data : memref<\?xi32>")])
-        prefetch = [re.compile(r"func\.call @_splyce_prefetch_\w+\(%\w+, %\w+, %\w+\)")]
-        assert text.count("memref.prefetch") == 1 and text.count("call @_splyce_prefetch_") == 2
+    # the long fiber's coordinates prefetched (16 i32 per 64-byte line) by a never-inlined function, called
+    # for C's or B's in the skewed branch only
+    check_in_order(text, [re.compile(r"func\.func private (@_splyce_prefetch_\w+)\(%\w+: memref<\?xi32>, %\w+: index, "
+                                     r"%\w+: index\) attributes \{passthrough = \[\"noinline\"\]\}"),
+                          re.compile(r"scf\.for %\w+ = %\w+ to %\w+ step %c16\w* \{"),
+                          re.compile(r"memref\.prefetch %\w+\[%\w+\], read, locality<3>, data : memref<\?xi32>")])
+    prefetch = [re.compile(r"func\.call @_splyce_prefetch_\w+\(%\w+, %\w+, %\w+\)")]
+    assert text.count("memref.prefetch") == 1 and text.count("call @_splyce_prefetch_") == 2
     check_in_order(text, [
-        # once per fiber pair, before any loop: max(lenB, lenC) >= (16 + 2 min(floor(log2 min), 12)) * min,
-        # one test
+        # once per fiber pair, before any loop: max(lenB, lenC) >= 16 * min, then the threshold
         re.compile(r"(%\w+) = arith\.maxui %\w+, %\w+ : index"),
         re.compile(r"(%\w+) = arith\.minui %\w+, %\w+ : index"),
+        re.compile(r"arith\.muli %\w+, %c16\w* : index"),     # max >= 16 min first; the threshold past it
+        re.compile(r"(%\w+) = arith\.cmpi uge, %\w+, %\w+ : index"),
+        re.compile(r"scf\.if %\w+ -> \(i1\)"),
         re.compile(r"math\.ctlz %\w+ : i64"),
         re.compile(r"arith\.minui %\w+, %c12\w* : i64"),
-        re.compile(r"arith\.muli %\w+, %c2\w* : index"),
+        re.compile(r"arith\.muli %\w+, %c2\w* : i64"),
+        re.compile(r"arith\.cmpi uge, %\w+, %c3\w* : i64"),    # from 8 coordinates on, else 0
+        re.compile(r"arith\.select %\w+, %\w+, %c0\w* : i64"),
         re.compile(r"arith\.addi %c16\w*, %\w+ : index"),
         re.compile(r"arith\.muli %\w+, %\w+ : index"),
         re.compile(r"(%\w+) = arith\.cmpi uge, %\w+, %\w+ : index"),
@@ -139,7 +133,14 @@ def test_an_empty_fiber_skips_every_decision(ctx, gallop):
     assert split in not_empty and {"arith.maxui", "arith.minui"} <= {op.name for op in not_empty}
     expect = _defining(split.operands[0])
     assert expect.name == "llvm.intr.expect"
-    assert _defining(expect.operands[0]).name == "arith.cmpi"
+    # the flag: max >= R * min, then (only past it) max >= the threshold
+    maybe = _defining(expect.operands[0])
+    assert maybe.name == "scf.if" and _defining(maybe.operands[0]).name == "arith.cmpi"
+    then_yield = list(maybe.regions[0].blocks[0].operations)[-1]
+    assert _defining(then_yield.operands[0]).name == "arith.cmpi"
+    assert "math.ctlz" in {op.operation.name for op in maybe.regions[0].blocks[0].operations}
+    else_ops = list(maybe.regions[1].blocks[0].operations)
+    assert [op.operation.name for op in else_ops] == ["arith.constant", "scf.yield"]
     assert ir.IntegerAttr(_defining(expect.operands[1]).attributes["value"]).value == 0
     # nothing of the decision is computed before the guard (the lengths, their ratio)
     before = []
@@ -296,7 +297,7 @@ def test_galloping_bit_identical_to_plain_sparsifier(dtype, width):
 THRESHOLD_CHILD = r"""
 import numpy as np, scipy.sparse as sps
 import splyce
-from splyce.passes.gallop_lane import LOG_CAP, skew_threshold
+from splyce.passes.gallop_lane import LOG_CAP, LOG_FROM, skew_threshold
 
 def pair(short, long, swap, rng):
     # one row: `long` even coordinates in one operand, `short` spread over the same range in the other (some
@@ -316,10 +317,10 @@ plain = splyce.jit(row_dot, vectorize=False)
 checked = 0
 for gallop in (16, 4):
     lane = splyce.jit(row_dot, gallop=gallop)
-    # S = 1 (the option's ratio itself), 8, 64 and 2**(LOG_CAP + 1) (the log capped)
-    for short in (1, 8, 64, 1 << (LOG_CAP + 1)):
+    # S = 1 and 4 (the option's ratio itself), 8, 64 and 2**(LOG_CAP + 1) (the log capped)
+    for short in (1, 4, 8, 64, 1 << (LOG_CAP + 1)):
         edge = skew_threshold(gallop, short)
-        assert edge >= gallop * short and (short > 1 or edge == gallop)
+        assert edge >= gallop * short and ((short >= 1 << LOG_FROM) == (edge > gallop * short))
         for long, galloped in ((edge - 1, False), (edge, True)):
             for swap in (False, True):
                 B, C = pair(short, long, swap, rng)
@@ -335,42 +336,9 @@ print("checked", checked)
 
 def test_galloping_chosen_from_the_short_fibers_length():
     """The skewed path runs (profile's galloped coordinates > 0) exactly from long = skew_threshold(R, short):
-    R x short for 1-coordinate fibers, (R + 2 floor(log2 short)) x short above, the log capped at LOG_CAP;
+    R x short below 8 coordinates, (R + 2 floor(log2 short)) x short from 8 on, the log capped at LOG_CAP;
     one coordinate less runs the fast lane. Both orientations, two R, results bit-identical to the plain
     sparsifier."""
     proc = subprocess.run([sys.executable, "-c", THRESHOLD_CHILD], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
-    assert "checked 32" in proc.stdout
-
-
-def _lane_loop(asm: str) -> list[str]:
-    """The fast lane's loop in machine code: the smallest label-to-back-edge region with a vector compare."""
-    lines = [ln.strip() for ln in asm.splitlines()]
-    best = None
-    for i, ln in enumerate(lines):
-        m = re.match(r"^(\.LBB\w+):", ln)
-        if m:
-            j = next((j for j in range(i + 1, len(lines)) if re.match(rf"^j\w+\s+{re.escape(m.group(1))}$", lines[j])),
-                     None)
-            body = lines[i + 1:j + 1] if j is not None else []
-            if any(x.startswith("vpcmp") for x in body) and (best is None or len(body) < len(best)):
-                best = body
-    assert best is not None, "no fast-lane loop in the machine code"
-    return best
-
-
-@pytest.mark.skipif(not gallop_lane._X86, reason="the inline-asm prefetch is x86-64 code")
-def test_galloping_leaves_the_fast_lane_loop_as_without_it():
-    """The skewed branch (its prefetch as inline asm, not a call clobbering the caller-saved registers) takes
-    no register from the comparable pairs' fast lane: its loop reloads nothing from the stack, as with
-    gallop=0 (with the call, a sparse dot's loop reloaded two pointers every step)."""
-    import numpy as np
-
-    import splyce
-    from splyce.bench.limit import _dot, _sealed_vector, fiber_pair
-
-    dim, b, bv, c, cv = fiber_pair(4096, 0.1, 1, np.int32, np.float64)
-    A, B = _sealed_vector(dim, b, bv), _sealed_vector(dim, c, cv)
-    loops = {g: _lane_loop(splyce.jit(_dot, gallop=g).lower(A, B).as_text("asm")) for g in (16, 0)}
-    assert [x for x in loops[16] if "(%rsp)" in x] == [x for x in loops[0] if "(%rsp)" in x] == []
-    assert "prefetcht0" in splyce.jit(_dot).lower(A, B).as_text("asm")
+    assert "checked 40" in proc.stdout

@@ -4,8 +4,7 @@ Row dot ``einsum("ij,ij->i", B, C)`` (CSR, int32 indices, f64): every row of B h
 of C S x r, 10 % of B's also in C, rows enough for ~2M coordinates per call (one row at the largest sizes).
 Per (S, r), in one process, interleaved: ``forced`` galloping (``gallop=2`` compiled with
 ``gallop_lane.LOG_SLOPE = 0``: every pair of ratio >= 2 gallops), ``lane`` (``gallop=0``: the all-pairs fast
-lane) and ``default`` (the default rule: gallop when long >= (16 + LOG_SLOPE min(floor(log2 short), LOG_CAP))
-x short).
+lane) and ``default`` (the default rule, ``gallop_lane.skew_threshold``).
 Whole calls, thread CPU time, median of REPEATS; printed: forced / lane and default / lane time ratios (< 1:
 faster than the lane) and the rule's choice. The disk cache is off (the forced kernels differ from what the
 sources build).
@@ -26,8 +25,8 @@ import splyce  # noqa: E402
 from splyce.options import DEFAULT_GALLOP_RATIO  # noqa: E402
 from splyce.passes import gallop_lane  # noqa: E402
 
-SHORTS = [int(x) for x in sys.argv[1].split(",")] if len(sys.argv) > 1 else [8, 64, 512, 4096, 32768]
-RATIOS = [int(x) for x in sys.argv[2].split(",")] if len(sys.argv) > 2 else [8, 12, 16, 24, 32, 48, 64, 96, 128]
+SHORTS = [int(x) for x in sys.argv[1].split(",")] if len(sys.argv) > 1 else [1, 2, 4, 8, 64, 512, 4096, 65536]
+RATIOS = [int(x) for x in sys.argv[2].split(",")] if len(sys.argv) > 2 else [8, 12, 16, 20, 24, 32, 48, 64, 96, 128]
 TOTAL, REPEATS, OVERLAP = 1 << 21, 9, 0.10
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from splyce.backend import alloc_guard
@@ -22,25 +21,27 @@ from splyce.tracer.ir import Trace
 STAGES = ("trace", "plan", "linalg", "scf", "splyce", "llvm", "asm")
 
 
-@dataclass
 class Lowering:
     """The IR of every stage for one trace and options, as ``Jitted.lower`` returns it.
 
-    Native code is produced on demand. ``as_text`` reads one stage.
+    Native code is produced on demand. ``as_text`` reads one stage. (A plain class: a dataclass costs a warm
+    process ~1 ms to create at import.)
     """
 
-    trace: Trace
-    options: Options
-    texts: dict = field(default_factory=dict)
-    timings: dict = field(default_factory=dict)
-    decisions: list = field(default_factory=list)
-    result_ranks: tuple = ()
-    _llvm_module: object = None
-    _target_machine: object = None
-    loaded: object = None              # the native code, when it came from the disk cache (no IR until asked for)
-    disk_key: str | None = None        # its disk cache key, when the disk cache is on
-    outer_extent: int | None = None    # set when the entry takes (lo, hi) outer-loop bounds (threads > 1)
-    outer_reductions: tuple = ()       # (k, combine) per rank-0 output the split loop reduces into
+    def __init__(self, trace: Trace, options: Options, texts: dict | None = None, decisions=(),
+                 result_ranks: tuple = (), loaded=None, outer_extent: int | None = None, outer_reductions=()):
+        self.trace = trace
+        self.options = options
+        self.texts = {} if texts is None else texts
+        self.timings: dict = {}
+        self.decisions = list(decisions)
+        self.result_ranks = tuple(result_ranks)
+        self._llvm_module = None
+        self._target_machine = None
+        self.loaded = loaded                 # the native code, when it came from the disk cache (no IR until asked)
+        self.disk_key: str | None = None     # its disk cache key, when the disk cache is on
+        self.outer_extent = outer_extent     # set when the entry takes (lo, hi) outer-loop bounds (threads > 1)
+        self.outer_reductions = tuple(outer_reductions)   # (k, combine) per rank-0 output the loop reduces into
 
     @classmethod
     def from_loaded(cls, trace: Trace, options: "Options", loaded, result_ranks: tuple, decisions: list,

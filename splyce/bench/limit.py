@@ -213,7 +213,7 @@ def run(cfg: Config) -> Result:
             f"(medians, same run). NumKong's sparse_dot takes uint32 + float32 only: int32 rows, float32 copies "
             f"of f64 values; intersect returns the count; floor crd: the coordinates only. Splyce: whole calls, sealed "
             f"operands, default options (n = 4, phases 7; galloping from long >= (16 + 2 min(floor(log2 short), "
-            f"12)) x short: the 1:16 rows run the fast lane, as gallop=0).")
+            f"12)) x short for short >= 8: the 1:16 rows run the fast lane, as gallop=0).")
     return Result("limit", "Fiber-pair sparse dot: the fast lane vs the plain sparsifier, NumKong and the "
                   "bandwidth floor", COLUMNS, rows, note, plot=_plot, preface=_preface(summary),
                   comments=[f"clock: {ghz:.3f} GHz ({clock_how})"])

@@ -19,6 +19,7 @@ import numpy as np
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
+from splyce.dask.fresh import plain
 from splyce.dropin import operand_family
 
 
@@ -104,10 +105,11 @@ def from_scipy(a, rows_per_chunk: int | None = None, *, blocks: int | None = Non
     ``a`` is checked first, as the single-process drop-in checks it (scipy's own row slicing would drop an
     out-of-range column silently). A CSR ``a`` is not copied: its blocks are views of ``a``'s own arrays
     (``data``, ``indices``, ``indptr``), put in the graph under a fresh name (no hash of the data), and the
-    same ``a`` passed again to an operation on that Dask array (``splyce.matmul(from_scipy(a), a)``) is read
-    from these blocks, not sent a second time. So ``a`` must not be modified while the returned array, or
-    anything computed from it, is in use (a Dask array built by Dask's own ``from_array`` holds its input the
-    same way); another format is converted to a CSR copy first.
+    same ``a`` passed again to an operation on that Dask array (``splyce.matmul(from_scipy(a), a)``,
+    ``splyce.multiply(from_scipy(a), a)``) is read from these blocks, not sent a second time (the latest
+    ``from_scipy`` of ``a`` whose array is still in use). So ``a`` must not be modified while the returned
+    array, or anything computed from it, is in use (a Dask array built by Dask's own ``from_array`` holds its
+    input the same way); another format is converted to a CSR copy first.
 
     Parameters
     ----------
@@ -256,7 +258,11 @@ def _pydata_rows(x, lo: int, hi: int):
 def row_blocks(x, rows: tuple[int, ...] | None = None, name: str = "a") -> da.Array:
     """``x`` as a Dask array of whole-row blocks (one chunk along every other axis), with the row chunks
     ``rows`` when given (a Dask operand is rechunked, a concrete one sliced; a scipy one checked first,
-    errors naming it ``name``)."""
+    errors naming it ``name``). A concrete operand that ``from_scipy`` cut into such blocks is those blocks
+    (``multiply(from_scipy(a), a)`` puts ``a``'s arrays in the graph once)."""
+    cut = None if is_dask(x) else _cut_of(x)
+    if cut is not None and (rows is None or cut.chunks[0] == tuple(rows)):
+        return cut
     if is_dask(x):
         if x.ndim == 0:
             raise ValueError("a 0-d operand has no rows to partition")
@@ -275,7 +281,7 @@ def row_blocks(x, rows: tuple[int, ...] | None = None, name: str = "a") -> da.Ar
             bounds = nnz_bounds(x.indptr)
         else:
             m = x.shape[0]
-            blocks = max(1, min(m, 2 * _parallelism()))
+            blocks = max(1, min(m, _parallelism()))
             bounds = sorted({m * k // blocks for k in range(blocks + 1)})
     else:
         bounds = [0, *np.cumsum(rows).tolist()]
@@ -419,9 +425,14 @@ def gather(x: da.Array, client=None, *, direct: bool = True):
         except ValueError as exc:
             raise ValueError("gather needs a distributed.Client: pass client= or create one first") from exc
     keys = x.__dask_keys__()
+    flat = list(_flat(keys if isinstance(keys, list) else [keys]))
     futures = {f.key: f for f in distributed.futures_of(client.persist(x))}
-    values = iter(client.gather([futures[k] for k in _flat(keys if isinstance(keys, list) else [keys])],
-                                direct=direct))
+    fetched = client.gather([futures[k] for k in flat], direct=direct)
+    if len(flat) == 1 and not str(client.scheduler.address).startswith("inproc://"):
+        # one block received over the wire is this process's own: Dask's finalize would copy it (63 MB for
+        # a 216k-row 3-D mesh's SpGEMM); an in-process cluster's block is the worker's, copied as Dask does
+        return plain(fetched[0])
+    values = iter(fetched)
 
     def nest(k):
         return [nest(i) for i in k] if isinstance(k, list) else next(values)

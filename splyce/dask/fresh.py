@@ -61,6 +61,11 @@ class FreshRowsMatrix(_FreshRows, sps.csr_matrix):
     _plain_class = sps.csr_matrix
 
 
+def plain(x):
+    """``x`` as its plain scipy class over the same arrays when it is a ``FreshRows``, else ``x``."""
+    return _plain(x, x._plain_class) if isinstance(x, _FreshRows) else x
+
+
 def fresh_rows(x):
     """``x`` as a ``FreshRows`` CSR over the same arrays when it is a plain scipy CSR array or matrix, else
     ``x``."""

@@ -49,30 +49,34 @@ def _csr_times_dense(args, threads: int):
     return spmv.csr_times_dense(a.pos[1], a.crd[1], a.values, x, threads)
 
 
-def _coiterated(name: str, args, transposed, out, threads: int):
-    """``name(a, b)`` of two CSR SparseTensors with the sparsifier's semantics as a scipy CSR of the traced
-    result's format, or None (then the MLIR kernel runs) when the result's index widths are not the format's.
-    A transposed operand (``a.T``) is read as its argument's buffers, a CSC of the transpose: the drop-in's
-    one pass with a cursor per column (``A * A.T``), no re-store."""
+def _coiterated(name: str, transposed, out):
+    """The run of ``name(a, b)`` on two CSR SparseTensors with the sparsifier's semantics: a scipy CSR of the
+    traced result's format, or None (then the MLIR kernel runs) when the result's index widths are not the
+    format's. A transposed operand (``a.T``) is read as its argument's buffers, a CSC of the transpose: the
+    drop-in's one pass with a cursor per column (``A * A.T``), no re-store. Modules bound once here: the call
+    runs with cold caches in a loop of other work, where each import statement costs microseconds."""
     import scipy.sparse as sps
 
     from splyce.dropin import scipy_out
     from splyce.native.elementwise import kept
 
-    a, b = args
-    if transposed[0]:                 # a.T * b == b * a.T bit for bit (IEEE products and sums commute)
-        a, b = b, a
-    dtype = np.dtype(out.dtype)
-    parts = [(x.values, x.crd[1], x.pos[1]) for x in (a, b)]
-    with _pool(a.values.nbytes + b.values.nbytes):
-        if any(transposed):
-            m, n = out.shape
-            vals, cols, indptr = kept.with_csc(name, parts[0], parts[1], dtype, m, n, threads)
-        else:
-            vals, cols, indptr = kept.rows(name, parts[0], parts[1], dtype, threads)
-    if cols.dtype.itemsize * 8 != out.format.crd_width or indptr.dtype.itemsize * 8 != out.format.pos_width:
-        return None
-    return scipy_out.csr(sps.csr_array, vals, cols, indptr, out.shape, True)
+    dtype, shape, csr_array = np.dtype(out.dtype), out.shape, sps.csr_array
+    widths = (out.format.crd_width, out.format.pos_width)
+    merge = kept.with_csc if any(transposed) else kept.rows
+    extra = shape if any(transposed) else ()
+    swap = transposed[0]              # a.T * b == b * a.T bit for bit (IEEE products and sums commute)
+
+    def run(args, threads: int):
+        a, b = args
+        if swap:
+            a, b = b, a
+        with _pool(a.values.nbytes + b.values.nbytes):
+            vals, cols, indptr = merge(name, (a.values, a.crd[1], a.pos[1]), (b.values, b.crd[1], b.pos[1]),
+                                       dtype, *extra, threads=threads)
+        if (cols.dtype.itemsize * 8, indptr.dtype.itemsize * 8) != widths:
+            return None
+        return scipy_out.csr(csr_array, vals, cols, indptr, shape, True)
+    return run
 
 
 def _elementwise_call(op: LibraryOp, options) -> LibraryCall | None:
@@ -96,8 +100,7 @@ def _elementwise_call(op: LibraryOp, options) -> LibraryCall | None:
     detail = "every coiterated position kept"
     if any(transposed):
         detail += "; the transpose read as its argument's CSC, one pass with a cursor per column, not re-stored"
-    return LibraryCall(op, Formulation.MERGE_ROWS.value,
-                       lambda args, t: _coiterated(name, args, transposed, out, t), detail=detail)
+    return LibraryCall(op, Formulation.MERGE_ROWS.value, _coiterated(name, transposed, out), detail=detail)
 
 
 def _spgemm_kept(args, out, threads: int):

@@ -33,7 +33,7 @@ def _llvm():
         if not _initialized:
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
-            llvm.initialize_native_asmparser()   # inline asm (the galloping prefetch) needs it, or LLVM aborts
+            llvm.initialize_native_asmparser()   # inline asm with instructions needs it, or LLVM aborts
             for name, address in _process_symbols.items():
                 llvm.add_symbol(name, address)
             _initialized = True

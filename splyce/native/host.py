@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
@@ -124,13 +123,5 @@ def facts() -> dict:
     answer = _ask_llvmlite()
     asked += 1
     if path is not None:
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-            try:
-                with os.fdopen(fd, "w") as f:
-                    json.dump(answer, f, sort_keys=True)
-                os.replace(tmp, path)
-            except OSError:
-                object_cache.discard(Path(tmp))
+        object_cache.write_text(path, json.dumps(answer, sort_keys=True))
     return answer

@@ -39,7 +39,7 @@ KERNEL_SUFFIX = ".splk"     # a jitted kernel (runtime/disk_cache.py)
 NATIVE_SUFFIX = ".splo"     # a native kernel or host helper (native/codegen.py)
 KINDS = {KERNEL_SUFFIX: "jitted kernels", NATIVE_SUFFIX: "native kernels"}
 LINK_PREFIX = "link-"       # a folder a shared library is linked in (removed when done)
-HOST_PREFIX = "host-"       # memoized host facts (native/host.py)
+HOST_PREFIX = "host-"       # memoized host facts (native/host.py) and sources' hash (runtime/disk_cache.py)
 
 
 class Stats:
@@ -179,6 +179,24 @@ def write(path: Path, entry: Entry, stats: Stats) -> str | None:
         return str(exc)
     count(stats, "writes")
     return None
+
+
+def write_text(path: Path, text: str) -> bool:
+    """Write a small text file atomically (a memo beside the entries); False when the folder cannot be
+    written (the memo is then recomputed by the next process)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            discard(Path(tmp))
+            raise
+    except OSError:
+        return False
+    return True
 
 
 @contextlib.contextmanager

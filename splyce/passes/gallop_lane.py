@@ -9,9 +9,9 @@ long side; Demaine et al., Lemire et al.) costs O(log ratio) per short coordinat
 The choice is made at run time, once per fiber pair, from the lengths ``lenB = hiB - pb`` and
 ``lenC = hiC - pc`` on entry:
 
-- when ``max(lenB, lenC) < (R + LOG_SLOPE * min(floor(log2(short)), LOG_CAP)) * short``, ``short = min(lenB,
-  lenC)`` (comparable lengths: R is the ``gallop`` option, the ratio from which 1-coordinate fibers gallop;
-  longer pairs need more, see ``_skew_threshold``), the fast lane and the scalar loop (the sparsifier's own ``scf.while``, the fast
+- when ``max(lenB, lenC) < skew_threshold(R, short)``, ``short = min(lenB, lenC)`` (comparable lengths: R is
+  the ``gallop`` option, the ratio from which short fibers of fewer than 8 coordinates gallop; longer pairs
+  need more), the fast lane and the scalar loop (the sparsifier's own ``scf.while``, the fast
   lane's epilogue) run exactly as without galloping;
 - otherwise a copy of the scalar loop runs alone and, after each step, jumps the long side's cursor to the
   first coordinate ``>=`` the short side's current one. The coordinates skipped are exactly those the
@@ -24,7 +24,6 @@ The choice is made at run time, once per fiber pair, from the lengths ``lenB = h
 from __future__ import annotations
 
 import hashlib
-import platform
 from dataclasses import replace
 
 from mlir import ir
@@ -43,16 +42,14 @@ PREFETCH_LINES = 64
 LINES_PER_SHORT = 4
 PREFETCH_FUNCTION_PREFIX = "_splyce_prefetch_"  # prefetches only: calls to it write nothing
 GALLOP_COUNTER_SLOT = 2  # profile counters: [fast lane, epilogue, galloping skips]
-PREFETCH_ASM = True      # x86-64: the prefetch loop as inline asm, not a call (_prefetch_asm)
-# prefetcht0 = memref.prefetch read, locality 3, data; the loop runs once at least (span >= 1 line)
-PREFETCH_ASM_TEXT = "1:\n\tprefetcht0 ($0)\n\taddq $$64, $0\n\tcmpq $2, $0\n\tjb 1b"
-_X86 = platform.machine().lower() in ("x86_64", "amd64")   # kernels run on the host (codegen.Target)
-# The length ratio from which galloping wins grows with the short fiber's length, up to ~4K coordinates
-# (docs/passes.md, "Threshold": crossover table by docs/scripts/gallop_crossover.py): gallop when long >=
-# (R + LOG_SLOPE * min(floor(log2(short)), LOG_CAP)) * short. With R alone, 1:16 pairs of 64K : 1M
-# coordinates galloped at 0.49-0.78x the fast lane.
+# The length ratio from which galloping wins grows with the short fiber's length from 8 coordinates (two
+# lane steps) up to ~4K (docs/passes.md, "Threshold": crossover table by docs/scripts/gallop_crossover.py):
+# gallop when long >= (R + LOG_SLOPE * L) * short, L = min(floor(log2(short)), LOG_CAP) from floor(log2(short))
+# >= LOG_FROM on, else 0. With R alone, 1:16 pairs of 64K : 1M coordinates galloped at 0.49-0.78x the fast
+# lane; with the log below 8 coordinates too, 4 : 64 pairs ran the lane at 1.8x galloping's time.
 LOG_SLOPE = 2
 LOG_CAP = 12
+LOG_FROM = 3
 
 
 def _coordinate(match: Coiteration, crd, position):
@@ -121,29 +118,7 @@ def _prefetch_lines(match: Coiteration, crd, lo, short_len) -> None:
     misses overlap, where the searches' probes are dependent loads that would each wait for their line."""
     per = _per_line(match)
     span = arith.minui(_index(per * PREFETCH_LINES), arith.muli(short_len, _index(per * LINES_PER_SHORT)))
-    if PREFETCH_ASM and _X86 and _contiguous(crd):
-        _prefetch_asm(crd, lo, arith.addi(lo, span), per)
-        return
     func.CallOp([], ir.FlatSymbolRefAttr.get(_prefetch_function(crd, per)), [crd, lo, arith.addi(lo, span)])
-
-
-def _contiguous(crd) -> bool:
-    """A rank-1 memref with the identity layout (not a strided view, as a COO level's coordinates are)."""
-    t = ir.MemRefType(crd.type)
-    return t.rank == 1 and "strided" not in str(t) and "affine_map" not in str(t)
-
-
-def _prefetch_asm(crd, lo, end, per: int) -> None:
-    """The prefetch loop as one inline-asm statement (x86-64): it clobbers one register and the flags, where
-    a call clobbers every caller-saved register, so the values the skewed branch keeps across the call had
-    to live in callee-saved ones, and LLVM spilled two of the fast lane's pointers to the stack (reloaded
-    every lane step: bench limit's dot 2-3 %, K2 ~5 % slower than gallop=0; docs/passes.md, "Prefetching
-    the long fiber"). LLVM cannot unroll or move it either (why the loop was a never-inlined call)."""
-    size = LINE_BYTES // per
-    i64 = ir.IntegerType.get_signless(64)
-    base = memref.extract_aligned_pointer_as_index(crd)
-    start, stop = (arith.index_cast(i64, arith.addi(base, arith.muli(p, _index(size)))) for p in (lo, end))
-    llvm.InlineAsmOp(i64, [start, stop], PREFETCH_ASM_TEXT, "=r,0,r,~{cc}", has_side_effects=True)
 
 
 def _prefetch_loop(crd, lo, end, per: int) -> None:
@@ -211,36 +186,47 @@ def _skewed(long_rem, short_rem, ratio):
 def skew_threshold(ratio: int, short: int) -> int:
     """The long fiber's length from which a pair with a ``short``-coordinate fiber (>= 1) gallops: what the
     IR of ``_skew_threshold`` computes, for tests and docs."""
-    return (ratio + LOG_SLOPE * min(short.bit_length() - 1, LOG_CAP)) * short
+    log2 = short.bit_length() - 1
+    return (ratio + (LOG_SLOPE * min(log2, LOG_CAP) if log2 >= LOG_FROM else 0)) * short
 
 
 def _skew_threshold(short_len, ratio: int):
-    """``(ratio + LOG_SLOPE * min(floor(log2(short_len)), LOG_CAP)) * short_len`` (``short_len >= 1``: the
-    empty-fiber guard is outside). Why the log: a search costs O(log gap) dependent probes per short
-    coordinate whatever the lengths, but the fast lane runs a long pair at its best (the hardware prefetcher
-    ahead, the entry and the epilogue paid once), so the crossover ratio grows with the pair's length:
-    ~20 for 8-coordinate short fibers, ~28 for 64, 32-40 from 512 on (docs/passes.md, "Threshold")."""
+    """``skew_threshold(ratio, short_len)`` in IR (``short_len >= 1``: the empty-fiber guard is outside).
+    Below 8 coordinates (``LOG_FROM``) the fast lane runs one step or none (the scalar loop walks the long
+    fiber), so galloping wins from low ratios (S = 1-4: 0.62-0.71x the lane at r = 16). Why the log above:
+    a search costs O(log gap) dependent probes per short coordinate whatever the lengths, but the fast
+    lane runs a long pair at its best (the hardware prefetcher ahead, the entry and the epilogue paid
+    once), so the crossover ratio grows with the pair's length: ~20 for 8-coordinate short fibers, ~25 for
+    64, 32-48 from 512 on (docs/passes.md, "Threshold")."""
     i64 = ir.IntegerType.get_signless(64)
     log2 = arith.subi(arith.constant(i64, 63), math.ctlz(arith.index_castui(i64, short_len)))
-    log2 = arith.minui(log2, arith.constant(i64, LOG_CAP))
-    factor = arith.addi(_index(ratio), arith.muli(arith.index_castui(ir.IndexType.get(), log2), _index(LOG_SLOPE)))
+    extra = arith.muli(arith.minui(log2, arith.constant(i64, LOG_CAP)), arith.constant(i64, LOG_SLOPE))
+    extra = arith.select(arith.cmpi(CMPI_UGE, log2, arith.constant(i64, LOG_FROM)), extra, arith.constant(i64, 0))
+    factor = arith.addi(_index(ratio), arith.index_castui(ir.IndexType.get(), extra))
     return arith.muli(short_len, factor)
 
 
 def _skew_flags(match: Coiteration, fast_op, ratio: int):
     """(skewed, C longer, B longer) from the fiber pair's lengths on entry, once per pair, before the fast
-    lane. ``skewed`` is one test, ``max(lenB, lenC) >= threshold(min(lenB, lenC))``, and the other two are
-    only read in the skewed branch (where the lengths differ): with the or of two ``len >= R * len`` tests
-    LLVM kept both loop-invariant products live across the j loop (spilled) and K1 ran 3-4 % slower than
-    without galloping; with one test, as fast."""
+    lane. ``skewed`` is ``max(lenB, lenC) >= threshold(min(lenB, lenC))`` (tested past ``max >= ratio *
+    min`` only), the other two are only read in the skewed branch (where the lengths differ): with the or
+    of two ``len >= R * len`` tests LLVM kept both loop-invariant products live across the j loop (spilled)
+    and K1 ran 3-4 % slower than without galloping; with one test, as fast."""
     inits = list(fast_op.operation.operands)
     pb, pc = (inits[p] for p in match.cursor_pos)
     hb, hc = match.bounds
     with ir.InsertionPoint(fast_op):
         len_b, len_c = arith.subi(hb, pb), arith.subi(hc, pc)
         longer, shorter = arith.maxui(len_b, len_c), arith.minui(len_b, len_c)
-        skewed = arith.cmpi(CMPI_UGE, longer, _skew_threshold(shorter, ratio))
-        return skewed, arith.cmpi(CMPI_UGT, len_c, len_b), arith.cmpi(CMPI_UGT, len_b, len_c)
+        # the threshold is >= ratio x short: test that first, and compute the threshold (lzcnt, multiply)
+        # only past it. Computed for every pair, triangle counting (pairs of a few coordinates) measured
+        # 2-9 % slower (bench real's corpus, loaded VM; "Threshold" in docs/passes.md).
+        maybe = scf.IfOp(_skewed(longer, shorter, ratio), [ir.IntegerType.get_signless(1)], has_else=True)
+        with ir.InsertionPoint(maybe.then_block):
+            scf.yield_([arith.cmpi(CMPI_UGE, longer, _skew_threshold(shorter, ratio))])
+        with ir.InsertionPoint(maybe.else_block):
+            scf.yield_([arith.constant(ir.IntegerType.get_signless(1), 0)])
+        return maybe.results[0], arith.cmpi(CMPI_UGT, len_c, len_b), arith.cmpi(CMPI_UGT, len_b, len_c)
 
 
 def _guard_empty_fibers(match: Coiteration, fast_op) -> None:
@@ -352,7 +338,8 @@ def describe_galloping(ratio: int) -> str:
     """The decision text of a two-fiber intersection's skew-aware path."""
     if not ratio:
         return "no galloping (gallop=0)"
-    return (f"galloping when long >= ({ratio} + {LOG_SLOPE} min(floor(log2 short), {LOG_CAP})) x short (the long fiber's first min({PREFETCH_LINES}, "
+    return (f"galloping when long >= ({ratio} + {LOG_SLOPE} L) x short, L = min(floor(log2 short), {LOG_CAP}) from "
+            f"short >= {1 << LOG_FROM}, else 0 (the long fiber's first min({PREFETCH_LINES}, "
             f"{LINES_PER_SHORT} x short length) coordinate lines prefetched when it has {LINES_PER_SHORT} per short "
             f"coordinate)")
 

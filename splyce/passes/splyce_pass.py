@@ -16,8 +16,7 @@ from mlir.dialects import memref
 
 from splyce.passes.coiteration_match import INSERT_KIND, Coiteration, Decline, match_coiteration, shape_name
 from splyce.passes.fast_lane import FastLaneBuilder, add_epilogue_count
-from splyce.passes.gallop_lane import (PREFETCH_ASM_TEXT, PREFETCH_FUNCTION_PREFIX, add_galloping, add_leapfrog,
-                                       describe_galloping)
+from splyce.passes.gallop_lane import PREFETCH_FUNCTION_PREFIX, add_galloping, add_leapfrog, describe_galloping
 from splyce.passes.insert_lane import InsertLaneBuilder
 from splyce.passes.union_insert import UnionInsert, UnionInsertBuilder, match_union_insert
 from splyce.passes.union_lane import UnionLaneBuilder, add_tail_count, simd_blocker
@@ -72,8 +71,7 @@ _STORE_OPS = {"memref.store": 1, "vector.store": 1, "vector.maskedstore": 0, "ve
 _PURE_PREFIXES = ("arith.", "math.", "scf.", "vector.", "llvm.extractvalue", "llvm.insertvalue",
                   "llvm.mlir.poison", "llvm.mlir.undef", "llvm.mlir.constant",
                   "llvm.intr.expect", "memref.load", "memref.dim",
-                  "memref.alloca", "memref.get_global", "memref.extract_strided_metadata",
-                  "memref.extract_aligned_pointer_as_index") + _VIEW_OPS
+                  "memref.alloca", "memref.get_global", "memref.extract_strided_metadata") + _VIEW_OPS
 
 
 def _memref_root(value):
@@ -114,9 +112,6 @@ def _loop_may_write(loop, load) -> bool:
         elif inner.name == "func.call" and \
                 ir.FlatSymbolRefAttr(inner.attributes["callee"]).value.startswith(PREFETCH_FUNCTION_PREFIX):
             continue                                    # galloping's prefetch: writes nothing
-        elif inner.name == "llvm.inline_asm" and \
-                ir.StringAttr(inner.attributes["asm_string"]).value == PREFETCH_ASM_TEXT:
-            continue                                    # the same prefetch as inline asm
         elif not inner.name.startswith(_PURE_PREFIXES):
             return True
     return False

@@ -17,17 +17,14 @@ their ratios matter.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
-from dataclasses import dataclass
-
 from splyce.native.records import record
 
 MAX_PERMUTED_INDICES = 7     # beyond this many indices only the heuristic order is costed (7! = 5040)
 
 
-@dataclass(frozen=True)
+@record
 class Operand:
     subs: str                 # its einsum subscripts
     shape: tuple[int, ...]
@@ -46,7 +43,7 @@ class Operand:
     def restored(self, loops: str) -> "Operand":
         """The same operand with its levels stored in loop order (same level kinds)."""
         dims = tuple(sorted(range(len(self.subs)), key=lambda d: loops.index(self.subs[d])))
-        return dataclasses.replace(self, order=dims)
+        return self._replace(order=dims)
 
     @property
     def size(self) -> float:

@@ -10,7 +10,6 @@ plan is cached with the kernel (per input shapes, dtypes and formats); ``lower(.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -46,7 +45,7 @@ class Step:
     result: bool               # a result of the function (else an intermediate the kernel allocates)
 
 
-@dataclass(frozen=True)
+@record(compare=("source", "trace", "sources", "steps", "fusions", "nnz", "derived"))
 class Plan:
     source: Trace
     trace: Trace               # what is lowered: fused, loop orders chosen, converted inputs appended
@@ -56,7 +55,7 @@ class Plan:
     nnz: tuple[int, ...]       # of the call's arguments (the source trace's inputs)
     derived: tuple[Derived, ...] = ()   # kernel inputs after the arguments: transposes read in place
     # values of the constants frozen at trace time (tracer/captures.py): the source trace's last inputs
-    constants: tuple = field(default=(), compare=False)
+    constants: tuple = ()      # (not compared)
 
     @property
     def cost(self) -> float:

@@ -61,16 +61,34 @@ def codegen_source_files() -> list[Path]:
 
 def compiler_sources_hash() -> str:
     """sha256 over ``CODEGEN_SOURCES``, computed once per process: a changed compiler never reuses stale
-    code."""
+    code. Memoized in the cache folder by the files' sizes and modification times (``host-sources-*.json``),
+    so that a process loading its kernels reads none of the ~50 files."""
     global _SOURCES_HASH
     with _sources_lock:
         if _SOURCES_HASH is None:
             root = Path(__file__).parent.parent
+            files = codegen_source_files()
+            memo = None
+            if enabled():
+                stamp = hashlib.sha256()
+                for path in files:
+                    st = path.stat()
+                    stamp.update(f"{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}\n".encode())
+                memo = cache_dir() / f"{object_cache.HOST_PREFIX}sources-{stamp.hexdigest()[:24]}.json"
+                try:
+                    found = json.loads(memo.read_text()).get("sha256")
+                except (OSError, ValueError, AttributeError):
+                    found = None
+                if isinstance(found, str) and len(found) == 64:
+                    _SOURCES_HASH = found
+                    return found
             digest = hashlib.sha256()
-            for path in codegen_source_files():
+            for path in files:
                 digest.update(path.relative_to(root).as_posix().encode() + b"\0")
                 digest.update(path.read_bytes() + b"\0")
             _SOURCES_HASH = digest.hexdigest()
+            if memo is not None:
+                object_cache.write_text(memo, json.dumps({"sha256": _SOURCES_HASH}))
     return _SOURCES_HASH
 
 

@@ -682,8 +682,8 @@ def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast
         threads (None: all cores). Results are bit-identical to one thread. Kernels whose outer loop is not
         independent run on one thread and say why in ``lower(...).as_text("splyce")``.
     gallop : int, optional
-        Two-fiber intersections whose long fiber has at least ``(gallop + 2 min(floor(log2 short), 12))``
-        times the short one's coordinates (k-way: the longest ``gallop`` times the shortest's) skip ahead by
+        Two-fiber intersections whose long fiber has at least ``gallop + 2 min(floor(log2 short), 12)``
+        (short fibers of 8 coordinates or more; ``gallop`` below) times the short one's coordinates (k-way: the longest ``gallop`` times the shortest's) skip ahead by
         exponential and binary search instead of the all-pairs fast lane; 0: never. Bit-identical either way.
     union : bool or None, optional
         The union fast lane for sparse add / subtract / maximum: None for CSR-like sparse outputs, True for
@@ -691,7 +691,8 @@ def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast
     library : bool, optional
         A function that is one drop-in operation on its arguments (``a @ x`` on a CSR, ``a * b`` of two CSRs)
         runs the drop-in's native kernel when the drop-in's rules choose one and its results are the MLIR
-        kernel's bit for bit; ``as_text("plan")`` says so. False: always the MLIR kernel.
+        kernel's bit for bit; ``as_text("plan")`` says so. False: always the MLIR kernel. An elementwise op
+        jitted with ``union=`` or ``gallop=`` given runs the MLIR kernel too (they choose among its loops).
 
     Returns
     -------
