@@ -191,3 +191,27 @@ def test_host_facts_are_llvmlites_answers_memoized_in_the_cache_folder(tmp_path,
         assert host.facts() == answer and host.asked == asked + 2     # a damaged memo is asked again
     finally:
         host.facts.cache_clear()
+
+
+def test_a_library_that_does_not_load_falls_back_to_llvmlite_with_one_warning(tmp_path, monkeypatch):
+    """A freshly linked library the loader refuses (a noexec folder): this process warns once and goes on
+    with object code through llvmlite; the helper still works."""
+    import ctypes
+
+    from splyce.native import shared_lib
+
+    monkeypatch.setenv("SPLYCE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(shared_lib, "_disabled", None)
+
+    def refuse(path, global_symbols=False):
+        raise OSError(f"{path}: failed to map segment from shared object")
+
+    monkeypatch.setattr(shared_lib, "load", refuse)
+    sig = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)
+    with pytest.warns(UserWarning, match="cannot link or load native code as a shared library"):
+        fn = codegen.compile_host_helpers(IR.replace("twice", "twice_nx"), {"twice_nx": sig})["twice_nx"]
+    assert fn(7) == 14
+    assert shared_lib.linker() is None and codegen.artifact_kind() == "object"
+    (entry,) = _entries(tmp_path)
+    assert object_cache.decode(entry.read_bytes()).metadata["artifact"] == "object"
+    assert not list(tmp_path.glob("link-*"))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import bisect
 import contextvars
 import functools
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -65,17 +64,30 @@ def loop(ir: IR, start: str, stop: str, body, after: str) -> None:
     ir(f"  br label %{head}")
 
 
-class ContextPool(ThreadPoolExecutor):
-    """A thread pool whose tasks run in a copy of the submitting thread's context, so that a drop-in's
-    workers allocate with the same NumPy allocator as its caller (native/memory_pool.py)."""
+@functools.cache
+def _context_pool_class():
+    """ContextPool, defined on first use: ``concurrent.futures.thread`` (and ``queue``) cost a fresh process
+    ~1-2 ms to import, and most first calls run on one thread."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    def submit(self, fn, /, *args, **kwargs):
-        return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
+    class ContextPool(ThreadPoolExecutor):
+        """A thread pool whose tasks run in a copy of the submitting thread's context, so that a drop-in's
+        workers allocate with the same NumPy allocator as its caller (native/memory_pool.py)."""
+
+        def submit(self, fn, /, *args, **kwargs):
+            return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
+
+    return ContextPool
+
+
+def context_pool(max_workers: int, thread_name_prefix: str):
+    """A ``ThreadPoolExecutor`` whose tasks run in a copy of the submitting thread's context."""
+    return _context_pool_class()(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
 
 
 @functools.cache
-def pool(workers: int) -> ThreadPoolExecutor:
-    return ContextPool(max_workers=workers, thread_name_prefix="splyce-native")
+def pool(workers: int):
+    return context_pool(workers, "splyce-native")
 
 
 def row_chunks(indptr: np.ndarray, threads: int) -> list[tuple[int, int]]:

@@ -7,7 +7,8 @@ loads with ``ctypes`` in well under a millisecond, without llvmlite. The disk ca
 itself (native/object_cache.py puts its check after the code), so a later process dlopens the entry file.
 
 Linking: ``$SPLYCE_LINKER`` names the linker (``ld`` or a compiler driver such as ``cc``; ``none``: never
-link, load object code through llvmlite as before); by default ``ld``, else ``cc``, found on ``PATH``.
+link, load object code through llvmlite as before); by default ``ld``, else ``cc``, found on ``PATH`` (on
+Linux; elsewhere only when ``$SPLYCE_LINKER`` names one).
 ``-Bsymbolic`` binds each library's calls to its own functions (every kernel defines ``splyce_entry``). A
 library's undefined symbols are libc's (and libm's) and the checked allocator's ``__splyce_*`` functions
 (backend/alloc_guard.py), which its helper library, loaded with ``RTLD_GLOBAL`` before any kernel, provides.
@@ -22,6 +23,7 @@ import ctypes
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import warnings
@@ -53,6 +55,8 @@ def _configured(setting: str) -> list[str] | None:
         return _found[setting]
     if setting.lower() in ("none", "0", "off", "no", "false"):
         command = None
+    elif not setting and not sys.platform.startswith("linux"):
+        command = None      # the flags below are GNU / ELF ones: elsewhere only a linker asked for is used
     else:
         names = [setting] if setting else ["ld", "cc"]
         command = None

@@ -10,14 +10,13 @@ from __future__ import annotations
 import functools
 import math
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from splyce.backend.compiler import Lowering, lower   # no MLIR until lower() runs
 from splyce.native import memory_pool
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import ContextPool
+from splyce.native.ir_text import context_pool
 from splyce.planner import nonfinite
 from splyce.planner.plan import Plan
 from splyce.runtime import arguments
@@ -260,9 +259,9 @@ CHUNKS_PER_THREAD = 4
 
 
 @functools.cache
-def _pool(threads: int) -> ThreadPoolExecutor:
+def _pool(threads: int):
     """Worker threads for kernels run on ``threads`` threads (the caller's thread is one of them)."""
-    return ContextPool(max_workers=max(threads - 1, 1), thread_name_prefix="splyce")
+    return context_pool(max(threads - 1, 1), "splyce")
 
 
 def _input_ranks(inputs):
