@@ -104,9 +104,11 @@ def _masked_sum(op: LibraryOp, roles: dict, factors: str) -> LibraryCall:
 
     def run(args, threads):
         a, b, c = (args[roles[r]] for r in "abm")
-        # one thread for floats: a sum split across threads is reassociated (integers: the same sum)
+        # one thread for floats: a sum split across threads is reassociated (integers: the same sum); a 0/1
+        # pattern (triangle counting) is counted, branch-free: each term is exactly one, the sum the count
         return masked.masked_sum(_parts(a), _parts(b), _parts(c), c.shape[1], dtype,
-                                 threads if dtype.kind in "iu" else 1, factors=factors.replace("m", "c"))
+                                 threads if dtype.kind in "iu" else 1, factors=factors.replace("m", "c"),
+                                 count_ones=True)
     return LibraryCall(op, "masked-sum", run)
 
 

@@ -401,7 +401,8 @@ def _gather(vals, cols, ends, mp, chunks, kept, threads: int = 1):
     return vals, cols, indptr
 
 
-def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1, with_proof: bool = False, factors: str = "abc"):
+def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1, with_proof: bool = False, factors: str = "abc",
+               count_ones: bool = False):
     """``einsum("ij,jk,ik->", A, B, C)``, summed in the sparsifier kernel's order (see ``_masked_sum_ir``): a
     NumPy scalar of ``dtype``. ``a``, ``b``, ``c``: validated CSR parts ``(data, indices, indptr)`` with
     values of ``dtype`` (columns of B and C in ``[0, n_cols)``, C's unique within a row). Work: ``nnz(C) + sum
@@ -411,7 +412,8 @@ def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1, with_proof: bool =
     split reduction does; exact for integers and integer-valued floats). ``with_proof``: returns ``(sum,
     finite)``, ``finite`` True when every value is finite: proved by the count (every value one) or by a scan
     of the values run beside the chunks (``planner.nonfinite`` needs no pass of its own then). ``factors``: the
-    order of each term's multiplications (``_masked_sum_ir``)."""
+    order of each term's multiplications (``_masked_sum_ir``). ``count_ones``: on one thread too, count the
+    hits when every value is one (``_counted_sum``; the drop-in's one-thread fast path does so itself)."""
     av, ac, ap = a
     bv, bc, bp = b
     cv, cc, cp = c
@@ -424,7 +426,7 @@ def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1, with_proof: bool =
         fn(_address(ap), _address(ac), _address(av), _address(bp), _address(bc), _address(bv), _address(cp),
            _address(cc), _address(cv), lo, hi, _address(mark), _address(out) + t * dtype.itemsize)
 
-    if len(chunks) > 1:
+    if len(chunks) > 1 or count_ones:
         def summed(lo, hi, mark):
             one = np.empty(1, dtype=dtype)
             summed_into(one, 0, lo, hi, mark)
