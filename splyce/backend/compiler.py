@@ -137,6 +137,7 @@ def lower(trace: Trace, options: Options) -> Lowering:
     from splyce.lowering.to_mlir import lower_trace
     from splyce.passes import noalias
     from splyce.passes.dealloc_guard import drop_foreign_deallocs
+    from splyce.passes.flatten_elementwise import flatten_elementwise
     from splyce.passes.widen_i1 import widen_i1_memrefs
 
     low = Lowering(trace, options)
@@ -173,6 +174,8 @@ def lower(trace: Trace, options: Options) -> Lowering:
             record("splyce", threads_note + "// splyce: vectorize=False, the plain sparsifier's loops\n" +
                    str(module), start)
 
+        flatten_elementwise(module)   # dense elementwise loop nests as one flat loop (no gathers)
+        module.operation.verify()
         entry = _entry_function(module)
         entry.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
         low.result_ranks = tuple(ir.MemRefType(t).rank for t in ir.FunctionType(

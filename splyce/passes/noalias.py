@@ -161,10 +161,24 @@ def _written(name: str, functions: dict, memo: dict) -> frozenset:
             memrefs = [(k, v) for k, v in memrefs if k in inner]
         elif op.name in ("scf.yield", "scf.condition"):
             continue   # passes the buffer on: followed by _Roots where it is used
+        else:
+            memrefs = [(k, v) for k, v in memrefs if k in _written_operands(op)]
         for _, v in memrefs:   # a store, a copy, a fill, a dealloc, any op not known to only read
             written |= {i for kind, i in roots.of(v) if kind == "arg"}
     memo[name] = frozenset(written)
     return memo[name]
+
+
+def _written_operands(op: ir.Operation) -> range:
+    """The operand indices an op may write: a linalg op's outputs (destination-passing style), a copy's
+    target, every operand of any other op."""
+    n = len(op.operands)
+    if op.name == "memref.copy":
+        return range(1, 2)
+    if op.name.startswith("linalg.") and "operandSegmentSizes" in op.attributes:
+        ins, outs = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))[:2]
+        return range(ins, ins + outs)
+    return range(n)
 
 
 def analyze(module: ir.Module, entry: str, n_outputs: int) -> Plan:
