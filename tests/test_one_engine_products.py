@@ -50,8 +50,8 @@ def _both(body, args, out_format=None, threads=1):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32])
 @pytest.mark.parametrize("seed", range(3))
 def test_spgemm_rows_of_every_length_bit_for_bit(dtype, seed):
-    """Rows of 0, <= 8 (insertion sort), <= 96 (vector ranks) and longer (bitmap) entries, special values,
-    one and two threads."""
+    """Rows of 0, <= 16 (one-vector ranks) and longer (bitmap) entries, special values, one and two
+    threads."""
     rng = np.random.default_rng(seed)
     n = (40, 150, 700)[seed]
     a = splyce.asarray(_csr(rng, n, n, 6 / n, dtype, empty_rows=0.1, long_rows=3))
@@ -83,6 +83,25 @@ def test_spgemm_64_bit_indices_and_rectangles():
     got = fast(a, b)
     _same(got, mlir(a, b))
     assert got.indices.dtype == np.int64 and isinstance(fast.kernel_for(a, b)[0], LibraryKernel)
+
+
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_spgemm_rows_spread_over_many_columns(index):
+    """Rows of more than 16 entries spread over 40,000 columns (the bitmap's two levels; the rows of
+    test_spgemm_rows_of_every_length span few words, walked one by one), and rows of 9-16 entries (int64
+    columns: vector ranks over the row)."""
+    rng = np.random.default_rng(9)
+    a = splyce.asarray(_csr(rng, 80, 60, 0.03, index=index))
+    b = _csr(rng, 60, 40_000, 1.5e-4, index=index)
+    near = _csr(rng, 60, 200, 0.03, index=index)         # clustered in the first 200 columns
+    b = sps.csr_array(sps.hstack([near, b[:, 200:]], format="csr").astype(b.dtype))
+    b = splyce.asarray(sps.csr_array((b.data, b.indices.astype(index), b.indptr.astype(index)), shape=b.shape))
+    fast, mlir = _both(lambda a, b: a @ b, None, "sparse")
+    got = fast(a, b)
+    _same(got, mlir(a, b))
+    lengths = np.diff(got.indptr)
+    assert lengths.max() > 16 and ((lengths > 8) & (lengths <= 16)).any()
+    assert isinstance(fast.kernel_for(a, b)[0], LibraryKernel)
 
 
 def test_spgemm_plan_is_the_dropins_native_product():
