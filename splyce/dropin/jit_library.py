@@ -15,7 +15,7 @@ from splyce.dropin.formulation import Formulation, choose_matmul_formulation
 from splyce.dropin.operands import _native_values
 from splyce.dropin.operands import OperandInfo
 from splyce.native import memory_pool
-from splyce.dropin.products import matmul
+from splyce.dropin.products import matmul, spmspv_tensor, spmv_tensor
 from splyce.runtime.library import LibraryCall, LibraryOp
 
 def _info(t) -> OperandInfo:
@@ -43,10 +43,20 @@ def _pool(nbytes: int):
 def _csr_times_dense(args, threads: int):
     """The drop-in's SpMV / SpMM kernel on the jit's operands as they come: a checked CSR SparseTensor and a
     C-contiguous array of its dtype (``arguments.prepare`` made them so), with no per-call conversion."""
-    from splyce.native import spmv
-
     a, x = args
-    return spmv.csr_times_dense(a.pos[1], a.crd[1], a.values, x, threads)
+    y = spmv_tensor(a, x, threads)      # the drop-in's fast-path kernel on the tensor's buffers
+    if y is None:                       # a dtype, column count or thread split that path does not take
+        from splyce.native import spmv
+
+        y = spmv.csr_times_dense(a.pos[1], a.crd[1], a.values, x, threads)
+    return y
+
+
+def _csr_times_sparse_vector(args, threads: int):
+    """SpMSpV: the drop-in's scatter and fast-path SpMV on the tensors' buffers (``spmspv_tensor``), else the
+    drop-in's general path on them."""
+    y = spmspv_tensor(*args, threads)
+    return matmul(*args, threads=threads) if y is None else y
 
 
 def _coiterated(name: str, transposed, out):
@@ -136,8 +146,9 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
         if formulation not in (Formulation.SPARSE_TIMES_DENSE, Formulation.SCATTER_VECTOR):
             return None
         nbytes = int(np.prod(op.out.shape)) * np.dtype(op.out.dtype).itemsize
-        product = _csr_times_dense if formulation is Formulation.SPARSE_TIMES_DENSE else \
-            (lambda args, t: matmul(*args, threads=t))
+        product = _csr_times_dense if formulation is Formulation.SPARSE_TIMES_DENSE else _csr_times_sparse_vector
+        if nbytes < memory_pool.POOL_MIN:
+            return LibraryCall(op, formulation.value, product)     # no handler switch: the call as it is
 
         def run(args, t):
             with _pool(nbytes):

@@ -167,11 +167,29 @@ def _fast_spmv(a, x, threads=1):
     ndim = x.ndim
     if type(a) not in scipy_csr_types() or not 1 <= ndim <= 2:
         return None
-    global _spmv_last, _spmv_layout
     data, indices, indptr = a.data, a.indices, a.indptr
     # the kernel reads each array's data pointer from the object itself: ndarrays (or subclasses) only
     if not (isinstance(data, np.ndarray) and isinstance(indices, np.ndarray) and isinstance(indptr, np.ndarray)):
         return None
+    return _spmv_buffers(a, data, indices, indptr, x, several)
+
+
+def spmv_tensor(a: SparseTensor, x: np.ndarray, threads: int = 1):
+    """``a @ x`` for a validated CSR SparseTensor ``a`` and a NumPy ``x`` (1-D, or 2-D of up to ``SPMM_FIXED``
+    columns) of its value dtype, on the drop-in's fast-path kernel (the same kernel, the same bits, as
+    ``_fast_spmv``), or None when that path does not apply. The jit's library route calls it: the tensor
+    was checked when it was made, so nothing is re-checked here but what the kernel reads as it goes."""
+    several = type(threads) is not int or threads != 1
+    ndim = x.ndim
+    if type(x) is not np.ndarray or not 1 <= ndim <= 2 or (several and _several_threads(threads) is None):
+        return None
+    return _spmv_buffers(a, a.values, a.crd[1], a.pos[1], x, several)
+
+
+def _spmv_buffers(a, data, indices, indptr, x, several: bool):
+    """``_fast_spmv`` on ``a``'s buffers (``a`` for its shape and an error's wording)."""
+    global _spmv_last, _spmv_layout
+    ndim = x.ndim
     nnz = len(data)
     if several and nnz * (x.shape[1] if ndim == 2 else 4) > SERIAL_MAX_WORK:
         return None
@@ -221,7 +239,31 @@ def _fast_spmv(a, x, threads=1):
         return None
     y = np.empty(m if ndim == 1 else (m, variant), dtype=dtype)
     if entry(id(indptr), id(indices), id(data), id(x), id(y), n, m, nnz):
+        if type(a) is SparseTensor:       # checked when made: its buffers were changed in place since
+            raise ValueError("a: malformed CSR index arrays (the SparseTensor's buffers were modified after it "
+                             "was made)")
         _raise_bad_product_operand(a)
+    return y
+
+
+def spmspv_tensor(a: SparseTensor, x: SparseTensor, threads: int = 1):
+    """``a @ x`` for a validated CSR SparseTensor ``a`` and a validated sparse vector ``x`` (one compressed
+    level of unique coordinates) of ``a``'s value dtype, as a dense NumPy vector, or None when the fast path
+    does not apply: ``x`` scattered dense (as ``x.to_numpy()`` does), ``spmv_tensor``, and the pairs of a NaN /
+    Inf of ``a`` and a missing entry of ``x`` skipped, as the general path does (``_matmul``'s SCATTER_VECTOR),
+    without its conversions and result wrapping. The jit's library route calls it."""
+    level = x.format.levels[0]
+    if not level.unique or x.values.dtype != a.values.dtype:
+        return None
+    coords = x.crd[0]
+    n = x.shape[0]
+    dense = np.zeros(n, dtype=x.values.dtype)
+    dense[coords] = x.values
+    y = spmv_tensor(a, dense, threads)
+    if y is None:
+        return None
+    if _nonfinite.maybe_nan(y):        # a NaN / Inf of a times a missing entry of x: the pair is skipped
+        y = _nonfinite.resum_rows(y, a.pos[1], a.crd[1], a.values, _nonfinite.stored_mask(coords, n), dense)
     return y
 
 
