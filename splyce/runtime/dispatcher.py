@@ -221,15 +221,32 @@ class Jitted:
     def __call__(self, *args, **kwargs):
         if kwargs:
             raise TypeError("jitted functions take positional arguments only")
-        if any(isinstance(a, Tracer) for a in args):   # called from another jitted function: inline
+        kernel = self._filed(args)        # the fast path: a kernel filed under the arguments' signature
+        if kernel is not None:
+            values = [a.tensor if type(a) is arguments.Checked else a for a in args]
+        elif any(isinstance(a, Tracer) for a in args):   # called from another jitted function: inline
             return self.fun(*args)
-        kernel, values = self.kernel_for(*args)
+        else:
+            kernel, values = self.kernel_for(*args)
         results = kernel.run_exact(values)
         if kernel.coo_sources is not None and self.out_format is None:
             results = _as_coo_where_scipy_keeps_it(kernel.coo_sources, results, args)
         if kernel.sparse_results:
             results = _as_matrix_where_scipy_gives_it(results, args)
         return _unflatten(kernel.result_tree, results)
+
+    def _filed(self, args):
+        """The kernel filed under ``args``' cheap signature (``_fast_signature``; a hit counted), or None: the
+        whole of a cached call's work before the kernel runs, for a function that captures no constants (a
+        Tracer, a scipy operand or a strided array gives no signature)."""
+        if self._sites:
+            return None
+        signature = _fast_signature(args)
+        kernel = self._by_signature.get(signature) if signature is not None else None
+        if kernel is not None:
+            with self._lock:
+                self.hits += 1
+        return kernel
 
     def kernel_for(self, *args) -> tuple[Kernel, list]:
         """The compiled kernel for these arguments (compiling on a miss) and the prepared operands."""

@@ -1,0 +1,97 @@
+"""A cached jitted call on the library route (runtime/library.py, dropin/jit_library.py): SpMV and SpMSpV on
+validated SparseTensors run the drop-in's fast-path SpMV kernel on the tensors' buffers; a second call builds
+no cache key, prepares and validates nothing, and never enters the drop-in's general matmul path. Results
+checked against scipy and against the MLIR kernel (``library=False``), bit for bit."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+import splyce
+from splyce.dropin import jit_library, products
+from splyce.runtime import arguments, dispatcher
+
+
+def _csr(m, n, density, seed):
+    a = sps.random_array((m, n), density=density, format="csr", random_state=seed)
+    a.data[:] = np.arange(1, a.nnz + 1) % 7 - 3.0
+    return a
+
+
+def _vector(n, k, seed):
+    rng = np.random.default_rng(seed)
+    idx = np.sort(rng.choice(n, k, replace=False))
+    return sps.coo_array((rng.uniform(-1, 1, k), (idx,)), shape=(n,))
+
+
+def _count(monkeypatch, module, name, seen):
+    real = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a, **k: (seen.append(name), real(*a, **k))[1])
+
+
+@pytest.mark.parametrize("op", ["spmv", "spmspv"])
+def test_a_cached_call_does_only_the_kernel_call(monkeypatch, op):
+    a = _csr(600, 500, 0.01, 1)
+    x = np.linspace(-1.0, 1.0, 500) if op == "spmv" else _vector(500, 5, 2)
+    A = splyce.asarray(a)
+    X = x if op == "spmv" else splyce.asarray(x)
+    f = splyce.jit(lambda a, x: a @ x)
+    first = f(A, X)
+    assert "native kernel library" in f.lower(A, X).as_text("plan")
+    seen = []
+    for name in ("prepare", "validate"):
+        _count(monkeypatch, arguments, name, seen)
+    _count(monkeypatch, products, "_matmul", seen)
+    kernel = "spmv_tensor" if op == "spmv" else "spmspv_tensor"
+    _count(monkeypatch, jit_library, kernel, seen)
+    monkeypatch.setattr(dispatcher.Jitted, "_key",
+                        lambda *args: seen.append("_key"))
+    hits = f.cache_info().hits
+    for _ in range(3):
+        out = f(A, X)
+        np.testing.assert_array_equal(out, first)
+    assert f.cache_info().hits == hits + 3
+    assert seen == [kernel] * 3          # no key, no preparation, no validation, no general path
+    ref = a @ (x if op == "spmv" else x.toarray())
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("special", [np.nan, np.inf])
+def test_spmspv_skips_a_nonfinite_entry_times_a_missing_one_as_the_mlir_kernel(special):
+    a = _csr(300, 300, 0.05, 3)
+    a.data[::4] = special
+    x = _vector(300, 3, 4)
+    A, X = splyce.asarray(a), splyce.asarray(x)
+    assert "native kernel library" in splyce.jit(lambda a, x: a @ x).lower(A, X).as_text("plan")
+    native = splyce.jit(lambda a, x: a @ x)(A, X)
+    mlir = splyce.jit(lambda a, x: a @ x, library=False)(A, X)
+    assert native.tobytes() == mlir.tobytes()
+    ref = a @ x                     # scipy skips the pairs as well
+    ref = ref.toarray() if hasattr(ref, "toarray") else ref
+    assert not np.isfinite(native).all() and np.array_equal(native, ref, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.complex128])
+@pytest.mark.parametrize("op", ["spmv", "spmspv"])
+def test_library_route_matches_the_mlir_kernel_bit_for_bit(dtype, op):
+    a = _csr(800, 700, 0.01, 5).astype(dtype)
+    x = (np.arange(700) % 5 - 2).astype(dtype) if op == "spmv" else _vector(700, 6, 6).astype(dtype)
+    A = splyce.asarray(a)
+    X = x if op == "spmv" else splyce.asarray(x)
+    if dtype is np.float64:
+        assert "native kernel library" in splyce.jit(lambda a, x: a @ x).lower(A, X).as_text("plan")
+    for _ in range(2):      # the compiling call and a cached one
+        native = splyce.jit(lambda a, x: a @ x)(A, X)
+        mlir = splyce.jit(lambda a, x: a @ x, library=False)(A, X)
+        assert native.dtype == mlir.dtype and native.tobytes() == mlir.tobytes()
+
+
+def test_a_tensor_whose_buffers_were_broken_after_it_was_made_raises_not_crashes():
+    a = _csr(20, 20, 0.3, 7)
+    A = splyce.asarray(a)
+    f = splyce.jit(lambda a, x: a @ x)
+    x = np.ones(20)
+    f(A, x)
+    A.crd[1][0] = 10_000           # past the columns: the kernel's own reads catch it
+    with pytest.raises(ValueError, match="malformed"):
+        f(A, x)
