@@ -224,6 +224,9 @@ class Jitted:
         kernel = self._filed(args)        # the fast path: a kernel filed under the arguments' signature
         if kernel is not None:
             values = [a.tensor if type(a) is arguments.Checked else a for a in args]
+            direct = kernel.direct
+            if direct is not None:        # the kernel's whole call, result rules included, as one closure
+                return direct(values)
         elif any(isinstance(a, Tracer) for a in args):   # called from another jitted function: inline
             return self.fun(*args)
         else:
@@ -587,6 +590,9 @@ def _flatten_outputs(out):
                      f"{type(out).__name__}")
 
 
+_SIGNATURE = "dispatcher.signature"      # a validated tensor's part of ``_fast_signature``, in its memo
+
+
 def _fast_signature(args) -> tuple | None:
     """A cheap key for arguments that ``arguments.prepare`` passes through unchanged, or None: tensors the
     drop-ins just built and checked (``Checked``: keyed by shape, dtype and format, all that ``prepare`` looks
@@ -599,8 +605,14 @@ def _fast_signature(args) -> tuple | None:
         if kind is arguments.Checked:
             t = a.tensor
             parts.append((t.shape, t.values.dtype, t.format))
-        elif kind is SparseTensor and a.validated and _passes_through(a.format):
-            parts.append((a.shape, a.values.dtype, a.format))    # checked once already (docs/caches.md)
+        elif kind is SparseTensor:
+            memo = a.memo()
+            part = memo.get(_SIGNATURE)     # made once per tensor: its shape, dtype and format never change
+            if part is None:
+                if not (a.validated and _passes_through(a.format)):
+                    return None
+                part = memo[_SIGNATURE] = (a.shape, a.values.dtype, a.format)   # checked once already
+            parts.append(part)                                                  # (docs/caches.md)
         elif kind is np.ndarray and a.flags.c_contiguous:
             parts.append((a.shape, a.dtype))
         else:

@@ -28,6 +28,8 @@ from splyce.tracer.ir import TensorType
 class Kernel:
     """One compiled specialization: its lowering, native entry point and output layout."""
 
+    direct = None      # no one-closure cached call (runtime/library.py's kernels have one)
+
     def __init__(self, lowering: Lowering, result_tree, plan: Plan):
         self.lowering = lowering
         self.result_tree = result_tree

@@ -211,6 +211,24 @@ class LibraryKernel:
         self._prepares = bool(plan.derived) or plan.needs_conversion or bool(plan.constants)
         self._kernel = None
         self._kernel_lock = threading.Lock()
+        self.direct = self._direct() if result_tree is None and not self.sparse_results else None
+
+    def _direct(self):
+        """The whole cached call as one closure, for a plan whose one dense result is the call's value and
+        whose operands are arguments as they come (``Jitted.__call__`` runs it on a signature hit): the
+        native call, and ``run_exact``'s result rules only when the result is not already the traced
+        array. None otherwise."""
+        if self.call.op.reads is not None or self._prepares or self._shape == ():
+            return None
+        run, operands, threads = self.call.run, self.call.op.operands, self.threads
+        dtype, shape = self._dtype, self._shape
+
+        def direct(values: list):
+            out = run([values[i] for i in operands], threads)
+            if type(out) is np.ndarray and (out.dtype is dtype or out.dtype == dtype) and out.shape == shape:
+                return out
+            return self._finish(out, values)[0]
+        return direct
 
     def kernel(self):
         """The MLIR kernel of the same plan, compiled on first use."""
@@ -226,6 +244,11 @@ class LibraryKernel:
         else:
             inputs = self.plan.prepare(values) if self._prepares else values
             out = self.call.run([inputs[i] for i in self.call.op.operands], self.threads)
+        return self._finish(out, values)
+
+    def _finish(self, out, values: list) -> list:
+        """``run_exact``'s results from the native call's ``out``: the MLIR kernel's when a guarded call
+        declined the values; a dense result as the traced array."""
         if out is None:                         # a guarded call declined these values
             return self.kernel().run_exact(values)
         if not self.sparse_results:
