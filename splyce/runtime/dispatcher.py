@@ -221,9 +221,9 @@ class Jitted:
     def __call__(self, *args, **kwargs):
         if kwargs:
             raise TypeError("jitted functions take positional arguments only")
-        kernel = self._filed(args)        # the fast path: a kernel filed under the arguments' signature
+        values = []
+        kernel = self._filed(args, values)   # the fast path: a kernel filed under the arguments' signature
         if kernel is not None:
-            values = [a.tensor if type(a) is arguments.Checked else a for a in args]
             direct = kernel.direct
             if direct is not None:        # the kernel's whole call, result rules included, as one closure
                 return direct(values)
@@ -238,13 +238,13 @@ class Jitted:
             results = _as_matrix_where_scipy_gives_it(results, args)
         return _unflatten(kernel.result_tree, results)
 
-    def _filed(self, args):
+    def _filed(self, args, values: list | None = None):
         """The kernel filed under ``args``' cheap signature (``_fast_signature``; a hit counted), or None: the
         whole of a cached call's work before the kernel runs, for a function that captures no constants (a
-        Tracer, a scipy operand or a strided array gives no signature)."""
+        Tracer, a scipy operand or a strided array gives no signature). ``values`` receives the operands."""
         if self._sites:
             return None
-        signature = _fast_signature(args)
+        signature = _fast_signature(args, values)
         kernel = self._by_signature.get(signature) if signature is not None else None
         if kernel is not None:
             with self._lock:
@@ -593,15 +593,18 @@ def _flatten_outputs(out):
 _SIGNATURE = "dispatcher.signature"      # a validated tensor's part of ``_fast_signature``, in its memo
 
 
-def _fast_signature(args) -> tuple | None:
+def _fast_signature(args, values: list | None = None) -> tuple | None:
     """A cheap key for arguments that ``arguments.prepare`` passes through unchanged, or None: tensors the
     drop-ins just built and checked (``Checked``: keyed by shape, dtype and format, all that ``prepare`` looks
     at) and C-contiguous ndarrays (shape and dtype; byte order is part of the dtype). A drop-in call is tens of
     microseconds, and building the full ``CacheKey`` (a ``TensorType`` per argument, the options) costs ~30 us.
-    A kernel is filed under a signature only after ``prepare`` returned the arguments themselves."""
+    A kernel is filed under a signature only after ``prepare`` returned the arguments themselves. ``values``,
+    when given, receives the kernel's operands (a ``Checked``'s tensor, else the argument) in the same pass."""
     parts = []
+    operands = [] if values is None else values
     for a in args:
         kind = type(a)
+        operands.append(a.tensor if kind is arguments.Checked else a)
         if kind is arguments.Checked:
             t = a.tensor
             parts.append((t.shape, t.values.dtype, t.format))
