@@ -97,3 +97,53 @@ def test_a_tensor_whose_buffers_were_broken_after_it_was_made_raises_not_crashes
     A.crd[1][0] = 10_000           # past the columns: the kernel's own reads catch it
     with pytest.raises(ValueError, match="malformed"):
         f(A, x)
+
+
+def _lower_triangle(n, density, seed):
+    a = sps.random_array((n, n), density=density, format="csr", random_state=seed)
+    low = sps.tril(a + a.T, -1, format="csr")
+    low.data[:] = 1.0
+    return low
+
+
+_TRIANGLES = {"einsum": lambda l: splyce.einsum("ij,jk,ik->", l, l, l),
+              "methods": lambda l: ((l @ l.T) * l).sum()}     # ``.T``, ``.sum``: attributes, not captured names
+
+
+@pytest.mark.parametrize("form", sorted(_TRIANGLES))
+def test_a_cached_scalar_call_does_only_the_kernel_call(monkeypatch, form):
+    from splyce.native import masked
+
+    low = _lower_triangle(400, 0.03, 8)
+    L = splyce.asarray(low)
+    f = splyce.jit(_TRIANGLES[form])
+    first = f(L)
+    assert "native kernel library" in f.lower(L).as_text("plan")
+    mlir = splyce.jit(_TRIANGLES[form], library=False)(L)
+    assert type(first) is type(mlir) and first.tobytes() == mlir.tobytes()
+    seen = []
+    for name in ("prepare", "validate"):
+        _count(monkeypatch, arguments, name, seen)
+    _count(monkeypatch, dispatcher, "_passes_through", seen)
+    _count(monkeypatch, dispatcher.Jitted, "kernel_for", seen)
+    _count(monkeypatch, type(f._filed((L,))), "run_exact", seen)
+    _count(monkeypatch, masked, "masked_sum", seen)
+    monkeypatch.setattr(dispatcher.Jitted, "_key", lambda *args: seen.append("_key"))
+    hits = f.cache_info().hits
+    for _ in range(3):
+        out = f(L)
+        assert type(out) is type(first) and out.tobytes() == first.tobytes()
+    assert f.cache_info().hits == hits + 3
+    assert seen == ["masked_sum"] * 3          # no key, preparation, validation, general path
+    assert out == (low @ low.T).multiply(low).sum()
+
+
+def test_a_global_tensor_is_still_read_on_every_call():
+    low = _lower_triangle(50, 0.2, 9)
+    global _READ_AS_A_GLOBAL
+    _READ_AS_A_GLOBAL = splyce.asarray(low)
+    f = splyce.jit(lambda x: (_READ_AS_A_GLOBAL @ x).sum())
+    x = np.ones(50)
+    assert f(x) == low.sum()
+    _READ_AS_A_GLOBAL = splyce.asarray(low * 2.0)
+    assert f(x) == (low * 2.0).sum()

@@ -217,13 +217,22 @@ class LibraryKernel:
         """The whole cached call as one closure, for a plan whose one dense result is the call's value and
         whose operands are arguments as they come (``Jitted.__call__`` runs it on a signature hit): the
         native call, and ``run_exact``'s result rules only when the result is not already the traced
-        array. None otherwise."""
-        if self.call.op.reads is not None or self._prepares or self._shape == ():
+        array (a 0-d result: the scalar of the traced dtype, the masked sum's). None otherwise."""
+        if self.call.op.reads is not None or self._prepares:
             return None
         run, operands, threads = self.call.run, self.call.op.operands, self.threads
         dtype, shape = self._dtype, self._shape
 
         every = operands == tuple(range(len(self.plan.source.inputs) - len(self.plan.constants)))
+        if shape == ():
+            scalar = dtype.type
+
+            def direct_scalar(values: list):
+                out = run(values if every else [values[i] for i in operands], threads)
+                if out is None or hasattr(out, "to_numpy"):
+                    return self._finish(out, values)[0]
+                return scalar(out)
+            return direct_scalar
 
         def direct(values: list):
             out = run(values if every else [values[i] for i in operands], threads)

@@ -18,6 +18,7 @@ The trace context is per thread: tracing runs the Python function on the calling
 
 from __future__ import annotations
 
+import dis
 import threading
 import types
 from dataclasses import dataclass, field
@@ -161,9 +162,14 @@ def _global_names(code) -> set[str]:
     stack = [code]
     while stack:
         c = stack.pop()
-        names.update(c.co_names)
+        # only the names loaded as globals: ``co_names`` also holds attribute names (``a.T``, ``x.sum()``),
+        # and a site for one of those made every call read it and kept the call off the cached fast path
+        names.update(i.argval for i in dis.get_instructions(c) if i.opname in _GLOBAL_LOADS)
         stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
     return names
+
+
+_GLOBAL_LOADS = ("LOAD_GLOBAL", "LOAD_NAME")
 
 
 def rebound(fun, tracers: dict):
