@@ -11,6 +11,10 @@ has too) and equal or 1:16 lengths. Candidates, on the same arrays:
 * ``numkong dot``: NumKong's ``sparse_dot`` (uint32 indices + float32 values only: int32 rows, the values
   as float32 copies made untimed in f64 rows);
 * ``numkong intersect``: NumKong's ``intersect`` (the count of common coordinates; uint32 / uint64);
+* ``step count`` / ``step dot`` (int32 coordinates, AVX-512 CD hosts): the best intersection step written
+  for this CPU outside the pass (``bench/intersect_step.py``: 16 x 16 coordinates per step, ``vpconflictd``
+  compares, branch-free block advance), count-only and sum-only (fast math, vector accumulators): what the
+  hardware allows a lane, measured on the same arrays;
 * ``floor``: NumPy reading the same bytes (both fibers' coordinates and values: ``max`` over an int32 view
   of each buffer), the least time any candidate needs to read its inputs;
 * ``floor crd``: the same over the coordinates only: what a lane that reads the values of matches alone
@@ -148,6 +152,11 @@ def _candidates(dim, b, bv, c, cv, skew):
         ub, uc = (b.view(np.uint32), c.view(np.uint32)) if b.dtype == np.int32 else \
             (b.view(np.uint64), c.view(np.uint64))
         out["numkong intersect"] = (lambda: nk.intersect(ub, uc), float(common.size), 0.0)
+    from splyce.bench import intersect_step
+
+    if b.dtype == np.int32 and intersect_step.available():
+        out["step count"] = (lambda: intersect_step.count(b, c), float(common.size), 0.0)
+        out["step dot"] = (lambda: intersect_step.dot(b, bv, c, cv), exact, tol)
     buffers = [x.view(np.int32) for x in (b, bv, c, cv)]
     floor_value = float(max(int(x.max()) for x in buffers))
     out["floor"] = (lambda: max(int(x.max()) for x in buffers), floor_value, 0.0)
@@ -219,7 +228,8 @@ def run(cfg: Config) -> Result:
                   comments=[f"clock: {ghz:.3f} GHz ({clock_how})"])
 
 
-PREFACE_COLUMNS = ("lane", "plain", "numkong dot", "numkong intersect", "floor", "floor crd")
+PREFACE_COLUMNS = ("lane", "plain", "numkong dot", "numkong intersect", "step count", "step dot", "floor",
+                   "floor crd")
 
 
 def _preface(summary) -> str:
