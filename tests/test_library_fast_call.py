@@ -147,3 +147,75 @@ def test_a_global_tensor_is_still_read_on_every_call():
     assert f(x) == low.sum()
     _READ_AS_A_GLOBAL = splyce.asarray(low * 2.0)
     assert f(x) == (low * 2.0).sum()
+
+
+def _same_csr(x, y):
+    assert type(x) is type(y) and x.shape == y.shape
+    for part in ("data", "indices", "indptr"):
+        u, v = getattr(x, part), getattr(y, part)
+        assert u.dtype == v.dtype and u.tobytes() == v.tobytes(), part
+
+
+def _spgemm_jit(fun):
+    return lambda **kw: splyce.jit(fun, out_format="sparse", **kw)
+
+
+# op -> (jitted function's maker, arguments from a square CSR ``a`` and its lower triangle ``low``, the native
+# function its provider runs (module, name))
+_SPARSE_RESULTS = {
+    "hadamard": (lambda **kw: splyce.jit(lambda a: a * a.T, **kw), lambda a, low: (a,), ("elementwise.kept", "with_csc")),
+    "add": (lambda **kw: splyce.jit(lambda a: a + a.T, **kw), lambda a, low: (a,), ("elementwise.kept", "with_csc")),
+    "multiply": (lambda **kw: splyce.jit(lambda a, b: a * b, **kw), lambda a, low: (a, low), ("elementwise.kept", "rows")),
+    "subtract": (lambda **kw: splyce.jit(lambda a, b: a - b, **kw), lambda a, low: (a, low), ("elementwise.kept", "rows")),
+    "spgemm": (_spgemm_jit(lambda a: a @ a), lambda a, low: (a,), ("spgemm", "spgemm")),
+    "spgemm2": (_spgemm_jit(lambda a, b: a @ b), lambda a, low: (a, low), ("spgemm", "spgemm")),
+    "masked": (lambda **kw: splyce.jit(lambda l: (l @ l) * l, **kw), lambda a, low: (low,),
+               ("masked_kept", "masked_kept")),
+    "sddmm": (lambda **kw: splyce.jit(lambda m, x, y: m * (x @ y.T), **kw),
+              lambda a, low: (a, np.linspace(-1, 1, 300 * 8).reshape(300, 8), np.cos(np.arange(300 * 8.0)).reshape(300, 8)),
+              ("sddmm", "sddmm")),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_SPARSE_RESULTS))
+def test_a_cached_call_with_a_sparse_result_does_only_the_kernel_call(monkeypatch, op):
+    import importlib
+
+    make, arguments_of, (module, name) = _SPARSE_RESULTS[op]
+    a = _csr(300, 300, 0.03, 11)
+    low = _lower_triangle(300, 0.03, 12)
+    args = tuple(splyce.asarray(x) if sps.issparse(x) else x for x in arguments_of(a, low))
+    before = [x.copy() if isinstance(x, np.ndarray) else [b.copy() for b in x._buffers()] for x in args]
+    seen = []
+    native = importlib.import_module(f"splyce.native.{module}")
+    _count(monkeypatch, native, name, seen)     # before the kernel is built: its closure binds the function
+    f = make()
+    first = f(*args)
+    assert "native kernel library" in f.lower(*args).as_text("plan")
+    mlir = make(library=False)(*args)
+    _same_csr(first, mlir)                     # the sparsifier's result, bit for bit
+    assert seen == [name]
+    seen.clear()
+    for counted in ("prepare", "validate"):
+        _count(monkeypatch, arguments, counted, seen)
+    _count(monkeypatch, dispatcher, "_passes_through", seen)
+    _count(monkeypatch, dispatcher.Jitted, "kernel_for", seen)
+    kernel_type = type(f._filed(args))
+    for counted in ("run_exact", "_finish"):
+        _count(monkeypatch, kernel_type, counted, seen)
+    _count(monkeypatch, sps.csr_array, "check_format", seen)    # the result is not re-validated
+    monkeypatch.setattr(dispatcher.Jitted, "_key", lambda *args: seen.append("_key"))
+    hits = f.cache_info().hits
+    for _ in range(3):
+        out = f(*args)
+        _same_csr(out, first)
+        assert out.data is not first.data       # a new result per call
+    assert f.cache_info().hits == hits + 3
+    assert seen == [name] * 3                  # no key, preparation, validation, result rules, scipy checks
+    assert out.has_canonical_format
+    out.check_format(full_check=True)          # well formed, as the constructor would have found it
+    for x, b in zip(args, before):             # inputs never modified
+        if isinstance(x, np.ndarray):
+            assert x.tobytes() == b.tobytes()
+        else:
+            assert all(u.tobytes() == v.tobytes() for u, v in zip(x._buffers(), b))

@@ -71,29 +71,33 @@ def _parts(t):
     return (t.values, t.crd[1], t.pos[1])
 
 
-def _csr_result(vals, cols, indptr, out):
-    """The kernel's CSR parts as a scipy CSR of the traced result's format (index widths widened to it), or
-    None when they need more than its widths (then the MLIR kernel runs)."""
+def _csr_result(out):
+    """A function of the kernel's CSR parts giving a scipy CSR of the traced result's format (index widths
+    widened to it), or None when they need more than its widths (then the MLIR kernel runs). Built over the
+    kernel's buffers without scipy's constructor checks (``scipy_out.csr``: the mask's positions, canonical)."""
     import scipy.sparse as sps
 
-    if cols.dtype.itemsize * 8 > out.format.crd_width or indptr.dtype.itemsize * 8 > out.format.pos_width:
-        return None
-    cols = cols.astype(f"int{out.format.crd_width}", copy=False)
-    indptr = indptr.astype(f"int{out.format.pos_width}", copy=False)
-    result = sps.csr_array((vals, cols, indptr), shape=out.shape, copy=False)
-    result.has_sorted_indices = True          # the mask's order
+    from splyce.dropin import scipy_out
+
+    crd_width, pos_width, shape, csr_array = out.format.crd_width, out.format.pos_width, out.shape, sps.csr_array
+    crd_dtype, pos_dtype = np.dtype(f"int{crd_width}"), np.dtype(f"int{pos_width}")
+
+    def result(vals, cols, indptr):
+        if cols.dtype.itemsize * 8 > crd_width or indptr.dtype.itemsize * 8 > pos_width:
+            return None
+        return scipy_out.csr(csr_array, vals, cols.astype(crd_dtype, copy=False),
+                             indptr.astype(pos_dtype, copy=False), shape, True)
     return result
 
 
 def _masked(op: LibraryOp, roles: dict, factors: str) -> LibraryCall:
     from splyce.native import masked_kept
 
-    out, dtype = op.out, np.dtype(op.out.dtype)
+    dtype, result, kept = np.dtype(op.out.dtype), _csr_result(op.out), masked_kept.masked_kept
 
     def run(args, threads):
         m, a, b = (args[roles[r]] for r in "mab")
-        got = masked_kept.masked_kept(_parts(m), _parts(a), _parts(b), m.shape[1], dtype, threads, factors)
-        return _csr_result(*got, out)
+        return result(*kept(_parts(m), _parts(a), _parts(b), m.shape[1], dtype, threads, factors))
     return LibraryCall(op, "masked-gustavson, reached positions kept", run)
 
 
@@ -115,11 +119,11 @@ def _masked_sum(op: LibraryOp, roles: dict, factors: str) -> LibraryCall:
 def _sddmm(op: LibraryOp, roles: dict, factors: str) -> LibraryCall:
     from splyce.native import sddmm
 
-    out, dtype = op.out, np.dtype(op.out.dtype)
+    dtype, result, product = np.dtype(op.out.dtype), _csr_result(op.out), sddmm.sddmm
 
     def run(args, threads):
         m, x, y = (args[roles[r]] for r in "mxy")     # x, y: C-contiguous, of the dtype (arguments.prepare)
-        return _csr_result(*sddmm.sddmm(_parts(m), x, y, dtype, threads, factors), out)
+        return result(*product(_parts(m), x, y, dtype, threads, factors))
     return LibraryCall(op, "sddmm, every mask position kept", run)
 
 
