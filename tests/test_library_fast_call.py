@@ -112,30 +112,87 @@ _TRIANGLES = {"einsum": lambda l: splyce.einsum("ij,jk,ik->", l, l, l),
 
 @pytest.mark.parametrize("form", sorted(_TRIANGLES))
 def test_a_cached_scalar_call_does_only_the_kernel_call(monkeypatch, form):
-    from splyce.native import masked
+    from splyce.native import masked_sum, masked_sum_checked
 
     low = _lower_triangle(400, 0.03, 8)
     L = splyce.asarray(low)
+    seen = []
+    for module, name in ((masked_sum, "masked_sum"), (masked_sum_checked, "masked_sum_trusted")):
+        _count(monkeypatch, module, name, seen)    # before the kernel is built: its closure binds them
     f = splyce.jit(_TRIANGLES[form])
     first = f(L)
     assert "native kernel library" in f.lower(L).as_text("plan")
     mlir = splyce.jit(_TRIANGLES[form], library=False)(L)
     assert type(first) is type(mlir) and first.tobytes() == mlir.tobytes()
-    seen = []
+    assert seen == ["masked_sum_trusted"]       # the one native call, no check (the drop-in's checks them)
+    seen.clear()
     for name in ("prepare", "validate"):
         _count(monkeypatch, arguments, name, seen)
     _count(monkeypatch, dispatcher, "_passes_through", seen)
     _count(monkeypatch, dispatcher.Jitted, "kernel_for", seen)
     _count(monkeypatch, type(f._filed((L,))), "run_exact", seen)
-    _count(monkeypatch, masked, "masked_sum", seen)
     monkeypatch.setattr(dispatcher.Jitted, "_key", lambda *args: seen.append("_key"))
     hits = f.cache_info().hits
     for _ in range(3):
         out = f(L)
         assert type(out) is type(first) and out.tobytes() == first.tobytes()
     assert f.cache_info().hits == hits + 3
-    assert seen == ["masked_sum"] * 3          # no key, preparation, validation, general path
+    assert seen == ["masked_sum_trusted"] * 3   # no key, preparation, validation, general path
     assert out == (low @ low.T).multiply(low).sum()
+
+
+@pytest.mark.parametrize("dtype, values", [(d, v) for d in (np.float64, np.float32, np.int64, np.int32)
+                                           for v in ("ones", "weighted", "rare") + (("nan",) if d(0.5) else ())])
+@pytest.mark.parametrize("form", sorted(_TRIANGLES))
+def test_the_one_call_triangle_sum_is_the_mlir_kernels_bit_for_bit(monkeypatch, form, dtype, values):
+    """Counted (a 0/1 pattern), summed in the einsum's multiplication order (values of wide magnitudes, where
+    another order would show), with a NaN (summed as the sparsifier does, not NumPy's rule), or summed after a
+    sample of rare hits: the MLIR kernel's bits each time, on the first and on a cached call. Three distinct
+    tensors of one pattern too (each scanned for ones on its own)."""
+    from splyce.native import masked_sum_checked
+
+    calls = []
+    _count(monkeypatch, masked_sum_checked, "masked_sum_trusted", calls)
+    rng = np.random.default_rng(21)
+    low = _lower_triangle(300, 0.002 if values == "rare" else 0.04, 13).astype(dtype)
+    if values in ("weighted", "nan"):
+        if np.dtype(dtype).kind == "f":
+            low.data = (rng.standard_normal(low.nnz) * 10.0 ** rng.integers(-6, 6, low.nnz)).astype(dtype)
+        else:
+            low.data = rng.integers(-9, 9, low.nnz).astype(dtype)
+    if values == "nan":
+        low.data[low.nnz // 2] = np.nan
+    L = splyce.asarray(low)
+    for form_args in ((L,), ) if form == "methods" else ((L,), (L.copy(),)):
+        f, plain = splyce.jit(_TRIANGLES[form]), splyce.jit(_TRIANGLES[form], library=False)
+        want = plain(*form_args)
+        for _ in range(2):
+            got = f(*form_args)
+            assert type(got) is type(want) and got.tobytes() == want.tobytes()
+    distinct = splyce.jit(lambda a, b, c: splyce.einsum("ij,jk,ik->", a, b, c))
+    three = (L, L.copy(), L.copy())
+    want = splyce.jit(distinct.fun, library=False)(*three)
+    for _ in range(2):
+        got = distinct(*three)
+        assert type(got) is type(want) and got.tobytes() == want.tobytes()
+    assert calls                                   # the one-call path ran
+
+
+def test_the_triangle_sum_of_mixed_index_widths_takes_the_general_native_sum(monkeypatch):
+    from splyce.native import masked_sum, masked_sum_checked
+
+    seen = []
+    _count(monkeypatch, masked_sum, "masked_sum", seen)
+    _count(monkeypatch, masked_sum_checked, "masked_sum_trusted", seen)
+    low = _lower_triangle(200, 0.05, 14)
+    wide = sps.csr_array((low.data, low.indices.astype(np.int64), low.indptr.astype(np.int64)), shape=low.shape)
+    args = (splyce.asarray(low), splyce.asarray(wide), splyce.asarray(low))
+    f = splyce.jit(lambda a, b, c: splyce.einsum("ij,jk,ik->", a, b, c))
+    want = splyce.jit(f.fun, library=False)(*args)
+    assert "native kernel library" in f.lower(*args).as_text("plan")
+    for _ in range(2):
+        assert f(*args).tobytes() == want.tobytes()
+    assert seen == ["masked_sum"] * 2
 
 
 def test_a_global_tensor_is_still_read_on_every_call():

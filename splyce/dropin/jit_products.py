@@ -102,17 +102,27 @@ def _masked(op: LibraryOp, roles: dict, factors: str) -> LibraryCall:
 
 
 def _masked_sum(op: LibraryOp, roles: dict, factors: str) -> LibraryCall:
-    from splyce.native import masked
+    from splyce.native import masked_sum, masked_sum_checked
 
     dtype = np.dtype(op.out.dtype)
+    factors = factors.replace("m", "c")
+    general, trusted = masked_sum.masked_sum, masked_sum_checked.masked_sum_trusted
+    widths = {w for t in op.types for w in (t.format.pos_width, t.format.crd_width)}
+    index = np.dtype(f"int{widths.pop()}") if len(widths) == 1 else None
+    # one thread, one index width: the drop-in's one native call (sample, count or sum) without its checks, the
+    # operands being validated tensors; the same bits as ``masked_sum`` (the sum in ``factors``' order)
+    one_call = index is not None and masked_sum_checked.trusted_supported(dtype, index)
 
     def run(args, threads):
         a, b, c = (args[roles[r]] for r in "abm")
         # one thread for floats: a sum split across threads is reassociated (integers: the same sum); a 0/1
         # pattern (triangle counting) is counted, branch-free: each term is exactly one, the sum the count
-        return masked.masked_sum(_parts(a), _parts(b), _parts(c), c.shape[1], dtype,
-                                 threads if dtype.kind in "iu" else 1, factors=factors.replace("m", "c"),
-                                 count_ones=True)
+        if one_call and (threads == 1 or dtype.kind not in "iu"):
+            return trusted((a.values, a.crd[1], a.pos[1]), (b.values, b.crd[1], b.pos[1]),
+                           (c.values, c.crd[1], c.pos[1]), c.shape[0], c.shape[1], b is not a,
+                           c is not a and c is not b, factors)
+        return general(_parts(a), _parts(b), _parts(c), c.shape[1], dtype, threads if dtype.kind in "iu" else 1,
+                       factors=factors, count_ones=True)
     return LibraryCall(op, "masked-sum", run)
 
 
