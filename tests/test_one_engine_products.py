@@ -109,8 +109,9 @@ def test_spgemm_plan_is_the_dropins_native_product():
 
     a = splyce.asarray(_csr(np.random.default_rng(1), 50, 50, 0.1))
     text = splyce.jit(lambda a, b: a @ b, out_format="sparse").lower(a, a).as_text("plan")
-    assert "runs on the native kernel library: matmul as formulation 'gustavson-spa, every position kept, rows " \
-           "sorted'" in text
+    assert "runs on the native kernel library: matmul (each row summed in a dense row with a flag per column; rows " \
+           "of up to 16 entries ranked by vector compares, longer ones read in column order from the flags, 64 " \
+           "columns a step) as formulation 'gustavson-spa, every position kept, rows sorted'" in text
     assert choose_matmul_formulation(OperandInfo.of(a), OperandInfo.of(a)).value == "gustavson-spa"
 
 

@@ -113,6 +113,12 @@ def _elementwise_call(op: LibraryOp, options) -> LibraryCall | None:
     return LibraryCall(op, Formulation.MERGE_ROWS.value, _coiterated(name, transposed, out), detail=detail)
 
 
+# How native/spgemm_sorted.py sums and orders each row, by its length (the plan's text says it). Its sparse
+# accumulator is Gilbert, Moler and Schreiber's: a dense row of sums, a flag per column, the list of columns met.
+SPGEMM_SORTED_RULE = ("each row summed in a dense row with a flag per column; rows of up to 16 entries ranked by "
+                      "vector compares, longer ones read in column order from the flags, 64 columns a step")
+
+
 def _spgemm_kept(args, out, threads: int):
     """``a @ b`` of two CSR SparseTensors as a scipy CSR of the traced result's format: the sparsifier's stored
     positions and values (every position reached, columns ascending, sums from +0.0; native/spgemm_sorted.py),
@@ -161,7 +167,7 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
         # sparsifier's result; each entry sums from +0.0 over k in A's row order, as its i, k, j loop nest does
         out = op.out
         return LibraryCall(op, "gustavson-spa, every position kept, rows sorted",
-                           lambda args, t: _spgemm_kept(args, out, t))
+                           lambda args, t: _spgemm_kept(args, out, t), detail=SPGEMM_SORTED_RULE)
     if op.op == "einsum":        # masked SpGEMM, the masked sum (triangles), SDDMM: jit_products.py
         return jit_products.provide(op, infos)
     return None
