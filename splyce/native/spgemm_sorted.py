@@ -16,17 +16,19 @@ and last column come from each B row's ends (B's rows are sorted). At the row's 
 - up to ``RANK_MAX`` (int64 columns: rows of 9-16 entries): the same ranks counted over the row a vector at a
   time, the row padded with all-ones;
 - longer rows: the block flags of the row's span read 64 at a time (one vector compare gives a 64-bit mask
-  of the blocks met), and each block met gives the 64-bit mask of its columns from its 64 flags; a vector
-  compress of ``base + lane`` under each 16 bits of the mask writes the block's columns in order, with no
-  branch per column. The columns then take their sums from ``dense`` into the result, which leaves ``dense``
+  of the blocks met), and each block met gives the 64-bit mask of its columns from its 64 flags; one vector
+  compress of the lane numbers 0-63 under the mask gives the block's columns in order (as bytes, widened and
+  added to the block's first column a vector at a time: one vector for up to 16 columns (8 int64), all four
+  (eight) beyond), with no branch per column. The columns then take their sums from ``dense`` into the result, which leaves ``dense``
   and the flags zero for the next row.
 
 Against the previous kernel (a scatter map of output positions, ``slots[j]``, then a scratch row sorted
 through a one- or two-level bitmap of 64-bit words set by read-modify-writes), on the 2-core Zen 4 VM
-(thread CPU time, min of 7, 2026-12-05): fem3d-100k 146 -> 81 ms, rmat-s13 179 -> 111 ms (both now below
-scipy-rule Gustavson's unsorted 107 / 152 ms: an entry's repeated terms cost a branch-free add where the
-scatter map mispredicts insert-or-add), ba-4k 2.8 -> 2.0-2.5 ms, road-700 and ba-100k about even (rows of
-one term per entry: the flags and the gather of the sums from ``dense`` cost what the ranks saved).
+(thread CPU time, min of 5, 2026-12-05; the drop-in's unsorted kernel with every position kept in brackets):
+fem3d-100k 139 -> 76 ms [104], rmat-s13 177 -> 102 ms [147] (an entry's repeated terms cost a branch-free add
+where the scatter map mispredicts insert-or-add), ba-4k 2.7 -> 1.6 ms [0.9], ba-100k 287 -> 277 ms [145] and
+road-700 about even (rows of about one term per entry: the flags and the gather of the sums from ``dense``
+cost about what the old sort did; the sort itself stays the gap to the drop-in there).
 
 The scratch (``scratch(n)``) is one int64 buffer per thread (:func:`layout`): ``[n | dense (n) | row columns
 (n + PAD) | flags (n + FLAG_PAD bytes) | block flags (n / 64 + FLAG_PAD bytes)]``, zero but ``n``; the kernel
@@ -39,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 RANK_MAX = 16      # rows of at most this many: vector ranks (about len * len / 16 compares)
-PAD = 16           # all-ones lanes after a row's columns: a vector load never counts them
+PAD = 64           # lanes after a row's columns: vector stores of a block's columns and all-ones padding
 FLAG_PAD = 128     # bytes after the flags (and the block flags): a 64-byte load at the last block stays inside
 
 
@@ -63,7 +65,8 @@ def scratch(n: int) -> np.ndarray:
 _ROWS = """
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i{w} @llvm.ctpop.i{w}(i{w})
-declare <{w} x i{co}> @llvm.experimental.vector.compress.v{w}i{co}(<{w} x i{co}>, <{w} x i1>, <{w} x i{co}>)
+declare i64 @llvm.ctpop.i64(i64)
+declare <64 x i8> @llvm.experimental.vector.compress.v64i8(<64 x i8>, <64 x i1>, <64 x i8>)
 
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
                    ptr %ends, ptr %cc, ptr %cv, ptr %buf) {{
@@ -173,7 +176,7 @@ finish:
 
 one_load:
   %ylane = load <{w} x i{co}>, ptr %sc, align 1
-  %lenv = trunc i64 %len to i{co}
+  %lenv = {co_narrow} %len to i{co}
   %leni = insertelement <{w} x i{co}> poison, i{co} %lenv, i64 0
   %lens = shufflevector <{w} x i{co}> %leni, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
   %inrow = icmp ult <{w} x i{co}> {lanes}, %lens
@@ -277,8 +280,8 @@ s_body:
   %sw0 = bitcast <64 x i1> %sbm to i64
   br label %sw_head
 sw_head:
-  %sw = phi i64 [%sw0, %s_body], [%sw1, %sw_body]
-  %wpos0 = phi i64 [%spos, %s_body], [%wpos{chunks}, %sw_body]
+  %sw = phi i64 [%sw0, %s_body], [%sw1, %w_done]
+  %wpos0 = phi i64 [%spos, %s_body], [%wpos_next, %w_done]
   %swz = icmp eq i64 %sw, 0
   br i1 %swz, label %s_next, label %sw_body
 sw_body:
@@ -290,7 +293,19 @@ sw_body:
   store <64 x i8> zeroinitializer, ptr %pwf, align 1
   %wfm = icmp ne <64 x i8> %wfv, zeroinitializer
   %wbits = bitcast <64 x i1> %wfm to i64
-{wchunks}
+  %wpc = call i64 @llvm.ctpop.i64(i64 %wbits)
+  %widx = call <64 x i8> @llvm.experimental.vector.compress.v64i8(<64 x i8> {bytes}, <64 x i1> %wfm, <64 x i8> zeroinitializer)
+  %wcb = {co_narrow} %wcbase to i{co}
+  %wcbi = insertelement <{w} x i{co}> poison, i{co} %wcb, i64 0
+  %wcbs = shufflevector <{w} x i{co}> %wcbi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
+{group0}
+  %wmore = icmp ugt i64 %wpc, {w}
+  br i1 %wmore, label %w_rest, label %w_done
+w_rest:
+{groups}
+  br label %w_done
+w_done:
+  %wpos_next = add i64 %wpos0, %wpc
   %swm = sub i64 %sw, 1
   %sw1 = and i64 %sw, %swm
   br label %sw_head
@@ -337,31 +352,21 @@ def rows_ir(fields: dict) -> str:
     w = 16 if fields["co"] == 32 else 8
     ones = "<" + ", ".join([f"i{fields['co']} -1"] * w) + ">"
     lanes = "<" + ", ".join(f"i{fields['co']} {x}" for x in range(w)) + ">"
-    text = _ROWS.replace("{wchunks}", _chunks("w", "wbits", "wcbase", w, fields)).replace("{chunks}", str(64 // w))
+    bytes_ = "<" + ", ".join(f"i8 {x}" for x in range(64)) + ">"
+    text = _ROWS.replace("{group0}", _group(0, w, fields)).replace(
+        "{groups}", "\n".join(_group(g, w, fields) for g in range(1, 64 // w)))
     return text.format(**fields, w=w, ones=ones, lanes=lanes, pad=PAD, rank_max=RANK_MAX, flag_pad=FLAG_PAD,
-                       zero="0.0" if floating else "0")
+                       zero="0.0" if floating else "0", bytes=bytes_)
 
 
-def _chunks(p: str, bits: str, base: str, w: int, fields: dict) -> str:
-    """The columns of one 64-column block (``%bits``, its first column ``%base``) appended to the row's list
-    at ``%{p}pos0`` on, ``w`` bits at a time by a vector compress (no branch on the bits)."""
-    co, narrow = fields["co"], fields["co_narrow"]
-    lanes = "<" + ", ".join(f"i{co} {x}" for x in range(w)) + ">"
-    out = []
-    for c in range(64 // w):
-        q, pos = f"{p}{c}", f"%{p}pos{c}"
-        out.append(f"""  %{q}sh = lshr i64 %{bits}, {c * w}
-  %{q}m = trunc i64 %{q}sh to i{w}
-  %{q}mk = bitcast i{w} %{q}m to <{w} x i1>
-  %{q}b = add i64 %{base}, {c * w}
-  %{q}bt = {narrow} %{q}b to i{co}
-  %{q}bi = insertelement <{w} x i{co}> poison, i{co} %{q}bt, i64 0
-  %{q}bs = shufflevector <{w} x i{co}> %{q}bi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
-  %{q}v = add <{w} x i{co}> %{q}bs, {lanes}
-  %{q}cv = call <{w} x i{co}> @llvm.experimental.vector.compress.v{w}i{co}(<{w} x i{co}> %{q}v, <{w} x i1> %{q}mk, <{w} x i{co}> zeroinitializer)
-  %{q}pp = getelementptr i{co}, ptr %sc, i64 {pos}
-  store <{w} x i{co}> %{q}cv, ptr %{q}pp, align 1
-  %{q}pc = call i{w} @llvm.ctpop.i{w}(i{w} %{q}m)
-  %{q}pz = zext i{w} %{q}pc to i64
-  %{p}pos{c + 1} = add i64 {pos}, %{q}pz""")
-    return "\n".join(out).replace("{", "{{").replace("}", "}}")
+def _group(g: int, w: int, fields: dict) -> str:
+    """Columns ``g * w`` to ``g * w + w - 1`` of the block's compressed byte offsets (``%widx``) as columns
+    (``%wcbase`` plus the offset) stored at the row's list from ``%wpos0 + g * w`` on."""
+    co = fields["co"]
+    sel = ", ".join(f"i32 {g * w + x}" for x in range(w))
+    return f"""  %g{g}b = shufflevector <64 x i8> %widx, <64 x i8> poison, <{w} x i32> <{sel}>
+  %g{g}z = zext <{w} x i8> %g{g}b to <{w} x i{co}>
+  %g{g}v = add <{w} x i{co}> %wcbs, %g{g}z
+  %g{g}p = add i64 %wpos0, {g * w}
+  %g{g}pp = getelementptr i{co}, ptr %sc, i64 %g{g}p
+  store <{w} x i{co}> %g{g}v, ptr %g{g}pp, align 1""".replace("{", "{{").replace("}", "}}")
