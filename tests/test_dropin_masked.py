@@ -69,7 +69,7 @@ def test_sddmm_matches_scipy(shape, dtype, monkeypatch):
 def test_masked_spgemm_chunks_balance_products_on_power_law_rows(monkeypatch):
     """Chunks balance mask entries plus products (hub rows hold most products, not most entries); results
     are bit-identical for any number of threads and equal to scipy's."""
-    from splyce.native import masked as native_masked
+    from splyce.native import masked_chunks as native_masked
     from splyce.native.ir_text import row_chunks as _row_chunks
 
     rng = np.random.default_rng(3)
@@ -100,7 +100,7 @@ def test_masked_spgemm_chunks_balance_products_on_power_law_rows(monkeypatch):
 def test_triangle_sum_native_split_across_threads(monkeypatch):
     """``"ij,jk,ik->"`` with threads runs the native masked sum on work-balanced chunks (4 per thread); the
     partial sums of integer values are exact."""
-    from splyce.native import masked as native_masked
+    from splyce.native import masked_sum as native_masked
 
     sizes = []
     real = native_masked.run_taken
@@ -155,7 +155,7 @@ def test_masked_bad_operands():
 
 
 def test_an_operand_passed_several_times_is_converted_and_checked_once(monkeypatch):
-    from splyce.native import masked as native_masked
+    from splyce.native import masked_sum_checked as native_masked
     from splyce.dropin import operands as dropin
 
     a = sps.random_array((40, 40), density=0.1, format="csr", rng=8)
@@ -201,7 +201,7 @@ def test_small_triangle_count_on_several_threads_takes_the_one_call_path(monkeyp
     """threads=2 / None on a triangle count too small to split (the general path would run it on one thread
     after its own steps) takes the one native call, with the one-thread result; a count whose product bound
     reaches the split threshold keeps the general path; a bad threads value still raises."""
-    from splyce.native import masked as native_masked
+    from splyce.native import masked_chunks, masked_sum_checked as native_masked
 
     fast = []
     real_fast = native_masked.masked_sum_checked
@@ -220,11 +220,11 @@ def test_small_triangle_count_on_several_threads_takes_the_one_call_path(monkeyp
     hub[2999, :2999] = 1.0                               # the exact product count does not
     hub[np.arange(1, 2999), np.arange(0, 2998)] = 1.0
     hub = hub.tocsr()
-    assert hub.nnz * 2999 >= native_masked.serial_max_work()
+    assert hub.nnz * 2999 >= masked_chunks.serial_max_work()
     want_hub = splyce.einsum("ij,jk,ik->", hub, hub, hub)
     fast.clear()
     assert splyce.einsum("ij,jk,ik->", hub, hub, hub, threads=2) == want_hub and fast == [1]
-    monkeypatch.setattr(native_masked, "serial_max_work", lambda: 64)   # now "large": the general path
+    monkeypatch.setattr(masked_chunks, "serial_max_work", lambda: 64)   # now "large": the general path
     fast.clear()
     assert splyce.einsum("ij,jk,ik->", L, L, L, threads=2) == want and not fast
 
@@ -234,7 +234,7 @@ def test_triangle_count_on_several_threads_counts_hits(dtype, monkeypatch):
     """A 0/1 pattern split across threads is counted by the branch-free hit count, as on one thread: the same
     value as one thread and scipy, of the same type. Not counted (summed instead): a value other than one, a
     sample of rare hits, a count beyond what the value type holds exactly."""
-    from splyce.native import masked as native_masked
+    from splyce.native import masked_sum as native_masked
 
     counted = []
     real = native_masked._counted_sum
@@ -288,13 +288,13 @@ def test_triangle_count_on_several_threads_counts_hits(dtype, monkeypatch):
 def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
     """einsum("ij,jk,ik->") whose plan is the plain loop nest runs natively (masked_sum), with exactly the
     kernel's sum; another plan runs the kernel. Values of wide magnitudes, so any other order would show."""
-    from splyce.native import masked as native_masked
+    from splyce.native import masked_sum, masked_sum_checked
     from splyce.dropin import as_format, einsums as dropin
 
     calls = []
-    for name in ("masked_sum", "masked_sum_checked"):      # the general path's, and the fast path's (checks too)
-        real = getattr(native_masked, name)
-        monkeypatch.setattr(native_masked, name, lambda *a, real=real, **k: calls.append(1) or real(*a, **k))
+    for module, name in ((masked_sum, "masked_sum"), (masked_sum_checked, "masked_sum_checked")):
+        real = getattr(module, name)      # the general path's, and the fast path's (checks too)
+        monkeypatch.setattr(module, name, lambda *a, real=real, **k: calls.append(1) or real(*a, **k))
     rng = np.random.default_rng(7)
     n = 120
     a = sps.tril(sps.random_array((n, n), density=0.1, format="csr", rng=rng), -1).tocsr()
@@ -331,7 +331,7 @@ def test_triangle_sum_native_bit_identical_to_the_kernel(dtype, monkeypatch):
 def test_triangle_sum_of_rare_hits_after_the_sample():
     """A 0/1 pattern whose sample has under 1 hit in 32 products is summed, not counted: after the sample's
     count its marks are set back (stale ones would add products that are not there: not triangular here)."""
-    from splyce.native import masked as native_masked
+    from splyce.native import masked_sum_checked as native_masked
 
     L = sps.random_array((2000, 2000), density=0.002, format="csr", rng=5)
     L.data[:] = 1
@@ -345,7 +345,7 @@ def test_triangle_sum_of_rare_hits_after_the_sample():
 def test_triangle_count_beyond_exact_falls_back_to_the_sum():
     """A count the value type would not hold exactly goes to the summing loop, whose marks are set again (a
     limit of 2 here instead of 2**53; stale marks from the count would add products that are not there)."""
-    from splyce.native import masked as native_masked
+    from splyce.native import masked_sum_checked as native_masked
 
     L = sps.random_array((60, 60), density=0.3, format="csr", rng=3)   # not triangular: stale marks would show
     L.data[:] = 1

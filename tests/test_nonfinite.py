@@ -10,7 +10,7 @@ import sparse
 from hypothesis import given, settings, strategies as st
 
 import splyce
-from splyce.native import masked as native_masked
+from splyce.native import masked_sum_checked as native_masked
 
 
 def _graph(n, density, seed):

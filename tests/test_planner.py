@@ -207,3 +207,30 @@ def test_memory_budget_from_the_environment(monkeypatch):
         monkeypatch.setenv("SPLYCE_MEMORY_BUDGET", bad)
         with pytest.raises(ValueError, match=message):
             budget_bytes()
+
+
+def test_host_products_of_two_operands_go_through_tensordot_in_row_major_order():
+    """A dense product of inputs computed before the kernel (``X @ W`` of a GCN layer) comes out of
+    ``np.tensordot`` already row-major (``einsum(optimize=True)`` gave it column-major, then copied), with
+    NumPy's values; forms whose result lists indices in another order stay with ``einsum``."""
+    from splyce.planner.plan import tensordot_axes
+
+    assert tensordot_axes("ik,kj->ij") == ([1], [0]) and tensordot_axes("k,k->") == ([0], [0])
+    assert tensordot_axes("ki,kj->ij") == ([0], [0]) and tensordot_axes("ijk,kj->i") == ([1, 2], [1, 0])
+    for other in ("ik,kj->ji", "ij,ij->i", "ik,kj,jl->il", "ii,i->", "i,j->ij"):
+        assert tensordot_axes(other) is None
+    rng = np.random.default_rng(30)
+    a = sps.random_array((300, 300), density=0.02, format="csr", rng=31)
+    x, w = rng.random((300, 16)), rng.random((16, 8)) - 0.5
+
+    def layer(m):
+        return np.maximum(m @ (x @ w), 0)
+
+    f = splyce.jit(layer)
+    plain = splyce.jit(layer, library=False, vectorize=False)
+    assert np.array_equal(f(a), plain(a))
+    np.testing.assert_allclose(f(a), layer(a), rtol=1e-13)
+    kernel, values = f.kernel_for(a)
+    host = [v for v, s in zip(kernel.plan.prepare(values), kernel.plan.sources) if s.host is not None]
+    assert len(host) == 1 and host[0].flags.c_contiguous and np.array_equal(host[0], np.tensordot(x, w, 1))
+    np.testing.assert_allclose(host[0], x @ w, rtol=1e-14)

@@ -342,8 +342,41 @@ def test_fast_math_reassociates(ctx):
     for config in (5, 7):
         module = stage1(kernel_text("k1"))
         decisions = run_splyce_pass(module, Options(phases=config, fast_math=True))
-        assert decisions[0].reason.endswith("fast-math")
+        assert decisions[0].reason.endswith("fast-math" if config == 5 else "fast-math (vector accumulators)")
         assert "fastmath<reassoc>" in str(fast_lanes(module)[0])
+
+
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
+@pytest.mark.parametrize("n", [4, 8])
+def test_fast_math_sum_in_a_vector_accumulator(ctx, dtype, n):
+    """fast_math with phase 2 in SIMD: the sum is a loop-carried vector<n x T> of the fast lane, added to under the
+    match mask (no reduction inside the lane), reduced into the scalar sum once between the lane and the
+    scalar loop; strict: no vector iter-arg, the ordered reduction in every step."""
+    for fast_math in (True, False):
+        module = stage1(kernel_text("k1", dtype))
+        run_splyce_pass(module, Options(phases=7, vector_width=n, fast_math=fast_math))
+        (fast,) = fast_lanes(module)
+        vec = f"vector<{n}x{dtype}>"
+        types = [str(t) for t in fast.operation.results.types]
+        lane = str(fast)
+        if not fast_math:
+            assert vec not in types
+            assert re.search(rf"vector\.reduction <add>, %\w+, %\w+ : {vec} into {dtype}\n", lane)
+            continue
+        assert types[-1] == vec and types.count(vec) == 1 and types[:-1].count(dtype) == 1
+        assert "vector.reduction" not in lane
+        check_in_order(lane, [re.compile(rf"(%\w+) = arith\.addf %arg\d+, %\w+ fastmath<reassoc> : {vec}"),
+                              re.compile(rf"arith\.select %\w+, %\w+, %arg\d+ : vector<{n}xi1>, {vec}")])
+        # between the lane and the scalar loop: the scalar sum plus the vector's lanes, fed to the scalar loop
+        after = fast.operation.block.operations
+        ops = [op for op in after]
+        at = [i for i, op in enumerate(ops) if op.operation == fast.operation][0]
+        nxt = ops[at + 1]
+        assert nxt.operation.name == "vector.reduction"
+        assert str(nxt).count(fast.operation.results[len(types) - 1].get_name()) == 1
+        assert "fastmath<reassoc>" in str(nxt)
+        assert ops[at + 2].operation.name == "scf.while"
+        assert nxt.operation.results[0] in list(ops[at + 2].operation.operands)
 
 
 # --------------------------------------------------------------------------------- profile counters

@@ -6,11 +6,17 @@ f32 / f64 values, 1 / 10 / 50 % overlap (the share of the shorter fiber's coordi
 has too) and equal or 1:16 lengths. Candidates, on the same arrays:
 
 * ``lane``: ``splyce.jit`` with the default options (IR checked: the loop is vectorized);
+* ``lane fast_math``: the same with ``fast_math=True`` (the sum reassociated, as NumKong's is: a vector
+  accumulator in the lane, reduced once after it); ``lane`` is the strict, bit-exact sum;
 * ``lane gallop=0`` (skewed rows only): the all-pairs fast lane without galloping;
 * ``plain``: the plain sparsifier (``vectorize=False``);
 * ``numkong dot``: NumKong's ``sparse_dot`` (uint32 indices + float32 values only: int32 rows, the values
   as float32 copies made untimed in f64 rows);
 * ``numkong intersect``: NumKong's ``intersect`` (the count of common coordinates; uint32 / uint64);
+* ``step count`` / ``step dot`` (int32 coordinates, AVX-512 CD hosts): the best intersection step written
+  for this CPU outside the pass (``bench/intersect_step.py``: 16 x 16 coordinates per step, ``vpconflictd``
+  compares, branch-free block advance), count-only and sum-only (fast math, vector accumulators): what the
+  hardware allows a lane, measured on the same arrays;
 * ``floor``: NumPy reading the same bytes (both fibers' coordinates and values: ``max`` over an int32 view
   of each buffer), the least time any candidate needs to read its inputs;
 * ``floor crd``: the same over the coordinates only: what a lane that reads the values of matches alone
@@ -131,6 +137,8 @@ def _candidates(dim, b, bv, c, cv, skew):
     if "vectorized (K-accumulate" not in text:
         raise BenchMismatch(f"limit: the dot's loop has no fast lane: {text.splitlines()[0]}")
     out = {"lane": (lambda: lane(A, B), exact, tol)}
+    fast = _jit(fast_math=True)
+    out["lane fast_math"] = (lambda: fast(A, B), exact, tol)
     if skew > 1:
         nogallop = _jit(gallop=0)
         out["lane gallop=0"] = (lambda: nogallop(A, B), exact, tol)
@@ -148,6 +156,11 @@ def _candidates(dim, b, bv, c, cv, skew):
         ub, uc = (b.view(np.uint32), c.view(np.uint32)) if b.dtype == np.int32 else \
             (b.view(np.uint64), c.view(np.uint64))
         out["numkong intersect"] = (lambda: nk.intersect(ub, uc), float(common.size), 0.0)
+    from splyce.bench import intersect_step
+
+    if b.dtype == np.int32 and intersect_step.available():
+        out["step count"] = (lambda: intersect_step.count(b, c), float(common.size), 0.0)
+        out["step dot"] = (lambda: intersect_step.dot(b, bv, c, cv), exact, tol)
     buffers = [x.view(np.int32) for x in (b, bv, c, cv)]
     floor_value = float(max(int(x.max()) for x in buffers))
     out["floor"] = (lambda: max(int(x.max()) for x in buffers), floor_value, 0.0)
@@ -213,24 +226,29 @@ def run(cfg: Config) -> Result:
             f"(medians, same run). NumKong's sparse_dot takes uint32 + float32 only: int32 rows, float32 copies "
             f"of f64 values; intersect returns the count; floor crd: the coordinates only. Splyce: whole calls, sealed "
             f"operands, default options (n = 4, phases 7; galloping from long >= (16 + 2 min(floor(log2 short), "
-            f"12)) x short for short >= 8: the 1:16 rows run the fast lane, as gallop=0).")
+            f"12)) x short for short >= 8: the 1:16 rows run the fast lane, as gallop=0); lane fast_math: "
+            f"fast_math=True (reassociated sum, as NumKong's). step count / step dot: bench/intersect_step.py, "
+            f"bench-only (16 x 16 blocks, vpconflictd; int32 coordinates, AVX-512 CD).")
     return Result("limit", "Fiber-pair sparse dot: the fast lane vs the plain sparsifier, NumKong and the "
                   "bandwidth floor", COLUMNS, rows, note, plot=_plot, preface=_preface(summary),
                   comments=[f"clock: {ghz:.3f} GHz ({clock_how})"])
 
 
-PREFACE_COLUMNS = ("lane", "plain", "numkong dot", "numkong intersect", "floor", "floor crd")
+PREFACE_COLUMNS = ("lane", "lane fast_math", "plain", "numkong dot", "numkong intersect", "step count", "step dot", "floor",
+                   "floor crd")
 
 
 def _preface(summary) -> str:
     """One line per case: best ns per coordinate of the main candidates and the ratios to the lane."""
     lines = ["| case | " + " | ".join(f"{c} ns" for c in PREFACE_COLUMNS) +
-             " | plain / lane | numkong dot / lane |", "|" + " --- |" * (len(PREFACE_COLUMNS) + 3)]
+             " | plain / lane | lane / numkong dot | lane fast_math / numkong dot |",
+             "|" + " --- |" * (len(PREFACE_COLUMNS) + 4)]
     for head, ns, ratio in summary:
         case = f"{head['crd']} {head['val']} {head['overlap']} {head['lengths']}"
         cells = [f"{ns[c]:.3g}" if c in ns else "n/a" for c in PREFACE_COLUMNS]
-        lines.append(f"| {case} | " + " | ".join(cells) + f" | {ratio['plain']:.2f} | " +
-                     (f"{ratio['numkong dot']:.2f}" if "numkong dot" in ratio else "n/a") + " |")
+        nk = ratio.get("numkong dot")
+        vs = [f"{ratio[c] / nk:.2f}" if nk else "n/a" for c in ("lane", "lane fast_math")]
+        lines.append(f"| {case} | " + " | ".join(cells) + f" | {ratio['plain']:.2f} | " + " | ".join(vs) + " |")
     return "\n".join(lines) + "\n"
 
 

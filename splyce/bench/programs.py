@@ -9,10 +9,16 @@ Each program is one step of an iterative algorithm, with its dense glue (docs/tr
   enclosing scope (hidden kernel arguments);
 * ``logreg``: a logistic-regression gradient ``A.T @ (sigmoid(A @ w) - y)``;
 * ``rownorm``: row normalisation ``A.multiply(1 / max(A.sum(axis=1), 1)[:, None])`` (a sparse result);
-* ``triangles``: ``((L @ L) * L).sum()`` with ``L = tril(A, -1)`` as a pattern.
+* ``triangles``: ``((L @ L) * L).sum()`` with ``L = tril(A, -1)`` as a pattern;
 
-Both candidates are timed interleaved in one :func:`~splyce.bench.common.measure` (the jitted call with its
-argument handling, as a user calls it), after the first results were checked against each other.
+and five small programs of several ops (``B``: ``A``'s rows rotated by one, another pattern of the same
+statistics): ``axbx`` ``a @ x + b @ x``, ``hsum`` ``(a * b).sum()``, ``quad`` ``v @ (a @ v)``, ``normal``
+``a.T @ (a @ x)``, ``maxdiff`` ``abs(a - b).max()``.
+
+Three candidates are timed interleaved in one :func:`~splyce.bench.common.measure`, after their first results
+were checked against each other: the jitted call with its argument handling, as a user calls it; the same
+body in scipy / NumPy; and the chain of drop-ins (``splyce.matmul`` / ``multiply`` / ``subtract`` for the
+sparse ops, NumPy for the dense glue) called one after another, which the jitted program should beat.
 """
 
 from __future__ import annotations
@@ -31,13 +37,19 @@ PROGRAMS = {
     "logreg": "logistic-regression gradient A.T @ (sigmoid(A @ w) - y)",
     "rownorm": "row normalisation A.multiply(1 / deg[:, None])",
     "triangles": "triangles ((L @ L) * L).sum()",
+    "axbx": "a @ x + b @ x",
+    "hsum": "(a * b).sum()",
+    "quad": "v @ (a @ v)",
+    "normal": "a.T @ (a @ x)",
+    "maxdiff": "abs(a - b).max()",
 }
-COLUMNS = ["matrix", "program", "n", "nnz", "scipy_s", "splyce_s", "splyce_vs_scipy", "compile_s"]
+COLUMNS = ["matrix", "program", "n", "nnz", "scipy_s", "chain_s", "splyce_s", "splyce_vs_scipy", "splyce_vs_chain",
+           "compile_s"]
 FEATURES = 16
 
 
 def _programs(A):
-    """Per program: (jitted function, scipy / NumPy function, arguments)."""
+    """Per program: (jitted function, scipy / NumPy function, arguments, the chain of drop-ins)."""
     import scipy.sparse as sps
 
     import splyce
@@ -78,14 +90,60 @@ def _programs(A):
     def scipy_triangles(l):
         return (l @ l).multiply(l).sum()
 
-    return {
-        "pagerank": (splyce.jit(pagerank), pagerank, (P, x)),
-        "cg": (splyce.jit(cg), cg, (spd, x * 0, r, r.copy())),
-        "gcn": (splyce.jit(gcn), gcn, (A,)),
-        "logreg": (splyce.jit(logreg), logreg, (A, w, y)),
-        "rownorm": (splyce.jit(rownorm), rownorm, (A,)),
-        "triangles": (splyce.jit(triangles), scipy_triangles, (L,)),
+    B = sps.csr_array(A[np.roll(np.arange(n), 1)])
+
+    def axbx(a, b, x):
+        return a @ x + b @ x
+
+    def hsum(a, b):
+        return (a * b).sum()
+
+    def quad(a, v):
+        return v @ (a @ v)
+
+    def normal(a, x):
+        return a.T @ (a @ x)
+
+    def maxdiff(a, b):
+        return abs(a - b).max()
+
+    mm = splyce.matmul
+
+    def cg_chain(a, x, r, p):
+        ap = mm(a, p)
+        rr = r @ r
+        alpha = rr / (p @ ap)
+        r_new = r - alpha * ap
+        return x + alpha * p, r_new, r_new + (r_new @ r_new) / rr * p
+
+    chains = {
+        "pagerank": lambda p, x: 0.85 * mm(p, x) + 0.15 / n,
+        "cg": cg_chain,
+        "gcn": lambda a: np.maximum(mm(a, X @ W), 0),
+        "logreg": lambda a, w, y: mm(a.T, 1 / (1 + np.exp(-mm(a, w))) - y),
+        "rownorm": lambda a: splyce.multiply(a, 1.0 / np.maximum(a.sum(axis=1), 1.0)[:, None]),
+        "triangles": lambda l: splyce.multiply(mm(l, l), l).sum(),
+        "axbx": lambda a, b, x: mm(a, x) + mm(b, x),
+        "hsum": lambda a, b: splyce.multiply(a, b).sum(),
+        "quad": lambda a, v: v @ mm(a, v),
+        "normal": lambda a, x: mm(a.T, mm(a, x)),
+        "maxdiff": lambda a, b: abs(splyce.subtract(a, b)).max(),
     }
+    bodies = {
+        "pagerank": (pagerank, pagerank, (P, x)),
+        "cg": (cg, cg, (spd, x * 0, r, r.copy())),
+        "gcn": (gcn, gcn, (A,)),
+        "logreg": (logreg, logreg, (A, w, y)),
+        "rownorm": (rownorm, rownorm, (A,)),
+        "triangles": (triangles, scipy_triangles, (L,)),
+        "axbx": (axbx, axbx, (A, B, x)),
+        "hsum": (hsum, hsum, (A, B)),
+        "quad": (quad, quad, (A, x)),
+        "normal": (normal, normal, (A, x)),
+        "maxdiff": (maxdiff, maxdiff, (A, B)),
+    }
+    return {name: (splyce.jit(body), reference, args, chains[name])
+            for name, (body, reference, args) in bodies.items()}
 
 
 def _first(result):
@@ -114,27 +172,31 @@ def run(cfg: Config) -> Result:
     try:
         for entry in entries:
             A = corpus.build(entry, Path(cfg.out) / "corpus-cache")
-            for name, (jitted, reference, args) in _programs(A).items():
+            for name, (jitted, reference, args, chain) in _programs(A).items():
                 if name not in programs:
                     continue
                 bar.set_description(f"programs {entry.name} {name}")
                 want = _first(reference(*args))
                 timings = measure({"scipy": lambda r=reference, a=args: _first(r(*a)),
+                                   "chain": lambda c=chain, a=args: _first(c(*a)),
                                    "splyce": lambda f=jitted, a=args: _first(f(*a))},
                                   want, cfg, desc=f"{entry.name} {name}", rtol=1e-8, bar=bar)
-                t_scipy, t_splyce = timings["scipy"].median, timings["splyce"].median
+                t_scipy, t_chain, t_splyce = (timings[k].median for k in ("scipy", "chain", "splyce"))
                 rows.append({"matrix": entry.name, "program": name, "n": A.shape[0], "nnz": A.nnz,
-                             "scipy_s": t_scipy, "splyce_s": t_splyce, "splyce_vs_scipy": t_scipy / t_splyce,
+                             "scipy_s": t_scipy, "chain_s": t_chain, "splyce_s": t_splyce,
+                             "splyce_vs_scipy": t_scipy / t_splyce, "splyce_vs_chain": t_chain / t_splyce,
                              "compile_s": timings["splyce"].compile})
     finally:
         blas.restore_original_limits()
         bar.close()
-    by_program = {p: geomean(r["splyce_vs_scipy"] for r in rows if r["program"] == p) for p in programs}
-    summary = "; ".join(f"{p} {v:.2f}x" for p, v in by_program.items())
+    by_program = {p: (geomean(r["splyce_vs_scipy"] for r in rows if r["program"] == p),
+                      geomean(r["splyce_vs_chain"] for r in rows if r["program"] == p)) for p in programs}
+    summary = "; ".join(f"{p} {s:.2f}x / {c:.2f}x" for p, (s, c) in by_program.items())
     note = (f"Median seconds of {cfg.n_repeats} interleaved repeats, one thread (NumPy's BLAS too); "
-            "splyce_vs_scipy = scipy time / jitted time (> 1: the jitted body is faster). The jitted call includes "
-            "its argument handling. "
-            f"Geometric means over the matrices: {summary}.")
+            "splyce_vs_scipy = scipy time / jitted time, splyce_vs_chain = time of the drop-ins called one "
+            "after another / jitted time (> 1: the jitted body is faster). The jitted call includes its argument "
+            "handling. "
+            f"Geometric means over the matrices, vs scipy / vs the drop-in chain: {summary}.")
     return Result("programs", "Algorithm bodies jitted whole vs scipy / NumPy", COLUMNS, rows, note, plot=plot)
 
 

@@ -11,7 +11,7 @@ import weakref
 
 import numpy as np
 
-from splyce.native import masked as _native_masked
+from splyce.native import masked_chunks as _masked_chunks, masked_sum_checked as _masked_sum_checked
 from splyce.native.array_objects import DATA_OFFSET as _ARRAY_OFFSET   # None: no array read natively by id
 from splyce.dropin import diagonals, narrow_dtypes
 from splyce.planner import nonfinite as _nonfinite
@@ -162,14 +162,14 @@ _plain_plans = weakref.WeakKeyDictionary()   # Kernel -> whether its plan is the
 
 
 def _masked_sum(jitted, ops, inputs, threads: int = 1):
-    """``"ij,jk,ik->"`` (rows split across ``threads`` by work, see ``native_masked.masked_sum``). The jitted
+    """``"ij,jk,ik->"`` (rows split across ``threads`` by work, see ``native.masked_sum.masked_sum``). The jitted
     kernel's plan, chosen by cost for the first call of these
     shapes and formats, sets the order of the sum; when it is the plain one (loops i, j, k, every operand kept
     in its CSR, nothing fused: the corpus's triangle counts), the native ``masked_sum`` runs the same sum in
     the same order, bit for bit, without the kernel call's descriptors and results (~0.3 ms on a small
     matrix), as ``(sum, whether every value was proved finite)``; any other plan: None (the caller runs the
     kernel)."""
-    from splyce.native import masked as native_masked
+    from splyce.native import masked_sum as native_masked_sum
 
     kernel, _ = jitted.kernel_for(*ops)
     plain = _plain_plans.get(kernel)
@@ -178,7 +178,7 @@ def _masked_sum(jitted, ops, inputs, threads: int = 1):
     if not plain:
         return None
     A, B, C = (op.tensor for op in ops)
-    return native_masked.masked_sum(*((t.values, t.crd[1], t.pos[1]) for t in (A, B, C)), C.shape[1], A.dtype,
+    return native_masked_sum.masked_sum(*((t.values, t.crd[1], t.pos[1]) for t in (A, B, C)), C.shape[1], A.dtype,
                                     threads, with_proof=True)
 
 
@@ -237,12 +237,12 @@ def _fast_masked_sum(subscripts, a, b, c, threads=1):
     kernels compute in, one index dtype, every buffer 1-D and contiguous, and a plain plan already filed for
     these shapes and formats by an earlier general call (the first call of a signature goes the general way;
     another plan runs the kernel there, as before). Then the whole call is one native pass
-    (``native_masked.masked_sum_checked``: each distinct operand checked canonical, then the sum), with the
+    (``native.masked_sum_checked.masked_sum_checked``: each distinct operand checked canonical, then the sum), with the
     general path's exact result. On the corpus' small matrices the call is a few hundred microseconds and the
     bench's ``gc.collect()`` before it leaves the caches cold, so each Python step dropped here counts.
 
     ``threads`` other than 1 (a positive int or None) takes this path too when the work is surely below
-    ``native_masked.serial_max_work()`` (the general path would run it on one thread anyway, after 0.1-0.2 ms
+    ``native.masked_chunks.serial_max_work()`` (the general path would run it on one thread anyway, after 0.1-0.2 ms
     of its own steps): mask entries plus an upper bound of the products, ``nnz(a)`` times ``b``'s longest row
     (from the row starts' differences, which are not trusted yet: a bad bound only picks the path), or, when
     that bound fails for a small ``a``, the products counted exactly."""
@@ -274,10 +274,10 @@ def _fast_masked_sum(subscripts, a, b, c, threads=1):
     if pb is None or pc is None:
         return None
     if threads != 1:        # only a small a (whose columns index the count: checked in range first; the
-        ac, limit = pa[1], _native_masked.serial_max_work()      # native call checks everything again)
+        ac, limit = pa[1], _masked_chunks.serial_max_work()      # native call checks everything again)
         if len(ac) * 8 > limit or (len(ac) and (int(ac.min()) < 0 or int(ac.max()) >= n1)):
             return None
-        if not _native_masked.small_masked_work(len(pc[1]), ac, pb[2], limit):
+        if not _masked_chunks.small_masked_work(len(pc[1]), ac, pb[2], limit):
             return None
     fmt = _SUM_FORMATS.get(idx)
     if fmt is None:
@@ -285,7 +285,7 @@ def _fast_masked_sum(subscripts, a, b, c, threads=1):
     kernel = jitted.filed_kernel(((sa, dtype, fmt), (sb, dtype, fmt), (sc, dtype, fmt)))
     if kernel is None or not _plain_plans.get(kernel):
         return None
-    return _native_masked.masked_sum_checked(pa, pb, pc, m, n1, n2, b is not a, c is not a and c is not b)
+    return _masked_sum_checked.masked_sum_checked(pa, pb, pc, m, n1, n2, b is not a, c is not a and c is not b)
 
 
 def _plain_masked_sum_plan(plan, inputs: list[str]) -> bool:

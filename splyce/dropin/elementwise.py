@@ -166,7 +166,7 @@ def _fast_merge(op: str, a, b, threads: int):
         return None
     dtype, idx = av.dtype, ac.dtype
     if ((dtype, idx) not in _MERGE_DTYPES or bv.dtype != dtype or ap.dtype != idx or bc.dtype != idx
-            or bp.dtype != idx):
+            or bp.dtype != idx or (op == "subtract" and dtype.kind == "b")):
         return None
     shape = a.shape
     if b.shape != shape:
@@ -222,7 +222,8 @@ def _owns(ac, ap, bc, bp, address) -> bool:
 
 
 # (value dtype, index dtype) pairs of the fast path: native byte order (a swapped dtype compares unequal)
-_MERGE_DTYPES = {(np.dtype(v), np.dtype(i)) for v in (np.float64, np.float32, np.int64, np.int32)
+# (bool: a product or sum, AND / OR; a bool difference goes to the general path, which refuses it as NumPy does)
+_MERGE_DTYPES = {(np.dtype(v), np.dtype(i)) for v in (np.float64, np.float32, np.int64, np.int32, np.bool_)
                  for i in (np.int32, np.int64)}
 
 

@@ -59,11 +59,21 @@ def choose_elementwise_formulation(a: OperandInfo, b: OperandInfo, out_format=No
     matrices with a sparse result merge their rows natively; anything else runs the coiteration kernel."""
     if not (a.sparse or b.sparse):
         return Formulation.NUMPY
-    if a.sparse and b.sparse and len(a.shape) == 2 and out_format in (None, "sparse") and _native_values(a, b):
+    if a.sparse and b.sparse and len(a.shape) == 2 and out_format in (None, "sparse") \
+            and (_native_values(a, b) or _bool_pattern(name, a, b)):
         return Formulation.MERGE_ROWS
     if name != "multiply" and a.sparse != b.sparse and len(a.shape) == 2 and out_format in (None, "dense"):
         return Formulation.DENSE_SUM
     return Formulation.COITERATE
+
+
+def _bool_pattern(name: str, a: OperandInfo, b: OperandInfo) -> bool:
+    """A product or sum of two bool matrices: the merge's AND / OR kernels (the jit's too, every position kept
+    there; scipy's rule here: a False result is not stored). NumPy has no bool difference: that call goes to
+    the coiteration kernel, which says so."""
+    import numpy as np
+
+    return name in ("multiply", "add") and a.dtype == np.bool_ and b.dtype == np.bool_
 
 
 def rowwise_format(subs: str, order) -> Format:

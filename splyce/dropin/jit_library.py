@@ -119,28 +119,34 @@ SPGEMM_SORTED_RULE = ("each row summed in a dense row with a flag per column; ro
                       "vector compares, longer ones read in column order from the flags, 64 columns a step")
 
 
-def _spgemm_kept(args, out, threads: int):
+def _spgemm_kept(out):
     """``a @ b`` of two CSR SparseTensors as a scipy CSR of the traced result's format: the sparsifier's stored
     positions and values (every position reached, columns ascending, sums from +0.0; native/spgemm_sorted.py),
-    or None (then the MLIR kernel runs) when the result does not fit the format's index widths."""
+    or None (then the MLIR kernel runs) when the result does not fit the format's index widths. The result is
+    built over the kernel's buffers without scipy's constructor checks (``scipy_out.csr``: the kernel wrote
+    it canonical). Modules bound once here, as in ``_coiterated``."""
     import scipy.sparse as sps
 
+    from splyce.dropin import scipy_out
     from splyce.native import spgemm
 
-    a, b = args
-    parts = [(x.values, x.crd[1], x.pos[1]) for x in (a, b)]
-    with memory_pool.active():
-        product = spgemm.spgemm(parts[0], parts[1], b.shape[1], np.dtype(out.dtype), threads, keep_zeros=True,
-                                sort=True)
-    # the traced format's index widths (64-bit operands give a 64-bit result; the kernel writes the narrowest)
-    if product.indices.dtype.itemsize * 8 > out.format.crd_width \
-            or product.indptr.dtype.itemsize * 8 > out.format.pos_width:
-        return None                               # the result needs wider indices than the format's
-    indices = product.indices.astype(f"int{out.format.crd_width}", copy=False)
-    indptr = product.indptr.astype(f"int{out.format.pos_width}", copy=False)
-    result = sps.csr_array((product.data, indices, indptr), shape=out.shape, copy=False)
-    result.has_sorted_indices = True              # as written (scipy would otherwise check on first use)
-    return result
+    dtype, shape, csr_array, product_of = np.dtype(out.dtype), out.shape, sps.csr_array, spgemm.spgemm
+    crd_width, pos_width = out.format.crd_width, out.format.pos_width
+    crd_dtype, pos_dtype = np.dtype(f"int{crd_width}"), np.dtype(f"int{pos_width}")
+    pool = memory_pool.active
+
+    def run(args, threads: int):
+        a, b = args
+        with pool():
+            product = product_of((a.values, a.crd[1], a.pos[1]), (b.values, b.crd[1], b.pos[1]), b.shape[1], dtype,
+                                 threads, keep_zeros=True, sort=True)
+        indices, indptr = product.indices, product.indptr
+        # the traced format's index widths (64-bit operands give a 64-bit result; the kernel writes the narrowest)
+        if indices.dtype.itemsize * 8 > crd_width or indptr.dtype.itemsize * 8 > pos_width:
+            return None                           # the result needs wider indices than the format's
+        return scipy_out.csr(csr_array, product.data, indices.astype(crd_dtype, copy=False),
+                             indptr.astype(pos_dtype, copy=False), shape, True)
+    return run
 
 
 def provide(op: LibraryOp, options) -> LibraryCall | None:
@@ -165,9 +171,8 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
     if op.op == "matmul" and op.out.is_sparse and _native_values(*infos):
         # Gustavson's product keeping every reached position (zero sums too), each row written sorted: the
         # sparsifier's result; each entry sums from +0.0 over k in A's row order, as its i, k, j loop nest does
-        out = op.out
-        return LibraryCall(op, "gustavson-spa, every position kept, rows sorted",
-                           lambda args, t: _spgemm_kept(args, out, t), detail=SPGEMM_SORTED_RULE)
+        return LibraryCall(op, "gustavson-spa, every position kept, rows sorted", _spgemm_kept(op.out),
+                           detail=SPGEMM_SORTED_RULE)
     if op.op == "einsum":        # masked SpGEMM, the masked sum (triangles), SDDMM: jit_products.py
         return jit_products.provide(op, infos)
     return None

@@ -71,55 +71,69 @@ def _parts(t):
     return (t.values, t.crd[1], t.pos[1])
 
 
-def _csr_result(vals, cols, indptr, out):
-    """The kernel's CSR parts as a scipy CSR of the traced result's format (index widths widened to it), or
-    None when they need more than its widths (then the MLIR kernel runs)."""
+def _csr_result(out):
+    """A function of the kernel's CSR parts giving a scipy CSR of the traced result's format (index widths
+    widened to it), or None when they need more than its widths (then the MLIR kernel runs). Built over the
+    kernel's buffers without scipy's constructor checks (``scipy_out.csr``: the mask's positions, canonical)."""
     import scipy.sparse as sps
 
-    if cols.dtype.itemsize * 8 > out.format.crd_width or indptr.dtype.itemsize * 8 > out.format.pos_width:
-        return None
-    cols = cols.astype(f"int{out.format.crd_width}", copy=False)
-    indptr = indptr.astype(f"int{out.format.pos_width}", copy=False)
-    result = sps.csr_array((vals, cols, indptr), shape=out.shape, copy=False)
-    result.has_sorted_indices = True          # the mask's order
+    from splyce.dropin import scipy_out
+
+    crd_width, pos_width, shape, csr_array = out.format.crd_width, out.format.pos_width, out.shape, sps.csr_array
+    crd_dtype, pos_dtype = np.dtype(f"int{crd_width}"), np.dtype(f"int{pos_width}")
+
+    def result(vals, cols, indptr):
+        if cols.dtype.itemsize * 8 > crd_width or indptr.dtype.itemsize * 8 > pos_width:
+            return None
+        return scipy_out.csr(csr_array, vals, cols.astype(crd_dtype, copy=False),
+                             indptr.astype(pos_dtype, copy=False), shape, True)
     return result
 
 
 def _masked(op: LibraryOp, roles: dict, factors: str) -> LibraryCall:
     from splyce.native import masked_kept
 
-    out, dtype = op.out, np.dtype(op.out.dtype)
+    dtype, result, kept = np.dtype(op.out.dtype), _csr_result(op.out), masked_kept.masked_kept
 
     def run(args, threads):
         m, a, b = (args[roles[r]] for r in "mab")
-        got = masked_kept.masked_kept(_parts(m), _parts(a), _parts(b), m.shape[1], dtype, threads, factors)
-        return _csr_result(*got, out)
+        return result(*kept(_parts(m), _parts(a), _parts(b), m.shape[1], dtype, threads, factors))
     return LibraryCall(op, "masked-gustavson, reached positions kept", run)
 
 
 def _masked_sum(op: LibraryOp, roles: dict, factors: str) -> LibraryCall:
-    from splyce.native import masked
+    from splyce.native import masked_sum, masked_sum_checked
 
     dtype = np.dtype(op.out.dtype)
+    factors = factors.replace("m", "c")
+    general, trusted = masked_sum.masked_sum, masked_sum_checked.masked_sum_trusted
+    widths = {w for t in op.types for w in (t.format.pos_width, t.format.crd_width)}
+    index = np.dtype(f"int{widths.pop()}") if len(widths) == 1 else None
+    # one thread, one index width: the drop-in's one native call (sample, count or sum) without its checks, the
+    # operands being validated tensors; the same bits as ``masked_sum`` (the sum in ``factors``' order)
+    one_call = index is not None and masked_sum_checked.trusted_supported(dtype, index)
 
     def run(args, threads):
         a, b, c = (args[roles[r]] for r in "abm")
         # one thread for floats: a sum split across threads is reassociated (integers: the same sum); a 0/1
         # pattern (triangle counting) is counted, branch-free: each term is exactly one, the sum the count
-        return masked.masked_sum(_parts(a), _parts(b), _parts(c), c.shape[1], dtype,
-                                 threads if dtype.kind in "iu" else 1, factors=factors.replace("m", "c"),
-                                 count_ones=True)
+        if one_call and (threads == 1 or dtype.kind not in "iu"):
+            return trusted((a.values, a.crd[1], a.pos[1]), (b.values, b.crd[1], b.pos[1]),
+                           (c.values, c.crd[1], c.pos[1]), c.shape[0], c.shape[1], b is not a,
+                           c is not a and c is not b, factors)
+        return general(_parts(a), _parts(b), _parts(c), c.shape[1], dtype, threads if dtype.kind in "iu" else 1,
+                       factors=factors, count_ones=True)
     return LibraryCall(op, "masked-sum", run)
 
 
 def _sddmm(op: LibraryOp, roles: dict, factors: str) -> LibraryCall:
     from splyce.native import sddmm
 
-    out, dtype = op.out, np.dtype(op.out.dtype)
+    dtype, result, product = np.dtype(op.out.dtype), _csr_result(op.out), sddmm.sddmm
 
     def run(args, threads):
         m, x, y = (args[roles[r]] for r in "mxy")     # x, y: C-contiguous, of the dtype (arguments.prepare)
-        return _csr_result(*sddmm.sddmm(_parts(m), x, y, dtype, threads, factors), out)
+        return result(*product(_parts(m), x, y, dtype, threads, factors))
     return LibraryCall(op, "sddmm, every mask position kept", run)
 
 

@@ -20,7 +20,9 @@ import numpy as np
 
 from splyce.native.array_objects import address as _address
 from splyce.native.ir_text import IR, VALUE, load_index, loop
-from splyce.native.masked import CHUNKS_PER_THREAD, _gather, _marked_row, masked_chunks, serial_max_work
+from splyce.native.marked_row import marked_row
+from splyce.native.masked import _gather
+from splyce.native.masked_chunks import CHUNKS_PER_THREAD, masked_chunks, serial_max_work
 from splyce.native.ir_text import run_taken
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -63,7 +65,7 @@ def _kept_ir(name, value, mp, mc, ap, ac, bp, bc, factors):
             ir(f"  {pr} = getelementptr i8, ptr %reached, i64 {m}")
             ir(f"  store i8 1, ptr {pr}")
 
-        m_start, m_stop = _marked_row(ir, i, t, mul, (("%mpos", mp), ("%mcrd", mc)), ap, ac, bp, bc, clear, hit,
+        m_start, m_stop = marked_row(ir, i, t, mul, (("%mpos", mp), ("%mcrd", mc)), ap, ac, bp, bc, clear, hit,
                                       pair=True)
 
         def compact(e):     # entry e to slot base + kept <= e (later entries no longer read it); kept += reached

@@ -9,7 +9,9 @@ SIMD (vector dialect) or unrolled scalar form:
    a B lane is matched when every other operand has its coordinate.
 2. the guarded body, re-materialized per lane without branches: accumulators take
    ``select(matched, new, old)`` lane by lane (the scalar loop's order of additions), or an ordered
-   ``vector.reduction <add>`` of ``select(mask, term, -0.0)`` (SIMD). Scalar per-lane loads and stores go
+   ``vector.reduction <add>`` of ``select(mask, term, -0.0)`` (SIMD); with ``fast_math`` (SIMD) a sum is a
+   loop-carried vector accumulator instead, ``select(mask, vacc + term, vacc)``, reduced once after the lane.
+   Scalar per-lane loads and stores go
    through a selected *address*: the real element when the lane matched, else a one-element scratch
    buffer (alloca'd once at function entry), so unmatched lanes never touch the output. In SIMD form,
    loads and stores indexed by the coordinate (innermost, unit stride) are one masked ``vector.gather`` /
@@ -123,6 +125,7 @@ class FastLaneBuilder:
         self.m, self.options, self.n = match, options, options.vector_width
         self.profile_counters = profile_counters
         self.counter_slot = FAST_LANE_SLOT if match.fingers == 2 else MULTIWAY_SLOT
+        self.vector_acc_slots = {}  # sum's iter-arg position -> the fast lane's vector accumulator's position
         self._scratches = {}  # (element type, rank, memory space, store?) -> scratch, cast to dynamic
 
     # -------------------------------------------------------------------------- address selection
@@ -196,16 +199,31 @@ class FastLaneBuilder:
                 [arith.select(matched, v, zero) for v in idx])
 
     # ----------------------------------------------------------------------------------------- loop
+    def vector_accumulated(self) -> list[int]:
+        """The sums kept in vector accumulators through the fast lane: with ``fast_math`` and phase 2 in SIMD,
+        every ``acc + term`` sum. Each gets a loop-carried vector<n x T> that adds the step's matched terms
+        under the match mask (one masked add per step: no scalar chain, no horizontal sum per step), reduced
+        into the scalar accumulator once, after the fast lane. Strict sums keep the ordered reduction."""
+        if not (self.options.fast_math and self.options.simd_mac and self.simd2_blocker() is None):
+            return []
+        if type(self)._phase2 is not FastLaneBuilder._phase2:   # a subclass building its own phase 2
+            return []
+        return sorted(self.m.reductions)
+
     def build(self):
         m, n = self.m, self.n
         w = m.while_op
         inits = list(w.operation.operands)
         types = [v.type for v in inits]
+        summed = self.vector_accumulated()
+        vec_types = [_vtype(n, m.reductions[pos].term.type) for pos in summed]
+        self.vector_acc_slots = {pos: len(types) + k for k, pos in enumerate(summed)}
         with ir.InsertionPoint(w):
             c_n = _index(n)
-            fast = scf.WhileOp(types, inits)
+            zeros = [vector.broadcast(vt, _neg_zero(vt.element_type)) for vt in vec_types]
+            fast = scf.WhileOp(types + vec_types, inits + zeros)
             fast.operation.attributes[FAST_LANE_ATTR] = ir.UnitAttr.get()
-            before = fast.before.blocks.append(*types)
+            before = fast.before.blocks.append(*types, *vec_types)
             with ir.InsertionPoint(before):
                 ok = []
                 for pos, hi in zip(m.cursor_pos, m.bounds):
@@ -214,11 +232,16 @@ class FastLaneBuilder:
                     room = _cmpi(CMPI_UGE, arith.subi(hi, cur), c_n)
                     ok.append(arith.andi(inside, room))
                 scf.condition(_tree(ok, arith.andi), list(before.arguments))
-            after = fast.after.blocks.append(*types)
+            after = fast.after.blocks.append(*types, *vec_types)
             with ir.InsertionPoint(after):
                 new_args = self._body(list(after.arguments))
                 scf.yield_(new_args)
-        for i, r in enumerate(fast.results):
+        results = list(fast.results)[:len(types)]
+        with ir.InsertionPoint(w):   # between the fast lane and the scalar loop (moved with them: gallop_lane)
+            for pos, slot in self.vector_acc_slots.items():
+                results[pos] = vector.reduction(vec_types[slot - len(types)].element_type, vector.CombiningKind.ADD,
+                                                fast.results[slot], acc=fast.results[pos], fastmath=_reassoc())
+        for i, r in enumerate(results):
             w.operation.operands[i] = r
         return fast
 
@@ -488,9 +511,14 @@ class FastLaneBuilder:
         for pos, red in m.reductions.items():
             term = as_vec(get(red.term))
             et = red.term.type
+            fm = _reassoc() if p.fast_math else None
+            slot = self.vector_acc_slots.get(pos)
+            if slot is not None:    # the vector accumulator: a masked add of the matched lanes' terms
+                acc = args[slot]
+                accs[slot] = arith.select(mask, arith.addf(acc, term, fastmath=fm), acc)
+                continue
             identity = vector.broadcast(_vtype(n, et), _neg_zero(et))
             prod = arith.select(mask, term, identity)
-            fm = _reassoc() if p.fast_math else None
             accs[pos] = vector.reduction(et, kind_add, prod, acc=args[pos], fastmath=fm)
         return accs
 

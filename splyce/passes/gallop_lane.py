@@ -213,7 +213,7 @@ def _skew_flags(match: Coiteration, fast_op, ratio: int):
     fast lane's values spilled), and the other two are only read in the skewed branch (where the lengths
     differ): with the or of two ``len >= R * len`` tests LLVM kept both loop-invariant products live across
     the j loop (spilled) and K1 ran 3-4 % slower than without galloping; with one test, as fast."""
-    inits = list(fast_op.operation.operands)
+    inits = _inits(match, fast_op)
     pb, pc = (inits[p] for p in match.cursor_pos)
     hb, hc = match.bounds
     with ir.InsertionPoint(fast_op):
@@ -221,6 +221,27 @@ def _skew_flags(match: Coiteration, fast_op, ratio: int):
         longer, shorter = arith.maxui(len_b, len_c), arith.minui(len_b, len_c)
         skewed = arith.cmpi(CMPI_UGE, longer, _skew_threshold(shorter, ratio))
         return skewed, arith.cmpi(CMPI_UGT, len_c, len_b), arith.cmpi(CMPI_UGT, len_b, len_c)
+
+
+def _inits(match: Coiteration, fast_op) -> list:
+    """The scalar loop's initial values: the fast lane's first operands (its vector accumulators follow)."""
+    return list(fast_op.operation.operands)[:len(match.while_op.operation.operands)]
+
+
+def _move_lane(fast_op, w, before) -> None:
+    """Move the fast lane, the ops between it and the scalar loop ``w`` (the vector accumulators' reductions)
+    and ``w`` before ``before``, in order."""
+    ops, inside = [], False
+    for op in fast_op.operation.block.operations:
+        inside = inside or op.operation == fast_op.operation
+        if inside:
+            ops.append(op.operation)
+            if op.operation == w.operation:
+                break
+    if not ops or ops[-1] != w.operation:
+        raise RuntimeError("gallop_lane: the scalar loop does not follow the fast lane in its block")
+    for op in ops:
+        op.move_before(before)
 
 
 def _guard_empty_fibers(match: Coiteration, fast_op) -> None:
@@ -234,7 +255,7 @@ def _guard_empty_fibers(match: Coiteration, fast_op) -> None:
     (K1's row of B in the j loop) lets LLVM unswitch that loop: for an empty row of B the j loop is gone,
     as with ``gallop=0`` (docs/passes.md, "Near-empty fibers")."""
     w = match.while_op
-    inits = list(fast_op.operation.operands)
+    inits = _inits(match, fast_op)
     types = [r.type for r in w.results]
     with ir.InsertionPoint(fast_op):
         empty = [arith.cmpi(CMPI_UGE, inits[p], hi) for p, hi in zip(match.cursor_pos, match.bounds)]
@@ -245,8 +266,7 @@ def _guard_empty_fibers(match: Coiteration, fast_op) -> None:
         scf.yield_(inits)
     with ir.InsertionPoint(guard.else_block):
         done = scf.yield_(list(w.results))
-    fast_op.operation.move_before(done)
-    w.operation.move_before(done)
+    _move_lane(fast_op, w, done)
 
 
 def _expect_false(flag, fast_op):
@@ -267,7 +287,7 @@ def _split_by_skew(match: Coiteration, fast_op, skewed) -> Coiteration:
     with the flag and jumping inside the one scalar loop left a flag test in every scalar step, which LLVM
     did not unswitch, and the jump code's registers spilled the loop's: 3-7 % on uniform K1 / K5.)"""
     w = match.while_op
-    inits = list(fast_op.operation.operands)
+    inits = _inits(match, fast_op)
     types = [r.type for r in w.results]
     with ir.InsertionPoint(fast_op):
         split = scf.IfOp(skewed, types, has_else=True)
@@ -280,8 +300,7 @@ def _split_by_skew(match: Coiteration, fast_op, skewed) -> Coiteration:
         scf.yield_(list(copy.results))
     with ir.InsertionPoint(split.else_block):
         done = scf.yield_(list(w.results))
-    fast_op.operation.move_before(done)
-    w.operation.move_before(done)
+    _move_lane(fast_op, w, done)
     after = copy.regions[1].blocks[0]
     nexts = tuple(list(after.operations)[-1].operands[p] for p in match.cursor_pos)
     return replace(match, while_op=copy.opview, after_yield=list(after.operations)[-1], next_cursors=nexts)
@@ -319,7 +338,7 @@ def _gallop_epilogue(match: Coiteration, long_c, long_b, counters) -> None:
 
 def add_galloping(match: Coiteration, fast_op, ratio: int, counters=None) -> None:
     """Give the matched loop and its fast lane ``fast_op`` the skew-aware path choice."""
-    inits = list(fast_op.operation.operands)
+    inits = _inits(match, fast_op)
     _guard_empty_fibers(match, fast_op)
     skewed, long_c, long_b = _skew_flags(match, fast_op, ratio)
     skewed_match = _split_by_skew(match, fast_op, _expect_false(skewed, fast_op))
@@ -354,7 +373,7 @@ def add_leapfrog(match: Coiteration, fast_op, ratio: int, counters=None) -> None
     largest current coordinate to the first coordinate ``>=`` it. No coordinate below the largest can be in every fiber (the fiber holding the largest has
     none left below it), so the skipped coordinates are exactly some the scalar loop would step over
     without a match: the same matches in the same order, bit-identical results."""
-    inits = list(fast_op.operation.operands)
+    inits = _inits(match, fast_op)
     cursors = [inits[p] for p in match.cursor_pos]
     _guard_empty_fibers(match, fast_op)
     with ir.InsertionPoint(fast_op):

@@ -174,6 +174,8 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder) ->
         return text + "; phase 2: the body, with its call, under a branch per matched lane"
     if options.fast_math:
         text += " fast-math"
+        if builder.vector_acc_slots:
+            text += " (vector accumulators)"
     if options.simd_mac:
         blocker = builder.simd2_blocker()
         if blocker:

@@ -211,34 +211,44 @@ class LibraryKernel:
         self._prepares = bool(plan.derived) or plan.needs_conversion or bool(plan.constants)
         self._kernel = None
         self._kernel_lock = threading.Lock()
-        self.direct = self._direct() if result_tree is None and not self.sparse_results else None
+        self.direct = self._direct() if result_tree is None else None
 
     def _direct(self):
-        """The whole cached call as one closure, for a plan whose one dense result is the call's value and
-        whose operands are arguments as they come (``Jitted.__call__`` runs it on a signature hit): the
-        native call, and ``run_exact``'s result rules only when the result is not already the traced
-        array (a 0-d result: the scalar of the traced dtype, the masked sum's). None otherwise."""
-        if self.call.op.reads is not None or self._prepares:
+        """The whole cached call as one closure, for a plan whose one result is the call's value and whose
+        operands are arguments as they come or read in place (``Jitted.__call__`` runs it on a signature hit,
+        where every argument is a checked SparseTensor or a C-contiguous array, never a scipy operand whose
+        result class would follow it): the native call, and ``run_exact``'s result rules only when the
+        result is not already what they give (a 0-d result: the scalar of the traced dtype, the masked
+        sum's; a sparse one: the scipy CSR the provider built over the kernel's buffers, as it is). None
+        otherwise (re-stored operands or frozen constants: ``plan.prepare`` on every call)."""
+        reads = self.call.op.reads
+        if reads is None and self._prepares:
             return None
-        run, operands, threads = self.call.run, self.call.op.operands, self.threads
+        run, threads, finish = self.call.run, self.threads, self._finish
+        picks = reads if reads is not None else self.call.op.operands
+        every = picks == tuple(range(len(self.plan.source.inputs) - len(self.plan.constants)))
         dtype, shape = self._dtype, self._shape
 
-        every = operands == tuple(range(len(self.plan.source.inputs) - len(self.plan.constants)))
+        if self.sparse_results:
+            def direct_sparse(values: list):
+                out = run(values if every else [values[i] for i in picks], threads)
+                return finish(None, values)[0] if out is None else out     # None: a guarded call declined
+            return direct_sparse
         if shape == ():
             scalar = dtype.type
 
             def direct_scalar(values: list):
-                out = run(values if every else [values[i] for i in operands], threads)
+                out = run(values if every else [values[i] for i in picks], threads)
                 if out is None or hasattr(out, "to_numpy"):
-                    return self._finish(out, values)[0]
+                    return finish(out, values)[0]
                 return scalar(out)
             return direct_scalar
 
         def direct(values: list):
-            out = run(values if every else [values[i] for i in operands], threads)
+            out = run(values if every else [values[i] for i in picks], threads)
             if type(out) is np.ndarray and (out.dtype is dtype or out.dtype == dtype) and out.shape == shape:
                 return out
-            return self._finish(out, values)[0]
+            return finish(out, values)[0]
         return direct
 
     def kernel(self):

@@ -11,13 +11,13 @@ Values follow scipy's ``csr_binop_csr`` by default; ``keep_zeros=True`` gives th
 instead (the jit's semantics, runtime/library.py): every coiterated position is stored, zero results included.
 """
 
-from splyce.native.elementwise.common import OPS, keep_supported, supported
+from splyce.native.elementwise.common import OPS, keep_supported, op_supported, supported
 from splyce.native.elementwise.csc import (CURSOR_ROW_COST, PREFETCH_DISTANCE, PREFETCH_MIN_NNZ, PREFETCH_WINDOW,
                                            VECTOR_MIN_NNZ, csr_with_csc, csr_with_csc_ranges, prefetch_distance)
 from splyce.native.elementwise.merge import elementwise
 from splyce.native.elementwise import kept
 from splyce.native.elementwise.same import same_pattern
 
-__all__ = ["OPS", "supported", "keep_supported", "same_pattern", "elementwise", "csr_with_csc", "csr_with_csc_ranges",
+__all__ = ["OPS", "supported", "keep_supported", "op_supported", "same_pattern", "elementwise", "csr_with_csc", "csr_with_csc_ranges",
            "prefetch_distance", "CURSOR_ROW_COST", "PREFETCH_DISTANCE", "PREFETCH_MIN_NNZ", "PREFETCH_WINDOW",
            "VECTOR_MIN_NNZ", "kept"]

@@ -38,13 +38,15 @@ _VALUE = {
     np.dtype(np.float32): ("float", "0.0", "fcmp une", {"multiply": "fmul", "add": "fadd", "subtract": "fsub"}),
     np.dtype(np.int64): ("i64", "0", "icmp ne", {"multiply": "mul", "add": "add", "subtract": "sub"}),
     np.dtype(np.int32): ("i32", "0", "icmp ne", {"multiply": "mul", "add": "add", "subtract": "sub"}),
+    # bool (a pattern): a product is AND, a sum OR (NumPy's and scipy's bool + bool, never 2); no difference
+    # (NumPy refuses bool minus). scipy's rule drops a False result as it drops a zero
+    np.dtype(np.bool_): ("i8", "0", "icmp ne", {"multiply": "and", "add": "or"}),
 }
 OPS = ("multiply", "add", "subtract")
 
-# The sparsifier's coiteration (``keep_zeros``, the jit's semantics) also for bool: a product is AND, a sum OR
-# (NumPy's bool + bool); every coiterated position is stored, so ``{nonzero}`` is a compare that is always true
-# (``fcmp true``; ``icmp uge x, 0``), which LLVM folds away
-_KEEP_VALUE = {**_VALUE, np.dtype(np.bool_): ("i8", "0", "icmp ne", {"multiply": "and", "add": "or"})}
+# The sparsifier's coiteration (``keep_zeros``, the jit's semantics): every coiterated position is stored, so
+# ``{nonzero}`` is a compare that is always true (``fcmp true``; ``icmp uge x, 0``), which LLVM folds away
+_KEEP_VALUE = _VALUE
 _ALWAYS = {"double": "fcmp true", "float": "fcmp true", "i64": "icmp uge", "i32": "icmp uge", "i8": "icmp uge"}
 # A value missing from one side of a sum (the sparsifier's rule: a + missing is a, missing + b is b,
 # a - missing is a, missing - b is -b): -0.0 where +0.0 would change a -0.0 (x + -0.0 == x and -0.0 - x == -x
@@ -72,6 +74,12 @@ def missing_values(op: str, t: str, keep_zeros: bool) -> tuple[str, str]:
 def keep_supported(dtype) -> bool:
     """Whether ``keep_zeros`` kernels exist for ``dtype`` (bool too: product and sum)."""
     return np.dtype(dtype) in _KEEP_VALUE
+
+
+def op_supported(op: str, dtype) -> bool:
+    """Whether the kernels compute ``op`` in ``dtype`` (either rule): bool has a product and a sum only."""
+    entry = _VALUE.get(np.dtype(dtype))
+    return entry is not None and op in entry[3]
 _lock = threading.Lock()
 _POS_MAX = {32: 2**31 - 1, 64: 2**63 - 1}   # result entries a positions dtype can count
 

@@ -1,0 +1,218 @@
+"""The flat SpMV kernel for very short rows, and its driver (LLVM IR, compiled by spmv.py).
+
+One loop over all the entries of rows [lo, hi), no branch on a row's end: a row of 2-3 entries otherwise ends
+in a mispredicted loop exit, which costs more than its entries. Each
+entry adds its product to the running sum and stores the sum to y[r] (the row's last store wins); at a row's
+end the sum restarts from +0.0 (a mask and, all bits clear: bit for bit scipy's order) and r, the row's end
+and the next row's end (loaded one row ahead, off the critical path) move on, by selects. What stays a
+branch is predicted: a column outside [0, n) (to the error return), and leaving the loop when the next row
+is empty or its end is beyond min(pos[hi - 2], nnz) (then ``resync`` checks that row, writes 0 for an empty
+one, and re-enters; the last two rows of the range go one at a time: the look-ahead reads pos[r + 3] <=
+pos[hi]). The loop is bound by its instruction count (27 per entry on x86-64): one compare serves both ways
+out, and one row-end flag (kept opaque, or LLVM recomputes it) both r += last and the mask.
+The sums of all rows form one chain of additions, so this pays only for rows of a few entries: measured
+(docs/corpus.md) 1.5-1.6x the per-row kernel on road graphs (2.5 entries per row), 0.5-0.9x on 6-25.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from splyce.native.ir_text import VALUE as _VALUE, ext as _ext
+from splyce.native.spmv_rows import UNIFORM, spmv_ir
+
+FLAT = """
+define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %lo, i64 %hi, ptr %y, i64 %nnz) noinline {{
+entry:
+  %hf = sub i64 %hi, 2
+  %hf_low = icmp slt i64 %hf, %lo
+  %hfc = select i1 %hf_low, i64 %lo, i64 %hf
+  %pkstop = getelementptr i{p}, ptr %pos, i64 %hfc
+  %kstop_raw = load i{p}, ptr %pkstop
+  %kstop_pos = {p_ext} %kstop_raw to i64
+  %kstop_over = icmp ugt i64 %kstop_pos, %nnz
+  %kstop = select i1 %kstop_over, i64 %nnz, i64 %kstop_pos
+  br label %resync
+resync:
+  %r0 = phi i64 [%lo, %entry], [%r0n, %empty], [%rx, %leave], [%r0n, %single_done]
+  %rmore = icmp slt i64 %r0, %hi
+  br i1 %rmore, label %segment, label %done
+segment:
+  %ps0 = getelementptr i{p}, ptr %pos, i64 %r0
+  %s0_raw = load i{p}, ptr %ps0
+  %s0 = {p_ext} %s0_raw to i64
+  %r0n = add i64 %r0, 1
+  %pt0 = getelementptr i{p}, ptr %pos, i64 %r0n
+  %t0_raw = load i{p}, ptr %pt0
+  %t0 = {p_ext} %t0_raw to i64
+  %down = icmp ugt i64 %s0, %t0
+  %over = icmp ugt i64 %t0, %nnz
+  %badseg = or i1 %down, %over
+  br i1 %badseg, label %bad, label %segment_ok
+segment_ok:
+  %is_empty = icmp eq i64 %s0, %t0
+  br i1 %is_empty, label %empty, label %nonempty
+empty:
+  %pye = getelementptr {t}, ptr %y, i64 %r0
+  store {t} {zero}, ptr %pye
+  br label %resync
+nonempty:
+  %below = icmp slt i64 %r0, %hf
+  %inside_kstop = icmp ule i64 %t0, %kstop
+  %in_flat = and i1 %below, %inside_kstop
+  br i1 %in_flat, label %prime, label %single
+single:
+  %sk = phi i64 [%s0, %nonempty], [%sk1, %single_ok]
+  %sacc = phi {t} [{zero}, %nonempty], [%ss, %single_ok]
+{single_product}
+  %sk1 = add i64 %sk, 1
+  %smore = icmp ult i64 %sk1, %t0
+  br i1 %smore, label %single, label %single_done
+single_done:
+  %spy = getelementptr {t}, ptr %y, i64 %r0
+  store {t} %ss, ptr %spy
+  br label %resync
+prime:
+  %pn = add i64 %r0, 2
+  %ppn = getelementptr i{p}, ptr %pos, i64 %pn
+  %pn_raw = load i{p}, ptr %ppn
+  %next0 = {p_ext} %pn_raw to i64
+  br label %flat
+flat:
+  %k = phi i64 [%s0, %prime], [%k1, %flat_ok]
+  %r = phi i64 [%r0, %prime], [%r1, %flat_ok]
+  %end = phi i64 [%t0, %prime], [%end1, %flat_ok]
+  %next = phi i64 [%next0, %prime], [%next1, %flat_ok]
+  %acc = phi {t} [{zero}, %prime], [%acc1, %flat_ok]
+{flat_product}
+  %py = getelementptr {t}, ptr %y, i64 %r
+  store {t} %s, ptr %py
+  %k1 = add i64 %k, 1
+  %last = icmp eq i64 %k1, %end
+  %lastw_i = zext i1 %last to i64
+  %lastw = call i64 asm "", "=r,0"(i64 %lastw_i)
+  %r1 = add i64 %r, %lastw
+{restart}
+  %end1 = select i1 %last, i64 %next, i64 %end
+  %pa = add i64 %r, 3
+  %ppa = getelementptr i{p}, ptr %pos, i64 %pa
+  %ahead_raw = load i{p}, ptr %ppa
+  %ahead = {p_ext} %ahead_raw to i64
+  %next1 = select i1 %last, i64 %ahead, i64 %next
+  ; leave after a row whose successor is empty or ends beyond kstop (min(pos[hf], nnz)), so also at the flat
+  ; rows' end (pos[hf]). Inside a row end1 = end, k1 < end <= kstop; after it end1 = next: one unsigned compare
+  %gap = sub i64 %end1, %k1
+  %gap1 = sub i64 %gap, 1
+  %room = sub i64 %kstop, %k1
+  %leaving = icmp uge i64 %gap1, %room
+  br i1 %leaving, label %leave, label %flat_ok
+flat_ok:
+  br label %flat
+leave:
+  %rx = add i64 %r, 1
+  br label %resync
+done:
+  ret i64 0
+bad:
+  ret i64 1
+}}
+"""
+
+# One entry's product added to a running sum, its column checked first: %{q}s = %{q}acc + vals[%{q}k] * x[col],
+# shared by the flat loop and the loop for a row on its own (``q`` prefixes the value names, ``ok`` is the
+# block after the check)
+_PRODUCT = """  %{q}pc = getelementptr i{c}, ptr %crd, i64 %{q}k
+  %{q}col_raw = load i{c}, ptr %{q}pc
+  %{q}col = {c_ext} %{q}col_raw to i64
+  %{q}inside = icmp ult i64 %{q}col, %n
+  br i1 %{q}inside, label %{ok}, label %bad
+{ok}:
+  %{q}pv = getelementptr {t}, ptr %vals, i64 %{q}k
+  %{q}v = load {t}, ptr %{q}pv
+  %{q}px = getelementptr {t}, ptr %x, i64 %{q}col
+  %{q}xv = load {t}, ptr %{q}px
+  %{q}prod = {mul} {t} %{q}v, %{q}xv
+  %{q}s = {add} {t} %{q}acc, %{q}prod"""
+
+# the sum restarts from +0.0 after a row's end: for floating point an and with an all-clear mask, made opaque
+# (an empty asm) so LLVM keeps it an and instead of a select, which x86 compiles to a branch
+_RESTART_FLOAT = """  %keep_int = sub i{bits} {last_w}, 1
+  %keep_f = bitcast i{bits} %keep_int to {t}
+  %keep_o = call {t} asm "", "=x,0"({t} %keep_f)
+  %keep = bitcast {t} %keep_o to i{bits}
+  %s_bits = bitcast {t} %s to i{bits}
+  %acc_bits = and i{bits} %s_bits, %keep
+  %acc1 = bitcast i{bits} %acc_bits to {t}"""
+_RESTART_INT = "  %acc1 = select i1 %last, {t} 0, {t} %s"
+
+
+def spmv_flat_ir(name: str, value: np.dtype, p: int, c: int) -> str:
+    """Rows [lo, hi) of y = A @ x by one loop over their entries (``FLAT``), checking as ``spmv_rows.spmv_ir`` does:
+    each segment ``start <= stop <= nnz`` before its entries are read, each column ``< n`` (unsigned) before
+    ``x`` is read there; 1 (``y`` incomplete) at the first defect."""
+    from splyce.native.codegen import host_target
+
+    t, mul, add, zero = _VALUE[value]
+    if t in ("double", "float") and host_target().triple.startswith("x86_64"):
+        bits = 64 if t == "double" else 32
+        last_w = "%lastw" if bits == 64 else "%lastw32"
+        restart = ("  %lastw32 = trunc i64 %lastw to i32\n" if bits == 32 else "") + _RESTART_FLOAT.format(
+            bits=bits, t=t, last_w=last_w)
+    else:
+        restart = _RESTART_INT.format(t=t) if t not in ("double", "float") else \
+            f"  %acc1 = select i1 %last, {t} {zero}, {t} %s"
+    product = functools.partial(_PRODUCT.format, t=t, mul=mul, add=add, c=c, c_ext=_ext(c))
+    return FLAT.format(name=name, t=t, zero=zero, p=p, c=c, p_ext=_ext(p), c_ext=_ext(c), restart=restart,
+                        single_product=product(q="s", ok="single_ok"), flat_product=product(q="", ok="col_ok"))
+
+
+
+# The flat kernel's driver: per block of ``block`` rows, rows of one length (a tridiagonal matrix, a
+# diagonal) go one at a time, where every loop exit is predicted (flat measured 0.57-0.88x that there, on rows
+# of 2-4 entries), and rows of varying lengths through the flat loop. Each kernel checks what it reads.
+FLAT_DRIVER = """
+define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %lo, i64 %hi, ptr %y, i64 %nnz) {{
+entry:
+  br label %head
+head:
+  %b = phi i64 [%lo, %entry], [%bend, %run_rows], [%bend, %run_flat]
+  %more = icmp slt i64 %b, %hi
+  br i1 %more, label %body, label %ok
+body:
+  %b1 = add i64 %b, {block}
+  %over = icmp sgt i64 %b1, %hi
+  %bend = select i1 %over, i64 %hi, i64 %b1
+  %ps = getelementptr i{p}, ptr %pos, i64 %b
+  %nseg = sub i64 %bend, %b
+  %uniform = call i64 @{name}_uniform(ptr %ps, i64 %nseg)
+  %is_uniform = icmp ne i64 %uniform, 0
+  br i1 %is_uniform, label %rows, label %flat
+rows:
+  %bad1 = call i64 @{name}_rows(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %b, i64 %bend, ptr %y, i64 %nnz)
+  %failed1 = icmp ne i64 %bad1, 0
+  br i1 %failed1, label %fail, label %run_rows
+run_rows:
+  br label %head
+flat:
+  %bad2 = call i64 @{name}_flat(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %b, i64 %bend, ptr %y, i64 %nnz)
+  %failed2 = icmp ne i64 %bad2, 0
+  br i1 %failed2, label %fail, label %run_flat
+run_flat:
+  br label %head
+ok:
+  ret i64 0
+fail:
+  ret i64 1
+}}
+"""
+
+
+def flat_driver_ir(name: str, value: np.dtype, p: int, c: int, rows: int, block: int) -> str:
+    """``name``: the checking SpMV on rows [lo, hi) (spmv.py's ``_SPMV_SIG``), uniform blocks of ``block`` rows
+    one row at a time (``rows`` rows advanced together), the others through the flat loop (``FLAT_DRIVER``);
+    with its helper functions."""
+    return (spmv_ir(name + "_rows", value, p, c, rows, True) + spmv_flat_ir(name + "_flat", value, p, c)
+            + UNIFORM.format(name=name + "_uniform", p=p)
+            + FLAT_DRIVER.format(name=name, block=block, p=p))

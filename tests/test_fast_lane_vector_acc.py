@@ -1,0 +1,70 @@
+"""The fast lane's fast-math sum in a vector accumulator (issue 36), run: results within tolerance of the exact
+sum with and without galloping (the reduction between the lane and the scalar loop moves with them), strict
+results still bit-identical to the plain sparsifier, and the machine code's lane loop adds under the match mask
+with no scalar add."""
+
+import re
+
+import numpy as np
+import pytest
+
+import splyce
+from splyce.bench.limit import _dot, _sealed_vector, fiber_pair
+
+
+def _pair(n, overlap, skew, vtype, seed=0):
+    dim, b, bv, c, cv = fiber_pair(n, overlap, skew, np.int32, vtype, seed)
+    common, ib, ic = np.intersect1d(b, c, assume_unique=True, return_indices=True)
+    exact = float(np.dot(bv[ib].astype(np.float64), cv[ic].astype(np.float64)))
+    return _sealed_vector(dim, b, bv), _sealed_vector(dim, c, cv), exact, common.size
+
+
+@pytest.mark.parametrize("vtype", [np.float64, np.float32])
+@pytest.mark.parametrize("skew", [1, 64])   # 64: 5000 : 78 gallops
+def test_fast_math_dot_within_tolerance_and_strict_bit_exact(vtype, skew):
+    plain = splyce.jit(_dot, vectorize=False)
+    for n in (4, 8, 16):
+        for gallop in (0, 16):
+            fast = splyce.jit(_dot, fast_math=True, vector_width=n, gallop=gallop)
+            strict = splyce.jit(_dot, vector_width=n, gallop=gallop)
+            assert "fast-math (vector accumulators)" in fast.lower(*_pair(64, 0.5, 1, vtype)[:2]).as_text("splyce")
+            for overlap in (0.0, 0.1, 0.5, 1.0):
+                for size in (1, 7, 300, 5000):
+                    A, B, exact, _ = _pair(size, overlap, skew, vtype, seed=size)
+                    tol = 1e-4 if vtype == np.float32 else 1e-10
+                    assert float(fast(A, B)) == pytest.approx(exact, rel=tol, abs=tol)
+                    want = np.asarray(plain(A, B))
+                    assert np.asarray(strict(A, B)).tobytes() == want.tobytes()
+
+
+def _lane_loop(asm: str) -> list[str]:
+    """The fast lane's loop: the smallest region from a label to a jump back to it holding a vector compare."""
+    lines = [ln.strip() for ln in asm.splitlines()]
+    best = None
+    for i, ln in enumerate(lines):
+        m = re.match(r"^(\.LBB\w+):", ln)
+        if not m:
+            continue
+        for j in range(i + 1, len(lines)):
+            if re.match(rf"^j\w+\s+{re.escape(m.group(1))}$", lines[j]):
+                body = [x for x in lines[i + 1:j + 1] if x and not x.startswith((".", "#")) and not x.endswith(":")]
+                if any(x.startswith("vpcmp") for x in body) and (best is None or len(body) < len(best)):
+                    best = body
+                break
+    assert best is not None, "no fast-lane loop in the machine code"
+    return best
+
+
+@pytest.mark.parametrize("target", ["avx512", "avx2"])
+def test_lane_loop_adds_under_the_mask_without_a_scalar_chain(target):
+    A, B, _, _ = _pair(256, 0.1, 1, np.float64)
+    fast = _lane_loop(splyce.jit(_dot, fast_math=True, target=target).lower(A, B).as_text("asm"))
+    strict = _lane_loop(splyce.jit(_dot, target=target).lower(A, B).as_text("asm"))
+    scalar_add = re.compile(r"^vaddsd\b")
+    assert sum(bool(scalar_add.match(x)) for x in strict) == 4       # the ordered sum: one add per lane
+    assert not any(scalar_add.match(x) for x in fast)
+    if target == "avx512":   # one add of the matched lanes under the mask register
+        assert [x for x in fast if re.match(r"^vaddpd\s+%ymm\d+, %ymm\d+, %ymm\d+ \{%k\d\}$", x)]
+    else:                    # AVX2: a blend (or and-mask) and a vector add
+        assert [x for x in fast if re.match(r"^vaddpd\s+\S+, %ymm\d+, %ymm\d+$", x)]
+    assert len(fast) < len(strict)
