@@ -9,7 +9,7 @@ import scipy.sparse as sps
 
 import splyce
 from splyce.dropin import jit_library, products
-from splyce.runtime import arguments, dispatcher
+from splyce.runtime import arguments, dispatcher, signature
 
 
 def _csr(m, n, density, seed):
@@ -42,7 +42,7 @@ def test_a_cached_call_does_only_the_kernel_call(monkeypatch, op):
     for name in ("prepare", "validate"):
         _count(monkeypatch, arguments, name, seen)
     _count(monkeypatch, products, "_matmul", seen)
-    _count(monkeypatch, dispatcher, "_passes_through", seen)    # a tensor's signature part: made once
+    _count(monkeypatch, signature, "_passes_through", seen)    # a tensor's signature part: made once
     _count(monkeypatch, type(f._filed((A, X))), "run_exact", seen)   # the one-closure call instead
     kernel = "spmv_tensor" if op == "spmv" else "spmspv_tensor"
     _count(monkeypatch, jit_library, kernel, seen)
@@ -128,7 +128,7 @@ def test_a_cached_scalar_call_does_only_the_kernel_call(monkeypatch, form):
     seen.clear()
     for name in ("prepare", "validate"):
         _count(monkeypatch, arguments, name, seen)
-    _count(monkeypatch, dispatcher, "_passes_through", seen)
+    _count(monkeypatch, signature, "_passes_through", seen)
     _count(monkeypatch, dispatcher.Jitted, "kernel_for", seen)
     _count(monkeypatch, type(f._filed((L,))), "run_exact", seen)
     monkeypatch.setattr(dispatcher.Jitted, "_key", lambda *args: seen.append("_key"))
@@ -255,7 +255,7 @@ def test_a_cached_call_with_a_sparse_result_does_only_the_kernel_call(monkeypatc
     seen.clear()
     for counted in ("prepare", "validate"):
         _count(monkeypatch, arguments, counted, seen)
-    _count(monkeypatch, dispatcher, "_passes_through", seen)
+    _count(monkeypatch, signature, "_passes_through", seen)
     _count(monkeypatch, dispatcher.Jitted, "kernel_for", seen)
     kernel_type = type(f._filed(args))
     for counted in ("run_exact", "_finish"):

@@ -11,9 +11,7 @@ import contextlib
 import functools
 import logging
 import os
-import sys
 import threading
-import time
 import uuid
 import weakref
 from collections import namedtuple
@@ -22,52 +20,25 @@ import numpy as np
 
 from splyce.planner import nonfinite
 from splyce.planner.plan import make_plan
-from splyce.runtime import disk_cache
-from splyce.runtime import arguments
-from splyce.runtime import library
+from splyce.runtime import aliasing, arguments, disk_cache, disk_kernels, library, result_tree, scipy_results
+from splyce.runtime.signature import fast_signature, unchanged
 from splyce.runtime.kernel import (
     Kernel, _labelled, _stored_entries, _values_of,
 )
 from splyce.runtime.arguments import Static
-from splyce.tensors.tensor import SparseTensor
-from splyce.native.array_objects import address as _address
 from splyce.native.records import record
-from splyce.backend.compiler import Lowering, load_entry, lower   # no MLIR until lower() runs
+from splyce.backend.compiler import Lowering, lower   # no MLIR until lower() runs
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
 from splyce.tensors.formats import Format
 from splyce.tracer import captures
 from splyce.tracer.ir import Node, TensorType, Trace
-from splyce.tracer.tracer import OUT_FORMATS, Tracer, TraceError, copy_of
+from splyce.tracer.tracer import OUT_FORMATS, Tracer, copy_of
 
 # compiles: kernels built by the compiler; disk_hits: memory misses served by the disk cache instead.
 CacheInfo = namedtuple("CacheInfo", "hits misses currsize compiles disk_hits", defaults=(0,))
 _LIVE: "weakref.WeakSet[Jitted]" = weakref.WeakSet()   # for splyce.clear_cache()
 _log = logging.getLogger("splyce.cache")
 _BY_TOKEN: "weakref.WeakValueDictionary[str, Jitted]" = weakref.WeakValueDictionary()   # unpickling
-
-
-def _arrays_of(arg) -> list:
-    """The NumPy buffers behind an argument: an ndarray, a SparseTensor's, scipy.sparse's or pydata's."""
-    if isinstance(arg, np.ndarray):
-        return [arg]
-    if isinstance(arg, SparseTensor):
-        return arg._buffers()
-    found = []
-    for name in ("data", "indices", "indptr", "row", "col", "offsets", "coords"):
-        x = getattr(arg, name, None)
-        if isinstance(x, np.ndarray):
-            found.append(x)
-        elif isinstance(x, tuple):       # scipy coo_array's coords
-            found.extend(c for c in x if isinstance(c, np.ndarray))
-    return found
-
-
-def _unaliased(arg, out: np.ndarray):
-    """``arg``, or a copy of it when one of its buffers may share memory with ``out`` (``np.may_share_memory``:
-    a bounds test, no data read)."""
-    if any(np.may_share_memory(x, out) for x in _arrays_of(arg)):
-        return arg.copy()
-    return arg
 
 
 @record
@@ -130,7 +101,7 @@ class Jitted:
         self.out_format = out_format
         self._options = None
         self._cache: dict[CacheKey, Kernel] = {}
-        # kernels by a cheap signature of arguments that need no preparation (see ``_fast_signature``)
+        # kernels by a cheap signature of arguments that need no preparation (see ``signature.fast_signature``)
         self._by_signature: dict[tuple, Kernel] = {}
         self._lowerings: dict[CacheKey, tuple] = {}
         self._lock = threading.Lock()
@@ -233,18 +204,19 @@ class Jitted:
             kernel, values = self.kernel_for(*args)
         results = kernel.run_exact(values)
         if kernel.coo_sources is not None and self.out_format is None:
-            results = _as_coo_where_scipy_keeps_it(kernel.coo_sources, results, args)
+            results = scipy_results.as_coo_where_scipy_keeps_it(kernel.coo_sources, results, args)
         if kernel.sparse_results:
-            results = _as_matrix_where_scipy_gives_it(results, args)
-        return _unflatten(kernel.result_tree, results)
+            results = scipy_results.as_matrix_where_scipy_gives_it(results, args)
+        return result_tree.unflatten(kernel.result_tree, results)
 
     def _filed(self, args, values: list | None = None):
-        """The kernel filed under ``args``' cheap signature (``_fast_signature``; a hit counted), or None: the
-        whole of a cached call's work before the kernel runs, for a function that captures no constants (a
-        Tracer, a scipy operand or a strided array gives no signature). ``values`` receives the operands."""
+        """The kernel filed under ``args``' cheap signature (``signature.fast_signature``; a hit counted), or
+        None: the whole of a cached call's work before the kernel runs, for a function that captures no
+        constants (a Tracer, a scipy operand or a strided array gives no signature). ``values`` receives the
+        operands."""
         if self._sites:
             return None
-        signature = _fast_signature(args, values)
+        signature = fast_signature(args, values)
         kernel = self._by_signature.get(signature) if signature is not None else None
         if kernel is not None:
             with self._lock:
@@ -254,7 +226,7 @@ class Jitted:
     def kernel_for(self, *args) -> tuple[Kernel, list]:
         """The compiled kernel for these arguments (compiling on a miss) and the prepared operands."""
         captured = self._captured() if self._sites else ()
-        signature = _fast_signature(args) if not captured else None
+        signature = fast_signature(args) if not captured else None
         if signature is not None:
             kernel = self._by_signature.get(signature)
             if kernel is not None:
@@ -268,12 +240,12 @@ class Jitted:
         else:
             with self._lock:
                 self.hits += 1
-        if signature is not None and all(_unchanged(v, a) for v, a in zip(values, args)):
+        if signature is not None and all(unchanged(v, a) for v, a in zip(values, args)):
             self._by_signature[signature] = kernel     # preparing these arguments changed nothing
         return kernel, values
 
     def filed_kernel(self, signature: tuple):
-        """The kernel already filed under ``signature`` (``_fast_signature``'s key: ``(shape, value dtype,
+        """The kernel already filed under ``signature`` (``signature.fast_signature``'s key: ``(shape, value dtype,
         format)`` per checked tensor), or None; compiles nothing. A drop-in fast path that runs natively asks
         it for the plan a general call with these operands would run."""
         return self._by_signature.get(signature)
@@ -315,7 +287,7 @@ class Jitted:
         """
         kernel, values = self.kernel_for(*args)
         if isinstance(out, np.ndarray):   # the prepared operands, captured constants included (they follow
-            values = [_unaliased(v, out) for v in values]   # the arguments): the kernel reads them as it writes
+            values = [aliasing.unaliased(v, out) for v in values]   # the arguments): the kernel reads them as it writes
         outputs = kernel.trace.outputs
         if len(outputs) != 1 or outputs[0].type.is_sparse:
             raise ValueError("accumulate needs a function with exactly one dense result")
@@ -358,7 +330,7 @@ class Jitted:
             lowering, tree, plan = self._lower(key, specs, values, disk=True, planned=planned)
             kernel = Kernel(lowering, tree, plan)
             if lowering.disk_key and not lowering.from_disk:
-                _store(lowering, kernel)
+                disk_kernels.store(lowering, kernel)
         with self._lock:
             if lowering.from_disk:
                 self.disk_hits += 1
@@ -370,7 +342,7 @@ class Jitted:
         """The disk cache's lock on this kernel (processes on one machine compile it once), or none."""
         if planned is None or not disk_cache.enabled():
             return contextlib.nullcontext()
-        return disk_cache.compile_lock(_disk_key(planned[2].trace, key))
+        return disk_cache.compile_lock(disk_kernels.disk_key(planned[2].trace, key))
 
     def _plan(self, specs, values):
         """Trace the function and plan it, costed for these operands' stored entries."""
@@ -392,7 +364,7 @@ class Jitted:
                 parts = disk_cache.key_parts(trace, key.static_args, key.out_format, key.options)
                 disk_key = disk_cache.digest(parts)
                 if disk:
-                    low = _load(disk_key, trace, key.options)
+                    low = disk_kernels.load(disk_key, trace, key.options)
                     if low is None:
                         self._log_disk_miss(parts)
             if low is None:
@@ -432,10 +404,10 @@ class Jitted:
         with captures.tracing(context):
             out = captures.rebound(self.fun, bound)(*tracers)
         inputs.extend(t for _, t, _ in context.frozen)
-        leaves, tree = _flatten_outputs(out)
+        leaves, tree = result_tree.flatten_outputs(out)
         leaves = [copy_of(n) if n.op == "input" else n for n in leaves]   # an argument returned as is
         if self.out_format is not None:
-            leaves = [_with_format(n, self.out_format) for n in leaves]
+            leaves = [result_tree.with_format(n, self.out_format) for n in leaves]
         unique = list(dict.fromkeys(leaves))   # a value returned twice is computed and returned once
         if len(unique) < len(leaves):
             tree = (*tree, tuple(unique.index(n) for n in leaves))
@@ -526,155 +498,6 @@ def _prepare_constant(obj, name: str):
     if isinstance(spec, Static):
         raise TypeError(f"{name}: unsupported array of type {type(obj).__name__}")
     return spec, value
-
-
-def _disk_key(trace: Trace, key: CacheKey) -> str:
-    return disk_cache.digest(disk_cache.key_parts(trace, key.static_args, key.out_format, key.options))
-
-
-def _load(disk_key: str, trace: Trace, options: Options) -> Lowering | None:
-    """A lowering whose native code comes from the disk cache (loaded), or None on a miss (or a bad entry:
-    one that does not load is discarded with a warning, and the kernel recompiled)."""
-    entry = disk_cache.read(disk_key)
-    if entry is None:
-        return None
-    start = time.perf_counter()
-    path = disk_cache.entry_path(disk_key)
-    try:
-        loaded = load_entry(path, entry, options)
-    except (OSError, LookupError, RuntimeError) as exc:
-        disk_cache.reject(path, f"does not load: {exc}")
-        return None
-    meta = entry.metadata
-    decisions = [disk_cache.CachedDecision(**d) for d in meta["decisions"]]
-    low = Lowering.from_loaded(trace, options, loaded, tuple(meta["result_ranks"]), decisions,
-                               meta.get("outer_extent"), meta.get("outer_reductions", ()))
-    low.timings["load"] = time.perf_counter() - start
-    return low
-
-
-def _store(lowering: Lowering, kernel: Kernel) -> None:
-    compiled = kernel.compiled
-    if compiled.artifact is None:  # pragma: no cover - MCJIT emitted no single object
-        return
-    meta = {"result_ranks": list(lowering.result_ranks), "outer_extent": lowering.outer_extent,
-            "outer_reductions": [list(r) for r in lowering.outer_reductions], "artifact": compiled.artifact_kind,
-            "decisions": [dict(function=d.function, index=d.index, vectorized=d.vectorized, reason=d.reason)
-                          for d in lowering.decisions]}
-    disk_cache.write(lowering.disk_key, disk_cache.Entry(compiled.artifact, meta))
-
-
-def _with_format(node: Node, out_format) -> Node:
-    """Apply the jit-level ``out_format`` to a result node."""
-    from splyce.tracer.tracer import check_out_format, resolve_format
-
-    if node.op == "input":
-        return node
-    out_format = check_out_format(out_format, node.type.ndim)
-    if node.op == "reduce":
-        if out_format == "sparse" or (isinstance(out_format, Format) and not out_format.is_dense):
-            raise TraceError(f"{node.params[0]}: max / min reductions return dense arrays; "
-                             f"out_format={out_format!r} is not supported for them")
-        return node
-    sparse_like = [a.type.format for a in node.args if a.type.is_sparse]
-    fmt = resolve_format(out_format, False, sparse_like, node.type.ndim)
-    return Node(node.op, node.args, node.params, TensorType(node.type.shape, node.type.dtype, fmt))
-
-
-def _flatten_outputs(out):
-    if isinstance(out, Tracer):
-        return [out.node], None
-    if isinstance(out, (tuple, list)) and out and all(isinstance(o, Tracer) for o in out):
-        return [o.node for o in out], (type(out), len(out))
-    raise TraceError("a jitted function must return a traced tensor or a tuple / list of them, got "
-                     f"{type(out).__name__}")
-
-
-_SIGNATURE = "dispatcher.signature"      # a validated tensor's part of ``_fast_signature``, in its memo
-
-
-def _fast_signature(args, values: list | None = None) -> tuple | None:
-    """A cheap key for arguments that ``arguments.prepare`` passes through unchanged, or None: tensors the
-    drop-ins just built and checked (``Checked``: keyed by shape, dtype and format, all that ``prepare`` looks
-    at) and C-contiguous ndarrays (shape and dtype; byte order is part of the dtype). A drop-in call is tens of
-    microseconds, and building the full ``CacheKey`` (a ``TensorType`` per argument, the options) costs ~30 us.
-    A kernel is filed under a signature only after ``prepare`` returned the arguments themselves. ``values``,
-    when given, receives the kernel's operands (a ``Checked``'s tensor, else the argument) in the same pass."""
-    parts = []
-    operands = [] if values is None else values
-    for a in args:
-        kind = type(a)
-        operands.append(a.tensor if kind is arguments.Checked else a)
-        if kind is arguments.Checked:
-            t = a.tensor
-            parts.append((t.shape, t.values.dtype, t.format))
-        elif kind is SparseTensor:
-            memo = a.memo()
-            part = memo.get(_SIGNATURE)     # made once per tensor: its shape, dtype and format never change
-            if part is None:
-                if not (a.validated and _passes_through(a.format)):
-                    return None
-                part = memo[_SIGNATURE] = (a.shape, a.values.dtype, a.format)   # checked once already
-            parts.append(part)                                                  # (docs/caches.md)
-        elif kind is np.ndarray and a.flags.c_contiguous:
-            parts.append((a.shape, a.dtype))
-        else:
-            return None
-    return tuple(parts)
-
-
-@functools.cache
-def _passes_through(fmt: Format) -> bool:
-    """Whether ``arguments.prepare`` hands a validated tensor in ``fmt`` on as it is (a sparse format the
-    kernels read directly)."""
-    return not fmt.is_dense and arguments.kernel_format(fmt) == fmt
-
-
-def _unchanged(value, arg) -> bool:
-    """Whether ``arguments.prepare`` handed ``arg`` on as it is (the tensor itself, or a view of the same array
-    with the same layout)."""
-    if type(arg) is arguments.Checked:
-        return value is arg.tensor
-    if type(arg) is SparseTensor:
-        return value is arg and arg.validated
-    return value is arg or (type(value) is np.ndarray and value.shape == arg.shape and value.dtype == arg.dtype
-                            and value.strides == arg.strides and _address(value) == _address(arg))
-
-
-def _as_coo_where_scipy_keeps_it(sources, results: list, args) -> list:
-    """``results`` with each CSR / CSC result whose ``sources`` entry names a scipy COO argument converted to
-    a COO of that argument's class, as scipy returns it."""
-    sps = sys.modules.get("scipy.sparse")
-    inputs = [a for a in args if arguments.is_tensor(a)]   # the arguments that became inputs, in order
-    out = list(results)
-    for k, i in enumerate(sources):
-        arg = inputs[i] if i is not None and i < len(inputs) else None
-        if sps is not None and isinstance(arg, (sps.coo_array, sps.coo_matrix)) \
-                and getattr(out[k], "format", None) in ("csr", "csc"):
-            out[k] = out[k].tocoo() if isinstance(arg, sps.coo_array) else sps.coo_matrix(out[k])
-    return out
-
-
-def _as_matrix_where_scipy_gives_it(results: list, args) -> list:
-    """``results`` with each scipy sparse array converted to its ``spmatrix`` class (``csr_matrix``, sharing the
-    buffers) when the arguments' scipy operands are all ``spmatrix`` ones, as scipy computes ``csr_matrix``
-    with ``csr_matrix`` (an ``sparray`` among them makes the result an ``sparray``, as the drop-ins do)."""
-    sps = sys.modules.get("scipy.sparse")
-    if sps is None or not any(isinstance(a, sps.spmatrix) for a in args) \
-            or any(isinstance(a, sps.sparray) for a in args):
-        return results
-    classes = {"csr": sps.csr_matrix, "csc": sps.csc_matrix, "coo": sps.coo_matrix}
-    return [classes[r.format](r, copy=False) if isinstance(r, sps.sparray) and r.format in classes else r
-            for r in results]
-
-
-def _unflatten(tree, results):
-    if tree is None:
-        return results[0]
-    kind, _, *positions = tree
-    if positions:   # `return y, y` gives the same object twice, as the Python function does
-        results = [results[p] for p in positions[0]]
-    return kind(results)
 
 
 def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast_math=False, target="native",

@@ -1,0 +1,44 @@
+"""A jitted function's results: what it returned, flattened to the trace's output nodes (each in the jit's
+``out_format``), and the kernel's results put back in that shape (one value, a tuple or a list; a value
+returned twice is the same object twice)."""
+
+from __future__ import annotations
+
+from splyce.tensors.formats import Format
+from splyce.tracer.ir import Node, TensorType
+from splyce.tracer.tracer import Tracer, TraceError
+
+
+def with_format(node: Node, out_format) -> Node:
+    """Apply the jit-level ``out_format`` to a result node."""
+    from splyce.tracer.tracer import check_out_format, resolve_format
+
+    if node.op == "input":
+        return node
+    out_format = check_out_format(out_format, node.type.ndim)
+    if node.op == "reduce":
+        if out_format == "sparse" or (isinstance(out_format, Format) and not out_format.is_dense):
+            raise TraceError(f"{node.params[0]}: max / min reductions return dense arrays; "
+                             f"out_format={out_format!r} is not supported for them")
+        return node
+    sparse_like = [a.type.format for a in node.args if a.type.is_sparse]
+    fmt = resolve_format(out_format, False, sparse_like, node.type.ndim)
+    return Node(node.op, node.args, node.params, TensorType(node.type.shape, node.type.dtype, fmt))
+
+
+def flatten_outputs(out):
+    if isinstance(out, Tracer):
+        return [out.node], None
+    if isinstance(out, (tuple, list)) and out and all(isinstance(o, Tracer) for o in out):
+        return [o.node for o in out], (type(out), len(out))
+    raise TraceError("a jitted function must return a traced tensor or a tuple / list of them, got "
+                     f"{type(out).__name__}")
+
+
+def unflatten(tree, results):
+    if tree is None:
+        return results[0]
+    kind, _, *positions = tree
+    if positions:   # `return y, y` gives the same object twice, as the Python function does
+        results = [results[p] for p in positions[0]]
+    return kind(results)
