@@ -120,6 +120,12 @@ def _elementwise_call(op: LibraryOp, options) -> LibraryCall | None:
                        detail=detail)
 
 
+# How native/spgemm_sorted.py sums and orders each row, by its length (the plan's text says it). Its sparse
+# accumulator is Gilbert, Moler and Schreiber's: a dense row of sums, a flag per column, the list of columns met.
+SPGEMM_SORTED_RULE = ("each row summed in a dense row with a flag per column; rows of up to 16 entries ranked by "
+                      "vector compares, longer ones read in column order from the flags, 64 columns a step")
+
+
 def _spgemm_kept(out):
     """``a @ b`` of two CSR SparseTensors as a scipy CSR of the traced result's format: the sparsifier's stored
     positions and values (every position reached, columns ascending, sums from +0.0; native/spgemm_sorted.py),
@@ -172,7 +178,8 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
     if op.op == "matmul" and op.out.is_sparse and _native_values(*infos):
         # Gustavson's product keeping every reached position (zero sums too), each row written sorted: the
         # sparsifier's result; each entry sums from +0.0 over k in A's row order, as its i, k, j loop nest does
-        return LibraryCall(op, "gustavson-spa, every position kept, rows sorted", _spgemm_kept(op.out))
+        return LibraryCall(op, "gustavson-spa, every position kept, rows sorted", _spgemm_kept(op.out),
+                           detail=SPGEMM_SORTED_RULE)
     if op.op == "einsum":        # masked SpGEMM, the masked sum (triangles), SDDMM: jit_products.py
         return jit_products.provide(op, infos)
     return None
