@@ -28,7 +28,12 @@ def elementwise_form(node: Node):
     if form is None:
         return None
     args, expr = form
-    reads = node.params[1] if node.op == "ewise" and len(node.params) > 1 else (_axes(node),) * len(args)
+    if node.op == "ewise":
+        reads = node.params[1] if len(node.params) > 1 else (_axes(node),) * len(args)
+    elif node.op == "contract":   # a scalar factor is read at no axis
+        reads = tuple(_axes(node) if subs else "" for subs in node.params[0].inputs)
+    else:
+        reads = (_axes(node),) * len(args)
     return args, expr, tuple(reads)
 
 
@@ -48,8 +53,12 @@ def _form(node: Node):
         return node.args, node.params[0]
     if node.op == "contract":
         params: ContractParams = node.params[0]
-        if params.order is not None or any(subs != params.output for subs in params.inputs):
+        if params.order is not None or any(subs not in (params.output, "") for subs in params.inputs):
             return None   # pinned, a reduction or a transposition
+        if any(not subs for subs in params.inputs) and (not params.output or node.type.is_sparse
+                                                        or any(a.type.is_sparse for a in node.args)):
+            return None   # a scalar factor of dense values only (CG's ``alpha * p``): NumPy's product, no
+            #               temporary once it fuses with the update that reads it
         expr = ("arg", 0)
         for k in range(1, len(node.args)):
             expr = ("mul", expr, ("arg", k))
