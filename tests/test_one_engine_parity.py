@@ -187,3 +187,95 @@ def test_column_order_on_two_threads_is_one_threads_result():
     assert a.nnz >= 1 << 16
     for body in (lambda a, b: a.T * b, lambda a, b: a.T + b, lambda a, b: a.T * b.T):
         _same(splyce.jit(body, threads=2)(a, b), splyce.jit(body, library=False)(a, b))
+
+
+# -- SDDMM: entries as the lanes of one vector, the same bits as the scalar chains ------------------------------
+SDDMM_FORMS = {
+    "m * (x @ y.T)": lambda m, x, y: m * (x @ y.T),
+    "(x @ y.T) * m": lambda m, x, y: (x @ y.T) * m,
+    "einsum ik,ij,jk": lambda m, x, y: splyce.einsum("ik,ij,jk->ij", x, m, y),
+}
+
+
+def _sddmm_operands(rng, dtype, d, n=70):
+    """A mask with rows of 0 to ~30 entries (every lane group and the one-by-one tail), explicit zeros, -0.0,
+    NaN, +-Inf (floats); x and y with an Inf, a NaN and a row of -0.0."""
+    lengths = rng.integers(0, 31, size=n)
+    lengths[::6] = 0
+    rows = np.repeat(np.arange(n), lengths)
+    cols = np.concatenate([np.sort(rng.choice(n + 5, size=k, replace=False)) for k in lengths])
+    mask = sps.csr_array((np.ones(len(rows)), (rows, cols)), shape=(n, n + 5))
+    mask = _values(rng, mask, dtype)
+    x = rng.uniform(-3, 3, (n, d))
+    y = rng.uniform(-3, 3, (n + 5, d))
+    if np.issubdtype(dtype, np.floating):
+        x[3, 0], y[5, d - 1], x[7, :] = np.inf, np.nan, -0.0
+    else:
+        x, y = np.round(x), np.round(y)
+    return mask, x.astype(dtype), y.astype(dtype)
+
+
+def _reference(mask, x, y, factors):
+    """The sum per entry in column order from +0.0, NumPy's IEEE operations entry by entry: ``factors``
+    None, the drop-in's ``(sum of x * y) * m``; else the sparsifier's terms ``(f0 * f1) * f2``."""
+    rows = np.repeat(np.arange(mask.shape[0]), np.diff(mask.indptr))
+    acc = np.zeros(mask.nnz, dtype=mask.dtype)
+    with np.errstate(all="ignore"):
+        for k in range(x.shape[1]):
+            value = {"m": mask.data, "x": x[rows, k], "y": y[mask.indices, k]}
+            if factors is None:
+                acc = acc + value["x"] * value["y"]
+            else:
+                acc = acc + (value[factors[0]] * value[factors[1]]) * value[factors[2]]
+        return acc * mask.data if factors is None else acc
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32])
+@pytest.mark.parametrize("d", [1, 2, 3, 8, 13, 32])
+def test_sddmm_kernel_lanes_are_the_scalar_chains(dtype, d):
+    """The native kernel (both variants, every operand order of the sparsifier's terms) against the sums taken
+    entry by entry in column order: the same bits (NaN's sign aside), rows of every length, d not a multiple
+    of the lanes; the drop-in's variant leaves zero results out, the jit's keeps every position."""
+    from splyce.native import sddmm
+
+    rng = np.random.default_rng(d * 7 + np.dtype(dtype).itemsize)
+    mask, x, y = _sddmm_operands(rng, dtype, d)
+    parts = (mask.data, mask.indices, mask.indptr)
+    for factors in (None, "mxy", "xym", "xmy", "ymx"):
+        want = _reference(mask, x, y, factors)
+        with np.errstate(all="ignore"):
+            vals, cols, indptr = sddmm.sddmm(parts, x, y, dtype, 1, factors)
+        if factors is None:
+            keep = want != 0
+            rows = np.repeat(np.arange(mask.shape[0]), np.diff(mask.indptr))
+            counts = np.bincount(rows[keep], minlength=mask.shape[0])
+            want_cols, want_ptr = mask.indices[keep], np.concatenate([[0], np.cumsum(counts)])
+            want = want[keep]
+            assert np.array_equal(cols, want_cols) and np.array_equal(indptr, want_ptr), factors
+        else:
+            assert np.array_equal(cols, mask.indices) and np.array_equal(indptr, mask.indptr)
+        _same(sps.csr_array((vals, cols, indptr), shape=mask.shape), sps.csr_array((want, cols, indptr),
+                                                                                     shape=mask.shape))
+
+
+@pytest.mark.parametrize("form", sorted(SDDMM_FORMS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32])
+def test_sddmm_jit_is_the_mlir_kernel_bit_for_bit(form, dtype):
+    """``m * (x @ y.T)`` and other operand orders inside jit: the native kernel, ``jit(library=False)``'s
+    result bit for bit, one thread and two; the plan names the formulation the drop-in takes."""
+    rng = np.random.default_rng(21)
+    mask, x, y = _sddmm_operands(rng, dtype, 13)
+    m = splyce.asarray(mask)
+    body = SDDMM_FORMS[form]
+    out = "sparse" if form.startswith("einsum") else None        # (an einsum's result is dense unless asked)
+    fast, mlir = splyce.jit(body, out_format=out), splyce.jit(body, out_format=out, library=False)
+    with np.errstate(all="ignore"):
+        want = mlir(m, x, y)
+        _same(fast(m, x, y), want)
+        _same(splyce.jit(body, out_format=out, threads=2)(m, x, y), want)
+    assert isinstance(fast.kernel_for(m, x, y)[0], LibraryKernel)
+    assert "as formulation 'sddmm" in fast.lower(m, x, y).as_text("plan")
+    from splyce.dropin.formulation import choose_einsum_formulation
+
+    infos = [OperandInfo.of(v) for v in (mask, x, y)]
+    assert choose_einsum_formulation(["ij", "ik", "jk"], "ij", infos)[0].value == "sddmm"
