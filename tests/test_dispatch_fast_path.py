@@ -110,3 +110,38 @@ def test_fast_path_other_dtypes(dtype):
     x = (np.arange(15) % 4).astype(dtype)
     for _ in range(3):
         assert np.allclose(f(t, x), a @ x)
+
+
+def test_one_scipy_operand_passed_twice_is_checked_once_per_call(monkeypatch):
+    """``f(A, A)`` with a scipy CSR: the operand is converted and checked once per call (a counter on the
+    native check), with the values of two distinct but equal operands; a non-canonical one is canonicalized
+    once and left as it was; a malformed one is refused as before."""
+    import scipy.sparse as sps
+
+    from splyce.native import validation as native_validation
+
+    a = sps.random_array((300, 300), density=0.03, format="csr", rng=41)
+    x = np.random.default_rng(42).random(300)
+    calls = []
+    check = native_validation.canonical_csr
+    monkeypatch.setattr(native_validation, "canonical_csr", lambda *args: calls.append(1) or check(*args))
+    for fun, twice, apart in ((lambda p, q: (p * q).sum(), (a, a), (a, a.copy())),
+                              (lambda p, q, v: p @ v + q @ v, (a, a, x), (a, a.copy(), x))):
+        f = splyce.jit(fun)
+        want = f(*apart)
+        calls.clear()
+        got = f(*twice)
+        assert len(calls) == 1
+        assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+    # duplicates and unsorted columns: canonicalized (duplicates summed) once, the operand untouched
+    messy = sps.csr_array((np.array([0.1, 0.7, 2.0, 1.0]), np.array([3, 3, 1, 0]), np.array([0, 2, 4, 4])),
+                          shape=(3, 5))
+    before = [messy.data.copy(), messy.indices.copy(), messy.indptr.copy()]
+    f = splyce.jit(lambda p, q: (p * q).sum())
+    clean = messy.copy()
+    clean.sum_duplicates()
+    assert f(messy, messy) == f(clean, clean.copy())
+    assert all(np.array_equal(b, n) for b, n in zip(before, (messy.data, messy.indices, messy.indptr)))
+    bad = sps.csr_array((np.ones(2), np.array([0, 7]), np.array([0, 1, 2, 2])), shape=(3, 5))
+    with pytest.raises(ValueError):
+        f(bad, bad)

@@ -68,3 +68,65 @@ def test_lane_loop_adds_under_the_mask_without_a_scalar_chain(target):
     else:                    # AVX2: a blend (or and-mask) and a vector add
         assert [x for x in fast if re.match(r"^vaddpd\s+\S+, %ymm\d+, %ymm\d+$", x)]
     assert len(fast) < len(strict)
+
+
+def _host_has_conflict() -> bool:
+    from splyce.native.codegen import host_target
+
+    return {"+avx512f", "+avx512cd"} <= set(host_target().features.split(","))
+
+
+@pytest.mark.parametrize("vtype", [np.float64, np.float32])
+def test_conflict_lane_dot_within_tolerance(vtype):
+    """fast_math, n = 16 on this host: the conflict lane where the CPU has AVX-512 CD (else the all-pairs
+    lane), results within tolerance for lengths around the 16-coordinate block, any overlap, both orders, with
+    and without galloping."""
+    for gallop in (0, 16):
+        fast = splyce.jit(_dot, fast_math=True, vector_width=16, gallop=gallop)
+        reason = fast.lower(*_pair(64, 0.5, 1, vtype)[:2]).as_text("splyce").splitlines()[0]
+        assert ("conflict compares" in reason) == _host_has_conflict()
+        for skew in (1, 64):
+            for overlap in (0.0, 0.1, 0.5, 1.0):
+                for size in (1, 15, 16, 17, 31, 32, 33, 300, 5000):
+                    A, B, exact, _ = _pair(size, overlap, skew, vtype, seed=size)
+                    tol = 1e-4 if vtype == np.float32 else 1e-10
+                    assert float(fast(A, B)) == pytest.approx(exact, rel=tol, abs=tol)
+                    assert float(fast(B, A)) == pytest.approx(exact, rel=tol, abs=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_conflict_lane_paper_kernels_match_the_plain_sparsifier(dtype):
+    from splyce.bench.paper_kernels import KERNELS
+
+    for name in ("K1", "K2", "K3", "K5"):
+        spec = KERNELS[name]
+        ops = spec.operands(size=spec.quick_size, density=0.2, dtype=dtype)
+        fast = splyce.jit(spec.fun, fast_math=True, vector_width=16)
+        assert ("conflict compares" in fast.lower(*ops).as_text("splyce")) == _host_has_conflict(), name
+        want = np.asarray(splyce.jit(spec.fun, vectorize=False)(*ops))
+        tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(np.asarray(fast(*ops)), want, **tol, err_msg=name)
+
+
+@pytest.mark.parametrize("vtype", [np.float64, np.float32])
+def test_conflict_lane_machine_code(vtype):
+    """AVX-512 code (any host can emit it): one lane step holds the 4 conflicts, the lzcnt, the permute(s) of
+    C's values and the accumulator's masked moves."""
+    A, B, _, _ = _pair(256, 0.1, 1, vtype)
+    asm = splyce.jit(_dot, fast_math=True, vector_width=16, target="avx512").lower(A, B).as_text("asm")
+    lines = [ln.strip() for ln in asm.splitlines()]
+    loops = []
+    for i, ln in enumerate(lines):
+        m = re.match(r"^(\.LBB\w+):", ln)
+        if m:
+            for j in range(i + 1, len(lines)):
+                if re.match(rf"^j\w+\s+{re.escape(m.group(1))}$", lines[j]):
+                    loops.append(lines[i + 1:j + 1])
+                    break
+    step = min((body for body in loops if any(x.startswith("vpconflictd") for x in body)), key=len)
+    assert sum(x.startswith("vpconflictd\t%zmm") for x in step) == 4
+    assert any(x.startswith("vplzcntd\t%zmm") for x in step)
+    permutes = [x for x in step if re.match(r"^vperm(d|ps|[it]2pd)\b", x)]
+    assert len(permutes) == (1 if vtype == np.float32 else 2)
+    assert [x for x in step if re.search(r"%zmm\d+ \{%k\d\}$", x)]     # the accumulators under the match mask
+    assert not any(x.startswith(("popcnt", "vpcmpeqd")) for x in step)

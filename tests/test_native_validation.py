@@ -99,6 +99,28 @@ def test_canonical_csr_across_its_row_blocks(bits):
     assert native_validation.canonical_csr(indptr, starts, n) and _canonical_reference(indptr, starts, n)
 
 
+@pytest.mark.parametrize("bits", [32, 64])
+def test_canonical_csr_on_many_short_and_empty_rows(bits):
+    """Short and empty rows, row starts below, equal to and above the entry before them, and a repeat or step
+    down anywhere give the NumPy reference's verdict, also split over threads; the buffers are left as they
+    were."""
+    rng = np.random.default_rng(60 + bits)
+    for trial in range(300):
+        m, n = int(rng.integers(1, 90)), int(rng.integers(1, 12))
+        counts = np.minimum(rng.integers(0, 4, m), n)
+        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(f"int{bits}")
+        indices = np.concatenate([np.sort(rng.choice(n, c, replace=False)) for c in counts] + [[]])
+        indices = indices.astype(f"int{bits}")
+        if trial % 2 and len(indices) > 1:
+            k = int(rng.integers(1, len(indices)))
+            indices[k] = indices[k - 1] - int(rng.integers(0, 2))    # a repeat or a step down: a defect unless
+        before = (indptr.copy(), indices.copy())                     # it falls on a row start
+        want = _canonical_reference(indptr, indices, n)
+        assert native_validation.canonical_csr(indptr, indices, n) == want, trial
+        assert native_validation.canonical_csr_threaded(indptr, indices, n, 2) == want, trial
+        assert np.array_equal(before[0], indptr) and np.array_equal(before[1], indices)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 def test_native_dense_to_csr_matches_numpy(dtype, index_dtype):

@@ -37,7 +37,8 @@ def _values(rng, a, dtype):
     if a.shape[0] > 4:
         keep = np.repeat(np.arange(a.shape[0]) % 5 != 2, np.diff(a.indptr))     # every fifth row empty
         a = sps.csr_array((a.data[keep], a.indices[keep], np.concatenate([[0], np.cumsum(
-            np.where(np.arange(a.shape[0]) % 5 != 2, np.diff(a.indptr), 0))])), shape=a.shape)
+            np.where(np.arange(a.shape[0]) % 5 != 2, np.diff(a.indptr), 0))]).astype(a.indptr.dtype)),
+            shape=a.shape)
     if np.dtype(dtype) == np.bool_:
         data = rng.random(a.nnz) < 0.6
     else:
@@ -105,3 +106,176 @@ def test_bool_plan_is_the_same_for_both_entries(op):
     for x, y in ((a, b), (a, a), (b, a)):
         _same(fast(x, y), mlir(x, y))
     assert isinstance(fast.kernel_for(a, b)[0], LibraryKernel)
+
+
+# -- column order: a.T * b and the like on the kernels in the transposed frame ----------------------------------
+COLUMN_FORMS = {
+    "a.T * b": lambda a, b: a.T * b, "a.T + b": lambda a, b: a.T + b, "a.T - b": lambda a, b: a.T - b,
+    "b - a.T": lambda a, b: b - a.T, "a.T * b.T": lambda a, b: a.T * b.T, "a.T + b.T": lambda a, b: a.T + b.T,
+    "a.T * a": lambda a, b: a.T * a, "a.T + a": lambda a, b: a.T + a,
+    "a * b": lambda a, b: a * b, "a + b.T": lambda a, b: a + b.T,
+}
+
+
+def _column_operands(rng, name, fmt, n, m, density, dtype):
+    """Operands of the form's shapes (``a.T`` and ``b`` of one shape; ``a`` square when it meets its own
+    transpose), stored CSR or CSC (``fmt``: one letter per operand) at equal index widths."""
+    if "a.T" in name and "b" not in name or "+ b.T" in name:
+        n = m
+    shape_a = (n, m)
+    shape_b = (m, n) if name.count(".T") == 1 and "b.T" not in name else (n, m)
+    parts = []
+    for shape, f in zip((shape_a, shape_b), fmt):
+        x = _values(rng, sps.random_array(shape, density=density, rng=rng), dtype)
+        parts.append(splyce.asarray(x if f == "r" else x.tocsc()))
+    return parts
+
+
+# every form in float64 and every storage combination; the other dtypes on three forms and two combinations
+# (each case compiles its MLIR reference per shape)
+COLUMN_CASES = [(name, np.float64, ("rr", "cc", "rc", "cr")) for name in sorted(COLUMN_FORMS)] + [
+    (name, dtype, ("rr", "cr")) for dtype in (np.float32, np.int64, np.int32, np.bool_)
+    for name in ("a.T * b", "a.T + b", "a.T - b")]
+
+
+@pytest.mark.parametrize("name, dtype, formats", COLUMN_CASES)
+def test_column_order_forms_run_natively_bit_for_bit(name, dtype, formats):
+    """A form the plan computes in column order (``a.T * b`` of CSR arguments: the result a CSC, as scipy's)
+    or with a CSC argument: the native merge or one pass on the transposes, the arguments read as they are;
+    results equal to ``jit(library=False)``'s bit for bit (explicit zeros, NaN, Inf, -0.0, empty rows, square
+    and rectangular, a 1 x 1), and no MLIR kernel built."""
+    if dtype is np.bool_ and "-" in name:
+        return                                  # NumPy has no bool difference (refused: test_dtypes_bool_complex)
+    body = COLUMN_FORMS[name]
+    fast, mlir = splyce.jit(body), splyce.jit(body, library=False)
+    rng = np.random.default_rng(13)
+    for fmt in formats:
+        for n, m, density in ((1, 1, 1.0), (120, 90, 0.06)) if fmt == "rr" else ((6, 4, 0.5),):
+            a, b = _column_operands(rng, name, fmt, n, m, density, dtype)
+            _same(fast(a, b), mlir(a, b))
+            kernel = fast.kernel_for(a, b)[0]
+            assert isinstance(kernel, LibraryKernel), (fmt, n, m)
+            assert kernel.call.op.reads is not None or not kernel.plan.needs_conversion
+    assert fast.cache_info().compiles + fast.cache_info().disk_hits == 0
+
+
+def test_column_order_plan_is_the_dropins():
+    """``a.T * b`` of CSR arguments: the plan names the merge, in column order, each argument read as it is
+    (no re-stored operand); the drop-in on scipy's ``A.T`` (a CSC) and ``B`` takes the same formulation, and
+    both results are CSCs holding the same positions."""
+    rng = np.random.default_rng(14)
+    a = splyce.asarray(_values(rng, sps.random_array((40, 30), density=0.2, rng=rng), np.float64))
+    b = splyce.asarray(_values(rng, sps.random_array((30, 40), density=0.2, rng=rng), np.float64))
+    f = splyce.jit(lambda a, b: a.T * b)
+    text = f.lower(a, b).as_text("plan")
+    want = choose_elementwise_formulation(OperandInfo.of(a.to_scipy().T), OperandInfo.of(b.to_scipy()), None,
+                                          "multiply").value
+    assert f"as formulation '{want}'" in text and "in column order" in text and "not re-stored" in text
+    call = f.kernel_for(a, b)[0].call
+    assert call.op.columns and call.op.reads == (0, 1) and call.op.transposed == (False, True)
+    got, dropin = f(a, b), splyce.multiply(a.to_scipy().T, b.to_scipy())
+    assert got.format == dropin.format == "csc"
+    both = ~np.isnan(dropin.toarray())
+    assert np.array_equal(got.toarray()[both], dropin.toarray()[both])
+    assert "native kernel library" not in splyce.jit(lambda a, b: a.T * b, library=False).lower(a, b).as_text("plan")
+
+
+def test_column_order_on_two_threads_is_one_threads_result():
+    rng = np.random.default_rng(15)
+    a = splyce.asarray(_values(rng, sps.random_array((600, 600), density=0.3, rng=rng), np.float64))
+    b = splyce.asarray(_values(rng, sps.random_array((600, 600), density=0.3, rng=rng), np.float64))
+    assert a.nnz >= 1 << 16
+    for body in (lambda a, b: a.T * b, lambda a, b: a.T + b, lambda a, b: a.T * b.T):
+        _same(splyce.jit(body, threads=2)(a, b), splyce.jit(body, library=False)(a, b))
+
+
+# -- SDDMM: entries as the lanes of one vector, the same bits as the scalar chains ------------------------------
+SDDMM_FORMS = {
+    "m * (x @ y.T)": lambda m, x, y: m * (x @ y.T),
+    "(x @ y.T) * m": lambda m, x, y: (x @ y.T) * m,
+    "einsum ik,ij,jk": lambda m, x, y: splyce.einsum("ik,ij,jk->ij", x, m, y),
+}
+
+
+def _sddmm_operands(rng, dtype, d, n=70):
+    """A mask with rows of 0 to ~30 entries (every lane group and the one-by-one tail), explicit zeros, -0.0,
+    NaN, +-Inf (floats); x and y with an Inf, a NaN and a row of -0.0."""
+    lengths = rng.integers(0, 31, size=n)
+    lengths[::6] = 0
+    rows = np.repeat(np.arange(n), lengths)
+    cols = np.concatenate([np.sort(rng.choice(n + 5, size=k, replace=False)) for k in lengths])
+    mask = sps.csr_array((np.ones(len(rows)), (rows, cols)), shape=(n, n + 5))
+    mask = _values(rng, mask, dtype)
+    x = rng.uniform(-3, 3, (n, d))
+    y = rng.uniform(-3, 3, (n + 5, d))
+    if np.issubdtype(dtype, np.floating):
+        x[3, 0], y[5, d - 1], x[7, :] = np.inf, np.nan, -0.0
+    else:
+        x, y = np.round(x), np.round(y)
+    return mask, x.astype(dtype), y.astype(dtype)
+
+
+def _reference(mask, x, y, factors):
+    """The sum per entry in column order from +0.0, NumPy's IEEE operations entry by entry: ``factors``
+    None, the drop-in's ``(sum of x * y) * m``; else the sparsifier's terms ``(f0 * f1) * f2``."""
+    rows = np.repeat(np.arange(mask.shape[0]), np.diff(mask.indptr))
+    acc = np.zeros(mask.nnz, dtype=mask.dtype)
+    with np.errstate(all="ignore"):
+        for k in range(x.shape[1]):
+            value = {"m": mask.data, "x": x[rows, k], "y": y[mask.indices, k]}
+            if factors is None:
+                acc = acc + value["x"] * value["y"]
+            else:
+                acc = acc + (value[factors[0]] * value[factors[1]]) * value[factors[2]]
+        return acc * mask.data if factors is None else acc
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32])
+@pytest.mark.parametrize("d", [1, 2, 3, 8, 13, 32])
+def test_sddmm_kernel_lanes_are_the_scalar_chains(dtype, d):
+    """The native kernel (both variants, every operand order of the sparsifier's terms) against the sums taken
+    entry by entry in column order: the same bits (NaN's sign aside), rows of every length, d not a multiple
+    of the lanes; the drop-in's variant leaves zero results out, the jit's keeps every position."""
+    from splyce.native import sddmm
+
+    rng = np.random.default_rng(d * 7 + np.dtype(dtype).itemsize)
+    mask, x, y = _sddmm_operands(rng, dtype, d)
+    parts = (mask.data, mask.indices, mask.indptr)
+    for factors in (None, "mxy", "xym", "xmy", "ymx"):
+        want = _reference(mask, x, y, factors)
+        with np.errstate(all="ignore"):
+            vals, cols, indptr = sddmm.sddmm(parts, x, y, dtype, 1, factors)
+        if factors is None:
+            keep = want != 0
+            rows = np.repeat(np.arange(mask.shape[0]), np.diff(mask.indptr))
+            counts = np.bincount(rows[keep], minlength=mask.shape[0])
+            want_cols, want_ptr = mask.indices[keep], np.concatenate([[0], np.cumsum(counts)])
+            want = want[keep]
+            assert np.array_equal(cols, want_cols) and np.array_equal(indptr, want_ptr), factors
+        else:
+            assert np.array_equal(cols, mask.indices) and np.array_equal(indptr, mask.indptr)
+        _same(sps.csr_array((vals, cols, indptr), shape=mask.shape), sps.csr_array((want, cols, indptr),
+                                                                                     shape=mask.shape))
+
+
+@pytest.mark.parametrize("form", sorted(SDDMM_FORMS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32])
+def test_sddmm_jit_is_the_mlir_kernel_bit_for_bit(form, dtype):
+    """``m * (x @ y.T)`` and other operand orders inside jit: the native kernel, ``jit(library=False)``'s
+    result bit for bit, one thread and two; the plan names the formulation the drop-in takes."""
+    rng = np.random.default_rng(21)
+    mask, x, y = _sddmm_operands(rng, dtype, 13)
+    m = splyce.asarray(mask)
+    body = SDDMM_FORMS[form]
+    out = "sparse" if form.startswith("einsum") else None        # (an einsum's result is dense unless asked)
+    fast, mlir = splyce.jit(body, out_format=out), splyce.jit(body, out_format=out, library=False)
+    with np.errstate(all="ignore"):
+        want = mlir(m, x, y)
+        _same(fast(m, x, y), want)
+        _same(splyce.jit(body, out_format=out, threads=2)(m, x, y), want)
+    assert isinstance(fast.kernel_for(m, x, y)[0], LibraryKernel)
+    assert "as formulation 'sddmm" in fast.lower(m, x, y).as_text("plan")
+    from splyce.dropin.formulation import choose_einsum_formulation
+
+    infos = [OperandInfo.of(v) for v in (mask, x, y)]
+    assert choose_einsum_formulation(["ij", "ik", "jk"], "ij", infos)[0].value == "sddmm"

@@ -234,3 +234,33 @@ def test_host_products_of_two_operands_go_through_tensordot_in_row_major_order()
     host = [v for v, s in zip(kernel.plan.prepare(values), kernel.plan.sources) if s.host is not None]
     assert len(host) == 1 and host[0].flags.c_contiguous and np.array_equal(host[0], np.tensordot(x, w, 1))
     np.testing.assert_allclose(host[0], x @ w, rtol=1e-14)
+
+
+def test_a_scalar_factor_of_dense_values_fuses_into_the_update_that_reads_it():
+    """CG's ``x + alpha * p`` with ``alpha`` computed in the kernel: the scalar product is an elementwise
+    factor (read at no axis) and fuses into the update, so no temporary vector is written; the values are
+    NumPy's, bit for bit the plain sparsifier's, signed zeros among them. A scalar times a sparse operand
+    stays a contraction."""
+    a = sps.random_array((200, 200), density=0.05, format="csr", rng=32)
+    rng = np.random.default_rng(33)
+    x, p = rng.random(200), rng.random(200) - 0.5
+    x[:3], p[:3] = (-0.0, 0.0, -0.0), (-0.0, -0.0, 0.0)
+
+    def step(a, x, p):
+        ap = a @ p
+        alpha = (x @ x) / (p @ ap)
+        return x + alpha * p, x - alpha * ap
+
+    f = splyce.jit(step)
+    plain = splyce.jit(step, vectorize=False, library=False)
+    got, want = f(a, x, p), plain(a, x, p)
+    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want))
+    ap = a @ p
+    alpha = (x @ x) / (p @ ap)
+    for g, w in zip(got, (x + alpha * p, x - alpha * ap)):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+    plan = f.lower(a, x, p).as_text("plan")
+    assert "contract[,a->a" not in plan and "reads a,,a" in plan
+    g = splyce.jit(lambda a, x: (x @ x) * a)
+    assert "contract[,ab->ab" in g.lower(a, x).as_text("plan")
+    np.testing.assert_allclose(g(a, x).toarray(), ((x @ x) * a).toarray(), rtol=1e-13)

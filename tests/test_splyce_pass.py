@@ -347,6 +347,45 @@ def test_fast_math_reassociates(ctx):
 
 
 @pytest.mark.parametrize("dtype", ["f64", "f32"])
+def test_conflict_lane_for_fast_math_width_16(ctx, dtype):
+    """fast_math, n = 16, int32 coordinates, an AVX-512 CD target: the lane compares by 4 vpconflictd (an LLVM
+    intrinsic call), permutes C's values into B's lanes by 31 - ctlz of the one-hot, sums into the vector
+    accumulator and advances whole blocks (selects of 16 or 0, no popcount)."""
+    from splyce.native.codegen import resolve_target
+
+    module = stage1(kernel_text("k1", dtype))
+    decisions = run_splyce_pass(module, Options(phases=7, vector_width=16, fast_math=True,
+                                                target=resolve_target("avx512")))
+    assert decisions[0].reason.endswith("(vector accumulators); 16 x 16 conflict compares (vpconflictd), block advance")
+    (fast,) = fast_lanes(module)
+    lane = str(fast)
+    assert lane.count('"llvm.x86.avx512.conflict.d.512"') == 4
+    permute = "llvm.x86.avx512.permvar.sf.512" if dtype == "f32" else "llvm.x86.avx512.vpermi2var.pd.512"
+    assert lane.count(permute) == (1 if dtype == "f32" else 2)
+    assert "math.ctlz" in lane and "math.ctpop" not in lane and "vector.reduction" not in lane
+    assert re.search(r"arith\.select %\w+, %c16\w*, %c0\w* : index", lane)
+    assert [str(t) for t in fast.operation.results.types][-1] == f"vector<16x{dtype}>"
+
+
+@pytest.mark.parametrize("change", ["avx2", "strict", "n8", "i64", "k4"])
+def test_conflict_lane_only_where_allowed(ctx, change):
+    from splyce.native.codegen import resolve_target
+
+    options = dict(phases=7, vector_width=16, fast_math=True, target=resolve_target("avx512"))
+    text = kernel_text("k4" if change == "k4" else "k1", "f64", 64 if change == "i64" else 32)
+    if change == "avx2":
+        options["target"] = resolve_target("avx2")
+    elif change == "strict":
+        options["fast_math"] = False
+    elif change == "n8":
+        options["vector_width"] = 8
+    module = stage1(text)
+    decisions = run_splyce_pass(module, Options(**options))
+    assert decisions[0].vectorized and "conflict" not in decisions[0].reason
+    assert "conflict.d" not in str(module)
+
+
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
 @pytest.mark.parametrize("n", [4, 8])
 def test_fast_math_sum_in_a_vector_accumulator(ctx, dtype, n):
     """fast_math with phase 2 in SIMD: the sum is a loop-carried vector<n x T> of the fast lane, added to under the

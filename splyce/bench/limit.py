@@ -8,6 +8,8 @@ has too) and equal or 1:16 lengths. Candidates, on the same arrays:
 * ``lane``: ``splyce.jit`` with the default options (IR checked: the loop is vectorized);
 * ``lane fast_math``: the same with ``fast_math=True`` (the sum reassociated, as NumKong's is: a vector
   accumulator in the lane, reduced once after it); ``lane`` is the strict, bit-exact sum;
+* ``lane fast_math n16`` (int32 coordinates): ``fast_math=True, vector_width=16``, on AVX-512 CD hosts the
+  conflict lane (``passes/conflict_lane.py``: 16 x 16 blocks, ``vpconflictd``, block advance);
 * ``lane gallop=0`` (skewed rows only): the all-pairs fast lane without galloping;
 * ``plain``: the plain sparsifier (``vectorize=False``);
 * ``numkong dot``: NumKong's ``sparse_dot`` (uint32 indices + float32 values only: int32 rows, the values
@@ -139,6 +141,9 @@ def _candidates(dim, b, bv, c, cv, skew):
     out = {"lane": (lambda: lane(A, B), exact, tol)}
     fast = _jit(fast_math=True)
     out["lane fast_math"] = (lambda: fast(A, B), exact, tol)
+    if b.dtype == np.int32:
+        fast16 = _jit(fast_math=True, vector_width=16)
+        out["lane fast_math n16"] = (lambda: fast16(A, B), exact, tol)
     if skew > 1:
         nogallop = _jit(gallop=0)
         out["lane gallop=0"] = (lambda: nogallop(A, B), exact, tol)
@@ -227,27 +232,29 @@ def run(cfg: Config) -> Result:
             f"of f64 values; intersect returns the count; floor crd: the coordinates only. Splyce: whole calls, sealed "
             f"operands, default options (n = 4, phases 7; galloping from long >= (16 + 2 min(floor(log2 short), "
             f"12)) x short for short >= 8: the 1:16 rows run the fast lane, as gallop=0); lane fast_math: "
-            f"fast_math=True (reassociated sum, as NumKong's). step count / step dot: bench/intersect_step.py, "
+            f"fast_math=True (reassociated sum, as NumKong's); lane fast_math n16: also vector_width=16 (the conflict "
+            f"lane on AVX-512 CD). step count / step dot: bench/intersect_step.py, "
             f"bench-only (16 x 16 blocks, vpconflictd; int32 coordinates, AVX-512 CD).")
     return Result("limit", "Fiber-pair sparse dot: the fast lane vs the plain sparsifier, NumKong and the "
                   "bandwidth floor", COLUMNS, rows, note, plot=_plot, preface=_preface(summary),
                   comments=[f"clock: {ghz:.3f} GHz ({clock_how})"])
 
 
-PREFACE_COLUMNS = ("lane", "lane fast_math", "plain", "numkong dot", "numkong intersect", "step count", "step dot", "floor",
-                   "floor crd")
+PREFACE_COLUMNS = ("lane", "lane fast_math", "lane fast_math n16", "plain", "numkong dot", "numkong intersect",
+                   "step count", "step dot", "floor", "floor crd")
 
 
 def _preface(summary) -> str:
     """One line per case: best ns per coordinate of the main candidates and the ratios to the lane."""
     lines = ["| case | " + " | ".join(f"{c} ns" for c in PREFACE_COLUMNS) +
-             " | plain / lane | lane / numkong dot | lane fast_math / numkong dot |",
-             "|" + " --- |" * (len(PREFACE_COLUMNS) + 4)]
+             " | plain / lane | lane / numkong dot | lane fast_math / numkong dot | lane fast_math n16 / numkong dot |",
+             "|" + " --- |" * (len(PREFACE_COLUMNS) + 5)]
     for head, ns, ratio in summary:
         case = f"{head['crd']} {head['val']} {head['overlap']} {head['lengths']}"
         cells = [f"{ns[c]:.3g}" if c in ns else "n/a" for c in PREFACE_COLUMNS]
         nk = ratio.get("numkong dot")
-        vs = [f"{ratio[c] / nk:.2f}" if nk else "n/a" for c in ("lane", "lane fast_math")]
+        vs = [f"{ratio[c] / nk:.2f}" if nk and c in ratio else "n/a"
+              for c in ("lane", "lane fast_math", "lane fast_math n16")]
         lines.append(f"| {case} | " + " | ".join(cells) + f" | {ratio['plain']:.2f} | " + " | ".join(vs) + " |")
     return "\n".join(lines) + "\n"
 

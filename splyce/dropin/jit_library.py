@@ -59,21 +59,25 @@ def _csr_times_sparse_vector(args, threads: int):
     return matmul(*args, threads=threads) if y is None else y
 
 
-def _coiterated(name: str, transposed, out):
+def _coiterated(name: str, transposed, out, columns: bool = False):
     """The run of ``name(a, b)`` on two CSR SparseTensors with the sparsifier's semantics: a scipy CSR of the
     traced result's format, or None (then the MLIR kernel runs) when the result's index widths are not the
     format's. A transposed operand (``a.T``) is read as its argument's buffers, a CSC of the transpose: the
-    drop-in's one pass with a cursor per column (``A * A.T``), no re-store. Modules bound once here: the call
-    runs with cold caches in a loop of other work, where each import statement costs microseconds."""
+    drop-in's one pass with a cursor per column (``A * A.T``), no re-store. ``columns``: operands and result
+    in column order (``a.T * b``): the same on the transposes, whose CSR buffers the CSCs are, and the result
+    a CSC (the sparsifier's column-major coiteration is the transposes' row-major one, term for term). Modules
+    bound once here: the call runs with cold caches in a loop of other work, where each import statement costs
+    microseconds."""
     import scipy.sparse as sps
 
     from splyce.dropin import scipy_out
     from splyce.native.elementwise import kept
 
-    dtype, shape, csr_array = np.dtype(out.dtype), out.shape, sps.csr_array
+    dtype, shape = np.dtype(out.dtype), out.shape
+    result_class, frame = (sps.csc_array, shape[::-1]) if columns else (sps.csr_array, shape)
     widths = (out.format.crd_width, out.format.pos_width)
     merge = kept.with_csc if any(transposed) else kept.rows
-    extra = shape if any(transposed) else ()
+    extra = frame if any(transposed) else ()
     swap = transposed[0]              # a.T * b == b * a.T bit for bit (IEEE products and sums commute)
 
     def run(args, threads: int):
@@ -85,7 +89,7 @@ def _coiterated(name: str, transposed, out):
                                        dtype, *extra, threads=threads)
         if (cols.dtype.itemsize * 8, indptr.dtype.itemsize * 8) != widths:
             return None
-        return scipy_out.csr(csr_array, vals, cols, indptr, shape, True)
+        return scipy_out.csr(result_class, vals, cols, indptr, shape, True)
     return run
 
 
@@ -108,9 +112,22 @@ def _elementwise_call(op: LibraryOp, options) -> LibraryCall | None:
         return None                   # the kernels take one index dtype per operand pair (a CSC pass: one in all)
     name, out, transposed = op.op, op.out, op.transposed or (False, False)
     detail = "every coiterated position kept"
+    if op.columns:
+        detail += "; in column order: computed on the transposes (their CSR buffers), the result a CSC"
     if any(transposed):
         detail += "; the transpose read as its argument's CSC, one pass with a cursor per column, not re-stored"
-    return LibraryCall(op, Formulation.MERGE_ROWS.value, _coiterated(name, transposed, out), detail=detail)
+    return LibraryCall(op, Formulation.MERGE_ROWS.value, _coiterated(name, transposed, out, op.columns),
+                       detail=detail)
+
+
+# How native/spgemm_sorted.py sums and orders each row (the plan's text says it), chosen per call by b's
+# columns (spgemm_sorted.kind_for). The flags kernel's accumulator is Gilbert, Moler and Schreiber's: a dense
+# row of sums, a flag per column, the list of columns met.
+SPGEMM_SORTED_RULE = ("per call, by b's columns: when at least half of its neighbouring stored columns are "
+                      "adjacent (banded, dense blocks), a map of output positions and a sort of each row, whose "
+                      "insert-or-add branch such runs keep predictable; else each row summed in a dense row with "
+                      "a flag per column, branch-free. Rows of up to 16 entries ranked by vector compares, "
+                      "longer ones in column order from a bitmap (the map) or from the flags, 64 columns a step")
 
 
 def _spgemm_kept(out):
@@ -165,7 +182,8 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
     if op.op == "matmul" and op.out.is_sparse and _native_values(*infos):
         # Gustavson's product keeping every reached position (zero sums too), each row written sorted: the
         # sparsifier's result; each entry sums from +0.0 over k in A's row order, as its i, k, j loop nest does
-        return LibraryCall(op, "gustavson-spa, every position kept, rows sorted", _spgemm_kept(op.out))
+        return LibraryCall(op, "gustavson-spa, every position kept, rows sorted", _spgemm_kept(op.out),
+                           detail=SPGEMM_SORTED_RULE)
     if op.op == "einsum":        # masked SpGEMM, the masked sum (triangles), SDDMM: jit_products.py
         return jit_products.provide(op, infos)
     return None

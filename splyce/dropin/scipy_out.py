@@ -28,11 +28,12 @@ def _make(cls, data, indices, indptr, shape, sorted_unique):
 
 def _confirm(cls) -> bool:
     parts = (np.array([2.0]), np.zeros(1, dtype=np.int32), np.array([0, 1], dtype=np.int32))
-    probe = cls(parts, shape=(1, 2))
+    shape = (2, 1) if getattr(cls, "_format", "csr") == "csc" else (1, 2)    # one compressed row / column
+    probe = cls(parts, shape=shape)
     ok = set(vars(probe)) == {"_shape", "maxprint", "indices", "indptr", "data"} and type(probe._shape) is tuple
     _direct[cls] = (ok, getattr(probe, "maxprint", None))
     if ok:
-        made = _make(cls, *parts, (1, 2), None)
+        made = _make(cls, *parts, shape, None)
         ok = vars(made).keys() == vars(probe).keys() and made.maxprint == probe.maxprint \
             and np.array_equal(made.toarray(), probe.toarray())
         _direct[cls] = (ok, probe.maxprint)
@@ -40,8 +41,8 @@ def _confirm(cls) -> bool:
 
 
 def csr(cls, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape, sorted_unique: bool | None):
-    """A scipy CSR of class ``cls`` (``csr_array`` / ``csr_matrix``) holding the given arrays (not copied), a
-    kernel's well-formed result; ``sorted_unique`` sets scipy's canonical-format flags (None: leave them for
+    """A scipy CSR of class ``cls`` (``csr_array`` / ``csr_matrix``; or a CSC class, ``indptr`` then over the
+    columns) holding the given arrays (not copied), a kernel's well-formed result; ``sorted_unique`` sets scipy's canonical-format flags (None: leave them for
     scipy to find out)."""
     known = _direct.get(cls)
     direct = known[0] if known is not None else _confirm(cls)

@@ -365,9 +365,10 @@ def lower_reduce(node: Node, ctx: _Context):
     from mlir import ir
     from mlir.dialects import linalg, sparse_tensor
 
-    kind, axes, keepdims = node.params
-    (arg,) = node.args
-    dtype = arg.type.dtype
+    kind, axes, keepdims = node.params[:3]
+    expr = node.params[3] if len(node.params) > 3 else None   # fused in (planner/elementwise.py)
+    arg = node.args[0]
+    dtype = node.type.dtype
     subs = "abcd"[: arg.type.ndim]
     out = "".join(c for d, c in enumerate(subs) if d not in axes)
     reduced_shape = [n for d, n in enumerate(arg.type.shape) if d not in axes]
@@ -375,10 +376,15 @@ def lower_reduce(node: Node, ctx: _Context):
     for d in axes:
         extent *= arg.type.shape[d]
     pick = extremum(kind, dtype)
-    order = loop_order([(subs, arg.type)], out)
+    order = loop_order([(subs, a.type) for a in node.args], out)
+
+    def value_of(values):
+        """The reduced value at a point: the operand's, or the fused expression of the operands'."""
+        return values[0] if expr is None else _expression(expr, values, node, dtype, True)
 
     def stored_extremum(args):
-        value, acc = args
+        *values, acc = args
+        value = value_of(values)
         if not arg.type.is_sparse:
             return pick(acc, value)
         typ = element_type(dtype)
@@ -397,10 +403,11 @@ def lower_reduce(node: Node, ctx: _Context):
     result_subs = "".join(unit[sorted(axes).index(d)] if d in axes else c for d, c in enumerate(subs)
                           ) if keepdims else out
     result = linalg.fill(extremum_identity(kind, dtype), outs=[_init_tensor(node, ctx)])
-    result = build_generic([ctx.values[arg]], [subs], result, result_subs, unit + order, stored_extremum)
+    inputs = [ctx.values[a] for a in node.args]
+    result = build_generic(inputs, [subs] * len(inputs), result, result_subs, unit + order, stored_extremum)
     if arg.type.is_sparse:
-        result = _with_implicit_zeros(ctx, result, ctx.values[arg], subs, out, result_subs, order, reduced_shape,
-                                      extent, lambda v: pick(v, constant(0, dtype)))
+        result = _with_implicit_zeros(ctx, result, inputs, subs, out, result_subs, order, reduced_shape,
+                                      extent, lambda v: pick(v, constant(0, dtype)), value_of, dtype)
     return result
 
 
@@ -418,33 +425,61 @@ def restarts_custom_reduction(order: str, output: str) -> bool:
     return bool(kept) and any(c not in output for c in order[:kept[-1]])
 
 
-def _with_implicit_zeros(ctx: _Context, result, source, subs: str, out: str, result_subs: str, order: str, shape,
-                         extent: int, with_zero):
-    """``result`` with ``with_zero(value)`` at the positions where ``source`` stores fewer than ``extent``
-    entries (counted by a kernel that walks the stored entries only)."""
+def _with_implicit_zeros(ctx: _Context, result, sources: list, subs: str, out: str, result_subs: str, order: str,
+                         shape, extent: int, with_zero, value_of, dtype: str):
+    """``result`` with ``with_zero(value)`` at the positions where the reduced value (``value_of`` the
+    ``sources``' values: one stored tensor's, or a fused expression's) has fewer than ``extent`` stored entries
+    or iteration points (counted by a kernel that walks those only: the points where the sparsifier evaluates
+    the expression are the entries an elementwise result would have stored)."""
     from mlir import ir
     from mlir.dialects import arith, linalg, sparse_tensor, tensor
 
-    source_type = ir.RankedTensorType(source.type)
-
     def stored_count(args):
-        value, acc = args
-        op = sparse_tensor.UnaryOp(element_type("int64"), value)
-        block = op.presentRegion.blocks.append(source_type.element_type)
+        *values, acc = args
+        op = sparse_tensor.UnaryOp(element_type("int64"), value_of(values))
+        block = op.presentRegion.blocks.append(element_type(dtype))
         with ir.InsertionPoint(block):
             sparse_tensor.YieldOp([constant(1, "int64")])
         return arith.addi(acc, op.result)
 
-    zeros = linalg.fill(constant(0, "int64"), outs=[tensor.EmptyOp(shape, element_type("int64")).result])
-    count = build_generic([source], [subs], zeros, out, order, stored_count)
+    def counted(result):
+        zeros = linalg.fill(constant(0, "int64"), outs=[tensor.EmptyOp(shape, element_type("int64")).result])
+        count = build_generic(sources, [subs] * len(sources), zeros, out, order, stored_count)
 
-    def select(args):
-        stored, value = args
-        partial = arith.cmpi(arith.CmpIPredicate.slt, stored, constant(extent, "int64"))
-        return arith.select(partial, with_zero(value), value)
+        def select(args):
+            stored, value = args
+            partial = arith.cmpi(arith.CmpIPredicate.slt, stored, constant(extent, "int64"))
+            return arith.select(partial, with_zero(value), value)
 
-    result = build_generic([count], [out], result, result_subs, result_subs, select)
-    return result
+        return build_generic([count], [out], result, result_subs, result_subs, select)
+
+    if out:
+        return counted(result)
+    return _unless_surely_partial(result, sources, extent, result_subs, with_zero, counted)
+
+
+def _unless_surely_partial(result, sources: list, extent: int, result_subs: str, with_zero, counted):
+    """A reduction over every axis: when the operands store fewer entries together than the extent, some
+    position holds none of them, so an implicit zero is among the values; then ``with_zero`` the result at
+    once, and only otherwise count (``counted``), a second walk of the operands. Any sparse iteration visits
+    only points where some operand stores an entry, so the count cannot reach the extent then. Sparse
+    operands of real sizes always take the first branch (``abs(a - b).max()`` on two meshes of 1.6M
+    entries: the count took 5.7 of 19.8 ms)."""
+    from mlir import ir
+    from mlir.dialects import arith, scf, sparse_tensor
+
+    index = ir.IndexType.get()
+    total = None
+    for source in sources:
+        entries = sparse_tensor.number_of_entries(source)
+        total = entries if total is None else arith.addi(total, entries)
+    surely = arith.cmpi(arith.CmpIPredicate.ult, total, arith.constant(index, ir.IntegerAttr.get(index, extent)))
+    branch = scf.IfOp(surely, [result.type], has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        scf.YieldOp([build_generic([], [], result, result_subs, result_subs, lambda args: with_zero(args[0]))])
+    with ir.InsertionPoint(branch.else_block):
+        scf.YieldOp([counted(result)])
+    return branch.result
 
 
 def lower_view(node: Node, ctx: _Context):

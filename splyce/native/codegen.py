@@ -357,12 +357,15 @@ def _store(path: Path, entry) -> None:
                       "in every process until the cache folder is writable)", stacklevel=4)
 
 
-def compile_host_helpers(llvm_ir: str, signatures: dict) -> dict:
+def compile_host_helpers(llvm_ir: str, signatures: dict, slp_vectorize: bool = True) -> dict:
     """Hand-written LLVM IR helpers (validation, compression, the drop-ins' kernels) compiled for the host at
     O3, or loaded from the disk cache: returns ``{name: ctypes function}`` for each ``signatures[name]`` (a
-    ``ctypes.CFUNCTYPE``). The functions keep their compiled module alive."""
+    ``ctypes.CFUNCTYPE``). The functions keep their compiled module alive. ``slp_vectorize=False``: no
+    packing of independent scalar chains into vectors (loops are still vectorized), for kernels whose chains
+    read from separate rows, where the packing loads lane by lane."""
     target = host_target()
-    compiled = compile_cached(llvm_ir, target, CodegenOptions(opt_level=3), names=tuple(signatures))
+    compiled = compile_cached(llvm_ir, target, CodegenOptions(opt_level=3, slp_vectorize=slp_vectorize),
+                              names=tuple(signatures))
     functions = {}
     for name, signature in signatures.items():
         fn = signature(compiled.function_address(name))

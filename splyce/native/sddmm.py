@@ -1,6 +1,8 @@
 """SDDMM ``M * (X @ Y.T)`` (M CSR, X and Y dense, rows of ``d`` values), native code: for each mask entry a
-dot product of two rows, ``d`` products summed in order from +0.0; the row's entries go four at a time (four
-independent addition chains). Work: ``nnz(M) * d``.
+dot product of two rows, ``d`` products summed in order from +0.0. A row's entries go 8, then 4, then 2 at a
+time as the lanes of one vector (their block of Y transposed in registers, X's value broadcast), each lane its
+entry's own chain of additions in column order, so a lane's bits are the scalar chain's; the rest one by one.
+Work: ``nnz(M) * d``.
 
 - the drop-in's (scipy's values): ``(sum of X[i, k] Y[j, k]) * M[i, j]``, zero results left out;
 - the jit's (``factors``, the sparsifier's values bit for bit): each term ``(f0 * f1) * f2`` in the einsum's
@@ -23,7 +25,9 @@ from splyce.native.masked import _drop_zeros
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (mpos, mcrd, mval, x, y, d, lo, hi, out) -> results not zero
 _SDDMM_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _I, _I, _I, _P)
-GROUP = 4      # mask entries of one row computed together
+# mask entries of one row computed together, as the lanes of one vector: 8 while they fit, then 4, then one by
+# one (scalar chains)
+GROUPS = (8, 4, 2)
 _lock = threading.Lock()
 
 
@@ -36,7 +40,8 @@ def supported(dtype) -> bool:
 
 
 def _sddmm_ir(name, value, mp, mc, group, factors=None):
-    """SDDMM's row loop: ``group`` mask entries of a row at a time, each a chain of ``d`` additions from zero.
+    """SDDMM's row loop: ``group`` (a size or sizes, largest first) mask entries of a row at a time, each a chain
+    of ``d`` additions from zero (``vector_blocks``), the row's last entries one by one.
     ``factors`` None: ``(sum of x * y) * m``, zero results counted out (the drop-in's, scipy's values);
     ``factors`` (the roles ``m``, ``x``, ``y`` in the einsum's operand order): the sparsifier's, each term
     ``(f0 * f1) * f2`` added in, every entry kept."""
@@ -45,7 +50,8 @@ def _sddmm_ir(name, value, mp, mc, group, factors=None):
     ir(f"define i64 @{name}(ptr %mpos, ptr %mcrd, ptr %mval, ptr %x, ptr %y, i64 %d, i64 %lo, i64 %hi, "
        f"ptr %out) {{")
     ir.label("entry")
-    accs = [f"%acc{g}" for g in range(group)]
+    sizes = (group,) if isinstance(group, int) else tuple(group)
+    accs = [f"%acc{g}" for g in range(max(sizes))]
     for acc in accs:
         ir(f"  {acc} = alloca {t}")
     ir("  %e_slot = alloca i64")
@@ -71,6 +77,69 @@ def _sddmm_ir(name, value, mp, mc, group, factors=None):
         ir(f"  {k1} = add i64 {k0}, {inc}")
         ir(f"  store i64 {k1}, ptr %kept")
 
+    def vector_blocks(xrow, yrows, es):
+        """The sparsifier's chains of ``len(es)`` (= G) entries of one row as the G lanes of one vector, in
+        blocks of G columns: the entries' G x G block of y loaded row by row and transposed in registers
+        (shuffles; a gather per column ran 1.8-2.2x slower than scalar chains), x[i, k] broadcast, the mask
+        values one vector load. Each lane computes its entry's terms ``(f0 * f1) * f2`` and adds them from
+        +0.0 in column order, the scalar chain's operations bit for bit. Leaves the lanes' sums in ``accs``;
+        returns the first column the scalar tail continues from."""
+        w = len(es)
+        vt, zero_v = f"<{w} x {t}>", "zeroinitializer"
+        acc_v = ir.name("accv")
+        ir(f"  {acc_v} = alloca {vt}")
+        ir(f"  store {vt} {zero_v}, ptr {acc_v}")
+        pm, mvec = ir.name("pmv"), ir.name("mvec")
+        ir(f"  {pm} = getelementptr {t}, ptr %mval, i64 {es[0]}")
+        ir(f"  {mvec} = load {vt}, ptr {pm}, align {value.itemsize}")
+        blocks, kv = ir.name("blocks"), ir.name("kv")
+        ir(f"  {blocks} = udiv i64 %d, {w}")
+        ir(f"  {kv} = mul i64 {blocks}, {w}")
+
+        def block(b):
+            kb = ir.name("kb")
+            ir(f"  {kb} = mul i64 {b}, {w}")
+            rows = []
+            for yrow in yrows:
+                at, p, v = ir.name("ya"), ir.name("py"), ir.name("yblk")
+                ir(f"  {at} = add i64 {yrow}, {kb}")
+                ir(f"  {p} = getelementptr {t}, ptr %y, i64 {at}")
+                ir(f"  {v} = load {vt}, ptr {p}, align {value.itemsize}")
+                rows.append(v)
+            cols = _transpose(ir, rows, vt)
+            acc = ir.name("acc")
+            ir(f"  {acc} = load {vt}, ptr {acc_v}")
+            for kk, col in enumerate(cols):
+                at, p, xs, xi, xb = (ir.name(n) for n in ("xa", "px", "xs", "xi", "xb"))
+                ir(f"  {at} = add i64 {xrow}, {kb}")
+                ir(f"  {p} = getelementptr {t}, ptr %x, i64 {at}")
+                ir(f"  {p}_k = getelementptr {t}, ptr {p}, i64 {kk}")
+                ir(f"  {xs} = load {t}, ptr {p}_k")
+                ir(f"  {xi} = insertelement {vt} poison, {t} {xs}, i64 0")
+                ir(f"  {xb} = shufflevector {vt} {xi}, {vt} poison, <{w} x i32> zeroinitializer")
+                term, acc1 = ir.name("t"), ir.name("acc")
+                if factors is None:             # the drop-in's: x * y, the mask multiplied in after the sum
+                    ir(f"  {term} = {mul} {vt} {xb}, {col}")
+                else:
+                    value_of, first = {"m": mvec, "x": xb, "y": col}, ir.name("f")
+                    f0, f1, f2 = (value_of[f] for f in factors)
+                    ir(f"  {first} = {mul} {vt} {f0}, {f1}")
+                    ir(f"  {term} = {mul} {vt} {first}, {f2}")
+                ir(f"  {acc1} = {add} {vt} {acc}, {term}")
+                acc = acc1
+            ir(f"  store {vt} {acc}, ptr {acc_v}")
+
+        after = ir.name("vdone")[1:]
+        loop(ir, "0", blocks, block, after)
+        ir.label(after)
+        sums = ir.name("sums")
+        ir(f"  {sums} = load {vt}, ptr {acc_v}")
+        for g in range(w):
+            lane = ir.name("lane")
+            ir(f"  {lane} = extractelement {vt} {sums}, i64 {g}")
+            ir(f"  store {t} {lane}, ptr {accs[g]}")
+        return kv
+
     def dots(i, es):
         """acc[g] = sum over k of x[i, k] * y[crd[es[g]], k], the len(es) chains in one k loop."""
         xrow = ir.name("xrow")
@@ -88,33 +157,33 @@ def _sddmm_ir(name, value, mp, mc, group, factors=None):
                 ir(f"  {mv} = load {t}, ptr {pm}")
                 mvals.append(mv)
 
+        def load_at(ptr, row, k):
+            at, p, v = ir.name("a"), ir.name("p"), ir.name("v")
+            ir(f"  {at} = add i64 {row}, {k}")
+            ir(f"  {p} = getelementptr {t}, ptr {ptr}, i64 {at}")
+            ir(f"  {v} = load {t}, ptr {p}")
+            return v
+
+        first_k = vector_blocks(xrow, yrows, es) if len(es) > 1 else "0"
+
         def k_body(k):
-            xa, px, xv = ir.name("xa"), ir.name("px"), ir.name("xv")
-            ir(f"  {xa} = add i64 {xrow}, {k}")
-            ir(f"  {px} = getelementptr {t}, ptr %x, i64 {xa}")
-            ir(f"  {xv} = load {t}, ptr {px}")
+            xv = load_at("%x", xrow, k)
             for g, yrow in enumerate(yrows):
-                ya, py, yv, prod, s0, s1 = (ir.name(n) for n in ("ya", "py", "yv", "prod", "s", "s"))
-                ir(f"  {ya} = add i64 {yrow}, {k}")
-                ir(f"  {py} = getelementptr {t}, ptr %y, i64 {ya}")
-                ir(f"  {yv} = load {t}, ptr {py}")
+                prod, s0, s1 = ir.name("prod"), ir.name("s"), ir.name("s")
+                yv = load_at("%y", yrow, k)
                 if factors is None:
                     ir(f"  {prod} = {mul} {t} {xv}, {yv}")
                 else:
-                    value_of, first, opaque = {"m": mvals[g], "x": xv, "y": yv}, ir.name("f"), ir.name("o")
+                    value_of, first = {"m": mvals[g], "x": xv, "y": yv}, ir.name("f")
                     f0, f1, f2 = (value_of[f] for f in factors)
                     ir(f"  {first} = {mul} {t} {f0}, {f1}")
-                    # through an empty asm: else LLVM packs the group's chains into one vector whose y
-                    # operand is a gather per column (vgatherqpd), 1.8-2.2x slower than the scalar chains
-                    reg = "x" if t in ("double", "float") else "r"
-                    ir(f'  {opaque} = call {t} asm "", "={reg},0"({t} {first})')
-                    ir(f"  {prod} = {mul} {t} {opaque}, {f2}")
+                    ir(f"  {prod} = {mul} {t} {first}, {f2}")
                 ir(f"  {s0} = load {t}, ptr {accs[g]}")
                 ir(f"  {s1} = {add} {t} {s0}, {prod}")
                 ir(f"  store {t} {s1}, ptr {accs[g]}")
 
         after = ir.name("kdone")[1:]
-        loop(ir, "0", "%d", k_body, after)
+        loop(ir, first_k, "%d", k_body, after)
         ir.label(after)
         for g, e in enumerate(es):
             finish(e, accs[g])
@@ -124,24 +193,25 @@ def _sddmm_ir(name, value, mp, mc, group, factors=None):
         ir(f"  {i1} = add i64 {i}, 1")
         start, stop = load_index(ir, "%mpos", mp, i), load_index(ir, "%mpos", mp, i1)
         ir(f"  store i64 {start}, ptr %e_slot")
-        ghead, gbody, single = ir.name("ghead")[1:], ir.name("gbody")[1:], ir.name("single")[1:]
-        ir(f"  br label %{ghead}")
-        ir.label(ghead)
-        e, end, fits = ir.name("e"), ir.name("end"), ir.name("fits")
-        ir(f"  {e} = load i64, ptr %e_slot")
-        ir(f"  {end} = add i64 {e}, {group}")
-        ir(f"  {fits} = icmp sle i64 {end}, {stop}")
-        ir(f"  br i1 {fits}, label %{gbody}, label %{single}")
-        ir.label(gbody)
-        es = []
-        for g in range(group):
-            eg = ir.name("eg")
-            ir(f"  {eg} = add i64 {e}, {g}")
-            es.append(eg)
-        dots(i, es)
-        ir(f"  store i64 {end}, ptr %e_slot")
-        ir(f"  br label %{ghead}")
-        ir.label(single)
+        for size in sizes:          # groups of the largest size while they fit, then of the next, ...
+            ghead, gbody, gdone = ir.name("ghead")[1:], ir.name("gbody")[1:], ir.name("gdone")[1:]
+            ir(f"  br label %{ghead}")
+            ir.label(ghead)
+            e, end, fits = ir.name("e"), ir.name("end"), ir.name("fits")
+            ir(f"  {e} = load i64, ptr %e_slot")
+            ir(f"  {end} = add i64 {e}, {size}")
+            ir(f"  {fits} = icmp sle i64 {end}, {stop}")
+            ir(f"  br i1 {fits}, label %{gbody}, label %{gdone}")
+            ir.label(gbody)
+            es = []
+            for g in range(size):
+                eg = ir.name("eg")
+                ir(f"  {eg} = add i64 {e}, {g}")
+                es.append(eg)
+            dots(i, es)
+            ir(f"  store i64 {end}, ptr %e_slot")
+            ir(f"  br label %{ghead}")
+            ir.label(gdone)
         e2 = ir.name("e")
         ir(f"  {e2} = load i64, ptr %e_slot")
         after = ir.name("sdone")[1:]
@@ -156,12 +226,39 @@ def _sddmm_ir(name, value, mp, mc, group, factors=None):
     return "\n".join(ir.lines) + "\n"
 
 
+def _transpose(ir, rows, vt):
+    """The columns of the square block whose rows are the vectors ``rows`` (``vt`` = ``<w x T>``, w a power of
+    two): log2(w) rounds of two-input shuffles, each interleaving blocks of s lanes of rows i and i + s."""
+    w, s = len(rows), 1
+    while s < w:
+        new = [None] * w
+        for i in range(w):
+            if (i // s) % 2:
+                continue
+            lo, hi = [], []
+            for c in range(w // (2 * s)):
+                base = c * 2 * s
+                lo += [base + q for q in range(s)] + [w + base + q for q in range(s)]
+                hi += [base + s + q for q in range(s)] + [w + base + s + q for q in range(s)]
+            for half, mask in ((i, lo), (i + s, hi)):
+                out = ir.name("tr")
+                lanes = ", ".join(f"i32 {q}" for q in mask)
+                ir(f"  {out} = shufflevector {vt} {rows[i]}, {vt} {rows[i + s]}, <{w} x i32> <{lanes}>")
+                new[half] = out
+        rows, s = new, s * 2
+    return rows
+
+
 @functools.cache
 def _sddmm(value, mp, mc, group, factors=None):
     from splyce.native.codegen import compile_host_helpers
 
-    name = f"splyce_sddmm_{VALUE[value][0]}_{mp}_{mc}_g{group}" + ("" if factors is None else f"_{factors}")
-    return compile_host_helpers(_sddmm_ir(name, value, mp, mc, group, factors), {name: _SDDMM_SIG})[name]
+    sizes = "_".join(map(str, (group,) if isinstance(group, int) else group))
+    name = f"splyce_sddmm_{VALUE[value][0]}_{mp}_{mc}_g{sizes}" + ("" if factors is None else f"_{factors}")
+    # the sparsifier's variant without SLP, which would pack the group's chains of additions into vectors
+    # loaded lane by lane from the entries' separate rows of terms
+    return compile_host_helpers(_sddmm_ir(name, value, mp, mc, group, factors), {name: _SDDMM_SIG},
+                                slp_vectorize=factors is None)[name]
 
 
 # SDDMM's multiply-adds (mask entries x columns) below which threads > 1 still runs one range: about 0.3 ms of
@@ -182,7 +279,7 @@ def sddmm(m, x: np.ndarray, y: np.ndarray, dtype, threads: int = 1, factors: str
     out = np.empty(len(mv), dtype=dtype)
     indices, indptr = np.empty_like(mc), np.empty_like(mp)
     with _lock:
-        fn = _sddmm(dtype, _bits(mp), _bits(mc), GROUP, factors)
+        fn = _sddmm(dtype, _bits(mp), _bits(mc), GROUPS, factors)
     d = x.shape[1]
 
     def run(t, lo, hi):

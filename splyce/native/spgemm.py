@@ -37,321 +37,8 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native import ir_text
+from splyce.native import ir_text, spgemm_ir
 from splyce.native.ir_text import pool, row_chunks, run_each
-
-# Rows [lo, hi) of A @ B into cc / cv from position base on; ends[i - lo] = row i's end; returns the end.
-# {accumulate}: one multiply-add (col, prod at position c2; defines block j_next, which sets c2n and loops);
-# {finish}: the row's end (gather / compaction) from block finish (ends in block finished, which sets row_end).
-_ROWS = """
-define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
-                   ptr %ends, ptr %cc, ptr %cv, ptr %slots) {{
-entry:
-  br label %row
-row:
-  %i = phi i64 [%lo, %entry], [%i1, %row_done]
-  %start = phi i64 [%base, %entry], [%row_end, %row_done]
-  %more = icmp slt i64 %i, %hi
-  br i1 %more, label %row_body, label %done
-row_body:
-  %pa0 = getelementptr i{pa}, ptr %ap, i64 %i
-  %ka_raw = load i{pa}, ptr %pa0
-  %ka = {pa_ext} %ka_raw to i64
-  %i1 = add i64 %i, 1
-  %pa1 = getelementptr i{pa}, ptr %ap, i64 %i1
-  %kb_raw = load i{pa}, ptr %pa1
-  %kb = {pa_ext} %kb_raw to i64
-  br label %k_head
-k_head:
-  %k = phi i64 [%ka, %row_body], [%k1, %k_end]
-  %c1 = phi i64 [%start, %row_body], [%c2, %k_end]
-  %z1 = phi i1 [false, %row_body], [%z2, %k_end]
-  %kin = icmp slt i64 %k, %kb
-  br i1 %kin, label %k_body, label %finish
-k_body:
-  %pac = getelementptr i{ca}, ptr %ac, i64 %k
-  %acol_raw = load i{ca}, ptr %pac
-  %acol = {ca_ext} %acol_raw to i64
-  %pav = getelementptr {t}, ptr %av, i64 %k
-  %aval = load {t}, ptr %pav
-  %pb0 = getelementptr i{pb}, ptr %bp, i64 %acol
-  %ja_raw = load i{pb}, ptr %pb0
-  %ja = {pb_ext} %ja_raw to i64
-  %acol1 = add i64 %acol, 1
-  %pb1 = getelementptr i{pb}, ptr %bp, i64 %acol1
-  %jb_raw = load i{pb}, ptr %pb1
-  %jb = {pb_ext} %jb_raw to i64
-  br label %j_head
-j_head:
-  %jj = phi i64 [%ja, %k_body], [%jj1, %j_next]
-  %c2 = phi i64 [%c1, %k_body], [%c2n, %j_next]
-  %z2 = phi i1 [%z1, %k_body], [%z2n, %j_next]
-  %jin = icmp slt i64 %jj, %jb
-  br i1 %jin, label %j_body, label %k_end
-j_body:
-  %pbc = getelementptr i{cb}, ptr %bc, i64 %jj
-  %col_raw = load i{cb}, ptr %pbc
-  %col = {cb_ext} %col_raw to i64
-  %col_out = {co_narrow} %col to i{co}
-  %pbv = getelementptr {t}, ptr %bv, i64 %jj
-  %bval = load {t}, ptr %pbv
-  %prod = {mul} {t} %aval, %bval
-{accumulate}
-k_end:
-  %k1 = add i64 %k, 1
-  br label %k_head
-{finish}
-row_done:
-  %rel = sub i64 %i, %lo
-  %pend = getelementptr i64, ptr %ends, i64 %rel
-  store i64 %row_end, ptr %pend
-  br label %row
-done:
-  ret i64 %start
-}}
-"""
-
-# Rows [lo, hi) of A @ B ending at position end0 of cc / cv, in blocks of rows (bounds[0] = lo < bounds[1] <
-# ... < bounds[blocks] = hi) taken last block first, each placed just before the blocks already placed;
-# ends[i - lo] = row i's end; returns where row lo starts. Two threads meet at end0 with no gap: one writes
-# backwards to it, the other forwards from it. A block (at most its flops, prefix[b1] - prefix[b0], entries)
-# is computed by @{name} at end - flops on, seen through pointers shifted so that its positions count on from
-# the previous block's (a stream that only grows, as forwards: slots never need clearing), then moved up to
-# end when it has fewer entries than flops: a move of what was just written, still in cache.
-_BACKWARD = """
-define i64 @{name}_backward(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, ptr %bounds,
-                            i64 %blocks, i64 %end0, ptr %ends, ptr %cc, ptr %cv, ptr %slots, ptr %prefix) {{
-entry:
-  br label %block
-block:
-  %b = phi i64 [%blocks, %entry], [%bm, %block_done]
-  %vs = phi i64 [0, %entry], [%vend, %block_done]
-  %end = phi i64 [%end0, %entry], [%end_new, %block_done]
-  %more = icmp sgt i64 %b, 0
-  br i1 %more, label %body, label %done
-body:
-  %bm = sub i64 %b, 1
-  %pb0 = getelementptr i64, ptr %bounds, i64 %bm
-  %r0 = load i64, ptr %pb0
-  %pb1 = getelementptr i64, ptr %bounds, i64 %b
-  %r1 = load i64, ptr %pb1
-  %pf0 = getelementptr i64, ptr %prefix, i64 %r0
-  %f0 = load i64, ptr %pf0
-  %pf1 = getelementptr i64, ptr %prefix, i64 %r1
-  %f1 = load i64, ptr %pf1
-  %flops = sub i64 %f1, %f0
-  %at = sub i64 %end, %flops
-  %shift = sub i64 %at, %vs
-  %ccr = getelementptr i{co}, ptr %cc, i64 %shift
-  %cvr = getelementptr {t}, ptr %cv, i64 %shift
-  %rel = sub i64 %r0, %lo
-  %pend = getelementptr i64, ptr %ends, i64 %rel
-  %vend = call i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %r0, i64 %r1, i64 %vs,
-                           ptr %pend, ptr %ccr, ptr %cvr, ptr %slots)
-  %cnt = sub i64 %vend, %vs
-  %end_new = sub i64 %end, %cnt
-  %delta = sub i64 %end_new, %vs
-  %rows = sub i64 %r1, %r0
-  br label %fix
-fix:
-  %y = phi i64 [0, %body], [%y1, %fix_body]
-  %yin = icmp slt i64 %y, %rows
-  br i1 %yin, label %fix_body, label %fixed
-fix_body:
-  %pe = getelementptr i64, ptr %pend, i64 %y
-  %e = load i64, ptr %pe
-  %e1 = add i64 %e, %delta
-  store i64 %e1, ptr %pe
-  %y1 = add i64 %y, 1
-  br label %fix
-fixed:
-  %gap = icmp slt i64 %cnt, %flops
-  br i1 %gap, label %move, label %block_done
-move:
-  %x = phi i64 [%cnt, %fixed], [%xm, %move_body]
-  %xin = icmp sgt i64 %x, 0
-  br i1 %xin, label %move_body, label %block_done
-move_body:
-  %xm = sub i64 %x, 1
-  %from = add i64 %at, %xm
-  %psc = getelementptr i{co}, ptr %cc, i64 %from
-  %col = load i{co}, ptr %psc
-  %psv = getelementptr {t}, ptr %cv, i64 %from
-  %val = load {t}, ptr %psv
-  %to = add i64 %end_new, %xm
-  %pdc = getelementptr i{co}, ptr %cc, i64 %to
-  store i{co} %col, ptr %pdc
-  %pdv = getelementptr {t}, ptr %cv, i64 %to
-  store {t} %val, ptr %pdv
-  br label %move
-block_done:
-  br label %block
-done:
-  ret i64 %end
-}}
-"""
-
-# Moves the row's nonzero sums (columns cc[start, c1), value {value} of entry x) to cc / cv from start on.
-_COMPACT = """
-compact_head:
-  %x = phi i64 [%start, %{before}], [%x1, %compact_body]
-  %q = phi i64 [%start, %{before}], [%qn, %compact_body]
-  %xin = icmp slt i64 %x, %c1
-  br i1 %xin, label %compact_body, label %finished
-compact_body:
-  %pxc = getelementptr i{co}, ptr %cc, i64 %x
-  %xcol_raw = load i{co}, ptr %pxc
-{value}
-  %keep = {nonzero} {t} %v, {zero}
-  %pqc = getelementptr i{co}, ptr %cc, i64 %q
-  store i{co} %xcol_raw, ptr %pqc
-  %pqv = getelementptr {t}, ptr %cv, i64 %q
-  store {t} %v, ptr %pqv
-  %kinc = zext i1 %keep to i64
-  %qn = add i64 %q, %kinc
-  %x1 = add i64 %x, 1
-  br label %compact_head
-"""
-
-# Dense: slots[col] = (row tag, running sum), updated by a select; the sums gathered at the row's end.
-_DENSE_ACCUMULATE = """
-  %pm = getelementptr {{i64, {t}}}, ptr %slots, i64 %col, i32 0
-  %tag = load i64, ptr %pm
-  %seen = icmp eq i64 %tag, %i
-  store i64 %i, ptr %pm
-  %pcc = getelementptr i{co}, ptr %cc, i64 %c2
-  store i{co} %col_out, ptr %pcc
-  %pacc = getelementptr {{i64, {t}}}, ptr %slots, i64 %col, i32 1
-  %old = load {t}, ptr %pacc
-  %sum = {add} {t} %old, %prod
-  %new = select i1 %seen, {t} %sum, {t} %prod
-  store {t} %new, ptr %pacc
-  %fresh = xor i1 %seen, true
-  %inc = zext i1 %fresh to i64
-  br label %j_next
-j_next:
-  %c2n = add i64 %c2, %inc
-  %z2n = or i1 %z2, false
-  %jj1 = add i64 %jj, 1
-  br label %j_head
-"""
-_DENSE_FINISH = """
-finish:
-  br label %compact_head
-""" + _COMPACT.replace("{before}", "finish").replace("{value}", """\
-  %xcol = {co_ext} %xcol_raw to i64
-  %pxv = getelementptr {{i64, {t}}}, ptr %slots, i64 %xcol, i32 1
-  %v = load {t}, ptr %pxv""") + """
-finished:
-  %row_end = phi i64 [%q, %compact_head]
-  br label %row_done
-"""
-
-# Sparse: slots[col] = the column's output position (before start: not in this row yet); sums in place.
-_SPARSE_ACCUMULATE = """
-  %pm = getelementptr i64, ptr %slots, i64 %col
-  %m = load i64, ptr %pm
-  %seen = icmp sge i64 %m, %start
-  br i1 %seen, label %accum, label %insert
-accum:
-  %pcv = getelementptr {t}, ptr %cv, i64 %m
-  %old = load {t}, ptr %pcv
-  %sum = {add} {t} %old, %prod
-  store {t} %sum, ptr %pcv
-  %sum_zero = {zero_test} {t} %sum, {zero}
-  %za = or i1 %z2, %sum_zero
-  br label %j_next
-insert:
-  store i64 %c2, ptr %pm
-  %pcc = getelementptr i{co}, ptr %cc, i64 %c2
-  store i{co} %col_out, ptr %pcc
-  %pcv2 = getelementptr {t}, ptr %cv, i64 %c2
-  store {t} %prod, ptr %pcv2
-  %c2i = add i64 %c2, 1
-  %prod_zero = {zero_test} {t} %prod, {zero}
-  %zi = or i1 %z2, %prod_zero
-  br label %j_next
-j_next:
-  %c2n = phi i64 [%c2, %accum], [%c2i, %insert]
-  %z2n = phi i1 [%za, %accum], [%zi, %insert]
-  %jj1 = add i64 %jj, 1
-  br label %j_head
-"""
-# Sums that cancel to zero are rare: the row's flag z1 says one may have (a sum or product once zero); only
-# then are the row's positions in slots forgotten (a compacted row would leave stale ones at or after the next
-# row's start) and the row compacted.
-_SPARSE_FINISH = """
-finish:
-  br i1 %z1, label %reset_head, label %finished
-reset_head:
-  %r = phi i64 [%start, %finish], [%r1, %reset_body]
-  %rin = icmp slt i64 %r, %c1
-  br i1 %rin, label %reset_body, label %compact_head
-reset_body:
-  %prc = getelementptr i{co}, ptr %cc, i64 %r
-  %rcol_raw = load i{co}, ptr %prc
-  %rcol = {co_ext} %rcol_raw to i64
-  %prm = getelementptr i64, ptr %slots, i64 %rcol
-  store i64 -1, ptr %prm
-  %r1 = add i64 %r, 1
-  br label %reset_head
-""" + _COMPACT.replace("{before}", "reset_head").replace("{value}", """\
-  %pxv = getelementptr {t}, ptr %cv, i64 %x
-  %v = load {t}, ptr %pxv""") + """
-finished:
-  %row_end = phi i64 [%c1, %finish], [%q, %compact_head]
-  br label %row_done
-"""
-
-# prefix[i + 1] = prefix[i] + flops of row i, for rows [0, m)
-_FLOPS = """
-define void @{name}(ptr %ap, ptr %ac, ptr %bp, i64 %m, ptr %prefix) {{
-entry:
-  store i64 0, ptr %prefix
-  br label %row
-row:
-  %i = phi i64 [0, %entry], [%i1, %row_end]
-  %total = phi i64 [0, %entry], [%t1, %row_end]
-  %more = icmp slt i64 %i, %m
-  br i1 %more, label %row_body, label %done
-row_body:
-  %pa0 = getelementptr i{pa}, ptr %ap, i64 %i
-  %ka_raw = load i{pa}, ptr %pa0
-  %ka = {pa_ext} %ka_raw to i64
-  %i1 = add i64 %i, 1
-  %pa1 = getelementptr i{pa}, ptr %ap, i64 %i1
-  %kb_raw = load i{pa}, ptr %pa1
-  %kb = {pa_ext} %kb_raw to i64
-  br label %k_head
-k_head:
-  %k = phi i64 [%ka, %row_body], [%k1, %k_body]
-  %t = phi i64 [%total, %row_body], [%t2, %k_body]
-  %kin = icmp slt i64 %k, %kb
-  br i1 %kin, label %k_body, label %row_end
-k_body:
-  %pac = getelementptr i{ca}, ptr %ac, i64 %k
-  %acol_raw = load i{ca}, ptr %pac
-  %acol = {ca_ext} %acol_raw to i64
-  %pb0 = getelementptr i{pb}, ptr %bp, i64 %acol
-  %ja_raw = load i{pb}, ptr %pb0
-  %ja = {pb_ext} %ja_raw to i64
-  %acol1 = add i64 %acol, 1
-  %pb1 = getelementptr i{pb}, ptr %bp, i64 %acol1
-  %jb_raw = load i{pb}, ptr %pb1
-  %jb = {pb_ext} %jb_raw to i64
-  %len = sub i64 %jb, %ja
-  %t2 = add i64 %t, %len
-  %k1 = add i64 %k, 1
-  br label %k_head
-row_end:
-  %t1 = phi i64 [%t, %k_head]
-  %pp = getelementptr i64, ptr %prefix, i64 %i1
-  store i64 %t1, ptr %pp
-  br label %row
-done:
-  ret void
-}}
-"""
 
 _VALUE = {np.dtype(np.float64): ("double", "fmul", "fadd"), np.dtype(np.float32): ("float", "fmul", "fadd"),
           np.dtype(np.int64): ("i64", "mul", "add"), np.dtype(np.int32): ("i32", "mul", "add")}
@@ -377,41 +64,26 @@ DENSE_COLUMNS = 1 << 14
 DENSE_ROW_ENTRIES = 32
 
 
-def _ext(bits: int) -> str:
-    return "zext i32" if bits == 32 else "bitcast i64"
-
-
 def _bits(arr: np.ndarray) -> int:
     return arr.dtype.itemsize * 8
 
 
 @functools.cache
 def _product(dense: bool, value: np.dtype, pa: int, ca: int, pb: int, cb: int, co: int, keep_zeros: bool = False,
-             sort: bool = False):
+             sort: str | None = None):
     from splyce.native.codegen import compile_host_helpers
 
     t, mul, add = _VALUE[value]
-    floating = t in ("double", "float")
-    kind = "sorted" if sort else "dense" if dense else "sparse"
+    kind = f"sorted_{sort}" if sort else "dense" if dense else "sparse"
     name = f"splyce_spgemm_{kind}_{t}_{pa}_{ca}_{pb}_{cb}_{co}" + ("_keep" if keep_zeros else "")
+    indices = spgemm_ir.index_fields(pa, ca, pb, cb, co)
     if sort:            # the sparsifier's result: every position kept, rows sorted (spgemm_sorted.py)
         from splyce.native import spgemm_sorted
 
-        fields = dict(name=name, t=t, mul=mul, add=add, pa=pa, ca=ca, pb=pb, cb=cb, co=co, pa_ext=_ext(pa),
-                      ca_ext=_ext(ca), pb_ext=_ext(pb), cb_ext=_ext(cb), co_ext=_ext(co),
-                      co_narrow="trunc i64" if co == 32 else "bitcast i64")
-        text = spgemm_sorted.rows_ir(fields) + _BACKWARD.format(**fields)
-        fns = compile_host_helpers(text, {name: _PRODUCT_SIG, f"{name}_backward": _BACKWARD_SIG})
-        return fns[name], fns[f"{name}_backward"]
-    # keep_zeros: every position the product reaches is stored, zero sums too (the sparsifier's result): the
-    # zero tests become constant false / the keep test constant true, and LLVM folds the compaction away
-    nonzero = ("fcmp true" if floating else "icmp uge") if keep_zeros else ("fcmp une" if floating else "icmp ne")
-    zero_test = ("fcmp false" if floating else "icmp ult") if keep_zeros else ("fcmp oeq" if floating else "icmp eq")
-    body = (_DENSE_ACCUMULATE, _DENSE_FINISH) if dense else (_SPARSE_ACCUMULATE, _SPARSE_FINISH)
-    text = (_ROWS.replace("{accumulate}", body[0]).replace("{finish}", body[1]) + _BACKWARD).format(name=name, t=t, mul=mul, add=add, pa=pa, ca=ca, pb=pb, cb=cb, co=co,
-                           pa_ext=_ext(pa), ca_ext=_ext(ca), pb_ext=_ext(pb), cb_ext=_ext(cb), co_ext=_ext(co),
-                           co_narrow="trunc i64" if co == 32 else "bitcast i64",
-                           nonzero=nonzero, zero_test=zero_test, zero="0.0" if floating else "0")
+        text = spgemm_sorted.rows_ir(dict(name=name, t=t, mul=mul, add=add, **indices), sort) \
+            + spgemm_ir.backward_ir(name, t, indices)
+    else:
+        text = spgemm_ir.product_ir(name, dense, t, mul, add, keep_zeros, indices)
     fns = compile_host_helpers(text, {name: _PRODUCT_SIG, f"{name}_backward": _BACKWARD_SIG})
     return fns[name], fns[f"{name}_backward"]
 
@@ -421,8 +93,7 @@ def _flops(pa: int, ca: int, pb: int):
     from splyce.native.codegen import compile_host_helpers
 
     name = f"splyce_spgemm_flops_{pa}_{ca}_{pb}"
-    text = _FLOPS.format(name=name, pa=pa, ca=ca, pb=pb, pa_ext=_ext(pa), ca_ext=_ext(ca), pb_ext=_ext(pb))
-    return compile_host_helpers(text, {name: _FLOPS_SIG})[name]
+    return compile_host_helpers(spgemm_ir.flops_ir(name, pa, ca, pb), {name: _FLOPS_SIG})[name]
 
 
 def supported(dtype) -> bool:
@@ -477,12 +148,12 @@ class Product:
         self.data, self.indices, self.indptr, self.work = data, indices, indptr, work
 
 
-def _slots(n: int, dense: bool, sort: bool = False) -> np.ndarray:
+def _slots(n: int, dense: bool, sort: str | None = None) -> np.ndarray:
     """A thread's accumulator (see the kernels): nothing shared between threads, never cleared."""
     if sort:
         from splyce.native import spgemm_sorted
 
-        return spgemm_sorted.scratch(n)
+        return spgemm_sorted.scratch(n, sort)
     slots = np.empty((n, 2) if dense else n, dtype=np.int64)
     (slots[:, 0] if dense else slots)[...] = -1
     return slots
@@ -573,6 +244,10 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = 
     workers = pool(threads) if split and flops >= 8 * ir_text.MIN_CHUNK else None
     threads = threads if workers is not None else 1
     col_dtype = np.dtype(np.int32) if n <= 2**31 else np.dtype(np.int64)
+    if sort:                                # which sorted kernel: by B's columns (spgemm_sorted.kind_for)
+        from splyce.native import spgemm_sorted
+
+        sort = spgemm_sorted.kind_for(bc)
     dense = not sort and n <= DENSE_COLUMNS and int(ap[-1]) - int(ap[0]) >= DENSE_ROW_ENTRIES * m > 0
     with _lock:
         kernel, backward = _product(dense, dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc),

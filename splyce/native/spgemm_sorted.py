@@ -2,27 +2,38 @@
 the jit's sparse-output product, whose result must be the sparsifier's (the MLIR kernel's) bit for bit.
 
 The sparsifier's kernel keeps every position the product reaches (zero sums too), sums each entry from +0.0 in
-the order of A's row (``i, k, j`` loops), and emits each row's columns ascending. Here the row is accumulated
-as in the sparse accumulator (``slots[j]``: the column's position, before the row's start when not met yet),
-but into a per-thread scratch row, each new entry stored as ``0.0 + a * b`` (a product of -0.0 then sums to
-+0.0, as the sparsifier's zero-filled workspace gives), then written to the result sorted, by length:
+the order of A's row (``i, k, j`` loops), and emits each row's columns ascending. Here each row accumulates in
+a dense row of the thread's scratch (``dense[j] += a * b``: zero between rows, so the first term is summed
+from +0.0 as in the sparsifier's zero-filled workspace, and a product of -0.0 gives +0.0), with no branch on
+the values: a byte flag per column says whether the row met it (a column met first is appended to the row's
+column list, ``count += flag was 0``), a byte per 64 columns whether its block did (a store, never read back
+in the loop: no chain of read-modify-writes through one word when B's rows are dense), and the row's first
+and last column come from each B row's ends (B's rows are sorted). At the row's end, by length:
 
-- up to one vector of columns (16 int32 / 8 int64): the row loaded once, lanes past its end set to all-ones,
-  and each entry stored at ``start + rank``, its rank (how many columns are smaller: columns are unique in a
-  row) the popcount of one vector compare. No branch depends on the values (road networks' ~8-entry rows:
-  an insertion sort's mispredicted loop exits cost ~20 ns a row, twice this);
+- up to one vector of columns (16 int32 / 8 int64): ranks, the popcount of one vector compare of each column
+  against the row loaded once (lanes past its end all-ones); no branch depends on the values (road networks'
+  ~5-entry rows);
 - up to ``RANK_MAX`` (int64 columns: rows of 9-16 entries): the same ranks counted over the row a vector at a
   time, the row padded with all-ones;
-- longer rows: a bitmap over the columns touched (a bit per column), walked in order with
-  count-trailing-zeros, each column's value found through ``slots``. When the row's columns span at most two
-  64-bit words per entry (meshes: fem3d-100k's 86-entry rows), its words are walked one by one; else a second
-  level (a bit per word) finds the words set. Walked words are cleared, so the bitmap stays zero between rows.
-  On fem3d-100k and rmat-s13 this took 3-5 % less time than vector ranks up to 96 entries (the sort is
-  25-35 % of the product there, a copy through the scratch row 7 %).
+- longer rows: the block flags of the row's span read 64 at a time (one vector compare gives a 64-bit mask
+  of the blocks met), and each block met gives the 64-bit mask of its columns from its 64 flags; one vector
+  compress of the lane numbers 0-63 under the mask gives the block's columns in order (as bytes, widened and
+  added to the block's first column a vector at a time: one vector for up to 16 columns (8 int64), all four
+  (eight) beyond), with no branch per column. The columns then take their sums from ``dense`` into the result, which leaves ``dense``
+  and the flags zero for the next row.
 
-The scratch (``scratch(n)``) is one int64 buffer per thread: ``[n | slots (n) | row columns (n + 16) | row
-values (n) | bitmap words (n / 64 + 2) | summary words (n / 4096 + 2)]``; the kernel finds the parts from
-``n``, so its signature stays the unsorted kernel's and the driver (threads, backward blocks) is shared.
+Against the previous kernel (a scatter map of output positions, ``slots[j]``, then a scratch row sorted
+through a one- or two-level bitmap of 64-bit words set by read-modify-writes), on the 2-core Zen 4 VM
+(thread CPU time, min of 5, 2026-12-05; the drop-in's unsorted kernel with every position kept in brackets):
+fem3d-100k 139 -> 76 ms [104], rmat-s13 177 -> 102 ms [147] (an entry's repeated terms cost a branch-free add
+where the scatter map mispredicts insert-or-add), ba-4k 2.7 -> 1.6 ms [0.9], ba-100k 287 -> 277 ms [145] and
+road-700 about even (rows of about one term per entry: the flags and the gather of the sums from ``dense``
+cost about what the old sort did; the sort itself stays the gap to the drop-in there).
+
+The scratch (``scratch(n)``) is one int64 buffer per thread (:func:`layout`): ``[n | dense (n) | row columns
+(n + PAD) | flags (n + FLAG_PAD bytes) | block flags (n / 64 + FLAG_PAD bytes)]``, zero but ``n``; the kernel
+finds the parts from ``n``, so its signature stays the unsorted kernel's and the driver (threads, backward
+blocks) is shared.
 """
 
 from __future__ import annotations
@@ -30,42 +41,77 @@ from __future__ import annotations
 import numpy as np
 
 RANK_MAX = 16      # rows of at most this many: vector ranks (about len * len / 16 compares)
-PAD = 16           # all-ones lanes after a row's columns: a vector load never counts them
+PAD = 64           # lanes after a row's columns: vector stores of a block's columns and all-ones padding
+FLAG_PAD = 128     # bytes after the flags (and the block flags): a 64-byte load at the last block stays inside
 
 
-def scratch(n: int) -> np.ndarray:
-    """A thread's slots, scratch row and bitmap (see the module docstring): slots -1, bitmap zero."""
-    words, summary = n // 64 + 2, n // 4096 + 2
-    buf = np.zeros(1 + n + (n + PAD) + n + words + summary, dtype=np.int64)
+def layout(n: int) -> tuple[int, int, int, int, int]:
+    """Offsets in int64 words of the scratch's parts: dense values, the row's columns, flags, block flags, end."""
+    dense = 1
+    cols = dense + n
+    flags = cols + n + PAD
+    blocks = flags + (n + FLAG_PAD) // 8 + 1
+    end = blocks + (n // 64 + FLAG_PAD) // 8 + 1
+    return dense, cols, flags, blocks, end
+
+
+# The map kernel (spgemm_sorted_map.py) when at least this share of B's neighbouring stored columns are
+# adjacent (j, j + 1), counted on at most SAMPLE evenly spaced pairs. The corpus splits cleanly around it: the
+# map wins on 0.60-0.91 (banded, dense element blocks, propack), the flags on 0.00-0.45 (meshes, graphs,
+# roads, block-diagonal at 25 %).
+ADJACENT_SHARE = 0.5
+SAMPLE = 4096
+
+
+def kind_for(b_indices: np.ndarray) -> str:
+    """``"map"`` or ``"flags"``: the kernel for a product whose B has these column indices (ADJACENT_SHARE).
+    Pairs that straddle two rows count as well (one per row: noise at these sizes)."""
+    pairs = len(b_indices) - 1
+    if pairs <= 0:
+        return "flags"
+    step = max(1, pairs // SAMPLE)
+    at = np.arange(0, pairs, step)
+    adjacent = np.count_nonzero(b_indices[at + 1].astype(np.int64) == b_indices[at].astype(np.int64) + 1)
+    return "map" if adjacent >= ADJACENT_SHARE * len(at) else "flags"
+
+
+def scratch(n: int, kind: str = "flags") -> np.ndarray:
+    """A thread's dense accumulator, column list and flags: all zero but the header (n); the map kernel's own
+    scratch for ``kind="map"``."""
+    if kind == "map":
+        from splyce.native import spgemm_sorted_map
+
+        return spgemm_sorted_map.scratch(n)
+    buf = np.zeros(layout(n)[-1], dtype=np.int64)
     buf[0] = n
-    buf[1: 1 + n] = -1
     return buf
 
 
 _ROWS = """
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i{w} @llvm.ctpop.i{w}(i{w})
+declare i64 @llvm.ctpop.i64(i64)
+declare <64 x i8> @llvm.experimental.vector.compress.v64i8(<64 x i8>, <64 x i1>, <64 x i8>)
 
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
                    ptr %ends, ptr %cc, ptr %cv, ptr %buf) {{
 entry:
   %n = load i64, ptr %buf
-  %slots = getelementptr i64, ptr %buf, i64 1
+  %dn = getelementptr i64, ptr %buf, i64 1
   %o1 = add i64 %n, 1
   %sc = getelementptr i64, ptr %buf, i64 %o1
   %o2 = add i64 %o1, %n
   %o2b = add i64 %o2, {pad}
-  %sv = getelementptr i64, ptr %buf, i64 %o2b
-  %o3 = add i64 %o2b, %n
-  %wd = getelementptr i64, ptr %buf, i64 %o3
-  %nw = lshr i64 %n, 6
-  %o4 = add i64 %o3, %nw
-  %o4b = add i64 %o4, 2
-  %sm = getelementptr i64, ptr %buf, i64 %o4b
+  %fl = getelementptr i64, ptr %buf, i64 %o2b
+  %nf = add i64 %n, {flag_pad}
+  %nf8 = lshr i64 %nf, 3
+  %o3 = add i64 %o2b, %nf8
+  %o3b = add i64 %o3, 1
+  %bf = getelementptr i64, ptr %buf, i64 %o3b
   br label %row
 row:
   %i = phi i64 [%lo, %entry], [%i1, %row_done]
-  %start = phi i64 [%base, %entry], [%c1, %row_done]
+  %start = phi i64 [%base, %entry], [%row_end, %row_done]
   %more = icmp slt i64 %i, %hi
   br i1 %more, label %row_body, label %done
 row_body:
@@ -79,7 +125,9 @@ row_body:
   br label %k_head
 k_head:
   %k = phi i64 [%ka, %row_body], [%k1, %k_end]
-  %c1 = phi i64 [%start, %row_body], [%c2, %k_end]
+  %len = phi i64 [0, %row_body], [%cnt2, %k_end]
+  %lo_c = phi i64 [9223372036854775807, %row_body], [%lo_c2, %k_end]
+  %hi_c = phi i64 [0, %row_body], [%hi_c2, %k_end]
   %kin = icmp slt i64 %k, %kb
   br i1 %kin, label %k_body, label %finish
 k_body:
@@ -95,10 +143,24 @@ k_body:
   %pb1 = getelementptr i{pb}, ptr %bp, i64 %acol1
   %jb_raw = load i{pb}, ptr %pb1
   %jb = {pb_ext} %jb_raw to i64
+  %filled = icmp slt i64 %ja, %jb
+  br i1 %filled, label %k_range, label %k_end
+k_range:
+  %pfc = getelementptr i{cb}, ptr %bc, i64 %ja
+  %fc_raw = load i{cb}, ptr %pfc
+  %fc = {cb_ext} %fc_raw to i64
+  %jbm = sub i64 %jb, 1
+  %plc = getelementptr i{cb}, ptr %bc, i64 %jbm
+  %lc_raw = load i{cb}, ptr %plc
+  %lc = {cb_ext} %lc_raw to i64
+  %flt = icmp slt i64 %fc, %lo_c
+  %lo_c1 = select i1 %flt, i64 %fc, i64 %lo_c
+  %lgt = icmp sgt i64 %lc, %hi_c
+  %hi_c1 = select i1 %lgt, i64 %lc, i64 %hi_c
   br label %j_head
 j_head:
-  %jj = phi i64 [%ja, %k_body], [%jj1, %j_next]
-  %c2 = phi i64 [%c1, %k_body], [%c2n, %j_next]
+  %jj = phi i64 [%ja, %k_range], [%jj1, %j_body]
+  %c2 = phi i64 [%len, %k_range], [%c2n, %j_body]
   %jin = icmp slt i64 %jj, %jb
   br i1 %jin, label %j_body, label %k_end
 j_body:
@@ -108,43 +170,38 @@ j_body:
   %pbv = getelementptr {t}, ptr %bv, i64 %jj
   %bval = load {t}, ptr %pbv
   %prod = {mul} {t} %aval, %bval
-  %pm = getelementptr i64, ptr %slots, i64 %col
-  %m = load i64, ptr %pm
-  %seen = icmp sge i64 %m, %start
-  br i1 %seen, label %accum, label %insert
-accum:
-  %mrel = sub i64 %m, %start
-  %pcv = getelementptr {t}, ptr %sv, i64 %mrel
-  %old = load {t}, ptr %pcv
+  %pf = getelementptr i8, ptr %fl, i64 %col
+  %flag = load i8, ptr %pf
+  store i8 1, ptr %pf
+  %blk = lshr i64 %col, 6
+  %pbk = getelementptr i8, ptr %bf, i64 %blk
+  store i8 1, ptr %pbk
+  %pd = getelementptr {t}, ptr %dn, i64 %col
+  %old = load {t}, ptr %pd
   %sum = {add} {t} %old, %prod
-  store {t} %sum, ptr %pcv
-  br label %j_next
-insert:
-  store i64 %c2, ptr %pm
-  %crel = sub i64 %c2, %start
+  store {t} %sum, ptr %pd
+  %fresh = icmp eq i8 %flag, 0
   %col_out = {co_narrow} %col to i{co}
-  %pcc = getelementptr i{co}, ptr %sc, i64 %crel
+  %pcc = getelementptr i{co}, ptr %sc, i64 %c2
   store i{co} %col_out, ptr %pcc
-  %first = {add} {t} {zero}, %prod
-  %pcv2 = getelementptr {t}, ptr %sv, i64 %crel
-  store {t} %first, ptr %pcv2
-  %c2i = add i64 %c2, 1
-  br label %j_next
-j_next:
-  %c2n = phi i64 [%c2, %accum], [%c2i, %insert]
+  %inc = zext i1 %fresh to i64
+  %c2n = add i64 %c2, %inc
   %jj1 = add i64 %jj, 1
   br label %j_head
 k_end:
+  %cnt2 = phi i64 [%len, %k_body], [%c2, %j_head]
+  %lo_c2 = phi i64 [%lo_c, %k_body], [%lo_c1, %j_head]
+  %hi_c2 = phi i64 [%hi_c, %k_body], [%hi_c1, %j_head]
   %k1 = add i64 %k, 1
   br label %k_head
 finish:
-  %len = sub i64 %c1, %start
+  %row_end = add i64 %start, %len
   %small = icmp ule i64 %len, {w}
   br i1 %small, label %one_load, label %not_small
 
 one_load:
   %ylane = load <{w} x i{co}>, ptr %sc, align 1
-  %lenv = trunc i64 %len to i{co}
+  %lenv = {co_narrow} %len to i{co}
   %leni = insertelement <{w} x i{co}> poison, i{co} %lenv, i64 0
   %lens = shufflevector <{w} x i{co}> %leni, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
   %inrow = icmp ult <{w} x i{co}> {lanes}, %lens
@@ -163,8 +220,15 @@ one_body:
   %obits = bitcast <{w} x i1> %below to i{w}
   %ocnt = call i{w} @llvm.ctpop.i{w}(i{w} %obits)
   %orank = zext i{w} %ocnt to i64
-  %pve = getelementptr {t}, ptr %sv, i64 %e
+  %xw = {co_ext} %x to i64
+  %pve = getelementptr {t}, ptr %dn, i64 %xw
   %v = load {t}, ptr %pve
+  store {t} {zero}, ptr %pve
+  %pxf = getelementptr i8, ptr %fl, i64 %xw
+  store i8 0, ptr %pxf
+  %xb = lshr i64 %xw, 6
+  %pxb = getelementptr i8, ptr %bf, i64 %xb
+  store i8 0, ptr %pxb
   %odst = add i64 %start, %orank
   %pc = getelementptr i{co}, ptr %cc, i64 %odst
   store i{co} %x, ptr %pc
@@ -175,7 +239,7 @@ one_body:
 
 not_small:
   %mid = icmp ule i64 %len, {rank_max}
-  br i1 %mid, label %rank_pad, label %rg_head
+  br i1 %mid, label %rank_pad, label %s_start
 rank_pad:
   %ppad = getelementptr i{co}, ptr %sc, i64 %len
   store <{w} x i{co}> {ones}, ptr %ppad, align 1
@@ -206,8 +270,15 @@ cnt_body:
   %q1 = add i64 %q, {w}
   br label %cnt_head
 rank_put:
-  %prv = getelementptr {t}, ptr %sv, i64 %re
+  %rxw = {co_ext} %rx to i64
+  %prv = getelementptr {t}, ptr %dn, i64 %rxw
   %rv = load {t}, ptr %prv
+  store {t} {zero}, ptr %prv
+  %prf = getelementptr i8, ptr %fl, i64 %rxw
+  store i8 0, ptr %prf
+  %rxb = lshr i64 %rxw, 6
+  %prb = getelementptr i8, ptr %bf, i64 %rxb
+  store i8 0, ptr %prb
   %dst = add i64 %start, %r
   %pdst = getelementptr i{co}, ptr %cc, i64 %dst
   store i{co} %rx, ptr %pdst
@@ -216,171 +287,82 @@ rank_put:
   %re1 = add i64 %re, 1
   br label %rank_head
 
-rg_head:
-  %ge = phi i64 [0, %not_small], [%ge1, %rg_body]
-  %lo_c = phi i64 [9223372036854775807, %not_small], [%lo_c1, %rg_body]
-  %hi_c = phi i64 [0, %not_small], [%hi_c1, %rg_body]
-  %gin = icmp ult i64 %ge, %len
-  br i1 %gin, label %rg_body, label %rg_done
-rg_body:
-  %pgx = getelementptr i{co}, ptr %sc, i64 %ge
-  %gx_raw = load i{co}, ptr %pgx
-  %gx = {co_ext} %gx_raw to i64
-  %glt = icmp slt i64 %gx, %lo_c
-  %lo_c1 = select i1 %glt, i64 %gx, i64 %lo_c
-  %ggt = icmp sgt i64 %gx, %hi_c
-  %hi_c1 = select i1 %ggt, i64 %gx, i64 %hi_c
-  %ge1 = add i64 %ge, 1
-  br label %rg_head
-rg_done:
-  %wlo = lshr i64 %lo_c, 6
-  %whi = lshr i64 %hi_c, 6
-  %wspan = sub i64 %whi, %wlo
-  %wcap = shl i64 %len, 1
-  %narrow = icmp ule i64 %wspan, %wcap
-  br i1 %narrow, label %dm_head, label %bm_head
-dm_head:
-  %de = phi i64 [0, %rg_done], [%de1, %dm_body]
-  %din = icmp ult i64 %de, %len
-  br i1 %din, label %dm_body, label %dw_head
-dm_body:
-  %pdx = getelementptr i{co}, ptr %sc, i64 %de
-  %dx_raw = load i{co}, ptr %pdx
-  %dx = {co_ext} %dx_raw to i64
-  %dw = lshr i64 %dx, 6
-  %db = and i64 %dx, 63
-  %dbit = shl i64 1, %db
-  %pdw = getelementptr i64, ptr %wd, i64 %dw
-  %dwv = load i64, ptr %pdw
-  %dwv1 = or i64 %dwv, %dbit
-  store i64 %dwv1, ptr %pdw
-  %de1 = add i64 %de, 1
-  br label %dm_head
-dw_head:
-  %dwi = phi i64 [%wlo, %dm_head], [%dwi1, %dv_done]
-  %dout = phi i64 [%start, %dm_head], [%dout_b, %dv_done]
-  %dwin = icmp ule i64 %dwi, %whi
-  br i1 %dwin, label %dw_body, label %row_done
-dw_body:
-  %pdwi = getelementptr i64, ptr %wd, i64 %dwi
-  %dww0 = load i64, ptr %pdwi
-  store i64 0, ptr %pdwi
-  %dcbase = shl i64 %dwi, 6
-  br label %dv_head
-dv_head:
-  %dww = phi i64 [%dww0, %dw_body], [%dww1, %dv_body]
-  %dout_b = phi i64 [%dout, %dw_body], [%dout_b1, %dv_body]
-  %dwwz = icmp eq i64 %dww, 0
-  br i1 %dwwz, label %dv_done, label %dv_body
-dv_body:
-  %dbtz = call i64 @llvm.cttz.i64(i64 %dww, i1 true)
-  %dcol = add i64 %dcbase, %dbtz
-  %pdms = getelementptr i64, ptr %slots, i64 %dcol
-  %dmsl = load i64, ptr %pdms
-  %dmrel = sub i64 %dmsl, %start
-  %pdsv = getelementptr {t}, ptr %sv, i64 %dmrel
-  %dval = load {t}, ptr %pdsv
-  %dcolo = {co_narrow} %dcol to i{co}
-  %pdco = getelementptr i{co}, ptr %cc, i64 %dout_b
-  store i{co} %dcolo, ptr %pdco
-  %pdvo = getelementptr {t}, ptr %cv, i64 %dout_b
-  store {t} %dval, ptr %pdvo
-  %dout_b1 = add i64 %dout_b, 1
-  %dwwm = sub i64 %dww, 1
-  %dww1 = and i64 %dww, %dwwm
-  br label %dv_head
-dv_done:
-  %dwi1 = add i64 %dwi, 1
-  br label %dw_head
-
-bm_head:
-  %be = phi i64 [0, %rg_done], [%be1, %bm_body]
-  %lo_s = phi i64 [9223372036854775807, %rg_done], [%lo_s1, %bm_body]
-  %hi_s = phi i64 [0, %rg_done], [%hi_s1, %bm_body]
-  %bin = icmp ult i64 %be, %len
-  br i1 %bin, label %bm_body, label %s_head
-bm_body:
-  %pbx = getelementptr i{co}, ptr %sc, i64 %be
-  %bx_raw = load i{co}, ptr %pbx
-  %bx = {co_ext} %bx_raw to i64
-  %w = lshr i64 %bx, 6
-  %bb = and i64 %bx, 63
-  %bit = shl i64 1, %bb
-  %pw = getelementptr i64, ptr %wd, i64 %w
-  %wv = load i64, ptr %pw
-  %wv1 = or i64 %wv, %bit
-  store i64 %wv1, ptr %pw
-  %s = lshr i64 %bx, 12
-  %sb = and i64 %w, 63
-  %sbit = shl i64 1, %sb
-  %ps = getelementptr i64, ptr %sm, i64 %s
-  %sv0 = load i64, ptr %ps
-  %sv1 = or i64 %sv0, %sbit
-  store i64 %sv1, ptr %ps
-  %lt_s = icmp slt i64 %s, %lo_s
-  %lo_s1 = select i1 %lt_s, i64 %s, i64 %lo_s
-  %gt_s = icmp sgt i64 %s, %hi_s
-  %hi_s1 = select i1 %gt_s, i64 %s, i64 %hi_s
-  %be1 = add i64 %be, 1
-  br label %bm_head
+s_start:
+  %slo = lshr i64 %lo_c, 12
+  %shi = lshr i64 %hi_c, 12
+  br label %s_head
 s_head:
-  %si = phi i64 [%lo_s, %bm_head], [%si1, %s_next]
-  %out = phi i64 [%start, %bm_head], [%out_w, %s_next]
-  %sin = icmp sle i64 %si, %hi_s
-  br i1 %sin, label %s_body, label %row_done
+  %si = phi i64 [%slo, %s_start], [%si1, %s_next]
+  %spos = phi i64 [0, %s_start], [%wpos0, %s_next]
+  %sin = icmp ule i64 %si, %shi
+  br i1 %sin, label %s_body, label %emit
 s_body:
-  %psi = getelementptr i64, ptr %sm, i64 %si
-  %sw0 = load i64, ptr %psi
-  store i64 0, ptr %psi
-  %wbase = shl i64 %si, 6
+  %sb0 = shl i64 %si, 6
+  %psb = getelementptr i8, ptr %bf, i64 %sb0
+  %sbv = load <64 x i8>, ptr %psb, align 1
+  store <64 x i8> zeroinitializer, ptr %psb, align 1
+  %sbm = icmp ne <64 x i8> %sbv, zeroinitializer
+  %sw0 = bitcast <64 x i1> %sbm to i64
   br label %sw_head
 sw_head:
   %sw = phi i64 [%sw0, %s_body], [%sw1, %w_done]
-  %out_w = phi i64 [%out, %s_body], [%out_b, %w_done]
+  %wpos0 = phi i64 [%spos, %s_body], [%wpos_next, %w_done]
   %swz = icmp eq i64 %sw, 0
   br i1 %swz, label %s_next, label %sw_body
 sw_body:
   %tz = call i64 @llvm.cttz.i64(i64 %sw, i1 true)
-  %wi = add i64 %wbase, %tz
-  %pwi = getelementptr i64, ptr %wd, i64 %wi
-  %ww0 = load i64, ptr %pwi
-  store i64 0, ptr %pwi
-  %cbase = shl i64 %wi, 6
+  %wi = add i64 %sb0, %tz
+  %wcbase = shl i64 %wi, 6
+  %pwf = getelementptr i8, ptr %fl, i64 %wcbase
+  %wfv = load <64 x i8>, ptr %pwf, align 1
+  store <64 x i8> zeroinitializer, ptr %pwf, align 1
+  %wfm = icmp ne <64 x i8> %wfv, zeroinitializer
+  %wbits = bitcast <64 x i1> %wfm to i64
+  %wpc = call i64 @llvm.ctpop.i64(i64 %wbits)
+  %widx = call <64 x i8> @llvm.experimental.vector.compress.v64i8(<64 x i8> {bytes}, <64 x i1> %wfm, <64 x i8> zeroinitializer)
+  %wcb = {co_narrow} %wcbase to i{co}
+  %wcbi = insertelement <{w} x i{co}> poison, i{co} %wcb, i64 0
+  %wcbs = shufflevector <{w} x i{co}> %wcbi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
+{group0}
+  %wmore = icmp ugt i64 %wpc, {w}
+  br i1 %wmore, label %w_rest, label %w_done
+w_rest:
+{groups}
+  br label %w_done
+w_done:
+  %wpos_next = add i64 %wpos0, %wpc
   %swm = sub i64 %sw, 1
   %sw1 = and i64 %sw, %swm
-  br label %ww_head
-ww_head:
-  %ww = phi i64 [%ww0, %sw_body], [%ww1, %ww_body]
-  %out_b = phi i64 [%out_w, %sw_body], [%out_b1, %ww_body]
-  %wwz = icmp eq i64 %ww, 0
-  br i1 %wwz, label %w_done, label %ww_body
-ww_body:
-  %btz = call i64 @llvm.cttz.i64(i64 %ww, i1 true)
-  %col2 = add i64 %cbase, %btz
-  %pms = getelementptr i64, ptr %slots, i64 %col2
-  %msl = load i64, ptr %pms
-  %mrel2 = sub i64 %msl, %start
-  %psv2 = getelementptr {t}, ptr %sv, i64 %mrel2
-  %val2 = load {t}, ptr %psv2
-  %col2o = {co_narrow} %col2 to i{co}
-  %pco = getelementptr i{co}, ptr %cc, i64 %out_b
-  store i{co} %col2o, ptr %pco
-  %pvo = getelementptr {t}, ptr %cv, i64 %out_b
-  store {t} %val2, ptr %pvo
-  %out_b1 = add i64 %out_b, 1
-  %wwm = sub i64 %ww, 1
-  %ww1 = and i64 %ww, %wwm
-  br label %ww_head
-w_done:
   br label %sw_head
 s_next:
   %si1 = add i64 %si, 1
   br label %s_head
 
+emit:
+  br label %e_head
+e_head:
+  %ee = phi i64 [0, %emit], [%ee1, %e_body]
+  %ein2 = icmp ult i64 %ee, %len
+  br i1 %ein2, label %e_body, label %row_done
+e_body:
+  %pex = getelementptr i{co}, ptr %sc, i64 %ee
+  %ex = load i{co}, ptr %pex
+  %exw = {co_ext} %ex to i64
+  %pev = getelementptr {t}, ptr %dn, i64 %exw
+  %ev = load {t}, ptr %pev
+  store {t} {zero}, ptr %pev
+  %eo = add i64 %start, %ee
+  %peo = getelementptr i{co}, ptr %cc, i64 %eo
+  store i{co} %ex, ptr %peo
+  %pevo = getelementptr {t}, ptr %cv, i64 %eo
+  store {t} %ev, ptr %pevo
+  %ee1 = add i64 %ee, 1
+  br label %e_head
+
 row_done:
   %rel = sub i64 %i, %lo
   %pend = getelementptr i64, ptr %ends, i64 %rel
-  store i64 %c1, ptr %pend
+  store i64 %row_end, ptr %pend
   br label %row
 done:
   ret i64 %start
@@ -388,12 +370,33 @@ done:
 """
 
 
-def rows_ir(fields: dict) -> str:
+def rows_ir(fields: dict, kind: str = "flags") -> str:
     """The sorted row kernel ``@{name}`` (the unsorted one's signature, ``%slots`` being :func:`scratch`);
-    ``fields``: the format fields of spgemm's templates (name, t, mul, add, index widths and extensions)."""
+    ``fields``: the format fields of spgemm's templates (name, t, mul, add, index widths and extensions);
+    ``kind``: :func:`kind_for`'s answer."""
+    if kind == "map":
+        from splyce.native import spgemm_sorted_map
+
+        return spgemm_sorted_map.rows_ir(fields)
     floating = fields["t"] in ("double", "float")
     w = 16 if fields["co"] == 32 else 8
     ones = "<" + ", ".join([f"i{fields['co']} -1"] * w) + ">"
     lanes = "<" + ", ".join(f"i{fields['co']} {x}" for x in range(w)) + ">"
-    return _ROWS.format(**fields, w=w, ones=ones, lanes=lanes, pad=PAD, rank_max=RANK_MAX,
-                        zero="0.0" if floating else "0")
+    bytes_ = "<" + ", ".join(f"i8 {x}" for x in range(64)) + ">"
+    text = _ROWS.replace("{group0}", _group(0, w, fields)).replace(
+        "{groups}", "\n".join(_group(g, w, fields) for g in range(1, 64 // w)))
+    return text.format(**fields, w=w, ones=ones, lanes=lanes, pad=PAD, rank_max=RANK_MAX, flag_pad=FLAG_PAD,
+                       zero="0.0" if floating else "0", bytes=bytes_)
+
+
+def _group(g: int, w: int, fields: dict) -> str:
+    """Columns ``g * w`` to ``g * w + w - 1`` of the block's compressed byte offsets (``%widx``) as columns
+    (``%wcbase`` plus the offset) stored at the row's list from ``%wpos0 + g * w`` on."""
+    co = fields["co"]
+    sel = ", ".join(f"i32 {g * w + x}" for x in range(w))
+    return f"""  %g{g}b = shufflevector <64 x i8> %widx, <64 x i8> poison, <{w} x i32> <{sel}>
+  %g{g}z = zext <{w} x i8> %g{g}b to <{w} x i{co}>
+  %g{g}v = add <{w} x i{co}> %wcbs, %g{g}z
+  %g{g}p = add i64 %wpos0, {g * w}
+  %g{g}pp = getelementptr i{co}, ptr %sc, i64 %g{g}p
+  store <{w} x i{co}> %g{g}v, ptr %g{g}pp, align 1""".replace("{", "{{").replace("}", "}}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import memref
 
+from splyce.passes.conflict_lane import ConflictLaneBuilder, conflict_blocker
 from splyce.passes.coiteration_match import INSERT_KIND, Coiteration, Decline, match_coiteration, shape_name
 from splyce.passes.fast_lane import FastLaneBuilder, add_epilogue_count
 from splyce.passes.gallop_lane import PREFETCH_FUNCTION_PREFIX, add_galloping, add_leapfrog, describe_galloping
@@ -176,6 +177,8 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder) ->
         text += " fast-math"
         if builder.vector_acc_slots:
             text += " (vector accumulators)"
+        if isinstance(builder, ConflictLaneBuilder):
+            text += "; 16 x 16 conflict compares (vpconflictd), block advance"
     if options.simd_mac:
         blocker = builder.simd2_blocker()
         if blocker:
@@ -254,6 +257,8 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                 hoist_fiber_bounds(match)
                 lane = InsertLaneBuilder if match.kind == INSERT_KIND else FastLaneBuilder
                 builder = lane(match, options, counters)
+                if lane is FastLaneBuilder and conflict_blocker(match, options, builder) is None:
+                    builder = ConflictLaneBuilder(match, options, counters)
                 fast = builder.build()
                 if counters is not None:
                     add_epilogue_count(match, counters)

@@ -15,12 +15,12 @@ import numpy as np
 
 from splyce.native.records import record
 from splyce.planner import cost
-from splyce.planner.elementwise import fuse_elementwise, propagates_nan
+from splyce.planner.elementwise import fuse_elementwise, fuse_reductions, propagates_nan
 from splyce.planner.memory import budget_bytes, format_bytes
 from splyce.planner.rewrite import Fusion, substitute, uses, with_args, with_order
 from splyce.planner.transposed_inputs import Derived, relabel_inputs, transposed
 from splyce.tensors.formats import Format
-from splyce.tracer.ir import ContractParams, Node, TensorType, Trace, ewise_text, walk
+from splyce.tracer.ir import ContractParams, Node, TensorType, Trace, params_text, walk
 
 
 @record
@@ -130,7 +130,7 @@ class Plan:
             operands = ", ".join(names.get(a, "?") for a in step.node.args)
             storage = f" storage=({', '.join(step.storage)})" if any(step.storage) else ""
             kind = "result" if step.result else "intermediate"
-            params = (ewise_text(step.node.params, step.node.type.ndim) if step.node.op == "ewise"
+            params = (params_text(step.node) if step.node.op in ("ewise", "reduce")
                       else ", ".join(str(p) for p in step.node.params))
             lines.append(f"  %{k} = {step.node.op}[{params}]({operands}) : {step.node.type}")
             lines.append(f"      // cost ~{step.cost:.3g} steps{storage}; {kind} ~{step.entries:.3g} entries, "
@@ -207,8 +207,8 @@ class Planner:
 
     def node_cost(self, node: Node) -> float:
         if node.op == "reduce":   # one pass over the stored entries (two for a sparse operand) and the result
-            (arg,) = node.args
-            return (2 if arg.type.is_sparse else 1) * self.entries(arg) + 2 * float(math.prod(node.type.shape))
+            return sum((2 if arg.type.is_sparse else 1) * self.entries(arg) for arg in node.args) \
+                + 2 * float(math.prod(node.type.shape))
         if node.op != "contract":
             return float(math.prod(node.type.shape)) if not node.type.is_sparse else self.entries(node)
         choice = self.choice(node)
@@ -334,6 +334,7 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
     outputs, fusions = planner.fuse()
     outputs, _ = fuse_elementwise(outputs, uses(outputs))
     outputs = _align_intermediate_orders(outputs)
+    outputs = fuse_reductions(outputs, uses(outputs))
 
     sources = [Source(i, t, False) for i, t in enumerate(trace.inputs)]
     slots: dict[tuple[int, TensorType], Node] = {}
@@ -375,6 +376,8 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
                 storage = choice.storage
         elif node.op in ("ewise", "combine"):
             new, storage = _elementwise_storage(node, new, converted_input)
+        elif node.op == "reduce" and len(node.params) > 3:   # an expression fused in: operands as they are
+            storage = ("keep",) * len(node.args)
         elif node.op == "reduce":
             new, storage = _reduce_storage(node, new, converted_input)
         mapping[node] = new

@@ -174,8 +174,13 @@ class Jitted:
 
     def _key(self, args, captured=None):
         specs, values = [], []
+        prepared = {}    # one object passed twice (f(A, A)) is converted and checked once per call
         for i, x in enumerate(args):
-            spec, value = arguments.prepare(x, f"argument {i}")
+            once = not isinstance(x, np.ndarray) and arguments.is_tensor(x)
+            hit = prepared.get(id(x)) if once else None
+            spec, value = hit[1] if hit is not None else arguments.prepare(x, f"argument {i}")
+            if once:
+                prepared[id(x)] = (x, (spec, value))   # the object kept: its id stays its own
             specs.append(spec)
             values.append(value)
         statics = tuple((i, s.value) for i, s in enumerate(specs) if isinstance(s, Static))

@@ -39,6 +39,10 @@ class LibraryOp:
     # reads, and whether transposed (a CSR argument's own buffers as its transpose's CSC, not re-stored)
     reads: tuple[int, ...] | None = None
     transposed: tuple[bool, ...] = ()
+    # an elementwise op whose operands and result the plan stores in column order (CSC): computed on the
+    # transposes, whose CSR buffers those are (``a.T * b`` of CSR arguments: ``(a * b.T).T``); ``transposed``
+    # then says which operand's buffers are in the other order than that frame's
+    columns: bool = False
 
 
 @record
@@ -73,6 +77,13 @@ def _is_csr(t: TensorType) -> bool:
             and all(level.unique and level.ordered for level in f.levels))
 
 
+def _is_csc(t: TensorType) -> bool:
+    f = t.format
+    return (t.ndim == 2 and f is not None and f.order == (1, 0)
+            and tuple(level.kind for level in f.levels) == ("dense", "compressed")
+            and all(level.unique and level.ordered for level in f.levels))
+
+
 def _is_sparse_vector(t: TensorType) -> bool:
     f = t.format
     return t.ndim == 1 and f is not None and tuple(level.kind for level in f.levels) == ("compressed",)
@@ -89,9 +100,10 @@ def _as_library_op(step: Node, inputs: tuple[TensorType, ...]) -> LibraryOp | No
         expr = step.params[0]
         if len(operands) == 2 and expr in (("mul", ("arg", 0), ("arg", 1)), ("add", ("arg", 0), ("arg", 1)),
                                            ("sub", ("arg", 0), ("arg", 1))):
-            if all(_is_csr(t) for t in types) and types[0].shape == types[1].shape and _is_csr(out):
-                name = {"mul": "multiply", "add": "add", "sub": "subtract"}[expr[0]]
-                return LibraryOp(name, None, operands, types, out)
+            name = {"mul": "multiply", "add": "add", "sub": "subtract"}[expr[0]]
+            for columns, stored in ((False, _is_csr), (True, _is_csc)):
+                if all(stored(t) for t in types) and types[0].shape == types[1].shape and stored(out):
+                    return LibraryOp(name, None, operands, types, out, columns=columns)
         return None
     if step.op != "contract":
         return None
@@ -151,8 +163,8 @@ def choose(plan, options, out_format) -> LibraryCall | None:
         return None
     ops = [op]
     if op.subscripts is None and op.op != "matmul":
-        direct = _argument_reads(plan, op.operands)
-        if direct is not None and any(direct[1]):     # offered first: no re-stored transpose
+        direct = _argument_reads(plan, op.operands, op.columns)
+        if direct is not None and (any(direct[1]) or op.columns):     # offered first: nothing re-stored
             ops.insert(0, op._replace(reads=direct[0], transposed=direct[1]))
     for candidate in ops:
         for provider in providers.registered():
@@ -162,10 +174,12 @@ def choose(plan, options, out_format) -> LibraryCall | None:
     return None
 
 
-def _argument_reads(plan, operands) -> tuple[tuple[int, ...], tuple[bool, ...]] | None:
-    """The arguments that kernel inputs ``operands`` come from, and whether each is a CSR argument's transpose
-    re-stored as CSR (``a.T`` in ``a * a.T``: the argument's buffers are that transpose's CSC); None when an
-    operand is anything else (a constant, another conversion, a host product)."""
+def _argument_reads(plan, operands, columns: bool = False) -> tuple[tuple[int, ...], tuple[bool, ...]] | None:
+    """The arguments that kernel inputs ``operands`` come from (as they are, transposed in place, or re-stored:
+    a CSR or CSC argument), and whether each argument's buffers are in the other order than the op's frame
+    (rows; ``columns``: the transposes' rows): a CSC of the operand, read with a cursor per column instead of
+    re-stored (``a.T`` in ``a * a.T``). None when an operand is anything else (a constant, a host product) or
+    would be read at other index widths than the plan's."""
     n_in = len(plan.source.inputs)
     n_args = n_in - len(plan.constants)
     reads, flips = [], []
@@ -173,19 +187,21 @@ def _argument_reads(plan, operands) -> tuple[tuple[int, ...], tuple[bool, ...]] 
         s = plan.sources[k]
         if s.host is not None:
             return None
-        if not s.converted:
-            if k >= n_args:
-                return None
-            reads.append(k)
-            flips.append(False)
-            continue
-        if s.index < n_in:
+        index = s.index if s.converted else k
+        derived = plan.derived[index - n_in] if index >= n_in else None
+        if index < n_args:
+            arg, transposed = index, False
+        elif derived is not None and derived.axes == (1, 0) and derived.source < n_args:
+            arg, transposed = derived.source, True
+        else:
             return None
-        d = plan.derived[s.index - n_in]
-        if d.axes != (1, 0) or d.source >= n_args or not _is_csr(plan.source.inputs[d.source]):
+        t = plan.source.inputs[arg]
+        if not (_is_csr(t) or _is_csc(t)) or not s.type.is_sparse \
+                or (t.format.pos_width, t.format.crd_width) != (s.type.format.pos_width, s.type.format.crd_width):
             return None
-        reads.append(d.source)
-        flips.append(True)
+        rows = _is_csr(t) != transposed        # the buffers are the operand's CSR
+        reads.append(arg)
+        flips.append(rows == columns)
     return tuple(reads), tuple(flips)
 
 

@@ -12,7 +12,8 @@ Every operation normalizes to one of these node kinds:
 - ``ewise``: an elementwise expression over its operands, with NumPy's broadcasting (params: the expression
   as nested tuples and how each operand is read, see planner/elementwise.py): built by the tracer for NumPy's
   functions on dense values (tracer/dense_ops.py) and by the planner for fused elementwise chains;
-- ``reduce``: ``max`` / ``min`` over axes (params: kind, axes, keepdims), a dense result;
+- ``reduce``: ``max`` / ``min`` over axes (params: kind, axes, keepdims), a dense result; after planning, a
+  fourth param when an elementwise expression of its operands was fused in (planner/elementwise.py);
 - ``view``: a dense operand read through an affine map: indexing, unit axes, a diagonal (params: the spec,
   see tracer/indexing.py).
 
@@ -168,10 +169,7 @@ class Trace:
                 continue
             names[node] = name = f"%{len(lines)}"
             operands = ", ".join(names[a] for a in node.args)
-            if node.op == "ewise":
-                params = ewise_text(node.params, node.type.ndim)
-            else:
-                params = ", ".join(str(p) for p in node.params if p is not None)
+            params = params_text(node)
             lines.append(f"  {name} = {node.op}[{params}]({operands}) : {node.type}")
         header = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(self.inputs))
         results = ", ".join(names[o] for o in self.outputs)
@@ -186,6 +184,16 @@ def expression_text(expr) -> str:
         return repr(expr[1])
     head, *rest = expr
     return f"{head}(" + ", ".join(expression_text(x) if isinstance(x, tuple) else repr(x) for x in rest) + ")"
+
+
+def params_text(node: "Node") -> str:
+    """A node's params as the trace and the plan print them: an ``ewise`` node's expression, a reduction's
+    kind, axes and keepdims, then the expression fused into it (planner/elementwise.py) after ``of``."""
+    if node.op == "ewise":
+        return ewise_text(node.params, node.type.ndim)
+    if node.op == "reduce" and len(node.params) > 3:
+        return ", ".join(str(p) for p in node.params[:3]) + " of " + expression_text(node.params[3])
+    return ", ".join(str(p) for p in node.params if p is not None)
 
 
 def ewise_text(params: tuple, ndim: int) -> str:
