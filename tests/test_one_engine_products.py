@@ -150,13 +150,15 @@ def test_spgemm_sorted_rule_boundaries_bit_for_bit(dtype):
     assert {15, 16, 17}.issubset(set(lengths.tolist())) and lengths.max() > 64 and 0 in lengths
 
 
-def test_spgemm_sorted_64_bit_result_columns():
-    """The kernel writing int64 columns (a result of more than 2**31 columns: 8-lane ranks, rows of 9-16
+@pytest.mark.parametrize("kind", ["flags", "map"])
+def test_spgemm_sorted_64_bit_result_columns(kind):
+    """Each sorted kernel writing int64 columns (a result of more than 2**31 columns: 8-lane ranks, rows of 9-16
     entries ranked over the row, a block's columns 8 at a time), run on small rows here since such a result
     cannot be built in a test: the same rows, values and positions as the int32-column kernel's."""
     from splyce.native import spgemm
     from splyce.native.array_objects import address
     from splyce.native.spgemm_sorted import layout, scratch
+    from splyce.native.spgemm_sorted_map import scratch as map_scratch
 
     n = 64 * 5 + 37
     rows = _designed_rows(n, 8)
@@ -169,15 +171,19 @@ def test_spgemm_sorted_64_bit_result_columns():
                       shape=(len(pairs), k))
     out = {}
     for co in (32, 64):
-        kernel, _ = spgemm._product(False, np.dtype(np.float64), 64, 64, 64, 64, co, True, True)
+        kernel, _ = spgemm._product(False, np.dtype(np.float64), 64, 64, 64, 64, co, True, kind)
         flops = int(spgemm.row_flops_prefix(a.indptr, a.indices, b.indptr)[-1])
         cols, vals = np.empty(flops, dtype=f"int{co}"), np.empty(flops)
-        ends, buf = np.empty(a.shape[0], dtype=np.int64), scratch(n)
+        ends, buf = np.empty(a.shape[0], dtype=np.int64), scratch(n, kind)
         count = kernel(*(address(x) for x in (a.indptr, a.indices, a.data, b.indptr, b.indices, b.data)), 0,
                        a.shape[0], 0, address(ends), address(cols), address(vals), address(buf))
         out[co] = (cols[:count].astype(np.int64), vals[:count], ends)
-        dense, _, flags, _, end = layout(n)              # sums and flags left zero for the next row / call
-        assert not buf[dense: dense + n].any() and not buf[flags: end].any()
+        if kind == "flags":                              # sums and flags left zero for the next row / call
+            dense, _, flags, _, end = layout(n)
+            assert not buf[dense: dense + n].any() and not buf[flags: end].any()
+        else:                                            # the bitmap words left zero
+            words = n // 64 + 2 + n // 4096 + 2
+            assert len(buf) == len(map_scratch(n)) and not buf[-words:].any()
     ref = (a @ b).tocsr()
     ref.sort_indices()
     for co in (32, 64):
@@ -185,6 +191,65 @@ def test_spgemm_sorted_64_bit_result_columns():
         assert np.array_equal(ends, ref.indptr[1:]) and np.array_equal(cols, ref.indices)
         assert np.array_equal(vals.view(np.uint8), out[32][1].view(np.uint8))
     assert np.allclose(out[64][1], ref.data)
+
+
+def test_spgemm_sorted_kernel_choice_at_the_adjacent_share():
+    """kind_for: the map kernel from ADJACENT_SHARE of B's neighbouring columns adjacent, the flags below (every
+    pair counted when there are at most SAMPLE of them)."""
+    from splyce.native.spgemm_sorted import ADJACENT_SHARE, kind_for
+
+    pairs = 200
+    at = int(ADJACENT_SHARE * pairs)
+    for adjacent, kind in ((at - 1, "flags"), (at, "map")):
+        steps = np.array([1] * adjacent + [3] * (pairs - adjacent))
+        assert kind_for(np.concatenate([[0], np.cumsum(steps)]).astype(np.int32)) == kind
+    assert kind_for(np.arange(10_000_000, dtype=np.int64)) == "map"          # sampled
+    assert kind_for(np.arange(0, 30_000_000, 3, dtype=np.int64)) == "flags"
+    assert kind_for(np.array([5], dtype=np.int32)) == "flags"
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32])
+@pytest.mark.parametrize("adjacent", [0.49, 0.5, 0.95])
+def test_spgemm_both_sorted_kernels_bit_for_bit(dtype, adjacent):
+    """B with a share of adjacent neighbouring columns at the choice's boundary (0.49: the flags, 0.5: the map)
+    and a banded-like B (the map), special values, one and two threads, against the MLIR kernel."""
+    from splyce.native.spgemm_sorted import kind_for
+
+    rng = np.random.default_rng(int(adjacent * 100))
+    n, m, per_row = 300, 120, 12
+    pairs = m * per_row - 1                         # every pair counted (fewer than SAMPLE)
+    inner = np.where(np.arange(m * (per_row - 1)) < round(adjacent * pairs), 1, 2)   # steps within rows
+    rng.shuffle(inner)
+    cols, end = [], -5
+    for r, steps in enumerate(inner.reshape(m, per_row - 1)):
+        start = int(rng.integers(0, n - 2 * per_row))
+        start += start == end + 1                   # a row never starts next to the previous one's end
+        cols.append(start + np.concatenate([[0], np.cumsum(steps)]))
+        end = cols[-1][-1]
+    cols = np.concatenate(cols)
+    b = sps.csr_array((rng.standard_normal(len(cols)), cols, np.arange(0, len(cols) + 1, per_row)), shape=(m, n))
+    b = _as_dtype(b, dtype, rng)
+    a = _csr(rng, 90, m, 0.08, dtype, empty_rows=0.1, long_rows=2)
+    assert kind_for(b.indices) == ("map" if adjacent >= 0.5 else "flags")
+    A, B = splyce.asarray(a), splyce.asarray(b)
+    for threads in (1, 2):
+        fast, mlir = _both(lambda a, b: a @ b, None, "sparse", threads)
+        got = fast(A, B)
+        _same(got, mlir(A, B))
+        assert isinstance(fast.kernel_for(A, B)[0], LibraryKernel)
+
+
+def _as_dtype(x, dtype, rng):
+    """``x`` with values of ``dtype`` (integers rounded; floats with a few zeros, -0.0, NaN and Inf)."""
+    x = sps.csr_array(x)
+    if np.issubdtype(dtype, np.integer):
+        x.data = np.round(x.data * 4)
+    elif x.nnz:
+        at = rng.choice(x.nnz, size=min(x.nnz, 8), replace=False)
+        x.data[at] = [0.0, -0.0, np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0][: len(at)]
+    x = sps.csr_array((x.data.astype(dtype), x.indices.astype(np.int32), x.indptr.astype(np.int32)), shape=x.shape)
+    x.has_sorted_indices = True
+    return x
 
 
 def test_spgemm_scratch_out_of_memory_is_a_memory_error():
@@ -202,9 +267,10 @@ def test_spgemm_plan_is_the_dropins_native_product():
 
     a = splyce.asarray(_csr(np.random.default_rng(1), 50, 50, 0.1))
     text = splyce.jit(lambda a, b: a @ b, out_format="sparse").lower(a, a).as_text("plan")
-    assert "runs on the native kernel library: matmul (each row summed in a dense row with a flag per column; rows " \
-           "of up to 16 entries ranked by vector compares, longer ones read in column order from the flags, 64 " \
-           "columns a step) as formulation 'gustavson-spa, every position kept, rows sorted'" in text
+    assert "runs on the native kernel library: matmul (per call, by b's columns: when at least half of its " \
+           "neighbouring stored columns are adjacent (banded, dense blocks), a map of output positions and a sort " \
+           "of each row" in text and "else each row summed in a dense row with a flag per column, branch-free" in text
+    assert "as formulation 'gustavson-spa, every position kept, rows sorted'" in text
     assert choose_matmul_formulation(OperandInfo.of(a), OperandInfo.of(a)).value == "gustavson-spa"
 
 

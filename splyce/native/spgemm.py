@@ -70,17 +70,17 @@ def _bits(arr: np.ndarray) -> int:
 
 @functools.cache
 def _product(dense: bool, value: np.dtype, pa: int, ca: int, pb: int, cb: int, co: int, keep_zeros: bool = False,
-             sort: bool = False):
+             sort: str | None = None):
     from splyce.native.codegen import compile_host_helpers
 
     t, mul, add = _VALUE[value]
-    kind = "sorted" if sort else "dense" if dense else "sparse"
+    kind = f"sorted_{sort}" if sort else "dense" if dense else "sparse"
     name = f"splyce_spgemm_{kind}_{t}_{pa}_{ca}_{pb}_{cb}_{co}" + ("_keep" if keep_zeros else "")
     indices = spgemm_ir.index_fields(pa, ca, pb, cb, co)
     if sort:            # the sparsifier's result: every position kept, rows sorted (spgemm_sorted.py)
         from splyce.native import spgemm_sorted
 
-        text = spgemm_sorted.rows_ir(dict(name=name, t=t, mul=mul, add=add, **indices)) \
+        text = spgemm_sorted.rows_ir(dict(name=name, t=t, mul=mul, add=add, **indices), sort) \
             + spgemm_ir.backward_ir(name, t, indices)
     else:
         text = spgemm_ir.product_ir(name, dense, t, mul, add, keep_zeros, indices)
@@ -148,12 +148,12 @@ class Product:
         self.data, self.indices, self.indptr, self.work = data, indices, indptr, work
 
 
-def _slots(n: int, dense: bool, sort: bool = False) -> np.ndarray:
+def _slots(n: int, dense: bool, sort: str | None = None) -> np.ndarray:
     """A thread's accumulator (see the kernels): nothing shared between threads, never cleared."""
     if sort:
         from splyce.native import spgemm_sorted
 
-        return spgemm_sorted.scratch(n)
+        return spgemm_sorted.scratch(n, sort)
     slots = np.empty((n, 2) if dense else n, dtype=np.int64)
     (slots[:, 0] if dense else slots)[...] = -1
     return slots
@@ -244,6 +244,10 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = 
     workers = pool(threads) if split and flops >= 8 * ir_text.MIN_CHUNK else None
     threads = threads if workers is not None else 1
     col_dtype = np.dtype(np.int32) if n <= 2**31 else np.dtype(np.int64)
+    if sort:                                # which sorted kernel: by B's columns (spgemm_sorted.kind_for)
+        from splyce.native import spgemm_sorted
+
+        sort = spgemm_sorted.kind_for(bc)
     dense = not sort and n <= DENSE_COLUMNS and int(ap[-1]) - int(ap[0]) >= DENSE_ROW_ENTRIES * m > 0
     with _lock:
         kernel, backward = _product(dense, dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc),
