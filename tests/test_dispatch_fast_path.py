@@ -145,3 +145,33 @@ def test_one_scipy_operand_passed_twice_is_checked_once_per_call(monkeypatch):
     bad = sps.csr_array((np.ones(2), np.array([0, 7]), np.array([0, 1, 2, 2])), shape=(3, 5))
     with pytest.raises(ValueError):
         f(bad, bad)
+
+
+def test_fast_path_hits_are_counted_exactly_across_threads_and_cleared():
+    """The cached call counts its hit without the lock (an ``itertools.count``): threads calling at once lose
+    no count, ``cache_info`` adds them to the general path's hits, ``cache_clear`` starts again from zero."""
+    import threading
+
+    import scipy.sparse as sps
+
+    a = splyce.asarray(sps.random_array((40, 40), density=0.2, format="csr", random_state=3))
+    x = np.ones(40)
+    f = splyce.jit(lambda a, x: a @ x)
+    f(a, x)
+    f(a, x)                                    # one hit: a kernel_for hit or a fast one, counted either way
+    before = f.cache_info().hits
+
+    def calls():
+        for _ in range(3000):
+            f(a, x)
+    threads = [threading.Thread(target=calls) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert f.cache_info().hits == before + 4 * 3000 and before >= 1
+    f.cache_clear()
+    assert f.cache_info().hits == 0
+    f(a, x)
+    f(a, x)
+    assert f.cache_info().hits == 1

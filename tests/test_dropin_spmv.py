@@ -443,3 +443,47 @@ def test_spmv_kernel_choice_by_cpu(monkeypatch):
             assert np.array_equal(dropin._fast_spmv(a, x), a @ x)
     assert chosen == ["rows", "rows", "grouped", "rows", "rows", "rows", "flat", "grouped", "rows"]   # 720 KB > 512
     assert native_spmv._l2_bytes() > 0
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32])
+@pytest.mark.parametrize("kind", ["array", "matrix"])
+def test_csc_times_vector_runs_on_its_columns_bit_identical_to_scipy(dtype, kind, monkeypatch):
+    """``A.T @ y`` with scipy's CSC transpose: scattered column by column in scipy's order on the buffers as
+    they are (no CSR copy: the conversion is never called), the values scipy's bit for bit, also with unsorted
+    and repeated rows and with int64 indices; the operand is left as it was."""
+    from splyce.native import spmv_scatter
+
+    calls = []
+    native = spmv_scatter.csc_times_vector
+    monkeypatch.setattr(spmv_scatter, "csc_times_vector", lambda *args: calls.append(1) or native(*args))
+    make = sps.csc_array if kind == "array" else sps.csc_matrix
+    rng = np.random.default_rng(70)
+    a = sps.random_array((70, 50), density=0.1, format="csr", rng=71)
+    a = sps.csr_array((rng.integers(-5, 6, a.nnz).astype(dtype), a.indices, a.indptr), shape=a.shape)
+    messy = make((np.array([0.5, 0.25, -1.0, 3.0], dtype=dtype), np.array([4, 4, 2, 0]), np.array([0, 2, 4, 4])),
+                 shape=(5, 3))
+    for m in (make(a.T), make(a.T).astype(dtype), messy):
+        for y in (rng.random(m.shape[1]), rng.integers(-3, 4, m.shape[1]).astype(np.int32)):
+            before = [m.data.copy(), m.indices.copy(), m.indptr.copy()]
+            calls.clear()
+            got, want = splyce.matmul(m, y), m @ y
+            assert calls == [1] and got.dtype == want.dtype and np.asarray(got).tobytes() == np.asarray(want).tobytes()
+            assert all(np.array_equal(b, n) for b, n in zip(before, (m.data, m.indices, m.indptr)))
+    wide = make(a.T)
+    wide.indices, wide.indptr = wide.indices.astype(np.int64), wide.indptr.astype(np.int64)
+    y = rng.random(wide.shape[1])
+    assert np.array_equal(splyce.matmul(wide, y), wide @ y)
+
+
+def test_csc_times_vector_refuses_malformed_operands_clearly():
+    y = np.ones(3)
+    good = (np.ones(3), np.array([0, 1, 2]), np.array([0, 1, 2, 3]))
+    cases = [((good[0], np.array([0, 5, 2]), good[2]), "out of range"),
+             ((good[0], np.array([0, -1, 2]), good[2]), "out of range"),
+             ((good[0], good[1], np.array([0, 2, 1, 3])), "positions decrease"),
+             ((good[0], good[1], np.array([0, 1, 2, 2])), "positions")]
+    for (data, indices, indptr), pattern in cases:
+        m = sps.csc_array((data.copy(), indices.copy(), indptr.copy()), shape=(4, 3))
+        m.indices, m.indptr = indices, indptr         # as given, nothing fixed by scipy
+        with pytest.raises(ValueError, match=pattern):
+            splyce.matmul(m, y)

@@ -130,3 +130,22 @@ def test_conflict_lane_machine_code(vtype):
     assert len(permutes) == (1 if vtype == np.float32 else 2)
     assert [x for x in step if re.search(r"%zmm\d+ \{%k\d\}$", x)]     # the accumulators under the match mask
     assert not any(x.startswith(("popcnt", "vpcmpeqd")) for x in step)
+
+
+def test_conflict_lane_profile_and_threads():
+    """splyce.profile counts every coordinate once (block advance: 16 per fiber per step), and a 2-thread
+    build of a conflict-lane kernel gives the same sum within tolerance."""
+    A, B, exact, _ = _pair(5000, 0.1, 1, np.float64)
+    fast = splyce.jit(_dot, fast_math=True, vector_width=16)
+    prof = splyce.profile(fast, A, B)
+    assert prof.fast_lane + prof.epilogue + prof.gallop == 10_000
+    assert prof.fast_lane >= 9_000
+    if _host_has_conflict():   # block advance: whole blocks of 16
+        assert prof.fast_lane % 16 == 0
+    from splyce.bench.paper_kernels import KERNELS
+
+    spec = KERNELS["K2"]
+    ops = spec.operands(size=spec.quick_size, density=0.2)
+    want = np.asarray(splyce.jit(spec.fun, vectorize=False)(*ops))
+    got = np.asarray(splyce.jit(spec.fun, fast_math=True, vector_width=16, threads=2)(*ops))
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)

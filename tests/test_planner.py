@@ -78,12 +78,26 @@ def test_reductions_of_products_become_one_contraction(case):
     assert len(plan.steps) == 1 and plan.steps[0].node.type.shape == ()
 
 
-def test_scalar_factor_folds_into_the_product():
+def test_scalar_factor_folds_into_the_product_only_where_it_has_fewer_products_than_results():
+    """A scale of a sum's dense result is applied once per result entry, after the sum and fused with the glue
+    (NumPy's rounding: PageRank's ``0.85 * (P @ x) + c`` is scipy's bit for bit), unless the sum has fewer
+    products than the result has entries (a sparse-by-sparse product into a dense result): then it folds into
+    the products."""
     a = sps.random_array((60, 60), density=0.1, format="csr", rng=10)
     h = np.random.default_rng(11).random((60, 60))
     f = splyce.jit(lambda w, h: w @ h * 0.25)
     np.testing.assert_allclose(f(a, h), (a @ h) * 0.25, rtol=1e-14)
-    (step,) = _plan(f, a, h).steps
+    first, second = _plan(f, a, h).steps
+    assert first.node.params[0].scale is None and second.node.op == "ewise"
+    assert "mul($0, 0.25)" in f.lower(a, h).as_text("plan")
+    x = np.random.default_rng(12).random(60)
+    pagerank = splyce.jit(lambda p, x: 0.85 * (p @ x) + 0.15 / 60)
+    assert np.array_equal(pagerank(a, x), 0.85 * (a @ x) + 0.15 / 60)
+    assert np.array_equal(pagerank(a, x), pagerank.with_options(vectorize=False, library=False)(a, x))
+    b = sps.random_array((60, 60), density=0.02, format="csr", rng=13)
+    g = splyce.jit(lambda w, v: (w @ v) * 0.25)
+    np.testing.assert_allclose(g(b, b), (b @ b).toarray() * 0.25, rtol=1e-14)
+    (step,) = _plan(g, b, b).steps
     assert step.node.params[0].scale == 0.25
 
 

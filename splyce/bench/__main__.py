@@ -19,8 +19,9 @@ SUBCOMMANDS = {
     "memory": "the drop-ins on the largest corpus matrices with and without the cache of freed buffers, 1 and 2 "
               "threads (docs/memory.md)",
     "compile": "cold compile vs disk-cache load of K1-K5, results checked",
-    "programs": "algorithm bodies (PageRank, CG, GCN, logistic regression, row normalisation, triangles) jitted "
-                "whole vs scipy / NumPy on the corpus; --ops picks programs",
+    "programs": "algorithm bodies (PageRank, CG, GCN, logistic regression, row normalisation, triangles) and five "
+                "small programs of several ops jitted whole vs scipy / NumPy and vs the drop-ins called one after "
+                "another, on the corpus; --ops picks programs",
     "overhead": "fixed costs per op: first call cold / from the disk cache (fresh processes), steady, 4x4 call, vs scipy",
     "limit": "the fiber-pair sparse dot vs the plain sparsifier, NumKong and the bandwidth floor (issue 36)",
     "dask": "SpMV, SpGEMM, triangles on a 2-worker Dask LocalCluster: 1 vs 2 workers, vs dask + pydata-sparse",

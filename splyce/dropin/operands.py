@@ -198,13 +198,14 @@ def _coo_array_type():
 
 
 def _raise_bad_product_operand(x) -> None:
-    """Word what is wrong with a scipy CSR operand of a product (positions or column range)."""
+    """Word what is wrong with a scipy CSR (or CSC) operand of a product (positions or coordinate range)."""
     from splyce.tensors.formats import Level
 
     width = x.indptr.dtype.itemsize * 8
-    fmt = Format(("dense", Level("compressed", unique=False, ordered=False)), None, width, width)
+    order = (1, 0) if x.format == "csc" else None
+    fmt = Format(("dense", Level("compressed", unique=False, ordered=False)), order, width, width)
     check_buffers(x.shape, fmt, (None, x.indptr), (None, x.indices), x.data, "a")
-    raise ValueError("a: malformed CSR index arrays")   # not reached: check_buffers names the defect
+    raise ValueError(f"a: malformed {x.format.upper()} index arrays")   # not reached: check_buffers names it
 
 
 def _dense_out(out, family, want_sparse):
@@ -280,10 +281,11 @@ def _canonical_csr(parts, shape):
     return scipy_out.csr(sps.csr_array, *parts, shape, True)   # merged sorted rows: sorted, unique
 
 
-def _raw_csr(x):
-    """``(data, indices, indptr)`` of a scipy CSR whose buffers a kernel can read as they are (supported
-    value dtype, native byte order, C-contiguous, consistent lengths), else None. Nothing is validated."""
-    if not operand_family(x).startswith("scipy") or x.format != "csr" or x.ndim != 2:
+def _raw_csr(x, fmt: str = "csr"):
+    """``(data, indices, indptr)`` of a scipy CSR (``fmt="csc"``: CSC) whose buffers a kernel can read as
+    they are (supported value dtype, native byte order, C-contiguous, consistent lengths), else None. Nothing
+    is validated."""
+    if not operand_family(x).startswith("scipy") or x.format != fmt or x.ndim != 2:
         return None
     data, indices, indptr = x.data, x.indices, x.indptr
     if data.dtype not in SUPPORTED_DTYPES or not data.dtype.isnative or indices.dtype != indptr.dtype:
@@ -292,6 +294,6 @@ def _raw_csr(x):
         return None
     if not all(arr.ndim == 1 and arr.flags.c_contiguous for arr in (data, indices, indptr)):
         return None
-    if len(data) != len(indices) or len(indptr) != x.shape[0] + 1:
+    if len(data) != len(indices) or len(indptr) != x.shape[0 if fmt == "csr" else 1] + 1:
         return None
     return data, indices, indptr

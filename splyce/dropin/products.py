@@ -125,6 +125,10 @@ def _csr_times_dense(a, b, threads: int) -> np.ndarray:
 
     b = np.asarray(b)
     check_dtype(b.dtype, "b")
+    if b.ndim == 1:
+        out = _csc_times_vector(a, b)
+        if out is not None:
+            return out
     raw = _raw_csr(a)
     checked = raw is None
     if raw is not None:
@@ -138,6 +142,25 @@ def _csr_times_dense(a, b, threads: int) -> np.ndarray:
     dtype = np.result_type(data.dtype, b.dtype)
     x = np.ascontiguousarray(b, dtype=dtype.newbyteorder("="))
     out = native_spmv.csr_times_dense(indptr, indices, data.astype(dtype, copy=False), x, threads, checked)
+    if out is None:
+        _raise_bad_product_operand(a)
+    return out
+
+
+def _csc_times_vector(a, b: np.ndarray):
+    """``a @ b`` for a scipy CSC ``a`` (``A.T`` of a CSR) and a vector, on its buffers as they are, in
+    scipy's order (native/spmv_scatter.py), or None for another operand (then it is converted to CSR)."""
+    from splyce.native import spmv_scatter
+
+    raw = _raw_csr(a, "csc")
+    if raw is None:
+        return None
+    data, indices, indptr = raw
+    dtype = np.result_type(data.dtype, b.dtype)
+    if not spmv_scatter.supported(dtype):
+        return None
+    x = np.ascontiguousarray(b, dtype=dtype.newbyteorder("="))
+    out = spmv_scatter.csc_times_vector(indptr, indices, data.astype(dtype, copy=False), x, a.shape[0])
     if out is None:
         _raise_bad_product_operand(a)
     return out

@@ -107,6 +107,15 @@ def _points(sparse_ops: list[Operand], sizes: dict[str, int], fixed: set[str]) -
     return points
 
 
+def body_executions(ops: list[Operand]) -> float:
+    """Expected points of the whole iteration space that every sparse operand stores: the products a
+    contraction computes (any loop order)."""
+    sizes: dict[str, int] = {}
+    for op in ops:
+        sizes.update(zip(op.subs, op.shape))
+    return _points([op for op in ops if op.sparse], sizes, set(sizes))
+
+
 def loop_cost(ops: list[Operand], sparse_flags: list[bool], sizes: dict[str, int], order: str) -> float:
     """Expected loop steps and body executions for ``order`` with the given operands stored sparse."""
     sparse_ops = [op for op, flag in zip(ops, sparse_flags) if flag]

@@ -14,7 +14,7 @@ from splyce.tracer.ir import Trace
 
 
 def disk_key(trace: Trace, key) -> str:
-    """The disk cache's key of the kernel for ``trace`` under ``key`` (a ``dispatcher.CacheKey``)."""
+    """The disk cache's key of the kernel for ``trace`` under ``key`` (a ``cache_key.CacheKey``)."""
     return disk_cache.digest(disk_cache.key_parts(trace, key.static_args, key.out_format, key.options))
 
 
