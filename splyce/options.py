@@ -21,6 +21,24 @@ DEFAULT_PHASES = 7
 # intersections add 2 floor(log2(short length)) (capped; short fibers of 8 or more) to it (gallop_lane.py).
 DEFAULT_GALLOP_RATIO = 16
 VECTOR_WIDTHS = (2, 4, 8, 16)
+DEFAULT_VECTOR_WIDTH = 4
+# vector_width left unset (None) with fast_math on a target with AVX-512 CD ("native": the host's memoized
+# facts, native/host.py): 16, the conflict lane (passes/conflict_lane.py), measured 3.5-6.4x the plain
+# sparsifier on K1-K5 against ~2.7x for n = 4 (docs/passes.md). Strict kernels keep n = 4 everywhere: their
+# best measured configuration, and their code unchanged.
+CONFLICT_FEATURES = ("+avx512f", "+avx512cd")
+
+
+def choose_vector_width(fast_math: bool, target: Target | None) -> tuple[int, str]:
+    """The fast lane's n when the user left ``vector_width`` unset, and why (``Options.width_reason``)."""
+    if not fast_math:
+        return DEFAULT_VECTOR_WIDTH, "default"
+    if target is None:
+        return DEFAULT_VECTOR_WIDTH, "default: fast_math, no target to read features from"
+    features = set(target.features.split(",")) if target.features else set()
+    if set(CONFLICT_FEATURES) <= features:
+        return 16, "chosen: fast_math, the target (native: the host) has AVX-512 CD"
+    return DEFAULT_VECTOR_WIDTH, "default: fast_math, but the target has no AVX-512 CD"
 
 
 @dataclass(frozen=True)
@@ -32,7 +50,8 @@ class Options:
     """
 
     vectorize: bool = True       # the Splyce pass; False: the plain sparsifier's loops
-    vector_width: int = 4        # the fast lane's n
+    vector_width: int | None = None  # the fast lane's n; None: chosen by choose_vector_width (the resolved
+    #                              Options holds the int, and ``width_reason`` says why)
     phases: int = DEFAULT_PHASES
     fast_math: bool = False      # allow reassociating sums; off: bit-identical to the scalar loop
     target: Target | None = None
@@ -48,13 +67,19 @@ class Options:
     def __post_init__(self):
         if not isinstance(self.vectorize, bool):
             raise TypeError(f"vectorize must be a bool, got {self.vectorize!r}")
+        if not isinstance(self.fast_math, bool):
+            raise TypeError(f"fast_math must be a bool, got {self.fast_math!r}")
+        # not a field: an unset width resolved to 16 and an explicit 16 are the same kernel (and cache key)
+        reason = "given"
+        if self.vector_width is None:
+            width, reason = choose_vector_width(self.fast_math, self.target)
+            object.__setattr__(self, "vector_width", width)
+        object.__setattr__(self, "width_reason", reason)
         if isinstance(self.vector_width, bool) or self.vector_width not in VECTOR_WIDTHS:
-            raise ValueError(f"vector_width must be 2, 4, 8 or 16, got {self.vector_width!r}")
+            raise ValueError(f"vector_width must be 2, 4, 8, 16 or None, got {self.vector_width!r}")
         if isinstance(self.phases, bool) or self.phases not in range(1, 9):
             raise ValueError(f"phases must be an int from 1 to 8 (the bits of phases - 1 choose SIMD for load + "
                              f"compare, multiply-accumulate, pointer advance), got {self.phases!r}")
-        if not isinstance(self.fast_math, bool):
-            raise TypeError(f"fast_math must be a bool, got {self.fast_math!r}")
         if not (self.slp is None or isinstance(self.slp, bool)):
             raise TypeError(f"slp must be a bool or None, got {self.slp!r}")
         if not isinstance(self.profile, bool):

@@ -279,3 +279,23 @@ def test_sddmm_jit_is_the_mlir_kernel_bit_for_bit(form, dtype):
 
     infos = [OperandInfo.of(v) for v in (mask, x, y)]
     assert choose_einsum_formulation(["ij", "ik", "jk"], "ij", infos)[0].value == "sddmm"
+
+
+def test_sddmm_row_ranges_on_two_threads_are_one_threads_result():
+    """Past the serial limit the rows split in ranges, each running the same lanes: one thread's bits, for
+    both variants (the drop-in's zero results left out there too)."""
+    from splyce.native import sddmm
+
+    rng = np.random.default_rng(31)
+    mask = _values(rng, sps.random_array((500, 500), density=0.2, rng=rng), np.float64)
+    x, y = rng.uniform(-2, 2, (500, 32)), rng.uniform(-2, 2, (500, 32))
+    assert mask.nnz * 32 >= sddmm.SDDMM_SERIAL_MAX_WORK
+    parts = (mask.data, mask.indices, mask.indptr)
+    for factors in (None, "mxy"):
+        with np.errstate(all="ignore"):
+            one, two = (sddmm.sddmm(parts, x, y, np.float64, t, factors) for t in (1, 2))
+        shape = mask.shape
+        _same(sps.csr_array(two, shape=shape), sps.csr_array(one, shape=shape))
+        want = _reference(mask, x, y, factors)
+        if factors is not None:
+            _same(sps.csr_array((want, mask.indices, mask.indptr), shape=shape), sps.csr_array(two, shape=shape))

@@ -239,6 +239,39 @@ def test_spgemm_both_sorted_kernels_bit_for_bit(dtype, adjacent):
         assert isinstance(fast.kernel_for(A, B)[0], LibraryKernel)
 
 
+@pytest.mark.parametrize("banded", [False, True])
+def test_spgemm_sorted_kernels_split_across_threads(monkeypatch, banded):
+    """Both sorted kernels on rows split between threads: the second range forwards, the first backwards in
+    blocks (moved up over what repeated columns left free), and more chunks than threads: the same bits as one
+    thread."""
+    from splyce.native import ir_text, spgemm
+    from splyce.native.spgemm_sorted import kind_for
+
+    rng = np.random.default_rng(21)
+    n = 400
+    if banded:
+        b = sps.diags([rng.standard_normal(n - abs(d)) for d in range(-4, 5)], list(range(-4, 5)), format="csr")
+    else:
+        b = _csr(rng, n, n, 0.03, long_rows=3)
+    b = _as_dtype(b, np.float64, rng)
+    a = _csr(rng, 300, n, 0.02, empty_rows=0.1, long_rows=2)
+    assert kind_for(b.indices) == ("map" if banded else "flags")
+    parts = [(x.data, x.indices, x.indptr) for x in (a, b)]
+    one = spgemm.spgemm(*parts, n, np.float64, 1, keep_zeros=True, sort=True)
+    monkeypatch.setattr(ir_text, "MIN_CHUNK", 1)
+    for threads, chunk_flops, block_flops in ((2, spgemm.CHUNK_FLOPS, 16), (2, spgemm.CHUNK_FLOPS, 1 << 13),
+                                               (3, 64, 16)):
+        monkeypatch.setattr(spgemm, "CHUNK_FLOPS", chunk_flops)
+        monkeypatch.setattr(spgemm, "BLOCK_FLOPS", block_flops)
+        other = spgemm.spgemm(*parts, n, np.float64, threads, keep_zeros=True, sort=True)
+        assert np.array_equal(one.indptr, other.indptr) and np.array_equal(one.indices, other.indices)
+        assert np.array_equal(one.data.view(np.uint64), other.data.view(np.uint64))
+    step = np.diff(one.indices.astype(np.int64))
+    starts = one.indptr[1:-1][(one.indptr[1:-1] > 0) & (one.indptr[1:-1] < len(one.indices))] - 1
+    step[starts] = 1                                      # (each row's columns ascending: steps within rows)
+    assert (step > 0).all() and len(one.indices) >= (a @ b).nnz
+
+
 def _as_dtype(x, dtype, rng):
     """``x`` with values of ``dtype`` (integers rounded; floats with a few zeros, -0.0, NaN and Inf)."""
     x = sps.csr_array(x)

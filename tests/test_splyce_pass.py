@@ -468,8 +468,8 @@ def test_decisions_as_comments():
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    ({"vector_width": 3}, ValueError, "vector_width must be 2, 4, 8 or 16, got 3"),
-    ({"vector_width": True}, ValueError, "vector_width must be 2, 4, 8 or 16, got True"),
+    ({"vector_width": 3}, ValueError, "vector_width must be 2, 4, 8, 16 or None, got 3"),
+    ({"vector_width": True}, ValueError, "vector_width must be 2, 4, 8, 16 or None, got True"),
     ({"phases": 0}, ValueError, "phases must be an int from 1 to 8"),
     ({"phases": 9}, ValueError, "phases must be an int from 1 to 8"),
     ({"phases": True}, ValueError, "phases must be an int from 1 to 8"),

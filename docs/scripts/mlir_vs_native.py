@@ -6,7 +6,9 @@ Times are the calling thread's CPU time per call (``time.thread_time``, the mini
 shared, loaded machine wall time mostly measures the other jobs.
 
     python docs/scripts/mlir_vs_native.py [MATRIX,...] [OP,...] [REPEATS]
-    (default fem3d-100k,ba-100k,fem2d-250k  spmv,spmm,hadamard,add,spgemm  7)
+    (default fem3d-100k,ba-100k,fem2d-250k  spmv,spmm,hadamard,add,spgemm  7; also: hadamard-tl ``a.T * a``,
+    add-tl ``a.T + a`` (column order: the result a CSC), bool ``b * b.T`` of A's pattern, sddmm ``m * (x @ y.T)``
+    with 32 columns)
 """
 import statistics, sys, time
 from pathlib import Path
@@ -20,7 +22,9 @@ ops = (sys.argv[2] if len(sys.argv) > 2 else "spmv,spmm,hadamard,add,spgemm").sp
 repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 7
 BODIES = {"spmv": (lambda a, x: a @ x, None), "spmm": (lambda a, x: a @ x, None),
           "hadamard": (lambda a, b: a * b, None), "add": (lambda a, b: a + b, None),
-          "spgemm": (lambda a, b: a @ b, "sparse")}
+          "spgemm": (lambda a, b: a @ b, "sparse"), "hadamard-tl": (lambda a: a.T * a, None),
+          "add-tl": (lambda a: a.T + a, None), "bool": (lambda b: b * b.T, None),
+          "sddmm": (lambda m, x, y: m * (x @ y.T), None)}
 everything = {e.name: e for e in corpus.entries()}
 rng = np.random.default_rng(0)
 
@@ -40,7 +44,9 @@ for name in names:
     A = corpus.build(everything[name], Path("bench-results") / "corpus-cache")
     T, TT = splyce.asarray(A), splyce.asarray(A.T.tocsr())
     args = {"spmv": (T, rng.random(A.shape[1])), "spmm": (T, rng.random((A.shape[1], 16))),
-            "hadamard": (T, TT), "add": (T, TT), "spgemm": (T, T)}
+            "hadamard": (T, TT), "add": (T, TT), "spgemm": (T, T), "hadamard-tl": (T,), "add-tl": (T,),
+            "bool": (splyce.asarray(sps.csr_array(A.astype(bool))),),
+            "sddmm": (T, rng.uniform(-1, 1, (A.shape[0], 32)), rng.uniform(-1, 1, (A.shape[1], 32)))}
     for op in ops:
         body, out_format = BODIES[op]
         native = splyce.jit(body, out_format=out_format)
@@ -49,7 +55,10 @@ for name in names:
         r1, r2 = native(*a), mlir(*a)
         if hasattr(r1, "toarray"):   # sparse results: compared entry by entry, never densified
             r1, r2 = sps.csr_array(r1), sps.csr_array(r2)
-            assert abs(r1 - r2).max() <= 1e-12 * max(abs(r1).max(), 1e-300)
+            if r1.dtype == bool:
+                assert (r1 != r2).nnz == 0
+            else:
+                assert abs(r1 - r2).max() <= 1e-12 * max(abs(r1).max(), 1e-300)
         else:
             np.testing.assert_allclose(np.asarray(r2), np.asarray(r1), rtol=1e-12)
         t = {"native": [], "mlir": []}

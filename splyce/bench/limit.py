@@ -6,7 +6,8 @@ f32 / f64 values, 1 / 10 / 50 % overlap (the share of the shorter fiber's coordi
 has too) and equal or 1:16 lengths. Candidates, on the same arrays:
 
 * ``lane``: ``splyce.jit`` with the default options (IR checked: the loop is vectorized);
-* ``lane fast_math``: the same with ``fast_math=True`` (the sum reassociated, as NumKong's is: a vector
+* ``lane fast_math``: the same with ``fast_math=True, vector_width=4`` (the all-pairs lane; left unset, the width
+  is 16 on AVX-512 CD hosts: the next column) (the sum reassociated, as NumKong's is: a vector
   accumulator in the lane, reduced once after it); ``lane`` is the strict, bit-exact sum;
 * ``lane fast_math n16`` (int32 coordinates): ``fast_math=True, vector_width=16``, on AVX-512 CD hosts the
   conflict lane (``passes/conflict_lane.py``: 16 x 16 blocks, ``vpconflictd``, block advance);
@@ -139,7 +140,7 @@ def _candidates(dim, b, bv, c, cv, skew):
     if "vectorized (K-accumulate" not in text:
         raise BenchMismatch(f"limit: the dot's loop has no fast lane: {text.splitlines()[0]}")
     out = {"lane": (lambda: lane(A, B), exact, tol)}
-    fast = _jit(fast_math=True)
+    fast = _jit(fast_math=True, vector_width=4)
     out["lane fast_math"] = (lambda: fast(A, B), exact, tol)
     if b.dtype == np.int32:
         fast16 = _jit(fast_math=True, vector_width=16)

@@ -43,6 +43,8 @@ OPS = {
     "spmm": "SpMM A @ X (16 columns)",
     "spmspv": "SpMSpV A @ x (x 1 % nonzeros)",
     "hadamard": "Hadamard A * A^T",
+    "hadamard-bool": "Hadamard of the bool pattern B * B^T",
+    "hadamard-tl": "Hadamard A^T * A (transpose on the left)",
     "add": "add A + A^T",
     "spgemm": "SpGEMM A @ A",
     "masked": "masked SpGEMM (L @ L) .* L",
@@ -50,6 +52,7 @@ OPS = {
     "sddmm": "SDDMM A * (X @ Y^T), 32 columns",
 }
 DROPIN = {"spmv": "matmul", "spmm": "matmul", "spmspv": "matmul", "hadamard": "multiply", "add": "add",
+          "hadamard-bool": "multiply", "hadamard-tl": "multiply",
           "spgemm": "matmul", "masked": "einsum", "triangles": "einsum", "sddmm": "einsum"}
 SPMM_COLUMNS, SDDMM_COLUMNS, SPMSPV_DENSITY = 16, 32, 0.01
 TRIANGLES_EINSUM = "ij,jk,ik->"        # L L L: i > j > k, each triangle once; the same count as scipy's formula
@@ -86,6 +89,7 @@ class Operands:
         idx = np.sort(rng.choice(n, k, replace=False))
         self.xs = sps.coo_array((rng.uniform(0.5, 1.0, k), (idx,)), shape=(n,))
         self.L = corpus.canonical(sps.tril(A, -1).astype(bool))      # the pattern below the diagonal
+        self.B = sps.csr_array(A.astype(bool))                        # A's pattern (its values True)
         self.XL = rng.uniform(-1.0, 1.0, (n, SDDMM_COLUMNS))
         self.YL = rng.uniform(-1.0, 1.0, (n, SDDMM_COLUMNS))
         self._gb = self._pd = None
@@ -98,6 +102,7 @@ class Operands:
                         "X": gb.Matrix.from_dense(self.X),
                         "xs": gb.Vector.from_coo(self.xs.coords[0], self.xs.data, size=self.n),
                         "L": gb.io.from_scipy_sparse(self.L), "XL": gb.Matrix.from_dense(self.XL),
+                        "B": gb.io.from_scipy_sparse(self.B),
                         "YL": gb.Matrix.from_dense(self.YL)}
         return self._gb
 
@@ -106,6 +111,7 @@ class Operands:
             import sparse
 
             self._pd = {"A": sparse.COO.from_scipy_sparse(self.A), "L": sparse.COO.from_scipy_sparse(self.L),
+                        "B": sparse.COO.from_scipy_sparse(self.B),
                         "xs": sparse.COO(self.xs.coords[0][None, :], self.xs.data, shape=(self.n,))}
         return self._pd
 
@@ -127,6 +133,8 @@ def scipy_call(op: str, d: Operands):
         "spmm": lambda: A @ d.X,
         "spmspv": lambda: A @ d.xs,
         "hadamard": lambda: A.multiply(A.T),
+        "hadamard-bool": lambda: d.B.multiply(d.B.T),
+        "hadamard-tl": lambda: A.T.multiply(A),
         "add": lambda: A + A.T,
         "spgemm": lambda: A @ A,
         "masked": lambda: (L @ L).multiply(L),
@@ -152,6 +160,8 @@ def splyce_call(op: str, d: Operands, threads: int | None = None):
         "spmm": lambda: splyce.matmul(A, d.X, **kw),
         "spmspv": lambda: splyce.matmul(A, d.xs, **kw),
         "hadamard": lambda: splyce.multiply(A, A.T, **kw),
+        "hadamard-bool": lambda: splyce.multiply(d.B, d.B.T, **kw),
+        "hadamard-tl": lambda: splyce.multiply(A.T, A, **kw),
         "add": lambda: splyce.add(A, A.T, **kw),
         "spgemm": lambda: splyce.matmul(A, A, **kw),
         "masked": lambda: splyce.einsum(MASKED_EINSUM, L, L, L, **kw),
@@ -173,6 +183,8 @@ def _jitted(op: str):
             "spmm": (lambda a, x: a @ x, None),
             "spmspv": (lambda a, x: a @ x, None),
             "hadamard": (lambda a: a * a.T, None),
+            "hadamard-bool": (lambda a: a * a.T, None),
+            "hadamard-tl": (lambda a: a.T * a, None),
             "add": (lambda a: a + a.T, None),
             "spgemm": (lambda a: a @ a, "sparse"),
             "masked": (lambda l: (l @ l) * l, None),
@@ -191,6 +203,7 @@ def jit_call(op: str, d: Operands):
     T = splyce.asarray
     args = {"spmv": lambda: (T(d.A), d.x), "spmm": lambda: (T(d.A), d.X), "spmspv": lambda: (T(d.A), T(d.xs)),
             "hadamard": lambda: (T(d.A),), "add": lambda: (T(d.A),), "spgemm": lambda: (T(d.A),),
+            "hadamard-bool": lambda: (T(d.B),), "hadamard-tl": lambda: (T(d.A),),
             "masked": lambda: (T(d.L),), "triangles": lambda: (T(d.L),),
             "sddmm": lambda: (T(d.A), d.XL, d.YL)}[op]()
     return lambda: f(*args)
@@ -222,6 +235,8 @@ def graphblas_call(op: str, d: Operands, nthreads: int = 1):
         "spmm": lambda: (A @ g["X"]).new(),
         "spmspv": lambda: (A @ g["xs"]).new(),
         "hadamard": lambda: A.ewise_mult(A.T).new(),
+        "hadamard-bool": lambda: g["B"].ewise_mult(g["B"].T).new(),
+        "hadamard-tl": lambda: A.T.ewise_mult(A).new(),
         "add": lambda: A.ewise_add(A.T).new(),
         "spgemm": lambda: (A @ A).new(),
         "masked": masked,
@@ -246,6 +261,8 @@ def pydata_call(op: str, d: Operands):
         "spmm": lambda: A @ d.X,
         "spmspv": lambda: A @ p["xs"],
         "hadamard": lambda: A * A.T,
+        "hadamard-bool": lambda: p["B"] * p["B"].T,
+        "hadamard-tl": lambda: A.T * A,
         "add": lambda: A + A.T,
         "spgemm": lambda: A @ A,
         "masked": lambda: (L @ L) * L,

@@ -9,7 +9,7 @@ loop is kept as the scalar epilogue and starts from the fast lane's cursors and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlir import ir
 from mlir.dialects import memref
@@ -22,7 +22,7 @@ from splyce.passes.insert_lane import InsertLaneBuilder
 from splyce.passes.union_insert import UnionInsert, UnionInsertBuilder, match_union_insert
 from splyce.passes.union_lane import UnionLaneBuilder, add_tail_count, simd_blocker
 from splyce.passes.union_match import Union, match_union
-from splyce.options import Options
+from splyce.options import DEFAULT_VECTOR_WIDTH, Options
 from splyce.passes.ir_utils import const_int, defined_outside, walk
 
 PROFILE_COUNTERS_SYMBOL = "splyce_profile_counters"
@@ -165,7 +165,10 @@ def hoist_fiber_bounds(match: Coiteration) -> int:
 
 def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder) -> str:
     crd = str(match.crd_type)
-    text = f"{match.kind} {match.element_type} {crd}-crd n={options.vector_width} config {options.phases}"
+    text = f"{match.kind} {match.element_type} {crd}-crd n={options.vector_width}"
+    if options.fast_math and options.width_reason != "given":   # chosen for fast_math by the target's features
+        text += f" ({options.width_reason})"
+    text += f" config {options.phases}"
     if match.fingers > 2:
         text = f"{shape_name(match.fingers)}: {text}"
         text += f", leapfrogging at length ratio >= {options.gallop}" if options.gallop else ", no leapfrogging (gallop=0)"
@@ -231,6 +234,17 @@ def _build_union_insert(function: str, index: int, union: UnionInsert, options: 
                         f"{union.head.crd_type}-crd n={options.vector_width}")
 
 
+def _unchosen(options: Options, why: str) -> Options:
+    """A width chosen for the conflict lane (vector_width unset, ``Options.width_reason``) holds only for the
+    loops that build it: every other loop keeps the default width, so its code is what it was without the
+    choice."""
+    if options.width_reason == "given" or options.vector_width == DEFAULT_VECTOR_WIDTH:
+        return options
+    loop_options = replace(options, vector_width=DEFAULT_VECTOR_WIDTH)
+    object.__setattr__(loop_options, "width_reason", f"default: no conflict lane here, {why}")
+    return loop_options
+
+
 def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
     """Transform the stage-1 ``module`` in place, verify it, and return one decision per scf.while."""
     decisions = []
@@ -249,23 +263,30 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                     decisions.append(LoopDecision(name, index, False, match.reason))
                     continue
                 if isinstance(match, Union):
-                    decisions.append(_build_union(name, index, match, options, counters))
+                    decisions.append(_build_union(name, index, match, _unchosen(options, "a union"), counters))
                     continue
                 if isinstance(match, UnionInsert):
-                    decisions.append(_build_union_insert(name, index, match, options, counters))
+                    decisions.append(_build_union_insert(name, index, match, _unchosen(options, "a union"),
+                                                         counters))
                     continue
                 hoist_fiber_bounds(match)
                 lane = InsertLaneBuilder if match.kind == INSERT_KIND else FastLaneBuilder
+                loop_options = options
                 builder = lane(match, options, counters)
-                if lane is FastLaneBuilder and conflict_blocker(match, options, builder) is None:
+                blocker = conflict_blocker(match, options, builder) if lane is FastLaneBuilder else "an insert"
+                if blocker is None:
                     builder = ConflictLaneBuilder(match, options, counters)
+                else:
+                    loop_options = _unchosen(options, blocker)
+                    if loop_options is not options:
+                        builder = lane(match, loop_options, counters)
                 fast = builder.build()
                 if counters is not None:
                     add_epilogue_count(match, counters)
                 if options.gallop:
                     skew_aware = add_galloping if match.fingers == 2 else add_leapfrog
                     skew_aware(match, fast, options.gallop, counters)
-                decisions.append(LoopDecision(name, index, True, _describe(match, options, builder)))
+                decisions.append(LoopDecision(name, index, True, _describe(match, loop_options, builder)))
         module.operation.verify()
     return decisions
 

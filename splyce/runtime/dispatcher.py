@@ -67,7 +67,7 @@ class Jitted:
     1
     """
 
-    def __init__(self, fun, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast_math=False,
+    def __init__(self, fun, *, vectorize=True, vector_width=None, phases=DEFAULT_PHASES, fast_math=False,
                  target="native", out_format=None, slp=None, profile=False, threads=1,
                  gallop=DEFAULT_GALLOP_RATIO, union=None, library=True):
         if not callable(fun):
@@ -498,7 +498,7 @@ def _prepare_constant(obj, name: str):
     return spec, value
 
 
-def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast_math=False, target="native",
+def jit(fun=None, *, vectorize=True, vector_width=None, phases=DEFAULT_PHASES, fast_math=False, target="native",
         out_format=None, slp=None, threads=1, gallop=DEFAULT_GALLOP_RATIO, union=None, library=True):
     """Compile ``fun``, a NumPy-style function of sparse and dense tensors, on its first call per signature.
 
@@ -514,7 +514,9 @@ def jit(fun=None, *, vectorize=True, vector_width=4, phases=DEFAULT_PHASES, fast
     vectorize : bool, optional
         Run the Splyce pass (the SIMD fast lanes). False gives the plain MLIR sparsifier's code.
     vector_width : int, optional
-        Coordinates of each operand a fast-lane step consumes: 2, 4, 8 or 16.
+        Coordinates of each operand a fast-lane step consumes: 2, 4, 8 or 16. None (default): 4, and 16 with
+        ``fast_math=True`` on a target with AVX-512 CD (the host's, for "native"), where the 16 x 16
+        conflict-compare lane is built; the "splyce" stage text says which and why.
     phases : int, optional
         1 to 8: which fast-lane phases run in SIMD; the bits of ``phases - 1`` are load / compare,
         multiply-accumulate and pointer advance (see the design page on kernels). The default, 7, runs
