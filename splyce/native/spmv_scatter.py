@@ -17,7 +17,7 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import VALUE as _VALUE, ext as _ext
+from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_bits
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (pos, crd, values, x, y, m, n, nnz) -> 0, or 1 at a malformed segment or row
@@ -105,11 +105,11 @@ def csc_times_vector(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, 
     """``A @ x`` for CSC buffers (``indptr`` over the ``len(x)`` columns, ``indices`` the rows in ``[0, m)``),
     C-contiguous, ``data`` and ``x`` of one supported dtype; None when the buffers are malformed (nothing is
     trusted: positions, their ends and every row are checked as they are read)."""
-    y = np.zeros(m, dtype=data.dtype)
-    with _lock:
-        fn = _kernel(data.dtype, indptr.dtype.itemsize * 8, indices.dtype.itemsize * 8)
     if len(indptr) != len(x) + 1 or len(indices) != len(data):
         return None
+    with _lock:
+        fn = _kernel(data.dtype, index_bits(indptr), index_bits(indices))
+    y = np.zeros(m, dtype=data.dtype)
     bad = fn(_address(indptr), _address(indices), _address(data), _address(x), _address(y), m, len(x),
              len(indices))
     return None if bad else y
