@@ -5,8 +5,9 @@ Everything that changes the generated code is here, so an ``Options`` is part of
 
 from __future__ import annotations
 
+import functools
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # codegen imports llvmlite: not needed to build or validate options
@@ -30,14 +31,24 @@ DEFAULT_VECTOR_WIDTH = 4
 CONFLICT_FEATURES = ("+avx512f", "+avx512cd")
 
 
+def has_conflict_compares(target: Target | None) -> bool:
+    """Whether ``target`` has AVX-512 CD (``vpconflictd``): the conflict lane's one target fact, asked here
+    by the width choice and by the pass (passes/conflict_lane.py)."""
+    return target is not None and _has_all(target.features, CONFLICT_FEATURES)
+
+
+@functools.cache
+def _has_all(features: str, needed: tuple[str, ...]) -> bool:   # one host's feature string, parsed once
+    return set(needed) <= set(features.split(",")) if features else False
+
+
 def choose_vector_width(fast_math: bool, target: Target | None) -> tuple[int, str]:
     """The fast lane's n when the user left ``vector_width`` unset, and why (``Options.width_reason``)."""
     if not fast_math:
         return DEFAULT_VECTOR_WIDTH, "default"
     if target is None:
         return DEFAULT_VECTOR_WIDTH, "default: fast_math, no target to read features from"
-    features = set(target.features.split(",")) if target.features else set()
-    if set(CONFLICT_FEATURES) <= features:
+    if has_conflict_compares(target):
         return 16, "chosen: fast_math, the target (native: the host) has AVX-512 CD"
     return DEFAULT_VECTOR_WIDTH, "default: fast_math, but the target has no AVX-512 CD"
 
@@ -64,17 +75,22 @@ class Options:
     #                              does (runtime/library.py); False: always the MLIR kernel
     union: bool | None = None    # the union fast lane (sparse add / subtract / maximum): None (default) for
     #                              CSR outputs only, True for dense outputs too, False never (docs/passes.md)
+    # set from vector_width: True when it was left unset and chosen other than the default, which then holds
+    # for the conflict lane's loops only (every other loop keeps the default's code: splyce_pass._unchosen),
+    # where a given width holds for every loop. A field, so the two are different cache keys (memory and disk)
+    width_chosen: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self):
         if not isinstance(self.vectorize, bool):
             raise TypeError(f"vectorize must be a bool, got {self.vectorize!r}")
         if not isinstance(self.fast_math, bool):
             raise TypeError(f"fast_math must be a bool, got {self.fast_math!r}")
-        # not a field: an unset width resolved to 16 and an explicit 16 are the same kernel (and cache key)
+        # width_reason is not a field (text for the plan); width_chosen is (it changes the code)
         reason = "given"
         if self.vector_width is None:
             width, reason = choose_vector_width(self.fast_math, self.target)
             object.__setattr__(self, "vector_width", width)
+            object.__setattr__(self, "width_chosen", width != DEFAULT_VECTOR_WIDTH)
         object.__setattr__(self, "width_reason", reason)
         # an int only: 4.0 == 4 would pass the membership test, and a float or a NumPy integer fail deep in the
         # MLIR builder; a NumPy integer is stored as the int (one cache key for both)

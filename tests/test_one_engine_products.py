@@ -295,6 +295,61 @@ def test_spgemm_scratch_out_of_memory_is_a_memory_error():
         f(splyce.asarray(a), splyce.asarray(b))
 
 
+
+def test_spgemm_bad_operands_raise():
+    """Unaligned shapes and out-of-range columns: a clear ValueError from the jitted sparse product."""
+    from splyce.errors import TraceError
+
+    f = splyce.jit(lambda a, b: a @ b, out_format="sparse")
+    a = sps.csr_array(np.eye(3))
+    with pytest.raises(TraceError, match="not aligned"):
+        f(a, sps.csr_array(np.ones((4, 2))))
+    bad = sps.csr_array((np.array([1.0]), np.array([9]), np.array([0, 1, 1, 1])), shape=(3, 3), copy=False)
+    with pytest.raises(ValueError, match="out of range"):
+        f(bad, a)
+
+
+def test_spgemm_non_canonical_and_mixed_width_scipy_operands():
+    """scipy operands as they come: a row stored in descending column order, duplicate entries, int64 indices
+    against int32 ones. The library kernel runs, with the MLIR kernel's bits and scipy's values, and leaves the
+    operands as they were."""
+    rng = np.random.default_rng(11)
+    a = sps.csr_array(_csr(rng, 30, 20, 0.2, special=False))
+    row = int(np.argmax(np.diff(a.indptr)))
+    lo, hi = a.indptr[row], a.indptr[row + 1]
+    a.indices[lo: hi], a.data[lo: hi] = a.indices[lo: hi][::-1].copy(), a.data[lo: hi][::-1].copy()
+    a.has_sorted_indices = False
+    b = sps.csr_array((np.array([1.5, 2.0, -3.0, 4.0]), np.array([3, 3, 0, 7]), np.array([0, 2, 4] + [4] * 18)),
+                      shape=(20, 9), copy=False)
+    wide = sps.csr_array((a.data.copy(), a.indices.astype(np.int64), a.indptr.astype(np.int64)), shape=a.shape)
+    wide.has_sorted_indices = False
+    fast, mlir = _both(lambda a, b: a @ b, None, "sparse")
+    for x, y in ((a, b), (wide, b), (a, sps.csr_array(_csr(rng, 20, 9, 0.3, special=False)))):
+        before = [arr.copy() for arr in (x.data, x.indices, x.indptr, y.data, y.indices, y.indptr)]
+        got = fast(x, y)
+        _same(got, mlir(x, y))
+        assert np.allclose(got.toarray(), (x @ y).toarray()) and got.has_sorted_indices
+        assert isinstance(fast.kernel_for(x, y)[0], LibraryKernel)
+        for old, now in zip(before, (x.data, x.indices, x.indptr, y.data, y.indices, y.indptr)):
+            assert np.array_equal(old, now) and old.dtype == now.dtype
+
+
+@pytest.mark.parametrize("shapes", [((0, 0), (0, 0)), ((3, 0), (0, 4)), ((0, 4), (4, 3)), ((5, 6), (6, 3)),
+                                    ((3, 4), (4, 0))])
+def test_spgemm_empty_operands(shapes):
+    """Empty products (no rows, no inner dimension, no entries, no columns): the sparsifier's empty result of the
+    right shape. Products with columns run the library kernel (a 4x0 operand is traced as a dense memref<4x0>
+    and runs the MLIR kernel: not pinned here)."""
+    (m, k), (_, n) = shapes
+    a = sps.csr_array(sps.random_array((m, k), density=0.5, rng=np.random.default_rng(2))) if m == 3 \
+        else sps.csr_array((m, k))
+    b = sps.csr_array((k, n))
+    fast, mlir = _both(lambda a, b: a @ b, None, "sparse")
+    got = fast(a, b)
+    _same(got, mlir(a, b))
+    assert got.shape == (m, n) and got.nnz == 0 and len(got.indptr) == m + 1
+    assert n == 0 or isinstance(fast.kernel_for(a, b)[0], LibraryKernel)
+
 def test_spgemm_plan_is_the_dropins_native_product():
     from splyce.dropin import OperandInfo, choose_matmul_formulation
 

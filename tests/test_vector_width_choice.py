@@ -35,7 +35,13 @@ def test_choice_from_the_target_features():
         assert choose_vector_width(False, target) == (4, "default")
     assert Options(fast_math=True, target=with_cd).vector_width == 16
     assert Options(fast_math=True, target=with_cd).width_reason.startswith("chosen")
-    assert Options(fast_math=True, target=with_cd) == Options(fast_math=True, vector_width=16, target=with_cd)
+    # chosen, 16 holds for the conflict lane's loops only; given, for every loop: different code, different keys
+    assert Options(fast_math=True, target=with_cd) != Options(fast_math=True, vector_width=16, target=with_cd)
+    assert Options(fast_math=True, target=with_cd).width_chosen
+    assert not Options(fast_math=True, vector_width=16, target=with_cd).width_chosen
+    # chosen as the default: the same code as given, the same key
+    assert Options(fast_math=True, target=without_cd) == Options(fast_math=True, vector_width=4, target=without_cd)
+    assert Options(target=with_cd) == Options(vector_width=4, target=with_cd)
     assert Options(fast_math=True, target=without_cd).vector_width == 4
     for width in (2, 4, 8):   # given: wins over the choice
         given = Options(fast_math=True, vector_width=width, target=with_cd)
@@ -63,6 +69,22 @@ def test_the_chosen_width_is_in_the_cache_keys(monkeypatch):
     assert keys[WITH_CD][0].options.vector_width == 16 and keys[WITHOUT_CD][0].options.vector_width == 4
     assert keys[WITH_CD][0] != keys[WITHOUT_CD][0]
     assert keys[WITH_CD][1] != keys[WITHOUT_CD][1]
+
+
+def test_a_chosen_and_a_given_16_are_different_kernels():
+    """A union loop (no conflict lane) is built at n = 4 under the chosen width and at n = 16 under a given
+    one: their memory and disk cache keys differ, so neither kernel is served for the other."""
+    import scipy.sparse as sps
+
+    ops = [splyce.asarray(sps.random(200, 200, density=0.05, format="csr", random_state=i)) for i in range(2)]
+    chosen = splyce.jit(lambda a, b: a + b, fast_math=True, target="avx512", library=False)
+    given = chosen.with_options(vector_width=16)
+    assert chosen.options.vector_width == given.options.vector_width == 16
+    assert "n=4" in chosen.lower(*ops).as_text("splyce") and "n=16" in given.lower(*ops).as_text("splyce")
+    keys = [f._key(ops)[0] for f in (chosen, given)]
+    assert keys[0] != keys[1]
+    assert disk_kernels.disk_key(chosen.lower(*ops).trace, keys[0]) != \
+        disk_kernels.disk_key(given.lower(*ops).trace, keys[1])
 
 
 def _host_has_conflict() -> bool:

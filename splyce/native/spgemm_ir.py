@@ -1,23 +1,18 @@
 """The LLVM IR of :mod:`splyce.native.spgemm`'s kernels (scipy's rule: rows in order of first appearance, zero
 sums dropped, or kept with ``keep_zeros``): the row kernel with its sparse or dense accumulator, the backward
-driver of the first of two threads (shared with the sorted row kernel of :mod:`splyce.native.spgemm_sorted`)
-and the flops prefix. Text only: spgemm.py compiles it and runs it on threads."""
+driver of the first of two threads and the flops prefix; and what the sorted row kernels
+(:mod:`splyce.native.spgemm_sorted`, :mod:`splyce.native.spgemm_sorted_map`) share with them: the backward
+driver, the loops over A's rows, A's entries and B's rows (:func:`loops`), the ranking of short sorted rows
+(:func:`small_rows`). Text only: spgemm.py compiles it and runs it on threads."""
 
 from __future__ import annotations
 
-# Rows [lo, hi) of A @ B into cc / cv from position base on; ends[i - lo] = row i's end; returns the end.
-# {accumulate}: one multiply-add (col, prod at position c2; defines block j_next, which sets c2n and loops);
-# {finish}: the row's end (gather / compaction) from block finish (ends in block finished, which sets row_end).
-_ROWS = """
-define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
-                   ptr %ends, ptr %cc, ptr %cv, ptr %slots) {{
-entry:
-  br label %row
-row:
-  %i = phi i64 [%lo, %entry], [%i1, %row_done]
-  %start = phi i64 [%base, %entry], [%row_end, %row_done]
-  %more = icmp slt i64 %i, %hi
-  br i1 %more, label %row_body, label %done
+# The loop pieces every SpGEMM kernel shares (these rows, the sorted ones, the flops prefix), put in a
+# template's text by loops() at {a_row}, {a_entry}, {a_column}, {b_row}, {b_column}, {b_value}, each alone on a
+# line: block row_body (row i's entries of A: [ka, kb); %i1 = i + 1), block k_body (A's entry k: column acol,
+# with {a_entry} also its value aval; B's row acol: [ja, jb)), block j_body (B's entry jj: column col, then
+# with {b_value} the product prod of its value bval).
+_A_ROW = """\
 row_body:
   %pa0 = getelementptr i{pa}, ptr %ap, i64 %i
   %ka_raw = load i{pa}, ptr %pa0
@@ -27,18 +22,18 @@ row_body:
   %kb_raw = load i{pa}, ptr %pa1
   %kb = {pa_ext} %kb_raw to i64
   br label %k_head
-k_head:
-  %k = phi i64 [%ka, %row_body], [%k1, %k_end]
-  %c1 = phi i64 [%start, %row_body], [%c2, %k_end]
-  %z1 = phi i1 [false, %row_body], [%z2, %k_end]
-  %kin = icmp slt i64 %k, %kb
-  br i1 %kin, label %k_body, label %finish
+"""
+_A_COLUMN = """\
 k_body:
   %pac = getelementptr i{ca}, ptr %ac, i64 %k
   %acol_raw = load i{ca}, ptr %pac
   %acol = {ca_ext} %acol_raw to i64
+"""
+_A_VALUE = """\
   %pav = getelementptr {t}, ptr %av, i64 %k
   %aval = load {t}, ptr %pav
+"""
+_B_ROW = """\
   %pb0 = getelementptr i{pb}, ptr %bp, i64 %acol
   %ja_raw = load i{pb}, ptr %pb0
   %ja = {pb_ext} %ja_raw to i64
@@ -46,6 +41,49 @@ k_body:
   %pb1 = getelementptr i{pb}, ptr %bp, i64 %acol1
   %jb_raw = load i{pb}, ptr %pb1
   %jb = {pb_ext} %jb_raw to i64
+"""
+_B_COLUMN = """\
+j_body:
+  %pbc = getelementptr i{cb}, ptr %bc, i64 %jj
+  %col_raw = load i{cb}, ptr %pbc
+  %col = {cb_ext} %col_raw to i64
+"""
+_B_VALUE = """\
+  %pbv = getelementptr {t}, ptr %bv, i64 %jj
+  %bval = load {t}, ptr %pbv
+  %prod = {mul} {t} %aval, %bval
+"""
+_LOOP_PIECES = {"{a_row}": _A_ROW, "{a_entry}": _A_COLUMN + _A_VALUE + _B_ROW, "{a_column}": _A_COLUMN,
+                "{b_row}": _B_ROW, "{b_column}": _B_COLUMN, "{b_value}": _B_VALUE}
+
+
+def loops(template: str) -> str:
+    """``template`` with its loop-piece markers (above) replaced by the pieces (still a format template)."""
+    for marker, piece in _LOOP_PIECES.items():
+        template = template.replace(marker + "\n", piece)
+    return template
+
+# Rows [lo, hi) of A @ B into cc / cv from position base on; ends[i - lo] = row i's end; returns the end.
+# {accumulate}: one multiply-add (col, prod at position c2; defines block j_next, which sets c2n and loops);
+# {finish}: the row's end (gather / compaction) from block finish (ends in block finished, which sets row_end).
+_ROWS = loops("""
+define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
+                   ptr %ends, ptr %cc, ptr %cv, ptr %slots) {{
+entry:
+  br label %row
+row:
+  %i = phi i64 [%lo, %entry], [%i1, %row_done]
+  %start = phi i64 [%base, %entry], [%row_end, %row_done]
+  %more = icmp slt i64 %i, %hi
+  br i1 %more, label %row_body, label %done
+{a_row}
+k_head:
+  %k = phi i64 [%ka, %row_body], [%k1, %k_end]
+  %c1 = phi i64 [%start, %row_body], [%c2, %k_end]
+  %z1 = phi i1 [false, %row_body], [%z2, %k_end]
+  %kin = icmp slt i64 %k, %kb
+  br i1 %kin, label %k_body, label %finish
+{a_entry}
   br label %j_head
 j_head:
   %jj = phi i64 [%ja, %k_body], [%jj1, %j_next]
@@ -53,14 +91,9 @@ j_head:
   %z2 = phi i1 [%z1, %k_body], [%z2n, %j_next]
   %jin = icmp slt i64 %jj, %jb
   br i1 %jin, label %j_body, label %k_end
-j_body:
-  %pbc = getelementptr i{cb}, ptr %bc, i64 %jj
-  %col_raw = load i{cb}, ptr %pbc
-  %col = {cb_ext} %col_raw to i64
+{b_column}
   %col_out = {co_narrow} %col to i{co}
-  %pbv = getelementptr {t}, ptr %bv, i64 %jj
-  %bval = load {t}, ptr %pbv
-  %prod = {mul} {t} %aval, %bval
+{b_value}
 {accumulate}
 k_end:
   %k1 = add i64 %k, 1
@@ -74,7 +107,7 @@ row_done:
 done:
   ret i64 %start
 }}
-"""
+""")
 
 # Rows [lo, hi) of A @ B ending at position end0 of cc / cv, in blocks of rows (bounds[0] = lo < bounds[1] <
 # ... < bounds[blocks] = hi) taken last block first, each placed just before the blocks already placed;
@@ -269,7 +302,7 @@ finished:
 """
 
 # prefix[i + 1] = prefix[i] + flops of row i, for rows [0, m)
-_FLOPS = """
+_FLOPS = loops("""
 define void @{name}(ptr %ap, ptr %ac, ptr %bp, i64 %m, ptr %prefix) {{
 entry:
   store i64 0, ptr %prefix
@@ -279,31 +312,14 @@ row:
   %total = phi i64 [0, %entry], [%t1, %row_end]
   %more = icmp slt i64 %i, %m
   br i1 %more, label %row_body, label %done
-row_body:
-  %pa0 = getelementptr i{pa}, ptr %ap, i64 %i
-  %ka_raw = load i{pa}, ptr %pa0
-  %ka = {pa_ext} %ka_raw to i64
-  %i1 = add i64 %i, 1
-  %pa1 = getelementptr i{pa}, ptr %ap, i64 %i1
-  %kb_raw = load i{pa}, ptr %pa1
-  %kb = {pa_ext} %kb_raw to i64
-  br label %k_head
+{a_row}
 k_head:
   %k = phi i64 [%ka, %row_body], [%k1, %k_body]
   %t = phi i64 [%total, %row_body], [%t2, %k_body]
   %kin = icmp slt i64 %k, %kb
   br i1 %kin, label %k_body, label %row_end
-k_body:
-  %pac = getelementptr i{ca}, ptr %ac, i64 %k
-  %acol_raw = load i{ca}, ptr %pac
-  %acol = {ca_ext} %acol_raw to i64
-  %pb0 = getelementptr i{pb}, ptr %bp, i64 %acol
-  %ja_raw = load i{pb}, ptr %pb0
-  %ja = {pb_ext} %ja_raw to i64
-  %acol1 = add i64 %acol, 1
-  %pb1 = getelementptr i{pb}, ptr %bp, i64 %acol1
-  %jb_raw = load i{pb}, ptr %pb1
-  %jb = {pb_ext} %jb_raw to i64
+{a_column}
+{b_row}
   %len = sub i64 %jb, %ja
   %t2 = add i64 %t, %len
   %k1 = add i64 %k, 1
@@ -316,7 +332,7 @@ row_end:
 done:
   ret void
 }}
-"""
+""")
 
 
 def ext(bits: int) -> str:
@@ -350,3 +366,106 @@ def backward_ir(name: str, t: str, indices: dict) -> str:
 
 def flops_ir(name: str, pa: int, ca: int, pb: int) -> str:
     return _FLOPS.format(name=name, pa=pa, ca=ca, pb=pb, pa_ext=ext(pa), ca_ext=ext(ca), pb_ext=ext(pb))
+
+
+# The end of a sorted row of at most RANK_MAX entries (spgemm_sorted.py, spgemm_sorted_map.py), from block
+# finish on (%len entries, their columns at %sc, the row written from %start on; then block row_done): up to one
+# vector of w columns, each column's rank the popcount of one vector compare against the row loaded once (lanes
+# past its end all-ones); up to RANK_MAX, the ranks counted a vector at a time over the row padded with
+# all-ones. {one_value} / {rank_value}: the kernel's load of the value %v / %rv of column %x / %rx (entry %e /
+# %re of the row); {longer}: the block of longer rows.
+RANK_MAX = 16      # rows of at most this many: vector ranks (about len * len / 16 compares)
+_SMALL_ROWS = """\
+  %small = icmp ule i64 %len, {w}
+  br i1 %small, label %one_load, label %not_small
+
+one_load:
+  %ylane = load <{w} x i{co}>, ptr %sc, align 1
+  %lenv = {co_narrow} %len to i{co}
+  %leni = insertelement <{w} x i{co}> poison, i{co} %lenv, i64 0
+  %lens = shufflevector <{w} x i{co}> %leni, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
+  %inrow = icmp ult <{w} x i{co}> {lanes}, %lens
+  %yrow = select <{w} x i1> %inrow, <{w} x i{co}> %ylane, <{w} x i{co}> {ones}
+  br label %one_head
+one_head:
+  %e = phi i64 [0, %one_load], [%e1, %one_body]
+  %ein = icmp ult i64 %e, %len
+  br i1 %ein, label %one_body, label %row_done
+one_body:
+  %pxe = getelementptr i{co}, ptr %sc, i64 %e
+  %x = load i{co}, ptr %pxe
+  %xi = insertelement <{w} x i{co}> poison, i{co} %x, i64 0
+  %xs = shufflevector <{w} x i{co}> %xi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
+  %below = icmp ult <{w} x i{co}> %yrow, %xs
+  %obits = bitcast <{w} x i1> %below to i{w}
+  %ocnt = call i{w} @llvm.ctpop.i{w}(i{w} %obits)
+  %orank = zext i{w} %ocnt to i64
+{one_value}
+  %odst = add i64 %start, %orank
+  %pc = getelementptr i{co}, ptr %cc, i64 %odst
+  store i{co} %x, ptr %pc
+  %pcvp = getelementptr {t}, ptr %cv, i64 %odst
+  store {t} %v, ptr %pcvp
+  %e1 = add i64 %e, 1
+  br label %one_head
+
+not_small:
+  %mid = icmp ule i64 %len, {rank_max}
+  br i1 %mid, label %rank_pad, label %{longer}
+rank_pad:
+  %ppad = getelementptr i{co}, ptr %sc, i64 %len
+  store <{w} x i{co}> {ones}, ptr %ppad, align 1
+  br label %rank_head
+rank_head:
+  %re = phi i64 [0, %rank_pad], [%re1, %rank_put]
+  %rin = icmp ult i64 %re, %len
+  br i1 %rin, label %rank_body, label %row_done
+rank_body:
+  %prx = getelementptr i{co}, ptr %sc, i64 %re
+  %rx = load i{co}, ptr %prx
+  %rxi = insertelement <{w} x i{co}> poison, i{co} %rx, i64 0
+  %rxs = shufflevector <{w} x i{co}> %rxi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
+  br label %cnt_head
+cnt_head:
+  %q = phi i64 [0, %rank_body], [%q1, %cnt_body]
+  %r = phi i64 [0, %rank_body], [%r1, %cnt_body]
+  %qin = icmp ult i64 %q, %len
+  br i1 %qin, label %cnt_body, label %rank_put
+cnt_body:
+  %pq = getelementptr i{co}, ptr %sc, i64 %q
+  %y = load <{w} x i{co}>, ptr %pq, align 1
+  %lt = icmp ult <{w} x i{co}> %y, %rxs
+  %bits = bitcast <{w} x i1> %lt to i{w}
+  %cnt = call i{w} @llvm.ctpop.i{w}(i{w} %bits)
+  %cnt64 = zext i{w} %cnt to i64
+  %r1 = add i64 %r, %cnt64
+  %q1 = add i64 %q, {w}
+  br label %cnt_head
+rank_put:
+{rank_value}
+  %dst = add i64 %start, %r
+  %pdst = getelementptr i{co}, ptr %cc, i64 %dst
+  store i{co} %rx, ptr %pdst
+  %pdstv = getelementptr {t}, ptr %cv, i64 %dst
+  store {t} %rv, ptr %pdstv
+  %re1 = add i64 %re, 1
+  br label %rank_head
+
+"""
+
+
+def small_rows(one_value: str, rank_value: str, longer: str) -> str:
+    """The format template of the short sorted rows (above) around the kernel's value loads."""
+    return _SMALL_ROWS.replace("{one_value}\n", one_value).replace("{rank_value}\n", rank_value).replace(
+        "{longer}", longer)
+
+
+def sorted_fields(fields: dict) -> dict:
+    """The format fields of a sorted row kernel: spgemm's (``fields``: name, t, mul, add, index widths and
+    extensions), w (lanes of a vector of result columns: 16 int32 / 8 int64), its all-ones / lane-number
+    constants, zero and rank_max."""
+    co = fields["co"]
+    w = 16 if co == 32 else 8
+    return dict(fields, w=w, ones="<" + ", ".join([f"i{co} -1"] * w) + ">",
+                lanes="<" + ", ".join(f"i{co} {x}" for x in range(w)) + ">", rank_max=RANK_MAX,
+                zero="0.0" if fields["t"] in ("double", "float") else "0")

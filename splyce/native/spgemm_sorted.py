@@ -40,7 +40,9 @@ from __future__ import annotations
 
 import numpy as np
 
-RANK_MAX = 16      # rows of at most this many: vector ranks (about len * len / 16 compares)
+from splyce.native import spgemm_ir
+from splyce.native.spgemm_ir import RANK_MAX  # noqa: F401 (the bound of the rule above, tested by name)
+
 PAD = 64           # lanes after a row's columns: vector stores of a block's columns and all-ones padding
 FLAG_PAD = 128     # bytes after the flags (and the block flags): a 64-byte load at the last block stays inside
 
@@ -87,7 +89,32 @@ def scratch(n: int, kind: str = "flags") -> np.ndarray:
     return buf
 
 
-_ROWS = """
+# A short row's values (spgemm_ir.small_rows): from the dense row, which they leave zero as they leave the
+# flags and block flags.
+_ONE_VALUE = """\
+  %xw = {co_ext} %x to i64
+  %pve = getelementptr {t}, ptr %dn, i64 %xw
+  %v = load {t}, ptr %pve
+  store {t} {zero}, ptr %pve
+  %pxf = getelementptr i8, ptr %fl, i64 %xw
+  store i8 0, ptr %pxf
+  %xb = lshr i64 %xw, 6
+  %pxb = getelementptr i8, ptr %bf, i64 %xb
+  store i8 0, ptr %pxb
+"""
+_RANK_VALUE = """\
+  %rxw = {co_ext} %rx to i64
+  %prv = getelementptr {t}, ptr %dn, i64 %rxw
+  %rv = load {t}, ptr %prv
+  store {t} {zero}, ptr %prv
+  %prf = getelementptr i8, ptr %fl, i64 %rxw
+  store i8 0, ptr %prf
+  %rxb = lshr i64 %rxw, 6
+  %prb = getelementptr i8, ptr %bf, i64 %rxb
+  store i8 0, ptr %prb
+"""
+
+_ROWS = spgemm_ir.loops("""
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i{w} @llvm.ctpop.i{w}(i{w})
 declare i64 @llvm.ctpop.i64(i64)
@@ -114,15 +141,7 @@ row:
   %start = phi i64 [%base, %entry], [%row_end, %row_done]
   %more = icmp slt i64 %i, %hi
   br i1 %more, label %row_body, label %done
-row_body:
-  %pa0 = getelementptr i{pa}, ptr %ap, i64 %i
-  %ka_raw = load i{pa}, ptr %pa0
-  %ka = {pa_ext} %ka_raw to i64
-  %i1 = add i64 %i, 1
-  %pa1 = getelementptr i{pa}, ptr %ap, i64 %i1
-  %kb_raw = load i{pa}, ptr %pa1
-  %kb = {pa_ext} %kb_raw to i64
-  br label %k_head
+{a_row}
 k_head:
   %k = phi i64 [%ka, %row_body], [%k1, %k_end]
   %len = phi i64 [0, %row_body], [%cnt2, %k_end]
@@ -130,19 +149,7 @@ k_head:
   %hi_c = phi i64 [0, %row_body], [%hi_c2, %k_end]
   %kin = icmp slt i64 %k, %kb
   br i1 %kin, label %k_body, label %finish
-k_body:
-  %pac = getelementptr i{ca}, ptr %ac, i64 %k
-  %acol_raw = load i{ca}, ptr %pac
-  %acol = {ca_ext} %acol_raw to i64
-  %pav = getelementptr {t}, ptr %av, i64 %k
-  %aval = load {t}, ptr %pav
-  %pb0 = getelementptr i{pb}, ptr %bp, i64 %acol
-  %ja_raw = load i{pb}, ptr %pb0
-  %ja = {pb_ext} %ja_raw to i64
-  %acol1 = add i64 %acol, 1
-  %pb1 = getelementptr i{pb}, ptr %bp, i64 %acol1
-  %jb_raw = load i{pb}, ptr %pb1
-  %jb = {pb_ext} %jb_raw to i64
+{a_entry}
   %filled = icmp slt i64 %ja, %jb
   br i1 %filled, label %k_range, label %k_end
 k_range:
@@ -163,13 +170,8 @@ j_head:
   %c2 = phi i64 [%len, %k_range], [%c2n, %j_body]
   %jin = icmp slt i64 %jj, %jb
   br i1 %jin, label %j_body, label %k_end
-j_body:
-  %pbc = getelementptr i{cb}, ptr %bc, i64 %jj
-  %col_raw = load i{cb}, ptr %pbc
-  %col = {cb_ext} %col_raw to i64
-  %pbv = getelementptr {t}, ptr %bv, i64 %jj
-  %bval = load {t}, ptr %pbv
-  %prod = {mul} {t} %aval, %bval
+{b_column}
+{b_value}
   %pf = getelementptr i8, ptr %fl, i64 %col
   %flag = load i8, ptr %pf
   store i8 1, ptr %pf
@@ -196,97 +198,7 @@ k_end:
   br label %k_head
 finish:
   %row_end = add i64 %start, %len
-  %small = icmp ule i64 %len, {w}
-  br i1 %small, label %one_load, label %not_small
-
-one_load:
-  %ylane = load <{w} x i{co}>, ptr %sc, align 1
-  %lenv = {co_narrow} %len to i{co}
-  %leni = insertelement <{w} x i{co}> poison, i{co} %lenv, i64 0
-  %lens = shufflevector <{w} x i{co}> %leni, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
-  %inrow = icmp ult <{w} x i{co}> {lanes}, %lens
-  %yrow = select <{w} x i1> %inrow, <{w} x i{co}> %ylane, <{w} x i{co}> {ones}
-  br label %one_head
-one_head:
-  %e = phi i64 [0, %one_load], [%e1, %one_body]
-  %ein = icmp ult i64 %e, %len
-  br i1 %ein, label %one_body, label %row_done
-one_body:
-  %pxe = getelementptr i{co}, ptr %sc, i64 %e
-  %x = load i{co}, ptr %pxe
-  %xi = insertelement <{w} x i{co}> poison, i{co} %x, i64 0
-  %xs = shufflevector <{w} x i{co}> %xi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
-  %below = icmp ult <{w} x i{co}> %yrow, %xs
-  %obits = bitcast <{w} x i1> %below to i{w}
-  %ocnt = call i{w} @llvm.ctpop.i{w}(i{w} %obits)
-  %orank = zext i{w} %ocnt to i64
-  %xw = {co_ext} %x to i64
-  %pve = getelementptr {t}, ptr %dn, i64 %xw
-  %v = load {t}, ptr %pve
-  store {t} {zero}, ptr %pve
-  %pxf = getelementptr i8, ptr %fl, i64 %xw
-  store i8 0, ptr %pxf
-  %xb = lshr i64 %xw, 6
-  %pxb = getelementptr i8, ptr %bf, i64 %xb
-  store i8 0, ptr %pxb
-  %odst = add i64 %start, %orank
-  %pc = getelementptr i{co}, ptr %cc, i64 %odst
-  store i{co} %x, ptr %pc
-  %pcvp = getelementptr {t}, ptr %cv, i64 %odst
-  store {t} %v, ptr %pcvp
-  %e1 = add i64 %e, 1
-  br label %one_head
-
-not_small:
-  %mid = icmp ule i64 %len, {rank_max}
-  br i1 %mid, label %rank_pad, label %s_start
-rank_pad:
-  %ppad = getelementptr i{co}, ptr %sc, i64 %len
-  store <{w} x i{co}> {ones}, ptr %ppad, align 1
-  br label %rank_head
-rank_head:
-  %re = phi i64 [0, %rank_pad], [%re1, %rank_put]
-  %rin = icmp ult i64 %re, %len
-  br i1 %rin, label %rank_body, label %row_done
-rank_body:
-  %prx = getelementptr i{co}, ptr %sc, i64 %re
-  %rx = load i{co}, ptr %prx
-  %rxi = insertelement <{w} x i{co}> poison, i{co} %rx, i64 0
-  %rxs = shufflevector <{w} x i{co}> %rxi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
-  br label %cnt_head
-cnt_head:
-  %q = phi i64 [0, %rank_body], [%q1, %cnt_body]
-  %r = phi i64 [0, %rank_body], [%r1, %cnt_body]
-  %qin = icmp ult i64 %q, %len
-  br i1 %qin, label %cnt_body, label %rank_put
-cnt_body:
-  %pq = getelementptr i{co}, ptr %sc, i64 %q
-  %y = load <{w} x i{co}>, ptr %pq, align 1
-  %lt = icmp ult <{w} x i{co}> %y, %rxs
-  %bits = bitcast <{w} x i1> %lt to i{w}
-  %cnt = call i{w} @llvm.ctpop.i{w}(i{w} %bits)
-  %cnt64 = zext i{w} %cnt to i64
-  %r1 = add i64 %r, %cnt64
-  %q1 = add i64 %q, {w}
-  br label %cnt_head
-rank_put:
-  %rxw = {co_ext} %rx to i64
-  %prv = getelementptr {t}, ptr %dn, i64 %rxw
-  %rv = load {t}, ptr %prv
-  store {t} {zero}, ptr %prv
-  %prf = getelementptr i8, ptr %fl, i64 %rxw
-  store i8 0, ptr %prf
-  %rxb = lshr i64 %rxw, 6
-  %prb = getelementptr i8, ptr %bf, i64 %rxb
-  store i8 0, ptr %prb
-  %dst = add i64 %start, %r
-  %pdst = getelementptr i{co}, ptr %cc, i64 %dst
-  store i{co} %rx, ptr %pdst
-  %pdstv = getelementptr {t}, ptr %cv, i64 %dst
-  store {t} %rv, ptr %pdstv
-  %re1 = add i64 %re, 1
-  br label %rank_head
-
+{small_rows}
 s_start:
   %slo = lshr i64 %lo_c, 12
   %shi = lshr i64 %hi_c, 12
@@ -367,7 +279,7 @@ row_done:
 done:
   ret i64 %start
 }}
-"""
+""").replace("{small_rows}\n", spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "s_start"))
 
 
 def rows_ir(fields: dict, kind: str = "flags") -> str:
@@ -378,15 +290,12 @@ def rows_ir(fields: dict, kind: str = "flags") -> str:
         from splyce.native import spgemm_sorted_map
 
         return spgemm_sorted_map.rows_ir(fields)
-    floating = fields["t"] in ("double", "float")
-    w = 16 if fields["co"] == 32 else 8
-    ones = "<" + ", ".join([f"i{fields['co']} -1"] * w) + ">"
-    lanes = "<" + ", ".join(f"i{fields['co']} {x}" for x in range(w)) + ">"
+    fields = spgemm_ir.sorted_fields(fields)
+    w = fields["w"]
     bytes_ = "<" + ", ".join(f"i8 {x}" for x in range(64)) + ">"
     text = _ROWS.replace("{group0}", _group(0, w, fields)).replace(
         "{groups}", "\n".join(_group(g, w, fields) for g in range(1, 64 // w)))
-    return text.format(**fields, w=w, ones=ones, lanes=lanes, pad=PAD, rank_max=RANK_MAX, flag_pad=FLAG_PAD,
-                       zero="0.0" if floating else "0", bytes=bytes_)
+    return text.format(**fields, pad=PAD, flag_pad=FLAG_PAD, bytes=bytes_)
 
 
 def _group(g: int, w: int, fields: dict) -> str:

@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
-RANK_MAX = 16      # rows of at most this many: vector ranks (about len * len / 16 compares)
+from splyce.native import spgemm_ir
+
 PAD = 16           # all-ones lanes after a row's columns: a vector load never counts them
 
 
@@ -50,7 +51,17 @@ def scratch(n: int) -> np.ndarray:
     return buf
 
 
-_ROWS = """
+# A short row's values (spgemm_ir.small_rows): in the scratch row, at the entry's place.
+_ONE_VALUE = """\
+  %pve = getelementptr {t}, ptr %sv, i64 %e
+  %v = load {t}, ptr %pve
+"""
+_RANK_VALUE = """\
+  %prv = getelementptr {t}, ptr %sv, i64 %re
+  %rv = load {t}, ptr %prv
+"""
+
+_ROWS = spgemm_ir.loops("""
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i{w} @llvm.ctpop.i{w}(i{w})
 
@@ -76,46 +87,21 @@ row:
   %start = phi i64 [%base, %entry], [%c1, %row_done]
   %more = icmp slt i64 %i, %hi
   br i1 %more, label %row_body, label %done
-row_body:
-  %pa0 = getelementptr i{pa}, ptr %ap, i64 %i
-  %ka_raw = load i{pa}, ptr %pa0
-  %ka = {pa_ext} %ka_raw to i64
-  %i1 = add i64 %i, 1
-  %pa1 = getelementptr i{pa}, ptr %ap, i64 %i1
-  %kb_raw = load i{pa}, ptr %pa1
-  %kb = {pa_ext} %kb_raw to i64
-  br label %k_head
+{a_row}
 k_head:
   %k = phi i64 [%ka, %row_body], [%k1, %k_end]
   %c1 = phi i64 [%start, %row_body], [%c2, %k_end]
   %kin = icmp slt i64 %k, %kb
   br i1 %kin, label %k_body, label %finish
-k_body:
-  %pac = getelementptr i{ca}, ptr %ac, i64 %k
-  %acol_raw = load i{ca}, ptr %pac
-  %acol = {ca_ext} %acol_raw to i64
-  %pav = getelementptr {t}, ptr %av, i64 %k
-  %aval = load {t}, ptr %pav
-  %pb0 = getelementptr i{pb}, ptr %bp, i64 %acol
-  %ja_raw = load i{pb}, ptr %pb0
-  %ja = {pb_ext} %ja_raw to i64
-  %acol1 = add i64 %acol, 1
-  %pb1 = getelementptr i{pb}, ptr %bp, i64 %acol1
-  %jb_raw = load i{pb}, ptr %pb1
-  %jb = {pb_ext} %jb_raw to i64
+{a_entry}
   br label %j_head
 j_head:
   %jj = phi i64 [%ja, %k_body], [%jj1, %j_next]
   %c2 = phi i64 [%c1, %k_body], [%c2n, %j_next]
   %jin = icmp slt i64 %jj, %jb
   br i1 %jin, label %j_body, label %k_end
-j_body:
-  %pbc = getelementptr i{cb}, ptr %bc, i64 %jj
-  %col_raw = load i{cb}, ptr %pbc
-  %col = {cb_ext} %col_raw to i64
-  %pbv = getelementptr {t}, ptr %bv, i64 %jj
-  %bval = load {t}, ptr %pbv
-  %prod = {mul} {t} %aval, %bval
+{b_column}
+{b_value}
   %pm = getelementptr i64, ptr %slots, i64 %col
   %m = load i64, ptr %pm
   %seen = icmp sge i64 %m, %start
@@ -147,83 +133,7 @@ k_end:
   br label %k_head
 finish:
   %len = sub i64 %c1, %start
-  %small = icmp ule i64 %len, {w}
-  br i1 %small, label %one_load, label %not_small
-
-one_load:
-  %ylane = load <{w} x i{co}>, ptr %sc, align 1
-  %lenv = {co_narrow} %len to i{co}
-  %leni = insertelement <{w} x i{co}> poison, i{co} %lenv, i64 0
-  %lens = shufflevector <{w} x i{co}> %leni, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
-  %inrow = icmp ult <{w} x i{co}> {lanes}, %lens
-  %yrow = select <{w} x i1> %inrow, <{w} x i{co}> %ylane, <{w} x i{co}> {ones}
-  br label %one_head
-one_head:
-  %e = phi i64 [0, %one_load], [%e1, %one_body]
-  %ein = icmp ult i64 %e, %len
-  br i1 %ein, label %one_body, label %row_done
-one_body:
-  %pxe = getelementptr i{co}, ptr %sc, i64 %e
-  %x = load i{co}, ptr %pxe
-  %xi = insertelement <{w} x i{co}> poison, i{co} %x, i64 0
-  %xs = shufflevector <{w} x i{co}> %xi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
-  %below = icmp ult <{w} x i{co}> %yrow, %xs
-  %obits = bitcast <{w} x i1> %below to i{w}
-  %ocnt = call i{w} @llvm.ctpop.i{w}(i{w} %obits)
-  %orank = zext i{w} %ocnt to i64
-  %pve = getelementptr {t}, ptr %sv, i64 %e
-  %v = load {t}, ptr %pve
-  %odst = add i64 %start, %orank
-  %pc = getelementptr i{co}, ptr %cc, i64 %odst
-  store i{co} %x, ptr %pc
-  %pcvp = getelementptr {t}, ptr %cv, i64 %odst
-  store {t} %v, ptr %pcvp
-  %e1 = add i64 %e, 1
-  br label %one_head
-
-not_small:
-  %mid = icmp ule i64 %len, {rank_max}
-  br i1 %mid, label %rank_pad, label %rg_head
-rank_pad:
-  %ppad = getelementptr i{co}, ptr %sc, i64 %len
-  store <{w} x i{co}> {ones}, ptr %ppad, align 1
-  br label %rank_head
-rank_head:
-  %re = phi i64 [0, %rank_pad], [%re1, %rank_put]
-  %rin = icmp ult i64 %re, %len
-  br i1 %rin, label %rank_body, label %row_done
-rank_body:
-  %prx = getelementptr i{co}, ptr %sc, i64 %re
-  %rx = load i{co}, ptr %prx
-  %rxi = insertelement <{w} x i{co}> poison, i{co} %rx, i64 0
-  %rxs = shufflevector <{w} x i{co}> %rxi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
-  br label %cnt_head
-cnt_head:
-  %q = phi i64 [0, %rank_body], [%q1, %cnt_body]
-  %r = phi i64 [0, %rank_body], [%r1, %cnt_body]
-  %qin = icmp ult i64 %q, %len
-  br i1 %qin, label %cnt_body, label %rank_put
-cnt_body:
-  %pq = getelementptr i{co}, ptr %sc, i64 %q
-  %y = load <{w} x i{co}>, ptr %pq, align 1
-  %lt = icmp ult <{w} x i{co}> %y, %rxs
-  %bits = bitcast <{w} x i1> %lt to i{w}
-  %cnt = call i{w} @llvm.ctpop.i{w}(i{w} %bits)
-  %cnt64 = zext i{w} %cnt to i64
-  %r1 = add i64 %r, %cnt64
-  %q1 = add i64 %q, {w}
-  br label %cnt_head
-rank_put:
-  %prv = getelementptr {t}, ptr %sv, i64 %re
-  %rv = load {t}, ptr %prv
-  %dst = add i64 %start, %r
-  %pdst = getelementptr i{co}, ptr %cc, i64 %dst
-  store i{co} %rx, ptr %pdst
-  %pdstv = getelementptr {t}, ptr %cv, i64 %dst
-  store {t} %rv, ptr %pdstv
-  %re1 = add i64 %re, 1
-  br label %rank_head
-
+{small_rows}
 rg_head:
   %ge = phi i64 [0, %not_small], [%ge1, %rg_body]
   %lo_c = phi i64 [9223372036854775807, %not_small], [%lo_c1, %rg_body]
@@ -393,15 +303,10 @@ row_done:
 done:
   ret i64 %start
 }}
-"""
+""").replace("{small_rows}\n", spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "rg_head"))
 
 
 def rows_ir(fields: dict) -> str:
     """The sorted row kernel ``@{name}`` (the unsorted one's signature, ``%slots`` being :func:`scratch`);
     ``fields``: the format fields of spgemm's templates (name, t, mul, add, index widths and extensions)."""
-    floating = fields["t"] in ("double", "float")
-    w = 16 if fields["co"] == 32 else 8
-    ones = "<" + ", ".join([f"i{fields['co']} -1"] * w) + ">"
-    lanes = "<" + ", ".join(f"i{fields['co']} {x}" for x in range(w)) + ">"
-    return _ROWS.format(**fields, w=w, ones=ones, lanes=lanes, pad=PAD, rank_max=RANK_MAX,
-                        zero="0.0" if floating else "0")
+    return _ROWS.format(**spgemm_ir.sorted_fields(fields), pad=PAD)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, llvm, math, memref, vector
 
-from splyce.options import Options
+from splyce.options import Options, has_conflict_compares
 from splyce.passes.coiteration_match import Coiteration
 from splyce.passes.fast_lane import FastLaneBuilder, Lanes, _index, _vtype
 from splyce.passes.ir_utils import CMPI_NE, CMPI_ULE
@@ -34,7 +34,6 @@ WIDTH = 16
 HALF = WIDTH // 2
 CONFLICT = "llvm.x86.avx512.conflict.d.512"
 PERMUTE = {32: "llvm.x86.avx512.permvar.sf.512", 64: "llvm.x86.avx512.vpermi2var.pd.512"}
-NEEDS = ("+avx512f", "+avx512cd")
 
 
 def conflict_blocker(match: Coiteration, options: Options, builder: FastLaneBuilder) -> str | None:
@@ -51,9 +50,7 @@ def conflict_blocker(match: Coiteration, options: Options, builder: FastLaneBuil
         et = ir.MemRefType(ll.memref.type).element_type
         if ll.side == 1 and not (isinstance(et, ir.FloatType) and et.width in PERMUTE):
             return f"the other operand's values are {et}, not f32 / f64"
-    target = options.target
-    features = set(target.features.split(",")) if target is not None and target.features else set()
-    if not set(NEEDS) <= features:
+    if not has_conflict_compares(options.target):
         return "the target has no AVX-512 CD"
     return None
 

@@ -238,7 +238,7 @@ def _unchosen(options: Options, why: str) -> Options:
     """A width chosen for the conflict lane (vector_width unset, ``Options.width_reason``) holds only for the
     loops that build it: every other loop keeps the default width, so its code is what it was without the
     choice."""
-    if options.width_reason == "given" or options.vector_width == DEFAULT_VECTOR_WIDTH:
+    if not options.width_chosen:
         return options
     loop_options = replace(options, vector_width=DEFAULT_VECTOR_WIDTH)
     object.__setattr__(loop_options, "width_reason", f"default: no conflict lane here, {why}")
