@@ -487,3 +487,52 @@ def test_csc_times_vector_refuses_malformed_operands_clearly():
         m.indices, m.indptr = indices, indptr         # as given, nothing fixed by scipy
         with pytest.raises(ValueError, match=pattern):
             splyce.matmul(m, y)
+
+
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_csc_times_vector_refuses_what_its_kernel_finds_for_either_index_width(index, monkeypatch):
+    """The malformed operands the scatter kernel itself must refuse (it is called, and it answers None): a row
+    past ``m`` or negative, a position that decreases or is negative, ``indptr[0] != 0``, ``indptr[-1]`` beyond
+    or short of ``nnz``; with int32 and int64 index arrays. Nothing is modified."""
+    from splyce.native import spmv_scatter
+
+    answers = []
+    native = spmv_scatter.csc_times_vector
+    monkeypatch.setattr(spmv_scatter, "csc_times_vector", lambda *args: answers.append(native(*args)) or answers[-1])
+    ix = lambda *v: np.array(v, dtype=index)
+    good = (np.ones(3), ix(0, 1, 2), ix(0, 1, 2, 3))
+    cases = [((ix(0, 4, 2), good[2]), "out of range"), ((ix(0, -1, 2), good[2]), "out of range"),
+             ((good[1], ix(0, 2, 1, 3)), "positions decrease"), ((good[1], ix(0, -1, 2, 3)), "positions decrease"),
+             ((good[1], ix(1, 1, 2, 3)), "start at 0"), ((good[1], ix(0, 1, 2, 4)), "end at 4"),
+             ((good[1], ix(0, 1, 2, 2)), "end at 2")]
+    for (indices, indptr), pattern in cases:
+        m = sps.csc_array(good, shape=(4, 3))
+        m.indices, m.indptr = indices, indptr         # as given, nothing fixed by scipy
+        before = (indices.copy(), indptr.copy())
+        answers.clear()
+        with pytest.raises(ValueError, match=pattern):
+            splyce.matmul(m, np.ones(3))
+        assert len(answers) == 1 and answers[0] is None
+        assert np.array_equal(m.indices, before[0]) and np.array_equal(m.indptr, before[1])
+
+
+def test_csc_times_vector_wrong_length_nonfinite_and_mixed_index_widths():
+    """A vector of the wrong length is refused by the shape check; NaN and Inf (in A or in y) give scipy's
+    values bit for bit; index arrays of two widths (not read as they are) still give scipy's answer; and the
+    native entry answers None for buffers whose lengths disagree, before anything is compiled or read."""
+    from splyce.native import spmv_scatter
+
+    m = sps.csc_array((np.array([np.nan, 2.0, np.inf, -1.0]), np.array([0, 3, 1, 3]), np.array([0, 2, 2, 4])),
+                      shape=(4, 3))
+    for wrong in (np.ones(2), np.ones(4)):
+        with pytest.raises(ValueError, match="not aligned"):
+            splyce.matmul(m, wrong)
+    for y in (np.array([1.0, 2.0, 3.0]), np.array([np.inf, np.nan, 0.0]), np.array([0.0, 1.0, -np.inf])):
+        assert splyce.matmul(m, y).tobytes() == (m @ y).tobytes()
+    mixed = sps.csc_array(m)
+    mixed.indices = mixed.indices.astype(np.int64)
+    y = np.array([1.0, 2.0, 3.0])
+    assert splyce.matmul(mixed, y).tobytes() == (m @ y).tobytes()
+    ones = np.ones(3)
+    assert spmv_scatter.csc_times_vector(np.array([0, 1, 3]), np.array([0, 1, 2]), ones, ones, 3) is None
+    assert spmv_scatter.csc_times_vector(np.array([0, 1, 2, 3]), np.array([0, 1]), ones, ones, 3) is None

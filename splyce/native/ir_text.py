@@ -36,6 +36,11 @@ def ext(bits: int) -> str:
     return "zext i32" if bits == 32 else "bitcast i64"
 
 
+def index_bits(a: np.ndarray) -> int:
+    """The bit width of an index array's elements (its kernels' ``i{bits}``)."""
+    return a.dtype.itemsize * 8
+
+
 def load_index(ir: IR, ptr: str, bits: int, at: str) -> str:
     p, raw, wide = ir.name("p"), ir.name("raw"), ir.name("w")
     ir(f"  {p} = getelementptr i{bits}, ptr {ptr}, i64 {at}")

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import IR, VALUE, load_index, loop, run_taken
+from splyce.native.ir_text import IR, VALUE, load_index, loop, run_taken, index_bits as _bits
 from splyce.native.marked_row import marked_row
 from splyce.native.masked_chunks import CHUNKS_PER_THREAD, masked_chunks, serial_max_work
 
@@ -99,10 +99,6 @@ def _hit_count_ir(name, bits):
     ir("  ret i64 %count")
     ir("}")
     return "\n".join(ir.lines) + "\n"
-
-
-def _bits(a: np.ndarray) -> int:
-    return a.dtype.itemsize * 8
 
 
 @functools.cache

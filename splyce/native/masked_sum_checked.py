@@ -57,14 +57,7 @@ resum:
   call void @{name}_unmark_rows(ptr %cp, ptr %cc, ptr %mark, i64 %srows)
   br label %summing
 ones:
-  %oa = call i64 @{name}_ones(ptr %av, i64 %nnza)
-  %nb = select i1 %skip_b, i64 0, i64 %nnzb
-  %ob = call i64 @{name}_ones(ptr %bv, i64 %nb)
-  %nc = select i1 %skip_c, i64 0, i64 %nnzc
-  %oc = call i64 @{name}_ones(ptr %cv, i64 %nc)
-  %oab = and i64 %oa, %ob
-  %oabc = and i64 %oab, %oc
-  %all_ones = icmp ne i64 %oabc, 0
+{all_ones}
   br i1 %all_ones, label %count, label %sum
 count:
   %rhits = call i64 @{count}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cp, ptr %cc, ptr %cv,
@@ -82,14 +75,7 @@ sum:
 summing:
   %r = call i64 @{sum}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cp, ptr %cc, ptr %cv,
                        i64 0, i64 %m, ptr %mark, ptr %out)
-  %fa = call i64 @{name}_finite(ptr %av, i64 %nnza)
-  %fnb = select i1 %skip_b, i64 0, i64 %nnzb
-  %fb = call i64 @{name}_finite(ptr %bv, i64 %fnb)
-  %fnc = select i1 %skip_c, i64 0, i64 %nnzc
-  %fc = call i64 @{name}_finite(ptr %cv, i64 %fnc)
-  %fab = and i64 %fa, %fb
-  %fabc = and i64 %fab, %fc
-  %finite = icmp ne i64 %fabc, 0
+{all_finite}
   %code = select i1 %finite, i64 0, i64 2
   ret i64 %code
 fail:
@@ -113,6 +99,18 @@ done:
 }}
 
 """
+# ``%{result}`` (i1): the scan ``@{name}_{scan}`` holds for A's values and for B's and C's unless they are A's
+# (or B's) arrays (``%skip_b`` / ``%skip_c``); ``{q}`` prefixes the value names, ``{n}`` the counts'
+_ALL_VALUES = """  %{q}a = call i64 @{name}_{scan}(ptr %av, i64 %nnza)
+  %{n}b = select i1 %skip_b, i64 0, i64 %nnzb
+  %{q}b = call i64 @{name}_{scan}(ptr %bv, i64 %{n}b)
+  %{n}c = select i1 %skip_c, i64 0, i64 %nnzc
+  %{q}c = call i64 @{name}_{scan}(ptr %cv, i64 %{n}c)
+  %{q}ab = and i64 %{q}a, %{q}b
+  %{q}abc = and i64 %{q}ab, %{q}c
+  %{result} = icmp ne i64 %{q}abc, 0"""
+
+
 def _unmark_rows_ir(name, bits):
     """``void name(ptr cpos, ptr ccrd, ptr mark, i64 rows)``: the marks C's first ``rows`` rows set back to -1
     (after a sample, instead of all n of them: road-700's 490k marks are 3.9 MB)."""
@@ -188,7 +186,10 @@ def _sum_checked_kernel(value: np.dtype, bits: int, exact: int | None = None, fa
             + _ones_ir(name + "_ones", value)
             + _finite_ir(name + "_finite", value)
             + _SUM_CHECKED.format(name=name, checks=_checks_ir(check, trusted), sum=total, count=count, t=t,
-                                  convert=convert, exact=exact, rate=HIT_SAMPLE_RATE)
+                                  convert=convert, exact=exact, rate=HIT_SAMPLE_RATE,
+                                  all_ones=_ALL_VALUES.format(name=name, scan="ones", q="o", n="n", result="all_ones"),
+                                  all_finite=_ALL_VALUES.format(name=name, scan="finite", q="f", n="fn",
+                                                                result="finite"))
             + array_objects.object_entry_ir(name + "_objects", name, "a" * 11 + "i" * 7))
     return compile_host_helpers(text, {name + "_objects": array_objects.signature(18)})[name + "_objects"]
 
@@ -204,20 +205,13 @@ def masked_sum_checked(a, b, c, m: int, n1: int, n2: int, check_b: bool, check_c
     compute in, index arrays of one dtype (int32 / int64), all 1-D C-contiguous, lengths consistent, the
     sizes fitting the index dtype, ``array_objects.DATA_OFFSET`` confirmed. Returns the sum (a NumPy scalar,
     as ``masked_sum``), or None when an operand is not canonical or a value is not finite."""
-    av, ac, ap = a
-    bv, bc, bp = b
-    cv, cc, cp = c
-    key = (av.dtype, ac.dtype)
+    key = (a[0].dtype, a[1].dtype)
     fn = _sum_checked.get(key)
     if fn is None:
         with _lock:
-            fn = _sum_checked[key] = _sum_checked_kernel(av.dtype, ac.dtype.itemsize * 8)
-    mark = np.empty(n2, dtype=np.int64)
-    out = np.empty(1, dtype=av.dtype)
-    if fn(id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cp), id(cc), id(cv), id(mark), id(out), m, n1, n2,
-          len(ac), len(bc), len(cc), check_b | (check_c << 1)):
-        return None          # not canonical, or a value NaN / Inf: the general path words it / applies the rule
-    return out[0]
+            fn = _sum_checked[key] = _sum_checked_kernel(key[0], key[1].itemsize * 8)
+    code, total = _call(fn, a, b, c, m, n1, n2, check_b | (check_c << 1))
+    return None if code else total   # not canonical, or a value NaN / Inf: the general path words it / applies the rule
 
 
 def trusted_supported(value: np.dtype, index: np.dtype) -> bool:
@@ -235,17 +229,19 @@ def masked_sum_trusted(a, b, c, m: int, n2: int, distinct_b: bool, distinct_c: b
     ``distinct_b`` / ``distinct_c`` False for an operand that is A or B itself (scanned once). Values and
     indices as ``trusted_supported`` allows, every index array of one dtype, all 1-D C-contiguous. A value
     that is NaN or Inf is summed as the sparsifier sums it (the kernel's code 2 only tells)."""
-    av, ac, ap = a
-    bv, bc, bp = b
-    cv, cc, cp = c
-    key = (av.dtype, ac.dtype, factors)
+    key = (a[0].dtype, a[1].dtype, factors)
     fn = _sum_trusted.get(key)
     if fn is None:
         with _lock:
-            fn = _sum_trusted[key] = _sum_checked_kernel(av.dtype, ac.dtype.itemsize * 8, factors=factors,
-                                                         trusted=True)
+            fn = _sum_trusted[key] = _sum_checked_kernel(key[0], key[1].itemsize * 8, factors=factors, trusted=True)
+    return _call(fn, a, b, c, m, len(b[2]) - 1, n2, distinct_b | (distinct_c << 1))[1]
+
+
+def _call(fn, a, b, c, m: int, n1: int, n2: int, checks: int):
+    """(the kernel's return code, the sum) of one call of a ``_sum_checked_kernel`` entry."""
+    (av, ac, ap), (bv, bc, bp), (cv, cc, cp) = a, b, c
     mark = np.empty(n2, dtype=np.int64)
     out = np.empty(1, dtype=av.dtype)
-    fn(id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cp), id(cc), id(cv), id(mark), id(out), m, len(bp) - 1,
-       n2, len(ac), len(bc), len(cc), distinct_b | (distinct_c << 1))
-    return out[0]
+    code = fn(id(ap), id(ac), id(av), id(bp), id(bc), id(bv), id(cp), id(cc), id(cv), id(mark), id(out), m, n1, n2,
+              len(ac), len(bc), len(cc), checks)
+    return code, out[0]

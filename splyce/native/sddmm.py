@@ -19,7 +19,7 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import IR, VALUE, load_index, loop, row_chunks, run_chunks
+from splyce.native.ir_text import IR, VALUE, load_index, loop, row_chunks, run_chunks, index_bits as _bits
 from splyce.native.masked import _drop_zeros
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -29,10 +29,6 @@ _SDDMM_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _I, _I, _I, _P)
 # one (scalar chains)
 GROUPS = (8, 4, 2)
 _lock = threading.Lock()
-
-
-def _bits(a: np.ndarray) -> int:
-    return a.dtype.itemsize * 8
 
 
 def supported(dtype) -> bool:

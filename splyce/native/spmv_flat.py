@@ -145,7 +145,7 @@ _RESTART_FLOAT = """  %keep_int = sub i{bits} {last_w}, 1
   %s_bits = bitcast {t} %s to i{bits}
   %acc_bits = and i{bits} %s_bits, %keep
   %acc1 = bitcast i{bits} %acc_bits to {t}"""
-_RESTART_INT = "  %acc1 = select i1 %last, {t} 0, {t} %s"
+_RESTART_SELECT = "  %acc1 = select i1 %last, {t} {zero}, {t} %s"     # integers, and floats off x86
 
 
 def spmv_flat_ir(name: str, value: np.dtype, p: int, c: int) -> str:
@@ -161,8 +161,7 @@ def spmv_flat_ir(name: str, value: np.dtype, p: int, c: int) -> str:
         restart = ("  %lastw32 = trunc i64 %lastw to i32\n" if bits == 32 else "") + _RESTART_FLOAT.format(
             bits=bits, t=t, last_w=last_w)
     else:
-        restart = _RESTART_INT.format(t=t) if t not in ("double", "float") else \
-            f"  %acc1 = select i1 %last, {t} {zero}, {t} %s"
+        restart = _RESTART_SELECT.format(t=t, zero=zero)
     product = functools.partial(_PRODUCT.format, t=t, mul=mul, add=add, c=c, c_ext=_ext(c))
     return FLAT.format(name=name, t=t, zero=zero, p=p, c=c, p_ext=_ext(p), c_ext=_ext(c), restart=restart,
                         single_product=product(q="s", ok="single_ok"), flat_product=product(q="", ok="col_ok"))

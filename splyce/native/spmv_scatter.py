@@ -4,8 +4,9 @@
 order, every entry adds ``value * x[column]`` to ``y[row]`` (from +0.0). Converting the operand to CSR first
 (what the drop-in did) cost 10-14 ms on a 100000 x 100000 matrix of 1.6M entries, the product 1.5-2 ms. One
 thread: the rows of a column scatter into all of ``y``, and a split over columns would change the order of
-each row's sum. Checked as it reads, as the SpMV kernels are (spmv_rows.py): each column's segment
-``start <= stop <= nnz`` and each row ``< m`` (unsigned compares), an error return at the first defect.
+each row's sum. Checked as it reads, as the SpMV kernels are (spmv_rows.py): the two ends of the positions
+first (``validation.position_ends_ir``), then each column's segment ``start <= stop <= nnz`` and each row
+``< m`` (unsigned compares), an error return at the first defect.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import VALUE as _VALUE, ext as _ext
+from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_bits
+from splyce.native.validation import position_ends_ir
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (pos, crd, values, x, y, m, n, nnz) -> 0, or 1 at a malformed segment or row
@@ -27,14 +29,12 @@ _lock = threading.Lock()
 _SCATTER = """
 define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, ptr %y, i64 %m, i64 %n, i64 %nnz) {{
 entry:
-  %p0_raw = load i{p}, ptr %pos
-  %p0 = {p_ext} %p0_raw to i64
-  %starts0 = icmp eq i64 %p0, 0
-  br i1 %starts0, label %col_head, label %bad
+{ends}
+  br i1 %ends_ok, label %col_head, label %bad
 col_head:
   %j = phi i64 [0, %entry], [%j1, %col_done]
   %more = icmp slt i64 %j, %n
-  br i1 %more, label %col_body, label %ends
+  br i1 %more, label %col_body, label %ok
 col_body:
   %ps = getelementptr i{p}, ptr %pos, i64 %j
   %s_raw = load i{p}, ptr %ps
@@ -73,12 +73,6 @@ k_ok:
   br label %k_head
 col_done:
   br label %col_head
-ends:
-  %pn = getelementptr i{p}, ptr %pos, i64 %n
-  %pn_raw = load i{p}, ptr %pn
-  %last = {p_ext} %pn_raw to i64
-  %full = icmp eq i64 %last, %nnz
-  br i1 %full, label %ok, label %bad
 ok:
   ret i64 0
 bad:
@@ -97,7 +91,8 @@ def _kernel(value: np.dtype, p: int, c: int):
 
     t, mul, add, _ = _VALUE[value]
     name = f"splyce_csc_matvec_{t}_p{p}_c{c}"
-    text = _SCATTER.format(name=name, t=t, mul=mul, add=add, p=p, c=c, p_ext=_ext(p), c_ext=_ext(c))
+    text = _SCATTER.format(name=name, t=t, mul=mul, add=add, p=p, c=c, p_ext=_ext(p), c_ext=_ext(c),
+                           ends=position_ends_ir(p, segments="%n"))
     return compile_host_helpers(text, {name: _SIG})[name]
 
 
@@ -105,11 +100,11 @@ def csc_times_vector(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, 
     """``A @ x`` for CSC buffers (``indptr`` over the ``len(x)`` columns, ``indices`` the rows in ``[0, m)``),
     C-contiguous, ``data`` and ``x`` of one supported dtype; None when the buffers are malformed (nothing is
     trusted: positions, their ends and every row are checked as they are read)."""
-    y = np.zeros(m, dtype=data.dtype)
-    with _lock:
-        fn = _kernel(data.dtype, indptr.dtype.itemsize * 8, indices.dtype.itemsize * 8)
     if len(indptr) != len(x) + 1 or len(indices) != len(data):
         return None
+    with _lock:
+        fn = _kernel(data.dtype, index_bits(indptr), index_bits(indices))
+    y = np.zeros(m, dtype=data.dtype)
     bad = fn(_address(indptr), _address(indices), _address(data), _address(x), _address(y), m, len(x),
              len(indices))
     return None if bad else y

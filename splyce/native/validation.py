@@ -315,13 +315,14 @@ def positions_ok(indptr: np.ndarray, n_entries: int) -> bool:
     return not pos_scan(_address(indptr), len(indptr) - 1)
 
 
-def position_ends_ir(bits: int) -> str:
+def position_ends_ir(bits: int, segments: str = "%m") -> str:
     """IR lines setting ``%ends_ok`` (i1): ``pos[0] == 0`` and ``pos[m] == nnz``, from ``ptr %pos``, ``i64 %m``
-    and ``i64 %nnz`` (with monotone positions, every segment then lies inside crd)."""
+    (or the value named by ``segments``: the number of segments) and ``i64 %nnz`` (with monotone positions,
+    every segment then lies inside crd)."""
     ext = _extend(bits)
     return f"""  %first_raw = load i{bits}, ptr %pos
   %first = {ext} %first_raw to i64
-  %pm = getelementptr i{bits}, ptr %pos, i64 %m
+  %pm = getelementptr i{bits}, ptr %pos, i64 {segments}
   %last_raw = load i{bits}, ptr %pm
   %last = {ext} %last_raw to i64
   %starts = icmp eq i64 %first, 0

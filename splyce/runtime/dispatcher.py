@@ -183,15 +183,8 @@ class Jitted:
         if kwargs:
             raise TypeError("jitted functions take positional arguments only")
         values = []
-        # the fast path (``_filed``, written out: a cached call of a few microseconds pays for each frame): the
-        # kernel filed under the arguments' signature, its hit counted without the lock (``_fast_hits``)
-        kernel = None
-        if not self._sites:
-            signature = fast_signature(args, values)
-            if signature is not None:
-                kernel = self._by_signature.get(signature)
+        kernel = self._filed(args, values)   # the fast path: the kernel filed under the arguments' signature
         if kernel is not None:
-            next(self._fast_hits)
             direct = kernel.direct
             if direct is not None:        # the kernel's whole call, result rules included, as one closure
                 return direct(values)
@@ -210,7 +203,7 @@ class Jitted:
         """The kernel filed under ``args``' cheap signature (``signature.fast_signature``; a hit counted), or
         None: the whole of a cached call's work before the kernel runs, for a function that captures no
         constants (a Tracer, a scipy operand or a strided array gives no signature). ``values`` receives the
-        operands. ``__call__`` does the same inline."""
+        operands. The hit is counted without the lock (``_fast_hits``): ~0.2 us of a ~4 us call."""
         if self._sites:
             return None
         signature = fast_signature(args, values)
