@@ -14,14 +14,7 @@ import numpy as np
 
 from splyce.dropin.operands import _native_values
 from splyce.dropin.operands import OperandInfo
-from splyce.runtime.library import LibraryCall, LibraryOp
-
-
-def _is_csr(t) -> bool:
-    f = t.format
-    return (t.is_sparse and t.ndim == 2 and f.order == (0, 1)
-            and tuple(level.kind for level in f.levels) == ("dense", "compressed")
-            and all(level.unique and level.ordered for level in f.levels))
+from splyce.runtime.library import LibraryCall, LibraryOp, is_csr
 
 
 def _roles(op: LibraryOp, names: dict, results: tuple) -> tuple[dict, str] | None:
@@ -142,16 +135,16 @@ def provide(op: LibraryOp, infos: list[OperandInfo]) -> LibraryCall | None:
     if op.op != "einsum" or len(op.types) != 3 or not _native_values(*infos):
         return None
     sparse = [t.is_sparse for t in op.types]
-    if all(sparse) and all(_is_csr(t) for t in op.types):
+    if all(sparse) and all(is_csr(t) for t in op.types):
         found = _roles(op, {"a": (0, 1), "b": (1, 2), "m": (0, 2)}, ((), (0, 2)))
         if found is None:
             return None
         if op.out.ndim == 0:
             return _masked_sum(op, *found)
-        return _masked(op, *found) if _is_csr(op.out) else None
-    if sparse.count(True) == 1 and op.out.ndim == 2 and _is_csr(op.out):
+        return _masked(op, *found) if is_csr(op.out) else None
+    if sparse.count(True) == 1 and op.out.ndim == 2 and is_csr(op.out):
         found = _sddmm_roles(op)
-        if found is None or not _is_csr(op.types[found[0]["m"]]) or op.types[found[0]["x"]].shape[1] == 0:
+        if found is None or not is_csr(op.types[found[0]["m"]]) or op.types[found[0]["x"]].shape[1] == 0:
             return None           # (no column: no term reaches a position, the MLIR kernel's empty result)
         return _sddmm(op, *found)
     return None

@@ -151,7 +151,7 @@ def _fusable_into_reduction(node: Node, old_arg: Node, uses: dict[Node, int], re
     _, axes, _ = node.params
     if sorted(axes) != list(range(arg.type.ndim)) or arg.type.dtype != node.type.dtype:
         return False
-    reads = arg.params[1] if len(arg.params) > 1 else (_axes(arg),) * len(arg.args)
+    _, _, reads = elementwise_form(arg)
     if any(r != _axes(arg) for r in reads) or not all(a.type.is_sparse for a in arg.args):
         return False
     return len({a.type.format.order for a in arg.args} | {arg.type.format.order}) == 1

@@ -70,18 +70,21 @@ class LibraryCall:
 register = providers.register   # ``provider(op: LibraryOp, options: Options) -> LibraryCall | None``
 
 
-def _is_csr(t: TensorType) -> bool:
+def _is_compressed_2d(t: TensorType, order: tuple[int, int]) -> bool:
+    """A canonical CSR (``order`` (0, 1)) or CSC ((1, 0)) type: a dense then a compressed level, unique and
+    ordered, stored in ``order``."""
     f = t.format
-    return (t.ndim == 2 and f is not None and f.order == (0, 1)
+    return (t.ndim == 2 and f is not None and f.order == order
             and tuple(level.kind for level in f.levels) == ("dense", "compressed")
             and all(level.unique and level.ordered for level in f.levels))
+
+
+def is_csr(t: TensorType) -> bool:
+    return _is_compressed_2d(t, (0, 1))
 
 
 def _is_csc(t: TensorType) -> bool:
-    f = t.format
-    return (t.ndim == 2 and f is not None and f.order == (1, 0)
-            and tuple(level.kind for level in f.levels) == ("dense", "compressed")
-            and all(level.unique and level.ordered for level in f.levels))
+    return _is_compressed_2d(t, (1, 0))
 
 
 def _is_sparse_vector(t: TensorType) -> bool:
@@ -101,7 +104,7 @@ def _as_library_op(step: Node, inputs: tuple[TensorType, ...]) -> LibraryOp | No
         if len(operands) == 2 and expr in (("mul", ("arg", 0), ("arg", 1)), ("add", ("arg", 0), ("arg", 1)),
                                            ("sub", ("arg", 0), ("arg", 1))):
             name = {"mul": "multiply", "add": "add", "sub": "subtract"}[expr[0]]
-            for columns, stored in ((False, _is_csr), (True, _is_csc)):
+            for columns, stored in ((False, is_csr), (True, _is_csc)):
                 if all(stored(t) for t in types) and types[0].shape == types[1].shape and stored(out):
                     return LibraryOp(name, None, operands, types, out, columns=columns)
         return None
@@ -114,17 +117,17 @@ def _as_library_op(step: Node, inputs: tuple[TensorType, ...]) -> LibraryOp | No
     if len(operands) == 2:
         (x, y), o = params.inputs, params.output
         product = len(x) == 2 and y[:1] == x[1:] and x[1] not in o and o == x[0] + y[1:]
-        if not (product and _is_csr(types[0])):
+        if not (product and is_csr(types[0])):
             return None
         if not types[1].is_sparse and not out.is_sparse:
             return LibraryOp("matmul", None, operands, types, out)                  # SpMV / SpMM
         if _is_sparse_vector(types[1]) and not out.is_sparse:
             return LibraryOp("matmul", None, operands, types, out)                  # SpMSpV
-        if _is_csr(types[1]) and _is_csr(out):
+        if is_csr(types[1]) and is_csr(out):
             return LibraryOp("matmul", None, operands, types, out)                  # Gustavson SpGEMM
         return None
-    if len(operands) == 3 and (out.ndim == 0 or _is_csr(out)):
-        if all(_is_csr(t) or not t.is_sparse for t in types):
+    if len(operands) == 3 and (out.ndim == 0 or is_csr(out)):
+        if all(is_csr(t) or not t.is_sparse for t in types):
             return LibraryOp("einsum", subs, operands, types, out, params.order)    # masked / SDDMM / triangles
     return None
 
@@ -196,10 +199,10 @@ def _argument_reads(plan, operands, columns: bool = False) -> tuple[tuple[int, .
         else:
             return None
         t = plan.source.inputs[arg]
-        if not (_is_csr(t) or _is_csc(t)) or not s.type.is_sparse \
+        if not (is_csr(t) or _is_csc(t)) or not s.type.is_sparse \
                 or (t.format.pos_width, t.format.crd_width) != (s.type.format.pos_width, s.type.format.crd_width):
             return None
-        rows = _is_csr(t) != transposed        # the buffers are the operand's CSR
+        rows = is_csr(t) != transposed        # the buffers are the operand's CSR
         reads.append(arg)
         flips.append(rows == columns)
     return tuple(reads), tuple(flips)
