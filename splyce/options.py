@@ -6,6 +6,7 @@ Everything that changes the generated code is here, so an ``Options`` is part of
 from __future__ import annotations
 
 import functools
+import numbers
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -91,8 +92,12 @@ class Options:
             object.__setattr__(self, "vector_width", width)
             object.__setattr__(self, "width_chosen", width != DEFAULT_VECTOR_WIDTH)
         object.__setattr__(self, "width_reason", reason)
-        if isinstance(self.vector_width, bool) or self.vector_width not in VECTOR_WIDTHS:
+        # an int only: 4.0 == 4 would pass the membership test, and a float or a NumPy integer fail deep in the
+        # MLIR builder; a NumPy integer is stored as the int (one cache key for both)
+        if not isinstance(self.vector_width, numbers.Integral) or isinstance(self.vector_width, bool) or \
+                self.vector_width not in VECTOR_WIDTHS:
             raise ValueError(f"vector_width must be 2, 4, 8, 16 or None, got {self.vector_width!r}")
+        object.__setattr__(self, "vector_width", int(self.vector_width))
         if isinstance(self.phases, bool) or self.phases not in range(1, 9):
             raise ValueError(f"phases must be an int from 1 to 8 (the bits of phases - 1 choose SIMD for load + "
                              f"compare, multiply-accumulate, pointer advance), got {self.phases!r}")

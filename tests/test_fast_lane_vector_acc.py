@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import splyce
-from splyce.bench.limit import _dot, _sealed_vector, fiber_pair
+from splyce.bench.limit import _dot, _sealed_vector, fiber_pair, lane_loop
 
 
 def _pair(n, overlap, skew, vtype, seed=0):
@@ -38,19 +38,7 @@ def test_fast_math_dot_within_tolerance_and_strict_bit_exact(vtype, skew):
 
 
 def _lane_loop(asm: str) -> list[str]:
-    """The fast lane's loop: the smallest region from a label to a jump back to it holding a vector compare."""
-    lines = [ln.strip() for ln in asm.splitlines()]
-    best = None
-    for i, ln in enumerate(lines):
-        m = re.match(r"^(\.LBB\w+):", ln)
-        if not m:
-            continue
-        for j in range(i + 1, len(lines)):
-            if re.match(rf"^j\w+\s+{re.escape(m.group(1))}$", lines[j]):
-                body = [x for x in lines[i + 1:j + 1] if x and not x.startswith((".", "#")) and not x.endswith(":")]
-                if any(x.startswith("vpcmp") for x in body) and (best is None or len(body) < len(best)):
-                    best = body
-                break
+    best = lane_loop(asm)
     assert best is not None, "no fast-lane loop in the machine code"
     return best
 

@@ -17,7 +17,6 @@ step are time x clock / steps and the instructions are counted in the code, not 
     python docs/scripts/lane_steps.py [log2 length, default 20]
 """
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -29,30 +28,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import numpy as np  # noqa: E402
 
 import splyce  # noqa: E402
-from splyce.bench.limit import _jit, _sealed_vector, clock_ghz, fiber_pair  # noqa: E402
+from splyce.bench.limit import _jit, _sealed_vector, clock_ghz, fiber_pair, lane_loop  # noqa: E402
 
 N = 4           # the default vector width
 REPEATS = 9
-
-
-def lane_loop(asm: str) -> list[str]:
-    """The fast lane's loop: the smallest region from a label to a jump back to it holding a vector
-    compare (``vpcmp*``)."""
-    lines = [ln.strip() for ln in asm.splitlines()]
-    best = None
-    for i, ln in enumerate(lines):
-        m = re.match(r"^(\.LBB\w+):", ln)
-        if not m:
-            continue
-        for j in range(i + 1, len(lines)):
-            if re.match(rf"^j\w+\s+{re.escape(m.group(1))}$", lines[j]):
-                body = [x for x in lines[i + 1:j + 1] if x and not x.startswith((".", "#")) and not x.endswith(":")]
-                if any(x.startswith("vpcmp") for x in body) and (best is None or len(body) < len(best)):
-                    best = body
-                break
-    if best is None:
-        raise SystemExit("no fast-lane loop found in the machine code")
-    return best
 
 
 def llvm_mca() -> str | None:
@@ -109,6 +88,8 @@ def main():
         lane = _jit()
         if body is None:
             body = lane_loop(lane.lower(A, B).as_text("asm"))
+            if body is None:
+                raise SystemExit("no fast-lane loop found in the machine code")
             print(f"lane step: {len(body)} instructions ({sum(x.startswith('v') for x in body)} vector, "
                   f"{sum(x.startswith('j') for x in body)} branches); {mca(body)}")
         steps, consumed = replay(b, c)

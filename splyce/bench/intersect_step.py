@@ -123,17 +123,9 @@ def _matched_mask(ir: IR, how: str) -> str:
     return z
 
 
-def _scalar_tail(ir: IR, acc_t: str, acc0: str, body) -> None:
-    """The branch-free scalar merge from %ti / %tj / %tacc to the end: ``body(ir, x, y, acc)`` -> new acc."""
-    ir("tail:")
-    ir(f"  %ti = phi i64 [0, %entry], [%i2, %loop]")
-    ir(f"  %tj = phi i64 [0, %entry], [%j2, %loop]")
-    ir(f"  %tacc = phi {acc_t} [{acc0}, %entry], [%accout, %loop]")
-    ir("  br label %scal")
-    ir("scal:")
-    ir("  %si = phi i64 [%ti, %tail], [%si2, %sbody]")
-    ir("  %sj = phi i64 [%tj, %tail], [%sj2, %sbody]")
-    ir(f"  %sacc = phi {acc_t} [%tacc, %tail], [%sacc2, %sbody]")
+def _scalar_compare(ir: IR) -> None:
+    """The scalar merge's step head, shared by both tails: leave for ``done`` when a fiber is exhausted, else
+    load a[%si], b[%sj] into %x / %y and compare them (%xle, %yle)."""
     ir("  %sa = icmp slt i64 %si, %na")
     ir("  %sb = icmp slt i64 %sj, %nb")
     ir("  %sc = and i1 %sa, %sb")
@@ -145,15 +137,34 @@ def _scalar_tail(ir: IR, acc_t: str, acc0: str, body) -> None:
     ir("  %y = load i32, ptr %py")
     ir("  %xle = icmp ule i32 %x, %y")
     ir("  %yle = icmp ule i32 %y, %x")
-    ir("  %xeq = icmp eq i32 %x, %y")
-    new = body(ir, "%xeq", acc_t)
-    ir(f"  %sacc2 = select i1 %xeq, {acc_t} {new}, {acc_t} %sacc")
+
+
+def _scalar_advance(ir: IR) -> None:
+    """The scalar merge's step end: each finger moves past its coordinate when it is <= the other's."""
     ir("  %dx = zext i1 %xle to i64")
     ir("  %dy = zext i1 %yle to i64")
     ir("  %si2 = add i64 %si, %dx")
     ir("  %sj2 = add i64 %sj, %dy")
     ir("  br label %scal")
     ir("done:")
+
+
+def _scalar_tail(ir: IR, acc_t: str, acc0: str, body) -> None:
+    """The branch-free scalar merge from %ti / %tj / %tacc to the end: ``body(ir, x, y, acc)`` -> new acc."""
+    ir("tail:")
+    ir(f"  %ti = phi i64 [0, %entry], [%i2, %loop]")
+    ir(f"  %tj = phi i64 [0, %entry], [%j2, %loop]")
+    ir(f"  %tacc = phi {acc_t} [{acc0}, %entry], [%accout, %loop]")
+    ir("  br label %scal")
+    ir("scal:")
+    ir("  %si = phi i64 [%ti, %tail], [%si2, %sbody]")
+    ir("  %sj = phi i64 [%tj, %tail], [%sj2, %sbody]")
+    ir(f"  %sacc = phi {acc_t} [%tacc, %tail], [%sacc2, %sbody]")
+    _scalar_compare(ir)
+    ir("  %xeq = icmp eq i32 %x, %y")
+    new = body(ir, "%xeq", acc_t)
+    ir(f"  %sacc2 = select i1 %xeq, {acc_t} {new}, {acc_t} %sacc")
+    _scalar_advance(ir)
 
 
 def count_ir(how: str) -> str:
@@ -191,17 +202,7 @@ def _dot_tail(ir: IR, t: str) -> None:
     ir("  %si = phi i64 [%vi, %tail], [%si2, %snext]")
     ir("  %sj = phi i64 [%vj, %tail], [%sj2, %snext]")
     ir(f"  %sacc = phi {t} [%vsum, %tail], [%sacc2, %snext]")
-    ir("  %sa = icmp slt i64 %si, %na")
-    ir("  %sb = icmp slt i64 %sj, %nb")
-    ir("  %sc = and i1 %sa, %sb")
-    ir("  br i1 %sc, label %sbody, label %done")
-    ir("sbody:")
-    ir("  %px = getelementptr i32, ptr %a, i64 %si")
-    ir("  %x = load i32, ptr %px")
-    ir("  %py = getelementptr i32, ptr %b, i64 %sj")
-    ir("  %y = load i32, ptr %py")
-    ir("  %xle = icmp ule i32 %x, %y")
-    ir("  %yle = icmp ule i32 %y, %x")
+    _scalar_compare(ir)
     ir("  br i1 %xle, label %sle, label %snext")
     ir("sle:")
     ir("  br i1 %yle, label %smatch, label %snext")
@@ -215,12 +216,7 @@ def _dot_tail(ir: IR, t: str) -> None:
     ir("  br label %snext")
     ir("snext:")
     ir(f"  %sacc2 = phi {t} [%sacc, %sbody], [%sacc, %sle], [%sum, %smatch]")
-    ir("  %dx = zext i1 %xle to i64")
-    ir("  %dy = zext i1 %yle to i64")
-    ir("  %si2 = add i64 %si, %dx")
-    ir("  %sj2 = add i64 %sj, %dy")
-    ir("  br label %scal")
-    ir("done:")
+    _scalar_advance(ir)
     ir(f"  ret {t} %sacc")
     ir("}")
 

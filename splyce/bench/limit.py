@@ -37,6 +37,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import math
+import re
 import statistics
 import time
 from pathlib import Path
@@ -127,6 +128,24 @@ def _jit(**options):
     if key not in _JITS:
         _JITS[key] = splyce.jit(_dot, **options)
     return _JITS[key]
+
+
+def lane_loop(asm: str) -> list[str] | None:
+    """The fast lane's loop in ``lower(...).as_text("asm")``: the smallest region from a label to a jump back to
+    it holding a vector compare (``vpcmp*``), directives and labels left out; None when there is none."""
+    lines = [ln.strip() for ln in asm.splitlines()]
+    best = None
+    for i, ln in enumerate(lines):
+        m = re.match(r"^(\.LBB\w+):", ln)
+        if not m:
+            continue
+        for j in range(i + 1, len(lines)):
+            if re.match(rf"^j\w+\s+{re.escape(m.group(1))}$", lines[j]):
+                body = [x for x in lines[i + 1:j + 1] if x and not x.startswith((".", "#")) and not x.endswith(":")]
+                if any(x.startswith("vpcmp") for x in body) and (best is None or len(body) < len(best)):
+                    best = body
+                break
+    return best
 
 
 def _candidates(dim, b, bv, c, cv, skew):
