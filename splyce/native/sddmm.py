@@ -35,8 +35,8 @@ def supported(dtype) -> bool:
     return np.dtype(dtype) in VALUE
 
 
-def _sddmm_ir(name, value, mp, mc, group, factors=None):
-    """SDDMM's row loop: ``group`` (a size or sizes, largest first) mask entries of a row at a time, each a chain
+def _sddmm_ir(name, value, mp, mc, sizes, factors=None):
+    """SDDMM's row loop: ``sizes`` (largest first) mask entries of a row at a time, each a chain
     of ``d`` additions from zero (``vector_blocks``), the row's last entries one by one.
     ``factors`` None: ``(sum of x * y) * m``, zero results counted out (the drop-in's, scipy's values);
     ``factors`` (the roles ``m``, ``x``, ``y`` in the einsum's operand order): the sparsifier's, each term
@@ -46,7 +46,6 @@ def _sddmm_ir(name, value, mp, mc, group, factors=None):
     ir(f"define i64 @{name}(ptr %mpos, ptr %mcrd, ptr %mval, ptr %x, ptr %y, i64 %d, i64 %lo, i64 %hi, "
        f"ptr %out) {{")
     ir.label("entry")
-    sizes = (group,) if isinstance(group, int) else tuple(group)
     accs = [f"%acc{g}" for g in range(max(sizes))]
     for acc in accs:
         ir(f"  {acc} = alloca {t}")
@@ -246,14 +245,13 @@ def _transpose(ir, rows, vt):
 
 
 @functools.cache
-def _sddmm(value, mp, mc, group, factors=None):
+def _sddmm(value, mp, mc, sizes, factors=None):
     from splyce.native.codegen import compile_host_helpers
 
-    sizes = "_".join(map(str, (group,) if isinstance(group, int) else group))
-    name = f"splyce_sddmm_{VALUE[value][0]}_{mp}_{mc}_g{sizes}" + ("" if factors is None else f"_{factors}")
+    name = f"splyce_sddmm_{VALUE[value][0]}_{mp}_{mc}_g{'_'.join(map(str, sizes))}" + ("" if factors is None else f"_{factors}")
     # the sparsifier's variant without SLP, which would pack the group's chains of additions into vectors
     # loaded lane by lane from the entries' separate rows of terms
-    return compile_host_helpers(_sddmm_ir(name, value, mp, mc, group, factors), {name: _SDDMM_SIG},
+    return compile_host_helpers(_sddmm_ir(name, value, mp, mc, sizes, factors), {name: _SDDMM_SIG},
                                 slp_vectorize=factors is None)[name]
 
 

@@ -8,10 +8,29 @@ driver, the loops over A's rows, A's entries and B's rows (:func:`loops`), the r
 from __future__ import annotations
 
 # The loop pieces every SpGEMM kernel shares (these rows, the sorted ones, the flops prefix), put in a
-# template's text by loops() at {a_row}, {a_entry}, {a_column}, {b_row}, {b_column}, {b_value}, each alone on a
-# line: block row_body (row i's entries of A: [ka, kb); %i1 = i + 1), block k_body (A's entry k: column acol,
-# with {a_entry} also its value aval; B's row acol: [ja, jb)), block j_body (B's entry jj: column col, then
-# with {b_value} the product prod of its value bval).
+# template's text by loops() at {row_loop}, {row_done}, {a_row}, {a_entry}, {a_column}, {b_row}, {b_column},
+# {b_value}, each alone on a line: the row kernels' loop over rows [lo, hi) (block row, then row_body) and its
+# end (block row_done: ends[i - lo] = the row's end, the kernel's value {row_end}; block done), block row_body
+# alone (row i's entries of A: [ka, kb); %i1 = i + 1), block k_body (A's entry k: column acol, with {a_entry}
+# also its value aval; B's row acol: [ja, jb)), block j_body (B's entry jj: column col, then with {b_value}
+# the product prod of its value bval).
+_ROW_LOOP = """\
+row:
+  %i = phi i64 [%lo, %entry], [%i1, %row_done]
+  %start = phi i64 [%base, %entry], [{row_end}, %row_done]
+  %more = icmp slt i64 %i, %hi
+  br i1 %more, label %row_body, label %done
+"""
+_ROW_DONE = """\
+row_done:
+  %rel = sub i64 %i, %lo
+  %pend = getelementptr i64, ptr %ends, i64 %rel
+  store i64 {row_end}, ptr %pend
+  br label %row
+done:
+  ret i64 %start
+}}
+"""
 _A_ROW = """\
 row_body:
   %pa0 = getelementptr i{pa}, ptr %ap, i64 %i
@@ -53,15 +72,17 @@ _B_VALUE = """\
   %bval = load {t}, ptr %pbv
   %prod = {mul} {t} %aval, %bval
 """
-_LOOP_PIECES = {"{a_row}": _A_ROW, "{a_entry}": _A_COLUMN + _A_VALUE + _B_ROW, "{a_column}": _A_COLUMN,
-                "{b_row}": _B_ROW, "{b_column}": _B_COLUMN, "{b_value}": _B_VALUE}
+_LOOP_PIECES = {"{row_loop}": _ROW_LOOP + _A_ROW, "{row_done}": _ROW_DONE, "{a_row}": _A_ROW,
+                "{a_entry}": _A_COLUMN + _A_VALUE + _B_ROW, "{a_column}": _A_COLUMN, "{b_row}": _B_ROW,
+                "{b_column}": _B_COLUMN, "{b_value}": _B_VALUE}
 
 
-def loops(template: str) -> str:
-    """``template`` with its loop-piece markers (above) replaced by the pieces (still a format template)."""
+def loops(template: str, row_end: str = "%row_end") -> str:
+    """``template`` with its loop-piece markers (above) replaced by the pieces (still a format template);
+    ``row_end``: the kernel's value of a row's end at block row_done."""
     for marker, piece in _LOOP_PIECES.items():
         template = template.replace(marker + "\n", piece)
-    return template
+    return template.replace("{row_end}", row_end)
 
 # Rows [lo, hi) of A @ B into cc / cv from position base on; ends[i - lo] = row i's end; returns the end.
 # {accumulate}: one multiply-add (col, prod at position c2; defines block j_next, which sets c2n and loops);
@@ -71,12 +92,7 @@ define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo
                    ptr %ends, ptr %cc, ptr %cv, ptr %slots) {{
 entry:
   br label %row
-row:
-  %i = phi i64 [%lo, %entry], [%i1, %row_done]
-  %start = phi i64 [%base, %entry], [%row_end, %row_done]
-  %more = icmp slt i64 %i, %hi
-  br i1 %more, label %row_body, label %done
-{a_row}
+{row_loop}
 k_head:
   %k = phi i64 [%ka, %row_body], [%k1, %k_end]
   %c1 = phi i64 [%start, %row_body], [%c2, %k_end]
@@ -99,14 +115,7 @@ k_end:
   %k1 = add i64 %k, 1
   br label %k_head
 {finish}
-row_done:
-  %rel = sub i64 %i, %lo
-  %pend = getelementptr i64, ptr %ends, i64 %rel
-  store i64 %row_end, ptr %pend
-  br label %row
-done:
-  ret i64 %start
-}}
+{row_done}
 """)
 
 # Rows [lo, hi) of A @ B ending at position end0 of cc / cv, in blocks of rows (bounds[0] = lo < bounds[1] <

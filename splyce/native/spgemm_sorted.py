@@ -19,8 +19,8 @@ and last column come from each B row's ends (B's rows are sorted). At the row's 
   of the blocks met), and each block met gives the 64-bit mask of its columns from its 64 flags; one vector
   compress of the lane numbers 0-63 under the mask gives the block's columns in order (as bytes, widened and
   added to the block's first column a vector at a time: one vector for up to 16 columns (8 int64), all four
-  (eight) beyond), with no branch per column. The columns then take their sums from ``dense`` into the result, which leaves ``dense``
-  and the flags zero for the next row.
+  (eight) beyond), with no branch per column. The columns then take their sums from ``dense`` into the
+  result, which leaves ``dense`` and the flags zero for the next row.
 
 Against the previous kernel (a scatter map of output positions, ``slots[j]``, then a scratch row sorted
 through a one- or two-level bitmap of 64-bit words set by read-modify-writes), on the 2-core Zen 4 VM
@@ -136,12 +136,7 @@ entry:
   %o3b = add i64 %o3, 1
   %bf = getelementptr i64, ptr %buf, i64 %o3b
   br label %row
-row:
-  %i = phi i64 [%lo, %entry], [%i1, %row_done]
-  %start = phi i64 [%base, %entry], [%row_end, %row_done]
-  %more = icmp slt i64 %i, %hi
-  br i1 %more, label %row_body, label %done
-{a_row}
+{row_loop}
 k_head:
   %k = phi i64 [%ka, %row_body], [%k1, %k_end]
   %len = phi i64 [0, %row_body], [%cnt2, %k_end]
@@ -271,14 +266,7 @@ e_body:
   %ee1 = add i64 %ee, 1
   br label %e_head
 
-row_done:
-  %rel = sub i64 %i, %lo
-  %pend = getelementptr i64, ptr %ends, i64 %rel
-  store i64 %row_end, ptr %pend
-  br label %row
-done:
-  ret i64 %start
-}}
+{row_done}
 """).replace("{small_rows}\n", spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "s_start"))
 
 

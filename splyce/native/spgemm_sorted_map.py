@@ -61,6 +61,53 @@ _RANK_VALUE = """\
   %rv = load {t}, ptr %prv
 """
 
+
+def _set_bit(tag: str, entry: str) -> str:
+    """Sets the bit of the row's column ``entry`` (``%{tag}x``, its word ``%{tag}w``) in the bitmap words."""
+    return f"""\
+  %p{tag}x = getelementptr i{{co}}, ptr %sc, i64 %{entry}
+  %{tag}x_raw = load i{{co}}, ptr %p{tag}x
+  %{tag}x = {{co_ext}} %{tag}x_raw to i64
+  %{tag}w = lshr i64 %{tag}x, 6
+  %{tag}b = and i64 %{tag}x, 63
+  %{tag}bit = shl i64 1, %{tag}b
+  %p{tag}w = getelementptr i64, ptr %wd, i64 %{tag}w
+  %{tag}wv = load i64, ptr %p{tag}w
+  %{tag}wv1 = or i64 %{tag}wv, %{tag}bit
+  store i64 %{tag}wv1, ptr %p{tag}w
+"""
+
+
+def _word(tag: str, word: str, base: str, out: str, before: str, done: str) -> str:
+    """Blocks {tag}v_head / {tag}v_body: the columns of bitmap word ``word`` (of column ``base`` on; block
+    ``before``) in order, each with its sum (found through slots) written at ``out`` on; then block ``done``
+    with ``%{tag}out_b`` the position after them."""
+    return f"""\
+{tag}v_head:
+  %{tag}ww = phi i64 [%{word}, %{before}], [%{tag}ww1, %{tag}v_body]
+  %{tag}out_b = phi i64 [%{out}, %{before}], [%{tag}out_b1, %{tag}v_body]
+  %{tag}wwz = icmp eq i64 %{tag}ww, 0
+  br i1 %{tag}wwz, label %{done}, label %{tag}v_body
+{tag}v_body:
+  %{tag}btz = call i64 @llvm.cttz.i64(i64 %{tag}ww, i1 true)
+  %{tag}col = add i64 %{base}, %{tag}btz
+  %p{tag}ms = getelementptr i64, ptr %slots, i64 %{tag}col
+  %{tag}msl = load i64, ptr %p{tag}ms
+  %{tag}mrel = sub i64 %{tag}msl, %start
+  %p{tag}sv = getelementptr {{t}}, ptr %sv, i64 %{tag}mrel
+  %{tag}val = load {{t}}, ptr %p{tag}sv
+  %{tag}colo = {{co_narrow}} %{tag}col to i{{co}}
+  %p{tag}co = getelementptr i{{co}}, ptr %cc, i64 %{tag}out_b
+  store i{{co}} %{tag}colo, ptr %p{tag}co
+  %p{tag}vo = getelementptr {{t}}, ptr %cv, i64 %{tag}out_b
+  store {{t}} %{tag}val, ptr %p{tag}vo
+  %{tag}out_b1 = add i64 %{tag}out_b, 1
+  %{tag}wwm = sub i64 %{tag}ww, 1
+  %{tag}ww1 = and i64 %{tag}ww, %{tag}wwm
+  br label %{tag}v_head
+"""
+
+
 _ROWS = spgemm_ir.loops("""
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i{w} @llvm.ctpop.i{w}(i{w})
@@ -82,12 +129,7 @@ entry:
   %o4b = add i64 %o4, 2
   %sm = getelementptr i64, ptr %buf, i64 %o4b
   br label %row
-row:
-  %i = phi i64 [%lo, %entry], [%i1, %row_done]
-  %start = phi i64 [%base, %entry], [%c1, %row_done]
-  %more = icmp slt i64 %i, %hi
-  br i1 %more, label %row_body, label %done
-{a_row}
+{row_loop}
 k_head:
   %k = phi i64 [%ka, %row_body], [%k1, %k_end]
   %c1 = phi i64 [%start, %row_body], [%c2, %k_end]
@@ -162,16 +204,7 @@ dm_head:
   %din = icmp ult i64 %de, %len
   br i1 %din, label %dm_body, label %dw_head
 dm_body:
-  %pdx = getelementptr i{co}, ptr %sc, i64 %de
-  %dx_raw = load i{co}, ptr %pdx
-  %dx = {co_ext} %dx_raw to i64
-  %dw = lshr i64 %dx, 6
-  %db = and i64 %dx, 63
-  %dbit = shl i64 1, %db
-  %pdw = getelementptr i64, ptr %wd, i64 %dw
-  %dwv = load i64, ptr %pdw
-  %dwv1 = or i64 %dwv, %dbit
-  store i64 %dwv1, ptr %pdw
+{set_bit_d}
   %de1 = add i64 %de, 1
   br label %dm_head
 dw_head:
@@ -185,28 +218,7 @@ dw_body:
   store i64 0, ptr %pdwi
   %dcbase = shl i64 %dwi, 6
   br label %dv_head
-dv_head:
-  %dww = phi i64 [%dww0, %dw_body], [%dww1, %dv_body]
-  %dout_b = phi i64 [%dout, %dw_body], [%dout_b1, %dv_body]
-  %dwwz = icmp eq i64 %dww, 0
-  br i1 %dwwz, label %dv_done, label %dv_body
-dv_body:
-  %dbtz = call i64 @llvm.cttz.i64(i64 %dww, i1 true)
-  %dcol = add i64 %dcbase, %dbtz
-  %pdms = getelementptr i64, ptr %slots, i64 %dcol
-  %dmsl = load i64, ptr %pdms
-  %dmrel = sub i64 %dmsl, %start
-  %pdsv = getelementptr {t}, ptr %sv, i64 %dmrel
-  %dval = load {t}, ptr %pdsv
-  %dcolo = {co_narrow} %dcol to i{co}
-  %pdco = getelementptr i{co}, ptr %cc, i64 %dout_b
-  store i{co} %dcolo, ptr %pdco
-  %pdvo = getelementptr {t}, ptr %cv, i64 %dout_b
-  store {t} %dval, ptr %pdvo
-  %dout_b1 = add i64 %dout_b, 1
-  %dwwm = sub i64 %dww, 1
-  %dww1 = and i64 %dww, %dwwm
-  br label %dv_head
+{word_d}
 dv_done:
   %dwi1 = add i64 %dwi, 1
   br label %dw_head
@@ -218,18 +230,9 @@ bm_head:
   %bin = icmp ult i64 %be, %len
   br i1 %bin, label %bm_body, label %s_head
 bm_body:
-  %pbx = getelementptr i{co}, ptr %sc, i64 %be
-  %bx_raw = load i{co}, ptr %pbx
-  %bx = {co_ext} %bx_raw to i64
-  %w = lshr i64 %bx, 6
-  %bb = and i64 %bx, 63
-  %bit = shl i64 1, %bb
-  %pw = getelementptr i64, ptr %wd, i64 %w
-  %wv = load i64, ptr %pw
-  %wv1 = or i64 %wv, %bit
-  store i64 %wv1, ptr %pw
-  %s = lshr i64 %bx, 12
-  %sb = and i64 %w, 63
+{set_bit_t}
+  %s = lshr i64 %tx, 12
+  %sb = and i64 %tw, 63
   %sbit = shl i64 1, %sb
   %ps = getelementptr i64, ptr %sm, i64 %s
   %sv0 = load i64, ptr %ps
@@ -254,7 +257,7 @@ s_body:
   br label %sw_head
 sw_head:
   %sw = phi i64 [%sw0, %s_body], [%sw1, %w_done]
-  %out_w = phi i64 [%out, %s_body], [%out_b, %w_done]
+  %out_w = phi i64 [%out, %s_body], [%tout_b, %w_done]
   %swz = icmp eq i64 %sw, 0
   br i1 %swz, label %s_next, label %sw_body
 sw_body:
@@ -266,44 +269,19 @@ sw_body:
   %cbase = shl i64 %wi, 6
   %swm = sub i64 %sw, 1
   %sw1 = and i64 %sw, %swm
-  br label %ww_head
-ww_head:
-  %ww = phi i64 [%ww0, %sw_body], [%ww1, %ww_body]
-  %out_b = phi i64 [%out_w, %sw_body], [%out_b1, %ww_body]
-  %wwz = icmp eq i64 %ww, 0
-  br i1 %wwz, label %w_done, label %ww_body
-ww_body:
-  %btz = call i64 @llvm.cttz.i64(i64 %ww, i1 true)
-  %col2 = add i64 %cbase, %btz
-  %pms = getelementptr i64, ptr %slots, i64 %col2
-  %msl = load i64, ptr %pms
-  %mrel2 = sub i64 %msl, %start
-  %psv2 = getelementptr {t}, ptr %sv, i64 %mrel2
-  %val2 = load {t}, ptr %psv2
-  %col2o = {co_narrow} %col2 to i{co}
-  %pco = getelementptr i{co}, ptr %cc, i64 %out_b
-  store i{co} %col2o, ptr %pco
-  %pvo = getelementptr {t}, ptr %cv, i64 %out_b
-  store {t} %val2, ptr %pvo
-  %out_b1 = add i64 %out_b, 1
-  %wwm = sub i64 %ww, 1
-  %ww1 = and i64 %ww, %wwm
-  br label %ww_head
+  br label %tv_head
+{word_t}
 w_done:
   br label %sw_head
 s_next:
   %si1 = add i64 %si, 1
   br label %s_head
 
-row_done:
-  %rel = sub i64 %i, %lo
-  %pend = getelementptr i64, ptr %ends, i64 %rel
-  store i64 %c1, ptr %pend
-  br label %row
-done:
-  ret i64 %start
-}}
-""").replace("{small_rows}\n", spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "rg_head"))
+{row_done}
+""", row_end="%c1").replace("{small_rows}\n", spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "rg_head")).replace(
+    "{set_bit_d}\n", _set_bit("d", "de")).replace("{set_bit_t}\n", _set_bit("t", "be")).replace(
+    "{word_d}\n", _word("d", "dww0", "dcbase", "dout", "dw_body", "dv_done")).replace(
+    "{word_t}\n", _word("t", "ww0", "cbase", "out_w", "sw_body", "w_done"))
 
 
 def rows_ir(fields: dict) -> str:

@@ -30,7 +30,7 @@ from splyce.native.array_objects import address as _address
 from splyce.native.ir_text import VALUE as _VALUE, ext as _ext
 from splyce.native.ir_text import run_chunks as _run_chunks, work_chunks as _work_chunks
 from splyce.native.spmv_flat import flat_driver_ir
-from splyce.native.spmv_rows import UNIFORM, spmm_ir, spmv_ir
+from splyce.native.spmv_rows import BLOCKS, UNIFORM, spmm_ir, spmv_ir
 
 # Rows advanced together (independent addition chains). Measured on the shared 2-core EPYC (Delaunay meshes,
 # R-MAT, 0.7-1M entries): 1 is fastest there (1.76 ms vs 2.16 for 4 and 3.0 for 8 on a 3-D mesh); the gather
@@ -80,14 +80,7 @@ entry:
   br label %head
 head:
   %b = phi i64 [%lo, %entry], [%bend, %next]
-  %more = icmp slt i64 %b, %hi
-  br i1 %more, label %body, label %ok
-body:
-  %b1 = add i64 %b, {block}
-  %over = icmp sgt i64 %b1, %hi
-  %bend = select i1 %over, i64 %hi, i64 %b1
-  %ps = getelementptr i{p}, ptr %pos, i64 %b
-  %nseg = sub i64 %bend, %b
+{blocks}
   %down = call i64 @{name}_pos(ptr %ps, i64 %nseg)
   %decreasing = icmp ne i64 %down, 0
   br i1 %decreasing, label %fail, label %positions_ok
@@ -225,7 +218,8 @@ def spmv_objects_ir(value: np.dtype, p: int, c: int, variant: str) -> tuple[str,
         text = (spmv_ir(checked + "_rows", value, p, c, ROWS) + spmv_ir(checked + "_grouped", value, p, c, GROUPED_ROWS)
                 + range_check_ir(checked + "_check", c) + position_check_ir(checked + "_pos", p)
                 + UNIFORM.format(name=checked + "_uniform", p=p)
-                + _GROUPED_DRIVER.format(name=checked, block=GROUPED_BLOCK_ROWS, p=p, c=c, p_ext=_ext(p)))
+                + _GROUPED_DRIVER.format(name=checked, p=p, c=c, p_ext=_ext(p),
+                                         blocks=BLOCKS.format(block=GROUPED_BLOCK_ROWS, p=p)))
     else:
         text = spmv_ir(checked, value, p, c, ROWS, True)
     text += (_WHOLE.format(name=whole, checked=checked, ends=position_ends_ir(p), k="")

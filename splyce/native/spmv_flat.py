@@ -21,7 +21,7 @@ import functools
 import numpy as np
 
 from splyce.native.ir_text import VALUE as _VALUE, ext as _ext
-from splyce.native.spmv_rows import UNIFORM, spmv_ir
+from splyce.native.spmv_rows import BLOCKS, UNIFORM, spmv_ir
 
 FLAT = """
 define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %lo, i64 %hi, ptr %y, i64 %nnz) noinline {{
@@ -177,14 +177,7 @@ entry:
   br label %head
 head:
   %b = phi i64 [%lo, %entry], [%bend, %run_rows], [%bend, %run_flat]
-  %more = icmp slt i64 %b, %hi
-  br i1 %more, label %body, label %ok
-body:
-  %b1 = add i64 %b, {block}
-  %over = icmp sgt i64 %b1, %hi
-  %bend = select i1 %over, i64 %hi, i64 %b1
-  %ps = getelementptr i{p}, ptr %pos, i64 %b
-  %nseg = sub i64 %bend, %b
+{blocks}
   %uniform = call i64 @{name}_uniform(ptr %ps, i64 %nseg)
   %is_uniform = icmp ne i64 %uniform, 0
   br i1 %is_uniform, label %rows, label %flat
@@ -214,4 +207,4 @@ def flat_driver_ir(name: str, value: np.dtype, p: int, c: int, rows: int, block:
     with its helper functions."""
     return (spmv_ir(name + "_rows", value, p, c, rows, True) + spmv_flat_ir(name + "_flat", value, p, c)
             + UNIFORM.format(name=name + "_uniform", p=p)
-            + FLAT_DRIVER.format(name=name, block=block, p=p))
+            + FLAT_DRIVER.format(name=name, blocks=BLOCKS.format(block=block, p=p)))

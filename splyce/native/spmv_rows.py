@@ -22,7 +22,7 @@ from splyce.native.ir_text import IR as _IR, VALUE as _VALUE, load_index as _loa
 
 def _accumulate(ir: _IR, t: str, mul: str, add: str, c: int, acc: str, k: str, check: bool = False) -> None:
     """acc (an alloca) += values[k] * x[crd[k]]; with ``check``, a column outside [0, n) returns 1 first."""
-    safe = _checked_column(ir, c, k) if check else _column(ir, c, k)
+    safe = _column(ir, c, k, check)
     pv, v, px, xv, prod, s0, s1 = (ir.name(n) for n in ("pv", "v", "px", "xv", "prod", "s", "s"))
     ir(f"  {pv} = getelementptr {t}, ptr %vals, i64 {k}")
     ir(f"  {v} = load {t}, ptr {pv}")
@@ -121,6 +121,11 @@ def spmv_ir(name: str, value: np.dtype, p: int, c: int, rows: int, check: bool =
     ir(f"  store {t} %ss, ptr %spy")
     ir("  store i64 %sr1, ptr %r")
     ir("  br label %single_head")
+    return _returns(ir)
+
+
+def _returns(ir: _IR) -> str:
+    """The kernel's text, closed by its two returns: 0 from ``done``, 1 (a bad index met) from ``bad``."""
     ir.label("done")
     ir("  ret i64 0")
     ir.label("bad")
@@ -183,7 +188,7 @@ def spmm_ir(name: str, value: np.dtype, p: int, c: int, k: int | None, check: bo
             _check_segment(ir, start, stop)
 
         def entry(e):
-            safe = _checked_column(ir, c, e) if check else _column(ir, c, e)
+            safe = _column(ir, c, e, check)
             pv, v, xbase = ir.name("pv"), ir.name("v"), ir.name("xb")
             ir(f"  {pv} = getelementptr {t}, ptr %vals, i64 {e}")
             ir(f"  {v} = load {t}, ptr {pv}")
@@ -213,22 +218,15 @@ def spmm_ir(name: str, value: np.dtype, p: int, c: int, k: int | None, check: bo
             columns(store)
 
     _loop(ir, "%lo", "%hi", row, "done")
-    ir.label("done")
-    ir("  ret i64 0")
-    ir.label("bad")
-    ir("  ret i64 1")
-    ir("}")
-    return "\n".join(ir.lines) + "\n"
+    return _returns(ir)
 
 
-def _column(ir: _IR, c: int, e: str) -> str:
-    """crd[e] widened to i64 (the caller checked every coordinate is in range before the call)."""
-    return _load_index(ir, "%crd", c, e)
-
-
-def _checked_column(ir: _IR, c: int, e: str) -> str:
-    """crd[e] widened to i64 (zero-extended: a negative int32 becomes >= 2**31), branching to %bad unless < n."""
+def _column(ir: _IR, c: int, e: str, check: bool) -> str:
+    """crd[e] widened to i64; with ``check`` (zero-extended: a negative int32 becomes >= 2**31) branching to %bad
+    unless < n, else the caller checked every coordinate is in range before the call."""
     col = _load_index(ir, "%crd", c, e)
+    if not check:
+        return col
     inside, ok = ir.name("inside"), ir.name("col_ok")
     ir(f"  {inside} = icmp ult i64 {col}, %n")
     ir(f"  br i1 {inside}, label %{ok[1:]}, label %bad")
@@ -236,6 +234,18 @@ def _checked_column(ir: _IR, c: int, e: str) -> str:
     return col
 
 
+
+# A block driver's loop over rows [lo, hi) in blocks of {block} rows (spmv.py's grouped driver, spmv_flat.py's):
+# from the loop head (``%b``, the block's first row) to ``%ok`` after the last block, else into ``body``,
+# which sets the block's end ``%bend``, its positions ``%ps`` and its row count ``%nseg``
+BLOCKS = """  %more = icmp slt i64 %b, %hi
+  br i1 %more, label %body, label %ok
+body:
+  %b1 = add i64 %b, {block}
+  %over = icmp sgt i64 %b1, %hi
+  %bend = select i1 %over, i64 %hi, i64 %b1
+  %ps = getelementptr i{p}, ptr %pos, i64 %b
+  %nseg = sub i64 %bend, %b"""
 
 # 1 when the nseg segments starting at pos all have the length of the first one (a flat, vectorizable scan)
 UNIFORM = """
