@@ -215,13 +215,12 @@ class Jitted:
     def kernel_for(self, *args) -> tuple[Kernel, list]:
         """The compiled kernel for these arguments (compiling on a miss) and the prepared operands."""
         captured = self._captured() if self._sites else ()
-        signature = fast_signature(args) if not captured else None
-        if signature is not None:
-            kernel = self._by_signature.get(signature)
-            if kernel is not None:
-                with self._lock:
-                    self.hits += 1
-                return kernel, [a.tensor if type(a) is arguments.Checked else a for a in args]
+        values = []    # the operands, from the signature's pass (as in ``_filed``)
+        signature = fast_signature(args, values) if not captured else None
+        kernel = self._by_signature.get(signature) if signature is not None else None
+        if kernel is not None:
+            next(self._fast_hits)
+            return kernel, values
         key, specs, values = self._key(args, captured)
         kernel = self._cache.get(key)
         if kernel is None:
