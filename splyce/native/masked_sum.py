@@ -19,6 +19,9 @@ from splyce.native.masked_chunks import CHUNKS_PER_THREAD, masked_chunks, serial
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (apos, acrd, aval, bpos, bcrd, bval, cpos, ccrd, cval, lo, hi, mark, out)
 _MASKED_SUM_SIG = ctypes.CFUNCTYPE(_I, *([_P] * 9), _I, _I, _P, _P)
+# the parameters of the summing and the counting kernel (``_MASKED_SUM_SIG``)
+_PARAMS = ("(ptr %apos, ptr %acrd, ptr %aval, ptr %bpos, ptr %bcrd, ptr %bval, ptr %cpos, ptr %ccrd, ptr %cval, "
+           "i64 %lo, i64 %hi, ptr %mark, ptr %out)")
 _lock = threading.Lock()
 
 
@@ -32,8 +35,7 @@ def _masked_sum_ir(name, value, ap, ac, bp, bc, cp, cc, factors="abc"):
     jit's triangle sum, is ``"cba"``)."""
     t, mul, add, zero = VALUE[value]
     ir = IR()
-    ir(f"define i64 @{name}(ptr %apos, ptr %acrd, ptr %aval, ptr %bpos, ptr %bcrd, ptr %bval, ptr %cpos, "
-       f"ptr %ccrd, ptr %cval, i64 %lo, i64 %hi, ptr %mark, ptr %out) {{")
+    ir(f"define i64 @{name}{_PARAMS} {{")
     ir.label("entry")
     ir(f"  %acc_slot = alloca {t}")
     ir(f"  store {t} {zero}, ptr %acc_slot")
@@ -71,8 +73,7 @@ def _hit_count_ir(name, bits):
     and its misprediction cost more than the product (docs/corpus.md: 1.1-2.3x the summing loop, ~1.0x where
     hits are rare and predicted)."""
     ir = IR()
-    ir(f"define i64 @{name}(ptr %apos, ptr %acrd, ptr %aval, ptr %bpos, ptr %bcrd, ptr %bval, ptr %cpos, "
-       f"ptr %ccrd, ptr %cval, i64 %lo, i64 %hi, ptr %mark, ptr %out) {{")
+    ir(f"define i64 @{name}{_PARAMS} {{")
     ir.label("entry")
     ir("  %count_slot = alloca i64")
     ir("  store i64 0, ptr %count_slot")
