@@ -33,7 +33,7 @@ import warnings
 import numpy as np
 
 from splyce.native.memory_pool_ir import (   # noqa: F401 (the layout, part of this module's interface)
-    HEADER, HUGE_MIN, POOL_MIN, SLACK, SLOTS, _CLOCK, _HITS, _KEPT, _LIMIT, _LOCK, _MISSES, _POOLED, _RELEASED,
+    HEADER, HUGE_MIN, POOL_MIN, SLACK, SLOTS, _HITS, _KEPT, _LIMIT, _LOCK, _MISSES, _POOLED, _RELEASED,
     _WORDS, ir as _ir,
 )
 
