@@ -29,6 +29,7 @@ DEFAULT_VECTOR_WIDTH = 4
 # sparsifier on K1-K5 against ~2.7x for n = 4 (docs/passes.md). Strict kernels keep n = 4 everywhere: their
 # best measured configuration, and their code unchanged.
 CONFLICT_FEATURES = ("+avx512f", "+avx512cd")
+CONFLICT_WIDTH = 16   # the conflict lane's n: 16 x 16 coordinates a step
 
 
 def has_conflict_compares(target: Target | None) -> bool:
@@ -49,7 +50,7 @@ def choose_vector_width(fast_math: bool, target: Target | None) -> tuple[int, st
     if target is None:
         return DEFAULT_VECTOR_WIDTH, "default: fast_math, no target to read features from"
     if has_conflict_compares(target):
-        return 16, "chosen: fast_math, the target (native: the host) has AVX-512 CD"
+        return CONFLICT_WIDTH, "chosen: fast_math, the target (native: the host) has AVX-512 CD"
     return DEFAULT_VECTOR_WIDTH, "default: fast_math, but the target has no AVX-512 CD"
 
 

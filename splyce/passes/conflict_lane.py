@@ -25,12 +25,12 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, llvm, math, memref, vector
 
-from splyce.options import Options, has_conflict_compares
+from splyce.options import CONFLICT_WIDTH, Options, has_conflict_compares
 from splyce.passes.coiteration_match import Coiteration
 from splyce.passes.fast_lane import FastLaneBuilder, Lanes, _index, _vtype
 from splyce.passes.ir_utils import CMPI_NE, CMPI_ULE
 
-WIDTH = 16
+WIDTH = CONFLICT_WIDTH
 HALF = WIDTH // 2
 CONFLICT = "llvm.x86.avx512.conflict.d.512"
 PERMUTE = {32: "llvm.x86.avx512.permvar.sf.512", 64: "llvm.x86.avx512.vpermi2var.pd.512"}
