@@ -36,9 +36,10 @@ CONFLICT_WIDTH = 16   # the conflict lane's n: 16 x 16 coordinates a step
 @dataclass(frozen=True)
 class WidthChoice:
     """The fast_math lane width left unset resolves to ``width``, for ``reason``. ``scoped``: the width holds
-    only for the loops that build the lane it was chosen for (the conflict lane: ``splyce_pass._unchosen``;
-    every other loop keeps the default's code), so a chosen and a given width are different code and cache
-    keys (``Options.width_chosen``); unscoped, it holds for every loop, exactly as the same width given."""
+    only for the loops it was chosen for (``splyce_pass._unchosen``: the conflict lane's loops for 16, every
+    intersection loop for 8; every other loop keeps the default's code), so a chosen and a given width are
+    different code and cache keys (``Options.width_chosen``); unscoped, it holds for every loop, exactly as
+    the same width given."""
 
     width: int
     reason: str
@@ -121,8 +122,8 @@ class Options:
     union: bool | None = None    # the union fast lane (sparse add / subtract / maximum): None (default) for
     #                              CSR outputs only, True for dense outputs too, False never (docs/passes.md)
     # set from vector_width: True when it was left unset and chosen (WidthChoice.scoped) other than the default,
-    # which then holds for the conflict lane's loops only (every other loop keeps the default's code: splyce_pass._unchosen),
-    # where a given width holds for every loop. A field, so the two are different cache keys (memory and disk)
+    # which then holds for the loops it was chosen for only (the conflict lane's, or every intersection loop;
+    # every other loop keeps the default's code: splyce_pass._unchosen), where a given width holds for every loop. A field, so the two are different cache keys (memory and disk)
     width_chosen: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self):

@@ -7,6 +7,7 @@ width is in the memory and disk cache keys. No timing asserts."""
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -68,15 +69,39 @@ def test_a_measurement_decides_the_width(fresh, monkeypatch):
     fake = _fake({"n=4": 1.0, "n=8": 0.5, CONFLICT: 2.0})
     monkeypatch.setattr(lane_tuning, "measure", fake)
     o = _options(fast_math=True)
-    assert o.vector_width == 8 and not o.width_chosen
+    assert o.vector_width == 8 and o.width_chosen
     assert o.width_reason.startswith("chosen: fast_math, measured on this CPU"), o.width_reason
     assert "n=8 0.50 vs n=4 1.00" in o.width_reason
     assert ("n=16 conflict lane 2.00" in o.width_reason) == _has_cd()
     assert len(fake.calls) == 1 and (CONFLICT in fake.calls[0]) == _has_cd()
     _options(fast_math=True)   # recorded: not measured again in this process
     assert len(fake.calls) == 1
-    # an unscoped chosen 8 is the same code as a given 8: the same key
-    assert o == _options(fast_math=True, vector_width=8)
+    # a chosen 8 holds for intersection loops only (unions keep n = 4), a given 8 for every loop: other keys
+    assert o != _options(fast_math=True, vector_width=8)
+
+
+def _llvm(f, ops) -> str:
+    return re.sub(r"^// splyce:.*\n", "", f.lower(*ops).as_text("llvm"), flags=re.M)
+
+
+def test_a_chosen_8_holds_for_intersections_and_not_unions(fresh, monkeypatch):
+    """K1 (an intersection) chosen at n = 8 is the code of a given 8; a sparse add (a union) keeps n = 4's."""
+    import scipy.sparse as sps
+
+    monkeypatch.setattr(lane_tuning, "measure", _fake({"n=4": 1.0, "n=8": 0.5, CONFLICT: 2.0}))
+    spec = KERNELS["K1"]
+    k1 = spec.operands(size=spec.quick_size, density=0.2)
+    add = [splyce.asarray(sps.random(200, 200, density=0.05, format="csr", random_state=i)) for i in range(2)]
+    for fun, ops, width, kind in ((spec.fun, k1, 8, "K-accumulate"), (lambda a, b: a + b, add, 4, "merge")):
+        chosen = splyce.jit(fun, fast_math=True, library=False)
+        given = chosen.with_options(vector_width=width)
+        assert chosen.options.vector_width == 8
+        text = chosen.lower(*ops).as_text("splyce")
+        assert re.findall(rf"{kind} \w+ i\d+-crd n=(\d+)", text) == [str(width)], text
+        assert _llvm(chosen, ops) == _llvm(given, ops)
+        got, want = chosen(*ops), splyce.jit(fun, vectorize=False)(*ops)
+        np.testing.assert_allclose(*(x.toarray() if hasattr(x, "toarray") else np.asarray(x) for x in (got, want)),
+                                   rtol=1e-10, atol=1e-10)
 
 
 def test_the_default_wins_within_the_margin(fresh, monkeypatch):

@@ -47,8 +47,10 @@ ENV_SKIP = "SPLYCE_NO_TUNE"
 
 @dataclass(frozen=True)
 class Candidate:
-    """One lane the choice may pick: ``vector_width`` and the target features it needs. ``scoped``: the width
-    holds only for the loops that build this lane (``WidthChoice.scoped``)."""
+    """One lane the choice may pick: ``vector_width`` and the target features it needs. ``scoped``: the chosen
+    width holds only for the loops it was measured on (``WidthChoice.scoped``, ``splyce_pass._unchosen``): the
+    conflict lane's loops for 16, every intersection loop for 8; unions keep n = 4 (a sparse add ran 0.80x
+    at n = 8 on Sapphire Rapids, where K1-K5 ran 1.0-1.5x)."""
 
     name: str
     width: int
@@ -58,7 +60,7 @@ class Candidate:
 
 CANDIDATES = (
     Candidate("n=4", DEFAULT_VECTOR_WIDTH),
-    Candidate("n=8", 8),
+    Candidate("n=8", 8, scoped=True),
     Candidate("n=16 conflict lane", CONFLICT_WIDTH, CONFLICT_FEATURES, scoped=True),
 )
 FIBER = 1 << 15          # coordinates per fiber: ~0.7 ns each x 2 fibers, ~50 us a call, L2-resident
