@@ -356,8 +356,9 @@ def test_spgemm_plan_is_the_dropins_native_product():
     a = splyce.asarray(_csr(np.random.default_rng(1), 50, 50, 0.1))
     text = splyce.jit(lambda a, b: a @ b, out_format="sparse").lower(a, a).as_text("plan")
     assert "runs on the native kernel library: matmul (per call, by b's columns: when at least half of its " \
-           "neighbouring stored columns are adjacent (banded, dense blocks), a map of output positions and a sort " \
-           "of each row" in text and "else each row summed in a dense row with a flag per column, branch-free" in text
+           "neighbouring stored columns are adjacent (banded, dense blocks) or the rows average at most 16 " \
+           "multiply-adds (road networks), a map of output positions and a sort of each row" in text
+    assert "else each row summed in a dense row with a flag per column, branch-free" in text
     assert "as formulation 'gustavson-spa, every position kept, rows sorted'" in text
     assert choose_matmul_formulation(OperandInfo.of(a), OperandInfo.of(a)).value == "gustavson-spa"
 

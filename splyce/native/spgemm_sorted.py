@@ -65,9 +65,20 @@ ADJACENT_SHARE = 0.5
 SAMPLE = 4096
 
 
-def kind_for(b_indices: np.ndarray) -> str:
-    """``"map"`` or ``"flags"``: the kernel for a product whose B has these column indices (ADJACENT_SHARE).
-    Pairs that straddle two rows count as well (one per row: noise at these sizes)."""
+# The map kernel as well when the product's rows average at most this many terms (flops / rows): nearly all
+# its rows then fit spgemm_network's 16 lanes, sorted in registers with no loop (road networks: 7.3; every
+# other corpus product 25 or more). Kernel alone, 2-core Sapphire Rapids KVM, 2026-12-05, min of 7: road-700
+# 35.3 ms (flags) -> 31.5 (map + network), the drop-in's unsorted kernel 25.1; ba-4k (106 terms a row) 1.7
+# against 3.0, so not for longer rows.
+SHORT_ROW_FLOPS = 16
+
+
+def kind_for(b_indices: np.ndarray, flops: int = -1, rows: int = 0) -> str:
+    """``"map"`` or ``"flags"``: the kernel for a product whose B has these column indices (ADJACENT_SHARE)
+    and, when given, ``flops`` multiply-adds over ``rows`` rows (SHORT_ROW_FLOPS). Pairs that straddle two
+    rows count as well (one per row: noise at these sizes)."""
+    if 0 <= flops <= SHORT_ROW_FLOPS * rows:
+        return "map"
     pairs = len(b_indices) - 1
     if pairs <= 0:
         return "flags"
@@ -275,9 +286,9 @@ def rows_ir(fields: dict, kind: str = "flags") -> str:
     ``fields``: the format fields of spgemm's templates (name, t, mul, add, index widths and extensions);
     ``kind``: :func:`kind_for`'s answer."""
     if kind == "map":
-        from splyce.native import spgemm_sorted_map
+        from splyce.native import spgemm_network, spgemm_sorted_map
 
-        return spgemm_sorted_map.rows_ir(fields)
+        return spgemm_sorted_map.rows_ir(fields, network=spgemm_network.available())
     fields = spgemm_ir.sorted_fields(fields)
     w = fields["w"]
     bytes_ = "<" + ", ".join(f"i8 {x}" for x in range(64)) + ">"
