@@ -231,12 +231,19 @@ def test_spgemm_both_sorted_kernels_bit_for_bit(dtype, adjacent):
     b = _as_dtype(b, dtype, rng)
     a = _csr(rng, 90, m, 0.08, dtype, empty_rows=0.1, long_rows=2)
     assert kind_for(b.indices) == ("map" if adjacent >= 0.5 else "flags")
-    A, B = splyce.asarray(a), splyce.asarray(b)
+    _product_on_both(splyce.asarray(a), splyce.asarray(b))
+
+
+def _product_on_both(A, B) -> list:
+    """``A @ B`` jitted on the library route, one and two threads, each the MLIR kernel's bit for bit: the
+    library's results."""
+    results = []
     for threads in (1, 2):
         fast, mlir = _both(lambda a, b: a @ b, None, "sparse", threads)
-        got = fast(A, B)
-        _same(got, mlir(A, B))
+        results.append(fast(A, B))
+        _same(results[-1], mlir(A, B))
         assert isinstance(fast.kernel_for(A, B)[0], LibraryKernel)
+    return results
 
 
 @pytest.mark.parametrize("banded", [False, True])

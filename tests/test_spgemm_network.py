@@ -9,10 +9,8 @@ import scipy.sparse as sps
 
 import splyce
 from splyce.native import spgemm, spgemm_network, spgemm_sorted
-from splyce.runtime.library import LibraryKernel
 
-from test_one_engine import _same
-from test_one_engine_products import _both
+from test_one_engine_products import _product_on_both
 
 pytestmark = pytest.mark.skipif(not spgemm_network.available(), reason="the network needs AVX-512F")
 
@@ -64,12 +62,7 @@ def test_short_rows_bit_for_bit_against_the_mlir_kernel(dtype, seed):
     a, b = _short_rows(rng, 400, (50, 5000)[seed], dtype)
     flops = int(spgemm.row_flops_prefix(a.indptr, a.indices, b.indptr)[-1])
     assert spgemm_sorted.kind_for(b.indices, flops, a.shape[0]) == "map"
-    A, B = splyce.asarray(a), splyce.asarray(b)
-    for threads in (1, 2):
-        fast, mlir = _both(lambda a, b: a @ b, None, "sparse", threads)
-        got = fast(A, B)
-        _same(got, mlir(A, B))
-        assert isinstance(fast.kernel_for(A, B)[0], LibraryKernel)
+    for got in _product_on_both(splyce.asarray(a), splyce.asarray(b)):
         lengths = np.diff(got.indptr)
         assert {0, 1, 16, 17} <= set(lengths.tolist()) and np.mean(lengths <= 16) > 0.9
 
