@@ -45,11 +45,13 @@ def _parts(x):
 
 
 def test_kind_for_short_rows_takes_the_map_kernel():
-    """The map kernel when flops <= SHORT_ROW_FLOPS * rows, whatever B's columns; above, the adjacency rule."""
+    """The map kernel with the network ("short") when flops <= SHORT_ROW_FLOPS * rows, whatever B's columns;
+    above, the adjacency rule (the map kernel there keeps its ranks)."""
     spread = np.arange(0, 3000, 3, dtype=np.int32)                     # no adjacent pair: flags by adjacency
     rows = 100
     at = spgemm_sorted.SHORT_ROW_FLOPS * rows
-    assert spgemm_sorted.kind_for(spread, at, rows) == "map"
+    assert spgemm_sorted.kind_for(spread, at, rows) == "short"
+    assert spgemm_sorted.kind_for(np.arange(3000, dtype=np.int32), at, rows) == "short"
     assert spgemm_sorted.kind_for(spread, at + 1, rows) == "flags"
     assert spgemm_sorted.kind_for(spread) == "flags"
     assert spgemm_sorted.kind_for(np.arange(3000, dtype=np.int32), at + 1, rows) == "map"
@@ -61,7 +63,7 @@ def test_short_rows_bit_for_bit_against_the_mlir_kernel(dtype, seed):
     rng = np.random.default_rng(seed)
     a, b = _short_rows(rng, 400, (50, 5000)[seed], dtype)
     flops = int(spgemm.row_flops_prefix(a.indptr, a.indices, b.indptr)[-1])
-    assert spgemm_sorted.kind_for(b.indices, flops, a.shape[0]) == "map"
+    assert spgemm_sorted.kind_for(b.indices, flops, a.shape[0]) == "short"
     for got in _product_on_both(splyce.asarray(a), splyce.asarray(b)):
         lengths = np.diff(got.indptr)
         assert {0, 1, 16, 17} <= set(lengths.tolist()) and np.mean(lengths <= 16) > 0.9
@@ -103,7 +105,8 @@ def test_network_is_the_ranks_bit_for_bit(monkeypatch, dtype):
 
 
 def test_network_ir_and_its_rule():
-    """The network's IR: 10 steps of min / max, the values permuted, masked stores; int32 columns only."""
+    """The network's IR: 10 steps of min / max, the values permuted, masked stores; int32 columns only, the
+    "short" kind only."""
     from splyce.native import spgemm_ir, spgemm_sorted_map
 
     net, out = spgemm_network.steps("%k")
@@ -112,6 +115,8 @@ def test_network_ir_and_its_rule():
     text = spgemm_sorted_map.rows_ir(fields, network=True)
     assert "nt_sort:" in text and text.count("@llvm.x86.avx512.vpermi2var.q.512(") == 3
     assert "nt_sort:" not in spgemm_sorted_map.rows_ir(fields, network=False)
+    assert "nt_sort:" in spgemm_sorted.rows_ir(fields, "short")
+    assert "nt_sort:" not in spgemm_sorted.rows_ir(fields, "map")          # rows of equal lengths: the ranks
     wide = dict(fields, **spgemm_ir.index_fields(64, 64, 64, 64, 64))
     assert "nt_sort:" not in spgemm_sorted_map.rows_ir(wide, network=True)
     with pytest.raises(ValueError, match="no network"):

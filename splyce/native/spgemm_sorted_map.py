@@ -18,8 +18,9 @@ result sorted, by length:
 - up to one vector of columns (16 int32 / 8 int64): the row loaded once, lanes past its end set to all-ones,
   and each entry stored at ``start + rank``, its rank (how many columns are smaller: columns are unique in a
   row) the popcount of one vector compare. No branch depends on the values (road networks' ~8-entry rows:
-  an insertion sort's mispredicted loop exits cost ~20 ns a row, twice this). On AVX-512 hosts, int32
-  columns: sorted in registers instead, no loop at all (spgemm_network.py; ``rows_ir(network=True)``);
+  an insertion sort's mispredicted loop exits cost ~20 ns a row, twice this). For products of short rows
+  (spgemm_sorted's kind "short": ``rows_ir(network=True)``) on AVX-512 hosts, int32 columns: sorted in
+  registers instead, no loop at all (spgemm_network.py);
 - up to ``RANK_MAX`` (int64 columns: rows of 9-16 entries): the same ranks counted over the row a vector at a
   time, the row padded with all-ones;
 - longer rows: a bitmap over the columns touched (a bit per column), walked in order with
