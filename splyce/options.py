@@ -24,18 +24,52 @@ DEFAULT_PHASES = 7
 DEFAULT_GALLOP_RATIO = 16
 VECTOR_WIDTHS = (2, 4, 8, 16)
 DEFAULT_VECTOR_WIDTH = 4
-# vector_width left unset (None) with fast_math on a target with AVX-512 CD ("native": the host's memoized
-# facts, native/host.py): 16, the conflict lane (passes/conflict_lane.py), measured 3.5-6.4x the plain
-# sparsifier on K1-K5 against ~2.7x for n = 4 (docs/passes.md). Strict kernels keep n = 4 everywhere: their
-# best measured configuration, and their code unchanged.
+# vector_width left unset (None) with fast_math: the width measured on this CPU at first use when the target is
+# the host (runtime/lane_tuning.py records it here: record_width_choice), else the static rule: 16, the conflict
+# lane (passes/conflict_lane.py), on a target with AVX-512 CD (measured 3.5-6.4x the plain sparsifier on K1-K5
+# on AMD Zen 4, but 1.6-2x slower than n = 4 on Intel Sapphire Rapids: docs/passes.md), else 4. Strict kernels
+# keep n = 4 everywhere: their best measured configuration, and their code unchanged.
 CONFLICT_FEATURES = ("+avx512f", "+avx512cd")
 CONFLICT_WIDTH = 16   # the conflict lane's n: 16 x 16 coordinates a step
+
+
+@dataclass(frozen=True)
+class WidthChoice:
+    """The fast_math lane width left unset resolves to ``width``, for ``reason``. ``scoped``: the width holds
+    only for the loops it was chosen for (``splyce_pass._unchosen``: the conflict lane's loops for 16, every
+    intersection loop for 8; every other loop keeps the default's code), so a chosen and a given width are
+    different code and cache keys (``Options.width_chosen``); unscoped, it holds for every loop, exactly as
+    the same width given."""
+
+    width: int
+    reason: str
+    scoped: bool = False
+
+
+# Target -> WidthChoice measured on this host (runtime/lane_tuning.py): a resolved fact, read by the options
+_RECORDED: dict = {}
+
+
+def record_width_choice(target: Target, choice: WidthChoice | None) -> None:
+    """Record (or, with None, forget) the fast_math width measured for ``target`` (the host)."""
+    if choice is None:
+        _RECORDED.pop(target, None)
+    else:
+        _RECORDED[target] = choice
+
+
+def recorded_width_choice(target: Target | None) -> WidthChoice | None:
+    return _RECORDED.get(target) if target is not None else None
 
 
 def has_conflict_compares(target: Target | None) -> bool:
     """Whether ``target`` has AVX-512 CD (``vpconflictd``): the conflict lane's one target fact, asked here
     by the width choice and by the pass (passes/conflict_lane.py)."""
-    return target is not None and _has_all(target.features, CONFLICT_FEATURES)
+    return target is not None and has_features(target, CONFLICT_FEATURES)
+
+
+def has_features(target: Target, needed: tuple[str, ...]) -> bool:
+    return _has_all(target.features, tuple(needed))
 
 
 @functools.cache
@@ -43,15 +77,26 @@ def _has_all(features: str, needed: tuple[str, ...]) -> bool:   # one host's fea
     return set(needed) <= set(features.split(",")) if features else False
 
 
+def width_choice(fast_math: bool, target: Target | None) -> WidthChoice:
+    """The fast lane's n when the user left ``vector_width`` unset: measured for this host (recorded), else
+    the static rule."""
+    if not fast_math:
+        return WidthChoice(DEFAULT_VECTOR_WIDTH, "default")
+    recorded = recorded_width_choice(target)
+    if recorded is not None:
+        return recorded
+    if target is None:
+        return WidthChoice(DEFAULT_VECTOR_WIDTH, "default: fast_math, no target to read features from")
+    if has_conflict_compares(target):
+        return WidthChoice(CONFLICT_WIDTH, "chosen: fast_math, the target (native: the host) has AVX-512 CD "
+                           "(static rule, not measured)", scoped=True)
+    return WidthChoice(DEFAULT_VECTOR_WIDTH, "default: fast_math, but the target has no AVX-512 CD")
+
+
 def choose_vector_width(fast_math: bool, target: Target | None) -> tuple[int, str]:
     """The fast lane's n when the user left ``vector_width`` unset, and why (``Options.width_reason``)."""
-    if not fast_math:
-        return DEFAULT_VECTOR_WIDTH, "default"
-    if target is None:
-        return DEFAULT_VECTOR_WIDTH, "default: fast_math, no target to read features from"
-    if has_conflict_compares(target):
-        return CONFLICT_WIDTH, "chosen: fast_math, the target (native: the host) has AVX-512 CD"
-    return DEFAULT_VECTOR_WIDTH, "default: fast_math, but the target has no AVX-512 CD"
+    choice = width_choice(fast_math, target)
+    return choice.width, choice.reason
 
 
 @dataclass(frozen=True)
@@ -76,9 +121,9 @@ class Options:
     #                              does (runtime/library.py); False: always the MLIR kernel
     union: bool | None = None    # the union fast lane (sparse add / subtract / maximum): None (default) for
     #                              CSR outputs only, True for dense outputs too, False never (docs/passes.md)
-    # set from vector_width: True when it was left unset and chosen other than the default, which then holds
-    # for the conflict lane's loops only (every other loop keeps the default's code: splyce_pass._unchosen),
-    # where a given width holds for every loop. A field, so the two are different cache keys (memory and disk)
+    # set from vector_width: True when it was left unset and chosen (WidthChoice.scoped) other than the default,
+    # which then holds for the loops it was chosen for only (the conflict lane's, or every intersection loop;
+    # every other loop keeps the default's code: splyce_pass._unchosen), where a given width holds for every loop. A field, so the two are different cache keys (memory and disk)
     width_chosen: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self):
@@ -89,9 +134,10 @@ class Options:
         # width_reason is not a field (text for the plan); width_chosen is (it changes the code)
         reason = "given"
         if self.vector_width is None:
-            width, reason = choose_vector_width(self.fast_math, self.target)
-            object.__setattr__(self, "vector_width", width)
-            object.__setattr__(self, "width_chosen", width != DEFAULT_VECTOR_WIDTH)
+            choice = width_choice(self.fast_math, self.target)
+            reason = choice.reason
+            object.__setattr__(self, "vector_width", choice.width)
+            object.__setattr__(self, "width_chosen", choice.scoped and choice.width != DEFAULT_VECTOR_WIDTH)
         object.__setattr__(self, "width_reason", reason)
         # an int only: 4.0 == 4 would pass the membership test, and a float or a NumPy integer fail deep in the
         # MLIR builder; a NumPy integer is stored as the int (one cache key for both)

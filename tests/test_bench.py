@@ -414,3 +414,22 @@ def test_limit_fiber_pair_overlap(skew):
     assert b.size == 2000 and c.size == 2000 // skew and b.max() < dim and c.max() < dim
     assert np.all(np.diff(b) > 0) and np.all(np.diff(c) > 0)
     assert np.intersect1d(b, c).size == round(0.1 * c.size)
+
+
+def test_kernels_target_avx2(tmp_path, monkeypatch, capsys):
+    """`bench kernels --target avx2`: both the plain sparsifier and Splyce are compiled for AVX2 (the paper's
+    AVX2 column measured on an AVX-512 host), and the table says so."""
+    import splyce
+
+    targets = []
+    real_jit = splyce.jit
+
+    def spy(*args, **kwargs):
+        targets.append(kwargs.get("target", "native"))
+        return real_jit(*args, **kwargs)
+
+    monkeypatch.setattr(splyce, "jit", spy)
+    assert cli.main(["kernels", "--tiny", "--no-progress", "--target", "avx2", "--out", str(tmp_path)]) == 0
+    assert targets and set(targets) == {"avx2"}, targets
+    assert "avx2 code" in (tmp_path / "kernels.md").read_text()
+    assert "(target avx2)" in capsys.readouterr().out

@@ -53,6 +53,9 @@ def parser() -> argparse.ArgumentParser:
                         "one SpGEMM gathered to the client on 1 worker vs the single-process drop-in (issue 35)")
     p.add_argument("--matrices", default="",
                    help="real / programs: comma-separated corpus matrices to run (default all), e.g. ba-100k,pyamg-bar")
+    p.add_argument("--target", default="native",
+                   help="kernels: compile the plain sparsifier and Splyce for this target: native (default), avx2 "
+                        "(AVX2 code, runs on any AVX2 host: the paper's AVX2 column on an AVX-512 machine) or avx512")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # seconds-long runs for the tests
     return p
@@ -78,8 +81,9 @@ def main(argv=None) -> int:
     tiny = args.tiny or os.environ.get("SPLYCE_BENCH_TINY") == "1"
     cfg = Config(out=Path(args.out), quick=args.quick or tiny, tiny=tiny, repeats=args.repeats,
                  density=args.density, kernel=args.kernel, progress=not args.no_progress,
-                 ops=_names(args.ops), matrices=_names(args.matrices))
-    print("# splyce.bench " + args.subcommand + (" (quick)" if cfg.quick else ""))
+                 ops=_names(args.ops), matrices=_names(args.matrices), target=args.target)
+    print("# splyce.bench " + args.subcommand + (" (quick)" if cfg.quick else "") +
+          (f" (target {cfg.target})" if cfg.target != "native" else ""))
     for line in machine_lines():
         print("# " + line)
     print(flush=True)

@@ -48,6 +48,7 @@ class Config:
     progress: bool = True
     ops: tuple[str, ...] = ()       # real: only these ops (all when empty)
     matrices: tuple[str, ...] = ()  # real: only these corpus matrices (all when empty)
+    target: str = "native"          # kernels: the code's target ("avx2": AVX2 code on an AVX-512 host)
 
     @property
     def n_repeats(self) -> int:

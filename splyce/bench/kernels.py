@@ -192,8 +192,8 @@ def run_kernel(spec, cfg: Config, bar=None, simd=True) -> dict:
     ops = spec.operands(size, cfg.density)
     shapes = shapes_of(name, ops)
     sp_ops = _scipy_operands(name, ops)
-    base = splyce.jit(spec.fun, vectorize=False)
-    fast = splyce.jit(spec.fun)
+    base = splyce.jit(spec.fun, vectorize=False, target=cfg.target)
+    fast = splyce.jit(spec.fun, target=cfg.target)
     sp = scipy_impl(name, shapes)
     candidates = {"baseline": lambda: base(*ops), "splyce": lambda: fast(*ops), "scipy": lambda: sp(*sp_ops)}
     if name == "K4" and hasattr(fast, "accumulate"):   # dense output allocated and zeroed outside the timer
@@ -224,11 +224,11 @@ def run_kernel(spec, cfg: Config, bar=None, simd=True) -> dict:
     row["splyce_vs_scipy"] = row["scipy_s"] / row["splyce_s"]
     row["dropin_vs_scipy"] = row["scipy_s"] / row["dropin_s"] if "dropin" in t else math.nan
     row["simd_share"] = simd_share(spec.fun, tuple(ops)) if simd else math.nan
-    row["disk_s"] = _disk_load(spec, ops)
+    row["disk_s"] = _disk_load(spec, ops, cfg.target)
     return row
 
 
-def _disk_load(spec, ops) -> float:
+def _disk_load(spec, ops, target: str = "native") -> float:
     """The Splyce kernel's first call in a process whose disk cache holds it: a fresh ``splyce.jit`` after
     emptying the in-memory caches, timed up to the kernel (trace, plan, key, load: ``kernel_for``), without
     the run; NaN when the disk cache is off."""
@@ -238,7 +238,7 @@ def _disk_load(spec, ops) -> float:
     if not object_cache.enabled():
         return math.nan
     splyce.clear_cache()
-    loaded = splyce.jit(spec.fun)
+    loaded = splyce.jit(spec.fun, target=target)
     t0 = time.perf_counter()
     loaded.kernel_for(*ops)
     seconds = time.perf_counter() - t0
@@ -280,9 +280,11 @@ def run(cfg: Config) -> Result:
             "compile_s = its first call minus the fastest run, in an empty disk cache (the drop-ins' native "
             "kernels compile too, in their untimed first call); disk_s = its first call up to the kernel (trace, "
             "plan, disk-cache load, no run) once the in-memory caches are emptied; the cached call is splyce_s. "
-            "A fresh process also pays imports: `python -m splyce.bench overhead`. " + (K4_NOTE_ACCUMULATE if hasattr(splyce.jit(KERNELS["K4"].fun), "accumulate")
-                               else K4_NOTE))
-    return Result("kernels", f"K1-K5 at {cfg.density * 100:g} % density (paper Table 3)", COLUMNS, rows, note,
+            "A fresh process also pays imports: `python -m splyce.bench overhead`. " +
+            (K4_NOTE_ACCUMULATE if hasattr(splyce.jit(KERNELS["K4"].fun, target=cfg.target), "accumulate")
+             else K4_NOTE))
+    return Result("kernels", f"K1-K5 at {cfg.density * 100:g} % density (paper Table 3)" +
+                  (f", {cfg.target} code" if cfg.target != "native" else ""), COLUMNS, rows, note,
                   plot=_plot)
 
 

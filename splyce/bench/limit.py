@@ -26,7 +26,7 @@ has too) and equal or 1:16 lengths. Candidates, on the same arrays:
   (the plain sparsifier, NumKong's ``intersect``) cannot go below.
 
 Times are per input coordinate (``len(a) + len(b)``); cycles use the clock measured at the start of the run
-by a loop of dependent 1-cycle adds; ``bw_share`` = floor time / candidate time. Splyce's times are whole
+by a chain of dependent 3-cycle imuls; ``bw_share`` = floor time / candidate time. Splyce's times are whole
 calls on sealed operands (no per-call validation), NumKong's whole Python calls. Times are the thread's CPU
 time (``time.thread_time``: the machines here are shared, and a descheduled thread's wait is not the
 kernel's cost); interleaved repeats with rotation, each candidate checked before it is timed.
@@ -51,7 +51,8 @@ SKEWS = (1, 16)
 DTYPES = ((np.int32, np.float64), (np.int32, np.float32), (np.int64, np.float64), (np.int64, np.float32))
 COLUMNS = ["crd", "val", "overlap", "lengths", "candidate", "ns_per_crd", "ns_per_crd_median", "cycles_per_crd",
            "bw_share", "vs_lane"]
-SPIN_ADDS = 200     # dependent adds per iteration of the clock calibration loop
+SPIN_OPS = 200      # dependent imuls per iteration of the clock calibration loop
+IMUL_LATENCY = 3    # cycles of a 64-bit register imul on every x86 core since the Pentium Pro (Agner Fog's tables)
 
 
 def fiber_pair(n: int, overlap: float, skew: int, itype, vtype, seed: int = 0):
@@ -71,8 +72,10 @@ def fiber_pair(n: int, overlap: float, skew: int, itype, vtype, seed: int = 0):
 
 
 def clock_ghz() -> tuple[float, str]:
-    """The core clock in GHz from a JIT-compiled loop of dependent 1-cycle ``add``s (best of 5), and how it
-    was obtained; /proc/cpuinfo's "cpu MHz" (a VM reports the nominal clock there) if that fails."""
+    """The core clock in GHz from a JIT-compiled chain of dependent 3-cycle ``imul``s (best of 5), and how it
+    was obtained; /proc/cpuinfo's "cpu MHz" (a VM reports the nominal clock there) if that fails. Not ``add
+    reg, imm``: Golden Cove (Sapphire Rapids) folds chains of those at rename, 22 GHz measured that way; no
+    core eliminates a multiply."""
     try:
         import llvmlite.binding as llvm
 
@@ -81,7 +84,7 @@ def clock_ghz() -> tuple[float, str]:
         llvm.initialize_native_asmparser()     # inline asm needs the parser (LLVM aborts without one)
         text = ('define void @spin(i64 %n) {\nentry:\n  br label %loop\nloop:\n'
                 '  %i = phi i64 [0, %entry], [%j, %loop]\n'
-                f'  call void asm sideeffect "{"addq $$1, %rax; " * SPIN_ADDS}", "~{{rax}}"()\n'
+                f'  call void asm sideeffect "{"imulq %rax, %rax; " * SPIN_OPS}", "~{{rax}}"()\n'
                 '  %j = add i64 %i, 1\n  %c = icmp ult i64 %j, %n\n  br i1 %c, label %loop, label %done\n'
                 'done:\n  ret void\n}\n')
         mod = llvm.parse_assembly(text)
@@ -95,7 +98,8 @@ def clock_ghz() -> tuple[float, str]:
             t0 = time.thread_time()
             spin(iters)
             best = min(best, time.thread_time() - t0)
-        return SPIN_ADDS * iters / best / 1e9, "calibrated: dependent adds, thread CPU time, best of 5"
+        return SPIN_OPS * IMUL_LATENCY * iters / best / 1e9, \
+            "calibrated: dependent 3-cycle imuls, thread CPU time, best of 5"
     except Exception:   # noqa: BLE001 - any failure: fall back to the reported clock
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("cpu MHz"):

@@ -22,7 +22,7 @@ from splyce.passes.insert_lane import InsertLaneBuilder
 from splyce.passes.union_insert import UnionInsert, UnionInsertBuilder, match_union_insert
 from splyce.passes.union_lane import UnionLaneBuilder, add_tail_count, simd_blocker
 from splyce.passes.union_match import Union, match_union
-from splyce.options import DEFAULT_VECTOR_WIDTH, Options
+from splyce.options import CONFLICT_WIDTH, DEFAULT_VECTOR_WIDTH, Options
 from splyce.passes.ir_utils import const_int, defined_outside, walk
 
 PROFILE_COUNTERS_SYMBOL = "splyce_profile_counters"
@@ -235,9 +235,9 @@ def _build_union_insert(function: str, index: int, union: UnionInsert, options: 
 
 
 def _unchosen(options: Options, why: str) -> Options:
-    """A width chosen for the conflict lane (vector_width unset, ``Options.width_reason``) holds only for the
-    loops that build it: every other loop keeps the default width, so its code is what it was without the
-    choice."""
+    """A width chosen (vector_width unset, ``Options.width_chosen``) holds only for the loops it was measured
+    on: the conflict lane's (16) or every intersection loop (an all-pairs n = 8): every other loop keeps the
+    default width, so its code is what it was without the choice."""
     if not options.width_chosen:
         return options
     loop_options = replace(options, vector_width=DEFAULT_VECTOR_WIDTH)
@@ -276,8 +276,8 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                 blocker = conflict_blocker(match, options, builder) if lane is FastLaneBuilder else "an insert"
                 if blocker is None:
                     builder = ConflictLaneBuilder(match, options, counters)
-                else:
-                    loop_options = _unchosen(options, blocker)
+                elif options.vector_width == CONFLICT_WIDTH:   # a chosen all-pairs width holds for every
+                    loop_options = _unchosen(options, blocker)  # intersection loop, a chosen 16 for this lane
                     if loop_options is not options:
                         builder = lane(match, loop_options, counters)
                 fast = builder.build()

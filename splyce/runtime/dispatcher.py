@@ -20,7 +20,8 @@ import numpy as np
 
 from splyce.planner import nonfinite
 from splyce.planner.plan import make_plan
-from splyce.runtime import aliasing, arguments, disk_cache, disk_kernels, library, result_tree, scipy_results
+from splyce.runtime import (aliasing, arguments, disk_cache, disk_kernels, lane_tuning, library, result_tree,
+                            scipy_results)
 from splyce.runtime.cache_key import CacheInfo, CacheKey, count_of
 from splyce.runtime.signature import fast_signature, unchanged
 from splyce.runtime.kernel import (
@@ -110,7 +111,10 @@ class Jitted:
         if self._options is None:
             from splyce.native.codegen import resolve_target
 
-            self._options = Options(target=resolve_target(self._target_name), **self._option_args)
+            target = resolve_target(self._target_name)
+            if self._option_args["fast_math"] and self._option_args["vector_width"] is None:
+                lane_tuning.resolve(target, Jitted)   # the host's lane measured once (memoized on disk)
+            self._options = Options(target=target, **self._option_args)
         return self._options
 
     def __repr__(self) -> str:
