@@ -3,19 +3,27 @@
 What is the least time per coordinate a sorted-fiber intersection can take on an AVX-512 machine without
 ``vp2intersect``? These kernels answer it for ``bench limit``'s fiber pairs. They are hand-written LLVM IR
 (the kernel library's IR writer, ``native.ir_text``, compiled for the host by ``native.codegen`` like the
-library's helpers), never used by the library. Each step takes a block of 16 int32 coordinates of each fiber:
+library's helpers), never used by the library. Each step takes a block of 16 int32 coordinates of A and 16
+(or 8: the ``...8`` steps) of B:
 
 * the advance is branch-free from the two blocks' last coordinates: a fiber moves past its block when its last
   coordinate is ``<=`` the other's (both when equal), so every pair of blocks whose ranges overlap meets once;
-* the all-pairs compare of the two blocks (256 pairs), one of three ways:
+  it is a select between ``i`` and ``i + 16`` (a ``cmov``, or a branch where LLVM prefers one);
+* the all-pairs compare of the two blocks (256 or 128 pairs), one of these ways:
   ``conflict``: 4 ``vpconflictd`` over 8 + 8 coordinates (a quarter of the pairs each): a B lane's conflict
   bits are the A lanes holding its coordinate (within one fiber coordinates are distinct);
   ``rotate``: 16 zmm compares of A against B rotated by 0..15 lanes (``valignd`` / ``vpermd``);
-  ``broadcast``: 16 zmm compares of A against each B coordinate broadcast from memory (``{1to16}``);
-* count-only: the popcount of the matched lanes' mask;
-* sum-only (``conflict`` compares): a matched B lane's A lane is ``31 - lzcnt`` of its conflict bits; A's values
-  are permuted to B's lanes (``vpermpd`` / ``vpermps``) and multiplied into 4 vector accumulators under the match
-  masks (fast math: reassociated, one vector chain per quarter), reduced at the end.
+  ``broadcast`` / ``broadcast8``: 16 / 8 zmm compares of A against each B coordinate broadcast from memory
+  (``{1to16}``);
+* count-only: the popcount of A's matched lanes' mask (the compare masks OR-ed, ``korw``);
+* sum-only (``dot``, fast math: reassociated, vector accumulators reduced after the loop), ``how``:
+  ``conflict``: a matched B lane's A lane is ``31 - lzcnt`` of its conflict bits; A's values are permuted to
+  B's lanes (``vpermpd`` / ``vpermps``) and multiplied under the match masks;
+  ``broadcast`` / ``broadcast8``: each compare writes B's lane into an index per A lane (a masked move of a
+  constant held in a register); the index's sign bits are A's matched lanes, its low bits index B's values
+  (one ``vpermps`` / two ``vpermpd``), one masked FMA per 16 / 8 A lanes;
+  ``fma`` / ``fma8``: one masked FMA per B lane (A's values times B's value broadcast from memory, masked
+  by that lane's compare; float64: two, one per half of A), over 8 accumulators.
 
 The tails (fewer than 16 coordinates left in a fiber) run a scalar branch-free merge.
 """
@@ -65,8 +73,10 @@ def _advance(ir: IR, bw: int = WIDTH) -> None:
     ir("  %bl = load i32, ptr %pbl15")
     ir("  %lea = icmp ule i32 %al, %bl")
     ir("  %leb = icmp ule i32 %bl, %al")
-    # select between i and i + 16 (a cmov), not i + select(16, 0) (setcc, shift, add): the loop-carried chain
-    # load -> compare -> cmov is 2 cycles shorter (measured on Sapphire Rapids: up to 40 % less time per step)
+    # select between i and i + 16, not i + select(16, 0) (setcc, shift, add: the loop-carried chain 2 cycles
+    # longer): LLVM emits a cmov (the dot steps) or, where the cmov is the loop's critical path, a branch (the
+    # count steps: x86's cmov conversion), both faster here than setcc + add (Sapphire Rapids, 2^20 fibers:
+    # the dot 0.36 vs 0.62 ns per coordinate for broadcast8 float32, the count 0.34 vs 0.42)
     ir("  %ia = add i64 %i, 16")
     ir(f"  %jb = add i64 %j, {bw}")
     ir("  %i2 = select i1 %lea, i64 %ia, i64 %i")
@@ -398,7 +408,7 @@ def dot_ir(vtype, how: str = "conflict") -> str:
               bw)
     # a zero the optimizer cannot see through: the broadcast step's lane constants (%opqv + r - 16) are then
     # computed once before the loop and kept in registers, not re-loaded from the constant pool each step
-    ir('  %opq = call i32 asm "xorl $0, $0", "=r"()')
+    ir('  %opq = call i32 asm "movl $$0, $0", "=r"()')     # mov: the flags untouched
     ir("  %opqi = insertelement <16 x i32> poison, i32 %opq, i64 0")
     ir("  %opqv = shufflevector <16 x i32> %opqi, <16 x i32> poison, <16 x i32> zeroinitializer")
     ir("  br i1 %e, label %loop, label %vdone")
@@ -506,10 +516,11 @@ def dot(a: np.ndarray, av: np.ndarray, b: np.ndarray, bv: np.ndarray, how: str =
     return float(fn(a.ctypes.data, av.ctypes.data, a.size, b.ctypes.data, bv.ctypes.data, b.size))
 
 
-def step_asm(how: str, target: str = "avx512") -> str:
-    """The count kernel's machine code for ``target`` (``codegen.resolve_target``; to check which instructions
-    the step uses: any host can emit it)."""
+def step_asm(how: str, target: str = "avx512", vtype=None) -> str:
+    """The count kernel's (``vtype`` None) or the ``vtype`` dot kernel's machine code for ``target``
+    (``codegen.resolve_target``; to check which instructions the step uses: any host can emit it)."""
     from splyce.native.codegen import CodegenOptions, emit_assembly, optimize, resolve_target
 
-    module, tm = optimize(count_ir(how), resolve_target(target), CodegenOptions(opt_level=3))
+    text = count_ir(how) if vtype is None else dot_ir(vtype, how)
+    module, tm = optimize(text, resolve_target(target), CodegenOptions(opt_level=3))
     return emit_assembly(module, tm)
