@@ -16,7 +16,7 @@ from splyce.options import Options
 from splyce.passes.broadcast_lane import BROADCAST_FEATURES, has_broadcast_lane_target
 from splyce.passes.splyce_pass import run_splyce_pass
 
-REASON = "16 x 16 broadcast compares (no AVX-512 CD), block advance"
+REASON = "16 x 8 broadcast compares (no AVX-512 CD), block advance"
 
 
 def _no_cd(target: codegen.Target) -> codegen.Target:
@@ -41,9 +41,10 @@ def _jit_no_cd(fun, monkeypatch, target="native", **options):
 
 @pytest.mark.parametrize("dtype", ["f64", "f32"])
 def test_broadcast_lane_for_fast_math_width_16_without_cd(ctx, dtype):
-    """16 compares of B's keys against C's coordinates broadcast (scalar load + vector.broadcast), each a select
-    of the constant r - 16 into the lane index, no conflict intrinsic; C's values permuted into B's lanes by the
-    index; the vector accumulator; the conflict lane's block advance."""
+    """8 compares of B's 16 keys against C's next 8 coordinates broadcast (scalar load + vector.broadcast), each
+    a select of the constant r - 16 into the lane index, no conflict intrinsic; C's values permuted into B's
+    lanes by the index; the vector accumulator; the block advance by 16 (B) and 8 (C), as selects of the
+    advanced cursor or the cursor."""
     target = _no_cd(codegen.resolve_target("avx512"))
     assert has_broadcast_lane_target(target)
     module = stage1(kernel_text("k1", dtype))
@@ -52,13 +53,14 @@ def test_broadcast_lane_for_fast_math_width_16_without_cd(ctx, dtype):
     (fast,) = fast_lanes(module)
     lane = str(fast)
     assert "conflict.d" not in lane and "math.ctlz" not in lane
-    assert len(re.findall(r"vector\.broadcast %\w+ : i32 to vector<16xi32>", lane)) == 16
-    assert len(re.findall(r"arith\.cmpi eq, %\w+, %\w+ : vector<16xi32>", lane)) == 16
-    assert len(re.findall(r"arith\.select %\w+, %\w+, %\w+ : vector<16xi1>, vector<16xi32>", lane)) == 16
+    assert len(re.findall(r"vector\.broadcast %\w+ : i32 to vector<16xi32>", lane)) == 8
+    assert len(re.findall(r"arith\.cmpi eq, %\w+, %\w+ : vector<16xi32>", lane)) == 8
+    assert len(re.findall(r"arith\.select %\w+, %\w+, %\w+ : vector<16xi1>, vector<16xi32>", lane)) == 8
     assert re.search(r"arith\.cmpi slt, %\w+, %\w+ : vector<16xi32>", lane)
     permute = "llvm.x86.avx512.permvar.sf.512" if dtype == "f32" else "llvm.x86.avx512.vpermi2var.pd.512"
     assert lane.count(permute) == (1 if dtype == "f32" else 2)
-    assert re.search(r"arith\.select %\w+, %c16\w*, %c0\w* : index", lane)
+    moves = re.findall(r"arith\.addi %\w+, (%c\d+)\w* : index\n\s*%\w+ = arith\.select %\w+, %\w+, %\w+ : index", lane)
+    assert sorted(moves) == ["%c16", "%c8"], moves
     assert [str(t) for t in fast.operation.results.types][-1] == f"vector<16x{dtype}>"
 
 
@@ -178,13 +180,15 @@ def test_broadcast_lane_paper_kernels_match_the_plain_sparsifier(dtype, monkeypa
 
 @pytest.mark.parametrize("vtype", [np.float64, np.float32])
 def test_broadcast_lane_machine_code(vtype, monkeypatch):
-    """AVX-512 code without CD (any host can emit it): one lane step holds the 16 dword compares against
-    broadcast coordinates, no vpconflictd, the permute(s) of C's values and the accumulators' masked moves."""
+    """AVX-512 code without CD (any host can emit it): one lane step holds the 8 dword compares against
+    broadcast coordinates, no vpconflictd, the permute(s) of C's values, the accumulators' masked moves and a
+    cmov advance (no setcc)."""
     dim, b, bv, c, cv = fiber_pair(256, 0.1, 1, np.int32, vtype)
     jitted = _jit_no_cd(_dot, monkeypatch, target="avx512", fast_math=True, vector_width=16)
     step = lane_loop(jitted.lower(_vector(dim, b, bv), _vector(dim, c, cv)).as_text("asm"))
-    assert sum(x.startswith("vpcmpeqd") for x in step) == 16 and not any("vpconflictd" in x for x in step)
-    assert sum("{1to16}" in x for x in step if x.startswith("vpcmpeqd")) >= 12   # B's keys broadcast from memory
+    assert sum(x.startswith("vpcmpeqd") for x in step) == 8 and not any("vpconflictd" in x for x in step)
+    assert sum("{1to16}" in x for x in step if x.startswith("vpcmpeqd")) >= 6   # C's keys broadcast from memory
+    assert any(x.startswith("cmov") for x in step) and not any(x.startswith("set") for x in step)
     permutes = [x for x in step if re.match(r"^vperm(d|ps|[it]2pd)\b", x)]
     assert len(permutes) == (1 if vtype == np.float32 else 2)
     assert [x for x in step if re.search(r"%zmm\d+ \{%k\d\}$", x)]     # the accumulators under the match mask

@@ -85,9 +85,10 @@ class ConflictLaneBuilder(FastLaneBuilder):
         lane_of = arith.subi(_splat(vt, 31), math.ctlz(hits))
         return self._block_state(cursors, kb, kc, matched, lane_of)
 
-    def _block_state(self, cursors, kb, kc, matched, lane_of):
+    def _block_state(self, cursors, kb, kc, matched, lane_of, c_block: int = WIDTH):
         """Phase 1's result from B's / C's keys, B's matched lanes and the C lane of each (low 4 bits): B's
-        values loaded, C's permuted into B's lanes, the blocks' last coordinates (for the advance)."""
+        values loaded, C's permuted into B's lanes, the blocks' last coordinates (for the advance; C's block
+        ``c_block`` coordinates)."""
         m = self.m
         values = {}
         side_memrefs = [[], []]
@@ -99,8 +100,8 @@ class ConflictLaneBuilder(FastLaneBuilder):
             values[(mem, 0)] = Lanes(WIDTH, vec=vector.load(_vtype(WIDTH, et), mem, [cursors[0]]))
         for mem in side_memrefs[1]:
             values[(mem, 1)] = Lanes(WIDTH, vec=self._permuted(mem, cursors[1], lane_of))
-        last = _index(WIDTH - 1)
-        lasts = [memref.load(crd, [arith.addi(cur, last)]) for crd, cur in zip(m.crd_memrefs, cursors)]
+        lasts = [memref.load(crd, [arith.addi(cur, _index(width - 1))])
+                 for crd, cur, width in zip(m.crd_memrefs, cursors, (WIDTH, c_block))]
         keys = [Lanes(WIDTH, vec=kb), Lanes(WIDTH, vec=kc)]
         return {"keys": keys, "kb": keys[0], "matched": Lanes(WIDTH, vec=matched), "values": values, "lasts": lasts}
 

@@ -182,7 +182,7 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder) ->
         if builder.vector_acc_slots:
             text += " (vector accumulators)"
         if isinstance(builder, BroadcastLaneBuilder):
-            text += "; 16 x 16 broadcast compares (no AVX-512 CD), block advance"
+            text += "; 16 x 8 broadcast compares (no AVX-512 CD), block advance"
         elif isinstance(builder, ConflictLaneBuilder):
             text += "; 16 x 16 conflict compares (vpconflictd), block advance"
     if options.simd_mac:
