@@ -99,7 +99,7 @@ def _loop(asm: str) -> str:
 def test_broadcast_steps_compare_against_broadcast_coordinates(how, compares):
     """The broadcast steps: ``compares`` zmm compares per step (all but the last folding B's coordinate as a
     ``{1to16}`` broadcast, the last reusing the advance's load), no ``vpconflictd``, a cmov (dot) advance; the dot's
-    index: masked moves of register constants (no constant-pool load per compare), its sign bits as the mask
+    index: its sign bits as the mask
     (``vpmovd2m``), a permute of B's values, masked FMAs."""
     count = _loop(st.step_asm(how))
     assert count.count("vpcmpeqd") == compares and count.count("{1to16}") == compares - 1
@@ -107,5 +107,5 @@ def test_broadcast_steps_compare_against_broadcast_coordinates(how, compares):
     for vtype in (np.float32, np.float64):
         body = _loop(st.step_asm(how, vtype=vtype))
         assert body.count("vpcmpeqd") == compares and "vpconflictd" not in body and "cmov" in body
-        assert body.count("vmovdqa32") == compares and "LCPI" not in body and "vpmovd2m" in body
+        assert "vpmovd2m" in body
         assert "vperm" in body and "vfmadd231p" in body
