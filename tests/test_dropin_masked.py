@@ -354,3 +354,33 @@ def test_triangle_count_beyond_exact_falls_back_to_the_sum():
     parts = [id(x) for x in (L.indptr, L.indices, L.data)] * 3
     assert fn(*parts, id(mark), id(out), 60, 60, 60, L.nnz, L.nnz, L.nnz, 0) == 0
     assert out[0] == (L @ L).multiply(L).sum() > 2
+
+
+@pytest.mark.parametrize("factors", [None, "mxy", "xym"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_sddmm_prefetching_kernel_gives_the_same_bits(factors, dtype, monkeypatch):
+    """The kernel variant that prefetches the rows of Y ahead (chosen where Y is beyond L2) writes the same
+    bits as the one without, on every thread's range (the look-ahead stops at a range's last entry), with
+    short and long rows, all three group sizes and the one-by-one tail."""
+    from splyce.native import sddmm as native_sddmm
+    from splyce.native.ir_text import index_bits
+
+    rng = np.random.default_rng(11)
+    m, n, d = 300, 200, 19
+    rows = rng.integers(0, 30, m)
+    rows[::7] = 0
+    indptr = np.concatenate([[0], np.cumsum(rows)]).astype(np.int32)
+    indices = np.concatenate([np.sort(rng.choice(n, k, replace=False)) for k in rows]).astype(np.int32)
+    mask = (rng.standard_normal(len(indices)).astype(dtype), indices, indptr)
+    x, y = rng.standard_normal((m, d)).astype(dtype), rng.standard_normal((n, d)).astype(dtype)
+    plain = native_sddmm.sddmm(mask, x, y, dtype, 1, factors)
+    monkeypatch.setattr(native_sddmm, "PREFETCH_MIN_BYTES", 0)
+    monkeypatch.setattr(native_sddmm, "SDDMM_SERIAL_MAX_WORK", 0)
+    for threads in (1, 2):
+        ahead = native_sddmm.sddmm(mask, x, y, dtype, threads, factors)
+        for a, b in zip(plain, ahead):
+            assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+    text = native_sddmm._sddmm_ir("k", np.dtype(dtype), index_bits(indptr), index_bits(indices),
+                                  native_sddmm.GROUPS, factors, native_sddmm.PREFETCH_AHEAD)
+    assert "@llvm.prefetch" in text
+    assert "@llvm.prefetch" not in native_sddmm._sddmm_ir("k", np.dtype(dtype), 32, 32, native_sddmm.GROUPS)

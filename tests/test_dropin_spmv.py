@@ -418,7 +418,8 @@ def test_small_products_asked_for_threads_run_on_one(monkeypatch):
 def test_spmv_kernel_choice_by_cpu(monkeypatch):
     """The one-row / grouped / flat choice follows the CPU's measurements (native_spmv._tuned_for): on Zen 1 /
     Zen 2 grouped rows in L2 and flat short rows at any size; on Zen 4 grouped rows in L2 for long rows only;
-    elsewhere never grouped; flat from L2's size but on Zen 1 / 2. The drop-in follows them."""
+    on Sapphire Rapids grouped rows in L2 from 5.5 a row, flat short rows at any size; elsewhere never grouped;
+    flat from L2's size but on Zen 1 / 2 and Sapphire Rapids. The drop-in follows them."""
     import scipy.sparse as sps
 
     from splyce.native import spmv as native_spmv
@@ -427,12 +428,13 @@ def test_spmv_kernel_choice_by_cpu(monkeypatch):
     assert native_spmv._tuned_for("znver1", 512 << 10) == (512 << 10, 0, 0)
     assert native_spmv._tuned_for("znver4", 1 << 20) == (1 << 20, 14, 1 << 20)
     assert native_spmv._tuned_for("znver5", 1 << 20) == (0, 0, 1 << 20)
-    assert native_spmv._tuned_for("sapphirerapids", 2 << 20) == (0, 0, 2 << 20)
+    assert native_spmv._tuned_for("sapphirerapids", 2 << 20) == (2 << 20, 5.5, 0)
+    assert native_spmv._tuned_for("rocketlake", 2 << 20) == (2 << 20, 5.5, 0)      # the same host under KVM
     chosen = []
     real = dropin._spmv_entry
     monkeypatch.setattr(dropin, "_spmv_entry", lambda dtype, idx, variant: chosen.append(variant) or real(dtype, idx, variant))
     rng = np.random.default_rng(2)
-    for tuned in ((1 << 20, 14, 1 << 20), (0, 0, 1 << 20), (512 << 10, 0, 0)):
+    for tuned in ((1 << 20, 14, 1 << 20), (0, 0, 1 << 20), (512 << 10, 0, 0), (2 << 20, 5.5, 0)):
         for name, value in zip(("_GROUPED_MAX_BYTES", "_GROUPED_MIN_ROW", "_FLAT_MIN_BYTES"), tuned):
             monkeypatch.setattr(dropin, name, value)
         for per_row in (2, 8, 30):                       # in L2 (12 bytes an entry): 48-720 KB
@@ -441,7 +443,8 @@ def test_spmv_kernel_choice_by_cpu(monkeypatch):
             a = sps.random_array((2000, 2000), density=per_row / 2000, format="csr", rng=rng)
             x = rng.random(2000)
             assert np.array_equal(dropin._fast_spmv(a, x), a @ x)
-    assert chosen == ["rows", "rows", "grouped", "rows", "rows", "rows", "flat", "grouped", "rows"]   # 720 KB > 512
+    assert chosen == ["rows", "rows", "grouped", "rows", "rows", "rows", "flat", "grouped", "rows",   # 720 KB > 512
+                      "flat", "grouped", "grouped"]
     assert native_spmv._l2_bytes() > 0
 
 

@@ -466,3 +466,26 @@ def test_jitted_results_of_spmatrix_arguments_are_spmatrix_as_scipy():
     product = splyce.jit(lambda m, n: m * n)
     assert type(product(sps.csr_array(a), sps.csr_array(a))) is sps.csr_array
     assert type(product(a, sps.csr_array(a))) is sps.csr_array
+
+
+def test_signature_parts_stand_for_shape_dtype_and_format_one_to_one():
+    """A validated tensor's part of the cheap signature is one number per (shape, value dtype, format): equal
+    for equal triples, different when any of them differs; the dispatcher's ``filed_kernel`` finds a kernel by
+    the triples, as a drop-in asks for it."""
+    import scipy.sparse as sps
+
+    from splyce.runtime import signature
+
+    a = sps.random_array((6, 7), density=0.5, format="csr", rng=1)
+    parts = [signature.fast_signature((splyce.asarray(m),))[0]
+             for m in (a, a.copy(), a.astype(np.float32), sps.random_array((7, 6), density=0.5, format="csr", rng=1),
+                       a.tocsc())]
+    assert parts[0] == parts[1] and len(set(parts[1:])) == 4
+    t = splyce.asarray(a)
+    assert signature.signature_of([(t.shape, t.values.dtype, t.format)]) == signature.fast_signature((t,))
+    f = splyce.jit(lambda m, x: m @ x)
+    x = np.ones(7)
+    assert np.allclose(f(t, x), a @ x)
+    kernel = f.filed_kernel(((t.shape, t.values.dtype, t.format), (x.shape, x.dtype)))
+    assert kernel is not None and kernel is f.kernel_for(t, x)[0]
+    assert f.filed_kernel(((t.shape, np.dtype(np.float32), t.format), (x.shape, x.dtype))) is None

@@ -23,7 +23,9 @@ has too) and equal or 1:16 lengths. Candidates, on the same arrays:
 * ``step count`` / ``step dot`` (int32 coordinates, AVX-512 CD hosts): the best intersection step written
   for this CPU outside the pass (``bench/intersect_step.py``: 16 x 16 coordinates per step, ``vpconflictd``
   compares, branch-free block advance), count-only and sum-only (fast math, vector accumulators): what the
-  hardware allows a lane, measured on the same arrays;
+  hardware allows a lane, measured on the same arrays; ``step count broadcast`` / ``step dot broadcast``: 16
+  compares against B's coordinates broadcast from memory instead (no ``vpconflictd``: the fastest steps on
+  Intel Sapphire Rapids, where ``vpconflictd`` is slow), ``step dot broadcast8``: 16 of A x 8 of B per step;
 * ``floor``: NumPy reading the same bytes (both fibers' coordinates and values: ``max`` over an int32 view
   of each buffer), the least time any candidate needs to read its inputs;
 * ``floor crd``: the same over the coordinates only: what a lane that reads the values of matches alone
@@ -55,6 +57,7 @@ SKEWS = (1, 16)
 DTYPES = ((np.int32, np.float64), (np.int32, np.float32), (np.int64, np.float64), (np.int64, np.float32))
 COLUMNS = ["crd", "val", "overlap", "lengths", "candidate", "ns_per_crd", "ns_per_crd_median", "cycles_per_crd",
            "bw_share", "vs_lane"]
+STEP_DOTS = ("broadcast", "broadcast8")   # bench/intersect_step.py's dot steps beside the conflict one
 SPIN_OPS = 200      # dependent imuls per iteration of the clock calibration loop
 IMUL_LATENCY = 3    # cycles of a 64-bit register imul on every x86 core since the Pentium Pro (Agner Fog's tables)
 
@@ -198,6 +201,9 @@ def _candidates(dim, b, bv, c, cv, skew):
     if b.dtype == np.int32 and intersect_step.available():
         out["step count"] = (lambda: intersect_step.count(b, c), float(common.size), 0.0)
         out["step dot"] = (lambda: intersect_step.dot(b, bv, c, cv), exact, tol)
+        out["step count broadcast"] = (lambda: intersect_step.count(b, c, "broadcast"), float(common.size), 0.0)
+        for how in STEP_DOTS:
+            out[f"step dot {how}"] = (lambda how=how: intersect_step.dot(b, bv, c, cv, how), exact, tol)
     buffers = [x.view(np.int32) for x in (b, bv, c, cv)]
     floor_value = float(max(int(x.max()) for x in buffers))
     out["floor"] = (lambda: max(int(x.max()) for x in buffers), floor_value, 0.0)
@@ -268,27 +274,30 @@ def run(cfg: Config) -> Result:
             f"12)) x short for short >= 8: the 1:16 rows run the fast lane, as gallop=0); lane fast_math: "
             f"fast_math=True (reassociated sum, as NumKong's), vector_width=4; n8 / n16: vector_width=8 / 16 (16: the "
             f"conflict lane on AVX-512 CD); auto: the width left unset ({auto_reason}). step count / step dot: "
-            f"bench/intersect_step.py, bench-only (16 x 16 blocks, vpconflictd; int32 coordinates, AVX-512 CD).")
+            f"bench/intersect_step.py, bench-only (16 x 16 blocks, vpconflictd; int32 coordinates, AVX-512 CD); "
+            f"step ... broadcast: 16 compares of A against B's coordinates broadcast, broadcast8: 16 x 8 blocks.")
     return Result("limit", "Fiber-pair sparse dot: the fast lane vs the plain sparsifier, NumKong and the "
                   "bandwidth floor", COLUMNS, rows, note, plot=_plot, preface=_preface(summary),
                   comments=[f"clock: {ghz:.3f} GHz ({clock_how})"])
 
 
 PREFACE_COLUMNS = ("lane", "lane fast_math", "lane fast_math n8", "lane fast_math n16", "lane fast_math auto", "plain",
-                   "numkong dot", "numkong intersect", "step count", "step dot", "floor", "floor crd")
+                   "numkong dot", "numkong intersect", "step count", "step dot", "step count broadcast",
+                   "step dot broadcast", "step dot broadcast8", "floor", "floor crd")
+RATIO_COLUMNS = ("lane", "lane fast_math", "lane fast_math n16", "step dot broadcast", "step dot broadcast8")
 
 
 def _preface(summary) -> str:
     """One line per case: best ns per coordinate of the main candidates and the ratios to the lane."""
-    lines = ["| case | " + " | ".join(f"{c} ns" for c in PREFACE_COLUMNS) +
-             " | plain / lane | lane / numkong dot | lane fast_math / numkong dot | lane fast_math n16 / numkong dot |",
-             "|" + " --- |" * (len(PREFACE_COLUMNS) + 5)]
+    lines = ["| case | " + " | ".join(f"{c} ns" for c in PREFACE_COLUMNS) + " | plain / lane | " +
+             " | ".join(f"{c} / numkong dot" for c in RATIO_COLUMNS) + " |",
+             "|" + " --- |" * (len(PREFACE_COLUMNS) + len(RATIO_COLUMNS) + 2)]
     for head, ns, ratio in summary:
         case = f"{head['crd']} {head['val']} {head['overlap']} {head['lengths']}"
         cells = [f"{ns[c]:.3g}" if c in ns else "n/a" for c in PREFACE_COLUMNS]
         nk = ratio.get("numkong dot")
         vs = [f"{ratio[c] / nk:.2f}" if nk and c in ratio else "n/a"
-              for c in ("lane", "lane fast_math", "lane fast_math n16")]
+              for c in RATIO_COLUMNS]
         lines.append(f"| {case} | " + " | ".join(cells) + f" | {ratio['plain']:.2f} | " + " | ".join(vs) + " |")
     return "\n".join(lines) + "\n"
 

@@ -124,10 +124,12 @@ def _elementwise_call(op: LibraryOp, options) -> LibraryCall | None:
 # columns (spgemm_sorted.kind_for). The flags kernel's accumulator is Gilbert, Moler and Schreiber's: a dense
 # row of sums, a flag per column, the list of columns met.
 SPGEMM_SORTED_RULE = ("per call, by b's columns: when at least half of its neighbouring stored columns are "
-                      "adjacent (banded, dense blocks), a map of output positions and a sort of each row, whose "
-                      "insert-or-add branch such runs keep predictable; else each row summed in a dense row with "
-                      "a flag per column, branch-free. Rows of up to 16 entries ranked by vector compares, "
-                      "longer ones in column order from a bitmap (the map) or from the flags, 64 columns a step")
+                      "adjacent (banded, dense blocks) or the rows average at most 16 multiply-adds (road "
+                      "networks), a map of output positions and a sort of each row, whose insert-or-add branch "
+                      "such runs keep predictable; else each row summed in a dense row with a flag per column, "
+                      "branch-free. Rows of up to 16 entries ranked by vector compares (on AVX-512 hosts, for "
+                      "rows averaging at most 16: sorted by a 16-key bitonic network), longer ones in column order from a bitmap "
+                      "(the map) or from the flags, 64 columns a step")
 
 
 def _spgemm_kept(out):

@@ -247,7 +247,7 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = 
     if sort:                                # which sorted kernel: by B's columns (spgemm_sorted.kind_for)
         from splyce.native import spgemm_sorted
 
-        sort = spgemm_sorted.kind_for(bc)
+        sort = spgemm_sorted.kind_for(bc, flops, m)
     dense = not sort and n <= DENSE_COLUMNS and int(ap[-1]) - int(ap[0]) >= DENSE_ROW_ENTRIES * m > 0
     with _lock:
         kernel, backward = _product(dense, dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc),

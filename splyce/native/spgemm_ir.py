@@ -395,8 +395,7 @@ one_load:
   %lens = shufflevector <{w} x i{co}> %leni, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
   %inrow = icmp ult <{w} x i{co}> {lanes}, %lens
   %yrow = select <{w} x i1> %inrow, <{w} x i{co}> %ylane, <{w} x i{co}> {ones}
-  br label %one_head
-one_head:
+{one_next}one_head:
   %e = phi i64 [0, %one_load], [%e1, %one_body]
   %ein = icmp ult i64 %e, %len
   br i1 %ein, label %one_body, label %row_done
@@ -463,10 +462,11 @@ rank_put:
 """
 
 
-def small_rows(one_value: str, rank_value: str, longer: str) -> str:
-    """The format template of the short sorted rows (above) around the kernel's value loads."""
+def small_rows(one_value: str, rank_value: str, longer: str, one_next: str = "  br label %one_head\n") -> str:
+    """The format template of the short sorted rows (above) around the kernel's value loads; ``one_next``: the
+    end of block one_load (spgemm_network.row_ir, or on to the ranks)."""
     return _SMALL_ROWS.replace("{one_value}\n", one_value).replace("{rank_value}\n", rank_value).replace(
-        "{longer}", longer)
+        "{longer}", longer).replace("{one_next}", one_next.replace("{", "{{").replace("}", "}}"))
 
 
 def sorted_fields(fields: dict) -> dict:

@@ -65,9 +65,22 @@ ADJACENT_SHARE = 0.5
 SAMPLE = 4096
 
 
-def kind_for(b_indices: np.ndarray) -> str:
-    """``"map"`` or ``"flags"``: the kernel for a product whose B has these column indices (ADJACENT_SHARE).
-    Pairs that straddle two rows count as well (one per row: noise at these sizes)."""
+# The map kernel with spgemm_network's sort of rows of up to 16 entries (kind "short") when the product's rows
+# average at most this many terms (flops / rows): nearly all its rows then fit the network's 16 lanes, sorted
+# in registers with no loop (road networks: 7.3; every other corpus product 25 or more). Kernel alone, 2-core
+# Sapphire Rapids KVM, 2026-12-05, min of 9, load ~2: road-700 34.8 ms (flags) -> 31.7, road-100 0.73 ->
+# 0.66 (the drop-in's unsorted kernel 26.0, 0.46); not for longer rows (ba-4k, 106 terms a row: 1.7 against
+# 3.0), nor for the map's own rows of equal lengths (banded-4k's 9 entries: the ranks' loop exit is predicted
+# there, and they take 0.22 ms against the network's 0.25).
+SHORT_ROW_FLOPS = 16
+
+
+def kind_for(b_indices: np.ndarray, flops: int = -1, rows: int = 0) -> str:
+    """``"short"``, ``"map"`` or ``"flags"``: the kernel for a product of ``flops`` multiply-adds over ``rows``
+    rows (SHORT_ROW_FLOPS), when given, whose B has these column indices (ADJACENT_SHARE). Pairs that
+    straddle two rows count as well (one per row: noise at these sizes)."""
+    if 0 <= flops <= SHORT_ROW_FLOPS * rows:
+        return "short"
     pairs = len(b_indices) - 1
     if pairs <= 0:
         return "flags"
@@ -79,8 +92,8 @@ def kind_for(b_indices: np.ndarray) -> str:
 
 def scratch(n: int, kind: str = "flags") -> np.ndarray:
     """A thread's dense accumulator, column list and flags: all zero but the header (n); the map kernel's own
-    scratch for ``kind="map"``."""
-    if kind == "map":
+    scratch for ``kind="map"`` or ``"short"``."""
+    if kind in ("map", "short"):
         from splyce.native import spgemm_sorted_map
 
         return spgemm_sorted_map.scratch(n)
@@ -274,10 +287,10 @@ def rows_ir(fields: dict, kind: str = "flags") -> str:
     """The sorted row kernel ``@{name}`` (the unsorted one's signature, ``%slots`` being :func:`scratch`);
     ``fields``: the format fields of spgemm's templates (name, t, mul, add, index widths and extensions);
     ``kind``: :func:`kind_for`'s answer."""
-    if kind == "map":
-        from splyce.native import spgemm_sorted_map
+    if kind in ("map", "short"):
+        from splyce.native import spgemm_network, spgemm_sorted_map
 
-        return spgemm_sorted_map.rows_ir(fields)
+        return spgemm_sorted_map.rows_ir(fields, network=kind == "short" and spgemm_network.available())
     fields = spgemm_ir.sorted_fields(fields)
     w = fields["w"]
     bytes_ = "<" + ", ".join(f"i8 {x}" for x in range(64)) + ">"

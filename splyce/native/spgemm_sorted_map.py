@@ -18,7 +18,9 @@ result sorted, by length:
 - up to one vector of columns (16 int32 / 8 int64): the row loaded once, lanes past its end set to all-ones,
   and each entry stored at ``start + rank``, its rank (how many columns are smaller: columns are unique in a
   row) the popcount of one vector compare. No branch depends on the values (road networks' ~8-entry rows:
-  an insertion sort's mispredicted loop exits cost ~20 ns a row, twice this);
+  an insertion sort's mispredicted loop exits cost ~20 ns a row, twice this). For products of short rows
+  (spgemm_sorted's kind "short": ``rows_ir(network=True)``) on AVX-512 hosts, int32 columns: sorted in
+  registers instead, no loop at all (spgemm_network.py);
 - up to ``RANK_MAX`` (int64 columns: rows of 9-16 entries): the same ranks counted over the row a vector at a
   time, the row padded with all-ones;
 - longer rows: a bitmap over the columns touched (a bit per column), walked in order with
@@ -37,19 +39,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from splyce.native import spgemm_ir
+from splyce.native import spgemm_ir, spgemm_network
 
 PAD = 16           # all-ones lanes after a row's columns: a vector load never counts them
 
 
 def scratch(n: int) -> np.ndarray:
-    """A thread's slots, scratch row and bitmap (see the module docstring): slots -1, bitmap zero."""
+    """A thread's slots, scratch row and bitmap (see the module docstring): slots -1, bitmap zero; 16 words
+    after them (spgemm_network reads a short row's 16 values from the scratch row whatever its length)."""
     words, summary = n // 64 + 2, n // 4096 + 2
-    buf = np.zeros(1 + n + (n + PAD) + n + words + summary, dtype=np.int64)
+    buf = np.zeros(1 + n + (n + PAD) + n + words + summary + spgemm_network.LANES, dtype=np.int64)
     buf[0] = n
     buf[1: 1 + n] = -1
     return buf
 
+
+# The end of a short row's block one_load: on to the ranks, or first spgemm_network's sort (rows_ir).
+_ONE_NEXT = "@one_next@\n"
 
 # A short row's values (spgemm_ir.small_rows): in the scratch row, at the entry's place.
 _ONE_VALUE = """\
@@ -278,13 +284,19 @@ s_next:
   br label %s_head
 
 {row_done}
-""", row_end="%c1").replace("{small_rows}\n", spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "rg_head")).replace(
+""", row_end="%c1").replace("{small_rows}\n", spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "rg_head",
+                                                                                        _ONE_NEXT)).replace(
     "{set_bit_d}\n", _set_bit("d", "de")).replace("{set_bit_t}\n", _set_bit("t", "be")).replace(
     "{word_d}\n", _word("d", "dww0", "dcbase", "dout", "dw_body", "dv_done")).replace(
     "{word_t}\n", _word("t", "ww0", "cbase", "out_w", "sw_body", "w_done"))
 
 
-def rows_ir(fields: dict) -> str:
+def rows_ir(fields: dict, network: bool = False) -> str:
     """The sorted row kernel ``@{name}`` (the unsorted one's signature, ``%slots`` being :func:`scratch`);
-    ``fields``: the format fields of spgemm's templates (name, t, mul, add, index widths and extensions)."""
-    return _ROWS.format(**spgemm_ir.sorted_fields(fields), pad=PAD)
+    ``fields``: the format fields of spgemm's templates (name, t, mul, add, index widths and extensions);
+    ``network``: rows of up to 16 int32 columns sorted by spgemm_network (AVX-512F hosts), else ranked."""
+    text = _ROWS.format(**spgemm_ir.sorted_fields(fields), pad=PAD)
+    if network and fields["co"] == 32:
+        return spgemm_network.DECLARATIONS + text.replace(_ONE_NEXT, spgemm_network.row_ir(
+            fields["t"], "one_head", "row_done"))
+    return text.replace(_ONE_NEXT, "  br label %one_head\n")

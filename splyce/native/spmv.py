@@ -138,12 +138,25 @@ def _tuned_for(cpu: str, l2_bytes: int) -> tuple[int, int, int]:
     beyond L2 the flat loop wins on short rows (road-700: 1.9x the one-row kernel). Zen 5 (1 MiB L2), and by
     default the CPUs not measured: in L2 the one-row kernel is fastest everywhere (grouped 0.66-0.96x of it,
     flat 0.41-0.62x: road-100 0.97x scipy flat, 2.24x one row) and beyond L2 the flat loop wins on short rows
-    (road graphs of 1.2-14 MB: 1.47-1.72x scipy against the one-row kernel's 0.92-1.00x)."""
+    (road graphs of 1.2-14 MB: 1.47-1.72x scipy against the one-row kernel's 0.92-1.00x). Sapphire Rapids
+    (``_GOLDEN_COVE``): grouped rows in L2 from 5.5 entries a row, flat short rows at any size."""
     if cpu in ("znver1", "znver2"):
         return 512 << 10, 0, 0
     if cpu == "znver4":
         return l2_bytes, 14, l2_bytes
+    if cpu in _GOLDEN_COVE:
+        return l2_bytes, 5.5, 0
     return 0, 0, l2_bytes
+
+
+# The Sapphire-Rapids-class Xeon (2 MiB L2; LLVM names its host CPU rocketlake under KVM), 2026-12-05, the
+# drop-in's kernels on the corpus, min of 60 interleaved batches of 50 calls, us, one row / grouped / flat /
+# scipy (shared cores, load ~4): fem2d-3k 27.2 / 13.4 / - / 21.3, fem3d-1500 20.5 / 12.6 / - / 18.3, ba-4k
+# 26.5 / 16.1 / - / 25.4, rmat-s10 9.9 / 8.7 / - / 8.7, pyamg-bar 14.1 / 12.1 / - / 13.3, pyamg-ldg 22.5 / 17.0 / -
+# / 18.9, blockdiag-32 9.4 / 7.1 / - / 9.8, propack 10.4 / 10.0 / - / 9.6; rows of 5 (banded-4k) 13.1 / 15.3 /
+# - / 12.0: one row; 2.5 (road-100) 61.6 / 49.0 / 34.2 / 50.7: flat. Grouped in L2 from 5.5 entries a row
+# (ba-4k's 5.97 grouped, banded-4k's 5.0 not), flat rows of a few entries at any size.
+_GOLDEN_COVE = ("sapphirerapids", "emeraldrapids", "rocketlake")
 
 
 def _l2_bytes() -> int:

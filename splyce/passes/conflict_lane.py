@@ -33,6 +33,7 @@ from splyce.passes.ir_utils import CMPI_NE, CMPI_ULE
 WIDTH = CONFLICT_WIDTH
 HALF = WIDTH // 2
 CONFLICT = "llvm.x86.avx512.conflict.d.512"
+NO_CONFLICT = "the target has no AVX-512 CD"   # the one blocker the broadcast lane lifts (broadcast_lane.py)
 PERMUTE = {32: "llvm.x86.avx512.permvar.sf.512", 64: "llvm.x86.avx512.vpermi2var.pd.512"}
 
 
@@ -51,7 +52,7 @@ def conflict_blocker(match: Coiteration, options: Options, builder: FastLaneBuil
         if ll.side == 1 and not (isinstance(et, ir.FloatType) and et.width in PERMUTE):
             return f"the other operand's values are {et}, not f32 / f64"
     if not has_conflict_compares(options.target):
-        return "the target has no AVX-512 CD"
+        return NO_CONFLICT
     return None
 
 
@@ -82,6 +83,13 @@ class ConflictLaneBuilder(FastLaneBuilder):
                               [WIDTH + HALF + k for k in range(HALF)])
         matched = arith.cmpi(CMPI_NE, hits, _splat(vt, 0))
         lane_of = arith.subi(_splat(vt, 31), math.ctlz(hits))
+        return self._block_state(cursors, kb, kc, matched, lane_of)
+
+    def _block_state(self, cursors, kb, kc, matched, lane_of, c_block: int = WIDTH):
+        """Phase 1's result from B's / C's keys, B's matched lanes and the C lane of each (low 4 bits): B's
+        values loaded, C's permuted into B's lanes, the blocks' last coordinates (for the advance; C's block
+        ``c_block`` coordinates)."""
+        m = self.m
         values = {}
         side_memrefs = [[], []]
         for ll in m.lane_loads.values():
@@ -92,8 +100,8 @@ class ConflictLaneBuilder(FastLaneBuilder):
             values[(mem, 0)] = Lanes(WIDTH, vec=vector.load(_vtype(WIDTH, et), mem, [cursors[0]]))
         for mem in side_memrefs[1]:
             values[(mem, 1)] = Lanes(WIDTH, vec=self._permuted(mem, cursors[1], lane_of))
-        last = _index(WIDTH - 1)
-        lasts = [memref.load(crd, [arith.addi(cur, last)]) for crd, cur in zip(m.crd_memrefs, cursors)]
+        lasts = [memref.load(crd, [arith.addi(cur, _index(width - 1))])
+                 for crd, cur, width in zip(m.crd_memrefs, cursors, (WIDTH, c_block))]
         keys = [Lanes(WIDTH, vec=kb), Lanes(WIDTH, vec=kc)]
         return {"keys": keys, "kb": keys[0], "matched": Lanes(WIDTH, vec=matched), "values": values, "lasts": lasts}
 

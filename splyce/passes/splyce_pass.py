@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from mlir import ir
 from mlir.dialects import memref
 
+from splyce.passes.broadcast_lane import BroadcastLaneBuilder, broadcast_blocker
 from splyce.passes.conflict_lane import ConflictLaneBuilder, conflict_blocker
 from splyce.passes.coiteration_match import INSERT_KIND, Coiteration, Decline, match_coiteration, shape_name
 from splyce.passes.fast_lane import FastLaneBuilder, add_epilogue_count
@@ -180,7 +181,9 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder) ->
         text += " fast-math"
         if builder.vector_acc_slots:
             text += " (vector accumulators)"
-        if isinstance(builder, ConflictLaneBuilder):
+        if isinstance(builder, BroadcastLaneBuilder):
+            text += "; 16 x 8 broadcast compares (no AVX-512 CD), block advance"
+        elif isinstance(builder, ConflictLaneBuilder):
             text += "; 16 x 16 conflict compares (vpconflictd), block advance"
     if options.simd_mac:
         blocker = builder.simd2_blocker()
@@ -276,6 +279,8 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                 blocker = conflict_blocker(match, options, builder) if lane is FastLaneBuilder else "an insert"
                 if blocker is None:
                     builder = ConflictLaneBuilder(match, options, counters)
+                elif lane is FastLaneBuilder and broadcast_blocker(match, options, builder) is None:
+                    builder = BroadcastLaneBuilder(match, options, counters)
                 elif options.vector_width == CONFLICT_WIDTH:   # a chosen all-pairs width holds for every
                     loop_options = _unchosen(options, blocker)  # intersection loop, a chosen 16 for this lane
                     if loop_options is not options:

@@ -23,7 +23,7 @@ from splyce.planner.plan import make_plan
 from splyce.runtime import (aliasing, arguments, disk_cache, disk_kernels, lane_tuning, library, result_tree,
                             scipy_results)
 from splyce.runtime.cache_key import CacheInfo, CacheKey, count_of
-from splyce.runtime.signature import fast_signature, unchanged
+from splyce.runtime.signature import fast_signature, signature_of, unchanged
 from splyce.runtime.kernel import (
     Kernel, _labelled, _stored_entries, _values_of,
 )
@@ -187,8 +187,10 @@ class Jitted:
         if kwargs:
             raise TypeError("jitted functions take positional arguments only")
         values = []
-        kernel = self._filed(args, values)   # the fast path: the kernel filed under the arguments' signature
+        # the fast path (``_filed``, inlined: a call frame is ~5 % of a cached call on a small operand)
+        kernel = None if self._sites else self._by_signature.get(fast_signature(args, values))
         if kernel is not None:
+            next(self._fast_hits)
             direct = kernel.direct
             if direct is not None:        # the kernel's whole call, result rules included, as one closure
                 return direct(values)
@@ -240,7 +242,7 @@ class Jitted:
         """The kernel already filed under ``signature`` (``signature.fast_signature``'s key: ``(shape, value dtype,
         format)`` per checked tensor), or None; compiles nothing. A drop-in fast path that runs natively asks
         it for the plan a general call with these operands would run."""
-        return self._by_signature.get(signature)
+        return self._by_signature.get(signature_of(signature))
 
     def accumulate(self, out: np.ndarray, *args) -> np.ndarray:
         """``out += f(*args)`` in place, for a function with one dense result.

@@ -5,6 +5,7 @@ dispatcher files a kernel once a general call showed that nothing was prepared (
 from __future__ import annotations
 
 import functools
+import itertools
 
 import numpy as np
 
@@ -14,33 +15,58 @@ from splyce.tensors.formats import Format
 from splyce.tensors.tensor import SparseTensor
 
 _SIGNATURE = "dispatcher.signature"      # a validated tensor's part of ``fast_signature``, in its memo
+# a tensor's ``(shape, value dtype, format)`` stands as one int in a signature: hashing a Format is a Python
+# call (0.17 us) and a signature is hashed on every cached call; ``next`` on a count is atomic under the GIL, so
+# two threads interning different parts never get one number
+_PARTS: dict[tuple, int] = {}
+_NUMBERS = itertools.count()
 
 
-def fast_signature(args, values: list | None = None) -> tuple | None:
+def tensor_part(shape: tuple, dtype: np.dtype, fmt: Format) -> int:
+    """A tensor's part of a signature: the number standing for ``(shape, dtype, fmt)``."""
+    key = (shape, dtype, fmt)
+    part = _PARTS.get(key)
+    return _PARTS.setdefault(key, next(_NUMBERS)) if part is None else part
+
+
+def signature_of(parts) -> tuple:
+    """The signature ``fast_signature`` gives arguments of these parts: ``(shape, value dtype, format)`` for a
+    tensor, ``(shape, dtype)`` for an array (for a drop-in that asks the dispatcher for a kernel filed under
+    it)."""
+    return tuple(tensor_part(*p) if len(p) == 3 else p for p in parts)
+
+
+def fast_signature(args, values: list | None = None, _tensor=SparseTensor, _checked=arguments.Checked,
+                   _ndarray=np.ndarray) -> tuple | None:
     """A cheap key for arguments that ``arguments.prepare`` passes through unchanged, or None: tensors the
     drop-ins just built and checked (``Checked``: keyed by shape, dtype and format, all that ``prepare`` looks
     at) and C-contiguous ndarrays (shape and dtype; byte order is part of the dtype). A drop-in call is tens of
     microseconds, and building the full ``CacheKey`` (a ``TensorType`` per argument, the options) costs ~30 us.
     A kernel is filed under a signature only after ``prepare`` returned the arguments themselves. ``values``,
-    when given, receives the kernel's operands (a ``Checked``'s tensor, else the argument) in the same pass."""
+    when given, receives the kernel's operands (a ``Checked``'s tensor, else the argument) in the same pass.
+    (The classes are bound as defaults: local names, no module look-ups on the cached call.)"""
     parts = []
     operands = [] if values is None else values
     for a in args:
         kind = type(a)
-        operands.append(a.tensor if kind is arguments.Checked else a)
-        if kind is arguments.Checked:
-            t = a.tensor
-            parts.append((t.shape, t.values.dtype, t.format))
-        elif kind is SparseTensor:
+        if kind is _tensor:
             memo = a.memo()
             part = memo.get(_SIGNATURE)     # made once per tensor: its shape, dtype and format never change
             if part is None:
                 if not (a.validated and _passes_through(a.format)):
                     return None
-                part = memo[_SIGNATURE] = (a.shape, a.values.dtype, a.format)   # checked once already
-            parts.append(part)                                                  # (docs/caches.md)
-        elif kind is np.ndarray and a.flags.c_contiguous:
+                part = memo[_SIGNATURE] = tensor_part(a.shape, a.values.dtype, a.format)  # checked once already
+            parts.append(part)                                                          # (docs/caches.md)
+            operands.append(a)
+        elif kind is _ndarray:
+            if not a.flags.c_contiguous:
+                return None
             parts.append((a.shape, a.dtype))
+            operands.append(a)
+        elif kind is _checked:
+            t = a.tensor
+            parts.append(tensor_part(t.shape, t.values.dtype, t.format))
+            operands.append(t)
         else:
             return None
     return tuple(parts)
