@@ -123,7 +123,8 @@ class Options:
     #                              CSR outputs only, True for dense outputs too, False never (docs/passes.md)
     # set from vector_width: True when it was left unset and chosen (WidthChoice.scoped) other than the default,
     # which then holds for the loops it was chosen for only (the conflict lane's, or every intersection loop;
-    # every other loop keeps the default's code: splyce_pass._unchosen), where a given width holds for every loop. A field, so the two are different cache keys (memory and disk)
+    # every other loop keeps the default's code: splyce_pass._unchosen), where a given width holds for every
+    # loop. A field, so the two are different cache keys (memory and disk)
     width_chosen: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self):

@@ -400,7 +400,9 @@ def test_limit_tiny(tmp_path, capsys):
     for r in rows:
         by_case.setdefault((r["crd"], r["val"], r["lengths"]), set()).add(r["candidate"])
         assert float(r["ns_per_crd"]) > 0 and float(r["bw_share"]) > 0
-    assert by_case[("int32", "float64", "4096:4096")] >= {"lane", "plain", "floor"}
+    assert by_case[("int32", "float64", "4096:4096")] >= {"lane", "plain", "floor", "lane fast_math n8",
+                                                          "lane fast_math auto"}
+    assert any(c.startswith("# clock: ") and ("imuls" in c or "cpu MHz" in c) for c in comments), comments
     assert "lane gallop=0" in by_case[("int64", "float32", "4096:256")]
     assert all("numkong dot" not in names for (crd, _, _), names in by_case.items() if crd == "int64")
     assert "plain / lane" in capsys.readouterr().out

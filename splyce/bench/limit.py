@@ -6,11 +6,15 @@ f32 / f64 values, 1 / 10 / 50 % overlap (the share of the shorter fiber's coordi
 has too) and equal or 1:16 lengths. Candidates, on the same arrays:
 
 * ``lane``: ``splyce.jit`` with the default options (IR checked: the loop is vectorized);
-* ``lane fast_math``: the same with ``fast_math=True, vector_width=4`` (the all-pairs lane; left unset, the width
-  is 16 on AVX-512 CD hosts: the next column) (the sum reassociated, as NumKong's is: a vector
-  accumulator in the lane, reduced once after it); ``lane`` is the strict, bit-exact sum;
+* ``lane fast_math``: the same with ``fast_math=True, vector_width=4`` (the all-pairs lane) (the sum
+  reassociated, as NumKong's is: a vector accumulator in the lane, reduced once after it); ``lane`` is the
+  strict, bit-exact sum;
+* ``lane fast_math n8``: ``fast_math=True, vector_width=8`` (the all-pairs lane of 8 x 8 coordinates);
 * ``lane fast_math n16`` (int32 coordinates): ``fast_math=True, vector_width=16``, on AVX-512 CD hosts the
   conflict lane (``passes/conflict_lane.py``: 16 x 16 blocks, ``vpconflictd``, block advance);
+* ``lane fast_math auto``: ``fast_math=True`` with the width left unset: the one measured on this CPU at first
+  use (``runtime/lane_tuning.py``; ``SPLYCE_NO_TUNE=1``: the static rule, 16 on AVX-512 CD), which should
+  be the best of the three above;
 * ``lane gallop=0`` (skewed rows only): the all-pairs fast lane without galloping;
 * ``plain``: the plain sparsifier (``vectorize=False``);
 * ``numkong dot``: NumKong's ``sparse_dot`` (uint32 indices + float32 values only: int32 rows, the values
@@ -168,9 +172,13 @@ def _candidates(dim, b, bv, c, cv, skew):
     out = {"lane": (lambda: lane(A, B), exact, tol)}
     fast = _jit(fast_math=True, vector_width=4)
     out["lane fast_math"] = (lambda: fast(A, B), exact, tol)
+    fast8 = _jit(fast_math=True, vector_width=8)
+    out["lane fast_math n8"] = (lambda: fast8(A, B), exact, tol)
     if b.dtype == np.int32:
         fast16 = _jit(fast_math=True, vector_width=16)
         out["lane fast_math n16"] = (lambda: fast16(A, B), exact, tol)
+    auto = _jit(fast_math=True)
+    out["lane fast_math auto"] = (lambda: auto(A, B), exact, tol)
     if skew > 1:
         nogallop = _jit(gallop=0)
         out["lane gallop=0"] = (lambda: nogallop(A, B), exact, tol)
@@ -254,6 +262,8 @@ def run(cfg: Config) -> Result:
     finally:
         bar.close()
     floor_bytes = sum(x.nbytes for x in (b, bv, c, cv))
+    auto = _jit(fast_math=True).options
+    auto_reason = f"n={auto.vector_width}: {auto.width_reason}"
     note = (f"ns_per_crd: best of {repeats} interleaved repeats per input coordinate (len(a) + len(b)), "
             f"_median the median; cycles_per_crd at {ghz:.2f} GHz ({clock_how}); bw_share = floor / candidate "
             f"(medians), floor = NumPy reading the same bytes (max over an int32 view of both fibers' "
@@ -262,18 +272,18 @@ def run(cfg: Config) -> Result:
             f"of f64 values; intersect returns the count; floor crd: the coordinates only. Splyce: whole calls, sealed "
             f"operands, default options (n = 4, phases 7; galloping from long >= (16 + 2 min(floor(log2 short), "
             f"12)) x short for short >= 8: the 1:16 rows run the fast lane, as gallop=0); lane fast_math: "
-            f"fast_math=True (reassociated sum, as NumKong's); lane fast_math n16: also vector_width=16 (the conflict "
-            f"lane on AVX-512 CD). step count / step dot: bench/intersect_step.py, "
-            f"bench-only (16 x 16 blocks, vpconflictd; int32 coordinates, AVX-512 CD); step ... broadcast: 16 "
-            f"compares of A against B's coordinates broadcast, broadcast8: 16 x 8 blocks.")
+            f"fast_math=True (reassociated sum, as NumKong's), vector_width=4; n8 / n16: vector_width=8 / 16 (16: the "
+            f"conflict lane on AVX-512 CD); auto: the width left unset ({auto_reason}). step count / step dot: "
+            f"bench/intersect_step.py, bench-only (16 x 16 blocks, vpconflictd; int32 coordinates, AVX-512 CD); "
+            f"step ... broadcast: 16 compares of A against B's coordinates broadcast, broadcast8: 16 x 8 blocks.")
     return Result("limit", "Fiber-pair sparse dot: the fast lane vs the plain sparsifier, NumKong and the "
                   "bandwidth floor", COLUMNS, rows, note, plot=_plot, preface=_preface(summary),
                   comments=[f"clock: {ghz:.3f} GHz ({clock_how})"])
 
 
-PREFACE_COLUMNS = ("lane", "lane fast_math", "lane fast_math n16", "plain", "numkong dot", "numkong intersect",
-                   "step count", "step dot", "step count broadcast", "step dot broadcast", "step dot broadcast8",
-                   "floor", "floor crd")
+PREFACE_COLUMNS = ("lane", "lane fast_math", "lane fast_math n8", "lane fast_math n16", "lane fast_math auto", "plain",
+                   "numkong dot", "numkong intersect", "step count", "step dot", "step count broadcast",
+                   "step dot broadcast", "step dot broadcast8", "floor", "floor crd")
 RATIO_COLUMNS = ("lane", "lane fast_math", "lane fast_math n16", "step dot broadcast", "step dot broadcast8")
 
 

@@ -512,9 +512,10 @@ def jit(fun=None, *, vectorize=True, vector_width=None, phases=DEFAULT_PHASES, f
     vectorize : bool, optional
         Run the Splyce pass (the SIMD fast lanes). False gives the plain MLIR sparsifier's code.
     vector_width : int, optional
-        Coordinates of each operand a fast-lane step consumes: 2, 4, 8 or 16. None (default): 4, and 16 with
-        ``fast_math=True`` on a target with AVX-512 CD (the host's, for "native"), where the 16 x 16
-        conflict-compare lane is built; the "splyce" stage text says which and why.
+        Coordinates of each operand a fast-lane step consumes: 2, 4, 8 or 16. None (default): 4; with
+        ``fast_math=True`` for the host, the lane measured fastest on this CPU at first use (4, 8 or the
+        16 x 16 conflict-compare lane; kept in the cache folder; ``SPLYCE_NO_TUNE=1`` or another target: 16
+        on AVX-512 CD, else 4); the "splyce" stage text says which and why.
     phases : int, optional
         1 to 8: which fast-lane phases run in SIMD; the bits of ``phases - 1`` are load / compare,
         multiply-accumulate and pointer advance (see the design page on kernels). The default, 7, runs

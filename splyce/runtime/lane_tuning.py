@@ -24,6 +24,7 @@ over many short rows; not done). The phase configuration is not tuned (the defau
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import gc
 import hashlib
@@ -33,6 +34,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -102,7 +104,7 @@ def resolve(target, jit) -> WidthChoice | None:
         path = memo_path(cands)
         choice = _read_memo(path, cands)
         if choice is None:
-            lock = object_cache.compile_lock(path.stem) if path is not None else _no_lock()
+            lock = object_cache.compile_lock(path.stem) if path is not None else contextlib.nullcontext()
             with lock:   # two processes starting at once: one measures, the other reads its memo
                 choice = _read_memo(path, cands)
                 if choice is None:
@@ -114,22 +116,16 @@ def resolve(target, jit) -> WidthChoice | None:
         return choice
 
 
-class _no_lock:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def memo_path(cands) -> object | None:
+def memo_path(cands) -> Path | None:
+    """Where the choice among ``cands`` is kept for this host and compiler (None: no disk cache)."""
     stamp = host.fingerprint()
     if stamp is None or not object_cache.enabled():
         return None
     from splyce.runtime.disk_cache import compiler_sources_hash
 
     text = "\n".join([stamp, compiler_sources_hash(), repr(cands), repr((FIBER, OVERLAPS, MARGIN))])
-    return object_cache.cache_dir() / f"{object_cache.HOST_PREFIX}lanes-{hashlib.sha256(text.encode()).hexdigest()[:24]}.json"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:24]
+    return object_cache.cache_dir() / f"{object_cache.HOST_PREFIX}lanes-{digest}.json"
 
 
 def _read_memo(path, cands) -> WidthChoice | None:
