@@ -283,10 +283,11 @@ e_body:
 """).replace("{small_rows}\n", spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "s_start"))
 
 
-def rows_ir(fields: dict, kind: str = "flags") -> str:
+def rows_ir(fields: dict, kind: str = "flags", compress: bool | None = None) -> str:
     """The sorted row kernel ``@{name}`` (the unsorted one's signature, ``%slots`` being :func:`scratch`);
     ``fields``: the format fields of spgemm's templates (name, t, mul, add, index widths and extensions);
-    ``kind``: :func:`kind_for`'s answer."""
+    ``kind``: :func:`kind_for`'s answer; ``compress``: a block's columns by one vector compress (default: where
+    the host compresses bytes in one instruction, :func:`byte_compress`), else by the table of 8-bit masks."""
     if kind in ("map", "short"):
         from splyce.native import spgemm_network, spgemm_sorted_map
 
@@ -294,9 +295,76 @@ def rows_ir(fields: dict, kind: str = "flags") -> str:
     fields = spgemm_ir.sorted_fields(fields)
     w = fields["w"]
     bytes_ = "<" + ", ".join(f"i8 {x}" for x in range(64)) + ">"
-    text = _ROWS.replace("{group0}", _group(0, w, fields)).replace(
-        "{groups}", "\n".join(_group(g, w, fields) for g in range(1, 64 // w)))
+    if compress is None:
+        compress = byte_compress()
+    if compress:
+        text = _ROWS.replace("{group0}", _group(0, w, fields)).replace(
+            "{groups}", "\n".join(_group(g, w, fields) for g in range(1, 64 // w)))
+    else:
+        text = _ROWS.replace(_COMPRESS_LINE, "").replace(_MORE, "").replace(
+            "{group0}", _table_groups(fields)) + _TABLE.format(name=fields["name"])
     return text.format(**fields, pad=PAD, flag_pad=FLAG_PAD, bytes=bytes_)
+
+
+def byte_compress() -> bool:
+    """Whether the host compresses a vector of bytes in one instruction (AVX-512 VBMI2's ``vpcompressb``: Zen 4,
+    Ice Lake and later). Elsewhere LLVM expands ``llvm.experimental.vector.compress`` lane by lane (64 lanes a
+    block), and the table of 8-bit masks (:func:`_table_groups`) is faster."""
+    from splyce.native.codegen import host_target
+
+    return "+avx512vbmi2" in host_target().features.split(",")
+
+
+_MORE = "  %wmore = icmp ugt i64 %wpc, {w}\n  br i1 %wmore, label %w_rest, label %w_done\nw_rest:\n{groups}\n"
+_COMPRESS_LINE = ("  %widx = call <64 x i8> @llvm.experimental.vector.compress.v64i8(<64 x i8> {bytes}, "
+                  "<64 x i1> %wfm, <64 x i8> zeroinitializer)\n")
+
+FEW = 2
+
+# Byte ``m`` of a block's 64-bit mask of columns met -> the numbers of its set bits, ascending, as the bytes of
+# one i64 (zero-padded): the compress of 8 lanes by one table load, for hosts without a byte compress.
+_TABLE = "@{name}_bits = private unnamed_addr constant [256 x i64] [" + ", ".join(
+    "i64 " + str(sum(b << (8 * k) for k, b in enumerate(x for x in range(8) if m >> x & 1))) for m in range(256)) \
+    + "], align 64\n"
+
+
+def _table_groups(fields: dict) -> str:
+    """The block's columns from its mask ``%wbits`` 8 at a time, in order, with no branch: each byte's set-bit
+    numbers from ``@{name}_bits``, widened and added to the byte's first column, stored as 8 lanes at the row's
+    list (lanes past the byte's count are overwritten by the next byte's, or lie in the list's PAD), the
+    position advanced by the byte's popcount."""
+    co, name = fields["co"], fields["name"]
+    out = [f"""  %tx0 = call i64 @llvm.cttz.i64(i64 %wbits, i1 true)
+  %tr1 = sub i64 %wbits, 1
+  %tr = and i64 %wbits, %tr1
+  %tx1 = call i64 @llvm.cttz.i64(i64 %tr, i1 false)
+  %tx0n = {fields["co_narrow"]} %tx0 to i{co}
+  %tx1n = {fields["co_narrow"]} %tx1 to i{co}
+  %ty0 = add i{co} %wcb, %tx0n
+  %ty1 = add i{co} %wcb, %tx1n
+  %tf0 = getelementptr i{co}, ptr %sc, i64 %wpos0
+  store i{co} %ty0, ptr %tf0
+  %tf1 = getelementptr i{co}, ptr %tf0, i64 1
+  store i{co} %ty1, ptr %tf1
+  %tfew = icmp ule i64 %wpc, {FEW}
+  br i1 %tfew, label %w_done, label %w_table
+w_table:
+  %tp0 = add i64 %wpos0, 0"""]
+    for c in range(8):
+        out.append(f"""  %tb{c}s = lshr i64 %wbits, {8 * c}
+  %tb{c} = and i64 %tb{c}s, 255
+  %tt{c}p = getelementptr [256 x i64], ptr @{name}_bits, i64 0, i64 %tb{c}
+  %tt{c} = load <8 x i8>, ptr %tt{c}p, align 8
+  %tz{c} = zext <8 x i8> %tt{c} to <8 x i{co}>
+  %tc{c} = add i{co} %wcb, {8 * c}
+  %tc{c}i = insertelement <8 x i{co}> poison, i{co} %tc{c}, i64 0
+  %tc{c}s = shufflevector <8 x i{co}> %tc{c}i, <8 x i{co}> poison, <8 x i32> zeroinitializer
+  %tv{c} = add <8 x i{co}> %tc{c}s, %tz{c}
+  %tq{c} = getelementptr i{co}, ptr %sc, i64 %tp{c}
+  store <8 x i{co}> %tv{c}, ptr %tq{c}, align 1
+  %tn{c} = call i64 @llvm.ctpop.i64(i64 %tb{c})
+  %tp{c + 1} = add i64 %tp{c}, %tn{c}""")
+    return "\n".join(out).replace("{", "{{").replace("}", "}}")
 
 
 def _group(g: int, w: int, fields: dict) -> str:
