@@ -70,7 +70,7 @@ def test_library_kernel_is_the_mlir_kernel_bit_for_bit(name, dtype, seed):
     _same(fast(*args), mlir(*args))
     kernel = fast.kernel_for(*args)[0]
     native = isinstance(kernel, LibraryKernel)
-    # a plan that converts an operand first (a short sparse vector scattered dense) stays on the MLIR kernel
+    # a plan that scatters a short sparse x dense runs its kept twin's native call (kernel.plan: that twin)
     assert native == (name in NATIVE | GUARDED and not kernel.plan.needs_conversion)
     if native and name in NATIVE:
         assert fast.cache_info().compiles + fast.cache_info().disk_hits == 0   # no MLIR kernel built

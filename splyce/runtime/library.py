@@ -55,6 +55,8 @@ class LibraryCall:
     guarded: bool = False        # the run checks the values (e.g. equal patterns) and may answer None: then
     #                              the MLIR kernel runs the call
     detail: str = ""             # how, in the plan's text
+    plan: object = None          # the plan the call computes when not the one asked about (a scattering
+    #                              plan's kept twin: see ``choose``)
 
     def describe(self) -> str:
         call = self.op.op if self.op.subscripts is None else f'einsum("{self.op.subscripts}")'
@@ -156,8 +158,21 @@ def choose(plan, options, out_format) -> LibraryCall | None:
         return None
     if len(plan.steps) != 1 or len(plan.trace.outputs) != 1 or _pinned(plan.source):
         return None
-    if plan.scatters or not options.target.is_host_compatible:
-        return None      # a scattered operand's missing entries become stored zeros: the MLIR kernel's rule
+    if not options.target.is_host_compatible:
+        return None
+    if plan.scatters:
+        # A scattering plan's exact results (``Kernel.run_exact``) are its kept twin's on every input: the same
+        # without a NaN (a scattered zero adds a zero product to a sum from +0.0), the twin's own where a NaN
+        # shows. So the twin's native call serves it (SpMSpV, the sparse x scattered: the drop-in's scatter
+        # and SpMV, which skips a NaN / Inf times a missing entry itself; Zen 1 AVX2 VM, fem2d-3k 139 ->
+        # ~55 us); the call carries the twin, whose operands it reads. Any other scattered op: the MLIR kernel.
+        kept = plan.kept()
+        call = None if kept.scatters else choose(kept, options, out_format)
+        if call is None or call.op.op != "matmul" or not _is_sparse_vector(call.op.types[-1]):
+            return None
+        return call._replace(plan=kept, detail=(call.detail + "; " if call.detail else "")
+                             + "the plan's scattered x kept sparse (its kept twin's result, as the MLIR kernel's "
+                             "NaN fallback gives)")
     step = plan.steps[0]
     if plan.trace.outputs[0] is not step.node:
         return None
@@ -212,12 +227,15 @@ class LibraryKernel:
     """A kernel that is a native library call: the dispatcher's ``Kernel`` interface over ``LibraryCall``. The
     MLIR kernel of the same plan is built on first need (``accumulate`` into a caller's array, profiling)."""
 
-    scatters = False
     coo_sources = None
 
     def __init__(self, call: LibraryCall, result_tree, plan, threads: int, build_kernel):
         self.call = call
         self.result_tree = result_tree
+        # ``plan``'s MLIR kernel, built on need, scatters when the call computes its kept twin (``accumulate``
+        # then takes that kernel's kept twin for non-finite values, as for an MLIR kernel)
+        self.scatters = plan.scatters
+        plan = call.plan if call.plan is not None else plan
         self.plan = plan
         self.trace = plan.trace
         self.threads = threads

@@ -1,0 +1,69 @@
+"""runtime/library.py: a plan that scatters a sparse x dense (SpMSpV, a short x) runs the drop-in's SpMSpV, the
+result of the plan's kept twin, which is what the scattering MLIR kernel gives on every input (its NaN fallback
+recomputes with x kept sparse). Bit for bit against ``library=False``, NaN / Inf of A against missing entries
+of x included; ``accumulate`` keeps the MLIR kernel's fallback."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+import splyce
+from splyce.runtime.library import LibraryKernel
+
+from test_one_engine import _same
+
+
+def _operands(rng, n: int, dtype, special: bool):
+    a = sps.random_array((n, n), density=0.003, format="csr", rng=rng, dtype=np.float64)
+    a.data = rng.standard_normal(a.nnz)
+    if special:          # NaN / Inf where x is missing and where it is stored; -0.0 products; a stored zero
+        a.data[:6] = [np.nan, np.inf, -np.inf, -0.0, 0.0, np.nan]
+    a = sps.csr_array(a.astype(dtype))
+    # x stored at the NaN's column (NaN * x reaches the result), missing at the Inf's (the pair skipped)
+    idx = np.union1d(rng.choice(n, size=n // 100, replace=False), a.indices[:1])
+    idx = idx[idx != a.indices[1]] if a.indices[1] != a.indices[0] else idx
+    vals = rng.standard_normal(len(idx))
+    vals[:2] = [-0.0, 0.0]
+    x = sps.coo_array((vals.astype(dtype), (idx,)), shape=(n,))
+    return splyce.asarray(a), splyce.asarray(x)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+@pytest.mark.parametrize("special", [False, True])
+def test_scattered_spmspv_runs_the_dropins_kernel_bit_for_bit(dtype, special):
+    rng = np.random.default_rng(21)
+    a, x = _operands(rng, 2000, dtype, special and np.issubdtype(dtype, np.floating))
+    fast = splyce.jit(lambda a, x: a @ x)
+    mlir = splyce.jit(lambda a, x: a @ x, library=False)
+    got = fast(a, x)
+    _same(got, mlir(a, x))
+    kernel = fast.kernel_for(a, x)[0]
+    assert isinstance(kernel, LibraryKernel) and kernel.scatters and not kernel.plan.scatters
+    text = fast.lower(a, x).as_text("plan")
+    assert "scattered into a dense array" in text       # the plan scatters; the library keeps x sparse
+    assert "formulation 'scatter-vector'" in text and "scattered x kept sparse" in text
+    assert fast.cache_info().compiles + fast.cache_info().disk_hits == 0     # no MLIR kernel built
+    if special and np.issubdtype(dtype, np.floating):
+        assert np.isnan(got[0]) and np.isnan(got).sum() == 1     # the NaN that meets a stored entry only
+
+
+def test_scattered_spmspv_accumulate_keeps_the_kept_fallback():
+    """``accumulate`` runs the scattering MLIR kernel (built on demand), which for non-finite values takes its
+    kept twin: a NaN of A against a missing entry of x is skipped, as the native call skips it."""
+    rng = np.random.default_rng(22)
+    a, x = _operands(rng, 2000, np.float64, True)
+    f = splyce.jit(lambda a, x: a @ x)
+    out = np.zeros(2000)
+    f.accumulate(out, a, x)
+    _same(out, f(a, x))
+
+
+def test_scattering_plans_of_other_ops_stay_on_the_mlir_kernel():
+    """Only SpMSpV's kept twin is taken: a dense x (no scatter), and sparse-dense products that scatter, keep
+    their rules."""
+    rng = np.random.default_rng(23)
+    a, x = _operands(rng, 2000, np.float64, False)
+    f = splyce.jit(lambda a, x: a @ x)
+    assert isinstance(f.kernel_for(a, x.to_numpy())[0], LibraryKernel)
+    g = splyce.jit(lambda a, x: (a @ x) + (a @ x))            # two steps: the MLIR kernel
+    assert not isinstance(g.kernel_for(a, x)[0], LibraryKernel)
