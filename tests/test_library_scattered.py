@@ -67,3 +67,36 @@ def test_scattering_plans_of_other_ops_stay_on_the_mlir_kernel():
     assert isinstance(f.kernel_for(a, x.to_numpy())[0], LibraryKernel)
     g = splyce.jit(lambda a, x: (a @ x) + (a @ x))            # two steps: the MLIR kernel
     assert not isinstance(g.kernel_for(a, x)[0], LibraryKernel)
+
+
+@pytest.mark.parametrize("columns", [None, 1, 5, 40])
+def test_spmv_cached_call_shortcut_and_its_fallback(columns):
+    """The jit's cached SpMV / SpMM call goes straight to the drop-in's kernel (``LibraryCall.direct``, one
+    thread); SpMM of more columns than the fast path's kernels (40) falls back to the general run: both the
+    MLIR kernel's bits, on the first and on the cached call."""
+    from splyce.dropin.products import _SPMM_FIXED
+
+    rng = np.random.default_rng(24)
+    a = splyce.asarray(sps.random_array((300, 200), density=0.05, format="csr", rng=rng))
+    x = rng.standard_normal(200 if columns is None else (200, columns))
+    fast, mlir = splyce.jit(lambda a, x: a @ x), splyce.jit(lambda a, x: a @ x, library=False)
+    want = mlir(a, x)
+    for _ in range(2):
+        _same(fast(a, x), want)
+    kernel = fast.kernel_for(a, x)[0]
+    assert kernel.call.direct is not None and (columns is None or (columns <= _SPMM_FIXED) != (columns == 40))
+    two = splyce.jit(lambda a, x: a @ x, threads=2)
+    _same(two(a, x), want)
+    _same(two(a, x), want)
+
+
+def test_spmv_cached_call_shortcut_checks_the_buffers():
+    """A SparseTensor whose index buffers were changed in place after it was made: the shortcut's kernel still
+    checks what it reads, and raises."""
+    a = splyce.asarray(sps.random_array((50, 50), density=0.1, format="csr", rng=25))
+    x = np.ones(50)
+    f = splyce.jit(lambda a, x: a @ x)
+    f(a, x)
+    a.crd[1][3] = 1000
+    with pytest.raises(ValueError, match="malformed"):
+        f(a, x)

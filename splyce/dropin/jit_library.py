@@ -15,7 +15,7 @@ from splyce.dropin.formulation import Formulation, choose_matmul_formulation
 from splyce.dropin.operands import _native_values
 from splyce.dropin.operands import OperandInfo
 from splyce.native import memory_pool
-from splyce.dropin.products import matmul, spmspv_tensor, spmv_tensor
+from splyce.dropin.products import matmul, spmspv_tensor, spmv_tensor, spmv_direct
 from splyce.runtime.library import LibraryCall, LibraryOp
 
 def _info(t) -> OperandInfo:
@@ -172,8 +172,9 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
             return None
         nbytes = int(np.prod(op.out.shape)) * np.dtype(op.out.dtype).itemsize
         product = _csr_times_dense if formulation is Formulation.SPARSE_TIMES_DENSE else _csr_times_sparse_vector
-        if nbytes < memory_pool.POOL_MIN:
-            return LibraryCall(op, formulation.value, product)     # no handler switch: the call as it is
+        if nbytes < memory_pool.POOL_MIN:                       # no handler switch: the call as it is
+            fast = spmv_direct if formulation is Formulation.SPARSE_TIMES_DENSE else None
+            return LibraryCall(op, formulation.value, product, direct=fast)
 
         def run(args, t):
             with _pool(nbytes):

@@ -55,6 +55,9 @@ class LibraryCall:
     guarded: bool = False        # the run checks the values (e.g. equal patterns) and may answer None: then
     #                              the MLIR kernel runs the call
     detail: str = ""             # how, in the plan's text
+    # ``(fallback) -> (values) -> result``: the whole one-thread cached call on the arguments as it hands them
+    # over, the result already the traced type, ``fallback(values)`` where it does not apply
+    direct: object = None
     plan: object = None          # the plan the call computes when not the one asked about (a scattering
     #                              plan's kept twin: see ``choose``)
 
@@ -286,7 +289,8 @@ class LibraryKernel:
             if type(out) is np.ndarray and (out.dtype is dtype or out.dtype == dtype) and out.shape == shape:
                 return out
             return finish(out, values)[0]
-        return direct
+        fast = self.call.direct if every and type(threads) is int and threads == 1 else None
+        return direct if fast is None else fast(direct)
 
     def kernel(self):
         """The MLIR kernel of the same plan, compiled on first use."""
