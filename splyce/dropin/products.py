@@ -215,11 +215,9 @@ def spmv_direct(fallback):
     so), else ``fallback(values)``. No layer between the jit's dispatch and the drop-in's kernel: each Python
     frame or property read is ~0.1-0.2 us of a 20-50 us call on a Zen 1, where the drop-in's own call is the
     bar (the tensor's slots read directly: its buffers never change once made)."""
-    buffers = _spmv_buffers
-
     def direct(values: list):
         a, x = values
-        out = buffers(a, a._values, a._crd[1], a._pos[1], x, False)
+        out = _spmv_buffers(a, a._values, a._crd[1], a._pos[1], x, False)
         return fallback(values) if out is None else out
     return direct
 
