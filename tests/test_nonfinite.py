@@ -277,6 +277,8 @@ def _with_non_finite(A, seed, nan=40, inf=10):
 
 
 def _scattering_kernel(f, *args):
+    """The MLIR kernel of a scattering plan (``f`` made with ``library=False``: with the library, SpMSpV runs the
+    kept twin's native call, tests/test_library_scattered.py)."""
     kernel, _ = f.kernel_for(*args)
     assert kernel.plan.scatters, kernel.plan.as_text()
     return kernel
@@ -289,7 +291,7 @@ def test_jitted_product_with_a_scattered_sparse_vector_skips_missing_entries_as_
                          nan=200, inf=50)
     v = sps.random_array((n,), density=0.8, rng=np.random.default_rng(2)).toarray()
     a, x = splyce.asarray(A), splyce.asarray(v, format=splyce.SPARSE_VECTOR)
-    f = splyce.jit(lambda a, x: a @ x, threads=threads)
+    f = splyce.jit(lambda a, x: a @ x, threads=threads, library=False)
     kernel = _scattering_kernel(f, a, x)
     scattered = kernel.run([a, x])[0]
     expected = (sps.csr_matrix(A) @ sps.csr_matrix(v).T).toarray().ravel()
@@ -320,7 +322,7 @@ def test_a_scattering_plan_of_finite_values_runs_alone_and_equals_the_kept_plan(
     v = sps.random_array((n,), density=0.9, rng=np.random.default_rng(6)).toarray()
     v[np.flatnonzero(v)[:3]] = np.inf   # met by A's positive stored values only: Inf rows, no NaN
     a, x = splyce.asarray(A), splyce.asarray(v, format=splyce.SPARSE_VECTOR)
-    f = splyce.jit(lambda a, x: a @ x)
+    f = splyce.jit(lambda a, x: a @ x, library=False)
     kernel = _scattering_kernel(f, a, x)
     y = f(a, x)
     assert kernel._kept is None                     # no NaN in the result: the twin was never compiled
@@ -333,7 +335,7 @@ def test_the_kept_plan_is_costed_without_scatters():
     n = 1000
     a = splyce.asarray(sps.random_array((n, n), density=0.5, format="csr", rng=np.random.default_rng(1)))
     x = splyce.asarray(np.ones(n), format=splyce.SPARSE_VECTOR)
-    f = splyce.jit(lambda a, x: a @ x)
+    f = splyce.jit(lambda a, x: a @ x, library=False)
     kernel = _scattering_kernel(f, a, x)
     kept = kernel.plan.kept()
     assert "scatter" not in " ".join(" ".join(s.storage) for s in kept.steps)
