@@ -8,7 +8,8 @@ has too) and equal or 1:16 lengths. Candidates, on the same arrays:
 * ``lane``: ``splyce.jit`` with the default options (IR checked: the loop is vectorized);
 * ``lane fast_math``: the same with ``fast_math=True, vector_width=4`` (the all-pairs lane) (the sum
   reassociated, as NumKong's is: a vector accumulator in the lane, reduced once after it); ``lane`` is the
-  strict, bit-exact sum;
+  strict, bit-exact sum; on AVX2 hosts without AVX-512, int32 / f64 rows: the permute lane
+  (``passes/permute_lane.py``: C's values by an index and one ``vpermd``);
 * ``lane fast_math n8``: ``fast_math=True, vector_width=8`` (the all-pairs lane of 8 x 8 coordinates);
 * ``lane fast_math n16`` (int32 coordinates): ``fast_math=True, vector_width=16``, on AVX-512 CD hosts the
   conflict lane (``passes/conflict_lane.py``: 16 x 16 blocks, ``vpconflictd``, block advance);
@@ -26,9 +27,9 @@ has too) and equal or 1:16 lengths. Candidates, on the same arrays:
   hardware allows a lane, measured on the same arrays; ``step count broadcast`` / ``step dot broadcast``: 16
   compares against B's coordinates broadcast from memory instead (no ``vpconflictd``: the fastest steps on
   Intel Sapphire Rapids, where ``vpconflictd`` is slow), ``step dot broadcast8``: 16 of A x 8 of B per step;
-* ``step dot rotate pivot`` / ``permute pivot`` / ``rotate block`` / ``permute block`` (int32 coordinates, AVX2 hosts without
-  AVX-512 CD): ``bench/intersect_avx2.py``'s 4 x 4 xmm steps (B rotated by ``vpshufd``; the matched values
-  selected per rotation or permuted by an index; the fast lane's advance or a block advance);
+* ``step dot rotate pivot`` / ``permute pivot`` / ``rotate block`` / ``permute block`` (int32 coordinates,
+  AVX2 hosts without AVX-512 CD): ``bench/intersect_avx2.py``'s 4 x 4 xmm steps (B rotated by ``vpshufd``;
+  the matched values selected per rotation or permuted by an index; the fast lane's advance or a block one);
 * ``floor``: NumPy reading the same bytes (both fibers' coordinates and values: ``max`` over an int32 view
   of each buffer), the least time any candidate needs to read its inputs;
 * ``floor crd``: the same over the coordinates only: what a lane that reads the values of matches alone
@@ -61,7 +62,8 @@ DTYPES = ((np.int32, np.float64), (np.int32, np.float32), (np.int64, np.float64)
 COLUMNS = ["crd", "val", "overlap", "lengths", "candidate", "ns_per_crd", "ns_per_crd_median", "cycles_per_crd",
            "bw_share", "vs_lane"]
 STEP_DOTS = ("broadcast", "broadcast8")   # bench/intersect_step.py's dot steps beside the conflict one
-AVX2_STEPS = ("rotate pivot", "permute pivot", "rotate block", "permute block")   # bench/intersect_avx2.py's (no AVX-512 host)
+# bench/intersect_avx2.py's steps (hosts without AVX-512 CD)
+AVX2_STEPS = ("rotate pivot", "permute pivot", "rotate block", "permute block")
 SPIN_OPS = 200      # dependent imuls per iteration of the clock calibration loop
 IMUL_LATENCY = 3    # cycles of a 64-bit register imul on every x86 core since the Pentium Pro (Agner Fog's tables)
 

@@ -12,9 +12,11 @@ op permutes by a vector of indices). Unmatched lanes get some C value; the vecto
 (``fast_lane``'s phase 2) never reads it. Phases 2 and 3 are the all-pairs lane's.
 
 Built for ``fast_math`` two-finger sums without stores (``permute_blocker``: vector accumulators, n = 4,
-phase 1 in SIMD), whose other operand's values are float64, on targets with AVX2 and without AVX-512 F (the
-conflict and broadcast lanes' targets, where this was not measured). float32 values keep the rotations: one
-``vpermilps`` instead of three in-lane shuffles and blends measured no faster (docs/passes.md, "AMD Zen 1").
+phase 1 in SIMD), int32 coordinates and the other operand's values float64, on targets with AVX2 and without
+AVX-512 F (the conflict and broadcast lanes' targets, where this was not measured). Measured on Zen 1
+(docs/passes.md, "AMD Zen 1"): 1.12-1.17x the rotations on ``bench limit``'s f64 pairs. float32 values keep the
+rotations (one ``vpermilps`` instead of three in-lane shuffles and blends: no faster), and so do int64
+coordinates (their masks are 4 x i64: 1.03-1.06x slower with the index).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def permute_blocker(match: Coiteration, options: Options, builder: FastLaneBuild
     if match.fingers != 2 or match.kind != "K-accumulate" or match.stores:
         return "two fingers summing without stores only"
     if not (isinstance(match.crd_type, ir.IntegerType) and ir.IntegerType(match.crd_type).width == 32):
-        return "int32 coordinates only (int64: 1.03-1.06x slower than the rotations, Zen 1)"
+        return "int32 coordinates only"
     if not options.simd_compare:
         return "phase 1 is scalar"
     if not builder.vector_accumulated():
