@@ -12,7 +12,7 @@ import pytest
 import splyce
 from splyce.bench.paper_kernels import KERNELS
 from splyce.native import codegen
-from splyce.native.codegen import Target
+from splyce.native.codegen import Target, resolve_target
 from splyce.options import Options, choose_vector_width
 from splyce.runtime import disk_kernels, lane_tuning
 
@@ -139,5 +139,7 @@ def test_loops_without_the_conflict_lane_keep_the_default_code(name):
     assert "conflict compares" not in text
     assert "n=4 (default: no conflict lane here, two fingers summing without stores only)" in text, text
     assert _llvm(auto, ops) == _llvm(given, ops)
-    np.testing.assert_allclose(np.asarray(auto(*ops)), np.asarray(splyce.jit(fun, vectorize=False)(*ops)),
-                               rtol=1e-10, atol=1e-10)
+    # the AVX-512 code runs only where the host has AVX-512; elsewhere its text is what this test checks
+    if resolve_target("avx512").is_host_compatible:
+        np.testing.assert_allclose(np.asarray(auto(*ops)), np.asarray(splyce.jit(fun, vectorize=False)(*ops)),
+                                   rtol=1e-10, atol=1e-10)
