@@ -8,7 +8,8 @@ has too) and equal or 1:16 lengths. Candidates, on the same arrays:
 * ``lane``: ``splyce.jit`` with the default options (IR checked: the loop is vectorized);
 * ``lane fast_math``: the same with ``fast_math=True, vector_width=4`` (the all-pairs lane) (the sum
   reassociated, as NumKong's is: a vector accumulator in the lane, reduced once after it); ``lane`` is the
-  strict, bit-exact sum;
+  strict, bit-exact sum; on AVX2 hosts without AVX-512, int32 / f64 rows: the permute lane
+  (``passes/permute_lane.py``: C's values by an index and one ``vpermd``);
 * ``lane fast_math n8``: ``fast_math=True, vector_width=8`` (the all-pairs lane of 8 x 8 coordinates);
 * ``lane fast_math n16`` (int32 coordinates): ``fast_math=True, vector_width=16``, on AVX-512 CD hosts the
   conflict lane (``passes/conflict_lane.py``: 16 x 16 blocks, ``vpconflictd``, block advance);
@@ -26,6 +27,9 @@ has too) and equal or 1:16 lengths. Candidates, on the same arrays:
   hardware allows a lane, measured on the same arrays; ``step count broadcast`` / ``step dot broadcast``: 16
   compares against B's coordinates broadcast from memory instead (no ``vpconflictd``: the fastest steps on
   Intel Sapphire Rapids, where ``vpconflictd`` is slow), ``step dot broadcast8``: 16 of A x 8 of B per step;
+* ``step dot rotate pivot`` / ``permute pivot`` / ``rotate block`` / ``permute block`` (int32 coordinates,
+  AVX2 hosts without AVX-512 CD): ``bench/intersect_avx2.py``'s 4 x 4 xmm steps (B rotated by ``vpshufd``;
+  the matched values selected per rotation or permuted by an index; the fast lane's advance or a block one);
 * ``floor``: NumPy reading the same bytes (both fibers' coordinates and values: ``max`` over an int32 view
   of each buffer), the least time any candidate needs to read its inputs;
 * ``floor crd``: the same over the coordinates only: what a lane that reads the values of matches alone
@@ -58,6 +62,8 @@ DTYPES = ((np.int32, np.float64), (np.int32, np.float32), (np.int64, np.float64)
 COLUMNS = ["crd", "val", "overlap", "lengths", "candidate", "ns_per_crd", "ns_per_crd_median", "cycles_per_crd",
            "bw_share", "vs_lane"]
 STEP_DOTS = ("broadcast", "broadcast8")   # bench/intersect_step.py's dot steps beside the conflict one
+# bench/intersect_avx2.py's steps (hosts without AVX-512 CD)
+AVX2_STEPS = ("rotate pivot", "permute pivot", "rotate block", "permute block")
 SPIN_OPS = 200      # dependent imuls per iteration of the clock calibration loop
 IMUL_LATENCY = 3    # cycles of a 64-bit register imul on every x86 core since the Pentium Pro (Agner Fog's tables)
 
@@ -204,6 +210,11 @@ def _candidates(dim, b, bv, c, cv, skew):
         out["step count broadcast"] = (lambda: intersect_step.count(b, c, "broadcast"), float(common.size), 0.0)
         for how in STEP_DOTS:
             out[f"step dot {how}"] = (lambda how=how: intersect_step.dot(b, bv, c, cv, how), exact, tol)
+    from splyce.bench import intersect_avx2
+
+    if b.dtype == np.int32 and not intersect_step.available() and intersect_avx2.available():
+        for step in AVX2_STEPS:
+            out[f"step dot {step}"] = (lambda step=step: intersect_avx2.dot(b, bv, c, cv, step), exact, tol)
     buffers = [x.view(np.int32) for x in (b, bv, c, cv)]
     floor_value = float(max(int(x.max()) for x in buffers))
     out["floor"] = (lambda: max(int(x.max()) for x in buffers), floor_value, 0.0)
@@ -275,7 +286,8 @@ def run(cfg: Config) -> Result:
             f"fast_math=True (reassociated sum, as NumKong's), vector_width=4; n8 / n16: vector_width=8 / 16 (16: the "
             f"conflict lane on AVX-512 CD); auto: the width left unset ({auto_reason}). step count / step dot: "
             f"bench/intersect_step.py, bench-only (16 x 16 blocks, vpconflictd; int32 coordinates, AVX-512 CD); "
-            f"step ... broadcast: 16 compares of A against B's coordinates broadcast, broadcast8: 16 x 8 blocks.")
+            f"step ... broadcast: 16 compares of A against B's coordinates broadcast, broadcast8: 16 x 8 blocks; "
+            f"step dot rotate / permute (AVX2 hosts): bench/intersect_avx2.py's 4 x 4 steps.")
     return Result("limit", "Fiber-pair sparse dot: the fast lane vs the plain sparsifier, NumKong and the "
                   "bandwidth floor", COLUMNS, rows, note, plot=_plot, preface=_preface(summary),
                   comments=[f"clock: {ghz:.3f} GHz ({clock_how})"])
@@ -283,8 +295,10 @@ def run(cfg: Config) -> Result:
 
 PREFACE_COLUMNS = ("lane", "lane fast_math", "lane fast_math n8", "lane fast_math n16", "lane fast_math auto", "plain",
                    "numkong dot", "numkong intersect", "step count", "step dot", "step count broadcast",
-                   "step dot broadcast", "step dot broadcast8", "floor", "floor crd")
-RATIO_COLUMNS = ("lane", "lane fast_math", "lane fast_math n16", "step dot broadcast", "step dot broadcast8")
+                   "step dot broadcast", "step dot broadcast8", *(f"step dot {s}" for s in AVX2_STEPS), "floor",
+                   "floor crd")
+RATIO_COLUMNS = ("lane", "lane fast_math", "lane fast_math n16", "step dot broadcast", "step dot broadcast8",
+                 *(f"step dot {s}" for s in AVX2_STEPS))
 
 
 def _preface(summary) -> str:

@@ -20,6 +20,7 @@ from splyce.passes.coiteration_match import INSERT_KIND, Coiteration, Decline, m
 from splyce.passes.fast_lane import FastLaneBuilder, add_epilogue_count
 from splyce.passes.gallop_lane import PREFETCH_FUNCTION_PREFIX, add_galloping, add_leapfrog, describe_galloping
 from splyce.passes.insert_lane import InsertLaneBuilder
+from splyce.passes.permute_lane import PermuteLaneBuilder, permute_blocker
 from splyce.passes.union_insert import UnionInsert, UnionInsertBuilder, match_union_insert
 from splyce.passes.union_lane import UnionLaneBuilder, add_tail_count, simd_blocker
 from splyce.passes.union_match import Union, match_union
@@ -185,6 +186,8 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder) ->
             text += "; 16 x 8 broadcast compares (no AVX-512 CD), block advance"
         elif isinstance(builder, ConflictLaneBuilder):
             text += "; 16 x 16 conflict compares (vpconflictd), block advance"
+        elif isinstance(builder, PermuteLaneBuilder):
+            text += "; f64 values by an index and vpermd (AVX2)"
     if options.simd_mac:
         blocker = builder.simd2_blocker()
         if blocker:
@@ -281,6 +284,8 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                     builder = ConflictLaneBuilder(match, options, counters)
                 elif lane is FastLaneBuilder and broadcast_blocker(match, options, builder) is None:
                     builder = BroadcastLaneBuilder(match, options, counters)
+                elif lane is FastLaneBuilder and permute_blocker(match, options, builder) is None:
+                    builder = PermuteLaneBuilder(match, options, counters)
                 elif options.vector_width == CONFLICT_WIDTH:   # a chosen all-pairs width holds for every
                     loop_options = _unchosen(options, blocker)  # intersection loop, a chosen 16 for this lane
                     if loop_options is not options:

@@ -60,6 +60,9 @@ class Candidate:
     scoped: bool = False
 
 
+# On AVX2 without AVX-512 (AMD Zen 1) the n = 4 candidate, measured on f64 values, is the permute lane
+# (passes/permute_lane.py: the static lane for fast_math n = 4 int32 / f64 sums there, 1.12-1.17x the rotating
+# all-pairs lane, docs/passes.md "AMD Zen 1"): no width tells the two apart, so it is not a candidate of its own.
 CANDIDATES = (
     Candidate("n=4", DEFAULT_VECTOR_WIDTH),
     Candidate("n=8", 8, scoped=True),
