@@ -55,3 +55,10 @@ def _disk_cache_dir(request, tmp_path_factory):
         os.environ.pop("SPLYCE_CACHE_DIR", None)
     else:
         os.environ["SPLYCE_CACHE_DIR"] = saved
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slow modules first (stable order otherwise): under ``pytest -n auto`` (CI) the minutes-long tests
+    (scipy's own suite patched, every op / format / dtype in a child, the property sweeps) then start at once
+    on separate workers instead of one of them starting last and running alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
