@@ -25,7 +25,14 @@ def pytest_configure(config):
     """Keep the suite out of the user's real disk cache: one temporary folder for the session (set before
     any test imports splyce, and inherited by the subprocesses tests start)."""
     global SHARED_CACHE_DIR
-    SHARED_CACHE_DIR = tempfile.mkdtemp(prefix="splyce-test-cache-")
+    # pytest-xdist's workers inherit the controller's environment: they share its folder, so a kernel is
+    # compiled once for the run, not once per worker (entries are written atomically under a lock per key)
+    inherited = os.environ.get("SPLYCE_TEST_SHARED_CACHE")
+    if inherited and os.environ.get("PYTEST_XDIST_WORKER") and os.path.isdir(inherited):
+        SHARED_CACHE_DIR = inherited
+    else:
+        SHARED_CACHE_DIR = tempfile.mkdtemp(prefix="splyce-test-cache-")
+        os.environ["SPLYCE_TEST_SHARED_CACHE"] = SHARED_CACHE_DIR
     os.environ["SPLYCE_CACHE_DIR"] = SHARED_CACHE_DIR
 
 
