@@ -128,14 +128,9 @@ def test_broadcast_lane_dot_matches_numpy(vtype, monkeypatch):
         assert float(fast(one, many)) == 6.0 and float(fast(many, one)) == 6.0
 
 
-@pytest.mark.parametrize("vtype", [np.float64, np.float32])
-def test_broadcast_lane_explicit_zeros_nan_inf(vtype, monkeypatch):
-    """Stored zeros are matched like any value (0 x Inf = NaN), NaN / Inf at matched coordinates reach the sum,
-    at unmatched ones never (the lane sums under the match mask): as the plain sparsifier, block by block."""
-    fast = _jit_no_cd(_dot, monkeypatch, fast_math=True, vector_width=16, gallop=0)
-    plain = splyce.jit(_dot, vectorize=False)
-    b = np.arange(0, 400, 2, dtype=np.int32)
-    c = np.arange(0, 600, 3, dtype=np.int32)
+def special_values(b, c, vtype):
+    """Values for the fibers ``b`` (coordinates 0, 2, 4, ...) and ``c`` (0, 3, 6, ...): explicit zeros, a
+    matched NaN, infinities without a partner, infinity times zero, infinity minus infinity."""
     rng = np.random.default_rng(3)
     for case in ("zeros", "nan matched", "inf unmatched", "inf times zero", "inf minus inf"):
         bv = rng.uniform(1, 2, b.size).astype(vtype)
@@ -153,6 +148,18 @@ def test_broadcast_lane_explicit_zeros_nan_inf(vtype, monkeypatch):
         else:
             bv[b == 30] = np.inf
             cv[c == 300] = -np.inf
+        yield bv, cv
+
+
+@pytest.mark.parametrize("vtype", [np.float64, np.float32])
+def test_broadcast_lane_explicit_zeros_nan_inf(vtype, monkeypatch):
+    """Stored zeros are matched like any value (0 x Inf = NaN), NaN / Inf at matched coordinates reach the sum,
+    at unmatched ones never (the lane sums under the match mask): as the plain sparsifier, block by block."""
+    fast = _jit_no_cd(_dot, monkeypatch, fast_math=True, vector_width=16, gallop=0)
+    plain = splyce.jit(_dot, vectorize=False)
+    b = np.arange(0, 400, 2, dtype=np.int32)
+    c = np.arange(0, 600, 3, dtype=np.int32)
+    for bv, cv in special_values(b, c, vtype):
         A, B = _vector(600, b, bv), _vector(600, c, cv)
         want = float(plain(A, B))
         tol = 1e-4 if vtype == np.float32 else 1e-10

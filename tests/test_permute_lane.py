@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+from test_broadcast_lane import special_values
 from test_splyce_pass import ctx, fast_lanes, kernel_text, stage1  # noqa: F401 (ctx: a fixture)
 
 import splyce
@@ -165,23 +166,7 @@ def test_permute_lane_explicit_zeros_nan_inf():
     plain = splyce.jit(_dot, vectorize=False)
     b = np.arange(0, 400, 2, dtype=np.int32)
     c = np.arange(0, 600, 3, dtype=np.int32)
-    rng = np.random.default_rng(3)
-    for case in ("zeros", "nan matched", "inf unmatched", "inf times zero", "inf minus inf"):
-        bv = rng.uniform(1, 2, b.size)
-        cv = rng.uniform(1, 2, c.size)
-        if case == "zeros":
-            bv[::5] = 0.0
-        elif case == "nan matched":
-            bv[b == 66] = np.nan
-        elif case == "inf unmatched":
-            bv[b % 3 != 0] = np.inf
-            cv[c % 2 != 0] = -np.inf
-        elif case == "inf times zero":
-            bv[b == 120] = np.inf
-            cv[c == 120] = 0.0
-        else:
-            bv[b == 30] = np.inf
-            cv[c == 300] = -np.inf
+    for bv, cv in special_values(b, c, np.float64):
         A, B = _vector(600, b, bv), _vector(600, c, cv)
         want = float(plain(A, B))
         for got in (float(fast(A, B)), float(fast(B, A))):

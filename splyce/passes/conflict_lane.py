@@ -27,7 +27,7 @@ from mlir.dialects import arith, llvm, math, memref, vector
 
 from splyce.options import CONFLICT_WIDTH, Options, has_conflict_compares
 from splyce.passes.coiteration_match import Coiteration
-from splyce.passes.fast_lane import FastLaneBuilder, Lanes, _index, _vtype
+from splyce.passes.fast_lane import FastLaneBuilder, Lanes, _index, _vtype, sum_lane_blocker
 from splyce.passes.ir_utils import CMPI_NE, CMPI_ULE
 
 WIDTH = CONFLICT_WIDTH
@@ -39,14 +39,9 @@ PERMUTE = {32: "llvm.x86.avx512.permvar.sf.512", 64: "llvm.x86.avx512.vpermi2var
 
 def conflict_blocker(match: Coiteration, options: Options, builder: FastLaneBuilder) -> str | None:
     """Why the conflict lane is not built for ``match`` (then the all-pairs lane is), or None."""
-    if not options.fast_math or options.vector_width != WIDTH:
-        return "needs fast_math and vector_width=16"
-    if match.fingers != 2 or match.kind != "K-accumulate" or match.stores:
-        return "two fingers summing without stores only"
-    if not (isinstance(match.crd_type, ir.IntegerType) and ir.IntegerType(match.crd_type).width == 32):
-        return "int32 coordinates only"
-    if not builder.vector_accumulated():
-        return "the sums are not in vector accumulators"
+    blocker = sum_lane_blocker(match, options, builder, WIDTH)
+    if blocker:
+        return blocker
     for ll in match.lane_loads.values():
         et = ir.MemRefType(ll.memref.type).element_type
         if ll.side == 1 and not (isinstance(et, ir.FloatType) and et.width in PERMUTE):

@@ -596,6 +596,21 @@ class FastLaneBuilder:
         return advances
 
 
+def sum_lane_blocker(match: Coiteration, options: Options, builder: "FastLaneBuilder",
+                     width: int) -> str | None:
+    """The conditions every specialised fast_math sum lane (conflict, permute) shares, or None: the chosen
+    ``width``, two fingers summing without stores, int32 coordinates, sums in vector accumulators."""
+    if not options.fast_math or options.vector_width != width:
+        return f"needs fast_math and vector_width={width}"
+    if match.fingers != 2 or match.kind != "K-accumulate" or match.stores:
+        return "two fingers summing without stores only"
+    if not (isinstance(match.crd_type, ir.IntegerType) and ir.IntegerType(match.crd_type).width == 32):
+        return "int32 coordinates only"
+    if not builder.vector_accumulated():
+        return "the sums are not in vector accumulators"
+    return None
+
+
 def add_epilogue_count(match: Coiteration, counters) -> None:
     """Profile mode: the original loop adds its cursor advance to ``counters[1]`` each iteration."""
     after = match.while_op.after.blocks[0]

@@ -27,7 +27,7 @@ from mlir.dialects import arith, llvm, vector
 
 from splyce.options import Options, has_features
 from splyce.passes.coiteration_match import Coiteration
-from splyce.passes.fast_lane import FastLaneBuilder, Lanes, _vtype
+from splyce.passes.fast_lane import FastLaneBuilder, Lanes, _vtype, sum_lane_blocker
 
 WIDTH = 4
 PERMUTE_FEATURES = ("+avx2",)
@@ -42,16 +42,11 @@ def has_permute_lane_target(target) -> bool:
 
 def permute_blocker(match: Coiteration, options: Options, builder: FastLaneBuilder) -> str | None:
     """Why the permute lane is not built for ``match`` (then the all-pairs lane is), or None."""
-    if not options.fast_math or options.vector_width != WIDTH:
-        return "needs fast_math and vector_width=4"
-    if match.fingers != 2 or match.kind != "K-accumulate" or match.stores:
-        return "two fingers summing without stores only"
-    if not (isinstance(match.crd_type, ir.IntegerType) and ir.IntegerType(match.crd_type).width == 32):
-        return "int32 coordinates only"
     if not options.simd_compare:
         return "phase 1 is scalar"
-    if not builder.vector_accumulated():
-        return "the sums are not in vector accumulators"
+    blocker = sum_lane_blocker(match, options, builder, WIDTH)
+    if blocker:
+        return blocker
     others = [ll for ll in match.lane_loads.values() if ll.side == 1]
     if not others:
         return "no values of the other operand"
