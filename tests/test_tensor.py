@@ -312,3 +312,18 @@ def test_dense_tensor_reformat_drops_zeros():
     assert asarray(d, CSR).nnz == 1
     g = sparse.GCXS.from_numpy(np.ones((2, 2, 2)))
     assert asarray(g).format == csf(3)
+
+
+def test_last_level_buffers_are_the_tensors_own():
+    """The hot-path accessor hands out the stored buffers themselves (no copy), last level's crd and pos."""
+    from splyce.tensors.tensor import last_level_buffers
+
+    m = sps.random_array((7, 5), density=0.4, format="csr", random_state=3)
+    t = asarray(m)
+    values, crd, pos = last_level_buffers(t)
+    assert values is t.values and crd is t.crd[1] and pos is t.pos[1]
+    np.testing.assert_array_equal(crd, m.indices)
+    np.testing.assert_array_equal(pos, m.indptr)
+    v = asarray(np.array([0.0, 2.0, 0.0, 3.0]), SPARSE_VECTOR)
+    values, crd, pos = last_level_buffers(v)
+    assert values.tolist() == [2.0, 3.0] and crd.tolist() == [1, 3] and pos.tolist() == [0, 2]

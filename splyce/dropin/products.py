@@ -14,7 +14,7 @@ from splyce.dropin import narrow_dtypes, scipy_out
 from splyce.planner import nonfinite as _nonfinite
 from splyce.tensors.formats import CSC, CSR, SPARSE_VECTOR
 from splyce.tensors.validation import check_dtype
-from splyce.tensors.tensor import SparseTensor, asarray
+from splyce.tensors.tensor import SparseTensor, asarray, last_level_buffers
 
 from splyce.dropin.formulation import Formulation, _wants_sparse_result, choose_matmul_formulation
 from splyce.dropin.kernels import DENSE_RESULT_BYTES, SERIAL_MAX_WORK, _kernel, _mm, _several_threads, _threads
@@ -206,7 +206,7 @@ def spmv_tensor(a: SparseTensor, x: np.ndarray, threads: int = 1):
     ndim = x.ndim
     if type(x) is not np.ndarray or not 1 <= ndim <= 2 or (several and _several_threads(threads) is None):
         return None
-    return _spmv_buffers(a, a.values, a.crd[1], a.pos[1], x, several)
+    return _spmv_buffers(a, *last_level_buffers(a), x, several)
 
 
 def spmv_direct(fallback):
@@ -214,10 +214,10 @@ def spmv_direct(fallback):
     the cached call hands them over (a checked CSR SparseTensor, a C-contiguous ndarray: its signature said
     so), else ``fallback(values)``. No layer between the jit's dispatch and the drop-in's kernel: each Python
     frame or property read is ~0.1-0.2 us of a 20-50 us call on a Zen 1, where the drop-in's own call is the
-    bar (the tensor's slots read directly: its buffers never change once made)."""
+    bar (the tensor's buffers read in one call: they never change once made)."""
     def direct(values: list):
         a, x = values
-        out = _spmv_buffers(a, a._values, a._crd[1], a._pos[1], x, False)
+        out = _spmv_buffers(a, *last_level_buffers(a), x, False)
         return fallback(values) if out is None else out
     return direct
 
