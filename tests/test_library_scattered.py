@@ -47,6 +47,33 @@ def test_scattered_spmspv_runs_the_dropins_kernel_bit_for_bit(dtype, special):
         assert np.isnan(got[0]) and np.isnan(got).sum() == 1     # the NaN that meets a stored entry only
 
 
+@pytest.mark.parametrize("special", [False, True])
+def test_scattered_spmspv_whose_kept_twin_restores_a_reads_the_arguments_as_given(special):
+    """A long matrix of short rows and an x of a few entries: the kept twin the cost model picks re-stores A as
+    CSC (x's entries driving); the native call reads A and x as given instead (the same sums, k ascending),
+    bit for bit with the MLIR kernel, NaN / Inf included, and builds no MLIR kernel."""
+    rng = np.random.default_rng(25)
+    n = 50_000
+    a = sps.random_array((n, n), density=2.5 / n, format="csr", rng=rng)
+    a.data = rng.standard_normal(a.nnz)
+    if special:
+        a.data[:4] = [np.nan, np.inf, -np.inf, -0.0]
+    idx = np.union1d(rng.choice(n, size=50, replace=False), a.indices[:1])   # x stored at the NaN's column
+    x = sps.coo_array((rng.standard_normal(len(idx)), (idx,)), shape=(n,))
+    a, x = splyce.asarray(a), splyce.asarray(x)
+    fast = splyce.jit(lambda a, x: a @ x)
+    mlir = splyce.jit(lambda a, x: a @ x, library=False)
+    got = fast(a, x)
+    _same(got, mlir(a, x))
+    kernel = fast.kernel_for(a, x)[0]
+    assert isinstance(kernel, LibraryKernel) and kernel.scatters
+    scattering = mlir.kernel_for(a, x)[0].plan
+    assert scattering.scatters and scattering.kept().needs_conversion      # the twin re-stores A
+    assert kernel.plan.trace is kernel.plan.source and not kernel.plan.needs_conversion
+    _same(fast(a, x), got)                                                 # the cached call
+    assert fast.cache_info().compiles + fast.cache_info().disk_hits == 0
+
+
 def test_scattered_spmspv_accumulate_keeps_the_kept_fallback():
     """``accumulate`` runs the scattering MLIR kernel (built on demand), which for non-finite values takes its
     kept twin: a NaN of A against a missing entry of x is skipped, as the native call skips it."""

@@ -72,6 +72,22 @@ class Plan:
         scattering plan's result holds a NaN: docs/semantics.md)."""
         return make_plan(self.source, self.nnz, scatter=False, constants=self.constants)
 
+    def kept_as_given(self) -> "Plan | None":
+        """The kept twin with its one contraction over the arguments as the call gives them (nothing re-stored,
+        nothing scattered), or None when the source is not one contraction of arguments. Its result is the kept
+        twin's whatever order the cost model picked for that twin (a product's sums run over the contracted
+        index ascending either way), for a native kernel that reads the arguments as they are (runtime/library.py:
+        SpMSpV on a long matrix, whose kept twin re-stores it as CSC)."""
+        outputs = self.source.outputs
+        if len(outputs) != 1 or outputs[0].op != "contract" or self.constants \
+                or any(a.op != "input" for a in outputs[0].args):
+            return None
+        node = outputs[0]
+        sources = tuple(Source(i, t, False) for i, t in enumerate(self.source.inputs))
+        entries = float(np.prod(node.type.shape)) if node.type.shape else 1.0
+        step = Step(node, ("keep",) * len(node.args), self.cost, entries, _nbytes(node.type, entries), True)
+        return Plan(self.source, self.source, sources, (step,), (), self.nnz)
+
     @property
     def needs_conversion(self) -> bool:
         return any(s.converted for s in self.sources)
