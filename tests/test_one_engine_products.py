@@ -1,7 +1,9 @@
 """One engine for the sparse products: SpGEMM ``a @ b`` into a sparse result, masked SpGEMM ``(l @ l) * l``,
 the triangle sum ``((l @ l.T) * l).sum()`` and SDDMM ``m * (x @ y.T)`` inside ``@splyce.jit`` run the native
 kernel library (runtime/library.py), with the compiled MLIR kernel's results bit for bit: the same stored
-positions (explicit zeros included), columns ascending, the same values (+0.0 where the sparsifier has +0.0)."""
+positions (explicit zeros included), the same values (+0.0 where the sparsifier has +0.0); columns ascending
+where the result's format is an explicit ``splyce.CSR``, else (``out_format="sparse"``) each row's columns in
+any order (planner/plan.py, ``unordered_product_results``), compared after sorting."""
 
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ import scipy.sparse as sps
 import splyce
 from splyce.runtime.library import LibraryKernel
 
-from test_one_engine import _same
+from test_one_engine import _same, _same_entries
 
 
 def _csr(rng, m, n, density, dtype=np.float64, special=True, index=np.int32, empty_rows=0.0, long_rows=0):
@@ -47,31 +49,59 @@ def _both(body, args, out_format=None, threads=1):
     return fast, mlir
 
 
+def _sorted_csr(t):
+    """An explicit ``splyce.CSR`` of ``t``'s index widths: the sorted product, the format ``out_format="sparse"``
+    resolves to before the planner leaves a result's rows unordered."""
+    return splyce.CSR.with_widths(t.format.pos_width, t.format.crd_width)
+
+
+def _both_sorted(t, threads=1):
+    """``a @ b`` jitted with an explicit CSR result (``_sorted_csr(t)``): the library's sorted kernels, and the
+    MLIR kernel."""
+    return _both(lambda a, b: a @ b, None, _sorted_csr(t), threads)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32])
 @pytest.mark.parametrize("seed", range(3))
-def test_spgemm_rows_of_every_length_bit_for_bit(dtype, seed):
+@pytest.mark.parametrize("rows", ["unordered", "sorted"])
+def test_spgemm_rows_of_every_length_bit_for_bit(dtype, seed, rows):
     """Rows of 0, <= 16 (one-vector ranks) and longer (bitmap) entries, special values, one and two
-    threads."""
+    threads; the rows unordered (``out_format="sparse"``: the unsorted kernel keeping every position) and
+    sorted (an explicit CSR: the sorted kernels)."""
     rng = np.random.default_rng(seed)
     n = (40, 150, 700)[seed]
     a = splyce.asarray(_csr(rng, n, n, 6 / n, dtype, empty_rows=0.1, long_rows=3))
     b = splyce.asarray(_csr(rng, n, n, 10 / n, dtype, long_rows=2))
     for threads in (1, 2):
-        fast, mlir = _both(lambda a, b: a @ b, (a, b), "sparse", threads)
+        out_format = "sparse" if rows == "unordered" else _sorted_csr(a)
+        fast, mlir = _both(lambda a, b: a @ b, (a, b), out_format, threads)
         got = fast(a, b)
-        _same(got, mlir(a, b))
-        assert got.has_sorted_indices and isinstance(fast.kernel_for(a, b)[0], LibraryKernel)
+        if rows == "unordered":
+            _same_entries(got, mlir(a, b))
+            assert not got.has_sorted_indices and not got.has_canonical_format
+            np.testing.assert_array_equal(got.toarray(), mlir(a, b).toarray())
+        else:
+            _same(got, mlir(a, b))
+            assert got.has_sorted_indices
+        assert isinstance(fast.kernel_for(a, b)[0], LibraryKernel)
         assert fast.cache_info().compiles + fast.cache_info().disk_hits == 0
 
 
-def test_spgemm_negative_zero_products_sum_from_positive_zero():
-    """A product of -0.0 is stored as +0.0: the sparsifier sums each entry into a zero-filled workspace."""
+@pytest.mark.parametrize("rows", ["unordered", "sorted"])
+@pytest.mark.parametrize("dense", [False, True])
+def test_spgemm_negative_zero_products_sum_from_positive_zero(rows, dense, monkeypatch):
+    """A product of -0.0 is stored as +0.0: the sparsifier sums each entry into a zero-filled workspace (the
+    unordered rows' kernel too, with either accumulator: the first term added to +0.0)."""
+    from splyce.native import spgemm
+
+    if dense:
+        monkeypatch.setattr(spgemm, "DENSE_ROW_ENTRIES", 1)
     a = sps.csr_array((np.array([-1.0, 2.0]), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 2))
     b = sps.csr_array((np.array([0.0, -0.0]), np.array([0, 1]), np.array([0, 2, 2])), shape=(2, 2))
-    fast, mlir = _both(lambda a, b: a @ b, None, "sparse")
     A, B = splyce.asarray(a), splyce.asarray(b)
+    fast, mlir = _both(lambda a, b: a @ b, None, "sparse" if rows == "unordered" else _sorted_csr(A))
     got = fast(A, B)
-    _same(got, mlir(A, B))
+    (_same_entries if rows == "unordered" else _same)(got, mlir(A, B))
     assert not np.signbit(got.data).any() and got.nnz == 2
 
 
@@ -81,7 +111,7 @@ def test_spgemm_64_bit_indices_and_rectangles():
     b = splyce.asarray(_csr(rng, 60, 130, 0.1, index=np.int64))
     fast, mlir = _both(lambda a, b: a @ b, None, "sparse")
     got = fast(a, b)
-    _same(got, mlir(a, b))
+    _same_entries(got, mlir(a, b))
     assert got.indices.dtype == np.int64 and isinstance(fast.kernel_for(a, b)[0], LibraryKernel)
 
 
@@ -96,7 +126,7 @@ def test_spgemm_rows_spread_over_many_columns(index):
     near = _csr(rng, 60, 200, 0.03, index=index)         # clustered in the first 200 columns
     b = sps.csr_array(sps.hstack([near, b[:, 200:]], format="csr").astype(b.dtype))
     b = splyce.asarray(sps.csr_array((b.data, b.indices.astype(index), b.indptr.astype(index)), shape=b.shape))
-    fast, mlir = _both(lambda a, b: a @ b, None, "sparse")
+    fast, mlir = _both_sorted(a)
     got = fast(a, b)
     _same(got, mlir(a, b))
     lengths = np.diff(got.indptr)
@@ -142,7 +172,7 @@ def test_spgemm_sorted_rule_boundaries_bit_for_bit(dtype):
                        np.concatenate(pairs).astype(np.int32),
                        np.cumsum([0] + [len(p) for p in pairs]).astype(np.int32)), shape=(len(pairs), k))
     A, B = splyce.asarray(a), splyce.asarray(b)
-    fast, mlir = _both(lambda a, b: a @ b, None, "sparse")
+    fast, mlir = _both_sorted(A)
     got = fast(A, B)
     _same(got, mlir(A, B))
     assert isinstance(fast.kernel_for(A, B)[0], LibraryKernel)
@@ -235,11 +265,11 @@ def test_spgemm_both_sorted_kernels_bit_for_bit(dtype, adjacent):
 
 
 def _product_on_both(A, B) -> list:
-    """``A @ B`` jitted on the library route, one and two threads, each the MLIR kernel's bit for bit: the
-    library's results."""
+    """``A @ B`` jitted on the library route with sorted rows (an explicit CSR), one and two threads, each the
+    MLIR kernel's bit for bit: the library's results."""
     results = []
     for threads in (1, 2):
-        fast, mlir = _both(lambda a, b: a @ b, None, "sparse", threads)
+        fast, mlir = _both_sorted(A, threads)
         results.append(fast(A, B))
         _same(results[-1], mlir(A, B))
         assert isinstance(fast.kernel_for(A, B)[0], LibraryKernel)
@@ -334,8 +364,8 @@ def test_spgemm_non_canonical_and_mixed_width_scipy_operands():
     for x, y in ((a, b), (wide, b), (a, sps.csr_array(_csr(rng, 20, 9, 0.3, special=False)))):
         before = [arr.copy() for arr in (x.data, x.indices, x.indptr, y.data, y.indices, y.indptr)]
         got = fast(x, y)
-        _same(got, mlir(x, y))
-        assert np.allclose(got.toarray(), (x @ y).toarray()) and got.has_sorted_indices
+        _same_entries(got, mlir(x, y))
+        assert np.allclose(got.toarray(), (x @ y).toarray()) and not got.has_sorted_indices
         assert isinstance(fast.kernel_for(x, y)[0], LibraryKernel)
         for old, now in zip(before, (x.data, x.indices, x.indptr, y.data, y.indices, y.indptr)):
             assert np.array_equal(old, now) and old.dtype == now.dtype
@@ -353,21 +383,34 @@ def test_spgemm_empty_operands(shapes):
     b = sps.csr_array((k, n))
     fast, mlir = _both(lambda a, b: a @ b, None, "sparse")
     got = fast(a, b)
-    _same(got, mlir(a, b))
+    _same_entries(got, mlir(a, b))
     assert got.shape == (m, n) and got.nnz == 0 and len(got.indptr) == m + 1
     assert n == 0 or isinstance(fast.kernel_for(a, b)[0], LibraryKernel)
 
 def test_spgemm_plan_is_the_dropins_native_product():
+    """``a @ b`` returned with a sparse format left to splyce (at the jit or the op): the plan types it CSR with
+    unordered columns and runs the drop-in's formulation (its kernel, every reached position kept); with an
+    explicit ``splyce.CSR``: ordered, the sorted kernels."""
     from splyce.dropin import OperandInfo, choose_matmul_formulation
 
     a = splyce.asarray(_csr(np.random.default_rng(1), 50, 50, 0.1))
-    text = splyce.jit(lambda a, b: a @ b, out_format="sparse").lower(a, a).as_text("plan")
+    dropin = choose_matmul_formulation(OperandInfo.of(a), OperandInfo.of(a)).value
+    for f in (splyce.jit(lambda a, b: a @ b, out_format="sparse"),
+              splyce.jit(lambda a, b: splyce.matmul(a, b, out_format="sparse")),
+              splyce.jit(lambda a, b: splyce.einsum("ik,kj->ij", a, b, out_format="sparse"))):
+        text = f.lower(a, a).as_text("plan")
+        assert "#(i, j) -> (i : dense, j : compressed(nonordered))" in text
+        assert "// %0: a sparse x sparse product returned with its sparse format left to splyce: CSR with each " \
+               "row's columns unique, in any order (unordered_product_results" in text
+        assert f"as formulation '{dropin}' (the drop-in's choice" in text and dropin == "gustavson-spa"
+        assert "each row's columns in order of first appearance" in text
+    text = splyce.jit(lambda a, b: a @ b, out_format=_sorted_csr(a)).lower(a, a).as_text("plan")
+    assert "compressed(nonordered)" not in text and "unordered_product_results" not in text
     assert "runs on the native kernel library: matmul (per call, by b's columns: when at least half of its " \
            "neighbouring stored columns are adjacent (banded, dense blocks) or the rows average at most 16 " \
            "multiply-adds (road networks), a map of output positions and a sort of each row" in text
     assert "else each row summed in a dense row with a flag per column, branch-free" in text
     assert "as formulation 'gustavson-spa, every position kept, rows sorted'" in text
-    assert choose_matmul_formulation(OperandInfo.of(a), OperandInfo.of(a)).value == "gustavson-spa"
 
 
 def _lower(rng, n, dtype, index=np.int32, special=True):

@@ -16,7 +16,7 @@ from splyce.dropin.operands import _native_values
 from splyce.dropin.operands import OperandInfo
 from splyce.native import memory_pool
 from splyce.dropin.products import matmul, spmspv_tensor, spmv_tensor, spmv_direct
-from splyce.runtime.library import LibraryCall, LibraryOp
+from splyce.runtime.library import LibraryCall, LibraryOp, is_csr
 
 def _info(t) -> OperandInfo:
     return OperandInfo("splyce" if t.is_sparse else "numpy", t.shape, np.dtype(t.dtype))
@@ -132,12 +132,21 @@ SPGEMM_SORTED_RULE = ("per call, by b's columns: when at least half of its neigh
                       "(the map) or from the flags, 64 columns a step")
 
 
-def _spgemm_kept(out):
+# The unordered result's kernel (the plan's text says it): the drop-in's, with every reached position kept.
+SPGEMM_UNORDERED = ("the drop-in's kernel with every reached position kept (zero sums too), each sum from +0.0 "
+                    "in A's row order; each row's columns in order of first appearance (the result's format: "
+                    "columns unordered)")
+
+
+def _spgemm_kept(out, sort: bool):
     """``a @ b`` of two CSR SparseTensors as a scipy CSR of the traced result's format: the sparsifier's stored
-    positions and values (every position reached, columns ascending, sums from +0.0; native/spgemm_sorted.py),
-    or None (then the MLIR kernel runs) when the result does not fit the format's index widths. The result is
-    built over the kernel's buffers without scipy's constructor checks (``scipy_out.csr``: the kernel wrote
-    it canonical). Modules bound once here, as in ``_coiterated``."""
+    positions and values (every position reached, sums from +0.0 in A's row order), or None (then the MLIR
+    kernel runs) when the result does not fit the format's index widths. ``sort``: columns ascending
+    (native/spgemm_sorted.py); else each row's columns in order of first appearance (native/spgemm.py), the
+    result's format having an unordered column level (planner/plan.py, ``unordered_product_results``). The
+    result is built over the kernel's buffers without scipy's constructor checks (``scipy_out.csr``: the
+    kernel wrote it well formed; scipy's flags say whether sorted). Modules bound once here, as in
+    ``_coiterated``."""
     import scipy.sparse as sps
 
     from splyce.dropin import scipy_out
@@ -152,13 +161,13 @@ def _spgemm_kept(out):
         a, b = args
         with pool():
             product = product_of((a.values, a.crd[1], a.pos[1]), (b.values, b.crd[1], b.pos[1]), b.shape[1], dtype,
-                                 threads, keep_zeros=True, sort=True)
+                                 threads, keep_zeros=True, sort=sort)
         indices, indptr = product.indices, product.indptr
         # the traced format's index widths (64-bit operands give a 64-bit result; the kernel writes the narrowest)
         if indices.dtype.itemsize * 8 > crd_width or indptr.dtype.itemsize * 8 > pos_width:
             return None                           # the result needs wider indices than the format's
         return scipy_out.csr(csr_array, product.data, indices.astype(crd_dtype, copy=False),
-                             indptr.astype(pos_dtype, copy=False), shape, True)
+                             indptr.astype(pos_dtype, copy=False), shape, sort)
     return run
 
 
@@ -183,10 +192,14 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
     if op.op in _ELEMENTWISE:
         return _elementwise_call(op, options)
     if op.op == "matmul" and op.out.is_sparse and _native_values(*infos):
-        # Gustavson's product keeping every reached position (zero sums too), each row written sorted: the
-        # sparsifier's result; each entry sums from +0.0 over k in A's row order, as its i, k, j loop nest does
-        return LibraryCall(op, "gustavson-spa, every position kept, rows sorted", _spgemm_kept(op.out),
-                           detail=SPGEMM_SORTED_RULE)
+        # Gustavson's product keeping every reached position (zero sums too): the sparsifier's result; each
+        # entry sums from +0.0 over k in A's row order, as its i, k, j loop nest does. Rows sorted where the
+        # result's format is ordered (an explicit out_format=splyce.CSR), else as the drop-in writes them.
+        if is_csr(op.out):
+            return LibraryCall(op, "gustavson-spa, every position kept, rows sorted", _spgemm_kept(op.out, True),
+                               detail=SPGEMM_SORTED_RULE)
+        return LibraryCall(op, Formulation.GUSTAVSON_SPARSE.value, _spgemm_kept(op.out, False),
+                           detail=SPGEMM_UNORDERED)
     if op.op == "einsum":        # masked SpGEMM, the masked sum (triangles), SDDMM: jit_products.py
         return jit_products.provide(op, infos)
     return None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from splyce.lowering import dense
 from splyce.lowering.scalars import (absolute, binary, cast, conjugate, constant, divide_by, element_type,
                                      extremum, extremum_identity, is_complex, needs_unary, real_dtype)
-from splyce.tensors.formats import to_mlir_encoding
+from splyce.tensors.formats import Format, Level, to_mlir_encoding
 from splyce.tracer import dense_ops
 from splyce.tracer.ir import ContractParams, Node, Trace, TensorType
 from splyce.errors import LoweringError  # re-exported: defined once in splyce.errors
@@ -20,10 +20,19 @@ from splyce.errors import LoweringError  # re-exported: defined once in splyce.e
 ENTRY = "kernel"
 
 
+def stored_encoding(fmt: Format):
+    """The encoding a sparse value is lowered with: ``fmt``'s, a unique unordered level made ordered. Such a
+    level is only a result's (planner/plan.py, ``unordered_product_results``; arguments are sorted on the host,
+    runtime/arguments.py): the sparsifier inserts in order, and a sorted segment is a valid unordered one, so
+    no ``nonordered`` encoding reaches MLIR (its sparsifier was not verified on them)."""
+    levels = tuple(Level(lv.kind, lv.unique, True) if lv.unique and not lv.ordered else lv for lv in fmt.levels)
+    return to_mlir_encoding(fmt if levels == fmt.levels else Format(levels, fmt.order, fmt.pos_width, fmt.crd_width))
+
+
 def tensor_type(t: TensorType):
     from mlir import ir
 
-    enc = to_mlir_encoding(t.format) if t.is_sparse else None
+    enc = stored_encoding(t.format) if t.is_sparse else None
     return ir.RankedTensorType.get(list(t.shape), element_type(t.dtype), enc)
 
 
@@ -103,7 +112,7 @@ def _init_tensor(node: Node, ctx: _Context):
     if node in ctx.dense_out_args:
         return ctx.dense_out_args[node]
     empty = tensor.EmptyOp(list(node.type.shape), element_type(node.type.dtype),
-                           encoding=to_mlir_encoding(node.type.format) if node.type.is_sparse else None).result
+                           encoding=stored_encoding(node.type.format) if node.type.is_sparse else None).result
     if node.type.is_sparse:
         return empty
     return linalg.fill(constant(0, node.type.dtype), outs=[empty])

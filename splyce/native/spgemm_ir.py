@@ -231,7 +231,8 @@ _DENSE_ACCUMULATE = """
   %pacc = getelementptr {{i64, {t}}}, ptr %slots, i64 %col, i32 1
   %old = load {t}, ptr %pacc
   %sum = {add} {t} %old, %prod
-  %new = select i1 %seen, {t} %sum, {t} %prod
+  %first = {add} {t} {first_zero}, %prod
+  %new = select i1 %seen, {t} %sum, {t} %first
   store {t} %new, ptr %pacc
   %fresh = xor i1 %seen, true
   %inc = zext i1 %fresh to i64
@@ -273,7 +274,8 @@ insert:
   %pcc = getelementptr i{co}, ptr %cc, i64 %c2
   store i{co} %col_out, ptr %pcc
   %pcv2 = getelementptr {t}, ptr %cv, i64 %c2
-  store {t} %prod, ptr %pcv2
+  %first = {add} {t} {first_zero}, %prod
+  store {t} %first, ptr %pcv2
   %c2i = add i64 %c2, 1
   %prod_zero = {zero_test} {t} %prod, {zero}
   %zi = or i1 %z2, %prod_zero
@@ -358,14 +360,17 @@ def index_fields(pa: int, ca: int, pb: int, cb: int, co: int) -> dict:
 def product_ir(name: str, dense: bool, t: str, mul: str, add: str, keep_zeros: bool, indices: dict) -> str:
     """``@{name}`` (rows of A @ B, the sparse or the dense accumulator) and ``@{name}_backward``. keep_zeros:
     every position the product reaches is stored, zero sums too (the sparsifier's result): the zero tests become
-    constant false / the keep test constant true, and LLVM folds the compaction away."""
+    constant false / the keep test constant true, and LLVM folds the compaction away; and each entry's first
+    term is added to +0.0, as the sparsifier sums into a zero-filled workspace (a -0.0 product stored as +0.0;
+    scipy's rule adds -0.0, which LLVM folds away: a zero there is dropped anyway)."""
     floating = t in ("double", "float")
     nonzero = ("fcmp true" if floating else "icmp uge") if keep_zeros else ("fcmp une" if floating else "icmp ne")
     zero_test = ("fcmp false" if floating else "icmp ult") if keep_zeros else ("fcmp oeq" if floating else "icmp eq")
     body = (_DENSE_ACCUMULATE, _DENSE_FINISH) if dense else (_SPARSE_ACCUMULATE, _SPARSE_FINISH)
     text = _ROWS.replace("{accumulate}", body[0]).replace("{finish}", body[1]) + _BACKWARD
     return text.format(name=name, t=t, mul=mul, add=add, nonzero=nonzero, zero_test=zero_test,
-                       zero="0.0" if floating else "0", **indices)
+                       zero="0.0" if floating else "0",
+                       first_zero=("0.0" if keep_zeros else "-0.0") if floating else "0", **indices)
 
 
 def backward_ir(name: str, t: str, indices: dict) -> str:

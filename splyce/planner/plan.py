@@ -19,7 +19,7 @@ from splyce.planner.elementwise import fuse_elementwise, fuse_reductions, propag
 from splyce.planner.memory import budget_bytes, format_bytes
 from splyce.planner.rewrite import Fusion, substitute, uses, with_args, with_order
 from splyce.planner.transposed_inputs import Derived, relabel_inputs, transposed
-from splyce.tensors.formats import Format
+from splyce.tensors.formats import Format, Level
 from splyce.tracer.ir import ContractParams, Node, TensorType, Trace, params_text, walk
 
 
@@ -143,6 +143,8 @@ class Plan:
             lines.append(f"  // fused {describe(f.inner)} into {describe(f.outer)}")
         for k, step in enumerate(self.steps):
             names[step.node] = f"%{k}"
+            if step.result and is_unordered_csr(step.node.type):
+                lines.append(f"  // %{k}: {UNORDERED_PRODUCT_RULE}")
             operands = ", ".join(names.get(a, "?") for a in step.node.args)
             storage = f" storage=({', '.join(step.storage)})" if any(step.storage) else ""
             kind = "result" if step.result else "intermediate"
@@ -368,6 +370,7 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
     outputs, _ = fuse_elementwise(outputs, uses(outputs))
     outputs = _align_intermediate_orders(outputs)
     outputs = fuse_reductions(outputs, uses(outputs))
+    outputs = unordered_product_results(outputs)
 
     sources = [Source(i, t, False) for i, t in enumerate(trace.inputs)]
     slots: dict[tuple[int, TensorType], Node] = {}
@@ -423,6 +426,47 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
                 constants=tuple(constants))
     check_memory(plan)
     return plan
+
+
+UNORDERED_PRODUCT_RULE = ("a sparse x sparse product returned with its sparse format left to splyce: CSR with "
+                          "each row's columns unique, in any order (unordered_product_results; "
+                          "out_format=splyce.CSR for sorted rows)")
+
+
+def unordered_csr(fmt: Format) -> Format:
+    """``fmt`` (a CSR) with its column level unordered: columns unique per row, in any order."""
+    return Format((fmt.levels[0], Level("compressed", ordered=False)), fmt.order, fmt.pos_width, fmt.crd_width)
+
+
+def is_unordered_csr(t: TensorType) -> bool:
+    f = t.format
+    return (t.is_sparse and t.ndim == 2 and f.order == (0, 1)
+            and tuple((lv.kind, lv.unique, lv.ordered) for lv in f.levels)
+            == (("dense", True, True), ("compressed", True, False)))
+
+
+def unordered_product_results(outputs: tuple[Node, ...]) -> tuple[Node, ...]:
+    """A sparse product's rows are not sorted unless asked for, as scipy's ``A @ B`` and JAX's BCOO products
+    leave them: a result of the function (no other op reads it) that is a product of two sparse matrices,
+    whose sparse format the user left to splyce (``out_format="sparse"``, at the op or the jit) and which
+    would be a CSR, is typed CSR with an unordered column level. Gustavson's product then writes each row in
+    order of first appearance (the native route: sorting the rows was up to 2x its time on power-law and road
+    graphs, docs/guide/benchmarks.md); the MLIR kernel writes them sorted, a valid unordered row, so the type
+    does not depend on the route. An intermediate stays ordered (the sparsifier coiterates it), and so does
+    a result whose format was given (``out_format=splyce.CSR``)."""
+    consumed = {a for n in walk(outputs) for a in n.args}
+    out = []
+    for node in outputs:
+        t = node.type
+        if (node.op == "contract" and node not in consumed and node.params[0].format_left and len(node.args) == 2
+                and all(a.type.is_sparse and a.type.ndim == 2 for a in node.args) and t.ndim == 2
+                and set("".join(node.params[0].inputs)) - set(node.params[0].output)
+                and t.is_sparse and t.format.order == (0, 1)
+                and tuple((lv.kind, lv.unique, lv.ordered) for lv in t.format.levels)
+                == (("dense", True, True), ("compressed", True, True))):
+            node = Node(node.op, node.args, node.params, TensorType(t.shape, t.dtype, unordered_csr(t.format)))
+        out.append(node)
+    return tuple(out)
 
 
 def _align_intermediate_orders(outputs):

@@ -10,6 +10,7 @@ products that are cheaper apart (``(a @ b) @ c``) stay apart.
 
 from __future__ import annotations
 
+import dataclasses
 import string
 
 from splyce.native.records import record
@@ -61,7 +62,7 @@ def substitute(outer: Node, position: int) -> Node | None:
               *po.inputs[position + 1:])
     args = (*outer.args[:position], *inner.args, *outer.args[position + 1:])
     scale = _product(po.scale, pi.scale)
-    params = ContractParams(tuple(inputs), po.output, scale)
+    params = ContractParams(tuple(inputs), po.output, scale, format_left=po.format_left)   # the result's request
     return Node("contract", args, (params,), outer.type)
 
 
@@ -75,8 +76,7 @@ def _product(a, b):
 
 def with_order(node: Node, order: str) -> Node:
     params: ContractParams = node.params[0]
-    return Node("contract", node.args, (ContractParams(params.inputs, params.output, params.scale, order),),
-                node.type)
+    return Node("contract", node.args, (dataclasses.replace(params, order=order),), node.type)
 
 
 def with_args(node: Node, args: tuple) -> Node:

@@ -20,6 +20,7 @@ import threading
 import numpy as np
 
 from splyce.native.records import record
+from splyce.planner.plan import is_unordered_csr
 from splyce.runtime import providers
 from splyce.tracer.ir import ContractParams, Node, TensorType
 
@@ -128,7 +129,7 @@ def _as_library_op(step: Node, inputs: tuple[TensorType, ...]) -> LibraryOp | No
             return LibraryOp("matmul", None, operands, types, out)                  # SpMV / SpMM
         if _is_sparse_vector(types[1]) and not out.is_sparse:
             return LibraryOp("matmul", None, operands, types, out)                  # SpMSpV
-        if is_csr(types[1]) and is_csr(out):
+        if is_csr(types[1]) and (is_csr(out) or is_unordered_csr(out)):
             return LibraryOp("matmul", None, operands, types, out)                  # Gustavson SpGEMM
         return None
     if len(operands) == 3 and (out.ndim == 0 or is_csr(out)):
@@ -155,9 +156,11 @@ def _pinned(trace) -> bool:
 def choose(plan, options, out_format) -> LibraryCall | None:
     """The native call that computes ``plan``, or None (then the MLIR kernel runs). Only for a plan of one
     step on its inputs (the arguments, their transposes read in place, or re-stored ones: the plan prepares
-    them as for the MLIR kernel; never a sparse operand scattered dense), the default result format, the host
-    CPU and the Splyce pass on (``vectorize=False`` is the plain sparsifier, the baseline by contract)."""
-    if out_format not in (None, "dense", "sparse") or not options.vectorize or options.profile:
+    them as for the MLIR kernel; never a sparse operand scattered dense), on the host CPU with the Splyce pass
+    on (``vectorize=False`` is the plain sparsifier, the baseline by contract). Any ``out_format``: the traced
+    result type says it (an explicit ``splyce.CSR`` product keeps the sorted kernels), and a provider whose
+    result would not be that type declines."""
+    if not options.vectorize or options.profile:
         return None
     if len(plan.steps) != 1 or len(plan.trace.outputs) != 1 or _pinned(plan.source):
         return None

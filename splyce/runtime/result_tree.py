@@ -4,6 +4,8 @@ returned twice is the same object twice)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from splyce.tensors.formats import Format
 from splyce.tracer.ir import Node, TensorType
 from splyce.tracer.tracer import Tracer, TraceError
@@ -23,7 +25,11 @@ def with_format(node: Node, out_format) -> Node:
         return node
     sparse_like = [a.type.format for a in node.args if a.type.is_sparse]
     fmt = resolve_format(out_format, False, sparse_like, node.type.ndim)
-    return Node(node.op, node.args, node.params, TensorType(node.type.shape, node.type.dtype, fmt))
+    params = node.params
+    if node.op == "contract":       # the jit's request replaces the op's: a Format pins the result's storage
+        params = (dataclasses.replace(params[0], format_left=fmt is not None and not isinstance(out_format, Format)),
+                  *params[1:])
+    return Node(node.op, node.args, params, TensorType(node.type.shape, node.type.dtype, fmt))
 
 
 def flatten_outputs(out):

@@ -265,8 +265,9 @@ class SparseTensor:
         Returns
         -------
         scipy.sparse array
-            ``csr_array`` for CSR, ``csc_array`` for CSC, ``coo_array`` for COO (sharing buffers), otherwise
-            a ``csr_array``; a ``coo_array`` for other ranks than 2. An all-dense format drops its zeros.
+            ``csr_array`` for CSR, ``csc_array`` for CSC (also with an unordered column level: then
+            ``has_sorted_indices`` is False), ``coo_array`` for COO (sharing buffers), otherwise a
+            ``csr_array``; a ``coo_array`` for other ranks than 2. An all-dense format drops its zeros.
         """
         import scipy.sparse as sps
 
@@ -277,11 +278,15 @@ class SparseTensor:
             return sps.coo_array((self._values, tuple(self.coords())), shape=self._shape)
         if fmt.is_dense:
             return sps.csr_array(self.to_numpy())
-        if canonical and fmt.levels == CSR.levels:
+        if tuple((lv.kind, lv.unique) for lv in fmt.levels) == (("dense", True), ("compressed", True)):
             self._unseal()     # scipy gets the buffers themselves (writeable, as scipy users expect)
             cls = sps.csr_array if fmt.order == (0, 1) else sps.csc_array
             out = cls((self._values, self._crd[1], self._pos[1]), shape=self._shape)
-            out.has_canonical_format = True
+            # an unordered column level (a sparse product's rows: docs/guide/formats.md) is scipy's unsorted
+            # indices without duplicates, as scipy's own ``A @ B`` returns them
+            out.has_canonical_format = canonical
+            if not canonical:
+                out.has_sorted_indices = False
             return out
         if fmt == COO.with_widths(*widths):
             self._unseal()

@@ -194,7 +194,9 @@ def contract(nodes: list[Node], inputs: list[str], output: str, *, scale=None, o
     if order is not None and (not isinstance(order, str) or sorted(order) != sorted(sizes)):
         raise TraceError(f"{op}: order must list each index of {','.join(inputs)}->{output} once "
                          f"(outermost loop first), got {order!r}")
-    params = ContractParams(tuple(inputs), output, scale, order)
+    # a sparse format not given as a Format ("sparse", or the op's sparse default) is the planner's to refine
+    params = ContractParams(tuple(inputs), output, scale, order,
+                            format_left=fmt is not None and not isinstance(out_format, Format))
     return Tracer(Node("contract", tuple(nodes), (params,), TensorType(shape, dtype, fmt)))
 
 

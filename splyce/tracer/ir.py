@@ -137,12 +137,16 @@ def _canonical(value):
 @dataclass(frozen=True)
 class ContractParams:
     """``out = scale * einsum(",".join(inputs) + "->" + output, *args)``; ``order``: the loop order the
-    planner chose (outermost first), or None for the lowering's heuristic."""
+    planner chose (outermost first), or None for the lowering's heuristic; ``format_left``: the sparse result
+    format was left to splyce (``out_format="sparse"`` or a sparse default, not a ``Format``), so the planner
+    may choose its storage details (planner/plan.py, ``unordered_product_results``). Not printed: it changes
+    generated code only through the result type the planner gives, which the plan's text and the disk key show."""
 
     inputs: tuple[str, ...]
     output: str
     scale: float | int | None = None
     order: str | None = None
+    format_left: bool = False
 
     def __str__(self) -> str:
         text = ",".join(self.inputs) + "->" + self.output
