@@ -528,7 +528,8 @@ def jit(fun=None, *, vectorize=True, vector_width=None, phases=DEFAULT_PHASES, f
         cannot run raises ``RuntimeError``.
     out_format : {None, "dense", "sparse"} or Format, optional
         The results' storage. None: dense for contractions, sparse for elementwise results of sparse
-        operands, as scipy.
+        operands, as scipy. "sparse": a format of splyce's choice; a returned sparse x sparse product's is a
+        CSR with unordered columns, as scipy's ``A @ B`` (``out_format=splyce.CSR`` sorts them).
     slp : bool, optional
         LLVM's SLP vectorizer. None: off where a fast lane was built, on elsewhere.
     threads : int or None, optional
