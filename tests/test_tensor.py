@@ -327,3 +327,6 @@ def test_last_level_buffers_are_the_tensors_own():
     v = asarray(np.array([0.0, 2.0, 0.0, 3.0]), SPARSE_VECTOR)
     values, crd, pos = last_level_buffers(v)
     assert values.tolist() == [2.0, 3.0] and crd.tolist() == [1, 3] and pos.tolist() == [0, 2]
+    for bad in (m, np.ones(3), asarray(np.ones((2, 2)), dense(2))):
+        with pytest.raises(TypeError, match="last_level_buffers"):
+            last_level_buffers(bad)

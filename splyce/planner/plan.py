@@ -438,11 +438,16 @@ def unordered_csr(fmt: Format) -> Format:
     return Format((fmt.levels[0], Level("compressed", ordered=False)), fmt.order, fmt.pos_width, fmt.crd_width)
 
 
-def is_unordered_csr(t: TensorType) -> bool:
+def _is_csr(t: TensorType, ordered: bool) -> bool:
+    """A sparse 2-D type stored as CSR (dense rows, unique columns), its columns sorted iff ``ordered``."""
     f = t.format
     return (t.is_sparse and t.ndim == 2 and f.order == (0, 1)
             and tuple((lv.kind, lv.unique, lv.ordered) for lv in f.levels)
-            == (("dense", True, True), ("compressed", True, False)))
+            == (("dense", True, True), ("compressed", True, ordered)))
+
+
+def is_unordered_csr(t: TensorType) -> bool:
+    return _is_csr(t, ordered=False)
 
 
 def unordered_product_results(outputs: tuple[Node, ...]) -> tuple[Node, ...]:
@@ -460,10 +465,7 @@ def unordered_product_results(outputs: tuple[Node, ...]) -> tuple[Node, ...]:
         t = node.type
         if (node.op == "contract" and node not in consumed and node.params[0].format_left and len(node.args) == 2
                 and all(a.type.is_sparse and a.type.ndim == 2 for a in node.args) and t.ndim == 2
-                and set("".join(node.params[0].inputs)) - set(node.params[0].output)
-                and t.is_sparse and t.format.order == (0, 1)
-                and tuple((lv.kind, lv.unique, lv.ordered) for lv in t.format.levels)
-                == (("dense", True, True), ("compressed", True, True))):
+                and set("".join(node.params[0].inputs)) - set(node.params[0].output) and _is_csr(t, ordered=True)):
             node = Node(node.op, node.args, node.params, TensorType(t.shape, t.dtype, unordered_csr(t.format)))
         out.append(node)
     return tuple(out)

@@ -316,6 +316,9 @@ def _unpickle(shape, format, pos, crd, values) -> SparseTensor:
 def last_level_buffers(t: SparseTensor) -> tuple:
     """``(values, crd, pos)`` of ``t``'s last level (a CSR's ``data, indices, indptr``): one call where a
     kernel's hot path would read three properties (~35 ns each over a slot read, 1-2 % of a 10-us SpMV)."""
+    if type(t) is not SparseTensor or t._pos[-1] is None:
+        raise TypeError(f"last_level_buffers: expected a SparseTensor whose last level is compressed, got "
+                        f"{type(t).__name__}" + (f" in format {t.format}" if type(t) is SparseTensor else ""))
     return t._values, t._crd[-1], t._pos[-1]
 
 
