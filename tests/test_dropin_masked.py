@@ -375,6 +375,7 @@ def test_sddmm_prefetching_kernel_gives_the_same_bits(factors, dtype, monkeypatc
     x, y = rng.standard_normal((m, d)).astype(dtype), rng.standard_normal((n, d)).astype(dtype)
     plain = native_sddmm.sddmm(mask, x, y, dtype, 1, factors)
     monkeypatch.setattr(native_sddmm, "PREFETCH_MIN_BYTES", 0)
+    monkeypatch.setattr(native_sddmm, "NEAR_WINDOW_BYTES", -1)     # every mask reads far: the prefetching kernel
     monkeypatch.setattr(native_sddmm, "SDDMM_SERIAL_MAX_WORK", 0)
     for threads in (1, 2):
         ahead = native_sddmm.sddmm(mask, x, y, dtype, threads, factors)
@@ -384,3 +385,32 @@ def test_sddmm_prefetching_kernel_gives_the_same_bits(factors, dtype, monkeypatc
                                   native_sddmm.GROUPS, factors, native_sddmm.PREFETCH_AHEAD)
     assert "@llvm.prefetch" in text
     assert "@llvm.prefetch" not in native_sddmm._sddmm_ir("k", np.dtype(dtype), 32, 32, native_sddmm.GROUPS)
+
+
+def test_sddmm_prefetches_only_where_the_rows_of_y_are_read_far_apart(monkeypatch):
+    """The prefetching kernel is chosen for a large Y whose rows the mask reads far from each entry's own row (a
+    power-law graph's), not for a banded mask (the rows of Y just read are still in cache), nor for a small Y."""
+    import scipy.sparse as sps
+    from splyce.native import sddmm as native_sddmm
+
+    n, d = 20000, 32
+    rng = np.random.default_rng(5)
+    banded = sps.diags([np.ones(n - abs(k)) for k in range(-3, 4)], list(range(-3, 4)), format="csr")
+    scattered = sps.random(n, n, density=5e-4, format="csr", random_state=rng)
+    scattered.sort_indices()
+    chosen = []
+    compile_kernel = native_sddmm._sddmm
+    monkeypatch.setattr(native_sddmm, "_sddmm", lambda *a: chosen.append(a[-1]) or compile_kernel(*a))
+    x = rng.standard_normal((n, d))
+    for mask, y_rows, want in ((scattered, n, native_sddmm.PREFETCH_AHEAD), (banded, n, 0), (scattered, 100, 0)):
+        y = rng.standard_normal((y_rows, d))
+        m = mask[:, :y_rows].tocsr()
+        if y_rows == n:
+            assert native_sddmm.reads_near(m.indptr, m.indices, y) == (mask is banded)
+        out = native_sddmm.sddmm((m.data, m.indices, m.indptr), x, y, np.float64)
+        assert chosen[-1] == want
+        coo = m.tocoo()                     # the reference entry by entry (X @ Y.T dense would be 3.2 GB)
+        ref = sps.csr_matrix((coo.data * np.einsum("ed,ed->e", x[coo.row], y[coo.col]), (coo.row, coo.col)),
+                             shape=m.shape)
+        got = sps.csr_matrix(out, shape=m.shape)
+        assert abs(got - ref).max() <= 1e-12 * abs(ref).max()
