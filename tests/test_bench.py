@@ -53,6 +53,10 @@ def test_subcommand_tiny(sub, tmp_path, capsys):
     assert speedups and all(s > 0 for s in speedups)
     if sub == "kernels":
         assert [r["kernel"].split()[0] for r in rows] == ["K1", "K2", "K3", "K4", "K5", "geomean"]
+        for r in rows[:-1]:     # the bandwidth columns: every kernel's bytes, floor and share of the floor
+            values = [float(r[c]) for c in ("model_mb", "floor_s", "bw_baseline", "bw_splyce")]
+            assert all(np.isfinite(v) and v > 0 for v in values), r
+        assert "update" in (tmp_path / "kernels.md").read_text()   # the rates the floor was measured at
     if sub == "ablation":
         k1 = [r for r in rows if r["workload"].startswith("K1")]
         assert len(k1) == 17 and {r["fast_math"] for r in k1[1:]} == {"on", "off"}

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from splyce.bench import bandwidth
 from splyce.bench.common import Config, Result, geomean, measure, simd_share, touched_zeros
 
 TINY_SIZES = {"K1": 96, "K2": 512, "K3": (4, 4, 256, 4), "K4": (16, 1024), "K5": (3, 3, 256, 4)}
@@ -181,7 +182,30 @@ def shapes_of(name, ops):
 
 COLUMNS = ["kernel", "size", "baseline_s", "splyce_s", "scipy_s", "pydata_s", "pydata_best", "dropin_s",
            "speedup_vs_baseline", "splyce_vs_scipy", "dropin_vs_scipy", "simd_share", "compile_s", "disk_s",
-           "baseline_min_s", "splyce_min_s"]
+           "baseline_min_s", "splyce_min_s", "model_mb", "floor_s", "bw_baseline", "bw_splyce"]
+
+
+def traffic(ops, result: np.ndarray, accumulate: bool) -> bandwidth.Traffic:
+    """The bytes the timed call of the plain sparsifier or Splyce must move at minimum (``model_mb``).
+
+    Read once: every buffer of every operand (positions, coordinates, values; a dense operand whole). The
+    dense result: with ``accumulate`` (K4: the output allocated and zeroed untimed, ``out += B * C``) the
+    cache lines holding a nonzero of the result, each read and written back; otherwise (the result allocated
+    by the call: its zeroing is timed) written once in full, the kernel's own writes into it not counted
+    again. Operands and output as one pass each, nothing re-read: a lower bound, not the kernels' traffic (an
+    inner-product SpGEMM reads each column many times)."""
+    read = 0
+    for x in ops:
+        if isinstance(x, np.ndarray):
+            read += x.nbytes
+        else:
+            read += sum(b.nbytes for b in (*x.pos, *x.crd, x.values) if b is not None)
+    if not accumulate:
+        return bandwidth.Traffic(read=read, written=result.nbytes)
+    # the output's first byte within its line, as touched_zeros allocates it (libc puts a header before it)
+    offset = np.empty(result.shape, result.dtype).ctypes.data % bandwidth.LINE
+    lines = bandwidth.lines_holding(np.flatnonzero(result), result.itemsize, offset)
+    return bandwidth.Traffic(read=read, updated=lines * bandwidth.LINE)
 
 
 def run_kernel(spec, cfg: Config, bar=None, simd=True) -> dict:
@@ -224,6 +248,10 @@ def run_kernel(spec, cfg: Config, bar=None, simd=True) -> dict:
     row["splyce_vs_scipy"] = row["scipy_s"] / row["splyce_s"]
     row["dropin_vs_scipy"] = row["scipy_s"] / row["dropin_s"] if "dropin" in t else math.nan
     row["simd_share"] = simd_share(spec.fun, tuple(ops)) if simd else math.nan
+    moved = traffic(ops, np.asarray(ref), accumulate=isinstance(candidates["splyce"], tuple))
+    floor = bandwidth.floor_seconds(moved, rate_bytes(cfg))
+    row.update(model_mb=moved.total / 1e6, floor_s=floor, bw_baseline=floor / row["baseline_s"],
+               bw_splyce=floor / row["splyce_s"])
     row["disk_s"] = _disk_load(spec, ops, cfg.target)
     return row
 
@@ -246,6 +274,11 @@ def _disk_load(spec, ops, target: str = "native") -> float:
     if info.disk_hits != 1 or info.compiles != 0:
         raise RuntimeError(f"kernels bench: {spec.name} was not loaded from the disk cache ({info})")
     return seconds
+
+
+def rate_bytes(cfg: Config) -> int:
+    """The buffers the bandwidth floor is measured over: in memory, or in cache for the tests' tiny runs."""
+    return bandwidth.TINY_BYTES if cfg.tiny else bandwidth.BANDWIDTH_BYTES
 
 
 def run(cfg: Config) -> Result:
@@ -280,7 +313,12 @@ def run(cfg: Config) -> Result:
             "compile_s = its first call minus the fastest run, in an empty disk cache (the drop-ins' native "
             "kernels compile too, in their untimed first call); disk_s = its first call up to the kernel (trace, "
             "plan, disk-cache load, no run) once the in-memory caches are emptied; the cached call is splyce_s. "
-            "A fresh process also pays imports: `python -m splyce.bench overhead`. " +
+            "A fresh process also pays imports: `python -m splyce.bench overhead`. model_mb = the bytes the "
+            "timed call must move at minimum (kernels.traffic: every operand buffer read once; a dense output "
+            "written once in full when the call allocates it, else the lines holding a result read and written "
+            "back); floor_s = their time at this run's single-core rates (" + bandwidth.rates_line(rate_bytes(cfg)) +
+            "); bw_* = floor_s / that median, the share of the memory bandwidth reached (> 1 where the buffers "
+            "fit in cache). " +
             (K4_NOTE_ACCUMULATE if hasattr(splyce.jit(KERNELS["K4"].fun, target=cfg.target), "accumulate")
              else K4_NOTE))
     return Result("kernels", f"K1-K5 at {cfg.density * 100:g} % density (paper Table 3)" +

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from splyce.bench import ceiling, corpus
+from splyce.bench.bandwidth import BANDWIDTH_BYTES, read_bandwidth
 from splyce.bench.common import Config, Result, _progress, check, geomean, measure, to_dense
 
 OPS = {
@@ -445,21 +446,6 @@ def _row(entry, d, op, t, single, notes) -> dict:
             if name in t:
                 row[f"bw_{name}"] = moved / t[name].median / read_bandwidth()
     return row
-
-
-# -- bandwidth ------------------------------------------------------------------------------------------------
-_BANDWIDTH: float | None = None
-BANDWIDTH_BYTES = 200 << 20
-
-
-def read_bandwidth() -> float:
-    """Single-core read bandwidth (bytes/s), measured once per run: the fastest of 5 NumPy sums of 200 MB."""
-    global _BANDWIDTH
-    if _BANDWIDTH is None:
-        a = np.ones(BANDWIDTH_BYTES // 8)
-        best = min(_timed(a.sum)[1] for _ in range(5))
-        _BANDWIDTH = a.nbytes / best
-    return _BANDWIDTH
 
 
 # -- the run --------------------------------------------------------------------------------------------------
