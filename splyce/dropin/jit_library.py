@@ -132,21 +132,31 @@ SPGEMM_SORTED_RULE = ("per call, by b's columns: when at least half of its neigh
                       "(the map) or from the flags, 64 columns a step")
 
 
-# The unordered result's kernel (the plan's text says it): the drop-in's, with every reached position kept.
-SPGEMM_UNORDERED = ("the drop-in's kernel with every reached position kept (zero sums too), each sum from +0.0 "
-                    "in A's row order; each row's columns in order of first appearance (the result's format: "
-                    "columns unordered)")
+def _unordered_rule() -> str:
+    """The unordered result's kernel as the plan's text says it: chosen per call (native/spgemm.py,
+    ``unordered_kernel``; the numbers are its constants)."""
+    from splyce.native import spgemm, spgemm_sorted
+
+    return (f"every reached position kept (zero sums too), each sum from +0.0 in A's row order; per call, by a "
+            f"sample of the product's rows (one native pass over up to {spgemm.SAMPLE_ROWS} rows at evenly spaced "
+            f"multiply-adds, from {spgemm.SAMPLE_MIN_FLOPS} multiply-adds on): where its entries get at least "
+            f"{spgemm.FLAGS_COMPRESSION:g} terms each on average, fewer than {spgemm_sorted.ADJACENT_SHARE:.0%} "
+            f"of b's neighbouring columns are adjacent and the rows average more than "
+            f"{spgemm_sorted.SHORT_ROW_FLOPS} terms, the sorted flags kernel (each row summed branch-free in a "
+            f"dense row with a flag per column; the rows come sorted and scipy's flags say so); else the drop-in's "
+            f"kernel, each row's columns in order of first appearance (the result's format: columns unordered)")
 
 
 def _spgemm_kept(out, sort: bool):
     """``a @ b`` of two CSR SparseTensors as a scipy CSR of the traced result's format: the sparsifier's stored
     positions and values (every position reached, sums from +0.0 in A's row order), or None (then the MLIR
     kernel runs) when the result does not fit the format's index widths. ``sort``: columns ascending
-    (native/spgemm_sorted.py); else each row's columns in order of first appearance (native/spgemm.py), the
-    result's format having an unordered column level (planner/plan.py, ``unordered_product_results``). The
-    result is built over the kernel's buffers without scipy's constructor checks (``scipy_out.csr``: the
-    kernel wrote it well formed; scipy's flags say whether sorted). Modules bound once here, as in
-    ``_coiterated``."""
+    (native/spgemm_sorted.py); else rows in any order, the result's format having an unordered column level
+    (planner/plan.py, ``unordered_product_results``): native/spgemm.py's choice per call (``unordered_kernel``:
+    each row's columns in order of first appearance, or sorted where the sorted kernel is expected faster).
+    The result is built over the kernel's buffers without scipy's constructor checks (``scipy_out.csr``: the
+    kernel wrote it well formed; scipy's flags say whether its rows came sorted). Modules bound once here, as
+    in ``_coiterated``."""
     import scipy.sparse as sps
 
     from splyce.dropin import scipy_out
@@ -156,18 +166,19 @@ def _spgemm_kept(out, sort: bool):
     crd_width, pos_width = out.format.crd_width, out.format.pos_width
     crd_dtype, pos_dtype = np.dtype(f"int{crd_width}"), np.dtype(f"int{pos_width}")
     pool = memory_pool.active
+    order = True if sort else None          # None: either order, whichever kernel is expected faster
 
     def run(args, threads: int):
         a, b = args
         with pool():
             product = product_of((a.values, a.crd[1], a.pos[1]), (b.values, b.crd[1], b.pos[1]), b.shape[1], dtype,
-                                 threads, keep_zeros=True, sort=sort)
+                                 threads, keep_zeros=True, sort=order)
         indices, indptr = product.indices, product.indptr
         # the traced format's index widths (64-bit operands give a 64-bit result; the kernel writes the narrowest)
         if indices.dtype.itemsize * 8 > crd_width or indptr.dtype.itemsize * 8 > pos_width:
             return None                           # the result needs wider indices than the format's
         return scipy_out.csr(csr_array, product.data, indices.astype(crd_dtype, copy=False),
-                             indptr.astype(pos_dtype, copy=False), shape, sort)
+                             indptr.astype(pos_dtype, copy=False), shape, product.sorted)
     return run
 
 
@@ -199,7 +210,7 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
             return LibraryCall(op, "gustavson-spa, every position kept, rows sorted", _spgemm_kept(op.out, True),
                                detail=SPGEMM_SORTED_RULE)
         return LibraryCall(op, Formulation.GUSTAVSON_SPARSE.value, _spgemm_kept(op.out, False),
-                           detail=SPGEMM_UNORDERED)
+                           detail=_unordered_rule())
     if op.op == "einsum":        # masked SpGEMM, the masked sum (triangles), SDDMM: jit_products.py
         return jit_products.provide(op, infos)
     return None

@@ -19,6 +19,10 @@ come in order of first appearance (scipy's are not sorted either), and zero sums
 end, as scipy does (NaN kept): the sparse kernel flags a row where a sum or product was zero and only then
 compacts it; the dense one compacts while gathering.
 
+A product whose rows may come in any order (``sort=None``, the jit's ``out_format="sparse"`` result) takes,
+per call, spgemm_sorted's flags kernel instead (rows sorted: a valid unordered row) where a sample of its rows
+says each entry gets many terms and B's columns are not runs (``unordered_kernel``, ``FLAGS_COMPRESSION``).
+
 Threads: rows are cut into ranges of about equal flops (a cut on the row nearest its target), each thread
 with its own ``slots``. With two ranges (``threads=2``) both write straight into one pair of result buffers
 sized by all the flops (an upper bound whose untouched pages cost nothing): the first range backwards, block
@@ -37,7 +41,7 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native import ir_text, spgemm_ir
+from splyce.native import ir_text, spgemm_ir, spgemm_sorted
 from splyce.native.ir_text import pool, row_chunks, run_each
 
 _VALUE = {np.dtype(np.float64): ("double", "fmul", "fadd"), np.dtype(np.float32): ("float", "fmul", "fadd"),
@@ -47,6 +51,7 @@ _I = ctypes.c_int64
 _PRODUCT_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _P, _I, _I, _I, _P, _P, _P, _P)
 _BACKWARD_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _P, _I, _P, _I, _I, _P, _P, _P, _P, _P)
 _FLOPS_SIG = ctypes.CFUNCTYPE(None, _P, _P, _P, _I, _P)
+_SAMPLE_SIG = ctypes.CFUNCTYPE(None, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, ctypes.c_double, _P, _P)
 _lock = threading.Lock()
 
 # A chunk's output buffers are sized by its flops: at most this many entries per chunk (12-16 bytes each),
@@ -63,6 +68,26 @@ BLOCK_FLOPS = 1 << 13
 DENSE_COLUMNS = 1 << 14
 DENSE_ROW_ENTRIES = 32
 
+# A product whose rows may come in any order (``sort=None``: the jit's ``out_format="sparse"`` result) takes
+# spgemm_sorted's flags kernel, rows sorted, where its entries get many terms: a compression (multiply-adds
+# per stored entry, estimated by :func:`compression`) of at least FLAGS_COMPRESSION, B's columns not mostly
+# adjacent (spgemm_sorted.ADJACENT_SHARE, counted on at most ADJACENT_SAMPLE pairs) and its rows averaging
+# more than spgemm_sorted.SHORT_ROW_FLOPS terms (else the map kernel would sort them: this sparse accumulator
+# plus a sort, never faster). There the sparse accumulator's insert-or-add branch mispredicts (an entry's
+# terms come in no pattern) where the flags kernel adds branch-free into a dense row; with about one term an
+# entry (the BA graphs) or runs of adjacent columns (banded, element blocks: the branch is predicted) the
+# sparse accumulator wins. Kernels alone in docs/guide/benchmarks.md ("SpGEMM").
+FLAGS_COMPRESSION = 2.0
+ADJACENT_SAMPLE = 1024
+# compression()'s sample: rows at SAMPLE_ROWS evenly spaced multiply-adds (a row by its share of the work),
+# each of at most flops / SAMPLE_SHARE (a hub row of a power-law graph is left out): at most SAMPLE_ROWS /
+# SAMPLE_SHARE of the product's multiply-adds, 0.01-3 % on the corpus. Products of fewer than
+# SAMPLE_MIN_FLOPS multiply-adds keep this module's kernel unasked: the look's fixed cost (~6-8 us, a native
+# call) would be a share of theirs.
+SAMPLE_ROWS = 32
+SAMPLE_SHARE = 256
+SAMPLE_MIN_FLOPS = 1 << 17
+
 
 def _bits(arr: np.ndarray) -> int:
     return arr.dtype.itemsize * 8
@@ -78,8 +103,6 @@ def _product(dense: bool, value: np.dtype, pa: int, ca: int, pb: int, cb: int, c
     name = f"splyce_spgemm_{kind}_{t}_{pa}_{ca}_{pb}_{cb}_{co}" + ("_keep" if keep_zeros else "")
     indices = spgemm_ir.index_fields(pa, ca, pb, cb, co)
     if sort:            # the sparsifier's result: every position kept, rows sorted (spgemm_sorted.py)
-        from splyce.native import spgemm_sorted
-
         text = spgemm_sorted.rows_ir(dict(name=name, t=t, mul=mul, add=add, **indices), sort) \
             + spgemm_ir.backward_ir(name, t, indices)
     else:
@@ -94,6 +117,14 @@ def _flops(pa: int, ca: int, pb: int):
 
     name = f"splyce_spgemm_flops_{pa}_{ca}_{pb}"
     return compile_host_helpers(spgemm_ir.flops_ir(name, pa, ca, pb), {name: _FLOPS_SIG})[name]
+
+
+@functools.cache
+def _sample(pa: int, ca: int, pb: int, cb: int):
+    from splyce.native.codegen import compile_host_helpers
+
+    name = f"splyce_spgemm_sample_{pa}_{ca}_{pb}_{cb}"
+    return compile_host_helpers(spgemm_ir.sample_ir(name, pa, ca, pb, cb), {name: _SAMPLE_SIG})[name]
 
 
 def supported(dtype) -> bool:
@@ -125,6 +156,39 @@ def row_flops_prefix(a_indptr, a_indices, b_indptr, workers=None, threads: int =
     return prefix
 
 
+def compression(ap, ac, bp, bc, n: int, prefix: np.ndarray) -> float | None:
+    """An estimate of ``A @ B``'s multiply-adds per stored entry (1: each entry one term) from a sample of its
+    rows; None where the flags kernel is out of the question (fewer than SAMPLE_MIN_FLOPS multiply-adds, rows
+    of at most spgemm_sorted.SHORT_ROW_FLOPS on average, or at least spgemm_sorted.ADJACENT_SHARE of B's
+    neighbouring columns adjacent, counted on at most ADJACENT_SAMPLE evenly spaced pairs) or where fewer than
+    SAMPLE_ROWS / 2 of the sampled rows have at most flops / SAMPLE_SHARE. One native call (spgemm_ir's
+    ``_SAMPLE``): rows are taken at SAMPLE_ROWS evenly spaced multiply-adds (``prefix``:
+    :func:`row_flops_prefix`), a row thus with probability proportional to its flops ``f``, and the mean of
+    ``c / f`` over them (``c``: the row's distinct columns) estimates nnz(C) / flops without bias; its inverse
+    is the answer."""
+    flops, m = int(prefix[-1]), len(ap) - 1
+    if flops < SAMPLE_MIN_FLOPS or flops <= spgemm_sorted.SHORT_ROW_FLOPS * m:
+        return None
+    pairs = len(bc) - 1
+    out = np.empty(4, dtype=np.int64)
+    mark = np.zeros(n + 1, dtype=np.uint8)                            # one tag byte per column (lazy zero pages)
+    with _lock:
+        fn = _sample(_bits(ap), _bits(ac), _bits(bp), _bits(bc))
+    fn(_address(ap), _address(ac), _address(bp), _address(bc), _address(prefix), m, SAMPLE_ROWS,
+       flops // (2 * SAMPLE_ROWS), flops // SAMPLE_SHARE, max(pairs, 0), max(1, pairs // ADJACENT_SAMPLE),
+       spgemm_sorted.ADJACENT_SHARE, _address(mark), _address(out))
+    ratios, taken = float(out[:1].view(np.float64)[0]), int(out[1])
+    return taken / ratios if taken >= SAMPLE_ROWS // 2 and ratios > 0.0 else None
+
+
+def unordered_kernel(ap, ac, bp, bc, n: int, prefix: np.ndarray) -> str | bool:
+    """The kernel of a product whose rows may come in any order (see FLAGS_COMPRESSION): ``"flags"``
+    (spgemm_sorted's, rows sorted) where :func:`compression` gives at least FLAGS_COMPRESSION, else False
+    (this module's kernel, rows in order of first appearance)."""
+    estimate = compression(ap, ac, bp, bc, n, prefix)
+    return "flags" if estimate is not None and estimate >= FLAGS_COMPRESSION else False
+
+
 def chunks(prefix: np.ndarray, threads: int) -> list[tuple[int, int]]:
     """Row ranges with about equal flops (``prefix``: :func:`row_flops_prefix`), at least ``threads`` of them
     when there are rows, each at most CHUNK_FLOPS multiply-adds (or a single row). A cut falls on the row
@@ -142,17 +206,19 @@ def chunks(prefix: np.ndarray, threads: int) -> list[tuple[int, int]]:
 
 
 class Product:
-    """The CSR parts of ``A @ B`` and the work it took (``work``: rows + flops, the counter tests use)."""
+    """The CSR parts of ``A @ B``, the work it took (``work``: rows + flops, the counter tests use), whether
+    each row's columns are ascending (``sorted``) and the kernel that ran (``kernel``: "sparse", "dense" or
+    the sorted kernel's kind)."""
 
-    def __init__(self, data, indices, indptr, work):
+    def __init__(self, data, indices, indptr, work, kernel="sparse"):
         self.data, self.indices, self.indptr, self.work = data, indices, indptr, work
+        self.kernel = kernel
+        self.sorted = kernel not in ("sparse", "dense")
 
 
 def _slots(n: int, dense: bool, sort: str | None = None) -> np.ndarray:
     """A thread's accumulator (see the kernels): nothing shared between threads, never cleared."""
     if sort:
-        from splyce.native import spgemm_sorted
-
         return spgemm_sorted.scratch(n, sort)
     slots = np.empty((n, 2) if dense else n, dtype=np.int64)
     (slots[:, 0] if dense else slots)[...] = -1
@@ -203,7 +269,7 @@ def _meeting_halves(kernel, backward, a, b, n, dtype, col_dtype, dense, prefix, 
 
     run_each(shift, (0, 1), workers)
     cols, vals = cols[first: stop], vals[first: stop]
-    return Product(vals, cols.astype(index_dtype, copy=False), indptr, len(ap) - 1 + flops)
+    return Product(vals, cols.astype(index_dtype, copy=False), indptr, len(ap) - 1 + flops, sort or ("dense" if dense else "sparse"))
 
 
 def _copy_tasks(counts, offsets, threads: int):
@@ -222,15 +288,17 @@ def _copy_tasks(counts, offsets, threads: int):
     return tasks
 
 
-def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = False, sort: bool = False) -> Product:
+def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = False,
+           sort: bool | None = False) -> Product:
     """``A @ B`` for CSR parts ``a = (data, indices, indptr)`` and ``b`` (index arrays int32 or int64, any
     widths; values of ``dtype``, C-contiguous, already validated: in-range columns, monotone positions).
     The result's indices are int32 when the column count and entry count fit, else int64. ``keep_zeros``:
     store every position reached, zero sums included (the sparsifier's rule) instead of scipy's. ``sort``
     (with ``keep_zeros``): the sparsifier's result exactly: columns ascending in each row, each sum started
-    from +0.0 (spgemm_sorted.py)."""
-    if sort and not keep_zeros:
-        raise ValueError("spgemm: sort=True is the sparsifier's result and needs keep_zeros=True")
+    from +0.0 (spgemm_sorted.py); None (with ``keep_zeros``): the same values, each row's columns in any order,
+    the kernel chosen per call (:func:`unordered_kernel`; ``Product.sorted`` says which order came)."""
+    if (sort or sort is None) and not keep_zeros:
+        raise ValueError(f"spgemm: sort={sort} is the sparsifier's result and needs keep_zeros=True")
     av, ac, ap = a
     bv, bc, bp = b
     dtype = np.dtype(dtype)
@@ -244,11 +312,12 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = 
     workers = pool(threads) if split and flops >= 8 * ir_text.MIN_CHUNK else None
     threads = threads if workers is not None else 1
     col_dtype = np.dtype(np.int32) if n <= 2**31 else np.dtype(np.int64)
-    if sort:                                # which sorted kernel: by B's columns (spgemm_sorted.kind_for)
-        from splyce.native import spgemm_sorted
-
+    if sort is None:                        # rows in any order: the kernel expected faster
+        sort = unordered_kernel(ap, ac, bp, bc, n, prefix)
+    elif sort:                              # which sorted kernel: by B's columns (spgemm_sorted.kind_for)
         sort = spgemm_sorted.kind_for(bc, flops, m)
     dense = not sort and n <= DENSE_COLUMNS and int(ap[-1]) - int(ap[0]) >= DENSE_ROW_ENTRIES * m > 0
+    label = sort or ("dense" if dense else "sparse")
     with _lock:
         kernel, backward = _product(dense, dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc),
                                     col_dtype.itemsize * 8, keep_zeros, sort)
@@ -285,7 +354,7 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = 
         indptr[1:] = ends
         cols.resize(nnz, refcheck=False)    # shrink in place (realloc): no copy of the entries
         vals.resize(nnz, refcheck=False)
-        return Product(vals, cols.astype(index_dtype, copy=False), indptr, m + flops)
+        return Product(vals, cols.astype(index_dtype, copy=False), indptr, m + flops, label)
     counts = [p[3] for p in parts]
     nnz = sum(counts)
     offsets = np.cumsum([0] + counts[:-1]).tolist()
@@ -315,4 +384,4 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = 
             finish(t, tasks[t])
     cols.resize(nnz, refcheck=False)        # shrink in place (realloc): no copy of the entries
     vals.resize(nnz, refcheck=False)
-    return Product(vals, cols.astype(index_dtype, copy=False), indptr, m + flops)
+    return Product(vals, cols.astype(index_dtype, copy=False), indptr, m + flops, label)

@@ -265,9 +265,10 @@ class SparseTensor:
         Returns
         -------
         scipy.sparse array
-            ``csr_array`` for CSR, ``csc_array`` for CSC (also with an unordered column level: then
-            ``has_sorted_indices`` is False), ``coo_array`` for COO (sharing buffers), otherwise a
-            ``csr_array``; a ``coo_array`` for other ranks than 2. An all-dense format drops its zeros.
+            ``csr_array`` for CSR, ``csc_array`` for CSC (also with an unordered column level: then scipy
+            finds ``has_sorted_indices`` out when first asked), ``coo_array`` for COO (sharing buffers),
+            otherwise a ``csr_array``; a ``coo_array`` for other ranks than 2. An all-dense format drops its
+            zeros.
         """
         import scipy.sparse as sps
 
@@ -282,11 +283,11 @@ class SparseTensor:
             self._unseal()     # scipy gets the buffers themselves (writeable, as scipy users expect)
             cls = sps.csr_array if fmt.order == (0, 1) else sps.csc_array
             out = cls((self._values, self._crd[1], self._pos[1]), shape=self._shape)
-            # an unordered column level (a sparse product's rows: docs/guide/formats.md) is scipy's unsorted
-            # indices without duplicates, as scipy's own ``A @ B`` returns them
-            out.has_canonical_format = canonical
-            if not canonical:
-                out.has_sorted_indices = False
+            # an unordered column level (a sparse product's rows: docs/guide/formats.md) may hold sorted rows
+            # (the MLIR kernel writes them so): scipy's flags left for scipy to find out when first asked (one
+            # pass), so that they say what the rows are
+            if canonical:
+                out.has_canonical_format = True
             return out
         if fmt == COO.with_widths(*widths):
             self._unseal()
