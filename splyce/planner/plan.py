@@ -456,8 +456,9 @@ def unordered_product_results(outputs: tuple[Node, ...]) -> tuple[Node, ...]:
     whose sparse format the user left to splyce (``out_format="sparse"``, at the op or the jit) and which
     would be a CSR, is typed CSR with an unordered column level. Gustavson's product then writes each row in
     order of first appearance (the native route: sorting the rows was up to 2x its time on power-law and road
-    graphs, docs/guide/benchmarks.md); the MLIR kernel writes them sorted, a valid unordered row, so the type
-    does not depend on the route. An intermediate stays ordered (the sparsifier coiterates it), and so does
+    graphs, docs/guide/benchmarks.md), or sorted where that kernel is faster (chosen per call:
+    native/spgemm.py, ``unordered_kernel``); the MLIR kernel writes them sorted, a valid unordered row, so the
+    type does not depend on the route or the kernel. An intermediate stays ordered (the sparsifier coiterates it), and so does
     a result whose format was given (``out_format=splyce.CSR``)."""
     consumed = {a for n in walk(outputs) for a in n.args}
     out = []
