@@ -41,7 +41,7 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native import ir_text, spgemm_ir, spgemm_sorted
+from splyce.native import ir_text, spgemm_ir, spgemm_sample, spgemm_sorted
 from splyce.native.ir_text import pool, row_chunks, run_each
 
 _VALUE = {np.dtype(np.float64): ("double", "fmul", "fadd"), np.dtype(np.float32): ("float", "fmul", "fadd"),
@@ -124,7 +124,7 @@ def _sample(pa: int, ca: int, pb: int, cb: int):
     from splyce.native.codegen import compile_host_helpers
 
     name = f"splyce_spgemm_sample_{pa}_{ca}_{pb}_{cb}"
-    return compile_host_helpers(spgemm_ir.sample_ir(name, pa, ca, pb, cb), {name: _SAMPLE_SIG})[name]
+    return compile_host_helpers(spgemm_sample.sample_ir(name, pa, ca, pb, cb), {name: _SAMPLE_SIG})[name]
 
 
 def supported(dtype) -> bool:
@@ -161,11 +161,10 @@ def compression(ap, ac, bp, bc, n: int, prefix: np.ndarray) -> float | None:
     rows; None where the flags kernel is out of the question (fewer than SAMPLE_MIN_FLOPS multiply-adds, rows
     of at most spgemm_sorted.SHORT_ROW_FLOPS on average, or at least spgemm_sorted.ADJACENT_SHARE of B's
     neighbouring columns adjacent, counted on at most ADJACENT_SAMPLE evenly spaced pairs) or where fewer than
-    SAMPLE_ROWS / 2 of the sampled rows have at most flops / SAMPLE_SHARE. One native call (spgemm_ir's
-    ``_SAMPLE``): rows are taken at SAMPLE_ROWS evenly spaced multiply-adds (``prefix``:
-    :func:`row_flops_prefix`), a row thus with probability proportional to its flops ``f``, and the mean of
-    ``c / f`` over them (``c``: the row's distinct columns) estimates nnz(C) / flops without bias; its inverse
-    is the answer."""
+    SAMPLE_ROWS / 2 of the sampled rows have at most flops / SAMPLE_SHARE. One native call (spgemm_sample.py):
+    rows are taken at SAMPLE_ROWS evenly spaced multiply-adds (``prefix``: :func:`row_flops_prefix`), a row
+    thus with probability proportional to its flops ``f``, and the mean of ``c / f`` over them (``c``: the
+    row's distinct columns) estimates nnz(C) / flops without bias; its inverse is the answer."""
     flops, m = int(prefix[-1]), len(ap) - 1
     if flops < SAMPLE_MIN_FLOPS or flops <= spgemm_sorted.SHORT_ROW_FLOPS * m:
         return None
@@ -269,7 +268,8 @@ def _meeting_halves(kernel, backward, a, b, n, dtype, col_dtype, dense, prefix, 
 
     run_each(shift, (0, 1), workers)
     cols, vals = cols[first: stop], vals[first: stop]
-    return Product(vals, cols.astype(index_dtype, copy=False), indptr, len(ap) - 1 + flops, sort or ("dense" if dense else "sparse"))
+    return Product(vals, cols.astype(index_dtype, copy=False), indptr, len(ap) - 1 + flops,
+                   sort or ("dense" if dense else "sparse"))
 
 
 def _copy_tasks(counts, offsets, threads: int):
