@@ -100,14 +100,17 @@ def test_results_as_scipy_and_the_mlir_kernel(case):
         assert np.array_equal(x, y)
 
 
-def test_either_order_needs_the_sparsifiers_zeros_and_the_dropin_keeps_its_kernel():
+def test_sorted_needs_the_sparsifiers_zeros_and_either_order_takes_the_rule():
+    """sort=True is the sparsifier's result only; sort=None takes the rule under either zero rule (the jit's
+    and the drop-in's: tests/test_spgemm_dropin_flags.py); sort=False keeps the unsorted kernels."""
     a = _random(400, 400, 40, 1)
     parts = (a.data, a.indices, a.indptr)
     with pytest.raises(ValueError, match="keep_zeros"):
-        spgemm.spgemm(parts, parts, 400, np.float64, sort=None)
+        spgemm.spgemm(parts, parts, 400, np.float64, sort=True)
     assert spgemm.spgemm(parts, parts, 400, np.float64, keep_zeros=True, sort=None).kernel == "flags"
+    assert spgemm.spgemm(parts, parts, 400, np.float64, sort=None).kernel == "flags"
     assert spgemm.spgemm(parts, parts, 400, np.float64).kernel == "dense"      # scipy's rule: unsorted
-    assert not splyce.matmul(a, a).has_sorted_indices
+    assert splyce.matmul(a, a).has_sorted_indices
 
 
 def test_the_plan_says_the_rule():

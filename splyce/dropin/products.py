@@ -362,16 +362,19 @@ def _spgemm(A: SparseTensor, B: SparseTensor, family: str, threads: int):
 
     dtype = np.result_type(A.dtype, B.dtype)
     parts = [(t.values.astype(dtype, copy=False), t.crd[1], t.pos[1]) for t in (A, B)]
-    product = native_spgemm.spgemm(parts[0], parts[1], B.shape[1], dtype, threads)
-    global last_spgemm_work
-    last_spgemm_work = product.work
+    # rows in any order, as scipy's product: the kernel per call, the jit's rule (native spgemm.unordered_kernel)
+    product = native_spgemm.spgemm(parts[0], parts[1], B.shape[1], dtype, threads, sort=None)
+    global last_spgemm_work, last_spgemm_kernel
+    last_spgemm_work, last_spgemm_kernel = product.work, product.kernel
     import scipy.sparse as sps
 
-    # columns in order of first appearance, as scipy's product: not sorted
+    # columns in order of first appearance (as scipy's product: not sorted), or sorted by the flags kernel
     out = scipy_out.csr(sps.csr_array, product.data, product.indices, product.indptr, (A.shape[0], B.shape[1]),
-                        False)
+                        product.sorted)
     return _wrap_sparse(out, family)
 
 
-# Work of the last sparse-result product (rows + multiply-adds): tests check it scales with flops.
+# Work of the last sparse-result product (rows + multiply-adds): tests check it scales with flops; and its
+# kernel (native spgemm.Product.kernel: "sparse", "dense" or "flags").
 last_spgemm_work = 0
+last_spgemm_kernel = ""

@@ -19,9 +19,10 @@ come in order of first appearance (scipy's are not sorted either), and zero sums
 end, as scipy does (NaN kept): the sparse kernel flags a row where a sum or product was zero and only then
 compacts it; the dense one compacts while gathering.
 
-A product whose rows may come in any order (``sort=None``, the jit's ``out_format="sparse"`` result) takes,
-per call, spgemm_sorted's flags kernel instead (rows sorted: a valid unordered row) where a sample of its rows
-says each entry gets many terms and B's columns are not runs (``unordered_kernel``, ``FLAGS_COMPRESSION``).
+A product whose rows may come in any order (``sort=None``: the jit's ``out_format="sparse"`` result, and the
+drop-in's, whose zero sums the flags kernel then drops) takes, per call, spgemm_sorted's flags kernel instead
+(rows sorted: a valid unordered row) where a sample of its rows says each entry gets many terms and B's columns
+are not runs (``unordered_kernel``, ``FLAGS_COMPRESSION``).
 
 Threads: rows are cut into ranges of about equal flops (a cut on the row nearest its target), each thread
 with its own ``slots``. With two ranges (``threads=2``) both write straight into one pair of result buffers
@@ -103,7 +104,7 @@ def _product(dense: bool, value: np.dtype, pa: int, ca: int, pb: int, cb: int, c
     name = f"splyce_spgemm_{kind}_{t}_{pa}_{ca}_{pb}_{cb}_{co}" + ("_keep" if keep_zeros else "")
     indices = spgemm_ir.index_fields(pa, ca, pb, cb, co)
     if sort:            # the sparsifier's result: every position kept, rows sorted (spgemm_sorted.py)
-        text = spgemm_sorted.rows_ir(dict(name=name, t=t, mul=mul, add=add, **indices), sort) \
+        text = spgemm_sorted.rows_ir(dict(name=name, t=t, mul=mul, add=add, **indices), sort, keep_zeros=keep_zeros) \
             + spgemm_ir.backward_ir(name, t, indices)
     else:
         text = spgemm_ir.product_ir(name, dense, t, mul, add, keep_zeros, indices)
@@ -295,9 +296,10 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = 
     The result's indices are int32 when the column count and entry count fit, else int64. ``keep_zeros``:
     store every position reached, zero sums included (the sparsifier's rule) instead of scipy's. ``sort``
     (with ``keep_zeros``): the sparsifier's result exactly: columns ascending in each row, each sum started
-    from +0.0 (spgemm_sorted.py); None (with ``keep_zeros``): the same values, each row's columns in any order,
-    the kernel chosen per call (:func:`unordered_kernel`; ``Product.sorted`` says which order came)."""
-    if (sort or sort is None) and not keep_zeros:
+    from +0.0 (spgemm_sorted.py); None: the same values as ``sort=False``, each row's columns in any order, the
+    kernel chosen per call (:func:`unordered_kernel`; ``Product.sorted`` says which order came; without
+    ``keep_zeros`` the flags kernel drops zero sums as scipy does, the drop-in's product)."""
+    if sort and not keep_zeros:
         raise ValueError(f"spgemm: sort={sort} is the sparsifier's result and needs keep_zeros=True")
     av, ac, ap = a
     bv, bc, bp = b

@@ -286,11 +286,15 @@ e_body:
 """).replace("{small_rows}\n", spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "s_start"))
 
 
-def rows_ir(fields: dict, kind: str = "flags", compress: bool | None = None) -> str:
+def rows_ir(fields: dict, kind: str = "flags", compress: bool | None = None, keep_zeros: bool = True) -> str:
     """The sorted row kernel ``@{name}`` (the unsorted one's signature, ``%slots`` being :func:`scratch`);
     ``fields``: the format fields of spgemm's templates (name, t, mul, add, index widths and extensions);
     ``kind``: :func:`kind_for`'s answer; ``compress``: a block's columns by one vector compress (default: where
-    the host compresses bytes in one instruction, :func:`byte_compress`), else by the table of 8-bit masks."""
+    the host compresses bytes in one instruction, :func:`byte_compress`), else by the table of 8-bit masks;
+    ``keep_zeros=False`` (kind "flags" only: the drop-in's product, spgemm.unordered_kernel): scipy's rule,
+    each written row compacted to its nonzero sums (:data:`_DROP`)."""
+    if not keep_zeros and kind != "flags":
+        raise ValueError(f"spgemm_sorted: zero sums are dropped by the flags kernel only, not {kind!r}")
     if kind in ("map", "short"):
         from splyce.native import spgemm_network, spgemm_sorted_map
 
@@ -306,7 +310,41 @@ def rows_ir(fields: dict, kind: str = "flags", compress: bool | None = None) -> 
     else:
         text = _ROWS.replace(_COMPRESS_LINE, "").replace(_MORE, "").replace(
             "{group0}", _table_groups(fields)) + _TABLE.format(name=fields["name"])
-    return text.format(**fields, pad=PAD, flag_pad=FLAG_PAD, bytes=bytes_)
+    if not keep_zeros:     # every way to the row's end goes through the compaction, whose end is the row's
+        text = text.replace("label %row_done", "label %drop").replace("[%row_end, %row_done]", "[%dq, %row_done]") \
+            .replace("store i64 %row_end, ptr %pend", "store i64 %dq, ptr %pend")
+        text = text.replace("\nrow_done:\n", _DROP + "\nrow_done:\n", 1)
+    nonzero = "fcmp une" if fields["t"] in ("double", "float") else "icmp ne"
+    return text.format(**fields, pad=PAD, flag_pad=FLAG_PAD, bytes=bytes_, nonzero=nonzero)
+
+
+# scipy's rule (csr_matmat: an entry is stored where its sum != 0; NaN kept) over the row just written sorted
+# at [start, row_end): its nonzero sums moved down in order, no branch on the values (each entry stored, the
+# position advanced by the test). The sums are those of the unsorted kernel bit for bit where nonzero: both add
+# the same terms in A's row order, and a sum started from +0.0 instead of the first term differs only in the
+# sign of a zero, which is dropped.
+_DROP = """
+drop:
+  br label %drop_head
+drop_head:
+  %dx = phi i64 [%start, %drop], [%dx1, %drop_body]
+  %dq = phi i64 [%start, %drop], [%dqn, %drop_body]
+  %dxin = icmp slt i64 %dx, %row_end
+  br i1 %dxin, label %drop_body, label %row_done
+drop_body:
+  %pdxc = getelementptr i{co}, ptr %cc, i64 %dx
+  %dxc = load i{co}, ptr %pdxc
+  %pdxv = getelementptr {t}, ptr %cv, i64 %dx
+  %dxv = load {t}, ptr %pdxv
+  %dkeep = {nonzero} {t} %dxv, {zero}
+  %pdqc = getelementptr i{co}, ptr %cc, i64 %dq
+  store i{co} %dxc, ptr %pdqc
+  %pdqv = getelementptr {t}, ptr %cv, i64 %dq
+  store {t} %dxv, ptr %pdqv
+  %dinc = zext i1 %dkeep to i64
+  %dqn = add i64 %dq, %dinc
+  %dx1 = add i64 %dx, 1
+  br label %drop_head"""
 
 
 def byte_compress() -> bool:
