@@ -31,6 +31,9 @@ DEFAULT_VECTOR_WIDTH = 4
 # keep n = 4 everywhere: their best measured configuration, and their code unchanged.
 CONFLICT_FEATURES = ("+avx512f", "+avx512cd")
 CONFLICT_WIDTH = 16   # the conflict lane's n: 16 x 16 coordinates a step
+# CPUs (LLVM names) whose vpconflictd was measured cheap: AMD Zen 4 (the conflict count step 0.22 ns per coordinate,
+# where Intel Sapphire Rapids took 1.4-1.7: docs/passes.md); the strict conflict lane is built for these only
+FAST_CONFLICT_CPUS = ("znver4",)
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,12 @@ def has_conflict_compares(target: Target | None) -> bool:
     """Whether ``target`` has AVX-512 CD (``vpconflictd``): the conflict lane's one target fact, asked here
     by the width choice and by the pass (passes/conflict_lane.py)."""
     return target is not None and has_features(target, CONFLICT_FEATURES)
+
+
+def has_fast_conflict_compares(target: Target | None) -> bool:
+    """Whether ``target`` is a CPU with AVX-512 CD whose ``vpconflictd`` was measured fast (``FAST_CONFLICT_CPUS``):
+    the static rule of the strict conflict lane (passes/strict_conflict_lane.py), which no measurement chooses."""
+    return has_conflict_compares(target) and target.cpu in FAST_CONFLICT_CPUS
 
 
 def has_features(target: Target, needed: tuple[str, ...]) -> bool:

@@ -21,6 +21,7 @@ from splyce.passes.fast_lane import FastLaneBuilder, add_epilogue_count
 from splyce.passes.gallop_lane import PREFETCH_FUNCTION_PREFIX, add_galloping, add_leapfrog, describe_galloping
 from splyce.passes.insert_lane import InsertLaneBuilder
 from splyce.passes.permute_lane import PermuteLaneBuilder, permute_blocker
+from splyce.passes.strict_conflict_lane import SKEW_RATIO, add_skew_lane, strict_conflict_blocker
 from splyce.passes.union_insert import UnionInsert, UnionInsertBuilder, match_union_insert
 from splyce.passes.union_lane import UnionLaneBuilder, add_tail_count, simd_blocker
 from splyce.passes.union_match import Union, match_union
@@ -165,7 +166,7 @@ def hoist_fiber_bounds(match: Coiteration) -> int:
     return moved
 
 
-def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder) -> str:
+def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder, skew_lane: bool = False) -> str:
     crd = str(match.crd_type)
     text = f"{match.kind} {match.element_type} {crd}-crd n={options.vector_width}"
     if options.fast_math and options.width_reason != "given":   # chosen for fast_math by the target's features
@@ -188,6 +189,9 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder) ->
             text += "; 16 x 16 conflict compares (vpconflictd), block advance"
         elif isinstance(builder, PermuteLaneBuilder):
             text += "; f64 values by an index and vpermd (AVX2)"
+    if skew_lane:
+        text += (f"; pairs of length ratio >= {SKEW_RATIO} first: strict 16 x 16 conflict compares (vpconflictd), "
+                 "block advance, ordered adds of the matched lanes")
     if options.simd_mac:
         blocker = builder.simd2_blocker()
         if blocker:
@@ -290,13 +294,17 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                     loop_options = _unchosen(options, blocker)  # intersection loop, a chosen 16 for this lane
                     if loop_options is not options:
                         builder = lane(match, loop_options, counters)
+                skew_lane = lane is FastLaneBuilder and blocker is not None and \
+                    strict_conflict_blocker(match, loop_options, builder) is None
                 fast = builder.build()
                 if counters is not None:
                     add_epilogue_count(match, counters)
                 if options.gallop:
                     skew_aware = add_galloping if match.fingers == 2 else add_leapfrog
                     skew_aware(match, fast, options.gallop, counters)
-                decisions.append(LoopDecision(name, index, True, _describe(match, loop_options, builder)))
+                if skew_lane:   # strict: skewed pairs (below galloping's ratio) run the strict conflict lane first
+                    add_skew_lane(match, fast, loop_options, counters)
+                decisions.append(LoopDecision(name, index, True, _describe(match, loop_options, builder, skew_lane)))
         module.operation.verify()
     return decisions
 

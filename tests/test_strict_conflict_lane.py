@@ -1,0 +1,201 @@
+"""passes/strict_conflict_lane.py: the strict 16 x 16 conflict lane run first on skewed fiber pairs (strict sums,
+n = 4, int32 coordinates, f32 / f64 values, a target with AVX-512 CD): built only there, its IR holds what it is
+described with, and its results are bit-identical to the plain sparsifier (order-sensitive values, NaN, Inf,
+signed zeros, empty and short fibers, skewed and equal lengths, K1-K5)."""
+
+import re
+
+import numpy as np
+import pytest
+from test_broadcast_lane import _no_cd
+from test_splyce_pass import ctx, kernel_text, stage1  # noqa: F401 (ctx: a fixture)
+
+import splyce
+from splyce.bench.limit import _dot, _sealed_vector, fiber_pair
+from splyce.native import codegen
+from splyce.options import Options, has_fast_conflict_compares
+from splyce.passes.fast_lane import FAST_LANE_ATTR
+from splyce.passes.splyce_pass import run_splyce_pass
+from splyce.passes.strict_conflict_lane import SKEW_RATIO, STRICT_CONFLICT_ATTR, StrictConflictLaneBuilder
+
+REASON = f"pairs of length ratio >= {SKEW_RATIO} first: strict 16 x 16 conflict compares"
+
+
+def _host_runs_it() -> bool:
+    return has_fast_conflict_compares(codegen.host_target())
+
+
+def _zen4() -> codegen.Target:
+    """An AMD Zen 4 target with AVX-512 CD (any host can emit its code)."""
+    return codegen.Target(codegen.host_target().triple, "znver4", codegen.resolve_target("avx512").features)
+
+
+def _strict_lanes(module) -> list:
+    found = []
+
+    def visit(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    if inner.operation.name == "scf.while" and STRICT_CONFLICT_ATTR in inner.operation.attributes:
+                        found.append(inner)
+                    visit(inner.operation)
+
+    visit(module.operation)
+    return found
+
+
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
+def test_strict_conflict_lane_ir(ctx, dtype):
+    """Strict K1 on an AMD Zen 4 target: the lane (4 conflict intrinsics, C's values permuted, block advance) under
+    ``scf.if`` (``long >= SKEW_RATIO x short``, marked unlikely), its sum scalar adds of one matched lane's term
+    each (the lane's index by cttz, the term permuted into lane 0): FIXED_ADDS without a branch (-0.0 past the last
+    matched lane), the rest in an inner loop; no reduction; then an all-pairs n = 4 lane (its ordered reduction)."""
+    module = stage1(kernel_text("k1", dtype))
+    (decision,) = run_splyce_pass(module, Options(phases=7, target=_zen4()))
+    assert decision.vectorized and REASON in decision.reason and "n=4" in decision.reason
+    (lane,) = _strict_lanes(module)
+    text = str(lane)
+    assert text.count('"llvm.x86.avx512.conflict.d.512"') == 4
+    permute = "llvm.x86.avx512.permvar.sf.512" if dtype == "f32" else "llvm.x86.avx512.vpermi2var.pd.512"
+    adds = StrictConflictLaneBuilder.FIXED_ADDS + 1    # the fixed adds and the inner loop's
+    assert text.count(permute) == (1 if dtype == "f32" else 2) + adds   # C's values, then one per add
+    assert "vector.reduction" not in text and text.count("math.cttz") == adds and "math.ctpop" not in text
+    assert len(re.findall(rf"arith\.addf %\w+, %\w+ : {dtype}\n", text)) == adds
+    assert len(re.findall(rf"arith\.select %\w+, %\w+, %\w+ : {dtype}\n", text)) == adds - 1   # -0.0 if none left
+    assert len([op for op in lane.operation.regions[1].blocks[0].operations if op.operation.name == "scf.while"]) == 1
+    assert re.search(r"arith\.select %\w+, %c16\w*, %c0\w* : index", text)
+    # scf.if (long >= SKEW_RATIO x short, marked unlikely): the lane, an all-pairs lane and a copy of the scalar loop;
+    # else the all-pairs lane and the scalar loop, as without the lane
+    gate = lane.operation.parent
+    assert gate.name == "scf.if" and gate.operands[0].owner.name == "llvm.intr.expect"
+    assert re.search(rf"arith\.muli %\w+, %c{SKEW_RATIO}\w* : index", str(gate.parent))
+    skewed, other = ([op for op in region.blocks[0].operations if op.operation.name == "scf.while"]
+                     for region in gate.regions)
+    assert [FAST_LANE_ATTR in op.operation.attributes for op in skewed] == [False, True, False]
+    assert [FAST_LANE_ATTR in op.operation.attributes for op in other] == [True, False]
+    assert list(skewed[0].results) == list(skewed[1].operation.operands)   # the lane feeds the all-pairs lane
+    for fast in (skewed[1], other[0]):
+        assert "vector.reduction <add>" in str(fast) and "conflict" not in str(fast)
+
+
+CHANGES = {"fast_math": {"fast_math": True, "vector_width": 16}, "avx2": {"target": "avx2"}, "no cd": {},
+           "sapphire rapids": {"target": "avx512"},
+           "n8": {"vector_width": 8}, "phases": {"phases": 5}, "i64": {}, "k4": {}}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_strict_conflict_lane_only_where_allowed(ctx, change):
+    """fast_math (the vector-accumulator conflict lane instead), AVX2, Zen 4 without CD, a CPU whose vpconflictd is
+    slow (Sapphire Rapids, the named "avx512" target), another width, phase 2 scalar, int64 coordinates, a storing
+    kernel: no strict conflict lane."""
+    options = {"phases": 7, **CHANGES[change]}
+    name = options.pop("target", None)
+    target = codegen.resolve_target(name) if name else _zen4()
+    if change == "no cd":
+        target = _no_cd(target)
+    text = {"k4": kernel_text("k4"), "i64": kernel_text("k1", "f64", 64)}.get(change, kernel_text("k1"))
+    module = stage1(text)
+    decisions = run_splyce_pass(module, Options(target=target, **options))
+    assert decisions[0].vectorized and not any("strict 16 x 16" in d.reason for d in decisions)
+    assert not _strict_lanes(module)
+    assert ("conflict.d" in str(module)) == (change == "fast_math")
+
+
+def _vector(dim, crd, values):
+    return _sealed_vector(dim, np.asarray(crd, np.int32), np.asarray(values))
+
+
+def _same(x, y) -> bool:
+    return np.asarray(x).tobytes() == np.asarray(y).tobytes()
+
+
+@pytest.mark.parametrize("vtype", [np.float64, np.float32])
+def test_strict_conflict_lane_bit_identical_on_fiber_pairs(vtype):
+    """bench limit's fiber pairs, lengths around the block (1-5000 coordinates), any overlap, equal and skewed
+    lengths (1:2 below the gate, 1:4 at it, 1:16 and 1:64, which gallops at some lengths), both orders, with and
+    without galloping, empty and 1-element fibers: bit-identical to the plain sparsifier; the lane is built where
+    the host can run it."""
+    plain = splyce.jit(_dot, vectorize=False)
+    for gallop in (0, 16):
+        lane = splyce.jit(_dot, gallop=gallop)
+        A, B = _vector(100, [1, 5], np.ones(2, vtype)), _vector(100, [5], np.ones(1, vtype))
+        assert (REASON in lane.lower(A, B).as_text("splyce")) == _host_runs_it()
+        for skew in (1, 2, 4, 16, 64):
+            for overlap in (0.0, 0.1, 0.5, 1.0):
+                for size in (1, 15, 16, 17, 33, 64, 65, 300, 5000):
+                    dim, b, bv, c, cv = fiber_pair(size, overlap, skew, np.int32, vtype, seed=size + skew)
+                    A, B = _vector(dim, b, bv), _vector(dim, c, cv)
+                    assert _same(lane(A, B), plain(A, B)), (gallop, skew, overlap, size)
+                    assert _same(lane(B, A), plain(B, A)), (gallop, skew, overlap, size)
+        empty = _vector(100, np.zeros(0, np.int32), np.zeros(0, vtype))
+        many = _vector(100, np.arange(0, 100, 3), np.arange(34, dtype=vtype))
+        for x, y in ((empty, many), (many, empty), (_vector(100, [7], np.array([3.0], vtype)), many),
+                     (_vector(100, [6], np.array([3.0], vtype)), many)):
+            assert _same(lane(x, y), plain(x, y)) and _same(lane(y, x), plain(y, x))
+
+
+def _special_values(b, c, vtype):
+    """Values for the long fiber ``b`` and the short ``c``: order-sensitive magnitudes (any other order of the
+    additions gives other bits), explicit and negative zeros, matched NaN, unmatched infinities, Inf x 0,
+    Inf - Inf."""
+    rng = np.random.default_rng(5)
+    common = np.intersect1d(b, c)
+    for case in ("order", "zeros", "negative zeros", "nan matched", "inf unmatched", "inf times zero",
+                 "inf minus inf"):
+        bv = rng.uniform(1, 2, b.size).astype(vtype)
+        cv = rng.uniform(1, 2, c.size).astype(vtype)
+        if case == "order":
+            bv = (rng.choice([-1, 1], b.size) * 10.0 ** rng.uniform(-12, 12, b.size)).astype(vtype)
+        elif case == "zeros":
+            bv[::5] = 0.0
+            cv[::3] = -0.0
+        elif case == "negative zeros":   # every product -0.0: the sum's sign is the plain sparsifier's
+            bv[:] = -0.0
+        elif case == "nan matched":
+            bv[b == common[len(common) // 2]] = np.nan
+        elif case == "inf unmatched":
+            bv[~np.isin(b, c)] = np.inf
+            cv[~np.isin(c, b)] = -np.inf
+        elif case == "inf times zero":
+            bv[b == common[1]] = np.inf
+            cv[c == common[1]] = 0.0
+        else:
+            bv[b == common[2]] = np.inf
+            cv[c == common[-3]] = -np.inf
+        yield case, bv, cv
+
+
+@pytest.mark.parametrize("vtype", [np.float64, np.float32])
+def test_strict_conflict_lane_special_values(vtype):
+    """Skewed (1:5, 1:17: the lane runs) and equal-length pairs (it does not), both orders, with the special
+    values above at matched and unmatched coordinates: bit-identical to the plain sparsifier."""
+    lane, plain = splyce.jit(_dot, gallop=0), splyce.jit(_dot, vectorize=False)
+    b = np.arange(0, 3000, 1, dtype=np.int32)
+    for c in (np.arange(0, 3000, 5, dtype=np.int32), np.arange(1, 3000, 17, dtype=np.int32),
+              np.arange(0, 6000, 2, dtype=np.int32)[:3000]):
+        for case, bv, cv in _special_values(b, c, vtype):
+            A, B = _vector(6000, b, bv), _vector(6000, c, cv)
+            assert _same(lane(A, B), plain(A, B)), (case, c.size)
+            assert _same(lane(B, A), plain(B, A)), (case, c.size)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_strict_conflict_lane_paper_kernels_bit_identical(dtype):
+    from splyce.bench.paper_kernels import KERNELS
+
+    for name in ("K1", "K2", "K3", "K4", "K5"):
+        spec = KERNELS[name]
+        ops = spec.operands(size=spec.quick_size, density=0.2, dtype=dtype)
+        lane = splyce.jit(spec.fun)
+        assert (REASON in lane.lower(*ops).as_text("splyce")) == (_host_runs_it() and name != "K4"), name
+        assert _same(lane(*ops), splyce.jit(spec.fun, vectorize=False)(*ops)), name
+
+
+def test_strict_conflict_lane_machine_code():
+    """The host's code: on AMD Zen 4 the kernel holds the lane's 4 vpconflictd and the mask bits' tzcnt; elsewhere
+    no vpconflictd (the strict kernel has no conflict lane)."""
+    dim, b, bv, c, cv = fiber_pair(256, 0.1, 8, np.int32, np.float64)
+    asm = splyce.jit(_dot).lower(_vector(dim, b, bv), _vector(dim, c, cv)).as_text("asm")
+    assert len(re.findall(r"\bvpconflictd\b", asm)) == (4 if _host_runs_it() else 0)
+    assert bool(re.search(r"\b(tzcnt|bsf)[lqw]?\b", asm)) or not _host_runs_it()
