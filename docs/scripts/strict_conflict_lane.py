@@ -4,12 +4,16 @@ in one process (docs/passes.md, "A strict conflict lane for skewed pairs"). Stri
 ``pairs``: ``bench limit``'s fiber pairs (int32 coordinates, f32 / f64 values, 2^20 : 2^20 / SKEW, 1 / 10 / 50 %
 overlap, and 100 %) for SKEW in 1, 2, 4, 6, 8, 16: ``main`` (the strict conflict lane off: the all-pairs n = 4 lane, as before),
 ``new`` (the lane for pairs of ratio >= SKEW_RATIO) and ``always`` (SKEW_RATIO = 1: the lane on every pair);
+``moderate``: pairs at the length ratio's threshold with short fibers (32-200 coordinates), many pairs in one call:
+K2's SpMSpV (``einsum("ik,k->i")``) on a CSR matrix whose rows hold SHORT coordinates each against a compressed
+vector of LONG (LONG : SHORT = 200 : 32, 256 : 32, 384 : 64, 512 : 64, 1200 : 200, 1600 : 200), uniform in a
+dimension of 2 x and 16 x LONG, ~2 M coordinates a call; ``main`` vs ``new``, ns per row-and-vector coordinate;
 ``kernels``: K1-K5 at benchmark sizes (``quick``: quick sizes; ``STRICT_KERNELS=K1,K3``: some), ``main`` vs
 ``new``, with ``main2`` (main compiled again) as the old-vs-old control. Thread CPU time, best /
 median of REPEATS interleaved samples (default 9), rotating order; every result first checked bit-identical to
 the plain sparsifier (``vectorize=False``). Disk cache off, so each variant compiles its own code.
 
-    python docs/scripts/strict_conflict_lane.py pairs|kernels [REPEATS] [quick]
+    python docs/scripts/strict_conflict_lane.py pairs|moderate|kernels [REPEATS] [quick]
 """
 import os
 import sys
@@ -27,7 +31,9 @@ import splyce  # noqa: E402
 import splyce.passes.splyce_pass as sp  # noqa: E402
 import splyce.passes.strict_conflict_lane as scl  # noqa: E402
 from splyce.bench import limit  # noqa: E402
-from splyce.bench.paper_kernels import KERNELS  # noqa: E402
+from splyce.bench.paper_kernels import KERNELS, spmspv  # noqa: E402
+from splyce.tensors.formats import CSR, SPARSE_VECTOR  # noqa: E402
+from splyce.tensors.tensor import asarray  # noqa: E402
 
 WHAT = sys.argv[1] if len(sys.argv) > 1 else "pairs"
 REPEATS = int(sys.argv[2]) if len(sys.argv) > 2 else 9
@@ -85,6 +91,30 @@ if WHAT == "pairs":
                     f"{k} {min(v):.3f} / {statistics.median(v):.3f}" for k, v in t.items())
                     + f"  new/main {statistics.median(t['new']) / statistics.median(t['main']):.3f}"
                     + " ns per coordinate (best / median)", flush=True)
+elif WHAT == "moderate":
+    rng = np.random.default_rng(0)
+    for vt in (np.float32, np.float64):
+        for long, short in ((200, 32), (256, 32), (384, 64), (512, 64), (1200, 200), (1600, 200)):
+            for spread in (2, 16):
+                dim, rows = spread * long, (1 << (19 if QUICK else 21)) // (long + short)
+                crd = np.sort(np.argsort(rng.random((rows, dim)), axis=1)[:, :short], axis=1) if dim * rows < 5e7 \
+                    else np.sort(np.stack([rng.choice(dim, short, replace=False) for _ in range(rows)]), axis=1)
+                dense = np.zeros((rows, dim), vt)
+                np.put_along_axis(dense, crd, rng.uniform(0.5, 1, (rows, short)).astype(vt), axis=1)
+                vec = np.zeros(dim, vt)
+                vec[rng.choice(dim, long, replace=False)] = rng.uniform(0.5, 1, long).astype(vt)
+                B, c = (asarray(x, format=f.with_widths(32, 32)) for x, f in ((dense, CSR), (vec, SPARSE_VECTOR)))
+                ref = splyce.jit(spmspv, vectorize=False)(B, c)
+                cands = {}
+                for variant in ("main", "new"):
+                    j = compiled(spmspv, (B, c), variant)
+                    assert same_bits(j(B, c), ref), variant
+                    cands[variant] = lambda j=j: j(B, c)
+                t = timed(cands, 3, rows * (long + short))
+                print(f"{np.dtype(vt).name} {long}:{short} dim {spread}x ({rows} rows): " + "  ".join(
+                    f"{k} {min(v):.3f} / {statistics.median(v):.3f}" for k, v in t.items())
+                    + f"  new/main best {min(t['new']) / min(t['main']):.3f} median "
+                    + f"{statistics.median(t['new']) / statistics.median(t['main']):.3f} ns per coordinate", flush=True)
 else:
     for name in os.environ.get("STRICT_KERNELS", "K1,K2,K3,K4,K5").split(","):
         spec = KERNELS[name]

@@ -9,8 +9,8 @@ term vector) are added to the scalar sum one at a time, lowest B lane (= smalles
 over the match mask's set bits (``cttz``, the lane's term permuted into lane 0, then the bit cleared): exactly the scalar loop's additions, in its
 order, and nothing when no lane matched, the common case on a skewed pair (one predictable branch).
 
-A fiber pair runs it only when, on entry, ``long >= SKEW_RATIO x short`` (``add_skew_lane``), then an all-pairs lane
-and the scalar loop finish the pair; other pairs run the all-pairs lane as before (the choice is per pair and at run
+A fiber pair runs it only when, on entry, ``long >= SKEW_RATIO x short`` (``add_skew_lane``), then the scalar loop
+finishes the pair (the short fiber's last < 16 coordinates); other pairs run the all-pairs lane as before (the choice is per pair and at run
 time, as galloping's, which takes over from a larger ratio: ``gallop_lane``). Every pair of overlapping blocks meets
 exactly once and the blocks' ranges advance in order, so the matched coordinates come in ascending order across
 steps and the results are bit-identical to the plain sparsifier.
@@ -81,10 +81,10 @@ def _lane_value(term, lane):
 def add_skew_lane(match: Coiteration, fast_op, options: Options, counters=None) -> None:
     """Give the all-pairs lane ``fast_op`` of ``match`` (after galloping's choice, if any) a sibling path for pairs
     with ``long >= SKEW_RATIO x short`` on entry: ``scf.if`` (marked unlikely) whose then-branch runs the strict
-    conflict lane, an all-pairs lane and a copy of the scalar loop, the else-branch the lane and the loop as before.
-    (Chained after the conflict lane instead, the all-pairs lane took its initial values through a phi, LLVM no
-    longer hoisted its invariant room test of B out of the enclosing loop, and K1's ~100 : 100-coordinate pairs ran
-    4 % slower.)"""
+    conflict lane and a copy of the scalar loop (the pair's tail), the else-branch the lane and the loop as before.
+    No all-pairs lane after the conflict lane: with one there (its room test of B hoisted, one more value live
+    across K1's j loop) K1's ~100 : 100-coordinate pairs, which never take this branch, ran ~1 % slower
+    (docs/passes.md)."""
     inits = list(fast_op.operation.operands)[:len(match.while_op.operation.operands)]
     with ir.InsertionPoint(fast_op):
         lens = [arith.subi(hi, inits[p]) for p, hi in zip(match.cursor_pos, match.bounds)]
@@ -92,13 +92,12 @@ def add_skew_lane(match: Coiteration, fast_op, options: Options, counters=None) 
     copy = match_coiteration(_split_by_skew(match, fast_op, _expect_false(skewed, fast_op)).while_op)
     if isinstance(copy, Decline):   # the copy of a matched loop
         raise RuntimeError(f"strict_conflict_lane: the scalar loop's copy does not match: {copy.reason}")
-    StrictConflictLaneBuilder(copy, options, counters).build()   # first: it feeds the all-pairs lane
-    FastLaneBuilder(copy, options, counters).build()
+    StrictConflictLaneBuilder(copy, options, counters).build()   # then the copy of the scalar loop
 
 
 class StrictConflictLaneBuilder(ConflictLaneBuilder):
-    """The conflict lane with the strict phase 2 (``strict_conflict_blocker`` must have said None); built before an
-    all-pairs lane (each takes the scalar loop's current initial values), on skewed pairs only (``add_skew_lane``)."""
+    """The conflict lane with the strict phase 2 (``strict_conflict_blocker`` must have said None); built before the
+    scalar loop (it takes the loop's initial values), on skewed pairs only (``add_skew_lane``)."""
 
     FIXED_ADDS = 3   # matched lanes added per step without a branch (a branch on any match measured 1.3-1.7x slower)
 
