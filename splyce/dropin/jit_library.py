@@ -7,6 +7,7 @@ take the same kernel. A native kernel serves the jit only where its results are 
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import numpy as np
 
@@ -132,9 +133,10 @@ SPGEMM_SORTED_RULE = ("per call, by b's columns: when at least half of its neigh
                       "(the map) or from the flags, 64 columns a step")
 
 
+@functools.cache
 def _unordered_rule() -> str:
     """The unordered result's kernel as the plan's text says it: chosen per call (native/spgemm.py,
-    ``unordered_kernel``; the numbers are its constants)."""
+    ``unordered_kernel``; the numbers are its constants). Written once per process."""
     from splyce.native import spgemm, spgemm_sorted
 
     return (f"every reached position kept (zero sums too), each sum from +0.0 in A's row order; per call, by a "

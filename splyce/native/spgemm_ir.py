@@ -364,13 +364,21 @@ def product_ir(name: str, dense: bool, t: str, mul: str, add: str, keep_zeros: b
     term is added to +0.0, as the sparsifier sums into a zero-filled workspace (a -0.0 product stored as +0.0;
     scipy's rule adds -0.0, which LLVM folds away: a zero there is dropped anyway)."""
     floating = t in ("double", "float")
-    nonzero = ("fcmp true" if floating else "icmp uge") if keep_zeros else ("fcmp une" if floating else "icmp ne")
-    zero_test = ("fcmp false" if floating else "icmp ult") if keep_zeros else ("fcmp oeq" if floating else "icmp eq")
     body = (_DENSE_ACCUMULATE, _DENSE_FINISH) if dense else (_SPARSE_ACCUMULATE, _SPARSE_FINISH)
     text = _ROWS.replace("{accumulate}", body[0]).replace("{finish}", body[1]) + _BACKWARD
-    return text.format(name=name, t=t, mul=mul, add=add, nonzero=nonzero, zero_test=zero_test,
-                       zero="0.0" if floating else "0",
+    return text.format(name=name, t=t, mul=mul, add=add, **value_tests(t, keep_zeros),
                        first_zero=("0.0" if keep_zeros else "-0.0") if floating else "0", **indices)
+
+
+def value_tests(t: str, keep_zeros: bool) -> dict:
+    """A sum's zero constant and its tests: ``nonzero`` (the entry is stored) and ``zero_test`` (it is not), as
+    scipy's rule has them (a sum is stored where != 0, NaN kept), or constant true / false with keep_zeros."""
+    floating = t in ("double", "float")
+    if keep_zeros:
+        tests = ("fcmp true", "fcmp false") if floating else ("icmp uge", "icmp ult")
+    else:
+        tests = ("fcmp une", "fcmp oeq") if floating else ("icmp ne", "icmp eq")
+    return dict(nonzero=tests[0], zero_test=tests[1], zero="0.0" if floating else "0")
 
 
 def backward_ir(name: str, t: str, indices: dict) -> str:
@@ -477,9 +485,10 @@ def small_rows(one_value: str, rank_value: str, longer: str, one_next: str = "  
 def sorted_fields(fields: dict) -> dict:
     """The format fields of a sorted row kernel: spgemm's (``fields``: name, t, mul, add, index widths and
     extensions), w (lanes of a vector of result columns: 16 int32 / 8 int64), its all-ones / lane-number
-    constants, zero and rank_max."""
+    constants, rank_max, zero and scipy's store test ``nonzero`` (:func:`value_tests`)."""
     co = fields["co"]
     w = 16 if co == 32 else 8
+    scipy = value_tests(fields["t"], keep_zeros=False)
     return dict(fields, w=w, ones="<" + ", ".join([f"i{co} -1"] * w) + ">",
                 lanes="<" + ", ".join(f"i{co} {x}" for x in range(w)) + ">", rank_max=RANK_MAX,
-                zero="0.0" if fields["t"] in ("double", "float") else "0")
+                nonzero=scipy["nonzero"], zero=scipy["zero"])

@@ -314,8 +314,7 @@ def rows_ir(fields: dict, kind: str = "flags", compress: bool | None = None, kee
         text = text.replace("label %row_done", "label %drop").replace("[%row_end, %row_done]", "[%dq, %row_done]") \
             .replace("store i64 %row_end, ptr %pend", "store i64 %dq, ptr %pend")
         text = text.replace("\nrow_done:\n", _DROP + "\nrow_done:\n", 1)
-    nonzero = "fcmp une" if fields["t"] in ("double", "float") else "icmp ne"
-    return text.format(**fields, pad=PAD, flag_pad=FLAG_PAD, bytes=bytes_, nonzero=nonzero)
+    return text.format(**fields, pad=PAD, flag_pad=FLAG_PAD, bytes=bytes_)
 
 
 # scipy's rule (csr_matmat: an entry is stored where its sum != 0; NaN kept) over the row just written sorted
