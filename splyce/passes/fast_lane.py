@@ -510,6 +510,9 @@ class FastLaneBuilder:
         kind_add = vector.CombiningKind.ADD
         for pos, red in m.reductions.items():
             term = as_vec(get(red.term))
+            if "terms" in st:   # the caller combines the terms (the union reduction lane)
+                st["terms"][pos] = term
+                continue
             et = red.term.type
             fm = _reassoc() if p.fast_math else None
             slot = self.vector_acc_slots.get(pos)

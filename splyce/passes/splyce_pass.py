@@ -25,6 +25,8 @@ from splyce.passes.strict_conflict_lane import SKEW_RATIO, add_skew_lane, strict
 from splyce.passes.union_insert import UnionInsert, UnionInsertBuilder, match_union_insert
 from splyce.passes.union_lane import UnionLaneBuilder, add_tail_count, simd_blocker
 from splyce.passes.union_match import Union, match_union
+from splyce.passes.union_reduce import UnionReduce, UnionReduceBuilder, describe as describe_reduce, \
+    match_union_reduce, reduce_blocker
 from splyce.options import CONFLICT_WIDTH, DEFAULT_VECTOR_WIDTH, Options
 from splyce.passes.ir_utils import const_int, defined_outside, walk
 
@@ -208,6 +210,9 @@ def _match(loop, options: Options):
         union = match_union(loop)
         if isinstance(union, Decline) and union.reason.startswith("union carries values besides the cursors"):
             union = match_union_insert(loop)
+            if isinstance(union, Decline) and union.reason == "the loop carries something else than one sparse " \
+                    "matrix output":
+                union = match_union_reduce(loop)
         if options.union is None:   # the default: the sparse-output lane only (docs/passes.md)
             if isinstance(union, Union):
                 return Decline(match.reason + "; union fast lane: a dense output (on with union=True: slower on "
@@ -231,6 +236,19 @@ def _build_union(function: str, index: int, union: Union, options: Options, coun
         add_tail_count(union, counters)
     return LoopDecision(function, index, True, f"union fast lane: dense-output merge {union.both.element_type} "
                         f"{union.head.crd_type}-crd n={options.vector_width}")
+
+
+def _build_union_reduce(function: str, index: int, union: UnionReduce, options: Options,
+                        counters) -> LoopDecision:
+    blocker = reduce_blocker(union, options)
+    if blocker:
+        return LoopDecision(function, index, False, f"union fast lane: {blocker}")
+    hoist_fiber_bounds(union.head)
+    UnionReduceBuilder(union, options, counters).build()
+    if counters is not None:
+        add_epilogue_count(union.head, counters)
+        add_tail_count(union, counters)
+    return LoopDecision(function, index, True, describe_reduce(union, options))
 
 
 def _build_union_insert(function: str, index: int, union: UnionInsert, options: Options,
@@ -265,7 +283,7 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
             loops = _while_loops(func.operation)
             matches = [(i, loop, _match(loop, options)) for i, loop in enumerate(loops)]
             counters = None
-            if options.profile and any(isinstance(mt, (Coiteration, Union, UnionInsert)) for _, _, mt in matches):
+            if options.profile and any(isinstance(mt, (Coiteration, Union, UnionInsert, UnionReduce)) for _, _, mt in matches):
                 _profile_counters_global(module)
                 counters = _counters_in(func.operation)
             for index, loop, match in matches:
@@ -274,6 +292,10 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                     continue
                 if isinstance(match, Union):
                     decisions.append(_build_union(name, index, match, _unchosen(options, "a union"), counters))
+                    continue
+                if isinstance(match, UnionReduce):
+                    decisions.append(_build_union_reduce(name, index, match, _unchosen(options, "a union"),
+                                                         counters))
                     continue
                 if isinstance(match, UnionInsert):
                     decisions.append(_build_union_insert(name, index, match, _unchosen(options, "a union"),

@@ -84,18 +84,19 @@ def step_masks(head, n: int, pb, pc) -> dict:
             "active_b": active_b, "active_c": active_c, "only_c": only_c, "true": true}
 
 
-def build_fast_loop(head, n: int, body, prepare=None):
+def build_fast_loop(head, n: int, body, prepare=None, finish=None):
     """A fast-lane ``scf.while`` put before the union loop ``head.while_op``, running while both fibers
     have n coordinates left; ``body(args)`` builds a step and returns the next values; ``prepare(inits)``
-    (optional) may replace the initial values, built just before the loop. The union loop then starts from
-    the fast lane's results."""
+    (optional) may replace the initial values, built just before the loop, and append values carried by the
+    fast lane only; ``finish(results)`` (optional, built after it) turns the fast lane's results into the
+    union loop's initial values. The union loop then starts from them."""
     w = head.while_op
     inits = list(w.operation.operands)
-    types = [v.type for v in inits]
     with ir.InsertionPoint(w):
         c_n = _index(n)
         if prepare is not None:
             inits = prepare(inits)
+        types = [v.type for v in inits]
         fast = scf.WhileOp(types, inits)
         fast.operation.attributes[FAST_LANE_ATTR] = ir.UnitAttr.get()
         before = fast.before.blocks.append(*types)
@@ -108,9 +109,35 @@ def build_fast_loop(head, n: int, body, prepare=None):
         after = fast.after.blocks.append(*types)
         with ir.InsertionPoint(after):
             scf.yield_(body(list(after.arguments)))
-    for i, r in enumerate(fast.results):
-        w.operation.operands[i] = r
+    results = list(fast.results)
+    if finish is not None:
+        with ir.InsertionPoint(w):
+            results = finish(results)
+    for i in range(len(w.operation.operands)):
+        w.operation.operands[i] = results[i]
     return fast
+
+
+def lane_values(branch, rotate_c: bool, loaded: dict, st: dict, pb, pc, n: int) -> dict:
+    """The operands' values a branch reads at the cursors, as ``Lanes`` keyed (memref, side): n values
+    loaded at each cursor (once per step: ``loaded`` caches them); with ``rotate_c``, C's moved to their
+    B partner's lane by the rotation that matched (the "both" branch)."""
+    values = {}
+    for ll in branch.lane_loads.values():
+        key = (ll.memref, ll.side)
+        if key in values:
+            continue
+        if key not in loaded:
+            et = ir.MemRefType(ll.memref.type).element_type
+            loaded[key] = vector.load(_vtype(n, et), ll.memref, [pb if ll.side == 0 else pc])
+        vm = loaded[key]
+        if ll.side == 1 and rotate_c:
+            sel = vm
+            for r in range(1, n):
+                sel = arith.select(st["masks_b"][r], st["rot"](vm, r), sel)
+            vm = sel
+        values[key] = Lanes(n, vec=vm)
+    return values
 
 
 class UnionLaneBuilder:
@@ -139,30 +166,12 @@ class UnionLaneBuilder:
         u, n = self.u, self.n
         head = u.head
         pb, pc = (args[p] for p in head.cursor_pos)
-        st = step_masks(head, n, pb, pc)
-        vb, vc, rot, masks_b, true = st["vb"], st["vc"], st["rot"], st["masks_b"], st["true"]
-        match_b, active_b, active_c, only_c = st["match_b"], st["active_b"], st["active_c"], st["only_c"]
+        sm = step_masks(head, n, pb, pc)
+        vb, vc, true = sm["vb"], sm["vc"], sm["true"]
+        match_b, active_b, active_c, only_c = sm["match_b"], sm["active_b"], sm["active_c"], sm["only_c"]
         t = head.crd_type
 
         loaded = {}
-
-        def side_values(branch, rotate_c: bool):
-            values = {}
-            for ll in branch.lane_loads.values():
-                key = (ll.memref, ll.side)
-                if key in values:
-                    continue
-                if key not in loaded:
-                    et = ir.MemRefType(ll.memref.type).element_type
-                    loaded[key] = vector.load(_vtype(n, et), ll.memref, [pb if ll.side == 0 else pc])
-                vm = loaded[key]
-                if ll.side == 1 and rotate_c:
-                    sel = vm
-                    for r in range(1, n):
-                        sel = arith.select(masks_b[r], rot(vm, r), sel)
-                    vm = sel
-                values[key] = Lanes(n, vec=vm)
-            return values
 
         # Each body runs on every lane (unmasked gathers of the output, no stores); its stored vector is
         # collected and the lanes are merged below, so a step issues one unmasked scatter per side.
@@ -171,8 +180,8 @@ class UnionLaneBuilder:
         chains = {id(vb): _apply_chain(head.cast_chain, vb, n), id(vc): _apply_chain(head.cast_chain, vc, n)}
         stored = []
         for branch, coords, rotate_c in ((u.both, vb, True), (u.only_b, vb, False), (u.only_c, vc, False)):
-            st = {"kb": Lanes(n, vec=coords), "matched": all_lanes, "values": side_values(branch, rotate_c),
-                  "gathers": gathers, "chain": chains[id(coords)], "stores": [], "unmasked": true}
+            st = {"kb": Lanes(n, vec=coords), "matched": all_lanes,
+                  "values": lane_values(branch, rotate_c, loaded, sm, pb, pc, n), "gathers": gathers, "chain": chains[id(coords)], "stores": [], "unmasked": true}
             FastLaneBuilder(branch, self.options, self.profile_counters)._phase2_simd(args, st)
             (store,) = st["stores"]
             stored.append(store)
