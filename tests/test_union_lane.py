@@ -108,17 +108,18 @@ def test_union_default_leaves_dense_outputs_scalar(ctx):
     assert str(module) == before
 
 
-def test_union_reduction_declines_with_reason():
+def test_union_row_sum_takes_the_reduction_lane():
+    """A row sum of a union is a union loop carrying one scalar: the reduction lane (passes/union_reduce.py),
+    strict, its additions in the scalar loop's order."""
     import splyce
     from splyce.tracer.tracer import add
 
     a = splyce.asarray(np.eye(6) * 2.0, format=splyce.CSR)
     f = splyce.jit(lambda x, y: add(x, y).sum(axis=1), union=True)
     decisions = f.lower(a, a).decisions
-    assert decisions and not any(d.vectorized for d in decisions)
-    # a row sum is a union reduction (passes/union_reduce.py): strict float sums keep the scalar order
-    assert any(d.reason == "union fast lane: arith.addf needs fast_math (a float sum rounds in the order of its "
-               "additions)" for d in decisions), decisions
+    assert [d.vectorized for d in decisions] == [True], decisions
+    assert decisions[0].reason.endswith("strict: each step's terms ranked by coordinate and added in that order")
+    assert np.array_equal(f(a, a), np.full(6, 4.0))
 
 
 @pytest.mark.parametrize("value", [1, 0, "yes"])
