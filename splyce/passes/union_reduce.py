@@ -336,8 +336,8 @@ class UnionReduceBuilder:
         lanes and C's go to their places in the step's merge (B lane i: i + the C lanes below it; C lane j: j
         + the B lanes at or below it; a permutation of 0 .. 2n-1), each inactive lane's term -0.0 (the identity:
         ``x + -0.0`` is ``x``, bit for bit), through a stack buffer (n scalar stores per side), and the 2n
-        places are loaded and added in order (scalar loads: one 2n-wide load after the stores measured 8.9
-        against 8.3 ms on fem3d-100k, its store forwarding fails)."""
+        places are loaded and added in order (scalar loads; one 2n-wide load and an ordered
+        ``vector.reduction`` measured the same)."""
         n, et, t = self.n, self.u.head.element_type, self.u.head.crd_type
         vt, vet = _vtype(n, t), _vtype(n, et)
         neg0 = arith.constant(vet, ir.DenseElementsAttr.get_splat(vet, ir.FloatAttr.get(et, -0.0)))
