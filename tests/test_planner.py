@@ -106,7 +106,10 @@ def test_chained_products_that_are_cheaper_apart_stay_apart():
     c = np.random.default_rng(14).random((80, 3))
     f = splyce.jit(lambda a, b, c: a @ (b @ c))
     np.testing.assert_allclose(f(a, b, c), a @ (b @ c), rtol=1e-12)
-    assert len(_plan(f, a, b, c).steps) == 2
+    plan = _plan(f, a, b, c)
+    assert not plan.fusions and len(plan.steps) == 1     # b @ c: the drop-in's SpMM, before the kernel
+    assert [s.native.op for s in plan.sources if s.native is not None] == ["matmul"]
+    assert len(_plan(splyce.jit(f.fun, library=False), a, b, c).steps) == 2
 
 
 def test_pinned_order_is_kept_as_written():

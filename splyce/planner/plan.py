@@ -23,16 +23,31 @@ from splyce.tensors.formats import Format, Level
 from splyce.tracer.ir import ContractParams, Node, TensorType, Trace, params_text, walk
 
 
+@record(compare=("op", "operands", "formulation"))
+class NativeStep:
+    """An intermediate product computed before the kernel by the native kernel library: the kernel the drop-in
+    runs for the same op on the same formats and dtypes (runtime/library.py, ``native_steps``), whose results
+    are the MLIR kernel's bit for bit (each sum from +0.0 in stored order)."""
+
+    op: str                      # the drop-in op ("matmul")
+    operands: tuple[int, ...]    # the kernel inputs it reads (indices into the plan's sources)
+    formulation: str             # the drop-in's name for the kernel
+    run: object                  # (operand values, threads) -> the product
+    detail: str = ""
+
+
 @record
 class Source:
     """Where a planned kernel input comes from: original input ``index``, stored as ``type`` (converted
     on the host when ``converted``); or, with ``host``, a product of dense inputs computed on the host by
-    NumPy (BLAS) before the kernel runs: ``(einsum subscripts, input indices, scale)``."""
+    NumPy (BLAS) before the kernel runs: ``(einsum subscripts, input indices, scale)``; or, with ``native``,
+    a product computed before the kernel by the native kernel library."""
 
     index: int
     type: TensorType
     converted: bool
     host: tuple | None = None
+    native: NativeStep | None = None
 
 
 @record
@@ -65,7 +80,8 @@ class Plan:
     def scatters(self) -> bool:
         """Whether a sparse input is scattered into a dense array: then its missing entries are stored zeros,
         and a NaN or Inf they meet gives NaN where the sparsifier on the kept operands skips the term."""
-        return any(s.converted and not s.type.is_sparse and s.host is None for s in self.sources)
+        return any(s.converted and not s.type.is_sparse and s.host is None and s.native is None
+                   for s in self.sources)
 
     def kept(self) -> "Plan":
         """The same function planned with every sparse operand kept sparse (the dispatcher runs it when a
@@ -92,9 +108,10 @@ class Plan:
     def needs_conversion(self) -> bool:
         return any(s.converted for s in self.sources)
 
-    def prepare(self, values: list) -> list:
+    def prepare(self, values: list, threads: int = 1) -> list:
         """The kernel's operands from the call's (validated) operands: the frozen constants after them,
-        transposes read in place, then the conversions the plan asks for."""
+        transposes read in place, then the conversions, host products and native products the plan asks
+        for (a native product on ``threads`` threads)."""
         if self.constants:
             values = list(values) + list(self.constants)
         if self.derived:
@@ -107,6 +124,9 @@ class Plan:
         for s in self.sources:
             if s.host is not None:
                 out.append(_host_product(s, values))
+                continue
+            if s.native is not None:      # its operands are earlier sources (arguments, host products)
+                out.append(_native_product(s, out, threads))
                 continue
             value = values[s.index]
             if s.converted:
@@ -133,6 +153,12 @@ class Plan:
                 factor = f" * {scale!r}" if scale is not None else ""
                 lines.append(f"  %arg{s_index} = host einsum('{subs}', {', '.join(f'%arg{i}' for i in operands)})"
                              f"{factor} (NumPy, BLAS: dense inputs only, computed before the kernel) : {s.type}")
+            elif s.native is not None:
+                step = s.native
+                detail = f"; {step.detail}" if step.detail else ""
+                lines.append(f"  %arg{s_index} = native {step.op}({', '.join(f'%arg{i}' for i in step.operands)}) as "
+                             f"'{step.formulation}' (the drop-in's kernel for these formats and dtypes, computed "
+                             f"before the kernel{detail}) : {s.type}")
             elif s.converted:
                 how = f"stored as {s.type.format}" if s.type.is_sparse else "scattered into a dense array"
                 lines.append(f"  %arg{s_index} = convert %arg{s.index} ({how}) : {s.type}")
@@ -280,6 +306,19 @@ def _host_product(source: Source, values: list) -> np.ndarray:
     return value if value.flags.c_contiguous else value.copy()
 
 
+def _native_product(source: Source, prepared: list, threads: int) -> np.ndarray:
+    step = source.native
+    value = step.run([prepared[i] for i in step.operands], threads)
+    if value is None:
+        raise RuntimeError(f"the native {step.op} ('{step.formulation}') declined operands its plan chose it for")
+    if hasattr(value, "to_numpy"):            # a sparse vector result (SpMSpV's scatter) where the type is dense
+        value = value.to_numpy()
+    t = source.type
+    if type(value) is not np.ndarray or value.dtype != np.dtype(t.dtype) or value.shape != t.shape:
+        value = np.asarray(value, dtype=t.dtype).reshape(t.shape)
+    return value if value.flags.c_contiguous else value.copy()
+
+
 def tensordot_axes(subs: str) -> tuple[list[int], list[int]] | None:
     """``np.tensordot``'s axes for a product of two operands whose result holds the first one's free indices,
     then the second one's, in order (``ik,kj->ij``, ``ik,k->i``, ``k,k->``), else None. BLAS either way, but
@@ -358,9 +397,14 @@ def _heuristic_order(node: Node) -> str | None:
         return None
 
 
-def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constants: tuple = ()) -> Plan:
+def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constants: tuple = (),
+              native=None) -> Plan:
     """``scatter=False``: the plan that keeps every sparse operand sparse (``Plan.kept``). ``constants``: the
-    values of the trace's frozen constants (its last inputs; ``nnz`` counts them too)."""
+    values of the trace's frozen constants (its last inputs; ``nnz`` counts them too). ``native``: asked
+    ``native(node, input types)`` about every intermediate contraction over kernel inputs (arguments, host
+    products), it names the native kernel library's call for it (a ``NativeStep``) or None; a named one is
+    computed before the kernel, as the drop-in computes it, instead of by a loop nest of the kernel (one
+    engine for a program of several ops: runtime/library.py, ``native_steps``)."""
     source = trace
     # a scattered operand's NaN is caught in the results (Kernel.run_exact) only where every op propagates it
     scatter = scatter and all(propagates_nan(n) for n in walk(trace.outputs))
@@ -396,6 +440,13 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
             mapping[node] = slots[("host", host)]
             continue
         new = with_args(node, tuple(mapping.get(a, a) for a in node.args))
+        if native is not None and node.op == "contract" and node not in result_nodes and not _pinned(node) \
+                and all(a.op == "input" for a in new.args):
+            step = native(new, tuple(s.type for s in sources))
+            if step is not None:
+                sources.append(Source(-1, node.type, True, native=step))
+                mapping[node] = Node("input", (), (len(sources) - 1,), node.type)
+                continue
         storage: tuple[str, ...] = ("",) * len(node.args)
         if node.op == "contract":
             choice = planner.choice(node)

@@ -305,7 +305,7 @@ class Jitted:
                 with self._lock:
                     self.hits += 1
                 return kernel
-            planned = None if key in self._lowerings else self._plan(specs, values)
+            planned = None if key in self._lowerings else self._plan(specs, values, key.options)
             _, tree, plan = planned or self._lowerings[key]
             call = library.choose(plan, key.options, self.out_format) if key.options.library else None
             if call is not None:     # the drop-in's native kernel: no MLIR compile unless asked for
@@ -338,11 +338,13 @@ class Jitted:
             return contextlib.nullcontext()
         return disk_cache.compile_lock(disk_kernels.disk_key(planned[2].trace, key))
 
-    def _plan(self, specs, values):
-        """Trace the function and plan it, costed for these operands' stored entries."""
+    def _plan(self, specs, values, options):
+        """Trace the function and plan it, costed for these operands' stored entries; its intermediate products
+        on the native kernel library where the drop-in would run them there (``library.native_steps``)."""
         source, tree, constants = self._trace(specs)
         nnz = tuple(_stored_entries(v) for v in (*values, *constants))
-        return source, tree, make_plan(source, nnz, constants=tuple(constants))
+        native = library.native_steps(options)
+        return source, tree, make_plan(source, nnz, constants=tuple(constants), native=native)
 
     def _lower(self, key: CacheKey, specs, values, disk: bool = False, planned=None):
         """The lowering for ``key``: from memory, else trace and plan; then (``disk``) the disk cache, else
@@ -350,7 +352,7 @@ class Jitted:
         stored."""
         cached = self._lowerings.get(key)
         if cached is None:
-            _, tree, plan = planned or self._plan(specs, values)
+            _, tree, plan = planned or self._plan(specs, values, key.options)
             trace = plan.trace
             low = None
             disk_key = None

@@ -84,7 +84,7 @@ class Kernel:
 
     def run(self, values: list, accumulate_into: np.ndarray | None = None):
         if self._prepares:
-            values = self.plan.prepare(values)
+            values = self.plan.prepare(values, self.lowering.options.threads)
         dense_outputs = {}
         for out, shape, dtype in self._dense_outputs:
             dense_outputs[out] = _zeros(shape, dtype) if accumulate_into is None else accumulate_into
