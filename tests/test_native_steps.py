@@ -1,4 +1,4 @@
-"""One engine inside a program of several ops: an intermediate SpMM over kernel inputs runs the drop-in's native
+"""One engine inside a program of several ops: an intermediate SpMM (or an SpMV on rows of a few entries) over kernel inputs runs the drop-in's native
 kernel before the kernel (runtime/library.py, ``native_steps``; planner/plan.py, ``NativeStep``), with the
 results of the plan that keeps it in the MLIR kernel bit for bit, and the plan's text says so."""
 
@@ -40,7 +40,8 @@ PROGRAMS = {
     "spmm glue": (lambda a, x, X: (a @ X) * 2.0 + x[:, None], True),
     "two spmms": (lambda a, x, X: a @ X - a.T.T @ (X * 0.5), True),
     "spmm then dense": (lambda a, x, X: np.tanh(a @ X) @ np.ones(16, X.dtype), True),
-    "spmv glue": (lambda a, x, X: 0.85 * (a @ x) + 0.15, False),      # SpMV stays fused in the MLIR kernel
+    # SpMV stays fused in the MLIR kernel on rows of 6-13 entries (rows of a few: below)
+    "spmv glue": (lambda a, x, X: 0.85 * (a @ x) + 0.15, False),
     "spmv twice": (lambda a, x, X: a @ x + a @ x * 2.0, False),
 }
 
@@ -62,6 +63,46 @@ def test_a_native_step_gives_the_mlir_kernels_results(name, dtype, seed):
         assert "= native matmul(" not in f.lower(a, x, X).as_text("plan")
         with np.errstate(all="ignore"):
             _same(fast(a, x, X), f(a, x, X))
+
+
+def _short_rows(rng, n, dtype=np.float64):
+    """A road-network-like CSR: 0-5 entries a row (2.5 on average), NaN / Inf / -0.0 among the values."""
+    lengths = rng.integers(0, 6, size=n)
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    indices = np.concatenate([np.sort(rng.choice(n, size=k, replace=False)) for k in lengths]).astype(np.int32)
+    data = rng.standard_normal(indptr[-1])
+    at = rng.choice(len(data), size=30, replace=False)
+    data[at] = [np.nan, np.inf, -np.inf, -0.0, 0.0] * 6
+    return splyce.asarray(sps.csr_array((data.astype(dtype), indices, indptr), shape=(n, n)))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_spmv_on_rows_of_a_few_entries_runs_the_flat_kernel(dtype):
+    """Rows of 2-3 entries: the MLIR loop nest pays a row's exit per row, the drop-in's flat kernel does not
+    (``spmv.goes_flat``, sized past any L2: 200k rows, 6 MB of entries), so the plan takes SpMV out of the
+    kernel, with the fused plan's bits."""
+    from splyce.native import spmv
+
+    rng = np.random.default_rng(11)
+    n = 200_000
+    a = _short_rows(rng, n, dtype)
+    x = rng.standard_normal(n).astype(dtype)
+    # 4-6 MB of entries: past the size from which any CPU's tuning goes flat (at most its L2)
+    assert spmv.goes_flat(a.nnz, n, 32, np.dtype(dtype).itemsize)
+    body = PROGRAMS["spmv glue"][0]
+    fast = splyce.jit(body)
+    text = fast.lower(a, x, x[:, None]).as_text("plan")
+    assert "%arg3 = native matmul(%arg0, %arg1)" in text and "contract[" not in text.split("return")[0], text
+    two = splyce.jit(lambda a, b, x: a @ x + b @ x)
+    b = _short_rows(np.random.default_rng(12), n, dtype)
+    assert two.lower(a, b, x).as_text("plan").count("native matmul") == 2
+    with np.errstate(all="ignore"):
+        _same(fast(a, x, x[:, None]), splyce.jit(body, library=False)(a, x, x[:, None]))
+        _same(two(a, b, x), splyce.jit(lambda a, b, x: a @ x + b @ x, library=False)(a, b, x))
+    # the same op on rows of 6-13 entries stays fused whatever the size (the loop nest is as fast there); a
+    # fresh jit: a plan is made for the first call's stored entries and kept for the shape and formats
+    wide = splyce.asarray(sps.random_array((n, n), density=8 / n, format="csr", rng=13))
+    assert "native" not in splyce.jit(body).lower(wide, x.astype(np.float64), x[:, None].astype(np.float64)).as_text("plan")
 
 
 def test_a_host_product_feeds_the_native_step():

@@ -257,6 +257,14 @@ def _spmm_objects(value: np.dtype, p: int, c: int, k: int):
     return compile_host_helpers(text, {entry: array_objects.signature(8)})[entry]
 
 
+def goes_flat(nnz: int, rows: int, crd_bits: int, value_bytes: int) -> bool:
+    """Whether SpMV on ``rows`` rows holding ``nnz`` entries (``crd_bits``-bit coordinates, values of
+    ``value_bytes``) runs the flat kernel: rows of a few entries on average, and on some CPUs only beyond a
+    size (``FLAT_MIN_BYTES``). The planner asks the same (runtime/library.py, ``native_steps``): where it holds,
+    an SpMV inside a program is taken out of the MLIR kernel, whose loop nest pays a row's exit per row."""
+    return nnz <= FLAT_MAX_ROW * rows and nnz * (crd_bits + value_bytes * 8) // 8 >= FLAT_MIN_BYTES
+
+
 def supported(dtype) -> bool:
     return np.dtype(dtype) in _VALUE
 
@@ -273,7 +281,7 @@ def csr_times_dense(indptr, indices, data, x, threads: int = 1, coordinates_chec
     if x.ndim == 1:
         y = np.empty(m, dtype=data.dtype)
         with _lock:
-            flat = len(indices) <= FLAT_MAX_ROW * m and len(indices) * (c + data.dtype.itemsize * 8) // 8 >= FLAT_MIN_BYTES
+            flat = goes_flat(len(indices), m, c, data.dtype.itemsize)
             fn = _spmv(data.dtype, p, c, not coordinates_checked, flat)
         extra = (len(indices),)
     else:

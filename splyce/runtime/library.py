@@ -19,6 +19,7 @@ import threading
 
 import numpy as np
 
+from splyce.native import spmv
 from splyce.native.records import record
 from splyce.planner.plan import NativeStep, is_unordered_csr
 from splyce.runtime import providers
@@ -205,26 +206,39 @@ def choose(plan, options, out_format) -> LibraryCall | None:
 
 def native_steps(options):
     """What ``make_plan`` asks (``native``) about each intermediate product of a program of several ops whose
-    operands are kernel inputs: for SpMM (a CSR times a dense matrix) the native call the drop-in makes for the
-    same op on the same formats and dtypes (sums from +0.0 in stored order, the MLIR kernel's bits), as a
-    ``NativeStep`` the plan computes before its kernel; None for any other step, which stays a loop nest of the
-    kernel. So GCN's ``np.maximum(a @ xw, 0)`` takes the drop-in's SpMM, as ``a @ xw`` alone does (``choose``).
+    operands are kernel inputs: the native call the drop-in makes for the same op on the same formats and
+    dtypes (sums from +0.0 in stored order, the MLIR kernel's bits), as a ``NativeStep`` the plan computes
+    before its kernel, where that call is measured faster than the kernel's loop nest; None for any other step,
+    which stays a loop nest of the kernel. A product taken out of the kernel costs a second call and a
+    materialized result, so only where the native kernel gains more than that (2-core Zen 4 VM, 2026-12-06,
+    thread CPU, median of 9):
 
-    Only SpMM, where the native kernel is measured faster than the kernel's loop nest (2-core Zen 4 VM,
-    2026-12-06, thread CPU, median of 9, one-op jit native vs ``library=False``: 16 columns 1.15-1.17x on
-    fem3d-100k / ba-100k / road-700, 4 columns 1.01-1.19x; the provider declines beyond 32 columns, where the
-    MLIR kernel is faster). A product taken out of the kernel costs a second call and a materialized result:
-    SpMV, as fast in the MLIR kernel as natively there, stays fused (PageRank on fem3d-100k: 1.55 ms fused vs
-    1.69 split). No chooser (None) where ``choose`` would not run a native call either: the plain sparsifier
+    - SpMM (a CSR times a dense matrix): one-op native vs ``library=False`` 16 columns 1.15-1.17x on
+      fem3d-100k / ba-100k / road-700, 4 columns 1.01-1.19x; the provider declines beyond 32 columns, where the
+      MLIR kernel is faster. So GCN's ``np.maximum(a @ xw, 0)`` takes the drop-in's SpMM, as ``a @ xw`` alone
+      does (``choose``).
+    - SpMV (a CSR times a vector) where the drop-in runs its flat kernel (rows of a few entries,
+      ``spmv.goes_flat`` for the first call's stored entries): the loop nest pays a row's exit per row of 2-3
+      entries (road-700, 490k rows, 2.5 entries a row: MLIR SpMV 3.8 ms vs flat 2.0 ms). Elsewhere SpMV is as
+      fast in the MLIR kernel and stays fused (PageRank on fem3d-100k: 1.55 ms fused vs 1.69 split).
+
+    No chooser (None) where ``choose`` would not run a native call either: the plain sparsifier
     (``vectorize=False``), profiling, a target the host cannot run, ``library=False``."""
     if not (options.library and options.vectorize) or options.profile or not options.target.is_host_compatible:
         return None
 
-    def step(node: Node, inputs: tuple[TensorType, ...]) -> NativeStep | None:
+    def step(node: Node, inputs: tuple[TensorType, ...], nnz: tuple[int, ...]) -> NativeStep | None:
         if node.type.is_sparse:
             return None
         op = _as_library_op(node, inputs)
-        if op is None or op.op != "matmul" or op.types[1].is_sparse or op.types[1].ndim != 2:
+        if op is None or op.op != "matmul" or op.types[1].is_sparse:
+            return None
+        if op.types[1].ndim == 1:
+            a = op.types[0]
+            if op.operands[0] >= len(nnz) or not spmv.goes_flat(
+                    nnz[op.operands[0]], a.shape[0], a.format.crd_width, np.dtype(a.dtype).itemsize):
+                return None
+        elif op.types[1].ndim != 2:
             return None
         for provider in providers.registered():
             call = provider(op, options)
