@@ -199,10 +199,11 @@ class Planner:
     """Per-plan state: the expected entries of each node and its cheapest formulation (memoized; nodes are
     hash-consed, so identity keys are structural)."""
 
-    def __init__(self, trace: Trace, nnz: tuple[int, ...], scatter: bool = True):
+    def __init__(self, trace: Trace, nnz: tuple[int, ...], scatter: bool = True, native=None):
         self.trace = trace
         self.nnz = nnz
         self.scatter = scatter
+        self.native = native        # make_plan's ``native``: a product it names is not fused into its reader
         self._entries: dict[Node, float] = {}
         self._choice: dict[Node, cost.Choice | None] = {}
 
@@ -259,6 +260,14 @@ class Planner:
         return choice.cost if choice else math.inf
 
     # -- fusion ----------------------------------------------------------------------------------------
+    def _native_step(self, node: Node) -> bool:
+        """Whether ``native`` names a native step for the product ``node`` of trace inputs (``v @ (a @ v)`` on
+        rows of a few entries: the SpMV on the flat kernel, then the dot, instead of one loop nest that pays a
+        row's exit per row)."""
+        if self.native is None or not node.args or any(a.op != "input" for a in node.args):
+            return False
+        return self.native(node, tuple(self.trace.inputs), self.nnz) is not None
+
     def fuse(self) -> tuple[tuple[Node, ...], list[Fusion]]:
         outputs = self.trace.outputs
         fusions: list[Fusion] = []
@@ -272,6 +281,8 @@ class Planner:
                     for position, old_arg in enumerate(node.args):
                         inner = new.args[position]
                         if count.get(old_arg) != 1 or inner.op != "contract" or _pinned(inner) or _pinned(new):
+                            continue
+                        if self._native_step(inner):     # the native kernel's product, then its reader
                             continue
                         if _scale_of_a_reduction(new, inner) and \
                                 math.prod(new.type.shape) < cost.body_executions(self.operands(inner)):
@@ -409,7 +420,7 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
     # a scattered operand's NaN is caught in the results (Kernel.run_exact) only where every op propagates it
     scatter = scatter and all(propagates_nan(n) for n in walk(trace.outputs))
     trace, derived = relabel_inputs(trace)
-    planner = Planner(trace, tuple(nnz) + tuple(nnz[d.source] for d in derived), scatter)
+    planner = Planner(trace, tuple(nnz) + tuple(nnz[d.source] for d in derived), scatter, native)
     outputs, fusions = planner.fuse()
     outputs, _ = fuse_elementwise(outputs, uses(outputs))
     outputs = _align_intermediate_orders(outputs)
