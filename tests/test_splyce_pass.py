@@ -17,7 +17,7 @@ from splyce.passes.fast_lane import FAST_LANE_ATTR
 from splyce.lowering.pipeline import SPARSIFY, run_passes
 from filecheck import check_in_order
 from splyce.options import Options
-from splyce.passes.splyce_pass import (PROFILE_COUNTERS_SYMBOL, LoopDecision, decisions_as_comments,
+from splyce.passes.splyce_pass import (PROFILE_COUNTERS_SYMBOL, PROFILE_SLOTS, LoopDecision, decisions_as_comments,
                                        run_splyce_pass)
 
 FIXTURES = Path(__file__).parent / "kernels_mlir"
@@ -424,9 +424,9 @@ def test_profile_counters(ctx):
     run_splyce_pass(module, Options(phases=5, profile=True))
     text = str(module)
     assert text.count(f"memref.get_global @{PROFILE_COUNTERS_SYMBOL}") == 1
-    counter = r"memref\.store %\w+, %\w+\[%c{}(_\d+)?\] : memref<4xi64>"
+    counter = r"memref\.store %\w+, %\w+\[%c{}(_\d+)?\] : memref<" + str(PROFILE_SLOTS) + "xi64>"
     check_in_order(text, [
-        f'memref.global "public" @{PROFILE_COUNTERS_SYMBOL} : memref<4xi64> = dense<0>',
+        f'memref.global "public" @{PROFILE_COUNTERS_SYMBOL} : memref<{PROFILE_SLOTS}xi64> = dense<0>',
         f"memref.get_global @{PROFILE_COUNTERS_SYMBOL}",
         re.compile(counter.format(0)), f"}} attributes {{{FAST_LANE_ATTR}}}",   # fast lane: slot 0
         re.compile(counter.format(1)), "} attributes {\"Emitted from\""])     # epilogue: slot 1

@@ -165,10 +165,14 @@ def lower(trace: Trace, options: Options) -> Lowering:
         if options.threads > 1:
             threads_note = _split_outer_loop(low, module) + "\n"
         if options.vectorize:
+            from splyce.passes.flat_rows import flatten_row_loops
             from splyce.passes.splyce_pass import decisions_as_comments, run_splyce_pass
 
             low.decisions = run_splyce_pass(module, options)
+            flat = flatten_row_loops(module, options.profile)   # rows of a few entries: one flat loop
             module.operation.verify()
+            if flat:
+                threads_note += f"// splyce: {flat} row loop nest(s) with a flat twin for rows of a few entries\n"
             record("splyce", threads_note + decisions_as_comments(low.decisions) + "\n" + str(module), start)
         else:
             record("splyce", threads_note + "// splyce: vectorize=False, the plain sparsifier's loops\n" +

@@ -31,8 +31,9 @@ from splyce.options import CONFLICT_WIDTH, DEFAULT_VECTOR_WIDTH, Options
 from splyce.passes.ir_utils import const_int, defined_outside, walk
 
 PROFILE_COUNTERS_SYMBOL = "splyce_profile_counters"
-PROFILE_SLOTS = 4  # coordinates consumed by: fast lanes, scalar epilogue steps, galloping jumps,
-#                   three- and four-way fast lanes (fast_lane.FAST_LANE_SLOT, ...)
+PROFILE_SLOTS = 5  # coordinates consumed by: fast lanes, scalar epilogue steps, galloping jumps,
+#                   three- and four-way fast lanes (fast_lane.FAST_LANE_SLOT, ...), entries summed by
+#                   flat row loops (flat_rows.FLAT_ROWS_SLOT)
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def _while_loops(op) -> list:
     return [inner.opview for inner in walk(op) if inner.name == "scf.while"]
 
 
-def _profile_counters_global(module: ir.Module) -> None:
+def profile_counters_global(module: ir.Module) -> None:
     body = module.body
     for op in body.operations:
         if op.operation.name == "memref.global" and \
@@ -62,7 +63,7 @@ def _profile_counters_global(module: ir.Module) -> None:
                        initial_value=zeros)
 
 
-def _counters_in(func) -> ir.Value:
+def counters_in(func) -> ir.Value:
     i64 = ir.IntegerType.get_signless(64)
     entry = func.regions[0].blocks[0]
     with ir.InsertionPoint.at_block_begin(entry):
@@ -284,8 +285,8 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
             matches = [(i, loop, _match(loop, options)) for i, loop in enumerate(loops)]
             counters = None
             if options.profile and any(isinstance(mt, (Coiteration, Union, UnionInsert, UnionReduce)) for _, _, mt in matches):
-                _profile_counters_global(module)
-                counters = _counters_in(func.operation)
+                profile_counters_global(module)
+                counters = counters_in(func.operation)
             for index, loop, match in matches:
                 if isinstance(match, Decline):
                     decisions.append(LoopDecision(name, index, False, match.reason))

@@ -33,6 +33,9 @@ class Profile:
         Coordinates skipped by galloping (skew-aware intersection).
     multiway : int
         Coordinates consumed by three- and four-way fast lanes (``a * b * c``).
+    flat_rows : int
+        Entries summed by flat row loops: row sums (SpMV) on rows of a few entries, one loop over the
+        entries instead of one per row (not part of ``total``: they coiterate nothing).
     """
 
     fast_lane: int        # coordinates consumed by fast-lane iterations
@@ -40,6 +43,7 @@ class Profile:
     loops: tuple          # the Splyce pass's decision per scf.while
     gallop: int = 0       # coordinates skipped by galloping (skew-aware intersection)
     multiway: int = 0     # coordinates consumed by three- and four-way fast lanes (a * b * c)
+    flat_rows: int = 0    # entries summed by flat row loops (rows of a few entries, passes/flat_rows.py)
 
     @property
     def total(self) -> int:
@@ -105,12 +109,13 @@ def profile(f, *args) -> Profile:
     from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL, PROFILE_SLOTS
 
     kernel, values = instrumented(f if isinstance(f, Jitted) else Jitted(f)).kernel_for(*args)
-    if not kernel.lowering.decisions or not any(d.vectorized for d in kernel.lowering.decisions):
+    try:     # the counters exist where a lane or a flat row loop was built
+        address = kernel.compiled.global_address(PROFILE_COUNTERS_SYMBOL)
+    except LookupError:
         kernel.run(values)
         return Profile(0, 0, tuple(kernel.lowering.decisions))
-    address = kernel.compiled.global_address(PROFILE_COUNTERS_SYMBOL)
     counters = (ctypes.c_int64 * PROFILE_SLOTS).from_address(address)
     counters[:] = [0] * PROFILE_SLOTS
     kernel.run(values)
     return Profile(int(counters[0]), int(counters[1]), tuple(kernel.lowering.decisions), int(counters[2]),
-                   int(counters[3]))
+                   int(counters[3]), int(counters[4]))

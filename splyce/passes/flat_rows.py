@@ -1,0 +1,282 @@
+"""Row sums over rows of a few entries as one flat loop over the entries, on the stage-1 module (after the
+Splyce pass).
+
+The sparsifier writes a CSR row reduction (SpMV's ``y[i] = sum_k a[i, k] * x[k]``, any row sum into a dense
+result) as a loop over rows around a loop over the row's entries. On rows of 2-3 entries (road networks) the
+inner loop's exit is mispredicted about once a row and costs more than the row's work: road-700 (490k rows,
+2.5 entries a row) took 3.6 ms in that loop nest and 1.8-2.0 ms in the drop-in's flat kernel
+(native/spmv_flat.py), one loop over all the entries with no branch on a row's end. This pass gives the MLIR
+kernel the same loop (2.4 ms there), chosen per call: ``scf.if`` (entries <= ``FLAT_MAX_ROW`` x rows, and on
+CPUs where it pays only beyond a size, ``FLAT_MIN_BYTES`` of entries) runs the flat loop, else the loop nest
+as it was (docs/passes.md, "Row sums on rows of a few entries").
+
+The flat loop covers the rows before the last two (each step loads the end of the row after next, which must
+exist); a copy of the loop nest sums those two. It carries (k, row r, the row's end, the next row's end, the
+row's running sum). Each entry adds its term to the sum (the inner loop's body, cloned) and stores the sum to
+``y[r]`` (the row's last store wins). At a row's end the ends move by selects on the compare, and r and the
+sum by a flag made opaque to LLVM (an empty inline asm): r += flag, and the sum becomes the next row's
+starting value ``y[r + 1]`` (loaded every step, before the step's store) by a bit blend on a vector register,
+so that no select of the carried float becomes a branch. One unsigned compare, predicted, leaves the plain
+step when the next row is empty (a loop finds the next row with entries) or the flat rows are done. Each
+row's additions are the loop nest's, in the same order, from the same starting value: the results are bit
+for bit the same, so this holds with ``fast_math=False`` too; an empty row is left as it was (the loop nest
+stores back the value it loaded).
+
+Matched: ``scf.for %i`` (step 1, no results) whose body is the init load ``y[%i]``, the row bounds (loads of
+``pos[%i]`` and ``pos[%i + 1]`` and their casts), ``scf.for %k = lo to hi iter_args(%acc = init)`` with one
+result and a body of loads and arithmetic only, ``memref.store`` of that result to ``y[%i]``, for values of
+32 or 64 bits. Anything else in the outer body (a value of row i the inner body reads, a second result)
+declines.
+"""
+
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith, llvm, memref, scf, vector
+
+from splyce.native.spmv import FLAT_MAX_ROW, FLAT_MIN_BYTES
+from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL, PROFILE_SLOTS, profile_counters_global
+from splyce.passes.ir_utils import CMPI_EQ, CMPI_UGE, CMPI_ULE, CMPI_ULT, const_int, defining_op, walk
+# ops the inner body may hold: they read memory or compute, nothing else (cloned once per entry)
+_PURE = ("memref.load", "arith.", "math.", "complex.")
+
+
+FLAT_ROWS_SLOT = 4   # the profile counter of the entries flat loops sum (splyce_pass.PROFILE_SLOTS)
+
+
+def flatten_row_loops(module: ir.Module, profile: bool = False) -> int:
+    """Give every matched row loop nest in ``module`` its flat twin; returns how many. ``profile``: each flat
+    loop adds the entries it sums to the profile counter ``FLAT_ROWS_SLOT`` (``splyce.profile``)."""
+    count = 0
+    for op in [op for op in walk(module.operation) if op.name == "scf.for"]:
+        match = _match(op)
+        if match is not None:
+            if profile:
+                profile_counters_global(module)
+            _build(*match, profile)
+            count += 1
+    return count
+
+
+def _match(outer: ir.Operation):
+    """(outer for, inner for, store) when ``outer`` is a row loop nest, else None."""
+    if len(outer.results) or len(outer.operands) != 3 or const_int(outer.operands[2]) != 1:
+        return None
+    body = outer.regions[0].blocks[0]
+    iv = body.arguments[0]
+    ops = [o.operation for o in body.operations]
+    inners = [o for o in ops if o.name == "scf.for"]
+    if len(inners) != 1 or len(ops) < 4 or ops[-1].name != "scf.yield":
+        return None
+    inner, store = inners[0], ops[-2]
+    if store.name != "memref.store" or len(inner.results) != 1 or len(inner.operands) != 4 \
+            or const_int(inner.operands[2]) != 1 or store.operands[0] != inner.results[0] \
+            or len(store.operands) != 3 or store.operands[2] != iv:
+        return None
+    t = ir.MemRefType(store.operands[1].type).element_type
+    if not (isinstance(t, (ir.F32Type, ir.F64Type)) or (isinstance(t, ir.IntegerType) and t.width in (32, 64))):
+        return None            # the row change blends a value's bits: 32- and 64-bit values
+    init = defining_op(inner.operands[3])
+    if init is None or init.name != "memref.load" or len(init.operands) != 2 \
+            or init.operands[0] != store.operands[1] or init.operands[1] != iv \
+            or ir.MemRefType(store.operands[1].type).rank != 1:
+        return None
+    # the bounds: ops of the outer body the inner loop's bounds depend on (loads of pos[i], pos[i + 1])
+    bounds = _chain(inner.operands[0], ops) + _chain(inner.operands[1], ops)
+    if any(o.name not in ("memref.load", "arith.extui", "arith.extsi", "arith.index_cast", "arith.addi")
+           for o in bounds):
+        return None
+    known = [init, inner, store, ops[-1]] + bounds
+    if any(not any(o == k for k in known) for o in ops):
+        return None
+    inner_body = inner.regions[0].blocks[0]
+    for o in inner_body.operations:
+        o = o.operation
+        if o.name != "scf.yield" and (not o.name.startswith(_PURE) or len(o.regions)):
+            return None
+        for v in o.operands:   # a value of the outer body other than iv: a row's own value, not cloned
+            owner = defining_op(v)
+            if owner is not None and any(owner == x for x in ops):
+                return None
+    return outer, inner, store
+
+
+def _chain(value: ir.Value, ops: list) -> list:
+    """The ops among ``ops`` (the outer body's) that ``value`` is computed by, in body order."""
+    found = []
+    stack = [value]
+    while stack:
+        op = defining_op(stack.pop())
+        if op is None or not any(op == o for o in ops) or any(op == f for f in found):
+            continue      # a block argument (the induction variable), a value from outside, or seen
+        found.append(op)
+        stack.extend(op.operands)
+    return [o for o in ops if any(o == f for f in found)]
+
+
+class _Cloner:
+    """Clones region-free ops of the loop nest with their operands remapped."""
+
+    def __init__(self, mapping: dict):
+        self.map = dict(mapping)
+
+    def value(self, v: ir.Value) -> ir.Value:
+        return self.map.get(v, v)
+
+    def op(self, op: ir.Operation) -> None:
+        attrs = {name: op.attributes[name] for name in op.attributes}
+        new = ir.Operation.create(op.name, results=[r.type for r in op.results],
+                                  operands=[self.value(v) for v in op.operands], attributes=attrs)
+        for old, fresh in zip(op.results, new.results):
+            self.map[old] = fresh
+
+
+def _bound(value: ir.Value, iv: ir.Value, row: ir.Value, chain: list) -> ir.Value:
+    """``value`` (a row bound) recomputed for ``row`` at the insertion point."""
+    cloner = _Cloner({iv: row})
+    for op in chain:
+        cloner.op(op)
+    return cloner.value(value)
+
+
+def _build(outer, inner, store, profile: bool = False) -> None:
+    body = outer.regions[0].blocks[0]
+    iv = body.arguments[0]
+    lb, ub = outer.operands[0], outer.operands[1]
+    ops = [o.operation for o in body.operations]
+    lo_chain, hi_chain = _chain(inner.operands[0], ops), _chain(inner.operands[1], ops)
+    idx = ir.IndexType.get()
+    y = store.operands[1]
+    t = ir.MemRefType(y.type).element_type
+
+    def start_of(row):
+        return _bound(inner.operands[0], iv, row, lo_chain)
+
+    def end_of(row):
+        return _bound(inner.operands[1], iv, row, hi_chain)
+
+    with ir.InsertionPoint(outer), outer.location:
+        two = arith.constant(idx, 2)
+        kstart, kend = start_of(lb), start_of(ub)
+        rows = arith.subi(ub, lb)
+        entries = arith.subi(kend, kstart)
+        few = arith.cmpi(CMPI_ULE, entries, arith.muli(rows, arith.constant(idx, FLAT_MAX_ROW)))
+        sized = arith.cmpi(CMPI_ULE, arith.constant(idx, FLAT_MIN_BYTES // (4 + t.width // 8)), entries)
+        # the flat loop takes the rows below the last two (each step loads the end of the row after next,
+        # which must exist); it runs when they hold entries
+        tail = arith.subi(ub, two)
+        enough = arith.cmpi(CMPI_ULT, arith.addi(lb, two), ub)
+        choice = scf.IfOp(arith.andi(arith.andi(few, sized), enough), [], has_else=True)
+    with ir.InsertionPoint(choice.else_block):
+        moved = scf.YieldOp([])
+    outer.move_before(moved)
+    with ir.InsertionPoint(choice.then_block), outer.location:
+        kstop = start_of(tail)
+        some = scf.IfOp(arith.cmpi(CMPI_ULT, kstart, kstop), [], has_else=False)
+        with ir.InsertionPoint(some.then_block):
+            if profile:
+                _count(arith.subi(kstop, kstart))
+            _flat_loop(inner, y, t, iv, lb, kstart, kstop, end_of)
+            scf.yield_([])
+        # the last two rows as they were (every row before them is summed, or empty and left as it was)
+        rest_start = arith.maxui(lb, tail)
+        rest = outer.clone()
+        rest.operands[0] = rest_start
+        scf.yield_([])
+
+
+def _count(entries: ir.Value) -> None:
+    """Add ``entries`` to the profile counter ``FLAT_ROWS_SLOT``."""
+    i64 = ir.IntegerType.get_signless(64)
+    counters = memref.get_global(ir.MemRefType.get([PROFILE_SLOTS], i64), PROFILE_COUNTERS_SYMBOL)
+    slot = arith.constant(ir.IndexType.get(), FLAT_ROWS_SLOT)
+    total = arith.addi(memref.load(counters, [slot]), arith.index_cast(i64, entries))
+    memref.store(total, counters, [slot])
+
+
+def _flat_loop(inner, y, t, iv, lb, kstart, kstop, end_of) -> None:
+    """One loop over entries [kstart, kstop) of rows lb .. (the tail's first row - 1)."""
+    idx = ir.IndexType.get()
+    one, two = arith.constant(idx, 1), arith.constant(idx, 2)
+    first = _skip_empty(lb, kstart, end_of)
+    types = [idx, idx, idx, idx, t]
+    state = scf.WhileOp(types, [kstart, first, end_of(first), end_of(arith.addi(first, one)),
+                                memref.load(y, [first])])
+    before = state.before.blocks.append(*types)
+    with ir.InsertionPoint(before):
+        k, r, end, nxt, acc = before.arguments
+        scf.condition(arith.cmpi(CMPI_ULT, k, kstop), list(before.arguments))
+    after = state.after.blocks.append(*types)
+    with ir.InsertionPoint(after):
+        k, r, end, nxt, acc = after.arguments
+        k1 = arith.addi(k, one)
+        last = arith.cmpi(CMPI_EQ, k1, end)
+        # the row change: the ends move by selects on the compare (cmovs), the row and the sum by a flag
+        # that goes through an empty asm, so that LLVM cannot see it is a compare again (a select of the
+        # carried float compiles to a branch on x86, mispredicted at every row's end: spmv_flat.py)
+        i64 = ir.IntegerType.get_signless(64)
+        flag = llvm.inline_asm(i64, [arith.extui(i64, last)], "", "=r,0")
+        r1 = arith.addi(r, arith.index_cast(idx, flag))
+        end1 = arith.select(last, nxt, end)
+        ahead = end_of(arith.addi(r, two))       # the end of the row after next, off the carried chain
+        nxt1 = arith.select(last, ahead, nxt)
+        # one compare for both ways out of the plain step (taken rarely, so predicted): the next row is
+        # empty (end1 == k1) or the flat rows are done (its end beyond kstop, or k1 == kstop); inside a row
+        # k1 < end1 <= kstop
+        leaving = arith.cmpi(CMPI_UGE, arith.subi(arith.subi(end1, k1), one), arith.subi(kstop, k1))
+        # the next row's starting value (y[r + 1], not stored yet: rows go up), taken at a row's end; a load
+        # of y[r] after this row's stores would wait for the last one, on the sum's chain
+        following = memref.load(y, [arith.addi(r, one)])
+        fix = scf.IfOp(leaving, [idx, idx, idx, t], has_else=True)
+        with ir.InsertionPoint(fix.then_block):
+            more = scf.IfOp(arith.cmpi(CMPI_ULT, k1, kstop), [idx, idx, idx, t], has_else=True)
+            with ir.InsertionPoint(more.then_block):     # rows from r1 on are empty up to the found one
+                found = _skip_empty(r1, k1, end_of)
+                scf.yield_([found, end_of(found), end_of(arith.addi(found, one)), memref.load(y, [found])])
+            with ir.InsertionPoint(more.else_block):
+                scf.yield_([r1, end1, nxt1, following])
+            scf.yield_(list(more.results))
+        with ir.InsertionPoint(fix.else_block):
+            scf.yield_([r1, end1, nxt1, following])
+        r2, end2, nxt2, restart = fix.results
+        inner_body = inner.regions[0].blocks[0]
+        cloner = _Cloner({inner_body.arguments[0]: k, inner_body.arguments[1]: acc, iv: r})
+        body_ops = list(inner_body.operations)
+        for op in body_ops[:-1]:
+            cloner.op(op.operation)
+        total = cloner.value(body_ops[-1].operation.operands[0])
+        memref.store(total, y, [r])
+        scf.yield_([k1, r2, end2, nxt2, _blend(flag, restart, total, t)])
+
+
+def _blend(flag: ir.Value, on: ir.Value, off: ir.Value, t: ir.Type) -> ir.Value:
+    """``on`` where the i64 ``flag`` is 1, else ``off``, by bits: (on & mask) | (off & ~mask), on 2-lane
+    vectors so that a float stays in its vector register (a scalar and / or would move the running sum to
+    an integer register and back: ~6 cycles more on its chain from one entry to the next)."""
+    bits = ir.IntegerType.get_signless(t.width)
+    lanes = 128 // t.width
+    vbits, vt = ir.VectorType.get([lanes], bits), ir.VectorType.get([lanes], t)
+    flag = flag if t.width == 64 else arith.trunci(bits, flag)
+    mask = vector.broadcast(vbits, arith.subi(arith.constant(bits, 0), flag))
+    as_bits = (lambda v: vector.broadcast(vbits, v)) if isinstance(t, ir.IntegerType) else \
+        (lambda v: vector.bitcast(vbits, vector.broadcast(vt, v)))
+    ones = arith.constant(vbits, ir.DenseElementsAttr.get_splat(vbits, ir.IntegerAttr.get(bits, -1)))
+    both = arith.ori(arith.andi(as_bits(on), mask), arith.andi(as_bits(off), arith.xori(mask, ones)))
+    if not isinstance(t, ir.IntegerType):
+        both = vector.bitcast(vt, both)
+    return vector.extract(both, [], [0])
+
+
+def _skip_empty(row: ir.Value, k: ir.Value, end_of) -> ir.Value:
+    """The first row from ``row`` on whose end is beyond entry ``k`` (one exists: k < the range's end)."""
+    idx = ir.IndexType.get()
+    loop = scf.WhileOp([idx], [row])
+    before = loop.before.blocks.append(idx)
+    with ir.InsertionPoint(before):
+        (r,) = before.arguments
+        scf.condition(arith.cmpi(CMPI_ULE, end_of(r), k), [r])
+    after = loop.after.blocks.append(idx)
+    with ir.InsertionPoint(after):
+        (r,) = after.arguments
+        scf.yield_([arith.addi(r, arith.constant(idx, 1))])
+    return loop.results[0]

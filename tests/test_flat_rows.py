@@ -1,0 +1,124 @@
+"""Row sums on rows of a few entries as one flat loop over the entries (passes/flat_rows.py): the MLIR
+kernel's SpMV / row reduction on road-network-like matrices, chosen per call, bit for bit the loop nest's
+results (the plain sparsifier's), NaN / Inf, empty rows, accumulate and threads included."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+import splyce
+from splyce.native import spmv
+
+N = 150_000     # 375k entries of 2.5 a row: 3-4.5 MB, past the size any CPU's tuning goes flat from
+
+
+def _short_rows(seed, n=N, dtype=np.float64, special=True, empty=()):
+    """0-5 entries a row (2.5 on average); ``empty``: row ranges left empty."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, 6, size=n)
+    for lo, hi in empty:
+        lengths[lo:hi] = 0
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    indices = np.concatenate([np.sort(rng.choice(n, size=k, replace=False)) for k in lengths]).astype(np.int32)
+    if np.issubdtype(dtype, np.integer):
+        data = rng.integers(-50, 50, size=indptr[-1]).astype(dtype)
+    else:
+        data = rng.standard_normal(indptr[-1]).astype(dtype)
+        if special:
+            at = rng.choice(len(data), size=40, replace=False)
+            data[at] = np.array([np.nan, np.inf, -np.inf, -0.0] * 10, dtype=dtype)
+    return splyce.asarray(sps.csr_array((data, indices, indptr), shape=(n, n)))
+
+
+def _bits_equal(x, y):
+    x, y = np.asarray(x), np.asarray(y)
+    assert x.dtype == y.dtype and x.shape == y.shape
+    if x.dtype.kind == "f":
+        nan = np.isnan(x)
+        assert np.array_equal(nan, np.isnan(y))
+        x, y = x[~nan], y[~nan]
+    assert np.array_equal(x.view(np.uint8), y.view(np.uint8))
+
+
+def _vector(seed, dtype, n=N):
+    rng = np.random.default_rng(seed)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(-9, 9, size=n).astype(dtype)
+    return rng.standard_normal(n).astype(dtype)
+
+
+SPMV = lambda a, x: a @ x   # noqa: E731
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32])
+def test_spmv_runs_the_flat_loop_with_the_loop_nests_bits(dtype):
+    a = _short_rows(1, dtype=dtype, empty=[(0, 5), (1000, 1400), (N - 7, N - 3)])
+    x = _vector(2, dtype)
+    flat = splyce.jit(SPMV, library=False)
+    plain = splyce.jit(SPMV, library=False, vectorize=False)
+    assert "flat twin" in flat.lower(a, x).as_text("splyce")
+    assert "flat" not in plain.lower(a, x).as_text("splyce")
+    with np.errstate(all="ignore"):
+        _bits_equal(flat(a, x), plain(a, x))
+        reference = a.to_scipy() @ x
+    if dtype in (np.int64, np.int32):
+        np.testing.assert_array_equal(flat(a, x), reference)
+    # the work counter: every entry but the last two rows' went through the flat loop
+    counted = splyce.profile(flat, a, x).flat_rows
+    assert counted == a.pos[1][N - 2] - a.pos[1][0], counted
+
+
+def test_rows_of_many_entries_and_small_matrices_keep_the_loop_nest():
+    flat = splyce.jit(SPMV, library=False)
+    long_rows = splyce.asarray(sps.random_array((N, N), density=8 / N, format="csr", rng=3))
+    x = _vector(4, np.float64)
+    assert splyce.profile(flat, long_rows, x).flat_rows == 0     # the same kernel (shape, format), per call
+    plain = splyce.jit(SPMV, library=False, vectorize=False)
+    _bits_equal(flat(long_rows, x), plain(long_rows, x))
+    small = _short_rows(5, n=3000)
+    assert splyce.profile(flat, small, _vector(6, np.float64, 3000)).flat_rows == (
+        small.pos[1][2998] if spmv.FLAT_MIN_BYTES == 0 else 0)
+
+
+@pytest.mark.parametrize("body", [
+    lambda a, x: a.sum(axis=1),
+    lambda a, x: (a * 2.0).sum(axis=1) + x,
+    lambda a, x: np.maximum(a @ np.tanh(x), 0.0),      # the SpMV reads a value the kernel computes
+    lambda a, x: a @ x * 0.5 - x,
+], ids=["row sums", "scaled row sums", "spmv of tanh", "spmv glue"])
+def test_row_reductions_in_programs(body):
+    a = _short_rows(7, empty=[(N // 2, N // 2 + 10)])
+    x = _vector(8, np.float64)
+    flat = splyce.jit(body, library=False)
+    assert "flat twin" in flat.lower(a, x).as_text("splyce")
+    with np.errstate(all="ignore"):
+        _bits_equal(flat(a, x), splyce.jit(body, library=False, vectorize=False)(a, x))
+        np.testing.assert_allclose(flat(a, x), body(a.to_scipy(), x), rtol=1e-12, atol=1e-12, equal_nan=True)
+    assert splyce.profile(flat, a, x).flat_rows > 0
+
+
+def test_accumulate_threads_and_inputs_unchanged():
+    a = _short_rows(9, empty=[(10, 20)])
+    x = _vector(10, np.float64)
+    before = (a.values.copy(), a.pos[1].copy(), a.crd[1].copy(), x.copy())
+    plain = splyce.jit(SPMV, library=False, vectorize=False)
+    one = plain(a, x)
+    with np.errstate(all="ignore"):
+        _bits_equal(splyce.jit(SPMV, library=False, threads=2)(a, x), one)
+        out = np.linspace(-1.0, 1.0, N)
+        expected = out.copy()
+        plain.accumulate(expected, a, x)
+        splyce.jit(SPMV, library=False).accumulate(out, a, x)    # each row's sum starts from out[i]
+    _bits_equal(out, expected)
+    for kept, now in zip(before, (a.values, a.pos[1], a.crd[1], x)):
+        assert np.array_equal(kept, now, equal_nan=True)
+
+
+def test_the_flat_twin_in_the_ir():
+    """The loop nest stays as the else branch; the flat loop is an scf.while whose row change goes through
+    an empty inline asm (no select of the carried sum: x86 would branch on it)."""
+    a = _short_rows(11)
+    text = splyce.jit(SPMV, library=False).lower(a, _vector(12, np.float64)).as_text("splyce")
+    body = text[text.index("func.func private"):]
+    assert body.count("scf.while") >= 2 and "llvm.inline_asm" in body and "} else {" in body
+    assert body.index("scf.while") < body.index("} else {") < body.rindex("scf.for")
