@@ -165,11 +165,14 @@ def lower(trace: Trace, options: Options) -> Lowering:
         if options.threads > 1:
             threads_note = _split_outer_loop(low, module) + "\n"
         if options.vectorize:
+            from splyce.passes.dense_sums import mark_dense_sums
             from splyce.passes.flat_rows import flatten_row_loops
             from splyce.passes.splyce_pass import decisions_as_comments, run_splyce_pass
 
             low.decisions = run_splyce_pass(module, options)
             flat = flatten_row_loops(module, options.profile)   # rows of a few entries: one flat loop
+            if options.fast_math:
+                mark_dense_sums(module)   # dense dot products vectorized by LLVM (reassociated)
             module.operation.verify()
             if flat:
                 threads_note += f"// splyce: {flat} row loop nest(s) with a flat twin for rows of a few entries\n"
