@@ -83,7 +83,7 @@ def test_library_kernel_is_the_mlir_kernel_bit_for_bit(name, dtype, seed):
     fast = splyce.jit(body, out_format=out_format)
     mlir = splyce.jit(body, out_format=out_format, library=False)
     args = (a, b, x, X, v)
-    # a sparse product's rows are unordered (planner/plan.py, unordered_product_results): the library's in
+    # a sparse product's rows are unordered (planner/unordered.py, unordered_product_results): the library's in
     # order of first appearance, the MLIR kernel's sorted
     (_same_entries if name == "spgemm" else _same)(fast(*args), mlir(*args))
     kernel = fast.kernel_for(*args)[0]

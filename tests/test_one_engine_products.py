@@ -3,7 +3,7 @@ the triangle sum ``((l @ l.T) * l).sum()`` and SDDMM ``m * (x @ y.T)`` inside ``
 kernel library (runtime/library.py), with the compiled MLIR kernel's results bit for bit: the same stored
 positions (explicit zeros included), the same values (+0.0 where the sparsifier has +0.0); columns ascending
 where the result's format is an explicit ``splyce.CSR``, else (``out_format="sparse"``) each row's columns in
-any order (planner/plan.py, ``unordered_product_results``), compared after sorting."""
+any order (planner/unordered.py, ``unordered_product_results``), compared after sorting."""
 
 import numpy as np
 import pytest

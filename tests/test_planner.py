@@ -230,7 +230,7 @@ def test_host_products_of_two_operands_go_through_tensordot_in_row_major_order()
     """A dense product of inputs computed before the kernel (``X @ W`` of a GCN layer) comes out of
     ``np.tensordot`` already row-major (``einsum(optimize=True)`` gave it column-major, then copied), with
     NumPy's values; forms whose result lists indices in another order stay with ``einsum``."""
-    from splyce.planner.plan import tensordot_axes
+    from splyce.planner.before_kernel import tensordot_axes
 
     assert tensordot_axes("ik,kj->ij") == ([1], [0]) and tensordot_axes("k,k->") == ([0], [0])
     assert tensordot_axes("ki,kj->ij") == ([0], [0]) and tensordot_axes("ijk,kj->i") == ([1, 2], [1, 0])

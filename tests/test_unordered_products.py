@@ -1,5 +1,5 @@
 """A sparse x sparse product returned with its sparse format left to splyce is typed CSR with an unordered,
-unique column level (planner/plan.py, ``unordered_product_results``): results against scipy, the plan's
+unique column level (planner/unordered.py, ``unordered_product_results``): results against scipy, the plan's
 text, what stays sorted, and such a tensor taken everywhere a user takes one."""
 
 import pickle

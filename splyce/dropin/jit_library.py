@@ -155,7 +155,7 @@ def _spgemm_kept(out, sort: bool):
     positions and values (every position reached, sums from +0.0 in A's row order), or None (then the MLIR
     kernel runs) when the result does not fit the format's index widths. ``sort``: columns ascending
     (native/spgemm_sorted.py); else rows in any order, the result's format having an unordered column level
-    (planner/plan.py, ``unordered_product_results``): native/spgemm.py's choice per call (``unordered_kernel``:
+    (planner/unordered.py, ``unordered_product_results``): native/spgemm.py's choice per call (``unordered_kernel``:
     each row's columns in order of first appearance, or sorted where the sorted kernel is expected faster).
     The result is built over the kernel's buffers without scipy's constructor checks (``scipy_out.csr``: the
     kernel wrote it well formed; scipy's flags say whether its rows came sorted). Modules bound once here, as

@@ -22,7 +22,7 @@ ENTRY = "kernel"
 
 def stored_encoding(fmt: Format):
     """The encoding a sparse value is lowered with: ``fmt``'s, a unique unordered level made ordered. Such a
-    level is only a result's (planner/plan.py, ``unordered_product_results``; arguments are sorted on the host,
+    level is only a result's (planner/unordered.py, ``unordered_product_results``; arguments are sorted on the host,
     runtime/arguments.py): the sparsifier inserts in order, and a sorted segment is a valid unordered one, so
     no ``nonordered`` encoding reaches MLIR (its sparsifier was not verified on them)."""
     levels = tuple(Level(lv.kind, lv.unique, True) if lv.unique and not lv.ordered else lv for lv in fmt.levels)

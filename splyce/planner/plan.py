@@ -15,11 +15,13 @@ import numpy as np
 
 from splyce.native.records import record
 from splyce.planner import cost
+from splyce.planner.before_kernel import host_product, native_product
 from splyce.planner.elementwise import fuse_elementwise, fuse_reductions, propagates_nan
 from splyce.planner.memory import budget_bytes, format_bytes
 from splyce.planner.rewrite import Fusion, substitute, uses, with_args, with_order
 from splyce.planner.transposed_inputs import Derived, relabel_inputs, transposed
-from splyce.tensors.formats import Format, Level
+from splyce.planner.unordered import UNORDERED_PRODUCT_RULE, is_unordered_csr, unordered_product_results
+from splyce.tensors.formats import Format
 from splyce.tracer.ir import ContractParams, Node, TensorType, Trace, params_text, walk
 
 
@@ -123,10 +125,10 @@ class Plan:
         out = []
         for s in self.sources:
             if s.host is not None:
-                out.append(_host_product(s, values))
+                out.append(host_product(s.host, s.type, values))
                 continue
             if s.native is not None:      # its operands are earlier sources (arguments, host products)
-                out.append(_native_product(s, out, threads))
+                out.append(native_product(s.native, s.type, out, threads))
                 continue
             value = values[s.index]
             if s.converted:
@@ -302,52 +304,6 @@ class Planner:
         return outputs, fusions
 
 
-def _host_product(source: Source, values: list) -> np.ndarray:
-    subs, operands, scale = source.host
-    arrays = [values[i] for i in operands]
-    axes = tensordot_axes(subs)
-    with np.errstate(all="ignore"):   # NaN / Inf as the kernel would give them, silently
-        if axes is not None:
-            value = np.tensordot(*arrays, axes=axes)
-        else:
-            value = np.einsum(subs, *arrays, optimize=len(operands) > 1)
-        if scale is not None:
-            value = value * scale
-    value = np.asarray(value, dtype=source.type.dtype)   # a 0-d result stays 0-d (ascontiguousarray makes it 1-D)
-    return value if value.flags.c_contiguous else value.copy()
-
-
-def _native_product(source: Source, prepared: list, threads: int) -> np.ndarray:
-    step = source.native
-    value = step.run([prepared[i] for i in step.operands], threads)
-    if value is None:
-        raise RuntimeError(f"the native {step.op} ('{step.formulation}') declined operands its plan chose it for")
-    if hasattr(value, "to_numpy"):            # a sparse vector result (SpMSpV's scatter) where the type is dense
-        value = value.to_numpy()
-    t = source.type
-    if type(value) is not np.ndarray or value.dtype != np.dtype(t.dtype) or value.shape != t.shape:
-        value = np.asarray(value, dtype=t.dtype).reshape(t.shape)
-    return value if value.flags.c_contiguous else value.copy()
-
-
-def tensordot_axes(subs: str) -> tuple[list[int], list[int]] | None:
-    """``np.tensordot``'s axes for a product of two operands whose result holds the first one's free indices,
-    then the second one's, in order (``ik,kj->ij``, ``ik,k->i``, ``k,k->``), else None. BLAS either way, but
-    ``einsum(optimize=True)`` gave GCN's ``X @ W`` (100000 x 16 by 16 x 16) in column-major order, so the
-    product took 3.1 ms and its row-major copy 1.2 ms more, against 2.1 ms for ``tensordot`` (Zen 4, one
-    thread). Contracted axes in sorted order of their letters, as ``einsum`` passes them to ``tensordot``."""
-    inputs, out = subs.split("->")
-    parts = inputs.split(",")
-    if len(parts) != 2 or any(len(set(p)) != len(p) for p in parts):
-        return None
-    x, y = parts
-    shared = sorted(c for c in x if c in y)
-    free = "".join(c for c in x if c not in shared) + "".join(c for c in y if c not in shared)
-    if not shared or free != out:
-        return None
-    return [x.index(c) for c in shared], [y.index(c) for c in shared]
-
-
 def on_host(node: Node) -> bool:
     """A contraction of dense inputs (arguments or constants) that reduces an index: a matrix product or a
     dot product of arrays the call passes in (``X @ W`` of a GCN layer's captured weights, ``r @ r``), which
@@ -488,50 +444,6 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
                 constants=tuple(constants))
     check_memory(plan)
     return plan
-
-
-UNORDERED_PRODUCT_RULE = ("a sparse x sparse product returned with its sparse format left to splyce: CSR with "
-                          "each row's columns unique, in any order (unordered_product_results; "
-                          "out_format=splyce.CSR for sorted rows)")
-
-
-def unordered_csr(fmt: Format) -> Format:
-    """``fmt`` (a CSR) with its column level unordered: columns unique per row, in any order."""
-    return Format((fmt.levels[0], Level("compressed", ordered=False)), fmt.order, fmt.pos_width, fmt.crd_width)
-
-
-def _is_csr(t: TensorType, ordered: bool) -> bool:
-    """A sparse 2-D type stored as CSR (dense rows, unique columns), its columns sorted iff ``ordered``."""
-    f = t.format
-    return (t.is_sparse and t.ndim == 2 and f.order == (0, 1)
-            and tuple((lv.kind, lv.unique, lv.ordered) for lv in f.levels)
-            == (("dense", True, True), ("compressed", True, ordered)))
-
-
-def is_unordered_csr(t: TensorType) -> bool:
-    return _is_csr(t, ordered=False)
-
-
-def unordered_product_results(outputs: tuple[Node, ...]) -> tuple[Node, ...]:
-    """A sparse product's rows are not sorted unless asked for, as scipy's ``A @ B`` and JAX's BCOO products
-    leave them: a result of the function (no other op reads it) that is a product of two sparse matrices,
-    whose sparse format the user left to splyce (``out_format="sparse"``, at the op or the jit) and which
-    would be a CSR, is typed CSR with an unordered column level. Gustavson's product then writes each row in
-    order of first appearance (the native route: sorting the rows was up to 2x its time on power-law and road
-    graphs, docs/guide/benchmarks.md), or sorted where that kernel is faster (chosen per call:
-    native/spgemm.py, ``unordered_kernel``); the MLIR kernel writes them sorted, a valid unordered row, so the
-    type does not depend on the route or the kernel. An intermediate stays ordered (the sparsifier coiterates it), and so does
-    a result whose format was given (``out_format=splyce.CSR``)."""
-    consumed = {a for n in walk(outputs) for a in n.args}
-    out = []
-    for node in outputs:
-        t = node.type
-        if (node.op == "contract" and node not in consumed and node.params[0].format_left and len(node.args) == 2
-                and all(a.type.is_sparse and a.type.ndim == 2 for a in node.args) and t.ndim == 2
-                and set("".join(node.params[0].inputs)) - set(node.params[0].output) and _is_csr(t, ordered=True)):
-            node = Node(node.op, node.args, node.params, TensorType(t.shape, t.dtype, unordered_csr(t.format)))
-        out.append(node)
-    return tuple(out)
 
 
 def _align_intermediate_orders(outputs):

@@ -21,7 +21,8 @@ import numpy as np
 
 from splyce.native import spmv
 from splyce.native.records import record
-from splyce.planner.plan import NativeStep, is_unordered_csr
+from splyce.planner.plan import NativeStep
+from splyce.planner.unordered import is_unordered_csr
 from splyce.runtime import providers
 from splyce.tracer.ir import ContractParams, Node, TensorType
 

@@ -139,7 +139,7 @@ class ContractParams:
     """``out = scale * einsum(",".join(inputs) + "->" + output, *args)``; ``order``: the loop order the
     planner chose (outermost first), or None for the lowering's heuristic; ``format_left``: the sparse result
     format was left to splyce (``out_format="sparse"`` or a sparse default, not a ``Format``), so the planner
-    may choose its storage details (planner/plan.py, ``unordered_product_results``). Not printed: it changes
+    may choose its storage details (planner/unordered.py, ``unordered_product_results``). Not printed: it changes
     generated code only through the result type the planner gives, which the plan's text and the disk key show."""
 
     inputs: tuple[str, ...]
