@@ -4,7 +4,7 @@
 producer's result, so the frees (``bufferization.dealloc_tensor``) are added after that pass and before
 bufferization, which turns them into ``memref.dealloc`` of the intermediate's buffers (all of a sparse
 tensor's). An intermediate is a result of ``linalg.generic`` or ``sparse_tensor.convert`` that is not
-returned and not the ``outs`` of another op (a chain of ops writing one buffer is freed once, at its end),
+returned (or put in an output argument) and not the ``outs`` of another op (a chain of ops writing one buffer is freed once, at its end),
 whose buffer is fresh (its ``outs`` chain starts at ``tensor.empty``), never a caller's output argument.
 ``passes/dealloc_guard.py`` drops any free that later folding moves onto a buffer the kernel does not own.
 """
@@ -54,6 +54,8 @@ def free_intermediates(module: ir.Module) -> int:
             if ret.name != "func.return":
                 continue
             returned = list(ret.operands)
+            # a result put in an output argument (materialize_in_destination: written there in place)
+            returned += [op.operands[0] for op in ops if op.name == "bufferization.materialize_in_destination"]
             outs = [v for op in ops if _outs(op) is not None for v in [_outs(op)]]
             for op in ops:
                 if op.name not in _PRODUCERS:

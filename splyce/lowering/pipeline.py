@@ -15,6 +15,9 @@ FUSE = (
     "func.func(linalg-fuse-elementwise-ops)",
 )
 BUFFERIZE = (
+    # an elementwise result written whole goes to its output argument (materialize_in_destination): written
+    # in place instead of into a fresh buffer copied over (lowering/to_mlir.py, overwritten_results)
+    "eliminate-empty-tensors",
     "sparsification-and-bufferization{enable-simd-index32=true parallelization-strategy=none "
     "sparse-emit-strategy=functional vl=0}",
     "sparse-storage-specifier-to-llvm",

@@ -2,7 +2,8 @@
 
 One short rule per trace op (``LOWERINGS``), all sharing ``build_generic``. The entry function takes the
 trace inputs, then one writable dense tensor per dense result (we allocate and zero it, the kernel
-accumulates into it), and returns every result; sparse results come back as kernel-allocated buffers.
+accumulates into it; an elementwise result over dense operands is written in place, not zeroed first:
+``overwritten_results``), and returns every result; sparse results come back as kernel-allocated buffers.
 """
 
 from __future__ import annotations
@@ -103,17 +104,39 @@ def build_generic(inputs, input_subs: list[str], init, output: str, order: str, 
 class _Context:
     values: dict            # Node -> SSA tensor value
     dense_out_args: dict    # Node -> writable output argument (final dense results)
+    overwritten: frozenset = frozenset()   # of those, the ones written whole without reading them
+
+
+def overwritten_results(trace: Trace) -> frozenset:
+    """The dense results the kernel writes element by element without reading their buffer, so the caller
+    allocates it without zeroing (runtime/kernel.py): an elementwise op of rank 1 or more over dense operands
+    that are arguments or reductions (a contraction that sums, a reduce), e.g. the glue after a product the
+    plan computes before the kernel (``np.maximum(a @ xw, 0)``, ``0.85 * (a @ x) + c``). Its ``linalg.generic``
+    is all dense, so every element is computed; it writes a fresh tensor that ``materialize_in_destination``
+    puts in the output argument, which MLIR's empty-tensor elimination turns into writing the argument in
+    place (lowering/pipeline.py). A fused elementwise producer could bring a sparse operand in (which writes
+    only the stored positions), so that case keeps the zeroed buffer, as does every other dense result (a sum
+    starts from the buffer's zero)."""
+    found = set()
+    for out in trace.outputs:
+        if out.type.is_sparse or out.type.ndim == 0 or out.op not in ("ewise", "combine"):
+            continue
+        if all(not a.type.is_sparse and (a.op in ("input", "reduce") or (
+                a.op == "contract" and set("".join(a.params[0].inputs)) != set(a.params[0].output)))
+               for a in out.args):
+            found.add(out)
+    return frozenset(found)
 
 
 def _init_tensor(node: Node, ctx: _Context):
     """The ``outs`` operand: the caller's zeroed buffer for a final dense result; otherwise a fresh tensor."""
     from mlir.dialects import linalg, tensor
 
-    if node in ctx.dense_out_args:
+    if node in ctx.dense_out_args and node not in ctx.overwritten:
         return ctx.dense_out_args[node]
     empty = tensor.EmptyOp(list(node.type.shape), element_type(node.type.dtype),
                            encoding=stored_encoding(node.type.format) if node.type.is_sparse else None).result
-    if node.type.is_sparse:
+    if node.type.is_sparse or node in ctx.overwritten:
         return empty
     return linalg.fill(constant(0, node.type.dtype), outs=[empty])
 
@@ -164,13 +187,19 @@ def lower_combine(node: Node, ctx: _Context):
     def body(args):
         a, b = (_converted(v, n.type.dtype, dtype, sparse) for v, n in zip(args, node.args))
         value = binary("add" if sign > 0 else "sub", a, b, dtype)
-        return binary("add", args[-1], value, dtype) if node in ctx.dense_out_args else value
+        return binary("add", args[-1], value, dtype) if _accumulates(node, ctx) else value
 
     inputs = [ctx.values[a] for a in node.args]
     order = loop_order([(subs, a.type) for a in node.args], subs)
     if node.type.is_sparse:
         check_sparse_result(node, subs, order)
     return build_generic(inputs, [subs, subs], init, subs, order, body)
+
+
+def _accumulates(node: Node, ctx: _Context) -> bool:
+    """Whether an elementwise op adds its value to its output buffer (a final dense result, zeroed by the
+    caller) instead of writing it (``overwritten_results``; an intermediate's fresh tensor)."""
+    return node in ctx.dense_out_args and node not in ctx.overwritten
 
 
 def lower_ewise(node: Node, ctx: _Context):
@@ -184,7 +213,7 @@ def lower_ewise(node: Node, ctx: _Context):
 
     def body(args):
         value = _expression(expr, args, node, dtype, any_sparse)
-        return binary("add", args[-1], value, dtype) if node in ctx.dense_out_args else value
+        return binary("add", args[-1], value, dtype) if _accumulates(node, ctx) else value
 
     inputs = [ctx.values[a] for a in node.args]
     order = loop_order([(subs, a.type) for a in node.args], subs)
@@ -527,7 +556,7 @@ def lower_trace(trace: Trace):
             [ir.DictAttr.get({})] * len(trace.inputs) + [writable] * len(dense_results))
         block = fn.add_entry_block()
         with ir.InsertionPoint(block):
-            ctx = _Context({}, {})
+            ctx = _Context({}, {}, overwritten_results(trace))
             n_in = len(trace.inputs)
             for i, out in enumerate(dense_results):
                 ctx.dense_out_args[out] = block.arguments[n_in + i]
@@ -546,8 +575,15 @@ def lower_trace(trace: Trace):
 
 
 def _returned(out: Node, ctx: _Context):
-    """A result's value. An argument returned as it is was made a copy when traced (runtime/dispatcher.py)."""
+    """A result's value. An argument returned as it is was made a copy when traced (runtime/dispatcher.py).
+    An overwritten result goes to its output argument (``overwritten_results``)."""
     value = ctx.values[out]
     if out.op == "input":
         raise LoweringError("internal error: a result is an argument, not a copy of it")
+    if out in ctx.overwritten:
+        from mlir.dialects import bufferization
+
+        value = ctx.values[out] = bufferization.materialize_in_destination(
+            value.type, value, ctx.dense_out_args[out])
+        ctx.overwritten = ctx.overwritten - {out}     # once, if the result is returned twice
     return value

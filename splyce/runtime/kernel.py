@@ -1,7 +1,7 @@
 """A compiled specialization of a jitted function and how it is called: its lowering and native entry point,
-the operands' buffers passed as memref descriptors (packed once per tensor), dense results allocated and zeroed
-here (from 1 MiB through the cache of freed buffers), the outer loop's chunks run on threads, and the kernel's
-buffers handed back as NumPy arrays or scipy.sparse results. The dispatcher (dispatcher.py) finds or builds one
+the operands' buffers passed as memref descriptors (packed once per tensor), dense results allocated here
+(from 1 MiB through the cache of freed buffers) and zeroed but for those the kernel writes whole, the outer
+loop's chunks run on threads, and the kernel's buffers handed back as NumPy arrays or scipy.sparse results. The dispatcher (dispatcher.py) finds or builds one
 per signature; this module runs it.
 """
 
@@ -14,6 +14,7 @@ import threading
 import numpy as np
 
 from splyce.backend.compiler import Lowering, lower   # no MLIR until lower() runs
+from splyce.lowering.to_mlir import overwritten_results
 from splyce.native import memory_pool
 from splyce.native.array_objects import address as _address
 from splyce.native.ir_text import context_pool
@@ -47,7 +48,10 @@ class Kernel:
         # transposed reads, re-stored operands, host products, constants frozen at trace time
         self._prepares = bool(plan.derived) or plan.needs_conversion or bool(plan.constants)
         self._input_sparse = tuple(t.is_sparse for t in self.trace.inputs)
-        self._dense_outputs = tuple((o, o.type.shape, o.type.dtype) for o in dict.fromkeys(
+        # per dense result: its node, shape, dtype and whether the kernel writes it whole without reading it
+        # (lowering's ``overwritten_results``: the caller's buffer is not zeroed)
+        overwritten = overwritten_results(self.trace)
+        self._dense_outputs = tuple((o, o.type.shape, o.type.dtype, o in overwritten) for o in dict.fromkeys(
             o for o in self.trace.outputs if not o.type.is_sparse))
         # per result, the input it keeps a scipy COO of (None: none), on the function as traced
         sources = tuple(_coo_source(n) for n in plan.source.outputs)
@@ -83,11 +87,18 @@ class Kernel:
         return self._compiled
 
     def run(self, values: list, accumulate_into: np.ndarray | None = None):
+        if accumulate_into is not None and self._dense_outputs[0][3]:   # a kernel that writes its one dense
+            result = self.run(values)[0]                                # result: the sum taken here
+            with np.errstate(all="ignore"):                             # (the kernel's add: the same bits)
+                return [np.add(accumulate_into, result, out=accumulate_into)]
         if self._prepares:
             values = self.plan.prepare(values, self.lowering.options.threads)
         dense_outputs = {}
-        for out, shape, dtype in self._dense_outputs:
-            dense_outputs[out] = _zeros(shape, dtype) if accumulate_into is None else accumulate_into
+        for out, shape, dtype, overwrites in self._dense_outputs:
+            if accumulate_into is not None:
+                dense_outputs[out] = accumulate_into
+            else:
+                dense_outputs[out] = _result_buffer(shape, dtype, zeroed=not overwrites)
         extent = self.lowering.outer_extent
         try:
             if extent is None:   # one call: descriptors from each operand's (memoized) words
@@ -176,13 +187,14 @@ class Kernel:
         return results
 
 
-def _zeros(shape, dtype) -> np.ndarray:
-    """A dense result, zeroed; from 1 MiB through the cache of freed buffers (native/memory_pool.py), so
-    a loop of calls reuses backed pages instead of faulting fresh ones."""
+def _result_buffer(shape, dtype, zeroed: bool = True) -> np.ndarray:
+    """A dense result, zeroed (or not: one the kernel writes whole); from 1 MiB through the cache of freed
+    buffers (native/memory_pool.py), so a loop of calls reuses backed pages instead of faulting fresh ones."""
+    make = np.zeros if zeroed else np.empty
     if math.prod(shape) * np.dtype(dtype).itemsize < memory_pool.POOL_MIN:
-        return np.zeros(shape, dtype=dtype)
+        return make(shape, dtype=dtype)
     with memory_pool.active():
-        return np.zeros(shape, dtype=dtype)
+        return make(shape, dtype=dtype)
 
 
 def _labelled(low: Lowering, plan: Plan, call=None) -> Lowering:
