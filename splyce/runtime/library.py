@@ -219,9 +219,10 @@ def native_steps(options):
       MLIR kernel is faster. So GCN's ``np.maximum(a @ xw, 0)`` takes the drop-in's SpMM, as ``a @ xw`` alone
       does (``choose``).
     - SpMV (a CSR times a vector) where the drop-in runs its flat kernel (rows of a few entries,
-      ``spmv.goes_flat`` for the first call's stored entries): the loop nest pays a row's exit per row of 2-3
-      entries (road-700, 490k rows, 2.5 entries a row: MLIR SpMV 3.8 ms vs flat 2.0 ms). Elsewhere SpMV is as
-      fast in the MLIR kernel and stays fused (PageRank on fem3d-100k: 1.55 ms fused vs 1.69 split).
+      ``spmv.goes_flat`` for the first call's stored entries): road-700 (490k rows, 2.5 entries a row), the
+      MLIR loop nest 3.6-3.8 ms, the MLIR kernel's own flat row loop (passes/flat_rows.py) 2.4 ms, the native
+      flat kernel 1.8-2.0 ms. Elsewhere SpMV is as fast in the MLIR kernel and stays fused (PageRank on
+      fem3d-100k: 1.55 ms fused vs 1.69 split).
 
     No chooser (None) where ``choose`` would not run a native call either: the plain sparsifier
     (``vectorize=False``), profiling, a target the host cannot run, ``library=False``."""
