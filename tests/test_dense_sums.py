@@ -9,6 +9,7 @@ import pytest
 import scipy.sparse as sps
 
 import splyce
+from splyce.bench.programs import cg_step
 
 
 def _dot(a, b):
@@ -56,14 +57,6 @@ def test_the_cg_step_with_fast_math():
     spd = sps.csr_array(a + a.T + sps.diags_array(np.full(n, 10.0)))
     x, r = np.zeros(n), rng.random(n)
     p = r.copy()
-
-    def cg(a, x, r, p):
-        ap = a @ p
-        rr = r @ r
-        alpha = rr / (p @ ap)
-        r_new = r - alpha * ap
-        return x + alpha * p, r_new, r_new + (r_new @ r_new) / rr * p
-
-    expected = cg(spd, x, r, p)
-    for got, want in zip(splyce.jit(cg, fast_math=True)(spd, x, r, p), expected):
+    expected = cg_step(spd, x, r, p)
+    for got, want in zip(splyce.jit(cg_step, fast_math=True)(spd, x, r, p), expected):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)

@@ -122,3 +122,18 @@ def test_the_flat_twin_in_the_ir():
     body = text[text.index("func.func private"):]
     assert body.count("scf.while") >= 2 and "llvm.inline_asm" in body and "} else {" in body
     assert body.index("scf.while") < body.index("} else {") < body.rindex("scf.for")
+
+
+@pytest.mark.parametrize("library", [True, False])
+def test_a_bad_coordinate_is_refused_before_either_short_row_path(library):
+    """Rows of a few entries with a column out of range: a clear ValueError before the native step or the
+    flat loop (neither checks bounds), the scipy operand unchanged."""
+    good = _short_rows(13, special=False).to_scipy()
+    indices = good.indices.copy()
+    indices[5] = N + 7
+    bad = sps.csr_array((good.data, indices, good.indptr), shape=good.shape)
+    kept = bad.indices.copy()
+    f = splyce.jit(lambda a, x: 0.85 * (a @ x) + 0.15, library=library)
+    with pytest.raises(ValueError, match="out of range"):
+        f(bad, _vector(14, np.float64))
+    assert np.array_equal(bad.indices, kept)

@@ -5,25 +5,17 @@ rows of a few entries".
 
     python docs/scripts/flat_rows_cpu.py [MATRIX,...] [PROGRAM,...]   (default road-700 pagerank,quad,axbx)
 """
-import sys, time
+import sys
 from pathlib import Path
 import numpy as np
 import scipy.sparse as sps
 import splyce
 from threadpoolctl import threadpool_limits
 from splyce.bench import corpus
+from splyce.bench.common import thread_cpu_per_call as cpu
 from splyce.bench.programs import _programs
 
 everything = {e.name: e for e in corpus.entries()}
-
-
-def cpu(f):
-    t0 = time.thread_time(); f(); once = time.thread_time() - t0
-    reps = max(1, int(0.02 / max(once, 1e-6)))
-    t0 = time.thread_time()
-    for _ in range(reps):
-        f()
-    return (time.thread_time() - t0) / reps
 
 
 names = (sys.argv[1] if len(sys.argv) > 1 else "road-700").split(",")

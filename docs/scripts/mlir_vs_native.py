@@ -10,12 +10,13 @@ shared, loaded machine wall time mostly measures the other jobs.
     add-tl ``a.T + a`` (column order: the result a CSC), bool ``b * b.T`` of A's pattern, sddmm ``m * (x @ y.T)``
     with 32 columns)
 """
-import statistics, sys, time
+import sys
 from pathlib import Path
 import numpy as np
 import scipy.sparse as sps
 import splyce
 from splyce.bench import corpus
+from splyce.bench.common import thread_cpu_per_call as cpu_per_call
 
 names = (sys.argv[1] if len(sys.argv) > 1 else "fem3d-100k,ba-100k,fem2d-250k").split(",")
 ops = (sys.argv[2] if len(sys.argv) > 2 else "spmv,spmm,hadamard,add,spgemm").split(",")
@@ -28,15 +29,6 @@ BODIES = {"spmv": (lambda a, x: a @ x, None), "spmm": (lambda a, x: a @ x, None)
 everything = {e.name: e for e in corpus.entries()}
 rng = np.random.default_rng(0)
 
-
-def cpu_per_call(f):
-    """Thread CPU seconds per call of ``f``, over a batch of calls filling ~20 ms."""
-    t0 = time.thread_time(); f(); once = time.thread_time() - t0
-    reps = max(1, int(0.02 / max(once, 1e-6)))
-    t0 = time.thread_time()
-    for _ in range(reps):
-        f()
-    return (time.thread_time() - t0) / reps
 
 
 print(f"{'matrix':12} {'op':9} {'native ms':>10} {'mlir ms':>10} {'mlir/native':>12}")

@@ -8,13 +8,13 @@ operands (bench programs' chains).
     python docs/scripts/programs_cpu.py [MATRIX,...] [PROGRAM,...] [REPEATS]
     (default fem3d-100k,ba-100k  pagerank,cg,gcn,logreg,axbx,hsum,quad,normal,maxdiff  9)
 """
-import sys, time
+import sys
 from pathlib import Path
-import numpy as np
 import scipy.sparse as sps
 import splyce
 from threadpoolctl import threadpool_limits
 from splyce.bench import corpus
+from splyce.bench.common import thread_cpu_per_call as cpu_per_call
 from splyce.bench.common import check
 from splyce.bench.programs import _first, _programs
 
@@ -23,14 +23,6 @@ programs = (sys.argv[2] if len(sys.argv) > 2 else "pagerank,cg,gcn,logreg,axbx,h
 repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 9
 everything = {e.name: e for e in corpus.entries()}
 
-
-def cpu_per_call(f):
-    t0 = time.thread_time(); f(); once = time.thread_time() - t0
-    reps = max(1, int(0.02 / max(once, 1e-6)))
-    t0 = time.thread_time()
-    for _ in range(reps):
-        f()
-    return (time.thread_time() - t0) / reps
 
 
 threadpool_limits(1)

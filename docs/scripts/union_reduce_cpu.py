@@ -8,7 +8,6 @@ bit-identical to the lane-off call first.
     (default fem3d-100k,ba-100k maxdiff 9; PROGRAM one of maxdiff, mindiff, sqsum; e.g. fast_math=True)
 """
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,19 +15,12 @@ from threadpoolctl import threadpool_limits
 
 import splyce
 from splyce.bench import corpus
+from splyce.bench.common import thread_cpu_per_call as cpu_per_call
 from splyce.bench.programs import _programs
 
 PROGRAMS = {"maxdiff": lambda a, b: abs(a - b).max(), "mindiff": lambda a, b: abs(a - b).min(),
             "sqsum": lambda a, b: ((a - b) ** 2).sum()}
 
-
-def cpu_per_call(f):
-    t0 = time.thread_time(); f(); once = time.thread_time() - t0
-    reps = max(1, int(0.02 / max(once, 1e-6)))
-    t0 = time.thread_time()
-    for _ in range(reps):
-        f()
-    return (time.thread_time() - t0) / reps
 
 
 names = (sys.argv[1] if len(sys.argv) > 1 else "fem3d-100k,ba-100k").split(",")

@@ -161,9 +161,9 @@ def lower(trace: Trace, options: Options) -> Lowering:
         start = time.perf_counter()
         drop_foreign_deallocs(module)   # frees of intermediates that folding moved onto other buffers
         widen_i1_memrefs(module)   # MemRefToLLVM aborts on i1 memrefs (the sparsifier's workspace flags)
-        threads_note = ""
+        notes = ""        # the thread split's and the flat row loops' lines above the "splyce" stage text
         if options.threads > 1:
-            threads_note = _split_outer_loop(low, module) + "\n"
+            notes = _split_outer_loop(low, module) + "\n"
         if options.vectorize:
             from splyce.passes.dense_sums import mark_dense_sums
             from splyce.passes.flat_rows import flatten_row_loops
@@ -175,10 +175,10 @@ def lower(trace: Trace, options: Options) -> Lowering:
                 mark_dense_sums(module)   # dense dot products vectorized by LLVM (reassociated)
             module.operation.verify()
             if flat:
-                threads_note += f"// splyce: {flat} row loop nest(s) with a flat twin for rows of a few entries\n"
-            record("splyce", threads_note + decisions_as_comments(low.decisions) + "\n" + str(module), start)
+                notes += f"// splyce: {flat} row loop nest(s) with a flat twin for rows of a few entries\n"
+            record("splyce", notes + decisions_as_comments(low.decisions) + "\n" + str(module), start)
         else:
-            record("splyce", threads_note + "// splyce: vectorize=False, the plain sparsifier's loops\n" +
+            record("splyce", notes + "// splyce: vectorize=False, the plain sparsifier's loops\n" +
                    str(module), start)
 
         flatten_elementwise(module)   # dense elementwise loop nests as one flat loop (no gathers)

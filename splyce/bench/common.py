@@ -244,6 +244,20 @@ def _calls_per_sample(run: Callable[[], object]) -> int:
     return max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(MIN_SAMPLE_S / max(t, 1e-9))))
 
 
+def thread_cpu_per_call(f: Callable[[], object], batch_s: float = 0.02) -> float:
+    """The calling thread's CPU seconds per call of ``f``, over a batch of calls filling ~``batch_s`` (one
+    call first, to size the batch): what the docs/scripts timings use on a machine shared with other jobs,
+    where wall time mostly measures the load."""
+    t0 = time.thread_time()
+    f()
+    once = time.thread_time() - t0
+    reps = max(1, int(batch_s / max(once, 1e-6)))
+    t0 = time.thread_time()
+    for _ in range(reps):
+        f()
+    return (time.thread_time() - t0) / reps
+
+
 def touched_zeros(shape, dtype=np.float64) -> np.ndarray:
     """A zeroed array whose pages are already touched: a setup for a kernel timed without its output's
     allocation. ``np.zeros`` of a large array maps fresh pages that the kernel's first writes would fault in

@@ -541,7 +541,7 @@ LOWERINGS = {"contract": lower_contract, "combine": lower_combine, "ewise": lowe
 def lower_trace(trace: Trace):
     """Build the MLIR module (inside the active context) for ``trace``; returns it unverified."""
     from mlir import ir
-    from mlir.dialects import func
+    from mlir.dialects import bufferization, func
 
     module = ir.Module.create()
     dense.forget_libm()
@@ -568,6 +568,9 @@ def lower_trace(trace: Trace):
                         ctx.values[node] = block.arguments[node.params[0]]
                     else:
                         ctx.values[node] = LOWERINGS[node.op](node, ctx)
+            for out in ctx.overwritten:   # written into its output argument (once, if returned twice)
+                ctx.values[out] = bufferization.materialize_in_destination(
+                    ctx.values[out].type, ctx.values[out], ctx.dense_out_args[out])
             returned = [_returned(o, ctx) for o in trace.outputs]
             func.ReturnOp(returned)
     dense.declare_libm(module)
@@ -575,15 +578,8 @@ def lower_trace(trace: Trace):
 
 
 def _returned(out: Node, ctx: _Context):
-    """A result's value. An argument returned as it is was made a copy when traced (runtime/dispatcher.py).
-    An overwritten result goes to its output argument (``overwritten_results``)."""
+    """A result's value. An argument returned as it is was made a copy when traced (runtime/dispatcher.py)."""
     value = ctx.values[out]
     if out.op == "input":
         raise LoweringError("internal error: a result is an argument, not a copy of it")
-    if out in ctx.overwritten:
-        from mlir.dialects import bufferization
-
-        value = ctx.values[out] = bufferization.materialize_in_destination(
-            value.type, value, ctx.dense_out_args[out])
-        ctx.overwritten = ctx.overwritten - {out}     # once, if the result is returned twice
     return value

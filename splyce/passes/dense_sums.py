@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from mlir import ir
 
-from splyce.passes.ir_utils import defining_op, walk
+from splyce.passes.ir_utils import defined_inside, defining_op, walk
 
 
 def mark_dense_sums(module: ir.Module) -> int:
@@ -68,18 +68,6 @@ def _contiguous(ops: list, iv: ir.Value, loop) -> bool:
             return False
         if op.name == "memref.load":
             for index in list(op.operands)[1:]:
-                if index != iv and _inside(index, loop):
+                if index != iv and defined_inside(index, loop):
                     return False
     return True
-
-
-def _inside(value: ir.Value, loop) -> bool:
-    op = defining_op(value)
-    if op is None:
-        return value.owner.owner == loop if isinstance(value.owner, ir.Block) else False
-    parent = op.parent
-    while parent is not None:
-        if parent.operation == loop:
-            return True
-        parent = parent.operation.parent
-    return False

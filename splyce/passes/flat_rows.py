@@ -124,9 +124,9 @@ class _Cloner:
         return self.map.get(v, v)
 
     def op(self, op: ir.Operation) -> None:
-        attrs = {name: op.attributes[name] for name in op.attributes}
-        new = ir.Operation.create(op.name, results=[r.type for r in op.results],
-                                  operands=[self.value(v) for v in op.operands], attributes=attrs)
+        new = op.clone()                  # at the insertion point
+        for i, v in enumerate(op.operands):
+            new.operands[i] = self.value(v)
         for old, fresh in zip(op.results, new.results):
             self.map[old] = fresh
 
@@ -161,7 +161,9 @@ def _build(outer, inner, store, profile: bool = False) -> None:
         rows = arith.subi(ub, lb)
         entries = arith.subi(kend, kstart)
         few = arith.cmpi(CMPI_ULE, entries, arith.muli(rows, arith.constant(idx, FLAT_MAX_ROW)))
-        sized = arith.cmpi(CMPI_ULE, arith.constant(idx, FLAT_MIN_BYTES // (4 + t.width // 8)), entries)
+        # spmv.goes_flat's rule, on this call's entries: its size in bytes from the coordinates' and values' widths
+        entry_bits = _coordinate_bits(inner) + t.width
+        sized = arith.cmpi(CMPI_ULE, arith.constant(idx, FLAT_MIN_BYTES * 8 // entry_bits), entries)
         # the flat loop takes the rows below the last two (each step loads the end of the row after next,
         # which must exist); it runs when they hold entries
         tail = arith.subi(ub, two)
@@ -183,6 +185,19 @@ def _build(outer, inner, store, profile: bool = False) -> None:
         rest = outer.clone()
         rest.operands[0] = rest_start
         scf.yield_([])
+
+
+def _coordinate_bits(inner) -> int:
+    """The width of the coordinates the inner loop reads at its induction variable (32 if none is found)."""
+    body = inner.regions[0].blocks[0]
+    k = body.arguments[0]
+    for op in body.operations:
+        op = op.operation
+        if op.name == "memref.load" and len(op.operands) == 2 and op.operands[1] == k:
+            element = ir.MemRefType(op.operands[0].type).element_type
+            if isinstance(element, ir.IntegerType):
+                return element.width
+    return 32
 
 
 def _count(entries: ir.Value) -> None:

@@ -1,8 +1,8 @@
 """A compiled specialization of a jitted function and how it is called: its lowering and native entry point,
 the operands' buffers passed as memref descriptors (packed once per tensor), dense results allocated here
 (from 1 MiB through the cache of freed buffers) and zeroed but for those the kernel writes whole, the outer
-loop's chunks run on threads, and the kernel's buffers handed back as NumPy arrays or scipy.sparse results. The dispatcher (dispatcher.py) finds or builds one
-per signature; this module runs it.
+loop's chunks run on threads, and the kernel's buffers handed back as NumPy arrays or scipy.sparse results.
+The dispatcher (dispatcher.py) finds or builds one per signature; this module runs it.
 """
 
 from __future__ import annotations

@@ -198,10 +198,18 @@ def choose(plan, options, out_format) -> LibraryCall | None:
         if direct is not None and (any(direct[1]) or op.columns):     # offered first: nothing re-stored
             ops.insert(0, op._replace(reads=direct[0], transposed=direct[1]))
     for candidate in ops:
-        for provider in providers.registered():
-            call = provider(candidate, options)
-            if call is not None:
-                return call
+        call = _provided(candidate, options)
+        if call is not None:
+            return call
+    return None
+
+
+def _provided(op: LibraryOp, options) -> LibraryCall | None:
+    """The first registered provider's call for ``op``, or None."""
+    for provider in providers.registered():
+        call = provider(op, options)
+        if call is not None:
+            return call
     return None
 
 
@@ -242,13 +250,10 @@ def native_steps(options):
                 return None
         elif op.types[1].ndim != 2:
             return None
-        for provider in providers.registered():
-            call = provider(op, options)
-            if call is not None:
-                if call.guarded or call.plan is not None:
-                    return None
-                return NativeStep(op.op, op.operands, call.formulation, call.run, call.detail)
-        return None
+        call = _provided(op, options)
+        if call is None or call.guarded or call.plan is not None:
+            return None
+        return NativeStep(op.op, op.operands, call.formulation, call.run, call.detail)
     return step
 
 
