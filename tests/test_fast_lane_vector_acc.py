@@ -12,8 +12,8 @@ import splyce
 from splyce.bench.limit import _dot, _sealed_vector, fiber_pair, lane_loop
 
 
-def _pair(n, overlap, skew, vtype, seed=0):
-    dim, b, bv, c, cv = fiber_pair(n, overlap, skew, np.int32, vtype, seed)
+def _pair(n, overlap, skew, vtype, seed=0, itype=np.int32):
+    dim, b, bv, c, cv = fiber_pair(n, overlap, skew, itype, vtype, seed)
     common, ib, ic = np.intersect1d(b, c, assume_unique=True, return_indices=True)
     exact = float(np.dot(bv[ib].astype(np.float64), cv[ic].astype(np.float64)))
     return _sealed_vector(dim, b, bv), _sealed_vector(dim, c, cv), exact, common.size
@@ -65,19 +65,20 @@ def _host_has_conflict() -> bool:
     return {"+avx512f", "+avx512cd"} <= set(host_target().features.split(","))
 
 
+@pytest.mark.parametrize("itype", [np.int32, np.int64])
 @pytest.mark.parametrize("vtype", [np.float64, np.float32])
-def test_conflict_lane_dot_within_tolerance(vtype):
+def test_conflict_lane_dot_within_tolerance(vtype, itype):
     """fast_math, n = 16 on this host: the conflict lane where the CPU has AVX-512 CD (else the all-pairs
-    lane), results within tolerance for lengths around the 16-coordinate block, any overlap, both orders, with
-    and without galloping."""
+    lane), results within tolerance for lengths around the 16- (int32) and 8-coordinate (int64) blocks, any
+    overlap, equal, skewed and galloping lengths, both orders, with and without galloping."""
     for gallop in (0, 16):
         fast = splyce.jit(_dot, fast_math=True, vector_width=16, gallop=gallop)
-        reason = fast.lower(*_pair(64, 0.5, 1, vtype)[:2]).as_text("splyce").splitlines()[0]
+        reason = fast.lower(*_pair(64, 0.5, 1, vtype, itype=itype)[:2]).as_text("splyce").splitlines()[0]
         assert ("conflict compares" in reason) == _host_has_conflict()
-        for skew in (1, 64):
+        for skew in (1, 16, 64):
             for overlap in (0.0, 0.1, 0.5, 1.0):
-                for size in (1, 15, 16, 17, 31, 32, 33, 300, 5000):
-                    A, B, exact, _ = _pair(size, overlap, skew, vtype, seed=size)
+                for size in (1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 300, 5000):
+                    A, B, exact, _ = _pair(size, overlap, skew, vtype, seed=size, itype=itype)
                     tol = 1e-4 if vtype == np.float32 else 1e-10
                     assert float(fast(A, B)) == pytest.approx(exact, rel=tol, abs=tol)
                     assert float(fast(B, A)) == pytest.approx(exact, rel=tol, abs=tol)
@@ -97,11 +98,13 @@ def test_conflict_lane_paper_kernels_match_the_plain_sparsifier(dtype):
         np.testing.assert_allclose(np.asarray(fast(*ops)), want, **tol, err_msg=name)
 
 
+@pytest.mark.parametrize("itype", [np.int32, np.int64])
 @pytest.mark.parametrize("vtype", [np.float64, np.float32])
-def test_conflict_lane_machine_code(vtype):
-    """AVX-512 code (any host can emit it): one lane step holds the 4 conflicts, the lzcnt, the permute(s) of
-    C's values and the accumulator's masked moves."""
-    A, B, _, _ = _pair(256, 0.1, 1, vtype)
+def test_conflict_lane_machine_code(vtype, itype):
+    """AVX-512 code (any host can emit it): one lane step holds the 4 conflicts (vpconflictd; int64: vpconflictq),
+    the lzcnt, the permute(s) of C's values and the accumulator's masked moves."""
+    A, B, _, _ = _pair(256, 0.1, 1, vtype, itype=itype)
+    q = "q" if itype == np.int64 else "d"
     asm = splyce.jit(_dot, fast_math=True, vector_width=16, target="avx512").lower(A, B).as_text("asm")
     lines = [ln.strip() for ln in asm.splitlines()]
     loops = []
@@ -112,25 +115,26 @@ def test_conflict_lane_machine_code(vtype):
                 if re.match(rf"^j\w+\s+{re.escape(m.group(1))}$", lines[j]):
                     loops.append(lines[i + 1:j + 1])
                     break
-    step = min((body for body in loops if any(x.startswith("vpconflictd") for x in body)), key=len)
-    assert sum(x.startswith("vpconflictd\t%zmm") for x in step) == 4
-    assert any(x.startswith("vplzcntd\t%zmm") for x in step)
-    permutes = [x for x in step if re.match(r"^vperm(d|ps|[it]2pd)\b", x)]
-    assert len(permutes) == (1 if vtype == np.float32 else 2)
-    assert [x for x in step if re.search(r"%zmm\d+ \{%k\d\}$", x)]     # the accumulators under the match mask
+    step = min((body for body in loops if any(x.startswith(f"vpconflict{q}") for x in body)), key=len)
+    assert sum(x.startswith(f"vpconflict{q}\t%zmm") for x in step) == 4
+    assert any(x.startswith(f"vplzcnt{q}\t%zmm") for x in step)
+    permutes = [x for x in step if re.match(r"^vperm(d|q|ps|pd|[it]2pd)\b", x)]
+    assert len(permutes) == (1 if vtype == np.float32 or itype == np.int64 else 2)
+    assert [x for x in step if re.search(r"%[yz]mm\d+ \{%k\d\}$", x)]   # the accumulators under the match mask (f32 x 8: a ymm)
     assert not any(x.startswith(("popcnt", "vpcmpeqd")) for x in step)
 
 
 def test_conflict_lane_profile_and_threads():
-    """splyce.profile counts every coordinate once (block advance: 16 per fiber per step), and a 2-thread
-    build of a conflict-lane kernel gives the same sum within tolerance."""
-    A, B, exact, _ = _pair(5000, 0.1, 1, np.float64)
+    """splyce.profile counts every coordinate once (block advance: 16 per fiber per step; int64: 8), and a
+    2-thread build of a conflict-lane kernel gives the same sum within tolerance."""
     fast = splyce.jit(_dot, fast_math=True, vector_width=16)
-    prof = splyce.profile(fast, A, B)
-    assert prof.fast_lane + prof.epilogue + prof.gallop == 10_000
-    assert prof.fast_lane >= 9_000
-    if _host_has_conflict():   # block advance: whole blocks of 16
-        assert prof.fast_lane % 16 == 0
+    for itype, block in ((np.int32, 16), (np.int64, 8)):
+        A, B, exact, _ = _pair(5000, 0.1, 1, np.float64, itype=itype)
+        prof = splyce.profile(fast, A, B)
+        assert prof.fast_lane + prof.epilogue + prof.gallop == 10_000
+        assert prof.fast_lane >= 9_000
+        if _host_has_conflict():   # block advance: whole blocks
+            assert prof.fast_lane % block == 0
     from splyce.bench.paper_kernels import KERNELS
 
     spec = KERNELS["K2"]

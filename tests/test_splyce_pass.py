@@ -367,12 +367,32 @@ def test_conflict_lane_for_fast_math_width_16(ctx, dtype):
     assert [str(t) for t in fast.operation.results.types][-1] == f"vector<16x{dtype}>"
 
 
-@pytest.mark.parametrize("change", ["avx2", "strict", "n8", "i64", "k4"])
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
+def test_conflict_lane_for_int64_coordinates(ctx, dtype):
+    """int64 coordinates: the same lane on blocks of 8 (one zmm of coordinates): 4 vpconflictq, C's values by one
+    8-lane permute (vpermpd; f32: vpermps on a ymm), 63 - ctlz, whole blocks of 8, a vector<8 x T> accumulator."""
+    from splyce.native.codegen import resolve_target
+
+    module = stage1(kernel_text("k1", dtype, 64))
+    decisions = run_splyce_pass(module, Options(phases=7, vector_width=16, fast_math=True,
+                                                target=resolve_target("avx512")))
+    assert decisions[0].reason.endswith("(vector accumulators); 8 x 8 conflict compares (vpconflictq), block advance")
+    (fast,) = fast_lanes(module)
+    lane = str(fast)
+    assert lane.count('"llvm.x86.avx512.conflict.q.512"') == 4 and "conflict.d" not in lane
+    permute = "llvm.x86.avx2.permps" if dtype == "f32" else "llvm.x86.avx512.permvar.df.512"
+    assert lane.count(permute) == 1
+    assert re.search(r"arith\.constant dense<63> : vector<8xi64>", lane) and "math.ctlz" in lane
+    assert re.search(r"arith\.select %\w+, %c8\w*, %c0\w* : index", lane)
+    assert [str(t) for t in fast.operation.results.types][-1] == f"vector<8x{dtype}>"
+
+
+@pytest.mark.parametrize("change", ["avx2", "strict", "n8", "k4"])
 def test_conflict_lane_only_where_allowed(ctx, change):
     from splyce.native.codegen import resolve_target
 
     options = dict(phases=7, vector_width=16, fast_math=True, target=resolve_target("avx512"))
-    text = kernel_text("k4" if change == "k4" else "k1", "f64", 64 if change == "i64" else 32)
+    text = kernel_text("k4" if change == "k4" else "k1", "f64")
     if change == "avx2":
         options["target"] = resolve_target("avx2")
     elif change == "strict":

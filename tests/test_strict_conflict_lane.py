@@ -1,5 +1,5 @@
 """passes/strict_conflict_lane.py: the strict 16 x 16 conflict lane run first on skewed fiber pairs (strict sums,
-n = 4, int32 coordinates, f32 / f64 values, a target with AVX-512 CD): built only there, its IR holds what it is
+n = 4, int32 or int64 coordinates, f32 / f64 values, a target with AVX-512 CD): built only there, its IR holds what it is
 described with, and its results are bit-identical to the plain sparsifier (order-sensitive values, NaN, Inf,
 signed zeros, empty and short fibers, skewed and equal lengths, K1-K5)."""
 
@@ -19,6 +19,7 @@ from splyce.passes.splyce_pass import run_splyce_pass
 from splyce.passes.strict_conflict_lane import SKEW_RATIO, STRICT_CONFLICT_ATTR, StrictConflictLaneBuilder
 
 REASON = f"pairs of length ratio >= {SKEW_RATIO} first: strict 16 x 16 conflict compares"
+REASON64 = f"pairs of length ratio >= {SKEW_RATIO} first: strict 8 x 8 conflict compares (vpconflictq)"
 
 
 def _host_runs_it() -> bool:
@@ -58,7 +59,7 @@ def test_strict_conflict_lane_ir(ctx, dtype):
     text = str(lane)
     assert text.count('"llvm.x86.avx512.conflict.d.512"') == 4
     permute = "llvm.x86.avx512.permvar.sf.512" if dtype == "f32" else "llvm.x86.avx512.vpermi2var.pd.512"
-    adds = StrictConflictLaneBuilder.FIXED_ADDS + 1    # the fixed adds and the inner loop's
+    adds = StrictConflictLaneBuilder.FIXED_ADDS[16] + 1    # the fixed adds and the inner loop's
     assert text.count(permute) == (1 if dtype == "f32" else 2) + adds   # C's values, then one per add
     assert "vector.reduction" not in text and text.count("math.cttz") == adds and "math.ctpop" not in text
     assert len(re.findall(rf"arith\.addf %\w+, %\w+ : {dtype}\n", text)) == adds
@@ -79,59 +80,80 @@ def test_strict_conflict_lane_ir(ctx, dtype):
     assert "vector.reduction <add>" in str(other[0]) and "conflict" not in str(other[0])
 
 
+@pytest.mark.parametrize("dtype", ["f64", "f32"])
+def test_strict_conflict_lane_int64_ir(ctx, dtype):
+    """int64 coordinates: the lane on blocks of 8 (4 vpconflictq, whole blocks of 8), its matched lanes added one
+    at a time (FIXED_ADDS[8] without a branch, the rest in the loop), each term moved into lane 0 by an 8-lane
+    permute by a broadcast index."""
+    module = stage1(kernel_text("k1", dtype, 64))
+    (decision,) = run_splyce_pass(module, Options(phases=7, target=_zen4()))
+    assert decision.vectorized and REASON64 in decision.reason and "n=4" in decision.reason
+    (lane,) = _strict_lanes(module)
+    text = str(lane)
+    assert text.count('"llvm.x86.avx512.conflict.q.512"') == 4 and "conflict.d" not in text
+    adds = StrictConflictLaneBuilder.FIXED_ADDS[8] + 1
+    permute = "llvm.x86.avx2.permps" if dtype == "f32" else "llvm.x86.avx512.permvar.df.512"
+    assert text.count(permute) == 1 + adds   # C's values, then one per add
+    assert text.count("math.cttz") == adds and "vector.reduction" not in text
+    assert len(re.findall(rf"arith\.addf %\w+, %\w+ : {dtype}\n", text)) == adds
+    assert re.search(r"arith\.select %\w+, %c8\w*, %c0\w* : index", text)
+
+
 CHANGES = {"fast_math": {"fast_math": True, "vector_width": 16}, "avx2": {"target": "avx2"}, "no cd": {},
            "sapphire rapids": {"target": "avx512"},
-           "n8": {"vector_width": 8}, "phases": {"phases": 5}, "i64": {}, "k4": {}}
+           "n8": {"vector_width": 8}, "phases": {"phases": 5}, "k4": {}}
 
 
 @pytest.mark.parametrize("change", list(CHANGES))
 def test_strict_conflict_lane_only_where_allowed(ctx, change):
     """fast_math (the vector-accumulator conflict lane instead), AVX2, Zen 4 without CD, a CPU whose vpconflictd is
-    slow (Sapphire Rapids, the named "avx512" target), another width, phase 2 scalar, int64 coordinates, a storing
-    kernel: no strict conflict lane."""
+    slow (Sapphire Rapids, the named "avx512" target), another width, phase 2 scalar, a storing kernel: no strict
+    conflict lane."""
     options = {"phases": 7, **CHANGES[change]}
     name = options.pop("target", None)
     target = codegen.resolve_target(name) if name else _zen4()
     if change == "no cd":
         target = _no_cd(target)
-    text = {"k4": kernel_text("k4"), "i64": kernel_text("k1", "f64", 64)}.get(change, kernel_text("k1"))
+    text = kernel_text("k4") if change == "k4" else kernel_text("k1")
     module = stage1(text)
     decisions = run_splyce_pass(module, Options(target=target, **options))
-    assert decisions[0].vectorized and not any("strict 16 x 16" in d.reason for d in decisions)
+    assert decisions[0].vectorized and not any("first: strict" in d.reason for d in decisions)
     assert not _strict_lanes(module)
     assert ("conflict.d" in str(module)) == (change == "fast_math")
 
 
-def _vector(dim, crd, values):
-    return _sealed_vector(dim, np.asarray(crd, np.int32), np.asarray(values))
+def _vector(dim, crd, values, itype=np.int32):
+    return _sealed_vector(dim, np.asarray(crd, itype), np.asarray(values))
 
 
 def _same(x, y) -> bool:
     return np.asarray(x).tobytes() == np.asarray(y).tobytes()
 
 
+@pytest.mark.parametrize("itype", [np.int32, np.int64])
 @pytest.mark.parametrize("vtype", [np.float64, np.float32])
-def test_strict_conflict_lane_bit_identical_on_fiber_pairs(vtype):
-    """bench limit's fiber pairs, lengths around the block (1-5000 coordinates), any overlap, equal and skewed
-    lengths (1:2 below the gate, 1:4 at it, 1:16 and 1:64, which gallops at some lengths), both orders, with and
-    without galloping, empty and 1-element fibers: bit-identical to the plain sparsifier; the lane is built where
-    the host can run it."""
+def test_strict_conflict_lane_bit_identical_on_fiber_pairs(vtype, itype):
+    """bench limit's fiber pairs, lengths around the blocks (1-5000 coordinates), any overlap, equal and skewed
+    lengths (1:2 below the gate, 1:4 at it, 1:6 at the ratio, 1:16 and 1:64, which gallops at some lengths), both
+    orders, with and without galloping, empty and 1-element fibers: bit-identical to the plain sparsifier; the lane
+    is built where the host can run it."""
     plain = splyce.jit(_dot, vectorize=False)
     for gallop in (0, 16):
         lane = splyce.jit(_dot, gallop=gallop)
-        A, B = _vector(100, [1, 5], np.ones(2, vtype)), _vector(100, [5], np.ones(1, vtype))
-        assert (REASON in lane.lower(A, B).as_text("splyce")) == _host_runs_it()
-        for skew in (1, 2, 4, 16, 64):
+        A, B = _vector(100, [1, 5], np.ones(2, vtype), itype), _vector(100, [5], np.ones(1, vtype), itype)
+        reason = REASON if itype == np.int32 else REASON64
+        assert (reason in lane.lower(A, B).as_text("splyce")) == _host_runs_it()
+        for skew in (1, 2, 4, 6, 16, 64):
             for overlap in (0.0, 0.1, 0.5, 1.0):
-                for size in (1, 15, 16, 17, 33, 64, 65, 300, 5000):
-                    dim, b, bv, c, cv = fiber_pair(size, overlap, skew, np.int32, vtype, seed=size + skew)
-                    A, B = _vector(dim, b, bv), _vector(dim, c, cv)
+                for size in (1, 7, 8, 9, 15, 16, 17, 33, 64, 65, 300, 5000):
+                    dim, b, bv, c, cv = fiber_pair(size, overlap, skew, itype, vtype, seed=size + skew)
+                    A, B = _vector(dim, b, bv, itype), _vector(dim, c, cv, itype)
                     assert _same(lane(A, B), plain(A, B)), (gallop, skew, overlap, size)
                     assert _same(lane(B, A), plain(B, A)), (gallop, skew, overlap, size)
-        empty = _vector(100, np.zeros(0, np.int32), np.zeros(0, vtype))
-        many = _vector(100, np.arange(0, 100, 3), np.arange(34, dtype=vtype))
-        for x, y in ((empty, many), (many, empty), (_vector(100, [7], np.array([3.0], vtype)), many),
-                     (_vector(100, [6], np.array([3.0], vtype)), many)):
+        empty = _vector(100, np.zeros(0, itype), np.zeros(0, vtype), itype)
+        many = _vector(100, np.arange(0, 100, 3), np.arange(34, dtype=vtype), itype)
+        for x, y in ((empty, many), (many, empty), (_vector(100, [7], np.array([3.0], vtype), itype), many),
+                     (_vector(100, [6], np.array([3.0], vtype), itype), many)):
             assert _same(lane(x, y), plain(x, y)) and _same(lane(y, x), plain(y, x))
 
 
@@ -166,16 +188,17 @@ def _special_values(b, c, vtype):
         yield case, bv, cv
 
 
+@pytest.mark.parametrize("itype", [np.int32, np.int64])
 @pytest.mark.parametrize("vtype", [np.float64, np.float32])
-def test_strict_conflict_lane_special_values(vtype):
+def test_strict_conflict_lane_special_values(vtype, itype):
     """Skewed (1:5, 1:17: the lane runs) and equal-length pairs (it does not), both orders, with the special
     values above at matched and unmatched coordinates: bit-identical to the plain sparsifier."""
     lane, plain = splyce.jit(_dot, gallop=0), splyce.jit(_dot, vectorize=False)
-    b = np.arange(0, 3000, 1, dtype=np.int32)
-    for c in (np.arange(0, 3000, 5, dtype=np.int32), np.arange(1, 3000, 17, dtype=np.int32),
-              np.arange(0, 6000, 2, dtype=np.int32)[:3000]):
+    b = np.arange(0, 3000, 1, dtype=itype)
+    for c in (np.arange(0, 3000, 5, dtype=itype), np.arange(1, 3000, 17, dtype=itype),
+              np.arange(0, 6000, 2, dtype=itype)[:3000]):
         for case, bv, cv in _special_values(b, c, vtype):
-            A, B = _vector(6000, b, bv), _vector(6000, c, cv)
+            A, B = _vector(6000, b, bv, itype), _vector(6000, c, cv, itype)
             assert _same(lane(A, B), plain(A, B)), (case, c.size)
             assert _same(lane(B, A), plain(B, A)), (case, c.size)
 
@@ -192,10 +215,12 @@ def test_strict_conflict_lane_paper_kernels_bit_identical(dtype):
         assert _same(lane(*ops), splyce.jit(spec.fun, vectorize=False)(*ops)), name
 
 
-def test_strict_conflict_lane_machine_code():
-    """The host's code: on AMD Zen 4 the kernel holds the lane's 4 vpconflictd and the mask bits' tzcnt; elsewhere
-    no vpconflictd (the strict kernel has no conflict lane)."""
-    dim, b, bv, c, cv = fiber_pair(256, 0.1, 8, np.int32, np.float64)
-    asm = splyce.jit(_dot).lower(_vector(dim, b, bv), _vector(dim, c, cv)).as_text("asm")
-    assert len(re.findall(r"\bvpconflictd\b", asm)) == (4 if _host_runs_it() else 0)
+@pytest.mark.parametrize("itype", [np.int32, np.int64])
+def test_strict_conflict_lane_machine_code(itype):
+    """The host's code: on AMD Zen 4 the kernel holds the lane's 4 vpconflictd (int64: vpconflictq) and the mask
+    bits' tzcnt; elsewhere no conflict instruction (the strict kernel has no conflict lane)."""
+    dim, b, bv, c, cv = fiber_pair(256, 0.1, 8, itype, np.float64)
+    asm = splyce.jit(_dot).lower(_vector(dim, b, bv, itype), _vector(dim, c, cv, itype)).as_text("asm")
+    q = "q" if itype == np.int64 else "d"
+    assert len(re.findall(rf"\bvpconflict{q}\b", asm)) == (4 if _host_runs_it() else 0)
     assert bool(re.search(r"\b(tzcnt|bsf)[lqw]?\b", asm)) or not _host_runs_it()

@@ -38,6 +38,8 @@ def broadcast_blocker(match: Coiteration, options: Options, builder: FastLaneBui
     blocker = conflict_blocker(match, options, builder)
     if blocker != NO_CONFLICT:
         return blocker or "the target has AVX-512 CD: the conflict lane"
+    if ir.IntegerType(match.crd_type).width != 32:   # conflict_blocker passed it: int32 or int64
+        return "int32 coordinates only"
     if options.target is None or not has_features(options.target, BROADCAST_FEATURES):
         return "the target has no AVX-512 F / BW / DQ"
     return None

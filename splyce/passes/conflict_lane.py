@@ -7,9 +7,13 @@ the loop-carried cursor chain short (load, compare, select, add). This builder p
 the loops where it is allowed and pays:
 
 * ``fast_math=True`` (the matched terms are summed in vector accumulators, in any order), ``vector_width=16``,
-  phase 2 in SIMD, an ``acc + term`` sum and no store (K-accumulate), two fingers, int32 coordinates, the other
-  operand's values float32 / float64, and a target with AVX-512 CD (``vpconflictd``; no ``vector`` dialect op
-  has it: an LLVM intrinsic call in the lane).
+  phase 2 in SIMD, an ``acc + term`` sum and no store (K-accumulate), two fingers, int32 or int64 coordinates,
+  the other operand's values float32 / float64, and a target with AVX-512 CD (``vpconflictd`` / ``vpconflictq``;
+  no ``vector`` dialect op has them: an LLVM intrinsic call in the lane).
+
+int64 coordinates: the same step on blocks of 8 (one zmm of coordinates), 4 ``vpconflictq`` over 4 + 4
+coordinates, C's values permuted by ``vpermpd`` (float64) or ``vpermps`` on a ymm (float32); the lane's n and
+its vector accumulators are 8 wide. Before it, int64 loops ran the all-pairs lane at n = 4.
 
 Phase 1: C's block in lanes 0-7 and half of B's block in lanes 8-15 of one vector, 4 times; a B lane's conflict
 bits are the C lanes holding its coordinate (coordinates within one fiber are distinct, so no other bits).
@@ -30,16 +34,20 @@ from splyce.passes.coiteration_match import Coiteration
 from splyce.passes.fast_lane import FastLaneBuilder, Lanes, _index, _vtype, sum_lane_blocker
 from splyce.passes.ir_utils import CMPI_NE, CMPI_ULE
 
-WIDTH = CONFLICT_WIDTH
+WIDTH = CONFLICT_WIDTH   # the int32 lane's block (the strict and broadcast lanes are int32 only)
 HALF = WIDTH // 2
-CONFLICT = "llvm.x86.avx512.conflict.d.512"
+CRD_BITS = (32, 64)
+BLOCK = {32: WIDTH, 64: 8}   # coordinates per block: one zmm of them
+CONFLICT = {32: "llvm.x86.avx512.conflict.d.512", 64: "llvm.x86.avx512.conflict.q.512"}
 NO_CONFLICT = "the target has no AVX-512 CD"   # the one blocker the broadcast lane lifts (broadcast_lane.py)
 PERMUTE = {32: "llvm.x86.avx512.permvar.sf.512", 64: "llvm.x86.avx512.vpermi2var.pd.512"}
+# int64 blocks: 8 values permuted by an 8-lane index (float64: vpermpd zmm; float32: vpermps ymm, i32 index)
+PERMUTE8 = {64: "llvm.x86.avx512.permvar.df.512", 32: "llvm.x86.avx2.permps"}
 
 
 def conflict_blocker(match: Coiteration, options: Options, builder: FastLaneBuilder) -> str | None:
     """Why the conflict lane is not built for ``match`` (then the all-pairs lane is), or None."""
-    blocker = sum_lane_blocker(match, options, builder, WIDTH)
+    blocker = sum_lane_blocker(match, options, builder, WIDTH, CRD_BITS)
     if blocker:
         return blocker
     for ll in match.lane_loads.values():
@@ -57,33 +65,40 @@ def _splat(vt: ir.VectorType, value: int):
 
 class ConflictLaneBuilder(FastLaneBuilder):
     """``FastLaneBuilder`` with phase 1 by conflict compares and phase 3 by block advance (``conflict_blocker``
-    must have said None)."""
+    must have said None). ``block``: coordinates per block and the lane's n (16 for int32, 8 for int64)."""
+
+    def __init__(self, match: Coiteration, options: Options, profile_counters=None):
+        super().__init__(match, options, profile_counters)
+        self.crd_bits = ir.IntegerType(match.crd_type).width
+        self.block = BLOCK[self.crd_bits]
+        self.n = self.block   # the vector accumulators and the room test are one block wide
 
     def _phase1(self, cursors):
-        m = self.m
-        t = m.crd_type
-        vt = _vtype(WIDTH, t)
+        m, block = self.m, self.block
+        half = block // 2
+        vt = _vtype(block, m.crd_type)
         kb = vector.load(vt, m.crd_memrefs[0], [cursors[0]])
         kc = vector.load(vt, m.crd_memrefs[1], [cursors[1]])
-        eight = _splat(vt, HALF)
         merged = []
-        for hb in (0, HALF):
+        for hb in (0, half):
             conf = []
-            for hc in (0, HALF):   # C's half hc in lanes 0-7, B's half hb in lanes 8-15
-                quarter = vector.shuffle(kc, kb, [hc + k for k in range(HALF)] + [WIDTH + hb + k for k in range(HALF)])
-                conf.append(llvm.call_intrinsic(vt, CONFLICT, [quarter], [], []))
-            merged.append(arith.ori(conf[0], arith.shli(conf[1], eight)))
-        # B lane i: a one-hot of the C lane (0..15) holding its coordinate, or 0
-        hits = vector.shuffle(merged[0], merged[1], [HALF + k for k in range(HALF)] +
-                              [WIDTH + HALF + k for k in range(HALF)])
+            for hc in (0, half):   # C's half hc in the low lanes, B's half hb in the high ones
+                quarter = vector.shuffle(kc, kb, [hc + k for k in range(half)] + [block + hb + k for k in range(half)])
+                conf.append(llvm.call_intrinsic(vt, CONFLICT[self.crd_bits], [quarter], [], []))
+            merged.append(arith.ori(conf[0], arith.shli(conf[1], _splat(vt, half))))
+        # B lane i: a one-hot of the C lane (0..block-1) holding its coordinate, or 0
+        hits = vector.shuffle(merged[0], merged[1], [half + k for k in range(half)] +
+                              [block + half + k for k in range(half)])
         matched = arith.cmpi(CMPI_NE, hits, _splat(vt, 0))
-        lane_of = arith.subi(_splat(vt, 31), math.ctlz(hits))
+        lane_of = arith.subi(_splat(vt, self.crd_bits - 1), math.ctlz(hits))
         return self._block_state(cursors, kb, kc, matched, lane_of)
 
-    def _block_state(self, cursors, kb, kc, matched, lane_of, c_block: int = WIDTH):
-        """Phase 1's result from B's / C's keys, B's matched lanes and the C lane of each (low 4 bits): B's
+    def _block_state(self, cursors, kb, kc, matched, lane_of, c_block: int | None = None):
+        """Phase 1's result from B's / C's keys, B's matched lanes and the C lane of each (low bits): B's
         values loaded, C's permuted into B's lanes, the blocks' last coordinates (for the advance; C's block
-        ``c_block`` coordinates)."""
+        ``c_block`` coordinates, by default one block)."""
+        block = self.block
+        c_block = c_block or block
         m = self.m
         values = {}
         side_memrefs = [[], []]
@@ -92,18 +107,23 @@ class ConflictLaneBuilder(FastLaneBuilder):
                 side_memrefs[ll.side].append(ll.memref)
         for mem in side_memrefs[0]:
             et = ir.MemRefType(mem.type).element_type
-            values[(mem, 0)] = Lanes(WIDTH, vec=vector.load(_vtype(WIDTH, et), mem, [cursors[0]]))
+            values[(mem, 0)] = Lanes(block, vec=vector.load(_vtype(block, et), mem, [cursors[0]]))
         for mem in side_memrefs[1]:
-            values[(mem, 1)] = Lanes(WIDTH, vec=self._permuted(mem, cursors[1], lane_of))
+            values[(mem, 1)] = Lanes(block, vec=self._permuted(mem, cursors[1], lane_of))
         lasts = [memref.load(crd, [arith.addi(cur, _index(width - 1))])
-                 for crd, cur, width in zip(m.crd_memrefs, cursors, (WIDTH, c_block))]
-        keys = [Lanes(WIDTH, vec=kb), Lanes(WIDTH, vec=kc)]
-        return {"keys": keys, "kb": keys[0], "matched": Lanes(WIDTH, vec=matched), "values": values, "lasts": lasts}
+                 for crd, cur, width in zip(m.crd_memrefs, cursors, (block, c_block))]
+        keys = [Lanes(block, vec=kb), Lanes(block, vec=kc)]
+        return {"keys": keys, "kb": keys[0], "matched": Lanes(block, vec=matched), "values": values, "lasts": lasts}
 
-    @staticmethod
-    def _permuted(mem, cursor, lane_of):
-        """C's 16 values at ``cursor`` in B's lanes: lane i holds the value at C lane ``lane_of[i]``."""
+    def _permuted(self, mem, cursor, lane_of):
+        """C's values of one block at ``cursor`` in B's lanes: lane i holds the value at C lane ``lane_of[i]``."""
         et = ir.MemRefType(mem.type).element_type
+        if self.block != WIDTH:   # int64 coordinates: 8 lanes, one permute
+            vt = _vtype(self.block, et)
+            vm = vector.load(vt, mem, [cursor])
+            index = lane_of if et.width == 64 else arith.trunci(_vtype(self.block, ir.IntegerType.get_signless(32)),
+                                                                 lane_of)
+            return llvm.call_intrinsic(vt, PERMUTE8[et.width], [vm, index], [], [])
         if et.width == 32:
             vm = vector.load(_vtype(WIDTH, et), mem, [cursor])
             return llvm.call_intrinsic(_vtype(WIDTH, et), PERMUTE[32], [vm, lane_of], [], [])
@@ -118,8 +138,8 @@ class ConflictLaneBuilder(FastLaneBuilder):
         return vector.shuffle(halves[0], halves[1], list(range(WIDTH)))
 
     def _phase3(self, st):
-        """Block advance: a fiber moves past its 16 coordinates when its last one is <= the other's."""
+        """Block advance: a fiber moves past its block when its last coordinate is <= the other's."""
         lb, lc = st["lasts"]
-        full, none = _index(WIDTH), _index(0)
+        full, none = _index(self.block), _index(0)
         return [arith.select(arith.cmpi(CMPI_ULE, lb, lc), full, none),
                 arith.select(arith.cmpi(CMPI_ULE, lc, lb), full, none)]

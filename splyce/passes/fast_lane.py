@@ -600,15 +600,16 @@ class FastLaneBuilder:
 
 
 def sum_lane_blocker(match: Coiteration, options: Options, builder: "FastLaneBuilder",
-                     width: int) -> str | None:
+                     width: int, crd_bits: tuple[int, ...] = (32,)) -> str | None:
     """The conditions every specialised fast_math sum lane (conflict, permute) shares, or None: the chosen
-    ``width``, two fingers summing without stores, int32 coordinates, sums in vector accumulators."""
+    ``width``, two fingers summing without stores, coordinates of ``crd_bits`` bits, sums in vector
+    accumulators."""
     if not options.fast_math or options.vector_width != width:
         return f"needs fast_math and vector_width={width}"
     if match.fingers != 2 or match.kind != "K-accumulate" or match.stores:
         return "two fingers summing without stores only"
-    if not (isinstance(match.crd_type, ir.IntegerType) and ir.IntegerType(match.crd_type).width == 32):
-        return "int32 coordinates only"
+    if not (isinstance(match.crd_type, ir.IntegerType) and ir.IntegerType(match.crd_type).width in crd_bits):
+        return " / ".join(f"int{b}" for b in crd_bits) + " coordinates only"
     if not builder.vector_accumulated():
         return "the sums are not in vector accumulators"
     return None

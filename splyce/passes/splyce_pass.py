@@ -15,7 +15,7 @@ from mlir import ir
 from mlir.dialects import memref
 
 from splyce.passes.broadcast_lane import BroadcastLaneBuilder, broadcast_blocker
-from splyce.passes.conflict_lane import ConflictLaneBuilder, conflict_blocker
+from splyce.passes.conflict_lane import BLOCK, ConflictLaneBuilder, conflict_blocker
 from splyce.passes.coiteration_match import INSERT_KIND, Coiteration, Decline, match_coiteration, shape_name
 from splyce.passes.fast_lane import FastLaneBuilder, add_epilogue_count
 from splyce.passes.gallop_lane import PREFETCH_FUNCTION_PREFIX, add_galloping, add_leapfrog, describe_galloping
@@ -169,6 +169,10 @@ def hoist_fiber_bounds(match: Coiteration) -> int:
     return moved
 
 
+def _conflict_compares(block: int) -> str:
+    return f"{block} x {block} conflict compares ({'vpconflictd' if block == 16 else 'vpconflictq'})"
+
+
 def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder, skew_lane: bool = False) -> str:
     crd = str(match.crd_type)
     text = f"{match.kind} {match.element_type} {crd}-crd n={options.vector_width}"
@@ -189,11 +193,12 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder, sk
         if isinstance(builder, BroadcastLaneBuilder):
             text += "; 16 x 8 broadcast compares (no AVX-512 CD), block advance"
         elif isinstance(builder, ConflictLaneBuilder):
-            text += "; 16 x 16 conflict compares (vpconflictd), block advance"
+            text += f"; {_conflict_compares(builder.block)}, block advance"
         elif isinstance(builder, PermuteLaneBuilder):
             text += "; f64 values by an index and vpermd (AVX2)"
     if skew_lane:
-        text += (f"; pairs of length ratio >= {SKEW_RATIO} first: strict 16 x 16 conflict compares (vpconflictd), "
+        block = BLOCK[ir.IntegerType(match.crd_type).width]
+        text += (f"; pairs of length ratio >= {SKEW_RATIO} first: strict {_conflict_compares(block)}, "
                  "block advance, ordered adds of the matched lanes")
     if options.simd_mac:
         blocker = builder.simd2_blocker()

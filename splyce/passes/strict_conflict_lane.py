@@ -15,7 +15,8 @@ time, as galloping's, which takes over from a larger ratio: ``gallop_lane``). Ev
 exactly once and the blocks' ranges advance in order, so the matched coordinates come in ascending order across
 steps and the results are bit-identical to the plain sparsifier.
 
-Built for strict (``fast_math=False``) two-finger sums ``acc + term`` without stores, int32 coordinates, the
+Built for strict (``fast_math=False``) two-finger sums ``acc + term`` without stores, int32 coordinates (int64: the
+conflict lane's 8 x 8 blocks, ``vpconflictq``), the
 other operand's values f32 / f64, phase 2 in SIMD, the all-pairs lane at n = 4, on a target with AVX-512 CD whose
 ``vpconflictd`` was measured fast (``options.FAST_CONFLICT_CPUS``: AMD Zen 4; on Intel Sapphire Rapids it is slow,
 docs/passes.md); a static rule, as strict kernels are never measured (``strict_conflict_blocker``).
@@ -28,7 +29,7 @@ from mlir.dialects import arith, llvm, math, scf, vector
 
 from splyce.options import DEFAULT_VECTOR_WIDTH, FAST_CONFLICT_CPUS, Options, has_fast_conflict_compares
 from splyce.passes.coiteration_match import Coiteration, Decline, match_coiteration
-from splyce.passes.conflict_lane import HALF, PERMUTE, WIDTH, ConflictLaneBuilder
+from splyce.passes.conflict_lane import CRD_BITS, HALF, PERMUTE, PERMUTE8, WIDTH, ConflictLaneBuilder
 from splyce.passes.fast_lane import FAST_LANE_ATTR, FastLaneBuilder, _clone_with, _index, _neg_zero, _vtype
 from splyce.passes.gallop_lane import _expect_false, _split_by_skew
 from splyce.passes.ir_utils import CMPI_NE, CMPI_UGE
@@ -47,8 +48,8 @@ def strict_conflict_blocker(match: Coiteration, options: Options, builder: FastL
         return f"needs the all-pairs lane at n = {DEFAULT_VECTOR_WIDTH} with phase 2 in SIMD"
     if match.fingers != 2 or match.kind != "K-accumulate" or match.stores:
         return "two fingers summing without stores only"
-    if not (isinstance(match.crd_type, ir.IntegerType) and ir.IntegerType(match.crd_type).width == 32):
-        return "int32 coordinates only"
+    if not (isinstance(match.crd_type, ir.IntegerType) and ir.IntegerType(match.crd_type).width in CRD_BITS):
+        return "int32 / int64 coordinates only"
     blocker = builder.simd2_blocker()
     if blocker or set(match.acc_of_result.values()) != set(match.reductions):
         return blocker or "an accumulator that is not a sum"
@@ -62,10 +63,16 @@ def strict_conflict_blocker(match: Coiteration, options: Options, builder: FastL
 
 
 def _lane_value(term, lane):
-    """``term[lane]`` (a vector<16 x f32 / f64>, ``lane`` an index): the lane permuted into lane 0 (``vpermps`` /
-    ``vpermi2pd`` by a broadcast index) and lane 0 taken. A dynamic ``vector.extract`` spilled the vectors to the
-    stack and reloaded the lane on every add (a store-forwarding stall each: ~20 ns per match measured)."""
-    et = ir.VectorType(term.type).element_type
+    """``term[lane]`` (a vector<16 / 8 x f32 / f64>, ``lane`` an index): the lane permuted into lane 0 (``vpermps`` /
+    ``vpermi2pd`` / ``vpermpd`` by a broadcast index) and lane 0 taken. A dynamic ``vector.extract`` spilled the
+    vectors to the stack and reloaded the lane on every add (a store-forwarding stall each: ~20 ns per match
+    measured)."""
+    vt = ir.VectorType(term.type)
+    et, lanes = vt.element_type, vt.shape[0]
+    if lanes != WIDTH:   # an int64 lane's 8-wide terms
+        it = ir.IntegerType.get_signless(et.width)
+        idx = vector.broadcast(_vtype(lanes, it), arith.index_castui(it, lane))
+        return vector.extract(llvm.call_intrinsic(term.type, PERMUTE8[et.width], [term, idx], [], []), [], [0])
     if et.width == 32:
         idx = vector.broadcast(_vtype(WIDTH, ir.IntegerType.get_signless(32)),
                                arith.index_castui(ir.IntegerType.get_signless(32), lane))
@@ -99,11 +106,12 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
     """The conflict lane with the strict phase 2 (``strict_conflict_blocker`` must have said None); built before the
     scalar loop (it takes the loop's initial values), on skewed pairs only (``add_skew_lane``)."""
 
-    FIXED_ADDS = 3   # matched lanes added per step without a branch (a branch on any match measured 1.3-1.7x slower)
+    # matched lanes added per step without a branch (a branch on any match measured 1.3-1.7x slower), per block:
+    # about the matches a step has at the ratio 6 with 100 % overlap (16 / 6, 8 / 6), measured (docs/passes.md)
+    FIXED_ADDS = {16: 3, 8: 2}
 
     def __init__(self, match: Coiteration, options: Options, profile_counters=None):
-        super().__init__(match, options, profile_counters)
-        self.n = WIDTH   # the lane's n (the options keep the all-pairs lane's)
+        super().__init__(match, options, profile_counters)   # n = the block (the options keep the all-pairs lane's)
 
     def build(self):
         fast = super().build()
@@ -126,7 +134,8 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
             masked.operation.erase()
         i32 = ir.IntegerType.get_signless(32)
         zero = arith.constant(i32, 0)
-        bits = vector.extract(vector.bitcast(_vtype(1, ir.IntegerType.get_signless(WIDTH)), st["matched"].vec()), [], [0])
+        mask_int = ir.IntegerType.get_signless(self.block)
+        bits = vector.extract(vector.bitcast(_vtype(1, mask_int), st["matched"].vec()), [], [0])
         bits = arith.extui(i32, bits)
         positions = list(self.m.reductions)
         sums = [args[pos] for pos in positions]
@@ -144,7 +153,7 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
                 new.append(_clone_with(add, [acc, value], [acc.type])[0])
             return arith.andi(left, arith.subi(left, arith.constant(i32, 1))), new
 
-        for _ in range(self.FIXED_ADDS):
+        for _ in range(self.FIXED_ADDS[self.block]):
             bits, sums = add_lowest(bits, sums, True)
         types = [i32] + [s.type for s in sums]
         loop = scf.WhileOp(types, [bits] + sums)
