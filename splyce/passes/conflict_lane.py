@@ -34,7 +34,7 @@ from splyce.passes.coiteration_match import Coiteration
 from splyce.passes.fast_lane import FastLaneBuilder, Lanes, _index, _vtype, sum_lane_blocker
 from splyce.passes.ir_utils import CMPI_NE, CMPI_ULE
 
-WIDTH = CONFLICT_WIDTH   # the int32 lane's block (the strict and broadcast lanes are int32 only)
+WIDTH = CONFLICT_WIDTH   # the int32 lane's block (the broadcast lane is int32 only)
 HALF = WIDTH // 2
 CRD_BITS = (32, 64)
 BLOCK = {32: WIDTH, 64: 8}   # coordinates per block: one zmm of them

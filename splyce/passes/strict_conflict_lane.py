@@ -15,11 +15,11 @@ time, as galloping's, which takes over from a larger ratio: ``gallop_lane``). Ev
 exactly once and the blocks' ranges advance in order, so the matched coordinates come in ascending order across
 steps and the results are bit-identical to the plain sparsifier.
 
-Built for strict (``fast_math=False``) two-finger sums ``acc + term`` without stores, int32 coordinates (int64: the
-conflict lane's 8 x 8 blocks, ``vpconflictq``), the
-other operand's values f32 / f64, phase 2 in SIMD, the all-pairs lane at n = 4, on a target with AVX-512 CD whose
-``vpconflictd`` was measured fast (``options.FAST_CONFLICT_CPUS``: AMD Zen 4; on Intel Sapphire Rapids it is slow,
-docs/passes.md); a static rule, as strict kernels are never measured (``strict_conflict_blocker``).
+Built for strict (``fast_math=False``) two-finger sums ``acc + term`` without stores, int32 or int64 coordinates
+(int64: the conflict lane's 8 x 8 blocks, ``vpconflictq``), the other operand's values f32 / f64, phase 2 in
+SIMD, the all-pairs lane at n = 4, on a target with AVX-512 CD whose ``vpconflictd`` was measured fast
+(``options.FAST_CONFLICT_CPUS``: AMD Zen 4; on Intel Sapphire Rapids it is slow, docs/passes.md); a static
+rule, as strict kernels are never measured (``strict_conflict_blocker``).
 """
 
 from __future__ import annotations
@@ -109,9 +109,6 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
     # matched lanes added per step without a branch (a branch on any match measured 1.3-1.7x slower), per block:
     # about the matches a step has at the ratio 6 with 100 % overlap (16 / 6, 8 / 6), measured (docs/passes.md)
     FIXED_ADDS = {16: 3, 8: 2}
-
-    def __init__(self, match: Coiteration, options: Options, profile_counters=None):
-        super().__init__(match, options, profile_counters)   # n = the block (the options keep the all-pairs lane's)
 
     def build(self):
         fast = super().build()
