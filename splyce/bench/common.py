@@ -371,16 +371,20 @@ class Result:
     preface: str = ""              # Markdown printed before the main table (e.g. summary pivots)
     extra_plots: dict = field(default_factory=dict)   # suffix -> plot function, written as <name>_<suffix>.png
     comments: list[str] = field(default_factory=list)  # more '#' lines of the CSV (e.g. the run's machine probes)
+    repeats: int | None = None     # the run's repeats where its own default differs from ``cfg.n_repeats``
 
     def write(self, cfg: Config) -> dict[str, Path]:
         out = Path(cfg.out)
         out.mkdir(parents=True, exist_ok=True)
+        repeats = self.repeats if self.repeats is not None else cfg.n_repeats
+        written = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         paths = {"csv": out / f"{self.name}.csv", "md": out / f"{self.name}.md", "png": out / f"{self.name}.png"}
         with open(paths["csv"], "w", newline="") as f:
             f.write(f"# {self.title}\n")
             for line in machine_lines():
                 f.write(f"# {line}\n")
-            f.write(f"# repeats: {cfg.n_repeats}{' (quick)' if cfg.quick else ''}\n")
+            f.write(f"# repeats: {repeats}{' (quick)' if cfg.quick else ''}\n")
+            f.write(f"# written: {written}\n")
             for line in self.comments:
                 f.write(f"# {line}\n")
             writer = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
@@ -389,7 +393,7 @@ class Result:
                 writer.writerow({c: (fmt(row.get(c), 6) if not isinstance(row.get(c), str) else row.get(c))
                                  for c in self.columns})
         md = self.markdown()
-        md += "\nMachine: " + "; ".join(machine_lines()) + f"; repeats: {cfg.n_repeats}\n"
+        md += "\nMachine: " + "; ".join(machine_lines()) + f"; repeats: {repeats}; written: {written}\n"
         paths["md"].write_text(md)
         import matplotlib
 

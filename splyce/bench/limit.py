@@ -290,7 +290,7 @@ def run(cfg: Config) -> Result:
             f"step dot rotate / permute (AVX2 hosts): bench/intersect_avx2.py's 4 x 4 steps.")
     return Result("limit", "Fiber-pair sparse dot: the fast lane vs the plain sparsifier, NumKong and the "
                   "bandwidth floor", COLUMNS, rows, note, plot=_plot, preface=_preface(summary),
-                  comments=[f"clock: {ghz:.3f} GHz ({clock_how})"])
+                  comments=[f"clock: {ghz:.3f} GHz ({clock_how})"], repeats=repeats)
 
 
 PREFACE_COLUMNS = ("lane", "lane fast_math", "lane fast_math n8", "lane fast_math n16", "lane fast_math auto", "plain",
