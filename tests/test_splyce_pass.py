@@ -387,12 +387,13 @@ def test_conflict_lane_for_int64_coordinates(ctx, dtype):
     assert [str(t) for t in fast.operation.results.types][-1] == f"vector<8x{dtype}>"
 
 
+@pytest.mark.parametrize("crd_bits", [32, 64])
 @pytest.mark.parametrize("change", ["avx2", "strict", "n8", "k4"])
-def test_conflict_lane_only_where_allowed(ctx, change):
+def test_conflict_lane_only_where_allowed(ctx, change, crd_bits):
     from splyce.native.codegen import resolve_target
 
     options = dict(phases=7, vector_width=16, fast_math=True, target=resolve_target("avx512"))
-    text = kernel_text("k4" if change == "k4" else "k1", "f64")
+    text = kernel_text("k4" if change == "k4" else "k1", "f64", crd_bits)
     if change == "avx2":
         options["target"] = resolve_target("avx2")
     elif change == "strict":
@@ -402,7 +403,7 @@ def test_conflict_lane_only_where_allowed(ctx, change):
     module = stage1(text)
     decisions = run_splyce_pass(module, Options(**options))
     assert decisions[0].vectorized and "conflict" not in decisions[0].reason
-    assert "conflict.d" not in str(module)
+    assert "conflict.d" not in str(module) and "conflict.q" not in str(module)
 
 
 @pytest.mark.parametrize("dtype", ["f64", "f32"])
