@@ -1,12 +1,14 @@
-"""passes/strict_conflict_lane.py: the strict 16 x 16 conflict lane run first on skewed fiber pairs (strict sums,
-n = 4, int32 or int64 coordinates, f32 / f64 values, a target with AVX-512 CD): built only there, its IR holds what it is
-described with, and its results are bit-identical to the plain sparsifier (order-sensitive values, NaN, Inf,
-signed zeros, empty and short fibers, skewed and equal lengths, K1-K5)."""
+"""passes/strict_conflict_lane.py: the strict conflict lane (16 x 16 int32 coordinates, 8 x 8 int64 ones) run
+first on skewed fiber pairs (strict sums, n = 4, f32 / f64 values, a target with AVX-512 CD): built only there,
+its IR holds what it is described with, and its results are bit-identical to the plain sparsifier
+(order-sensitive values, NaN, Inf, signed zeros, empty and short fibers, skewed and equal lengths, random int64
+pairs, K1-K5)."""
 
 import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 from test_broadcast_lane import _no_cd
 from test_splyce_pass import ctx, kernel_text, stage1  # noqa: F401 (ctx: a fixture)
 
@@ -224,3 +226,42 @@ def test_strict_conflict_lane_machine_code(itype):
     q = "q" if itype == np.int64 else "d"
     assert len(re.findall(rf"\bvpconflict{q}\b", asm)) == (4 if _host_runs_it() else 0)
     assert bool(re.search(r"\b(tzcnt|bsf)[lqw]?\b", asm)) or not _host_runs_it()
+
+
+@st.composite
+def _fiber_pairs(draw):
+    """Two sorted fibers of distinct int64 coordinates anywhere below 2**62 (the long one up to 400, the short one a
+    ratio of 1-40 shorter, a share of it taken from the long one), values with NaN / Inf / signed zeros sometimes."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n_long = draw(st.integers(0, 400))
+    n_short = n_long // draw(st.integers(1, 40))
+    span = draw(st.sampled_from([4 * (n_long + n_short) + 1, 2**33, 2**62]))
+    long_ = np.unique(rng.integers(0, span, n_long, dtype=np.int64))
+    shared = rng.choice(long_, min(len(long_), int(n_short * draw(st.floats(0, 1)))), replace=False)
+    short = np.unique(np.concatenate([shared, rng.integers(0, span, n_short - len(shared), dtype=np.int64)]))
+    values = []
+    for crd in (long_, short):
+        v = rng.uniform(-2, 2, len(crd)) * 10.0 ** rng.uniform(-8, 8, len(crd))
+        if len(v) and draw(st.booleans()):
+            v[rng.integers(0, len(v))] = draw(st.sampled_from([np.nan, np.inf, -np.inf, -0.0, 0.0]))
+        values.append(v)
+    return span, long_, values[0], short, values[1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(_fiber_pairs())
+def test_int64_lanes_match_the_plain_sparsifier(pair):
+    """int64 fiber pairs of any lengths, skews and spans: the strict lanes bit for bit the plain sparsifier, the
+    fast_math lane within tolerance of it (NaN where it has NaN), both orders."""
+    span, b, bv, c, cv = pair
+    A, B = _vector(span, b, bv, np.int64), _vector(span, c, cv, np.int64)
+    plain, strict = splyce.jit(_dot, vectorize=False), splyce.jit(_dot)
+    fast = splyce.jit(_dot, fast_math=True)
+    for x, y in ((A, B), (B, A)):
+        want = np.asarray(plain(x, y))
+        assert _same(strict(x, y), want)
+        got = float(fast(x, y))
+        if np.isnan(want):
+            assert np.isnan(got)
+        else:
+            assert got == pytest.approx(float(want), rel=1e-9, abs=1e-9 * max(1.0, float(np.abs(bv).sum())))
