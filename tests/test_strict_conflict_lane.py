@@ -1,8 +1,8 @@
-"""passes/strict_conflict_lane.py: the strict conflict lane (16 x 16 int32 coordinates, 8 x 8 int64 ones) run
-first on skewed fiber pairs (strict sums, n = 4, f32 / f64 values, a target with AVX-512 CD): built only there,
-its IR holds what it is described with, and its results are bit-identical to the plain sparsifier
-(order-sensitive values, NaN, Inf, signed zeros, empty and short fibers, skewed and equal lengths, random int64
-pairs, K1-K5)."""
+"""passes/strict_conflict_lane.py: the strict conflict lane (16 x 16 int32 coordinates, 8 x 8 int64 ones) every
+pair that does not gallop starts in (strict sums, n = 4, f32 / f64 values, a target with AVX-512 CD): built only
+there, its IR holds what it is described with, and its results are bit-identical to the plain sparsifier
+(order-sensitive values, NaN, Inf, signed zeros, empty and short fibers, skewed and equal lengths, any overlap,
+random int64 pairs, K1-K5)."""
 
 import re
 
@@ -18,10 +18,10 @@ from splyce.native import codegen
 from splyce.options import Options, has_fast_conflict_compares
 from splyce.passes.fast_lane import FAST_LANE_ATTR
 from splyce.passes.splyce_pass import run_splyce_pass
-from splyce.passes.strict_conflict_lane import SKEW_RATIO, STRICT_CONFLICT_ATTR, StrictConflictLaneBuilder
+from splyce.passes.strict_conflict_lane import STRICT_CONFLICT_ATTR, StrictConflictLaneBuilder
 
-REASON = f"pairs of length ratio >= {SKEW_RATIO} first: strict 16 x 16 conflict compares"
-REASON64 = f"pairs of length ratio >= {SKEW_RATIO} first: strict 8 x 8 conflict compares (vpconflictq)"
+REASON = "first a strict lane of 16 x 16 conflict compares (vpconflictd)"
+REASON64 = "first a strict lane of 8 x 8 conflict compares (vpconflictq)"
 
 
 def _host_runs_it() -> bool:
@@ -48,57 +48,51 @@ def _strict_lanes(module) -> list:
     return found
 
 
+def _check_lane(module, dtype: str, block: int, conflict: str, permute: str) -> None:
+    """The strict lane of ``module``'s K1: ``conflict`` 4 times, C's values permuted (``permute``), FIXED_ADDS[block]
+    matched lanes added without a branch (each term moved into lane 0: cttz, the permute by a broadcast index),
+    the rest under one ``scf.if`` by an ordered reduction of the step's terms (no loop, no fastmath), whole blocks
+    advanced, and a credit (i32) in its condition; then the all-pairs lane, then the scalar loop, in one block."""
+    (lane,) = _strict_lanes(module)
+    text = str(lane)
+    assert text.count(f'"llvm.x86.avx512.conflict.{conflict}.512"') == 4
+    adds = StrictConflictLaneBuilder.FIXED_ADDS[block]
+    values = 1 if block == 8 or dtype == "f32" else 2
+    assert text.count(permute) == values + adds
+    assert text.count("math.cttz") == adds and "math.ctpop" not in text
+    assert len(re.findall(rf"arith\.addf %\w+, %\w+ : {dtype}\n", text)) == adds
+    reductions = re.findall(r"vector\.reduction <add>.*", text)
+    assert len(reductions) == 1 and "fastmath" not in reductions[0]
+    body = lane.operation.regions[1].blocks[0]
+    assert not [op for op in body.operations if op.operation.name == "scf.while"]
+    assert [op for op in body.operations if op.operation.name == "scf.if"]
+    assert re.search(rf"arith\.select %\w+, %c{block}\w*, %c0\w* : index", text)
+    assert re.search(r"arith\.cmpi sge, %\w+, %c0_i32", text)      # the credit
+    siblings = [op for op in lane.operation.block.operations if op.operation.name == "scf.while"]
+    assert siblings[0] == lane and FAST_LANE_ATTR in siblings[1].operation.attributes and len(siblings) == 3
+    assert list(lane.results)[:len(siblings[1].operation.operands)] == list(siblings[1].operation.operands)[:len(
+        list(lane.results))]
+
+
 @pytest.mark.parametrize("dtype", ["f64", "f32"])
 def test_strict_conflict_lane_ir(ctx, dtype):
-    """Strict K1 on an AMD Zen 4 target: the lane (4 conflict intrinsics, C's values permuted, block advance) under
-    ``scf.if`` (``long >= SKEW_RATIO x short``, marked unlikely), its sum scalar adds of one matched lane's term
-    each (the lane's index by cttz, the term permuted into lane 0): FIXED_ADDS without a branch (-0.0 past the last
-    matched lane), the rest in an inner loop; no reduction; then the copy of the scalar loop, no all-pairs lane."""
+    """Strict K1 on an AMD Zen 4 target: the lane before the all-pairs lane (``_check_lane``)."""
     module = stage1(kernel_text("k1", dtype))
     (decision,) = run_splyce_pass(module, Options(phases=7, target=_zen4()))
     assert decision.vectorized and REASON in decision.reason and "n=4" in decision.reason
-    (lane,) = _strict_lanes(module)
-    text = str(lane)
-    assert text.count('"llvm.x86.avx512.conflict.d.512"') == 4
     permute = "llvm.x86.avx512.permvar.sf.512" if dtype == "f32" else "llvm.x86.avx512.vpermi2var.pd.512"
-    adds = StrictConflictLaneBuilder.FIXED_ADDS[16] + 1    # the fixed adds and the inner loop's
-    assert text.count(permute) == (1 if dtype == "f32" else 2) + adds   # C's values, then one per add
-    assert "vector.reduction" not in text and text.count("math.cttz") == adds and "math.ctpop" not in text
-    assert len(re.findall(rf"arith\.addf %\w+, %\w+ : {dtype}\n", text)) == adds
-    assert len(re.findall(rf"arith\.select %\w+, %\w+, %\w+ : {dtype}\n", text)) == adds - 1   # -0.0 if none left
-    assert len([op for op in lane.operation.regions[1].blocks[0].operations if op.operation.name == "scf.while"]) == 1
-    assert re.search(r"arith\.select %\w+, %c16\w*, %c0\w* : index", text)
-    # scf.if (long >= SKEW_RATIO x short, marked unlikely): the lane and a copy of the scalar loop (no all-pairs lane:
-    # it cost K1 ~1 %); else the all-pairs lane and the scalar loop, as without the lane
-    gate = lane.operation.parent
-    assert gate.name == "scf.if" and gate.operands[0].owner.name == "llvm.intr.expect"
-    assert re.search(rf"arith\.muli %\w+, %c{SKEW_RATIO}\w* : index", str(gate.parent))
-    skewed, other = ([op for op in region.blocks[0].operations if op.operation.name == "scf.while"]
-                     for region in gate.regions)
-    assert [FAST_LANE_ATTR in op.operation.attributes for op in skewed] == [False, False]
-    assert [FAST_LANE_ATTR in op.operation.attributes for op in other] == [True, False]
-    assert list(skewed[0].results) == list(skewed[1].operation.operands)   # the lane feeds the scalar loop
-    assert "vector." not in str(skewed[1]) and "conflict" not in str(skewed[1])
-    assert "vector.reduction <add>" in str(other[0]) and "conflict" not in str(other[0])
+    _check_lane(module, dtype, 16, "d", permute)
 
 
 @pytest.mark.parametrize("dtype", ["f64", "f32"])
 def test_strict_conflict_lane_int64_ir(ctx, dtype):
-    """int64 coordinates: the lane on blocks of 8 (4 vpconflictq, whole blocks of 8), its matched lanes added one
-    at a time (FIXED_ADDS[8] without a branch, the rest in the loop), each term moved into lane 0 by an 8-lane
-    permute by a broadcast index."""
+    """int64 coordinates: the lane on blocks of 8 (4 vpconflictq, one 8-lane permute of C's values and of each
+    added term)."""
     module = stage1(kernel_text("k1", dtype, 64))
     (decision,) = run_splyce_pass(module, Options(phases=7, target=_zen4()))
     assert decision.vectorized and REASON64 in decision.reason and "n=4" in decision.reason
-    (lane,) = _strict_lanes(module)
-    text = str(lane)
-    assert text.count('"llvm.x86.avx512.conflict.q.512"') == 4 and "conflict.d" not in text
-    adds = StrictConflictLaneBuilder.FIXED_ADDS[8] + 1
     permute = "llvm.x86.avx2.permps" if dtype == "f32" else "llvm.x86.avx512.permvar.df.512"
-    assert text.count(permute) == 1 + adds   # C's values, then one per add
-    assert text.count("math.cttz") == adds and "vector.reduction" not in text
-    assert len(re.findall(rf"arith\.addf %\w+, %\w+ : {dtype}\n", text)) == adds
-    assert re.search(r"arith\.select %\w+, %c8\w*, %c0\w* : index", text)
+    _check_lane(module, dtype, 8, "q", permute)
 
 
 CHANGES = {"fast_math": {"fast_math": True, "vector_width": 16}, "avx2": {"target": "avx2"}, "no cd": {},
@@ -119,7 +113,7 @@ def test_strict_conflict_lane_only_where_allowed(ctx, change):
     text = kernel_text("k4") if change == "k4" else kernel_text("k1")
     module = stage1(text)
     decisions = run_splyce_pass(module, Options(target=target, **options))
-    assert decisions[0].vectorized and not any("first: strict" in d.reason for d in decisions)
+    assert decisions[0].vectorized and not any("first a strict lane" in d.reason for d in decisions)
     assert not _strict_lanes(module)
     assert ("conflict.d" in str(module)) == (change == "fast_math")
 
@@ -136,7 +130,7 @@ def _same(x, y) -> bool:
 @pytest.mark.parametrize("vtype", [np.float64, np.float32])
 def test_strict_conflict_lane_bit_identical_on_fiber_pairs(vtype, itype):
     """bench limit's fiber pairs, lengths around the blocks (1-5000 coordinates), any overlap, equal and skewed
-    lengths (1:2 below the gate, 1:4 at it, 1:6 at the ratio, 1:16 and 1:64, which gallops at some lengths), both
+    lengths (1:2, 1:4, 1:6 at the ratio from which a pair stays in the lane, 1:16 and 1:64, which gallops at some lengths), both
     orders, with and without galloping, empty and 1-element fibers: bit-identical to the plain sparsifier; the lane
     is built where the host can run it."""
     plain = splyce.jit(_dot, vectorize=False)

@@ -221,9 +221,11 @@ class FastLaneBuilder:
         with ir.InsertionPoint(w):
             c_n = _index(n)
             zeros = [vector.broadcast(vt, _neg_zero(vt.element_type)) for vt in vec_types]
-            fast = scf.WhileOp(types + vec_types, inits + zeros)
+            carried = self._carried_inits()
+            own = len(types) + len(vec_types)   # the builder's own loop-carried values follow
+            fast = scf.WhileOp(types + vec_types + [v.type for v in carried], inits + zeros + carried)
             fast.operation.attributes[FAST_LANE_ATTR] = ir.UnitAttr.get()
-            before = fast.before.blocks.append(*types, *vec_types)
+            before = fast.before.blocks.append(*types, *vec_types, *[v.type for v in carried])
             with ir.InsertionPoint(before):
                 ok = []
                 for pos, hi in zip(m.cursor_pos, m.bounds):
@@ -231,11 +233,12 @@ class FastLaneBuilder:
                     inside = _cmpi(CMPI_ULT, cur, hi)
                     room = _cmpi(CMPI_UGE, arith.subi(hi, cur), c_n)
                     ok.append(arith.andi(inside, room))
+                ok += self._carried_conditions(list(before.arguments)[own:])
                 scf.condition(_tree(ok, arith.andi), list(before.arguments))
-            after = fast.after.blocks.append(*types, *vec_types)
+            after = fast.after.blocks.append(*types, *vec_types, *[v.type for v in carried])
             with ir.InsertionPoint(after):
-                new_args = self._body(list(after.arguments))
-                scf.yield_(new_args)
+                new_args = self._body(list(after.arguments)[:own])
+                scf.yield_(new_args + self._carried_next(list(after.arguments)[own:]))
         results = list(fast.results)[:len(types)]
         with ir.InsertionPoint(w):   # between the fast lane and the scalar loop (moved with them: gallop_lane)
             for pos, slot in self.vector_acc_slots.items():
@@ -244,6 +247,18 @@ class FastLaneBuilder:
         for i, r in enumerate(results):
             w.operation.operands[i] = r
         return fast
+
+    def _carried_inits(self) -> list:
+        """Initial values of loop-carried values of a subclass's own (after the sums' vector accumulators)."""
+        return []
+
+    def _carried_conditions(self, carried: list) -> list:
+        """More conditions for the next step, from the carried values."""
+        return []
+
+    def _carried_next(self, carried: list) -> list:
+        """The carried values after a step (built after ``_body``)."""
+        return []
 
     def _body(self, args):
         m = self.m

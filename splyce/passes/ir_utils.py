@@ -11,6 +11,7 @@ from mlir import ir
 
 # arith.cmpi predicates (the ArithBase.td numbering).
 CMPI_EQ, CMPI_NE, CMPI_ULT, CMPI_ULE, CMPI_UGT, CMPI_UGE = 0, 1, 6, 7, 8, 9
+CMPI_SGE = 5
 
 
 def walk(op) -> Iterator[ir.Operation]:

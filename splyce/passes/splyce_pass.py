@@ -21,7 +21,7 @@ from splyce.passes.fast_lane import FastLaneBuilder, add_epilogue_count
 from splyce.passes.gallop_lane import PREFETCH_FUNCTION_PREFIX, add_galloping, add_leapfrog, describe_galloping
 from splyce.passes.insert_lane import InsertLaneBuilder
 from splyce.passes.permute_lane import PermuteLaneBuilder, permute_blocker
-from splyce.passes.strict_conflict_lane import SKEW_RATIO, add_skew_lane, strict_conflict_blocker
+from splyce.passes.strict_conflict_lane import add_conflict_lane_first, strict_conflict_blocker
 from splyce.passes.union_insert import UnionInsert, UnionInsertBuilder, match_union_insert
 from splyce.passes.union_lane import UnionLaneBuilder, add_tail_count, simd_blocker
 from splyce.passes.union_match import Union, match_union
@@ -173,7 +173,7 @@ def _conflict_compares(block: int) -> str:
     return f"{block} x {block} conflict compares ({'vpconflictd' if block == 16 else 'vpconflictq'})"
 
 
-def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder, skew_lane: bool = False) -> str:
+def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder, conflict_first: bool = False) -> str:
     crd = str(match.crd_type)
     text = f"{match.kind} {match.element_type} {crd}-crd n={options.vector_width}"
     if options.fast_math and options.width_reason != "given":   # chosen for fast_math by the target's features
@@ -196,10 +196,10 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder, sk
             text += f"; {_conflict_compares(builder.block)}, block advance"
         elif isinstance(builder, PermuteLaneBuilder):
             text += "; f64 values by an index and vpermd (AVX2)"
-    if skew_lane:
+    if conflict_first:
         block = BLOCK[ir.IntegerType(match.crd_type).width]
-        text += (f"; pairs of length ratio >= {SKEW_RATIO} first: strict {_conflict_compares(block)}, "
-                 "block advance, ordered adds of the matched lanes")
+        text += (f"; first a strict lane of {_conflict_compares(block)}, block advance, ordered adds of the matched "
+                 "lanes (left for the all-pairs lane when matches come densely)")
     if options.simd_mac:
         blocker = builder.simd2_blocker()
         if blocker:
@@ -323,7 +323,7 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                     if loop_options is not options:
                         builder = lane(match, loop_options, counters)
                 # not in profiling builds: the epilogue count's ops in the scalar loop stop its copy from matching
-                skew_lane = counters is None and lane is FastLaneBuilder and blocker is not None and \
+                conflict_first = counters is None and lane is FastLaneBuilder and blocker is not None and \
                     strict_conflict_blocker(match, loop_options, builder) is None
                 fast = builder.build()
                 if counters is not None:
@@ -331,9 +331,9 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                 if options.gallop:
                     skew_aware = add_galloping if match.fingers == 2 else add_leapfrog
                     skew_aware(match, fast, options.gallop, counters)
-                if skew_lane:   # strict: skewed pairs (below galloping's ratio) run the strict conflict lane first
-                    add_skew_lane(match, fast, loop_options, counters)
-                decisions.append(LoopDecision(name, index, True, _describe(match, loop_options, builder, skew_lane)))
+                if conflict_first:   # strict: pairs that do not gallop start in the strict conflict lane
+                    add_conflict_lane_first(match, fast, loop_options, counters)
+                decisions.append(LoopDecision(name, index, True, _describe(match, loop_options, builder, conflict_first)))
         module.operation.verify()
     return decisions
 

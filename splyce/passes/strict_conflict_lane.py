@@ -1,19 +1,22 @@
-"""The strict two-finger lane for skewed fiber pairs: 16 x 16 conflict compares, ordered adds of the matches only.
+"""The strict two-finger lane every fiber pair starts in: conflict compares, ordered adds of the matches only.
 
 The all-pairs lane at n = 4 (``fast_lane``) is the strict (bit-exact) lane: each step adds its 4 lane products
-to the sum in order, the unmatched ones as -0.0. On a skewed pair (one fiber several times the other's length)
-its pivot advance moves the short fiber by ~0 coordinates a step and walks the long one 4 at a time, where the
-conflict lane (``conflict_lane``, ``fast_math`` only) skips the long fiber 16 at a time. This builder is the
-conflict lane's phase 1 and block advance with a strict phase 2: the matched lanes' terms (the SIMD phase 2's
-term vector) are added to the scalar sum one at a time, lowest B lane (= smallest coordinate) first, by a loop
-over the match mask's set bits (``cttz``, the lane's term permuted into lane 0, then the bit cleared): exactly the scalar loop's additions, in its
-order, and nothing when no lane matched, the common case on a skewed pair (one predictable branch).
+to the sum in order, the unmatched ones as -0.0, 4 dependent adds a step whatever the overlap; on a skewed pair
+(one fiber several times the other's length) its pivot advance also walks the long fiber 4 at a time. This
+builder is the conflict lane's phase 1 and block advance (``conflict_lane``: blocks of 16 int32 / 8 int64
+coordinates) with a strict phase 2: the matched lanes' terms (the SIMD phase 2's term vector) are added to the
+scalar sum one at a time, lowest B lane (= smallest coordinate) first (``cttz``, the lane's term permuted into
+lane 0, the bit cleared): exactly the scalar loop's additions, in its order. The first ``FIXED_ADDS`` matched
+lanes are added without a branch (-0.0 past the last one); a step with more (a "busy" one) adds the rest under
+one branch, by an ordered reduction of the step's terms with every other lane -0.0.
 
-A fiber pair runs it only when, on entry, ``long >= SKEW_RATIO x short`` (``add_skew_lane``), then the scalar loop
-finishes the pair (the short fiber's last < 16 coordinates); other pairs run the all-pairs lane as before (the choice is per pair and at run
-time, as galloping's, which takes over from a larger ratio: ``gallop_lane``). Every pair of overlapping blocks meets
-exactly once and the blocks' ranges advance in order, so the matched coordinates come in ascending order across
-steps and the results are bit-identical to the plain sparsifier.
+Every pair that does not gallop starts here (``add_conflict_lane_first``), then goes on in the all-pairs lane and
+the scalar loop as before: for its last < 16 / 8 coordinates, or from the step on where its busy steps came too
+often (a credit carried through the lane: +1 a calm step, -4 a busy one, the lane left below 0; a pair of length
+ratio >= ``SKEW_RATIO`` never leaves). At low overlap a step has 0-3 matches and costs its few adds; at 50 %
+overlap and more the all-pairs lane's 4 fixed adds a step are cheaper, which the credit finds within a few steps.
+Every pair of overlapping blocks meets exactly once and the blocks' ranges advance in order, so the matched
+coordinates come in ascending order across steps and the results are bit-identical to the plain sparsifier.
 
 Built for strict (``fast_math=False``) two-finger sums ``acc + term`` without stores, int32 or int64 coordinates
 (int64: the conflict lane's 8 x 8 blocks, ``vpconflictq``), the other operand's values f32 / f64, phase 2 in
@@ -24,18 +27,20 @@ rule, as strict kernels are never measured (``strict_conflict_blocker``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 from mlir import ir
 from mlir.dialects import arith, llvm, math, scf, vector
 
 from splyce.options import DEFAULT_VECTOR_WIDTH, FAST_CONFLICT_CPUS, Options, has_fast_conflict_compares
-from splyce.passes.coiteration_match import Coiteration, Decline, match_coiteration
-from splyce.passes.conflict_lane import CRD_BITS, HALF, PERMUTE, PERMUTE8, WIDTH, ConflictLaneBuilder
+from splyce.passes.coiteration_match import Coiteration
+from splyce.passes.conflict_lane import CRD_BITS, HALF, PERMUTE, PERMUTE8, WIDTH, ConflictLaneBuilder, _splat
 from splyce.passes.fast_lane import FAST_LANE_ATTR, FastLaneBuilder, _clone_with, _index, _neg_zero, _vtype
-from splyce.passes.gallop_lane import _expect_false, _split_by_skew
-from splyce.passes.ir_utils import CMPI_NE, CMPI_UGE
+from splyce.passes.ir_utils import CMPI_NE, CMPI_SGE, CMPI_UGE
 
 STRICT_CONFLICT_ATTR = "splyce.strict_conflict_lane"   # unit attribute marking this lane's scf.while
-# The length ratio from which a pair runs this lane first (docs/passes.md, "A strict conflict lane for skewed
+# The length ratio from which a pair stays in this lane to its end (docs/passes.md, "A strict conflict lane for skewed
 # pairs": measured against the n = 4 lane at 1:1 to 1:16 on AMD Zen 4)
 SKEW_RATIO = 6
 
@@ -85,30 +90,47 @@ def _lane_value(term, lane):
     return vector.extract(moved, [], [0])
 
 
-def add_skew_lane(match: Coiteration, fast_op, options: Options, counters=None) -> None:
-    """Give the all-pairs lane ``fast_op`` of ``match`` (after galloping's choice, if any) a sibling path for pairs
-    with ``long >= SKEW_RATIO x short`` on entry: ``scf.if`` (marked unlikely) whose then-branch runs the strict
-    conflict lane and a copy of the scalar loop (the pair's tail), the else-branch the lane and the loop as before.
-    No all-pairs lane after the conflict lane: with one there (its room test of B hoisted, one more value live
-    across K1's j loop) K1's ~100 : 100-coordinate pairs, which never take this branch, ran ~1 % slower
-    (docs/passes.md)."""
-    inits = list(fast_op.operation.operands)[:len(match.while_op.operation.operands)]
-    with ir.InsertionPoint(fast_op):
-        lens = [arith.subi(hi, inits[p]) for p, hi in zip(match.cursor_pos, match.bounds)]
-        skewed = arith.cmpi(CMPI_UGE, arith.maxui(*lens), arith.muli(arith.minui(*lens), _index(SKEW_RATIO)))
-    copy = match_coiteration(_split_by_skew(match, fast_op, _expect_false(skewed, fast_op)).while_op)
-    if isinstance(copy, Decline):   # the copy of a matched loop
-        raise RuntimeError(f"strict_conflict_lane: the scalar loop's copy does not match: {copy.reason}")
-    StrictConflictLaneBuilder(copy, options, counters).build()   # then the copy of the scalar loop
+def add_conflict_lane_first(match: Coiteration, fast_op, options: Options, counters=None) -> StrictConflictLaneBuilder:
+    """Put the strict conflict lane before the all-pairs lane ``fast_op`` of ``match`` (after galloping's choice,
+    if any, in its branch for the pairs that do not gallop): every pair starts in it, and goes on in the
+    all-pairs lane (for its last < 16 / 8 coordinates, or from a step on when its matches come too densely:
+    ``StrictConflictLaneBuilder``'s credit), then the scalar loop."""
+    builder = StrictConflictLaneBuilder(replace(match, while_op=fast_op), options, counters)
+    builder.build()
+    return builder
 
 
 class StrictConflictLaneBuilder(ConflictLaneBuilder):
-    """The conflict lane with the strict phase 2 (``strict_conflict_blocker`` must have said None); built before the
-    scalar loop (it takes the loop's initial values), on skewed pairs only (``add_skew_lane``)."""
+    """The conflict lane with the strict phase 2 (``strict_conflict_blocker`` must have said None), built before the
+    all-pairs lane of the pair (``add_conflict_lane_first``: it takes that lane's initial values)."""
 
     # matched lanes added per step without a branch (a branch on any match measured 1.3-1.7x slower), per block:
-    # about the matches a step has at the ratio 6 with 100 % overlap (16 / 6, 8 / 6), measured (docs/passes.md)
+    # about the matches a step has at the length ratio 6 with 100 % overlap (16 / 6, 8 / 6), measured
+    # (docs/passes.md)
     FIXED_ADDS = {16: 3, 8: 2}
+
+    # A pair leaves the lane for the all-pairs lane when its steps have more matched lanes than FIXED_ADDS too
+    # often (the ordered adds of such a step cost more than the all-pairs lane's): a credit, CREDIT_START on entry
+    # (a pair of length ratio >= SKEW_RATIO: never leaves, its matches come one block of the short fiber at a time),
+    # +1 a calm step up to CREDIT_CAP, -CREDIT_DEBIT a busy one, the lane left below 0 (docs/passes.md)
+    CREDIT_START, CREDIT_CAP, CREDIT_DEBIT = 8, 16, 4
+
+    def _carried_inits(self) -> list:
+        m, i32 = self.m, ir.IntegerType.get_signless(32)
+        inits = list(self.m.while_op.operation.operands)
+        lens = [arith.subi(hi, inits[p]) for p, hi in zip(m.cursor_pos, m.bounds)]
+        skewed = arith.cmpi(CMPI_UGE, arith.maxui(*lens), arith.muli(arith.minui(*lens), _index(SKEW_RATIO)))
+        self._cap = arith.select(skewed, arith.constant(i32, 1 << 30), arith.constant(i32, self.CREDIT_CAP))
+        return [arith.select(skewed, self._cap, arith.constant(i32, self.CREDIT_START))]
+
+    def _carried_conditions(self, carried: list) -> list:
+        return [arith.cmpi(CMPI_SGE, carried[0], arith.constant(carried[0].type, 0))]
+
+    def _carried_next(self, carried: list) -> list:
+        (credit,) = carried
+        t = credit.type
+        step = arith.select(self._busy, arith.constant(t, -self.CREDIT_DEBIT), arith.constant(t, 1))
+        return [arith.minsi(arith.addi(credit, step), self._cap)]
 
     def build(self):
         fast = super().build()
@@ -119,7 +141,9 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
     def _phase2(self, args, st):
         """The SIMD phase 2's term vectors, added to the sums one matched lane at a time, in lane order: the first
         ``FIXED_ADDS`` matched lanes without a branch (a lane past the last matched one adds -0.0, the identity),
-        the rest, if any, by a loop over the remaining mask bits."""
+        the rest, if any, under one branch by an ordered reduction of the step's terms with every lane but the
+        remaining matched ones -0.0 (a fixed 16 / 8 dependent adds: a loop over the remaining bits had a trip
+        count that changed from step to step, mispredicted on pairs of high overlap)."""
         accs = self._phase2_simd(args, st)   # builds each sum as an ordered reduction of select(mask, term, -0.0)
         terms, adds = [], []
         for pos, red in self.m.reductions.items():
@@ -137,28 +161,30 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
         positions = list(self.m.reductions)
         sums = [args[pos] for pos in positions]
 
-        def add_lowest(left, sums, fixed: bool):
-            """The sums plus the term of ``left``'s lowest set lane (-0.0 when ``left`` is 0, if ``fixed``), and
-            ``left`` without that bit."""
+        def add_lowest(left, sums):
+            """The sums plus the term of ``left``'s lowest set lane (-0.0 when ``left`` is 0), and ``left``
+            without that bit."""
             lane = arith.index_castui(ir.IndexType.get(), math.cttz(left))
-            some = arith.cmpi(CMPI_NE, left, zero) if fixed else None
+            some = arith.cmpi(CMPI_NE, left, zero)
             new = []
             for term, add, acc in zip(terms, adds, sums):
-                value = _lane_value(term, lane)
-                if fixed:
-                    value = arith.select(some, value, _neg_zero(value.type))
+                value = arith.select(some, _lane_value(term, lane), _neg_zero(term.type.element_type))
                 new.append(_clone_with(add, [acc, value], [acc.type])[0])
             return arith.andi(left, arith.subi(left, arith.constant(i32, 1))), new
 
         for _ in range(self.FIXED_ADDS[self.block]):
-            bits, sums = add_lowest(bits, sums, True)
-        types = [i32] + [s.type for s in sums]
-        loop = scf.WhileOp(types, [bits] + sums)
-        before = loop.before.blocks.append(*types)
-        with ir.InsertionPoint(before):   # no matched lane left: done
-            scf.condition(arith.cmpi(CMPI_NE, before.arguments[0], zero), list(before.arguments))
-        after = loop.after.blocks.append(*types)
-        with ir.InsertionPoint(after):
-            rest, new = add_lowest(after.arguments[0], list(after.arguments)[1:], False)
-            scf.yield_([rest] + new)
-        return {pos: loop.results[k + 1] for k, pos in enumerate(positions)}
+            bits, sums = add_lowest(bits, sums)
+        self._busy = arith.cmpi(CMPI_NE, bits, zero)
+        rest = scf.IfOp(self._busy, [s.type for s in sums], has_else=True)
+        with ir.InsertionPoint(rest.then_block):   # more matched lanes: every one left, in lane order
+            vi = _vtype(self.block, i32)
+            lane_bits = arith.constant(vi, ir.DenseElementsAttr.get(
+                np.array([1 << i for i in range(self.block)], dtype=np.int32), type=vi))
+            left = arith.cmpi(CMPI_NE, arith.andi(vector.broadcast(vi, bits), lane_bits), _splat(vi, 0))
+            scf.yield_([vector.reduction(acc.type, vector.CombiningKind.ADD,
+                                         arith.select(left, term, vector.broadcast(term.type, _neg_zero(acc.type))),
+                                         acc=acc)
+                        for term, acc in zip(terms, sums)])
+        with ir.InsertionPoint(rest.else_block):
+            scf.yield_(sums)
+        return {pos: rest.results[k] for k, pos in enumerate(positions)}
