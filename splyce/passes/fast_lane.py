@@ -33,6 +33,7 @@ from mlir.dialects import arith, math, memref, scf, vector
 from splyce.options import Options
 from splyce.passes.coiteration_match import Coiteration
 from splyce.passes.ir_utils import CMPI_EQ, CMPI_UGE, CMPI_ULE, CMPI_ULT, strides_and_offset
+from splyce.passes.lane_addresses import LaneAddresses
 
 FAST_LANE_ATTR = "splyce.fast_lane"  # unit attribute marking the fast-lane scf.while
 
@@ -118,7 +119,7 @@ def _apply_chain(chain, value, width=None):
 FAST_LANE_SLOT, EPILOGUE_SLOT, MULTIWAY_SLOT = 0, 1, 3  # profile counters (2: galloping skips)
 
 
-class FastLaneBuilder:
+class FastLaneBuilder(LaneAddresses):
     def __init__(self, match: Coiteration, options: Options, profile_counters: ir.Value | None = None):
         """``profile_counters``: the function's memref<Nxi64> of coordinates consumed, when profiling (the
         two-finger lane counts in FAST_LANE_SLOT, a three- or four-way lane in MULTIWAY_SLOT)."""
@@ -127,76 +128,6 @@ class FastLaneBuilder:
         self.counter_slot = FAST_LANE_SLOT if match.fingers == 2 else MULTIWAY_SLOT
         self.vector_acc_slots = {}  # sum's iter-arg position -> the fast lane's vector accumulator's position
         self._scratches = {}  # (element type, rank, memory space, store?) -> scratch, cast to dynamic
-
-    # -------------------------------------------------------------------------- address selection
-    def _scratch(self, mt: ir.MemRefType, store: bool):
-        """A zeroed one-element scratch buffer standing in for ``mt`` (same element type, rank and
-        strides), allocated once at function entry; returned cast to ``mt`` with dynamic sizes (and a
-        dynamic offset if ``mt``'s is not 0), or None if unsupported. Keeping ``mt``'s static strides
-        lets a lane address be one pointer select plus index selects (all indices 0 for the scratch).
-        Loads and stores get separate buffers: unmatched lanes then never read what an earlier lane
-        wrote (no store-to-load chain through the scratch across lanes and iterations)."""
-        et, rank = mt.element_type, mt.rank
-        if isinstance(et, ir.FloatType):
-            zero_attr = ir.FloatAttr.get(et, 0.0)
-        elif isinstance(et, (ir.IntegerType, ir.IndexType)):
-            zero_attr = ir.IntegerAttr.get(et, 0)
-        else:
-            return None
-        layout = strides_and_offset(mt)
-        if layout is None:  # no strides to give the scratch: the lane writes back the old value instead
-            return None
-        strides, offset = layout
-        dyn, dyn_so = ir.ShapedType.get_dynamic_size(), ir.ShapedType.get_dynamic_stride_or_offset()
-        ms = mt.memory_space
-        target_offset = 0 if offset == 0 else dyn_so
-        layout = ir.StridedLayoutAttr.get(target_offset, list(strides))
-        dyn_type = ir.MemRefType.get([dyn] * rank, et, layout=layout, memory_space=ms)
-        key = (str(dyn_type), store)
-        if key in self._scratches:
-            return self._scratches[key]
-        func = self.m.while_op.operation
-        while func is not None and func.name != "func.func":
-            func = func.parent
-        if func is None:
-            self._scratches[key] = None
-            return None
-        entry = func.regions[0].blocks[0]
-        scratch_strides = [1 if st == dyn_so else st for st in strides]
-        with ir.InsertionPoint.at_block_begin(entry):
-            buf = memref.alloca(ir.MemRefType.get([1], et, memory_space=ms), [], [])
-            c0 = _index(0)
-            memref.store(arith.constant(et, zero_attr), buf, [c0])
-            view_t = ir.MemRefType.get([1] * rank, et, memory_space=ms,
-                                       layout=ir.StridedLayoutAttr.get(0, scratch_strides))
-            view = memref.reinterpret_cast(view_t, buf, [], [], [], [0], [1] * rank, scratch_strides)
-            scratch = memref.cast(dyn_type, view)
-        self._scratches[key] = scratch
-        return scratch
-
-    def _store_lane(self, matched, value, mem, idx, casts) -> None:
-        """Store one lane's value, branchlessly: to the real element when matched, else to the scratch
-        (or, without a scratch, write back the old value)."""
-        addr = self._lane_address(matched, mem, idx, casts, True)
-        if addr is None:
-            old = memref.load(mem, idx)
-            memref.store(arith.select(matched, value, old), mem, idx)
-        else:
-            memref.store(value, addr[0], addr[1])
-
-    def _lane_address(self, matched, mem, idx, casts, store: bool):
-        """(memref, indices) for one lane: ``mem[idx]`` when ``matched``, else the scratch element."""
-        mt = mem.type
-        if not isinstance(mt, ir.MemRefType):
-            return None
-        scratch = self._scratch(mt, store)
-        if scratch is None:
-            return None
-        if mem not in casts:
-            casts[mem] = mem if mt == scratch.type else memref.cast(scratch.type, mem)
-        zero = _index(0)
-        return (arith.select(matched, casts[mem], scratch),
-                [arith.select(matched, v, zero) for v in idx])
 
     # ----------------------------------------------------------------------------------------- loop
     def vector_accumulated(self) -> list[int]:
