@@ -25,7 +25,7 @@ from splyce.options import CONFLICT_FEATURES, Options, has_features
 from splyce.passes.coiteration_match import Coiteration
 from splyce.passes.conflict_lane import NO_CONFLICT, WIDTH, ConflictLaneBuilder, conflict_blocker
 from splyce.passes.fast_lane import FastLaneBuilder, _index, _vtype
-from splyce.passes.ir_utils import CMPI_EQ, CMPI_ULE
+from splyce.passes.ir_utils import CMPI_EQ, CMPI_ULE, int_splat
 
 BROADCAST_FEATURES = ("+avx512f", "+avx512bw", "+avx512dq")
 CMPI_SLT = 2
@@ -51,10 +51,6 @@ def has_broadcast_lane_target(target) -> bool:
         not has_features(target, CONFLICT_FEATURES)
 
 
-def _splat(vt: ir.VectorType, value: int):
-    return arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, ir.IntegerAttr.get(vt.element_type, value)))
-
-
 class BroadcastLaneBuilder(ConflictLaneBuilder):
     """``ConflictLaneBuilder`` with phase 1 by 16 broadcast compares (``broadcast_blocker`` must have said
     None)."""
@@ -68,14 +64,14 @@ class BroadcastLaneBuilder(ConflictLaneBuilder):
         # two chains of 8 masked moves, OR-ed (one of the two is 0 in every lane)
         chains = []
         for lo in (0, C_BLOCK // 2):
-            idx = _splat(vt, 0)
+            idx = int_splat(vt, 0)
             for r in range(lo, lo + C_BLOCK // 2):
                 c = memref.load(m.crd_memrefs[1], [arith.addi(cursors[1], _index(r))])
                 eq = arith.cmpi(CMPI_EQ, kb, vector.broadcast(vt, c))
-                idx = arith.select(eq, _splat(vt, r - WIDTH), idx)
+                idx = arith.select(eq, int_splat(vt, r - WIDTH), idx)
             chains.append(idx)
         lane_of = arith.ori(chains[0], chains[1])
-        matched = arith.cmpi(CMPI_SLT, lane_of, _splat(vt, 0))   # the permutes read the low 4 bits: r
+        matched = arith.cmpi(CMPI_SLT, lane_of, int_splat(vt, 0))   # the permutes read the low 4 bits: r
         return self._block_state(cursors, kb, kc, matched, lane_of, C_BLOCK)
 
     def _phase3(self, st):

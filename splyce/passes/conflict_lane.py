@@ -13,7 +13,7 @@ the loops where it is allowed and pays:
 
 int64 coordinates: the same step on blocks of 8 (one zmm of coordinates), 4 ``vpconflictq`` over 4 + 4
 coordinates, C's values permuted by ``vpermpd`` (float64) or ``vpermps`` on a ymm (float32); the lane's n and
-its vector accumulators are 8 wide. Before it, int64 loops ran the all-pairs lane at n = 4.
+its vector accumulators are 8 wide.
 
 Phase 1: C's block in lanes 0-7 and half of B's block in lanes 8-15 of one vector, 4 times; a B lane's conflict
 bits are the C lanes holding its coordinate (coordinates within one fiber are distinct, so no other bits).
@@ -32,7 +32,7 @@ from mlir.dialects import arith, llvm, math, memref, vector
 from splyce.options import CONFLICT_WIDTH, Options, has_conflict_compares
 from splyce.passes.coiteration_match import Coiteration
 from splyce.passes.fast_lane import FastLaneBuilder, Lanes, _index, _vtype, sum_lane_blocker
-from splyce.passes.ir_utils import CMPI_NE, CMPI_ULE
+from splyce.passes.ir_utils import CMPI_NE, CMPI_ULE, int_splat
 
 WIDTH = CONFLICT_WIDTH   # the int32 lane's block (the broadcast lane is int32 only)
 HALF = WIDTH // 2
@@ -59,10 +59,6 @@ def conflict_blocker(match: Coiteration, options: Options, builder: FastLaneBuil
     return None
 
 
-def _splat(vt: ir.VectorType, value: int):
-    return arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, ir.IntegerAttr.get(vt.element_type, value)))
-
-
 class ConflictLaneBuilder(FastLaneBuilder):
     """``FastLaneBuilder`` with phase 1 by conflict compares and phase 3 by block advance (``conflict_blocker``
     must have said None). ``block``: coordinates per block and the lane's n (16 for int32, 8 for int64)."""
@@ -85,12 +81,12 @@ class ConflictLaneBuilder(FastLaneBuilder):
             for hc in (0, half):   # C's half hc in the low lanes, B's half hb in the high ones
                 quarter = vector.shuffle(kc, kb, [hc + k for k in range(half)] + [block + hb + k for k in range(half)])
                 conf.append(llvm.call_intrinsic(vt, CONFLICT[self.crd_bits], [quarter], [], []))
-            merged.append(arith.ori(conf[0], arith.shli(conf[1], _splat(vt, half))))
+            merged.append(arith.ori(conf[0], arith.shli(conf[1], int_splat(vt, half))))
         # B lane i: a one-hot of the C lane (0..block-1) holding its coordinate, or 0
         hits = vector.shuffle(merged[0], merged[1], [half + k for k in range(half)] +
                               [block + half + k for k in range(half)])
-        matched = arith.cmpi(CMPI_NE, hits, _splat(vt, 0))
-        lane_of = arith.subi(_splat(vt, self.crd_bits - 1), math.ctlz(hits))
+        matched = arith.cmpi(CMPI_NE, hits, int_splat(vt, 0))
+        lane_of = arith.subi(int_splat(vt, self.crd_bits - 1), math.ctlz(hits))
         return self._block_state(cursors, kb, kc, matched, lane_of)
 
     def _block_state(self, cursors, kb, kc, matched, lane_of, c_block: int | None = None):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from mlir import ir
+from mlir.dialects import arith
 
 # arith.cmpi predicates (the ArithBase.td numbering).
 CMPI_EQ, CMPI_NE, CMPI_ULT, CMPI_ULE, CMPI_UGT, CMPI_UGE = 0, 1, 6, 7, 8, 9
@@ -66,3 +67,8 @@ def strides_and_offset(memref_type: ir.MemRefType) -> tuple[list[int], int] | No
         strides, offset = memref_type.get_strides_and_offset()
         return list(strides), offset
     return None
+
+
+def int_splat(vt: ir.VectorType, value: int) -> ir.Value:
+    """An integer vector constant of ``value`` in every lane (at the insertion point)."""
+    return arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, ir.IntegerAttr.get(vt.element_type, value)))

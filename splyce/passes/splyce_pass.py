@@ -322,7 +322,7 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                     loop_options = _unchosen(options, blocker)  # intersection loop, a chosen 16 for this lane
                     if loop_options is not options:
                         builder = lane(match, loop_options, counters)
-                # not in profiling builds: the epilogue count's ops in the scalar loop stop its copy from matching
+                # profiling builds keep the all-pairs lane alone (splyce.profile counts its steps)
                 conflict_first = counters is None and lane is FastLaneBuilder and blocker is not None and \
                     strict_conflict_blocker(match, loop_options, builder) is None
                 fast = builder.build()

@@ -35,9 +35,9 @@ from mlir.dialects import arith, llvm, math, scf, vector
 
 from splyce.options import DEFAULT_VECTOR_WIDTH, FAST_CONFLICT_CPUS, Options, has_fast_conflict_compares
 from splyce.passes.coiteration_match import Coiteration
-from splyce.passes.conflict_lane import CRD_BITS, HALF, PERMUTE, PERMUTE8, WIDTH, ConflictLaneBuilder, _splat
+from splyce.passes.conflict_lane import CRD_BITS, HALF, PERMUTE, PERMUTE8, WIDTH, ConflictLaneBuilder
 from splyce.passes.fast_lane import FAST_LANE_ATTR, FastLaneBuilder, _clone_with, _index, _neg_zero, _vtype
-from splyce.passes.ir_utils import CMPI_NE, CMPI_SGE, CMPI_UGE
+from splyce.passes.ir_utils import CMPI_NE, CMPI_SGE, CMPI_UGE, int_splat
 
 STRICT_CONFLICT_ATTR = "splyce.strict_conflict_lane"   # unit attribute marking this lane's scf.while
 # The length ratio from which a pair stays in this lane to its end (docs/passes.md, "A strict conflict lane for skewed
@@ -90,14 +90,12 @@ def _lane_value(term, lane):
     return vector.extract(moved, [], [0])
 
 
-def add_conflict_lane_first(match: Coiteration, fast_op, options: Options, counters=None) -> StrictConflictLaneBuilder:
+def add_conflict_lane_first(match: Coiteration, fast_op, options: Options, counters=None) -> None:
     """Put the strict conflict lane before the all-pairs lane ``fast_op`` of ``match`` (after galloping's choice,
     if any, in its branch for the pairs that do not gallop): every pair starts in it, and goes on in the
     all-pairs lane (for its last < 16 / 8 coordinates, or from a step on when its matches come too densely:
     ``StrictConflictLaneBuilder``'s credit), then the scalar loop."""
-    builder = StrictConflictLaneBuilder(replace(match, while_op=fast_op), options, counters)
-    builder.build()
-    return builder
+    StrictConflictLaneBuilder(replace(match, while_op=fast_op), options, counters).build()
 
 
 class StrictConflictLaneBuilder(ConflictLaneBuilder):
@@ -181,7 +179,7 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
             vi = _vtype(self.block, i32)
             lane_bits = arith.constant(vi, ir.DenseElementsAttr.get(
                 np.array([1 << i for i in range(self.block)], dtype=np.int32), type=vi))
-            left = arith.cmpi(CMPI_NE, arith.andi(vector.broadcast(vi, bits), lane_bits), _splat(vi, 0))
+            left = arith.cmpi(CMPI_NE, arith.andi(vector.broadcast(vi, bits), lane_bits), int_splat(vi, 0))
             scf.yield_([vector.reduction(acc.type, vector.CombiningKind.ADD,
                                          arith.select(left, term, vector.broadcast(term.type, _neg_zero(acc.type))),
                                          acc=acc)
