@@ -170,6 +170,44 @@ def test_fast_spmv_is_taken_and_bit_identical(monkeypatch, variant, index_dtype,
     assert np.array_equal(splyce.matmul(shuffled, np.array([1.0, 10.0, 100.0])), [402.0, 0.0, 45.0])
 
 
+@pytest.mark.parametrize("variant", ["flat", "grouped", "rows"])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_sparse_tensor_operand_takes_the_fast_path(monkeypatch, variant, index_dtype):
+    """A CSR ``SparseTensor`` (checked when made) goes to the fast path's kernel as scipy's CSR does, with the
+    same bits; other layouts (CSC, unordered or repeated columns) keep the general path, which re-stores them."""
+    rng = np.random.default_rng(11)
+    a = sps.random_array((1300, 700), density=0.02, format="csr", rng=rng)
+    a.data = a.data * 8 - 4
+    a.indices, a.indptr = a.indices.astype(index_dtype), a.indptr.astype(index_dtype)
+    x = rng.random(700) * 8 - 4
+    x[::97] = np.nan
+    X = np.ascontiguousarray(np.stack([x, -x, 2 * x], axis=1))
+    t = splyce.asarray(a)
+    refs = [a @ x, a @ X]
+    _kernel_variant(monkeypatch, variant)
+    _general_path_off(monkeypatch)
+    for vec, ref in zip((x, X), refs):
+        for ours in (splyce.matmul(t, vec), t @ vec):
+            assert type(ours) is np.ndarray and ours.dtype == ref.dtype and ours.shape == ref.shape
+            assert np.array_equal(ours.view(np.int64), ref.view(np.int64))
+    monkeypatch.undo()
+    from splyce.dropin import products as dropin
+
+    csc = splyce.asarray(a.tocsc())
+    assert dropin._fast_spmv(csc, x) is None
+    assert np.allclose(splyce.matmul(csc, x), refs[0], equal_nan=True)
+    unordered_csr = splyce.Format(("dense", splyce.Level("compressed", ordered=False)))
+    unordered = splyce.SparseTensor((2, 2), unordered_csr, [None, np.array([0, 2, 3])],
+                                    [None, np.array([1, 0, 0])], np.array([2.0, 3.0, 4.0]))
+    assert dropin._fast_spmv(unordered, np.ones(2)) is None
+    assert np.array_equal(splyce.matmul(unordered, np.array([1.0, 10.0])), [23.0, 4.0])
+    # buffers broken in place after the tensor was made: refused, never read out of bounds
+    broken = splyce.asarray(sps.csr_array(a))
+    broken.crd[1][5] = 10**6
+    with pytest.raises(ValueError, match="modified after it was made"):
+        splyce.matmul(broken, x)
+
+
 def _bad_operands(index_dtype, kind):
     """(matrix, vector, error pattern) for every defect a product must refuse, each built valid and then broken
     by assigning to its arrays (scipy checks only at construction; its flags then may be stale)."""

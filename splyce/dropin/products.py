@@ -188,6 +188,10 @@ def _fast_spmv(a, x, threads=1):
     if several and _several_threads(threads) is None:
         return None                             # not a thread count: the general path says so
     ndim = x.ndim
+    if type(a) is SparseTensor:                 # checked when made: its CSR buffers go to the kernel as they are
+        if not 1 <= ndim <= 2 or not _row_major_compressed(a.format):
+            return None
+        return _spmv_buffers(a, *last_level_buffers(a), x, several)
     if type(a) not in scipy_csr_types() or not 1 <= ndim <= 2:
         return None
     data, indices, indptr = a.data, a.indices, a.indptr
@@ -195,6 +199,21 @@ def _fast_spmv(a, x, threads=1):
     if not (isinstance(data, np.ndarray) and isinstance(indices, np.ndarray) and isinstance(indptr, np.ndarray)):
         return None
     return _spmv_buffers(a, data, indices, indptr, x, several)
+
+
+_ROW_MAJOR_COMPRESSED: dict = {}   # Format -> whether it is a CSR of ordered, unique columns
+
+
+def _row_major_compressed(fmt) -> bool:
+    """Whether ``fmt`` is a CSR (any index widths) with ordered, unique columns, which the general path would
+    take as they are (another layout it re-stores first, and the sums would follow the new order): memoized
+    per format."""
+    known = _ROW_MAJOR_COMPRESSED.get(fmt)
+    if known is None:
+        known = _ROW_MAJOR_COMPRESSED[fmt] = (
+            tuple(level.kind for level in fmt.levels) == ("dense", "compressed") and fmt.order == (0, 1)
+            and all(level.unique and level.ordered for level in fmt.levels))
+    return known
 
 
 def spmv_tensor(a: SparseTensor, x: np.ndarray, threads: int = 1):
