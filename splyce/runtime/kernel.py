@@ -48,11 +48,13 @@ class Kernel:
         # transposed reads, re-stored operands, host products, constants frozen at trace time
         self._prepares = bool(plan.derived) or plan.needs_conversion or bool(plan.constants)
         self._input_sparse = tuple(t.is_sparse for t in self.trace.inputs)
-        # per dense result: its node, shape, dtype and whether the kernel writes it whole without reading it
-        # (lowering's ``overwritten_results``: the caller's buffer is not zeroed)
+        # per dense result: its node, shape, dtype, whether the kernel writes it whole without reading it
+        # (lowering's ``overwritten_results``: the caller's buffer is not zeroed) and the kernel input whose
+        # array it is written over (planner/in_place.py; None: a buffer of its own)
         overwritten = overwritten_results(self.trace)
-        self._dense_outputs = tuple((o, o.type.shape, o.type.dtype, o in overwritten) for o in dict.fromkeys(
-            o for o in self.trace.outputs if not o.type.is_sparse))
+        over = {self.trace.outputs[o]: i for o, i in self.trace.in_place}
+        self._dense_outputs = tuple((o, o.type.shape, o.type.dtype, o in overwritten or o in over, over.get(o))
+                                    for o in dict.fromkeys(o for o in self.trace.outputs if not o.type.is_sparse))
         # per result, the input it keeps a scipy COO of (None: none), on the function as traced
         sources = tuple(_coo_source(n) for n in plan.source.outputs)
         self.coo_sources = sources if len(sources) == len(self.trace.outputs) and any(
@@ -91,12 +93,15 @@ class Kernel:
             result = self.run(values)[0]                                # result: the sum taken here
             with np.errstate(all="ignore"):                             # (the kernel's add: the same bits)
                 return [np.add(accumulate_into, result, out=accumulate_into)]
+        given = values
         if self._prepares:
             values = self.plan.prepare(values, self.lowering.options.threads)
         dense_outputs = {}
-        for out, shape, dtype, overwrites in self._dense_outputs:
+        for out, shape, dtype, overwrites, over in self._dense_outputs:
             if accumulate_into is not None:
                 dense_outputs[out] = accumulate_into
+            elif over is not None:           # a fresh array of the plan's, read only here (planner/in_place.py)
+                dense_outputs[out] = _writable_copy(values[over], given)
             else:
                 dense_outputs[out] = _result_buffer(shape, dtype, zeroed=not overwrites)
         extent = self.lowering.outer_extent
@@ -185,6 +190,15 @@ class Kernel:
             k += len(dtypes)
             results.append(_sparse_result(t, bufs))
         return results
+
+
+def _writable_copy(array: np.ndarray, given: list) -> np.ndarray:
+    """``array`` (a product the plan computed before the kernel) to be written over, or a copy where it could
+    share memory with an argument of the call (a product NumPy returned as a view of its operand): the
+    caller's arrays are never modified."""
+    if array.flags.writeable and not any(type(v) is np.ndarray and np.may_share_memory(array, v) for v in given):
+        return array
+    return array.copy()
 
 
 def _result_buffer(shape, dtype, zeroed: bool = True) -> np.ndarray:

@@ -161,6 +161,9 @@ class Trace:
 
     inputs: tuple[TensorType, ...]
     outputs: tuple[Node, ...]
+    # (output position, input index): a dense result the kernel writes over that input's buffer, a fresh
+    # array the plan computed before the kernel and nothing else reads (planner/in_place.py)
+    in_place: tuple[tuple[int, int], ...] = ()
 
     def as_text(self) -> str:
         """The trace as text, one line per distinct node (linear in their number): the canonical form that
@@ -177,7 +180,8 @@ class Trace:
             lines.append(f"  {name} = {node.op}[{params}]({operands}) : {node.type}")
         header = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(self.inputs))
         results = ", ".join(names[o] for o in self.outputs)
-        return f"trace({header}) {{\n" + "\n".join(lines) + f"\n  return {results}\n}}"
+        over = "".join(f" ({names[self.outputs[o]]} over %arg{i})" for o, i in self.in_place)
+        return f"trace({header}) {{\n" + "\n".join(lines) + f"\n  return {results}{over}\n}}"
 
 
 def expression_text(expr) -> str:
