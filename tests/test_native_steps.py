@@ -40,9 +40,12 @@ PROGRAMS = {
     "spmm glue": (lambda a, x, X: (a @ X) * 2.0 + x[:, None], True),
     "two spmms": (lambda a, x, X: a @ X - a.T.T @ (X * 0.5), True),
     "spmm then dense": (lambda a, x, X: np.tanh(a @ X) @ np.ones(16, X.dtype), True),
-    # SpMV stays fused in the MLIR kernel on rows of 6-13 entries (rows of a few: below)
-    "spmv glue": (lambda a, x, X: 0.85 * (a @ x) + 0.15, False),
-    "spmv twice": (lambda a, x, X: a @ x + a @ x * 2.0, False),
+    # an SpMV read by elementwise glue only is a step on any rows (the glue written over its array); read by
+    # a contraction it stays in the MLIR kernel on rows of 6-13 entries (rows of a few: below)
+    "spmv glue": (lambda a, x, X: 0.85 * (a @ x) + 0.15, True),
+    "spmv twice": (lambda a, x, X: a @ x + a @ x * 2.0, True),
+    "spmv then transposed spmv": (lambda a, x, X: a.T @ (a @ x), False),
+    "spmv read by glue and a dot": (lambda a, x, X: (a @ x) * 2.0 + (x @ (a @ x)), False),
 }
 
 
@@ -110,10 +113,13 @@ def test_spmv_on_rows_of_a_few_entries_runs_the_flat_kernel(dtype):
     reference = x.astype(np.float64) @ (finite.to_scipy().astype(np.float64) @ x.astype(np.float64))
     for f in (quad, fused):
         np.testing.assert_allclose(f(finite, x), reference, rtol=1e-3 if dtype == np.float32 else 1e-10)
-    # the same op on rows of 6-13 entries stays fused whatever the size (the loop nest is as fast there); a
-    # fresh jit: a plan is made for the first call's stored entries and kept for the shape and formats
+    # on rows of 6-13 entries an SpMV a contraction reads stays in the kernel whatever the size (the loop nest
+    # is as fast there), one that only glue reads is a step (the glue written over it); a fresh jit: a plan is
+    # made for the first call's stored entries and kept for the shape and formats
     wide = splyce.asarray(sps.random_array((n, n), density=8 / n, format="csr", rng=13))
-    assert "native" not in splyce.jit(body).lower(wide, x.astype(np.float64), x[:, None].astype(np.float64)).as_text("plan")
+    x64 = x.astype(np.float64)
+    assert "native" not in splyce.jit(lambda a, v: a.T @ (a @ v)).lower(wide, x64).as_text("plan")
+    assert "written over %arg3" in splyce.jit(body).lower(wide, x64, x64[:, None]).as_text("plan")
 
 
 def test_a_host_product_feeds_the_native_step():

@@ -229,15 +229,21 @@ def native_steps(options):
     - SpMV (a CSR times a vector) where the drop-in runs its flat kernel (rows of a few entries,
       ``spmv.goes_flat`` for the first call's stored entries): road-700 (490k rows, 2.5 entries a row), the
       MLIR loop nest 3.6-3.8 ms, the MLIR kernel's own flat row loop (passes/flat_rows.py) 2.4 ms, the native
-      flat kernel 1.8-2.0 ms. Elsewhere SpMV is as fast in the MLIR kernel and stays fused (PageRank on
-      fem3d-100k: 1.55 ms fused vs 1.69 split).
+      flat kernel 1.8-2.0 ms.
+    - SpMV on any rows whose result only elementwise glue reads (``glue``: ``a @ x + b @ x``, ``0.85 * (a @ x)
+      + c``): the glue is then written over the step's array (planner/in_place.py), where in the kernel the
+      product needs a zeroed intermediate that the glue reads into a result buffer of its own. ``a @ x + b @
+      x`` on the 2-core Zen 3 VM (2026-12-07, thread CPU, best of 15, same process): fem3d-100k 3.65 -> 3.42
+      ms, ba-100k 2.79 -> 2.64 ms; PageRank even (1.77 / 1.74, 1.30 / 1.33). A product a contraction reads
+      (``v @ (a @ v)``, ``a.T @ (a @ x)``) stays in the kernel, fused or not, as the planner decides.
 
     No chooser (None) where ``choose`` would not run a native call either: the plain sparsifier
     (``vectorize=False``), profiling, a target the host cannot run, ``library=False``."""
     if not (options.library and options.vectorize) or options.profile or not options.target.is_host_compatible:
         return None
 
-    def step(node: Node, inputs: tuple[TensorType, ...], nnz: tuple[int, ...]) -> NativeStep | None:
+    def step(node: Node, inputs: tuple[TensorType, ...], nnz: tuple[int, ...], glue: bool = False) \
+            -> NativeStep | None:
         if node.type.is_sparse:
             return None
         op = _as_library_op(node, inputs)
@@ -245,8 +251,8 @@ def native_steps(options):
             return None
         if op.types[1].ndim == 1:
             a = op.types[0]
-            if op.operands[0] >= len(nnz) or not spmv.goes_flat(
-                    nnz[op.operands[0]], a.shape[0], a.format.crd_width, np.dtype(a.dtype).itemsize):
+            if not glue and (op.operands[0] >= len(nnz) or not spmv.goes_flat(
+                    nnz[op.operands[0]], a.shape[0], a.format.crd_width, np.dtype(a.dtype).itemsize)):
                 return None
         elif op.types[1].ndim != 2:
             return None
