@@ -22,11 +22,15 @@ OVER = {   # programs whose glue is written over the native step's array (an SpM
     "relu of spmm": lambda a, x, X, W: np.maximum(a @ X, 0.0),
     "gcn": lambda a, x, X, W: np.maximum(a @ (X @ W), 0.0),
     "glue with an argument": lambda a, x, X, W: np.abs(a @ X) * X - X,
+    # the product is also read by a full reduction the glue needs (CG's p @ ap before r - alpha * ap)
+    "after a reduction of it": lambda a, x, X, W: X - ((X * (a @ X)).sum() / 7.0) * (a @ X),
 }
 APART = {  # programs where the product's array must stay as it is, or is not the result's shape / dtype
     "product returned too": lambda a, x, X, W: (a @ X, np.exp(a @ X)),
     "dtype changes": lambda a, x, X, W: (a @ X).astype(np.float32) * 2,
     "broadcast read": lambda a, x, X, W: (a @ X)[:, :1] * X,
+    "read by a reduction after it": lambda a, x, X, W: (np.exp(a @ X), (a @ X).sum(axis=0)),
+    "read by a row reduction the glue needs": lambda a, x, X, W: (a @ X) - (a @ X).sum(axis=1)[:, None],
     "no product before the kernel": lambda a, x, X, W: np.exp(x) + 1.0,
 }
 
@@ -44,10 +48,10 @@ def test_glue_written_over_the_product(name):
     for before, arr in zip(given, (t.values, t.crd[1], t.pos[1], x, X, W)):
         np.testing.assert_array_equal(before, arr)                 # the caller's arrays as they were
     assert not any(np.may_share_memory(got, arr) for arr in (t.values, x, X, W))
-    np.testing.assert_array_equal(got, body(s, x, X, W))           # NumPy / scipy's bits
+    np.testing.assert_allclose(got, body(s, x, X, W), rtol=1e-12, atol=1e-12)   # NumPy's sums are pairwise
     np.testing.assert_array_equal(got, f(t, x, X, W))               # again: a fresh array each call
     plain = splyce.jit(body, library=False, vectorize=False)       # the plain sparsifier, no step before
-    np.testing.assert_allclose(got, plain(t, x, X, W), rtol=1e-13, atol=1e-13)
+    np.testing.assert_array_equal(got, plain(t, x, X, W))          # its bits
     np.testing.assert_array_equal(splyce.jit(body, threads=2)(t, x, X, W), got)
     out = np.full(got.shape, 0.25)
     f.accumulate(out, t, x, X, W)

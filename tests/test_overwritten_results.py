@@ -19,6 +19,7 @@ PROGRAMS = {
     "relu of spmm": lambda a, x, X: np.maximum(a @ X, 0.0),
     "glue only": lambda a, x, X: np.tanh(x) * 2.0 - x,
     "two results": lambda a, x, X: (np.exp(-x), np.abs(a @ x) + 1.0),
+    "cg updates": lambda a, x, X: (lambda ap: (x - (x @ ap) / 3.0 * ap, x + ((x @ x) / (x @ ap)) * x))(a @ x),
 }
 
 

@@ -111,8 +111,9 @@ class _Context:
 def overwritten_results(trace: Trace) -> frozenset:
     """The dense results the kernel writes element by element without reading their buffer, so the caller
     allocates it without zeroing (runtime/kernel.py): an elementwise op of rank 1 or more over dense operands
-    that are arguments or reductions (a contraction that sums, a reduce), e.g. the glue after a product the
-    plan computes before the kernel (``np.maximum(a @ xw, 0)``, ``0.85 * (a @ x) + c``). Its ``linalg.generic``
+    that are arguments, reductions (a contraction that sums, a reduce), scalars, or elementwise ops of such
+    operands, e.g. the glue after a product the plan computes before the kernel (``np.maximum(a @ xw, 0)``,
+    ``0.85 * (a @ x) + c``), CG's updates (``r - alpha * ap``, ``r_new + beta * p``). Its ``linalg.generic``
     is all dense, so every element is computed; it writes a fresh tensor that ``materialize_in_destination``
     puts in the output argument, which MLIR's empty-tensor elimination turns into writing the argument in
     place (lowering/pipeline.py). A fused elementwise producer could bring a sparse operand in (which writes
@@ -123,11 +124,20 @@ def overwritten_results(trace: Trace) -> frozenset:
     for out in trace.outputs:
         if out.type.is_sparse or out.type.ndim == 0 or out.op not in ("ewise", "combine") or out in over:
             continue
-        if all(not a.type.is_sparse and (a.op in ("input", "reduce") or (
-                a.op == "contract" and set("".join(a.params[0].inputs)) != set(a.params[0].output)))
-               for a in out.args):
+        if all(_dense_whole(a, {}) for a in out.args):
             found.add(out)
     return frozenset(found)
+
+
+def _dense_whole(node: Node, seen: dict) -> bool:
+    """Whether every element of ``node`` is computed from dense values only (so an elementwise op of it,
+    fused or not, writes every position): an argument, a sum, a scalar, or an elementwise op of such."""
+    if node not in seen:
+        seen[node] = not node.type.is_sparse and (
+            node.op in ("input", "reduce") or node.type.ndim == 0
+            or (node.op == "contract" and set("".join(node.params[0].inputs)) != set(node.params[0].output))
+            or (node.op in ("ewise", "combine") and all(_dense_whole(a, seen) for a in node.args)))
+    return seen[node]
 
 
 def _init_tensor(node: Node, ctx: _Context):

@@ -20,7 +20,9 @@ def in_place_results(trace: Trace, fresh: frozenset[int]) -> tuple[tuple[int, in
     """``(output position, input index)`` for each dense elementwise result the kernel may write over an
     input in ``fresh`` (arrays the plan computed before the kernel): a result written whole without reading
     its buffer (lowering's ``overwritten_results``), of that input's shape and dtype, reading it at the
-    result's own positions (no broadcast), where nothing else reads the input and it is not returned.
+    result's own positions (no broadcast), where the input is not returned and nothing else reads it but
+    full reductions the result depends on (CG's ``p @ ap`` before ``r - alpha * ap``): a scalar the result
+    needs is complete before its loop starts, and no loop can fuse into the result's.
     One input per result, one result per input."""
     readers: dict[Node, set] = {}
     for node in walk(trace.outputs):
@@ -35,12 +37,26 @@ def in_place_results(trace: Trace, fresh: frozenset[int]) -> tuple[tuple[int, in
             continue
         subs = "abcd"[: out.type.ndim]
         reads = out.params[1] if len(out.params) > 1 else (subs,) * len(out.args)
+        before = _ancestors(out)
         for arg, read in zip(out.args, reads):
             if (arg.op == "input" and arg.params[0] in fresh and arg.params[0] not in taken
-                    and arg not in returned and readers.get(arg) == {out} and read == subs
+                    and arg not in returned and read == subs
+                    and all(r is out or (r.type.ndim == 0 and r in before) for r in readers.get(arg, ()))
                     and arg.type.shape == out.type.shape and arg.type.dtype == out.type.dtype
                     and not arg.type.is_sparse):
                 taken.add(arg.params[0])
                 found.append((position, arg.params[0]))
                 break
     return tuple(found)
+
+
+def _ancestors(node: Node) -> set:
+    """Every node ``node`` is computed from."""
+    seen: set = set()
+    stack = list(node.args)
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(n.args)
+    return seen

@@ -185,7 +185,7 @@ class Plan:
         results = ", ".join(names.get(o, "?") for o in self.trace.outputs)
         for o, i in self.trace.in_place:
             lines.append(f"  // {names.get(self.trace.outputs[o], '?')} written over %arg{i}'s array, which "
-                         "nothing else reads: no buffer allocated for it")
+                         "nothing reads after it: no buffer allocated for it")
         lines.append(f"  return {results}")
         lines.append(f"  // total cost ~{self.cost:.3g} steps; kernel memory "
                      f"{format_bytes(sum(s.nbytes for s in self.steps))} (budget {format_bytes(budget_bytes())})")

@@ -162,7 +162,7 @@ class Trace:
     inputs: tuple[TensorType, ...]
     outputs: tuple[Node, ...]
     # (output position, input index): a dense result the kernel writes over that input's buffer, a fresh
-    # array the plan computed before the kernel and nothing else reads (planner/in_place.py)
+    # array the plan computed before the kernel and nothing reads after it (planner/in_place.py)
     in_place: tuple[tuple[int, int], ...] = ()
 
     def as_text(self) -> str:
