@@ -230,9 +230,10 @@ def native_steps(options):
       ``spmv.goes_flat`` for the first call's stored entries): road-700 (490k rows, 2.5 entries a row), the
       MLIR loop nest 3.6-3.8 ms, the MLIR kernel's own flat row loop (passes/flat_rows.py) 2.4 ms, the native
       flat kernel 1.8-2.0 ms.
-    - SpMV on any rows whose result only elementwise glue reads (``glue``: ``a @ x + b @ x``, ``0.85 * (a @ x)
-      + c``): the glue is then written over the step's array (planner/in_place.py), where in the kernel the
-      product needs a zeroed intermediate that the glue reads into a result buffer of its own. ``a @ x + b @
+    - SpMV on any rows whose result only elementwise glue and full reductions read (``glue``: ``a @ x + b @
+      x``, ``0.85 * (a @ x) + c``, CG's ``ap``): the glue is then written over the step's array
+      (planner/in_place.py), where in the kernel the product needs a zeroed intermediate that the glue reads
+      into a result buffer of its own. ``a @ x + b @
       x`` on the 2-core Zen 3 VM (2026-12-07, thread CPU, best of 15, same process): fem3d-100k 3.65 -> 3.42
       ms, ba-100k 2.79 -> 2.64 ms; PageRank even (1.77 / 1.74, 1.30 / 1.33). A product a contraction reads
       (``v @ (a @ v)``, ``a.T @ (a @ x)``) stays in the kernel, fused or not, as the planner decides.
