@@ -80,3 +80,20 @@ def test_a_product_sharing_an_arguments_memory_is_copied_first():
     frozen = np.arange(3.0)
     frozen.flags.writeable = False
     assert _writable_copy(frozen, []) is not frozen
+
+
+def test_arguments_and_captured_arrays_are_never_written_over():
+    """Glue over a transposed argument or captured array (a view NumPy would return for ``einsum("ij->ji",
+    x)``): the argument, and the array the function captured, stay as they were, call after call
+    (``_writable_copy`` above copies any planned array that shares their memory)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((30, 20))
+    captured = rng.standard_normal((30, 20))
+    given, kept = x.copy(), captured.copy()
+    f = splyce.jit(lambda x: np.maximum(splyce.einsum("ij->ji", x), 0.0))
+    g = splyce.jit(lambda x: np.maximum(splyce.einsum("ij->ji", captured), 0.0) + x.T)
+    for _ in range(2):
+        np.testing.assert_array_equal(f(x), np.maximum(given.T, 0.0))
+        np.testing.assert_array_equal(g(x), np.maximum(kept.T, 0.0) + given.T)
+    np.testing.assert_array_equal(x, given)
+    np.testing.assert_array_equal(captured, kept)

@@ -101,7 +101,7 @@ class Kernel:
             if accumulate_into is not None:
                 dense_outputs[out] = accumulate_into
             elif over is not None:           # a fresh array of the plan's, read only here (planner/in_place.py)
-                dense_outputs[out] = _writable_copy(values[over], given)
+                dense_outputs[out] = _writable_copy(values[over], list(given) + list(self.plan.constants))
             else:
                 dense_outputs[out] = _result_buffer(shape, dtype, zeroed=not overwrites)
         extent = self.lowering.outer_extent
