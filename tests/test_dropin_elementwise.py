@@ -664,3 +664,42 @@ def _same_values(x, y):
         assert np.array_equal(nan, np.isnan(y))
         x, y = x[~nan], y[~nan]
     assert x.dtype == y.dtype and x.tobytes() == y.tobytes()
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_two_sparse_tensors_take_the_fast_merge_with_the_general_paths_result(monkeypatch, op):
+    """Two CSR / CSC ``SparseTensor``s of int32 indices (checked when made) go to the fast merge on their
+    buffers, with the general path's result (class, indices, bits); int64 indices, or a tensor and a scipy
+    operand, keep the general path."""
+    from splyce.dropin import elementwise
+
+    rng = np.random.default_rng(3)
+    a = sps.random_array((70, 70), density=0.1, format="csr", rng=rng)
+    b = sps.random_array((70, 70), density=0.1, format="csr", rng=rng)
+    a.data[::7], b.data[::5] = np.nan, np.inf
+    ta, tb = splyce.asarray(a), splyce.asarray(b)
+    fun = getattr(splyce, op)
+    pairs = [(ta, tb), (ta, tb.T), (ta.T, tb.T)]
+    viewed = []
+    view = elementwise._scipy_view
+    monkeypatch.setattr(elementwise, "_scipy_view", lambda t: viewed.append(t) or view(t))
+    fast = [fun(x, y) for x, y in pairs]
+    assert len(viewed) >= 2 * len(pairs)                   # both operands of each call went to the fast merge
+    monkeypatch.undo()
+    real = elementwise._fast_merge
+
+    def general_only(name, x, y, threads):
+        return None if isinstance(x, splyce.SparseTensor) else real(name, x, y, threads)
+
+    monkeypatch.setattr(elementwise, "_fast_merge", general_only)
+    for (x, y), got in zip(pairs, fast):
+        want = fun(x, y)
+        assert type(got) is type(want) and got.format == want.format and got.shape == want.shape
+        assert got.indices.dtype == want.indices.dtype
+        assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+        assert np.array_equal(got.data.view(np.int64), want.data.view(np.int64))
+    monkeypatch.undo()
+    wide = splyce.asarray(a.astype(np.float64), format=splyce.CSR)       # int64 indices
+    assert wide.crd[1].dtype == np.int64
+    assert elementwise._scipy_view(wide) is None
+    assert elementwise._scipy_view(ta) is not None and elementwise._scipy_view(ta.T).format == "csc"

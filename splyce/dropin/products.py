@@ -18,7 +18,7 @@ from splyce.tensors.tensor import SparseTensor, asarray, last_level_buffers
 
 from splyce.dropin.formulation import Formulation, _wants_sparse_result, choose_matmul_formulation
 from splyce.dropin.kernels import DENSE_RESULT_BYTES, SERIAL_MAX_WORK, _kernel, _mm, _several_threads, _threads
-from splyce.dropin.operands import OperandInfo, _INT_MAX, as_format, _converter, _coo_array_type, _csc_first, _dense_out, operand_family, _keeps_left_format, _left_format, _raise_bad_product_operand, _raw_csr, scipy_csr_types, sparse_family, _to_dense_vector, _vector_out, _wrap_sparse
+from splyce.dropin.operands import OperandInfo, _INT_MAX, compressed_layout, as_format, _converter, _coo_array_type, _csc_first, _dense_out, operand_family, _keeps_left_format, _left_format, _raise_bad_product_operand, _raw_csr, scipy_csr_types, sparse_family, _to_dense_vector, _vector_out, _wrap_sparse
 
 
 def matmul(a, b, *, out_format=None, threads=1):
@@ -189,7 +189,7 @@ def _fast_spmv(a, x, threads=1):
         return None                             # not a thread count: the general path says so
     ndim = x.ndim
     if type(a) is SparseTensor:                 # checked when made: its CSR buffers go to the kernel as they are
-        if not 1 <= ndim <= 2 or not _row_major_compressed(a.format):
+        if not 1 <= ndim <= 2 or compressed_layout(a.format) != (0, 1):
             return None
         return _spmv_buffers(a, *last_level_buffers(a), x, several)
     if type(a) not in scipy_csr_types() or not 1 <= ndim <= 2:
@@ -199,21 +199,6 @@ def _fast_spmv(a, x, threads=1):
     if not (isinstance(data, np.ndarray) and isinstance(indices, np.ndarray) and isinstance(indptr, np.ndarray)):
         return None
     return _spmv_buffers(a, data, indices, indptr, x, several)
-
-
-_ROW_MAJOR_COMPRESSED: dict = {}   # Format -> whether it is a CSR of ordered, unique columns
-
-
-def _row_major_compressed(fmt) -> bool:
-    """Whether ``fmt`` is a CSR (any index widths) with ordered, unique columns, which the general path would
-    take as they are (another layout it re-stores first, and the sums would follow the new order): memoized
-    per format."""
-    known = _ROW_MAJOR_COMPRESSED.get(fmt)
-    if known is None:
-        known = _ROW_MAJOR_COMPRESSED[fmt] = (
-            tuple(level.kind for level in fmt.levels) == ("dense", "compressed") and fmt.order == (0, 1)
-            and all(level.unique and level.ordered for level in fmt.levels))
-    return known
 
 
 def spmv_tensor(a: SparseTensor, x: np.ndarray, threads: int = 1):
