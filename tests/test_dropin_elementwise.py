@@ -703,3 +703,25 @@ def test_two_sparse_tensors_take_the_fast_merge_with_the_general_paths_result(mo
     assert wide.crd[1].dtype == np.int64
     assert elementwise._scipy_view(wide) is None
     assert elementwise._scipy_view(ta) is not None and elementwise._scipy_view(ta.T).format == "csc"
+
+
+def test_tensor_structure_broken_after_it_was_made_raises_instead_of_crashing():
+    """A tensor wrapping scipy arrays whose structure the caller broke afterwards: the merge refuses it with a
+    ValueError (a child process: a regression would crash, not fail)."""
+    code = """
+import numpy as np, scipy.sparse as sps, splyce
+a = sps.random_array((50, 50), density=0.1, format="csr", rng=1)
+b = sps.random_array((50, 50), density=0.1, format="csr", rng=2)
+ta, tb = splyce.asarray(a), splyce.asarray(b)
+ta.crd[1][3] = 10**6
+for f in (lambda: splyce.multiply(ta, tb), lambda: splyce.add(tb, ta), lambda: splyce.multiply(tb, ta.T),
+          lambda: ta * tb, lambda: splyce.subtract(ta.T, tb.T)):
+    try:
+        f()
+        print("no error")
+    except ValueError as e:
+        print("ValueError", "modified after it was made" in str(e))
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:5] == ["ValueError True"] * 5, run.stdout

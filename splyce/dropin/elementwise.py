@@ -156,6 +156,18 @@ def _scipy_view(t: SparseTensor):
     return scipy_out.csr(sps.csr_array if layout == (0, 1) else sps.csc_array, values, crd, pos, t.shape, True)
 
 
+def _check_unchanged(*tensors) -> None:
+    """Raise ``ValueError`` for a CSR / CSC tensor whose index arrays are no longer canonical: arrays it wraps
+    were changed in place after it was made, and the general path, which trusts a checked tensor, would read
+    out of bounds. O(nnz), on the fast merge's fallback only."""
+    for t, name in tensors:
+        values, crd, pos = last_level_buffers(t)
+        extent = t.shape[1] if compressed_layout(t.format) == (0, 1) else t.shape[0]
+        if not _merge_native[3].canonical_csr_threaded(pos, crd, extent, 1):
+            raise ValueError(f"{name}: malformed index arrays (not sorted and unique in range, or positions "
+                             "that do not increase): the SparseTensor's buffers were modified after it was made")
+
+
 def _fast_merge(op: str, a, b, threads: int):
     """``op(a, b)`` for the commonest call, or None (then the general path runs, which also words any error):
     ``a`` an exact scipy CSR, ``b`` a CSR or a CSC (``A.T``) of the same family, one value dtype, one index
@@ -170,9 +182,13 @@ def _fast_merge(op: str, a, b, threads: int):
     the bench's ``gc.collect()`` before each call leaves the caches cold, so every Python or NumPy step here
     costs 5-20 us: the steps are few."""
     if type(a) is SparseTensor and type(b) is SparseTensor:
-        a, b = _scipy_view(a), _scipy_view(b)      # checked when made: their buffers, as scipy arrays
-        if a is None or b is None:
+        views = _scipy_view(a), _scipy_view(b)     # checked when made: their buffers, as scipy arrays
+        if None in views:
             return None
+        out = _fast_merge(op, *views, threads)
+        if out is None:        # the native checks refused one, or another case: the general path trusts them
+            _check_unchanged((a, "a"), (b, "b"))
+        return out
     classes = _merge_types.get(type(a)) or _merge_classes(a)
     if classes is None or type(b) not in classes[1]:
         return None
