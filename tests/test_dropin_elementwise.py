@@ -713,9 +713,14 @@ import numpy as np, scipy.sparse as sps, splyce
 a = sps.random_array((50, 50), density=0.1, format="csr", rng=1)
 b = sps.random_array((50, 50), density=0.1, format="csr", rng=2)
 ta, tb = splyce.asarray(a), splyce.asarray(b)
+wa = splyce.asarray(a, format=splyce.CSR)           # int64 indices
+wb = splyce.asarray(b, format=splyce.CSR)
+assert wa.crd[1].dtype == np.int64
 ta.crd[1][3] = 10**6
+wa.crd[1][3] = 10**6
 for f in (lambda: splyce.multiply(ta, tb), lambda: splyce.add(tb, ta), lambda: splyce.multiply(tb, ta.T),
-          lambda: ta * tb, lambda: splyce.subtract(ta.T, tb.T)):
+          lambda: ta * tb, lambda: splyce.subtract(ta.T, tb.T), lambda: splyce.multiply(wb, wa.T),
+          lambda: splyce.add(wa, wb)):
     try:
         f()
         print("no error")
@@ -724,4 +729,4 @@ for f in (lambda: splyce.multiply(ta, tb), lambda: splyce.add(tb, ta), lambda: s
 """
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split("\n")[:5] == ["ValueError True"] * 5, run.stdout
+    assert run.stdout.split("\n")[:7] == ["ValueError True"] * 7, run.stdout

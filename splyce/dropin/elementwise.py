@@ -184,6 +184,9 @@ def _fast_merge(op: str, a, b, threads: int):
     if type(a) is SparseTensor and type(b) is SparseTensor:
         views = _scipy_view(a), _scipy_view(b)     # checked when made: their buffers, as scipy arrays
         if None in views:
+            if compressed_layout(a.format) is not None and compressed_layout(b.format) is not None:
+                _merge_classes(a)                  # the native checks' module
+                _check_unchanged((a, "a"), (b, "b"))   # int64 indices: the general path trusts them
             return None
         out = _fast_merge(op, *views, threads)
         if out is None:        # the native checks refused one, or another case: the general path trusts them
