@@ -143,6 +143,9 @@ def _merge_classes(a):
     return _merge_types.get(type(a))
 
 
+_VIEW_CLASSES: dict = {}     # a compressed layout's order -> scipy's class for it
+
+
 def _scipy_view(t: SparseTensor):
     """A CSR / CSC ``SparseTensor`` of int32 indices as the scipy ``csr_array`` / ``csc_array`` over its
     buffers (no copy, no check: what the general path makes of it, and the class it returns for two tensors),
@@ -151,19 +154,25 @@ def _scipy_view(t: SparseTensor):
     values, crd, pos = last_level_buffers(t) if layout is not None else (None, None, None)
     if layout is None or crd.dtype != np.int32 or pos.dtype != np.int32:
         return None
-    import scipy.sparse as sps
+    if not _VIEW_CLASSES:                     # bound once: an import statement costs microseconds per call
+        import scipy.sparse as sps
 
-    return scipy_out.csr(sps.csr_array if layout == (0, 1) else sps.csc_array, values, crd, pos, t.shape, True)
+        _VIEW_CLASSES.update({(0, 1): sps.csr_array, (1, 0): sps.csc_array})
+    return scipy_out.csr(_VIEW_CLASSES[layout], values, crd, pos, t.shape, True)
 
 
 def _check_unchanged(*tensors) -> None:
     """Raise ``ValueError`` for a CSR / CSC tensor whose index arrays are no longer canonical: arrays it wraps
     were changed in place after it was made, and the general path, which trusts a checked tensor, would read
     out of bounds. O(nnz), on the fast merge's fallback only."""
+    from splyce.native.validation import canonical_csr
+
     for t, name in tensors:
         values, crd, pos = last_level_buffers(t)
         extent = t.shape[1] if compressed_layout(t.format) == (0, 1) else t.shape[0]
-        if not _merge_native[3].canonical_csr_threaded(pos, crd, extent, 1):
+        if pos.dtype != crd.dtype:             # the native check reads one index width
+            pos, crd = pos.astype(np.int64), crd.astype(np.int64)
+        if not canonical_csr(np.ascontiguousarray(pos), np.ascontiguousarray(crd), extent):
             raise ValueError(f"{name}: malformed index arrays (not sorted and unique in range, or positions "
                              "that do not increase): the SparseTensor's buffers were modified after it was made")
 
@@ -185,7 +194,6 @@ def _fast_merge(op: str, a, b, threads: int):
         views = _scipy_view(a), _scipy_view(b)     # checked when made: their buffers, as scipy arrays
         if None in views:
             if compressed_layout(a.format) is not None and compressed_layout(b.format) is not None:
-                _merge_classes(a)                  # the native checks' module
                 _check_unchanged((a, "a"), (b, "b"))   # int64 indices: the general path trusts them
             return None
         out = _fast_merge(op, *views, threads)

@@ -119,12 +119,12 @@ def overwritten_results(trace: Trace) -> frozenset:
     place (lowering/pipeline.py). A fused elementwise producer could bring a sparse operand in (which writes
     only the stored positions), so that case keeps the zeroed buffer, as does every other dense result (a sum
     starts from the buffer's zero)."""
-    found = set()
+    found, seen = set(), {}
     over = {trace.outputs[o] for o, _ in trace.in_place}   # written over an input's buffer (in_place_of)
     for out in trace.outputs:
         if out.type.is_sparse or out.type.ndim == 0 or out.op not in ("ewise", "combine") or out in over:
             continue
-        if all(_dense_whole(a, {}) for a in out.args):
+        if all(_dense_whole(a, seen) for a in out.args):
             found.add(out)
     return frozenset(found)
 

@@ -13,7 +13,8 @@ is that buffer and whose body reads it), and the runtime passes the product's ar
 from __future__ import annotations
 
 from splyce.lowering.to_mlir import overwritten_results
-from splyce.tracer.ir import Node, Trace, walk
+from splyce.planner.rewrite import readers
+from splyce.tracer.ir import Trace, walk
 
 
 def in_place_results(trace: Trace, fresh: frozenset[int]) -> tuple[tuple[int, int], ...]:
@@ -24,10 +25,7 @@ def in_place_results(trace: Trace, fresh: frozenset[int]) -> tuple[tuple[int, in
     full reductions the result depends on (CG's ``p @ ap`` before ``r - alpha * ap``): a scalar the result
     needs is complete before its loop starts, and no loop can fuse into the result's.
     One input per result, one result per input."""
-    readers: dict[Node, set] = {}
-    for node in walk(trace.outputs):
-        for arg in node.args:
-            readers.setdefault(arg, set()).add(node)
+    read_by = readers(trace.outputs)
     returned = set(trace.outputs)
     written_whole = overwritten_results(trace)
     taken: set[int] = set()
@@ -37,11 +35,11 @@ def in_place_results(trace: Trace, fresh: frozenset[int]) -> tuple[tuple[int, in
             continue
         subs = "abcd"[: out.type.ndim]
         reads = out.params[1] if len(out.params) > 1 else (subs,) * len(out.args)
-        before = _ancestors(out)
+        before = set(walk(out.args))      # what the result is computed from
         for arg, read in zip(out.args, reads):
             if (arg.op == "input" and arg.params[0] in fresh and arg.params[0] not in taken
                     and arg not in returned and read == subs
-                    and all(r is out or (r.type.ndim == 0 and r in before) for r in readers.get(arg, ()))
+                    and all(r is out or (r.type.ndim == 0 and r in before) for r in read_by.get(arg, ()))
                     and arg.type.shape == out.type.shape and arg.type.dtype == out.type.dtype
                     and not arg.type.is_sparse):
                 taken.add(arg.params[0])
@@ -49,14 +47,3 @@ def in_place_results(trace: Trace, fresh: frozenset[int]) -> tuple[tuple[int, in
                 break
     return tuple(found)
 
-
-def _ancestors(node: Node) -> set:
-    """Every node ``node`` is computed from."""
-    seen: set = set()
-    stack = list(node.args)
-    while stack:
-        n = stack.pop()
-        if n not in seen:
-            seen.add(n)
-            stack.extend(n.args)
-    return seen

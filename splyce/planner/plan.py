@@ -19,7 +19,7 @@ from splyce.planner.before_kernel import host_product, native_product
 from splyce.planner.elementwise import fuse_elementwise, fuse_reductions, propagates_nan
 from splyce.planner.in_place import in_place_results
 from splyce.planner.memory import budget_bytes, format_bytes
-from splyce.planner.rewrite import Fusion, substitute, uses, with_args, with_order
+from splyce.planner.rewrite import Fusion, readers, substitute, uses, with_args, with_order
 from splyce.planner.transposed_inputs import Derived, relabel_inputs, transposed
 from splyce.planner.unordered import UNORDERED_PRODUCT_RULE, is_unordered_csr, unordered_product_results
 from splyce.tensors.formats import Format
@@ -400,10 +400,7 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
     mapping: dict[Node, Node] = {}
     steps: list[Step] = []
     result_nodes = set(outputs)
-    readers: dict[Node, list[Node]] = {}      # who reads each node: elementwise glue only, or not
-    for node in walk(outputs):
-        for arg in node.args:
-            readers.setdefault(arg, []).append(node)
+    read_by = readers(outputs)                # elementwise glue and full reductions only, or not
     for node in walk(outputs):
         if on_host(node) and node not in result_nodes:
             params = node.params[0]
@@ -417,8 +414,8 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
         new = with_args(node, tuple(mapping.get(a, a) for a in node.args))
         if native is not None and node.op == "contract" and node not in result_nodes and not _pinned(node) \
                 and all(a.op == "input" for a in new.args):
-            step = native(new, tuple(s.type for s in sources), planner.nnz, glue=bool(readers.get(node)) and all(
-                r.op == "ewise" or r.type.ndim == 0 for r in readers[node]))
+            step = native(new, tuple(s.type for s in sources), planner.nnz, glue=bool(read_by.get(node)) and all(
+                r.op == "ewise" or r.type.ndim == 0 for r in read_by[node]))
             if step is not None:
                 sources.append(Source(-1, node.type, True, native=step))
                 mapping[node] = Node("input", (), (len(sources) - 1,), node.type)

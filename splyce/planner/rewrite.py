@@ -28,6 +28,15 @@ class Fusion:
     fused: Node
 
 
+def readers(outputs) -> dict[Node, list[Node]]:
+    """The nodes that read each node (once per read)."""
+    found: dict[Node, list[Node]] = {}
+    for node in walk(outputs):
+        for arg in node.args:
+            found.setdefault(arg, []).append(node)
+    return found
+
+
 def uses(outputs) -> dict[Node, int]:
     """How many times each node is read (by another node or as a result)."""
     count: dict[Node, int] = {}
