@@ -2,6 +2,8 @@
 (planner/in_place.py, runtime/kernel.py): which results qualify, the bits, accumulate, threads, and the
 caller's arrays left untouched."""
 
+import re
+
 import numpy as np
 import pytest
 import scipy.sparse as sps
@@ -97,3 +99,33 @@ def test_arguments_and_captured_arrays_are_never_written_over():
         np.testing.assert_array_equal(g(x), np.maximum(kept.T, 0.0) + given.T)
     np.testing.assert_array_equal(x, given)
     np.testing.assert_array_equal(captured, kept)
+
+
+@pytest.mark.parametrize("target", ["avx2", "avx512"])
+def test_relu_written_in_place_stores_plainly(target):
+    """``maximum(y, 0)`` over ``y``'s own array is ``store(select(y <= 0, 0, y), p)`` after LLVM's
+    canonicalization, which the x86 back end would fold into a masked store of the zeros (``vmaskmovpd``: 2x
+    the loop's time on AVX2, Zen 3). The value read is frozen (lowering/to_mlir.py ``_frozen``): plain
+    stores. (A host product, so the plan is the same for a target other than the host's.)"""
+    X, W = np.random.default_rng(2).standard_normal((400, 8)), np.eye(8)
+    low = splyce.jit(lambda X, W: np.maximum(X @ W, 0.0), target=target).lower(X, W)
+    assert "written over %arg" in low.as_text("plan")
+    assert "freeze" in low.as_text("llvm")
+    masked_stores = [line for line in low.as_text("asm").splitlines()
+                     if "maskmov" in line or re.search(r"\)\s*\{%k", line)]
+    assert not masked_stores
+
+
+def test_relu_in_place_keeps_nan_and_signed_zero():
+    """In place or not, ``maximum`` is IEEE's (arith.maximumf): NaN stays NaN, -0.0 becomes +0.0."""
+    s = sps.csr_array(np.eye(6))
+    X = np.array([[np.nan, -0.0, 0.0, -1.0], [np.inf, -np.inf, 2.0, -2.0]] * 3)
+    body = lambda a, X: np.maximum(a @ X, 0.0)   # noqa: E731
+    f = splyce.jit(body)
+    t = splyce.asarray(s)
+    kernel, _ = f.kernel_for(t, X)
+    assert kernel.trace.in_place, kernel.plan.as_text()
+    got = f(t, X)
+    plain = splyce.jit(body, library=False, vectorize=False)(t, X)
+    np.testing.assert_array_equal(got.view(np.int64), plain.view(np.int64))
+    assert np.isnan(got[0, 0]) and np.signbit(got[0, 1]) == False and got[1, 1] == 0.0   # noqa: E712

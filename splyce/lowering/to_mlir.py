@@ -229,7 +229,8 @@ def lower_ewise(node: Node, ctx: _Context):
     def body(args):
         if over is not None:           # the operands as the expression numbers them, the output's value
             read = dict(zip(kept, args))                # at the input's places
-            args = [read.get(k, args[-1]) for k in range(len(node.args))] + [args[-1]]
+            here = _frozen(args[-1], dtype)
+            args = [read.get(k, here) for k in range(len(node.args))] + [args[-1]]
         value = _expression(expr, args, node, dtype, any_sparse)
         return binary("add", args[-1], value, dtype) if _accumulates(node, ctx) else value
 
@@ -238,6 +239,18 @@ def lower_ewise(node: Node, ctx: _Context):
     if node.type.is_sparse:
         check_sparse_result(node, subs, order)
     return build_generic(inputs, [reads[k] for k in kept], init, subs, order, body)
+
+
+def _frozen(value, dtype: str):
+    """The value read from a buffer the op writes back, behind an ``llvm.freeze`` (a no-op in machine code).
+    Without it LLVM's x86 back end folds ``store(select(c, k, load p), p)``, the shape of ``maximum(y, 0)``
+    written over ``y``, into a masked store: ``vmaskmovpd`` on AVX2 ran that loop at 2x the time of a plain
+    store (docs/planner.md, "Written in place"). Complex values are structs only after lowering: not frozen."""
+    if dtype.startswith("complex"):
+        return value
+    from mlir.dialects import llvm
+
+    return llvm.freeze(value)
 
 
 def _expression(expr, args, node: Node, dtype: str, sparse: bool):
