@@ -174,7 +174,8 @@ def test_fast_spmv_is_taken_and_bit_identical(monkeypatch, variant, index_dtype,
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 def test_sparse_tensor_operand_takes_the_fast_path(monkeypatch, variant, index_dtype):
     """A CSR ``SparseTensor`` (checked when made) goes to the fast path's kernel as scipy's CSR does, with the
-    same bits; other layouts (CSC, unordered or repeated columns) keep the general path, which re-stores them."""
+    same bits; other layouts keep the general path: a CSC times a vector its scatter kernel on the tensor's
+    buffers, unordered or repeated columns re-stored first."""
     rng = np.random.default_rng(11)
     a = sps.random_array((1300, 700), density=0.02, format="csr", rng=rng)
     a.data = a.data * 8 - 4
@@ -201,6 +202,17 @@ def test_sparse_tensor_operand_takes_the_fast_path(monkeypatch, variant, index_d
                                     [None, np.array([1, 0, 0])], np.array([2.0, 3.0, 4.0]))
     assert dropin._fast_spmv(unordered, np.ones(2)) is None
     assert np.array_equal(splyce.matmul(unordered, np.array([1.0, 10.0])), [23.0, 4.0])
+    # a CSC tensor (and a CSR one read transposed in a jitted function) goes to the scatter kernel on its
+    # buffers: checked as they are read there too
+    for defect in ("crd", "pos"):
+        t = splyce.asarray(sps.csr_array(a, copy=True))
+        c = splyce.asarray(sps.csc_array(a, copy=True))
+        for tensor in (t, c):
+            getattr(tensor, defect)[1][3] = 10**6
+        with pytest.raises(ValueError, match="modified after it was made"):
+            splyce.matmul(c, x)
+        with pytest.raises(ValueError, match="modified after it was made"):
+            splyce.jit(lambda a, z: a.T @ z)(t, np.ones(a.shape[0]))
     # buffers broken in place after the tensor was made: refused, never read out of bounds
     broken = splyce.asarray(sps.csr_array(a))
     broken.crd[1][5] = 10**6

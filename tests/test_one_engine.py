@@ -52,6 +52,7 @@ def _flags_true(x):
 
 CASES = {
     "spmv": (lambda a, b, x, X, v: a @ x, None),
+    "transposed spmv": (lambda a, b, x, X, v: a.T @ x, None),
     "spmm": (lambda a, b, x, X, v: a @ X, None),
     "spmspv": (lambda a, b, x, X, v: a @ v, None),
     "hadamard": (lambda a, b, x, X, v: a * b, None),
@@ -64,7 +65,7 @@ CASES = {
 
 # the ops whose native kernel gives the MLIR kernel's results on every input (bits equal but for a NaN's sign):
 # they run natively (the elementwise ops through the drop-in kernels' keep-zeros variants, any pattern)
-NATIVE = {"spmv", "spmm", "spmspv", "spgemm", "triangles", "hadamard", "add", "subtract"}
+NATIVE = {"spmv", "transposed spmv", "spmm", "spmspv", "spgemm", "triangles", "hadamard", "add", "subtract"}
 GUARDED: set = set()
 
 
@@ -104,6 +105,26 @@ def test_the_plan_says_which_kernel_runs_and_matches_the_dropin():
     assert choose_matmul_formulation(OperandInfo.of(a), OperandInfo.of(x)).value == "csr-x-dense"
     off = splyce.jit(lambda a, x: a @ x, library=False).lower(a, x).as_text("plan")
     assert "native kernel library" not in off
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32])
+def test_a_matrix_stored_by_columns_times_a_vector_scatters_natively(dtype):
+    """``a.T @ z`` of a CSR tensor and ``c @ z`` of a CSC one run the drop-in's CSC x vector kernel (each
+    column's entries added into the result's rows), the MLIR kernel's bits, as the plan says; the drop-in on
+    the CSC tensor takes the same kernel on its buffers (it re-stored the tensor as CSR before)."""
+    rng = np.random.default_rng(7)
+    a = _matrix(rng, 61, 0.1, np.issubdtype(dtype, np.floating), dtype)
+    c = splyce.asarray(sps.csc_array(a.to_scipy()))
+    z = rng.standard_normal(61).astype(dtype)
+    for body, m, dropin in ((lambda a, z: a.T @ z, a, a.T), (lambda c, z: c @ z, c, c)):
+        fast, mlir = splyce.jit(body), splyce.jit(body, library=False)
+        assert "as formulation 'csc-x-vector'" in fast.lower(m, z).as_text("plan")
+        assert isinstance(fast.kernel_for(m, z)[0], LibraryKernel)
+        _same(fast(m, z), mlir(m, z))
+        _same(fast(m, z), splyce.jit(body, vectorize=False)(m, z))       # the plain sparsifier's bits
+        _same(splyce.matmul(dropin, z), fast(m, z))
+    normal = splyce.jit(lambda a, x: a.T @ (a @ x))                       # the second product too, after the
+    _same(normal(a, z), splyce.jit(lambda a, x: a.T @ (a @ x), vectorize=False)(a, z))   # first's native step
 
 
 def test_what_stays_on_the_mlir_kernel():

@@ -20,6 +20,8 @@ class Formulation(enum.Enum):
     SPARSE_TIMES_DENSE = "csr-x-dense"   # A CSR, rows times a dense operand (SpMV / SpMM), MLIR kernel
     DENSE_TIMES_SPARSE = "dense-x-csr"   # dense rows times B CSR, MLIR kernel
     SCATTER_VECTOR = "scatter-vector"    # sparse vector operand scattered dense in O(n), then SpMV
+    SCATTER_CSC = "csc-x-vector"         # a matrix stored by columns (a CSC, a CSR's transpose) times a vector:
+                                         # each column's entries added into the result's rows, native
     GUSTAVSON_SPARSE = "gustavson-spa"   # CSR x CSR -> CSR, per-row sparse accumulator, O(flops), native
     GUSTAVSON_DENSE = "gustavson-dense"  # CSR x CSR -> dense result (asked for), MLIR kernel
     MASKED_GUSTAVSON = "masked-gustavson"  # einsum M * (A @ B), all sparse: mask-driven Gustavson, native

@@ -17,7 +17,8 @@ from splyce.dropin.operands import _native_values
 from splyce.dropin.operands import OperandInfo
 from splyce.native import memory_pool
 from splyce.native.spmv import SPMM_FIXED
-from splyce.dropin.products import matmul, spmspv_tensor, spmv_tensor, spmv_direct
+from splyce.dropin.products import matmul, scatter_tensor, spmspv_tensor, spmv_tensor, spmv_direct
+from splyce.native import spmv_scatter
 from splyce.runtime.library import LibraryCall, LibraryOp, is_csr
 
 def _info(t) -> OperandInfo:
@@ -189,6 +190,13 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
     if len({t.dtype for t in op.types}) != 1 or op.out.dtype != op.types[0].dtype:
         return None              # mixed or promoted value types: the jit's kernel (NumPy's promotion there)
     infos = [_info(t) for t in op.types]
+    if op.op == "matmul" and op.transposed[:1] == (True,):
+        # a matrix stored by the product's columns times a vector: the drop-in's CSC x vector scatter, in the
+        # MLIR kernel's order (columns ascending, each row's sum from +0.0); one thread, as the drop-in's
+        if not spmv_scatter.supported(op.out.dtype):
+            return None
+        m = op.out.shape[0]
+        return LibraryCall(op, Formulation.SCATTER_CSC.value, lambda args, threads: scatter_tensor(*args, m))
     if op.op == "matmul" and not op.out.is_sparse:
         formulation = choose_matmul_formulation(*infos)
         if formulation not in (Formulation.SPARSE_TIMES_DENSE, Formulation.SCATTER_VECTOR):

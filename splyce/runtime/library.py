@@ -41,7 +41,7 @@ class LibraryOp:
     # set when the operands are the call's arguments read as they are (nothing prepared): the argument each
     # reads, and whether transposed (a CSR argument's own buffers as its transpose's CSC, not re-stored)
     reads: tuple[int, ...] | None = None
-    transposed: tuple[bool, ...] = ()
+    transposed: tuple[bool, ...] = ()   # a matmul's: (True, False) when the matrix's buffers hold its columns
     # an elementwise op whose operands and result the plan stores in column order (CSC): computed on the
     # transposes, whose CSR buffers those are (``a.T * b`` of CSR arguments: ``(a * b.T).T``); ``transposed``
     # then says which operand's buffers are in the other order than that frame's
@@ -124,6 +124,11 @@ def _as_library_op(step: Node, inputs: tuple[TensorType, ...]) -> LibraryOp | No
     subs = ",".join(params.inputs) + "->" + params.output
     if len(operands) == 2:
         (x, y), o = params.inputs, params.output
+        if len(x) == 2 and len(y) == 1 and not types[1].is_sparse and not out.is_sparse and (
+                (is_csr(types[0]) and (y, o) == (x[0], x[1])) or (_is_csc(types[0]) and (y, o) == (x[1], x[0]))):
+            # ``a.T @ z`` of a CSR ``a`` (``ki,k->i``), or a CSC times a vector: buffers stored by the product's
+            # columns, each scattering its entries into the result (the drop-in's CSC x vector kernel)
+            return LibraryOp("matmul", None, operands, types, out, transposed=(True, False))
         product = len(x) == 2 and y[:1] == x[1:] and x[1] not in o and o == x[0] + y[1:]
         if not (product and is_csr(types[0])):
             return None
