@@ -240,8 +240,11 @@ def native_steps(options):
       (planner/in_place.py), where in the kernel the product needs a zeroed intermediate that the glue reads
       into a result buffer of its own. ``a @ x + b @
       x`` on the 2-core Zen 3 VM (2026-12-07, thread CPU, best of 15, same process): fem3d-100k 3.65 -> 3.42
-      ms, ba-100k 2.79 -> 2.64 ms; PageRank even (1.77 / 1.74, 1.30 / 1.33). A product a contraction reads
-      (``v @ (a @ v)``, ``a.T @ (a @ x)``) stays in the kernel, fused or not, as the planner decides.
+      ms, ba-100k 2.79 -> 2.64 ms; PageRank even (1.77 / 1.74, 1.30 / 1.33).
+
+    Only products the planner keeps apart from their readers are asked about: it fuses or not by the operands
+    alone (planner/plan.py, ``_short_row_spmv``: an SpMV over rows of a few entries stays apart from the
+    contraction reading it, ``v @ (a @ v)`` on road-700), so the plain sparsifier's plan sums in the same order.
 
     No chooser (None) where ``choose`` would not run a native call either: the plain sparsifier
     (``vectorize=False``), profiling, a target the host cannot run, ``library=False``."""
