@@ -589,3 +589,77 @@ def test_csc_times_vector_wrong_length_nonfinite_and_mixed_index_widths():
     ones = np.ones(3)
     assert spmv_scatter.csc_times_vector(np.array([0, 1, 3]), np.array([0, 1, 2]), ones, ones, 3) is None
     assert spmv_scatter.csc_times_vector(np.array([0, 1, 2, 3]), np.array([0, 1]), ones, ones, 3) is None
+
+
+def _short_columns(rng, m, n, dtype, index=np.int32):
+    """CSC buffers of ``n`` columns of 0-5 sorted rows (empty runs included), NaN / Inf / -0.0 among values."""
+    lengths = rng.integers(0, 6, size=n) * (rng.random(n) < 0.8)
+    lengths = np.minimum(lengths, m)
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(index)
+    indices = np.concatenate([np.sort(rng.choice(m, size=k, replace=False)) for k in lengths]
+                             + [np.zeros(0, int)]).astype(index)
+    data = (rng.standard_normal(int(indptr[-1])) * 4).astype(dtype)
+    if np.issubdtype(dtype, np.floating) and len(data):
+        data[rng.random(len(data)) < 0.05] = rng.choice([np.nan, np.inf, -np.inf, -0.0])
+    return indptr, indices, data
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32])
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_csc_times_vector_flat_loop_is_the_column_loop_bit_for_bit(dtype, index):
+    """The flat scatter (one loop over the entries, the column moving on by a flag: for columns of a few
+    entries) gives the column loop's values bit for bit, scipy's too, on every shape down to no columns; on
+    malformed buffers (a row out of range, positions out of range, decreasing, shuffled) it refuses exactly when
+    the column loop does, reading nothing out of bounds."""
+    from splyce.native import spmv_scatter
+
+    rng = np.random.default_rng(81)
+    for trial in range(300):
+        n, m = int(rng.integers(0, 30)), int(rng.integers(1, 30))
+        indptr, indices, data = _short_columns(rng, m, n, dtype, index)
+        x = (rng.standard_normal(n) * 3).astype(dtype)
+        loop = spmv_scatter.csc_times_vector(indptr, indices, data, x, m, flat=False)
+        flat = spmv_scatter.csc_times_vector(indptr, indices, data, x, m, flat=True)
+        assert loop.tobytes() == flat.tobytes(), trial
+        with np.errstate(all="ignore"):
+            assert np.array_equal(flat, sps.csc_array((data, indices, indptr), shape=(m, n)) @ x, equal_nan=True)
+        for defect in range(4):
+            ip, ix = indptr.copy(), indices.copy()
+            if defect == 0 and len(ix):
+                ix[rng.integers(len(ix))] = m + int(rng.integers(0, 3))
+            elif defect == 1 and n > 2:
+                ip[rng.integers(1, n)] = len(ix) + 1 + int(rng.integers(0, 10**6))
+            elif defect == 2 and n > 3:
+                ip[rng.integers(1, n)] = rng.integers(0, len(ix) + 1)
+            elif defect == 3 and n > 3:
+                ip[1:-1] = rng.permutation(ip[1:-1])
+            else:
+                continue
+            answers = [spmv_scatter.csc_times_vector(ip, ix, data, x, m, flat=f) for f in (False, True)]
+            assert (answers[0] is None) == (answers[1] is None), (trial, defect)
+            if answers[0] is not None:
+                assert answers[0].tobytes() == answers[1].tobytes()
+
+
+def test_csc_times_vector_goes_flat_on_columns_of_a_few_entries(monkeypatch):
+    """The flat loop where SpMV's flat kernel runs (``spmv.goes_flat``: a few entries a column, past the CPU's
+    size threshold), the column loop otherwise; the drop-in and a jitted ``a.T @ z`` take it the same way."""
+    from splyce.native import spmv, spmv_scatter
+
+    chosen = []
+    kernel = spmv_scatter._kernel
+    monkeypatch.setattr(spmv_scatter, "_kernel", lambda *a: chosen.append(a[3]) or kernel(*a))
+    rng = np.random.default_rng(82)
+    n = 300_000                                    # 2.0 entries a column, 3.6 MB of entries: past any threshold
+    indptr, indices, data = _short_columns(rng, n, n, np.float64)
+    assert spmv.goes_flat(len(indices), n, 32, 8)
+    c = sps.csc_array((data, indices, indptr), shape=(n, n))
+    x = rng.standard_normal(n)
+    with np.errstate(all="ignore"):
+        want = c @ x
+        assert np.array_equal(splyce.matmul(c, x), want, equal_nan=True)
+        t = splyce.asarray(sps.csr_array(c.T))
+        assert np.array_equal(splyce.jit(lambda a, z: a.T @ z)(t, x), want, equal_nan=True)
+    wide = sps.random_array((2000, 2000), density=0.01, format="csc", rng=83)      # 20 a column
+    splyce.matmul(wide, np.ones(2000))
+    assert chosen == [True, True, False]
