@@ -196,10 +196,9 @@ row_ok:
   %gap = sub i64 %end1, %k1
   %gap1 = sub i64 %gap, 1
   %room = sub i64 %kstop, %k1
-  %beyond = icmp uge i64 %gap1, %room
-  ; and before column n - 2 (so j + 3 <= n, j < n at every entry, whatever the positions hold)
-  %jfar = icmp sge i64 %j1, %nf
-  %leaving = or i1 %beyond, %jfar
+  ; (so column n - 2 is never entered, whatever the positions hold: at its start k1 = pos[n - 2] >= kstop, and
+  ; staying needs k1 < end1 <= kstop; hence j + 3 <= n and j < n at every entry)
+  %leaving = icmp uge i64 %gap1, %room
   br i1 %leaving, label %leave, label %flat_ok
 flat_ok:
   br label %flat
