@@ -245,7 +245,8 @@ def _frozen(value, dtype: str):
     """The value read from a buffer the op writes back, behind an ``llvm.freeze`` (a no-op in machine code).
     Without it LLVM's x86 back end folds ``store(select(c, k, load p), p)``, the shape of ``maximum(y, 0)``
     written over ``y``, into a masked store: ``vmaskmovpd`` on AVX2 ran that loop at 2x the time of a plain
-    store (docs/planner.md, "Written in place"). Complex values are structs only after lowering: not frozen."""
+    store (docs/guide/planner.md, "Glue written over the step's array"). Complex values are structs only
+    after lowering: not frozen."""
     if dtype.startswith("complex"):
         return value
     from mlir.dialects import llvm
