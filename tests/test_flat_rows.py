@@ -1,6 +1,7 @@
-"""Row sums on rows of a few entries as one flat loop over the entries (passes/flat_rows.py): the MLIR
-kernel's SpMV / row reduction on road-network-like matrices, chosen per call, bit for bit the loop nest's
-results (the plain sparsifier's), NaN / Inf, empty rows, accumulate and threads included."""
+"""Row sums and scatters (``a.T @ x``) on rows of a few entries as one flat loop over the entries
+(passes/flat_rows.py): the MLIR kernel's SpMV / row reduction / transposed product on road-network-like
+matrices, chosen per call, bit for bit the loop nest's results (the plain sparsifier's), NaN / Inf, empty rows,
+accumulate and threads included."""
 
 import numpy as np
 import pytest
@@ -137,3 +138,39 @@ def test_a_bad_coordinate_is_refused_before_either_short_row_path(library):
     with pytest.raises(ValueError, match="out of range"):
         f(bad, _vector(14, np.float64))
     assert np.array_equal(bad.indices, kept)
+
+
+TRANSPOSED = lambda a, x: a.T @ x   # noqa: E731
+
+
+SCATTERS = {"a.T @ x": TRANSPOSED,
+            "gradient": lambda a, x: a.T @ (1.0 / (1.0 + np.exp(-(a @ x))) - 0.5),   # a.T @ glue
+            "normal": lambda a, x: a.T @ (a @ x)}
+
+
+@pytest.mark.parametrize("name, dtype", [("a.T @ x", d) for d in (np.float64, np.float32, np.int64, np.int32)]
+                         + [(n, d) for n in ("gradient", "normal") for d in (np.float64, np.float32)])
+def test_scatter_nests_run_flat_with_the_loop_nests_bits(name, dtype):
+    """``a.T @ x`` of a CSR ``a`` is a scatter nest (each row's entries added into the result at their
+    columns): on rows of a few entries it gets a flat twin too (``_match_scatter``), running the same entries
+    in the same order: the plain sparsifier's bits, NaN / Inf and empty rows included; the entries counted."""
+    body = SCATTERS[name]
+    a = _short_rows(15, dtype=dtype, empty=[(0, 4), (700, 900), (N - 6, N - 2)])
+    x = _vector(16, dtype)
+    flat = splyce.jit(body, library=False)
+    assert "flat twin" in flat.lower(a, x).as_text("splyce")
+    with np.errstate(all="ignore"):
+        got = flat(a, x)
+        _bits_equal(got, splyce.jit(body, library=False, vectorize=False)(a, x))
+        _bits_equal(got, splyce.jit(body, vectorize=False)(a, x))
+        np.testing.assert_allclose(got, body(a.to_scipy(), x), rtol=1e-4 if dtype == np.float32 else 1e-12,
+                                   atol=1e-3 if dtype == np.float32 else 1e-9, equal_nan=True)
+    assert splyce.profile(flat, a, x).flat_rows > 0
+
+
+def test_a_scatter_nest_on_long_rows_keeps_the_loop_nest():
+    long_rows = splyce.asarray(sps.random_array((N, N), density=8 / N, format="csr", rng=17))
+    x = _vector(18, np.float64)
+    flat = splyce.jit(TRANSPOSED, library=False)
+    assert splyce.profile(flat, long_rows, x).flat_rows == 0
+    _bits_equal(flat(long_rows, x), splyce.jit(TRANSPOSED, library=False, vectorize=False)(long_rows, x))

@@ -27,6 +27,13 @@ Matched: ``scf.for %i`` (step 1, no results) whose body is the init load ``y[%i]
 result and a body of loads and arithmetic only, ``memref.store`` of that result to ``y[%i]``, for values of
 32 or 64 bits. Anything else in the outer body (a value of row i the inner body reads, a second result)
 declines.
+
+Scatter nests too (``_match_scatter``): ``a.T @ x`` of a CSR ``a`` (``ki,k->i``) is a loop over rows whose
+inner loop, with no result, adds each entry's term into ``y`` at its column; the outer body may compute values
+of row i the inner body reads (``x[i]``). Its flat twin carries only the row (and the two ends), recomputes
+those values per entry, and runs the inner body for the same entries in the same order: the same results for
+any body of loads, arithmetic and stores. road-700's ``a.T @ z`` (490k rows of 2.5): 4.07-4.19 ms in the loop
+nest, 2.04 ms flat, the native flat scatter 2.00 (2-core Zen 3 VM, 2026-12-07, thread CPU, best of 9).
 """
 
 from __future__ import annotations
@@ -50,10 +57,14 @@ def flatten_row_loops(module: ir.Module, profile: bool = False) -> int:
     count = 0
     for op in [op for op in walk(module.operation) if op.name == "scf.for"]:
         match = _match(op)
-        if match is not None:
+        scatter = None if match is not None else _match_scatter(op)
+        if match is not None or scatter is not None:
             if profile:
                 profile_counters_global(module)
-            _build(*match, profile)
+            if match is not None:
+                _build(*match, profile)
+            else:
+                _build_scatter(*scatter, profile)
             count += 1
     return count
 
@@ -99,6 +110,131 @@ def _match(outer: ir.Operation):
             if owner is not None and any(owner == x for x in ops):
                 return None
     return outer, inner, store
+
+
+def _match_scatter(outer: ir.Operation):
+    """(outer for, inner for, the outer body's ops the inner body reads) when ``outer`` is a scatter loop nest:
+    ``scf.for %i`` (step 1, no results) whose body is the row bounds (as above), values of row i the inner
+    body reads (loads and arithmetic: ``x[i]`` of ``A.T @ x`` stored by rows), and ``scf.for %k = lo to hi``
+    (step 1, no results) of loads, arithmetic and stores (``y[crd[k]] += vals[k] * x[i]``); else None. The
+    flat loop runs the inner body for the same entries in the same order, so any such body keeps its
+    results."""
+    if len(outer.results) or len(outer.operands) != 3 or const_int(outer.operands[2]) != 1:
+        return None
+    body = outer.regions[0].blocks[0]
+    ops = [o.operation for o in body.operations]
+    inners = [o for o in ops if o.name == "scf.for"]
+    if len(inners) != 1 or ops[-1].name != "scf.yield" or ops[-2] != inners[0]:
+        return None
+    inner = inners[0]
+    if len(inner.results) or len(inner.operands) != 3 or const_int(inner.operands[2]) != 1:
+        return None
+    bounds = _chain(inner.operands[0], ops) + _chain(inner.operands[1], ops)
+    if not bounds or any(o.name not in ("memref.load", "arith.extui", "arith.extsi", "arith.index_cast",
+                                        "arith.addi") for o in bounds):
+        return None
+    inner_body = inner.regions[0].blocks[0]
+    stores = 0
+    read: list = []
+    for o in inner_body.operations:
+        o = o.operation
+        if o.name == "memref.store":
+            stores += 1
+        elif o.name != "scf.yield" and (not o.name.startswith(_PURE) or len(o.regions)):
+            return None
+        for v in o.operands:
+            read += _chain(v, ops)
+    row_values = [o for o in ops if any(o == r for r in read)]
+    if not stores or any(not (o.name.startswith(_PURE) and not len(o.regions)) for o in ops[:-2]):
+        return None        # nothing scattered, or an outer op with an effect (it would run per entry)
+    return outer, inner, row_values
+
+
+def _build_scatter(outer, inner, row_values, profile: bool = False) -> None:
+    """The flat twin of a scatter loop nest: as ``_build``, but nothing carried across entries but the row,
+    whose values (``row_values``) are recomputed per entry (loads that hit)."""
+    body = outer.regions[0].blocks[0]
+    iv = body.arguments[0]
+    lb, ub = outer.operands[0], outer.operands[1]
+    ops = [o.operation for o in body.operations]
+    lo_chain, hi_chain = _chain(inner.operands[0], ops), _chain(inner.operands[1], ops)
+    idx = ir.IndexType.get()
+    stored = next(o.operation for o in inner.regions[0].blocks[0].operations if o.operation.name == "memref.store")
+    t = ir.MemRefType(stored.operands[1].type).element_type
+
+    def start_of(row):
+        return _bound(inner.operands[0], iv, row, lo_chain)
+
+    def end_of(row):
+        return _bound(inner.operands[1], iv, row, hi_chain)
+
+    with ir.InsertionPoint(outer), outer.location:
+        two = arith.constant(idx, 2)
+        kstart, kend = start_of(lb), start_of(ub)
+        entries = arith.subi(kend, kstart)
+        few = arith.cmpi(CMPI_ULE, entries, arith.muli(arith.subi(ub, lb), arith.constant(idx, FLAT_MAX_ROW)))
+        entry_bits = _coordinate_bits(inner) + (t.width if hasattr(t, "width") else 64)
+        sized = arith.cmpi(CMPI_ULE, arith.constant(idx, FLAT_MIN_BYTES * 8 // entry_bits), entries)
+        tail = arith.subi(ub, two)
+        enough = arith.cmpi(CMPI_ULT, arith.addi(lb, two), ub)
+        choice = scf.IfOp(arith.andi(arith.andi(few, sized), enough), [], has_else=True)
+    with ir.InsertionPoint(choice.else_block):
+        moved = scf.YieldOp([])
+    outer.move_before(moved)
+    with ir.InsertionPoint(choice.then_block), outer.location:
+        kstop = start_of(tail)
+        some = scf.IfOp(arith.cmpi(CMPI_ULT, kstart, kstop), [], has_else=False)
+        with ir.InsertionPoint(some.then_block):
+            if profile:
+                _count(arith.subi(kstop, kstart))
+            _flat_scatter(inner, iv, row_values, lb, kstart, kstop, end_of)
+            scf.yield_([])
+        rest_start = arith.maxui(lb, tail)
+        rest = outer.clone()               # the last two rows as they were
+        rest.operands[0] = rest_start
+        scf.yield_([])
+
+
+def _flat_scatter(inner, iv, row_values, lb, kstart, kstop, end_of) -> None:
+    """One loop over entries [kstart, kstop), carrying (k, row, its end, the next row's end); the row moves on
+    as in ``_flat_loop``."""
+    idx = ir.IndexType.get()
+    one, two = arith.constant(idx, 1), arith.constant(idx, 2)
+    first = _skip_empty(lb, kstart, end_of)
+    types = [idx, idx, idx, idx]
+    state = scf.WhileOp(types, [kstart, first, end_of(first), end_of(arith.addi(first, one))])
+    before = state.before.blocks.append(*types)
+    with ir.InsertionPoint(before):
+        k = before.arguments[0]
+        scf.condition(arith.cmpi(CMPI_ULT, k, kstop), list(before.arguments))
+    after = state.after.blocks.append(*types)
+    with ir.InsertionPoint(after):
+        k, r, end, nxt = after.arguments
+        cloner = _Cloner({iv: r, inner.regions[0].blocks[0].arguments[0]: k})
+        for op in row_values:
+            cloner.op(op)
+        for op in list(inner.regions[0].blocks[0].operations)[:-1]:
+            cloner.op(op.operation)
+        k1 = arith.addi(k, one)
+        last = arith.cmpi(CMPI_EQ, k1, end)
+        i64 = ir.IntegerType.get_signless(64)
+        flag = llvm.inline_asm(i64, [arith.extui(i64, last)], "", "=r,0")     # as in _flat_loop
+        r1 = arith.addi(r, arith.index_cast(idx, flag))
+        end1 = arith.select(last, nxt, end)
+        nxt1 = arith.select(last, end_of(arith.addi(r, two)), nxt)
+        leaving = arith.cmpi(CMPI_UGE, arith.subi(arith.subi(end1, k1), one), arith.subi(kstop, k1))
+        fix = scf.IfOp(leaving, [idx, idx, idx], has_else=True)
+        with ir.InsertionPoint(fix.then_block):
+            more = scf.IfOp(arith.cmpi(CMPI_ULT, k1, kstop), [idx, idx, idx], has_else=True)
+            with ir.InsertionPoint(more.then_block):     # rows from r1 on are empty up to the found one
+                found = _skip_empty(r1, k1, end_of)
+                scf.yield_([found, end_of(found), end_of(arith.addi(found, one))])
+            with ir.InsertionPoint(more.else_block):
+                scf.yield_([r1, end1, nxt1])
+            scf.yield_(list(more.results))
+        with ir.InsertionPoint(fix.else_block):
+            scf.yield_([r1, end1, nxt1])
+        scf.yield_([k1] + list(fix.results))
 
 
 def _chain(value: ir.Value, ops: list) -> list:
