@@ -32,7 +32,9 @@ Scatter nests too (``_match_scatter``): ``a.T @ x`` of a CSR ``a`` (``ki,k->i``)
 inner loop, with no result, adds each entry's term into ``y`` at its column; the outer body may compute values
 of row i the inner body reads (``x[i]``). Its flat twin carries only the row (and the two ends), recomputes
 those values per entry, and runs the inner body for the same entries in the same order: the same results for
-any body of loads, arithmetic and stores. road-700's ``a.T @ z`` (490k rows of 2.5): 4.07-4.19 ms in the loop
+any body of loads, arithmetic and stores. A row value costlier than a load and a few additions or
+multiplications declines (the logistic gradient ``a.T @ (1 / (1 + exp(-(a @ w))) - y)``, whose glue MLIR fuses
+into the nest's outer body: recomputed per entry, 2.5x the exps, road-700 7.9 -> 11.8 ms). road-700's ``a.T @ z`` (490k rows of 2.5): 4.07-4.19 ms in the loop
 nest, 2.04 ms flat, the native flat scatter 2.00 (2-core Zen 3 VM, 2026-12-07, thread CPU, best of 9).
 """
 
@@ -147,7 +149,15 @@ def _match_scatter(outer: ir.Operation):
     row_values = [o for o in ops if any(o == r for r in read)]
     if not stores or any(not (o.name.startswith(_PURE) and not len(o.regions)) for o in ops[:-2]):
         return None        # nothing scattered, or an outer op with an effect (it would run per entry)
-    return outer, inner, row_values
+    if any(o.name not in _CHEAP for o in row_values):
+        return None        # a row value the flat loop would recompute per entry at a cost (the logistic
+    return outer, inner, row_values      # gradient's exp, fused into the nest's outer body: 2.5x the exps)
+
+
+# what a row value may be computed by to be recomputed at every entry of the flat scatter (loads that hit and a
+# few cycles of arithmetic)
+_CHEAP = ("memref.load", "arith.extui", "arith.extsi", "arith.index_cast", "arith.addi", "arith.subi",
+          "arith.muli", "arith.addf", "arith.subf", "arith.mulf", "arith.negf", "arith.constant")
 
 
 def _build_scatter(outer, inner, row_values, profile: bool = False) -> None:
