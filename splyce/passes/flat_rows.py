@@ -32,9 +32,9 @@ Scatter nests too (``_match_scatter``): ``a.T @ x`` of a CSR ``a`` (``ki,k->i``)
 inner loop, with no result, adds each entry's term into ``y`` at its column; the outer body may compute values
 of row i the inner body reads (``x[i]``). Its flat twin carries only the row (and the two ends), recomputes
 those values per entry, and runs the inner body for the same entries in the same order: the same results for
-any body of loads, arithmetic and stores. A row value costlier than a load and a few additions or
-multiplications declines (the logistic gradient ``a.T @ (1 / (1 + exp(-(a @ w))) - y)``, whose glue MLIR fuses
-into the nest's outer body: recomputed per entry, 2.5x the exps, road-700 7.9 -> 11.8 ms). road-700's ``a.T @ z`` (490k rows of 2.5): 4.07-4.19 ms in the loop
+any body of loads, arithmetic and stores. Row values costlier than a load and a few additions or
+multiplications (the logistic gradient ``a.T @ (1 / (1 + exp(-(a @ w))) - y)``, whose glue MLIR fuses into the
+nest's outer body) are computed once per row into a buffer first, which the flat loop reads. road-700's ``a.T @ z`` (490k rows of 2.5): 4.07-4.19 ms in the loop
 nest, 2.04 ms flat, the native flat scatter 2.00 (2-core Zen 3 VM, 2026-12-07, thread CPU, best of 9).
 """
 
@@ -89,6 +89,8 @@ def _match(outer: ir.Operation):
     t = ir.MemRefType(store.operands[1].type).element_type
     if not (isinstance(t, (ir.F32Type, ir.F64Type)) or (isinstance(t, ir.IntegerType) and t.width in (32, 64))):
         return None            # the row change blends a value's bits: 32- and 64-bit values
+    if not _row_bounds(inner, iv):
+        return None
     init = defining_op(inner.operands[3])
     if init is None or init.name != "memref.load" or len(init.operands) != 2 \
             or init.operands[0] != store.operands[1] or init.operands[1] != iv \
@@ -129,7 +131,8 @@ def _match_scatter(outer: ir.Operation):
     if len(inners) != 1 or ops[-1].name != "scf.yield" or ops[-2] != inners[0]:
         return None
     inner = inners[0]
-    if len(inner.results) or len(inner.operands) != 3 or const_int(inner.operands[2]) != 1:
+    if len(inner.results) or len(inner.operands) != 3 or const_int(inner.operands[2]) != 1 \
+            or not _row_bounds(inner, body.arguments[0]):
         return None
     bounds = _chain(inner.operands[0], ops) + _chain(inner.operands[1], ops)
     if not bounds or any(o.name not in ("memref.load", "arith.extui", "arith.extsi", "arith.index_cast",
@@ -138,6 +141,7 @@ def _match_scatter(outer: ir.Operation):
     inner_body = inner.regions[0].blocks[0]
     stores = 0
     read: list = []
+    roots: list = []           # the outer body's values the inner body reads
     for o in inner_body.operations:
         o = o.operation
         if o.name == "memref.store":
@@ -145,24 +149,28 @@ def _match_scatter(outer: ir.Operation):
         elif o.name != "scf.yield" and (not o.name.startswith(_PURE) or len(o.regions)):
             return None
         for v in o.operands:
+            owner = defining_op(v)
+            if owner is not None and any(owner == x for x in ops) and not any(v == r for r in roots):
+                roots.append(v)
             read += _chain(v, ops)
     row_values = [o for o in ops if any(o == r for r in read)]
     if not stores or any(not (o.name.startswith(_PURE) and not len(o.regions)) for o in ops[:-2]):
         return None        # nothing scattered, or an outer op with an effect (it would run per entry)
-    if any(o.name not in _CHEAP for o in row_values):
-        return None        # a row value the flat loop would recompute per entry at a cost (the logistic
-    return outer, inner, row_values      # gradient's exp, fused into the nest's outer body: 2.5x the exps)
+    return outer, inner, row_values, roots
 
 
-# what a row value may be computed by to be recomputed at every entry of the flat scatter (loads that hit and a
-# few cycles of arithmetic)
+# what row values may be computed by to be recomputed at every entry of the flat scatter (loads that hit and a
+# few cycles of arithmetic); costlier ones (the logistic gradient's exp, which MLIR fuses into the nest's outer
+# body) are computed once per row into a buffer first, which the flat loop reads (recomputed per entry: 2.5x
+# the exps, road-700's gradient 7.9 -> 11.8 ms)
 _CHEAP = ("memref.load", "arith.extui", "arith.extsi", "arith.index_cast", "arith.addi", "arith.subi",
           "arith.muli", "arith.addf", "arith.subf", "arith.mulf", "arith.negf", "arith.constant")
 
 
-def _build_scatter(outer, inner, row_values, profile: bool = False) -> None:
+def _build_scatter(outer, inner, row_values, roots, profile: bool = False) -> None:
     """The flat twin of a scatter loop nest: as ``_build``, but nothing carried across entries but the row,
-    whose values (``row_values``) are recomputed per entry (loads that hit)."""
+    whose values (``row_values``, giving the ``roots`` the inner body reads) are recomputed per entry where
+    cheap, else read from a buffer a loop over the rows filled first."""
     body = outer.regions[0].blocks[0]
     iv = body.arguments[0]
     lb, ub = outer.operands[0], outer.operands[1]
@@ -197,7 +205,12 @@ def _build_scatter(outer, inner, row_values, profile: bool = False) -> None:
         with ir.InsertionPoint(some.then_block):
             if profile:
                 _count(arith.subi(kstop, kstart))
-            _flat_scatter(inner, iv, row_values, lb, kstart, kstop, end_of)
+            stored_rows = {}
+            if any(o.name not in _CHEAP for o in row_values):
+                stored_rows = _row_values_stored(iv, row_values, roots, lb, tail)
+            _flat_scatter(inner, iv, row_values, lb, kstart, kstop, end_of, stored_rows)
+            for buffer in stored_rows.values():
+                memref.dealloc(buffer)
             scf.yield_([])
         rest_start = arith.maxui(lb, tail)
         rest = outer.clone()               # the last two rows as they were
@@ -205,9 +218,29 @@ def _build_scatter(outer, inner, row_values, profile: bool = False) -> None:
         scf.yield_([])
 
 
-def _flat_scatter(inner, iv, row_values, lb, kstart, kstop, end_of) -> None:
+def _row_values_stored(iv, row_values, roots, lb, stop) -> dict:
+    """Each root's value for rows [lb, stop) in a buffer of its own (``memref.alloc``: guarded, a failure
+    raises MemoryError), computed by a loop over those rows as the nest's outer body computes it."""
+    idx = ir.IndexType.get()
+    count = arith.subi(stop, lb)
+    buffers = {root: memref.alloc(ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], root.type), [count], [])
+               for root in roots}
+    loop = scf.ForOp(lb, stop, arith.constant(idx, 1))
+    with ir.InsertionPoint(loop.body):
+        row = loop.induction_variable
+        cloner = _Cloner({iv: row})
+        for op in row_values:
+            cloner.op(op)
+        at = arith.subi(row, lb)
+        for root, buffer in buffers.items():
+            memref.store(cloner.value(root), buffer, [at])
+        scf.yield_([])
+    return buffers
+
+
+def _flat_scatter(inner, iv, row_values, lb, kstart, kstop, end_of, stored_rows: dict) -> None:
     """One loop over entries [kstart, kstop), carrying (k, row, its end, the next row's end); the row moves on
-    as in ``_flat_loop``."""
+    as in ``_flat_loop``. The row's values recomputed, or read from ``stored_rows`` (root -> buffer)."""
     idx = ir.IndexType.get()
     one, two = arith.constant(idx, 1), arith.constant(idx, 2)
     first = _skip_empty(lb, kstart, end_of)
@@ -221,8 +254,13 @@ def _flat_scatter(inner, iv, row_values, lb, kstart, kstop, end_of) -> None:
     with ir.InsertionPoint(after):
         k, r, end, nxt = after.arguments
         cloner = _Cloner({iv: r, inner.regions[0].blocks[0].arguments[0]: k})
-        for op in row_values:
-            cloner.op(op)
+        if stored_rows:
+            at = arith.subi(r, lb)
+            for root, buffer in stored_rows.items():
+                cloner.map[root] = memref.load(buffer, [at])
+        else:
+            for op in row_values:
+                cloner.op(op)
         for op in list(inner.regions[0].blocks[0].operations)[:-1]:
             cloner.op(op.operation)
         k1 = arith.addi(k, one)
@@ -245,6 +283,25 @@ def _flat_scatter(inner, iv, row_values, lb, kstart, kstop, end_of) -> None:
         with ir.InsertionPoint(fix.else_block):
             scf.yield_([r1, end1, nxt1])
         scf.yield_([k1] + list(fix.results))
+
+
+def _row_bounds(inner: ir.Operation, iv: ir.Value) -> bool:
+    """Whether the inner loop runs from ``pos[iv]`` to ``pos[iv + 1]`` of one memref (each through casts only),
+    so that a row's end is the next row's start: what the flat loop steps over. A bound loaded at another
+    index (``pos[crd[p]]`` of a product's inner level, whose rows are not consecutive) declines."""
+    loads = []
+    for bound in inner.operands[:2]:
+        op = defining_op(bound)
+        while op is not None and op.name in ("arith.extui", "arith.extsi", "arith.index_cast"):
+            op = defining_op(op.operands[0])
+        if op is None or op.name != "memref.load" or len(op.operands) != 2:
+            return False
+        loads.append(op)
+    (lo, hi), at = loads, defining_op(loads[1].operands[1])
+    if lo.operands[0] != hi.operands[0] or lo.operands[1] != iv or at is None or at.name != "arith.addi":
+        return False
+    x, y = at.operands
+    return (x == iv and const_int(y) == 1) or (y == iv and const_int(x) == 1)
 
 
 def _chain(value: ir.Value, ops: list) -> list:
