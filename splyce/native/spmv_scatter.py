@@ -59,19 +59,7 @@ k_head:
   %kmore = icmp ult i64 %k, %stop
   br i1 %kmore, label %k_body, label %col_done
 k_body:
-  %pc = getelementptr i{c}, ptr %crd, i64 %k
-  %row_raw = load i{c}, ptr %pc
-  %row = {c_ext} %row_raw to i64
-  %inside = icmp ult i64 %row, %m
-  br i1 %inside, label %k_ok, label %bad
-k_ok:
-  %pv = getelementptr {t}, ptr %vals, i64 %k
-  %v = load {t}, ptr %pv
-  %prod = {mul} {t} %v, %xj
-  %py = getelementptr {t}, ptr %y, i64 %row
-  %old = load {t}, ptr %py
-  %new = {add} {t} %old, %prod
-  store {t} %new, ptr %py
+{entry}
   %k1 = add i64 %k, 1
   br label %k_head
 col_done:
@@ -136,19 +124,7 @@ nonempty:
   br i1 %in_flat, label %prime, label %single
 single:
   %sk = phi i64 [%s0, %nonempty], [%sk1, %single_ok]
-  %spc = getelementptr i{c}, ptr %crd, i64 %sk
-  %srow_raw = load i{c}, ptr %spc
-  %srow = {c_ext} %srow_raw to i64
-  %sinside = icmp ult i64 %srow, %m
-  br i1 %sinside, label %single_ok, label %bad
-single_ok:
-  %spv = getelementptr {t}, ptr %vals, i64 %sk
-  %sv = load {t}, ptr %spv
-  %sprod = {mul} {t} %sv, %x0
-  %spy = getelementptr {t}, ptr %y, i64 %srow
-  %sold = load {t}, ptr %spy
-  %snew = {add} {t} %sold, %sprod
-  store {t} %snew, ptr %spy
+{single_entry}
   %sk1 = add i64 %sk, 1
   %smore = icmp ult i64 %sk1, %t0
   br i1 %smore, label %single, label %single_done
@@ -165,21 +141,9 @@ flat:
   %j = phi i64 [%j0, %prime], [%j1, %flat_ok]
   %end = phi i64 [%t0, %prime], [%end1, %flat_ok]
   %next = phi i64 [%next0, %prime], [%next1, %flat_ok]
-  %pc = getelementptr i{c}, ptr %crd, i64 %k
-  %row_raw = load i{c}, ptr %pc
-  %row = {c_ext} %row_raw to i64
-  %inside = icmp ult i64 %row, %m
-  br i1 %inside, label %row_ok, label %bad
-row_ok:
   %pxj = getelementptr {t}, ptr %x, i64 %j
   %xj = load {t}, ptr %pxj
-  %pv = getelementptr {t}, ptr %vals, i64 %k
-  %v = load {t}, ptr %pv
-  %prod = {mul} {t} %v, %xj
-  %py = getelementptr {t}, ptr %y, i64 %row
-  %old = load {t}, ptr %py
-  %new = {add} {t} %old, %prod
-  store {t} %new, ptr %py
+{flat_entry}
   %k1 = add i64 %k, 1
   %colend = icmp eq i64 %k1, %end
   %colendw_i = zext i1 %colend to i64
@@ -213,6 +177,23 @@ bad:
 """
 
 
+# One entry k of a column whose x value is {x}: its row checked (< m, unsigned: to the error return), then
+# y[row] += vals[k] * {x}; ``q`` prefixes the value names, ``ok`` names the block after the check
+_ENTRY = """  %{q}pc = getelementptr i{c}, ptr %crd, i64 %{q}k
+  %{q}row_raw = load i{c}, ptr %{q}pc
+  %{q}row = {c_ext} %{q}row_raw to i64
+  %{q}inside = icmp ult i64 %{q}row, %m
+  br i1 %{q}inside, label %{ok}, label %bad
+{ok}:
+  %{q}pv = getelementptr {t}, ptr %vals, i64 %{q}k
+  %{q}v = load {t}, ptr %{q}pv
+  %{q}prod = {mul} {t} %{q}v, {x}
+  %{q}py = getelementptr {t}, ptr %y, i64 %{q}row
+  %{q}old = load {t}, ptr %{q}py
+  %{q}new = {add} {t} %{q}old, %{q}prod
+  store {t} %{q}new, ptr %{q}py"""
+
+
 def supported(dtype) -> bool:
     return np.dtype(dtype) in _VALUE
 
@@ -223,8 +204,14 @@ def _kernel(value: np.dtype, p: int, c: int, flat: bool = False):
 
     t, mul, add, _ = _VALUE[value]
     name = f"splyce_csc_matvec{'_flat' if flat else ''}_{t}_p{p}_c{c}"
-    text = (_FLAT if flat else _SCATTER).format(name=name, t=t, mul=mul, add=add, p=p, c=c, p_ext=_ext(p),
-                                                c_ext=_ext(c), ends=position_ends_ir(p, segments="%n"))
+
+    def entry(q: str, ok: str, x: str) -> str:
+        return _ENTRY.format(q=q, ok=ok, x=x, t=t, mul=mul, add=add, c=c, c_ext=_ext(c))
+
+    text = (_FLAT if flat else _SCATTER).format(
+        name=name, t=t, p=p, p_ext=_ext(p), ends=position_ends_ir(p, segments="%n"),
+        entry=entry("", "k_ok", "%xj"), single_entry=entry("s", "single_ok", "%x0"),
+        flat_entry=entry("", "row_ok", "%xj"))
     return compile_host_helpers(text, {name: _SIG})[name]
 
 

@@ -171,51 +171,19 @@ def _build_scatter(outer, inner, row_values, roots, profile: bool = False) -> No
     """The flat twin of a scatter loop nest: as ``_build``, but nothing carried across entries but the row,
     whose values (``row_values``, giving the ``roots`` the inner body reads) are recomputed per entry where
     cheap, else read from a buffer a loop over the rows filled first."""
-    body = outer.regions[0].blocks[0]
-    iv = body.arguments[0]
-    lb, ub = outer.operands[0], outer.operands[1]
-    ops = [o.operation for o in body.operations]
-    lo_chain, hi_chain = _chain(inner.operands[0], ops), _chain(inner.operands[1], ops)
-    idx = ir.IndexType.get()
+    iv = outer.regions[0].blocks[0].arguments[0]
     stored = next(o.operation for o in inner.regions[0].blocks[0].operations if o.operation.name == "memref.store")
     t = ir.MemRefType(stored.operands[1].type).element_type
 
-    def start_of(row):
-        return _bound(inner.operands[0], iv, row, lo_chain)
+    def flat(lb, kstart, kstop, tail, end_of):
+        buffers = {}
+        if any(o.name not in _CHEAP for o in row_values):
+            buffers = _row_values_stored(iv, row_values, roots, lb, tail)
+        _flat_scatter(inner, iv, row_values, lb, kstart, kstop, end_of, buffers)
+        for buffer in buffers.values():
+            memref.dealloc(buffer)
 
-    def end_of(row):
-        return _bound(inner.operands[1], iv, row, hi_chain)
-
-    with ir.InsertionPoint(outer), outer.location:
-        two = arith.constant(idx, 2)
-        kstart, kend = start_of(lb), start_of(ub)
-        entries = arith.subi(kend, kstart)
-        few = arith.cmpi(CMPI_ULE, entries, arith.muli(arith.subi(ub, lb), arith.constant(idx, FLAT_MAX_ROW)))
-        entry_bits = _coordinate_bits(inner) + (t.width if hasattr(t, "width") else 64)
-        sized = arith.cmpi(CMPI_ULE, arith.constant(idx, FLAT_MIN_BYTES * 8 // entry_bits), entries)
-        tail = arith.subi(ub, two)
-        enough = arith.cmpi(CMPI_ULT, arith.addi(lb, two), ub)
-        choice = scf.IfOp(arith.andi(arith.andi(few, sized), enough), [], has_else=True)
-    with ir.InsertionPoint(choice.else_block):
-        moved = scf.YieldOp([])
-    outer.move_before(moved)
-    with ir.InsertionPoint(choice.then_block), outer.location:
-        kstop = start_of(tail)
-        some = scf.IfOp(arith.cmpi(CMPI_ULT, kstart, kstop), [], has_else=False)
-        with ir.InsertionPoint(some.then_block):
-            if profile:
-                _count(arith.subi(kstop, kstart))
-            stored_rows = {}
-            if any(o.name not in _CHEAP for o in row_values):
-                stored_rows = _row_values_stored(iv, row_values, roots, lb, tail)
-            _flat_scatter(inner, iv, row_values, lb, kstart, kstop, end_of, stored_rows)
-            for buffer in stored_rows.values():
-                memref.dealloc(buffer)
-            scf.yield_([])
-        rest_start = arith.maxui(lb, tail)
-        rest = outer.clone()               # the last two rows as they were
-        rest.operands[0] = rest_start
-        scf.yield_([])
+    _with_flat_twin(outer, inner, t.width if hasattr(t, "width") else 64, profile, flat)
 
 
 def _row_values_stored(iv, row_values, roots, lb, stop) -> dict:
@@ -343,14 +311,23 @@ def _bound(value: ir.Value, iv: ir.Value, row: ir.Value, chain: list) -> ir.Valu
 
 
 def _build(outer, inner, store, profile: bool = False) -> None:
+    y = store.operands[1]
+    t = ir.MemRefType(y.type).element_type
+    iv = outer.regions[0].blocks[0].arguments[0]
+    _with_flat_twin(outer, inner, t.width, profile, lambda lb, kstart, kstop, tail, end_of: _flat_loop(
+        inner, y, t, iv, lb, kstart, kstop, end_of))
+
+
+def _with_flat_twin(outer, inner, value_bits: int, profile: bool, flat) -> None:
+    """Put ``outer`` (a loop nest over rows [lb, ub)) under an ``scf.if`` on ``spmv.goes_flat``'s rule for this
+    call's entries; the then-branch runs ``flat(lb, kstart, kstop, tail, end_of)`` (which builds the flat loop
+    over the entries of rows [lb, tail) at the insertion point) and the nest for the last two rows."""
     body = outer.regions[0].blocks[0]
     iv = body.arguments[0]
     lb, ub = outer.operands[0], outer.operands[1]
     ops = [o.operation for o in body.operations]
     lo_chain, hi_chain = _chain(inner.operands[0], ops), _chain(inner.operands[1], ops)
     idx = ir.IndexType.get()
-    y = store.operands[1]
-    t = ir.MemRefType(y.type).element_type
 
     def start_of(row):
         return _bound(inner.operands[0], iv, row, lo_chain)
@@ -365,7 +342,7 @@ def _build(outer, inner, store, profile: bool = False) -> None:
         entries = arith.subi(kend, kstart)
         few = arith.cmpi(CMPI_ULE, entries, arith.muli(rows, arith.constant(idx, FLAT_MAX_ROW)))
         # spmv.goes_flat's rule, on this call's entries: its size in bytes from the coordinates' and values' widths
-        entry_bits = _coordinate_bits(inner) + t.width
+        entry_bits = _coordinate_bits(inner) + value_bits
         sized = arith.cmpi(CMPI_ULE, arith.constant(idx, FLAT_MIN_BYTES * 8 // entry_bits), entries)
         # the flat loop takes the rows below the last two (each step loads the end of the row after next,
         # which must exist); it runs when they hold entries
@@ -381,9 +358,9 @@ def _build(outer, inner, store, profile: bool = False) -> None:
         with ir.InsertionPoint(some.then_block):
             if profile:
                 _count(arith.subi(kstop, kstart))
-            _flat_loop(inner, y, t, iv, lb, kstart, kstop, end_of)
+            flat(lb, kstart, kstop, tail, end_of)
             scf.yield_([])
-        # the last two rows as they were (every row before them is summed, or empty and left as it was)
+        # the last two rows as they were (every row before them is done, or empty and left as it was)
         rest_start = arith.maxui(lb, tail)
         rest = outer.clone()
         rest.operands[0] = rest_start
