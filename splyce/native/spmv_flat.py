@@ -89,24 +89,8 @@ flat:
 {flat_product}
   %py = getelementptr {t}, ptr %y, i64 %r
   store {t} %s, ptr %py
-  %k1 = add i64 %k, 1
-  %last = icmp eq i64 %k1, %end
-  %lastw_i = zext i1 %last to i64
-  %lastw = call i64 asm "", "=r,0"(i64 %lastw_i)
-  %r1 = add i64 %r, %lastw
+{advance}
 {restart}
-  %end1 = select i1 %last, i64 %next, i64 %end
-  %pa = add i64 %r, 3
-  %ppa = getelementptr i{p}, ptr %pos, i64 %pa
-  %ahead_raw = load i{p}, ptr %ppa
-  %ahead = {p_ext} %ahead_raw to i64
-  %next1 = select i1 %last, i64 %ahead, i64 %next
-  ; leave after a row whose successor is empty or ends beyond kstop (min(pos[hf], nnz)), so also at the flat
-  ; rows' end (pos[hf]). Inside a row end1 = end, k1 < end <= kstop; after it end1 = next: one unsigned compare
-  %gap = sub i64 %end1, %k1
-  %gap1 = sub i64 %gap, 1
-  %room = sub i64 %kstop, %k1
-  %leaving = icmp uge i64 %gap1, %room
   br i1 %leaving, label %leave, label %flat_ok
 flat_ok:
   br label %flat
@@ -119,6 +103,36 @@ bad:
   ret i64 1
 }}
 """
+
+# The flat loop's step to entry k + 1 of segment %{i} (a row, or a CSC's column: native/spmv_scatter.py), from
+# (%k, %{i}, its end %end, the next one's end %next): %{i}1 = %{i} + %at_end (an opaque flag %at_endw, or LLVM
+# turns the add into a branch), %end1 and %next1 by selects, pos[%{i} + 3] loaded one segment ahead (off the
+# carried chain), and %leaving: the next segment is empty or ends beyond %kstop (min(pos[the first of the last
+# two], nnz)), so also at the flat segments' end. Inside a segment end1 = end, k1 < end <= kstop; after it
+# end1 = next: one unsigned compare. (So the last two segments are never entered, whatever the positions hold:
+# at their start k1 = pos[...] >= kstop, and staying needs k1 < end1 <= kstop; every pos and crd read is in
+# bounds.)
+ADVANCE = """  %k1 = add i64 %k, 1
+  %at_end = icmp eq i64 %k1, %end
+  %at_endw_i = zext i1 %at_end to i64
+  %at_endw = call i64 asm "", "=r,0"(i64 %at_endw_i)
+  %{i}1 = add i64 %{i}, %at_endw
+  %end1 = select i1 %at_end, i64 %next, i64 %end
+  %pa = add i64 %{i}, 3
+  %ppa = getelementptr i{p}, ptr %pos, i64 %pa
+  %ahead_raw = load i{p}, ptr %ppa
+  %ahead = {p_ext} %ahead_raw to i64
+  %next1 = select i1 %at_end, i64 %ahead, i64 %next
+  %gap = sub i64 %end1, %k1
+  %gap1 = sub i64 %gap, 1
+  %room = sub i64 %kstop, %k1
+  %leaving = icmp uge i64 %gap1, %room"""
+
+
+def advance_ir(index: str, p: int) -> str:
+    """``ADVANCE`` for the segment index named ``index`` and ``p``-bit positions."""
+    return ADVANCE.format(i=index, p=p, p_ext=_ext(p))
+
 
 # One entry's product added to a running sum, its column checked first: %{q}s = %{q}acc + vals[%{q}k] * x[col],
 # shared by the flat loop and the loop for a row on its own (``q`` prefixes the value names, ``ok`` is the
@@ -145,7 +159,7 @@ _RESTART_FLOAT = """  %keep_int = sub i{bits} {last_w}, 1
   %s_bits = bitcast {t} %s to i{bits}
   %acc_bits = and i{bits} %s_bits, %keep
   %acc1 = bitcast i{bits} %acc_bits to {t}"""
-_RESTART_SELECT = "  %acc1 = select i1 %last, {t} {zero}, {t} %s"     # integers, and floats off x86
+_RESTART_SELECT = "  %acc1 = select i1 %at_end, {t} {zero}, {t} %s"     # integers, and floats off x86
 
 
 def spmv_flat_ir(name: str, value: np.dtype, p: int, c: int) -> str:
@@ -157,14 +171,15 @@ def spmv_flat_ir(name: str, value: np.dtype, p: int, c: int) -> str:
     t, mul, add, zero = _VALUE[value]
     if t in ("double", "float") and host_target().triple.startswith("x86_64"):
         bits = 64 if t == "double" else 32
-        last_w = "%lastw" if bits == 64 else "%lastw32"
-        restart = ("  %lastw32 = trunc i64 %lastw to i32\n" if bits == 32 else "") + _RESTART_FLOAT.format(
+        last_w = "%at_endw" if bits == 64 else "%at_endw32"
+        restart = ("  %at_endw32 = trunc i64 %at_endw to i32\n" if bits == 32 else "") + _RESTART_FLOAT.format(
             bits=bits, t=t, last_w=last_w)
     else:
         restart = _RESTART_SELECT.format(t=t, zero=zero)
     product = functools.partial(_PRODUCT.format, t=t, mul=mul, add=add, c=c, c_ext=_ext(c))
     return FLAT.format(name=name, t=t, zero=zero, p=p, c=c, p_ext=_ext(p), c_ext=_ext(c), restart=restart,
-                        single_product=product(q="s", ok="single_ok"), flat_product=product(q="", ok="col_ok"))
+                        single_product=product(q="s", ok="single_ok"), flat_product=product(q="", ok="col_ok"),
+                        advance=advance_ir("r", p))
 
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from splyce.native.array_objects import address as _address
 from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_bits
+from splyce.native.spmv_flat import advance_ir
 from splyce.native.validation import position_ends_ir
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -144,25 +145,7 @@ flat:
   %pxj = getelementptr {t}, ptr %x, i64 %j
   %xj = load {t}, ptr %pxj
 {flat_entry}
-  %k1 = add i64 %k, 1
-  %colend = icmp eq i64 %k1, %end
-  %colendw_i = zext i1 %colend to i64
-  %colendw = call i64 asm "", "=r,0"(i64 %colendw_i)
-  %j1 = add i64 %j, %colendw
-  %end1 = select i1 %colend, i64 %next, i64 %end
-  %pa = add i64 %j, 3
-  %ppa = getelementptr i{p}, ptr %pos, i64 %pa
-  %ahead_raw = load i{p}, ptr %ppa
-  %ahead = {p_ext} %ahead_raw to i64
-  %next1 = select i1 %colend, i64 %ahead, i64 %next
-  ; leave after a column whose successor is empty or ends beyond kstop: inside a column end1 = end, k1 < end
-  ; <= kstop; after it end1 = next: one unsigned compare
-  %gap = sub i64 %end1, %k1
-  %gap1 = sub i64 %gap, 1
-  %room = sub i64 %kstop, %k1
-  ; (so column n - 2 is never entered, whatever the positions hold: at its start k1 = pos[n - 2] >= kstop, and
-  ; staying needs k1 < end1 <= kstop; hence j + 3 <= n and j < n at every entry)
-  %leaving = icmp uge i64 %gap1, %room
+{advance}
   br i1 %leaving, label %leave, label %flat_ok
 flat_ok:
   br label %flat
@@ -211,7 +194,7 @@ def _kernel(value: np.dtype, p: int, c: int, flat: bool = False):
     text = (_FLAT if flat else _SCATTER).format(
         name=name, t=t, p=p, p_ext=_ext(p), ends=position_ends_ir(p, segments="%n"),
         entry=entry("", "k_ok", "%xj"), single_entry=entry("s", "single_ok", "%x0"),
-        flat_entry=entry("", "row_ok", "%xj"))
+        flat_entry=entry("", "row_ok", "%xj"), advance=advance_ir("j", p))
     return compile_host_helpers(text, {name: _SIG})[name]
 
 
