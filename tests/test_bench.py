@@ -389,7 +389,7 @@ def test_programs_tiny(tmp_path, capsys):
     assert cli.main(["programs", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
     rows = _check_outputs(tmp_path, "programs", programs.COLUMNS)
     assert {r["program"] for r in rows} == set(programs.PROGRAMS) and len(rows) == 2 * len(programs.PROGRAMS)
-    assert all(float(r["splyce_vs_scipy"]) > 0 for r in rows)
+    assert all(float(r["splyce_vs_scipy"]) > 0 and float(r["wrapped_vs_chain"]) > 0 for r in rows)
 
 
 def test_limit_tiny(tmp_path, capsys):
