@@ -9,12 +9,12 @@ import sys
 import numpy as np
 
 from splyce.dropin import broadcast, narrow_dtypes, scipy_out
-from splyce.tensors.formats import CSR
+from splyce.tensors.formats import CSR, compressed_order
 from splyce.tensors.tensor import SparseTensor, last_level_buffers
 
 from splyce.dropin.formulation import Formulation, rowwise_format, choose_elementwise_formulation
 from splyce.dropin.kernels import _kernel, _threads
-from splyce.dropin.operands import OperandInfo, _INT_MAX, compressed_layout, as_format, _canonical_csr, _csc_first, _dense_result, operand_family, _keeps_left_format, _left_format, _nd, _raw_csr, sparse_family, _wrap_sparse
+from splyce.dropin.operands import OperandInfo, _INT_MAX, as_format, _canonical_csr, _csc_first, _dense_result, operand_family, _keeps_left_format, _left_format, _nd, _raw_csr, sparse_family, _wrap_sparse
 
 
 # -- multiply, add, subtract -------------------------------------------------------------------------------
@@ -150,7 +150,7 @@ def _scipy_view(t: SparseTensor):
     """A CSR / CSC ``SparseTensor`` of int32 indices as the scipy ``csr_array`` / ``csc_array`` over its
     buffers (no copy, no check: what the general path makes of it, and the class it returns for two tensors),
     or None."""
-    layout = compressed_layout(t.format)
+    layout = compressed_order(t.format)
     values, crd, pos = last_level_buffers(t) if layout is not None else (None, None, None)
     if layout is None or crd.dtype != np.int32 or pos.dtype != np.int32:
         return None
@@ -169,7 +169,7 @@ def _check_unchanged(*tensors) -> None:
 
     for t, name in tensors:
         values, crd, pos = last_level_buffers(t)
-        extent = t.shape[1] if compressed_layout(t.format) == (0, 1) else t.shape[0]
+        extent = t.shape[1] if compressed_order(t.format) == (0, 1) else t.shape[0]
         if pos.dtype != crd.dtype:             # the native check reads one index width
             pos, crd = pos.astype(np.int64), crd.astype(np.int64)
         if not canonical_csr(np.ascontiguousarray(pos), np.ascontiguousarray(crd), extent):
@@ -193,7 +193,7 @@ def _fast_merge(op: str, a, b, threads: int):
     if type(a) is SparseTensor and type(b) is SparseTensor:
         views = _scipy_view(a), _scipy_view(b)     # checked when made: their buffers, as scipy arrays
         if None in views:
-            if compressed_layout(a.format) is not None and compressed_layout(b.format) is not None:
+            if compressed_order(a.format) is not None and compressed_order(b.format) is not None:
                 _check_unchanged((a, "a"), (b, "b"))   # int64 indices: the general path trusts them
             return None
         out = _fast_merge(op, *views, threads)

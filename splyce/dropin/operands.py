@@ -108,20 +108,6 @@ def _csr_as_it_is(x, fmt: Format, threads: int = 1) -> Checked | None:
                                 validate=False))
 
 
-_COMPRESSED_LAYOUT: dict = {}   # Format -> (0, 1) for a CSR, (1, 0) for a CSC, None for anything else
-
-
-def compressed_layout(fmt: Format):
-    """``fmt``'s order when it is a CSR ((0, 1)) or a CSC ((1, 0)) with ordered, unique coordinates (any index
-    widths), which the drop-ins take as they are (another layout they re-store first, and sums would follow
-    the new order); else None. Memoized per format."""
-    if fmt not in _COMPRESSED_LAYOUT:
-        _COMPRESSED_LAYOUT[fmt] = fmt.order if (
-            tuple(level.kind for level in fmt.levels) == ("dense", "compressed")
-            and all(level.unique and level.ordered for level in fmt.levels)) else None
-    return _COMPRESSED_LAYOUT[fmt]
-
-
 def scipy_csr_types() -> tuple:
     """(csr_array, csr_matrix) once scipy.sparse is imported, else () (looked up per call: kept in a global)."""
     global _csr_types

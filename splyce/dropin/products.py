@@ -12,13 +12,13 @@ from splyce.native.spmv import GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES, GROUPED_
 from splyce.native.spmv import SPMM_FIXED as _SPMM_FIXED
 from splyce.dropin import narrow_dtypes, scipy_out
 from splyce.planner import nonfinite as _nonfinite
-from splyce.tensors.formats import CSC, CSR, SPARSE_VECTOR
+from splyce.tensors.formats import CSC, CSR, SPARSE_VECTOR, compressed_order
 from splyce.tensors.validation import check_dtype
 from splyce.tensors.tensor import SparseTensor, asarray, last_level_buffers
 
 from splyce.dropin.formulation import Formulation, _wants_sparse_result, choose_matmul_formulation
 from splyce.dropin.kernels import DENSE_RESULT_BYTES, SERIAL_MAX_WORK, _kernel, _mm, _several_threads, _threads
-from splyce.dropin.operands import OperandInfo, _INT_MAX, compressed_layout, as_format, _converter, _coo_array_type, _csc_first, _dense_out, operand_family, _keeps_left_format, _left_format, _raise_bad_product_operand, _raw_csr, scipy_csr_types, sparse_family, _to_dense_vector, _vector_out, _wrap_sparse
+from splyce.dropin.operands import OperandInfo, _INT_MAX, as_format, _converter, _coo_array_type, _csc_first, _dense_out, operand_family, _keeps_left_format, _left_format, _raise_bad_product_operand, _raw_csr, scipy_csr_types, sparse_family, _to_dense_vector, _vector_out, _wrap_sparse
 
 
 def matmul(a, b, *, out_format=None, threads=1):
@@ -153,7 +153,7 @@ def _csc_times_vector(a, b: np.ndarray):
     order from +0.0, the bits of the CSR product), or None for another operand (then it is converted to CSR:
     road-700's ``t.T @ z`` took 7.0 ms that way, 3.8 ms here, Zen 3)."""
     if type(a) is SparseTensor:       # checked when made; the kernel checks what it reads as it goes
-        return scatter_tensor(a, b, a.shape[0]) if compressed_layout(a.format) == (1, 0) else None
+        return scatter_tensor(a, b, a.shape[0]) if compressed_order(a.format) == (1, 0) else None
     raw = _raw_csr(a, "csc")
     return None if raw is None else _scatter(a, *raw, b, a.shape[0])
 
@@ -204,7 +204,7 @@ def _fast_spmv(a, x, threads=1):
         return None                             # not a thread count: the general path says so
     ndim = x.ndim
     if type(a) is SparseTensor:                 # checked when made: its CSR buffers go to the kernel as they are
-        if not 1 <= ndim <= 2 or compressed_layout(a.format) != (0, 1):
+        if not 1 <= ndim <= 2 or compressed_order(a.format) != (0, 1):
             return None
         return _spmv_buffers(a, *last_level_buffers(a), x, several)
     if type(a) not in scipy_csr_types() or not 1 <= ndim <= 2:

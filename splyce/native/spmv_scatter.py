@@ -208,7 +208,7 @@ def csc_times_vector(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, 
         return None
     p, c = index_bits(indptr), index_bits(indices)
     if flat is None:
-        from splyce.native.spmv import goes_flat
+        from splyce.native.spmv import goes_flat     # its host tuning, read on first use, not at import
 
         flat = goes_flat(len(indices), len(x), c, data.dtype.itemsize)
     with _lock:

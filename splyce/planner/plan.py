@@ -22,7 +22,7 @@ from splyce.planner.memory import budget_bytes, format_bytes
 from splyce.planner.rewrite import Fusion, readers, substitute, uses, with_args, with_order
 from splyce.planner.transposed_inputs import Derived, relabel_inputs, transposed
 from splyce.planner.unordered import UNORDERED_PRODUCT_RULE, is_unordered_csr, unordered_product_results
-from splyce.tensors.formats import Format
+from splyce.tensors.formats import Format, compressed_order
 from splyce.tracer.ir import ContractParams, Node, TensorType, Trace, params_text, walk
 
 
@@ -279,10 +279,9 @@ class Planner:
         (x, y), a, v = params.inputs, node.args[0].type, node.args[1].type
         fmt = a.format
         if not (len(x) == 2 and y == x[1] and params.output == x[0] and v.ndim == 1 and not v.is_sparse
-                and fmt is not None and fmt.order == (0, 1)
-                and tuple(level.kind for level in fmt.levels) == ("dense", "compressed")):
+                and fmt is not None and compressed_order(fmt) == (0, 1)):
             return False
-        from splyce.native.spmv import goes_flat     # the host's tuning: LLVM starts on first use, not import
+        from splyce.native.spmv import goes_flat     # the host's tuning, read on first use, not at import
 
         return goes_flat(int(self.nnz[node.args[0].params[0]]), a.shape[0], fmt.crd_width,
                          np.dtype(a.dtype).itemsize)

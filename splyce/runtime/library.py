@@ -23,6 +23,7 @@ from splyce.native import spmv
 from splyce.native.records import record
 from splyce.planner.plan import NativeStep
 from splyce.planner.unordered import is_unordered_csr
+from splyce.tensors.formats import compressed_order
 from splyce.runtime import providers
 from splyce.tracer.ir import ContractParams, Node, TensorType
 
@@ -81,10 +82,7 @@ register = providers.register   # ``provider(op: LibraryOp, options: Options) ->
 def _is_compressed_2d(t: TensorType, order: tuple[int, int]) -> bool:
     """A canonical CSR (``order`` (0, 1)) or CSC ((1, 0)) type: a dense then a compressed level, unique and
     ordered, stored in ``order``."""
-    f = t.format
-    return (t.ndim == 2 and f is not None and f.order == order
-            and tuple(level.kind for level in f.levels) == ("dense", "compressed")
-            and all(level.unique and level.ordered for level in f.levels))
+    return t.ndim == 2 and t.format is not None and compressed_order(t.format) == order
 
 
 def is_csr(t: TensorType) -> bool:

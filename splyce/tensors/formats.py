@@ -105,6 +105,20 @@ def _index_buffers(levels: tuple[Level, ...]) -> tuple[tuple[str, int], ...]:
                  for kind, present in (("pos", level.has_pos), ("crd", level.has_crd)) if present)
 
 
+def compressed_order(fmt: "Format") -> tuple[int, int] | None:
+    """``fmt``'s order when it is a CSR ((0, 1)) or a CSC ((1, 0)) with ordered, unique coordinates (any index
+    widths): the layouts the native kernels read as they are; else None. Memoized per format (hot paths ask)."""
+    found = _COMPRESSED_ORDER.get(fmt, False)
+    if found is False:
+        found = _COMPRESSED_ORDER[fmt] = fmt.order if (
+            tuple(level.kind for level in fmt.levels) == ("dense", "compressed")
+            and all(level.unique and level.ordered for level in fmt.levels)) else None
+    return found
+
+
+_COMPRESSED_ORDER: dict = {}
+
+
 def _as_level(level) -> Level:
     if isinstance(level, Level):
         return level
