@@ -24,6 +24,7 @@ class CacheKey:
     out_format: object
     options: Options
     captured: tuple[TensorType, ...] = ()   # the named constants the function reads (tracer/captures.py)
+    kinds: tuple[str, ...] = ()   # per input and named constant, "matrix" / "array" (tracer/matrix.py); () all arrays
 
     def explain(self, other: "CacheKey") -> list[str]:
         """The names of the parts in which two keys differ."""

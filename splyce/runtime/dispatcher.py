@@ -31,7 +31,7 @@ from splyce.runtime.arguments import Static
 from splyce.backend.compiler import Lowering, lower   # no MLIR until lower() runs
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
 from splyce.tensors.formats import Format
-from splyce.tracer import captures
+from splyce.tracer import captures, matrix
 from splyce.tracer.ir import Node, Trace
 from splyce.tracer.tracer import OUT_FORMATS, Tracer, copy_of
 
@@ -174,13 +174,16 @@ class Jitted:
             values.append(value)
         statics = tuple((i, s.value) for i, s in enumerate(specs) if isinstance(s, Static))
         inputs = tuple(s for s in specs if not isinstance(s, Static))
+        kinds = [matrix.kind_of_object(x) for x, s in zip(args, specs) if not isinstance(s, Static)]
         constants = []
         for label, obj in (self._captured() if captured is None else captured):
             spec, value = arguments.prepare(obj, f"captured constant {label!r}")
             constants.append(spec)
             specs.append(captures.Captured(obj, label, spec))
             values.append(value)
-        key = CacheKey(self.fun, statics, inputs, self.out_format, self.options, tuple(constants))
+            kinds.append(matrix.kind_of_object(obj))
+        key = CacheKey(self.fun, statics, inputs, self.out_format, self.options, tuple(constants),
+                       kinds=tuple(kinds) if matrix.MATRIX in kinds else ())
         return key, specs, [v for v in values if v is not None]
 
     def __call__(self, *args, **kwargs):
@@ -201,8 +204,6 @@ class Jitted:
         results = kernel.run_exact(values)
         if kernel.coo_sources is not None and self.out_format is None:
             results = scipy_results.as_coo_where_scipy_keeps_it(kernel.coo_sources, results, args)
-        if kernel.sparse_results:
-            results = scipy_results.as_matrix_where_scipy_gives_it(results, args)
         return result_tree.unflatten(kernel.result_tree, results)
 
     def _filed(self, args, values: list | None = None):
@@ -305,7 +306,7 @@ class Jitted:
                 with self._lock:
                     self.hits += 1
                 return kernel
-            planned = None if key in self._lowerings else self._plan(specs, values, key.options)
+            planned = None if key in self._lowerings else self._plan(specs, values, key.options, key.kinds)
             _, tree, plan = planned or self._lowerings[key]
             call = library.choose(plan, key.options, self.out_format) if key.options.library else None
             if call is not None:     # the drop-in's native kernel: no MLIR compile unless asked for
@@ -338,10 +339,11 @@ class Jitted:
             return contextlib.nullcontext()
         return disk_cache.compile_lock(disk_kernels.disk_key(planned[2].trace, key))
 
-    def _plan(self, specs, values, options):
+    def _plan(self, specs, values, options, kinds=()):
         """Trace the function and plan it, costed for these operands' stored entries; its intermediate products
-        on the native kernel library where the drop-in would run them there (``library.native_steps``)."""
-        source, tree, constants = self._trace(specs)
+        on the native kernel library where the drop-in would run them there (``library.native_steps``).
+        ``kinds``: the matrix kind of each input (tracer/matrix.py; empty: every one an array)."""
+        source, tree, constants = self._trace(specs, kinds)
         nnz = tuple(_stored_entries(v) for v in (*values, *constants))
         native = library.native_steps(options)
         return source, tree, make_plan(source, nnz, constants=tuple(constants), native=native)
@@ -352,7 +354,7 @@ class Jitted:
         stored."""
         cached = self._lowerings.get(key)
         if cached is None:
-            _, tree, plan = planned or self._plan(specs, values, key.options)
+            _, tree, plan = planned or self._plan(specs, values, key.options, key.kinds)
             trace = plan.trace
             low = None
             disk_key = None
@@ -380,22 +382,25 @@ class Jitted:
                        ", ".join(changed))
         self._last_disk_parts = parts
 
-    def _trace(self, specs):
+    def _trace(self, specs, kinds=()):
         """The trace, the result tree and the values of the frozen constants (tracer/captures.py), whose
-        inputs follow the arguments' and the named constants'."""
+        inputs follow the arguments' and the named constants'. ``kinds``: per input, ``"matrix"`` for an
+        ``spmatrix`` / ``np.matrix`` (traced with their operators: tracer/matrix.py); empty: all arrays."""
         tracers, inputs, named = [], [], []
+        kind = iter(kinds or ())
         for spec in specs:
             if isinstance(spec, Static):
                 tracers.append(spec.value)
             elif isinstance(spec, captures.Captured):
                 named.append(spec)
             else:
-                tracers.append(Tracer(Node("input", (), (len(inputs),), spec)))
+                tracers.append(matrix.tracer_of(Node("input", (), (len(inputs),), spec), next(kind, matrix.ARRAY)))
                 inputs.append(spec)
         context = captures.TraceContext(_prepare_constant, len(inputs) + len(named))
         bound = {}
         for constant in named:
-            bound[id(constant.obj)] = Tracer(context.add(constant.obj, len(inputs), constant.type))
+            node = context.add(constant.obj, len(inputs), constant.type)
+            bound[id(constant.obj)] = matrix.tracer_of(node, next(kind, matrix.ARRAY))
             inputs.append(constant.type)
         with captures.tracing(context):
             out = captures.rebound(self.fun, bound)(*tracers)
@@ -406,7 +411,7 @@ class Jitted:
             leaves = [result_tree.with_format(n, self.out_format) for n in leaves]
         unique = list(dict.fromkeys(leaves))   # a value returned twice is computed and returned once
         if len(unique) < len(leaves):
-            tree = (*tree, tuple(unique.index(n) for n in leaves))
+            tree = result_tree.with_positions(tree, tuple(unique.index(n) for n in leaves))
         return Trace(tuple(inputs), tuple(unique)), tree, [v for _, _, v in context.frozen]
 
     def lower(self, *args) -> Lowering:

@@ -1,6 +1,6 @@
 """scipy's result classes for a jitted call on scipy operands: a COO kept a COO where scipy keeps it, and the
-``spmatrix`` classes where every scipy operand is one (the general call path only: a cached call on the
-signature path has no scipy operand)."""
+``spmatrix`` / ``np.matrix`` classes for results of the matrix kind (tracer/matrix.py; the general call path
+only: a cached call on the signature path has no scipy operand)."""
 
 from __future__ import annotations
 
@@ -23,14 +23,27 @@ def as_coo_where_scipy_keeps_it(sources, results: list, args) -> list:
     return out
 
 
-def as_matrix_where_scipy_gives_it(results: list, args) -> list:
-    """``results`` with each scipy sparse array converted to its ``spmatrix`` class (``csr_matrix``, sharing the
-    buffers) when the arguments' scipy operands are all ``spmatrix`` ones, as scipy computes ``csr_matrix``
-    with ``csr_matrix`` (an ``sparray`` among them makes the result an ``sparray``, as the drop-ins do)."""
+def with_kinds(results: list, kinds: tuple, tree) -> list:
+    """``results`` given the class of their kind (tracer/matrix.py), in the order of the returned values
+    (``tree``'s positions map the kernel's results to them): a sparse result of the matrix kind as its
+    ``spmatrix`` class (``csr_matrix``, sharing the buffers), a dense 2-D one as an ``np.matrix`` view; of the
+    array kind, a scipy ``sparray``."""
+    positions = tree[2] if tree is not None and len(tree) > 2 else range(len(kinds))
+    out = list(results)
+    for k, p in enumerate(positions):
+        if p < len(out) and kinds[k] == "matrix":
+            out[p] = as_matrix(out[p])
+    return out
+
+
+def as_matrix(r):
+    """A result as scipy / NumPy give the matrix kind: ``csr_matrix`` and kin (sharing the buffers), ``np.matrix``."""
+    import numpy as np
+
     sps = sys.modules.get("scipy.sparse")
-    if sps is None or not any(isinstance(a, sps.spmatrix) for a in args) \
-            or any(isinstance(a, sps.sparray) for a in args):
-        return results
-    classes = {"csr": sps.csr_matrix, "csc": sps.csc_matrix, "coo": sps.coo_matrix}
-    return [classes[r.format](r, copy=False) if isinstance(r, sps.sparray) and r.format in classes else r
-            for r in results]
+    if sps is not None and isinstance(r, sps.sparray) and r.ndim == 2:
+        classes = {"csr": sps.csr_matrix, "csc": sps.csc_matrix, "coo": sps.coo_matrix}
+        return classes[r.format](r, copy=False) if r.format in classes else sps.csr_matrix(r)
+    if type(r) is np.ndarray and r.ndim == 2:
+        return r.view(np.matrix)
+    return r

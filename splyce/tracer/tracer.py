@@ -46,6 +46,8 @@ def matmul(a, b, *, out_format=None) -> Tracer:
         raise TraceError(f"matmul: shapes {na.type.shape} and {nb.type.shape} are not aligned "
                          f"({na.type.shape[-1]} != {nb.type.shape[0]})")
     out = sa.replace("k", "") + sb.replace("k", "")
+    if out_format is None and ra == rb == 2 and na.type.is_sparse and nb.type.is_sparse:
+        out_format = "sparse"   # sparse @ sparse is sparse, as scipy, pydata and BCOO (the planner may fuse it away)
     return contract([na, nb], [sa, sb], out, out_format=out_format, op="matmul")
 
 
