@@ -13,6 +13,8 @@ import numpy as np
 
 from splyce.tensors.tensor import SparseTensor
 from splyce.tracer import tracer as T
+from splyce.tracer import matrix
+from splyce.tracer.matrix import MatrixTracer
 from splyce.tracer.tracer import Tracer
 
 # Drop-ins on operands of at least this many stored values run with NumPy allocating from splyce's cache of
@@ -101,6 +103,8 @@ def _binary(name: str, doc: str):
             if out is not None:
                 return out
         if isinstance(a, Tracer) or isinstance(b, Tracer):
+            if out_format is None and (isinstance(a, MatrixTracer) or isinstance(b, MatrixTracer)):
+                return matrix.dropin(name, a, b)   # an spmatrix / np.matrix operand: scipy's result class
             return traced_op(a, b, out_format=out_format)
         if _any_dask(a, b):
             from splyce.dask import ops

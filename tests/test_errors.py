@@ -71,10 +71,6 @@ TRACE_ERRORS = {
                                "exp: not supported on a sparse tensor here: exp(a) is not zero where a stores "
                                "nothing, so the result is dense; write exp(a.todense()) to compute it on the dense "
                                "array"),
-    "a sparse tensor over a dense array": (
-        lambda x, y: x / y.sum(axis=0), (A, B),
-        "divide: a sparse tensor divided by a dense array is dense (0 / 0 is NaN at its implicit zeros); write "
-        "a.todense() / d for NumPy's result, or a.multiply(1 / d) to keep a's pattern"),
     "mask index": (lambda x, y: x.todense()[x.todense() > 0], (A, B),
                    "index: only integers, slices, None and ... index a traced tensor (its shape must be known at "
                    "trace time); for a mask write where(mask, x, 0), for a gather write a product with a selection "

@@ -249,7 +249,9 @@ def test_cosine_similarity():
     d = a.toarray()
     norms = np.sqrt((d * d).sum(axis=1))
     want = (d @ d.T) / np.maximum(norms[:, None] * norms[None, :], 1e-12)
-    np.testing.assert_allclose(cosine(a), want, rtol=1e-12, atol=1e-15)
+    got = cosine(a)            # sparse / dense is sparse, in the product's pattern, as scipy's
+    assert isinstance(got, sps.sparray)
+    np.testing.assert_allclose(got.toarray(), want, rtol=1e-12, atol=1e-15)
 
 
 def test_jaccard_similarity():
@@ -258,7 +260,7 @@ def test_jaccard_similarity():
     @splyce.jit
     def jaccard(a):
         b = (a != 0).astype(np.float64)
-        common = b @ b.T
+        common = (b @ b.T).toarray()
         degree = b.sum(axis=1)
         union = degree[:, None] + degree[None, :] - common
         return np.where(union > 0, common / np.maximum(union, 1.0), 0.0)

@@ -95,7 +95,7 @@ def test_scalar_factor_folds_into_the_product_only_where_it_has_fewer_products_t
     assert np.array_equal(pagerank(a, x), 0.85 * (a @ x) + 0.15 / 60)
     assert np.array_equal(pagerank(a, x), pagerank.with_options(vectorize=False, library=False)(a, x))
     b = sps.random_array((60, 60), density=0.02, format="csr", rng=13)
-    g = splyce.jit(lambda w, v: (w @ v) * 0.25)
+    g = splyce.jit(lambda w, v: (w @ v) * 0.25, out_format="dense")
     np.testing.assert_allclose(g(b, b), (b @ b).toarray() * 0.25, rtol=1e-14)
     (step,) = _plan(g, b, b).steps
     assert step.node.params[0].scale == 0.25
@@ -164,7 +164,7 @@ def test_cost_model_counts_two_finger_merges_and_converts_when_that_pays():
 
 def test_memory_budget_refuses_a_dense_intermediate_before_running():
     low = _tril_graph(3000, 4, 22)
-    f = splyce.jit(lambda l: l @ l)    # a dense 3000 x 3000 result: 72 MB
+    f = splyce.jit(lambda l: l @ l, out_format="dense")    # a dense 3000 x 3000 result: 72 MB
     splyce.set_memory_budget(10_000_000)
     try:
         with pytest.raises(MemoryError, match=r"the plan needs 72\.0 MB, over the memory budget of 10\.0 MB: "
@@ -172,6 +172,8 @@ def test_memory_budget_refuses_a_dense_intermediate_before_running():
             f(low)
         fused = splyce.jit(lambda l: ((l @ l) * l).sum())   # the fused form fits
         assert fused(low) == pytest.approx((low @ low).multiply(low).sum())
+        sparse = splyce.jit(lambda l: l @ l)(low)            # and the default, sparse as scipy's, fits
+        np.testing.assert_allclose(sparse.toarray(), (low @ low).toarray())
     finally:
         splyce.set_memory_budget(None)
     with pytest.raises(ValueError, match="positive number of bytes"):

@@ -84,7 +84,7 @@ def test_what_stays_ordered():
         return f.lower(*args).as_text("plan")
 
     assert "nonordered" not in result_format(splyce.jit(lambda a: a @ a, out_format=splyce.CSR), a)
-    assert "nonordered" not in result_format(splyce.jit(lambda a: a @ a), a)                 # dense
+    assert "nonordered" not in result_format(splyce.jit(lambda a: a @ a, out_format="dense"), a)
     assert "nonordered" not in result_format(splyce.jit(lambda a: a * a, out_format="sparse"), a)
     assert "nonordered" not in result_format(splyce.jit(lambda a: a + a @ a, out_format="sparse"), a)
     chained = splyce.jit(lambda a: splyce.matmul(splyce.matmul(a, a, out_format="sparse"), a, out_format="sparse"))

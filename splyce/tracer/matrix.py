@@ -132,6 +132,17 @@ def product(a, b, star: bool = False):
     return _matrix(result, dense_matrix)
 
 
+def dropin(name: str, a, b):
+    """``splyce.matmul / multiply / add / subtract`` inside jit with a matrix-kind operand: the result scipy's
+    method of the same name gives (``A.dot(B)``, ``A.multiply(B)``, ``A + B``), of its class."""
+    if name == "matmul":
+        return product(a, b) if not _sparray(a) else T.matmul(a, as_array(b))
+    if name == "multiply":
+        result = T.multiply(as_array(a), as_array(b))
+        return result if _sparray(a) else _matrix(result, _dense_matrix(a, b))
+    return a + b if name == "add" else a - b
+
+
 def _row(x):
     """A 1-D operand as a (1, n) row (``np.asmatrix``); anything else as it is."""
     if isinstance(x, Tracer):

@@ -173,10 +173,10 @@ def multiply(a, b, *, out_format=None) -> Tracer:
 
 
 def divide(a, b) -> Tracer:
-    """NumPy's true division. A sparse dividend keeps its pattern where scipy's does: divided by a scalar
-    (a nonzero Python one, or a traced 0-d value: scipy multiplies by its reciprocal); dividing by a sparse
-    tensor divides by its implicit zeros, and a sparse tensor divided by a dense array is dense: both raise
-    with what to write instead."""
+    """NumPy's true division. A sparse dividend keeps its pattern, as scipy's: divided by a scalar (a nonzero
+    Python one, or a traced 0-d value) or a dense array, scipy multiplies its stored entries by the reciprocal
+    (``a.multiply(1 / d)``; an implicit zero stays zero where ``d`` is 0). Dividing by a sparse tensor divides
+    by its implicit zeros: it raises with what to write instead."""
     sa, sb = scalar_value(a), scalar_value(b)
     if sb is not None and sa is None:
         na = _node(a, "divide")
@@ -196,13 +196,8 @@ def divide(a, b) -> Tracer:
     if _sparse(b):
         raise TraceError("divide: dividing by a sparse tensor divides by its implicit zeros (0 / 0 is NaN); "
                          "write x / b.todense() for NumPy's dense result")
-    if _sparse(a):
-        nb = _node(b, "divide")
-        if nb.type.ndim == 0:    # scipy's scalar rule: the stored entries times the reciprocal
-            return multiply(a, apply("truediv", 1.0, b))
-        raise TraceError("divide: a sparse tensor divided by a dense array is dense (0 / 0 is NaN at its implicit "
-                         "zeros); write a.todense() / d for NumPy's result, or a.multiply(1 / d) to keep a's "
-                         "pattern")
+    if _sparse(a):   # scipy's rule: the stored entries times the reciprocal (``a.multiply(1 / d)``), a's pattern
+        return multiply(a, apply("truediv", 1.0, b))
     return apply("truediv", a, b)
 
 
