@@ -220,7 +220,7 @@ def test_mixed_dtypes_promote_like_numpy():
     ai = splyce.asarray(np.arange(12, dtype=np.int32).reshape(3, 4) % 3, splyce.CSR)
     bi = splyce.asarray(np.arange(12, dtype=np.int64).reshape(4, 3) % 2, splyce.CSR)
     outi = splyce.jit(lambda x, y: x @ y, vectorize=False)(ai, bi)
-    assert outi.dtype == np.int64 and np.array_equal(outi, ai.to_numpy() @ bi.to_numpy())
+    assert outi.dtype == np.int64 and np.array_equal(outi.toarray(), ai.to_numpy() @ bi.to_numpy())
 
 
 def test_bad_arguments_raise_before_running():

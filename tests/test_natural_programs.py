@@ -368,10 +368,21 @@ def test_sparse_results_keep_the_pattern(case):
     np.testing.assert_allclose(got.toarray(), ref(A.toarray()))
 
 
+def test_sparse_over_dense_is_scipys_pattern_product():
+    """``a / d`` of a dense ``d`` is scipy's ``a.multiply(1 / d)``: sparse, in ``a``'s pattern, bit for bit (an
+    implicit zero stays zero where ``d`` is 0)."""
+    d = X0[: A.shape[1]].copy()
+    d[1] = 0.0
+    with np.errstate(divide="ignore"):
+        want = sps.csr_array(A) / d
+    got = splyce.jit(lambda a, d: a / d)(A, d)
+    assert sps.issparse(got) and got.nnz == want.nnz
+    np.testing.assert_array_equal(got.toarray(), want.toarray())
+
+
 REFUSED = {   # (function of a sparse a and a dense x, the exception, words of its message)
     "a + 1": (lambda a, x: a + 1, TraceError, "a.todense() + c"),
     "a - 2.0": (lambda a, x: a - 2.0, TraceError, "a.todense() - c"),
-    "a / x": (lambda a, x: a / x, TraceError, "a.multiply(1 / d)"),
     "x / a": (lambda a, x: x / a, TraceError, "b.todense()"),
     "exp(a)": (lambda a, x: np.exp(a), TraceError, "exp(a.todense())"),
     "a >= 0": (lambda a, x: a >= 0, TraceError, "a.todense()"),
