@@ -5,6 +5,7 @@ operands gives what the same program gives eagerly on those operands, class and 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import scipy.sparse as sps
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -59,9 +60,7 @@ def _same(got, want, label):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10, atol=1e-12, err_msg=label)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tree=trees(3), ending=st.sampled_from(sorted(ENDINGS)), seed=st.integers(0, 2**16))
-def test_random_programs_follow_the_operand_class(tree, ending, seed):
+def _check_program(tree, ending, seed):
     rng = np.random.default_rng(seed)
     a = sps.random(N, N, density=0.35, format="csr", random_state=seed)
     b = sps.random(N, N, density=0.35, format="csr", random_state=seed + 1)
@@ -80,3 +79,19 @@ def test_random_programs_follow_the_operand_class(tree, ending, seed):
                 continue
             raise AssertionError(f"{label}: eager raises, jit does not")
         _same(jitted(ea, eb, x), want, label)
+
+
+_STRATEGY = dict(tree=trees(3), ending=st.sampled_from(sorted(ENDINGS)), seed=st.integers(0, 2**16))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**_STRATEGY)
+def test_random_programs_follow_the_operand_class(tree, ending, seed):
+    _check_program(tree, ending, seed)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**_STRATEGY)
+def test_many_random_programs_follow_the_operand_class(tree, ending, seed):
+    _check_program(tree, ending, seed)
