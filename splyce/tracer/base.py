@@ -26,6 +26,11 @@ MAX_RANK = 4
 OUT_FORMATS = ("dense", "sparse")
 
 
+class _NoBuffer(TraceError, AttributeError):
+    """A traced value's missing buffer attribute: a TraceError for the user, an AttributeError for ``getattr(t,
+    "data", None)`` / ``hasattr`` (library code probing an operand)."""
+
+
 class Tracer:
     """A tensor inside a jitted function: its trace node, with NumPy's attributes. The operators are
     installed by tracer.py (``@ * / + - ** < ...``, ``sum``, ``.T``, indexing, NumPy's protocols)."""
@@ -71,6 +76,27 @@ class Tracer:
         if not self.shape:
             raise TypeError("len() of a 0-d traced tensor")
         return self.shape[0]
+
+    def _buffer(name: str):
+        """scipy's buffer attributes (``a.data``, ``a.indices``, ``a.indptr``): their sizes are the stored
+        entries, which are not known at trace time; reading or assigning one raises with what to write."""
+        alternatives = {"data": "a.multiply(...), abs(a), a.power(k) or (a != 0) to compute on the stored values",
+                        "indices": "a reduction or a product (the pattern is the planner's)",
+                        "indptr": "a.getnnz(axis=1) or (a != 0).sum(axis=1) for the entries of each row"}
+
+        def get(self):
+            raise _NoBuffer(f"a traced value has no .{name} array inside @splyce.jit (its stored entries are not "
+                             f"known at trace time); write {alternatives[name]}")
+
+        def set_(self, value):
+            raise TraceError(f"assigning .{name} of a traced value is not supported inside @splyce.jit (traced "
+                             f"values are immutable, as in JAX); write {alternatives[name]}")
+        return property(get, set_)
+
+    data = _buffer("data")
+    indices = _buffer("indices")
+    indptr = _buffer("indptr")
+    del _buffer
 
     def __iter__(self):
         raise TraceError("iterating over a traced tensor is not supported (its length is known, but each "
