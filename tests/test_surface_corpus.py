@@ -156,7 +156,7 @@ def format_conversions(A, x):
     csc = A.tocsc()
     coo = A.tocoo()
     again = csc.tocsr()
-    return csc @ x, coo.sum(axis=0), again.asformat("csr") @ x, A.asformat("csc").T @ x
+    return csc @ x, np.asarray(coo.sum(axis=0)).ravel(), again.asformat("csr") @ x, A.asformat("csc").T @ x
 
 
 def transpose_then_csr(A, x):
@@ -196,7 +196,7 @@ def directly_imported(A):
 def cast_and_copy(A, x):
     B = A.copy()
     pattern = (B != 0).astype(float)
-    return pattern.sum(axis=1), A.astype(np.float32) @ x.astype(np.float32, copy=False)
+    return np.asarray(pattern.sum(axis=1)).ravel(), A.astype(np.float32) @ x.astype(np.float32, copy=False)
 
 
 def asanyarray_glue(A, x):

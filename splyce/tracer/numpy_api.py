@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from splyce.tracer import stacking, statistics
 from splyce.tracer import tracer as T
 from splyce.tracer.base import TraceError, Tracer, _node, scalar_value
 from splyce.tracer.dense_ops import astype, ufunc
@@ -137,6 +138,14 @@ FUNCTIONS = {   # NumPy function -> the traced operation
         a, "max", axis, keepdims),
     np.argmin: lambda a, axis=None, out=None, keepdims=False: _no("argmin", out=out) or T.argextremum(
         a, "min", axis, keepdims),
+    np.var: statistics.np_var, np.std: statistics.np_std,
+    np.concatenate: lambda arrays, axis=0, out=None, dtype=None, casting="same_kind": _no(
+        "concatenate", out=out, dtype=dtype) or stacking.concatenate(arrays, axis),
+    np.stack: lambda arrays, axis=0, out=None, dtype=None, casting="same_kind": _no(
+        "stack", out=out, dtype=dtype) or stacking.stack(arrays, axis),
+    np.hstack: lambda tup, dtype=None, casting="same_kind": _no("hstack", dtype=dtype) or stacking.hstack(tup),
+    np.vstack: lambda tup, dtype=None, casting="same_kind": _no("vstack", dtype=dtype) or stacking.vstack(tup),
+    np.column_stack: stacking.column_stack,
 }
 if hasattr(np, "astype"):
     FUNCTIONS[np.astype] = lambda x, dtype, copy=True, **kw: astype(x, dtype)

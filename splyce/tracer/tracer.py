@@ -457,15 +457,6 @@ def _not_concrete(self, *args):
                      "one); keep the computation in arrays, e.g. where(c, x, y) instead of an if")
 
 
-def _as_object(self, dtype=None, copy=None):
-    """A 0-d object array holding the tracer: scipy.sparse's operators convert an unknown operand with
-    ``np.asanyarray`` and, on such an array, return NotImplemented, so Python calls the tracer's reflected
-    operator (``B @ x`` with a captured scipy matrix ``B``)."""
-    holder = np.empty((), dtype=object)
-    holder[()] = self
-    return holder
-
-
 def _squeeze(self, axis=None):
     node = _node(self, "squeeze")
     shape = node.type.shape
@@ -492,7 +483,7 @@ def _install(cls) -> None:
         "__xor__": lambda self, other: logical("xor", self, other),
         "__rxor__": lambda self, other: logical("xor", other, self),
         "__invert__": lambda self: logical("not", self),
-        "__getitem__": indexing.getitem, "__array__": _as_object,
+        "__getitem__": indexing.getitem,   # __array__, nnz, tocsr, var ...: tracer/surface.py
         "__float__": _not_concrete, "__int__": _not_concrete, "__index__": _not_concrete, "item": _not_concrete,
         "__complex__": _not_concrete,
         "sum": lambda self, axis=None, dtype=None, keepdims=False: sum_(self, axis, keepdims=keepdims, dtype=dtype),
@@ -509,7 +500,6 @@ def _install(cls) -> None:
         "flatten": lambda self: indexing.reshape(self, -1), "copy": lambda self: self,
         "any": lambda self, axis=None, keepdims=False: any_(self, axis, keepdims),
         "all": lambda self, axis=None, keepdims=False: all_(self, axis, keepdims),
-        "count_nonzero": lambda self: count_nonzero(self),
         "argmax": lambda self, axis=None, keepdims=False: argextremum(self, "max", axis, keepdims),
         "argmin": lambda self, axis=None, keepdims=False: argextremum(self, "min", axis, keepdims),
     }
