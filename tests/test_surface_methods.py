@@ -347,3 +347,38 @@ def test_scipy_constructor_in_code_the_jit_does_not_rebind_raises():
     assert isinstance(info.value.__cause__, TraceError)
     assert "a scipy.sparse constructor (csr_array(t), coo_matrix(t)...) of a traced value in code @splyce.jit does " \
            "not rebind" in str(info.value.__cause__) and "t.tocsr()" in str(info.value.__cause__)
+
+
+@pytest.mark.parametrize("name", ["solve", "inv", "cholesky"])
+def test_dense_linear_algebra_is_refused_with_the_alternative(name):
+    k = np.eye(3) * 2.0
+    args = (k, np.ones(3)) if name == "solve" else (k,)
+    with pytest.raises(TypeError, match=f"numpy.linalg.{name} is not supported.*jit the part before it and the part "
+                                        "after it"):
+        splyce.jit(lambda *a: getattr(np.linalg, name)(*a))(*args)
+
+
+def test_products_with_diags_are_scalings_never_dense_n_by_n():
+    n = 3000
+    G = sp.random_array((n, n), density=4 / n, format="csr", rng=5) + sp.eye_array(n, format="csr")
+
+    def normalised(a):
+        d = sp.diags(np.asarray(a.sum(axis=1)).ravel() ** -0.5)
+        return d @ a @ d
+
+    f = splyce.jit(normalised)
+    plan = f.lower(G).as_text("plan")
+    dense_square = f"{n}x{n}xfloat64"
+    assert all(line.split(dense_square, 1)[1].startswith(" #") for line in plan.splitlines() if dense_square in line)
+    got, want = f(G), normalised(G)
+    assert sp.issparse(got) and got.nnz == G.nnz
+    np.testing.assert_allclose(got.toarray(), want.toarray(), rtol=1e-12)
+
+
+def test_diags_times_dense_values():
+    d = RNG.standard_normal(6)
+    got = splyce.jit(lambda d, x, u: (sp.diags(d) @ x, x.T @ sp.diags(d), sp.diags(d) @ u, u @ sp.diags(d)))(d, X, U)
+    want = (np.diag(d) @ X, X.T @ np.diag(d), d * U, U * d)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-12)

@@ -32,7 +32,7 @@ from splyce.tracer import captures
 from splyce.tracer import sparse_methods as S
 from splyce.tracer import stacking
 from splyce.tracer import tracer as T
-from splyce.tracer.base import TraceError, Tracer, _node
+from splyce.tracer.base import TraceError, Tracer, _node, mark_diagonal
 from splyce.tracer.dense_ops import astype
 
 
@@ -86,7 +86,10 @@ def _diagonal(d, offset: int, shape, dtype, op: str) -> Tracer:
     pattern = sps.csr_array((np.ones(k, dtype=dt), (rows, cols)), shape=(n, m))
     if offset >= 0:   # entry (i, i + offset) is d[i]: a row scaling by d padded to n rows
         padded = value if k == n else stacking.concatenate([value, np.zeros(n - k, dtype=dt)], 0, op=op)
-        return T.contract([_node(pattern, op), padded.node], ["ij", "i"], "ij", op=op, scaling=True)
+        result = T.contract([_node(pattern, op), padded.node], ["ij", "i"], "ij", op=op, scaling=True)
+        if offset == 0 and n == m:
+            mark_diagonal(result.node, value.node)   # a product with it is a scaling (tracer.matmul)
+        return result
     padded = value if k == m else stacking.concatenate([value, np.zeros(m - k, dtype=dt)], 0, op=op)
     return T.contract([_node(pattern, op), padded.node], ["ij", "j"], "ij", op=op, scaling=True)
 

@@ -183,6 +183,10 @@ def array_ufunc(self, ufunc_, method, *inputs, **kwargs):
 
 def array_function(self, func, types, args, kwargs):
     impl = FUNCTIONS.get(func)
+    if impl is None and "linalg" in (getattr(func, "__module__", "") or ""):
+        raise TypeError(f"{_name(func)} is not supported on traced tensors inside @splyce.jit (only "
+                        "numpy.linalg.norm is): small dense linear algebra runs on the host, so compute it "
+                        "outside the jitted function, e.g. jit the part before it and the part after it")
     if impl is None:
         raise TypeError(f"{_name(func)} is not supported on traced tensors inside @splyce.jit; supported: "
                         f"{', '.join(sorted(_name(f) for f in FUNCTIONS))} and the ufuncs")

@@ -97,9 +97,13 @@ def _join(parts, axis, sparse: Format | None, op: str) -> Tracer:
             node = astype(Tracer(node), work).node
         # a new piece is read without the joined axis; its placement's one row is a summed unit axis
         read = subs[:axis] + subs[axis + 1:] if new else subs
-        placed = T.contract([node, _node(_placement(size, offset, total, work), op)],
-                            [read, (unit if new else subs[axis]) + joined], out,
-                            out_format=_format(sparse, node), op=op)
+        row = unit if new else subs[axis]
+        # a dense piece is read in its own row-major order, the placement's one entry per row innermost but
+        # one, as written: pinned, so the planner does not fuse the piece's producer (``a @ x``) into a loop
+        # nest that reads it once per placement row; a sparse piece's order is the planner's (its storage)
+        order = None if sparse is not None else subs[:axis] + row + joined + subs[axis + 1:]
+        placed = T.contract([node, _node(_placement(size, offset, total, work), op)], [read, row + joined], out,
+                            out_format=_format(sparse, node), op=op, order=order)
         result = placed if result is None else T.add(result, placed)
         offset += size
     return T.compare("!=", result, 0) if dtype == "bool" else result

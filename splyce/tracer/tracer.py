@@ -18,8 +18,8 @@ from splyce.tracer import dense_ops, indexing
 from splyce.errors import TraceError  # re-exported: defined once in splyce.errors
 from splyce.tracer.base import (MAX_OPERANDS, MAX_RANK, OUT_FORMATS, Tracer, _axes, _letters, _node,
                                 _scalar_dtype, check_out_format, check_reducible, contract, copy_of,
-                                default_sparse_format, is_array, parse_einsum, refuse_dtype, relabel_axes,
-                                resolve_format, scalar_value)
+                                default_sparse_format, diagonal_vector, is_array, parse_einsum, refuse_dtype,
+                                relabel_axes, resolve_format, scalar_value)
 from splyce.tracer.dense_ops import apply, astype, ufunc
 from splyce.tracer.ir import Node, TensorType, result_dtype
 
@@ -46,7 +46,26 @@ def matmul(a, b, *, out_format=None) -> Tracer:
         raise TraceError(f"matmul: shapes {na.type.shape} and {nb.type.shape} are not aligned "
                          f"({na.type.shape[-1]} != {nb.type.shape[0]})")
     out = sa.replace("k", "") + sb.replace("k", "")
+    if out_format is None:
+        scaled = _diagonal_product(na, nb)
+        if scaled is not None:
+            return scaled
     return contract([na, nb], [sa, sb], out, out_format=out_format, op="matmul")
+
+
+def _diagonal_product(na: Node, nb: Node) -> Tracer | None:
+    """``diags(d) @ b`` and ``a @ diags(d)`` as the row / column scalings they are (``b * d[:, None]``): in
+    ``b``'s (``a``'s) pattern when it is sparse, as scipy's product, and never a dense n x n matrix."""
+    left, right = diagonal_vector(na), diagonal_vector(nb)
+    if left is not None and nb.type.ndim == 2:
+        return contract([nb, left], ["ij", "i"], "ij", op="matmul", scaling=nb.type.is_sparse)
+    if left is not None:     # diags(d) @ x: the elementwise product, dense
+        return contract([nb, left], ["i", "i"], "i", op="matmul", out_format="dense")
+    if right is not None and na.type.ndim == 2:
+        return contract([na, right], ["ij", "j"], "ij", op="matmul", scaling=na.type.is_sparse)
+    if right is not None:    # x @ diags(d)
+        return contract([na, right], ["j", "j"], "j", op="matmul", out_format="dense")
+    return None
 
 
 def absolute(a) -> Tracer:
