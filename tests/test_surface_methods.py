@@ -51,8 +51,8 @@ def test_asformat_refusals():
         splyce.jit(lambda a: a.asformat("dia"))(A)
     with pytest.raises(ValueError, match="unknown format 'xyz'"):
         splyce.jit(lambda a: a.asformat("xyz"))(A)
-    with pytest.raises(TraceError, match="a 2-D value is needed"):
-        splyce.jit(lambda v: v.tocsr())(V)
+    with pytest.raises(TraceError, match="scipy.sparse.csr_array: a 2-D value is needed"):
+        splyce.jit(lambda v: sp.csr_array(v))(V)
 
 
 def test_dense_value_stored_sparse_drops_its_zeros():
@@ -95,8 +95,22 @@ def test_count_refusals():
         splyce.jit(lambda a: a.getnnz(axis=2))(A)
     with pytest.raises(TraceError, match="getnnz: axis must be None, 0 or 1"):
         splyce.jit(lambda a: a.getnnz(axis=(0, 1)))(A)
-    with pytest.raises(TraceError, match="a dense value stores every entry and has no nnz.*np.count_nonzero"):
+    with pytest.raises(AttributeError, match="a dense traced value \\(a NumPy array\\) has no attribute 'nnz'.*"
+                                             "np.count_nonzero\\(x\\)"):
         splyce.jit(lambda x: x.nnz)(X)
+    with pytest.raises(AttributeError, match="has no attribute 'getnnz'.*np.count_nonzero\\(x, axis\\)"):
+        splyce.jit(lambda x: x.getnnz(axis=0))(X)
+
+
+def test_sparse_only_attributes_tell_dense_from_sparse_as_outside_the_trace():
+    def f(a, x):
+        assert all(hasattr(a, n) for n in ("tocsr", "tocsc", "tocoo", "asformat", "getnnz", "nnz"))
+        assert not any(hasattr(x, n) for n in ("tocsr", "tocsc", "tocoo", "asformat", "getnnz", "nnz"))
+        return x.sum() + a.nnz
+
+    assert int(splyce.jit(f)(A, np.ones(3))) == 3 + A.nnz
+    with pytest.raises(AttributeError, match="no attribute 'tocsr'; write scipy.sparse.csr_array\\(x\\)"):
+        splyce.jit(lambda x: x.tocsr())(X)
     with pytest.raises(TraceError, match="count_nonzero: axis 3 is out of range"):
         splyce.jit(lambda a: a.count_nonzero(axis=3))(A)
 
@@ -382,3 +396,28 @@ def test_diags_times_dense_values():
     for g, w in zip(got, want):
         assert g.shape == w.shape
         np.testing.assert_allclose(g, w, rtol=1e-12)
+
+
+def test_more_refusals_name_the_construct():
+    with pytest.raises(TraceError, match="asformat: the format must be a string such as 'csr', got 3"):
+        splyce.jit(lambda a: a.asformat(3))(A)
+    with pytest.raises(TraceError, match="var: ddof must be a number, got 'x'"):
+        splyce.jit(lambda x: x.var(ddof="x"))(X)
+    with pytest.raises(TraceError, match="std: keepdims must be True or False, got 1"):
+        splyce.jit(lambda x: x.std(keepdims=1))(X)
+    with pytest.raises(ValueError, match="ddof and correction can't be provided simultaneously"):
+        splyce.jit(lambda x: np.var(x, ddof=1, correction=1))(X)
+    with pytest.raises(TraceError, match="hstack: 0-d pieces are not supported.*1-D or 2-D"):
+        splyce.jit(lambda x: np.hstack([x.sum(), x.sum()]))(X)
+    with pytest.raises(ValueError, match="zero-dimensional arrays cannot be concatenated"):
+        splyce.jit(lambda x: np.concatenate([x, 1.0]))(X)
+    with pytest.raises(ValueError, match="zero-dimensional arrays cannot be concatenated"):
+        splyce.jit(lambda x: np.concatenate([x.sum(), x.sum()]))(X)
+    with pytest.raises(TraceError, match="numpy.asarray of a list holding 0-d traced values.*a \\* e0 \\+ b \\* e1"):
+        splyce.jit(lambda x: np.asarray([x.sum(), x.max()]))(X)
+    with pytest.raises(TraceError, match="scipy.sparse.vstack: format 'dia' is not supported.*'csr', 'csc' or 'coo'"):
+        splyce.jit(lambda a: sp.vstack([a, a], format="dia"))(A)
+    with pytest.raises(ValueError, match="Repeated diagonal offsets"):
+        splyce.jit(lambda v: sp.diags([v, v], [0, 0]))(V)
+    with pytest.raises(TraceError, match="stack: axis 3 is out of bounds for arrays of dimension 3"):
+        splyce.jit(lambda x: np.stack([x, x], axis=3))(X)

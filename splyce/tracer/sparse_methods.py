@@ -58,14 +58,6 @@ def asformat(x, format, copy=False) -> Tracer:
     raise ValueError(f"asformat: unknown format {format!r}; scipy's formats are csr, csc, coo, dia, lil, dok, bsr")
 
 
-def _sparse_node(x, op: str, alternative: str):
-    node = _node(x, op)
-    if not node.type.is_sparse:
-        raise TraceError(f"{op}: a dense value stores every entry and has no {op} (NumPy arrays do not have it); "
-                         f"{alternative}")
-    return node
-
-
 def stored(x, op: str) -> Tracer:
     """A bool value, True at each entry ``x`` stores (explicit zeros and NaN included), in ``x``'s pattern."""
     return apply("stored", x, op=op, sparse_ok=True)
@@ -74,7 +66,7 @@ def stored(x, op: str) -> Tracer:
 def getnnz(x, axis=None) -> Tracer:
     """scipy's ``getnnz(axis)``: the stored entries (explicit zeros included) in all, per column (axis 0) or
     per row (axis 1), as int64."""
-    node = _sparse_node(x, "getnnz", "write np.count_nonzero(x, axis) for the nonzeros of a dense array")
+    node = _node(x, "getnnz")   # of sparse values only (tracer/surface.py)
     if axis is not None:
         if isinstance(axis, (tuple, list)):
             raise TraceError(f"getnnz: axis must be None, 0 or 1, got {axis!r}")
@@ -88,8 +80,7 @@ def nnz(x) -> Tracer:
     (transposes, conversions, scalings, unary maps, ``astype``), and drops the zeros its binary operations,
     products and comparisons produce: ``nnz`` counts the stored entries in the first case, the nonzero
     ones in the second."""
-    node = _sparse_node(x, "nnz", "write np.count_nonzero(x) for the nonzeros of a dense array")
-    if keeps_stored_zeros(node):
+    if keeps_stored_zeros(_node(x, "nnz")):   # of sparse values only (tracer/surface.py)
         return getnnz(x)
     return T.count_nonzero(x)
 

@@ -15,18 +15,18 @@ import numbers
 
 import numpy as np
 
-from splyce.tensors.formats import CSR, Format
+from splyce.tensors.formats import Format
 from splyce.tracer import indexing
 from splyce.tracer import tracer as T
 from splyce.tracer.base import TraceError, Tracer, _letters, _node, is_array, scalar_value
-from splyce.tracer.dense_ops import SUPPORTED_DTYPES, astype
+from splyce.tracer.dense_ops import astype
 
 
 def _pieces(arrays, op: str) -> list:
     if isinstance(arrays, Tracer) or is_array(arrays):
         raise TraceError(f"{op}: pass a list or tuple of arrays (NumPy iterates over the first axis of a single "
                          f"array, which a traced value cannot do); write {op}([a, b])")
-    if not isinstance(arrays, (list, tuple)) or not arrays:
+    if not isinstance(arrays, (list, tuple)) or not arrays:   # (NumPy's own message)
         raise ValueError(f"{op}: need at least one array to concatenate")
     pieces = []
     for x in arrays:
@@ -82,9 +82,7 @@ def _join(parts, axis, sparse: Format | None, op: str) -> Tracer:
                          f"exactly, got shapes {', '.join(map(str, shapes))}")
     if len(nodes) == 1 and not parts[0][1]:
         return parts[0][0] if isinstance(parts[0][0], Tracer) else Tracer(nodes[0])
-    dtype = np.result_type(*[np.dtype(n.type.dtype) for n in nodes]).name
-    if dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{op}: the joined dtype {dtype} is not supported; convert the pieces first")
+    dtype = np.result_type(*[np.dtype(n.type.dtype) for n in nodes]).name   # of supported dtypes: supported
     work = "int64" if dtype == "bool" else dtype   # a bool product would be a logical and: join as integers
     total = sum(shape[axis] for shape in shapes)
     letters = _letters(ndim + 2)

@@ -12,6 +12,7 @@ naming the construct, at that line, instead of an object array that fails lines 
 from __future__ import annotations
 
 import sys
+import types
 
 import numpy as np
 
@@ -42,14 +43,30 @@ def _as_object(self, dtype=None, copy=None):
     return holder
 
 
+def _sparse_only(name: str, method, alternative: str, value: bool = False):
+    """An attribute of sparse values only (a NumPy array has none: ``hasattr(x, "tocsr")`` tells them apart,
+    as it does outside the trace); on a dense value an AttributeError naming what to write instead."""
+    def get(self):
+        if not self.node.type.is_sparse:
+            raise AttributeError(f"a dense traced value (a NumPy array) has no attribute {name!r}; {alternative}")
+        return method(self) if value else types.MethodType(method, self)
+    return property(get)
+
+
 def _install(cls) -> None:
+    dense = "it stores every entry"
     methods = {
-        "tocsr": lambda self, copy=False: S.convert(self, "csr"),
-        "tocsc": lambda self, copy=False: S.convert(self, "csc"),
-        "tocoo": lambda self, copy=False: S.convert(self, "coo"),
-        "asformat": lambda self, format, copy=False: S.asformat(self, format, copy),
-        "getnnz": lambda self, axis=None: S.getnnz(self, axis),
-        "nnz": property(S.nnz),
+        "tocsr": _sparse_only("tocsr", lambda self, copy=False: S.convert(self, "csr"),
+                              "write scipy.sparse.csr_array(x) to store it sparse"),
+        "tocsc": _sparse_only("tocsc", lambda self, copy=False: S.convert(self, "csc"),
+                              "write scipy.sparse.csc_array(x) to store it sparse"),
+        "tocoo": _sparse_only("tocoo", lambda self, copy=False: S.convert(self, "coo"),
+                              "write scipy.sparse.coo_array(x) to store it sparse"),
+        "asformat": _sparse_only("asformat", lambda self, format, copy=False: S.asformat(self, format, copy),
+                                 "write scipy.sparse.csr_array(x) (csc_array, coo_array) to store it sparse"),
+        "getnnz": _sparse_only("getnnz", lambda self, axis=None: S.getnnz(self, axis),
+                               f"{dense}: write np.count_nonzero(x, axis) for its nonzeros"),
+        "nnz": _sparse_only("nnz", S.nnz, f"{dense}: write np.count_nonzero(x) for its nonzeros", value=True),
         "count_nonzero": lambda self, axis=None: S.count_nonzero(self, axis),
         "var": statistics.method("var"),
         "std": statistics.method("std"),
