@@ -421,3 +421,11 @@ def test_more_refusals_name_the_construct():
         splyce.jit(lambda v: sp.diags([v, v], [0, 0]))(V)
     with pytest.raises(TraceError, match="stack: axis 3 is out of bounds for arrays of dimension 3"):
         splyce.jit(lambda x: np.stack([x, x], axis=3))(X)
+
+
+def test_copies_are_the_values():
+    got = splyce.jit(lambda x, a: (np.copy(x) + x.copy(), x.astype(np.float64, copy=False),
+                                   a.copy().multiply(2), np.copy(a.sum(axis=0))))(X, A)
+    want = (2 * X, X, A.multiply(2), A.sum(axis=0))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.toarray() if sp.issparse(g) else g, w.toarray() if sp.issparse(w) else w)

@@ -146,6 +146,7 @@ FUNCTIONS = {   # NumPy function -> the traced operation
     np.hstack: lambda tup, dtype=None, casting="same_kind": _no("hstack", dtype=dtype) or stacking.hstack(tup),
     np.vstack: lambda tup, dtype=None, casting="same_kind": _no("vstack", dtype=dtype) or stacking.vstack(tup),
     np.column_stack: stacking.column_stack,
+    np.copy: lambda a, order="K", subok=False: a if subok else Tracer(_node(a, "copy")),   # never written
 }
 if hasattr(np, "astype"):
     FUNCTIONS[np.astype] = lambda x, dtype, copy=True, **kw: astype(x, dtype)
