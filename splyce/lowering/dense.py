@@ -183,6 +183,7 @@ SCALAR_OPS = {
     **{op: _logical(op) for op in ("and", "or", "xor", "not")},
     **{p: _predicate(p) for p in ("isnan", "isinf", "isfinite")},
     "where": _where,
+    "stored": lambda v, d: _true(),   # at each stored entry of a sparse operand (scipy's nnz counts them)
 }
 
 

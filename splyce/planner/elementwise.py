@@ -182,7 +182,7 @@ def _has_numpy_head(expr) -> bool:
 
 # heads that can map a NaN to a number (NaN > 0 is False, NaN ** 0 is 1, int(NaN) is undefined)
 _HIDE_NAN = {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor", "not", "isnan", "isinf", "isfinite", "where",
-             "powf"}
+             "powf", "stored"}
 
 
 def propagates_nan(node: Node) -> bool:

@@ -31,7 +31,7 @@ from splyce.runtime.arguments import Static
 from splyce.backend.compiler import Lowering, lower   # no MLIR until lower() runs
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
 from splyce.tensors.formats import Format
-from splyce.tracer import captures, matrix
+from splyce.tracer import captures, matrix, namespaces
 from splyce.tracer.ir import Node, Trace
 from splyce.tracer.tracer import OUT_FORMATS, Tracer, copy_of
 
@@ -403,7 +403,7 @@ class Jitted:
             bound[id(constant.obj)] = matrix.tracer_of(node, next(kind, matrix.ARRAY))
             inputs.append(constant.type)
         with captures.tracing(context):
-            out = captures.rebound(self.fun, bound)(*tracers)
+            out = namespaces.rebound(self.fun, bound)(*tracers)
         inputs.extend(t for _, t, _ in context.frozen)
         leaves, tree = result_tree.flatten_outputs(out)
         leaves = [copy_of(n) if n.op == "input" else n for n in leaves]   # an argument returned as is

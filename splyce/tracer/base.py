@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numbers
 import string
+import weakref
 
 import numpy as np
 
@@ -138,6 +139,20 @@ def _node(x, op: str) -> Node:
     raise TraceError(f"{op}: operands must be traced tensors (the jitted function's arguments), "
                      f"got {type(x).__name__}")
 
+
+
+# Square diagonal matrices built from a traced vector (``sp.diags(d)``: tracer/namespaces.py), node -> the
+# vector's node: a product with one is the row / column scaling it stands for (tracer.matmul).
+_DIAGONALS: "weakref.WeakKeyDictionary[Node, Node]" = weakref.WeakKeyDictionary()
+
+
+def mark_diagonal(node: Node, vector: Node) -> None:
+    _DIAGONALS[node] = vector
+
+
+def diagonal_vector(node: Node) -> Node | None:
+    """The vector ``d`` when ``node`` is the square diagonal matrix ``diags(d)``, else None."""
+    return _DIAGONALS.get(node)
 
 
 def check_out_format(out_format, ndim: int):

@@ -172,17 +172,23 @@ def _global_names(code) -> set[str]:
 _GLOBAL_LOADS = ("LOAD_GLOBAL", "LOAD_NAME")
 
 
-def rebound(fun, tracers: dict):
+def rebound(fun, tracers: dict, substitute=None):
     """A copy of ``fun`` whose module globals and closure cells bound to the objects keyed (by id) in
     ``tracers`` are bound to those tracers instead, as are the same-module functions it calls (copied over
-    the same new globals). Nothing is modified: the copy has its own globals dict and cells."""
-    if not isinstance(fun, types.FunctionType) or not tracers:
+    the same new globals). ``substitute(value)``: a stand-in for any other bound value, or None to keep it
+    (tracer/namespaces.py binds the numpy / scipy modules so). Nothing is modified: the copy has its own
+    globals dict and cells."""
+    if not isinstance(fun, types.FunctionType) or (not tracers and substitute is None):
         return fun
     namespace = fun.__globals__
     scope = dict(namespace)
     for name, value in namespace.items():
         if id(value) in tracers:
             scope[name] = tracers[id(value)]
+        elif substitute is not None:
+            stand_in = substitute(value)
+            if stand_in is not None:
+                scope[name] = stand_in
     pending, done = [fun.__code__], set()
     while pending:   # the same-module functions reachable by name, copied over ``scope``
         code = pending.pop()
@@ -190,12 +196,15 @@ def rebound(fun, tracers: dict):
             value = _helper(namespace.get(name), namespace)
             if value is not None and name not in done:
                 done.add(name)
-                scope[name] = _copy(value, scope, tracers)
+                scope[name] = _copy(value, scope, tracers, substitute)
                 pending.append(value.__code__)
-    return _copy(fun, scope, tracers)
+    return _copy(fun, scope, tracers, substitute)
 
 
-def _copy(fun, scope: dict, tracers: dict):
+_MAX_NESTING = 8   # closures of closures copied, at most this deep (a self-referring closure stops here)
+
+
+def _copy(fun, scope: dict, tracers: dict, substitute=None, copying: tuple = ()):
     closure = None
     if fun.__closure__:
         cells = []
@@ -205,7 +214,14 @@ def _copy(fun, scope: dict, tracers: dict):
             except ValueError:
                 cells.append(cell)
                 continue
-            cells.append(types.CellType(tracers[id(value)]) if id(value) in tracers else cell)
+            stand_in = tracers.get(id(value))
+            if stand_in is None and substitute is not None:
+                stand_in = substitute(value)
+            helper = _helper(value, fun.__globals__) if stand_in is None and substitute is not None else None
+            if helper is not None and helper is not fun and helper not in copying and len(copying) < _MAX_NESTING:
+                # a plain function of the same module held in a closure: copied over the same scope
+                stand_in = _copy(helper, scope, tracers, substitute, copying + (fun,))
+            cells.append(cell if stand_in is None else types.CellType(stand_in))
         closure = tuple(cells)
     copy = types.FunctionType(fun.__code__, scope, fun.__name__, fun.__defaults__, closure)
     copy.__kwdefaults__ = fun.__kwdefaults__

@@ -42,6 +42,11 @@ class Ufunc:
     reals: bool = False
 
 
+def stored(x):
+    """True at every entry of ``x`` (the ``stored`` head: of a sparse value, at every entry it stores)."""
+    return np.ones_like(x, dtype=bool)
+
+
 def _table(*entries) -> dict[str, Ufunc]:
     return {u.name: u for u in entries}
 
@@ -73,6 +78,8 @@ UFUNCS = _table(
     Ufunc("isinf", np.isinf, "predicate", zero=True, reals=True),
     Ufunc("isfinite", np.isfinite, "predicate", reals=True),
     Ufunc("where", np.where, "where"),
+    # structure: True at each entry a value stores (a sparse value's explicit zeros too): scipy's nnz
+    Ufunc("stored", stored, "predicate"),
 )
 
 # NumPy's name of each head (for messages and for NumPy's protocols)

@@ -124,7 +124,7 @@ def product(a, b, star: bool = False):
             raise TraceError(f"shapes {na.type.shape} and {nb.type.shape} not aligned: {na.type.shape[1]} "
                              f"(dim 1) != {nb.type.shape[0]} (dim 0)")
     both_sparse = na.type.is_sparse and nb.type.is_sparse
-    result = T.matmul(Tracer(na), Tracer(nb), out_format="sparse" if both_sparse else None)
+    result = T.matmul(Tracer(na), Tracer(nb))     # sparse @ sparse is sparse there too
     if both_sparse:    # the left operand's class (``Aa @ A`` is a csr_array)
         return _matrix(result, False) if isinstance(a, MatrixTracer) else result
     if not dense_matrix and (_dense_array(a) or _dense_array(b)):
@@ -366,7 +366,7 @@ def _install(cls) -> None:
     cls.__rmul__ = lambda self, other: _multiply(self, other, reflected=True)
     cls.__matmul__ = lambda self, other: product(self, other)
     cls.__rmatmul__ = lambda self, other: product(lift(other), self) if not _sparray(other) \
-        else T.matmul(other, Tracer(self.node), out_format="sparse" if self.is_sparse else None)
+        else T.matmul(other, Tracer(self.node))
     cls.__pow__ = power
     cls.dot = lambda self, other: _multiply(self, other) if scalar_value(other) is not None else product(self, other)
     cls.sum = _reduction(_sum)

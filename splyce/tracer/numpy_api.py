@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from splyce.tracer import stacking, statistics
 from splyce.tracer import tracer as T
 from splyce.tracer.base import TraceError, Tracer, _node, scalar_value
 from splyce.tracer.dense_ops import astype, ufunc
@@ -137,6 +138,15 @@ FUNCTIONS = {   # NumPy function -> the traced operation
         a, "max", axis, keepdims),
     np.argmin: lambda a, axis=None, out=None, keepdims=False: _no("argmin", out=out) or T.argextremum(
         a, "min", axis, keepdims),
+    np.var: statistics.np_var, np.std: statistics.np_std,
+    np.concatenate: lambda arrays, axis=0, out=None, dtype=None, casting="same_kind": _no(
+        "concatenate", out=out, dtype=dtype) or stacking.concatenate(arrays, axis),
+    np.stack: lambda arrays, axis=0, out=None, dtype=None, casting="same_kind": _no(
+        "stack", out=out, dtype=dtype) or stacking.stack(arrays, axis),
+    np.hstack: lambda tup, dtype=None, casting="same_kind": _no("hstack", dtype=dtype) or stacking.hstack(tup),
+    np.vstack: lambda tup, dtype=None, casting="same_kind": _no("vstack", dtype=dtype) or stacking.vstack(tup),
+    np.column_stack: stacking.column_stack,
+    np.copy: lambda a, order="K", subok=False: a if subok else Tracer(_node(a, "copy")),   # never written
 }
 if hasattr(np, "astype"):
     FUNCTIONS[np.astype] = lambda x, dtype, copy=True, **kw: astype(x, dtype)
@@ -174,6 +184,10 @@ def array_ufunc(self, ufunc_, method, *inputs, **kwargs):
 
 def array_function(self, func, types, args, kwargs):
     impl = FUNCTIONS.get(func)
+    if impl is None and "linalg" in (getattr(func, "__module__", "") or ""):
+        raise TypeError(f"{_name(func)} is not supported on traced tensors inside @splyce.jit (only "
+                        "numpy.linalg.norm is): small dense linear algebra runs on the host, so compute it "
+                        "outside the jitted function, e.g. jit the part before it and the part after it")
     if impl is None:
         raise TypeError(f"{_name(func)} is not supported on traced tensors inside @splyce.jit; supported: "
                         f"{', '.join(sorted(_name(f) for f in FUNCTIONS))} and the ufuncs")

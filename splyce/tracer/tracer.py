@@ -18,8 +18,8 @@ from splyce.tracer import dense_ops, indexing
 from splyce.errors import TraceError  # re-exported: defined once in splyce.errors
 from splyce.tracer.base import (MAX_OPERANDS, MAX_RANK, OUT_FORMATS, Tracer, _axes, _letters, _node,
                                 _scalar_dtype, check_out_format, check_reducible, contract, copy_of,
-                                default_sparse_format, is_array, parse_einsum, refuse_dtype, relabel_axes,
-                                resolve_format, scalar_value)
+                                default_sparse_format, diagonal_vector, is_array, parse_einsum, refuse_dtype,
+                                relabel_axes, resolve_format, scalar_value)
 from splyce.tracer.dense_ops import apply, astype, ufunc
 from splyce.tracer.ir import Node, TensorType, result_dtype
 
@@ -46,9 +46,28 @@ def matmul(a, b, *, out_format=None) -> Tracer:
         raise TraceError(f"matmul: shapes {na.type.shape} and {nb.type.shape} are not aligned "
                          f"({na.type.shape[-1]} != {nb.type.shape[0]})")
     out = sa.replace("k", "") + sb.replace("k", "")
+    if out_format is None:
+        scaled = _diagonal_product(na, nb)
+        if scaled is not None:
+            return scaled
     if out_format is None and ra == rb == 2 and na.type.is_sparse and nb.type.is_sparse:
         out_format = "sparse"   # sparse @ sparse is sparse, as scipy, pydata and BCOO (the planner may fuse it away)
     return contract([na, nb], [sa, sb], out, out_format=out_format, op="matmul")
+
+
+def _diagonal_product(na: Node, nb: Node) -> Tracer | None:
+    """``diags(d) @ b`` and ``a @ diags(d)`` as the row / column scalings they are (``b * d[:, None]``): in
+    ``b``'s (``a``'s) pattern when it is sparse, as scipy's product, and never a dense n x n matrix."""
+    left, right = diagonal_vector(na), diagonal_vector(nb)
+    if left is not None and nb.type.ndim == 2:
+        return contract([nb, left], ["ij", "i"], "ij", op="matmul", scaling=nb.type.is_sparse)
+    if left is not None:     # diags(d) @ x: the elementwise product, dense
+        return contract([nb, left], ["i", "i"], "i", op="matmul", out_format="dense")
+    if right is not None and na.type.ndim == 2:
+        return contract([na, right], ["ij", "j"], "ij", op="matmul", scaling=na.type.is_sparse)
+    if right is not None:    # x @ diags(d)
+        return contract([na, right], ["j", "j"], "j", op="matmul", out_format="dense")
+    return None
 
 
 def absolute(a) -> Tracer:
@@ -454,15 +473,6 @@ def _not_concrete(self, *args):
                      "one); keep the computation in arrays, e.g. where(c, x, y) instead of an if")
 
 
-def _as_object(self, dtype=None, copy=None):
-    """A 0-d object array holding the tracer: scipy.sparse's operators convert an unknown operand with
-    ``np.asanyarray`` and, on such an array, return NotImplemented, so Python calls the tracer's reflected
-    operator (``B @ x`` with a captured scipy matrix ``B``)."""
-    holder = np.empty((), dtype=object)
-    holder[()] = self
-    return holder
-
-
 def _squeeze(self, axis=None):
     node = _node(self, "squeeze")
     shape = node.type.shape
@@ -489,7 +499,7 @@ def _install(cls) -> None:
         "__xor__": lambda self, other: logical("xor", self, other),
         "__rxor__": lambda self, other: logical("xor", other, self),
         "__invert__": lambda self: logical("not", self),
-        "__getitem__": indexing.getitem, "__array__": _as_object,
+        "__getitem__": indexing.getitem,   # __array__, nnz, tocsr, var ...: tracer/surface.py
         "__float__": _not_concrete, "__int__": _not_concrete, "__index__": _not_concrete, "item": _not_concrete,
         "__complex__": _not_concrete,
         "sum": lambda self, axis=None, dtype=None, keepdims=False: sum_(self, axis, keepdims=keepdims, dtype=dtype),
@@ -506,7 +516,6 @@ def _install(cls) -> None:
         "flatten": lambda self: indexing.reshape(self, -1), "copy": lambda self: self,
         "any": lambda self, axis=None, keepdims=False: any_(self, axis, keepdims),
         "all": lambda self, axis=None, keepdims=False: all_(self, axis, keepdims),
-        "count_nonzero": lambda self: count_nonzero(self),
         "argmax": lambda self, axis=None, keepdims=False: argextremum(self, "max", axis, keepdims),
         "argmin": lambda self, axis=None, keepdims=False: argextremum(self, "min", axis, keepdims),
     }

@@ -1,0 +1,81 @@
+"""The ``Tracer``'s scipy / NumPy methods defined outside tracer.py (which cannot import the modules that
+build on it): format conversions and stored-entry counts (sparse_methods.py), ``var`` / ``std``
+(statistics.py), and the guard on ``__array__``.
+
+``__array__`` is how NumPy converts an unknown object. scipy.sparse's operators call it on their operand
+(``B @ x`` with a captured scipy matrix ``B``): there it returns a 0-d object array holding the tracer, on
+which scipy returns NotImplemented, so Python calls the tracer's reflected operator. Called from anywhere
+else (``np.asarray(t)`` in code the jit does not rebind: tracer/namespaces.py) it raises a TraceError
+naming the construct, at that line, instead of an object array that fails lines later.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+
+from splyce.tracer import sparse_methods as S
+from splyce.tracer import statistics
+from splyce.tracer.base import TraceError, Tracer
+
+# modules whose own calls of np.asarray on a tracer get the object holder (they then defer to the tracer)
+_DEFERRING = ("scipy.", "numpy.", "splyce.", "sparse.")
+
+
+def _as_object(self, dtype=None, copy=None):
+    frame = sys._getframe(1)
+    caller = frame.f_globals.get("__name__", "") or ""
+    if caller.startswith("scipy.") and frame.f_code.co_name == "__init__":
+        raise TraceError(
+            "a scipy.sparse constructor (csr_array(t), coo_matrix(t)...) of a traced value in code @splyce.jit does "
+            "not rebind (a function of another module, or one held in a closure): write t.tocsr() / t.tocsc() / "
+            "t.tocoo(), or call it from the jitted function's own module, where its scipy.sparse names are served")
+    if not caller.startswith(_DEFERRING):
+        raise TraceError(
+            "numpy.asarray / numpy.array of a traced value outside the jitted function's own module (module "
+            f"{caller!r} is not rebound by @splyce.jit): inside the trace the value already is an array; drop the "
+            "conversion, or write x.astype(dtype) / x.toarray(), or import numpy in the jitted function's module "
+            "(its np.asarray is served there)")
+    holder = np.empty((), dtype=object)
+    holder[()] = self
+    return holder
+
+
+def _sparse_only(name: str, method, alternative: str, value: bool = False):
+    """An attribute of sparse values only (a NumPy array has none: ``hasattr(x, "tocsr")`` tells them apart,
+    as it does outside the trace); on a dense value an AttributeError naming what to write instead."""
+    def get(self):
+        if not self.node.type.is_sparse:
+            raise AttributeError(f"a dense traced value (a NumPy array) has no attribute {name!r}; {alternative}")
+        return method(self) if value else types.MethodType(method, self)
+    return property(get)
+
+
+def _install(cls) -> None:
+    dense = "it stores every entry"
+    methods = {
+        "tocsr": _sparse_only("tocsr", lambda self, copy=False: S.convert(self, "csr"),
+                              "write scipy.sparse.csr_array(x) to store it sparse"),
+        "tocsc": _sparse_only("tocsc", lambda self, copy=False: S.convert(self, "csc"),
+                              "write scipy.sparse.csc_array(x) to store it sparse"),
+        "tocoo": _sparse_only("tocoo", lambda self, copy=False: S.convert(self, "coo"),
+                              "write scipy.sparse.coo_array(x) to store it sparse"),
+        "asformat": _sparse_only("asformat", lambda self, format, copy=False: S.asformat(self, format, copy),
+                                 "write scipy.sparse.csr_array(x) (csc_array, coo_array) to store it sparse"),
+        "getnnz": _sparse_only("getnnz", lambda self, axis=None: S.getnnz(self, axis),
+                               f"{dense}: write np.count_nonzero(x, axis) for its nonzeros"),
+        "nnz": _sparse_only("nnz", S.nnz, f"{dense}: write np.count_nonzero(x) for its nonzeros", value=True),
+        "count_nonzero": lambda self, axis=None: S.count_nonzero(self, axis),
+        "var": statistics.method("var"),
+        "std": statistics.method("std"),
+        "__array__": _as_object,
+    }
+    for name, method in methods.items():
+        setattr(cls, name, method)
+
+
+_install(Tracer)
+
+__all__ = ["TraceError"]
