@@ -1,11 +1,17 @@
 """A jitted function's results: what it returned, flattened to the trace's output nodes (each in the jit's
-``out_format``), and the kernel's results put back in that shape (one value, a tuple or a list; a value
-returned twice is the same object twice)."""
+``out_format``), and the kernel's results put back in that shape: one value, or a pytree (runtime/pytree.py:
+tuples, lists, dicts, NamedTuples, dataclasses, None) of traced results and constants (Python scalars and
+strings returned as they are, NumPy arrays computed while tracing copied on every call); a value returned
+twice is the same object twice."""
 
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
+import numpy as np
+
+from splyce.runtime import pytree
 from splyce.tensors.formats import Format
 from splyce.tracer.ir import Node, TensorType
 from splyce.tracer.tracer import Tracer, TraceError
@@ -32,19 +38,61 @@ def with_format(node: Node, out_format) -> Node:
     return Node(node.op, node.args, params, TensorType(node.type.shape, node.type.dtype, fmt))
 
 
+class ResultTree:
+    """Where each leaf of a returned pytree comes from: a kernel result (its index) or a constant."""
+
+    __slots__ = ("structure", "slots")
+
+    def __init__(self, structure, slots: tuple):
+        self.structure = structure
+        self.slots = slots        # per leaf: an int (the kernel result) or a ``_Constant``
+
+    def renumbered(self, results: list) -> "ResultTree":
+        """The tree with result ``i`` read from ``results[i]`` (the deduplicated outputs' indices)."""
+        return ResultTree(self.structure, tuple(results[s] if type(s) is int else s for s in self.slots))
+
+
+class _Constant:
+    """A leaf returned that is not traced: the value itself, or (an array) a copy per call."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def get(self):
+        return self.value.copy() if isinstance(self.value, np.ndarray) else self.value
+
+
 def flatten_outputs(out):
+    """``(nodes, tree)``: the traced results' nodes and where they go (``tree`` None for one bare result)."""
     if isinstance(out, Tracer):
         return [out.node], None
-    if isinstance(out, (tuple, list)) and out and all(isinstance(o, Tracer) for o in out):
-        return [o.node for o in out], (type(out), len(out))
-    raise TraceError("a jitted function must return a traced tensor or a tuple / list of them, got "
-                     f"{type(out).__name__}")
+    leaves, paths, structure = pytree.flatten(out)
+    nodes, slots = [], []
+    for leaf, path in zip(leaves, paths):
+        if isinstance(leaf, Tracer):
+            slots.append(len(nodes))
+            nodes.append(leaf.node)
+        elif isinstance(leaf, (numbers.Number, str, bytes, np.generic, np.ndarray)):
+            slots.append(_Constant(leaf))
+        else:
+            raise TraceError(f"a jitted function returns traced tensors, Python scalars or strings, or NumPy "
+                             f"arrays, nested in tuples, lists, dicts, NamedTuples or dataclasses; the result"
+                             f"{path} is a {type(leaf).__name__}")
+    if not nodes:
+        raise TraceError("a jitted function must return at least one traced tensor (alone or in a tuple, list, "
+                         f"dict, NamedTuple or dataclass), got {_described(out)}")
+    return nodes, ResultTree(structure, tuple(slots))
+
+
+def _described(out) -> str:
+    empty = isinstance(out, (tuple, list, dict)) and not out
+    return f"an empty {type(out).__name__}" if empty else type(out).__name__
 
 
 def unflatten(tree, results):
+    """The value the function returned, with the kernel's ``results`` in place of its traced results."""
     if tree is None:
         return results[0]
-    kind, _, *positions = tree
-    if positions:   # `return y, y` gives the same object twice, as the Python function does
-        results = [results[p] for p in positions[0]]
-    return kind(results)
+    return pytree.unflatten(tree.structure, [results[s] if type(s) is int else s.get() for s in tree.slots])

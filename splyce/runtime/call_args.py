@@ -1,0 +1,214 @@
+"""How a jitted function is called, as ``jax.jit`` calls: keyword arguments bound to the function's signature
+(defaults applied, Python's own ``TypeError`` for a wrong call), ``static_argnums`` / ``static_argnames``
+(arguments keyed by value and passed as they are), and pytree arguments (runtime/pytree.py) whose array
+leaves become the kernel's inputs and whose other leaves are static.
+
+A call is canonicalized to ``(positional, keywords)`` as Python binds it (every positional-or-keyword
+parameter positional, defaults filled in), so ``f(A, x)``, ``f(A, x=x)`` and ``f(a=A, x=x)`` share a kernel.
+"""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+
+from splyce.runtime import arguments, pytree
+from splyce.tracer.tracer import Tracer
+
+# default values that cannot change between calls: a positional call that fills them in may still take the
+# cached fast path (``Call.plain``)
+_ATOMS = (type(None), bool, int, float, complex, str, bytes)
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+class Call:
+    """One call's canonical arguments, flattened."""
+
+    __slots__ = ("leaves", "paths", "structure", "plain", "traced")
+
+    def __init__(self, leaves, paths, structure, plain, traced):
+        self.leaves = leaves          # the arguments' leaves (arrays and static values), depth first
+        self.paths = paths            # each leaf's name in error messages ("argument 1['w']")
+        self.structure = structure    # pytree.unflatten(structure, leaves) == (positional, keywords)
+        self.plain = plain            # the leaves' arrays are the positional arguments themselves, in order
+        self.traced = traced          # a Tracer among them: called from a jitted function being traced
+
+
+class Convention:
+    """A function's calling convention: its signature and its static arguments."""
+
+    def __init__(self, fun, static_argnums=None, static_argnames=None):
+        self.fun = fun
+        try:
+            signature = inspect.signature(fun)
+        except (TypeError, ValueError):    # a builtin without a signature: its arguments are taken as given
+            signature = None
+        self._signature = signature
+        self._bind = None if signature is None else _binder(fun, signature)
+        nums, names = _infer(signature, _index_tuple(static_argnums), _name_tuple(static_argnames))
+        self.static_argnums, self.static_argnames = nums, names
+        self._static_names = frozenset(names)
+        params = [] if signature is None else list(signature.parameters.values())
+        # ``f(a, b)`` called with two positional arguments binds to them as they are
+        self._exact = len(params) if all(p.kind in _POSITIONAL for p in params) else -1
+        self._positional = [p.name for p in params if p.kind in _POSITIONAL]
+
+    def bind(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """``(positional, keywords)`` as Python binds ``fun(*args, **kwargs)``; raises the ``TypeError`` the
+        function itself would raise for a wrong call."""
+        if self._bind is None or (not kwargs and len(args) == self._exact):
+            return args, dict(kwargs)
+        return self._bind(*args, **kwargs)
+
+    def flatten(self, args: tuple, kwargs: dict) -> Call:
+        """The call ``fun(*args, **kwargs)``, canonicalized and flattened."""
+        positional, keywords = self.bind(args, kwargs)
+        statics = {i + len(positional) if i < 0 else i for i in self.static_argnums}
+        leaves, paths, parts = [], [], []
+        static_values = []
+        for i, a in enumerate(positional):
+            if i in statics:
+                parts.append(pytree.static(a))
+                static_values.append((a, self._where(i), "static_argnums"))
+            else:
+                parts.append(pytree.flatten_into(a, f"argument {i}", leaves, paths))
+        named = []
+        for name, a in keywords.items():
+            if name in self._static_names:
+                named.append(pytree.static(a))
+                static_values.append((a, f"argument {name!r}", "static_argnames"))
+            else:
+                named.append(pytree.flatten_into(a, f"argument {name!r}", leaves, paths))
+        structure = ("tuple", None, (("tuple", None, tuple(parts)),
+                                     ("dict", (dict, tuple(keywords), None), tuple(named))))
+        traced = any(isinstance(x, Tracer) for x in leaves) or any(isinstance(v, Tracer) for v, _, _ in static_values)
+        if not traced:
+            for value, where, how in static_values:
+                _check_static(value, where, how)
+        plain = not kwargs and all(type(p) is str for p in parts[:len(args)]) \
+            and all(type(a) in _ATOMS for a in positional[len(args):]) and all(type(a) in _ATOMS for a in keywords.values())
+        return Call(leaves, paths, structure, plain, traced)
+
+    def _where(self, i: int) -> str:
+        name = self._positional[i] if i < len(self._positional) else None
+        return f"argument {i}" + (f" ({name!r})" if name else "")
+
+
+def arguments_of(structure, leaves) -> tuple[tuple, dict]:
+    """``(positional, keywords)`` of a flattened call, with ``leaves`` in place of its leaves."""
+    positional, keywords = pytree.unflatten(structure, leaves)
+    return positional, keywords
+
+
+def _check_static(value, where: str, how: str) -> None:
+    """A static argument must be hashable (it is part of the cache key by value) and not an array."""
+    if arguments.is_tensor(value):
+        kind = f"{type(value).__module__.split('.')[0]}.{type(value).__name__}"
+        raise TypeError(f"Non-hashable static arguments are not supported: {where} is static ({how}) but is an "
+                        f"array ({kind}); static arguments are part of the cache key by value. Remove it from "
+                        f"{how} to pass it as a traced input")
+    try:
+        hash(value)
+    except TypeError as exc:
+        raise TypeError(f"Non-hashable static arguments are not supported: {where} is static ({how}) but "
+                        f"{type(value).__name__} {value!r} cannot be hashed ({exc}); pass a hashable value "
+                        "(a tuple instead of a list, a frozenset instead of a set)") from None
+
+
+def _index_tuple(nums) -> tuple[int, ...]:
+    if nums is None:
+        return ()
+    nums = (nums,) if isinstance(nums, int) else tuple(nums)
+    for n in nums:
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise TypeError(f"static_argnums must be an int or a sequence of ints, got {n!r}")
+    return nums
+
+
+def _name_tuple(names) -> tuple[str, ...]:
+    if names is None:
+        return ()
+    names = (names,) if isinstance(names, str) else tuple(names)
+    for n in names:
+        if not isinstance(n, str):
+            raise TypeError(f"static_argnames must be a str or a sequence of str, got {n!r}")
+    return names
+
+
+def _infer(signature, nums: tuple, names: tuple) -> tuple[tuple, tuple]:
+    """``jax.jit``'s ``_infer_argnums_and_argnames``: given only ``static_argnums``, the names of those
+    positional-or-keyword parameters are static too, and the other way round; both given, each as it is.
+    Indices out of range or names the function does not take raise ``ValueError``, as in JAX."""
+    if signature is None:
+        return nums, names
+    params = list(signature.parameters.values())
+    positional = [p for p in params if p.kind in _POSITIONAL]
+    var_positional = any(p.kind is p.VAR_POSITIONAL for p in params)
+    var_keyword = any(p.kind is p.VAR_KEYWORD for p in params)
+    if not var_positional:
+        bad = [n for n in nums if not -len(positional) <= n < len(positional)]
+        if bad:
+            raise ValueError(f"jitted function has static_argnums={nums}, but only accepts {len(positional)} "
+                             "positional arguments")
+        nums = tuple(n % len(positional) for n in nums)
+    by_name = {p.name: p for p in params}
+    bad = [n for n in names if (n not in by_name and not var_keyword)
+           or (n in by_name and by_name[n].kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                                    inspect.Parameter.VAR_POSITIONAL,
+                                                    inspect.Parameter.VAR_KEYWORD))]
+    if bad:
+        raise ValueError(f"jitted function has invalid argnames {set(bad)} in static_argnames. Function does not "
+                         "take these args (or takes them positionally only)")
+    index = {p.name: i for i, p in enumerate(positional) if p.kind is p.POSITIONAL_OR_KEYWORD}
+    given_nums = bool(nums)
+    nums = tuple(dict.fromkeys(nums + tuple(index[n] for n in names if n in index)))
+    if given_nums and not names:
+        names = tuple(positional[n].name for n in nums
+                      if 0 <= n < len(positional) and positional[n].kind is positional[n].POSITIONAL_OR_KEYWORD)
+    # names bound positionally are static by their index; the rest (keyword-only, **kwargs) by name
+    return nums, tuple(n for n in names if n not in index)
+
+
+def _binder(fun, signature: inspect.Signature):
+    """A function with ``fun``'s parameters (and name, for Python's error messages) that returns them as
+    ``(positional, keywords)``: binding at the cost of one Python call, wrong calls rejected by Python itself
+    with the message ``fun`` would give."""
+    params, positional, keywords, defaults = [], [], [], {}
+    kinds = [p.kind for p in signature.parameters.values()]
+    for k, p in enumerate(signature.parameters.values()):
+        name = p.name
+        text = name
+        if p.default is not p.empty:
+            defaults[f"__splyce_default_{k}"] = p.default
+            text = f"{name}=__splyce_default_{k}"
+        if p.kind is p.VAR_POSITIONAL:
+            text = "*" + name
+            positional.append("*" + name)
+        elif p.kind is p.VAR_KEYWORD:
+            text = "**" + name
+            keywords.append("**" + name)
+        elif p.kind is p.KEYWORD_ONLY:
+            if p.VAR_POSITIONAL not in kinds and "*" not in params:
+                params.append("*")
+            keywords.append(f"{name!r}: {name}")
+        else:
+            positional.append(name)
+        params.append(text)
+        if p.kind is p.POSITIONAL_ONLY and (k + 1 == len(kinds) or kinds[k + 1] is not p.POSITIONAL_ONLY):
+            params.append("/")
+    name = getattr(fun, "__name__", None) or type(fun).__name__
+    body = "({}{})".format(", ".join(positional), "," if len(positional) == 1 else "")
+    source = f"def {_identifier(name)}({', '.join(params)}):\n    return {body}, {{{', '.join(keywords)}}}\n"
+    namespace = dict(defaults)
+    exec(compile(source, f"<splyce.jit binding of {name}>", "exec"), namespace)
+    binder = namespace[_identifier(name)]
+    qualname = getattr(fun, "__qualname__", name)
+    if isinstance(name, str) and isinstance(qualname, str):   # Python's messages name the function so
+        binder.__name__, binder.__qualname__ = name, qualname
+        binder.__code__ = binder.__code__.replace(co_name=name, co_qualname=qualname)
+    return binder
+
+
+def _identifier(name) -> str:
+    return name if isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name) else "f"
+
