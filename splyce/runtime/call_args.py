@@ -9,14 +9,15 @@ parameter positional, defaults filled in), so ``f(A, x)``, ``f(A, x=x)`` and ``f
 
 from __future__ import annotations
 
+import functools
 import inspect
 import keyword
 
 from splyce.runtime import arguments, pytree
 from splyce.tracer.tracer import Tracer
 
-# default values that cannot change between calls: a positional call that fills them in may still take the
-# cached fast path (``Call.plain``)
+# default values that cannot change between calls: a call that leaves them out may still take the cached
+# fast path (``Call.operands``)
 _ATOMS = (type(None), bool, int, float, complex, str, bytes)
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
@@ -24,13 +25,15 @@ _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_O
 class Call:
     """One call's canonical arguments, flattened."""
 
-    __slots__ = ("leaves", "paths", "structure", "plain", "traced")
+    __slots__ = ("leaves", "paths", "structure", "operands", "traced")
 
-    def __init__(self, leaves, paths, structure, plain, traced):
+    def __init__(self, leaves, paths, structure, operands, traced):
         self.leaves = leaves          # the arguments' leaves (arrays and static values), depth first
         self.paths = paths            # each leaf's name in error messages ("argument 1['w']")
         self.structure = structure    # pytree.unflatten(structure, leaves) == (positional, keywords)
-        self.plain = plain            # the leaves' arrays are the positional arguments themselves, in order
+        # the arguments whose ``signature.fast_signature`` (with the function) determines the kernel, when they
+        # are all the call passes but unchanging defaults (bound positionally, each a leaf), else None
+        self.operands = operands
         self.traced = traced          # a Tracer among them: called from a jitted function being traced
 
 
@@ -62,6 +65,11 @@ class Convention:
 
     def flatten(self, args: tuple, kwargs: dict) -> Call:
         """The call ``fun(*args, **kwargs)``, canonicalized and flattened."""
+        if not kwargs and len(args) == self._exact and not self.static_argnums:
+            kinds = [type(a) for a in args]      # ``f(A, x)``: each argument a leaf (a scipy operand's call)
+            if all(map(pytree.is_leaf_type, kinds)):
+                return Call(list(args), _names(len(args)), _flat(len(args)), args,
+                            any(isinstance(a, Tracer) for a in args))
         positional, keywords = self.bind(args, kwargs)
         statics = {i + len(positional) if i < 0 else i for i in self.static_argnums}
         leaves, paths, parts = [], [], []
@@ -85,13 +93,34 @@ class Convention:
         if not traced:
             for value, where, how in static_values:
                 _check_static(value, where, how)
-        plain = not kwargs and all(type(p) is str for p in parts[:len(args)]) \
-            and all(type(a) in _ATOMS for a in positional[len(args):]) and all(type(a) in _ATOMS for a in keywords.values())
-        return Call(leaves, paths, structure, plain, traced)
+        return Call(leaves, paths, structure, self._operands(positional, keywords, parts, args, kwargs), traced)
+
+    def _operands(self, positional, keywords, parts, args, kwargs):
+        """``Call.operands``: the positional arguments up to the unchanging defaults left out (atoms, neither
+        passed nor static by position), when every one is a leaf and every keyword is such a default."""
+        if any(name in kwargs or type(v) not in _ATOMS for name, v in keywords.items()):
+            return None
+        n = len(positional)
+        names = self._positional
+        while n > len(args) and n <= len(names) and names[n - 1] not in kwargs \
+                and type(positional[n - 1]) in _ATOMS:
+            n -= 1
+        return positional[:n] if all(type(p) is str for p in parts[:n]) else None
 
     def _where(self, i: int) -> str:
         name = self._positional[i] if i < len(self._positional) else None
         return f"argument {i}" + (f" ({name!r})" if name else "")
+
+
+@functools.cache
+def _names(n: int) -> tuple[str, ...]:
+    return tuple(f"argument {i}" for i in range(n))
+
+
+@functools.cache
+def _flat(n: int) -> tuple:
+    """The structure of a call with ``n`` positional leaves (``Convention.flatten``'s)."""
+    return ("tuple", None, (("tuple", None, (pytree.LEAF,) * n), ("dict", (dict, (), None), ())))
 
 
 def arguments_of(structure, leaves) -> tuple[tuple, dict]:

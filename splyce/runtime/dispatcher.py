@@ -210,7 +210,7 @@ class Jitted:
             call = self._convention.flatten(args, kwargs)
             if call.traced:               # called from another jitted function: inline
                 return self.fun(*args, **kwargs)
-            kernel, values = self._kernel_for_call(call, args)
+            kernel, values = self._kernel_for_call(call)
             leaves = call.leaves
         results = kernel.run_exact(values)
         if kernel.coo_sources is not None and self.out_format is None:
@@ -234,7 +234,7 @@ class Jitted:
 
     def kernel_for(self, *args, **kwargs) -> tuple[Kernel, list]:
         """The compiled kernel for these arguments (compiling on a miss) and the prepared operands."""
-        return self._kernel_for_call(self._flattened(args, kwargs), args)
+        return self._kernel_for_call(self._flattened(args, kwargs))
 
     def _flattened(self, args, kwargs) -> call_args.Call:
         """The call, canonicalized and flattened; refused when called with tracers (no kernel of its own)."""
@@ -244,10 +244,11 @@ class Jitted:
                             "function itself inside a jitted function")
         return call
 
-    def _kernel_for_call(self, call: call_args.Call, args) -> tuple[Kernel, list]:
+    def _kernel_for_call(self, call: call_args.Call) -> tuple[Kernel, list]:
         captured = self._captured() if self._sites else ()
         values = []    # the operands, from the signature's pass (as in ``_filed``)
-        signature = fast_signature(args, values) if call.plain and not captured else None
+        args = call.operands
+        signature = fast_signature(args, values) if args is not None and not captured else None
         kernel = self._by_signature.get(signature) if signature is not None else None
         if kernel is not None:
             next(self._fast_hits)

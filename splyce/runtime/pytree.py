@@ -52,6 +52,20 @@ def flatten_into(x, path: str, leaves: list, paths: list):
     return LEAF
 
 
+_LEAF_TYPES: dict[type, bool] = {}
+
+
+def is_leaf_type(kind: type) -> bool:
+    """Whether every object of type ``kind`` is a leaf (memoized: a call's arguments are checked per call)."""
+    leaf = _LEAF_TYPES.get(kind)
+    if leaf is None:
+        leaf = _LEAF_TYPES[kind] = not (
+            kind is type(None) or kind in (tuple, list, dict, collections.OrderedDict, collections.defaultdict)
+            or (issubclass(kind, tuple) and isinstance(getattr(kind, "_fields", None), tuple))
+            or dataclasses.is_dataclass(kind))
+    return leaf
+
+
 def static(value) -> tuple:
     """The structure of a leaf kept in the structure itself (a static argument): ``unflatten`` puts ``value``
     back, and the structure's hash and equality are the value's."""
