@@ -257,6 +257,28 @@ def test_another_structure_or_static_leaf_is_another_kernel():
     assert f.cache_info().misses == 4
 
 
+def test_calls_on_sparse_tensors_are_filed_by_structure_static_values_and_types():
+    t = splyce.asarray(A)
+
+    def pick(p, k):
+        scale = 2.0 if k is True else 3.0 if isinstance(k, float) else 5.0 if k == "s" else 7.0
+        return scale * (p["a"] @ p["x"])
+
+    f = splyce.jit(pick)
+    cases = [(1, 7.0), (True, 2.0), (1.0, 3.0), ("s", 5.0)]
+    for _ in range(3):             # the second and third rounds find each kernel by the call's signature
+        for k, scale in cases:
+            _same(f({"a": t, "x": X}, k), scale * (A @ X))
+            _same(f({"a": t, "x": X}, k=k), scale * (A @ X))
+    _same(f({"x": X, "a": t}, 1), 7.0 * (A @ X))     # another key order: another structure
+    info = f.cache_info()
+    assert info.misses == 5 and info.hits == 3 * 2 * len(cases) - 4
+    assert any(s[0] == "call" for s in f._by_signature)
+    x2 = np.arange(40.0).reshape(20, 2)[:, 0]           # a strided leaf: the general path, still right
+    _same(f({"a": t, "x": x2}, 1), 7.0 * (A @ x2))
+    assert f.cache_info().misses == 5
+
+
 def test_an_unhashable_non_array_leaf_is_named_by_its_path():
     f = splyce.jit(lambda p: p["a"] @ p["x"])
     with pytest.raises(TypeError, match=r"^argument 0\['opts'\]\[1\]: unsupported argument of type set$"):
@@ -406,3 +428,15 @@ def test_flattening_matches_jax_tree_util():
     rebuilt = pytree.unflatten(structure, [10 * v for v in leaves])
     assert rebuilt == jax.tree_util.tree_map(lambda v: 10 * v, tree)
     assert type(rebuilt["a"]) is Pair and list(rebuilt) == ["b", "a"]      # the keys in their order
+
+
+def test_the_calls_bench_checks_and_reports_every_convention(tmp_path):
+    from splyce.bench import __main__ as cli
+    from splyce.bench import calls
+    from splyce.bench.common import read_csv
+
+    assert cli.main(["calls", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
+    comments, rows = read_csv(tmp_path / "calls.csv")
+    assert [r["convention"] for r in rows] == [name for name, _, _ in calls.conventions(A, splyce.asarray(A), X)]
+    assert all(float(r["best_us"]) > 0 for r in rows) and float(rows[0]["vs_positional"]) == 1.0
+    assert any(line.startswith("# cpu:") for line in comments)

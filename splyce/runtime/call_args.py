@@ -13,12 +13,17 @@ import functools
 import inspect
 import keyword
 
+import numpy as np
+
 from splyce.runtime import arguments, pytree
+from splyce.runtime.signature import fast_signature
+from splyce.tensors.tensor import SparseTensor
 from splyce.tracer.tracer import Tracer
 
 # default values that cannot change between calls: a call that leaves them out may still take the cached
 # fast path (``Call.operands``)
 _ATOMS = (type(None), bool, int, float, complex, str, bytes)
+_FAST = (SparseTensor, np.ndarray, arguments.Checked)    # the leaves ``fast_signature`` keys
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
@@ -121,6 +126,34 @@ def _names(n: int) -> tuple[str, ...]:
 def _flat(n: int) -> tuple:
     """The structure of a call with ``n`` positional leaves (``Convention.flatten``'s)."""
     return ("tuple", None, (("tuple", None, (pytree.LEAF,) * n), ("dict", (dict, (), None), ())))
+
+
+def signature(call: Call, values: list) -> tuple[tuple | None, tuple | None]:
+    """``(signature, operands)``: the key a kernel is filed under for calls like this one, as the dispatcher's
+    fast path files positional calls (``signature.fast_signature``, filling ``values``), and the arguments it
+    keys; ``(None, None)`` when there is none. A call of pytrees, keywords or static arguments is keyed by its
+    structure (static arguments' values in it), its static leaves' types and values, and its array leaves'
+    fast signature: every leaf a checked SparseTensor, an ndarray or an atom (None, bool, int, float, complex,
+    str, bytes)."""
+    if call.operands is not None:
+        parts = fast_signature(call.operands, values)
+        if parts is not None:
+            return parts, call.operands
+        values.clear()            # (a Python scalar among them: keyed below)
+    tensors, statics = [], []
+    for leaf in call.leaves:
+        kind = type(leaf)
+        if kind in _FAST:
+            tensors.append(leaf)
+            statics.append(None)
+        elif kind in _ATOMS:
+            statics.append((kind, leaf))     # typed: 1, 1.0 and True are equal values
+        else:
+            return None, None
+    parts = fast_signature(tensors, values)
+    if parts is None:
+        return None, None
+    return ("call", call.structure, tuple(statics), parts), tensors    # never a positional call's signature
 
 
 def arguments_of(structure, leaves) -> tuple[tuple, dict]:

@@ -247,8 +247,7 @@ class Jitted:
     def _kernel_for_call(self, call: call_args.Call) -> tuple[Kernel, list]:
         captured = self._captured() if self._sites else ()
         values = []    # the operands, from the signature's pass (as in ``_filed``)
-        args = call.operands
-        signature = fast_signature(args, values) if args is not None and not captured else None
+        signature, args = call_args.signature(call, values) if not captured else (None, None)
         kernel = self._by_signature.get(signature) if signature is not None else None
         if kernel is not None:
             next(self._fast_hits)
