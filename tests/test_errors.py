@@ -103,7 +103,8 @@ TRACE_ERRORS = {
                                "list, dict, NamedTuple or dataclass), got an empty tuple"),
     "returns a set": (lambda x, y: (x, {"a": {1}}), (A, B),
                       "a jitted function returns traced tensors, Python scalars or strings, or NumPy arrays, "
-                      "nested in tuples, lists, dicts, NamedTuples or dataclasses; the result[1]['a'] is a set"),
+                      "nested in tuples, lists, dicts, NamedTuples or dataclasses; the result[1]['a'] is of type "
+                      "set"),
 }
 
 

@@ -329,7 +329,7 @@ def test_a_value_returned_twice_is_one_object_and_a_constant_array_is_fresh():
 def test_results_of_no_traced_tensor_are_refused():
     with pytest.raises(TraceError, match=r"must return at least one traced tensor .* got an empty dict"):
         splyce.jit(lambda a: {})(A)
-    with pytest.raises(TraceError, match=r"the result\['m'\] is a object"):
+    with pytest.raises(TraceError, match=r"the result\['m'\] is of type object"):
         splyce.jit(lambda a: {"y": a @ X, "m": object()})(A)
 
 

@@ -281,8 +281,10 @@ class Jitted:
         ----------
         out : ndarray
             C-contiguous and writeable, of the result's shape and dtype.
-        *args, **kwargs
-            The function's arguments.
+        *args
+            The function's positional arguments.
+        **kwargs
+            Its keyword arguments.
 
         Returns
         -------
@@ -443,9 +445,11 @@ class Jitted:
 
         Parameters
         ----------
-        *args, **kwargs
+        *args
             Arguments as the function would be called with (only their types, shapes and formats matter,
             and the nonzeros the planner's cost model counts).
+        **kwargs
+            Keyword arguments, likewise.
 
         Returns
         -------

@@ -79,7 +79,7 @@ def flatten_outputs(out):
         else:
             raise TraceError(f"a jitted function returns traced tensors, Python scalars or strings, or NumPy "
                              f"arrays, nested in tuples, lists, dicts, NamedTuples or dataclasses; the result"
-                             f"{path} is a {type(leaf).__name__}")
+                             f"{path} is of type {type(leaf).__name__}")
     if not nodes:
         raise TraceError("a jitted function must return at least one traced tensor (alone or in a tuple, list, "
                          f"dict, NamedTuple or dataclass), got {_described(out)}")
