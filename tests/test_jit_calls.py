@@ -415,6 +415,8 @@ def test_profile_of_a_jitted_function_with_a_default():
     a = sps.random_array((200, 2000), density=0.05, format="csr", rng=0)
     b = sps.random_array((200, 2000), density=0.05, format="csr", rng=1)
     assert splyce.profile(f, a, b).simd_share > 0.5
+    counted = splyce.profile(f, a, b=b, k=2.0)          # keywords, as f takes them
+    assert counted.simd_share > 0.5 and counted.total == splyce.profile(f, a, b).total
 
 
 def test_flattening_matches_jax_tree_util():
