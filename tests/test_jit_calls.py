@@ -287,6 +287,15 @@ def test_an_unhashable_non_array_leaf_is_named_by_its_path():
         splyce.jit(lambda *, p: p.matrix @ X)(p=Pair(A, {1}))
 
 
+def test_a_container_inside_itself_is_refused_naming_it():
+    cyclic = [A, X]
+    cyclic.append({"again": cyclic})
+    with pytest.raises(ValueError, match=r"^argument 0\[2\]\['again'\]: a list that contains itself"):
+        splyce.jit(lambda p: p[0] @ p[1])(cyclic)
+    with pytest.raises(ValueError, match=r"^the result\['y'\]: a dict that contains itself"):
+        splyce.jit(lambda a: (lambda d: d.update(y=d) or d)({"x": a @ X}))(A)
+
+
 def test_pytree_arguments_are_not_modified():
     d = {"a": A, "x": X}
     before = (A.data.copy(), X.copy())

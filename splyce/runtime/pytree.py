@@ -28,28 +28,34 @@ def flatten(tree, path: str = "") -> tuple[list, list[str], object]:
     return leaves, paths, structure
 
 
-def flatten_into(x, path: str, leaves: list, paths: list):
+def flatten_into(x, path: str, leaves: list, paths: list, inside: tuple = ()):
     """``flatten``, appending the leaves and their paths (``path`` first) to ``leaves`` and ``paths``;
-    returns the structure."""
+    returns the structure. ``inside``: the ids of the containers ``x`` sits in (a container inside itself is
+    refused with a ``ValueError`` naming it, not a ``RecursionError``)."""
     kind = type(x)
+    if is_leaf_type(kind):
+        leaves.append(x)
+        paths.append(path)
+        return LEAF
     if x is None:
         return NONE
+    if id(x) in inside:
+        raise ValueError(f"{path}: a {kind.__name__} that contains itself; arguments and results must be trees "
+                         "of containers (tuple, list, dict, NamedTuple, dataclass) without cycles")
+    inside = (*inside, id(x))
     if kind is tuple or kind is list:
-        return (kind.__name__, None, tuple(flatten_into(v, f"{path}[{i}]", leaves, paths) for i, v in enumerate(x)))
+        return (kind.__name__, None, tuple(flatten_into(v, f"{path}[{i}]", leaves, paths, inside)
+                                           for i, v in enumerate(x)))
     if kind is dict or kind is collections.OrderedDict or kind is collections.defaultdict:
         keys = tuple(x)
         aux = (kind, keys, x.default_factory if kind is collections.defaultdict else None)
-        return ("dict", aux, tuple(flatten_into(x[k], f"{path}[{k!r}]", leaves, paths) for k in keys))
-    if isinstance(x, tuple) and isinstance(getattr(kind, "_fields", None), tuple):     # a named tuple
-        return ("namedtuple", kind, tuple(flatten_into(v, f"{path}.{name}", leaves, paths)
+        return ("dict", aux, tuple(flatten_into(x[k], f"{path}[{k!r}]", leaves, paths, inside) for k in keys))
+    if issubclass(kind, tuple):     # a named tuple
+        return ("namedtuple", kind, tuple(flatten_into(v, f"{path}.{name}", leaves, paths, inside)
                                           for name, v in zip(kind._fields, x)))
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        names = tuple(f.name for f in dataclasses.fields(x))
-        return ("dataclass", (kind, names), tuple(flatten_into(getattr(x, n), f"{path}.{n}", leaves, paths)
-                                                  for n in names))
-    leaves.append(x)
-    paths.append(path)
-    return LEAF
+    names = tuple(f.name for f in dataclasses.fields(x))     # a dataclass instance
+    return ("dataclass", (kind, names), tuple(flatten_into(getattr(x, n), f"{path}.{n}", leaves, paths, inside)
+                                              for n in names))
 
 
 _LEAF_TYPES: dict[type, bool] = {}

@@ -68,7 +68,7 @@ def flatten_outputs(out):
     """``(nodes, tree)``: the traced results' nodes and where they go (``tree`` None for one bare result)."""
     if isinstance(out, Tracer):
         return [out.node], None
-    leaves, paths, structure = pytree.flatten(out)
+    leaves, paths, structure = pytree.flatten(out, "the result")
     nodes, slots = [], []
     for leaf, path in zip(leaves, paths):
         if isinstance(leaf, Tracer):
@@ -78,8 +78,8 @@ def flatten_outputs(out):
             slots.append(_Constant(leaf))
         else:
             raise TraceError(f"a jitted function returns traced tensors, Python scalars or strings, or NumPy "
-                             f"arrays, nested in tuples, lists, dicts, NamedTuples or dataclasses; the result"
-                             f"{path} is of type {type(leaf).__name__}")
+                             f"arrays, nested in tuples, lists, dicts, NamedTuples or dataclasses; {path} is of "
+                             f"type {type(leaf).__name__}")
     if not nodes:
         raise TraceError("a jitted function must return at least one traced tensor (alone or in a tuple, list, "
                          f"dict, NamedTuple or dataclass), got {_described(out)}")
