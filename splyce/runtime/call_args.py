@@ -59,6 +59,9 @@ class Convention:
         params = [] if signature is None else list(signature.parameters.values())
         # ``f(a, b)`` called with two positional arguments binds to them as they are
         self._exact = len(params) if all(p.kind in _POSITIONAL for p in params) else -1
+        # a call ``f(A, x)`` of leaves, flattened: its names and structure made once (``static_argnums``: never)
+        self._leaves_only = -1 if nums else self._exact
+        self._flat = (_names(self._exact), _flat(self._exact)) if self._exact >= 0 else None
         self._positional = [p.name for p in params if p.kind in _POSITIONAL]
 
     def bind(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -70,11 +73,18 @@ class Convention:
 
     def flatten(self, args: tuple, kwargs: dict) -> Call:
         """The call ``fun(*args, **kwargs)``, canonicalized and flattened."""
-        if not kwargs and len(args) == self._exact and not self.static_argnums:
-            kinds = [type(a) for a in args]      # ``f(A, x)``: each argument a leaf (a scipy operand's call)
-            if all(map(pytree.is_leaf_type, kinds)):
-                return Call(list(args), _names(len(args)), _flat(len(args)), args,
-                            any(isinstance(a, Tracer) for a in args))
+        if not kwargs and len(args) == self._leaves_only:
+            traced = False                       # ``f(A, x)``: each argument a leaf (a scipy operand's call)
+            for a in args:
+                kind = _KINDS.get(type(a))
+                if kind is None:
+                    kind = _kind(type(a))
+                if kind == 0:
+                    break
+                traced = traced or kind == 2
+            else:
+                names, structure = self._flat
+                return Call(list(args), names, structure, args, traced)
         positional, keywords = self.bind(args, kwargs)
         statics = {i + len(positional) if i < 0 else i for i in self.static_argnums}
         leaves, paths, parts = [], [], []
@@ -115,6 +125,14 @@ class Convention:
     def _where(self, i: int) -> str:
         name = self._positional[i] if i < len(self._positional) else None
         return f"argument {i}" + (f" ({name!r})" if name else "")
+
+
+_KINDS: dict[type, int] = {}     # per type: 0 a container, 1 a leaf, 2 a traced leaf
+
+
+def _kind(kind: type) -> int:
+    _KINDS[kind] = value = 0 if not pytree.is_leaf_type(kind) else 2 if issubclass(kind, Tracer) else 1
+    return value
 
 
 @functools.cache
