@@ -111,8 +111,9 @@ class Convention:
         return Call(leaves, paths, structure, self._operands(positional, keywords, parts, args, kwargs), traced)
 
     def _operands(self, positional, keywords, parts, args, kwargs):
-        """``Call.operands``: the positional arguments up to the unchanging defaults left out (atoms, neither
-        passed nor static by position), when every one is a leaf and every keyword is such a default."""
+        """``Call.operands``: the positional arguments up to the trailing defaults the call left out that are
+        atoms (they cannot change between calls), when every one is a leaf (not static) and every keyword is
+        such a default."""
         if any(name in kwargs or type(v) not in _ATOMS for name, v in keywords.items()):
             return None
         n = len(positional)
