@@ -451,3 +451,32 @@ def test_the_calls_bench_checks_and_reports_every_convention(tmp_path):
     assert [r["convention"] for r in rows] == [name for name, _, _ in calls.conventions(A, splyce.asarray(A), X)]
     assert all(float(r["best_us"]) > 0 for r in rows) and float(rows[0]["vs_positional"]) == 1.0
     assert any(line.startswith("# cpu:") for line in comments)
+
+
+def test_structures_and_static_errors_match_jax_jit():
+    import jax
+    import jax.numpy as jnp
+
+    def fun(p, *, mode):
+        y = p.matrix @ p.vector
+        out = {"b": y, "a": (2.0 * y if mode == "double" else y, None, 3)}
+        return out
+
+    dense = A.toarray().astype(np.float32)
+    x = X.astype(np.float32)
+    ours = splyce.jit(fun, static_argnames="mode")(Pair(A.astype(np.float32), x), mode="double")
+    theirs = jax.jit(fun, static_argnames="mode")(Pair(jnp.asarray(dense), jnp.asarray(x)), mode="double")
+    assert jax.tree_util.tree_structure(ours) == jax.tree_util.tree_structure(theirs)
+    for got, want in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    # the same refusals (JAX raises ValueError where splyce raises TypeError for an unhashable static value)
+    for static in ([1, 2], np.ones(2)):
+        with pytest.raises(ValueError, match="Non-hashable static arguments are not supported"):
+            jax.jit(lambda a, s: a, static_argnums=1)(jnp.ones(2), static)
+        with pytest.raises(TypeError, match="Non-hashable static arguments are not supported"):
+            splyce.jit(lambda a, s: a @ X, static_argnums=1)(A, static)
+    for kwargs in ({"static_argnums": 3}, {"static_argnames": "nope"}):
+        with pytest.raises(ValueError):
+            jax.jit(lambda a, x: a, **kwargs)
+        with pytest.raises(ValueError):
+            splyce.jit(lambda a, x: a, **kwargs)
