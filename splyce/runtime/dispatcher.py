@@ -46,7 +46,8 @@ class Jitted:
     The first call with a new signature (shapes, dtypes, formats and index widths of the arguments, the
     values of static arguments) traces, plans, lowers and compiles; later calls find the kernel in memory
     (or on disk, in a new process). Called with keywords and pytrees as ``jax.jit`` functions are (see
-    ``jit``). A jitted function called from another one is inlined into the caller's trace. It pickles as its function and options, never machine code.
+    ``jit``). A jitted function called from another one is inlined into the caller's trace. It pickles as
+    its function and options, never machine code.
 
     Attributes
     ----------
@@ -640,9 +641,9 @@ def jit(fun=None, *, static_argnums=None, static_argnames=None, vectorize=True, 
     >>> out["y"], out["mode"]
     (array([0., 2., 4., 6.]), 'double')
     """
-    options = dict(static_argnums=static_argnums, static_argnames=static_argnames, vectorize=vectorize, vector_width=vector_width, phases=phases, fast_math=fast_math,
-                   target=target, out_format=out_format, slp=slp, threads=threads, gallop=gallop,
-                   union=union, library=library)
+    options = dict(static_argnums=static_argnums, static_argnames=static_argnames, vectorize=vectorize,
+                   vector_width=vector_width, phases=phases, fast_math=fast_math, target=target,
+                   out_format=out_format, slp=slp, threads=threads, gallop=gallop, union=union, library=library)
     if fun is None:
         return lambda f: Jitted(f, **options)
     return Jitted(fun, **options)
