@@ -92,10 +92,15 @@ TRACE_ERRORS = {
     "einsum groups": (lambda x, y: splyce.einsum("ij,jk->ik", x), (A, B),
                       "einsum: 2 subscript groups for 1 operands in 'ij,jk->ik'"),
     "returns a number": (lambda x, y: 3, (A, B),
-                         "a jitted function must return a traced tensor or a tuple / list of them, got int"),
+                         "a jitted function must return at least one traced tensor (alone or in a tuple, list, "
+                         "dict, NamedTuple or dataclass), got int"),
     "returns an empty tuple": (lambda x, y: (), (A, B),
-                               "a jitted function must return a traced tensor or a tuple / list of them, "
-                               "got tuple"),
+                               "a jitted function must return at least one traced tensor (alone or in a tuple, "
+                               "list, dict, NamedTuple or dataclass), got an empty tuple"),
+    "returns a set": (lambda x, y: (x, {"a": {1}}), (A, B),
+                      "a jitted function returns traced tensors, Python scalars or strings, or NumPy arrays, "
+                      "nested in tuples, lists, dicts, NamedTuples or dataclasses; the result[1]['a'] is of type "
+                      "set"),
 }
 
 

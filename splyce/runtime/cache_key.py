@@ -24,6 +24,9 @@ class CacheKey:
     out_format: object
     options: Options
     captured: tuple[TensorType, ...] = ()   # the named constants the function reads (tracer/captures.py)
+    # how the arguments were passed (runtime/call_args.py: positional, keywords, pytrees, static arguments)
+    # and the static leaves' types
+    call: tuple = (None, ())
     kinds: tuple[str, ...] = ()   # per input and named constant, "matrix" / "array" (tracer/matrix.py); () all arrays
 
     def explain(self, other: "CacheKey") -> list[str]:

@@ -20,8 +20,8 @@ import numpy as np
 
 from splyce.planner import nonfinite
 from splyce.planner.plan import make_plan
-from splyce.runtime import (aliasing, arguments, disk_cache, disk_kernels, lane_tuning, library, result_tree,
-                            scipy_results)
+from splyce.runtime import (aliasing, arguments, call_args, disk_cache, disk_kernels, lane_tuning, library,
+                            result_tree, scipy_results)
 from splyce.runtime.cache_key import CacheInfo, CacheKey, count_of
 from splyce.runtime.signature import fast_signature, signature_of, unchanged
 from splyce.runtime.kernel import (
@@ -45,8 +45,9 @@ class Jitted:
 
     The first call with a new signature (shapes, dtypes, formats and index widths of the arguments, the
     values of static arguments) traces, plans, lowers and compiles; later calls find the kernel in memory
-    (or on disk, in a new process). Positional arguments only. A jitted function called from another one
-    is inlined into the caller's trace. It pickles as its function and options, never machine code.
+    (or on disk, in a new process). Called with keywords and pytrees as ``jax.jit`` functions are (see
+    ``jit``). A jitted function called from another one is inlined into the caller's trace. It pickles as
+    its function and options, never machine code.
 
     Attributes
     ----------
@@ -70,10 +71,12 @@ class Jitted:
 
     def __init__(self, fun, *, vectorize=True, vector_width=None, phases=DEFAULT_PHASES, fast_math=False,
                  target="native", out_format=None, slp=None, profile=False, threads=1,
-                 gallop=DEFAULT_GALLOP_RATIO, union=None, library=True):
+                 gallop=DEFAULT_GALLOP_RATIO, union=None, library=True, static_argnums=None,
+                 static_argnames=None):
         if not callable(fun):
             raise TypeError(f"splyce.jit needs a callable, got {type(fun).__name__}")
         self.fun = fun
+        self._convention = call_args.Convention(fun, static_argnums, static_argnames)
         self._target_name = target
         self._option_args = dict(vectorize=vectorize, vector_width=vector_width, phases=phases,
                                  fast_math=fast_math, slp=slp, profile=profile, gallop=gallop, union=union,
@@ -103,7 +106,13 @@ class Jitted:
     def __reduce__(self):
         """Pickled as its function and options, never its machine code: the receiving process (a Dask
         worker) rebuilds one ``Jitted`` per original and loads its kernels from the machine's disk cache."""
-        return _unpickle_jitted, (self._token, self.fun, self._target_name, self._option_args, self.out_format)
+        return _unpickle_jitted, (self._token, self.fun, self._target_name, self._option_args, self.out_format,
+                                  self._statics())
+
+    def _statics(self) -> dict:
+        """The ``static_argnums`` / ``static_argnames`` given to ``jit`` (as resolved)."""
+        c = self._convention
+        return dict(static_argnums=c.static_argnums or None, static_argnames=c.static_argnames or None)
 
     @property
     def options(self) -> Options:
@@ -141,7 +150,7 @@ class Jitted:
         >>> plain.options.vectorize
         False
         """
-        args = dict(self._option_args, target=self._target_name, out_format=self.out_format)
+        args = dict(self._option_args, target=self._target_name, out_format=self.out_format, **self._statics())
         args.update(changes)
         return Jitted(self.fun, **args)
 
@@ -161,20 +170,23 @@ class Jitted:
             found.append((site.label, value))
         return found
 
-    def _key(self, args, captured=None):
+    def _key(self, args, captured=None, call: call_args.Call | None = None):
+        """``(key, specs, operands)`` of a call with positional ``args`` (or the flattened ``call``)."""
+        if call is None:
+            call = self._flattened(args, {})
         specs, values = [], []
         prepared = {}    # one object passed twice (f(A, A)) is converted and checked once per call
-        for i, x in enumerate(args):
+        for x, name in zip(call.leaves, call.paths):
             once = not isinstance(x, np.ndarray) and arguments.is_tensor(x)
             hit = prepared.get(id(x)) if once else None
-            spec, value = hit[1] if hit is not None else arguments.prepare(x, f"argument {i}")
+            spec, value = hit[1] if hit is not None else arguments.prepare(x, name)
             if once:
                 prepared[id(x)] = (x, (spec, value))   # the object kept: its id stays its own
             specs.append(spec)
             values.append(value)
         statics = tuple((i, s.value) for i, s in enumerate(specs) if isinstance(s, Static))
         inputs = tuple(s for s in specs if not isinstance(s, Static))
-        kinds = [matrix.kind_of_object(x) for x, s in zip(args, specs) if not isinstance(s, Static)]
+        kinds = [matrix.kind_of_object(x) for x, s in zip(call.leaves, specs) if not isinstance(s, Static)]
         constants = []
         for label, obj in (self._captured() if captured is None else captured):
             spec, value = arguments.prepare(obj, f"captured constant {label!r}")
@@ -182,28 +194,31 @@ class Jitted:
             specs.append(captures.Captured(obj, label, spec))
             values.append(value)
             kinds.append(matrix.kind_of_object(obj))
-        key = CacheKey(self.fun, statics, inputs, self.out_format, self.options, tuple(constants),
+        # the call's structure, and the static leaves' types (1, 1.0 and True are equal values)
+        tree = (call.structure, tuple(type(s.value) for s in specs if isinstance(s, Static)))
+        key = CacheKey(self.fun, statics, inputs, self.out_format, self.options, tuple(constants), tree,
                        kinds=tuple(kinds) if matrix.MATRIX in kinds else ())
         return key, specs, [v for v in values if v is not None]
 
     def __call__(self, *args, **kwargs):
-        if kwargs:
-            raise TypeError("jitted functions take positional arguments only")
         values = []
         # the fast path (``_filed``, inlined: a call frame is ~5 % of a cached call on a small operand)
-        kernel = None if self._sites else self._by_signature.get(fast_signature(args, values))
+        kernel = None if kwargs or self._sites else self._by_signature.get(fast_signature(args, values))
+        leaves = args
         if kernel is not None:
             next(self._fast_hits)
             direct = kernel.direct
             if direct is not None:        # the kernel's whole call, result rules included, as one closure
                 return direct(values)
-        elif any(isinstance(a, Tracer) for a in args):   # called from another jitted function: inline
-            return self.fun(*args)
         else:
-            kernel, values = self.kernel_for(*args)
+            call = self._convention.flatten(args, kwargs)
+            if call.traced:               # called from another jitted function: inline
+                return self.fun(*args, **kwargs)
+            kernel, values = self._kernel_for_call(call)
+            leaves = call.leaves
         results = kernel.run_exact(values)
         if kernel.coo_sources is not None and self.out_format is None:
-            results = scipy_results.as_coo_where_scipy_keeps_it(kernel.coo_sources, results, args)
+            results = scipy_results.as_coo_where_scipy_keeps_it(kernel.coo_sources, results, leaves)
         return result_tree.unflatten(kernel.result_tree, results)
 
     def _filed(self, args, values: list | None = None):
@@ -219,23 +234,34 @@ class Jitted:
             next(self._fast_hits)
         return kernel
 
-    def kernel_for(self, *args) -> tuple[Kernel, list]:
+    def kernel_for(self, *args, **kwargs) -> tuple[Kernel, list]:
         """The compiled kernel for these arguments (compiling on a miss) and the prepared operands."""
+        return self._kernel_for_call(self._flattened(args, kwargs))
+
+    def _flattened(self, args, kwargs) -> call_args.Call:
+        """The call, canonicalized and flattened; refused when called with tracers (no kernel of its own)."""
+        call = self._convention.flatten(args, kwargs)
+        if call.traced:
+            raise TypeError(f"{self!r}: compiling or lowering needs concrete arguments, not tracers; call the "
+                            "function itself inside a jitted function")
+        return call
+
+    def _kernel_for_call(self, call: call_args.Call) -> tuple[Kernel, list]:
         captured = self._captured() if self._sites else ()
         values = []    # the operands, from the signature's pass (as in ``_filed``)
-        signature = fast_signature(args, values) if not captured else None
+        signature, args = call_args.signature(call, values) if not captured else (None, None)
         kernel = self._by_signature.get(signature) if signature is not None else None
         if kernel is not None:
             next(self._fast_hits)
             return kernel, values
-        key, specs, values = self._key(args, captured)
+        key, specs, values = self._key(args, captured, call)
         kernel = self._cache.get(key)
         if kernel is None:
             kernel = self._compile(key, specs, values)
         else:
             with self._lock:
                 self.hits += 1
-        if signature is not None and all(unchanged(v, a) for v, a in zip(values, args)):
+        if signature is not None and len(values) == len(args) and all(unchanged(v, a) for v, a in zip(values, args)):
             self._by_signature[signature] = kernel     # preparing these arguments changed nothing
         return kernel, values
 
@@ -245,7 +271,7 @@ class Jitted:
         it for the plan a general call with these operands would run."""
         return self._by_signature.get(signature_of(signature))
 
-    def accumulate(self, out: np.ndarray, *args) -> np.ndarray:
+    def accumulate(self, out: np.ndarray, *args, **kwargs) -> np.ndarray:
         """``out += f(*args)`` in place, for a function with one dense result.
 
         The kernel accumulates straight into ``out``, so no result buffer is allocated or zeroed (the
@@ -258,7 +284,9 @@ class Jitted:
         out : ndarray
             C-contiguous and writeable, of the result's shape and dtype.
         *args
-            The function's arguments.
+            The function's positional arguments.
+        **kwargs
+            Its keyword arguments.
 
         Returns
         -------
@@ -280,7 +308,7 @@ class Jitted:
         >>> f.accumulate(out, A, np.ones(2))
         array([2., 6.])
         """
-        kernel, values = self.kernel_for(*args)
+        kernel, values = self.kernel_for(*args, **kwargs)
         if isinstance(out, np.ndarray):   # the prepared operands, captured constants included (they follow
             values = [aliasing.unaliased(v, out) for v in values]   # the arguments): the kernel reads them as it writes
         outputs = kernel.trace.outputs
@@ -306,7 +334,7 @@ class Jitted:
                 with self._lock:
                     self.hits += 1
                 return kernel
-            planned = None if key in self._lowerings else self._plan(specs, values, key.options, key.kinds)
+            planned = None if key in self._lowerings else self._plan(specs, values, key)
             _, tree, plan = planned or self._lowerings[key]
             call = library.choose(plan, key.options, self.out_format) if key.options.library else None
             if call is not None:     # the drop-in's native kernel: no MLIR compile unless asked for
@@ -339,13 +367,12 @@ class Jitted:
             return contextlib.nullcontext()
         return disk_cache.compile_lock(disk_kernels.disk_key(planned[2].trace, key))
 
-    def _plan(self, specs, values, options, kinds=()):
+    def _plan(self, specs, values, key: CacheKey):
         """Trace the function and plan it, costed for these operands' stored entries; its intermediate products
-        on the native kernel library where the drop-in would run them there (``library.native_steps``).
-        ``kinds``: the matrix kind of each input (tracer/matrix.py; empty: every one an array)."""
-        source, tree, constants = self._trace(specs, kinds)
+        on the native kernel library where the drop-in would run them there (``library.native_steps``)."""
+        source, tree, constants = self._trace(specs, key.call[0], key.kinds)
         nnz = tuple(_stored_entries(v) for v in (*values, *constants))
-        native = library.native_steps(options)
+        native = library.native_steps(key.options)
         return source, tree, make_plan(source, nnz, constants=tuple(constants), native=native)
 
     def _lower(self, key: CacheKey, specs, values, disk: bool = False, planned=None):
@@ -354,7 +381,7 @@ class Jitted:
         stored."""
         cached = self._lowerings.get(key)
         if cached is None:
-            _, tree, plan = planned or self._plan(specs, values, key.options, key.kinds)
+            _, tree, plan = planned or self._plan(specs, values, key)
             trace = plan.trace
             low = None
             disk_key = None
@@ -382,9 +409,10 @@ class Jitted:
                        ", ".join(changed))
         self._last_disk_parts = parts
 
-    def _trace(self, specs, kinds=()):
+    def _trace(self, specs, structure=None, kinds=()):
         """The trace, the result tree and the values of the frozen constants (tracer/captures.py), whose
-        inputs follow the arguments' and the named constants'. ``kinds``: per input, ``"matrix"`` for an
+        inputs follow the arguments' and the named constants'. ``structure``: the call's (call_args.py) the
+        leaves are put back in; None, positional leaves. ``kinds``: per input, ``"matrix"`` for an
         ``spmatrix`` / ``np.matrix`` (traced with their operators: tracer/matrix.py); empty: all arrays."""
         tracers, inputs, named = [], [], []
         kind = iter(kinds or ())
@@ -402,19 +430,20 @@ class Jitted:
             node = context.add(constant.obj, len(inputs), constant.type)
             bound[id(constant.obj)] = matrix.tracer_of(node, next(kind, matrix.ARRAY))
             inputs.append(constant.type)
+        positional, keywords = (tracers, {}) if structure is None else call_args.arguments_of(structure, tracers)
         with captures.tracing(context):
-            out = namespaces.rebound(self.fun, bound)(*tracers)
+            out = namespaces.rebound(self.fun, bound)(*positional, **keywords)
         inputs.extend(t for _, t, _ in context.frozen)
         leaves, tree = result_tree.flatten_outputs(out)
         leaves = [copy_of(n) if n.op == "input" else n for n in leaves]   # an argument returned as is
         if self.out_format is not None:
             leaves = [result_tree.with_format(n, self.out_format) for n in leaves]
         unique = list(dict.fromkeys(leaves))   # a value returned twice is computed and returned once
-        if len(unique) < len(leaves):
-            tree = result_tree.with_positions(tree, tuple(unique.index(n) for n in leaves))
+        if tree is not None:
+            tree = tree.renumbered([unique.index(n) for n in leaves])
         return Trace(tuple(inputs), tuple(unique)), tree, [v for _, _, v in context.frozen]
 
-    def lower(self, *args) -> Lowering:
+    def lower(self, *args, **kwargs) -> Lowering:
         """The IR of every stage for these arguments, without running anything.
 
         Works for any target, including CPUs this machine cannot run.
@@ -424,6 +453,8 @@ class Jitted:
         *args
             Arguments as the function would be called with (only their types, shapes and formats matter,
             and the nonzeros the planner's cost model counts).
+        **kwargs
+            Keyword arguments, likewise.
 
         Returns
         -------
@@ -439,7 +470,7 @@ class Jitted:
         >>> "linalg.generic" in f.lower(A, A).as_text("linalg")
         True
         """
-        key, specs, values = self._key(args)
+        key, specs, values = self._key(args, call=self._flattened(args, kwargs))
         return self._lower(key, specs, values)[0]
 
     def cache_info(self) -> CacheInfo:
@@ -465,11 +496,11 @@ class Jitted:
             self._fast_hits = itertools.count()
 
 
-def _unpickle_jitted(token, fun, target, option_args, out_format) -> Jitted:
+def _unpickle_jitted(token, fun, target, option_args, out_format, statics=None) -> Jitted:
     """The process's ``Jitted`` for ``token`` (so every task of a worker shares its in-memory cache)."""
     jitted = _BY_TOKEN.get(token)
     if jitted is None:
-        jitted = Jitted(fun, target=target, out_format=out_format, **option_args)
+        jitted = Jitted(fun, target=target, out_format=out_format, **option_args, **(statics or {}))
         _BY_TOKEN.pop(jitted._token, None)
         jitted._token = token
         _BY_TOKEN[token] = jitted
@@ -503,19 +534,35 @@ def _prepare_constant(obj, name: str):
     return spec, value
 
 
-def jit(fun=None, *, vectorize=True, vector_width=None, phases=DEFAULT_PHASES, fast_math=False, target="native",
-        out_format=None, slp=None, threads=1, gallop=DEFAULT_GALLOP_RATIO, union=None, library=True):
+def jit(fun=None, *, static_argnums=None, static_argnames=None, vectorize=True, vector_width=None,
+        phases=DEFAULT_PHASES, fast_math=False, target="native", out_format=None, slp=None, threads=1,
+        gallop=DEFAULT_GALLOP_RATIO, union=None, library=True):
     """Compile ``fun``, a NumPy-style function of sparse and dense tensors, on its first call per signature.
 
-    Usable as ``@splyce.jit`` and ``@splyce.jit(vectorize=False, ...)``. Arguments may be NumPy arrays,
-    scipy.sparse arrays or matrices, pydata-sparse arrays or ``SparseTensor``; Python scalars and strings
-    are static (part of the cache key). Results are NumPy arrays or scalars, and scipy.sparse arrays for
-    sparse 2-D results (``csr_matrix`` and its kin when every scipy argument is an ``spmatrix``).
+    Usable as ``@splyce.jit`` and ``@splyce.jit(vectorize=False, ...)``, and called as ``fun`` is: positional
+    and keyword arguments, bound to ``fun``'s signature with its defaults (a wrong call raises the
+    ``TypeError`` ``fun`` would). Array arguments may be NumPy arrays, scipy.sparse arrays or matrices,
+    pydata-sparse arrays or ``SparseTensor``, alone or as the leaves of pytrees, as in ``jax.jit``: tuples,
+    lists, dicts, NamedTuples and dataclass instances (their fields), nested, with ``None`` among them.
+    Array leaves are the kernel's inputs; other leaves (Python scalars, strings, any hashable value) are
+    static: part of the cache key by value, passed to ``fun`` as they are. Results are NumPy arrays or
+    scalars, and scipy.sparse arrays for sparse 2-D results (``csr_matrix`` and its kin when every scipy
+    argument is an ``spmatrix``), returned in the pytree ``fun`` returned them in (same container types;
+    Python scalars and strings in it returned as they are, NumPy arrays it made while tracing copied).
 
     Parameters
     ----------
     fun : callable, optional
         The function to compile. Omitted, ``jit`` returns a decorator with these options.
+    static_argnums : int or sequence of int, optional
+        Positional parameters that are static whatever they hold (a list, a dict, a tuple of strings): part
+        of the cache key by value (they must be hashable and not arrays; a ``TypeError`` names the argument
+        otherwise) and passed to ``fun`` as they are, so ``if mode == "sym":`` works while tracing. As in
+        ``jax.jit``, the names of these parameters are static too when ``static_argnames`` is not given.
+        Negative numbers count from the last positional parameter.
+    static_argnames : str or sequence of str, optional
+        Parameters, by name, that are static (as ``static_argnums``); when ``static_argnums`` is not given,
+        their positions are static too.
     vectorize : bool, optional
         Run the Splyce pass (the SIMD fast lanes). False gives the plain MLIR sparsifier's code.
     vector_width : int, optional
@@ -566,7 +613,8 @@ def jit(fun=None, *, vectorize=True, vector_width=None, phases=DEFAULT_PHASES, f
     TypeError
         ``fun`` is not callable.
     ValueError
-        An option out of range, an unknown ``out_format`` or an unknown CPU name.
+        An option out of range, an unknown ``out_format`` or an unknown CPU name, a ``static_argnums`` past
+        ``fun``'s positional parameters or a ``static_argnames`` it does not take.
 
     Notes
     -----
@@ -586,10 +634,20 @@ def jit(fun=None, *, vectorize=True, vector_width=None, phases=DEFAULT_PHASES, f
     >>> plain = splyce.jit(triangles.fun, vectorize=False)
     >>> float(plain(L))
     4.0
+
+    Keywords, static arguments and pytrees in and out:
+
+    >>> @splyce.jit(static_argnames="mode")
+    ... def step(a, state, *, mode="plain"):
+    ...     y = a @ state["x"]
+    ...     return {"y": 2 * y if mode == "double" else y, "mode": mode}
+    >>> out = step(L, {"x": np.ones(4)}, mode="double")
+    >>> out["y"], out["mode"]
+    (array([0., 2., 4., 6.]), 'double')
     """
-    options = dict(vectorize=vectorize, vector_width=vector_width, phases=phases, fast_math=fast_math,
-                   target=target, out_format=out_format, slp=slp, threads=threads, gallop=gallop,
-                   union=union, library=library)
+    options = dict(static_argnums=static_argnums, static_argnames=static_argnames, vectorize=vectorize,
+                   vector_width=vector_width, phases=phases, fast_math=fast_math, target=target,
+                   out_format=out_format, slp=slp, threads=threads, gallop=gallop, union=union, library=library)
     if fun is None:
         return lambda f: Jitted(f, **options)
     return Jitted(fun, **options)

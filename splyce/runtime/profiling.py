@@ -78,8 +78,8 @@ def instrumented(jitted: Jitted) -> Jitted:
     return twin
 
 
-def profile(f, *args) -> Profile:
-    """Run ``f(*args)`` once through an instrumented build and count fast-lane vs epilogue coordinates.
+def profile(f, /, *args, **kwargs) -> Profile:
+    """Run ``f(*args, **kwargs)`` once through an instrumented build and count fast-lane vs epilogue coordinates.
 
     The instrumented build is compiled once and cached on ``f``; its counters are process-global, so do not
     profile the same kernel from several threads at once.
@@ -90,6 +90,8 @@ def profile(f, *args) -> Profile:
         A jitted function (its options are kept) or a plain function (default ``jit`` options).
     *args
         The arguments to run it on.
+    **kwargs
+        Its keyword arguments (as ``f`` takes them).
 
     Returns
     -------
@@ -108,7 +110,7 @@ def profile(f, *args) -> Profile:
     """
     from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL, PROFILE_SLOTS
 
-    kernel, values = instrumented(f if isinstance(f, Jitted) else Jitted(f)).kernel_for(*args)
+    kernel, values = instrumented(f if isinstance(f, Jitted) else Jitted(f)).kernel_for(*args, **kwargs)
     try:     # the counters exist where a lane or a flat row loop was built
         address = kernel.compiled.global_address(PROFILE_COUNTERS_SYMBOL)
     except LookupError:

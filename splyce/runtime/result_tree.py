@@ -1,12 +1,17 @@
 """A jitted function's results: what it returned, flattened to the trace's output nodes (each in the jit's
-``out_format``), and the kernel's results put back in that shape (one value, a tuple or a list; a value
-returned twice is the same object twice)."""
+``out_format``), and the kernel's results put back in that shape: one value, or a pytree (runtime/pytree.py:
+tuples, lists, dicts, NamedTuples, dataclasses, None) of traced results and constants (Python scalars and
+strings returned as they are, NumPy arrays computed while tracing copied on every call); a value returned
+twice is the same object twice."""
 
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
-from splyce.runtime import scipy_results
+import numpy as np
+
+from splyce.runtime import pytree, scipy_results
 from splyce.tensors.formats import Format
 from splyce.tracer import matrix
 from splyce.tracer.ir import Node, TensorType
@@ -34,40 +39,67 @@ def with_format(node: Node, out_format) -> Node:
     return Node(node.op, node.args, params, TensorType(node.type.shape, node.type.dtype, fmt))
 
 
+class ResultTree:
+    """Where each leaf of a returned pytree comes from: a kernel result (its index) or a constant."""
+
+    __slots__ = ("structure", "slots", "kinds")
+
+    def __init__(self, structure, slots: tuple, kinds: tuple = ()):
+        self.structure = structure
+        self.slots = slots        # per leaf: an int (the kernel result) or a ``_Constant``
+        self.kinds = kinds        # per leaf, "matrix" where it is returned as scipy / NumPy return that kind
+
+    def renumbered(self, results: list) -> "ResultTree":
+        """The tree with result ``i`` read from ``results[i]`` (the deduplicated outputs' indices)."""
+        return ResultTree(self.structure, tuple(results[s] if type(s) is int else s for s in self.slots),
+                          self.kinds)
+
+
+class _Constant:
+    """A leaf returned that is not traced: the value itself, or (an array) a copy per call."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def get(self):
+        return self.value.copy() if isinstance(self.value, np.ndarray) else self.value
+
+
 def flatten_outputs(out):
-    """The result nodes of what the function returned, and its tree: None for one array, else a tuple whose
-    first entry is the container type; a result of the matrix kind (a ``csr_matrix``, an ``np.matrix``:
-    tracer/matrix.py) wraps the tree as ``(KINDS, kinds, tree)``, so that ``unflatten`` returns it as such."""
-    leaves = [out] if isinstance(out, Tracer) else list(out) if isinstance(out, (tuple, list)) and out \
-        and all(isinstance(o, Tracer) for o in out) else None
-    if leaves is None:
-        raise TraceError("a jitted function must return a traced tensor or a tuple / list of them, got "
-                         f"{type(out).__name__}")
-    tree = None if isinstance(out, Tracer) else (type(out), len(out))
-    kinds = tuple(matrix.kind_of(o) for o in leaves)
-    if matrix.MATRIX in kinds:
-        tree = (KINDS, kinds, tree)
-    return [o.node for o in leaves], tree
+    """``(nodes, tree)``: the traced results' nodes and where they go (``tree`` None for one bare result)."""
+    if isinstance(out, Tracer) and not isinstance(out, matrix.MatrixTracer):
+        return [out.node], None
+    leaves, paths, structure = pytree.flatten(out, "the result")
+    nodes, slots, kinds = [], [], []
+    for leaf, path in zip(leaves, paths):
+        kinds.append(matrix.kind_of(leaf))
+        if isinstance(leaf, Tracer):
+            slots.append(len(nodes))
+            nodes.append(leaf.node)
+        elif isinstance(leaf, (numbers.Number, str, bytes, np.generic, np.ndarray)):
+            slots.append(_Constant(leaf))
+        else:
+            raise TraceError(f"a jitted function returns traced tensors, Python scalars or strings, or NumPy "
+                             f"arrays, nested in tuples, lists, dicts, NamedTuples or dataclasses; {path} is of "
+                             f"type {type(leaf).__name__}")
+    if not nodes:
+        raise TraceError("a jitted function must return at least one traced tensor (alone or in a tuple, list, "
+                         f"dict, NamedTuple or dataclass), got {_described(out)}")
+    return nodes, ResultTree(structure, tuple(slots), tuple(kinds) if matrix.MATRIX in kinds else ())
 
 
-KINDS = "kinds"   # the first entry of a tree whose results have kinds (never a container type)
-
-
-def with_positions(tree, positions: tuple):
-    """``tree`` of a function that returns a value twice: ``positions`` maps each returned value to its result."""
-    if tree is not None and tree[0] == KINDS:
-        return (KINDS, tree[1], with_positions(tree[2], positions))
-    return (*tree, positions)
+def _described(out) -> str:
+    empty = isinstance(out, (tuple, list, dict)) and not out
+    return f"an empty {type(out).__name__}" if empty else type(out).__name__
 
 
 def unflatten(tree, results):
+    """The value the function returned, with the kernel's ``results`` in place of its traced results."""
     if tree is None:
         return results[0]
-    if tree[0] == KINDS:
-        _, kinds, tree = tree
-        results = scipy_results.with_kinds(results, kinds, tree)
-        return unflatten(tree, results)
-    kind, _, *positions = tree
-    if positions:   # `return y, y` gives the same object twice, as the Python function does
-        results = [results[p] for p in positions[0]]
-    return kind(results)
+    leaves = [results[s] if type(s) is int else s.get() for s in tree.slots]
+    if tree.kinds:   # scipy's spmatrix classes and np.matrix for results of the matrix kind
+        leaves = [scipy_results.as_matrix(v) if k == matrix.MATRIX else v for v, k in zip(leaves, tree.kinds)]
+    return pytree.unflatten(tree.structure, leaves)
