@@ -46,7 +46,7 @@ class Kernel:
             n_indices=2 if lowering.outer_extent is not None else 0)
         self.scatters = plan.scatters    # decided once per compile, read on every call
         # transposed reads, re-stored operands, host products, constants frozen at trace time
-        self._prepares = bool(plan.derived) or plan.needs_conversion or bool(plan.constants)
+        self._prepares = bool(plan.derived) or bool(plan.gathered) or plan.needs_conversion or bool(plan.constants)
         self._input_sparse = tuple(t.is_sparse for t in self.trace.inputs)
         # per dense result: its node, shape, dtype, whether the kernel writes it whole without reading it
         # (lowering's ``overwritten_results``: the caller's buffer is not zeroed) and the kernel input whose

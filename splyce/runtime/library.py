@@ -323,7 +323,7 @@ class LibraryKernel:
         self._shape = out.shape
         self._build_kernel = build_kernel
         # transposed reads, re-stored operands, constants frozen at trace time (tracer/captures.py)
-        self._prepares = bool(plan.derived) or plan.needs_conversion or bool(plan.constants)
+        self._prepares = bool(plan.derived) or bool(plan.gathered) or plan.needs_conversion or bool(plan.constants)
         self._kernel = None
         self._kernel_lock = threading.Lock()
         self.direct = self._direct() if result_tree is None else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from splyce.tracer import gather
 from splyce.tracer import tracer as T
 from splyce.tracer.base import TraceError, Tracer, _node, scalar_value
 from splyce.tracer.dense_ops import astype, ufunc
@@ -137,6 +138,8 @@ FUNCTIONS = {   # NumPy function -> the traced operation
         a, "max", axis, keepdims),
     np.argmin: lambda a, axis=None, out=None, keepdims=False: _no("argmin", out=out) or T.argextremum(
         a, "min", axis, keepdims),
+    np.take: lambda a, indices, axis=None, out=None, mode="raise": _no(
+        "take", out=out, mode=None if mode == "raise" else mode) or gather.take(a, indices, axis),
 }
 if hasattr(np, "astype"):
     FUNCTIONS[np.astype] = lambda x, dtype, copy=True, **kw: astype(x, dtype)

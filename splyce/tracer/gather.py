@@ -1,0 +1,224 @@
+"""Gathers: indexing by an integer array (``x[perm]``, ``X[idx]``, ``X[:, q]``, ``np.take``) of dense values,
+and row / column slices and gathers of sparse CSR / CSC values (``X[a:b]``, ``X[idx]``, ``X[:, q]``), as
+``gather`` nodes; the refusals of boolean masks and item assignment.
+
+A ``gather`` node reads an operand (an input: an argument or a constant; or another gather) at an index
+(an input too, or none): its args are ``(operand,)`` or ``(operand, index)``, its one param the key, one
+entry per operand axis after ``...`` is expanded, plus ``None``\\ s: ``("s", start, step, length)`` (a
+slice, resolved at trace time), ``("i", i)`` (an integer, wrapped), ``("n",)`` (``None``: a unit axis),
+``("a",)`` (the index array, ``args[1]``). The planner computes gathers before the kernel, on the host,
+from the call's values (planner/gathers.py): the kernel reads the gathered value as one more input, so the
+work is O(selected) (and a contiguous row slice of a CSR argument is a view of its buffers). The index is
+checked there on every call, before native code reads anything: an index out of ``[-n, n)`` raises NumPy's
+``IndexError`` ("index 7 is out of bounds for axis 0 with size 5"), a negative one wraps as in NumPy.
+
+Shapes stay static: the result's shape is the index's (known at trace time). An index computed inside
+the function (a traced intermediate, ``x[np.argsort(x)]``) and the gather of a computed value
+(``(a @ x)[perm]``) are refused with what to write instead.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from splyce.tracer.base import MAX_RANK, TraceError, Tracer, _node
+from splyce.tracer.ir import Node, TensorType
+from splyce.tensors.formats import compressed_order
+
+MASK_HINT = ("a boolean mask selects a data-dependent number of entries, which a traced shape cannot hold "
+             "(as in JAX); keep the shape: write np.where(mask, x, 0) (or x * mask), and for a sum over the "
+             "selected entries np.where(mask, x, 0).sum()")
+
+
+def is_array_index(item) -> bool:
+    return isinstance(item, (Tracer, np.ndarray, list)) or (
+        hasattr(item, "shape") and hasattr(item, "dtype") and not isinstance(item, np.generic))
+
+
+def _refuse_masks(key: tuple) -> None:
+    for item in key:
+        if is_array_index(item) and np.dtype(item.dtype if hasattr(item, "dtype") else np.asarray(item).dtype) \
+                == np.bool_:
+            raise TraceError(f"index: boolean mask indexing is not supported inside @splyce.jit: {MASK_HINT}")
+
+
+def _index_node(item) -> Node:
+    """The trace node of an index array: an input (argument or constant) or a frozen literal, integer."""
+    node = _node(np.asarray(item) if isinstance(item, list) else item, "index")
+    dtype = np.dtype(node.type.dtype)
+    if dtype == np.bool_:
+        raise TraceError(f"index: boolean mask indexing is not supported inside @splyce.jit: {MASK_HINT}")
+    if dtype.kind not in "iu":
+        raise TraceError(f"index: arrays used as indices must be of integer type, got {dtype}")
+    if node.type.is_sparse:
+        raise TraceError("index: a sparse index array is not supported; pass the indices as a dense integer "
+                         "array")
+    if node.op != "input":
+        raise TraceError("index: an index array computed inside the jitted function is not supported (its "
+                         "values are only known when the kernel runs, and the kernel does not check bounds); "
+                         "pass the index array as an argument of the function (it is checked on every call), "
+                         "or compute it outside")
+    return node
+
+
+def _slice_entry(item: slice, n: int) -> tuple:
+    start, stop, step = item.indices(n)
+    return ("s", start, step, len(range(start, stop, step)))
+
+
+def _expand(key: tuple, ndim: int) -> list:
+    if sum(item is Ellipsis for item in key) > 1:
+        raise TraceError("index: an index can only have a single ellipsis ('...')")
+    used = sum(1 for item in key if item is not None and item is not Ellipsis)
+    if used > ndim:
+        raise TraceError(f"index: too many indices for a tensor of rank {ndim}")
+    if Ellipsis in [item for item in key if not is_array_index(item)]:
+        at = next(k for k, item in enumerate(key) if not is_array_index(item) and item is Ellipsis)
+        return list(key[:at]) + [slice(None)] * (ndim - used) + list(key[at + 1:])
+    return list(key) + [slice(None)] * (ndim - used)
+
+
+def _operand(x, op: str = "index") -> Node:
+    node = _node(x, op)
+    if node.op not in ("input", "gather"):
+        kind = "sparse" if node.type.is_sparse else "dense"
+        raise TraceError(f"{op}: an integer-array index or a sparse slice reads an argument or a constant of the "
+                         f"function (gathered before the kernel), not a {kind} value computed inside it; "
+                         "index the operands instead (e.g. (a @ x)[idx] as a[idx] @ x, "
+                         "(x * 2)[idx] as x[idx] * 2)")
+    return node
+
+
+def dense_gather(x, key: tuple) -> Tracer:
+    """NumPy's indexing of a dense value by one integer array (with integers, slices, ``None``, ``...``)."""
+    _refuse_masks(key)
+    shape_in = _node(x, "index").type.shape
+    items = _expand(key, len(shape_in))
+    arrays = [item for item in items if is_array_index(item)]
+    if len(arrays) > 1:
+        raise TraceError("index: one integer array per index is supported inside @splyce.jit (several arrays "
+                         "pair their entries); index one axis at a time, e.g. x[i][:, j] for the outer "
+                         "product of the selections")
+    index = _index_node(arrays[0])
+    node = _operand(x)
+    spec, shape, advanced, d = [], [], [], 0
+    for item in items:
+        if item is None:
+            spec.append(("n",))
+            shape.append(1)
+            continue
+        n = shape_in[d]
+        if is_array_index(item):
+            advanced.append(len(spec))
+            spec.append(("a",))
+            shape.append(None)
+        elif isinstance(item, slice):
+            spec.append(_slice_entry(item, n))
+            shape.append(spec[-1][3])
+        elif isinstance(item, numbers.Integral) and not isinstance(item, bool):
+            i = int(item)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis {d} with size {n}")
+            advanced.append(len(spec))
+            spec.append(("i", i % n))
+            shape.append(None)
+        else:
+            raise TraceError(f"index: unsupported index {item!r} of type {type(item).__name__}")
+        d += 1
+    # NumPy: the advanced indices (the array and the integers) broadcast to the array's shape, placed where
+    # they stand when they are adjacent, else first
+    first = advanced[0]
+    basic = [n for n in shape if n is not None]
+    if advanced == list(range(first, first + len(advanced))):
+        before = sum(1 for n in shape[:first] if n is not None)
+        out = tuple(basic[:before]) + index.type.shape + tuple(basic[before:])
+    else:
+        out = index.type.shape + tuple(basic)
+    return Tracer(_gather(node, index, tuple(spec), out, None))
+
+
+def sparse_gather(x, key: tuple) -> Tracer:
+    """scipy's row / column slicing and integer-array indexing of a CSR / CSC value: a sparse result in the
+    operand's format."""
+    _refuse_masks(key)
+    node = _operand(x)
+    t = node.type
+    if t.ndim != 2 or compressed_order(t.format) is None:
+        raise TraceError(f"index: slicing and integer-array indexing of a sparse tensor need a canonical CSR or "
+                         f"CSC matrix (scipy's csr_array / csc_array), got {t}; for another format write "
+                         "a.todense()[...]")
+    items = _expand(key, 2)
+    if len(items) != 2 or any(item is None for item in items):
+        raise TraceError("index: None (a new axis) does not index a sparse matrix; write a.todense()[...] "
+                         "for a dense array")
+    spec, index = [], None
+    for d, item in enumerate(items):
+        n = t.shape[d]
+        if isinstance(item, slice):
+            spec.append(_slice_entry(item, n))
+        elif is_array_index(item):
+            if index is not None:
+                raise TraceError("index: a[rows, cols] with two index arrays (entries at pairs of indices, a "
+                                 "data-dependent pattern) is not supported on a sparse matrix; select one axis "
+                                 "at a time: a[rows][:, cols]")
+            index = _index_node(item)
+            if index.type.ndim != 1:
+                raise TraceError(f"index: a sparse matrix is indexed by a 1-D integer array, got shape "
+                                 f"{index.type.shape}")
+            spec.append(("a",))
+        elif isinstance(item, numbers.Integral) and not isinstance(item, bool):
+            i = int(item)
+            hint = f"a[{i}:{i + 1}]" if d == 0 else f"a[:, {i}:{i + 1}]"
+            raise TraceError(f"index: an integer index of a sparse matrix (a {'row' if d == 0 else 'column'}) "
+                             f"is not supported inside @splyce.jit; write {hint} (a sparse matrix of one "
+                             f"{'row' if d == 0 else 'column'}), or {hint}.todense() for a dense array")
+        else:
+            raise TraceError(f"index: unsupported index {item!r} of type {type(item).__name__}")
+    shape = tuple(index.type.shape[0] if e[0] == "a" else e[3] for e in spec)
+    if spec == [("s", 0, 1, t.shape[0]), ("s", 0, 1, t.shape[1])]:
+        return Tracer(node)
+    return Tracer(_gather(node, index, tuple(spec), shape, t.format))
+
+
+def _gather(node: Node, index: Node | None, spec: tuple, shape: tuple, fmt) -> Node:
+    if len(shape) > MAX_RANK:
+        raise TraceError(f"index: results of rank up to {MAX_RANK} are supported, got shape {shape}")
+    if any(n == 0 for n in shape):
+        raise TraceError(f"index: empty results (shape {shape}) are not supported inside @splyce.jit")
+    args = (node,) if index is None else (node, index)
+    return Node("gather", args, (spec,), TensorType(tuple(shape), node.type.dtype, fmt))
+
+
+def take(a, indices, axis=None) -> Tracer:
+    """``np.take(a, indices, axis)`` of a dense value (``axis=None``: of a 1-D one)."""
+    node = _node(a, "take")
+    if node.type.is_sparse:
+        raise TraceError("take: not supported on a sparse tensor; write a[idx] (rows) or a[:, idx] (columns), "
+                         "which keep it sparse")
+    ndim = node.type.ndim
+    if axis is None:
+        if ndim != 1:
+            raise TraceError("take: axis=None flattens, which is supported for 1-D arrays only inside "
+                             "@splyce.jit; pass axis=")
+        axis = 0
+    if not isinstance(axis, numbers.Integral) or not -ndim <= int(axis) < ndim:
+        raise np.exceptions.AxisError(f"axis {axis} is out of bounds for array of dimension {ndim}")
+    key = (slice(None),) * (int(axis) % ndim) + (indices if is_array_index(indices) else np.asarray(indices),)
+    return dense_gather(a, key)
+
+
+def setitem(x, key, value):
+    """Item assignment: refused as JAX refuses it (a traced value is immutable), naming what to write."""
+    key_items = key if isinstance(key, tuple) else (key,)
+    if any(isinstance(k, Tracer) and k.node.type.dtype == "bool" for k in key_items):
+        raise TraceError("item assignment y[mask] = v is not supported inside @splyce.jit (traced values are "
+                         "immutable, as in JAX); write y = np.where(mask, v, y), e.g. y = np.where(y < 0.1, 0.0, y)")
+    if any(isinstance(k, Tracer) for k in key_items):
+        raise TraceError("item assignment y[i] = v with a traced index is not supported inside @splyce.jit "
+                         "(traced values are immutable, as in JAX); write y = np.where(np.arange(n) == i, v, "
+                         "y) with the positions as an array argument")
+    raise TraceError("item assignment y[...] = v is not supported inside @splyce.jit (traced values are "
+                     "immutable, as in JAX); write y = np.where(mask, v, y) with a mask of the positions "
+                     "(e.g. mask = np.arange(n) == 0 for y[0] = v)")
