@@ -46,7 +46,10 @@ def _refuse_masks(key: tuple) -> None:
 
 def _index_node(item) -> Node:
     """The trace node of an index array: an input (argument or constant) or a frozen literal, integer."""
-    node = _node(np.asarray(item) if isinstance(item, list) else item, "index")
+    if isinstance(item, (list, np.ndarray)):     # a literal: frozen, as an index type the kernels take
+        item = np.asarray(item)
+        item = item.astype(np.int64) if item.dtype.kind in "iu" and item.dtype != np.int64 else item
+    node = _node(item, "index")
     dtype = np.dtype(node.type.dtype)
     if dtype == np.bool_:
         raise TraceError(f"index: boolean mask indexing is not supported inside @splyce.jit: {MASK_HINT}")
@@ -55,7 +58,8 @@ def _index_node(item) -> Node:
     if node.type.is_sparse:
         raise TraceError("index: a sparse index array is not supported; pass the indices as a dense integer "
                          "array")
-    if node.op != "input":
+    node = _on_host(node)
+    if node is None:
         raise TraceError("index: an index array computed inside the jitted function is not supported (its "
                          "values are only known when the kernel runs, and the kernel does not check bounds); "
                          "pass the index array as an argument of the function (it is checked on every call), "
@@ -80,9 +84,26 @@ def _expand(key: tuple, ndim: int) -> list:
     return list(key) + [slice(None)] * (ndim - used)
 
 
+def _on_host(node: Node) -> Node | None:
+    """``node`` as a value the planner computes before the kernel (an input, a gather, or a basic slice of
+    one, made a gather), else None."""
+    if node.op in ("input", "gather"):
+        return node
+    if node.op != "view" or node.args[0].op not in ("input", "gather"):
+        return None
+    (spec,) = node.params
+    dims = [entry[1] for entry in spec if entry[0] == "dim"]
+    if dims != list(range(node.type.ndim)):        # unit axes inserted, axes reordered or read twice
+        return None
+    key = tuple(("i", entry[1]) if entry[0] == "at" else ("s", entry[2], entry[3], node.type.shape[entry[1]])
+                for entry in spec)
+    return Node("gather", node.args, (key,), node.type)
+
+
 def _operand(x, op: str = "index") -> Node:
-    node = _node(x, op)
-    if node.op not in ("input", "gather"):
+    node = _on_host(_node(x, op))
+    if node is None:
+        node = _node(x, op)
         kind = "sparse" if node.type.is_sparse else "dense"
         raise TraceError(f"{op}: an integer-array index or a sparse slice reads an argument or a constant of the "
                          f"function (gathered before the kernel), not a {kind} value computed inside it; "

@@ -1,0 +1,334 @@
+"""Indexing inside @splyce.jit: integer-array gathers of dense values (``x[perm]``, ``X[idx]``, ``X[:, q]``,
+``np.take``), row / column slices and gathers of CSR / CSC values that stay sparse, and the refusals (boolean
+masks, item assignment, indices computed inside the function), against NumPy and scipy.sparse."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+from hypothesis import given, settings, strategies as st
+
+import splyce
+from splyce import TraceError
+from splyce.planner.gathers import Gathered, host_gather
+from splyce.tracer.ir import TensorType
+
+RNG = np.random.default_rng(53)
+X1 = RNG.standard_normal(7)
+X2 = RNG.standard_normal((6, 5))
+X3 = RNG.standard_normal((3, 4, 5))
+A = sps.random_array((9, 7), density=0.35, format="csr", random_state=3, dtype=np.float64)
+W = RNG.standard_normal(7)
+
+
+def dense(v):
+    return np.asarray(v.todense() if hasattr(v, "todense") else v)
+
+
+def same(got, want):
+    got, want = dense(got), dense(want)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+# -- dense gathers ---------------------------------------------------------------------------------------
+
+DENSE_CASES = {
+    "x[perm]": (lambda x, i: x[i], X1, RNG.permutation(7)),
+    "x[idx] negative, repeated": (lambda x, i: x[i], X1, np.array([-1, 3, 3, -7, 0])),
+    "x[idx2d]": (lambda x, i: x[i], X1, np.array([[0, 6], [-2, 1], [4, 4]])),
+    "X[idx] rows": (lambda x, i: x[i], X2, np.array([5, 0, -1, 2])),
+    "X[idx, :]": (lambda x, i: x[i, :], X2, np.array([1, 1])),
+    "X[:, q]": (lambda x, i: x[:, i], X2, np.array([4, 0, -2])),
+    "X[..., q]": (lambda x, i: x[..., i], X2, np.array([3, 1])),
+    "X[idx, 2]": (lambda x, i: x[i, 2], X2, np.array([0, 5, 3])),
+    "X[1:5:2, q]": (lambda x, i: x[1:5:2, i], X2, np.array([2, -1])),
+    "X[::-1, q]": (lambda x, i: x[::-1, i], X2, np.array([0, 2])),
+    "X[None, idx]": (lambda x, i: x[None, i], X2, np.array([2, 3])),
+    "X3[1, :, q] (advanced split)": (lambda x, i: x[1, :, i], X3, np.array([4, 0])),
+    "X3[:, q, 2]": (lambda x, i: x[:, i, 2], X3, np.array([3, 1, 0])),
+    "X3[q, 1:3]": (lambda x, i: x[i, 1:3], X3, np.array([2, 0])),
+    "np.take 1-D": (lambda x, i: np.take(x, i), X1, np.array([6, -3])),
+    "np.take axis=1": (lambda x, i: np.take(x, i, axis=1), X2, np.array([0, 4, 4])),
+    "np.take axis=-2": (lambda x, i: np.take(x, i, axis=-2), X3, np.array([1])),
+    "x[perm] * x + 1": (lambda x, i: x[i] * x + 1.0, X1, RNG.permutation(7)),
+    "X[idx] @ w": (lambda x, i: x[i] @ np.arange(5.0), X2, np.array([3, 1])),
+    "x[p][q] (a gather of a gather, a slice of the index)": (lambda x, i: x[i][i[:3]], X1, RNG.permutation(7)),
+    "X[:, 1][idx] (a gather of a slice)": (lambda x, i: x[:, 1][i] + x[i, 1], X2, np.array([5, 0, 5])),
+    "X[idx].sum(axis=0)": (lambda x, i: x[i].sum(axis=0), X2, np.array([0, 0, 4])),
+}
+
+
+@pytest.mark.parametrize("case", list(DENSE_CASES), ids=list(DENSE_CASES))
+def test_dense_gather_matches_numpy(case):
+    fun, x, index = DENSE_CASES[case]
+    x_before, i_before = x.copy(), index.copy()
+    got, want = splyce.jit(fun)(x, index), fun(x, index)
+    if "@" in case:     # a product: the sums' order may differ from BLAS's
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
+    else:
+        same(got, want)
+    np.testing.assert_array_equal(x, x_before)          # inputs are never modified
+    np.testing.assert_array_equal(index, i_before)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_index_dtypes(dtype):
+    index = np.array([6, 0, -2], dtype=dtype)
+    same(splyce.jit(lambda x, i: x[i])(X1, index), X1[index])
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.uint32, np.uint64])
+def test_index_dtypes_the_arguments_refuse(dtype):
+    with pytest.raises(TypeError, match=f"argument 1: dtype {np.dtype(dtype)} is not supported"):
+        splyce.jit(lambda x, i: x[i])(X1, np.array([6, 0, 2], dtype=dtype))
+
+
+def test_literal_index_of_any_integer_dtype():
+    same(splyce.jit(lambda x: x[np.array([6, 0, 2], dtype=np.uint8)])(X1), X1[[6, 0, 2]])
+
+
+def test_constant_index_list_and_captured_array():
+    same(splyce.jit(lambda x: x[[4, -1, 0]] * 2.0)(X1), X1[[4, -1, 0]] * 2.0)
+    perm = np.array([2, 2, 0])
+
+    @splyce.jit
+    def f(x):
+        return x[perm] + x[:3]
+
+    same(f(X1), X1[perm] + X1[:3])
+
+
+def test_argument_index_out_of_range_raises_numpys_error_every_call():
+    f = splyce.jit(lambda x, i: x[i] * 2.0)
+    same(f(X1, np.array([1, 2])), X1[[1, 2]] * 2.0)
+    for bad, shown in ((np.array([7, 0]), 7), (np.array([0, -8]), -8)):
+        with pytest.raises(IndexError, match=f"index {shown} is out of bounds for axis 0 with size 7"):
+            f(X1, bad)
+    g = splyce.jit(lambda x, i: x[:, i])
+    with pytest.raises(IndexError, match="index 5 is out of bounds for axis 1 with size 5"):
+        g(X2, np.array([0, 5]))
+    assert f.cache_info().compiles == 1                  # one kernel, the index checked on every call
+
+
+def test_captured_index_is_checked_on_every_call():
+    holder = {"i": np.array([0, 1])}
+
+    def fun(x):
+        return x[idx] + 1.0
+
+    idx = holder["i"]
+    f = splyce.jit(fun)
+    same(f(X1), X1[[0, 1]] + 1.0)
+    idx = np.array([1, 9])    # noqa: F841  the function reads the new value on the next call
+    with pytest.raises(IndexError, match="index 9 is out of bounds for axis 0 with size 7"):
+        f(X1)
+
+
+def test_constant_index_out_of_range_and_integer_out_of_range():
+    with pytest.raises(IndexError, match="index 9 is out of bounds for axis 0 with size 7"):
+        splyce.jit(lambda x: x[[0, 9]])(X1)
+    with pytest.raises(IndexError, match="index 6 is out of bounds for axis 1 with size 5"):
+        splyce.jit(lambda x, i: x[i, 6])(X2, np.array([0]))
+
+
+def test_empty_index_is_refused_clearly():
+    with pytest.raises(TraceError, match=r"empty results \(shape \(0,\)\) are not supported"):
+        splyce.jit(lambda x, i: x[i])(X1, np.array([], dtype=np.int64))
+
+
+def test_index_errors_name_the_problem():
+    with pytest.raises(TraceError, match="must be of integer type, got float64"):
+        splyce.jit(lambda x, i: x[i])(X1, np.array([0.0, 1.0]))
+    with pytest.raises(TraceError, match="one integer array per index"):
+        splyce.jit(lambda x, i: x[i, i])(X2, np.array([0, 1]))
+    with pytest.raises(TraceError, match="computed inside the jitted function"):
+        splyce.jit(lambda x, i: x[i + 1])(X1, np.array([0, 1]))
+    with pytest.raises(TraceError, match=r"index the operands instead \(e.g. \(a @ x\)\[idx\] as a\[idx\] @ x"):
+        splyce.jit(lambda x, i: (x * 2.0)[i])(X1, np.array([0, 1]))
+    with pytest.raises(TypeError, match="mode"):
+        splyce.jit(lambda x, i: np.take(x, i, mode="clip"))(X1, np.array([0, 1]))
+
+
+def test_gather_plan_reads_before_the_kernel():
+    text = splyce.jit(lambda x, i: x[i] * 2.0).lower(X2, np.array([0, 3])).as_text("plan")
+    assert "%arg2 = gather %arg0, %arg1 [idx, 0:5] (NumPy's indexing, before the kernel" in text
+    assert ": 2x5xfloat64" in text
+
+
+# -- refusals JAX makes too ----------------------------------------------------------------------------
+
+def test_mask_index_refused_with_where():
+    with pytest.raises(TraceError, match=r"boolean mask indexing is not supported.*np\.where\(mask, x, 0\)"):
+        splyce.jit(lambda x: x[x > 0])(X1)
+    with pytest.raises(TraceError, match="boolean mask indexing"):
+        splyce.jit(lambda x: x[np.array([True, False] * 3 + [True])])(X1)
+    with pytest.raises(TraceError, match="boolean mask indexing"):
+        splyce.jit(lambda a: a[a > 0])(A)
+
+
+def test_item_assignment_refused_with_where():
+    def mask_assign(y):
+        y[y < 0.1] = 0.0
+        return y
+
+    with pytest.raises(TraceError, match=r"np\.where\(y < 0\.1, 0\.0, y\)"):
+        splyce.jit(mask_assign)(X1)
+
+    def int_assign(y):
+        y[0] = 0.0
+        return y
+
+    with pytest.raises(TraceError, match=r"item assignment y\[\.\.\.\] = v .*np\.where\(mask, v, y\)"):
+        splyce.jit(int_assign)(X1)
+
+    def traced_assign(y, i):
+        y[i[0]] = 1.0
+        return y
+
+    with pytest.raises(TraceError, match=r"item assignment y\[i\] = v with a traced index"):
+        splyce.jit(traced_assign)(X1, np.array([2]))
+
+
+# -- sparse slices and gathers ----------------------------------------------------------------------------
+
+def _operands(m):
+    return {"csr_array": sps.csr_array(m), "csr_matrix": sps.csr_matrix(m), "csc_array": sps.csc_array(m),
+            "csc_matrix": sps.csc_matrix(m), "SparseTensor": splyce.asarray(sps.csr_array(m))}
+
+
+SPARSE_KEYS = {
+    "rows a:b": (lambda a: a[2:6], None),
+    "rows a:b, :": (lambda a: a[3:9, :], None),
+    "rows ::2": (lambda a: a[::2], None),
+    "rows ::-1": (lambda a: a[::-1], None),
+    "row gather": (lambda a, i: a[i], np.array([8, 0, 3, 3, -1])),
+    "row gather, cols a:b": (lambda a, i: a[i, 1:5], np.array([4, 2])),
+    "col gather": (lambda a, i: a[:, i], np.array([6, 1, 1, -7, 3])),
+    "col gather increasing": (lambda a, i: a[:, i], np.array([0, 2, 5, 6])),
+    "col slice": (lambda a: a[:, 2:5], None),
+    "col slice step": (lambda a: a[:, 5:0:-2], None),
+    "rows a:b, col gather": (lambda a, i: a[1:8, i], np.array([5, 0])),
+}
+
+
+@pytest.mark.parametrize("kind", list(_operands(A.toarray())))
+@pytest.mark.parametrize("case", list(SPARSE_KEYS), ids=list(SPARSE_KEYS))
+def test_sparse_index_matches_scipy_and_stays_sparse(case, kind):
+    fun, index = SPARSE_KEYS[case]
+    a = _operands(A.toarray())[kind]
+    reference = _operands(A.toarray())["csr_array"]
+    args = (a,) if index is None else (a, index)
+    got = splyce.jit(fun)(*args)
+    want = fun(reference) if index is None else fun(reference, index)
+    assert not isinstance(got, np.ndarray) and (sps.issparse(got) or isinstance(got, splyce.SparseTensor))
+    same(got, want)
+
+
+@pytest.mark.parametrize("kind", ["csr_array", "csr_matrix", "csc_array", "SparseTensor"])
+def test_sparse_gather_in_a_program(kind):
+    a = _operands(A.toarray())[kind]
+    ref = sps.csr_array(A.toarray())
+    idx = np.array([6, 2, 2, 0])
+    f = splyce.jit(lambda a, i, w: a[i] @ w + a[1:5][:, i].sum(axis=0))
+    np.testing.assert_allclose(f(a, idx, W), ref[idx] @ W + ref[1:5][:, idx].sum(axis=0), rtol=1e-13)
+    g = splyce.jit(lambda a, i: a[i].multiply(a[i]))
+    same(g(a, idx), ref[idx].multiply(ref[idx]))
+
+
+def test_sparse_index_out_of_range():
+    f = splyce.jit(lambda a, i: a[i])
+    with pytest.raises(IndexError, match="index 9 is out of bounds for axis 0 with size 9"):
+        f(A, np.array([0, 9]))
+    g = splyce.jit(lambda a, i: a[:, i])
+    with pytest.raises(IndexError, match="index -8 is out of bounds for axis 1 with size 7"):
+        g(A, np.array([-8]))
+
+
+def test_sparse_index_refusals():
+    with pytest.raises(TraceError, match=r"write a\[1:2\]"):
+        splyce.jit(lambda a: a[1])(A)
+    with pytest.raises(TraceError, match=r"a\[rows\]\[:, cols\]"):
+        splyce.jit(lambda a, i: a[i, i])(A, np.array([0, 1]))
+    with pytest.raises(TraceError, match="need a canonical CSR or CSC matrix"):
+        splyce.jit(lambda a: a[1:3])(sps.coo_array(A))
+    with pytest.raises(TraceError, match="not a sparse value computed inside it"):
+        splyce.jit(lambda a: (a * 2.0)[1:3])(A)
+    with pytest.raises(TraceError, match="a sparse matrix is indexed by a 1-D integer array"):
+        splyce.jit(lambda a, i: a[i])(A, np.array([[0, 1]]))
+
+
+def test_sparse_row_slice_plan_is_costed_for_the_selected_rows():
+    big = sps.random_array((2000, 300), density=0.05, format="csr", random_state=1)
+    w = np.ones(300)
+    text = splyce.jit(lambda a, w: a[10:30] @ w).lower(big, w).as_text("plan")
+    assert "%arg2 = gather %arg0 [10:30, 0:300] (rows / columns selected" in text
+    assert ": 20x300xfloat64" in text
+    # the product is costed for ~20 / 2000 of the stored entries (~300), not the matrix's 30000
+    cost = float(text.split("total cost ~")[1].split(" steps")[0])
+    assert cost < 0.1 * big.nnz
+
+
+def test_contiguous_row_slice_is_a_view_of_the_buffers():
+    t = splyce.asarray(A)
+    g = Gathered(0, None, (("s", 2, 1, 4), ("s", 0, 1, 7)), TensorType((4, 7), "float64", t.format))
+    sliced = host_gather(g, [t])
+    assert np.shares_memory(sliced.crd[1], t.crd[1]) and np.shares_memory(sliced.values, t.values)
+    assert sliced.pos[1][0] == 0
+    same(sliced.to_scipy(), A[2:6])
+
+
+# -- the host step against scipy, on random shapes and indices (no compile) ----------------------------------
+
+@st.composite
+def sparse_and_key(draw):
+    m, n = draw(st.integers(1, 12)), draw(st.integers(1, 12))
+    density = draw(st.sampled_from([0.0, 0.2, 0.6, 1.0]))
+    seed = draw(st.integers(0, 2**16))
+    order = draw(st.sampled_from(["csr", "csc"]))
+    axis = draw(st.integers(0, 1))
+    size = (m, n)[axis]
+    how = draw(st.sampled_from(["array", "slice"]))
+    if how == "array":
+        index = np.array(draw(st.lists(st.integers(-size, size - 1), min_size=1, max_size=8)))
+        key = (index, slice(None)) if axis == 0 else (slice(None), index)
+    else:
+        start = draw(st.integers(-size, size))
+        stop = draw(st.integers(-size, size))
+        step = draw(st.sampled_from([1, 1, 2, -1, 3]))
+        key = (slice(start, stop, step), slice(None)) if axis == 0 else (slice(None), slice(start, stop, step))
+        index = None
+    return sps.random_array((m, n), density=density, format=order, random_state=seed), key, index
+
+
+@settings(max_examples=150, deadline=None)
+@given(sparse_and_key())
+def test_host_sparse_gather_matches_scipy(case):
+    from splyce.tracer.gather import _slice_entry
+
+    a, key, index = case
+    want = a.tocsr()[key]
+    t = splyce.asarray(a)
+    spec = tuple(("a",) if isinstance(k, np.ndarray) else _slice_entry(k, n) for k, n in zip(key, a.shape))
+    shape = want.shape
+    g = Gathered(0, None if index is None else 1, spec, TensorType(shape, "float64", t.format))
+    got = host_gather(g, [t] if index is None else [t, index])
+    assert got.shape == shape
+    same(got.to_scipy(), want)
+    # canonical: coordinates increasing within each row (column), positions from 0 to nnz
+    pos, crd = got.pos[1], got.crd[1]
+    assert pos[0] == 0 and pos[-1] == len(crd) == len(got.values)
+    for r in range(len(pos) - 1):
+        assert np.all(np.diff(crd[pos[r]:pos[r + 1]]) > 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 9), st.lists(st.integers(-9, 8), min_size=1, max_size=6))
+def test_host_dense_gather_matches_numpy(n, raw):
+    x = np.arange(n * 3.0).reshape(n, 3)
+    index = np.array(raw)
+    g = Gathered(0, 1, (("a",), ("s", 0, 1, 3)), TensorType((len(raw), 3), "float64", None))
+    if np.all((index >= -n) & (index < n)):
+        same(host_gather(g, [x, index]), x[index])
+    else:
+        with pytest.raises(IndexError, match="is out of bounds for axis 0 with size"):
+            host_gather(g, [x, index])
