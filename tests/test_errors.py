@@ -85,11 +85,11 @@ TRACE_ERRORS = {
                        "are only known when the kernel runs, and the kernel does not check bounds); pass the "
                        "index array as an argument of the function (it is checked on every call), or compute "
                        "it outside"),
-    "gather of a computed value": (lambda x, y: (x @ y.T)[[0, 2]], (A, B),
-                                   "index: an integer-array index or a sparse slice reads an argument or a "
-                                   "constant of the function (gathered before the kernel), not a dense value "
-                                   "computed inside it; index the operands instead (e.g. (a @ x)[idx] as "
-                                   "a[idx] @ x, (x * 2)[idx] as x[idx] * 2)"),
+    "gather of a computed sparse value": (lambda x, y: (x * 2.0)[[0, 2]], (A, B),
+                                          "index: slicing or gathering a sparse value reads an argument or a "
+                                          "constant of the function (selected before the kernel), not a sparse "
+                                          "value computed inside it; index the operands instead (e.g. (a * b)"
+                                          "[rows] as a[rows] * b[rows], (a @ b)[rows] as a[rows] @ b)"),
     "sparse integer index": (lambda x, y: x[1], (A, B),
                              "index: an integer index of a sparse matrix (a row) is not supported inside "
                              "@splyce.jit; write a[1:2] (a sparse matrix of one row), or a[1:2].todense() for a "

@@ -143,10 +143,42 @@ def test_index_errors_name_the_problem():
         splyce.jit(lambda x, i: x[i, i])(X2, np.array([0, 1]))
     with pytest.raises(TraceError, match="computed inside the jitted function"):
         splyce.jit(lambda x, i: x[i + 1])(X1, np.array([0, 1]))
-    with pytest.raises(TraceError, match=r"index the operands instead \(e.g. \(a @ x\)\[idx\] as a\[idx\] @ x"):
-        splyce.jit(lambda x, i: (x * 2.0)[i])(X1, np.array([0, 1]))
+    with pytest.raises(TraceError, match=r"index the operands instead \(e.g. \(a \* b\)\[rows\] as a\[rows\] \* b"):
+        splyce.jit(lambda a, i: (a * 2.0)[i])(A, np.array([0, 1]))
     with pytest.raises(TypeError, match="mode"):
         splyce.jit(lambda x, i: np.take(x, i, mode="clip"))(X1, np.array([0, 1]))
+
+
+# gathers of dense values the kernel computes: read by tensor.extract in the kernel, the index checked before it
+KERNEL_CASES = {
+    "(a @ x)[perm]": (lambda a, x, i: (a @ x)[i], RNG.permutation(9)),
+    "(a @ x)[idx] negative, repeated": (lambda a, x, i: (a @ x)[i] * 2.0 + 1.0, np.array([-1, 0, 0, 8, -9])),
+    "(a @ x)[idx2d]": (lambda a, x, i: (a @ x)[i], np.array([[3, -2], [0, 5]])),
+    "np.exp(a @ x)[idx] + x[idx]": (lambda a, x, i: np.exp(a @ x)[i] + x[i], np.array([6, 0, 2])),
+    "(a @ X)[:, q]": (lambda a, x, i: (a @ np.outer(x, np.arange(3.0)))[:, i], np.array([2, -3, 2])),
+    "(a @ X)[q, 1:]": (lambda a, x, i: (a @ np.outer(x, np.arange(3.0)))[i, 1:], np.array([8, 1])),
+    "np.take(a @ x, idx)": (lambda a, x, i: np.take(a @ x, i), np.array([4, 4])),
+    "(a @ x)[idx].sum()": (lambda a, x, i: (a @ x)[i].sum(), np.array([1, 2, 3, 1])),
+}
+
+
+@pytest.mark.parametrize("case", list(KERNEL_CASES), ids=list(KERNEL_CASES))
+def test_gather_of_a_computed_value_matches_numpy(case):
+    fun, index = KERNEL_CASES[case]
+    i_before = index.copy()
+    np.testing.assert_allclose(splyce.jit(fun)(A, W, index), fun(A, W, index), rtol=1e-13, atol=1e-15)
+    np.testing.assert_array_equal(index, i_before)
+
+
+def test_gather_of_a_computed_value_checks_the_index_before_the_kernel():
+    f = splyce.jit(lambda a, x, i: (a @ x)[i])
+    text = f.lower(A, W, np.array([0, 1])).as_text("plan")
+    assert "%arg3 = checked %arg2 (every index in [-9, 9) for axis 0, wrapped, before the kernel) : 2xint64" in text
+    assert "gather[(('a',),)](%0, %arg3)" in text
+    for bad in (9, -10, 1 << 40):
+        with pytest.raises(IndexError, match=f"index {bad} is out of bounds for axis 0 with size 9"):
+            f(A, W, np.array([0, bad]))
+    assert "tensor.extract" in f.lower(A, W, np.array([0, 1])).as_text("linalg")
 
 
 def test_gather_plan_reads_before_the_kernel():

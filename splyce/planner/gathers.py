@@ -1,9 +1,11 @@
 """Gathers computed before the kernel: ``x[perm]``, ``X[:, q]``, ``np.take`` of dense inputs and the row /
 column slices and gathers of CSR / CSC inputs (tracer/gather.py's ``gather`` nodes).
 
-The planner replaces each gather node by one more kernel input (after the arguments, the constants and the
-transposes read in place), computed per call from the call's values by ``host_gather``; a gather returned
-as a result is a copy of that input, as an argument returned is. Work, for ``k`` selected entries:
+The planner replaces each gather node of an input by one more kernel input (after the arguments, the
+constants and the transposes read in place), computed per call from the call's values by ``host_gather``;
+a gather returned as a result is a copy of that input, as an argument returned is. A gather of a dense value
+the kernel computes stays in the kernel (lowering/dense.py), reading its index through one more input: the
+index checked and wrapped into ``[0, n)`` here (O(index)). Work, for ``k`` selected entries:
 
 - dense: NumPy's indexing, O(result), which checks every index (``IndexError``) and wraps negative ones;
 - sparse, the compressed axis (rows of a CSR, columns of a CSC): a contiguous slice is a view of the
@@ -45,6 +47,20 @@ def gather_inputs(trace: Trace, nnz: tuple) -> tuple[Trace, tuple[Gathered, ...]
     outputs = set(trace.outputs)
     for node in walk(trace.outputs):
         args = tuple(mapping.get(a, a) for a in node.args)
+        if node.op == "gather" and args[0].op != "input":   # read in the kernel, at an index checked here
+            index = args[1]
+            if index.op != "input" or node.type.is_sparse:
+                raise AssertionError(f"a gather the tracer should have refused reached the planner: {node}")
+            axis = [e for e in node.params[0] if e[0] != "n"].index(("a",))
+            n = args[0].type.shape[axis]
+            g = Gathered(index.params[0], None, (("check", n, axis),), TensorType(index.type.shape, "int64", None))
+            read = slots.get(g)
+            if read is None:
+                found.append(g)
+                estimates.append(float(np.prod(index.type.shape)))
+                read = slots[g] = Node("input", (), (len(trace.inputs) + len(found) - 1,), g.type)
+            mapping[node] = Node(node.op, (args[0], read), node.params, node.type)
+            continue
         if node.op == "gather":
             read = slots.get(node)
             if read is None:
@@ -75,6 +91,10 @@ def _expected_entries(node: Node, operand_nnz: float) -> float:
 
 
 def describe(g: Gathered, first: int, k: int) -> str:
+    if g.spec[0][0] == "check":
+        _, n, axis = g.spec[0]
+        return (f"%arg{first + k} = checked %arg{g.operand} (every index in [-{n}, {n}) for axis {axis}, "
+                f"wrapped, before the kernel) : {g.type}")
     index = f", %arg{g.index}" if g.index is not None else ""
     where = "NumPy's indexing" if not g.type.is_sparse else "rows / columns selected"
     return (f"%arg{first + k} = gather %arg{g.operand}{index} [{spec_text(g.spec)}] ({where}, before the kernel, "
@@ -105,6 +125,9 @@ def _slice(entry: tuple) -> slice:
 def host_gather(g: Gathered, values: list):
     """The gathered value from the kernel's earlier inputs ``values``."""
     operand = values[g.operand]
+    if g.spec[0][0] == "check":           # an index the kernel reads: wrapped into [0, n), every entry checked
+        _, n, axis = g.spec[0]
+        return np.ascontiguousarray(checked_index(operand, n, axis))
     index = values[g.index] if g.index is not None else None
     if not g.type.is_sparse:
         key = tuple(index if e[0] == "a" else None if e[0] == "n" else e[1] if e[0] == "i" else _slice(e)

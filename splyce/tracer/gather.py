@@ -6,15 +6,18 @@ A ``gather`` node reads an operand (an input: an argument or a constant; or anot
 (an input too, or none): its args are ``(operand,)`` or ``(operand, index)``, its one param the key, one
 entry per operand axis after ``...`` is expanded, plus ``None``\\ s: ``("s", start, step, length)`` (a
 slice, resolved at trace time), ``("i", i)`` (an integer, wrapped), ``("n",)`` (``None``: a unit axis),
-``("a",)`` (the index array, ``args[1]``). The planner computes gathers before the kernel, on the host,
-from the call's values (planner/gathers.py): the kernel reads the gathered value as one more input, so the
-work is O(selected) (and a contiguous row slice of a CSR argument is a view of its buffers). The index is
-checked there on every call, before native code reads anything: an index out of ``[-n, n)`` raises NumPy's
-``IndexError`` ("index 7 is out of bounds for axis 0 with size 5"), a negative one wraps as in NumPy.
+``("a",)`` (the index array, ``args[1]``). The planner computes a gather of an input before the kernel, on
+the host, from the call's values (planner/gathers.py): the kernel reads the gathered value as one more
+input, so the work is O(selected) (and a contiguous row slice of a CSR argument is a view of its buffers).
+A gather of a dense value computed in the kernel (``(a @ x)[perm]``) is a ``linalg.generic`` of the kernel
+reading it by ``tensor.extract`` (lowering/dense.py), at an index the planner checks and wraps before the
+kernel. Either way every index is checked on every call before native code reads anything: one out of
+``[-n, n)`` raises NumPy's ``IndexError`` ("index 7 is out of bounds for axis 0 with size 5"), a negative
+one wraps as in NumPy.
 
 Shapes stay static: the result's shape is the index's (known at trace time). An index computed inside
-the function (a traced intermediate, ``x[np.argsort(x)]``) and the gather of a computed value
-(``(a @ x)[perm]``) are refused with what to write instead.
+the function (a traced intermediate, ``x[np.argsort(x)]``; the kernel does not check bounds) and a slice or
+gather of a sparse value computed inside it are refused with what to write instead.
 """
 
 from __future__ import annotations
@@ -101,14 +104,17 @@ def _on_host(node: Node) -> Node | None:
 
 
 def _operand(x, op: str = "index") -> Node:
+    """The gathered operand: on the host when it can be (computed before the kernel), else a dense value
+    the kernel computes (read by ``tensor.extract`` in the kernel, lowering/dense.py)."""
     node = _on_host(_node(x, op))
-    if node is None:
-        node = _node(x, op)
-        kind = "sparse" if node.type.is_sparse else "dense"
-        raise TraceError(f"{op}: an integer-array index or a sparse slice reads an argument or a constant of the "
-                         f"function (gathered before the kernel), not a {kind} value computed inside it; "
-                         "index the operands instead (e.g. (a @ x)[idx] as a[idx] @ x, "
-                         "(x * 2)[idx] as x[idx] * 2)")
+    if node is not None:
+        return node
+    node = _node(x, op)
+    if node.type.is_sparse:
+        raise TraceError(f"{op}: slicing or gathering a sparse value reads an argument or a constant of the "
+                         "function (selected before the kernel), not a sparse value computed inside it; "
+                         "index the operands instead (e.g. (a * b)[rows] as a[rows] * b[rows], "
+                         "(a @ b)[rows] as a[rows] @ b)")
     return node
 
 
@@ -148,16 +154,33 @@ def dense_gather(x, key: tuple) -> Tracer:
         else:
             raise TraceError(f"index: unsupported index {item!r} of type {type(item).__name__}")
         d += 1
-    # NumPy: the advanced indices (the array and the integers) broadcast to the array's shape, placed where
-    # they stand when they are adjacent, else first
-    first = advanced[0]
-    basic = [n for n in shape if n is not None]
-    if advanced == list(range(first, first + len(advanced))):
-        before = sum(1 for n in shape[:first] if n is not None)
-        out = tuple(basic[:before]) + index.type.shape + tuple(basic[before:])
-    else:
-        out = index.type.shape + tuple(basic)
-    return Tracer(_gather(node, index, tuple(spec), out, None))
+    axes, at = result_axes(tuple(spec), index.type.ndim)
+    out = [0] * (len(shape) - len(advanced) + index.type.ndim)
+    for entry, n, k in zip(spec, shape, axes):
+        if k is not None:
+            out[k] = n
+    out[at:at + index.type.ndim] = index.type.shape
+    return Tracer(_gather(node, index, tuple(spec), tuple(out), None))
+
+
+def result_axes(spec: tuple, index_ndim: int) -> tuple[tuple, int]:
+    """Per entry of a dense gather's ``spec``, the result axis it makes (None for the integers and the
+    array), and the first result axis of the index's axes. NumPy's rule: the advanced indices (the array
+    and the integers) broadcast to the array's shape, placed where they stand when they are adjacent, else
+    first."""
+    advanced = [k for k, e in enumerate(spec) if e[0] in ("a", "i")]
+    adjacent = advanced == list(range(advanced[0], advanced[0] + len(advanced)))
+    at = sum(1 for e in spec[:advanced[0]] if e[0] in ("s", "n")) if adjacent else 0
+    axes, k = [], 0
+    for e in spec:
+        if e[0] in ("a", "i"):
+            axes.append(None)
+            continue
+        if k == at:
+            k += index_ndim
+        axes.append(k)
+        k += 1
+    return tuple(axes), at
 
 
 def sparse_gather(x, key: tuple) -> Tracer:
