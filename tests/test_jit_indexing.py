@@ -364,3 +364,14 @@ def test_host_dense_gather_matches_numpy(n, raw):
     else:
         with pytest.raises(IndexError, match="is out of bounds for axis 0 with size"):
             host_gather(g, [x, index])
+
+
+def test_bench_indexing_tiny_runs_checked(tmp_path):
+    from splyce.bench import __main__ as cli
+    from splyce.bench.common import read_csv
+    from splyce.bench.indexing import COLUMNS
+
+    assert cli.main(["indexing", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
+    comments, rows = read_csv(tmp_path / "indexing.csv")
+    assert list(rows[0]) == COLUMNS and len(rows) == 6 and any("repeats" in c for c in comments)
+    assert all(float(r["splyce_ms"]) > 0 and float(r["reference_ms"]) > 0 for r in rows)

@@ -27,7 +27,9 @@ SUBCOMMANDS = {
     "dask": "SpMV, SpGEMM, triangles on a 2-worker Dask LocalCluster: 1 vs 2 workers, vs dask + pydata-sparse",
     "clients": "networkx / scikit-learn / scanpy-style client code with splyce.patch_scipy() off and on, and the "
                "per-op break-even sizes (docs/scipy_patch.md; needs the compat extra)",
-    "all": "every subcommand above but dask, overhead and clients, in turn",
+    "indexing": "row / column slices and gathers of CSR arguments and gathers of dense values inside @splyce.jit "
+                "vs the same expression in scipy / NumPy (docs/tracing.md)",
+    "all": "every subcommand above but dask, overhead, clients and indexing, in turn",
 }
 ORDER = ["kernels", "ablation", "width", "sparsity", "real", "programs", "threads", "memory", "compile", "limit"]
 

@@ -201,27 +201,29 @@ def _take_major(pos, crd, vals, sel):
 
 def _take_minor(pos, crd, vals, sel, n_minor: int):
     """The entries whose coordinate (of the other axis) ``sel`` selects, renumbered, in order per row: one
-    pass over the stored entries."""
+    pass over the stored coordinates to find them, then work on the ``k`` found (and ``rows log k`` for the
+    new positions)."""
     if isinstance(sel, tuple):
         a, b = sel
-        keep = (crd >= a) & (crd < b)
-        kept = np.zeros(len(crd) + 1, dtype=np.int64)
-        np.cumsum(keep, out=kept[1:])
-        new_pos = kept[pos.astype(np.int64)]
-        return new_pos.astype(pos.dtype, copy=False), (crd[keep] - a).astype(crd.dtype, copy=False), vals[keep]
-    counts = np.bincount(sel, minlength=n_minor)            # how often each coordinate is selected
-    times = counts[crd]                                     # copies of each stored entry
-    emitted = np.zeros(len(crd) + 1, dtype=np.int64)
+        hit = np.flatnonzero((crd >= a) & (crd < b))
+        new_pos = np.searchsorted(hit, pos)           # kept entries before each row's first
+        return (new_pos.astype(pos.dtype, copy=False), (crd[hit] - a).astype(crd.dtype, copy=False), vals[hit])
+    selected = np.zeros(n_minor, dtype=np.bool_)
+    selected[sel] = True
+    hit = np.flatnonzero(np.take(selected, crd))      # the one pass over the stored entries
+    coords = crd[hit].astype(np.int64)
+    counts = np.bincount(sel, minlength=n_minor)      # how often each coordinate is selected
+    times = counts[coords]                            # copies of each entry found
+    emitted = np.zeros(len(hit) + 1, dtype=np.int64)
     np.cumsum(times, out=emitted[1:])
-    new_pos = emitted[pos.astype(np.int64)]
+    new_pos = emitted[np.searchsorted(hit, pos)]
     total = int(emitted[-1])
-    source = np.repeat(np.arange(len(crd), dtype=np.int64), times)
-    order = np.argsort(sel, kind="stable")                  # new coordinates of each old one, increasing
+    order = np.argsort(sel, kind="stable")            # the new coordinates of each old one, increasing
     first = np.zeros(n_minor + 1, dtype=np.int64)
     np.cumsum(counts, out=first[1:])
     within = np.arange(total, dtype=np.int64) - np.repeat(emitted[:-1], times)
-    new_crd = order[first[crd[source].astype(np.int64)] + within]
-    new_vals = vals[source]
+    new_crd = order[np.repeat(first[coords], times) + within]
+    new_vals = vals[np.repeat(hit, times)]
     if len(sel) > 1 and not np.all(sel[1:] > sel[:-1]):     # not increasing: sort each row by new coordinate
         rows = np.repeat(np.arange(len(pos) - 1, dtype=np.int64), np.diff(new_pos))
         perm = np.argsort(rows * len(sel) + new_crd, kind="stable")
