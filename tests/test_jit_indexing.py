@@ -267,6 +267,17 @@ def test_sparse_gather_in_a_program(kind):
     same(g(a, idx), ref[idx].multiply(ref[idx]))
 
 
+@pytest.mark.parametrize("kind", ["coo_array", "coo_matrix"])
+def test_sparse_index_of_a_coo_is_restored_as_csr(kind):
+    a = getattr(sps, kind)(A)
+    idx = np.array([3, -1, 3])
+    got = splyce.jit(lambda a, i: (a[i], a[2:5], a[:, i]))(a, idx)
+    ref = sps.csr_array(A)
+    for g, want in zip(got, (ref[idx], ref[2:5], ref[:, idx])):
+        assert not isinstance(g, np.ndarray)
+        same(g, want)
+
+
 def test_sparse_index_out_of_range():
     f = splyce.jit(lambda a, i: a[i])
     with pytest.raises(IndexError, match="index 9 is out of bounds for axis 0 with size 9"):
@@ -281,8 +292,6 @@ def test_sparse_index_refusals():
         splyce.jit(lambda a: a[1])(A)
     with pytest.raises(TraceError, match=r"a\[rows\]\[:, cols\]"):
         splyce.jit(lambda a, i: a[i, i])(A, np.array([0, 1]))
-    with pytest.raises(TraceError, match="need a canonical CSR or CSC matrix"):
-        splyce.jit(lambda a: a[1:3])(sps.coo_array(A))
     with pytest.raises(TraceError, match="not a sparse value computed inside it"):
         splyce.jit(lambda a: (a * 2.0)[1:3])(A)
     with pytest.raises(TraceError, match="a sparse matrix is indexed by a 1-D integer array"):

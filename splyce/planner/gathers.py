@@ -8,6 +8,7 @@ the kernel computes stays in the kernel (lowering/dense.py), reading its index t
 index checked and wrapped into ``[0, n)`` here (O(index)). Work, for ``k`` selected entries:
 
 - dense: NumPy's indexing, O(result), which checks every index (``IndexError``) and wraps negative ones;
+- sparse, another format than CSR / CSC (a COO, read as DCSR): re-stored as CSR first, O(nnz);
 - sparse, the compressed axis (rows of a CSR, columns of a CSC): a contiguous slice is a view of the
   operand's coordinates and values with its positions shifted (O(rows)); a gather or a strided slice
   copies the selected rows, O(rows + k);
@@ -162,8 +163,11 @@ def _selection(entry: tuple, index, n: int, axis: int):
 
 
 def _sparse_gather(tensor, g: Gathered, index):
-    from splyce.tensors.tensor import SparseTensor
+    from splyce.tensors.formats import compressed_order
+    from splyce.tensors.tensor import SparseTensor, asarray
 
+    if compressed_order(tensor.format) is None:      # a COO (read as DCSR) or another format: as CSR, O(nnz)
+        tensor = asarray(tensor, format=g.type.format)
     fmt = tensor.format
     major, minor = fmt.order
     pos, crd, vals = tensor.pos[1], tensor.crd[1], tensor.values

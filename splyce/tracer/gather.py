@@ -28,7 +28,7 @@ import numpy as np
 
 from splyce.tracer.base import MAX_RANK, TraceError, Tracer, _node
 from splyce.tracer.ir import Node, TensorType
-from splyce.tensors.formats import compressed_order
+from splyce.tensors.formats import Format, compressed_order
 
 MASK_HINT = ("a boolean mask selects a data-dependent number of entries, which a traced shape cannot hold "
              "(as in JAX); keep the shape: write np.where(mask, x, 0) (or x * mask), and for a sum over the "
@@ -189,10 +189,12 @@ def sparse_gather(x, key: tuple) -> Tracer:
     _refuse_masks(key)
     node = _operand(x)
     t = node.type
-    if t.ndim != 2 or compressed_order(t.format) is None:
-        raise TraceError(f"index: slicing and integer-array indexing of a sparse tensor need a canonical CSR or "
-                         f"CSC matrix (scipy's csr_array / csc_array), got {t}; for another format write "
-                         "a.todense()[...]")
+    if t.ndim != 2:
+        raise TraceError(f"index: slicing and integer-array indexing of a sparse tensor need a matrix, got {t}; "
+                         "write a.todense()[...] for a dense array")
+    fmt = t.format
+    if compressed_order(fmt) is None:    # a COO (read as DCSR) or another format: re-stored as CSR first, O(nnz)
+        fmt = Format(("dense", "compressed"), (0, 1), fmt.pos_width, fmt.crd_width)
     items = _expand(key, 2)
     if len(items) != 2 or any(item is None for item in items):
         raise TraceError("index: None (a new axis) does not index a sparse matrix; write a.todense()[...] "
@@ -221,9 +223,9 @@ def sparse_gather(x, key: tuple) -> Tracer:
         else:
             raise TraceError(f"index: unsupported index {item!r} of type {type(item).__name__}")
     shape = tuple(index.type.shape[0] if e[0] == "a" else e[3] for e in spec)
-    if spec == [("s", 0, 1, t.shape[0]), ("s", 0, 1, t.shape[1])]:
+    if spec == [("s", 0, 1, t.shape[0]), ("s", 0, 1, t.shape[1])] and fmt == t.format:
         return Tracer(node)
-    return Tracer(_gather(node, index, tuple(spec), shape, t.format))
+    return Tracer(_gather(node, index, tuple(spec), shape, fmt))
 
 
 def _gather(node: Node, index: Node | None, spec: tuple, shape: tuple, fmt) -> Node:

@@ -16,6 +16,8 @@ Every operation normalizes to one of these node kinds:
   fourth param when an elementwise expression of its operands was fused in (planner/elementwise.py);
 - ``view``: a dense operand read through an affine map: indexing, unit axes, a diagonal (params: the spec,
   see tracer/indexing.py).
+- ``gather``: an operand read at an integer-array index (``args[1]``) and / or, for a sparse operand, row /
+  column slices (params: the key, see tracer/gather.py).
 
 Nodes are hash-consed (one object per distinct structure), so equality is identity and a trace prints and
 keys in time linear in its distinct nodes.
@@ -67,7 +69,7 @@ class Node:
     tree). Immutable once built."""
 
     __slots__ = ("op", "args", "params", "type", "__weakref__")
-    op: str                       # "input" | "contract" | "combine" | "map" | "ewise" | "reduce" | "view"
+    op: str                       # "input" | "contract" | "combine" | "map" | "ewise" | "reduce" | "view" | "gather"
     args: tuple["Node", ...]
     params: tuple                 # hashable op parameters (see the module docstring)
     type: TensorType
