@@ -384,3 +384,23 @@ def test_bench_indexing_tiny_runs_checked(tmp_path):
     comments, rows = read_csv(tmp_path / "indexing.csv")
     assert list(rows[0]) == COLUMNS and len(rows) == 6 and any("repeats" in c for c in comments)
     assert all(float(r["splyce_ms"]) > 0 and float(r["reference_ms"]) > 0 for r in rows)
+
+
+B = sps.random_array((9, 7), density=0.35, format="csr", random_state=4, dtype=np.float64)
+TWO_GATHERS = {
+    "a[i] * b[j]": lambda a, b, i, j: a[i] * b[j],
+    "a[i] + b[j]": lambda a, b, i, j: a[i] + b[j],
+    "a[i] @ b[j].T": lambda a, b, i, j: a[i] @ b[j].T,
+    "a[i].sum(axis=1)": lambda a, b, i, j: a[i].sum(axis=1),
+    "a[2:5].T @ b[3:6]": lambda a, b, i, j: a[2:5].T @ b[3:6],
+    "a[:, 0:3].multiply(b[:, 4:7])": lambda a, b, i, j: a[:, 0:3].multiply(b[:, 4:7]),
+}
+
+
+@pytest.mark.parametrize("case", list(TWO_GATHERS), ids=list(TWO_GATHERS))
+def test_programs_of_two_gathers(case):
+    """The one-op plans over gathered inputs (runtime/library.py reads them as kernel inputs, not arguments)."""
+    fun = TWO_GATHERS[case]
+    i, j = np.array([1, 4, 4]), np.array([0, 8, 2])
+    got, want = splyce.jit(fun)(A, B, i, j), fun(A, B, i, j)
+    np.testing.assert_allclose(dense(got), dense(want), rtol=1e-13, atol=1e-15)
