@@ -5,7 +5,7 @@ masks, item assignment, indices computed inside the function), against NumPy and
 import numpy as np
 import pytest
 import scipy.sparse as sps
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 import splyce
 from splyce import TraceError
@@ -404,3 +404,66 @@ def test_programs_of_two_gathers(case):
     i, j = np.array([1, 4, 4]), np.array([0, 8, 2])
     got, want = splyce.jit(fun)(A, B, i, j), fun(A, B, i, j)
     np.testing.assert_allclose(dense(got), dense(want), rtol=1e-13, atol=1e-15)
+
+
+# -- NumPy's placement of the indexed axes, on random keys: the tracer's shape and the host step's values ------
+
+@st.composite
+def dense_key(draw):
+    ndim = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=ndim, max_size=ndim)))
+    at = draw(st.integers(0, ndim - 1))                    # the axis the array indexes
+    key = []
+    for d in range(ndim):
+        if draw(st.booleans()) and len(key) < 4:
+            key.append(None)
+        n = shape[d]
+        if d == at:
+            index_shape = tuple(draw(st.lists(st.integers(1, 3), min_size=0, max_size=2)))
+            key.append(np.array(draw(st.lists(st.integers(-n, n - 1), min_size=int(np.prod(index_shape)),
+                                              max_size=int(np.prod(index_shape))))).reshape(index_shape))
+        elif draw(st.booleans()):
+            key.append(draw(st.integers(-n, n - 1)))
+        else:
+            start, stop = draw(st.integers(-n - 1, n + 1)), draw(st.integers(-n - 1, n + 1))
+            key.append(slice(start, stop, draw(st.sampled_from([1, 2, -1, -2]))))
+    return shape, tuple(key)
+
+
+@settings(max_examples=300, deadline=None)
+@given(dense_key())
+def test_dense_gather_shape_and_values_match_numpy_on_random_keys(case):
+    from splyce.tracer.base import Tracer
+    from splyce.tracer.ir import Node
+
+    shape, key = case
+    x = np.arange(float(np.prod(shape))).reshape(shape)
+    want = x[key]
+    if want.size == 0:
+        return                                   # empty results are refused (documented)
+    array = next(k for k in key if isinstance(k, np.ndarray))
+    node = Node("input", (), (0,), TensorType(shape, "float64", None))
+    index = Node("input", (), (1,), TensorType(array.shape, "int64", None))
+    traced_key = tuple(Tracer(index) if isinstance(k, np.ndarray) else k for k in key)
+    if want.ndim > 4:
+        with pytest.raises(TraceError, match="results of rank up to 4 are supported"):
+            Tracer(node)[traced_key]
+        return
+    got = Tracer(node)[traced_key]
+    assert got.shape == want.shape
+    g = Gathered(0, 1, got.node.params[0], got.node.type)
+    same(host_gather(g, [x, array]), want)
+
+
+@settings(max_examples=6, deadline=None)
+@given(dense_key())
+def test_dense_gather_in_the_kernel_matches_numpy_on_random_keys(case):
+    shape, key = case
+    x = np.arange(float(np.prod(shape))).reshape(shape) - 3.0
+    if x[key].size == 0 or x[key].ndim > 4:
+        return
+    array = next(k for k in key if isinstance(k, np.ndarray))
+    assume(array.ndim > 0)                       # a 0-d array is not an argument (pass a Python int)
+    key_of = lambda i: tuple(i if isinstance(k, np.ndarray) else k for k in key)   # noqa: E731
+    got = splyce.jit(lambda x, i: (x * 2.0)[key_of(i)])(x, array)
+    same(got, (x * 2.0)[key])
