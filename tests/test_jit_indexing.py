@@ -467,3 +467,22 @@ def test_dense_gather_in_the_kernel_matches_numpy_on_random_keys(case):
     key_of = lambda i: tuple(i if isinstance(k, np.ndarray) else k for k in key)   # noqa: E731
     got = splyce.jit(lambda x, i: (x * 2.0)[key_of(i)])(x, array)
     same(got, (x * 2.0)[key])
+
+
+TRANSPOSED = {
+    "a.T[i]": (lambda a, i: a.T[i], lambda a, i: a.T[i]),
+    "a.T[:, i]": (lambda a, i: a.T[:, i], lambda a, i: a.T[:, i]),
+    "a.T[1:5] @ v": (lambda a, i: a.T[1:5] @ np.ones(9), lambda a, i: a.T[1:5] @ np.ones(9)),
+    "a.T[i, 2:8] * 2": (lambda a, i: a.T[i, 2:8] * 2.0, lambda a, i: a.T[i, 2:8] * 2.0),
+}
+
+
+@pytest.mark.parametrize("kind", ["csr_array", "csc_array", "csr_matrix", "SparseTensor"])
+@pytest.mark.parametrize("case", list(TRANSPOSED), ids=list(TRANSPOSED))
+def test_index_of_a_transposed_argument(case, kind):
+    fun, ref = TRANSPOSED[case]
+    i = np.array([1, 4, 4, -1])
+    got = splyce.jit(fun)(_operands(A.toarray())[kind], i)
+    want = ref(sps.csr_array(A), i)
+    np.testing.assert_allclose(dense(got), dense(want), rtol=1e-13, atol=1e-15)
+    assert sps.issparse(got) == sps.issparse(want) or isinstance(got, splyce.SparseTensor)

@@ -26,9 +26,9 @@ import numbers
 
 import numpy as np
 
-from splyce.tracer.base import MAX_RANK, TraceError, Tracer, _node
+from splyce.tracer.base import MAX_RANK, TraceError, Tracer, _node, contract, relabel_axes
 from splyce.tracer.ir import Node, TensorType
-from splyce.tensors.formats import Format, compressed_order
+from splyce.tensors.formats import Format, compressed_order, relabelled
 
 MASK_HINT = ("a boolean mask selects a data-dependent number of entries, which a traced shape cannot hold "
              "(as in JAX); keep the shape: write np.where(mask, x, 0) (or x * mask), and for a sum over the "
@@ -187,6 +187,18 @@ def sparse_gather(x, key: tuple) -> Tracer:
     """scipy's row / column slicing and integer-array indexing of a CSR / CSC value: a sparse result in the
     operand's format."""
     _refuse_masks(key)
+    outer = _node(x, "index")
+    axes = relabel_axes(outer)
+    if axes == (1, 0) and _on_host(outer) is None and _on_host(outer.args[0]) is not None:
+        # a.T[k0, k1] of an input a (scipy's a.T: the same buffers in the other order): a[k1, k0].T, so the
+        # selection reads a's buffers and the transpose is relabelled in place (planner/transposed_inputs.py)
+        items = _expand(key, 2)
+        if any(item is None for item in items):
+            raise TraceError("index: None (a new axis) does not index a sparse matrix; write a.todense()[...] "
+                             "for a dense array")
+        inner = sparse_gather(Tracer(outer.args[0]), (items[1], items[0])).node
+        return Tracer(contract([inner], ["ij"], "ji", out_format=relabelled(inner.type.format, (1, 0)),
+                               op="transpose").node)
     node = _operand(x)
     t = node.type
     if t.ndim != 2:
