@@ -80,7 +80,7 @@ TRACE_ERRORS = {
                    "data-dependent number of entries, which a traced shape cannot hold (as in JAX); keep the "
                    "shape: write np.where(mask, x, 0) (or x * mask), and for a sum over the selected entries "
                    "np.where(mask, x, 0).sum()"),
-    "computed index": (lambda x, y: x.todense()[0][x.sum(axis=0).argmax(axis=0)[None]], (A, B),
+    "computed index": (lambda x, y: x.todense()[0][x.todense()[0].astype(np.int64)], (A, B),
                        "index: an index array computed inside the jitted function is not supported (its values "
                        "are only known when the kernel runs, and the kernel does not check bounds); pass the "
                        "index array as an argument of the function (it is checked on every call), or compute "

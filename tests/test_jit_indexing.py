@@ -486,3 +486,19 @@ def test_index_of_a_transposed_argument(case, kind):
     want = ref(sps.csr_array(A), i)
     np.testing.assert_allclose(dense(got), dense(want), rtol=1e-13, atol=1e-15)
     assert sps.issparse(got) == sps.issparse(want) or isinstance(got, splyce.SparseTensor)
+
+
+def test_argmax_index_is_read_in_the_kernel():
+    rng = np.random.default_rng(7)
+    s, labels, x = rng.standard_normal((9, 4)), rng.standard_normal(4), rng.standard_normal(9)
+    f = splyce.jit(lambda s, l: l[s.argmax(axis=1)] * 2.0 + 1.0)
+    same(f(s, labels), labels[s.argmax(axis=1)] * 2.0 + 1.0)
+    assert "gather" in f.lower(s, labels).as_text("plan") and "checked" not in f.lower(s, labels).as_text("plan")
+    g = splyce.jit(lambda a, x, s: x[np.argmin(a @ s, axis=0)])
+    same(g(A, x, s[:7]), x[np.argmin(A @ s[:7], axis=0)])
+    h = splyce.jit(lambda s, l: l[s.argmax(axis=1, keepdims=True)])
+    same(h(s, labels), labels[s.argmax(axis=1, keepdims=True)])
+    with pytest.raises(TraceError, match="an argmax / argmin along an axis of size 9 indexes an axis of size 4"):
+        splyce.jit(lambda s, l: l[s.argmax(axis=0)])(s, labels)
+    with pytest.raises(TraceError, match="computed inside the jitted function"):
+        splyce.jit(lambda a, s: a[s.argmax(axis=1)])(A, s)

@@ -48,6 +48,10 @@ def gather_inputs(trace: Trace, nnz: tuple) -> tuple[Trace, tuple[Gathered, ...]
     outputs = set(trace.outputs)
     for node in walk(trace.outputs):
         args = tuple(mapping.get(a, a) for a in node.args)
+        if node.op == "gather" and len(args) > 1 and args[1].op != "input":
+            # an index the kernel computes, in range by construction (tracer/gather.py, ``in_range``)
+            mapping[node] = Node(node.op, args, node.params, node.type)
+            continue
         if node.op == "gather" and args[0].op != "input":   # read in the kernel, at an index checked here
             index = args[1]
             if index.op != "input" or node.type.is_sparse:

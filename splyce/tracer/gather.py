@@ -16,8 +16,10 @@ kernel. Either way every index is checked on every call before native code reads
 one wraps as in NumPy.
 
 Shapes stay static: the result's shape is the index's (known at trace time). An index computed inside
-the function (a traced intermediate, ``x[np.argsort(x)]``; the kernel does not check bounds) and a slice or
-gather of a sparse value computed inside it are refused with what to write instead.
+the function is read in the kernel only when its values are in range by construction (``labels[s.argmax(
+axis=1)]``: an argmax along an axis no longer than the indexed one); any other (``x[np.argsort(x)]``,
+``x[i + 1]``: the kernel does not check bounds) and a slice or gather of a sparse value computed inside the
+function are refused with what to write instead.
 """
 
 from __future__ import annotations
@@ -47,8 +49,20 @@ def _refuse_masks(key: tuple) -> None:
             raise TraceError(f"index: boolean mask indexing is not supported inside @splyce.jit: {MASK_HINT}")
 
 
-def _index_node(item) -> Node:
-    """The trace node of an index array: an input (argument or constant) or a frozen literal, integer."""
+def in_range(node: Node) -> int | None:
+    """The bound ``n`` when every value of the computed integer ``node`` is known to lie in ``[0, n)`` (an
+    ``argmax`` / ``argmin`` along an axis of size ``n``, or a unit-axis view of one), else None."""
+    while node.op == "view":
+        node = node.args[0]
+    if node.op == "argreduce":
+        return node.args[0].type.shape[node.params[1]]
+    return None
+
+
+def _index_node(item, n: int, sparse: bool = False) -> Node:
+    """The trace node of an index array into an axis of size ``n``: an input (argument or constant), a frozen
+    literal, a value computed on the host before the kernel, or (dense operands) an argmax / argmin known to
+    be in range."""
     if isinstance(item, (list, np.ndarray)):     # a literal: frozen, as an index type the kernels take
         item = np.asarray(item)
         item = item.astype(np.int64) if item.dtype.kind in "iu" and item.dtype != np.int64 else item
@@ -61,7 +75,15 @@ def _index_node(item) -> Node:
     if node.type.is_sparse:
         raise TraceError("index: a sparse index array is not supported; pass the indices as a dense integer "
                          "array")
-    node = _on_host(node)
+    host = _on_host(node)
+    if host is None and not sparse and node.type.dtype == "int64" and (in_range(node) or n + 1) <= n:
+        return node      # read in the kernel, where every value is in range by construction
+    bound = in_range(node)
+    if host is None and bound is not None and not sparse:
+        raise TraceError(f"index: an argmax / argmin along an axis of size {bound} indexes an axis of size {n}, "
+                         "so it may be out of bounds (the kernel does not check them); index an axis of at "
+                         f"least {bound}")
+    node = host
     if node is None:
         raise TraceError("index: an index array computed inside the jitted function is not supported (its "
                          "values are only known when the kernel runs, and the kernel does not check bounds); "
@@ -128,7 +150,9 @@ def dense_gather(x, key: tuple) -> Tracer:
         raise TraceError("index: one integer array per index is supported inside @splyce.jit (several arrays "
                          "pair their entries); index one axis at a time, e.g. x[i][:, j] for the outer "
                          "product of the selections")
-    index = _index_node(arrays[0])
+    at = next(k for k, item in enumerate(items) if item is arrays[0])
+    axis = sum(1 for item in items[:at] if item is not None)        # the operand axis the array indexes
+    index = _index_node(arrays[0], shape_in[axis])
     node = _operand(x)
     spec, shape, advanced, d = [], [], [], 0
     for item in items:
@@ -221,7 +245,7 @@ def sparse_gather(x, key: tuple) -> Tracer:
                 raise TraceError("index: a[rows, cols] with two index arrays (entries at pairs of indices, a "
                                  "data-dependent pattern) is not supported on a sparse matrix; select one axis "
                                  "at a time: a[rows][:, cols]")
-            index = _index_node(item)
+            index = _index_node(item, n, sparse=True)
             if index.type.ndim != 1:
                 raise TraceError(f"index: a sparse matrix is indexed by a 1-D integer array, got shape "
                                  f"{index.type.shape}")
