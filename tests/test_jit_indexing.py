@@ -158,6 +158,11 @@ KERNEL_CASES = {
     "(a @ X)[:, q]": (lambda a, x, i: (a @ np.outer(x, np.arange(3.0)))[:, i], np.array([2, -3, 2])),
     "(a @ X)[q, 1:]": (lambda a, x, i: (a @ np.outer(x, np.arange(3.0)))[i, 1:], np.array([8, 1])),
     "np.take(a @ x, idx)": (lambda a, x, i: np.take(a @ x, i), np.array([4, 4])),
+    "(a @ x)[perm][:3] (a slice of a gather in the kernel)": (lambda a, x, i: (a @ x)[i][:3] * 2.0,
+                                                               RNG.permutation(9)),
+    "(a @ x)[perm][perm] (a gather of a gather in the kernel)": (lambda a, x, i: (a @ x)[i][i],
+                                                                  RNG.permutation(9)),
+    "(a @ x)[perm[2:5]] (a slice of the index argument)": (lambda a, x, i: (a @ x)[i[2:5]], RNG.permutation(9)),
     "(a @ x)[idx].sum()": (lambda a, x, i: (a @ x)[i].sum(), np.array([1, 2, 3, 1])),
 }
 

@@ -76,10 +76,10 @@ def _index_node(item, n: int, sparse: bool = False) -> Node:
         raise TraceError("index: a sparse index array is not supported; pass the indices as a dense integer "
                          "array")
     host = _on_host(node)
-    if host is None and not sparse and node.type.dtype == "int64" and (in_range(node) or n + 1) <= n:
+    bound = in_range(node) if host is None and not sparse else None
+    if bound is not None and bound <= n:
         return node      # read in the kernel, where every value is in range by construction
-    bound = in_range(node)
-    if host is None and bound is not None and not sparse:
+    if bound is not None:
         raise TraceError(f"index: an argmax / argmin along an axis of size {bound} indexes an axis of size {n}, "
                          "so it may be out of bounds (the kernel does not check them); index an axis of at "
                          f"least {bound}")
@@ -109,12 +109,17 @@ def _expand(key: tuple, ndim: int) -> list:
     return list(key) + [slice(None)] * (ndim - used)
 
 
+def _is_host(node: Node) -> bool:
+    """Whether the planner computes ``node`` before the kernel: an input, or a gather of such values."""
+    return node.op == "input" or (node.op == "gather" and all(_is_host(a) for a in node.args))
+
+
 def _on_host(node: Node) -> Node | None:
-    """``node`` as a value the planner computes before the kernel (an input, a gather, or a basic slice of
-    one, made a gather), else None."""
-    if node.op in ("input", "gather"):
+    """``node`` as a value the planner computes before the kernel (an input, a gather of such values, or a
+    basic slice of one, made a gather), else None."""
+    if _is_host(node):
         return node
-    if node.op != "view" or node.args[0].op not in ("input", "gather"):
+    if node.op != "view" or not _is_host(node.args[0]):
         return None
     (spec,) = node.params
     dims = [entry[1] for entry in spec if entry[0] == "dim"]
