@@ -279,8 +279,37 @@ def test_sparse_index_of_a_coo_is_restored_as_csr(kind):
     got = splyce.jit(lambda a, i: (a[i], a[2:5], a[:, i]))(a, idx)
     ref = sps.csr_array(A)
     for g, want in zip(got, (ref[idx], ref[2:5], ref[:, idx])):
-        assert not isinstance(g, np.ndarray)
+        assert type(g) is type(a)                # scipy's coo_array[idx] is a coo_array
         same(g, want)
+
+
+@pytest.mark.parametrize("kind", ["csr_array", "csr_matrix", "csc_array", "csc_matrix"])
+def test_sparse_index_result_class_is_scipys(kind):
+    a = getattr(sps, kind)(A)
+    i = np.array([1, 4])
+    for fun in (lambda a, i: a[i], lambda a, i: a[:, i], lambda a, i: a[1:3]):
+        assert type(splyce.jit(fun)(a, i)) is type(fun(a, i))
+
+
+def test_gathers_on_two_threads():
+    a = sps.random_array((3000, 500), density=0.05, format="csr", random_state=3)
+    idx, x = np.random.default_rng(0).integers(0, 3000, 2000), np.ones(500)
+    f = splyce.jit(lambda a, i, x: np.exp(a[i] @ x) + (a @ x)[i] + a[5:2005] @ x, threads=2)
+    np.testing.assert_allclose(f(a, idx, x), np.exp(a[idx] @ x) + (a @ x)[idx] + a[5:2005] @ x, rtol=1e-13)
+
+
+def test_sparse_arguments_are_not_modified():
+    a = sps.csr_array(A)
+    before = (a.indptr.copy(), a.indices.copy(), a.data.copy())
+    t = splyce.asarray(a)
+    t_before = [t.pos[1].copy(), t.crd[1].copy(), t.values.copy()]
+    f = splyce.jit(lambda a, i: (a[2:6] * 2.0, a[i], a[:, i] @ np.ones(2)))
+    f(a, np.array([0, 3]))
+    f(t, np.array([0, 3]))
+    for x, y in zip(before, (a.indptr, a.indices, a.data)):
+        np.testing.assert_array_equal(x, y)
+    for x, y in zip(t_before, (t.pos[1], t.crd[1], t.values)):
+        np.testing.assert_array_equal(x, y)
 
 
 def test_sparse_index_out_of_range():
