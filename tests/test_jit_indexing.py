@@ -536,3 +536,44 @@ def test_argmax_index_is_read_in_the_kernel():
         splyce.jit(lambda s, l: l[s.argmax(axis=0)])(s, labels)
     with pytest.raises(TraceError, match="computed inside the jitted function"):
         splyce.jit(lambda a, s: a[s.argmax(axis=1)])(A, s)
+
+
+REFUSALS = {
+    "sparse index array": (lambda x, a: x[a.astype(np.int64)], "a sparse index array is not supported"),
+    "float in the key": (lambda x, a: x[np.array([0, 1]), 1.5], r"unsupported index 1.5 of type float"),
+    "two ellipses": (lambda x, a: x[..., np.array([0]), ...], r"a single ellipsis"),
+    "too many indices": (lambda x, a: x[np.array([0]), 0, 0], "too many indices for a tensor of rank 2"),
+    "sparse column integer": (lambda x, a: a[:, 1], r"write a\[:, 1:2\] \(a sparse matrix of one column\)"),
+    "sparse None": (lambda x, a: a[None, 1:3], r"None \(a new axis\) does not index a sparse matrix"),
+    "sparse transposed None": (lambda x, a: a.T[None, 1:3], r"None \(a new axis\) does not index a sparse"),
+    "sparse string": (lambda x, a: a["rows"], "unsupported index 'rows' of type str"),
+    "take of a sparse value": (lambda x, a: np.take(a, np.array([0])), r"take: not supported on a sparse tensor; "
+                               r"write a\[idx\] \(rows\) or a\[:, idx\] \(columns\)"),
+    "take axis=None of 2-D": (lambda x, a: np.take(x, np.array([0])), "axis=None flattens"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS), ids=list(REFUSALS))
+def test_every_indexing_refusal_names_the_problem(case):
+    fun, message = REFUSALS[case]
+    with pytest.raises(TraceError, match=message):
+        splyce.jit(fun)(X2, A)
+
+
+def test_take_axis_out_of_range_and_sparse_vector():
+    with pytest.raises(np.exceptions.AxisError, match="axis 2 is out of bounds for array of dimension 2"):
+        splyce.jit(lambda x, i: np.take(x, i, axis=2))(X2, np.array([0]))
+    v = splyce.asarray(sps.coo_array(np.array([0.0, 1.0, 0.0, 2.0])))
+    with pytest.raises(TraceError, match="need a matrix"):
+        splyce.jit(lambda v: v[1:3])(v)
+
+
+def test_sparse_literal_index_and_work_of_gathers_in_the_plan():
+    same(splyce.jit(lambda a: a[[0, -1, 2]])(A), A[[0, -1, 2]])
+    big = sps.random_array((2000, 300), density=0.05, format="csr", random_state=1)
+    w = np.ones(300)
+    for fun, args in ((lambda a, i, w: a[i] @ w, (big, np.arange(20), w)),
+                      (lambda a, i, w: a[:, i].sum(), (big, np.arange(3), w))):
+        text = splyce.jit(fun).lower(*args).as_text("plan")
+        assert "gather %arg0, %arg1" in text
+        assert float(text.split("total cost ~")[1].split(" steps")[0]) < 0.1 * big.nnz
