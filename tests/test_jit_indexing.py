@@ -577,3 +577,18 @@ def test_sparse_literal_index_and_work_of_gathers_in_the_plan():
         text = splyce.jit(fun).lower(*args).as_text("plan")
         assert "gather %arg0, %arg1" in text
         assert float(text.split("total cost ~")[1].split(" steps")[0]) < 0.1 * big.nnz
+
+
+def test_consecutive_index_array_is_a_view_and_one_kernel_serves_every_start():
+    t = splyce.asarray(A)
+    g = Gathered(0, 1, (("a",), ("s", 0, 1, 7)), TensorType((4, 7), "float64", t.format))
+    view = host_gather(g, [t, np.arange(3, 7)])
+    assert np.shares_memory(view.crd[1], t.crd[1]) and np.shares_memory(view.values, t.values)
+    same(view.to_scipy(), A[3:7])
+    same(host_gather(g, [t, np.array([-6, -5, -4, -3])]).to_scipy(), A[3:7])
+    same(host_gather(g, [t, np.array([3, 4, 6, 5])]).to_scipy(), A[[3, 4, 6, 5]])
+    f = splyce.jit(lambda a, rows, w: a[rows] @ w)
+    for start in (0, 2, 5):
+        rows = np.arange(start, start + 4)
+        np.testing.assert_allclose(f(t, rows, W), A[rows] @ W, rtol=1e-13)
+    assert f.cache_info().misses == 1

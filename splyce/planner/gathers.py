@@ -9,9 +9,10 @@ index checked and wrapped into ``[0, n)`` here (O(index)). Work, for ``k`` selec
 
 - dense: NumPy's indexing, O(result), which checks every index (``IndexError``) and wraps negative ones;
 - sparse, another format than CSR / CSC (a COO, read as DCSR): re-stored as CSR first, O(nnz);
-- sparse, the compressed axis (rows of a CSR, columns of a CSC): a contiguous slice is a view of the
-  operand's coordinates and values with its positions shifted (O(rows)); a gather or a strided slice
-  copies the selected rows, O(rows + k);
+- sparse, the compressed axis (rows of a CSR, columns of a CSC): a contiguous slice, or an index array of
+  consecutive rows (``np.arange(a, a + b)``, a minibatch whose start changes per call without a new
+  kernel), is a view of the operand's coordinates and values with its positions shifted (O(rows)); a
+  gather or a strided slice copies the selected rows, O(rows + k);
 - sparse, the other axis (columns of a CSR, ``X[:, q]``): one pass over the stored entries, O(nnz), as
   scipy's ``csr_column_index1/2``; an index array that is not increasing also sorts the selected entries of
   each row by their new column, O(k log k).
@@ -159,7 +160,11 @@ def checked_index(index, n: int, axis: int) -> np.ndarray:
 def _selection(entry: tuple, index, n: int, axis: int):
     """A step-1 slice as ``(start, stop)``, else the selected positions as an int64 array."""
     if entry[0] == "a":
-        return checked_index(index, n, axis)
+        index = checked_index(index, n, axis)
+        if index.ndim == 1 and len(index) > 1 and int(index[-1]) - int(index[0]) == len(index) - 1 \
+                and bool(np.all(np.diff(index) == 1)):
+            return (int(index[0]), int(index[-1]) + 1)     # consecutive (np.arange(a, a + b)): as a slice
+        return index
     _, start, step, length = entry
     if step == 1:
         return (start, start + length)
