@@ -592,3 +592,16 @@ def test_consecutive_index_array_is_a_view_and_one_kernel_serves_every_start():
         rows = np.arange(start, start + 4)
         np.testing.assert_allclose(f(t, rows, W), A[rows] @ W, rtol=1e-13)
     assert f.cache_info().misses == 1
+
+
+def test_glue_after_a_dense_gather_is_written_over_its_array():
+    x, y, perm = RNG.standard_normal(50), RNG.standard_normal(50), RNG.permutation(50)
+    f = splyce.jit(lambda x, p, y: x[p] * y + 1.0)
+    assert "written over %arg3's array" in f.lower(x, perm, y).as_text("plan")
+    x_before = x.copy()
+    for _ in range(2):
+        same(f(x, perm, y), x[perm] * y + 1.0)
+    np.testing.assert_array_equal(x, x_before)
+    g = splyce.jit(lambda x, p: x[p] * 2.0)          # the whole array gathered: still a fresh copy
+    same(g(x, np.arange(50)), x * 2.0)
+    np.testing.assert_array_equal(x, x_before)

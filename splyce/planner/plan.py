@@ -16,8 +16,7 @@ import numpy as np
 from splyce.native.records import record
 from splyce.planner import cost
 from splyce.planner.before_kernel import host_product, native_product
-from splyce.planner.gathers import Gathered, gather_inputs, host_gather
-from splyce.planner.gathers import describe as describe_gather
+from splyce.planner.gathers import Gathered, describe as describe_gather, gather_inputs, host_gather
 from splyce.planner.elementwise import fuse_elementwise, fuse_reductions, propagates_nan
 from splyce.planner.in_place import in_place_results
 from splyce.planner.memory import budget_bytes, format_bytes
@@ -122,10 +121,9 @@ class Plan:
             values = list(values) + list(self.constants)
         if self.derived:
             values = list(values) + [transposed(values[d.source], d.axes, d.type) for d in self.derived]
-        if self.gathered:
-            values = list(values)
-            for g in self.gathered:       # each reads the values before it (a gather of a gather)
-                values.append(host_gather(g, values))
+        values = list(values) if self.gathered else values
+        for g in self.gathered:           # each reads the values before it (a gather of a gather)
+            values.append(host_gather(g, values))
         if not self.needs_conversion:
             return values
         from splyce.tensors.tensor import asarray
@@ -470,7 +468,9 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
             steps.append(Step(new, storage, planner.node_cost(node), entries, _nbytes(node.type, entries),
                               node in result_nodes))
     planned = Trace(tuple(s.type for s in sources), tuple(mapping[o] for o in outputs))
-    fresh = frozenset(i for i, s in enumerate(sources) if s.host is not None or s.native is not None)
+    first = len(trace.inputs) - len(gathered)   # dense gathers are fresh arrays too (planner/gathers.py)
+    fresh = frozenset(i for i, s in enumerate(sources) if s.host is not None or s.native is not None or (
+        first <= i < len(trace.inputs) and not s.type.is_sparse and gathered[i - first].spec[0][0] != "check"))
     planned = Trace(planned.inputs, planned.outputs, in_place_results(planned, fresh))
     plan = Plan(source, planned, tuple(sources), tuple(steps), tuple(fusions), tuple(nnz), derived, gathered,
                 constants=tuple(constants))
