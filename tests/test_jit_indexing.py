@@ -605,3 +605,24 @@ def test_glue_after_a_dense_gather_is_written_over_its_array():
     g = splyce.jit(lambda x, p: x[p] * 2.0)          # the whole array gathered: still a fresh copy
     same(g(x, np.arange(50)), x * 2.0)
     np.testing.assert_array_equal(x, x_before)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32, np.bool_, np.complex128])
+@pytest.mark.parametrize("width", [32, 64])
+def test_sparse_gathers_over_dtypes_and_index_widths(dtype, width):
+    base = sps.csr_array(A.toarray().astype(dtype) if dtype != np.bool_ else A.toarray() != 0)
+    itype = np.int32 if width == 32 else np.int64
+    a = sps.csr_array((base.data, base.indices.astype(itype), base.indptr.astype(itype)), shape=base.shape)
+    i = np.array([3, 0, -1])
+    got = splyce.jit(lambda a, i: (a[i], a[:, i], a[2:5]))(a, i)
+    for g, want in zip(got, (a[i], a[:, i], a[2:5])):
+        assert g.dtype == want.dtype and g.indices.dtype == itype
+        same(g, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int32, np.bool_, np.complex64])
+def test_dense_gathers_over_dtypes(dtype):
+    x = (np.arange(12) % 5).astype(dtype).reshape(4, 3)
+    i = np.array([3, -4, 1])
+    same(splyce.jit(lambda x, i: x[i])(x, i), x[i])
+    same(splyce.jit(lambda x, i: x[:, i[2:]])(x, i), x[:, i[2:]])
