@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from splyce.native.records import record
-from splyce.tracer.ir import Node, TensorType, Trace, walk
+from splyce.tracer.ir import Node, TensorType, Trace, key_text, walk
 
 
 @record
@@ -103,23 +103,8 @@ def describe(g: Gathered, first: int, k: int) -> str:
                 f"wrapped, before the kernel) : {g.type}")
     index = f", %arg{g.index}" if g.index is not None else ""
     where = "NumPy's indexing" if not g.type.is_sparse else "rows / columns selected"
-    return (f"%arg{first + k} = gather %arg{g.operand}{index} [{spec_text(g.spec)}] ({where}, before the kernel, "
+    return (f"%arg{first + k} = gather %arg{g.operand}{index} [{key_text(g.spec)}] ({where}, before the kernel, "
             f"indices checked) : {g.type}")
-
-
-def spec_text(spec: tuple) -> str:
-    parts = []
-    for entry in spec:
-        if entry[0] == "s":
-            _, start, step, length = entry
-            parts.append(f"{start}:{start + step * length}" + (f":{step}" if step != 1 else ""))
-        elif entry[0] == "i":
-            parts.append(str(entry[1]))
-        elif entry[0] == "n":
-            parts.append("None")
-        else:
-            parts.append("idx")
-    return ", ".join(parts)
 
 
 def _slice(entry: tuple) -> slice:

@@ -185,7 +185,7 @@ class Plan:
             operands = ", ".join(names.get(a, "?") for a in step.node.args)
             storage = f" storage=({', '.join(step.storage)})" if any(step.storage) else ""
             kind = "result" if step.result else "intermediate"
-            params = (params_text(step.node) if step.node.op in ("ewise", "reduce")
+            params = (params_text(step.node) if step.node.op in ("ewise", "reduce", "gather")
                       else ", ".join(str(p) for p in step.node.params))
             lines.append(f"  %{k} = {step.node.op}[{params}]({operands}) : {step.node.type}")
             lines.append(f"      // cost ~{step.cost:.3g} steps{storage}; {kind} ~{step.entries:.3g} entries, "
