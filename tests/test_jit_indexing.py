@@ -626,3 +626,14 @@ def test_dense_gathers_over_dtypes(dtype):
     i = np.array([3, -4, 1])
     same(splyce.jit(lambda x, i: x[i])(x, i), x[i])
     same(splyce.jit(lambda x, i: x[:, i[2:]])(x, i), x[:, i[2:]])
+
+
+def test_accumulate_into_a_gathered_result():
+    x, y, p = RNG.standard_normal(20), RNG.standard_normal(20), RNG.permutation(20)
+    acc = np.ones(20)
+    splyce.jit(lambda x, p, y: x[p] * y + 1.0).accumulate(acc, x, p, y)
+    np.testing.assert_allclose(acc, 1.0 + (x[p] * y + 1.0), rtol=1e-15)
+    a = sps.random_array((20, 7), density=0.3, format="csr", random_state=1)
+    acc = np.ones(20)
+    splyce.jit(lambda a, p, w: (a @ w)[p] * 2.0).accumulate(acc, a, p, W)
+    np.testing.assert_allclose(acc, 1.0 + (a @ W)[p] * 2.0, rtol=1e-13)
