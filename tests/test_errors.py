@@ -85,11 +85,12 @@ TRACE_ERRORS = {
                        "are only known when the kernel runs, and the kernel does not check bounds); pass the "
                        "index array as an argument of the function (it is checked on every call), or compute "
                        "it outside"),
-    "gather of a computed sparse value": (lambda x, y: (x * 2.0)[[0, 2]], (A, B),
-                                          "index: slicing or gathering a sparse value reads an argument or a "
-                                          "constant of the function (selected before the kernel), not a sparse "
-                                          "value computed inside it; index the operands instead (e.g. (a * b)"
-                                          "[rows] as a[rows] * b[rows], (a @ b)[rows] as a[rows] @ b)"),
+    "gather of a computed sparse value": (
+        lambda x, y: (x * np.exp(y.todense()[:, 0])[:, None])[[0, 2]], (A, B),
+        "index: a slice or gather of a sparse value computed inside the function is pushed down to the arguments "
+        "through products, unions and zero-preserving functions ((a * b)[rows] is a[rows] * b[rows]), but this "
+        "one reaches a dense value computed in the kernel, or its key is not slices and one 1-D index array; "
+        "index the arguments instead"),
     "sparse integer index": (lambda x, y: x[1], (A, B),
                              "index: an integer index of a sparse matrix (a row) is not supported inside "
                              "@splyce.jit; write a[1:2] (a sparse matrix of one row), or a[1:2].todense() for a "

@@ -19,7 +19,8 @@ Shapes stay static: the result's shape is the index's (known at trace time). An 
 the function is read in the kernel only when its values are in range by construction (``labels[s.argmax(
 axis=1)]``: an argmax along an axis no longer than the indexed one); any other (``x[np.argsort(x)]``,
 ``x[i + 1]``: the kernel does not check bounds) and a slice or gather of a sparse value computed inside the
-function are refused with what to write instead.
+function that cannot be pushed down to the arguments (``_pushed_down``: ``(a * b)[rows]`` is
+``a[rows] * b[rows]``) are refused with what to write instead.
 """
 
 from __future__ import annotations
@@ -138,10 +139,10 @@ def _operand(x, op: str = "index") -> Node:
         return node
     node = _node(x, op)
     if node.type.is_sparse:
-        raise TraceError(f"{op}: slicing or gathering a sparse value reads an argument or a constant of the "
-                         "function (selected before the kernel), not a sparse value computed inside it; "
-                         "index the operands instead (e.g. (a * b)[rows] as a[rows] * b[rows], "
-                         "(a @ b)[rows] as a[rows] @ b)")
+        raise TraceError(f"{op}: a slice or gather of a sparse value computed inside the function is pushed down "
+                         "to the arguments through products, unions and zero-preserving functions ((a * b)[rows] "
+                         "is a[rows] * b[rows]), but this one reaches a dense value computed in the kernel, or "
+                         "its key is not slices and one 1-D index array; index the arguments instead")
     return node
 
 
@@ -228,6 +229,9 @@ def sparse_gather(x, key: tuple) -> Tracer:
         inner = sparse_gather(Tracer(outer.args[0]), (items[1], items[0])).node
         return Tracer(contract([inner], ["ij"], "ji", out_format=relabelled(inner.type.format, (1, 0)),
                                op="transpose").node)
+    pushed = _pushed_down(outer, key)
+    if pushed is not None:
+        return Tracer(pushed)
     node = _operand(x)
     t = node.type
     if t.ndim != 2:
@@ -267,6 +271,70 @@ def sparse_gather(x, key: tuple) -> Tracer:
     if spec == [("s", 0, 1, t.shape[0]), ("s", 0, 1, t.shape[1])] and fmt == t.format:
         return Tracer(node)
     return Tracer(_gather(node, index, tuple(spec), shape, fmt))
+
+
+def _pushed_down(node: Node, key: tuple) -> Node | None:
+    """A selection of a sparse value computed inside the function, as the same computation on the selected
+    operands (``(a @ b)[rows]`` as ``a[rows] @ b``, ``(a * b)[:, q]`` as ``a[:, q] * b[:, q]``): rows and columns
+    one after the other, each pushed through contractions, zero-preserving maps and unions down to the
+    arguments, which are selected before the kernel. None when the value is an input (or a gather of one),
+    or when a selection cannot be pushed down (an operand it would have to select is a dense value
+    computed in the kernel, or the key is not slices and one 1-D index array)."""
+    if _is_host(node) or node.type.ndim != 2 or relabel_axes(node) == (1, 0):
+        return None
+    items = _expand(key, 2)
+    if len(items) != 2 or not all(isinstance(i, slice) or (is_array_index(i) and _ndim(i) == 1) for i in items):
+        return None
+    for axis, item in enumerate(items):
+        if isinstance(item, slice):
+            entry, index = _slice_entry(item, node.type.shape[axis]), None
+            if entry == ("s", 0, 1, node.type.shape[axis]):
+                continue
+        else:
+            entry, index = ("a",), _index_node(item, node.type.shape[axis], sparse=True)
+        node = _select(node, axis, entry, index)
+        if node is None:
+            return None
+    return node
+
+
+def _ndim(item) -> int:
+    return item.ndim if hasattr(item, "ndim") else np.asarray(item).ndim
+
+
+def _select(node: Node, axis: int, entry: tuple, index: Node | None) -> Node | None:
+    """``node`` selected along ``axis`` by ``entry`` (a slice entry, or ``("a",)`` at the 1-D ``index``), as a
+    gather of an input or pushed into the operands of the op that computes it; None where it cannot be."""
+    length = entry[3] if entry[0] == "s" else index.type.shape[0]
+    shape = node.type.shape[:axis] + (length,) + node.type.shape[axis + 1:]
+    if length == 0:
+        return None
+    if _is_host(node):
+        spec = tuple(entry if d == axis else ("s", 0, 1, n) for d, n in enumerate(node.type.shape))
+        fmt = node.type.format
+        if fmt is not None and (node.type.ndim != 2 or compressed_order(fmt) is None):
+            if node.type.ndim != 2:
+                return None
+            fmt = Format(("dense", "compressed"), (0, 1), fmt.pos_width, fmt.crd_width)
+        args = (node,) if index is None else (node, index)
+        return Node("gather", args, (spec,), TensorType(shape, node.type.dtype, fmt))
+    if node.op == "contract" and node.params[0].order is None:
+        params = node.params[0]
+        letter = params.output[axis]
+        args = []
+        for subs, arg in zip(params.inputs, node.args):
+            if letter in subs:
+                arg = _select(arg, subs.index(letter), entry, index)
+                if arg is None:
+                    return None
+            args.append(arg)
+    elif node.op in ("map", "combine"):
+        args = [_select(arg, axis, entry, index) for arg in node.args]
+        if any(arg is None for arg in args):
+            return None
+    else:
+        return None
+    return Node(node.op, tuple(args), node.params, TensorType(shape, node.type.dtype, node.type.format))
 
 
 def _gather(node: Node, index: Node | None, spec: tuple, shape: tuple, fmt) -> Node:
