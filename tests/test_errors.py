@@ -72,9 +72,28 @@ TRACE_ERRORS = {
                                "nothing, so the result is dense; write exp(a.todense()) to compute it on the dense "
                                "array"),
     "mask index": (lambda x, y: x.todense()[x.todense() > 0], (A, B),
-                   "index: only integers, slices, None and ... index a traced tensor (its shape must be known at "
-                   "trace time); for a mask write where(mask, x, 0), for a gather write a product with a selection "
-                   "matrix"),
+                   "index: boolean mask indexing is not supported inside @splyce.jit: a boolean mask selects a "
+                   "data-dependent number of entries, which a traced shape cannot hold (as in JAX); keep the "
+                   "shape: write np.where(mask, x, 0) (or x * mask), and for a sum over the selected entries "
+                   "np.where(mask, x, 0).sum()"),
+    "computed index": (lambda x, y: x.todense()[0][x.todense()[0].astype(np.int64)], (A, B),
+                       "index: an index array computed inside the jitted function is not supported (its values "
+                       "are only known when the kernel runs, and the kernel does not check bounds); pass the "
+                       "index array as an argument of the function (it is checked on every call), or compute "
+                       "it outside"),
+    "gather of a computed sparse value": (
+        lambda x, y: (x * np.exp(y.todense()[:, 0])[:, None])[[0, 2]], (A, B),
+        "index: a slice or gather of a sparse value computed inside the function is pushed down to the arguments "
+        "through products, unions and zero-preserving functions ((a * b)[rows] is a[rows] * b[rows]), but this "
+        "one reaches a dense value computed in the kernel, or its key is not slices and one 1-D index array; "
+        "index the arguments instead"),
+    "sparse integer index": (lambda x, y: x[1], (A, B),
+                             "index: an integer index of a sparse matrix (a row) is not supported inside "
+                             "@splyce.jit; write a[1:2] (a sparse matrix of one row), or a[1:2].todense() for a "
+                             "dense array"),
+    "sparse pairs": (lambda x, y: x[[0, 1], [1, 2]], (A, B),
+                     "index: a[rows, cols] with two index arrays (entries at pairs of indices, a data-dependent "
+                     "pattern) is not supported on a sparse matrix; select one axis at a time: a[rows][:, cols]"),
     "truth of a value": (lambda x, y: float(x.sum()), (A, B),
                          "a traced tensor has no value at trace time (float(), int(), item() and the like need "
                          "one); keep the computation in arrays, e.g. where(c, x, y) instead of an if"),

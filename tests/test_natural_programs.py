@@ -387,7 +387,7 @@ REFUSED = {   # (function of a sparse a and a dense x, the exception, words of i
     "exp(a)": (lambda a, x: np.exp(a), TraceError, "exp(a.todense())"),
     "a >= 0": (lambda a, x: a >= 0, TraceError, "a.todense()"),
     "mask index": (lambda a, x: x[x > 0.5], TraceError, "where(mask, x, 0)"),
-    "sparse index": (lambda a, x: a[0], TraceError, "a.todense()"),
+    "sparse index": (lambda a, x: a[0], TraceError, "write a[0:1] (a sparse matrix of one row)"),
     "np.sort": (lambda a, x: np.sort(x * 2), TypeError, "numpy.sort is not supported"),
     "np.cumsum ufunc method": (lambda a, x: np.add.accumulate(x * 2), TypeError, "numpy.add.accumulate"),
     "float()": (lambda a, x: float((a @ x).sum()), TraceError, "no value at trace time"),

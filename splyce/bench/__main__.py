@@ -29,7 +29,9 @@ SUBCOMMANDS = {
                "per-op break-even sizes (docs/scipy_patch.md; needs the compat extra)",
     "calls": "a cached jitted SpMV per calling convention: positional, keywords, pytrees, static arguments "
              "(docs/tracing.md)",
-    "all": "every subcommand above but dask, overhead, clients and calls, in turn",
+    "indexing": "row / column slices and gathers of CSR arguments and gathers of dense values inside @splyce.jit "
+                "vs the same expression in scipy / NumPy (docs/tracing.md)",
+    "all": "every subcommand above but dask, overhead, clients, calls and indexing, in turn",
 }
 ORDER = ["kernels", "ablation", "width", "sparsity", "real", "programs", "threads", "memory", "compile", "limit"]
 

@@ -271,6 +271,55 @@ def lower_view(node, ctx, init, dense_out: bool):
     return op.result
 
 
+def lower_gather(node, ctx, init, dense_out: bool):
+    """A ``gather`` node the kernel computes (tracer/gather.py: a dense operand computed in the kernel, at an
+    index argument the planner checked and wrapped into ``[0, n)`` before the kernel): one ``linalg.generic``
+    over the result that reads the index through an affine map (its axes are the result's where NumPy puts
+    them) and the operand by ``tensor.extract`` at the index's value (``arith.index_cast``) on the gathered
+    axis, at ``start + step * i`` or a fixed index on the others."""
+    from mlir import ir
+    from mlir.dialects import arith, linalg, tensor
+
+    from splyce.tracer.gather import result_axes
+
+    (spec,) = node.params
+    arg, index = node.args
+    rank = node.type.ndim
+    axes, at = result_axes(spec, index.type.ndim)
+    dims = [ir.AffineDimExpr.get(d) for d in range(rank)]
+    index_map = ir.AffineMap.get(rank, 0, dims[at:at + index.type.ndim])
+    maps = ir.ArrayAttr.get([ir.AffineMapAttr.get(index_map), ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))])
+    kinds = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * rank)
+    source = ctx.values[arg]
+    op = linalg.GenericOp([init.type], [ctx.values[index]], [init], maps, kinds)
+    element = element_type(node.type.dtype)
+    block = op.regions[0].blocks.append(element_type(index.type.dtype), element)
+    with ir.InsertionPoint(block):
+        index_type = ir.IndexType.get()
+
+        def const(v):
+            return arith.constant(index_type, ir.IntegerAttr.get(index_type, v))
+
+        loops = [linalg.IndexOp(k).result for k in range(rank)]
+        indices = []
+        for entry, k in zip(spec, axes):
+            if entry[0] == "n":
+                continue
+            if entry[0] == "i":
+                indices.append(const(entry[1]))
+            elif entry[0] == "a":
+                indices.append(arith.index_cast(index_type, block.arguments[0]))
+            else:
+                _, start, step, _ = entry
+                position = loops[k] if step == 1 else arith.muli(loops[k], const(step))
+                indices.append(position if start == 0 else arith.addi(position, const(start)))
+        value = tensor.extract(source, indices)
+        if dense_out:
+            value = binary("add", block.arguments[1], value, node.type.dtype)
+        linalg.YieldOp([value])
+    return op.result
+
+
 def lower_argreduce(node, ctx, init):
     """NumPy's argmax / argmin along one axis: one ``linalg.generic`` with two outputs, the running extremum
     (from the identity, an intermediate) and its index (the result). The reduced loop runs in increasing

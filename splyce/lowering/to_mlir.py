@@ -566,8 +566,13 @@ def lower_argreduce(node: Node, ctx: _Context):
     return dense.lower_argreduce(node, ctx, _init_tensor(node, ctx))
 
 
+def lower_gather(node: Node, ctx: _Context):
+    """A gather of a dense value the kernel computes (tracer/gather.py), at an index checked before the kernel."""
+    return dense.lower_gather(node, ctx, _init_tensor(node, ctx), node in ctx.dense_out_args)
+
+
 LOWERINGS = {"contract": lower_contract, "combine": lower_combine, "ewise": lower_ewise, "reduce": lower_reduce,
-             "view": lower_view, "argreduce": lower_argreduce}
+             "view": lower_view, "argreduce": lower_argreduce, "gather": lower_gather}
 
 
 def lower_trace(trace: Trace):

@@ -16,6 +16,7 @@ import numpy as np
 from splyce.native.records import record
 from splyce.planner import cost
 from splyce.planner.before_kernel import host_product, native_product
+from splyce.planner.gathers import Gathered, describe as describe_gather, gather_inputs, host_gather
 from splyce.planner.elementwise import fuse_elementwise, fuse_reductions, propagates_nan
 from splyce.planner.in_place import in_place_results
 from splyce.planner.memory import budget_bytes, format_bytes
@@ -72,6 +73,7 @@ class Plan:
     fusions: tuple[Fusion, ...]
     nnz: tuple[int, ...]       # of the call's arguments (the source trace's inputs)
     derived: tuple[Derived, ...] = ()   # kernel inputs after the arguments: transposes read in place
+    gathered: tuple[Gathered, ...] = ()  # kernel inputs after those: gathers computed before the kernel
     # values of the constants frozen at trace time (tracer/captures.py): the source trace's last inputs
     constants: tuple = ()      # (not compared)
 
@@ -119,6 +121,9 @@ class Plan:
             values = list(values) + list(self.constants)
         if self.derived:
             values = list(values) + [transposed(values[d.source], d.axes, d.type) for d in self.derived]
+        values = list(values) if self.gathered else values
+        for g in self.gathered:           # each reads the values before it (a gather of a gather)
+            values.append(host_gather(g, values))
         if not self.needs_conversion:
             return values
         from splyce.tensors.tensor import asarray
@@ -150,6 +155,9 @@ class Plan:
         for k, d in enumerate(self.derived):
             lines.append(f"  %arg{len(self.source.inputs) + k} = transpose %arg{d.source} "
                          f"(axes {d.axes}: its buffers relabelled) : {d.type}")
+        first = len(self.source.inputs) + len(self.derived)
+        for k, g in enumerate(self.gathered):
+            lines.append("  " + describe_gather(g, first, k))
         for s_index, s in enumerate(self.sources):
             if s.host is not None:
                 subs, operands, scale = s.host
@@ -177,7 +185,7 @@ class Plan:
             operands = ", ".join(names.get(a, "?") for a in step.node.args)
             storage = f" storage=({', '.join(step.storage)})" if any(step.storage) else ""
             kind = "result" if step.result else "intermediate"
-            params = (params_text(step.node) if step.node.op in ("ewise", "reduce")
+            params = (params_text(step.node) if step.node.op in ("ewise", "reduce", "gather")
                       else ", ".join(str(p) for p in step.node.params))
             lines.append(f"  %{k} = {step.node.op}[{params}]({operands}) : {step.node.type}")
             lines.append(f"      // cost ~{step.cost:.3g} steps{storage}; {kind} ~{step.entries:.3g} entries, "
@@ -392,7 +400,9 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
     # a scattered operand's NaN is caught in the results (Kernel.run_exact) only where every op propagates it
     scatter = scatter and all(propagates_nan(n) for n in walk(trace.outputs))
     trace, derived = relabel_inputs(trace)
-    planner = Planner(trace, tuple(nnz) + tuple(nnz[d.source] for d in derived), scatter)
+    all_nnz = tuple(nnz) + tuple(nnz[d.source] for d in derived)
+    trace, gathered, gathered_nnz = gather_inputs(trace, all_nnz)
+    planner = Planner(trace, all_nnz + gathered_nnz, scatter)
     outputs, fusions = planner.fuse()
     outputs, _ = fuse_elementwise(outputs, uses(outputs))
     outputs = _align_intermediate_orders(outputs)
@@ -458,9 +468,11 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
             steps.append(Step(new, storage, planner.node_cost(node), entries, _nbytes(node.type, entries),
                               node in result_nodes))
     planned = Trace(tuple(s.type for s in sources), tuple(mapping[o] for o in outputs))
-    fresh = frozenset(i for i, s in enumerate(sources) if s.host is not None or s.native is not None)
+    first = len(trace.inputs) - len(gathered)   # dense gathers are fresh arrays too (planner/gathers.py)
+    fresh = frozenset(i for i, s in enumerate(sources) if s.host is not None or s.native is not None or (
+        first <= i < len(trace.inputs) and not s.type.is_sparse and gathered[i - first].spec[0][0] != "check"))
     planned = Trace(planned.inputs, planned.outputs, in_place_results(planned, fresh))
-    plan = Plan(source, planned, tuple(sources), tuple(steps), tuple(fusions), tuple(nnz), derived,
+    plan = Plan(source, planned, tuple(sources), tuple(steps), tuple(fusions), tuple(nnz), derived, gathered,
                 constants=tuple(constants))
     check_memory(plan)
     return plan

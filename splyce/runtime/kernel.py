@@ -46,7 +46,7 @@ class Kernel:
             n_indices=2 if lowering.outer_extent is not None else 0)
         self.scatters = plan.scatters    # decided once per compile, read on every call
         # transposed reads, re-stored operands, host products, constants frozen at trace time
-        self._prepares = bool(plan.derived) or plan.needs_conversion or bool(plan.constants)
+        self._prepares = bool(plan.derived) or bool(plan.gathered) or plan.needs_conversion or bool(plan.constants)
         self._input_sparse = tuple(t.is_sparse for t in self.trace.inputs)
         # per dense result: its node, shape, dtype, whether the kernel writes it whole without reading it
         # (lowering's ``overwritten_results``: the caller's buffer is not zeroed) and the kernel input whose
@@ -318,12 +318,16 @@ def _sparse_result(t: TensorType, bufs: list[np.ndarray]):
 
 def _coo_source(node) -> int | None:
     """The input index of the one sparse argument ``node`` is made from by ops that keep a scipy COO a COO
-    (transposes, scalar multiples and divisions, abs / neg / conj / power, a copy), else None. Kernels read
+    (transposes, scalar multiples and divisions, abs / neg / conj / power, a copy, row / column selections),
+    else None. Kernels read
     a COO operand as DCSR; scipy returns ``coo.T``, ``coo * 2.0``, ``abs(coo)`` as COO and a product or sum
     of two operands as CSR."""
     while True:
         if node.op == "input":
             return node.params[0] if node.type.is_sparse else None
+        if node.op == "gather" and node.type.is_sparse:     # scipy's coo_array[idx] is a COO (read as CSR)
+            node = node.args[0]
+            continue
         if len(node.args) != 1 or not node.type.is_sparse or not node.args[0].type.is_sparse:
             return None
         if node.op == "contract":

@@ -284,7 +284,7 @@ def _argument_reads(plan, operands, columns: bool = False) -> tuple[tuple[int, .
         if s.host is not None or s.native is not None:
             return None
         index = s.index if s.converted else k
-        derived = plan.derived[index - n_in] if index >= n_in else None
+        derived = plan.derived[index - n_in] if n_in <= index < n_in + len(plan.derived) else None   # not a gather
         if index < n_args:
             arg, transposed = index, False
         elif derived is not None and derived.axes == (1, 0) and derived.source < n_args:
@@ -323,7 +323,7 @@ class LibraryKernel:
         self._shape = out.shape
         self._build_kernel = build_kernel
         # transposed reads, re-stored operands, constants frozen at trace time (tracer/captures.py)
-        self._prepares = bool(plan.derived) or plan.needs_conversion or bool(plan.constants)
+        self._prepares = bool(plan.derived) or bool(plan.gathered) or plan.needs_conversion or bool(plan.constants)
         self._kernel = None
         self._kernel_lock = threading.Lock()
         self.direct = self._direct() if result_tree is None else None

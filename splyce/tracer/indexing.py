@@ -1,12 +1,12 @@
 """Views of dense traced values: basic indexing (integers, slices, ``None``, ``...``), unit-axis reshapes,
-squeezes and diagonals, as ``view`` nodes.
+squeezes and diagonals, as ``view`` nodes (integer-array indices and sparse operands: tracer/gather.py).
 
 A ``view`` node reads its one dense operand through an affine map: its params are ``(spec,)`` with, per axis
 of the operand, ``("at", i)`` (a fixed index: the axis is dropped) or ``("dim", k, start, step)`` (result
 axis ``k`` reads ``start + step * index``); result axes that no operand axis reads are unit axes (``None``).
 A view of a view composes into one, and a view that reads its operand whole is the operand itself, so
 ``d[:, None]`` squeezed back is ``d`` (the tracer then reads ``a * d[:, None]`` as the row scaling
-``einsum("ij,i->ij", a, d)``). Shapes stay static: a mask, an integer array or a traced index raises.
+``einsum("ij,i->ij", a, d)``). Shapes stay static: a mask or a traced index raises.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numbers
 
 import numpy as np
 
+from splyce.tracer import gather
 from splyce.tracer.base import MAX_RANK, TraceError, Tracer, _node
 from splyce.tracer.ir import Node, TensorType
 
@@ -60,14 +61,15 @@ def dense_node(x, op: str) -> Node:
 
 
 def getitem(x, key) -> Tracer:
-    """NumPy's basic indexing of a dense value."""
-    node = dense_node(x, "index")
+    """NumPy's basic indexing of a dense value; an integer-array index, or any index of a sparse value, is
+    a gather (tracer/gather.py)."""
     key = key if isinstance(key, tuple) else (key,)
+    if _node(x, "index").type.is_sparse:
+        return gather.sparse_gather(x, key)
+    if any(gather.is_array_index(item) for item in key):
+        return gather.dense_gather(x, key)
+    node = dense_node(x, "index")
     for item in key:
-        if isinstance(item, Tracer) or isinstance(item, (np.ndarray, list)):
-            raise TraceError("index: only integers, slices, None and ... index a traced tensor (its shape must "
-                             "be known at trace time); for a mask write where(mask, x, 0), for a gather write "
-                             "a product with a selection matrix")
         if not (item is None or item is Ellipsis or isinstance(item, slice)
                 or (isinstance(item, numbers.Integral) and not isinstance(item, bool))):
             raise TraceError(f"index: unsupported index {item!r} of type {type(item).__name__}")

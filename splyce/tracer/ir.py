@@ -16,6 +16,8 @@ Every operation normalizes to one of these node kinds:
   fourth param when an elementwise expression of its operands was fused in (planner/elementwise.py);
 - ``view``: a dense operand read through an affine map: indexing, unit axes, a diagonal (params: the spec,
   see tracer/indexing.py).
+- ``gather``: an operand read at an integer-array index (``args[1]``) and / or, for a sparse operand, row /
+  column slices (params: the key, see tracer/gather.py).
 
 Nodes are hash-consed (one object per distinct structure), so equality is identity and a trace prints and
 keys in time linear in its distinct nodes.
@@ -67,7 +69,7 @@ class Node:
     tree). Immutable once built."""
 
     __slots__ = ("op", "args", "params", "type", "__weakref__")
-    op: str                       # "input" | "contract" | "combine" | "map" | "ewise" | "reduce" | "view"
+    op: str                       # "input" | "contract" | "combine" | "map" | "ewise" | "reduce" | "view" | "gather"
     args: tuple["Node", ...]
     params: tuple                 # hashable op parameters (see the module docstring)
     type: TensorType
@@ -201,7 +203,26 @@ def params_text(node: "Node") -> str:
         return ewise_text(node.params, node.type.ndim)
     if node.op == "reduce" and len(node.params) > 3:
         return ", ".join(str(p) for p in node.params[:3]) + " of " + expression_text(node.params[3])
+    if node.op == "gather":
+        return key_text(node.params[0])
     return ", ".join(str(p) for p in node.params if p is not None)
+
+
+def key_text(spec: tuple) -> str:
+    """A ``gather`` node's key as NumPy writes it: ``idx, 0:5``, ``2, None, 4:0:-2`` (tracer/gather.py)."""
+    parts = []
+    for entry in spec:
+        if entry[0] == "s":
+            _, start, step, length = entry
+            stop = start + step * length
+            parts.append(f"{start}:{stop if stop >= 0 else ''}" + (f":{step}" if step != 1 else ""))
+        elif entry[0] == "i":
+            parts.append(str(entry[1]))
+        elif entry[0] == "n":
+            parts.append("None")
+        else:
+            parts.append("idx")
+    return ", ".join(parts)
 
 
 def ewise_text(params: tuple, ndim: int) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from splyce.tracer import stacking, statistics
+from splyce.tracer import gather, stacking, statistics
 from splyce.tracer import tracer as T
 from splyce.tracer.base import TraceError, Tracer, _node, scalar_value
 from splyce.tracer.dense_ops import astype, ufunc
@@ -147,6 +147,8 @@ FUNCTIONS = {   # NumPy function -> the traced operation
     np.vstack: lambda tup, dtype=None, casting="same_kind": _no("vstack", dtype=dtype) or stacking.vstack(tup),
     np.column_stack: stacking.column_stack,
     np.copy: lambda a, order="K", subok=False: a if subok else Tracer(_node(a, "copy")),   # never written
+    np.take: lambda a, indices, axis=None, out=None, mode="raise": _no(
+        "take", out=out, mode=None if mode == "raise" else mode) or gather.take(a, indices, axis),
 }
 if hasattr(np, "astype"):
     FUNCTIONS[np.astype] = lambda x, dtype, copy=True, **kw: astype(x, dtype)

@@ -14,7 +14,7 @@ import numbers
 import numpy as np
 
 from splyce.tensors.formats import relabelled
-from splyce.tracer import dense_ops, indexing
+from splyce.tracer import dense_ops, gather, indexing
 from splyce.errors import TraceError  # re-exported: defined once in splyce.errors
 from splyce.tracer.base import (MAX_OPERANDS, MAX_RANK, OUT_FORMATS, Tracer, _axes, _letters, _node,
                                 _scalar_dtype, check_out_format, check_reducible, contract, copy_of,
@@ -499,7 +499,7 @@ def _install(cls) -> None:
         "__xor__": lambda self, other: logical("xor", self, other),
         "__rxor__": lambda self, other: logical("xor", other, self),
         "__invert__": lambda self: logical("not", self),
-        "__getitem__": indexing.getitem,   # __array__, nnz, tocsr, var ...: tracer/surface.py
+        "__getitem__": indexing.getitem, "__setitem__": gather.setitem,   # __array__, nnz, tocsr ...: surface.py
         "__float__": _not_concrete, "__int__": _not_concrete, "__index__": _not_concrete, "item": _not_concrete,
         "__complex__": _not_concrete,
         "sum": lambda self, axis=None, dtype=None, keepdims=False: sum_(self, axis, keepdims=keepdims, dtype=dtype),
