@@ -1,0 +1,178 @@
+"""splyce.patch_scipy() returns scipy's buffers: a differential corpus of scipy chains run with the switch off
+and on, compared on indptr / indices / data byte for byte (stored order included), index dtypes, classes and
+the format flags scipy reports; and a chain summed in stored order afterwards (scanpy's ``S.sum(axis=1)``)
+bit-identical. Canonical and non-canonical operands (duplicates, unsorted columns), both families."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+import splyce
+
+
+@pytest.fixture(autouse=True)
+def _switch_off():
+    splyce.unpatch_scipy()
+    splyce.scipy_patch_stats(reset=True)
+    yield
+    splyce.unpatch_scipy()
+
+
+FAMILIES = {"array": (sps.csr_array, sps.csc_array), "matrix": (sps.csr_matrix, sps.csc_matrix)}
+
+
+def _matrix(shape, fmt, family, dtype, seed, density=0.2, layout="canonical"):
+    """A random CSR / CSC of ``family``; ``layout``: "canonical", "unsorted" (each major slice's entries
+    shuffled) or "duplicates" (some entries split in two, the halves apart in the slice, unsorted)."""
+    rng = np.random.default_rng(seed)
+    m = sps.random_array(shape, density=density, format="coo", rng=rng)
+    values = (m.data * 8 - 4).round(2)
+    if np.dtype(dtype).kind == "i":
+        values = np.where(values == 0, 1, np.round(values * 3))
+    row, col = m.coords
+    if layout == "duplicates":
+        split = rng.random(len(values)) < 0.3
+        half = (values[split] / 2).round(2) if np.dtype(dtype).kind == "f" else np.ones(split.sum())
+        values = np.concatenate([values, half])
+        values[: len(split)][split] -= half
+        row, col = np.concatenate([row, row[split]]), np.concatenate([col, col[split]])
+    major, minor = (row, col) if fmt == "csr" else (col, row)
+    order = np.lexsort((col if fmt == "csr" else row, major))
+    if layout != "canonical":
+        order = np.lexsort((rng.random(len(values)), major))
+    n_major = shape[0] if fmt == "csr" else shape[1]
+    indptr = np.zeros(n_major + 1, dtype=np.int32)
+    np.add.at(indptr, major + 1, 1)
+    indptr = np.cumsum(indptr).astype(np.int32)
+    cls = FAMILIES[family][0 if fmt == "csr" else 1]
+    out = cls((values[order].astype(dtype), minor[order].astype(np.int32), indptr), shape=shape)
+    if layout != "canonical":
+        assert not out.has_canonical_format
+        del out._has_canonical_format        # not cached on the operand: scipy's workers check it themselves
+        out.__dict__.pop("_has_sorted_indices", None)
+    return out
+
+
+def _snapshot(x):
+    if sps.issparse(x):
+        return type(x), x.shape, x.dtype, x.indptr.dtype, x.indptr.tobytes(), x.indices.tobytes(), x.data.tobytes()
+    x = np.asarray(x) if not isinstance(x, np.matrix) else x
+    return type(x), x.shape, x.dtype, np.ascontiguousarray(x).tobytes()
+
+
+def _assert_buffers(ours, ref):
+    assert type(ours) is type(ref), (type(ours), type(ref))
+    if sps.issparse(ref):
+        assert ours.format == ref.format and ours.shape == ref.shape and ours.dtype == ref.dtype
+        assert ours.indptr.dtype == ref.indptr.dtype and ours.indices.dtype == ref.indices.dtype
+        assert ours.indptr.tobytes() == ref.indptr.tobytes()
+        assert ours.indices.tobytes() == ref.indices.tobytes(), "stored order differs"
+        assert ours.data.tobytes() == ref.data.tobytes()
+        assert set(vars(ours)) == set(vars(ref))                # the same flags cached (none)
+        assert ours.has_sorted_indices == ref.has_sorted_indices
+        assert ours.has_canonical_format == ref.has_canonical_format
+    else:
+        assert ours.shape == ref.shape and ours.dtype == ref.dtype
+        assert np.ascontiguousarray(ours).tobytes() == np.ascontiguousarray(ref).tobytes()
+
+
+def _differential(chain, operands, route_small=True):
+    """chain(*operands) off and on: the same buffers, operands untouched; the patched run's stats."""
+    before = [_snapshot(x) for x in operands]
+    ref = chain(*operands)
+    splyce.scipy_patch_stats(reset=True)
+    with splyce.patched_scipy(route_small=route_small):
+        ours = chain(*operands)
+    stats = splyce.scipy_patch_stats(reset=True)
+    _assert_buffers(ours, ref)
+    assert [_snapshot(x) for x in operands] == before
+    return stats
+
+
+def _served(stats, op):
+    return stats.get(op, {}).get("served", 0)
+
+
+# chain name -> (function of (A, B, X), op counted in the stats, shapes A / B, formats A / B)
+CHAINS = {
+    "A @ B": (lambda a, b, x: a @ b, "matmul_sparse", "csr", "csr"),
+    "A @ A.T": (lambda a, b, x: a @ a.T, "matmul_sparse", "csr", "csr"),
+    "A.T @ A": (lambda a, b, x: a.T @ a, "matmul_sparse", "csr", "csr"),
+    "csc @ csc": (lambda a, b, x: a @ b, "matmul_sparse", "csc", "csc"),
+    "csr @ csc": (lambda a, b, x: a @ b, "matmul_sparse", "csr", "csc"),
+    "csc @ csr": (lambda a, b, x: a @ b, "matmul_sparse", "csc", "csr"),
+    "(A @ B).sum(axis=1)": (lambda a, b, x: (a @ b).sum(axis=1), "matmul_sparse", "csr", "csr"),
+    "(A @ B).sum(axis=0)": (lambda a, b, x: (a @ b).sum(axis=0), "matmul_sparse", "csr", "csr"),
+    "(A @ A.T).sum()": (lambda a, b, x: (a @ a.T).sum(), "matmul_sparse", "csr", "csr"),
+    "(A @ B).T": (lambda a, b, x: (a @ b).T, "matmul_sparse", "csr", "csr"),
+    "(A @ B) @ X": (lambda a, b, x: (a @ b) @ x, "matmul_sparse", "csr", "csr"),
+    "A + B": (lambda a, b, x: a + b.T, "add", "csr", "csr"),
+    "A - B": (lambda a, b, x: a - b.T, "subtract", "csr", "csr"),
+    "csc - csr": (lambda a, b, x: a - b.T, "subtract", "csc", "csr"),
+    "A.multiply(B)": (lambda a, b, x: a.multiply(b.T), "multiply", "csr", "csr"),
+    "csc.multiply(csc)": (lambda a, b, x: a.multiply(b.T), "multiply", "csc", "csc"),
+    "(A + B).sum(axis=1)": (lambda a, b, x: (a + b.T).sum(axis=1), "add", "csr", "csr"),
+    "A @ X": (lambda a, b, x: a @ x, "matmul_dense", "csr", "csr"),
+    "csc @ X": (lambda a, b, x: a @ x, "matmul_dense", "csc", "csr"),
+}
+
+SHAPE_A, SHAPE_B = (40, 50), (50, 40)
+
+
+def _operands(family, dtype, dtype_b, layout, fa, fb, seed=0):
+    a = _matrix(SHAPE_A, fa, family, dtype, seed, layout=layout)
+    b = _matrix(SHAPE_B, fb, family, dtype_b, seed + 1, layout=layout)
+    x = np.random.default_rng(seed + 2).random((SHAPE_A[1], 6)).round(3).astype(dtype_b)
+    return a, b, x
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32])
+@pytest.mark.parametrize("chain", CHAINS)
+def test_chains_same_buffers_canonical(family, dtype, chain):
+    fn, op, fa, fb = CHAINS[chain]
+    stats = _differential(fn, _operands(family, dtype, dtype, "canonical", fa, fb))
+    assert _served(stats, op) >= 1, stats
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("layout", ["unsorted", "duplicates"])
+@pytest.mark.parametrize("chain", CHAINS)
+def test_chains_same_buffers_non_canonical(family, layout, chain):
+    fn, op, fa, fb = CHAINS[chain]
+    _differential(fn, _operands(family, np.float64, np.float64, layout, fa, fb))
+
+
+MIXED = [(np.float64, np.float32), (np.float32, np.float64), (np.int64, np.float64), (np.int32, np.int64),
+         (np.float32, np.int32)]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("dtypes", MIXED, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("chain", ["A @ B", "A + B", "A - B", "csc - csr", "A.multiply(B)", "A @ X", "csc @ X"])
+def test_chains_same_buffers_mixed_dtypes(family, dtypes, chain):
+    fn, op, fa, fb = CHAINS[chain]
+    stats = _differential(fn, _operands(family, *dtypes, "canonical", fa, fb))
+    assert _served(stats, op) >= 1, stats
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_scanpy_chain_product_then_row_sums_bit_identical(family):
+    """A cells x genes matrix, its cell-cell product at served size (the thresholds in force), then row sums:
+    summed in stored order, so the patched run reproduces the unpatched one only if the order is scipy's."""
+    x = _matrix((1000, 2000), "csr", family, np.float64, 11, density=0.01)
+    x.data = np.log1p(np.abs(x.data))
+
+    def chain(x):
+        s = x @ x.T
+        return np.asarray(s.sum(axis=1)).ravel(), s
+
+    ref_sums, ref = chain(x)
+    with splyce.patched_scipy():
+        ours_sums, ours = chain(x)
+    assert splyce.scipy_patch_stats()["matmul_sparse"]["served"] == 1
+    assert not ref.has_sorted_indices            # scipy's product is not sorted: the test can tell the order
+    assert ours_sums.tobytes() == ref_sums.tobytes()
+    _assert_buffers(ours, ref)
