@@ -107,7 +107,7 @@ CHAINS = {
     "(A @ B).sum(axis=0)": (lambda a, b, x: (a @ b).sum(axis=0), "matmul_sparse", "csr", "csr"),
     "(A @ A.T).sum()": (lambda a, b, x: (a @ a.T).sum(), "matmul_sparse", "csr", "csr"),
     "(A @ B).T": (lambda a, b, x: (a @ b).T, "matmul_sparse", "csr", "csr"),
-    "(A @ B) @ X": (lambda a, b, x: (a @ b) @ x, "matmul_sparse", "csr", "csr"),
+    "(A @ B) @ X": (lambda a, b, x: (a @ b) @ x[: SHAPE_A[0]], "matmul_sparse", "csr", "csr"),
     "A + B": (lambda a, b, x: a + b.T, "add", "csr", "csr"),
     "A - B": (lambda a, b, x: a - b.T, "subtract", "csr", "csr"),
     "csc - csr": (lambda a, b, x: a - b.T, "subtract", "csc", "csr"),
@@ -128,13 +128,24 @@ def _operands(family, dtype, dtype_b, layout, fa, fb, seed=0):
     return a, b, x
 
 
+# CSC @ dense stays scipy's (its csc_matvecs beat the drop-in's CSR conversion plus SpMM: docs/scipy_patch.md)
+PASSED_THROUGH = {"csc @ X": "format"}
+
+
+def _check_route(stats, chain, op):
+    if chain in PASSED_THROUGH:
+        assert stats[op] == {"served": 0, "fallback": {PASSED_THROUGH[chain]: 1}}, stats
+    else:
+        assert _served(stats, op) >= 1, stats
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32])
 @pytest.mark.parametrize("chain", CHAINS)
 def test_chains_same_buffers_canonical(family, dtype, chain):
     fn, op, fa, fb = CHAINS[chain]
     stats = _differential(fn, _operands(family, dtype, dtype, "canonical", fa, fb))
-    assert _served(stats, op) >= 1, stats
+    _check_route(stats, chain, op)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -150,12 +161,12 @@ MIXED = [(np.float64, np.float32), (np.float32, np.float64), (np.int64, np.float
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("dtypes", MIXED, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtypes", MIXED, ids=lambda d: "-".join(np.dtype(t).name for t in d))
 @pytest.mark.parametrize("chain", ["A @ B", "A + B", "A - B", "csc - csr", "A.multiply(B)", "A @ X", "csc @ X"])
 def test_chains_same_buffers_mixed_dtypes(family, dtypes, chain):
     fn, op, fa, fb = CHAINS[chain]
     stats = _differential(fn, _operands(family, *dtypes, "canonical", fa, fb))
-    assert _served(stats, op) >= 1, stats
+    _check_route(stats, chain, op)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -173,6 +184,6 @@ def test_scanpy_chain_product_then_row_sums_bit_identical(family):
     with splyce.patched_scipy():
         ours_sums, ours = chain(x)
     assert splyce.scipy_patch_stats()["matmul_sparse"]["served"] == 1
-    assert not ref.has_sorted_indices            # scipy's product is not sorted: the test can tell the order
     assert ours_sums.tobytes() == ref_sums.tobytes()
     _assert_buffers(ours, ref)
+    assert not ref.has_sorted_indices            # scipy's product is not sorted: the test can tell the order

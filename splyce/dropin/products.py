@@ -51,7 +51,17 @@ def matmul(a, b, *, out_format=None, threads=1):
     return out
 
 
-def _matmul(a, b, out_format, threads: int):
+def matmul_in_scipy_order(a, b):
+    """``a @ b`` for two scipy CSR, or two CSC, sparse operands (canonical, one value dtype: what
+    ``patch_scipy()`` serves) with the buffers scipy's own product writes: each row's (a CSC's column's) entries
+    in the order of scipy's csr_matmat (the reverse of first appearance, native spgemm's ``scipy_order``), not
+    sorted; a CSC product computed as scipy computes it, ``(B.T @ A.T).T`` on the same buffers. One thread."""
+    if _csc_first(a, b):
+        return _matmul(b.T, a.T, None, 1, scipy_order=True).T
+    return _matmul(a, b, None, 1, scipy_order=True)
+
+
+def _matmul(a, b, out_format, threads: int, scipy_order: bool = False):
     ia, ib = OperandInfo.of(a), OperandInfo.of(b)
     formulation = choose_matmul_formulation(ia, ib, out_format)
     if formulation is Formulation.NUMPY:
@@ -105,7 +115,7 @@ def _matmul(a, b, out_format, threads: int):
         return _dense_out(kernel(A, np.ascontiguousarray(b)), family, want_sparse)
     B = convert(b, CSR, "b")
     if formulation is Formulation.GUSTAVSON_SPARSE:
-        return _spgemm(A.tensor, B.tensor, family, threads)
+        return _spgemm(A.tensor, B.tensor, family, threads, scipy_order)
     if formulation is Formulation.SPARSIFIER and want_sparse:
         return _wrap_sparse(_kernel("matmul", _mm, "sparse", threads)(A, B), family)
     m, n = sa[0], sb[1]
@@ -375,19 +385,21 @@ def _spmv_entry(dtype: np.dtype, idx: np.dtype, variant):
         return native_spmv._spmm_objects(dtype, bits, bits, variant)
 
 
-def _spgemm(A: SparseTensor, B: SparseTensor, family: str, threads: int):
-    """CSR x CSR -> CSR in O(flops) (native sparse accumulator); values in the operands' common dtype."""
+def _spgemm(A: SparseTensor, B: SparseTensor, family: str, threads: int, scipy_order: bool = False):
+    """CSR x CSR -> CSR in O(flops) (native sparse accumulator); values in the operands' common dtype; each row's
+    columns in any order (the kernel expected faster), or with ``scipy_order`` in scipy's."""
     from splyce.native import spgemm as native_spgemm
 
     dtype = np.result_type(A.dtype, B.dtype)
     parts = [(t.values.astype(dtype, copy=False), t.crd[1], t.pos[1]) for t in (A, B)]
-    # rows in any order, as scipy's product: the kernel per call, the jit's rule (native spgemm.unordered_kernel)
-    product = native_spgemm.spgemm(parts[0], parts[1], B.shape[1], dtype, threads, sort=None)
+    # rows in any order: the kernel per call, the jit's rule (native spgemm.unordered_kernel); or scipy's order
+    product = native_spgemm.spgemm(parts[0], parts[1], B.shape[1], dtype, threads,
+                                   sort=False if scipy_order else None, scipy_order=scipy_order)
     global last_spgemm_work, last_spgemm_kernel
     last_spgemm_work, last_spgemm_kernel = product.work, product.kernel
     import scipy.sparse as sps
 
-    # columns in order of first appearance (as scipy's product: not sorted), or sorted by the flags kernel
+    # columns in order of first appearance, scipy's order (its reverse), or sorted by the flags kernel
     out = scipy_out.csr(sps.csr_array, product.data, product.indices, product.indptr, (A.shape[0], B.shape[1]),
                         product.sorted)
     return _wrap_sparse(out, family)

@@ -96,18 +96,19 @@ def _bits(arr: np.ndarray) -> int:
 
 @functools.cache
 def _product(dense: bool, value: np.dtype, pa: int, ca: int, pb: int, cb: int, co: int, keep_zeros: bool = False,
-             sort: str | None = None):
+             sort: str | None = None, scipy_order: bool = False):
     from splyce.native.codegen import compile_host_helpers
 
     t, mul, add = _VALUE[value]
     kind = f"sorted_{sort}" if sort else "dense" if dense else "sparse"
-    name = f"splyce_spgemm_{kind}_{t}_{pa}_{ca}_{pb}_{cb}_{co}" + ("_keep" if keep_zeros else "")
+    name = f"splyce_spgemm_{kind}_{t}_{pa}_{ca}_{pb}_{cb}_{co}" + ("_keep" if keep_zeros else "") \
+        + ("_scipy" if scipy_order else "")
     indices = spgemm_ir.index_fields(pa, ca, pb, cb, co)
     if sort:            # the sparsifier's result: every position kept, rows sorted (spgemm_sorted.py)
         text = spgemm_sorted.rows_ir(dict(name=name, t=t, mul=mul, add=add, **indices), sort, keep_zeros=keep_zeros) \
             + spgemm_ir.backward_ir(name, t, indices)
     else:
-        text = spgemm_ir.product_ir(name, dense, t, mul, add, keep_zeros, indices)
+        text = spgemm_ir.product_ir(name, dense, t, mul, add, keep_zeros, indices, scipy_order)
     fns = compile_host_helpers(text, {name: _PRODUCT_SIG, f"{name}_backward": _BACKWARD_SIG})
     return fns[name], fns[f"{name}_backward"]
 
@@ -290,7 +291,7 @@ def _copy_tasks(counts, offsets, threads: int):
 
 
 def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = False,
-           sort: bool | None = False) -> Product:
+           sort: bool | None = False, scipy_order: bool = False) -> Product:
     """``A @ B`` for CSR parts ``a = (data, indices, indptr)`` and ``b`` (index arrays int32 or int64, any
     widths; values of ``dtype``, C-contiguous, already validated: in-range columns, monotone positions).
     The result's indices are int32 when the column count and entry count fit, else int64. ``keep_zeros``:
@@ -298,9 +299,13 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = 
     (with ``keep_zeros``): the sparsifier's result exactly: columns ascending in each row, each sum started
     from +0.0 (spgemm_sorted.py); None: the same values as ``sort=False``, each row's columns in any order, the
     kernel chosen per call (:func:`unordered_kernel`; ``Product.sorted`` says which order came; without
-    ``keep_zeros`` the flags kernel drops zero sums as scipy does, the drop-in's product)."""
+    ``keep_zeros`` the flags kernel drops zero sums as scipy does, the drop-in's product). ``scipy_order``
+    (with ``sort=False``): each row's columns in the order scipy's csr_matmat writes them, the reverse of
+    first appearance (the same kernel, each row reversed at its end): scipy's buffers exactly."""
     if sort and not keep_zeros:
         raise ValueError(f"spgemm: sort={sort} is the sparsifier's result and needs keep_zeros=True")
+    if scipy_order and sort is not False:
+        raise ValueError(f"spgemm: scipy_order=True is one order and needs sort=False, got sort={sort}")
     av, ac, ap = a
     bv, bc, bp = b
     dtype = np.dtype(dtype)
@@ -322,7 +327,7 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = 
     label = sort or ("dense" if dense else "sparse")
     with _lock:
         kernel, backward = _product(dense, dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc),
-                                    col_dtype.itemsize * 8, keep_zeros, sort)
+                                    col_dtype.itemsize * 8, keep_zeros, sort, scipy_order)
     ranges = chunks(prefix, threads)
     if workers is not None and len(ranges) == 2:
         return _meeting_halves(kernel, backward, a, b, n, dtype, col_dtype, dense, prefix, ranges, workers, sort)

@@ -159,9 +159,24 @@ def _pair(a, b, min_nnz: int, same_class: bool = False):
     why = _operand(b, True)
     if why is not None:
         return why, b
-    if a.data.dtype != b.data.dtype:
+    if a.data.dtype != b.data.dtype and np.dtype(_sputils.upcast(a.data.dtype, b.data.dtype)) not in _VALUES:
         return "mixed-dtype", b
     return None, b
+
+
+def _common(a, b):
+    """``a`` and ``b`` with values of one dtype, scipy's ``upcast`` of theirs, as its workers compute (sparsetools
+    casts both value arrays to the result's type before it adds or multiplies): the other's values cast (a
+    copy of ``data`` only, the index arrays shared), else the operands themselves."""
+    da, db = a.data.dtype, b.data.dtype
+    if da == db:
+        return a, b
+    target = np.dtype(_sputils.upcast(da, db))
+    if da != target:
+        a = a._with_data(a.data.astype(target), copy=False)
+    if db != target:
+        b = b._with_data(b.data.astype(target), copy=False)
+    return a, b
 
 
 # -- results --------------------------------------------------------------------------------------------------
@@ -212,9 +227,13 @@ def _dropin(name: str):
     global _dropins
     if _dropins is None:
         import splyce
+        from splyce.dropin.products import matmul_in_scipy_order
 
-        _dropins = {"matmul": splyce.matmul, "add": splyce.add, "subtract": splyce.subtract,
-                    "multiply": splyce.multiply}
+        # sparse @ sparse in scipy's stored order (its csr_matmat's, not sorted): the drop-in's own product may
+        # give each row's columns in another order (whichever kernel is faster), which changes every later sum
+        # taken in stored order (``S.sum(axis=1)``) in the last bits
+        _dropins = {"matmul": matmul_in_scipy_order, "spmm": splyce.matmul, "add": splyce.add,
+                    "subtract": splyce.subtract, "multiply": splyce.multiply}
     return _dropins[name]
 
 
@@ -226,7 +245,7 @@ def _matmul_sparse_hook(original):
         if why is not None:
             _count("matmul_sparse", why)
             return original(self, other)
-        out = _run(_dropin("matmul"), self, other)
+        out = _run(_dropin("matmul"), *_common(self, other))
         if out.nnz == 0:
             # scipy gives an empty product its own layout (an empty matrix, or unpruned arrays after
             # cancellation): its worker on a product with nothing to compute is cheap
@@ -248,14 +267,21 @@ def _matmul_multivector_hook(original):
         if why is None:
             if type(other) is not np.ndarray or other.ndim != 2:
                 why = "dense-operand"
-            elif other.dtype != self.data.dtype:
+            elif other.dtype != self.data.dtype and (
+                    other.dtype not in _VALUES
+                    or np.dtype(_sputils.upcast_char(self.data.dtype.char, other.dtype.char)) not in _VALUES):
                 why = "mixed-dtype"
             elif len(self.data) * other.shape[1] < _min["spmm"]:
                 why = "small"
         if why is not None:
             _count("matmul_dense", why)
             return original(self, other)
-        out = _run(_dropin("matmul"), self, other)
+        a = self
+        if other.dtype != self.data.dtype:      # both cast to scipy's result type first, as csr_matvecs does
+            target = np.dtype(_sputils.upcast_char(self.data.dtype.char, other.dtype.char))
+            a = self if self.data.dtype == target else self._with_data(self.data.astype(target), copy=False)
+            other = other.astype(target)
+        out = _run(_dropin("spmm"), a, other)
         _count("matmul_dense", "served")
         return out
     return _matmul_multivector
@@ -278,7 +304,7 @@ def _binop_hook(op: str, name: str):
             if why is not None:
                 _count(op, why)
                 return original(self, other)
-            out = _run(_dropin(op), self, other)
+            out = _run(_dropin(op), *_common(self, other))
             _count(op, "served")
             return _as_scipy_result(self, out, (self.indptr, self.indices, other.indptr, other.indices),
                                     len(self.data) + len(other.data))
