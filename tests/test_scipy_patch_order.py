@@ -152,8 +152,14 @@ def test_chains_same_buffers_canonical(family, dtype, chain):
 @pytest.mark.parametrize("layout", ["unsorted", "duplicates"])
 @pytest.mark.parametrize("chain", CHAINS)
 def test_chains_same_buffers_non_canonical(family, layout, chain):
+    """Products read the operands as they are (scipy's csr_matmat sums duplicates and unsorted rows in stored
+    order, and so does the served kernel); merges of non-canonical operands stay scipy's (its general path)."""
     fn, op, fa, fb = CHAINS[chain]
-    _differential(fn, _operands(family, np.float64, np.float64, layout, fa, fb))
+    stats = _differential(fn, _operands(family, np.float64, np.float64, layout, fa, fb))
+    if op.startswith("matmul"):
+        _check_route(stats, chain, op)
+    else:
+        assert stats[op] == {"served": 0, "fallback": {"non-canonical": 1}}, stats
 
 
 MIXED = [(np.float64, np.float32), (np.float32, np.float64), (np.int64, np.float64), (np.int32, np.int64),
@@ -187,3 +193,60 @@ def test_scanpy_chain_product_then_row_sums_bit_identical(family):
     assert ours_sums.tobytes() == ref_sums.tobytes()
     _assert_buffers(ours, ref)
     assert not ref.has_sorted_indices            # scipy's product is not sorted: the test can tell the order
+
+
+def _scipy_buffers(a, b):
+    ref = a @ b
+    return ref.indptr.tobytes(), ref.indices.tobytes(), ref.data.tobytes()
+
+
+@pytest.mark.parametrize("accumulator", ["sparse", "dense"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_native_spgemm_scipy_order_is_csr_matmats(accumulator, dtype, threads, monkeypatch):
+    """native spgemm(scipy_order=True): both accumulators, split across threads, int64 indices, sums cancelling
+    to zero (dropped), NaN kept, non-canonical operands: scipy's csr_matmat's buffers byte for byte."""
+    from splyce.native import ir_text, spgemm
+
+    monkeypatch.setattr(spgemm, "DENSE_ROW_ENTRIES", 1 if accumulator == "dense" else 10**9)
+    monkeypatch.setattr(ir_text, "MIN_CHUNK", 64)          # small products split across threads too
+    for seed, layout in enumerate(["canonical", "unsorted", "duplicates"]):
+        a = _matrix((300, 200), "csr", "array", dtype, seed, density=0.05, layout=layout)
+        b = _matrix((200, 250), "csr", "array", dtype, seed + 7, density=0.05, layout=layout)
+        b.data[::5] = -b.data[::5]                          # cancellations
+        if np.dtype(dtype).kind == "f":
+            a.data[3] = np.nan
+        for index in (np.int32, np.int64):
+            pa = (a.data, a.indices.astype(index), a.indptr.astype(index))
+            pb = (b.data, b.indices.astype(index), b.indptr.astype(index))
+            p = spgemm.spgemm(pa, pb, b.shape[1], dtype, threads, sort=False, scipy_order=True)
+            assert p.kernel == accumulator
+            ours = (p.indptr.astype(np.int32).tobytes(), p.indices.astype(np.int32).tobytes(), p.data.tobytes())
+            assert ours == _scipy_buffers(a, b), (layout, index)
+
+
+def test_native_spgemm_scipy_order_needs_sort_false():
+    from splyce.native import spgemm
+
+    a = sps.csr_array(np.eye(3))
+    parts = (a.data, a.indices, a.indptr)
+    with pytest.raises(ValueError, match="scipy_order=True is one order and needs sort=False"):
+        spgemm.spgemm(parts, parts, 3, np.float64, sort=None, scipy_order=True)
+
+
+def test_matmul_in_scipy_order_refuses_malformed_operands():
+    from splyce.dropin.products import matmul_in_scipy_order
+
+    good = sps.csr_array(np.eye(3))
+    bad_index = sps.csr_array((np.ones(2), np.array([0, 5], dtype=np.int32), np.array([0, 1, 2, 2], dtype=np.int32)),
+                              shape=(3, 3))
+    with pytest.raises(ValueError, match="b has a column index outside"):
+        matmul_in_scipy_order(good, bad_index)
+    bad_ptr = sps.csr_array(np.eye(3))
+    bad_ptr.indptr = np.array([0, 2, 1, 3], dtype=np.int32)
+    with pytest.raises(ValueError, match="a's indptr must start at 0, never decrease"):
+        matmul_in_scipy_order(bad_ptr, good)
+    with pytest.raises(ValueError, match="one value dtype expected"):
+        matmul_in_scipy_order(good, good.astype(np.float32))
+    with pytest.raises(ValueError, match="not aligned"):
+        matmul_in_scipy_order(good, sps.csr_array(np.ones((4, 2))))

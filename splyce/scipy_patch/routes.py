@@ -140,13 +140,14 @@ def _operand(x, canonical: bool):
     return None
 
 
-def _pair(a, b, min_nnz: int, same_class: bool = False):
+def _pair(a, b, min_nnz: int, same_class: bool = False, canonical: bool = True):
     """``(why, b)``: why is None if ``a op b`` (both sparse, same shape) is served, else the reason it is not;
     ``b`` is converted to ``a``'s class first, as scipy's worker does, unless splyce reads it as it is (a CSR
-    or CSC of ``a``'s family; ``same_class``: only one of ``a``'s class, as scipy's product converts)."""
+    or CSC of ``a``'s family; ``same_class``: only one of ``a``'s class, as scipy's product converts).
+    ``canonical``: both operands must be in canonical form (the merges; a product reads them as they are)."""
     if not _kinds:
         _load()
-    why = _operand(a, True)
+    why = _operand(a, canonical)
     if why is not None:
         return why, b
     if len(b.shape) != 2:
@@ -156,7 +157,7 @@ def _pair(a, b, min_nnz: int, same_class: bool = False):
     kind_b = _kinds.get(type(b))
     if type(b) is not type(a) and (same_class or kind_b is None or kind_b[0] != _kinds[type(a)][0]):
         b = a.__class__(b)          # scipy's own conversion, the first step of its worker too
-    why = _operand(b, True)
+    why = _operand(b, canonical)
     if why is not None:
         return why, b
     if a.data.dtype != b.data.dtype and np.dtype(_sputils.upcast(a.data.dtype, b.data.dtype)) not in _VALUES:
@@ -241,7 +242,8 @@ def _matmul_sparse_hook(original):
     def _matmul_sparse(self, other):
         if getattr(_local, "busy", False):
             return original(self, other)
-        why, other = _pair(self, other, _min["matmul"], same_class=True)
+        # any stored order, duplicates too: the product reads both as scipy's csr_matmat does
+        why, other = _pair(self, other, _min["matmul"], same_class=True, canonical=False)
         if why is not None:
             _count("matmul_sparse", why)
             return original(self, other)
