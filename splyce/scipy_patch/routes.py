@@ -14,16 +14,19 @@ scipy worker                        reached from                                
 ``_multiply_2d_with_broadcasting``  ``A.multiply(B)``, sparray ``A * B``               ``splyce.multiply``
 ==================================  =================================================  ====================
 
-A call is served only when it is exactly a case splyce accelerates and matches scipy on: ``self`` a CSR / CSC
-array or matrix, the other operand one of its family or converted to ``self``'s class first as scipy's worker
-converts it, 2-D, one value dtype among float64 / float32 / int64 / int32 (native byte order), int32 / int64
-index arrays of exact length, sparse operands in canonical form (sorted, no duplicates: scipy sums in stored
-order, splyce canonicalises first), and at least the measured break-even size. Anything else (bool, complex,
-float128, narrow integers, mixed dtypes, a BSR ``self``, 1-D arrays, broadcasting, dense operands of ``+`` /
-``-`` / ``multiply``, CSC @ dense, sparse @ vector) runs scipy's original worker, counted by reason in
-``stats()``.
+A call is served only when it is exactly a case splyce accelerates and matches scipy on, buffers included:
+``self`` a CSR / CSC array or matrix, the other operand one of its family or converted to ``self``'s class first
+as scipy's worker converts it, 2-D, value dtypes among float64 / float32 / int64 / int32 (native byte order;
+two different ones are both cast to scipy's ``upcast`` first, as sparsetools casts them), int32 / int64 index
+arrays of exact length, the operands of a merge (``+``, ``-``, ``multiply``) in canonical form (scipy's general
+merge of unsorted rows writes its own order: left to it; a product reads any stored order as scipy's does), and
+at least the measured break-even size. Anything else (bool, complex, float128, narrow integers, a BSR
+``self``, 1-D arrays, broadcasting, dense operands of ``+`` / ``-`` / ``multiply``, CSC @ dense, sparse @
+vector) runs scipy's original worker, counted by reason in ``stats()``.
 Served results are made what scipy's would be: the class of ``self``, scipy's index dtype (its own
-``_get_index_dtype`` policy, so test suites that monkeypatch it still see theirs), no cached format flags.
+``_get_index_dtype`` policy, so test suites that monkeypatch it still see theirs), no cached format flags, and
+scipy's stored order (a product's rows as scipy's csr_matmat writes them: ``matmul_in_scipy_order``; a merge of
+canonical operands sorted, as scipy's canonical merge writes it).
 
 While a thread runs a drop-in, scipy calls on that thread go straight to the originals (the drop-ins convert
 and build scipy objects themselves): a thread-local flag, so other threads keep being served.
@@ -48,8 +51,11 @@ import numpy as np
 #   4-6 us there, the hook and the drop-in's call ~2.5 us more), 1.09x at 16,000, 1.23-1.54x at 8,000 and
 #   32,000 with 2 and 8 columns, 1.4-1.9x beyond: served from SPMM_MIN_WORK.
 # Not hooked at all (no gain measured): CSR @ vector (scipy's csr_matvec and splyce's SpMV are both
-# memory-bound, 0.98-1.04x from 200 to 10^6 entries), vector @ CSR and CSC @ dense (scipy's csc_matvec:
-# splyce's dense-times-CSR kernel measured 0.5-0.8x).
+# memory-bound, 0.98-1.04x from 200 to 10^6 entries), vector @ CSR (scipy's csc_matvec: splyce's
+# dense-times-CSR kernel measured 0.5-0.8x). CSC @ dense reaches the SpMM hook and goes back to scipy
+# ("format"): the drop-in (a CSR conversion, then SpMM; the same bits) measured 0.08-0.64x of scipy's
+# csc_matvecs with 2-8 columns (n = 2,000-100,000, 5 entries per row), 1.3x only with 32 columns
+# (2026-12-07, same VM, load average ~10, fastest of 5 x 3 interleaved calls).
 ELEMENTWISE_MIN_NNZ = 128
 MATMUL_MIN_NNZ = 4096
 SPMM_MIN_WORK = 16384
