@@ -209,6 +209,8 @@ def test_native_spgemm_scipy_order_is_csr_matmats(accumulator, dtype, threads, m
     from splyce.native import ir_text, spgemm
 
     monkeypatch.setattr(spgemm, "DENSE_ROW_ENTRIES", 1 if accumulator == "dense" else 10**9)
+    monkeypatch.setattr(spgemm, "FLAGS_COMPRESSION", 0.0 if accumulator == "dense" else float("inf"))
+    monkeypatch.setattr(spgemm, "SAMPLE_MIN_FLOPS", 1)
     monkeypatch.setattr(ir_text, "MIN_CHUNK", 64)          # small products split across threads too
     for seed, layout in enumerate(["canonical", "unsorted", "duplicates"]):
         a = _matrix((300, 200), "csr", "array", dtype, seed, density=0.05, layout=layout)
@@ -223,6 +225,25 @@ def test_native_spgemm_scipy_order_is_csr_matmats(accumulator, dtype, threads, m
             assert p.kernel == accumulator
             ours = (p.indptr.astype(np.int32).tobytes(), p.indices.astype(np.int32).tobytes(), p.data.tobytes())
             assert ours == _scipy_buffers(a, b), (layout, index)
+
+
+def test_native_spgemm_scipy_order_takes_the_dense_accumulator_where_any_order_takes_flags(monkeypatch):
+    """Products of many terms an entry: the rows-in-any-order rule's flags kernel (sorted rows), scipy's order the
+    dense accumulator (branch-free too) even beyond DENSE_COLUMNS; about one term an entry: sparse."""
+    from splyce.native import spgemm
+
+    monkeypatch.setattr(spgemm, "DENSE_COLUMNS", 16)
+    monkeypatch.setattr(spgemm, "SAMPLE_MIN_FLOPS", 1)
+    rng = np.random.default_rng(5)
+    dense_ish = sps.random_array((400, 400), density=0.2, format="csr", rng=rng)      # ~80 terms an entry
+    diagonal = sps.csr_array(sps.diags_array(rng.random(400) + 1).tocsr())               # one term an entry
+    for a, kernels in ((dense_ish, ("flags", "dense")), (diagonal, ("sparse", "sparse"))):
+        parts = (a.data, a.indices, a.indptr)
+        assert spgemm.spgemm(parts, parts, 400, np.float64, sort=None).kernel == kernels[0]
+        p = spgemm.spgemm(parts, parts, 400, np.float64, sort=False, scipy_order=True)
+        assert p.kernel == kernels[1]
+        ref = a @ a
+        assert (p.indices.tobytes(), p.data.tobytes()) == (ref.indices.tobytes(), ref.data.tobytes())
 
 
 def test_native_spgemm_scipy_order_needs_sort_false():

@@ -326,6 +326,12 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = 
     elif sort:                              # which sorted kernel: by B's columns (spgemm_sorted.kind_for)
         sort = spgemm_sorted.kind_for(bc, flops, m)
     dense = not sort and n <= DENSE_COLUMNS and int(ap[-1]) - int(ap[0]) >= DENSE_ROW_ENTRIES * m > 0
+    if scipy_order and not dense:
+        # where the rows-in-any-order rule takes the flags kernel (many terms an entry, B's columns not runs: the
+        # sparse accumulator's branch mispredicts), scipy's order takes the dense one, also branch-free, whatever
+        # the column count: R-MAT s13 695 vs 1,686 ms sparse (flags, sorted: 904), blockdiag-1500 451 vs 740,
+        # fem2d-250k 362 vs 439 (fastest of 5-7, 2026-12-07); ba-100k (about one term an entry) stays sparse
+        dense = unordered_kernel(ap, ac, bp, bc, n, prefix) == "flags"
     label = sort or ("dense" if dense else "sparse")
     with _lock:
         kernel, backward = _product(dense, dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc),
