@@ -271,3 +271,15 @@ def test_matmul_in_scipy_order_refuses_malformed_operands():
         matmul_in_scipy_order(good, good.astype(np.float32))
     with pytest.raises(ValueError, match="not aligned"):
         matmul_in_scipy_order(good, sps.csr_array(np.ones((4, 2))))
+
+
+def test_strided_buffers_go_to_scipy():
+    """Index or value arrays that are strided views (scipy accepts them) are left to scipy ("layout"), as the
+    served kernels read buffers as they are."""
+    a = _matrix((100, 100), "csr", "array", np.float64, 3, density=0.5)
+    wide = np.empty(2 * a.nnz, dtype=a.indices.dtype)
+    wide[::2] = a.indices
+    b = sps.csr_array((a.data, a.indices, a.indptr), shape=a.shape)
+    b.indices = wide[::2]
+    stats = _differential(lambda b: b @ b, [b])
+    assert stats["matmul_sparse"] == {"served": 0, "fallback": {"layout": 1}}, stats

@@ -126,6 +126,8 @@ def _operand(x, canonical: bool):
     data, indices, indptr = x.data, x.indices, x.indptr
     if type(data) is not np.ndarray or type(indices) is not np.ndarray or type(indptr) is not np.ndarray:
         return "layout"
+    if not (data.flags.c_contiguous and indices.flags.c_contiguous and indptr.flags.c_contiguous):
+        return "layout"             # the kernels read the buffers as they are
     if data.dtype not in _VALUES:
         return "dtype"
     if indices.dtype not in _INDEX or indptr.dtype != indices.dtype:
