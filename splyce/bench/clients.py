@@ -8,8 +8,8 @@ Client workloads (the code is the library's own, unchanged; the switch is the on
   matvec that the switch leaves to scipy).
 * ``tfidf``: ``TfidfVectorizer(max_df=0.05).fit_transform`` of a generated Zipf-distributed corpus, then
   ``cosine_similarity(X, dense_output=False)`` (``X @ X.T``: SpGEMM) timed apart (tokenising is pure Python):
-  on X as scikit-learn returns it (columns unsorted within rows: the switch leaves the product to scipy, whose
-  sums follow the stored order) and on X after ``X.sort_indices()`` (served).
+  on X as scikit-learn returns it (columns unsorted within rows: the served product reads them in stored order,
+  as scipy's does) and on X after ``X.sort_indices()``.
 * ``knn-union``: scanpy's / UMAP's fuzzy union of a kNN connectivity graph, ``W + W.T - W.multiply(W.T)``.
 * ``knn-spgemm``: ``C @ C.T`` of the symmetric connectivities (two-hop neighbourhoods, as PAGA-style
   graph code multiplies them).
@@ -22,7 +22,8 @@ and ``route_small=True`` (served even below the thresholds), to show where splyc
 Timing: the switch is set before each sample (a batch of calls filling >= 10 ms, as ``common.measure``),
 never inside it, so the "on" calls run as in a process with the switch on all along; off and on samples
 alternate, the order swapped every repeat; medians. Every workload's result with the switch on is checked
-against its result with the switch off first.
+against its result with the switch off first: the same values, and the same buffers byte for byte (a sparse
+result's stored order included).
 """
 
 from __future__ import annotations
@@ -33,11 +34,27 @@ import gc
 import statistics
 import time
 
-from splyce.bench.common import Config, Result, _calls_per_sample, _progress, check
+from splyce.bench.common import BenchMismatch, Config, Result, _calls_per_sample, _progress, check
 
 # Words in more than 5 % of the documents are dropped (stop words): with them X @ X.T of a Zipf corpus is dense.
 MAX_DF = 0.05
 COLUMNS = ["group", "workload", "size", "scipy_s", "patched_s", "speedup", "speedup_min", "served", "fell_back"]
+
+
+def _same_buffers(name: str, got, ref) -> None:
+    """The switch's promise: the patched result is the unpatched one byte for byte, a sparse result's stored
+    order included (indptr, indices, data), so that later sums in stored order agree too."""
+    import scipy.sparse as sps
+
+    if sps.issparse(ref):
+        parts = (lambda x: (type(x), x.format, x.shape, x.dtype)) if ref.format not in ("csr", "csc") else (
+            lambda x: (type(x), x.format, x.indptr.dtype, x.indptr.tobytes(), x.indices.tobytes(), x.data.tobytes()))
+        same = type(got) is type(ref) and got.format == ref.format and parts(got) == parts(ref)
+    else:
+        got, ref = np.asarray(got), np.asarray(ref)
+        same = got.dtype == ref.dtype and got.shape == ref.shape and got.tobytes() == ref.tobytes()
+    if not same:
+        raise BenchMismatch(f"{name}: the patched result's buffers differ from scipy's (stored order or bits)")
 
 
 def _measure(name: str, fn, route_small: bool, cfg: Config, bar) -> dict:
@@ -50,6 +67,7 @@ def _measure(name: str, fn, route_small: bool, cfg: Config, bar) -> dict:
     with splyce.patched_scipy(route_small=route_small):
         got = fn()
     stats = splyce.scipy_patch_stats(reset=True)
+    _same_buffers(f"clients {name}", got, ref)      # first: check() may sort a sparse result's indices in place
     check(f"clients {name}", got, ref)
     del got, ref
     calls = _calls_per_sample(fn)

@@ -51,6 +51,49 @@ def matmul(a, b, *, out_format=None, threads=1):
     return out
 
 
+def matmul_in_scipy_order(a, b):
+    """``a @ b`` for two scipy CSR, or two CSC, 2-D operands of one value dtype (what ``patch_scipy()`` serves),
+    with the buffers scipy's own product writes: the operands' buffers read as they are, in stored order
+    (unsorted columns and duplicates summed as scipy's csr_matmat sums them), each result row's (a CSC's
+    column's) entries in scipy's order (the reverse of first appearance, native spgemm's ``scipy_order``), zero
+    sums dropped, not sorted; a CSC product computed as scipy computes it, ``(B.T @ A.T).T`` on the same
+    buffers. The result is a scipy CSR / CSC of the operands' family. One thread. ValueError for buffers a
+    product cannot read (a decreasing ``indptr``, a column out of range), naming the operand."""
+    from splyce.native import spgemm as native_spgemm
+
+    csc = _csc_first(a, b)
+    left, right = (b.T, a.T) if csc else (a, b)
+    parts = []
+    for x, name in ((left, "b" if csc else "a"), (right, "a" if csc else "b")):
+        raw = _raw_csr(x)
+        if raw is None:
+            raise ValueError(f"matmul_in_scipy_order: {name} must be a scipy CSR or CSC of a supported value dtype "
+                             f"with int32 / int64 index arrays of consistent lengths, got {type(x).__name__}")
+        data, indices, indptr = raw
+        if len(indptr) == 0 or indptr[0] != 0 or indptr[-1] != len(indices) or (
+                len(indptr) > 1 and bool((indptr[1:] < indptr[:-1]).any())):
+            raise ValueError(f"matmul_in_scipy_order: {name}'s indptr must start at 0, never decrease and end at "
+                             f"its {len(indices)} entries")
+        minor = x.shape[1]
+        if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= minor):
+            raise ValueError(f"matmul_in_scipy_order: {name} has a column index outside [0, {minor})")
+        parts.append(raw)
+    if left.shape[1] != right.shape[0]:
+        raise ValueError(f"matmul_in_scipy_order: shapes {a.shape} and {b.shape} are not aligned")
+    dtype = parts[0][0].dtype
+    if parts[1][0].dtype != dtype:
+        raise ValueError(f"matmul_in_scipy_order: one value dtype expected, got {dtype} and {parts[1][0].dtype} "
+                         "(cast one first, as scipy does: to scipy.sparse._sputils.upcast of the two)")
+    product = native_spgemm.spgemm(parts[0], parts[1], right.shape[1], dtype, 1, sort=False, scipy_order=True)
+    global last_spgemm_work, last_spgemm_kernel
+    last_spgemm_work, last_spgemm_kernel = product.work, product.kernel
+    import scipy.sparse as sps
+
+    out = _wrap_sparse(scipy_out.csr(sps.csr_array, product.data, product.indices, product.indptr,
+                                     (left.shape[0], right.shape[1]), None), sparse_family(a, b))
+    return out.T if csc else out
+
+
 def _matmul(a, b, out_format, threads: int):
     ia, ib = OperandInfo.of(a), OperandInfo.of(b)
     formulation = choose_matmul_formulation(ia, ib, out_format)
@@ -376,18 +419,19 @@ def _spmv_entry(dtype: np.dtype, idx: np.dtype, variant):
 
 
 def _spgemm(A: SparseTensor, B: SparseTensor, family: str, threads: int):
-    """CSR x CSR -> CSR in O(flops) (native sparse accumulator); values in the operands' common dtype."""
+    """CSR x CSR -> CSR in O(flops) (native sparse accumulator); values in the operands' common dtype; each row's
+    columns in any order, the kernel expected faster (scipy's order: :func:`matmul_in_scipy_order`)."""
     from splyce.native import spgemm as native_spgemm
 
     dtype = np.result_type(A.dtype, B.dtype)
     parts = [(t.values.astype(dtype, copy=False), t.crd[1], t.pos[1]) for t in (A, B)]
-    # rows in any order, as scipy's product: the kernel per call, the jit's rule (native spgemm.unordered_kernel)
+    # rows in any order: the kernel per call, the jit's rule (native spgemm.unordered_kernel)
     product = native_spgemm.spgemm(parts[0], parts[1], B.shape[1], dtype, threads, sort=None)
     global last_spgemm_work, last_spgemm_kernel
     last_spgemm_work, last_spgemm_kernel = product.work, product.kernel
     import scipy.sparse as sps
 
-    # columns in order of first appearance (as scipy's product: not sorted), or sorted by the flags kernel
+    # columns in order of first appearance (the reverse of scipy's), or sorted by the flags kernel
     out = scipy_out.csr(sps.csr_array, product.data, product.indices, product.indptr, (A.shape[0], B.shape[1]),
                         product.sorted)
     return _wrap_sparse(out, family)

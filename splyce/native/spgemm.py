@@ -15,9 +15,11 @@ Gustavson's row-by-row product, one pass (no symbolic phase), with one of two ac
 The work is ``rows + flops`` (flops: the multiply-adds, ``sum over A's entries (i, k) of len(B[k, :])``)
 plus ``O(cols)`` to set up ``slots``, never ``rows x cols``. Each row's sums accumulate in the order of ``k``
 (A's row order) exactly as scipy's product does, so values are the same as scipy's; columns within a row
-come in order of first appearance (scipy's are not sorted either), and zero sums are dropped at the row's
-end, as scipy does (NaN kept): the sparse kernel flags a row where a sum or product was zero and only then
-compacts it; the dense one compacts while gathering.
+come in order of first appearance, and zero sums are dropped at the row's end, as scipy does (NaN kept): the
+sparse kernel flags a row where a sum or product was zero and only then compacts it; the dense one compacts
+while gathering. scipy's csr_matmat writes a row in the reverse order (its linked list of columns starts at
+the last one met) and does not sort afterwards: ``scipy_order=True`` (the variant patch_scipy serves) reverses
+each row in place at its end, giving scipy's buffers byte for byte (about 5 % more time: road-700's A @ A).
 
 A product whose rows may come in any order (``sort=None``: the jit's ``out_format="sparse"`` result, and the
 drop-in's, whose zero sums the flags kernel then drops) takes, per call, spgemm_sorted's flags kernel instead
@@ -96,18 +98,19 @@ def _bits(arr: np.ndarray) -> int:
 
 @functools.cache
 def _product(dense: bool, value: np.dtype, pa: int, ca: int, pb: int, cb: int, co: int, keep_zeros: bool = False,
-             sort: str | None = None):
+             sort: str | None = None, scipy_order: bool = False):
     from splyce.native.codegen import compile_host_helpers
 
     t, mul, add = _VALUE[value]
     kind = f"sorted_{sort}" if sort else "dense" if dense else "sparse"
-    name = f"splyce_spgemm_{kind}_{t}_{pa}_{ca}_{pb}_{cb}_{co}" + ("_keep" if keep_zeros else "")
+    name = f"splyce_spgemm_{kind}_{t}_{pa}_{ca}_{pb}_{cb}_{co}" + ("_keep" if keep_zeros else "") \
+        + ("_scipy" if scipy_order else "")
     indices = spgemm_ir.index_fields(pa, ca, pb, cb, co)
     if sort:            # the sparsifier's result: every position kept, rows sorted (spgemm_sorted.py)
         text = spgemm_sorted.rows_ir(dict(name=name, t=t, mul=mul, add=add, **indices), sort, keep_zeros=keep_zeros) \
             + spgemm_ir.backward_ir(name, t, indices)
     else:
-        text = spgemm_ir.product_ir(name, dense, t, mul, add, keep_zeros, indices)
+        text = spgemm_ir.product_ir(name, dense, t, mul, add, keep_zeros, indices, scipy_order)
     fns = compile_host_helpers(text, {name: _PRODUCT_SIG, f"{name}_backward": _BACKWARD_SIG})
     return fns[name], fns[f"{name}_backward"]
 
@@ -290,7 +293,7 @@ def _copy_tasks(counts, offsets, threads: int):
 
 
 def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = False,
-           sort: bool | None = False) -> Product:
+           sort: bool | None = False, scipy_order: bool = False) -> Product:
     """``A @ B`` for CSR parts ``a = (data, indices, indptr)`` and ``b`` (index arrays int32 or int64, any
     widths; values of ``dtype``, C-contiguous, already validated: in-range columns, monotone positions).
     The result's indices are int32 when the column count and entry count fit, else int64. ``keep_zeros``:
@@ -298,9 +301,13 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = 
     (with ``keep_zeros``): the sparsifier's result exactly: columns ascending in each row, each sum started
     from +0.0 (spgemm_sorted.py); None: the same values as ``sort=False``, each row's columns in any order, the
     kernel chosen per call (:func:`unordered_kernel`; ``Product.sorted`` says which order came; without
-    ``keep_zeros`` the flags kernel drops zero sums as scipy does, the drop-in's product)."""
+    ``keep_zeros`` the flags kernel drops zero sums as scipy does, the drop-in's product). ``scipy_order``
+    (with ``sort=False``): each row's columns in the order scipy's csr_matmat writes them, the reverse of
+    first appearance (the same kernel, each row reversed at its end): scipy's buffers exactly."""
     if sort and not keep_zeros:
         raise ValueError(f"spgemm: sort={sort} is the sparsifier's result and needs keep_zeros=True")
+    if scipy_order and sort is not False:
+        raise ValueError(f"spgemm: scipy_order=True is one order and needs sort=False, got sort={sort}")
     av, ac, ap = a
     bv, bc, bp = b
     dtype = np.dtype(dtype)
@@ -319,10 +326,16 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = 
     elif sort:                              # which sorted kernel: by B's columns (spgemm_sorted.kind_for)
         sort = spgemm_sorted.kind_for(bc, flops, m)
     dense = not sort and n <= DENSE_COLUMNS and int(ap[-1]) - int(ap[0]) >= DENSE_ROW_ENTRIES * m > 0
+    if scipy_order and not dense:
+        # where the rows-in-any-order rule takes the flags kernel (many terms an entry, B's columns not runs: the
+        # sparse accumulator's branch mispredicts), scipy's order takes the dense one, also branch-free, whatever
+        # the column count: R-MAT s13 695 vs 1,686 ms sparse (flags, sorted: 904), blockdiag-1500 451 vs 740,
+        # fem2d-250k 362 vs 439 (fastest of 5-7, 2026-12-07); ba-100k (about one term an entry) stays sparse
+        dense = unordered_kernel(ap, ac, bp, bc, n, prefix) == "flags"
     label = sort or ("dense" if dense else "sparse")
     with _lock:
         kernel, backward = _product(dense, dtype, _bits(ap), _bits(ac), _bits(bp), _bits(bc),
-                                    col_dtype.itemsize * 8, keep_zeros, sort)
+                                    col_dtype.itemsize * 8, keep_zeros, sort, scipy_order)
     ranges = chunks(prefix, threads)
     if workers is not None and len(ranges) == 2:
         return _meeting_halves(kernel, backward, a, b, n, dtype, col_dtype, dense, prefix, ranges, workers, sort)

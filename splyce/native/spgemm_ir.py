@@ -357,15 +357,52 @@ def index_fields(pa: int, ca: int, pb: int, cb: int, co: int) -> dict:
                 co_ext=ext(co), co_narrow="trunc i64" if co == 32 else "bitcast i64")
 
 
-def product_ir(name: str, dense: bool, t: str, mul: str, add: str, keep_zeros: bool, indices: dict) -> str:
-    """``@{name}`` (rows of A @ B, the sparse or the dense accumulator) and ``@{name}_backward``. keep_zeros:
+# scipy's order (``scipy_order``): scipy's csr_matmat links each row's columns into a list as it first meets them
+# and writes the list from its head, the last column met first: the row, in order of first appearance with its
+# zero sums dropped, is reversed in place at its end (a pass over what was just written, still in cache).
+_REVERSE = """
+reverse:
+  br label %rev_head
+rev_head:
+  %rev_lo = phi i64 [%start, %reverse], [%rev_lo1, %rev_body]
+  %rev_hi = phi i64 [%row_end, %reverse], [%rev_last, %rev_body]
+  %rev_last = sub i64 %rev_hi, 1
+  %rev_more = icmp slt i64 %rev_lo, %rev_last
+  br i1 %rev_more, label %rev_body, label %row_done
+rev_body:
+  %rev_pcl = getelementptr i{co}, ptr %cc, i64 %rev_lo
+  %rev_pch = getelementptr i{co}, ptr %cc, i64 %rev_last
+  %rev_cl = load i{co}, ptr %rev_pcl
+  %rev_ch = load i{co}, ptr %rev_pch
+  store i{co} %rev_ch, ptr %rev_pcl
+  store i{co} %rev_cl, ptr %rev_pch
+  %rev_pvl = getelementptr {t}, ptr %cv, i64 %rev_lo
+  %rev_pvh = getelementptr {t}, ptr %cv, i64 %rev_last
+  %rev_vl = load {t}, ptr %rev_pvl
+  %rev_vh = load {t}, ptr %rev_pvh
+  store {t} %rev_vh, ptr %rev_pvl
+  store {t} %rev_vl, ptr %rev_pvh
+  %rev_lo1 = add i64 %rev_lo, 1
+  br label %rev_head
+"""
+
+
+def product_ir(name: str, dense: bool, t: str, mul: str, add: str, keep_zeros: bool, indices: dict,
+               scipy_order: bool = False) -> str:
+    """``@{name}`` (rows of A @ B, the sparse or the dense accumulator) and ``@{name}_backward``. scipy_order:
+    each row's columns in scipy's order (the reverse of first appearance, :data:`_REVERSE`). keep_zeros:
     every position the product reaches is stored, zero sums too (the sparsifier's result): the zero tests become
     constant false / the keep test constant true, and LLVM folds the compaction away; and each entry's first
     term is added to +0.0, as the sparsifier sums into a zero-filled workspace (a -0.0 product stored as +0.0;
     scipy's rule adds -0.0, which LLVM folds away: a zero there is dropped anyway)."""
     floating = t in ("double", "float")
     body = (_DENSE_ACCUMULATE, _DENSE_FINISH) if dense else (_SPARSE_ACCUMULATE, _SPARSE_FINISH)
-    text = _ROWS.replace("{accumulate}", body[0]).replace("{finish}", body[1]) + _BACKWARD
+    finish = body[1]
+    if scipy_order:
+        tail = "\n  br label %row_done\n"
+        assert finish.endswith(tail)
+        finish = finish[: -len(tail)] + "\n  br label %reverse\n" + _REVERSE
+    text = _ROWS.replace("{accumulate}", body[0]).replace("{finish}", finish) + _BACKWARD
     return text.format(name=name, t=t, mul=mul, add=add, **value_tests(t, keep_zeros),
                        first_zero=("0.0" if keep_zeros else "-0.0") if floating else "0", **indices)
 

@@ -14,16 +14,19 @@ scipy worker                        reached from                                
 ``_multiply_2d_with_broadcasting``  ``A.multiply(B)``, sparray ``A * B``               ``splyce.multiply``
 ==================================  =================================================  ====================
 
-A call is served only when it is exactly a case splyce accelerates and matches scipy on: ``self`` a CSR / CSC
-array or matrix, the other operand one of its family or converted to ``self``'s class first as scipy's worker
-converts it, 2-D, one value dtype among float64 / float32 / int64 / int32 (native byte order), int32 / int64
-index arrays of exact length, sparse operands in canonical form (sorted, no duplicates: scipy sums in stored
-order, splyce canonicalises first), and at least the measured break-even size. Anything else (bool, complex,
-float128, narrow integers, mixed dtypes, a BSR ``self``, 1-D arrays, broadcasting, dense operands of ``+`` /
-``-`` / ``multiply``, CSC @ dense, sparse @ vector) runs scipy's original worker, counted by reason in
-``stats()``.
+A call is served only when it is exactly a case splyce accelerates and matches scipy on, buffers included:
+``self`` a CSR / CSC array or matrix, the other operand one of its family or converted to ``self``'s class first
+as scipy's worker converts it, 2-D, value dtypes among float64 / float32 / int64 / int32 (native byte order;
+two different ones are both cast to scipy's ``upcast`` first, as sparsetools casts them), int32 / int64 index
+arrays of exact length, the operands of a merge (``+``, ``-``, ``multiply``) in canonical form (scipy's general
+merge of unsorted rows writes its own order: left to it; a product reads any stored order as scipy's does), and
+at least the measured break-even size. Anything else (bool, complex, float128, narrow integers, a BSR
+``self``, 1-D arrays, broadcasting, dense operands of ``+`` / ``-`` / ``multiply``, CSC @ dense, sparse @
+vector) runs scipy's original worker, counted by reason in ``stats()``.
 Served results are made what scipy's would be: the class of ``self``, scipy's index dtype (its own
-``_get_index_dtype`` policy, so test suites that monkeypatch it still see theirs), no cached format flags.
+``_get_index_dtype`` policy, so test suites that monkeypatch it still see theirs), no cached format flags, and
+scipy's stored order (a product's rows as scipy's csr_matmat writes them: ``matmul_in_scipy_order``; a merge of
+canonical operands sorted, as scipy's canonical merge writes it).
 
 While a thread runs a drop-in, scipy calls on that thread go straight to the originals (the drop-ins convert
 and build scipy objects themselves): a thread-local flag, so other threads keep being served.
@@ -48,8 +51,11 @@ import numpy as np
 #   4-6 us there, the hook and the drop-in's call ~2.5 us more), 1.09x at 16,000, 1.23-1.54x at 8,000 and
 #   32,000 with 2 and 8 columns, 1.4-1.9x beyond: served from SPMM_MIN_WORK.
 # Not hooked at all (no gain measured): CSR @ vector (scipy's csr_matvec and splyce's SpMV are both
-# memory-bound, 0.98-1.04x from 200 to 10^6 entries), vector @ CSR and CSC @ dense (scipy's csc_matvec:
-# splyce's dense-times-CSR kernel measured 0.5-0.8x).
+# memory-bound, 0.98-1.04x from 200 to 10^6 entries), vector @ CSR (scipy's csc_matvec: splyce's
+# dense-times-CSR kernel measured 0.5-0.8x). CSC @ dense reaches the SpMM hook and goes back to scipy
+# ("format"): the drop-in (a CSR conversion, then SpMM; the same bits) measured 0.08-0.64x of scipy's
+# csc_matvecs with 2-8 columns (n = 2,000-100,000, 5 entries per row), 1.3x only with 32 columns
+# (2026-12-07, same VM, load average ~10, fastest of 5 x 3 interleaved calls).
 ELEMENTWISE_MIN_NNZ = 128
 MATMUL_MIN_NNZ = 4096
 SPMM_MIN_WORK = 16384
@@ -120,6 +126,8 @@ def _operand(x, canonical: bool):
     data, indices, indptr = x.data, x.indices, x.indptr
     if type(data) is not np.ndarray or type(indices) is not np.ndarray or type(indptr) is not np.ndarray:
         return "layout"
+    if not (data.flags.c_contiguous and indices.flags.c_contiguous and indptr.flags.c_contiguous):
+        return "layout"             # the kernels read the buffers as they are
     if data.dtype not in _VALUES:
         return "dtype"
     if indices.dtype not in _INDEX or indptr.dtype != indices.dtype:
@@ -140,13 +148,14 @@ def _operand(x, canonical: bool):
     return None
 
 
-def _pair(a, b, min_nnz: int, same_class: bool = False):
+def _pair(a, b, min_nnz: int, same_class: bool = False, canonical: bool = True):
     """``(why, b)``: why is None if ``a op b`` (both sparse, same shape) is served, else the reason it is not;
     ``b`` is converted to ``a``'s class first, as scipy's worker does, unless splyce reads it as it is (a CSR
-    or CSC of ``a``'s family; ``same_class``: only one of ``a``'s class, as scipy's product converts)."""
+    or CSC of ``a``'s family; ``same_class``: only one of ``a``'s class, as scipy's product converts).
+    ``canonical``: both operands must be in canonical form (the merges; a product reads them as they are)."""
     if not _kinds:
         _load()
-    why = _operand(a, True)
+    why = _operand(a, canonical)
     if why is not None:
         return why, b
     if len(b.shape) != 2:
@@ -156,12 +165,27 @@ def _pair(a, b, min_nnz: int, same_class: bool = False):
     kind_b = _kinds.get(type(b))
     if type(b) is not type(a) and (same_class or kind_b is None or kind_b[0] != _kinds[type(a)][0]):
         b = a.__class__(b)          # scipy's own conversion, the first step of its worker too
-    why = _operand(b, True)
+    why = _operand(b, canonical)
     if why is not None:
         return why, b
-    if a.data.dtype != b.data.dtype:
+    if a.data.dtype != b.data.dtype and np.dtype(_sputils.upcast(a.data.dtype, b.data.dtype)) not in _VALUES:
         return "mixed-dtype", b
     return None, b
+
+
+def _common(a, b):
+    """``a`` and ``b`` with values of one dtype, scipy's ``upcast`` of theirs, as its workers compute (sparsetools
+    casts both value arrays to the result's type before it adds or multiplies): the other's values cast (a
+    copy of ``data`` only, the index arrays shared), else the operands themselves."""
+    da, db = a.data.dtype, b.data.dtype
+    if da == db:
+        return a, b
+    target = np.dtype(_sputils.upcast(da, db))
+    if da != target:
+        a = a._with_data(a.data.astype(target), copy=False)
+    if db != target:
+        b = b._with_data(b.data.astype(target), copy=False)
+    return a, b
 
 
 # -- results --------------------------------------------------------------------------------------------------
@@ -212,9 +236,13 @@ def _dropin(name: str):
     global _dropins
     if _dropins is None:
         import splyce
+        from splyce.dropin.products import matmul_in_scipy_order
 
-        _dropins = {"matmul": splyce.matmul, "add": splyce.add, "subtract": splyce.subtract,
-                    "multiply": splyce.multiply}
+        # sparse @ sparse in scipy's stored order (its csr_matmat's, not sorted): the drop-in's own product may
+        # give each row's columns in another order (whichever kernel is faster), which changes every later sum
+        # taken in stored order (``S.sum(axis=1)``) in the last bits
+        _dropins = {"matmul": matmul_in_scipy_order, "spmm": splyce.matmul, "add": splyce.add,
+                    "subtract": splyce.subtract, "multiply": splyce.multiply}
     return _dropins[name]
 
 
@@ -222,11 +250,12 @@ def _matmul_sparse_hook(original):
     def _matmul_sparse(self, other):
         if getattr(_local, "busy", False):
             return original(self, other)
-        why, other = _pair(self, other, _min["matmul"], same_class=True)
+        # any stored order, duplicates too: the product reads both as scipy's csr_matmat does
+        why, other = _pair(self, other, _min["matmul"], same_class=True, canonical=False)
         if why is not None:
             _count("matmul_sparse", why)
             return original(self, other)
-        out = _run(_dropin("matmul"), self, other)
+        out = _run(_dropin("matmul"), *_common(self, other))
         if out.nnz == 0:
             # scipy gives an empty product its own layout (an empty matrix, or unpruned arrays after
             # cancellation): its worker on a product with nothing to compute is cheap
@@ -248,14 +277,21 @@ def _matmul_multivector_hook(original):
         if why is None:
             if type(other) is not np.ndarray or other.ndim != 2:
                 why = "dense-operand"
-            elif other.dtype != self.data.dtype:
+            elif other.dtype != self.data.dtype and (
+                    other.dtype not in _VALUES
+                    or np.dtype(_sputils.upcast_char(self.data.dtype.char, other.dtype.char)) not in _VALUES):
                 why = "mixed-dtype"
             elif len(self.data) * other.shape[1] < _min["spmm"]:
                 why = "small"
         if why is not None:
             _count("matmul_dense", why)
             return original(self, other)
-        out = _run(_dropin("matmul"), self, other)
+        a = self
+        if other.dtype != self.data.dtype:      # both cast to scipy's result type first, as csr_matvecs does
+            target = np.dtype(_sputils.upcast_char(self.data.dtype.char, other.dtype.char))
+            a = self if self.data.dtype == target else self._with_data(self.data.astype(target), copy=False)
+            other = other.astype(target)
+        out = _run(_dropin("spmm"), a, other)
         _count("matmul_dense", "served")
         return out
     return _matmul_multivector
@@ -278,7 +314,7 @@ def _binop_hook(op: str, name: str):
             if why is not None:
                 _count(op, why)
                 return original(self, other)
-            out = _run(_dropin(op), self, other)
+            out = _run(_dropin(op), *_common(self, other))
             _count(op, "served")
             return _as_scipy_result(self, out, (self.indptr, self.indices, other.indptr, other.indices),
                                     len(self.data) + len(other.data))
