@@ -1,0 +1,137 @@
+"""Dense operands read through views inside a sparse kernel, each program in a child process.
+
+A host-computed value (``s = h @ w``: the planner runs dense-only products before the kernel) or a late
+argument that the kernel reads through broadcast views (``s[:, None] + s[None, :]``) is gathered inside the
+fused sparse ``linalg.generic``. MLIR 22's sparsifier aborted the process on such a gather from a kernel
+argument numbered past the generic's operand count (``Merger::makeTensorId``: ``isValidTensorId(t)``;
+docs/toolchain.md); lowering/outer_arguments.py keeps that pattern from reaching it. An abort kills the
+process, so each program runs in a child and the parent fails on its signal. The reference is the same
+function run by NumPy / scipy.sparse (``csr_array``) without ``splyce.jit``.
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent('''
+    import json, sys
+    import numpy as np, scipy.sparse as sp
+    import splyce
+
+    adj = sp.csr_array(sp.random(40, 40, density=0.12, format="csr", random_state=0))
+    rng = np.random.default_rng(0)
+    h = rng.random((40, 4))
+    w = rng.uniform(-1, 1, 4)
+    m = rng.uniform(-1, 1, (4, 4))
+    t, u, s0 = rng.random(40), rng.random(40), rng.random(40)
+
+    def gat_like_scores(adj, h):
+        s = h @ np.ones(h.shape[1])   # a dense-only product: run on the host before the kernel
+        return adj.multiply(s[:, None] + s[None, :]).sum(axis=1)
+
+    def subtract_sum_columns(adj, h, w):
+        s = h @ w
+        return adj.multiply(s[:, None] - s[None, :]).sum(axis=0)
+
+    def outer_multiply_total(adj, h, w):
+        s = h @ w
+        return adj.multiply(s[:, None] * s[None, :]).sum()
+
+    def where_sparse_result(adj, h, w):
+        s = h @ w
+        return adj.multiply(np.where(s[:, None] > s[None, :], s[:, None], s[None, :]))
+
+    def where_one_view_sum(adj, h, w):
+        s = h @ w
+        return adj.multiply(np.where(s[:, None] > 0.0, s[:, None], 0.0)).sum(axis=0)
+
+    def add_then_matmul_dense(adj, h, w):
+        s = h @ w
+        return adj.multiply(s[:, None] + s[None, :]) @ h
+
+    def subtract_then_matmul_vector(adj, h, w):
+        s = h @ w
+        return adj.multiply(s[:, None] - s[None, :]) @ s
+
+    def row_view_sum(adj, h, w):
+        s = h @ w
+        return adj.multiply(s[None, :]).sum(axis=1)
+
+    def column_view_matmul(adj, h, w):
+        s = h @ w
+        return adj.multiply(s[:, None]) @ h
+
+    def columns_of_2d_product(adj, h, m):
+        p = h @ m                                       # 40x4 on the host; two column gathers of it
+        return adj.multiply(p[:, 0][:, None] + p[:, 1][None, :]).sum(axis=1)
+
+    def transpose_of_2d_product(adj, h):
+        q = h @ h.T                                     # 40x40 on the host, read as itself and transposed
+        return adj.multiply(q - q.T).sum(axis=1)
+
+    def more_arguments_used_after(adj, t, u, h):
+        s = h @ np.ones(h.shape[1])
+        return adj.multiply(s[:, None] + s[None, :]).sum(axis=1) * t - u
+
+    def late_argument(adj, t, u, s):                   # no host product: the view's operand is argument 3
+        return adj.multiply(s[:, None] + s[None, :]).sum(axis=1) * t - u
+
+    CASES = {
+        "gat_like_scores": (gat_like_scores, (adj, h)),
+        "subtract_sum_columns": (subtract_sum_columns, (adj, h, w)),
+        "outer_multiply_total": (outer_multiply_total, (adj, h, w)),
+        "where_sparse_result": (where_sparse_result, (adj, h, w)),
+        "where_one_view_sum": (where_one_view_sum, (adj, h, w)),
+        "add_then_matmul_dense": (add_then_matmul_dense, (adj, h, w)),
+        "subtract_then_matmul_vector": (subtract_then_matmul_vector, (adj, h, w)),
+        "row_view_sum": (row_view_sum, (adj, h, w)),
+        "column_view_matmul": (column_view_matmul, (adj, h, w)),
+        "columns_of_2d_product": (columns_of_2d_product, (adj, h, m)),
+        "transpose_of_2d_product": (transpose_of_2d_product, (adj, h)),
+        "more_arguments_used_after": (more_arguments_used_after, (adj, t, u, h)),
+        "late_argument": (late_argument, (adj, t, u, s0)),
+    }
+    if sys.argv[1] == "--names":
+        print(json.dumps(sorted(CASES)))
+        sys.exit(0)
+
+    def dense(x):
+        return x.toarray() if hasattr(x, "toarray") else np.asarray(x)
+
+    fun, args = CASES[sys.argv[1]]
+    copies = [a.copy() for a in args]
+    want = fun(*args)                                   # NumPy / scipy.sparse themselves
+    got = splyce.jit(fun)(*args)
+    for a, c in zip(args, copies):                      # inputs are never modified
+        assert (dense(a) == dense(c)).all()
+    g, x = dense(got), dense(want)
+    print(json.dumps({"shape": [list(np.shape(g)), list(np.shape(x))], "sparse": [hasattr(got, "toarray"),
+                      hasattr(want, "toarray")], "close": bool(np.shape(g) == np.shape(x) and
+                      np.allclose(g, x, rtol=1e-12, atol=1e-12)), "got": str(g)[:300], "want": str(x)[:300]}))
+''')
+
+NAMES = ["gat_like_scores", "subtract_sum_columns", "outer_multiply_total", "where_sparse_result",
+         "where_one_view_sum", "add_then_matmul_dense", "subtract_then_matmul_vector", "row_view_sum",
+         "column_view_matmul", "columns_of_2d_product", "transpose_of_2d_product", "more_arguments_used_after",
+         "late_argument"]
+
+
+def _child(*argv):
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, *argv], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (f"the child process died (status {proc.returncode}, a negative status is a "
+                                  f"signal):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_table_lists_every_case():
+    assert _child("--names") == sorted(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_views_of_host_and_late_operands_match_scipy_in_a_child(name):
+    row = _child(name)
+    assert row["close"], row
+    assert row["sparse"][0] == row["sparse"][1], row   # a sparse result where scipy's is sparse, dense where dense
