@@ -135,3 +135,88 @@ def test_views_of_host_and_late_operands_match_scipy_in_a_child(name):
     row = _child(name)
     assert row["close"], row
     assert row["sparse"][0] == row["sparse"][1], row   # a sparse result where scipy's is sparse, dense where dense
+
+
+# The fused kernels of two of the programs above (after linalg-fuse-elementwise-ops), as the sparsifier got them.
+CSR = "#sparse_tensor.encoding<{ map = (d0, d1) -> (d0 : dense, d1 : compressed) }>"
+ROW_SUMS = f'''
+func.func @k(%a: tensor<40x40xf64, {CSR}>, %h: tensor<40x4xf64>, %w: tensor<4xf64>, %s: tensor<40xf64>,
+             %out: tensor<40xf64>) -> tensor<40xf64> {{
+  %0 = linalg.generic {{indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                       iterator_types = ["parallel", "reduction"]}}
+       ins(%a : tensor<40x40xf64, {CSR}>) outs(%out : tensor<40xf64>) {{
+  ^bb0(%in: f64, %acc: f64):
+    %i = linalg.index 0 : index
+    %j = linalg.index 1 : index
+    %sj = tensor.extract %s[%j] : tensor<40xf64>
+    %si = tensor.extract %s[%i] : tensor<40xf64>
+    %t = arith.addf %si, %sj : f64
+    %p = arith.mulf %in, %t : f64
+    %r = arith.addf %acc, %p : f64
+    linalg.yield %r : f64
+  }} -> tensor<40xf64>
+  return %0 : tensor<40xf64>
+}}'''
+TIMES_DENSE = f'''
+func.func @k(%a: tensor<40x40xf64, {CSR}>, %h: tensor<40x4xf64>, %s: tensor<40xf64>,
+             %out: tensor<40x4xf64>) -> tensor<40x4xf64> {{
+  %0 = linalg.generic {{indexing_maps = [affine_map<(d0, d1, d2) -> (d1, d2)>, affine_map<(d0, d1, d2) -> (d2, d0)>,
+                                        affine_map<(d0, d1, d2) -> (d1, d0)>],
+                       iterator_types = ["parallel", "parallel", "reduction"]}}
+       ins(%a, %h : tensor<40x40xf64, {CSR}>, tensor<40x4xf64>) outs(%out : tensor<40x4xf64>) {{
+  ^bb0(%in: f64, %in_h: f64, %acc: f64):
+    %i = linalg.index 1 : index
+    %k = linalg.index 2 : index
+    %sk = tensor.extract %s[%k] : tensor<40xf64>
+    %si = tensor.extract %s[%i] : tensor<40xf64>
+    %t = arith.addf %si, %sk : f64
+    %p = arith.mulf %in, %t : f64
+    %q = arith.mulf %p, %in_h : f64
+    %r = arith.addf %acc, %q : f64
+    linalg.yield %r : f64
+  }} -> tensor<40x4xf64>
+  return %0 : tensor<40x4xf64>
+}}'''
+
+
+def _sparse_generic_body(module) -> str:
+    text = str(module)
+    return text[text.index("linalg.generic"):]
+
+
+def test_late_argument_reads_in_a_sparse_body_go_through_a_cast():
+    from mlir import ir
+
+    from splyce.lowering.loop_coordinates import coordinates_as_operands
+    from splyce.lowering.outer_arguments import shield_outer_arguments
+
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(ROW_SUMS)
+        assert shield_outer_arguments(module) == 2          # %s is argument 3, the generic has 2 operands
+        body = _sparse_generic_body(module)
+        assert "tensor.extract %arg3" not in body and "tensor.extract %s" not in body, body
+        assert "tensor.cast" in str(module) and "tensor<?xf64>" in body
+        module.operation.verify()
+        assert shield_outer_arguments(module) == 0          # nothing left to reroute
+        # the sparsifier keeps this generic's loops (rows, then their entries): linalg.index stays
+        assert coordinates_as_operands(module) == 0
+        assert "linalg.index" in _sparse_generic_body(module)
+
+
+def test_reordered_sparse_loops_read_coordinates_from_operands():
+    from mlir import ir
+
+    from splyce.lowering.loop_coordinates import coordinates_as_operands
+    from splyce.lowering.outer_arguments import shield_outer_arguments
+
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(TIMES_DENSE)
+        assert shield_outer_arguments(module) == 0          # %s is argument 2 of a generic with 3 operands
+        # loops (j, i, k) that the sparsifier sorts to (i, k, j): each coordinate the body reads becomes an operand
+        assert coordinates_as_operands(module) == 1
+        module.operation.verify()
+        text = str(module)
+        sparse_generic = text[text.rindex("linalg.generic"):]
+        assert "linalg.index" not in sparse_generic, text
+        assert "tensor<40xi64>" in sparse_generic, text     # 0 .. 39 read through (d0, d1, d2) -> (d1) and -> (d2)
+        assert coordinates_as_operands(module) == 0

@@ -227,9 +227,9 @@ def _sparsified(trace: Trace, module):
     pipeline.run_passes(module, pipeline.FUSE)
     drop_noop_generics(module)   # the sparsifier segfaults on a generic that ignores its sparse operand
     shield_outer_arguments(module)   # and aborts on a late argument read inside a sparse generic's body
-    coordinates_as_operands(module)   # and leaves linalg.index on the old loop when it reorders loops
     if not contradicting_sparse_orders(module):
         try:
+            coordinates_as_operands(module)   # its loop scheduler leaves linalg.index on the old loop
             free_intermediates(module)
             pipeline.run_passes(module, pipeline.BUFFERIZE)
             return module
