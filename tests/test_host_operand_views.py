@@ -21,7 +21,9 @@ SCRIPT = textwrap.dedent('''
     import numpy as np, scipy.sparse as sp
     import splyce
 
-    adj = sp.csr_array(sp.random(40, 40, density=0.12, format="csr", random_state=0))
+    FORMATS = {"csr": sp.csr_array, "csc": sp.csc_array, "coo": sp.coo_array}
+    fmt = sys.argv[2] if len(sys.argv) > 2 else "csr"
+    adj = FORMATS[fmt](sp.random(40, 40, density=0.12, format="csr", random_state=0))
     rng = np.random.default_rng(0)
     h = rng.random((40, 4))
     w = rng.uniform(-1, 1, 4)
@@ -76,6 +78,14 @@ SCRIPT = textwrap.dedent('''
         s = h @ np.ones(h.shape[1])
         return adj.multiply(s[:, None] + s[None, :]).sum(axis=1) * t - u
 
+    def dense_times_product(adj, h, w):                 # h.T @ (...): the sparse operand on the right
+        s = h @ w
+        return h.T @ adj.multiply(s[:, None] + s[None, :])
+
+    def where_constants_sum(adj, h, w):
+        s = h @ w
+        return adj.multiply(np.where(s[:, None] > s[None, :], 1.0, -1.0)).sum(axis=0)
+
     def late_argument(adj, t, u, s):                   # no host product: the view's operand is argument 3
         return adj.multiply(s[:, None] + s[None, :]).sum(axis=1) * t - u
 
@@ -93,6 +103,8 @@ SCRIPT = textwrap.dedent('''
         "transpose_of_2d_product": (transpose_of_2d_product, (adj, h)),
         "more_arguments_used_after": (more_arguments_used_after, (adj, t, u, h)),
         "late_argument": (late_argument, (adj, t, u, s0)),
+        "dense_times_product": (dense_times_product, (adj, h, w)),
+        "where_constants_sum": (where_constants_sum, (adj, h, w)),
     }
     if sys.argv[1] == "--names":
         print(json.dumps(sorted(CASES)))
@@ -116,7 +128,9 @@ SCRIPT = textwrap.dedent('''
 NAMES = ["gat_like_scores", "subtract_sum_columns", "outer_multiply_total", "where_sparse_result",
          "where_one_view_sum", "add_then_matmul_dense", "subtract_then_matmul_vector", "row_view_sum",
          "column_view_matmul", "columns_of_2d_product", "transpose_of_2d_product", "more_arguments_used_after",
-         "late_argument"]
+         "late_argument", "dense_times_product", "where_constants_sum"]
+# CSC and COO operands order the loops otherwise (their kernels read the CSR-stored copy or the columns first)
+OTHER_FORMATS = ["gat_like_scores", "add_then_matmul_dense", "dense_times_product", "where_constants_sum"]
 
 
 def _child(*argv):
@@ -130,9 +144,11 @@ def test_the_table_lists_every_case():
     assert _child("--names") == sorted(NAMES)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_views_of_host_and_late_operands_match_scipy_in_a_child(name):
-    row = _child(name)
+@pytest.mark.slow   # a child process per program (~5 s each on the shared VM)
+@pytest.mark.parametrize("name,fmt", [(n, "csr") for n in NAMES] + [(n, f) for f in ("csc", "coo")
+                                                                     for n in OTHER_FORMATS])
+def test_views_of_host_and_late_operands_match_scipy_in_a_child(name, fmt):
+    row = _child(name, fmt)
     assert row["close"], row
     assert row["sparse"][0] == row["sparse"][1], row   # a sparse result where scipy's is sparse, dense where dense
 
