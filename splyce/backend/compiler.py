@@ -219,13 +219,17 @@ def _sparsified(trace: Trace, module):
     from splyce.lowering import pipeline
     from splyce.lowering.free_intermediates import free_intermediates
     from splyce.lowering.fusion_check import contradicting_sparse_orders
+    from splyce.lowering.loop_coordinates import coordinates_as_operands
     from splyce.lowering.noop_generics import drop_noop_generics
+    from splyce.lowering.outer_arguments import shield_outer_arguments
     from splyce.lowering.to_mlir import lower_trace
 
     pipeline.run_passes(module, pipeline.FUSE)
     drop_noop_generics(module)   # the sparsifier segfaults on a generic that ignores its sparse operand
+    shield_outer_arguments(module)   # and aborts on a late argument read inside a sparse generic's body
     if not contradicting_sparse_orders(module):
         try:
+            coordinates_as_operands(module)   # its loop scheduler leaves linalg.index on the old loop
             free_intermediates(module)
             pipeline.run_passes(module, pipeline.BUFFERIZE)
             return module
@@ -234,6 +238,8 @@ def _sparsified(trace: Trace, module):
     module = lower_trace(trace)
     pipeline.run_passes(module, pipeline.UNFUSED)
     drop_noop_generics(module)
+    shield_outer_arguments(module)
+    coordinates_as_operands(module)
     free_intermediates(module)
     pipeline.run_passes(module, pipeline.BUFFERIZE)
     return module
