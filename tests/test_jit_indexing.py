@@ -264,7 +264,7 @@ def test_sparse_index_matches_scipy_and_stays_sparse(case, kind):
 @pytest.mark.parametrize("kind", ["csr_array", "csr_matrix", "csc_array", "SparseTensor"])
 def test_sparse_gather_in_a_program(kind):
     a = _operands(A.toarray())[kind]
-    ref = sps.csr_array(A.toarray())
+    ref = (sps.csr_matrix if kind == "csr_matrix" else sps.csr_array)(A.toarray())   # a matrix's sum is 2-D
     idx = np.array([6, 2, 2, 0])
     f = splyce.jit(lambda a, i, w: a[i] @ w + a[1:5][:, i].sum(axis=0))
     np.testing.assert_allclose(f(a, idx, W), ref[idx] @ W + ref[1:5][:, idx].sum(axis=0), rtol=1e-13)
