@@ -24,7 +24,7 @@ from splyce.native.records import record
 from splyce.planner.plan import NativeStep
 from splyce.planner.unordered import is_unordered_csr
 from splyce.tensors.formats import compressed_order
-from splyce.runtime import providers
+from splyce.runtime import forms, providers
 from splyce.tracer.ir import ContractParams, Node, TensorType
 
 
@@ -69,6 +69,9 @@ class LibraryCall:
         call = self.op.op if self.op.subscripts is None else f'einsum("{self.op.subscripts}")'
         if self.detail:
             call += f" ({self.detail})"
+        if self.formulation == "form":
+            return (f"// runs as a one-op form on the argument's arrays (runtime/forms.py): {call}; the MLIR "
+                    f"kernel is compiled only when asked for")
         if self.guarded:
             return (f"// runs on the native kernel library when the values allow: {call} as '{self.formulation}' "
                     f"(checked per call); otherwise the MLIR kernel, compiled on the first such call")
@@ -165,7 +168,12 @@ def choose(plan, options, out_format) -> LibraryCall | None:
     on (``vectorize=False`` is the plain sparsifier, the baseline by contract). Any ``out_format``: the traced
     result type says it (an explicit ``splyce.CSR`` product keeps the sorted kernels), and a provider whose
     result would not be that type declines."""
-    if not options.vectorize or options.profile:
+    if options.profile or not options.target.is_host_compatible:
+        return None
+    form = forms.recognize(plan)
+    if form is not None:
+        return _form_call(form)
+    if not options.vectorize:
         return None
     if len(plan.steps) != 1 or len(plan.trace.outputs) != 1 or _pinned(plan.source):
         return None
@@ -205,6 +213,15 @@ def choose(plan, options, out_format) -> LibraryCall | None:
         if call is not None:
             return call
     return None
+
+
+def _form_call(form: forms.Form) -> LibraryCall:
+    """A one-op form over one argument's stored values (runtime/forms.py): chosen here, with or without the
+    Splyce pass (``vectorize``), so that the plain sparsifier and the fast lane give the same bits for it
+    (NumPy's and scipy's sums); ``library=False`` keeps the MLIR kernel."""
+    op = LibraryOp(form.kind, None, (form.argument,), (form.type,), form.out, reads=(form.argument,),
+                   transposed=(False,))
+    return LibraryCall(op, "form", forms.runner(form), detail=form.describe())
 
 
 def _provided(op: LibraryOp, options) -> LibraryCall | None:
