@@ -172,3 +172,28 @@ def test_map_of_a_csc_argument_stays_a_csc_and_scipy_agrees():
     want = a * 4.0
     assert got.format == "csc" and np.array_equal(got.indptr, want.indptr)
     assert _bits(got.data) == _bits(want.data)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_row_and_column_scaling_keep_the_structure_and_the_mlir_kernels_values(fmt, dtype):
+    rng = np.random.default_rng(7)
+    bodies = {"rows": lambda a, d: a * d[:, None], "columns": lambda a, e: a * e[None, :]}
+    for nnz in (0, 9, 700):
+        a = _matrix(rng, nnz, dtype, fmt, special=True)
+        t = splyce.asarray(a)
+        d, e = _values(rng, a.shape[0], dtype, True), _values(rng, a.shape[1], dtype, True)
+        for name, body in bodies.items():
+            v = d if name == "rows" else e
+            v_before = v.copy()
+            f, mlir = splyce.jit(body), splyce.jit(body, library=False)
+            got, want = f(t, v), mlir(t, v)
+            assert "one-op form" in f.lower(t, v).as_text("plan")
+            assert type(got) is type(want) and got.format == fmt
+            assert np.array_equal(got.indptr, a.indptr) and np.array_equal(got.indices, a.indices)
+            assert np.array_equal(got.indices, want.indices) and _bits(got.data) == _bits(want.data)
+            with np.errstate(all="ignore"):
+                ref = a.multiply(v[:, None] if name == "rows" else v[None, :])
+            assert np.array_equal(got.toarray(), ref.toarray(), equal_nan=np.dtype(dtype).kind == "f")
+            assert not np.may_share_memory(got.indices, t.crd[1]) and not np.may_share_memory(got.data, v)
+            assert _bits(v) == _bits(v_before)

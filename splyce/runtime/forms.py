@@ -25,9 +25,13 @@ kernels) recognizes the plan's canonical form (``recognize``; ``a * a`` of one o
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
+from splyce.native import memory_pool
 from splyce.native.records import record
+from splyce.runtime import providers
 from splyce.tensors.formats import compressed_order
 from splyce.tensors.tensor import SparseTensor
 from splyce.tracer.ir import TensorType
@@ -49,6 +53,12 @@ class Form:
     type: TensorType           # that argument's (a canonical CSR or CSC)
     out: TensorType
     expr: tuple | None = None  # a map's expression over ("arg", 0)
+    vector: int | None = None  # a scaling's dense vector argument (``a * d[:, None]``, ``a * d[None, :]``)
+    vector_type: TensorType | None = None
+
+    @property
+    def arguments(self) -> tuple[int, ...]:
+        return (self.argument,) if self.vector is None else (self.argument, self.vector)
 
     def describe(self) -> str:
         storage = "CSR" if compressed_order(self.type.format) == (0, 1) else "CSC"
@@ -58,6 +68,11 @@ class Form:
             line = "row" if storage == "CSR" else "column"
             return (f"each stored {line}'s sum in NumPy's order (np.add.reduceat over the non-empty {line}s, "
                     f"scipy's _minor_reduce)")
+        if self.kind in ("row_scale", "column_scale"):
+            gather = "np.repeat(d, the row lengths)" if (self.kind == "row_scale") == (storage == "CSR") \
+                else "d[indices]"
+            return (f"the stored values times {gather} in one pass, over the same positions (index arrays "
+                    f"copied)")
         if self.kind in ("max", "min"):
             return (f"np.{'maximum' if self.kind == 'max' else 'minimum'}.reduce of the stored values, then with "
                     f"the implicit zero (NaN propagates)")
@@ -87,18 +102,21 @@ def recognize(plan) -> Form | None:
     if len(plan.steps) != 1 or len(plan.trace.outputs) != 1:
         return None
     node = plan.trace.outputs[0]
-    if node is not plan.steps[0].node or len(node.args) != 1 or node.args[0].op != "input":
+    if node is not plan.steps[0].node or not node.args or any(a.op != "input" for a in node.args):
+        return None
+    args = [_argument(plan, a.params[0]) for a in node.args]
+    if any(t is None for t in args):
         return None
     k = node.args[0].params[0]
-    n_args = len(plan.source.inputs) - len(plan.constants)
-    source = plan.sources[k]
-    if k >= n_args or source.converted or source.host is not None or source.native is not None:
-        return None
-    t = plan.source.inputs[k]
+    t = args[0]
     order = _storage(t)
-    if order is None or source.type != t:
+    if order is None:
         return None
     out = node.type
+    if len(node.args) == 2:
+        return _scaling(node, k, t, node.args[1].params[0], args[1])
+    if len(node.args) != 1:
+        return None
     if node.op == "contract":
         params = node.params[0]
         if params.scale is not None or len(params.inputs) != 1 or out.is_sparse:
@@ -126,6 +144,33 @@ def recognize(plan) -> Form | None:
             return None
         return Form("map", k, t, out, expr)
     return None
+
+
+def _argument(plan, k: int) -> TensorType | None:
+    """The type of the function's argument kernel input ``k`` reads as it is, else None."""
+    n_args = len(plan.source.inputs) - len(plan.constants)
+    source = plan.sources[k]
+    if k >= n_args or source.converted or source.host is not None or source.native is not None:
+        return None
+    t = plan.source.inputs[k]
+    return t if source.type == t else None
+
+
+def _scaling(node, k: int, t: TensorType, j: int, d: TensorType) -> Form | None:
+    """``a * d[:, None]`` / ``a * d[None, :]``: ``contract[ab,a->ab]`` / ``[ab,b->ab]`` of the sparse argument
+    and a dense vector argument of its dtype, into the sparse argument's format."""
+    out = node.type
+    if node.op != "contract" or d.is_sparse or d.ndim != 1 or d.dtype != t.dtype or out.dtype != t.dtype:
+        return None
+    params = node.params[0]
+    if params.scale is not None or len(params.inputs) != 2 or params.output != params.inputs[0]:
+        return None
+    subs, vec = params.inputs
+    if len(subs) != 2 or subs[0] == subs[1] or vec not in subs or out.format != t.format or out.shape != t.shape:
+        return None
+    if np.dtype(t.dtype).kind not in "fiu" or t.dtype == "float16":
+        return None                    # a complex product rounds differently in MLIR's and NumPy's arithmetic
+    return Form("row_scale" if vec == subs[0] else "column_scale", k, t, out, vector=j, vector_type=d)
 
 
 def _summable(dtype: str, out: str) -> bool:
@@ -240,6 +285,12 @@ def runner(form: Form):
             return np.add.reduce(values) if same else np.add.reduce(values, dtype=out_dtype)
         return run_sum
     if form.kind == "line_sums":
+        if out_dtype == np.dtype(form.type.dtype):    # (a dtype= argument takes NumPy's slower casting loop)
+            reduceat = np.add.reduceat
+        else:
+            def reduceat(values, starts):
+                return np.add.reduceat(values, starts, dtype=out_dtype)
+
         def run_line_sums(args, threads):
             with np.errstate(all="ignore"):      # Inf - Inf is NaN without a warning, as in the MLIR kernel
                 return line_sums(args[0])
@@ -248,12 +299,11 @@ def runner(form: Form):
             indptr, values = a.pos[1], a.values
             counts = np.diff(indptr)
             if counts.all():
-                return np.add.reduceat(values, indptr[:-1].astype(np.intp), dtype=out_dtype) if major \
-                    else np.zeros(0, dtype=out_dtype)
+                return reduceat(values, indptr[:-1].astype(np.intp)) if major else np.zeros(0, dtype=out_dtype)
             out = np.zeros(major, dtype=out_dtype)
             lines = np.flatnonzero(counts)
             if len(lines):
-                out[lines] = np.add.reduceat(values, indptr[lines].astype(np.intp), dtype=out_dtype)
+                out[lines] = reduceat(values, indptr[lines].astype(np.intp))
             return out
         return run_line_sums
     if form.kind in ("max", "min"):
@@ -267,14 +317,38 @@ def runner(form: Form):
             m = ufunc.reduce(values)
             return ufunc(zero, m) if len(values) < size else m
         return run_extremum
-    expr, fmt = form.expr, form.out.format
+    fmt = form.out.format
+    import scipy.sparse as sps
+
+    # the scipy result made directly over the new arrays (scipy's constructor checks in Python: ~10 us, a
+    # third of the whole call on a 20k-entry matrix); SparseTensor.to_scipy where no builder is registered
+    build = providers.result_builder("csr")
+    cls = sps.csr_array if compressed_order(fmt) == (0, 1) else sps.csc_array
+
+    if form.kind in ("row_scale", "column_scale"):
+        major_scale = (form.kind == "row_scale") == (compressed_order(fmt) == (0, 1))
+
+        def values_of(args):
+            a, d = args
+            factors = np.repeat(d, np.diff(a.pos[1])) if major_scale else d[a.crd[1]]
+            return np.multiply(a.values, factors)
+    else:
+        expr = form.expr
+
+        def values_of(args):
+            return np.asarray(evaluate(expr, args[0].values, out_dtype), dtype=out_dtype)
 
     def run_map(args, threads):
         a = args[0]
-        with np.errstate(all="ignore"):
-            values = np.asarray(evaluate(expr, a.values, out_dtype), dtype=out_dtype)
-        if values is a.values:           # the identity map: a result never shares an argument's buffers
-            values = values.copy()
-        pos, crd = [None, a.pos[1].copy()], [None, a.crd[1].copy()]
+        # results of 1 MiB or more from the cache of freed buffers (native/memory_pool.py), as the MLIR
+        # kernel's and the drop-ins' are: a loop of calls reuses backed pages instead of faulting fresh ones
+        pooled = memory_pool.active() if a.values.nbytes >= memory_pool.POOL_MIN else contextlib.nullcontext()
+        with pooled, np.errstate(all="ignore"):
+            values = values_of(args)
+            if values is a.values:           # the identity map: a result never shares an argument's buffers
+                values = values.copy()
+            pos, crd = [None, a.pos[1].copy()], [None, a.crd[1].copy()]
+        if build is not None:
+            return build(cls, values, crd[1], pos[1], shape, True)
         return SparseTensor.from_buffers(shape, fmt, pos, crd, values, validate=False).to_scipy()
     return run_map

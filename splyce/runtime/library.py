@@ -162,7 +162,10 @@ def _pinned(trace) -> bool:
 
 
 def choose(plan, options, out_format) -> LibraryCall | None:
-    """The native call that computes ``plan``, or None (then the MLIR kernel runs). Only for a plan of one
+    """The native call that computes ``plan``, or None (then the MLIR kernel runs). First a one-op form of one
+    CSR / CSC argument (runtime/forms.py: a sum, a max / min, a zero-preserving map), with or without the
+    Splyce pass: its sums are NumPy's, whose order the plain sparsifier (``vectorize=False``) then shares, so
+    the pass never changes a result. Else only for a plan of one
     step on its inputs (the arguments, their transposes read in place, or re-stored ones: the plan prepares
     them as for the MLIR kernel; never a sparse operand scattered dense), on the host CPU with the Splyce pass
     on (``vectorize=False`` is the plain sparsifier, the baseline by contract). Any ``out_format``: the traced
@@ -219,8 +222,9 @@ def _form_call(form: forms.Form) -> LibraryCall:
     """A one-op form over one argument's stored values (runtime/forms.py): chosen here, with or without the
     Splyce pass (``vectorize``), so that the plain sparsifier and the fast lane give the same bits for it
     (NumPy's and scipy's sums); ``library=False`` keeps the MLIR kernel."""
-    op = LibraryOp(form.kind, None, (form.argument,), (form.type,), form.out, reads=(form.argument,),
-                   transposed=(False,))
+    types = (form.type,) if form.vector is None else (form.type, form.vector_type)
+    op = LibraryOp(form.kind, None, form.arguments, types, form.out, reads=form.arguments,
+                   transposed=(False,) * len(form.arguments))
     return LibraryCall(op, "form", forms.runner(form), detail=form.describe())
 
 
