@@ -197,3 +197,17 @@ def test_row_and_column_scaling_keep_the_structure_and_the_mlir_kernels_values(f
             assert np.array_equal(got.toarray(), ref.toarray(), equal_nan=np.dtype(dtype).kind == "f")
             assert not np.may_share_memory(got.indices, t.crd[1]) and not np.may_share_memory(got.data, v)
             assert _bits(v) == _bits(v_before)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32, np.int64, np.bool_])
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_mean_is_scipys_bit_for_bit(dtype, fmt):
+    """scipy 1.17's mean scales first, ``(a * (1.0 / count)).sum()``, in float64 for integers and bools."""
+    rng = np.random.default_rng(8)
+    f = splyce.jit(lambda a: a.mean())
+    for nnz in (0, 1, 9, 130, 3001):
+        a = _matrix(rng, nnz, dtype, fmt, special=True)
+        t = splyce.asarray(a)
+        assert _bits(f(t)) == _bits(a.mean())
+        assert "one-op form" in f.lower(t).as_text("plan")
+        assert _bits(splyce.jit(lambda a: a.mean(), vectorize=False)(t)) == _bits(f(t))

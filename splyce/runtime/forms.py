@@ -48,7 +48,7 @@ _COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equ
 class Form:
     """A plan's one step as a form over one argument's stored values."""
 
-    kind: str                  # "sum" | "line_sums" | "max" | "min" | "map"
+    kind: str                  # "sum" | "line_sums" | "mean" | "max" | "min" | "map" | "row_scale" | "column_scale"
     argument: int              # the function's argument it reads
     type: TensorType           # that argument's (a canonical CSR or CSC)
     out: TensorType
@@ -68,6 +68,9 @@ class Form:
             line = "row" if storage == "CSR" else "column"
             return (f"each stored {line}'s sum in NumPy's order (np.add.reduceat over the non-empty {line}s, "
                     f"scipy's _minor_reduce)")
+        if self.kind == "mean":
+            return (f"scipy's mean: the {storage}'s stored values times 1 / {self.expr[1]}, then summed in NumPy's "
+                    f"pairwise order (np.add.reduce)")
         if self.kind in ("row_scale", "column_scale"):
             gather = "np.repeat(d, the row lengths)" if (self.kind == "row_scale") == (storage == "CSR") \
                 else "d[indices]"
@@ -99,7 +102,11 @@ def _storage(t: TensorType) -> tuple[int, int] | None:
 
 def recognize(plan) -> Form | None:
     """The form of a plan of one step that reads one argument as it is (a canonical CSR or CSC), else None."""
-    if len(plan.steps) != 1 or len(plan.trace.outputs) != 1:
+    if len(plan.trace.outputs) != 1:
+        return None
+    if len(plan.steps) == 2:
+        return _mean(plan)
+    if len(plan.steps) != 1:
         return None
     node = plan.trace.outputs[0]
     if node is not plan.steps[0].node or not node.args or any(a.op != "input" for a in node.args):
@@ -144,6 +151,38 @@ def recognize(plan) -> Form | None:
             return None
         return Form("map", k, t, out, expr)
     return None
+
+
+def _mean(plan) -> Form | None:
+    """``a.mean()``: the sum step, then its division by the count. Computed as
+    scipy 1.17 computes it, ``(a * (1.0 / count)).sum(...)``: each value scaled first (in float64 for an
+    integer or bool matrix, else in its dtype), then summed in NumPy's order, so scipy's bits."""
+    first, last = plan.steps
+    node = plan.trace.outputs[0]
+    if node is not last.node or node.op != "ewise" or len(node.args) != 1 or node.args[0] is not first.node:
+        return None
+    expr = node.params[0]
+    if len(expr) != 3 or expr[:2] != ("div", ("arg", 0)) or not isinstance(expr[2], int) or expr[2] <= 0:
+        return None
+    total = first.node
+    if total.op != "contract" or len(total.args) != 1 or total.args[0].op != "input":
+        return None
+    k = total.args[0].params[0]
+    t = _argument(plan, k)
+    if t is None or _storage(t) is None or np.dtype(t.dtype).kind not in "fiub" or t.dtype == "float16":
+        return None
+    inter = "float64" if np.dtype(t.dtype).kind in "iub" else t.dtype
+    if node.type.dtype != inter or node.type.is_sparse:
+        return None
+    params = total.params[0]
+    if params.scale is not None or len(params.inputs) != 1 or len(params.inputs[0]) != 2:
+        return None
+    if params.output != "":
+        # scipy's mean(axis=...) passes the axis on as a tuple, which its CSR / CSC sum does not take for the
+        # reduceat path: each line is summed from +0.0 in stored order (``A @ ones``), the values scaled first;
+        # not a NumPy pass (the MLIR kernel sums that order, but divides after)
+        return None
+    return Form("mean", k, t, node.type, expr=("count", expr[2]))
 
 
 def _argument(plan, k: int) -> TensorType | None:
@@ -284,6 +323,20 @@ def runner(form: Form):
             values = args[0].values
             return np.add.reduce(values) if same else np.add.reduce(values, dtype=out_dtype)
         return run_sum
+    if form.kind == "mean":
+        scale = 1.0 / form.expr[1]         # scipy's: a * (1.0 / count), then the sum
+
+        def scaled(values):
+            return values.astype(out_dtype, copy=False) * scale
+    else:
+        def scaled(values):
+            return values
+
+    if form.kind == "mean":
+        def run_mean(args, threads):
+            with np.errstate(all="ignore"):      # Inf * scale, Inf - Inf: no warning, as in the MLIR kernel
+                return np.add.reduce(scaled(args[0].values))
+        return run_mean
     if form.kind == "line_sums":
         if out_dtype == np.dtype(form.type.dtype):    # (a dtype= argument takes NumPy's slower casting loop)
             reduceat = np.add.reduceat
@@ -296,7 +349,7 @@ def runner(form: Form):
                 return line_sums(args[0])
 
         def line_sums(a):
-            indptr, values = a.pos[1], a.values
+            indptr, values = a.pos[1], scaled(a.values)
             counts = np.diff(indptr)
             if counts.all():
                 return reduceat(values, indptr[:-1].astype(np.intp)) if major else np.zeros(0, dtype=out_dtype)
