@@ -125,13 +125,14 @@ MAPS = {
     "neg": lambda a: -a, "scale": lambda a: 2.5 * a, "div": lambda a: a / 3.0, "abs": lambda a: abs(a),
     "square": lambda a: a * a, "pow2": lambda a: a ** 2, "pow3": lambda a: a ** 3, "sqrt": lambda a: np.sqrt(a),
     "sign": lambda a: np.sign(a), "floor": lambda a: np.floor(a), "ne0": lambda a: a != 0,
-    "gt": lambda a: a > 1.0, "affine": lambda a: -(2.0 * a) / 7.0,
+    "gt": lambda a: a > 1.0, "affine": lambda a: -(2.0 * a) / 7.0, "fused": lambda a: (a * a) + a,
 }
 
 
 # the maps taken as forms, per dtype kind: the others change the dtype (an integer divided) or round
 # differently in MLIR's and NumPy's complex arithmetic (products of two complex values, quotients, magnitudes)
-FORMS = {"f": set(MAPS), "c": {"neg", "scale", "ne0"}, "i": {"neg", "abs", "square", "pow2", "pow3", "sign", "ne0"}}
+FORMS = {"f": set(MAPS), "c": {"neg", "scale", "ne0"}, "i": {"neg", "abs", "square", "pow2", "pow3", "sign", "ne0",
+                                                                        "fused"}}
 
 
 @pytest.mark.parametrize("name", sorted(MAPS))
