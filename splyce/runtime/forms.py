@@ -253,7 +253,13 @@ def _exact_tree(expr, dtype: np.dtype) -> bool:
         return expr[1] == 0
     if head == "const":
         v = expr[1]
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and (dtype.kind in "fc" or isinstance(v, int))
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or (dtype.kind not in "fc" and not isinstance(v, int)):
+            return False
+        try:
+            dtype.type(v)              # -1 of an unsigned dtype: NumPy refuses it (the MLIR kernel then runs)
+        except (OverflowError, ValueError):
+            return False
+        return True
     if head in ("add", "sub", "mul"):
         if head == "mul" and dtype.kind == "c" and "const" not in (expr[1][0], expr[2][0]):
             return False               # a complex product's rounding differs between MLIR's and NumPy's
