@@ -8,6 +8,11 @@ runtime/providers.py for the drop-ins (they sit above the runtime, so they regis
 imported), and the dispatcher then runs the chosen native kernel
 instead of compiling the MLIR kernel: the same kernel, the same decision, for both entry points.
 
+A plan that is one form over one CSR / CSC argument (``a.sum()``, a CSR's ``a.sum(axis=1)``, ``a.mean()``,
+``a.max()``, ``-a``, ``a / 3.0``, ``a ** 2`` / ``a * a``, ``a != 0``, ``a * d[:, None]``...) runs on the argument's
+arrays instead (runtime/forms.py: NumPy's pairwise sums, scipy's bits; maps over the same positions), chosen
+here too, first, with or without the Splyce pass.
+
 What is matched is structural (formats, dtypes, shapes, options), never values, so the choice is made once per
 signature and cached with the kernel. The MLIR kernel is still compiled when asked for (``lower()``,
 ``accumulate``), and ``as_text("plan")`` says which runs and why.
