@@ -167,6 +167,24 @@ def test_maps_share_structure_and_give_the_mlir_kernels_values(name, dtype):
             assert np.array_equal(t.crd[1], a.indices)
 
 
+@pytest.mark.parametrize("pair", [(np.float64, np.float32), (np.float32, np.float64), (np.int64, np.float64),
+                                  (np.int32, np.float32)])
+def test_conversions_to_floats_are_forms_with_the_mlir_kernels_values(pair):
+    source, target = pair
+    rng = np.random.default_rng(10)
+    f, mlir = splyce.jit(lambda a: a.astype(target)), splyce.jit(lambda a: a.astype(target), library=False)
+    for nnz in (0, 7, 2000):
+        a = _matrix(rng, nnz, source, special=True)
+        if np.dtype(source).kind == "i":
+            a.data[:3] = np.iinfo(source).max      # not exact in the float: rounded to nearest by both
+        t = splyce.asarray(a)
+        got, want = f(t), mlir(t)
+        assert "one-op form" in f.lower(t).as_text("plan")
+        assert got.dtype == want.dtype == np.dtype(target) and _bits(got.data) == _bits(want.data)
+        assert _bits(got.data) == _bits(a.astype(target).data)
+        assert np.array_equal(got.indices, a.indices) and not np.may_share_memory(got.indices, t.crd[1])
+
+
 def test_map_of_a_csc_argument_stays_a_csc_and_scipy_agrees():
     a = _matrix(np.random.default_rng(6), 400, np.float64, "csc")
     got = splyce.jit(lambda a: a * 4.0)(splyce.asarray(a))

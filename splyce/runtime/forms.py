@@ -225,7 +225,14 @@ def _maps_exactly(expr, t: TensorType, out: TensorType) -> bool:
     dtype = np.dtype(t.dtype)
     if dtype.kind not in "fciu" or dtype == np.float16:
         return False
-    if expr[0] in _COMPARE:
+    if expr[0] == "cast":
+        # a conversion IEEE rounds the same in both (to nearest): float to float, an integer to a float; not
+        # a float to an integer (NaN and out-of-range values differ) nor complex
+        target = np.dtype(expr[2]) if isinstance(expr[2], str) else None
+        if expr[1] != ("arg", 0) or target is None or target.name != out.dtype or target.kind != "f" \
+                or target == np.float16 or dtype.kind not in "fiu":
+            return False
+    elif expr[0] in _COMPARE:
         if out.dtype != "bool" or dtype.kind == "c" and expr[0] not in ("eq", "ne"):
             return False
         x, c = expr[1], expr[2]
@@ -289,6 +296,8 @@ def evaluate(expr, x: np.ndarray, dtype: np.dtype):
         return dtype.type(expr[1])
     if head in _COMPARE:
         return _COMPARE[head](x, x.dtype.type(expr[2][1]))
+    if head == "cast":
+        return x.astype(expr[2])
     if head == "add":
         return np.add(evaluate(expr[1], x, dtype), evaluate(expr[2], x, dtype))
     if head == "sub":
