@@ -103,12 +103,14 @@ def _operands(A):
             "d": rng.random(n) + 0.5, "X": rng.random((m, COLUMNS_X))}
 
 
-def _dense(r):
-    """A result as a dense array for the check (scipy's np.matrix results and sparse results alike)."""
+def _reference(r):
+    """scipy's result as the check's reference: a sparse one stays sparse (a CSR, bool values as 0 / 1 floats:
+    the check subtracts), so results far too large to densify are checked entry by entry; else an array."""
     import scipy.sparse as sps
 
     if sps.issparse(r):
-        return r.toarray()
+        r = sps.csr_array(r)
+        return r.astype(np.float64) if r.dtype == np.bool_ else r
     return np.asarray(r)
 
 
@@ -157,7 +159,7 @@ def run(cfg: Config) -> Result:
                 jitted = splyce.jit(body)
                 bar.set_description(f"forms {entry.name} {name}")
                 with np.errstate(all="ignore"):
-                    want = _dense(reference(*args))
+                    want = _reference(reference(*args))
                     try:
                         jitted(*wrapped)
                     except (splyce.TraceError, AttributeError, TypeError, NotImplementedError) as e:
