@@ -230,3 +230,25 @@ def test_mean_is_scipys_bit_for_bit(dtype, fmt):
         assert _bits(f(t)) == _bits(a.mean())
         assert "one-op form" in f.lower(t).as_text("plan")
         assert _bits(splyce.jit(lambda a: a.mean(), vectorize=False)(t)) == _bits(f(t))
+
+
+def test_maps_and_sums_of_a_transpose_read_the_arguments_arrays():
+    """``a.T`` of a CSR argument is its arrays read as a CSC (the plan's derived input): the copy, maps of it
+    and its sums are forms over those arrays, scipy's result (a CSC) and bits."""
+    rng = np.random.default_rng(11)
+    a = _matrix(rng, 3000, np.float64, special=True)
+    t = splyce.asarray(a)
+    cases = {"copy": (lambda a: a.T, lambda a: a.T), "neg": (lambda a: -a.T, lambda a: -a.T),
+             "scale": (lambda a: 3.0 * a.T, lambda a: 3.0 * a.T),
+             "sums": (lambda a: a.T.sum(axis=0), lambda a: a.T.tocsc().sum(axis=0)),
+             "sum": (lambda a: a.T.sum(), lambda a: a.T.sum())}
+    for name, (body, reference) in cases.items():
+        f = splyce.jit(body)
+        got, want = f(t), reference(a)
+        assert "one-op form" in f.lower(t).as_text("plan"), name
+        if hasattr(want, "indptr"):
+            assert got.format == want.format == "csc"
+            assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+            assert not np.may_share_memory(got.indices, t.crd[1])
+            got, want = got.data, want.data
+        assert _bits(got) == _bits(np.asarray(want).reshape(np.shape(got))), name

@@ -112,16 +112,15 @@ def recognize(plan) -> Form | None:
     if node is not plan.steps[0].node or not node.args or any(a.op != "input" for a in node.args):
         return None
     args = [_argument(plan, a.params[0]) for a in node.args]
-    if any(t is None for t in args):
+    if any(a is None for a in args):
         return None
-    k = node.args[0].params[0]
-    t = args[0]
+    k, t = args[0]
     order = _storage(t)
     if order is None:
         return None
     out = node.type
     if len(node.args) == 2:
-        return _scaling(node, k, t, node.args[1].params[0], args[1])
+        return _scaling(node, k, t, *args[1])
     if len(node.args) != 1:
         return None
     if node.op == "contract":
@@ -167,9 +166,11 @@ def _mean(plan) -> Form | None:
     total = first.node
     if total.op != "contract" or len(total.args) != 1 or total.args[0].op != "input":
         return None
-    k = total.args[0].params[0]
-    t = _argument(plan, k)
-    if t is None or _storage(t) is None or np.dtype(t.dtype).kind not in "fiub" or t.dtype == "float16":
+    read = _argument(plan, total.args[0].params[0])
+    if read is None:
+        return None
+    k, t = read
+    if _storage(t) is None or np.dtype(t.dtype).kind not in "fiub" or t.dtype == "float16":
         return None
     inter = "float64" if np.dtype(t.dtype).kind in "iub" else t.dtype
     if node.type.dtype != inter or node.type.is_sparse:
@@ -185,17 +186,28 @@ def _mean(plan) -> Form | None:
     return Form("mean", k, t, node.type, expr=("count", expr[2]))
 
 
-def _argument(plan, k: int) -> TensorType | None:
-    """The type of the function's argument kernel input ``k`` reads as it is, else None."""
-    n_args = len(plan.source.inputs) - len(plan.constants)
+def _argument(plan, k: int) -> tuple[int, TensorType] | None:
+    """``(argument, type)``: the function's argument whose arrays kernel input ``k`` reads as they are, and
+    the type it reads them as: the argument's own, or its transpose's (``a.T`` of a CSR: the same arrays as a
+    CSC, a derived input of the plan); else None (re-stored, converted, a constant, a host product)."""
+    n_in = len(plan.source.inputs)
+    n_args = n_in - len(plan.constants)
     source = plan.sources[k]
-    if k >= n_args or source.converted or source.host is not None or source.native is not None:
+    if source.converted or source.host is not None or source.native is not None:
         return None
-    t = plan.source.inputs[k]
-    return t if source.type == t else None
+    if k < n_args:
+        t = plan.source.inputs[k]
+        return (k, t) if source.type == t else None
+    if k < n_in or k - n_in >= len(plan.derived):
+        return None
+    derived = plan.derived[k - n_in]
+    if derived.axes != (1, 0) or derived.source >= n_args or _storage(plan.source.inputs[derived.source]) is None:
+        return None
+    return derived.source, derived.type
 
 
 def _scaling(node, k: int, t: TensorType, j: int, d: TensorType) -> Form | None:
+    # (``j``: the vector's argument; its type ``d`` a dense vector's: a transposed read is 2-D, declined below)
     """``a * d[:, None]`` / ``a * d[None, :]``: ``contract[ab,a->ab]`` / ``[ab,b->ab]`` of the sparse argument
     and a dense vector argument of its dtype, into the sparse argument's format."""
     out = node.type
