@@ -49,5 +49,15 @@ def _dropin_kernels(op, options):
 _providers.register(_dropin_kernels)
 
 
+def _scipy_csr(cls, data, indices, indptr, shape, sorted_unique):
+    """A scipy CSR / CSC over a kernel's well-formed arrays without scipy's checks (runtime/forms.py's maps)."""
+    from splyce.dropin import scipy_out
+
+    return scipy_out.csr(cls, data, indices, indptr, shape, sorted_unique)
+
+
+_providers.register_result_builder("csr", _scipy_csr)
+
+
 def __dir__():
     return sorted(set(globals()) | set(_LAZY))

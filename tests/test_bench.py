@@ -392,6 +392,21 @@ def test_programs_tiny(tmp_path, capsys):
     assert all(float(r["splyce_vs_scipy"]) > 0 and float(r["wrapped_vs_chain"]) > 0 for r in rows)
 
 
+def test_forms_tiny(tmp_path, capsys):
+    # every one-op form on the tiny matrix: checked against scipy, timed (or named as untraced), the path said
+    from splyce.bench import forms
+
+    assert len(forms.FORMS) >= 40
+    assert cli.main(["forms", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
+    rows = _check_outputs(tmp_path, "forms", forms.COLUMNS)
+    assert [r["form"] for r in rows] == list(forms.FORMS)
+    timed = [r for r in rows if not r["path"].startswith("untraced")]
+    assert len(timed) >= 40 and all(float(r["jit_vs_scipy"]) > 0 for r in timed)
+    by_form = {r["form"]: r["path"] for r in rows}
+    assert {by_form[f] for f in ("neg", "scale", "abs", "square", "pow2", "sum", "sum_axis1", "max", "ne0")} \
+        == {"form"}
+
+
 def test_limit_tiny(tmp_path, capsys):
     """bench limit: every candidate checked and timed, NumKong only where it takes the dtypes, the clock known."""
     from splyce.bench import limit

@@ -22,6 +22,9 @@ SUBCOMMANDS = {
     "programs": "algorithm bodies (PageRank, CG, GCN, logistic regression, row normalisation, triangles) and five "
                 "small programs of several ops jitted whole vs scipy / NumPy and vs the drop-ins called one after "
                 "another, on the corpus; --ops picks programs",
+    "forms": "every one-op form users write (unary maps, binary ops, reductions, scaling, comparisons, products, "
+             "transposes, conversions) jitted on operands wrapped once vs scipy and the drop-ins, on the corpus; "
+             "--ops picks forms, --matrices matrices",
     "overhead": "fixed costs per op: first call cold / from the disk cache (fresh processes), steady, 4x4 call, vs scipy",
     "limit": "the fiber-pair sparse dot vs the plain sparsifier, NumKong and the bandwidth floor (issue 36)",
     "dask": "SpMV, SpGEMM, triangles on a 2-worker Dask LocalCluster: 1 vs 2 workers, vs dask + pydata-sparse",
@@ -56,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
                    help="real / dask: comma-separated ops to run (default all), e.g. spmv,spgemm; dask --ops gathered: "
                         "one SpGEMM gathered to the client on 1 worker vs the single-process drop-in (issue 35)")
     p.add_argument("--matrices", default="",
-                   help="real / programs: comma-separated corpus matrices to run (default all), e.g. ba-100k,pyamg-bar")
+                   help="real / programs / forms: comma-separated corpus matrices to run (default all), e.g. ba-100k,pyamg-bar")
     p.add_argument("--target", default="native",
                    help="kernels: compile the plain sparsifier and Splyce for this target: native (default), avx2 "
                         "(AVX2 code, runs on any AVX2 host: the paper's AVX2 column on an AVX-512 machine) or avx512")

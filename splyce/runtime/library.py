@@ -8,6 +8,11 @@ runtime/providers.py for the drop-ins (they sit above the runtime, so they regis
 imported), and the dispatcher then runs the chosen native kernel
 instead of compiling the MLIR kernel: the same kernel, the same decision, for both entry points.
 
+A plan that is one form over one CSR / CSC argument (``a.sum()``, a CSR's ``a.sum(axis=1)``, ``a.mean()``,
+``a.max()``, ``-a``, ``a / 3.0``, ``a ** 2`` / ``a * a``, ``a != 0``, ``a * d[:, None]``...) runs on the argument's
+arrays instead (runtime/forms.py: NumPy's pairwise sums, scipy's bits; maps over the same positions), chosen
+here too, first, with or without the Splyce pass.
+
 What is matched is structural (formats, dtypes, shapes, options), never values, so the choice is made once per
 signature and cached with the kernel. The MLIR kernel is still compiled when asked for (``lower()``,
 ``accumulate``), and ``as_text("plan")`` says which runs and why.
@@ -24,7 +29,7 @@ from splyce.native.records import record
 from splyce.planner.plan import NativeStep
 from splyce.planner.unordered import is_unordered_csr
 from splyce.tensors.formats import compressed_order
-from splyce.runtime import providers
+from splyce.runtime import forms, providers
 from splyce.tracer.ir import ContractParams, Node, TensorType
 
 
@@ -69,6 +74,9 @@ class LibraryCall:
         call = self.op.op if self.op.subscripts is None else f'einsum("{self.op.subscripts}")'
         if self.detail:
             call += f" ({self.detail})"
+        if self.formulation == "form":
+            return (f"// runs as a one-op form on the argument's arrays (runtime/forms.py): {call}; the MLIR "
+                    f"kernel is compiled only when asked for")
         if self.guarded:
             return (f"// runs on the native kernel library when the values allow: {call} as '{self.formulation}' "
                     f"(checked per call); otherwise the MLIR kernel, compiled on the first such call")
@@ -159,13 +167,21 @@ def _pinned(trace) -> bool:
 
 
 def choose(plan, options, out_format) -> LibraryCall | None:
-    """The native call that computes ``plan``, or None (then the MLIR kernel runs). Only for a plan of one
+    """The native call that computes ``plan``, or None (then the MLIR kernel runs). First a one-op form of one
+    CSR / CSC argument (runtime/forms.py: a sum, a max / min, a zero-preserving map), with or without the
+    Splyce pass: its sums are NumPy's, whose order the plain sparsifier (``vectorize=False``) then shares, so
+    the pass never changes a result. Else only for a plan of one
     step on its inputs (the arguments, their transposes read in place, or re-stored ones: the plan prepares
     them as for the MLIR kernel; never a sparse operand scattered dense), on the host CPU with the Splyce pass
     on (``vectorize=False`` is the plain sparsifier, the baseline by contract). Any ``out_format``: the traced
     result type says it (an explicit ``splyce.CSR`` product keeps the sorted kernels), and a provider whose
     result would not be that type declines."""
-    if not options.vectorize or options.profile:
+    if options.profile or not options.target.is_host_compatible:
+        return None
+    form = forms.recognize(plan)
+    if form is not None:
+        return _form_call(form)
+    if not options.vectorize:
         return None
     if len(plan.steps) != 1 or len(plan.trace.outputs) != 1 or _pinned(plan.source):
         return None
@@ -205,6 +221,16 @@ def choose(plan, options, out_format) -> LibraryCall | None:
         if call is not None:
             return call
     return None
+
+
+def _form_call(form: forms.Form) -> LibraryCall:
+    """A one-op form over one argument's stored values (runtime/forms.py): chosen here, with or without the
+    Splyce pass (``vectorize``), so that the plain sparsifier and the fast lane give the same bits for it
+    (NumPy's and scipy's sums); ``library=False`` keeps the MLIR kernel."""
+    types = (form.type,) if form.vector is None else (form.type, form.vector_type)
+    op = LibraryOp(form.kind, None, form.arguments, types, form.out, reads=form.arguments,
+                   transposed=(False,) * len(form.arguments))
+    return LibraryCall(op, "form", forms.runner(form), detail=form.describe())
 
 
 def _provided(op: LibraryOp, options) -> LibraryCall | None:

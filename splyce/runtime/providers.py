@@ -20,3 +20,19 @@ def register(provider) -> None:
 def registered() -> list:
     """The providers, in the order they were registered."""
     return list(_providers)
+
+
+_result_builders: dict = {}
+
+
+def register_result_builder(kind: str, build) -> None:
+    """Register how a result of ``kind`` is made: ``"csr"``: ``build(cls, data, indices, indptr, shape,
+    sorted_unique)``, a scipy CSR / CSC class's object over the arrays without scipy's checking constructor
+    (the drop-ins' ``scipy_out.csr``, which ``splyce`` registers: the arrays are a kernel's well-formed result)."""
+    with _lock:
+        _result_builders[kind] = build
+
+
+def result_builder(kind: str):
+    """The registered builder of ``kind``, or None."""
+    return _result_builders.get(kind)

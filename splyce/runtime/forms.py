@@ -1,0 +1,434 @@
+"""One-op forms on one CSR or CSC argument, computed on its arrays as scipy computes them.
+
+A jitted function that is one reduction or one zero-preserving elementwise map of one canonical CSR / CSC
+argument (``a.sum()``, ``a.sum(axis=1)``, ``a.max()``, ``-a``, ``a / 3.0``, ``abs(a)``, ``a ** 2``, ``a * a``,
+``np.sqrt(a)``, ``a != 0``) is a flat pass over the stored values: runtime/library.py (the module that chooses
+kernels) recognizes the plan's canonical form (``recognize``; ``a * a`` of one operand and ``a ** 2`` are one
+``ewise[mul($0, $0)]`` node of the plan) and runs the function ``runner`` returns instead of the MLIR kernel.
+
+- Sums are NumPy's: the full sum is ``np.add.reduce`` of the values (NumPy's pairwise sum, blocks of 128
+  with 8 accumulators), which is what scipy 1.17's ``A.sum()`` computes (``np.sum`` of ``A.data``); the sum
+  of each stored row of a CSR (``A.sum(axis=1)``; each column of a CSC, ``axis=0``) is ``np.add.reduceat``
+  over the non-empty rows, scipy's ``_minor_reduce``. So these sums equal scipy's bit for bit (in the traced
+  result dtype: an int32 matrix sums in int64, as NumPy's dense sum), and run at NumPy's speed. The sum
+  across the stored order (a CSR's column sums) keeps the MLIR kernel, whose scatter in stored order is
+  scipy's ``ones @ A`` term for term.
+- ``max`` / ``min`` over all axes: NumPy's reduction of the values (SIMD, order free), then with zero when
+  the matrix has an implicit zero, so NaN propagates and the zeros count as on the dense array (scipy's
+  ``_min_or_max``).
+- Maps write new values over the same positions in one NumPy pass, evaluated as the MLIR kernel evaluates
+  the expression (an integer power as repeated products, a division by the constant, constants in the result
+  dtype) and only for operations IEEE rounds exactly (no transcendental functions, whose libraries differ),
+  so the values are the MLIR kernel's bit for bit. The index arrays are copied (memcpy), never shared: the
+  result is a scipy array whose buffers its caller may write to, and the argument's may be the caller's too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from splyce.native import memory_pool
+from splyce.native.records import record
+from splyce.runtime import providers
+from splyce.tensors.formats import compressed_order
+from splyce.tensors.tensor import SparseTensor
+from splyce.tracer.ir import TensorType
+
+# Unary NumPy heads IEEE computes exactly (correctly rounded or exact), with f(0) == 0: the MLIR kernel and
+# NumPy give the same bits for them.
+_EXACT_UNARY = {"sqrt": np.sqrt, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint,
+                "sign": np.sign}
+_COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+            "ge": np.greater_equal}
+
+
+@record
+class Form:
+    """A plan's one step as a form over one argument's stored values."""
+
+    kind: str                  # "sum" | "line_sums" | "mean" | "max" | "min" | "map" | "row_scale" | "column_scale"
+    argument: int              # the function's argument it reads
+    type: TensorType           # that argument's (a canonical CSR or CSC)
+    out: TensorType
+    expr: tuple | None = None  # a map's expression over ("arg", 0)
+    vector: int | None = None  # a scaling's dense vector argument (``a * d[:, None]``, ``a * d[None, :]``)
+    vector_type: TensorType | None = None
+
+    @property
+    def arguments(self) -> tuple[int, ...]:
+        return (self.argument,) if self.vector is None else (self.argument, self.vector)
+
+    def describe(self) -> str:
+        storage = "CSR" if compressed_order(self.type.format) == (0, 1) else "CSC"
+        if self.kind == "sum":
+            return f"the sum of the {storage}'s stored values in NumPy's pairwise order (np.add.reduce, scipy's A.sum())"
+        if self.kind == "line_sums":
+            line = "row" if storage == "CSR" else "column"
+            return (f"each stored {line}'s sum in NumPy's order (np.add.reduceat over the non-empty {line}s, "
+                    f"scipy's _minor_reduce)")
+        if self.kind == "mean":
+            return (f"scipy's mean: the {storage}'s stored values times 1 / {self.expr[1]}, then summed in NumPy's "
+                    f"pairwise order (np.add.reduce)")
+        if self.kind in ("row_scale", "column_scale"):
+            gather = "np.repeat(d, the row lengths)" if (self.kind == "row_scale") == (storage == "CSR") \
+                else "d[indices]"
+            return (f"the stored values times {gather} in one pass, over the same positions (index arrays "
+                    f"copied)")
+        if self.kind in ("max", "min"):
+            return (f"np.{'maximum' if self.kind == 'max' else 'minimum'}.reduce of the stored values, then with "
+                    f"the implicit zero (NaN propagates)")
+        return (f"{_text(self.expr)} of the stored values in one pass, over the same positions (index arrays "
+                f"copied)")
+
+
+def _text(expr) -> str:
+    head = expr[0]
+    if head == "arg":
+        return "$0"
+    if head == "const":
+        return repr(expr[1])
+    parts = [_text(x) if isinstance(x, tuple) else repr(x) for x in expr[1:]]
+    return f"{head}({', '.join(parts)})"
+
+
+def _storage(t: TensorType) -> tuple[int, int] | None:
+    if t.ndim != 2 or not t.is_sparse:
+        return None
+    order = compressed_order(t.format)
+    return order if order in ((0, 1), (1, 0)) else None
+
+
+def recognize(plan) -> Form | None:
+    """The form of a plan of one step that reads one argument as it is (a canonical CSR or CSC), else None."""
+    if len(plan.trace.outputs) != 1:
+        return None
+    if len(plan.steps) == 2:
+        return _mean(plan)
+    if len(plan.steps) != 1:
+        return None
+    node = plan.trace.outputs[0]
+    if node is not plan.steps[0].node or not node.args or any(a.op != "input" for a in node.args):
+        return None
+    args = [_argument(plan, a.params[0]) for a in node.args]
+    if any(a is None for a in args):
+        return None
+    k, t = args[0]
+    order = _storage(t)
+    if order is None:
+        return None
+    out = node.type
+    if len(node.args) == 2:
+        return _scaling(node, k, t, *args[1])
+    if len(node.args) != 1:
+        return None
+    if node.op == "contract":
+        params = node.params[0]
+        if params.scale is not None or len(params.inputs) != 1 or out.is_sparse:
+            return None
+        (subs,) = params.inputs
+        if len(subs) != 2 or subs[0] == subs[1] or not _summable(t.dtype, out.dtype):
+            return None
+        if params.output == "":
+            return Form("sum", k, t, out)
+        if params.output == subs[order[0]]:        # the sums of the stored rows (a CSC's columns)
+            return Form("line_sums", k, t, out)
+        return None
+    if node.op == "reduce":
+        kind, axes, keepdims = node.params[:3]
+        if len(node.params) > 3 or kind not in ("max", "min") or tuple(axes) != (0, 1) or keepdims \
+                or out.dtype != t.dtype:
+            return None
+        return Form(kind, k, t, out)
+    if node.op == "ewise":
+        expr = node.params[0]
+        reads = node.params[1] if len(node.params) > 1 else None
+        if reads is not None and tuple(reads) != ("ab",):
+            return None
+        if not out.is_sparse or out.format != t.format or out.shape != t.shape or not _maps_exactly(expr, t, out):
+            return None
+        return Form("map", k, t, out, expr)
+    return None
+
+
+def _mean(plan) -> Form | None:
+    """``a.mean()``: the sum step, then its division by the count. Computed as
+    scipy 1.17 computes it, ``(a * (1.0 / count)).sum(...)``: each value scaled first (in float64 for an
+    integer or bool matrix, else in its dtype), then summed in NumPy's order, so scipy's bits."""
+    first, last = plan.steps
+    node = plan.trace.outputs[0]
+    if node is not last.node or node.op != "ewise" or len(node.args) != 1 or node.args[0] is not first.node:
+        return None
+    expr = node.params[0]
+    if len(expr) != 3 or expr[:2] != ("div", ("arg", 0)) or not isinstance(expr[2], int) or expr[2] <= 0:
+        return None
+    total = first.node
+    if total.op != "contract" or len(total.args) != 1 or total.args[0].op != "input":
+        return None
+    read = _argument(plan, total.args[0].params[0])
+    if read is None:
+        return None
+    k, t = read
+    if _storage(t) is None or np.dtype(t.dtype).kind not in "fiub" or t.dtype == "float16":
+        return None
+    inter = "float64" if np.dtype(t.dtype).kind in "iub" else t.dtype
+    if node.type.dtype != inter or node.type.is_sparse:
+        return None
+    params = total.params[0]
+    if params.scale is not None or len(params.inputs) != 1 or len(params.inputs[0]) != 2:
+        return None
+    if params.output != "":
+        # scipy's mean(axis=...) passes the axis on as a tuple, which its CSR / CSC sum does not take for the
+        # reduceat path: each line is summed from +0.0 in stored order (``A @ ones``), the values scaled first;
+        # not a NumPy pass (the MLIR kernel sums that order, but divides after)
+        return None
+    return Form("mean", k, t, node.type, expr=("count", expr[2]))
+
+
+def _argument(plan, k: int) -> tuple[int, TensorType] | None:
+    """``(argument, type)``: the function's argument whose arrays kernel input ``k`` reads as they are, and
+    the type it reads them as: the argument's own, or its transpose's (``a.T`` of a CSR: the same arrays as a
+    CSC, a derived input of the plan); else None (re-stored, converted, a constant, a host product)."""
+    n_in = len(plan.source.inputs)
+    n_args = n_in - len(plan.constants)
+    source = plan.sources[k]
+    if source.converted or source.host is not None or source.native is not None:
+        return None
+    if k < n_args:
+        t = plan.source.inputs[k]
+        return (k, t) if source.type == t else None
+    if k < n_in or k - n_in >= len(plan.derived):
+        return None
+    derived = plan.derived[k - n_in]
+    if derived.axes != (1, 0) or derived.source >= n_args or _storage(plan.source.inputs[derived.source]) is None:
+        return None
+    return derived.source, derived.type
+
+
+def _scaling(node, k: int, t: TensorType, j: int, d: TensorType) -> Form | None:
+    # (``j``: the vector's argument; its type ``d`` a dense vector's: a transposed read is 2-D, declined below)
+    """``a * d[:, None]`` / ``a * d[None, :]``: ``contract[ab,a->ab]`` / ``[ab,b->ab]`` of the sparse argument
+    and a dense vector argument of its dtype, into the sparse argument's format."""
+    out = node.type
+    if node.op != "contract" or d.is_sparse or d.ndim != 1 or d.dtype != t.dtype or out.dtype != t.dtype:
+        return None
+    params = node.params[0]
+    if params.scale is not None or len(params.inputs) != 2 or params.output != params.inputs[0]:
+        return None
+    subs, vec = params.inputs
+    if len(subs) != 2 or subs[0] == subs[1] or vec not in subs or out.format != t.format or out.shape != t.shape:
+        return None
+    if np.dtype(t.dtype).kind not in "fiu" or t.dtype == "float16":
+        return None                    # a complex product rounds differently in MLIR's and NumPy's arithmetic
+    return Form("row_scale" if vec == subs[0] else "column_scale", k, t, out, vector=j, vector_type=d)
+
+
+def _summable(dtype: str, out: str) -> bool:
+    """Sums NumPy computes in ``out`` as the traced type says: the same dtype, or a bool / narrower integer
+    summed as int64 (``a.sum(dtype=...)`` otherwise keeps the MLIR kernel)."""
+    if dtype == out:
+        return not dtype.startswith("float16")
+    return out == "int64" and dtype in ("bool", "int8", "int16", "int32")
+
+
+def _maps_exactly(expr, t: TensorType, out: TensorType) -> bool:
+    """Whether ``evaluate`` gives the MLIR kernel's values for ``expr`` and keeps zeros zero."""
+    dtype = np.dtype(t.dtype)
+    if dtype.kind not in "fciu" or dtype == np.float16:
+        return False
+    if expr[0] == "cast":
+        # a conversion IEEE rounds the same in both (to nearest): float to float, an integer to a float; not
+        # a float to an integer (NaN and out-of-range values differ) nor complex
+        target = np.dtype(expr[2]) if isinstance(expr[2], str) else None
+        if expr[1] != ("arg", 0) or target is None or target.name != out.dtype or target.kind != "f" \
+                or target == np.float16 or dtype.kind not in "fiu":
+            return False
+    elif expr[0] in _COMPARE:
+        if out.dtype != "bool" or dtype.kind == "c" and expr[0] not in ("eq", "ne"):
+            return False
+        x, c = expr[1], expr[2]
+        if x != ("arg", 0) or c[0] != "const" or not isinstance(c[1], (int, float)) or isinstance(c[1], bool):
+            return False
+        if dtype.kind in "iu" and not isinstance(c[1], int):
+            return False               # an integer against a float compares in float64
+        try:
+            exact = dtype.type(c[1]) == c[1]     # the constant as the operand's dtype compares it
+        except (OverflowError, ValueError):
+            return False
+        if not exact:
+            return False
+    else:
+        if out.dtype != t.dtype or not _exact_tree(expr, dtype):
+            return False
+    with np.errstate(all="ignore"):
+        zero = evaluate(expr, np.zeros(1, dtype=dtype), np.dtype(out.dtype))
+    return not zero.any()
+
+
+def _exact_tree(expr, dtype: np.dtype) -> bool:
+    head = expr[0]
+    if head == "arg":
+        return expr[1] == 0
+    if head == "const":
+        v = expr[1]
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or (dtype.kind not in "fc" and not isinstance(v, int)):
+            return False
+        try:
+            dtype.type(v)              # -1 of an unsigned dtype: NumPy refuses it (the MLIR kernel then runs)
+        except (OverflowError, ValueError):
+            return False
+        return True
+    if head in ("add", "sub", "mul"):
+        if head == "mul" and dtype.kind == "c" and "const" not in (expr[1][0], expr[2][0]):
+            return False               # a complex product's rounding differs between MLIR's and NumPy's
+        return len(expr) == 3 and _exact_tree(expr[1], dtype) and _exact_tree(expr[2], dtype)
+    if head == "div":                  # a complex quotient: MLIR's and NumPy's formulas differ at Inf / NaN
+        return dtype.kind == "f" and isinstance(expr[2], (int, float)) and not isinstance(expr[2], bool) \
+            and _exact_tree(expr[1], dtype)
+    if head == "pow":
+        return dtype.kind != "c" and isinstance(expr[2], int) and 1 <= expr[2] <= 64 and _exact_tree(expr[1], dtype)
+    if head in ("neg", "conj"):
+        return _exact_tree(expr[1], dtype)
+    if head == "abs":                  # a complex magnitude is a hypot, whose libraries differ
+        return dtype.kind != "c" and _exact_tree(expr[1], dtype)
+    if head == "square":
+        return dtype.kind != "c" and _exact_tree(expr[1], dtype)
+    if head in _EXACT_UNARY:
+        return (dtype.kind == "f" or (head == "sign" and dtype.kind == "i")) and _exact_tree(expr[1], dtype)
+    return False
+
+
+def evaluate(expr, x: np.ndarray, dtype: np.dtype):
+    """``expr`` over the values ``x`` in ``dtype``, operation by operation as the MLIR kernel evaluates it."""
+    head = expr[0]
+    if head == "arg":
+        return x
+    if head == "const":
+        return dtype.type(expr[1])
+    if head in _COMPARE:
+        return _COMPARE[head](x, x.dtype.type(expr[2][1]))
+    if head == "cast":
+        return x.astype(expr[2])
+    if head == "add":
+        return np.add(evaluate(expr[1], x, dtype), evaluate(expr[2], x, dtype))
+    if head == "sub":
+        return np.subtract(evaluate(expr[1], x, dtype), evaluate(expr[2], x, dtype))
+    if head == "mul":
+        return np.multiply(evaluate(expr[1], x, dtype), evaluate(expr[2], x, dtype))
+    if head == "div":
+        return np.true_divide(evaluate(expr[1], x, dtype), dtype.type(expr[2]))
+    if head == "pow":
+        base = evaluate(expr[1], x, dtype)
+        result = base
+        for _ in range(expr[2] - 1):       # the lowering's repeated products, in its order
+            result = np.multiply(result, base)
+        return result
+    if head == "neg":
+        return np.negative(evaluate(expr[1], x, dtype))
+    if head == "conj":
+        return np.conjugate(evaluate(expr[1], x, dtype))
+    if head == "abs":
+        return np.absolute(evaluate(expr[1], x, dtype))
+    if head == "square":
+        base = evaluate(expr[1], x, dtype)
+        return np.multiply(base, base)
+    return _EXACT_UNARY[head](evaluate(expr[1], x, dtype))
+
+
+def runner(form: Form):
+    """``run(args, threads) -> result`` for ``form``: ``args`` holds the one argument, a checked
+    SparseTensor of ``form.type`` (the dispatcher's ``arguments.prepare``)."""
+    out_dtype = np.dtype(form.out.dtype)
+    shape = form.type.shape
+    major = shape[compressed_order(form.type.format)[0]]
+    size = shape[0] * shape[1]
+    if form.kind == "sum":
+        same = out_dtype == np.dtype(form.type.dtype)
+
+        def run_sum(args, threads):
+            values = args[0].values
+            return np.add.reduce(values) if same else np.add.reduce(values, dtype=out_dtype)
+        return run_sum
+    if form.kind == "mean":
+        scale = 1.0 / form.expr[1]         # scipy's: a * (1.0 / count), then the sum
+
+        def scaled(values):
+            return values.astype(out_dtype, copy=False) * scale
+    else:
+        def scaled(values):
+            return values
+
+    if form.kind == "mean":
+        def run_mean(args, threads):
+            with np.errstate(all="ignore"):      # Inf * scale, Inf - Inf: no warning, as in the MLIR kernel
+                return np.add.reduce(scaled(args[0].values))
+        return run_mean
+    if form.kind == "line_sums":
+        if out_dtype == np.dtype(form.type.dtype):    # (a dtype= argument takes NumPy's slower casting loop)
+            reduceat = np.add.reduceat
+        else:
+            def reduceat(values, starts):
+                return np.add.reduceat(values, starts, dtype=out_dtype)
+
+        def run_line_sums(args, threads):
+            with np.errstate(all="ignore"):      # Inf - Inf is NaN without a warning, as in the MLIR kernel
+                return line_sums(args[0])
+
+        def line_sums(a):
+            indptr, values = a.pos[1], scaled(a.values)
+            counts = np.diff(indptr)
+            if counts.all():
+                return reduceat(values, indptr[:-1].astype(np.intp)) if major else np.zeros(0, dtype=out_dtype)
+            out = np.zeros(major, dtype=out_dtype)
+            lines = np.flatnonzero(counts)
+            if len(lines):
+                out[lines] = reduceat(values, indptr[lines].astype(np.intp))
+            return out
+        return run_line_sums
+    if form.kind in ("max", "min"):
+        ufunc = np.maximum if form.kind == "max" else np.minimum
+        zero = out_dtype.type(0)
+
+        def run_extremum(args, threads):
+            values = args[0].values
+            if len(values) == 0:
+                return zero
+            m = ufunc.reduce(values)
+            return ufunc(zero, m) if len(values) < size else m
+        return run_extremum
+    fmt = form.out.format
+    import scipy.sparse as sps
+
+    # the scipy result made directly over the new arrays (scipy's constructor checks in Python: ~10 us, a
+    # third of the whole call on a 20k-entry matrix); SparseTensor.to_scipy where no builder is registered
+    build = providers.result_builder("csr")
+    cls = sps.csr_array if compressed_order(fmt) == (0, 1) else sps.csc_array
+
+    if form.kind in ("row_scale", "column_scale"):
+        major_scale = (form.kind == "row_scale") == (compressed_order(fmt) == (0, 1))
+
+        def values_of(args):
+            a, d = args
+            factors = np.repeat(d, np.diff(a.pos[1])) if major_scale else d[a.crd[1]]
+            return np.multiply(a.values, factors)
+    else:
+        expr = form.expr
+
+        def values_of(args):
+            return np.asarray(evaluate(expr, args[0].values, out_dtype), dtype=out_dtype)
+
+    def run_map(args, threads):
+        a = args[0]
+        # results of 1 MiB or more from the cache of freed buffers (native/memory_pool.py), as the MLIR
+        # kernel's and the drop-ins' are: a loop of calls reuses backed pages instead of faulting fresh ones
+        pooled = memory_pool.active() if a.values.nbytes >= memory_pool.POOL_MIN else contextlib.nullcontext()
+        with pooled, np.errstate(all="ignore"):
+            values = values_of(args)
+            if values is a.values:           # the identity map: a result never shares an argument's buffers
+                values = values.copy()
+            pos, crd = [None, a.pos[1].copy()], [None, a.crd[1].copy()]
+        if build is not None:
+            return build(cls, values, crd[1], pos[1], shape, True)
+        return SparseTensor.from_buffers(shape, fmt, pos, crd, values, validate=False).to_scipy()
+    return run_map
