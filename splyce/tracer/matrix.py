@@ -150,8 +150,24 @@ def _row(x):
     return x.reshape(1, -1) if isinstance(x, np.ndarray) and x.ndim == 1 else x
 
 
+def _sparse_array_like(x) -> bool:
+    """A sparse value of the array kind, traced or concrete (an ``sparray``, pydata, a SparseTensor)."""
+    if isinstance(x, Tracer):
+        return _sparray(x)
+    sps = sys.modules.get("scipy.sparse")
+    return (sps is not None and isinstance(x, sps.sparray)) or type(x).__module__.split(".")[0] in ("sparse", "splyce")
+
+
+def _defers(self, other) -> bool:
+    """Whether Python runs ``other``'s reflected method first: a sparse array beside a dense ``np.matrix``
+    (scipy's ``__array_priority__`` 10.1 is above the matrix's 10.0), whose array rules and kind then hold."""
+    return not self.is_sparse and _sparse_array_like(other)
+
+
 def _multiply(a, b, reflected: bool = False):
     """``*``: a scalar scales; a sparse array on the left multiplies elementwise (its rules); else the product."""
+    if _defers(a, b):
+        return T.multiply(b, Tracer(a.node)) if reflected else T.multiply(Tracer(a.node), b)
     left, right = (b, a) if reflected else (a, b)
     if scalar_value(b) is not None or (isinstance(b, Tracer) and b.node.type.ndim == 0):
         return _matrix(T.multiply(Tracer(a.node), b), _dense_matrix(a))
@@ -256,7 +272,7 @@ def _reflected(name: str):
     def method(self, other):
         other = lift(other, name)
         result = base(Tracer(self.node), as_array(other))
-        if reflected and _sparray(other):
+        if (reflected and _sparray(other)) or _defers(self, other):
             return result
         return _matrix(result, _dense_matrix(self, other))
     method.__name__ = name
@@ -364,7 +380,8 @@ def _install(cls) -> None:
     cls.getA1 = _a1
     cls.__mul__ = lambda self, other: _multiply(self, other)
     cls.__rmul__ = lambda self, other: _multiply(self, other, reflected=True)
-    cls.__matmul__ = lambda self, other: product(self, other)
+    cls.__matmul__ = lambda self, other: T.matmul(Tracer(self.node), other) if _defers(self, other) \
+        else product(self, other)
     cls.__rmatmul__ = lambda self, other: product(lift(other), self) if not _sparray(other) \
         else T.matmul(other, Tracer(self.node))
     cls.__pow__ = power
