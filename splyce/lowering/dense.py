@@ -232,40 +232,51 @@ def convert(value, from_dtype: str, to_dtype: str):
 
 
 def lower_view(node, ctx, init, dense_out: bool):
-    """A ``view`` node: one ``linalg.generic`` over the result that reads the operand as a gather
-    (``tensor.extract`` at ``start + step * i`` or a fixed index per operand axis). An affine operand map
-    would do for most views, but linalg's verifier takes a plain ``d0`` as the operand's extent, which a
-    prefix slice (``x[:3]``) or a diagonal of a non-square matrix contradicts."""
+    """A ``view`` node: one ``linalg.generic`` over the result that reads the operand through an affine map,
+    per operand axis a constant (``("at", i)``) or ``start + step * d_k`` (``("dim", k, start, step)``); a
+    result axis no operand axis reads is a unit axis. MLIR's elementwise fusion composes that map into the
+    reader's, so a sparse kernel reads the operand at its own loops' coordinates.
+
+    Not a gather at ``linalg.index`` positions: the sparsifier's loop scheduler (``GenericOpScheduler`` in
+    MLIR 22's SparseReinterpretMap.cpp) permutes a fused generic's indexing maps but leaves ``linalg.index``
+    naming the old loop, so ``x[:, None] @ E`` read ``x`` at ``E``'s column (docs/planner.md). linalg's
+    verifier takes a plain ``d_k`` to span the operand's whole axis, so an axis read as a plain ``d_k`` that
+    is shorter than the operand's (a prefix slice ``x[:3]``, the longer axis of a non-square diagonal) is
+    first cut to its length by a ``tensor.extract_slice`` (a subview, no copy)."""
     from mlir import ir
-    from mlir.dialects import arith, linalg, tensor
+    from mlir.dialects import linalg, tensor
 
     (spec,) = node.params
     (arg,) = node.args
     rank = node.type.ndim
-    maps = ir.ArrayAttr.get([ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))])
-    kinds = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * rank)
     source = ctx.values[arg]
-    op = linalg.GenericOp([init.type], [], [init], maps, kinds)
+    shape = list(arg.type.shape)
+    exprs, cut = [], list(shape)
+    for axis, entry in enumerate(spec):
+        if entry[0] == "at":
+            exprs.append(ir.AffineConstantExpr.get(entry[1]))
+            continue
+        _, k, start, step = entry
+        dim = ir.AffineDimExpr.get(k)
+        if start == 0 and step == 1:
+            cut[axis] = node.type.shape[k]
+            exprs.append(dim)
+        else:
+            exprs.append(dim * step + start)
+    if cut != shape:
+        strides = [1] * len(shape)
+        source = tensor.extract_slice(ir.RankedTensorType.get(cut, element_type(node.type.dtype)), source, [],
+                                      [], [], [0] * len(shape), cut, strides)
+    maps = ir.ArrayAttr.get([ir.AffineMapAttr.get(ir.AffineMap.get(rank, 0, exprs)),
+                             ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))])
+    kinds = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * rank)
+    op = linalg.GenericOp([init.type], [source], [init], maps, kinds)
     element = element_type(node.type.dtype)
-    block = op.regions[0].blocks.append(element)
+    block = op.regions[0].blocks.append(element, element)
     with ir.InsertionPoint(block):
-        index = ir.IndexType.get()
-
-        def const(v):
-            return arith.constant(index, ir.IntegerAttr.get(index, v))
-
-        loops = [linalg.IndexOp(k).result for k in range(rank)]
-        indices = []
-        for entry in spec:
-            if entry[0] == "at":
-                indices.append(const(entry[1]))
-                continue
-            _, k, start, step = entry
-            position = loops[k] if step == 1 else arith.muli(loops[k], const(step))
-            indices.append(position if start == 0 else arith.addi(position, const(start)))
-        value = tensor.extract(source, indices)
+        value = block.arguments[0]
         if dense_out:
-            value = binary("add", block.arguments[0], value, node.type.dtype)
+            value = binary("add", block.arguments[1], value, node.type.dtype)
         linalg.YieldOp([value])
     return op.result
 
