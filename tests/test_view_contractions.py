@@ -12,7 +12,10 @@ ones by symmetry.
 The regression it guards: ``x[:, None] @ E`` (E a 1 x 2 CSR) gave ``[[0, 1]] * 4`` instead of the outer product.
 A view lowered as a gather at ``linalg.index`` positions was fused into the sparse kernel, whose loops MLIR's
 sparsifier then reordered without renaming the ``linalg.index`` ops, so ``x`` was read at ``j`` instead of ``i``
-(lowering/dense.py ``lower_view`` now lowers a view as an affine read; docs/toolchain.md).
+(lowering/dense.py ``lower_view`` now lowers a view as a slice read through an affine map; docs/planner.md).
+The grid also holds the two shapes of that lowering MLIR miscompiles: a strided read beside a fixed index
+(``S.multiply(X[::2, 1])`` crashed the sparsifier) and a reversed slice (a negative-stride subview read the
+wrong elements).
 """
 
 import zlib
@@ -53,6 +56,7 @@ VIEWS_2D = {
     "X.T": (lambda s: True, lambda r, s: [_values(r, (s[1], s[0]))], lambda X: X.T),
     "X[::2, 1::2]": (lambda s: True, lambda r, s: [_values(r, (2 * s[0], 2 * s[1] + 1))], lambda X: X[::2, 1::2]),
     "X[1:-1, :-2]": (lambda s: True, lambda r, s: [_values(r, (s[0] + 2, s[1] + 2))], lambda X: X[1:-1, :-2]),
+    "X[::-2, 1:2]": (lambda s: s[1] == 1, lambda r, s: [_values(r, (2 * s[0], 3))], lambda X: X[::-2, 1:2]),
     "X[::-1, ::-2]": (lambda s: True, lambda r, s: [_values(r, (s[0], 2 * s[1]))], lambda X: X[::-1, ::-2]),
     "d[:, None] * e[None, :]": (lambda s: True, lambda r, s: [_values(r, (s[0],)), _values(r, (s[1],))],
                                 lambda d, e: d[:, None] * e[None, :]),
@@ -64,6 +68,8 @@ VIEWS_2D = {
 VIEWS_1D = {
     "x[::2]": (lambda r, n: [_values(r, (2 * n,))], lambda x: x[::2]),
     "x[::-1]": (lambda r, n: [_values(r, (n,))], lambda x: x[::-1]),
+    "X[::2, 1]": (lambda r, n: [_values(r, (2 * n, 3))], lambda X: X[::2, 1]),
+    "X[::-1, 1]": (lambda r, n: [_values(r, (n, 3))], lambda X: X[::-1, 1]),
     "X[:, 2]": (lambda r, n: [_values(r, (n, 3))], lambda X: X[:, 2]),
     "X[1]": (lambda r, n: [_values(r, (3, n))], lambda X: X[1]),
     "X.T[1]": (lambda r, n: [_values(r, (n, 3))], lambda X: X.T[1]),
@@ -82,6 +88,11 @@ FORMS_2D = {
                                 lambda S, V: np.einsum("ik,kj->ij", V, S)),
     "S.multiply(V)": ([((4, 3), (4, 3)), ((4, 3), (4, 1)), ((4, 3), (1, 3))], lambda S, V: S.multiply(V),
                       lambda S, V: S * V),
+    # the view read through an elementwise producer, broadcast by its reader
+    "S.multiply(np.exp(V))": ([((4, 3), (4, 3)), ((4, 3), (4, 1)), ((4, 3), (1, 3))],
+                              lambda S, V: S.multiply(np.exp(V)), lambda S, V: S * np.exp(V)),
+    "(S @ ones) * V": ([((4, 5), (4, 3)), ((4, 5), (4, 1)), ((4, 5), (1, 3))],
+                       lambda S, V: (S @ np.ones((5, 3))) * V, lambda S, V: (S @ np.ones((5, 3))) * V),
 }
 
 # forms with 1-D results from a 2-D view
@@ -177,3 +188,29 @@ def test_outer_product_of_a_column_view_and_a_sparse_row(options):
     E = sps.csr_array([[0.0, 1.0]])
     got = splyce.jit(lambda x, E: x[:, None] @ E, **options)(x, E)
     np.testing.assert_array_equal(_dense(got), [[0.0, 0.0], [0.0, 1.0], [0.0, 2.0], [0.0, 3.0]])
+
+
+QUICK = {   # one cell of each shape that was miscompiled, for the quick (not slow) run
+    "x[:, None] @ E": (lambda x, X, E, A: x[:4, None] @ E, lambda x, X, E, A: x[:4, None] @ E),
+    "A.multiply(X[::2, 1:2])": (lambda x, X, E, A: A.multiply(X[::2, 1:2]), lambda x, X, E, A: A * X[::2, 1:2]),
+    "A.T @ X[:6][::-1, ::-2]": (lambda x, X, E, A: A.T @ X[:6][::-1, ::-2],
+                                lambda x, X, E, A: A.T @ X[:6][::-1, ::-2]),
+    "A.multiply(x[:, None] + x[None, :5]) @ X[:5]": (
+        lambda x, X, E, A: A.multiply(x[:, None] + x[None, :5]) @ X[:5],
+        lambda x, X, E, A: (A * (x[:, None] + x[None, :5])) @ X[:5]),
+    "np.einsum(ij,j->i, A, X[1:11:2, 2])": (lambda x, X, E, A: np.einsum("ij,j->i", A, X[1:11:2, 2]),
+                                            lambda x, X, E, A: np.einsum("ij,j->i", A, X[1:11:2, 2])),
+}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("name", list(QUICK))
+def test_view_shapes_once_miscompiled(name, fmt):
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    x, X = _values(rng, (6,)), _values(rng, (12, 3))
+    E, A = _sparse(rng, (1, 3), fmt), _sparse(rng, (6, 5), fmt)
+    f, ref = QUICK[name]
+    got = _dense(splyce.jit(f, library=False)(x, X, E, A))
+    want = ref(x, X, E.toarray(), A.toarray())
+    assert got.shape == np.shape(want)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
