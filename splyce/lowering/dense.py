@@ -233,40 +233,54 @@ def convert(value, from_dtype: str, to_dtype: str):
 
 
 def lower_view(node, ctx, init, dense_out: bool):
-    """A ``view`` node: one ``linalg.generic`` over the result that reads the operand as a gather
-    (``tensor.extract`` at ``start + step * i`` or a fixed index per operand axis). An affine operand map
-    would do for most views, but linalg's verifier takes a plain ``d0`` as the operand's extent, which a
-    prefix slice (``x[:3]``) or a diagonal of a non-square matrix contradicts."""
+    """A ``view`` node: a ``tensor.extract_slice`` of the operand, then one ``linalg.generic`` over the
+    result that reads the slice through an affine map, which MLIR's elementwise fusion composes into the
+    reader's, so a sparse kernel reads the operand at its own loops.
+
+    Per operand axis (``spec``, tracer/indexing.py): ``("at", i)``, and a ``("dim", k, start, step)`` axis of
+    length 1, is a unit slice at its index, dropped from the slice's rank (the result axis, if any, reads
+    nothing: a unit axis). Another ``("dim", ...)`` axis is sliced from its lowest index, as long as result
+    axis ``k``, every ``abs(step)``-th element (a strided subview once bufferized, no copy), and read at
+    ``d_k``, or at ``n - 1 - d_k`` for a negative step. A diagonal reads one loop on two axes.
+
+    Three forms are miscompiled downstream, so none is emitted. A gather at ``linalg.index`` positions: MLIR
+    22's sparsifier reorders a fused sparse generic's loops (``GenericOpScheduler``, SparseReinterpretMap.cpp)
+    by permuting its indexing maps and leaves ``linalg.index`` naming the old loop, so ``x[:, None] @ E`` read
+    ``x`` at ``E``'s column (docs/planner.md). Offsets and steps in the map next to a constant result (a
+    dense operand read at ``(d0 * 2, 1)``, ``S.multiply(X[::2, 1])``; or at a unit axis the reader broadcasts)
+    crash the sparsifier. A subview with a negative stride came out of the LLVM lowering reading other
+    elements (``S @ X[::-1, ::-2]``)."""
     from mlir import ir
-    from mlir.dialects import arith, linalg, tensor
+    from mlir.dialects import linalg, tensor
 
     (spec,) = node.params
     (arg,) = node.args
     rank = node.type.ndim
-    maps = ir.ArrayAttr.get([ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))])
-    kinds = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * rank)
     source = ctx.values[arg]
-    op = linalg.GenericOp([init.type], [], [init], maps, kinds)
     element = element_type(node.type.dtype)
-    block = op.regions[0].blocks.append(element)
+    offsets, sizes, strides, kept, exprs = [], [], [], [], []
+    for entry in spec:
+        n = 1 if entry[0] == "at" else node.type.shape[entry[1]]
+        if n == 1:
+            offsets.append(entry[1] if entry[0] == "at" else entry[2]), sizes.append(1), strides.append(1)
+            continue
+        _, k, start, step = entry
+        offsets.append(start if step > 0 else start + step * (n - 1))
+        sizes.append(n), strides.append(abs(step)), kept.append(n)
+        dim = ir.AffineDimExpr.get(k)
+        exprs.append(dim if step > 0 else ir.AffineConstantExpr.get(n - 1) - dim)
+    if len(kept) < len(spec) or sizes != list(arg.type.shape) or any(offsets) or any(s != 1 for s in strides):
+        source = tensor.extract_slice(ir.RankedTensorType.get(kept, element), source, [], [], [], offsets, sizes,
+                                      strides)
+    maps = ir.ArrayAttr.get([ir.AffineMapAttr.get(ir.AffineMap.get(rank, 0, exprs)),
+                             ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))])
+    kinds = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")] * rank)
+    op = linalg.GenericOp([init.type], [source], [init], maps, kinds)
+    block = op.regions[0].blocks.append(element, element)
     with ir.InsertionPoint(block):
-        index = ir.IndexType.get()
-
-        def const(v):
-            return arith.constant(index, ir.IntegerAttr.get(index, v))
-
-        loops = [linalg.IndexOp(k).result for k in range(rank)]
-        indices = []
-        for entry in spec:
-            if entry[0] == "at":
-                indices.append(const(entry[1]))
-                continue
-            _, k, start, step = entry
-            position = loops[k] if step == 1 else arith.muli(loops[k], const(step))
-            indices.append(position if start == 0 else arith.addi(position, const(start)))
-        value = tensor.extract(source, indices)
+        value = block.arguments[0]
         if dense_out:
-            value = binary("add", block.arguments[0], value, node.type.dtype)
+            value = binary("add", block.arguments[1], value, node.type.dtype)
         linalg.YieldOp([value])
     return op.result
 
