@@ -183,7 +183,8 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder, co
         text = f"{shape_name(match.fingers)}: {text}"
         text += f", leapfrogging at length ratio >= {options.gallop}" if options.gallop else ", no leapfrogging (gallop=0)"
     else:
-        text += ", " + describe_galloping(options.gallop)
+        text += ", " + describe_galloping(options.gallop, conflict_first or (
+            isinstance(builder, ConflictLaneBuilder) and not isinstance(builder, BroadcastLaneBuilder)))
     if match.kind == INSERT_KIND:
         return text + "; phase 2: the body, with its call, under a branch per matched lane"
     if options.fast_math:
@@ -328,9 +329,12 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                 fast = builder.build()
                 if counters is not None:
                     add_epilogue_count(match, counters)
-                if options.gallop:
-                    skew_aware = add_galloping if match.fingers == 2 else add_leapfrog
-                    skew_aware(match, fast, options.gallop, counters)
+                conflict = conflict_first or (isinstance(builder, ConflictLaneBuilder) and
+                                              not isinstance(builder, BroadcastLaneBuilder))
+                if options.gallop and match.fingers == 2:
+                    add_galloping(match, fast, options.gallop, counters, conflict)
+                elif options.gallop:
+                    add_leapfrog(match, fast, options.gallop, counters)
                 if conflict_first:   # strict: pairs that do not gallop start in the strict conflict lane
                     add_conflict_lane_first(match, fast, loop_options, counters)
                 decisions.append(LoopDecision(name, index, True, _describe(match, loop_options, builder, conflict_first)))
