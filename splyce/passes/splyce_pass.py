@@ -21,7 +21,8 @@ from splyce.passes.fast_lane import FastLaneBuilder, add_epilogue_count
 from splyce.passes.gallop_lane import PREFETCH_FUNCTION_PREFIX, add_galloping, add_leapfrog, describe_galloping
 from splyce.passes.insert_lane import InsertLaneBuilder
 from splyce.passes.permute_lane import PermuteLaneBuilder, permute_blocker
-from splyce.passes.strict_conflict_lane import add_conflict_lane_first, strict_conflict_blocker
+from splyce.passes.strict_conflict_lane import add_conflict_lane_first, describe_packed, packed_phase2, \
+    strict_conflict_blocker
 from splyce.passes.union_insert import UnionInsert, UnionInsertBuilder, match_union_insert
 from splyce.passes.union_lane import UnionLaneBuilder, add_tail_count, simd_blocker
 from splyce.passes.union_match import Union, match_union
@@ -201,6 +202,8 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder, co
         block = BLOCK[ir.IntegerType(match.crd_type).width]
         text += (f"; first a strict lane of {_conflict_compares(block)}, block advance, ordered adds of the matched "
                  "lanes (left for the all-pairs lane when matches come densely)")
+        if packed_phase2(match):
+            text += describe_packed()
     if options.simd_mac:
         blocker = builder.simd2_blocker()
         if blocker:
