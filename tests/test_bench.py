@@ -454,3 +454,42 @@ def test_kernels_target_avx2(tmp_path, monkeypatch, capsys):
     assert targets and set(targets) == {"avx2"}, targets
     assert "avx2 code" in (tmp_path / "kernels.md").read_text()
     assert "(target avx2)" in capsys.readouterr().out
+
+
+def test_sweep_tiny(tmp_path, capsys):
+    """bench sweep: the distributions' first cases checked and timed, with NumKong and the floor beside them."""
+    from splyce.bench import sweep
+
+    assert cli.main(["sweep", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
+    comments, rows = read_csv(tmp_path / "sweep.csv")
+    assert list(rows[0]) == sweep.COLUMNS and any(c.startswith("# clock: ") for c in comments)
+    assert {r["candidate"] for r in rows} == set(sweep.CANDIDATES)
+    assert all(float(r["ns_per_crd"]) > 0 for r in rows)
+    assert "fast / floor" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["uniform x1.25", "uniform x10", "runs 8", "runs 64", "powerlaw 1.2",
+                                  "powerlaw 2", "skew 1:16", "mixed"])
+def test_sweep_distributions(name):
+    """Each distribution: sorted distinct coordinates of the stated lengths, with the stated gaps."""
+    from splyce.bench import sweep
+
+    n = 1 << 12
+    dim, b, bv, c, cv = sweep.fiber_pair(name, n, np.int64, np.float32)
+    for crd, val in ((b, bv), (c, cv)):
+        assert crd.size == val.size and np.all(np.diff(crd) > 0) and crd[0] >= 0 and crd[-1] < dim
+    assert b.size == n and c.size == (n // 16 if name == "skew 1:16" else n)
+    shared = np.intersect1d(b, c).size
+    if name.startswith("uniform"):
+        f = float(name.split("x")[1])
+        assert b[-1] < f * n and abs(shared / n - 1 / f) < 0.05
+    if name.startswith("runs"):
+        run = int(name.split()[1])
+        assert np.count_nonzero(np.diff(b) == 1) >= n * (run - 1) / run - 1
+    if name == "powerlaw 1.2":
+        gaps = np.diff(b)
+        assert np.median(gaps) <= 2 and gaps.max() > 100
+    if name == "mixed":
+        assert b[-1] < 2 * n and c[-1] > 8 * n
+    with pytest.raises(ValueError, match="unknown distribution"):
+        sweep.distribution("gaussian", n)

@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+from filecheck import check_in_order
 from hypothesis import given, settings, strategies as st
 from test_broadcast_lane import _no_cd
 from test_splyce_pass import ctx, kernel_text, stage1  # noqa: F401 (ctx: a fixture)
@@ -56,6 +57,9 @@ def _check_lane(module, dtype: str, block: int, conflict: str, permute: str) -> 
     (lane,) = _strict_lanes(module)
     text = str(lane)
     assert text.count(f'"llvm.x86.avx512.conflict.{conflict}.512"') == 4
+    if block == 16 and dtype == "f32":
+        _check_packed(lane, text)
+        return
     adds = StrictConflictLaneBuilder.FIXED_ADDS[block]
     values = 1 if block == 8 or dtype == "f32" else 2
     assert text.count(permute) == values + adds
@@ -74,12 +78,40 @@ def _check_lane(module, dtype: str, block: int, conflict: str, permute: str) -> 
         list(lane.results))]
 
 
+def _check_packed(lane, text: str) -> None:
+    """The packed phase 2 (blocks of 16, f32 terms): one compress of the step's terms by the match mask with -0.0
+    past the matched lanes, PACKED_ADDS[0] of its lanes added in order without a branch, PACKED_ADDS[1] more under
+    one scf.if and the rest under another (16 adds in all, each a static extract, no fastmath), no cttz or
+    reduction; the credit's busy test against PACKED_BUSY; on entry the expected matches a step (f64 arithmetic
+    on the lengths and the first and last coordinates) against PACKED_DENSE."""
+    first, second = StrictConflictLaneBuilder.PACKED_ADDS
+    assert text.count('"llvm.experimental.vector.compress"') == 1
+    assert re.search(r'llvm\.call_intrinsic "llvm\.experimental\.vector\.compress"\(%\w+, %\w+, %\w+\) : '
+                     r'\(vector<16xf32>, vector<16xi1>, vector<16xf32>\) -> vector<16xf32>', text)
+    assert "math.cttz" not in text and "vector.reduction" not in text and "math.ctpop" in text
+    adds = re.findall(r"arith\.addf %\w+, %\w+ : f32\n", text)
+    assert len(adds) == 16 and "fastmath" not in "".join(adds)
+    check_in_order(text, [*[re.compile(rf"vector\.extract %\w+\[{i}\] : f32 from vector<16xf32>") for i in range(first)],
+                          re.compile(rf"arith\.cmpi ugt, %\w+, %c{first}_i32"), "scf.if",
+                          re.compile(rf"vector\.extract %\w+\[{first + second - 1}\]"),
+                          re.compile(rf"arith\.cmpi ugt, %\w+, %c{first + second}_i32"), "scf.if",
+                          re.compile(r"vector\.extract %\w+\[15\]")])
+    assert re.search(rf"arith\.cmpi ugt, %\w+, %c{StrictConflictLaneBuilder.PACKED_BUSY}_i32", text)
+    entry = str(lane.operation.block)
+    check_in_order(entry, [re.compile(r"scf\.if %\w+ -> \(i32\)"), re.compile(r"arith\.uitofp %\w+ : i32 to f64"),
+                           "arith.minimumf", "arith.maximumf",
+                           f"arith.constant {StrictConflictLaneBuilder.PACKED_DENSE:e} : f64",
+                           re.compile(r"arith\.cmpf oge, %\w+, %\w+ : f64"), "scf.yield", "} else {"])
+    assert re.search(r"arith\.cmpi sge, %\w+, %c0_i32", text)      # the credit
+
+
 @pytest.mark.parametrize("dtype", ["f64", "f32"])
 def test_strict_conflict_lane_ir(ctx, dtype):
     """Strict K1 on an AMD Zen 4 target: the lane before the all-pairs lane (``_check_lane``)."""
     module = stage1(kernel_text("k1", dtype))
     (decision,) = run_splyce_pass(module, Options(phases=7, target=_zen4()))
     assert decision.vectorized and REASON in decision.reason and "n=4" in decision.reason
+    assert ("matched lanes packed by vcompress (4 + 4 + 8 ordered adds)" in decision.reason) == (dtype == "f32")
     permute = "llvm.x86.avx512.permvar.sf.512" if dtype == "f32" else "llvm.x86.avx512.vpermi2var.pd.512"
     _check_lane(module, dtype, 16, "d", permute)
 
@@ -91,6 +123,7 @@ def test_strict_conflict_lane_int64_ir(ctx, dtype):
     module = stage1(kernel_text("k1", dtype, 64))
     (decision,) = run_splyce_pass(module, Options(phases=7, target=_zen4()))
     assert decision.vectorized and REASON64 in decision.reason and "n=4" in decision.reason
+    assert "packed by vcompress" not in decision.reason
     permute = "llvm.x86.avx2.permps" if dtype == "f32" else "llvm.x86.avx512.permvar.df.512"
     _check_lane(module, dtype, 8, "q", permute)
 

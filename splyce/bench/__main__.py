@@ -27,6 +27,8 @@ SUBCOMMANDS = {
              "--ops picks forms, --matrices matrices",
     "overhead": "fixed costs per op: first call cold / from the disk cache (fresh processes), steady, 4x4 call, vs scipy",
     "limit": "the fiber-pair sparse dot vs the plain sparsifier, NumKong and the bandwidth floor (issue 36)",
+    "sweep": "limit's fiber-pair sparse dot across coordinate distributions (uniform, clustered runs, power-law gaps, "
+             "skews) vs NumKong and the read floor (issue 59)",
     "dask": "SpMV, SpGEMM, triangles on a 2-worker Dask LocalCluster: 1 vs 2 workers, vs dask + pydata-sparse",
     "clients": "networkx / scikit-learn / scanpy-style client code with splyce.patch_scipy() off and on, and the "
                "per-op break-even sizes (docs/scipy_patch.md; needs the compat extra)",

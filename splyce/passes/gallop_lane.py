@@ -34,6 +34,14 @@ from splyce.passes.fast_lane import FastLaneBuilder, _apply_chain, _index, _tree
 from splyce.passes.ir_utils import CMPI_UGE, CMPI_UGT, CMPI_ULE, CMPI_ULT
 
 WINDOW = 8  # positions counted branchlessly at the end of a search
+# A galloping search first probes the last coordinate of each of the next cache lines in turn (their addresses do
+# not depend on the loads: the core and the hardware prefetcher run ahead; one mispredicted exit), then doubles its
+# step. How many lines, per skewed pair from its lengths: SCAN_SPAN x the expected gap (long / short coordinates),
+# at most SCAN_LINES; none from a length ratio of SCAN_MAX_RATIO on, where the scan measured slower than the
+# exponential search alone (docs/passes.md, "Galloping: a line scan sized per pair").
+SCAN_LINES = 64
+SCAN_SPAN = 2
+SCAN_MAX_RATIO = 1024
 LINE_BYTES = 64
 # Prefetching: when the long fiber has at least LINES_PER_SHORT cache lines of coordinates per short-side
 # coordinate, its first min(PREFETCH_LINES, LINES_PER_SHORT x short length) lines (docs/passes.md,
@@ -50,6 +58,12 @@ GALLOP_COUNTER_SLOT = 2  # profile counters: [fast lane, epilogue, galloping ski
 LOG_SLOPE = 2
 LOG_CAP = 12
 LOG_FROM = 3
+# Pairs that run a conflict lane when they do not gallop (strict: every int32 pair, int64 ones of ratio >= 6;
+# fast_math: the 16 x 16 / 8 x 8 lane) walk a long fiber at 0.35-0.5 ns per coordinate, 2-3x the all-pairs lane
+# the rule above was measured against, so they gallop later: CONFLICT_SLOPE x (L - CONFLICT_FROM + 1) more, from
+# short fibers of 2^CONFLICT_FROM (one block) on (docs/passes.md, "Galloping against the conflict lanes").
+CONFLICT_SLOPE = 8
+CONFLICT_FROM = 4
 
 
 def _coordinate(match: Coiteration, crd, position):
@@ -57,28 +71,36 @@ def _coordinate(match: Coiteration, crd, position):
     return _apply_chain(match.cast_chain, memref.load(crd, [position]))[-1]
 
 
-def _lower_bound(match: Coiteration, crd, lo, hi, key):
+def _lower_bound(match: Coiteration, crd, lo, hi, key, scan=None):
     """The first position p in [lo, hi) with crd[p] >= key, else hi (requires lo < hi). An exponential
     search over blocks of WINDOW coordinates (probing each block's last coordinate) brackets it, a binary
     search narrows the bracket to at most WINDOW positions, and a branchless count of the coordinates
-    below ``key`` in that window finishes: few dependent loads and one loop exit per search."""
+    below ``key`` in that window finishes: few dependent loads and one loop exit per search. ``scan`` (an
+    index value, galloping's ``_scan_probes``): the bracket's step is first one cache line of coordinates for
+    that many probes (a line scan: the probes' addresses do not depend on the loads, so they overlap), then
+    doubles; None or 0: the exponential search from a step of WINDOW."""
     idx = ir.IndexType.get()
     one, window = _index(1), _index(WINDOW)
     last = arith.subi(hi, one)
-    expo = scf.WhileOp([idx, idx], [lo, window])
-    before = expo.before.blocks.append(idx, idx)
+    if scan is None:
+        scan = _index(0)
+    first = arith.select(arith.cmpi(CMPI_UGT, scan, _index(0)), _index(_per_line(match)), window)
+    # [position, step, probes]: the step stays one line for ``scan`` probes, then doubles
+    expo = scf.WhileOp([idx, idx, idx], [lo, first, _index(0)])
+    before = expo.before.blocks.append(idx, idx, idx)
     with ir.InsertionPoint(before):
-        a, step = before.arguments
+        a, step, probes = before.arguments
         end = arith.addi(a, step)
         inside = arith.cmpi(CMPI_ULE, end, hi)
         probe = arith.select(inside, arith.subi(end, one), last)  # an in-bounds load either way
         below = arith.cmpi(CMPI_ULT, _coordinate(match, crd, probe), key)
-        scf.condition(arith.andi(inside, below), [a, step])
-    after = expo.after.blocks.append(idx, idx)
+        scf.condition(arith.andi(inside, below), [a, step, probes])
+    after = expo.after.blocks.append(idx, idx, idx)
     with ir.InsertionPoint(after):
-        a, step = after.arguments
-        scf.yield_([arith.addi(a, step), arith.shli(step, one)])
-    a, step = expo.results
+        a, step, probes = after.arguments
+        doubled = arith.select(arith.cmpi(CMPI_ULT, probes, scan), step, arith.shli(step, one))
+        scf.yield_([arith.addi(a, step), doubled, arith.addi(probes, one)])
+    a, step, _ = expo.results
     end = arith.addi(a, step)
     end = arith.select(arith.cmpi(CMPI_ULT, end, hi), end, hi)
     search = scf.WhileOp([idx, idx], [a, end])
@@ -183,14 +205,15 @@ def _skewed(long_rem, short_rem, ratio):
     return arith.cmpi(CMPI_UGE, long_rem, arith.muli(short_rem, _index(ratio)))
 
 
-def skew_threshold(ratio: int, short: int) -> int:
+def skew_threshold(ratio: int, short: int, conflict: bool = False) -> int:
     """The long fiber's length from which a pair with a ``short``-coordinate fiber (>= 1) gallops: what the
-    IR of ``_skew_threshold`` computes, for tests and docs."""
+    IR of ``_skew_threshold`` computes, for tests and docs (``conflict``: the pair's lane is a conflict lane)."""
     log2 = short.bit_length() - 1
-    return (ratio + (LOG_SLOPE * min(log2, LOG_CAP) if log2 >= LOG_FROM else 0)) * short
+    extra = CONFLICT_SLOPE * (min(log2, LOG_CAP) - CONFLICT_FROM + 1) if conflict and log2 >= CONFLICT_FROM else 0
+    return (ratio + (LOG_SLOPE * min(log2, LOG_CAP) if log2 >= LOG_FROM else 0) + extra) * short
 
 
-def _skew_threshold(short_len, ratio: int):
+def _skew_threshold(short_len, ratio: int, conflict: bool = False):
     """``skew_threshold(ratio, short_len)`` in IR (``short_len >= 1``: the empty-fiber guard is outside).
     Below 8 coordinates (``LOG_FROM``) the fast lane runs one step or none (the scalar loop walks the long
     fiber), so galloping wins from low ratios (S = 1-4: 0.62-0.71x the lane at r = 16). Why the log above:
@@ -202,11 +225,16 @@ def _skew_threshold(short_len, ratio: int):
     log2 = arith.subi(arith.constant(i64, 63), math.ctlz(arith.index_castui(i64, short_len)))
     extra = arith.muli(arith.minui(log2, arith.constant(i64, LOG_CAP)), arith.constant(i64, LOG_SLOPE))
     extra = arith.select(arith.cmpi(CMPI_UGE, log2, arith.constant(i64, LOG_FROM)), extra, arith.constant(i64, 0))
+    if conflict:   # + CONFLICT_SLOPE x (min(L, LOG_CAP) - CONFLICT_FROM + 1) from L >= CONFLICT_FROM
+        capped = arith.minui(log2, arith.constant(i64, LOG_CAP))
+        more = arith.muli(arith.subi(capped, arith.constant(i64, CONFLICT_FROM - 1)), arith.constant(i64, CONFLICT_SLOPE))
+        extra = arith.addi(extra, arith.select(arith.cmpi(CMPI_UGE, log2, arith.constant(i64, CONFLICT_FROM)), more,
+                                               arith.constant(i64, 0)))
     factor = arith.addi(_index(ratio), arith.index_castui(ir.IndexType.get(), extra))
     return arith.muli(short_len, factor)
 
 
-def _skew_flags(match: Coiteration, fast_op, ratio: int):
+def _skew_flags(match: Coiteration, fast_op, ratio: int, conflict: bool = False):
     """(skewed, C longer, B longer) from the fiber pair's lengths on entry, once per pair, before the fast
     lane. ``skewed`` is one test, ``max(lenB, lenC) >= threshold(min(lenB, lenC))``, computed for every
     pair (testing ``max >= ratio * min`` first, under an ``scf.if``, ran K1 1.03x and K5 1.03x: more of the
@@ -219,7 +247,7 @@ def _skew_flags(match: Coiteration, fast_op, ratio: int):
     with ir.InsertionPoint(fast_op):
         len_b, len_c = arith.subi(hb, pb), arith.subi(hc, pc)
         longer, shorter = arith.maxui(len_b, len_c), arith.minui(len_b, len_c)
-        skewed = arith.cmpi(CMPI_UGE, longer, _skew_threshold(shorter, ratio))
+        skewed = arith.cmpi(CMPI_UGE, longer, _skew_threshold(shorter, ratio, conflict))
         return skewed, arith.cmpi(CMPI_UGT, len_c, len_b), arith.cmpi(CMPI_UGT, len_b, len_c)
 
 
@@ -306,9 +334,22 @@ def _split_by_skew(match: Coiteration, fast_op, skewed) -> Coiteration:
     return replace(match, while_op=copy.opview, after_yield=list(after.operations)[-1], next_cursors=nexts)
 
 
-def _gallop_epilogue(match: Coiteration, long_c, long_b, counters) -> None:
+def _scan_probes(match: Coiteration, inits):
+    """The line-scan budget of a skewed pair's searches (``_lower_bound``'s ``scan``), from its lengths on entry:
+    ``min(SCAN_LINES, SCAN_SPAN x long / short / coordinates per line)`` lines, 0 from a ratio of
+    ``SCAN_MAX_RATIO`` on (the short fiber is not empty: the empty-fiber guard is outside)."""
+    pb, pc = (inits[p] for p in match.cursor_pos)
+    hb, hc = match.bounds
+    len_b, len_c = arith.subi(hb, pb), arith.subi(hc, pc)
+    ratio = arith.divui(arith.maxui(len_b, len_c), arith.maxui(arith.minui(len_b, len_c), _index(1)))
+    lines = arith.minui(arith.divui(arith.muli(ratio, _index(SCAN_SPAN)), _index(_per_line(match))),
+                        _index(SCAN_LINES))
+    return arith.select(arith.cmpi(CMPI_ULT, ratio, _index(SCAN_MAX_RATIO)), lines, _index(0))
+
+
+def _gallop_epilogue(match: Coiteration, long_c, long_b, counters, scan=None) -> None:
     """After each step of the scalar loop of a skewed fiber pair, jump the long side's cursor past the
-    coordinates below the short side's current one."""
+    coordinates below the short side's current one (``scan``: the searches' line-scan budget)."""
     yield_op = match.after_yield
     sb, sc = match.cursor_pos
     nb, nc = (yield_op.operands[p] for p in (sb, sc))
@@ -319,12 +360,12 @@ def _gallop_epilogue(match: Coiteration, long_c, long_b, counters) -> None:
         outer = scf.IfOp(arith.andi(long_c, both), [idx, idx], has_else=True)
         with ir.InsertionPoint(outer.then_block):
             key = _coordinate(match, crd_b, nb)
-            scf.yield_([nb, _lower_bound(match, crd_c, nc, hc, key)])
+            scf.yield_([nb, _lower_bound(match, crd_c, nc, hc, key, scan)])
         with ir.InsertionPoint(outer.else_block):
             inner = scf.IfOp(arith.andi(long_b, both), [idx, idx], has_else=True)
             with ir.InsertionPoint(inner.then_block):
                 key = _coordinate(match, crd_c, nc)
-                scf.yield_([_lower_bound(match, crd_b, nb, hb, key), nc])
+                scf.yield_([_lower_bound(match, crd_b, nb, hb, key, scan), nc])
             with ir.InsertionPoint(inner.else_block):
                 scf.yield_([nb, nc])
             scf.yield_(list(inner.results))
@@ -336,25 +377,30 @@ def _gallop_epilogue(match: Coiteration, long_c, long_b, counters) -> None:
     yield_op.operands[sc] = gc
 
 
-def add_galloping(match: Coiteration, fast_op, ratio: int, counters=None) -> None:
-    """Give the matched loop and its fast lane ``fast_op`` the skew-aware path choice."""
+def add_galloping(match: Coiteration, fast_op, ratio: int, counters=None, conflict: bool = False) -> None:
+    """Give the matched loop and its fast lane ``fast_op`` the skew-aware path choice (``conflict``: the pairs
+    that do not gallop run a conflict lane: the threshold with ``CONFLICT_SLOPE``)."""
     inits = _inits(match, fast_op)
     _guard_empty_fibers(match, fast_op)
-    skewed, long_c, long_b = _skew_flags(match, fast_op, ratio)
+    skewed, long_c, long_b = _skew_flags(match, fast_op, ratio, conflict)
     skewed_match = _split_by_skew(match, fast_op, _expect_false(skewed, fast_op))
     with ir.InsertionPoint(skewed_match.while_op):
         _prefetch_long_fiber(match, inits)
-    _gallop_epilogue(skewed_match, long_c, long_b, counters)
+        scan = _scan_probes(match, inits)
+    _gallop_epilogue(skewed_match, long_c, long_b, counters, scan)
 
 
-def describe_galloping(ratio: int) -> str:
+def describe_galloping(ratio: int, conflict: bool = False) -> str:
     """The decision text of a two-fiber intersection's skew-aware path."""
     if not ratio:
         return "no galloping (gallop=0)"
-    return (f"galloping when long >= ({ratio} + {LOG_SLOPE} L) x short, L = min(floor(log2 short), {LOG_CAP}) from "
-            f"short >= {1 << LOG_FROM}, else 0 (the long fiber's first min({PREFETCH_LINES}, "
+    more = (f" + {CONFLICT_SLOPE} (L - {CONFLICT_FROM - 1}) from short >= {1 << CONFLICT_FROM} (a conflict lane's pair)"
+            if conflict else "")
+    return (f"galloping when long >= ({ratio} + {LOG_SLOPE} L{more}) x short, L = min(floor(log2 short), {LOG_CAP}) "
+            f"from short >= {1 << LOG_FROM}, else 0 (the long fiber's first min({PREFETCH_LINES}, "
             f"{LINES_PER_SHORT} x short length) coordinate lines prefetched when it has {LINES_PER_SHORT} per short "
-            f"coordinate)")
+            f"coordinate; each search first scans min({SCAN_LINES}, {SCAN_SPAN} x long / short) lines one by one, "
+            f"none from long >= {SCAN_MAX_RATIO} x short)")
 
 
 # ---------------------------------------------------------------- three- and four-way: leapfrogging

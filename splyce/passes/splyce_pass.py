@@ -21,7 +21,8 @@ from splyce.passes.fast_lane import FastLaneBuilder, add_epilogue_count
 from splyce.passes.gallop_lane import PREFETCH_FUNCTION_PREFIX, add_galloping, add_leapfrog, describe_galloping
 from splyce.passes.insert_lane import InsertLaneBuilder
 from splyce.passes.permute_lane import PermuteLaneBuilder, permute_blocker
-from splyce.passes.strict_conflict_lane import add_conflict_lane_first, strict_conflict_blocker
+from splyce.passes.strict_conflict_lane import add_conflict_lane_first, describe_packed, packed_phase2, \
+    strict_conflict_blocker
 from splyce.passes.union_insert import UnionInsert, UnionInsertBuilder, match_union_insert
 from splyce.passes.union_lane import UnionLaneBuilder, add_tail_count, simd_blocker
 from splyce.passes.union_match import Union, match_union
@@ -183,7 +184,8 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder, co
         text = f"{shape_name(match.fingers)}: {text}"
         text += f", leapfrogging at length ratio >= {options.gallop}" if options.gallop else ", no leapfrogging (gallop=0)"
     else:
-        text += ", " + describe_galloping(options.gallop)
+        text += ", " + describe_galloping(options.gallop, conflict_first or (
+            isinstance(builder, ConflictLaneBuilder) and not isinstance(builder, BroadcastLaneBuilder)))
     if match.kind == INSERT_KIND:
         return text + "; phase 2: the body, with its call, under a branch per matched lane"
     if options.fast_math:
@@ -200,6 +202,8 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder, co
         block = BLOCK[ir.IntegerType(match.crd_type).width]
         text += (f"; first a strict lane of {_conflict_compares(block)}, block advance, ordered adds of the matched "
                  "lanes (left for the all-pairs lane when matches come densely)")
+        if packed_phase2(match):
+            text += describe_packed()
     if options.simd_mac:
         blocker = builder.simd2_blocker()
         if blocker:
@@ -328,9 +332,12 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                 fast = builder.build()
                 if counters is not None:
                     add_epilogue_count(match, counters)
-                if options.gallop:
-                    skew_aware = add_galloping if match.fingers == 2 else add_leapfrog
-                    skew_aware(match, fast, options.gallop, counters)
+                conflict = conflict_first or (isinstance(builder, ConflictLaneBuilder) and
+                                              not isinstance(builder, BroadcastLaneBuilder))
+                if options.gallop and match.fingers == 2:
+                    add_galloping(match, fast, options.gallop, counters, conflict)
+                elif options.gallop:
+                    add_leapfrog(match, fast, options.gallop, counters)
                 if conflict_first:   # strict: pairs that do not gallop start in the strict conflict lane
                     add_conflict_lane_first(match, fast, loop_options, counters)
                 decisions.append(LoopDecision(name, index, True, _describe(match, loop_options, builder, conflict_first)))
