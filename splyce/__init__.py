@@ -21,7 +21,7 @@ __all__ = [
 
 # The compiler-facing names load lazily (PEP 562) so that `import splyce` stays cheap.
 _LAZY = {
-    "jit": "splyce.runtime.dispatcher", "profile": "splyce.runtime.profiling",
+    "jit": "splyce.runtime.decorator", "profile": "splyce.runtime.profiling",
     "clear_cache": "splyce.runtime.dispatcher", "set_memory_budget": "splyce.planner.memory",
     "patch_scipy": "splyce.scipy_patch", "unpatch_scipy": "splyce.scipy_patch", "patched_scipy": "splyce.scipy_patch",
     "scipy_patch_stats": "splyce.scipy_patch", "is_scipy_patched": "splyce.scipy_patch",
