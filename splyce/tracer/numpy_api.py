@@ -128,7 +128,7 @@ FUNCTIONS = {   # NumPy function -> the traced operation
     np.zeros_like: _like(lambda kw: 0), np.ones_like: _like(lambda kw: 1),
     np.full_like: lambda a, fill_value, dtype=None, **kw: _like(lambda _: fill_value)(a, dtype, **kw),
     np.outer: _outer, np.abs: UFUNCS["absolute"], np.real_if_close: lambda a, tol=100: a,
-    np.trace: lambda a: T.sum_(T.diagonal(a)),
+    np.trace: lambda a: T.sum_(T.diagonal(a)), np.diag: lambda v, k=0: _diag(v, k),
     np.any: lambda a, axis=None, out=None, keepdims=False: _no("any", out=out) or T.any_(a, axis, keepdims),
     np.all: lambda a, axis=None, out=None, keepdims=False: _no("all", out=out) or T.all_(a, axis, keepdims),
     np.count_nonzero: lambda a, axis=None, keepdims=False: T.count_nonzero(a, axis, keepdims),
@@ -152,6 +152,19 @@ FUNCTIONS = {   # NumPy function -> the traced operation
 }
 if hasattr(np, "astype"):
     FUNCTIONS[np.astype] = lambda x, dtype, copy=True, **kw: astype(x, dtype)
+
+
+def _diag(v, k=0):
+    """``np.diag``: the main diagonal of a 2-D value, or the square matrix with a 1-D value on its diagonal."""
+    node = _node(v, "diag")
+    if k != 0:
+        raise TypeError(f"numpy.diag: only k=0 is supported on traced tensors, got k={k!r}")
+    if node.type.ndim == 2:
+        return T.diagonal(v)
+    if node.type.ndim != 1 or node.type.is_sparse:
+        raise TypeError(f"numpy.diag: a 1-D or 2-D dense value is needed, got shape {node.type.shape}")
+    n = node.type.shape[0]
+    return T.multiply(v.reshape((n, 1)), np.eye(n, dtype=node.type.dtype))
 
 
 def _expand_dims(a, axis):
