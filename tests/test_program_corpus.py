@@ -77,7 +77,8 @@ REFUSED = {"cosine_similarity": "np.where(mask, v, y)", "row_l1_normalize": "np.
            "personalized_pagerank": "np.where(mask, v, y)", "observed_entries_loss": ".data array",
            # the structure of a traced value, a Python float of one, small dense linear algebra between kernels
            # and a vector of traced scalars: refused, each naming what to write (the last two: not done yet)
-           "sparsity_profile": ".indptr array", "heat_explicit": "no value at trace time",
+           "sparsity_profile": ".indptr array", "user_mean_centering": ".indptr array",
+           "heat_explicit": "no value at trace time",
            "als_user_step": "numpy.linalg.solve is not supported",
            "lanczos_three_steps": "numpy.array of a list holding 0-d traced values"}
 

@@ -189,6 +189,11 @@ def array_ufunc(self, ufunc_, method, *inputs, **kwargs):
     if method != "__call__":
         raise TypeError(f"numpy.{name}.{method} is not supported on traced tensors (use the function or method, "
                         f"e.g. x.sum(axis=0))")
+    out = kwargs.get("out")
+    if out is not None and len(out) == 1 and isinstance(out[0], np.ndarray) and inputs and out[0] is inputs[0]:
+        # ``x += t`` of a concrete array x (``x = np.zeros(n)`` then an update): Python rebinds x to the traced
+        # sum, as it would to NumPy's; the concrete array itself is not written (traced values are immutable)
+        kwargs = {k: v for k, v in kwargs.items() if k != "out"}
     _no(name, **{k: v for k, v in kwargs.items() if k != "out" or v is not None})
     impl = UFUNCS.get(name)
     if impl is None:
