@@ -108,7 +108,7 @@ def test_bool_follows_numpy():
     Y = np.array([[True, True, False], [False, True, True]])
     x, y = splyce.asarray(X, format=CSR), splyce.asarray(Y, format=CSR)
     product = splyce.jit(lambda a, b: a @ b.T)(x, y)
-    assert product.dtype == np.bool_ and np.array_equal(product, X @ Y.T)          # or of ands
+    assert product.dtype == np.bool_ and np.array_equal(product.toarray(), X @ Y.T)   # or of ands, sparse
     total = splyce.jit(lambda a: a.sum())(x)
     assert total == 3 and np.asarray(total).dtype == np.int64                       # a count, as NumPy
     counts = splyce.jit(lambda a: a.sum(axis=0))(x)

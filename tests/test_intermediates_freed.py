@@ -38,8 +38,26 @@ def _operands():
 CASES = {
     "dense intermediate": (lambda m, v, _: m @ (m @ v), "a x"),
     "sparse intermediates": (lambda p, _, q: (p @ q) * p + q, "a b"),
-    "two dense intermediates": (lambda p, _, q: (p @ q) + (q @ p), "a b"),
+    "two dense intermediates": (lambda p, _, q: splyce.matmul(p, q, out_format="dense")
+                                + splyce.matmul(q, p, out_format="dense"), "a b"),
 }
+
+
+@pytest.mark.xfail(strict=True, reason="known leak: a sparse product kept as an intermediate of the MLIR kernel "
+                   "and read by another op (abs(p @ q), (p @ q) + p) is not freed (~199 KB a call at 300 x 300; "
+                   "also with out_format='sparse' before sparse @ sparse became sparse by default)")
+def test_sparse_product_intermediates_are_freed():
+    a, b, _ = _operands()
+    f = splyce.jit(lambda p, q: abs(p @ q))
+    got = f(a, b)
+    before = _heap_in_use()
+    if before is None:
+        pytest.skip("the C library has no mallinfo2 (not glibc)")
+    for _ in range(50):
+        del got
+        got = f(a, b)
+    del got
+    assert _heap_in_use() - before < 400_000
 
 
 @pytest.mark.parametrize("library", [False, True])

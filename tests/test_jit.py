@@ -200,7 +200,7 @@ def test_static_scalar_arguments_are_part_of_the_key():
     a = _random_csr(5, 5, 0.4, 1)
     assert np.array_equal(_dense(f(a, 2.0)), 2 * a.toarray())
     assert np.array_equal(_dense(f(a, 3.0)), 3 * a.toarray())
-    assert f.cache_info().compiles == 2
+    assert f.cache_info().misses == 2      # two keys (a scaling of one argument may run as a one-op form)
 
 
 def test_inputs_are_not_modified_and_not_copied():

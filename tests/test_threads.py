@@ -42,9 +42,9 @@ def test_skewed_rows_chunk_unevenly_and_stay_identical():
     chunks = _outer_chunks(60, 3, [_type(B), _type(C)], [B, C])
     assert chunks[0][0] == 0 and chunks[-1][1] == 60 and len(chunks) == 3
     assert chunks[0][1] <= 5                            # the heavy rows are split off early
-    one = splyce.jit(lambda x, y: x @ y)(B, C)
+    one = splyce.jit(lambda x, y: x @ y, out_format="dense")(B, C)
     for threads in (2, 3):
-        assert splyce.jit(lambda x, y: x @ y, threads=threads)(B, C).tobytes() == one.tobytes()
+        assert splyce.jit(lambda x, y: x @ y, threads=threads, out_format="dense")(B, C).tobytes() == one.tobytes()
 
 
 def _type(x):
@@ -62,7 +62,7 @@ def test_chunks_cover_the_rows_once():
 def test_sparse_output_falls_back_to_one_thread():
     a = sps.random(30, 40, 0.2, format="csr", random_state=1)
     b = sps.random(30, 40, 0.2, format="csr", random_state=2)
-    f = splyce.jit(lambda x, y: x * y, threads=2)
+    f = splyce.jit(lambda x, y: x.multiply(y), threads=2)     # (csr_matrix: * is the matrix product)
     out = f(a, b)
     assert np.allclose(out.toarray(), a.multiply(b).toarray())
     low = f.lower(a, b)
