@@ -212,8 +212,8 @@ def test_strict_and_fast_math_sums():
 
     import splyce
 
-    a = sps.random(12, 90, density=0.3, format="csr", random_state=0)
-    b = sps.random(12, 90, density=0.2, format="csr", random_state=1)
+    a = sps.csr_array(sps.random(12, 90, density=0.3, format="csr", random_state=0))   # elementwise ** (an array)
+    b = sps.csr_array(sps.random(12, 90, density=0.2, format="csr", random_state=1))
     a.data *= 10.0 ** np.random.default_rng(0).integers(-8, 8, a.nnz)   # the order of additions matters
     f = lambda x, y: ((x - y) ** 2).sum()  # noqa: E731
     strict = splyce.jit(f)

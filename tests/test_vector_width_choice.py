@@ -121,7 +121,7 @@ def _three_way(a, b, c):
 def _three_way_operands():
     import scipy.sparse as sps
 
-    return [sps.random(1, 500, density=0.2, format="csr", random_state=i) for i in range(3)]
+    return [sps.csr_array(sps.random(1, 500, density=0.2, format="csr", random_state=i)) for i in range(3)]   # * elementwise
 
 
 @pytest.mark.parametrize("name", ["K4", "three-way"])
