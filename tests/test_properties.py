@@ -44,7 +44,7 @@ def _as_dense(x):
 def test_matmul_matches_numpy(data, m, k, n, dtype):
     a, A = _operand(data.draw, (m, k), dtype)
     b, B = _operand(data.draw, (k, n), dtype)
-    out = splyce.jit(lambda x, y: x @ y)(A, B)
+    out = splyce.jit(lambda x, y: x @ y, out_format="dense")(A, B)     # the dense product over every format pair
     tol = 1e-12 if dtype == np.float64 else 1e-4
     np.testing.assert_allclose(out, a.astype(np.float64) @ b.astype(np.float64), rtol=tol, atol=tol)
 
@@ -73,8 +73,8 @@ def test_splyce_is_bit_identical_to_the_plain_sparsifier(data, m, k, n, dtype, w
     a = _random(data.draw, (m, k), dtype, special=True)
     b = _random(data.draw, (k, n), dtype, special=True)
     A, B = splyce.asarray(a, format=CSR), splyce.asarray(b, format=CSC)
-    plain = splyce.jit(lambda x, y: x @ y, vectorize=False)(A, B)
-    fast = splyce.jit(lambda x, y: x @ y, vector_width=width, phases=phases)(A, B)
+    plain = splyce.jit(lambda x, y: x @ y, vectorize=False, out_format="dense")(A, B)     # K1's dense product
+    fast = splyce.jit(lambda x, y: x @ y, vector_width=width, phases=phases, out_format="dense")(A, B)
     # NaN payload and sign are unspecified by LLVM on both sides: compare NaN positions, bits elsewhere
     assert np.array_equal(np.isnan(plain), np.isnan(fast))
     ok = ~np.isnan(plain)
