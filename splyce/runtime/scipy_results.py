@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
+
 from splyce.runtime import arguments
 
 
@@ -23,23 +25,8 @@ def as_coo_where_scipy_keeps_it(sources, results: list, args) -> list:
     return out
 
 
-def with_kinds(results: list, kinds: tuple, tree) -> list:
-    """``results`` given the class of their kind (tracer/matrix.py), in the order of the returned values
-    (``tree``'s positions map the kernel's results to them): a sparse result of the matrix kind as its
-    ``spmatrix`` class (``csr_matrix``, sharing the buffers), a dense 2-D one as an ``np.matrix`` view; of the
-    array kind, a scipy ``sparray``."""
-    positions = tree[2] if tree is not None and len(tree) > 2 else range(len(kinds))
-    out = list(results)
-    for k, p in enumerate(positions):
-        if p < len(out) and kinds[k] == "matrix":
-            out[p] = as_matrix(out[p])
-    return out
-
-
 def as_matrix(r):
     """A result as scipy / NumPy give the matrix kind: ``csr_matrix`` and kin (sharing the buffers), ``np.matrix``."""
-    import numpy as np
-
     sps = sys.modules.get("scipy.sparse")
     if sps is not None and isinstance(r, sps.sparray) and r.ndim == 2:
         classes = {"csr": sps.csr_matrix, "csc": sps.csc_matrix, "coo": sps.coo_matrix}
