@@ -278,6 +278,18 @@ def select(quick: bool) -> list[Entry]:
     return [e for e in entries() if e.quick or not quick]
 
 
+def chosen(quick: bool, names=None, matrices=()) -> list[Entry]:
+    """A bench's matrices: ``select(quick)`` (those of ``names`` only, when given), or the corpus matrices named
+    by ``--matrices`` (an unknown name exits with the choices)."""
+    if matrices:
+        everything = {e.name: e for e in entries()}
+        unknown = [m for m in matrices if m not in everything]
+        if unknown:
+            raise SystemExit(f"unknown matrix {', '.join(unknown)}; choose from {', '.join(everything)}")
+        return [everything[m] for m in matrices]
+    return [e for e in select(quick) if names is None or e.name in names]
+
+
 _MEMORY: dict[str, object] = {}
 
 

@@ -130,13 +130,7 @@ def run(cfg: Config) -> Result:
     import splyce
 
     names = {"fem2d-3k"} if cfg.tiny else None
-    entries = [e for e in corpus.select(cfg.quick) if names is None or e.name in names]
-    if cfg.matrices:
-        everything = {e.name: e for e in corpus.entries()}
-        unknown = [m for m in cfg.matrices if m not in everything]
-        if unknown:
-            raise SystemExit(f"unknown matrix {', '.join(unknown)}; choose from {', '.join(everything)}")
-        entries = [everything[m] for m in cfg.matrices]
+    entries = corpus.chosen(cfg.quick, names, cfg.matrices)
     forms = _forms()
     unknown = [f for f in cfg.ops if f not in forms]
     if unknown:

@@ -155,13 +155,7 @@ def _first(result):
 
 def run(cfg: Config) -> Result:
     names = {"fem2d-3k", "rmat-s10"} if cfg.tiny else None
-    entries = [e for e in corpus.select(cfg.quick) if names is None or e.name in names]
-    if cfg.matrices:
-        everything = {e.name: e for e in corpus.entries()}
-        unknown = [m for m in cfg.matrices if m not in everything]
-        if unknown:
-            raise SystemExit(f"unknown matrix {', '.join(unknown)}; choose from {', '.join(everything)}")
-        entries = [everything[m] for m in cfg.matrices]
+    entries = corpus.chosen(cfg.quick, names, cfg.matrices)
     unknown = [p for p in cfg.ops if p not in PROGRAMS]
     if unknown:
         raise SystemExit(f"unknown program {', '.join(unknown)}; choose from {', '.join(PROGRAMS)}")
