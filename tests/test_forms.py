@@ -167,6 +167,40 @@ def test_maps_share_structure_and_give_the_mlir_kernels_values(name, dtype):
             assert np.array_equal(t.crd[1], a.indices)
 
 
+LIBM_MAPS = ("expm1", "log1p", "sin", "tan", "tanh", "sinh", "arctan", "arcsinh")
+
+
+@pytest.mark.parametrize("name", LIBM_MAPS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128, np.int64])
+def test_transcendental_maps_are_scipys_values(name, dtype):
+    """The maps a C library rounds (f(0) == 0) are forms of float32 / float64 matrices with NumPy's values,
+    which are scipy's (``np.expm1(A)`` maps ``A.data``); other dtypes keep the MLIR kernel."""
+    rng = np.random.default_rng(8)
+    u = getattr(np, name)
+    f = splyce.jit(lambda a: u(a))
+    for nnz in (0, 5, 300, 4001):
+        a = _matrix(rng, nnz, dtype, special=True)
+        if np.dtype(dtype).kind == "f":
+            a.data[::7] = np.abs(a.data[::7]) * 1e-9            # small arguments, where expm1 / log1p matter
+        t = splyce.asarray(a)
+        with np.errstate(all="ignore"):
+            want = u(a)
+            try:
+                got = f(t)
+            except (splyce.TraceError, TypeError):
+                assert np.dtype(dtype).kind != "f"
+                continue
+        if nnz == 300:
+            assert ("one-op form" in f.lower(t).as_text("plan")) == (np.dtype(dtype).kind == "f")
+        if np.dtype(dtype).kind != "f":
+            assert np.allclose(got.toarray(), want.toarray(), equal_nan=True)
+            continue
+        assert type(got) is type(want) and got.dtype == want.dtype
+        assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+        assert _bits(got.data) == _bits(want.data)
+        assert not np.may_share_memory(got.indices, t.crd[1]) and not np.may_share_memory(got.data, t.values)
+
+
 @pytest.mark.parametrize("pair", [(np.float64, np.float32), (np.float32, np.float64), (np.int64, np.float64),
                                   (np.int32, np.float32)])
 def test_conversions_to_floats_are_forms_with_the_mlir_kernels_values(pair):

@@ -18,8 +18,10 @@ kernels) recognizes the plan's canonical form (``recognize``; ``a * a`` of one o
   ``_min_or_max``).
 - Maps write new values over the same positions in one NumPy pass, evaluated as the MLIR kernel evaluates
   the expression (an integer power as repeated products, a division by the constant, constants in the result
-  dtype) and only for operations IEEE rounds exactly (no transcendental functions, whose libraries differ),
-  so the values are the MLIR kernel's bit for bit. The index arrays are copied (memcpy), never shared: the
+  dtype): for the operations IEEE rounds exactly the values are the MLIR kernel's bit for bit; the
+  transcendental maps that keep zeros zero (``expm1``, ``log1p``, ``sin``, ``tan``, ``tanh``, ``sinh``,
+  ``arctan``, ``arcsinh`` of float32 / float64 values) are NumPy's, as scipy computes them (``np.expm1(A)``
+  maps ``A.data``), where the MLIR kernel calls the C library's, which may round an ulp differently. The index arrays are copied (memcpy), never shared: the
   result is a scipy array whose buffers its caller may write to, and the argument's may be the caller's too.
 """
 
@@ -40,6 +42,12 @@ from splyce.tracer.ir import TensorType
 # NumPy give the same bits for them.
 _EXACT_UNARY = {"sqrt": np.sqrt, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint,
                 "sign": np.sign}
+# Unary heads with f(0) == 0 whose values are a libm's (NumPy's SIMD loops on x86, the MLIR kernel's calls into
+# the C library): taken as forms of a float32 / float64 matrix and computed by NumPy, so the result is scipy's
+# own (``np.expm1(A)`` maps ``A.data`` with these same loops), bit for bit; inside a fused MLIR kernel the same
+# head may round an ulp differently (docs/semantics.md)
+_LIBM_UNARY = {"expm1": np.expm1, "log1p": np.log1p, "sin": np.sin, "tan": np.tan, "tanh": np.tanh,
+               "sinh": np.sinh, "arctan": np.arctan, "arcsinh": np.arcsinh}
 _COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
             "ge": np.greater_equal}
 
@@ -296,6 +304,8 @@ def _exact_tree(expr, dtype: np.dtype) -> bool:
         return dtype.kind != "c" and _exact_tree(expr[1], dtype)
     if head in _EXACT_UNARY:
         return (dtype.kind == "f" or (head == "sign" and dtype.kind == "i")) and _exact_tree(expr[1], dtype)
+    if head in _LIBM_UNARY:
+        return dtype in (np.float32, np.float64) and _exact_tree(expr[1], dtype)
     return False
 
 
@@ -333,6 +343,8 @@ def evaluate(expr, x: np.ndarray, dtype: np.dtype):
     if head == "square":
         base = evaluate(expr[1], x, dtype)
         return np.multiply(base, base)
+    if head in _LIBM_UNARY:
+        return _LIBM_UNARY[head](evaluate(expr[1], x, dtype))
     return _EXACT_UNARY[head](evaluate(expr[1], x, dtype))
 
 
