@@ -286,3 +286,28 @@ def test_maps_and_sums_of_a_transpose_read_the_arguments_arrays():
             assert not np.may_share_memory(got.indices, t.crd[1])
             got, want = got.data, want.data
         assert _bits(got) == _bits(np.asarray(want).reshape(np.shape(got))), name
+
+
+@pytest.mark.parametrize("cls", [sps.csr_array, sps.csc_array, sps.csr_matrix])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32, np.complex128])
+def test_conversions_to_the_other_order_are_scipys_counting_transpose(cls, dtype):
+    """``a.tocsc()`` / ``a.tocsr()`` / ``a.T.tocsr()``: a form (native/transpose.py) where the values are 4 or 8
+    bytes, scipy's arrays and class exactly, on one thread and two, never aliasing the argument."""
+    rng = np.random.default_rng(12)
+    own = cls((2, 2)).format
+    other = "tocsc" if own == "csr" else "tocsr"
+    bodies = {"other": lambda a: getattr(a, other)(), "transposed": lambda a: getattr(a.T, "to" + own)()}
+    for name, body in bodies.items():
+        f, two = splyce.jit(body), splyce.jit(body, threads=2)
+        for nnz in (0, 1, 300, 20001):
+            a = cls(_matrix(rng, nnz, dtype, special=np.dtype(dtype).kind in "fc"))
+            want = body(a)
+            for g in (f, two):
+                got = g(a)
+                assert type(got) is type(want) and got.format == want.format and got.shape == want.shape
+                assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+                assert _bits(got.data) == _bits(want.data)
+                assert not np.may_share_memory(got.data, a.data) and not np.may_share_memory(got.indices, a.indices)
+            if nnz == 300:
+                text = f.lower(a).as_text("plan")
+                assert ("counting transpose" in text) == (np.dtype(dtype).itemsize in (4, 8)), text

@@ -56,7 +56,7 @@ _COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equ
 class Form:
     """A plan's one step as a form over one argument's stored values."""
 
-    kind: str                  # "sum" | "line_sums" | "mean" | "max" | "min" | "map" | "row_scale" | "column_scale"
+    kind: str   # "sum" | "line_sums" | "mean" | "max" | "min" | "map" | "row_scale" | "column_scale" | "restore"
     argument: int              # the function's argument it reads
     type: TensorType           # that argument's (a canonical CSR or CSC)
     out: TensorType
@@ -84,6 +84,10 @@ class Form:
                 else "d[indices]"
             return (f"the stored values times {gather} in one pass, over the same positions (index arrays "
                     f"copied)")
+        if self.kind == "restore":
+            other = "CSC" if storage == "CSR" else "CSR"
+            return (f"the {storage} re-stored as a {other} by a counting transpose of its arrays (scipy's "
+                    f"csr_tocsc; native/transpose.py on more threads)")
         if self.kind in ("max", "min"):
             return (f"np.{'maximum' if self.kind == 'max' else 'minimum'}.reduce of the stored values, then with "
                     f"the implicit zero (NaN propagates)")
@@ -121,7 +125,7 @@ def recognize(plan) -> Form | None:
         return None
     args = [_argument(plan, a.params[0]) for a in node.args]
     if any(a is None for a in args):
-        return None
+        return _restore(plan, node)
     k, t = args[0]
     order = _storage(t)
     if order is None:
@@ -158,6 +162,47 @@ def recognize(plan) -> Form | None:
             return None
         return Form("map", k, t, out, expr)
     return None
+
+
+def _restore(plan, node) -> Form | None:
+    """``a.tocsc()`` of a CSR argument, ``a.tocsr()`` of a CSC one, ``a.T.tocsr()`` of a CSR (a copy of the
+    argument's entries stored in the other order: the identity map over the plan's converted input): scipy's
+    counting transpose of the argument's arrays (native/transpose.py, ``csr_tocsc`` on one thread), instead of
+    the MLIR kernel's conversion."""
+    if node.op != "ewise" or node.params[0] != ("arg", 0) or len(node.args) != 1:
+        return None
+    if len(node.params) > 1 and node.params[1] is not None and tuple(node.params[1]) != ("ab",):
+        return None
+    k = node.args[0].params[0]
+    n_in = len(plan.source.inputs)
+    n_args = n_in - len(plan.constants)
+    source = plan.sources[k]
+    if not source.converted or source.host is not None or source.native is not None:
+        return None
+    out = node.type
+    if source.index < n_args:                   # the argument re-stored: its shape, the other order
+        arg = source.index
+        t = plan.source.inputs[arg]
+        order = _storage(t)
+        if order is None or _storage(out) != order[::-1] or out.shape != t.shape:
+            return None
+    elif n_in <= source.index < n_in + len(plan.derived):     # its transpose re-stored: its order
+        derived = plan.derived[source.index - n_in]
+        arg = derived.source
+        if derived.axes != (1, 0) or arg >= n_args:
+            return None
+        t = plan.source.inputs[arg]
+        order = _storage(t)
+        if order is None or _storage(out) != order or out.shape != t.shape[::-1]:
+            return None
+    else:
+        return None
+    widths = (t.format.pos_width, t.format.crd_width)
+    if out.dtype != t.dtype or widths != (out.format.pos_width, out.format.crd_width) or widths[0] != widths[1] \
+            or widths[0] not in (32, 64) or np.dtype(t.dtype).itemsize not in (4, 8) \
+            or np.dtype(t.dtype).kind not in "fiu":
+        return None                        # the native transpose: one index width, values of 4 or 8 bytes
+    return Form("restore", arg, t, out)
 
 
 def _mean(plan) -> Form | None:
@@ -417,6 +462,19 @@ def runner(form: Form):
     build = providers.result_builder("csr")
     cls = sps.csr_array if compressed_order(fmt) == (0, 1) else sps.csc_array
 
+    if form.kind == "restore":
+        from splyce.native import transpose as native_transpose
+
+        rows, cols = shape if compressed_order(form.type.format) == (0, 1) else shape[::-1]
+        shape = form.out.shape
+
+        def run_restore(args, threads):
+            a = args[0]
+            values, crd, pos = native_transpose.transpose(a.values, a.crd[1], a.pos[1], rows, cols, threads)
+            if build is not None:
+                return build(cls, values, crd, pos, shape, True)
+            return SparseTensor.from_buffers(shape, fmt, [None, pos], [None, crd], values, validate=False).to_scipy()
+        return run_restore
     if form.kind in ("row_scale", "column_scale"):
         major_scale = (form.kind == "row_scale") == (compressed_order(fmt) == (0, 1))
 
