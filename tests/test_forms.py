@@ -311,3 +311,25 @@ def test_conversions_to_the_other_order_are_scipys_counting_transpose(cls, dtype
             if nnz == 300:
                 text = f.lower(a).as_text("plan")
                 assert ("counting transpose" in text) == (np.dtype(dtype).itemsize in (4, 8)), text
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+@pytest.mark.parametrize("shape", [(40, 40), (30, 50), (50, 30)])
+@pytest.mark.parametrize("dtype", [np.float64] + [pytest.param(d, marks=pytest.mark.slow)
+                                                   for d in (np.float32, np.int64, np.complex128)])
+def test_diagonal_and_trace_are_scipys(fmt, shape, dtype):
+    """``a.diagonal()`` / ``a.trace()``: scipy's ``csr_diagonal`` over the argument's arrays (and NumPy's sum of
+    it), scipy's values bit for bit, wide, square and tall."""
+    rng = np.random.default_rng(13)
+    m, n = shape
+    for nnz in (0, 9, 700):
+        flat = np.sort(rng.choice(m * n, size=nnz, replace=False))
+        rows, cols = np.divmod(flat, n)
+        a = sps.coo_array((_values(rng, nnz, dtype, special=True), (rows, cols)), shape=shape).asformat(fmt)
+        a = (a + sps.eye_array(m, n, format=fmt, dtype=dtype) * 2).asformat(fmt)
+        for name in ("diagonal", "trace"):
+            f = splyce.jit(lambda a: getattr(a, name)())
+            with np.errstate(all="ignore"):
+                got, want = f(a), getattr(a, name)()
+            assert _bits(got) == _bits(want), (name, nnz)
+            assert "csr_diagonal" in f.lower(a).as_text("plan")

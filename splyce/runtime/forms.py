@@ -57,6 +57,7 @@ class Form:
     """A plan's one step as a form over one argument's stored values."""
 
     kind: str   # "sum" | "line_sums" | "mean" | "max" | "min" | "map" | "row_scale" | "column_scale" | "restore"
+    #             | "diagonal" | "trace"
     argument: int              # the function's argument it reads
     type: TensorType           # that argument's (a canonical CSR or CSC)
     out: TensorType
@@ -84,6 +85,9 @@ class Form:
                 else "d[indices]"
             return (f"the stored values times {gather} in one pass, over the same positions (index arrays "
                     f"copied)")
+        if self.kind in ("diagonal", "trace"):
+            what = "diagonal" if self.kind == "diagonal" else "trace: the sum (np.add.reduce) of the diagonal"
+            return f"the {storage}'s {what}, one pass over each row's entries (scipy's csr_diagonal)"
         if self.kind == "restore":
             other = "CSC" if storage == "CSR" else "CSR"
             return (f"the {storage} re-stored as a {other} by a counting transpose of its arrays (scipy's "
@@ -123,6 +127,10 @@ def recognize(plan) -> Form | None:
     node = plan.trace.outputs[0]
     if node is not plan.steps[0].node or not node.args or any(a.op != "input" for a in node.args):
         return None
+    if len(node.args) == 2 and node.op == "contract":
+        diagonal = _diagonal(plan, node)
+        if diagonal is not None:
+            return diagonal
     args = [_argument(plan, a.params[0]) for a in node.args]
     if any(a is None for a in args):
         return _restore(plan, node)
@@ -162,6 +170,50 @@ def recognize(plan) -> Form | None:
             return None
         return Form("map", k, t, out, expr)
     return None
+
+
+def _diagonal(plan, node) -> Form | None:
+    """``a.diagonal()`` of a CSR / CSC argument: the trace's product with the identity (a constant,
+    ``contract[ij,ij->i]``; ``->j`` of a tall matrix), computed as scipy computes it (``csr_diagonal`` of its
+    sparsetools: one pass over each row's entries)."""
+    n_args = len(plan.source.inputs) - len(plan.constants)
+    first, second = (plan.sources[a.params[0]] for a in node.args)
+    k = first.index if first.converted else node.args[0].params[0]     # the argument, read as it is
+    c = second.index if second.converted else node.args[1].params[0]   # the identity, a constant
+    if any(s.host is not None or s.native is not None for s in (first, second)) or k >= n_args \
+            or not n_args <= c < len(plan.source.inputs):
+        return None
+    t = plan.source.inputs[k]
+    if _csr_diagonal() is None or _storage(t) is None or node.type.is_sparse:
+        return None
+    params = node.params[0]
+    if params.scale is not None or len(params.inputs) != 2 or params.inputs[0] != params.inputs[1] \
+            or len(params.inputs[0]) != 2 or params.output not in ("", params.inputs[0][0 if t.shape[0] <= t.shape[1]
+                                                                                       else 1]):
+        return None      # (the rows' sums of a wide or square matrix, the columns' of a tall one; all: the trace)
+    m, n = t.shape
+    if node.type.dtype != t.dtype or np.dtype(t.dtype).kind not in "fciub" or t.dtype == "float16":
+        return None
+    eye = plan.constants[c - n_args]
+    if hasattr(eye, "to_scipy"):
+        eye = eye.to_scipy()
+    import scipy.sparse as sps
+
+    if not sps.issparse(eye) or eye.shape != (m, n) or eye.nnz != min(m, n):
+        return None
+    eye, want = sps.csr_array(eye), sps.eye_array(m, n, format="csr")
+    if not (np.array_equal(eye.indptr, want.indptr) and np.array_equal(eye.indices, want.indices)
+            and np.all(eye.data == 1)):
+        return None
+    return Form("diagonal" if params.output else "trace", k, t, node.type)
+
+
+def _csr_diagonal():
+    try:
+        from scipy.sparse._sparsetools import csr_diagonal
+    except ImportError:                    # scipy no longer offers it: the MLIR kernel
+        return None
+    return csr_diagonal
 
 
 def _restore(plan, node) -> Form | None:
@@ -454,6 +506,21 @@ def runner(form: Form):
             m = ufunc.reduce(values)
             return ufunc(zero, m) if len(values) < size else m
         return run_extremum
+    if form.kind in ("diagonal", "trace"):
+        csr_diagonal = _csr_diagonal()
+        total = form.kind == "trace"
+        m, n = shape
+        csr = compressed_order(form.type.format) == (0, 1)
+
+        def run_diagonal(args, threads):
+            a = args[0]
+            out = np.empty(min(m, n), dtype=out_dtype)
+            if csr:
+                csr_diagonal(0, m, n, a.pos[1], a.crd[1], a.values, out)
+            else:
+                csr_diagonal(0, n, m, a.pos[1], a.crd[1], a.values, out)
+            return np.add.reduce(out) if total else out
+        return run_diagonal
     fmt = form.out.format
     import scipy.sparse as sps
 

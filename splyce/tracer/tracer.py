@@ -466,6 +466,8 @@ def diagonal(a, k=0) -> Tracer:
     m, n = node.type.shape
     length = indexing.diagonal_length((m, n), k)
     eye = sps.eye_array(m, n, k=k, dtype=node.type.dtype, format="csr")
+    if k == 0 and m > n:                   # a tall matrix's main diagonal: one entry per column
+        return contract([node, _node(eye, "diagonal")], ["ij", "ij"], "j", out_format="dense", op="diagonal")
     rows = contract([node, _node(eye, "diagonal")], ["ij", "ij"], "i", out_format="dense", op="diagonal")
     start = 0 if k >= 0 else -k
     if (start, length) == (0, m):
