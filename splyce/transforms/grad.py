@@ -11,7 +11,6 @@ argument's class and format, a ``SparseTensor`` for a ``SparseTensor``), as ``ja
 
 from __future__ import annotations
 
-import functools
 import numbers
 
 import numpy as np
@@ -21,6 +20,7 @@ from splyce.runtime.dispatcher import Jitted
 from splyce.tensors.tensor import SparseTensor
 from splyce.tracer.base import Tracer, contract
 from splyce.tracer.dense_ops import apply, astype
+from splyce.tracer import indexing
 from splyce.tracer.tracer import todense
 from splyce.transforms import adjoint
 
@@ -70,86 +70,108 @@ class _Transform:
         nums = (argnums,) if isinstance(argnums, numbers.Integral) else tuple(argnums)
         if not nums or any(isinstance(n, bool) or not isinstance(n, numbers.Integral) for n in nums):
             raise TypeError(f"{name}: argnums must be an int or a non-empty tuple of ints, got {argnums!r}")
-        self.fun, self.argnums, self.has_aux, self.with_value, self.name = fun, argnums, has_aux, with_value, name
-        self._nums = tuple(int(n) for n in nums)
-        self._jitted = None
-        functools.update_wrapper(self, fun, updated=())
+        # (prefixed: ``jit`` copies a wrapped callable's attributes onto itself, functools.update_wrapper)
+        self._grad_fun, self._grad_argnums, self._grad_has_aux = fun, argnums, has_aux
+        self._grad_with_value, self._grad_name = with_value, name
+        self._grad_nums = tuple(int(n) for n in nums)
+        self._grad_jitted = None
+        # the name and docs only: a ``__wrapped__`` would let ``jit`` (its signature, its named constants)
+        # look through to ``fun`` and trace it untransformed
+        for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+            if hasattr(fun, attr):
+                setattr(self, attr, getattr(fun, attr))
 
     def traced(self, *args, **kwargs):
         """The transformation on tracers: ``(value, grads, aux)``."""
-        nums = [n if n >= 0 else len(args) + n for n in self._nums]
+        nums = [n if n >= 0 else len(args) + n for n in self._grad_nums]
         if any(not 0 <= n < len(args) for n in nums):
-            raise TypeError(f"{self.name}: argnums {self.argnums!r} out of range for {len(args)} positional "
+            raise TypeError(f"{self._grad_name}: argnums {self._grad_argnums!r} out of range for {len(args)} positional "
                             "arguments")
         wrt, structures = [], []
         for n in nums:
             leaves, paths, structure = pytree.flatten(args[n], f"argument {n}")
             for leaf, path in zip(leaves, paths):
                 if not isinstance(leaf, Tracer):
-                    raise TypeError(f"{self.name}: {path or f'argument {n}'} is {type(leaf).__name__}, not an "
+                    raise TypeError(f"{self._grad_name}: {path or f'argument {n}'} is {type(leaf).__name__}, not an "
                                     "array; only array arguments can be differentiated")
-                _check_inexact(leaf.dtype, path or f"argument {n}", self.name)
+                _check_inexact(leaf.dtype, path or f"argument {n}", self._grad_name)
                 wrt.append(leaf.node)
             structures.append((structure, len(leaves)))
-        out = self.fun(*args, **kwargs)
+        out = self._grad_fun(*args, **kwargs)
         aux = None
-        if self.has_aux:
+        if self._grad_has_aux:
             if not (isinstance(out, (tuple, list)) and len(out) == 2):
-                raise TypeError(f"{self.name} with has_aux=True: the function must return a pair (output, aux), "
+                raise TypeError(f"{self._grad_name} with has_aux=True: the function must return a pair (output, aux), "
                                 f"got {type(out).__name__}")
             out, aux = out
         if not isinstance(out, Tracer) or out.node.type.ndim != 0:
             shape = getattr(out, "shape", None)
-            raise TypeError(f"{self.name}: the function must return a scalar (a 0-d array), got "
+            raise TypeError(f"{self._grad_name}: the function must return a scalar (a 0-d array), got "
                             f"{type(out).__name__}{'' if shape is None else f' of shape {shape}'}; for a "
                             "non-scalar output use splyce.vjp")
-        _check_inexact(out.dtype, "the function's output", self.name)
+        _check_inexact(out.dtype, "the function's output", self._grad_name)
         cts = adjoint.backward([(out.node, 1.0)], wrt)
         grads = [finalize(node, ct) for node, ct in zip(wrt, cts)]
         trees, at = [], 0
         for structure, count in structures:
             trees.append(pytree.unflatten(structure, grads[at: at + count]))
             at += count
-        result = trees[0] if isinstance(self.argnums, numbers.Integral) else tuple(trees)
+        result = trees[0] if isinstance(self._grad_argnums, numbers.Integral) else tuple(trees)
         return out, result, aux
 
     def __call__(self, *args, **kwargs):
         if _is_traced((args, kwargs)):
             value, grads, aux = self.traced(*args, **kwargs)
         else:
-            args = _as_arrays(args, self._nums, self.name)
-            if self._jitted is None:
-                self._jitted = Jitted(_packed(self.traced))
-            value, grads, aux = self._jitted(*args, **kwargs)
-            grads = _restore(grads, args, self._nums, self.argnums)
-        if self.with_value:
-            return ((value, aux), grads) if self.has_aux else (value, grads)
-        return (grads, aux) if self.has_aux else grads
+            args, squeezed = _as_arrays(args, self._grad_nums, self._grad_name)
+            if self._grad_jitted is None:
+                self._grad_jitted = {}
+            jitted = self._grad_jitted.get(squeezed)
+            if jitted is None:
+                jitted = self._grad_jitted[squeezed] = Jitted(_packed(self.traced, squeezed))
+            value, grads, aux = jitted(*args, **kwargs)
+            grads = _restore(grads, args, self._grad_nums, self._grad_argnums)
+        if self._grad_with_value:
+            return ((value, aux), grads) if self._grad_has_aux else (value, grads)
+        return (grads, aux) if self._grad_has_aux else grads
 
 
-def _packed(traced):
+def _packed(traced, squeezed=()):
+    """``traced`` as a function of arrays: the leaves ``squeezed`` names ((argument, leaf) pairs), passed as
+    1-element vectors (a kernel takes no 0-d arrays), read back as the 0-d values they stand for."""
     def run(*args, **kwargs):
+        if squeezed:
+            args = list(args)
+            for n in {n for n, _ in squeezed}:
+                leaves, _, structure = pytree.flatten(args[n])
+                leaves = [indexing.reshape(x, ()) if (n, i) in squeezed else x for i, x in enumerate(leaves)]
+                args[n] = pytree.unflatten(structure, leaves)
         return traced(*args, **kwargs)
     return run
 
 
 def _as_arrays(args, nums, name):
-    """Python numbers among the differentiated arguments as 0-d arrays (static values otherwise)."""
+    """The differentiated arguments' 0-d leaves (Python numbers, 0-d arrays) as 1-element vectors, and
+    which they are."""
     args = list(args)
+    squeezed = []
     for n in nums:
         if -len(args) <= n < len(args):
+            n = n % len(args)
             leaves, paths, structure = pytree.flatten(args[n])
             fixed = []
-            for leaf, path in zip(leaves, paths):
+            for i, (leaf, path) in enumerate(zip(leaves, paths)):
                 if isinstance(leaf, numbers.Number) and not isinstance(leaf, bool):
-                    leaf = np.asarray(leaf, dtype=np.result_type(leaf, np.float64) if isinstance(leaf, float)
-                                      else np.asarray(leaf).dtype)
+                    leaf = np.asarray(leaf, dtype=np.float64 if isinstance(leaf, float) else np.asarray(leaf).dtype)
                 dtype = getattr(leaf, "dtype", None)
                 if dtype is not None:
                     _check_inexact(dtype, path or f"argument {n}", name)
+                if isinstance(leaf, np.ndarray) and leaf.ndim == 0:
+                    leaf = leaf.reshape(1)
+                    squeezed.append((n, i))
                 fixed.append(leaf)
             args[n] = pytree.unflatten(structure, fixed)
-    return tuple(args)
+    return tuple(args), tuple(squeezed)
 
 
 def _restore(grads, args, nums, argnums):
@@ -160,7 +182,7 @@ def _restore(grads, args, nums, argnums):
     for n, g in zip(nums, per_arg):
         arg_leaves, _, _ = pytree.flatten(args[n])
         g_leaves, _, structure = pytree.flatten(g)
-        fixed = [on_pattern(a, r) if _sparse_object(a) else r for a, r in zip(arg_leaves, g_leaves)]
+        fixed = [on_pattern(a, r) if _sparse_object(a) else np.asarray(r) for a, r in zip(arg_leaves, g_leaves)]
         out.append(pytree.unflatten(structure, fixed))
     return out[0] if isinstance(argnums, numbers.Integral) else tuple(out)
 
