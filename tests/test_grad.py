@@ -109,7 +109,7 @@ def check_kind(arg, g):
 
 # the backward plan of "slicing" (three cotangents of views summed, then an SDDMM) crashes the MLIR
 # sparsifier pass pipeline (a segfault in lowering/pipeline.py run_passes, 2026-12-07): not run until fixed
-CRASHES = {"slicing"}
+CRASHES = set()
 
 
 def _case(name, kind, dtype):

@@ -97,6 +97,16 @@ def _ct_dtype(ct, node: Node) -> str:
     return node.type.dtype
 
 
+def barrier(t: Tracer) -> Tracer:
+    """``t`` computed in a kernel of its own: a copy with its loop order pinned, which the planner fuses
+    with nothing. The derivative of a sparse value's elementwise function is not zero-preserving
+    (``1 - tanh(a) ** 2``): fused into a union of several sparse cotangents it made the MLIR sparsifier
+    crash (a segfault in its pass pipeline, 2026-12-07), so it stays alone, an intersection of two operands."""
+    subs = LETTERS[: t.node.type.ndim]
+    fmt = t.node.type.format if t.node.type.is_sparse else "dense"
+    return contract([t.node], [subs], subs, order=subs, out_format=fmt, op="grad")
+
+
 def ones_vector(n: int, dtype: str) -> Node:
     """A constant vector of ones (frozen into the trace): it broadcasts a cotangent along an axis."""
     return captures.constant_node(np.ones(n, dtype=dtype))
@@ -229,7 +239,10 @@ def elementwise_rule(node: Node, args, head, parts, extra, reads, ct, emit) -> N
             expr = ("mul", ("arg", 1), deriv)
             out = Node("ewise", (arg, g.node), (expr, (full, full)), TensorType(node.type.shape, dtype,
                                                                                     node.type.format))
-            emit(arg, Tracer(out))
+            emit(arg, barrier(Tracer(out)))
+            continue
+        if isinstance(ct, numbers.Number) and deriv[0] == "const":   # a 0-d operand of a 0-d result
+            emit(arg, ct * deriv[1])
             continue
         if isinstance(ct, numbers.Number):
             operands, g_expr, g_reads = tuple(args), ("const", float(ct)), ()
