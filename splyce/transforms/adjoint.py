@@ -8,7 +8,8 @@ SDDMM: ``einsum("ij,ik,jk->ij", ones(A), G, X)`` for ``A @ X``), never a dense m
 gradient w.r.t. stored values: the value of a sparse node outside its pattern is structurally zero (a function
 of no stored value), so only its cotangent at the pattern reaches the arguments.
 
-A cotangent is a ``Tracer`` or, for a 0-d node, a Python number (the seed 1.0 of a scalar loss)."""
+A cotangent is a ``Tracer`` or a ``Fill``: one number broadcast to the node's shape (the seed 1.0 of a scalar
+loss, and what ``sum`` passes back), folded into the rules' constants instead of built as an array of ones."""
 
 from __future__ import annotations
 
@@ -25,6 +26,27 @@ from splyce.tracer.tracer import add, multiply, sum_, todense
 from splyce.transforms.derivatives import ONE, partials
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+class Fill:
+    """A cotangent that is ``value`` at every position of ``shape``."""
+
+    __slots__ = ("value", "shape")
+
+    def __init__(self, value, shape):
+        self.value, self.shape = value, tuple(shape)
+
+
+def materialize(ct, like: Node) -> Tracer:
+    """A ``Fill`` as a dense tracer of ``like``'s shape (a Tracer is returned as it is)."""
+    if not isinstance(ct, Fill):
+        return ct
+    if not ct.shape:
+        return apply("where", True, ct.value, Tracer(like))
+    dtype = like.type.dtype if inexact(like.type.dtype) else "float64"
+    subs = LETTERS[: len(ct.shape)]
+    ops = [ones_vector(n, dtype) for n in ct.shape]
+    return contract_many(ops, list(subs), subs, None if ct.value == 1 else ct.value, "dense")
 
 
 def inexact(dtype: str) -> bool:
@@ -64,12 +86,12 @@ def backward(outputs, wrt) -> list:
 
 
 def accumulate(a, b):
-    if isinstance(a, numbers.Number) and isinstance(b, numbers.Number):
-        return a + b
-    if isinstance(a, numbers.Number):
+    if isinstance(a, Fill) and isinstance(b, Fill):
+        return Fill(a.value + b.value, a.shape)
+    if isinstance(a, Fill):
         a, b = b, a
-    if isinstance(b, numbers.Number):
-        return apply("add", a, b)
+    if isinstance(b, Fill):
+        return apply("add", todense(a) if a.node.type.is_sparse else a, b.value)
     if a.node.type.is_sparse != b.node.type.is_sparse:   # sparse + dense is dense: add to the dense one
         sparse, dense = (a, b) if a.node.type.is_sparse else (b, a)
         return add(dense, sparse)
@@ -88,6 +110,9 @@ def sample(ct, node: Node) -> Tracer:
     """The cotangent ``ct`` of a sparse ``node`` at the node's pattern (sparse, in its format)."""
     ones = pattern_ones(node, _ct_dtype(ct, node))
     subs = LETTERS[: node.type.ndim]
+    if isinstance(ct, Fill):
+        return contract([ones.node], [subs], subs, scale=None if ct.value == 1 else ct.value,
+                        out_format=node.type.format, op="grad")
     return contract([ones.node, ct.node], [subs, subs], subs, out_format=node.type.format, op="grad")
 
 
@@ -150,8 +175,8 @@ def contract_rule(node: Node, ct, emit) -> None:
             continue
         factor = 1 if params.scale is None else params.scale
         ops, subs = [], []
-        if isinstance(ct, numbers.Number):
-            factor = factor * ct
+        if isinstance(ct, Fill):   # a constant cotangent: a factor (the sum over its indices is the others')
+            factor = factor * ct.value
         else:
             ops.append(ct.node)
             subs.append(params.output)
@@ -160,6 +185,9 @@ def contract_rule(node: Node, ct, emit) -> None:
                 ops.append(other)
                 subs.append(s)
         target = params.inputs[i]
+        if isinstance(ct, Fill) and len(node.args) == 1 and not arg.type.is_sparse:   # sum, transpose, scale
+            emit(arg, Fill(factor, arg.type.shape))
+            continue
         if arg.type.is_sparse:   # sampled at the operand's pattern: an SDDMM, never a dense matrix
             dtype = node.type.dtype if inexact(node.type.dtype) else arg.type.dtype
             ops.insert(0, pattern_ones(arg, dtype).node)
@@ -174,7 +202,7 @@ def contract_rule(node: Node, ct, emit) -> None:
             out_format = "dense"
         scale = None if factor == 1 else factor
         if not ops:   # a 0-d operand scaled into a 0-d result, with a number for cotangent
-            emit(arg, factor)
+            emit(arg, Fill(factor, ()))
             continue
         emit(arg, contract_many(ops, subs, target, scale, out_format))
 
@@ -193,8 +221,8 @@ def combine_rule(node: Node, ct, emit) -> None:
 
 
 def scaled(ct, factor: float):
-    if isinstance(ct, numbers.Number):
-        return ct * factor
+    if isinstance(ct, Fill):
+        return Fill(ct.value * factor, ct.shape)
     return multiply(ct, factor)
 
 
@@ -241,11 +269,15 @@ def elementwise_rule(node: Node, args, head, parts, extra, reads, ct, emit) -> N
                                                                                     node.type.format))
             emit(arg, barrier(Tracer(out)))
             continue
-        if isinstance(ct, numbers.Number) and deriv[0] == "const":   # a 0-d operand of a 0-d result
-            emit(arg, ct * deriv[1])
+        if isinstance(ct, Fill) and deriv[0] == "const":   # a constant cotangent, summed where broadcast
+            count = int(np.prod(node.type.shape, dtype=np.int64)) // max(1, int(np.prod(arg.type.shape,
+                                                                                         dtype=np.int64)))
+            emit(arg, Fill(ct.value * deriv[1] * count, arg.type.shape))
             continue
-        if isinstance(ct, numbers.Number):
-            operands, g_expr, g_reads = tuple(args), ("const", float(ct)), ()
+        if isinstance(ct, Fill) and not _covers(deriv, reads, full):
+            ct = materialize(ct, node)
+        if isinstance(ct, Fill):
+            operands, g_expr, g_reads = tuple(args), ("const", float(ct.value)), ()
         else:
             g = todense(ct) if ct.node.type.is_sparse else ct
             operands, g_expr, g_reads = tuple(args) + (g.node,), ("arg", len(args)), (full,)
@@ -264,6 +296,14 @@ def elementwise_rule(node: Node, args, head, parts, extra, reads, ct, emit) -> N
             emit(arg, full_ct)
         else:
             emit(arg, unbroadcast(full_ct, reads[k], arg.type.shape))
+
+
+def _covers(expr, reads, full: str) -> bool:
+    """Whether the operands ``expr`` uses read every axis of the result (an ``ewise`` node needs them)."""
+    axes = set()
+    for k in _used_args(expr):
+        axes |= set(reads[k]) - {"0"}
+    return axes == set(full) if full else bool(_used_args(expr))
 
 
 def _used_args(expr) -> set[int]:
@@ -296,7 +336,7 @@ def reduce_rule(node: Node, ct, emit) -> None:
     kept = tuple(1 if d in axes else n for d, n in enumerate(arg.type.shape))
     x = Tracer(arg)
     y = Tracer(indexing.expand(node, kept, "grad")) if kept != node.type.shape else Tracer(node)
-    g = ct
+    g = ct.value if isinstance(ct, Fill) else ct
     if isinstance(ct, Tracer):
         g = todense(ct) if ct.node.type.is_sparse else ct
         if kept != ct.node.type.shape:
@@ -314,9 +354,10 @@ def view_rule(node: Node, ct, emit) -> None:
     (arg,) = node.args
     (spec,) = node.params
     dtype = node.type.dtype
-    if isinstance(ct, numbers.Number):   # a 0-d view: ct * onehot
-        ops, subs, scale = [], [], ct
+    if isinstance(ct, Fill) and not ct.shape:   # a 0-d view: ct * onehot
+        ops, subs, scale = [], [], ct.value
     else:
+        ct = materialize(ct, node)
         g = todense(ct) if ct.node.type.is_sparse else ct
         ops, subs, scale = [g.node], [None], None
     result_letters = LETTERS[: node.type.ndim]
@@ -350,7 +391,7 @@ def view_rule(node: Node, ct, emit) -> None:
     if subs and subs[0] is None:
         subs[0] = result_letters
     if not ops:
-        emit(arg, scale)
+        emit(arg, Fill(scale, ()))
         return
     emit(arg, contract_many(ops, subs, target, scale, "dense"))
 

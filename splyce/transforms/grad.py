@@ -49,16 +49,20 @@ def finalize(node, ct) -> Tracer:
             return contract([adjoint.pattern_ones(node).node], [adjoint.LETTERS[: t.ndim]],
                             adjoint.LETTERS[: t.ndim], scale=0.0, out_format=t.format, op="grad")
         return apply("where", False, Tracer(node), 0.0)
-    if isinstance(ct, numbers.Number):
-        ct = apply("where", True, ct, Tracer(node))
+    if isinstance(ct, adjoint.Fill):
+        if t.is_sparse:
+            return _cast(adjoint.sample(ct, node), t.dtype)
+        ct = adjoint.materialize(ct, node)
     if t.is_sparse:
         if not ct.node.type.is_sparse:
             ct = adjoint.sample(ct, node)
     elif ct.node.type.is_sparse:
         ct = todense(ct)
-    if ct.node.type.dtype != t.dtype:
-        ct = astype(ct, t.dtype)
-    return ct
+    return _cast(ct, t.dtype)
+
+
+def _cast(ct: Tracer, dtype: str) -> Tracer:
+    return ct if ct.node.type.dtype == dtype else astype(ct, dtype)
 
 
 class _Transform:
@@ -110,7 +114,7 @@ class _Transform:
                             f"{type(out).__name__}{'' if shape is None else f' of shape {shape}'}; for a "
                             "non-scalar output use splyce.vjp")
         _check_inexact(out.dtype, "the function's output", self._grad_name)
-        cts = adjoint.backward([(out.node, 1.0)], wrt)
+        cts = adjoint.backward([(out.node, adjoint.Fill(1.0, ()))], wrt)
         grads = [finalize(node, ct) for node, ct in zip(wrt, cts)]
         trees, at = [], 0
         for structure, count in structures:
@@ -346,7 +350,7 @@ def _traced_vjp(fun, primals, has_aux):
             if isinstance(c, numbers.Number):
                 if o.node.type.ndim != 0:
                     raise ValueError(f"vjp: a number cotangent for an output of shape {o.shape}")
-                seeds.append((o.node, c))
+                seeds.append((o.node, adjoint.Fill(c, ())))
                 continue
             if not isinstance(c, Tracer) or tuple(c.shape) != tuple(o.shape):
                 raise ValueError(f"vjp: a cotangent of shape {getattr(c, 'shape', None)} for an output of shape "
