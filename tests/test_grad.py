@@ -135,6 +135,11 @@ def test_corpus_against_jax(name, kind, dtype):
         np.testing.assert_allclose(got, r, rtol=tol["rtol"], atol=tol["atol"] * scale, err_msg=f"argument {n}")
 
 
+def _scalars(args):
+    """0-d arrays as Python floats (``jit`` takes a number for a 0-d argument)."""
+    return [float(a) if isinstance(a, np.ndarray) and a.ndim == 0 else a for a in args]
+
+
 def _perturbed(arg, direction, eps):
     if isinstance(arg, splyce.SparseTensor):
         return arg.with_values(_values(arg) + eps * direction)
@@ -163,6 +168,7 @@ def test_corpus_against_finite_differences(name):
         plus, minus = list(args), list(args)
         plus[n] = _perturbed(args[n], direction, eps)
         minus[n] = _perturbed(args[n], direction, -eps)
+        plus, minus = _scalars(plus), _scalars(minus)
         numeric = (float(f(*plus)) - float(f(*minus))) / (2 * eps)
         np.testing.assert_allclose(float(np.sum(g * direction)), numeric, rtol=1e-5, atol=1e-6,
                                    err_msg=f"argument {n}")

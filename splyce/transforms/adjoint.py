@@ -122,16 +122,6 @@ def _ct_dtype(ct, node: Node) -> str:
     return node.type.dtype
 
 
-def barrier(t: Tracer) -> Tracer:
-    """``t`` computed in a kernel of its own: a copy with its loop order pinned, which the planner fuses
-    with nothing. The derivative of a sparse value's elementwise function is not zero-preserving
-    (``1 - tanh(a) ** 2``): fused into a union of several sparse cotangents it made the MLIR sparsifier
-    crash (a segfault in its pass pipeline, 2026-12-07), so it stays alone, an intersection of two operands."""
-    subs = LETTERS[: t.node.type.ndim]
-    fmt = t.node.type.format if t.node.type.is_sparse else "dense"
-    return contract([t.node], [subs], subs, order=subs, out_format=fmt, op="grad")
-
-
 def ones_vector(n: int, dtype: str) -> Node:
     """A constant vector of ones (frozen into the trace): it broadcasts a cotangent along an axis."""
     return captures.constant_node(np.ones(n, dtype=dtype))
@@ -264,10 +254,10 @@ def elementwise_rule(node: Node, args, head, parts, extra, reads, ct, emit) -> N
             if deriv == ONE:
                 emit(arg, g)
                 continue
-            expr = ("mul", ("arg", 1), deriv)
+            expr = _distributed(("arg", 1), deriv)
             out = Node("ewise", (arg, g.node), (expr, (full, full)), TensorType(node.type.shape, dtype,
                                                                                     node.type.format))
-            emit(arg, barrier(Tracer(out)))
+            emit(arg, Tracer(out))
             continue
         if isinstance(ct, Fill) and deriv[0] == "const":   # a constant cotangent, summed where broadcast
             count = int(np.prod(node.type.shape, dtype=np.int64)) // max(1, int(np.prod(arg.type.shape,
@@ -296,6 +286,16 @@ def elementwise_rule(node: Node, args, head, parts, extra, reads, ct, emit) -> N
             emit(arg, full_ct)
         else:
             emit(arg, unbroadcast(full_ct, reads[k], arg.type.shape))
+
+
+def _distributed(g, deriv):
+    """``g * deriv`` with a constant term of ``deriv`` multiplied out (``g * (1 - t*t)`` as ``g - g*(t*t)``),
+    so that every term of a sparse value's cotangent is zero where ``g`` is: the MLIR sparsifier crashed on
+    a non-zero-preserving subexpression fused into a union of sparse cotangents (2026-12-07)."""
+    if deriv[0] in ("add", "sub") and deriv[1][0] == "const":
+        rest = _distributed(g, deriv[2])
+        return (deriv[0], ("mul", g, deriv[1]), rest)
+    return ("mul", g, deriv)
 
 
 def _covers(expr, reads, full: str) -> bool:
