@@ -189,7 +189,9 @@ def contract_rule(node: Node, ct, emit) -> None:
                 if c not in have:
                     ops.append(ones_vector(arg.type.shape[target.index(c)], node.type.dtype))
                     subs.append(c)
-            out_format = "dense"
+            # the contraction's own default: the cotangent of a dense value read by an elementwise product
+            # with a sparse one (``m * (u @ v.T)``) is sparse, and stays so (its dense array is never built)
+            out_format = None
         scale = None if factor == 1 else factor
         if not ops:   # a 0-d operand scaled into a 0-d result, with a number for cotangent
             emit(arg, Fill(factor, ()))
