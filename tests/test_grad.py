@@ -245,3 +245,9 @@ def test_errors():
         splyce.grad(lambda A, x: A @ x, argnums=1)(A, np.ones(5))
     with pytest.raises(TypeError, match="argnums"):
         splyce.grad(lambda A: A.sum(), argnums="0")
+    x = np.arange(3.0)   # one array passed twice: two arguments, each its own partial (JAX's answer)
+    ga, gb = splyce.grad(lambda a, b: snp.sum(a * b * b), argnums=(0, 1))(x, x)
+    np.testing.assert_allclose(ga, x * x)
+    np.testing.assert_allclose(gb, 2 * x * x)
+    with pytest.raises(ValueError, match="same traced value"):   # one traced value twice: refused
+        splyce.jit(lambda x: splyce.grad(lambda a, b: snp.sum(a * b), argnums=(0, 1))(x, x))(x)

@@ -99,6 +99,10 @@ class _Transform:
                     raise TypeError(f"{self._grad_name}: {path or f'argument {n}'} is {type(leaf).__name__}, not an "
                                     "array; only array arguments can be differentiated")
                 _check_inexact(leaf.dtype, path or f"argument {n}", self._grad_name)
+                if leaf.node in wrt:
+                    raise ValueError(f"{self._grad_name}: {path or f'argument {n}'} is the same traced value as "
+                                     "another differentiated argument; each would get the whole gradient. Pass "
+                                     "it once, or pass a copy (x + 0.0)")
                 wrt.append(leaf.node)
             structures.append((structure, len(leaves)))
         out = self._grad_fun(*args, **kwargs)
@@ -331,6 +335,8 @@ def _traced_vjp(fun, primals, has_aux):
             if not isinstance(leaf, Tracer):
                 raise TypeError(f"vjp: {path} is {type(leaf).__name__}, not an array")
             _check_inexact(leaf.dtype, path, "vjp")
+            if leaf.node in wrt:
+                raise ValueError(f"vjp: {path} is the same traced value as another primal; pass it once")
             wrt.append(leaf.node)
         structures.append((structure, len(leaves)))
     out = fun(*primals)
