@@ -107,15 +107,8 @@ def check_kind(arg, g):
     return g
 
 
-# the backward plan of "slicing" (three cotangents of views summed, then an SDDMM) crashes the MLIR
-# sparsifier pass pipeline (a segfault in lowering/pipeline.py run_passes, 2026-12-07): not run until fixed
-CRASHES = set()
-
-
 def _case(name, kind, dtype):
     marks = () if (name, kind, dtype) in QUICK else (pytest.mark.slow,)
-    if name in CRASHES:
-        marks += (pytest.mark.xfail(run=False, reason="segfault in the MLIR sparsifier on this backward plan"),)
     return pytest.param(name, kind, dtype, marks=marks, id=f"{name}-{kind}-{dtype}")
 
 
@@ -150,10 +143,8 @@ def _perturbed(arg, direction, eps):
     return arg + eps * direction
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=(() if n in ("gcn_layer", "stored_values") else
-                                                (pytest.mark.slow,)) + ((pytest.mark.xfail(
-                                                    run=False, reason="segfault in the MLIR sparsifier"),)
-                                                    if n in CRASHES else ())) for n in CORPUS])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in ("gcn_layer", "stored_values") else
+                                               (pytest.mark.slow,)) for n in CORPUS])
 def test_corpus_against_finite_differences(name):
     """Directional derivatives along random directions (of the stored values of sparse arguments), float64,
     with the forward pass run by splyce.jit."""
