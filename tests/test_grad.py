@@ -242,3 +242,29 @@ def test_errors():
     np.testing.assert_allclose(gb, 2 * x * x)
     with pytest.raises(ValueError, match="same traced value"):   # one traced value twice: refused
         splyce.jit(lambda x: splyce.grad(lambda a, b: snp.sum(a * b), argnums=(0, 1))(x, x))(x)
+
+
+@pytest.mark.parametrize("name", ["gcn_layer"] + [pytest.param(n, marks=pytest.mark.slow) for n in
+                                                  ("sparse_elementwise", "mixed_elementwise", "reductions")])
+def test_jvp_against_jax(name):
+    """jvp on the corpus: the dense JAX jvp along the same direction (a sparse argument's direction on its
+    pattern); for a scalar loss, <grad, direction> too."""
+    fn, args, argnums = make_args(name, "csr_array", np.float64, seed=3)
+    rng = np.random.default_rng(4)
+    tangents = []
+    for a in args:
+        if sps.issparse(a):
+            t = a.copy()
+            t.data = rng.standard_normal(a.nnz)
+        else:
+            t = rng.standard_normal(np.shape(a))
+        tangents.append(t)
+    out, t_out = splyce.jvp(lambda *a: fn(snp, *a), tuple(args), tuple(tangents))
+    dense = [jnp.asarray(_dense_of(a)) for a in args]
+    ref_out, ref_t = jax.jvp(lambda *a: fn(jnp, *a), tuple(dense), tuple(jnp.asarray(_dense_of(t)) for t in tangents))
+    np.testing.assert_allclose(float(out), float(ref_out), rtol=1e-10)
+    np.testing.assert_allclose(float(t_out), float(ref_t), rtol=1e-9, atol=1e-10)
+    grads = splyce.grad(lambda *a: fn(snp, *a), argnums=tuple(range(len(args))))(*args)
+    dot = sum(float(np.sum((_values(g) if sps.issparse(g) else g) * (_values(t) if sps.issparse(t) else t)))
+              for g, t in zip(grads, tangents))
+    np.testing.assert_allclose(float(t_out), dot, rtol=1e-9, atol=1e-10)

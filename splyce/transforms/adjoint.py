@@ -256,7 +256,7 @@ def elementwise_rule(node: Node, args, head, parts, extra, reads, ct, emit) -> N
             if deriv == ONE:
                 emit(arg, g)
                 continue
-            expr = _distributed(("arg", 1), deriv)
+            expr = distributed(("arg", 1), deriv)
             out = Node("ewise", (arg, g.node), (expr, (full, full)), TensorType(node.type.shape, dtype,
                                                                                     node.type.format))
             emit(arg, Tracer(out))
@@ -290,12 +290,12 @@ def elementwise_rule(node: Node, args, head, parts, extra, reads, ct, emit) -> N
             emit(arg, unbroadcast(full_ct, reads[k], arg.type.shape))
 
 
-def _distributed(g, deriv):
+def distributed(g, deriv):
     """``g * deriv`` with a constant term of ``deriv`` multiplied out (``g * (1 - t*t)`` as ``g - g*(t*t)``),
     so that every term of a sparse value's cotangent is zero where ``g`` is: the MLIR sparsifier crashed on
     a non-zero-preserving subexpression fused into a union of sparse cotangents (2026-12-07)."""
     if deriv[0] in ("add", "sub") and deriv[1][0] == "const":
-        rest = _distributed(g, deriv[2])
+        rest = distributed(g, deriv[2])
         return (deriv[0], ("mul", g, deriv[1]), rest)
     return ("mul", g, deriv)
 

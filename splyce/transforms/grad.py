@@ -12,6 +12,7 @@ argument's class and format, a ``SparseTensor`` for a ``SparseTensor``), as ``ja
 from __future__ import annotations
 
 import numbers
+import weakref
 
 import numpy as np
 
@@ -314,9 +315,12 @@ def vjp(fun, *primals, has_aux=False):
     recomputes the forward pass."""
     if _is_traced(primals):
         return _traced_vjp(fun, primals, has_aux)
-    forward = Jitted(_packed(lambda *p: fun(*p)))
+    runners = _VJP_RUNNERS.get(fun)
+    if runners is None or runners[2] != has_aux:
+        runners = _VJP_RUNNERS[fun] = (Jitted(_packed(lambda *p: fun(*p))),
+                                       Jitted(_packed(lambda p, ct: _traced_vjp(fun, p, has_aux)[1](ct))), has_aux)
+    forward, backward_fn, _ = runners
     out = forward(*primals)
-    backward_fn = Jitted(_packed(lambda p, ct: _traced_vjp(fun, p, has_aux)[1](ct)))
 
     def vjp_fn(ct):
         grads = backward_fn(tuple(primals), ct)
@@ -325,6 +329,9 @@ def vjp(fun, *primals, has_aux=False):
         out, aux = out
         return (out, vjp_fn, aux)
     return (out, vjp_fn)
+
+
+_VJP_RUNNERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # fun -> (forward, backward, has_aux)
 
 
 def _traced_vjp(fun, primals, has_aux):
