@@ -12,7 +12,8 @@ def _loop(f, A, xs):
     return np.stack([np.asarray(f(A, x)) for x in xs])
 
 
-@pytest.mark.parametrize("kind", ["csr_array", "csr_matrix", "SparseTensor"])
+@pytest.mark.parametrize("kind", ["csr_array"] + [pytest.param(k, marks=pytest.mark.slow)
+                                                  for k in ("csr_matrix", "SparseTensor")])
 def test_batch_of_spmv_is_one_spmm(kind):
     rng = np.random.default_rng(0)
     A = sps.random_array((60, 45), density=0.1, format="csr", rng=rng)
