@@ -23,7 +23,7 @@ from splyce.tracer.base import MAX_OPERANDS, Tracer, contract
 from splyce.tracer.dense_ops import apply, astype
 from splyce.tracer.ir import ContractParams, Node, TensorType, walk
 from splyce.tracer.tracer import add, multiply, sum_, todense
-from splyce.transforms.derivatives import ONE, partials
+from splyce.transforms.derivatives import ONE, gradient
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -209,7 +209,7 @@ def combine_rule(node: Node, ct, emit) -> None:
     if a.type.is_sparse or b.type.is_sparse:
         raise TraceError(f"grad: maximum / minimum of sparse operands is not differentiable inside splyce.grad "
                          "yet; write it on dense values (a.todense()) or as a product with a mask")
-    elementwise_rule(node, (a, b), sign, (("arg", 0), ("arg", 1)), (), (LETTERS[:node.type.ndim],) * 2, ct, emit)
+    elementwise_rule(node, (a, b), (sign, ("arg", 0), ("arg", 1)), (LETTERS[:node.type.ndim],) * 2, ct, emit)
 
 
 def scaled(ct, factor: float):
@@ -221,44 +221,35 @@ def scaled(ct, factor: float):
 def map_rule(node: Node, ct, emit) -> None:
     kind = node.params[0]
     full = LETTERS[: node.type.ndim]
-    elementwise_rule(node, node.args, kind[0], (("arg", 0),), tuple(kind[1:]), (full,), ct, emit)
+    elementwise_rule(node, node.args, (kind[0], ("arg", 0), *kind[1:]), (full,), ct, emit)
 
 
 def ewise_rule(node: Node, ct, emit) -> None:
     expr = node.params[0]
     reads = node.params[1] if len(node.params) > 1 else (LETTERS[: node.type.ndim],) * len(node.args)
-    head = expr[0]
-    parts = tuple(x for x in expr[1:] if isinstance(x, tuple))
-    extra = tuple(x for x in expr[1:] if not isinstance(x, tuple))
-    if any(p[0] not in ("arg", "const") for p in parts):
-        raise TraceError("grad: a fused elementwise expression cannot be differentiated (differentiate the "
-                         "function before it is planned)")
-    elementwise_rule(node, node.args, head, parts, extra, tuple(reads), ct, emit)
+    elementwise_rule(node, node.args, expr, tuple(reads), ct, emit)
 
 
-def elementwise_rule(node: Node, args, head, parts, extra, reads, ct, emit) -> None:
-    if head == "cast" and not inexact(node.type.dtype):
+def elementwise_rule(node: Node, args, expr, reads, ct, emit) -> None:
+    """The cotangent of each operand of an elementwise expression (nested ones too: the chain rule,
+    derivatives.gradient), summed over the axes it is broadcast along."""
+    if not inexact(node.type.dtype):
         return
-    derivs = partials(head, parts, extra)
+    derivs = gradient(expr)
     full = LETTERS[: node.type.ndim]
     dtype = node.type.dtype
     for k, arg in enumerate(args):
-        if not inexact(arg.type.dtype):
+        if not inexact(arg.type.dtype) or k not in derivs:
             continue
-        terms = [d for p, d in zip(parts, derivs) if p == ("arg", k) and d is not None]
-        if not terms:
-            continue
-        deriv = terms[0]
-        for t in terms[1:]:
-            deriv = ("add", deriv, t)
+        deriv = derivs[k]
         if node.type.is_sparse:   # one sparse operand and numbers: the cotangent at its pattern
             g = sample(ct, node)
             if deriv == ONE:
                 emit(arg, g)
                 continue
-            expr = distributed(("arg", 1), deriv)
-            out = Node("ewise", (arg, g.node), (expr, (full, full)), TensorType(node.type.shape, dtype,
-                                                                                    node.type.format))
+            body = distributed(("arg", len(args)), deriv)
+            out = Node("ewise", tuple(args) + (g.node,), (body, tuple(reads) + (full,)),
+                       TensorType(node.type.shape, dtype, node.type.format))
             emit(arg, Tracer(out))
             continue
         if isinstance(ct, Fill) and deriv[0] == "const":   # a constant cotangent, summed where broadcast
@@ -276,13 +267,13 @@ def elementwise_rule(node: Node, args, head, parts, extra, reads, ct, emit) -> N
         if deriv == ONE and g_reads:
             full_ct = g
         else:
-            expr = g_expr if deriv == ONE else ("mul", g_expr, deriv)
-            used = _used_args(expr)
+            body = g_expr if deriv == ONE else ("mul", g_expr, deriv)
+            used = _used_args(body)
             keep = [i for i in range(len(operands)) if i in used]
             remap = {old: new for new, old in enumerate(keep)}
-            expr = _renumber(expr, remap)
+            body = _renumber(body, remap)
             all_reads = tuple(reads) + g_reads
-            full_ct = Tracer(Node("ewise", tuple(operands[i] for i in keep), (expr, tuple(all_reads[i] for i in keep)),
+            full_ct = Tracer(Node("ewise", tuple(operands[i] for i in keep), (body, tuple(all_reads[i] for i in keep)),
                                   TensorType(node.type.shape, dtype, None)))
         if arg.type.ndim == 0 and node.type.ndim == 0:
             emit(arg, full_ct)

@@ -61,8 +61,8 @@ def partials(head: str, parts: tuple, params: tuple = ()) -> list:
     }
     if head in unary:
         return [unary[head](parts[0])]
-    if head == "cast":
-        return [ONE]
+    if head == "cast":   # to an integer or bool: piecewise constant
+        return [ONE if str(params[0]).startswith(("float", "complex")) else None]
     if head == "pow":          # a map's integer power: ("pow", x, k)
         k = params[0]
         return [_mul(_c(float(k)), x_pow(parts[0], k - 1))]
@@ -96,3 +96,28 @@ def x_pow(x, k: int):
     if k == 0:
         return ONE
     return x if k == 1 else ("pow", x, k)
+
+
+def split(expr):
+    """``(head, operand expressions, extra constants)`` of one level of an expression."""
+    parts = tuple(x for x in expr[1:] if isinstance(x, tuple))
+    extra = tuple(x for x in expr[1:] if not isinstance(x, tuple))
+    return expr[0], parts, extra
+
+
+def gradient(expr) -> dict:
+    """The derivative of an elementwise expression (nested: a fused chain) w.r.t. each operand it reads, by
+    the chain rule: operand index -> expression. Operands it does not depend on are left out."""
+    if expr[0] == "arg":
+        return {expr[1]: ONE}
+    if expr[0] == "const":
+        return {}
+    head, parts, extra = split(expr)
+    out: dict = {}
+    for part, d in zip(parts, partials(head, parts, extra)):
+        if d is None:
+            continue
+        for k, dk in gradient(part).items():
+            term = d if dk == ONE else (dk if d == ONE else ("mul", d, dk))
+            out[k] = term if k not in out else ("add", out[k], term)
+    return out

@@ -17,7 +17,7 @@ from splyce.tracer.dense_ops import apply, astype
 from splyce.tracer.ir import ContractParams, Node, TensorType, walk
 from splyce.tracer.tracer import negative, sum_, todense
 from splyce.transforms import adjoint
-from splyce.transforms.derivatives import ONE, partials
+from splyce.transforms.derivatives import ONE, gradient
 
 
 def tangents(outputs, seeds: dict) -> list:
@@ -72,50 +72,43 @@ def combine_rule(node: Node, ts):
     if node.type.is_sparse or any(a.type.is_sparse for a in node.args):
         raise TraceError("jvp: maximum / minimum of sparse operands is not differentiable yet")
     full = adjoint.LETTERS[: node.type.ndim]
-    return elementwise(node, node.args, sign, (("arg", 0), ("arg", 1)), (), (full, full), ts)
+    return elementwise(node, node.args, (sign, ("arg", 0), ("arg", 1)), (full, full), ts)
 
 
 def map_rule(node: Node, ts):
     kind = node.params[0]
     full = adjoint.LETTERS[: node.type.ndim]
-    return elementwise(node, node.args, kind[0], (("arg", 0),), tuple(kind[1:]), (full,), ts)
+    return elementwise(node, node.args, (kind[0], ("arg", 0), *kind[1:]), (full,), ts)
 
 
 def ewise_rule(node: Node, ts):
     expr = node.params[0]
     reads = node.params[1] if len(node.params) > 1 else (adjoint.LETTERS[: node.type.ndim],) * len(node.args)
-    parts = tuple(x for x in expr[1:] if isinstance(x, tuple))
-    extra = tuple(x for x in expr[1:] if not isinstance(x, tuple))
-    if expr[0] == "cast" and not adjoint.inexact(node.type.dtype):
-        return None
-    return elementwise(node, node.args, expr[0], parts, extra, tuple(reads), ts)
+    return elementwise(node, node.args, expr, tuple(reads), ts)
 
 
-def elementwise(node: Node, args, head, parts, extra, reads, ts):
-    derivs = partials(head, parts, extra)
+def elementwise(node: Node, args, expr, reads, ts):
+    """The tangent of an elementwise expression (nested ones too): the sum over the operands of the
+    operand's tangent times the expression's derivative in it (derivatives.gradient)."""
+    derivs = gradient(expr)
     terms = []
+    n = len(args)
     for k, (arg, t) in enumerate(zip(args, ts)):
-        if t is None:
+        if t is None or k not in derivs:
             continue
-        found = [d for p, d in zip(parts, derivs) if p == ("arg", k) and d is not None]
-        if not found:
-            continue
-        deriv = found[0]
-        for d in found[1:]:
-            deriv = ("add", deriv, d)
-        n = len(args)
+        deriv = derivs[k]
         if node.type.is_sparse:
-            expr = adjoint.distributed(("arg", n), deriv)
+            body = adjoint.distributed(("arg", n), deriv)
             fmt = node.type.format
         else:
             if t.node.type.is_sparse:
                 t = todense(t)
-            expr = ("mul", ("arg", n), deriv)
+            body = ("mul", ("arg", n), deriv)
             fmt = None
         if deriv == ONE and reads[k] == adjoint.LETTERS[: node.type.ndim] and t.node.type.shape == node.type.shape:
             terms.append(t)
             continue
-        terms.append(Tracer(Node("ewise", tuple(args) + (t.node,), (expr, tuple(reads) + (reads[k],)),
+        terms.append(Tracer(Node("ewise", tuple(args) + (t.node,), (body, tuple(reads) + (reads[k],)),
                                  TensorType(node.type.shape, node.type.dtype, fmt))))
     return _sum(terms)
 
