@@ -86,7 +86,7 @@ def sparse_elementwise(xp, A, B, x):
 
 def divisions(xp, A, x):
     y = A @ x
-    return xp.sum(y / (1.0 + x * x)) + xp.sum(y / 3.0) + xp.sum(1.0 / (2.0 + y * y))
+    return xp.sum(y / (1.0 + y * y)) + xp.sum(x / (2.0 + x * x)) + xp.sum(y / 3.0) + xp.sum(1.0 / (2.0 + y * y))
 
 
 def broadcasting(xp, A, X, b, s):
