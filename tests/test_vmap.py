@@ -54,6 +54,14 @@ def test_vmap_of_grad():
     np.testing.assert_allclose(out, np.stack([g(A, x) for x in X]), rtol=1e-12)
 
 
+def test_unmapped_result_is_broadcast():
+    A = sps.random_array((6, 4), density=0.5, format="csr", rng=3)
+    X = np.random.default_rng(3).standard_normal((3, 4))
+    s, y = splyce.vmap(lambda A, x: ((A @ np.ones(4)).sum(), A @ x), in_axes=(None, 0))(A, X)
+    np.testing.assert_allclose(s, np.full(3, A.sum()))
+    np.testing.assert_allclose(y, X @ A.T.toarray())
+
+
 def test_errors():
     A = sps.random_array((5, 5), density=0.5, format="csr", rng=0)
     with pytest.raises(splyce.TraceError, match="sparse"):

@@ -11,10 +11,12 @@ from __future__ import annotations
 import itertools
 import numbers
 
+import numpy as np
+
 from splyce.errors import TraceError
 from splyce.runtime import pytree
 from splyce.runtime.dispatcher import Jitted
-from splyce.tracer import indexing
+from splyce.tracer import captures, indexing
 from splyce.tracer.base import Tracer, contract
 from splyce.tracer.ir import ContractParams, Node, TensorType, walk
 from splyce.tracer.tracer import todense, transpose
@@ -120,8 +122,10 @@ class _Vmapped:
                 results.append(x)
                 continue
             new = mapping.get(x.node)
-            if new is None:   # independent of the batch: broadcast
-                raise TraceError("vmap: a result that does not depend on a mapped argument is not supported yet")
+            if new is None:   # independent of the batch: the same value for every example, as JAX's
+                subs = _LETTERS[1: 1 + x.node.type.ndim]
+                ones = captures.constant_node(np.ones(size, dtype=x.node.type.dtype))
+                new = contract([ones, x.node], ["a", subs], "a" + subs, out_format="dense", op="vmap").node
             result = Tracer(new)
             out_ax = self._vmap_out % (new.type.ndim or 1)
             if out_ax != 0:
