@@ -281,3 +281,22 @@ def test_jvp_against_jax(name):
     dot = sum(float(np.sum((_values(g) if sps.issparse(g) else g) * (_values(t) if sps.issparse(t) else t)))
               for g, t in zip(grads, tangents))
     np.testing.assert_allclose(float(t_out), dot, rtol=1e-9, atol=1e-10)
+
+
+def test_jit_grad_of_a_union_keeps_each_pattern():
+    """Inside jit the cotangent of ``A + B`` reaches ``A`` at the union's pattern: it is sampled at ``A``'s."""
+    rng = np.random.default_rng(7)
+    A = sps.random_array((6, 5), density=0.3, format="csr", rng=rng)
+    B = sps.random_array((6, 5), density=0.3, format="csr", rng=rng)
+    x = rng.standard_normal(5)
+
+    def f(A, B, x):
+        return snp.sum(snp.tanh((A + B) @ x) ** 2)
+
+    gA, gB = splyce.jit(splyce.grad(f, argnums=(0, 1)))(A, B, x)
+    d = 2 * np.tanh((A + B) @ x) * (1 - np.tanh((A + B) @ x) ** 2)
+    for M, g in ((A, gA), (B, gB)):
+        g = sps.csr_array(g)
+        assert g.nnz == M.nnz and np.array_equal(g.indices, M.indices) and np.array_equal(g.indptr, M.indptr)
+        rows, cols = M.nonzero()
+        np.testing.assert_allclose(g.data, d[rows] * x[cols], rtol=1e-12)

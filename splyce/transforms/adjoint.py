@@ -116,6 +116,28 @@ def sample(ct, node: Node) -> Tracer:
     return contract([ones.node, ct.node], [subs, subs], subs, out_format=node.type.format, op="grad")
 
 
+def _is_pattern_of(n: Node, node: Node) -> bool:
+    """Whether ``n`` is ``pattern_ones(node)`` (of any dtype)."""
+    return (n.op == "ewise" and n.params[0][0] == "cast" and n.args[0].op == "ewise"
+            and n.args[0].params[0][0] == "stored" and n.args[0].args[0] is node)
+
+
+def exact(n: Node, node: Node) -> bool:
+    """Whether the sparse cotangent ``n`` is known to store exactly ``node``'s pattern (built by ``sample`` or
+    an SDDMM at it, and sums, scalings and elementwise products of those); else a superset (a union's)."""
+    if not n.type.is_sparse:
+        return False
+    if n.op == "contract":
+        if _is_pattern_of(n.args[0], node):
+            return True
+        return len(n.args) == 1 and exact(n.args[0], node)
+    if n.op == "combine" and n.params[0] in (1, -1):
+        return exact(n.args[0], node) and exact(n.args[1], node)
+    if n.op == "ewise":   # the sparse elementwise rule: every term times its last operand, the sampled cotangent
+        return n.params[0][0] == "cast" and exact(n.args[0], node) or exact(n.args[-1], node)
+    return False
+
+
 def _ct_dtype(ct, node: Node) -> str:
     if isinstance(ct, Tracer) and inexact(ct.node.type.dtype):
         return ct.node.type.dtype
@@ -243,7 +265,7 @@ def elementwise_rule(node: Node, args, expr, reads, ct, emit) -> None:
             continue
         deriv = derivs[k]
         if node.type.is_sparse:   # one sparse operand and numbers: the cotangent at its pattern
-            g = sample(ct, node)
+            g = sample(ct, arg if len(args) == 1 and arg.type.is_sparse else node)
             if deriv == ONE:
                 emit(arg, g)
                 continue

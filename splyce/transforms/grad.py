@@ -55,7 +55,7 @@ def finalize(node, ct) -> Tracer:
             return _cast(adjoint.sample(ct, node), t.dtype)
         ct = adjoint.materialize(ct, node)
     if t.is_sparse:
-        if not ct.node.type.is_sparse:
+        if not ct.node.type.is_sparse or not adjoint.exact(ct.node, node):   # a union's cotangent: sampled
             ct = adjoint.sample(ct, node)
     elif ct.node.type.is_sparse:
         ct = todense(ct)
