@@ -6,12 +6,43 @@ from __future__ import annotations
 import bisect
 import contextvars
 import functools
+from typing import NamedTuple
 
 import numpy as np
 
-# value dtype -> (LLVM type, multiply, add, zero)
-VALUE = {np.dtype(np.float64): ("double", "fmul", "fadd", "0.0"), np.dtype(np.float32): ("float", "fmul", "fadd", "0.0"),
-         np.dtype(np.int64): ("i64", "mul", "add", "0"), np.dtype(np.int32): ("i32", "mul", "add", "0")}
+
+
+class Scalar(NamedTuple):
+    """How the kernels compute in one value dtype: its LLVM type and instructions."""
+    t: str              # LLVM type
+    mul: str
+    add: str
+    sub: str | None     # None: no difference (bool)
+    zero: str
+    nonzero: str        # the "is not zero" compare (NaN is not zero)
+    bits: int
+
+
+# THE dtype table of the native kernels: a new value dtype is one row. bool (a pattern): a product is AND, a
+# sum OR (NumPy's and scipy's bool + bool, never 2); no difference (NumPy refuses bool minus)
+SCALARS = {np.dtype(np.float64): Scalar("double", "fmul", "fadd", "fsub", "0.0", "fcmp une", 64),
+           np.dtype(np.float32): Scalar("float", "fmul", "fadd", "fsub", "0.0", "fcmp une", 32),
+           np.dtype(np.int64): Scalar("i64", "mul", "add", "sub", "0", "icmp ne", 64),
+           np.dtype(np.int32): Scalar("i32", "mul", "add", "sub", "0", "icmp ne", 32),
+           np.dtype(np.bool_): Scalar("i8", "and", "or", None, "0", "icmp ne", 8)}
+NUMERIC = tuple(d for d in SCALARS if d != np.dtype(np.bool_))    # the dtypes of the arithmetic kernels
+FLOAT_TYPES = ("double", "float")
+
+# value dtype -> (LLVM type, multiply, add, zero) of the arithmetic kernels (the view of SCALARS they unpack)
+VALUE = {d: (SCALARS[d].t, SCALARS[d].mul, SCALARS[d].add, SCALARS[d].zero) for d in NUMERIC}
+# index dtype -> its LLVM integer type (the index widths the kernels are instantiated for)
+INDEX = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
+
+
+def supported(dtype, bool_ok: bool = False) -> bool:
+    """Whether the native kernels compute in ``dtype`` (``bool_ok``: the kernels that have a bool form)."""
+    dtype = np.dtype(dtype)
+    return dtype in VALUE or (bool_ok and dtype in SCALARS)
 
 
 class IR:
@@ -30,6 +61,32 @@ class IR:
 
     def label(self, name: str) -> None:
         self.lines.append(f"{name}:")
+
+    def gep(self, t: str, ptr: str, at: str, base: str = "p") -> str:
+        """``&ptr[at]`` for elements of type ``t``."""
+        p = self.name(base)
+        self(f"  {p} = getelementptr {t}, ptr {ptr}, i64 {at}")
+        return p
+
+    def load(self, t: str, ptr: str, at: str, base: str = "v") -> str:
+        """``ptr[at]``, elements of type ``t``."""
+        p = self.gep(t, ptr, at)
+        v = self.name(base)
+        self(f"  {v} = load {t}, ptr {p}")
+        return v
+
+    def store(self, t: str, value: str, ptr: str, at: str) -> None:
+        """``ptr[at] = value``."""
+        self(f"  store {t} {value}, ptr {self.gep(t, ptr, at)}")
+
+    def op(self, instr: str, t: str, x: str, y: str, base: str = "x") -> str:
+        """``instr t x, y`` (an arithmetic instruction or a compare such as ``icmp ne``) as a new value."""
+        v = self.name(base)
+        self(f"  {v} = {instr} {t} {x}, {y}")
+        return v
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
 
 
 def ext(bits: int) -> str:

@@ -1,6 +1,6 @@
 """The inner loop nest every masked product shares, as LLVM IR: one row of a Gustavson product whose columns
 are looked up in a marked row of the mask (``mark[j]`` = the mask entry's position), so each product costs one
-lookup and no search. Masked SpGEMM (masked.py, masked_kept.py) and the masked sum (masked_sum.py) build their
+lookup and no search. Masked SpGEMM (masked.py) and the masked sum (masked_sum.py) build their
 kernels around it."""
 
 from __future__ import annotations
