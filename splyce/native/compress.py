@@ -13,6 +13,8 @@ import threading
 
 import numpy as np
 
+from splyce.native.ir_text import INDEX, SCALARS, supported as ir_supported
+
 _COUNT = """
 define void @splyce_count_{t}(ptr %dense, i64 %m, i64 %n, ptr %counts) {{
 entry:
@@ -91,8 +93,6 @@ done:
 }}
 """
 
-_LLVM_TYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
-_INDEX = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
 _COUNT_SIG = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 _FILL_SIG = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
                              ctypes.c_void_p)
@@ -111,7 +111,7 @@ def _helpers(value_type: str, index_type: str):
 
 
 def supported(dtype) -> bool:
-    return np.dtype(dtype) in _LLVM_TYPE
+    return ir_supported(dtype) and np.dtype(dtype).kind == "f"     # the count's compare is a float one
 
 
 def dense_to_csr(block: np.ndarray, index_dtype=np.int64):
@@ -120,7 +120,7 @@ def dense_to_csr(block: np.ndarray, index_dtype=np.int64):
     m, n = block.shape
     index_dtype = np.dtype(index_dtype)
     with _lock:
-        count, fill = _helpers(_LLVM_TYPE[block.dtype], _INDEX[index_dtype])
+        count, fill = _helpers(SCALARS[block.dtype].t, INDEX[index_dtype])
     counts = np.empty(m, dtype=np.int64)
     address = block.__array_interface__["data"][0]
     count(address, m, n, counts.__array_interface__["data"][0])

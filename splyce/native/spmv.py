@@ -28,6 +28,7 @@ import numpy as np
 
 from splyce.native.array_objects import address as _address
 from splyce.native.ir_text import VALUE as _VALUE, ext as _ext
+from splyce.native.ir_text import supported as ir_supported
 from splyce.native.ir_text import run_chunks as _run_chunks, work_chunks as _work_chunks
 from splyce.native.spmv_flat import flat_driver_ir
 from splyce.native.spmv_rows import BLOCKS, UNIFORM, spmm_ir, spmv_ir
@@ -266,7 +267,7 @@ def goes_flat(nnz: int, rows: int, crd_bits: int, value_bytes: int) -> bool:
 
 
 def supported(dtype) -> bool:
-    return np.dtype(dtype) in _VALUE
+    return ir_supported(dtype)
 
 
 def csr_times_dense(indptr, indices, data, x, threads: int = 1, coordinates_checked: bool = True):

@@ -22,6 +22,7 @@ import numpy as np
 
 from splyce.native.array_objects import address as _address
 from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_bits
+from splyce.native.ir_text import supported as ir_supported
 from splyce.native.spmv_flat import advance_ir
 from splyce.native.validation import position_ends_ir
 
@@ -178,7 +179,7 @@ _ENTRY = """  %{q}pc = getelementptr i{c}, ptr %crd, i64 %{q}k
 
 
 def supported(dtype) -> bool:
-    return np.dtype(dtype) in _VALUE
+    return ir_supported(dtype)
 
 
 @functools.cache
