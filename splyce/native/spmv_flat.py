@@ -23,12 +23,14 @@ import numpy as np
 from splyce.native.ir_text import VALUE as _VALUE, ext as _ext
 from splyce.native.spmv_rows import BLOCKS, UNIFORM, spmv_ir
 
-FLAT = """
-define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %lo, i64 %hi, ptr %y, i64 %nnz) noinline {{
+# One loop over the entries of the segments (rows, or a CSC's columns: spmv_scatter.py) [lo, hi) but the last
+# two, with hooks for what a kernel does per segment and per entry (``flat_ir`` fills them).
+SEGMENTS = """
+define i64 @{name}({params}){attributes} {{
 entry:
-  %hf = sub i64 %hi, 2
-  %hf_low = icmp slt i64 %hf, %lo
-  %hfc = select i1 %hf_low, i64 %lo, i64 %hf
+{entry}  %hf = sub i64 {hi}, 2
+  %hf_low = icmp slt i64 %hf, {lo}
+  %hfc = select i1 %hf_low, i64 {lo}, i64 %hf
   %pkstop = getelementptr i{p}, ptr %pos, i64 %hfc
   %kstop_raw = load i{p}, ptr %pkstop
   %kstop_pos = {p_ext} %kstop_raw to i64
@@ -36,8 +38,8 @@ entry:
   %kstop = select i1 %kstop_over, i64 %nnz, i64 %kstop_pos
   br label %resync
 resync:
-  %r0 = phi i64 [%lo, %entry], [%r0n, %empty], [%rx, %leave], [%r0n, %single_done]
-  %rmore = icmp slt i64 %r0, %hi
+  %r0 = phi i64 [{lo}, %{first}], [%r0n, %empty], [%rx, %leave], [%r0n, %single_done]
+  %rmore = icmp slt i64 %r0, {hi}
   br i1 %rmore, label %segment, label %done
 segment:
   %ps0 = getelementptr i{p}, ptr %pos, i64 %r0
@@ -55,25 +57,20 @@ segment_ok:
   %is_empty = icmp eq i64 %s0, %t0
   br i1 %is_empty, label %empty, label %nonempty
 empty:
-  %pye = getelementptr {t}, ptr %y, i64 %r0
-  store {t} {zero}, ptr %pye
-  br label %resync
+{empty}  br label %resync
 nonempty:
-  %below = icmp slt i64 %r0, %hf
+{nonempty}  %below = icmp slt i64 %r0, %hf
   %inside_kstop = icmp ule i64 %t0, %kstop
   %in_flat = and i1 %below, %inside_kstop
   br i1 %in_flat, label %prime, label %single
 single:
   %sk = phi i64 [%s0, %nonempty], [%sk1, %single_ok]
-  %sacc = phi {t} [{zero}, %nonempty], [%ss, %single_ok]
-{single_product}
+{single_entry}
   %sk1 = add i64 %sk, 1
   %smore = icmp ult i64 %sk1, %t0
   br i1 %smore, label %single, label %single_done
 single_done:
-  %spy = getelementptr {t}, ptr %y, i64 %r0
-  store {t} %ss, ptr %spy
-  br label %resync
+{single_done}  br label %resync
 prime:
   %pn = add i64 %r0, 2
   %ppn = getelementptr i{p}, ptr %pos, i64 %pn
@@ -85,13 +82,9 @@ flat:
   %r = phi i64 [%r0, %prime], [%r1, %flat_ok]
   %end = phi i64 [%t0, %prime], [%end1, %flat_ok]
   %next = phi i64 [%next0, %prime], [%next1, %flat_ok]
-  %acc = phi {t} [{zero}, %prime], [%acc1, %flat_ok]
-{flat_product}
-  %py = getelementptr {t}, ptr %y, i64 %r
-  store {t} %s, ptr %py
+{flat_entry}
 {advance}
-{restart}
-  br i1 %leaving, label %leave, label %flat_ok
+{restart}  br i1 %leaving, label %leave, label %flat_ok
 flat_ok:
   br label %flat
 leave:
@@ -103,6 +96,22 @@ bad:
   ret i64 1
 }}
 """
+
+
+def flat_ir(name: str, p: int, params: str, **hooks) -> str:
+    """``SEGMENTS`` for ``p``-bit positions: ``params`` (with ``%pos`` and ``%nnz``), and the hooks (IR lines,
+    each empty or ending in a newline but ``single_entry`` and ``flat_entry``): ``entry`` (its last block
+    named by ``first``), the range ``lo`` / ``hi``, ``empty``, ``nonempty``, ``single_entry`` (entry ``%sk``
+    of a segment on its own, ending in its block ``single_ok``), ``single_done``, ``flat_entry`` (entry
+    ``%k`` of segment ``%r``), ``restart`` (after the step to the next entry)."""
+    hooks = dict(dict(attributes="", entry="", first="entry", lo="%lo", hi="%hi", empty="", nonempty="",
+                      single_done="", restart=""), **hooks)
+    return SEGMENTS.format(name=name, params=params, p=p, p_ext=_ext(p), advance=advance_ir("r", p), **hooks)
+
+
+# The flat SpMV: each entry adds its product to the running sum and stores it to y[r]; the sum restarts
+# from +0.0 at a row's end (``restart``)
+_ROW_PARAMS = "ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %lo, i64 %hi, ptr %y, i64 %nnz"
 
 # The flat loop's step to entry k + 1 of segment %{i} (a row, or a CSC's column: native/spmv_scatter.py), from
 # (%k, %{i}, its end %end, the next one's end %next): %{i}1 = %{i} + %at_end (an opaque flag %at_endw, or LLVM
@@ -163,7 +172,7 @@ _RESTART_SELECT = "  %acc1 = select i1 %at_end, {t} {zero}, {t} %s"     # intege
 
 
 def spmv_flat_ir(name: str, value: np.dtype, p: int, c: int) -> str:
-    """Rows [lo, hi) of y = A @ x by one loop over their entries (``FLAT``), checking as ``spmv_rows.spmv_ir`` does:
+    """Rows [lo, hi) of y = A @ x by one loop over their entries (``SEGMENTS``), checking as ``spmv_rows.spmv_ir`` does:
     each segment ``start <= stop <= nnz`` before its entries are read, each column ``< n`` (unsigned) before
     ``x`` is read there; 1 (``y`` incomplete) at the first defect."""
     from splyce.native.codegen import host_target
@@ -177,10 +186,14 @@ def spmv_flat_ir(name: str, value: np.dtype, p: int, c: int) -> str:
     else:
         restart = _RESTART_SELECT.format(t=t, zero=zero)
     product = functools.partial(_PRODUCT.format, t=t, mul=mul, add=add, c=c, c_ext=_ext(c))
-    return FLAT.format(name=name, t=t, zero=zero, p=p, c=c, p_ext=_ext(p), c_ext=_ext(c), restart=restart,
-                        single_product=product(q="s", ok="single_ok"), flat_product=product(q="", ok="col_ok"),
-                        advance=advance_ir("r", p))
-
+    return flat_ir(name, p, _ROW_PARAMS, attributes=" noinline",
+                   empty=f"  %pye = getelementptr {t}, ptr %y, i64 %r0\n  store {t} {zero}, ptr %pye\n",
+                   single_entry=f"  %sacc = phi {t} [{zero}, %nonempty], [%ss, %single_ok]\n"
+                                + product(q="s", ok="single_ok"),
+                   single_done=f"  %spy = getelementptr {t}, ptr %y, i64 %r0\n  store {t} %ss, ptr %spy\n",
+                   flat_entry=f"  %acc = phi {t} [{zero}, %prime], [%acc1, %flat_ok]\n" + product(q="", ok="col_ok")
+                              + f"\n  %py = getelementptr {t}, ptr %y, i64 %r\n  store {t} %s, ptr %py",
+                   restart=restart + "\n")
 
 
 # The flat kernel's driver: per block of ``block`` rows, rows of one length (a tridiagonal matrix, a

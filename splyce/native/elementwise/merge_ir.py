@@ -75,35 +75,46 @@ head:
   %both = and i1 %ina, %inb
 """
 
-# Intersection: keep op(a, b) where both rows hold the column.
-_INTERSECT = _ROW_HEAD + """  br i1 %both, label %body, label %row_end
+# One step of the branch-free merge: both rows' next entries loaded, op(a, b) and a column stored, the output
+# cursor advanced when the result is kept, each row's cursor when its column is the smaller (or equal).
+# ``_MERGE_STEP_PARTS[union]`` fills it: the intersection keeps op(a, b) where the columns are equal; the union
+# stores the smaller column with op(a, 0), op(0, b) or op(a, b) (the missing value masked by ``_keep``)
+_MERGE_STEP = """  br i1 %both, label %body, label %{rest}
 body:
   %pac = getelementptr i{c}, ptr %ac, i64 %i
   %ca = load i{c}, ptr %pac
   %pbc = getelementptr i{c}, ptr %bc, i64 %j
   %cb = load i{c}, ptr %pbc
   %pav = getelementptr {t}, ptr %av, i64 %i
-  %va = load {t}, ptr %pav
+  %va{raw} = load {t}, ptr %pav
   %pbv = getelementptr {t}, ptr %bv, i64 %j
-  %vb = load {t}, ptr %pbv
-  %v = {op} {t} %va, %vb
-  %pcc = getelementptr i{c}, ptr %cc, i64 %o
-  store i{c} %ca, ptr %pcc
+  %vb{raw} = load {t}, ptr %pbv
+{advance_union}{keep_a}{keep_b}  %v = {op} {t} %va, %vb
+{column}  %pcc = getelementptr i{c}, ptr %cc, i64 %o
+  store i{c} %{col}, ptr %pcc
   %pcv = getelementptr {t}, ptr %cv, i64 %o
   store {t} %v, ptr %pcv
-  %eq = icmp eq i{c} %ca, %cb
-  %nz = {nonzero} {t} %v, {zero}
-  %keep = and i1 %eq, %nz
-  %kinc = zext i1 %keep to i64
+{kept}  %kinc = zext i1 %{keep} to i64
   %o1 = add i64 %o, %kinc
-  %adv_a = icmp sle i{c} %ca, %cb
-  %adv_b = icmp sle i{c} %cb, %ca
-  %ai = zext i1 %adv_a to i64
+{advance_intersect}  %ai = zext i1 %adv_a to i64
   %bi = zext i1 %adv_b to i64
   %i1 = add i64 %i, %ai
   %j1 = add i64 %j, %bi
   br label %head
-row_end:
+"""
+_ADVANCE = """  %adv_a = icmp sle i{c} %ca, %cb
+  %adv_b = icmp sle i{c} %cb, %ca
+"""
+_MERGE_STEP_PARTS = {
+    False: dict(rest="row_end", raw="", advance_union="", column="", col="ca", keep="keep",
+                kept="  %eq = icmp eq i{c} %ca, %cb\n  %nz = {nonzero} {t} %v, {zero}\n  %keep = and i1 %eq, %nz\n",
+                advance_intersect=_ADVANCE),
+    True: dict(rest="tail_a", raw="_raw", advance_union=_ADVANCE, advance_intersect="", col="col", keep="nz",
+               column="  %col = select i1 %adv_a, i{c} %ca, i{c} %cb\n", kept="  %nz = {nonzero} {t} %v, {zero}\n"),
+}
+
+# Intersection: keep op(a, b) where both rows hold the column.
+_INTERSECT = _ROW_HEAD + """{merge_step}row_end:
   %o_end = phi i64 [%o, %head], [%os, %same_head], [%out, %nw_ends], [%nw_o, %nw_head]
 {end_store}
   br label %row
@@ -115,10 +126,18 @@ declare i64 @llvm.cttz.i64(i64, i1)
 declare i64 @llvm.ctpop.i64(i64)
 """
 
-# Rows whose common columns lie in a window of 64 (blocks, bands, meshes in a good order): each row's columns in
-# the window become a 64-bit mask, and only the bits of the masks' AND are visited (count-trailing-zeros); an
-# entry's place in its row is the entries before the window plus a popcount below its bit. A row pair with no
-# column in common (disjoint windows) costs four loads. Values, order and zero dropping as in the merge.
+# The window fast path, one template for both merges (``_NARROW_PARTS[union]`` fills it):
+# - intersection: rows whose common columns lie in a window of 64 (blocks, bands, meshes in a good order):
+#   each row's columns in the window become a 64-bit mask, and only the bits of the masks' AND are visited
+#   (count-trailing-zeros); an entry's place in its row is the entries before the window plus a popcount
+#   below its bit. A row pair with no column in common (disjoint windows) costs four loads.
+# - union: a sum of rows whose columns together span at most 64 (blocks, bands): both rows' columns become
+#   64-bit masks over the window from their first column, and the bits of the masks' OR are visited in order;
+#   op(a, 0), op(0, b) or op(a, b) as in the merge, without the merge's chain of loads (each step of a
+#   branch-free merge waits for the compare of the entries it loaded). With ``_keep`` (no branch per result)
+#   blockdiag-1500's A + A^T merge took 33-36 -> 17 ms CPU (scipy's csr_plus_csr 28 ms; 4096 of its rows in
+#   cache: 11 -> 5.3 ns per result).
+# Values, order and zero dropping as in the merge.
 _NARROW = """  %nw_a = icmp sgt i64 %la, 0
   %nw_b = icmp sgt i64 %lb, 0
   %nw_ab = and i1 %nw_a, %nw_b
@@ -134,21 +153,18 @@ nw_ends:
   %nw_jb1 = sub i64 %jb, 1
   %nw_plb = getelementptr i{c}, ptr %bc, i64 %nw_jb1
   %nw_lastB = load i{c}, ptr %nw_plb
-  %nw_lo_a = icmp sgt i{c} %nw_fa, %nw_fb
+  %nw_lo_a = icmp {lo_cmp} i{c} %nw_fa, %nw_fb
   %nw_lo = select i1 %nw_lo_a, i{c} %nw_fa, i{c} %nw_fb
-  %nw_hi_a = icmp slt i{c} %nw_lastA, %nw_lastB
+  %nw_hi_a = icmp {hi_cmp} i{c} %nw_lastA, %nw_lastB
   %nw_hi = select i1 %nw_hi_a, i{c} %nw_lastA, i{c} %nw_lastB
-  %nw_none = icmp slt i{c} %nw_hi, %nw_lo
-  br i1 %nw_none, label %row_end, label %nw_width
+{window_check}
 nw_width:
   %nw_w = sub i{c} %nw_hi, %nw_lo
   %nw_fits = icmp ult i{c} %nw_w, 64
   br i1 %nw_fits, label %nw_ma_head, label %general
 {mask_a}{mask_b}nw_start:
-  %nw_u0 = and i64 %nw_ma, %nw_mb
-  %nw_abase = add i64 %ia, %nw_na
-  %nw_bbase = add i64 %ja, %nw_nb
-  %nw_lo64 = {c_sext} %nw_lo to i64
+  %nw_u0 = {visit} i64 %nw_ma, %nw_mb
+{bases}  %nw_lo64 = {c_sext} %nw_lo to i64
   br label %nw_head
 nw_head:
   %nw_u = phi i64 [%nw_u0, %nw_start], [%nw_u1, %nw_body]
@@ -163,85 +179,10 @@ nw_body:
   %nw_pa = call i64 @llvm.ctpop.i64(i64 %nw_mab)
   %nw_mbb = and i64 %nw_mb, %nw_below
   %nw_pb = call i64 @llvm.ctpop.i64(i64 %nw_mbb)
-  %nw_xa = add i64 %nw_abase, %nw_pa
-  %nw_xb = add i64 %nw_bbase, %nw_pb
-  %nw_pva = getelementptr {t}, ptr %av, i64 %nw_xa
-  %nw_va = load {t}, ptr %nw_pva
+{places}  %nw_pva = getelementptr {t}, ptr %av, i64 %nw_xa
+  %nw_va{raw} = load {t}, ptr %nw_pva
   %nw_pvb = getelementptr {t}, ptr %bv, i64 %nw_xb
-  %nw_vb = load {t}, ptr %nw_pvb
-  %nw_v = {op} {t} %nw_va, %nw_vb
-  %nw_col64 = add i64 %nw_lo64, %nw_bit
-  %nw_col = {c_narrow} %nw_col64 to i{c}
-  %nw_pcc = getelementptr i{c}, ptr %cc, i64 %nw_o
-  store i{c} %nw_col, ptr %nw_pcc
-  %nw_pcv = getelementptr {t}, ptr %cv, i64 %nw_o
-  store {t} %nw_v, ptr %nw_pcv
-  %nw_nz = {nonzero} {t} %nw_v, {zero}
-  %nw_nzi = zext i1 %nw_nz to i64
-  %nw_o1 = add i64 %nw_o, %nw_nzi
-  %nw_u1 = xor i64 %nw_u, %nw_one
-  br label %nw_head"""
-
-
-# A sum of rows whose columns together span at most 64 (blocks, bands): both rows' columns become 64-bit masks
-# over the window from their first column, and the bits of the masks' OR are visited in order; an entry's
-# place in its row is a popcount below its bit. op(a, 0), op(0, b) or op(a, b) as in the merge, the same
-# values in the same order, without the merge's chain of loads (each step of a branch-free merge waits for the
-# compare of the entries it loaded). With ``_keep`` (no branch per result) blockdiag-1500's A + A^T merge took
-# 33-36 -> 17 ms CPU (scipy's csr_plus_csr 28 ms; 4096 of its rows in cache: 11 -> 5.3 ns per result).
-_NARROW_UNION = """  %nw_a = icmp sgt i64 %la, 0
-  %nw_b = icmp sgt i64 %lb, 0
-  %nw_ab = and i1 %nw_a, %nw_b
-  br i1 %nw_ab, label %nw_ends, label %general
-nw_ends:
-  %nw_pfa = getelementptr i{c}, ptr %ac, i64 %ia
-  %nw_fa = load i{c}, ptr %nw_pfa
-  %nw_ib1 = sub i64 %ib, 1
-  %nw_pla = getelementptr i{c}, ptr %ac, i64 %nw_ib1
-  %nw_lastA = load i{c}, ptr %nw_pla
-  %nw_pfb = getelementptr i{c}, ptr %bc, i64 %ja
-  %nw_fb = load i{c}, ptr %nw_pfb
-  %nw_jb1 = sub i64 %jb, 1
-  %nw_plb = getelementptr i{c}, ptr %bc, i64 %nw_jb1
-  %nw_lastB = load i{c}, ptr %nw_plb
-  %nw_lo_a = icmp slt i{c} %nw_fa, %nw_fb
-  %nw_lo = select i1 %nw_lo_a, i{c} %nw_fa, i{c} %nw_fb
-  %nw_hi_a = icmp sgt i{c} %nw_lastA, %nw_lastB
-  %nw_hi = select i1 %nw_hi_a, i{c} %nw_lastA, i{c} %nw_lastB
-  br label %nw_width
-nw_width:
-  %nw_w = sub i{c} %nw_hi, %nw_lo
-  %nw_fits = icmp ult i{c} %nw_w, 64
-  br i1 %nw_fits, label %nw_ma_head, label %general
-{mask_a}{mask_b}nw_start:
-  %nw_u0 = or i64 %nw_ma, %nw_mb
-  %nw_lo64 = {c_sext} %nw_lo to i64
-  br label %nw_head
-nw_head:
-  %nw_u = phi i64 [%nw_u0, %nw_start], [%nw_u1, %nw_body]
-  %nw_o = phi i64 [%out, %nw_start], [%nw_o1, %nw_body]
-  %nw_any = icmp ne i64 %nw_u, 0
-  br i1 %nw_any, label %nw_body, label %row_end
-nw_body:
-  %nw_bit = call i64 @llvm.cttz.i64(i64 %nw_u, i1 true)
-  %nw_one = shl i64 1, %nw_bit
-  %nw_below = sub i64 %nw_one, 1
-  %nw_mab = and i64 %nw_ma, %nw_below
-  %nw_pa = call i64 @llvm.ctpop.i64(i64 %nw_mab)
-  %nw_mbb = and i64 %nw_mb, %nw_below
-  %nw_pb = call i64 @llvm.ctpop.i64(i64 %nw_mbb)
-  %nw_hasa_m = and i64 %nw_ma, %nw_one
-  %nw_hasa = icmp ne i64 %nw_hasa_m, 0
-  %nw_hasb_m = and i64 %nw_mb, %nw_one
-  %nw_hasb = icmp ne i64 %nw_hasb_m, 0
-  %nw_xa0 = add i64 %ia, %nw_pa
-  %nw_xa = select i1 %nw_hasa, i64 %nw_xa0, i64 %ia
-  %nw_xb0 = add i64 %ja, %nw_pb
-  %nw_xb = select i1 %nw_hasb, i64 %nw_xb0, i64 %ja
-  %nw_pva = getelementptr {t}, ptr %av, i64 %nw_xa
-  %nw_va_raw = load {t}, ptr %nw_pva
-  %nw_pvb = getelementptr {t}, ptr %bv, i64 %nw_xb
-  %nw_vb_raw = load {t}, ptr %nw_pvb
+  %nw_vb{raw} = load {t}, ptr %nw_pvb
 {keep_nw_a}{keep_nw_b}  %nw_v = {op} {t} %nw_va, %nw_vb
   %nw_col64 = add i64 %nw_lo64, %nw_bit
   %nw_col = {c_narrow} %nw_col64 to i{c}
@@ -252,9 +193,29 @@ nw_body:
   %nw_nz = {nonzero} {t} %nw_v, {zero}
   %nw_nzi = zext i1 %nw_nz to i64
   %nw_o1 = add i64 %nw_o, %nw_nzi
-  %nw_um = sub i64 %nw_u, 1
-  %nw_u1 = and i64 %nw_u, %nw_um
+{next_bit}
   br label %nw_head"""
+
+# What the two window paths differ in (the rest of ``_NARROW`` is shared)
+_NARROW_PARTS = {
+    False: dict(lo_cmp="sgt", hi_cmp="slt", visit="and", raw="",       # intersection: common window, AND
+                window_check="  %nw_none = icmp slt i{c} %nw_hi, %nw_lo\n"
+                             "  br i1 %nw_none, label %row_end, label %nw_width",
+                bases="  %nw_abase = add i64 %ia, %nw_na\n  %nw_bbase = add i64 %ja, %nw_nb\n",
+                places="  %nw_xa = add i64 %nw_abase, %nw_pa\n  %nw_xb = add i64 %nw_bbase, %nw_pb\n",
+                next_bit="  %nw_u1 = xor i64 %nw_u, %nw_one"),
+    True: dict(lo_cmp="slt", hi_cmp="sgt", visit="or", raw="_raw",     # union: joint window, OR
+               window_check="  br label %nw_width", bases="",
+               places="""  %nw_hasa_m = and i64 %nw_ma, %nw_one
+  %nw_hasa = icmp ne i64 %nw_hasa_m, 0
+  %nw_hasb_m = and i64 %nw_mb, %nw_one
+  %nw_hasb = icmp ne i64 %nw_hasb_m, 0
+  %nw_xa0 = add i64 %ia, %nw_pa
+  %nw_xa = select i1 %nw_hasa, i64 %nw_xa0, i64 %ia
+  %nw_xb0 = add i64 %ja, %nw_pb
+  %nw_xb = select i1 %nw_hasb, i64 %nw_xb0, i64 %ja
+""", next_bit="  %nw_um = sub i64 %nw_u, 1\n  %nw_u1 = and i64 %nw_u, %nw_um"),
+}
 
 
 # One row's columns in the window [%nw_lo, %nw_lo + 64) as a 64-bit mask, and its entries before the window.
@@ -282,33 +243,7 @@ nw_m{x}_body:
 """
 
 # Union: op(a, 0), op(0, b) or op(a, b) for every column either row holds, kept when not zero.
-_UNION = _ROW_HEAD + """  br i1 %both, label %body, label %tail_a
-body:
-  %pac = getelementptr i{c}, ptr %ac, i64 %i
-  %ca = load i{c}, ptr %pac
-  %pbc = getelementptr i{c}, ptr %bc, i64 %j
-  %cb = load i{c}, ptr %pbc
-  %pav = getelementptr {t}, ptr %av, i64 %i
-  %va_raw = load {t}, ptr %pav
-  %pbv = getelementptr {t}, ptr %bv, i64 %j
-  %vb_raw = load {t}, ptr %pbv
-  %adv_a = icmp sle i{c} %ca, %cb
-  %adv_b = icmp sle i{c} %cb, %ca
-{keep_a}{keep_b}  %v = {op} {t} %va, %vb
-  %col = select i1 %adv_a, i{c} %ca, i{c} %cb
-  %pcc = getelementptr i{c}, ptr %cc, i64 %o
-  store i{c} %col, ptr %pcc
-  %pcv = getelementptr {t}, ptr %cv, i64 %o
-  store {t} %v, ptr %pcv
-  %nz = {nonzero} {t} %v, {zero}
-  %kinc = zext i1 %nz to i64
-  %o1 = add i64 %o, %kinc
-  %ai = zext i1 %adv_a to i64
-  %bi = zext i1 %adv_b to i64
-  %i1 = add i64 %i, %ai
-  %j1 = add i64 %j, %bi
-  br label %head
-tail_a:
+_UNION = _ROW_HEAD + """{merge_step}tail_a:
   %ta = phi i64 [%i, %head], [%ta1, %ta_body]
   %toa = phi i64 [%o, %head], [%toa1, %ta_body]
   %ina2 = icmp slt i64 %ta, %ib
