@@ -15,20 +15,23 @@ import numpy as np
 
 from splyce.native.ir_text import INDEX, SCALARS, supported as ir_supported
 
-_COUNT = """
-define void @splyce_count_{t}(ptr %dense, i64 %m, i64 %n, ptr %counts) {{
+# One pass over a dense C-contiguous m x n block, row by row: ``%o`` counts the nonzero entries (NaN counts,
+# -0.0 not). Two instances (``_pass``): ``count`` stores each row's count, ``fill`` writes each nonzero entry's
+# column and value at ``%o`` (running over the whole block).
+_PASS = """
+define void @{name}(ptr %dense, i64 %m, i64 %n, {params}) {{
 entry:
   br label %row
 row:
   %i = phi i64 [0, %entry], [%i1, %row_end]
-  %more = icmp slt i64 %i, %m
+{row_phi}  %more = icmp slt i64 %i, %m
   br i1 %more, label %row_body, label %done
 row_body:
   %base = mul i64 %i, %n
   br label %col
 col:
-  %j = phi i64 [0, %row_body], [%j1, %col_body]
-  %cnt = phi i64 [0, %row_body], [%cnt1, %col_body]
+  %j = phi i64 [0, %row_body], [%j1, %{step}]
+  %o = phi i64 [{o_start}, %row_body], [%o1, %{step}]
   %in = icmp slt i64 %j, %n
   br i1 %in, label %col_body, label %row_end
 col_body:
@@ -36,43 +39,28 @@ col_body:
   %p = getelementptr {t}, ptr %dense, i64 %k
   %v = load {t}, ptr %p
   %nz = fcmp une {t} %v, 0.0
-  %inc = zext i1 %nz to i64
-  %cnt1 = add i64 %cnt, %inc
+{emit}  %inc = zext i1 %nz to i64
+  %o1 = add i64 %o, %inc
   %j1 = add i64 %j, 1
   br label %col
 row_end:
-  %cp = getelementptr i64, ptr %counts, i64 %i
-  store i64 %cnt, ptr %cp
-  %i1 = add i64 %i, 1
+{row_end}  %i1 = add i64 %i, 1
   br label %row
 done:
   ret void
 }}
 """
 
-_FILL = """
-define void @splyce_fill_{t}_{ix}(ptr %dense, i64 %m, i64 %n, ptr %indices, ptr %data) {{
-entry:
-  br label %row
-row:
-  %i = phi i64 [0, %entry], [%i1, %row_end]
-  %out = phi i64 [0, %entry], [%o, %row_end]
-  %more = icmp slt i64 %i, %m
-  br i1 %more, label %row_body, label %done
-row_body:
-  %base = mul i64 %i, %n
-  br label %col
-col:
-  %j = phi i64 [0, %row_body], [%j1, %col_next]
-  %o = phi i64 [%out, %row_body], [%o1, %col_next]
-  %in = icmp slt i64 %j, %n
-  br i1 %in, label %col_body, label %row_end
-col_body:
-  %k = add i64 %base, %j
-  %p = getelementptr {t}, ptr %dense, i64 %k
-  %v = load {t}, ptr %p
-  %nz = fcmp une {t} %v, 0.0
-  br i1 %nz, label %emit, label %col_next
+
+def _pass(fill: bool, t: str, ix: str) -> str:
+    if not fill:
+        return _PASS.format(name=f"splyce_count_{t}", params="ptr %counts", t=t, row_phi="", step="col_body",
+                            o_start="0", emit="", row_end="  %cp = getelementptr i64, ptr %counts, i64 %i\n"
+                                                         "  store i64 %o, ptr %cp\n")
+    narrow = "trunc i64" if ix == "i32" else "bitcast i64"
+    return _PASS.format(name=f"splyce_fill_{t}_{ix}", params="ptr %indices, ptr %data", t=t, step="col_next",
+                        row_phi="  %out = phi i64 [0, %entry], [%o, %row_end]\n", o_start="%out", row_end="",
+                        emit=f"""  br i1 %nz, label %emit, label %col_next
 emit:
   %ip = getelementptr {ix}, ptr %indices, i64 %o
   %jj = {narrow} %j to {ix}
@@ -81,17 +69,8 @@ emit:
   store {t} %v, ptr %dp
   br label %col_next
 col_next:
-  %inc = zext i1 %nz to i64
-  %o1 = add i64 %o, %inc
-  %j1 = add i64 %j, 1
-  br label %col
-row_end:
-  %i1 = add i64 %i, 1
-  br label %row
-done:
-  ret void
-}}
-"""
+""")
+
 
 _COUNT_SIG = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 _FILL_SIG = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
@@ -103,8 +82,7 @@ _lock = threading.Lock()
 def _helpers(value_type: str, index_type: str):
     from splyce.native.codegen import compile_host_helpers
 
-    text = _COUNT.format(t=value_type) + _FILL.format(t=value_type, ix=index_type,
-                                                       narrow="trunc i64" if index_type == "i32" else "bitcast i64")
+    text = _pass(False, value_type, index_type) + _pass(True, value_type, index_type)
     fns = compile_host_helpers(text, {f"splyce_count_{value_type}": _COUNT_SIG,
                                       f"splyce_fill_{value_type}_{index_type}": _FILL_SIG})
     return fns[f"splyce_count_{value_type}"], fns[f"splyce_fill_{value_type}_{index_type}"]

@@ -93,6 +93,24 @@ def ext(bits: int) -> str:
     return "zext i32" if bits == 32 else "bitcast i64"
 
 
+def index_at(ptr: str, at: str, out: str, width: str = "p", ext_field: str | None = None) -> str:
+    """Template text (format fields ``i{width}`` and ``{width_ext}``, or ``{ext_field}``): ``%out = ptr[at]``
+    of an index array, widened to i64. The one spelling of the templates' index loads."""
+    ext_field = ext_field or f"{width}_ext"
+    return (f"  {out}_at = getelementptr i{{{width}}}, ptr {ptr}, i64 {at}\n"
+            f"  {out}_raw = load i{{{width}}}, ptr {out}_at\n"
+            f"  {out} = {{{ext_field}}} {out}_raw to i64\n")
+
+
+def segment_at(ptr: str, at: str, start: str, stop: str, width: str = "p", ext_field: str | None = None,
+               next_at: str | None = None, add: bool = True) -> str:
+    """Template text: segment ``at`` of a positions array, ``%start = ptr[at]``, ``%stop = ptr[next_at]``;
+    ``next_at`` (default ``{at}1``) computed as ``at + 1`` between the loads when ``add``."""
+    next_at = next_at or f"{at}1"
+    step = f"  {next_at} = add i64 {at}, 1\n" if add else ""
+    return (index_at(ptr, at, start, width, ext_field) + step + index_at(ptr, next_at, stop, width, ext_field))
+
+
 def index_bits(a: np.ndarray) -> int:
     """The bit width of an index array's elements (its kernels' ``i{bits}``)."""
     return a.dtype.itemsize * 8

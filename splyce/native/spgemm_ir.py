@@ -7,6 +7,8 @@ driver, the loops over A's rows, A's entries and B's rows (:func:`loops`), the r
 
 from __future__ import annotations
 
+from splyce.native.ir_text import index_at, segment_at
+
 # The loop pieces every SpGEMM kernel shares (these rows, the sorted ones, the flops prefix), put in a
 # template's text by loops() at {row_loop}, {row_done}, {a_row}, {a_entry}, {a_column}, {b_row}, {b_column},
 # {b_value}, each alone on a line: the row kernels' loop over rows [lo, hi) (block row, then row_body) and its
@@ -31,42 +33,14 @@ done:
   ret i64 %start
 }}
 """
-_A_ROW = """\
-row_body:
-  %pa0 = getelementptr i{pa}, ptr %ap, i64 %i
-  %ka_raw = load i{pa}, ptr %pa0
-  %ka = {pa_ext} %ka_raw to i64
-  %i1 = add i64 %i, 1
-  %pa1 = getelementptr i{pa}, ptr %ap, i64 %i1
-  %kb_raw = load i{pa}, ptr %pa1
-  %kb = {pa_ext} %kb_raw to i64
-  br label %k_head
-"""
-_A_COLUMN = """\
-k_body:
-  %pac = getelementptr i{ca}, ptr %ac, i64 %k
-  %acol_raw = load i{ca}, ptr %pac
-  %acol = {ca_ext} %acol_raw to i64
-"""
+_A_ROW = "row_body:\n" + segment_at("%ap", "%i", "%ka", "%kb", "pa") + "  br label %k_head\n"
+_A_COLUMN = "k_body:\n" + index_at("%ac", "%k", "%acol", "ca")
 _A_VALUE = """\
   %pav = getelementptr {t}, ptr %av, i64 %k
   %aval = load {t}, ptr %pav
 """
-_B_ROW = """\
-  %pb0 = getelementptr i{pb}, ptr %bp, i64 %acol
-  %ja_raw = load i{pb}, ptr %pb0
-  %ja = {pb_ext} %ja_raw to i64
-  %acol1 = add i64 %acol, 1
-  %pb1 = getelementptr i{pb}, ptr %bp, i64 %acol1
-  %jb_raw = load i{pb}, ptr %pb1
-  %jb = {pb_ext} %jb_raw to i64
-"""
-_B_COLUMN = """\
-j_body:
-  %pbc = getelementptr i{cb}, ptr %bc, i64 %jj
-  %col_raw = load i{cb}, ptr %pbc
-  %col = {cb_ext} %col_raw to i64
-"""
+_B_ROW = segment_at("%bp", "%acol", "%ja", "%jb", "pb")
+_B_COLUMN = "j_body:\n" + index_at("%bc", "%jj", "%col", "cb")
 _B_VALUE = """\
   %pbv = getelementptr {t}, ptr %bv, i64 %jj
   %bval = load {t}, ptr %pbv
@@ -297,10 +271,7 @@ reset_head:
   %rin = icmp slt i64 %r, %c1
   br i1 %rin, label %reset_body, label %compact_head
 reset_body:
-  %prc = getelementptr i{co}, ptr %cc, i64 %r
-  %rcol_raw = load i{co}, ptr %prc
-  %rcol = {co_ext} %rcol_raw to i64
-  %prm = getelementptr i64, ptr %slots, i64 %rcol
+""" + index_at("%cc", "%r", "%rcol", "co") + """  %prm = getelementptr i64, ptr %slots, i64 %rcol
   store i64 -1, ptr %prm
   %r1 = add i64 %r, 1
   br label %reset_head

@@ -5,6 +5,7 @@ rows, in one native call."""
 from __future__ import annotations
 
 from splyce.native.spgemm_ir import index_fields, loops
+from splyce.native.ir_text import index_at
 
 # spgemm.unordered_kernel's look at A @ B, one call. First B's share of adjacent columns as
 # spgemm_sorted.kind_for counts it (pairs (bc[p], bc[p + 1]) for p = 0, astep, 2 astep, ... < npairs): when
@@ -26,14 +27,8 @@ a_head:
   %amore = icmp slt i64 %p, %npairs
   br i1 %amore, label %a_body, label %a_done
 a_body:
-  %pp0 = getelementptr i{cb}, ptr %bc, i64 %p
-  %x0_raw = load i{cb}, ptr %pp0
-  %x0 = {cb_ext} %x0_raw to i64
-  %pq = add i64 %p, 1
-  %pp1 = getelementptr i{cb}, ptr %bc, i64 %pq
-  %x1_raw = load i{cb}, ptr %pp1
-  %x1 = {cb_ext} %x1_raw to i64
-  %x0n = add i64 %x0, 1
+""" + index_at("%bc", "%p", "%x0", "cb") + """  %pq = add i64 %p, 1
+""" + index_at("%bc", "%pq", "%x1", "cb") + """  %x0n = add i64 %x0, 1
   %aeq = icmp eq i64 %x1, %x0n
   %ainc = zext i1 %aeq to i64
   %acnt1 = add i64 %acnt, %ainc

@@ -45,6 +45,7 @@ import numpy as np
 
 from splyce.native import spgemm_ir
 from splyce.native.spgemm_ir import RANK_MAX  # noqa: F401 (the bound of the rule above, tested by name)
+from splyce.native.ir_text import index_at
 
 PAD = 64           # lanes after a row's columns: vector stores of a block's columns and all-ones padding
 FLAG_PAD = 128     # bytes after the flags (and the block flags): a 64-byte load at the last block stays inside
@@ -164,14 +165,8 @@ k_head:
   %filled = icmp slt i64 %ja, %jb
   br i1 %filled, label %k_range, label %k_end
 k_range:
-  %pfc = getelementptr i{cb}, ptr %bc, i64 %ja
-  %fc_raw = load i{cb}, ptr %pfc
-  %fc = {cb_ext} %fc_raw to i64
-  %jbm = sub i64 %jb, 1
-  %plc = getelementptr i{cb}, ptr %bc, i64 %jbm
-  %lc_raw = load i{cb}, ptr %plc
-  %lc = {cb_ext} %lc_raw to i64
-  %flt = icmp slt i64 %fc, %lo_c
+""" + index_at("%bc", "%ja", "%fc", "cb") + """  %jbm = sub i64 %jb, 1
+""" + index_at("%bc", "%jbm", "%lc", "cb") + """  %flt = icmp slt i64 %fc, %lo_c
   %lo_c1 = select i1 %flt, i64 %fc, i64 %lo_c
   %lgt = icmp sgt i64 %lc, %hi_c
   %hi_c1 = select i1 %lgt, i64 %lc, i64 %hi_c

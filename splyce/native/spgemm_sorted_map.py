@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from splyce.native import spgemm_ir, spgemm_network
+from splyce.native.ir_text import index_at
 
 PAD = 16           # all-ones lanes after a row's columns: a vector load never counts them
 
@@ -189,10 +190,7 @@ rg_head:
   %gin = icmp ult i64 %ge, %len
   br i1 %gin, label %rg_body, label %rg_done
 rg_body:
-  %pgx = getelementptr i{co}, ptr %sc, i64 %ge
-  %gx_raw = load i{co}, ptr %pgx
-  %gx = {co_ext} %gx_raw to i64
-  %glt = icmp slt i64 %gx, %lo_c
+""" + index_at("%sc", "%ge", "%gx", "co") + """  %glt = icmp slt i64 %gx, %lo_c
   %lo_c1 = select i1 %glt, i64 %gx, i64 %lo_c
   %ggt = icmp sgt i64 %gx, %hi_c
   %hi_c1 = select i1 %ggt, i64 %gx, i64 %hi_c

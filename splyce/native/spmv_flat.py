@@ -20,7 +20,7 @@ import functools
 
 import numpy as np
 
-from splyce.native.ir_text import VALUE as _VALUE, ext as _ext
+from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_at
 from splyce.native.spmv_rows import BLOCKS, UNIFORM, spmv_ir
 
 # One loop over the entries of the segments (rows, or a CSC's columns: spmv_scatter.py) [lo, hi) but the last
@@ -42,14 +42,8 @@ resync:
   %rmore = icmp slt i64 %r0, {hi}
   br i1 %rmore, label %segment, label %done
 segment:
-  %ps0 = getelementptr i{p}, ptr %pos, i64 %r0
-  %s0_raw = load i{p}, ptr %ps0
-  %s0 = {p_ext} %s0_raw to i64
-  %r0n = add i64 %r0, 1
-  %pt0 = getelementptr i{p}, ptr %pos, i64 %r0n
-  %t0_raw = load i{p}, ptr %pt0
-  %t0 = {p_ext} %t0_raw to i64
-  %down = icmp ugt i64 %s0, %t0
+""" + index_at("%pos", "%r0", "%s0") + """  %r0n = add i64 %r0, 1
+""" + index_at("%pos", "%r0n", "%t0") + """  %down = icmp ugt i64 %s0, %t0
   %over = icmp ugt i64 %t0, %nnz
   %badseg = or i1 %down, %over
   br i1 %badseg, label %bad, label %segment_ok
@@ -128,10 +122,7 @@ ADVANCE = """  %k1 = add i64 %k, 1
   %{i}1 = add i64 %{i}, %at_endw
   %end1 = select i1 %at_end, i64 %next, i64 %end
   %pa = add i64 %{i}, 3
-  %ppa = getelementptr i{p}, ptr %pos, i64 %pa
-  %ahead_raw = load i{p}, ptr %ppa
-  %ahead = {p_ext} %ahead_raw to i64
-  %next1 = select i1 %at_end, i64 %ahead, i64 %next
+""" + index_at("%pos", "%pa", "%ahead") + """  %next1 = select i1 %at_end, i64 %ahead, i64 %next
   %gap = sub i64 %end1, %k1
   %gap1 = sub i64 %gap, 1
   %room = sub i64 %kstop, %k1

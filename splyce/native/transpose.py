@@ -19,26 +19,18 @@ import numpy as np
 
 from splyce.native import ir_text
 from splyce.native.array_objects import address as _address
+from splyce.native.ir_text import index_at
 
 _COUNT = """
 define void @{name}(ptr %pos, ptr %crd, i64 %lo, i64 %hi, ptr %cnt) {{
 entry:
-  %plo = getelementptr i{p}, ptr %pos, i64 %lo
-  %k0_raw = load i{p}, ptr %plo
-  %k0 = {ext} %k0_raw to i64
-  %phi = getelementptr i{p}, ptr %pos, i64 %hi
-  %k1_raw = load i{p}, ptr %phi
-  %k1 = {ext} %k1_raw to i64
-  br label %head
+""" + index_at("%pos", "%lo", "%k0", "p", "ext") + index_at("%pos", "%hi", "%k1", "p", "ext") + """  br label %head
 head:
   %k = phi i64 [%k0, %entry], [%kn, %body]
   %more = icmp slt i64 %k, %k1
   br i1 %more, label %body, label %done
 body:
-  %pc = getelementptr i{p}, ptr %crd, i64 %k
-  %c_raw = load i{p}, ptr %pc
-  %c = {ext} %c_raw to i64
-  %pn = getelementptr i{p}, ptr %cnt, i64 %c
+""" + index_at("%crd", "%k", "%c", "p", "ext") + """  %pn = getelementptr i{p}, ptr %cnt, i64 %c
   %n = load i{p}, ptr %pn
   %n1 = add i{p} %n, 1
   store i{p} %n1, ptr %pn
@@ -59,23 +51,14 @@ row:
   br i1 %rin, label %row_body, label %done
 row_body:
   %r1 = add i64 %r, 1
-  %pr0 = getelementptr i{p}, ptr %pos, i64 %r
-  %k0_raw = load i{p}, ptr %pr0
-  %k0 = {ext} %k0_raw to i64
-  %pr1 = getelementptr i{p}, ptr %pos, i64 %r1
-  %k1_raw = load i{p}, ptr %pr1
-  %k1 = {ext} %k1_raw to i64
-  %r_c = {narrow} %r to i{p}
+""" + index_at("%pos", "%r", "%k0", "p", "ext") + index_at("%pos", "%r1", "%k1", "p", "ext") + """  %r_c = {narrow} %r to i{p}
   br label %entries
 entries:
   %k = phi i64 [%k0, %row_body], [%kn, %entry_body]
   %kin = icmp slt i64 %k, %k1
   br i1 %kin, label %entry_body, label %row
 entry_body:
-  %pc = getelementptr i{p}, ptr %crd, i64 %k
-  %c_raw = load i{p}, ptr %pc
-  %c = {ext} %c_raw to i64
-  %pn = getelementptr i{p}, ptr %next, i64 %c
+""" + index_at("%crd", "%k", "%c", "p", "ext") + """  %pn = getelementptr i{p}, ptr %next, i64 %c
   %at_raw = load i{p}, ptr %pn
   %at = {ext} %at_raw to i64
   %at1 = add i{p} %at_raw, 1

@@ -28,6 +28,7 @@ import numpy as np
 from splyce.native.array_objects import address as _address
 from splyce.native import ir_text
 from splyce.native.dtypes import SUPPORTED_DTYPES
+from splyce.native.ir_text import index_at
 
 # 1. any pos[s] > pos[s+1] for s in [0, nseg)
 _POS_TEMPLATE = """
@@ -115,14 +116,8 @@ head:
   %more = icmp slt i64 %s, %nseg
   br i1 %more, label %body, label %done
 body:
-  %p0 = getelementptr i{p}, ptr %pos, i64 %s
-  %lo_raw = load i{p}, ptr %p0
-  %lo = {p_ext} %lo_raw to i64
-  %s1 = add i64 %s, 1
-  %p1 = getelementptr i{p}, ptr %pos, i64 %s1
-  %hi_raw = load i{p}, ptr %p1
-  %hi = {p_ext} %hi_raw to i64
-  %nonempty = icmp slt i64 %lo, %hi
+""" + index_at("%pos", "%s", "%lo") + """  %s1 = add i64 %s, 1
+""" + index_at("%pos", "%s1", "%hi") + """  %nonempty = icmp slt i64 %lo, %hi
   %inside = icmp sgt i64 %lo, 0
   %check = and i1 %nonempty, %inside
   br i1 %check, label %look, label %next
@@ -468,10 +463,7 @@ entry:
   %plo_ptr = getelementptr i{p}, ptr %pos, i64 %lo
   %plo_raw = load i{p}, ptr %plo_ptr
   %plo = {ext} %plo_raw to i64
-  %phi_ptr = getelementptr i{p}, ptr %pos, i64 %hi
-  %phi_raw = load i{p}, ptr %phi_ptr
-  %phi = {ext} %phi_raw to i64
-  %is_first = icmp eq i64 %lo, 0
+""" + index_at("%pos", "%hi", "%phi", "p", "ext") + """  %is_first = icmp eq i64 %lo, 0
   %starts0 = icmp eq i64 %plo, 0
   %not_first = xor i1 %is_first, true
   %start_ok = or i1 %not_first, %starts0

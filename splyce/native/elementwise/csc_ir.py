@@ -1,26 +1,19 @@
 """The CSR-with-CSC pass's LLVM IR templates (``csc.py`` formats and compiles them; the vector match is in
 ``csc_vector.py``)."""
 
+from splyce.native.ir_text import index_at
+
 # A row of A in the CSC passes (the one pass and its vector rows): its entries' range and its index narrowed
 # to B's row type; the templates are formatted after joining, so the fields are theirs
 _CSC_ROW_BODY = """row_body:
   %r1 = add i64 %r, 1
-  %pr0 = getelementptr i{c}, ptr %ap, i64 %r
-  %k0_raw = load i{c}, ptr %pr0
-  %k0 = {ext} %k0_raw to i64
-  %pr1 = getelementptr i{c}, ptr %ap, i64 %r1
-  %k1_raw = load i{c}, ptr %pr1
-  %k1 = {ext} %k1_raw to i64
-  %r_c = {narrow} %r to i{c}
+""" + index_at("%ap", "%r", "%k0", "c", "ext") + index_at("%ap", "%r1", "%k1", "c", "ext") + """  %r_c = {narrow} %r to i{c}
   br label %entries
 """
 
 # An entry of that row: its column and the column's cursor (B's next entry) and end
 _CSC_ENTRY_CURSOR = """entry_body:
-  %pac = getelementptr i{c}, ptr %ac, i64 %k
-  %col_raw = load i{c}, ptr %pac
-  %col = {ext} %col_raw to i64
-  %pcur = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %col, i32 0
+""" + index_at("%ac", "%k", "%col", "c", "ext") + """  %pcur = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %col, i32 0
   %at0_raw = load i{c}, ptr %pcur
   %at0 = {ext} %at0_raw to i64
   %pbe = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %col, i32 1
@@ -238,10 +231,7 @@ _CSC_PREFETCH = """  %pf_k0 = add i64 %k, {distance}
   %pf_last = sub i64 %nnz_a, 1
   %pf_in = icmp slt i64 %pf_k0, %nnz_a
   %pf_k = select i1 %pf_in, i64 %pf_k0, i64 %pf_last
-  %pf_pc = getelementptr i{c}, ptr %ac, i64 %pf_k
-  %pf_col_raw = load i{c}, ptr %pf_pc
-  %pf_col = {ext} %pf_col_raw to i64
-  %pf_pcur = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %pf_col, i32 0
+""" + index_at("%ac", "%pf_k", "%pf_col", "c", "ext") + """  %pf_pcur = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %pf_col, i32 0
   %pf_at_raw = load i{c}, ptr %pf_pcur
   %pf_at = {ext} %pf_at_raw to i64
   %pf_pbc = getelementptr i{c}, ptr %bc, i64 %pf_at
@@ -252,10 +242,7 @@ _CSC_PREFETCH = """  %pf_k0 = add i64 %k, {distance}
 
 # B's positions only (a sum: every entry of B is then matched against A's, so its rows need no scan)
 _CSC_POSITIONS = """  %bfirst = load i{c}, ptr %bp
-  %pbn = getelementptr i{c}, ptr %bp, i64 %n
-  %blast_raw = load i{c}, ptr %pbn
-  %blast = {ext} %blast_raw to i64
-  %b0 = icmp eq i{c} %bfirst, 0
+""" + index_at("%bp", "%n", "%blast", "c", "ext") + """  %b0 = icmp eq i{c} %bfirst, 0
   %bn = icmp eq i64 %blast, %nnz_b
   %bends = and i1 %b0, %bn
   %bdown = call i64 @{check}_pos_scan(ptr %bp, i64 %n)
@@ -309,10 +296,7 @@ tail_col:
   %tc_raw = load i{c}, ptr %ptc
   %tc0 = {ext} %tc_raw to i64
   %tj1 = add i64 %tj, 1
-  %pte = getelementptr i{c}, ptr %bp, i64 %tj1
-  %te_raw = load i{c}, ptr %pte
-  %te = {ext} %te_raw to i64
-  br label %tail_entries
+""" + index_at("%bp", "%tj1", "%te", "c", "ext") + """  br label %tail_entries
 tail_entries:
   %tc = phi i64 [%tc0, %tail_col], [%tc1, %t_finite]
   %tcin = icmp slt i64 %tc, %te
@@ -386,23 +370,11 @@ span_head:
   br i1 %srin, label %span_body, label %touch
 span_body:
   %sr1 = add i64 %sr, 1
-  %ps0 = getelementptr i{c}, ptr %ap, i64 %sr
-  %s0_raw = load i{c}, ptr %ps0
-  %s0 = {ext} %s0_raw to i64
-  %ps1 = getelementptr i{c}, ptr %ap, i64 %sr1
-  %s1_raw = load i{c}, ptr %ps1
-  %s1 = {ext} %s1_raw to i64
-  %sne = icmp slt i64 %s0, %s1
+""" + index_at("%ap", "%sr", "%s0", "c", "ext") + index_at("%ap", "%sr1", "%s1", "c", "ext") + """  %sne = icmp slt i64 %s0, %s1
   br i1 %sne, label %span_row, label %span_next
 span_row:
-  %psf = getelementptr i{c}, ptr %ac, i64 %s0
-  %sf_raw = load i{c}, ptr %psf
-  %sf = {ext} %sf_raw to i64
-  %sl0 = sub i64 %s1, 1
-  %psl = getelementptr i{c}, ptr %ac, i64 %sl0
-  %sl_raw = load i{c}, ptr %psl
-  %sl = {ext} %sl_raw to i64
-  %sl1 = add i64 %sl, 1
+""" + index_at("%ac", "%s0", "%sf", "c", "ext") + """  %sl0 = sub i64 %s1, 1
+""" + index_at("%ac", "%sl0", "%sl", "c", "ext") + """  %sl1 = add i64 %sl, 1
   %sf_lt = icmp slt i64 %sf, %smin
   %smin_r = select i1 %sf_lt, i64 %sf, i64 %smin
   %sl_gt = icmp sgt i64 %sl1, %smax
@@ -421,14 +393,8 @@ unchecked:"""
 # Every A entry is still matched with a B entry of its (row, column) at most once (a range only matches B
 # entries of its own rows, and within a range a cursor only moves forward), so a sum's count still proves B's
 # positions equal to A's.
-_COUNTED_CURSOR = """  %pbj = getelementptr i{c}, ptr %bp, i64 %j
-  %cb0_raw = load i{c}, ptr %pbj
-  %cb0 = {ext} %cb0_raw to i64
-  %cj1 = add i64 %j, 1
-  %pbj1 = getelementptr i{c}, ptr %bp, i64 %cj1
-  %cb1_raw = load i{c}, ptr %pbj1
-  %cb1 = {ext} %cb1_raw to i64
-  %lo_c = {narrow} %lo to i{c}
+_COUNTED_CURSOR = index_at("%bp", "%j", "%cb0", "c", "ext") + """  %cj1 = add i64 %j, 1
+""" + index_at("%bp", "%cj1", "%cb1", "c", "ext") + """  %lo_c = {narrow} %lo to i{c}
   br label %cnt_head
 cnt_head:
   %q = phi i64 [%cb0, %init_body], [%q1, %cnt_body]

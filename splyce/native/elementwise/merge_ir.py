@@ -1,5 +1,7 @@
 """The row merge's LLVM IR templates (``merge.py`` formats and compiles them)."""
 
+from splyce.native.ir_text import index_at
+
 # Both kernels: the loop over rows [lo, hi) and a fast path for two rows that hold the same columns (compared
 # first, then combined column by column in one pass); the part after it merges the two rows.
 _ROW_HEAD = """
@@ -295,15 +297,6 @@ declare i64 @llvm.cttz.i64(i64, i1)
 declare i64 @llvm.ctpop.i64(i64)
 """
 
-_BOUNDS = """  %pa0 = getelementptr i{p}, ptr %ap, i64 %r
-  %ia_raw = load i{p}, ptr %pa0
-  %ia = {p_ext} %ia_raw to i64
-  %pa1 = getelementptr i{p}, ptr %ap, i64 %r1
-  %ib_raw = load i{p}, ptr %pa1
-  %ib = {p_ext} %ib_raw to i64
-  %pb0 = getelementptr i{p}, ptr %bp, i64 %r
-  %ja_raw = load i{p}, ptr %pb0
-  %ja = {p_ext} %ja_raw to i64
-  %pb1 = getelementptr i{p}, ptr %bp, i64 %r1
+_BOUNDS = index_at("%ap", "%r", "%ia") + index_at("%ap", "%r1", "%ib") + index_at("%bp", "%r", "%ja") + """  %pb1 = getelementptr i{p}, ptr %bp, i64 %r1
   %jb_raw = load i{p}, ptr %pb1
   %jb = {p_ext} %jb_raw to i64"""
