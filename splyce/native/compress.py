@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 
-from splyce.native.ir_text import INDEX, SCALARS, supported as ir_supported
+from splyce.native.ir_text import INDEX, SCALARS, supported as ir_supported, load_at
 
 # One pass over a dense C-contiguous m x n block, row by row: ``%o`` counts the nonzero entries (NaN counts,
 # -0.0 not). Two instances (``_pass``): ``count`` stores each row's count, ``fill`` writes each nonzero entry's
@@ -36,9 +36,7 @@ col:
   br i1 %in, label %col_body, label %row_end
 col_body:
   %k = add i64 %base, %j
-  %p = getelementptr {t}, ptr %dense, i64 %k
-  %v = load {t}, ptr %p
-  %nz = fcmp une {t} %v, 0.0
+""" + load_at("{t}", "%dense", "%k", "%v") + """  %nz = fcmp une {t} %v, 0.0
 {emit}  %inc = zext i1 %nz to i64
   %o1 = add i64 %o, %inc
   %j1 = add i64 %j, 1

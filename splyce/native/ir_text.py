@@ -102,6 +102,11 @@ def index_at(ptr: str, at: str, out: str, width: str = "p", ext_field: str | Non
             f"  {out} = {{{ext_field}}} {out}_raw to i64\n")
 
 
+def load_at(t: str, ptr: str, at: str, out: str) -> str:
+    """Template text: ``%out = ptr[at]``, elements of type ``t`` (a type or a format field such as ``{t}``)."""
+    return f"  {out}_at = getelementptr {t}, ptr {ptr}, i64 {at}\n  {out} = load {t}, ptr {out}_at\n"
+
+
 def segment_at(ptr: str, at: str, start: str, stop: str, width: str = "p", ext_field: str | None = None,
                next_at: str | None = None, add: bool = True) -> str:
     """Template text: segment ``at`` of a positions array, ``%start = ptr[at]``, ``%stop = ptr[next_at]``;

@@ -7,7 +7,7 @@ driver, the loops over A's rows, A's entries and B's rows (:func:`loops`), the r
 
 from __future__ import annotations
 
-from splyce.native.ir_text import index_at, segment_at
+from splyce.native.ir_text import index_at, segment_at, load_at
 
 # The loop pieces every SpGEMM kernel shares (these rows, the sorted ones, the flops prefix), put in a
 # template's text by loops() at {row_loop}, {row_done}, {a_row}, {a_entry}, {a_column}, {b_row}, {b_column},
@@ -36,15 +36,11 @@ done:
 _A_ROW = "row_body:\n" + segment_at("%ap", "%i", "%ka", "%kb", "pa") + "  br label %k_head\n"
 _A_COLUMN = "k_body:\n" + index_at("%ac", "%k", "%acol", "ca")
 _A_VALUE = """\
-  %pav = getelementptr {t}, ptr %av, i64 %k
-  %aval = load {t}, ptr %pav
-"""
+""" + load_at("{t}", "%av", "%k", "%aval")
 _B_ROW = segment_at("%bp", "%acol", "%ja", "%jb", "pb")
 _B_COLUMN = "j_body:\n" + index_at("%bc", "%jj", "%col", "cb")
 _B_VALUE = """\
-  %pbv = getelementptr {t}, ptr %bv, i64 %jj
-  %bval = load {t}, ptr %pbv
-  %prod = {mul} {t} %aval, %bval
+""" + load_at("{t}", "%bv", "%jj", "%bval") + """  %prod = {mul} {t} %aval, %bval
 """
 _LOOP_PIECES = {"{row_loop}": _ROW_LOOP + _A_ROW, "{row_done}": _ROW_DONE, "{a_row}": _A_ROW,
                 "{a_entry}": _A_COLUMN + _A_VALUE + _B_ROW, "{a_column}": _A_COLUMN, "{b_row}": _B_ROW,
@@ -112,15 +108,7 @@ block:
   br i1 %more, label %body, label %done
 body:
   %bm = sub i64 %b, 1
-  %pb0 = getelementptr i64, ptr %bounds, i64 %bm
-  %r0 = load i64, ptr %pb0
-  %pb1 = getelementptr i64, ptr %bounds, i64 %b
-  %r1 = load i64, ptr %pb1
-  %pf0 = getelementptr i64, ptr %prefix, i64 %r0
-  %f0 = load i64, ptr %pf0
-  %pf1 = getelementptr i64, ptr %prefix, i64 %r1
-  %f1 = load i64, ptr %pf1
-  %flops = sub i64 %f1, %f0
+""" + load_at("i64", "%bounds", "%bm", "%r0") + load_at("i64", "%bounds", "%b", "%r1") + load_at("i64", "%prefix", "%r0", "%f0") + load_at("i64", "%prefix", "%r1", "%f1") + """  %flops = sub i64 %f1, %f0
   %at = sub i64 %end, %flops
   %shift = sub i64 %at, %vs
   %ccr = getelementptr i{co}, ptr %cc, i64 %shift
@@ -155,11 +143,7 @@ move:
 move_body:
   %xm = sub i64 %x, 1
   %from = add i64 %at, %xm
-  %psc = getelementptr i{co}, ptr %cc, i64 %from
-  %col = load i{co}, ptr %psc
-  %psv = getelementptr {t}, ptr %cv, i64 %from
-  %val = load {t}, ptr %psv
-  %to = add i64 %end_new, %xm
+""" + load_at("i{co}", "%cc", "%from", "%col") + load_at("{t}", "%cv", "%from", "%val") + """  %to = add i64 %end_new, %xm
   %pdc = getelementptr i{co}, ptr %cc, i64 %to
   store i{co} %col, ptr %pdc
   %pdv = getelementptr {t}, ptr %cv, i64 %to
@@ -180,9 +164,7 @@ compact_head:
   %xin = icmp slt i64 %x, %c1
   br i1 %xin, label %compact_body, label %finished
 compact_body:
-  %pxc = getelementptr i{co}, ptr %cc, i64 %x
-  %xcol_raw = load i{co}, ptr %pxc
-{value}
+""" + load_at("i{co}", "%cc", "%x", "%xcol_raw") + """{value}
   %keep = {nonzero} {t} %v, {zero}
   %pqc = getelementptr i{co}, ptr %cc, i64 %q
   store i{co} %xcol_raw, ptr %pqc
@@ -421,9 +403,7 @@ one_load:
   %ein = icmp ult i64 %e, %len
   br i1 %ein, label %one_body, label %row_done
 one_body:
-  %pxe = getelementptr i{co}, ptr %sc, i64 %e
-  %x = load i{co}, ptr %pxe
-  %xi = insertelement <{w} x i{co}> poison, i{co} %x, i64 0
+""" + load_at("i{co}", "%sc", "%e", "%x") + """  %xi = insertelement <{w} x i{co}> poison, i{co} %x, i64 0
   %xs = shufflevector <{w} x i{co}> %xi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
   %below = icmp ult <{w} x i{co}> %yrow, %xs
   %obits = bitcast <{w} x i1> %below to i{w}
@@ -450,9 +430,7 @@ rank_head:
   %rin = icmp ult i64 %re, %len
   br i1 %rin, label %rank_body, label %row_done
 rank_body:
-  %prx = getelementptr i{co}, ptr %sc, i64 %re
-  %rx = load i{co}, ptr %prx
-  %rxi = insertelement <{w} x i{co}> poison, i{co} %rx, i64 0
+""" + load_at("i{co}", "%sc", "%re", "%rx") + """  %rxi = insertelement <{w} x i{co}> poison, i{co} %rx, i64 0
   %rxs = shufflevector <{w} x i{co}> %rxi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
   br label %cnt_head
 cnt_head:

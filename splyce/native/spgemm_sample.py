@@ -5,7 +5,7 @@ rows, in one native call."""
 from __future__ import annotations
 
 from splyce.native.spgemm_ir import index_fields, loops
-from splyce.native.ir_text import index_at
+from splyce.native.ir_text import index_at, load_at
 
 # spgemm.unordered_kernel's look at A @ B, one call. First B's share of adjacent columns as
 # spgemm_sorted.kind_for counts it (pairs (bc[p], bc[p + 1]) for p = 0, astep, 2 astep, ... < npairs): when
@@ -67,20 +67,14 @@ b_head:
 b_body:
   %bhalf = lshr i64 %bspan, 1
   %bmid = add i64 %blo, %bhalf
-  %pbm = getelementptr i64, ptr %prefix, i64 %bmid
-  %vbm = load i64, ptr %pbm
-  %ble = icmp sle i64 %vbm, %target
+""" + load_at("i64", "%prefix", "%bmid", "%vbm") + """  %ble = icmp sle i64 %vbm, %target
   %blo2 = select i1 %ble, i64 %bmid, i64 %blo
   %bhi2 = select i1 %ble, i64 %bhi, i64 %bmid
   br label %b_head
 b_done:
   %i = phi i64 [%blo, %b_head]
-  %pf0 = getelementptr i64, ptr %prefix, i64 %i
-  %f0 = load i64, ptr %pf0
-  %ip1 = add i64 %i, 1
-  %pf1 = getelementptr i64, ptr %prefix, i64 %ip1
-  %f1 = load i64, ptr %pf1
-  %f = sub i64 %f1, %f0
+""" + load_at("i64", "%prefix", "%i", "%f0") + """  %ip1 = add i64 %i, 1
+""" + load_at("i64", "%prefix", "%ip1", "%f1") + """  %f = sub i64 %f1, %f0
   %fit = icmp sle i64 %f, %cap
   %tag = trunc i64 %s1 to i8
   br i1 %fit, label %row_body, label %s_next

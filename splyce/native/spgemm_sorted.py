@@ -45,7 +45,7 @@ import numpy as np
 
 from splyce.native import spgemm_ir
 from splyce.native.spgemm_ir import RANK_MAX  # noqa: F401 (the bound of the rule above, tested by name)
-from splyce.native.ir_text import index_at
+from splyce.native.ir_text import index_at, load_at
 
 PAD = 64           # lanes after a row's columns: vector stores of a block's columns and all-ones padding
 FLAG_PAD = 128     # bytes after the flags (and the block flags): a 64-byte load at the last block stays inside
@@ -263,9 +263,7 @@ e_head:
   %ein2 = icmp ult i64 %ee, %len
   br i1 %ein2, label %e_body, label %row_done
 e_body:
-  %pex = getelementptr i{co}, ptr %sc, i64 %ee
-  %ex = load i{co}, ptr %pex
-  %exw = {co_ext} %ex to i64
+""" + load_at("i{co}", "%sc", "%ee", "%ex") + """  %exw = {co_ext} %ex to i64
   %pev = getelementptr {t}, ptr %dn, i64 %exw
   %ev = load {t}, ptr %pev
   store {t} {zero}, ptr %pev
@@ -326,11 +324,7 @@ drop_head:
   %dxin = icmp slt i64 %dx, %row_end
   br i1 %dxin, label %drop_body, label %row_done
 drop_body:
-  %pdxc = getelementptr i{co}, ptr %cc, i64 %dx
-  %dxc = load i{co}, ptr %pdxc
-  %pdxv = getelementptr {t}, ptr %cv, i64 %dx
-  %dxv = load {t}, ptr %pdxv
-  %dkeep = {nonzero} {t} %dxv, {zero}
+""" + load_at("i{co}", "%cc", "%dx", "%dxc") + load_at("{t}", "%cv", "%dx", "%dxv") + """  %dkeep = {nonzero} {t} %dxv, {zero}
   %pdqc = getelementptr i{co}, ptr %cc, i64 %dq
   store i{co} %dxc, ptr %pdqc
   %pdqv = getelementptr {t}, ptr %cv, i64 %dq

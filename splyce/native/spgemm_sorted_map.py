@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from splyce.native import spgemm_ir, spgemm_network
-from splyce.native.ir_text import index_at
+from splyce.native.ir_text import index_at, load_at
 
 PAD = 16           # all-ones lanes after a row's columns: a vector load never counts them
 
@@ -60,13 +60,9 @@ _ONE_NEXT = "@one_next@\n"
 
 # A short row's values (spgemm_ir.small_rows): in the scratch row, at the entry's place.
 _ONE_VALUE = """\
-  %pve = getelementptr {t}, ptr %sv, i64 %e
-  %v = load {t}, ptr %pve
-"""
+""" + load_at("{t}", "%sv", "%e", "%v")
 _RANK_VALUE = """\
-  %prv = getelementptr {t}, ptr %sv, i64 %re
-  %rv = load {t}, ptr %prv
-"""
+""" + load_at("{t}", "%sv", "%re", "%rv")
 
 
 def _set_bit(tag: str, entry: str) -> str:

@@ -20,7 +20,7 @@ import functools
 
 import numpy as np
 
-from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_at
+from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_at, load_at
 from splyce.native.spmv_rows import BLOCKS, UNIFORM, spmv_ir
 
 # One loop over the entries of the segments (rows, or a CSC's columns: spmv_scatter.py) [lo, hi) but the last
@@ -31,9 +31,7 @@ entry:
 {entry}  %hf = sub i64 {hi}, 2
   %hf_low = icmp slt i64 %hf, {lo}
   %hfc = select i1 %hf_low, i64 {lo}, i64 %hf
-  %pkstop = getelementptr i{p}, ptr %pos, i64 %hfc
-  %kstop_raw = load i{p}, ptr %pkstop
-  %kstop_pos = {p_ext} %kstop_raw to i64
+""" + load_at("i{p}", "%pos", "%hfc", "%kstop_raw") + """  %kstop_pos = {p_ext} %kstop_raw to i64
   %kstop_over = icmp ugt i64 %kstop_pos, %nnz
   %kstop = select i1 %kstop_over, i64 %nnz, i64 %kstop_pos
   br label %resync
@@ -67,9 +65,7 @@ single_done:
 {single_done}  br label %resync
 prime:
   %pn = add i64 %r0, 2
-  %ppn = getelementptr i{p}, ptr %pos, i64 %pn
-  %pn_raw = load i{p}, ptr %ppn
-  %next0 = {p_ext} %pn_raw to i64
+""" + load_at("i{p}", "%pos", "%pn", "%pn_raw") + """  %next0 = {p_ext} %pn_raw to i64
   br label %flat
 flat:
   %k = phi i64 [%s0, %prime], [%k1, %flat_ok]

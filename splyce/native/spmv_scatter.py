@@ -21,7 +21,7 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_bits
+from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_bits, load_at
 from splyce.native.ir_text import supported as ir_supported
 from splyce.native.spmv_flat import flat_ir
 from splyce.native.validation import position_ends_ir
@@ -42,21 +42,15 @@ col_head:
   %more = icmp slt i64 %j, %n
   br i1 %more, label %col_body, label %ok
 col_body:
-  %ps = getelementptr i{p}, ptr %pos, i64 %j
-  %s_raw = load i{p}, ptr %ps
-  %start = {p_ext} %s_raw to i64
+""" + load_at("i{p}", "%pos", "%j", "%s_raw") + """  %start = {p_ext} %s_raw to i64
   %j1 = add i64 %j, 1
-  %pt = getelementptr i{p}, ptr %pos, i64 %j1
-  %t_raw = load i{p}, ptr %pt
-  %stop = {p_ext} %t_raw to i64
+""" + load_at("i{p}", "%pos", "%j1", "%t_raw") + """  %stop = {p_ext} %t_raw to i64
   %down = icmp ugt i64 %start, %stop
   %over = icmp ugt i64 %stop, %nnz
   %badseg = or i1 %down, %over
   br i1 %badseg, label %bad, label %col_ok
 col_ok:
-  %pxj = getelementptr {t}, ptr %x, i64 %j
-  %xj = load {t}, ptr %pxj
-  br label %k_head
+""" + load_at("{t}", "%x", "%j", "%xj") + """  br label %k_head
 k_head:
   %k = phi i64 [%start, %col_ok], [%k1, %k_ok]
   %kmore = icmp ult i64 %k, %stop

@@ -19,7 +19,7 @@ import numpy as np
 
 from splyce.native import ir_text
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import index_at
+from splyce.native.ir_text import index_at, load_at
 
 _COUNT = """
 define void @{name}(ptr %pos, ptr %crd, i64 %lo, i64 %hi, ptr %cnt) {{
@@ -65,9 +65,7 @@ entry_body:
   store i{p} %at1, ptr %pn
   %po = getelementptr i{p}, ptr %out_crd, i64 %at
   store i{p} %r_c, ptr %po
-  %pv = getelementptr i{v}, ptr %val, i64 %k
-  %v = load i{v}, ptr %pv
-  %pov = getelementptr i{v}, ptr %out_val, i64 %at
+""" + load_at("i{v}", "%val", "%k", "%v") + """  %pov = getelementptr i{v}, ptr %out_val, i64 %at
   store i{v} %v, ptr %pov
   %kn = add i64 %k, 1
   br label %entries

@@ -28,7 +28,7 @@ import numpy as np
 from splyce.native.array_objects import address as _address
 from splyce.native import ir_text
 from splyce.native.dtypes import SUPPORTED_DTYPES
-from splyce.native.ir_text import index_at
+from splyce.native.ir_text import index_at, load_at
 
 # 1. any pos[s] > pos[s+1] for s in [0, nseg)
 _POS_TEMPLATE = """
@@ -41,12 +41,8 @@ head:
   %more = icmp slt i64 %s, %nseg
   br i1 %more, label %body, label %done
 body:
-  %p0 = getelementptr i{p}, ptr %pos, i64 %s
-  %a = load i{p}, ptr %p0
-  %s1 = add i64 %s, 1
-  %p1 = getelementptr i{p}, ptr %pos, i64 %s1
-  %b = load i{p}, ptr %p1
-  %dec = icmp sgt i{p} %a, %b
+""" + load_at("i{p}", "%pos", "%s", "%a") + """  %s1 = add i64 %s, 1
+""" + load_at("i{p}", "%pos", "%s1", "%b") + """  %dec = icmp sgt i{p} %a, %b
   %inc = zext i1 %dec to i64
   %acc1 = or i64 %acc, %inc
   br label %head
@@ -333,7 +329,7 @@ def position_ends_ir(bits: int, segments: str = "%m") -> str:
 # streamed crd from memory a second time, as long as the column scan itself). The block's column scan starts
 # at the entry before its first (compared with it), so the blocks together compare every entry with the one
 # before it once; the row-start scan of rows [s0, s1) runs from pos + s0 - 1 (row 0's start is never a step).
-_CANONICAL_DRIVER = """
+_CANONICAL_DRIVER = ("""
 define i64 @{{name}}(ptr %pos, ptr %crd, i64 %m, i64 %n, i64 %nnz) {{{{
 entry:
   %out = alloca [2 x i64]
@@ -353,12 +349,8 @@ block:
   %s1_try = add i64 %s0, {rows}
   %short = icmp slt i64 %s1_try, %m
   %s1 = select i1 %short, i64 %s1_try, i64 %m
-  %ps0 = getelementptr i{{p}}, ptr %pos, i64 %s0
-  %e0_raw = load i{{p}}, ptr %ps0
-  %e0 = {{ext}} %e0_raw to i64
-  %ps1 = getelementptr i{{p}}, ptr %pos, i64 %s1
-  %e1_raw = load i{{p}}, ptr %ps1
-  %e1 = {{ext}} %e1_raw to i64
+""" + load_at("i{{p}}", "%pos", "%s0", "%e0_raw") + """  %e0 = {{ext}} %e0_raw to i64
+""" + load_at("i{{p}}", "%pos", "%s1", "%e1_raw") + """  %e1 = {{ext}} %e1_raw to i64
   %has_prev = icmp sgt i64 %e0, 0
   %e0m1 = add i64 %e0, -1
   %cfirst = select i1 %has_prev, i64 %e0m1, i64 0
@@ -391,7 +383,7 @@ ok:
 fail:
   ret i64 1
 }}}}
-""".format(rows=2048)
+""").format(rows=2048)
 
 
 def _unique_scans_ir(names: dict, bits: int) -> str:

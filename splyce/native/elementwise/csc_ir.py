@@ -1,7 +1,7 @@
 """The CSR-with-CSC pass's LLVM IR templates (``csc.py`` formats and compiles them; the vector match is in
 ``csc_vector.py``)."""
 
-from splyce.native.ir_text import index_at
+from splyce.native.ir_text import index_at, load_at
 
 # A row of A in the CSC passes (the one pass and its vector rows): its entries' range and its index narrowed
 # to B's row type; the templates are formatted after joining, so the fields are theirs
@@ -75,9 +75,7 @@ touch_head:
   %win = icmp slt i64 %w, %bv_words
   br i1 %win, label %touch_body, label %touched
 touch_body:
-  %pw = getelementptr i64, ptr %bv, i64 %w
-  %wv = load i64, ptr %pw
-  %wacc1 = or i64 %wacc, %wv
+""" + load_at("i64", "%bv", "%w", "%wv") + """  %wacc1 = or i64 %wacc, %wv
   %w1 = add i64 %w, 1
   br label %touch_head
 touched:
@@ -93,9 +91,7 @@ init_body:
   %pcj = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %j, i32 0
   store i{c} %bj, ptr %pcj
   %ej1 = add i64 %j, 1
-  %pej = getelementptr i{c}, ptr %bp, i64 %ej1
-  %ej = load i{c}, ptr %pej
-  %pcje = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %j, i32 1
+""" + load_at("i{c}", "%bp", "%ej1", "%ej") + """  %pcje = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %j, i32 1
   store i{c} %ej, ptr %pcje
   %bj64 = {ext} %bj to i64
   %isum1 = add i64 %isum, %bj64
@@ -158,11 +154,7 @@ c_ent:
   %ckin = icmp slt i64 %ck, %ce
   br i1 %ckin, label %c_ent_body, label %c_row_end
 c_ent_body:
-  %pcvk = getelementptr {t}, ptr %cv, i64 %ck
-  %cvk = load {t}, ptr %pcvk
-  %pcck = getelementptr i{c}, ptr %cc, i64 %ck
-  %cck = load i{c}, ptr %pcck
-  %pcvw = getelementptr {t}, ptr %cv, i64 %cw2
+""" + load_at("{t}", "%cv", "%ck", "%cvk") + load_at("i{c}", "%cc", "%ck", "%cck") + """  %pcvw = getelementptr {t}, ptr %cv, i64 %cw2
   store {t} %cvk, ptr %pcvw
   %pccw = getelementptr i{c}, ptr %cc, i64 %cw2
   store i{c} %cck, ptr %pccw
@@ -195,20 +187,14 @@ seek:
   %inside = icmp slt i64 %at, %end
   br i1 %inside, label %look, label %miss
 look:
-  %pbc = getelementptr i{c}, ptr %bc, i64 %at
-  %brow = load i{c}, ptr %pbc
-  %same = icmp eq i{c} %brow, %r_c
+""" + load_at("i{c}", "%bc", "%at", "%brow") + """  %same = icmp eq i{c} %brow, %r_c
   br i1 %same, label %hit, label %{not_same}
 {skip}
 hit:
   %at1 = add i64 %at, 1
   %at1_c = {narrow} %at1 to i{c}
   store i{c} %at1_c, ptr %pcur
-  %pav = getelementptr {t}, ptr %av, i64 %k
-  %va = load {t}, ptr %pav
-  %pbv = getelementptr {t}, ptr %bv, i64 %at
-  %vb = load {t}, ptr %pbv
-  %v = {op} {t} %va, %vb
+""" + load_at("{t}", "%av", "%k", "%va") + load_at("{t}", "%bv", "%at", "%vb") + """  %v = {op} {t} %va, %vb
   %pcc = getelementptr i{c}, ptr %cc, i64 %o
   store i{c} %col_raw, ptr %pcc
   %pcv = getelementptr {t}, ptr %cv, i64 %o
@@ -302,9 +288,7 @@ tail_entries:
   %tcin = icmp slt i64 %tc, %te
   br i1 %tcin, label %tail_entry, label %tail_col_end
 tail_entry:
-  %ptf = getelementptr {t}, ptr %bv, i64 %tc
-  %tf = load {t}, ptr %ptf
-  %tf0 = fmul {t} %tf, 0.0
+""" + load_at("{t}", "%bv", "%tc", "%tf") + """  %tf0 = fmul {t} %tf, 0.0
   %tfin = fcmp oeq {t} %tf0, 0.0
   br i1 %tfin, label %t_finite, label %ret4
 t_finite:
@@ -332,13 +316,7 @@ _RANGE_STASH = """  %stash_isum = getelementptr i64, ptr %seen, i64 1
   store i64 %smax, ptr %stash_smax
 """
 
-_RANGE_SEEN = """  %pisum = getelementptr i64, ptr %seen, i64 1
-  %isum_s = load i64, ptr %pisum
-  %psmin = getelementptr i64, ptr %seen, i64 2
-  %smin_s = load i64, ptr %psmin
-  %psmax = getelementptr i64, ptr %seen, i64 3
-  %smax_s = load i64, ptr %psmax
-  br label %seen_head
+_RANGE_SEEN = load_at("i64", "%seen", "1", "%isum_s") + load_at("i64", "%seen", "2", "%smin_s") + load_at("i64", "%seen", "3", "%smax_s") + """  br label %seen_head
 seen_head:
   %sj = phi i64 [%smin_s, %done], [%sj1, %seen_body]
   %ssum = phi i64 [0, %done], [%ssum1, %seen_body]
@@ -401,9 +379,7 @@ cnt_head:
   %qin = icmp slt i64 %q, %cb1
   br i1 %qin, label %cnt_body, label %cnt_done
 cnt_body:
-  %pq = getelementptr i{c}, ptr %bc, i64 %q
-  %rq = load i{c}, ptr %pq
-  %rq_below = icmp slt i{c} %rq, %lo_c
+""" + load_at("i{c}", "%bc", "%q", "%rq") + """  %rq_below = icmp slt i{c} %rq, %lo_c
   %q1 = add i64 %q, 1
   br i1 %rq_below, label %cnt_head, label %cnt_done
 cnt_done:

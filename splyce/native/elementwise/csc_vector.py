@@ -1,6 +1,6 @@
 """The CSR-with-CSC pass's vector match (AVX-512 masked loads) and its switch per block of rows."""
 
-from splyce.native.ir_text import index_at
+from splyce.native.ir_text import index_at, load_at
 
 from splyce.native.elementwise.csc_ir import _CSC_ENTRY_CURSOR, _CSC_ROW_BODY
 
@@ -96,9 +96,7 @@ mode_set:
   %mode_w0 = sub i64 %r1, {mode_rows}
   %mode_first = icmp sle i64 %mode_w0, %lo
   %mode_w = select i1 %mode_first, i64 %lo, i64 %mode_w0
-""" + index_at("%ap", "%mode_w", "%mode_k", "c", "ext") + """  %mode_po = getelementptr i{c}, ptr %cp, i64 %mode_w
-  %mode_o_raw = load i{c}, ptr %mode_po
-  %mode_o_w = {ext} %mode_o_raw to i64
+""" + index_at("%ap", "%mode_w", "%mode_k", "c", "ext") + load_at("i{c}", "%cp", "%mode_w", "%mode_o_raw") + """  %mode_o_w = {ext} %mode_o_raw to i64
   %mode_o = select i1 %mode_first, i64 %o0, i64 %mode_o_w
   %mode_len = sub i64 %k1, %mode_k
   %mode_hits = sub i64 %o_e, %mode_o

@@ -1,6 +1,6 @@
 """The row merge's LLVM IR templates (``merge.py`` formats and compiles them)."""
 
-from splyce.native.ir_text import index_at
+from splyce.native.ir_text import index_at, load_at
 
 # Both kernels: the loop over rows [lo, hi) and a fast path for two rows that hold the same columns (compared
 # first, then combined column by column in one pass); the part after it merges the two rows.
@@ -32,11 +32,7 @@ cmp_head:
 cmp_body:
   %qa = add i64 %ia, %q
   %qb = add i64 %ja, %q
-  %pqa = getelementptr i{c}, ptr %ac, i64 %qa
-  %cqa = load i{c}, ptr %pqa
-  %pqb = getelementptr i{c}, ptr %bc, i64 %qb
-  %cqb = load i{c}, ptr %pqb
-  %ne = icmp ne i{c} %cqa, %cqb
+""" + load_at("i{c}", "%ac", "%qa", "%cqa") + load_at("i{c}", "%bc", "%qb", "%cqb") + """  %ne = icmp ne i{c} %cqa, %cqb
   %nei = zext i1 %ne to i32
   %d1 = or i32 %d, %nei
   %q1 = add i64 %q, 1
@@ -52,13 +48,7 @@ same_head:
 same_body:
   %ua = add i64 %ia, %u
   %ub = add i64 %ja, %u
-  %pua = getelementptr i{c}, ptr %ac, i64 %ua
-  %cu = load i{c}, ptr %pua
-  %pva = getelementptr {t}, ptr %av, i64 %ua
-  %vua = load {t}, ptr %pva
-  %pvb = getelementptr {t}, ptr %bv, i64 %ub
-  %vub = load {t}, ptr %pvb
-  %vu = {op} {t} %vua, %vub
+""" + load_at("i{c}", "%ac", "%ua", "%cu") + load_at("{t}", "%av", "%ua", "%vua") + load_at("{t}", "%bv", "%ub", "%vub") + """  %vu = {op} {t} %vua, %vub
   %pcu = getelementptr i{c}, ptr %cc, i64 %os
   store i{c} %cu, ptr %pcu
   %pcvu = getelementptr {t}, ptr %cv, i64 %os
@@ -83,11 +73,7 @@ head:
 # stores the smaller column with op(a, 0), op(0, b) or op(a, b) (the missing value masked by ``_keep``)
 _MERGE_STEP = """  br i1 %both, label %body, label %{rest}
 body:
-  %pac = getelementptr i{c}, ptr %ac, i64 %i
-  %ca = load i{c}, ptr %pac
-  %pbc = getelementptr i{c}, ptr %bc, i64 %j
-  %cb = load i{c}, ptr %pbc
-  %pav = getelementptr {t}, ptr %av, i64 %i
+""" + load_at("i{c}", "%ac", "%i", "%ca") + load_at("i{c}", "%bc", "%j", "%cb") + """  %pav = getelementptr {t}, ptr %av, i64 %i
   %va{raw} = load {t}, ptr %pav
   %pbv = getelementptr {t}, ptr %bv, i64 %j
   %vb{raw} = load {t}, ptr %pbv
@@ -145,17 +131,9 @@ _NARROW = """  %nw_a = icmp sgt i64 %la, 0
   %nw_ab = and i1 %nw_a, %nw_b
   br i1 %nw_ab, label %nw_ends, label %general
 nw_ends:
-  %nw_pfa = getelementptr i{c}, ptr %ac, i64 %ia
-  %nw_fa = load i{c}, ptr %nw_pfa
-  %nw_ib1 = sub i64 %ib, 1
-  %nw_pla = getelementptr i{c}, ptr %ac, i64 %nw_ib1
-  %nw_lastA = load i{c}, ptr %nw_pla
-  %nw_pfb = getelementptr i{c}, ptr %bc, i64 %ja
-  %nw_fb = load i{c}, ptr %nw_pfb
-  %nw_jb1 = sub i64 %jb, 1
-  %nw_plb = getelementptr i{c}, ptr %bc, i64 %nw_jb1
-  %nw_lastB = load i{c}, ptr %nw_plb
-  %nw_lo_a = icmp {lo_cmp} i{c} %nw_fa, %nw_fb
+""" + load_at("i{c}", "%ac", "%ia", "%nw_fa") + """  %nw_ib1 = sub i64 %ib, 1
+""" + load_at("i{c}", "%ac", "%nw_ib1", "%nw_lastA") + load_at("i{c}", "%bc", "%ja", "%nw_fb") + """  %nw_jb1 = sub i64 %jb, 1
+""" + load_at("i{c}", "%bc", "%nw_jb1", "%nw_lastB") + """  %nw_lo_a = icmp {lo_cmp} i{c} %nw_fa, %nw_fb
   %nw_lo = select i1 %nw_lo_a, i{c} %nw_fa, i{c} %nw_fb
   %nw_hi_a = icmp {hi_cmp} i{c} %nw_lastA, %nw_lastB
   %nw_hi = select i1 %nw_hi_a, i{c} %nw_lastA, i{c} %nw_lastB
@@ -251,11 +229,7 @@ _UNION = _ROW_HEAD + """{merge_step}tail_a:
   %ina2 = icmp slt i64 %ta, %ib
   br i1 %ina2, label %ta_body, label %tail_b
 ta_body:
-  %tpac = getelementptr i{c}, ptr %ac, i64 %ta
-  %tca = load i{c}, ptr %tpac
-  %tpav = getelementptr {t}, ptr %av, i64 %ta
-  %tva = load {t}, ptr %tpav
-  %tv = {op} {t} %tva, {zero_b}
+""" + load_at("i{c}", "%ac", "%ta", "%tca") + load_at("{t}", "%av", "%ta", "%tva") + """  %tv = {op} {t} %tva, {zero_b}
   %tpcc = getelementptr i{c}, ptr %cc, i64 %toa
   store i{c} %tca, ptr %tpcc
   %tpcv = getelementptr {t}, ptr %cv, i64 %toa
@@ -271,11 +245,7 @@ tail_b:
   %inb2 = icmp slt i64 %tb, %jb
   br i1 %inb2, label %tb_body, label %row_end
 tb_body:
-  %tpbc = getelementptr i{c}, ptr %bc, i64 %tb
-  %tcb = load i{c}, ptr %tpbc
-  %tpbv = getelementptr {t}, ptr %bv, i64 %tb
-  %tvb = load {t}, ptr %tpbv
-  %tw = {op} {t} {zero_a}, %tvb
+""" + load_at("i{c}", "%bc", "%tb", "%tcb") + load_at("{t}", "%bv", "%tb", "%tvb") + """  %tw = {op} {t} {zero_a}, %tvb
   %tpcc2 = getelementptr i{c}, ptr %cc, i64 %tob
   store i{c} %tcb, ptr %tpcc2
   %tpcv2 = getelementptr {t}, ptr %cv, i64 %tob
@@ -297,6 +267,4 @@ declare i64 @llvm.cttz.i64(i64, i1)
 declare i64 @llvm.ctpop.i64(i64)
 """
 
-_BOUNDS = index_at("%ap", "%r", "%ia") + index_at("%ap", "%r1", "%ib") + index_at("%bp", "%r", "%ja") + """  %pb1 = getelementptr i{p}, ptr %bp, i64 %r1
-  %jb_raw = load i{p}, ptr %pb1
-  %jb = {p_ext} %jb_raw to i64"""
+_BOUNDS = index_at("%ap", "%r", "%ia") + index_at("%ap", "%r1", "%ib") + index_at("%bp", "%r", "%ja") + load_at("i{p}", "%bp", "%r1", "%jb_raw") + """  %jb = {p_ext} %jb_raw to i64"""

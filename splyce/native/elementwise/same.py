@@ -9,6 +9,7 @@ import numpy as np
 
 from splyce.native.array_objects import address as _address
 from splyce.native.elementwise.common import _lock, _same_bytes, value_type
+from splyce.native.ir_text import load_at
 
 
 # Same positions in both operands: one flat, vectorizable pass over all entries writes every column and
@@ -24,15 +25,7 @@ head:
   %more = icmp slt i64 %k, %n
   br i1 %more, label %body, label %done
 body:
-  %pac = getelementptr i{c}, ptr %ac, i64 %k
-  %ca = load i{c}, ptr %pac
-  %pbc = getelementptr i{c}, ptr %bc, i64 %k
-  %cb = load i{c}, ptr %pbc
-  %pav = getelementptr {t}, ptr %av, i64 %k
-  %va = load {t}, ptr %pav
-  %pbv = getelementptr {t}, ptr %bv, i64 %k
-  %vb = load {t}, ptr %pbv
-  %v = {op} {t} %va, %vb
+""" + load_at("i{c}", "%ac", "%k", "%ca") + load_at("i{c}", "%bc", "%k", "%cb") + load_at("{t}", "%av", "%k", "%va") + load_at("{t}", "%bv", "%k", "%vb") + """  %v = {op} {t} %va, %vb
   %pcc = getelementptr i{c}, ptr %cc, i64 %k
   store i{c} %ca, ptr %pcc
   %pcv = getelementptr {t}, ptr %cv, i64 %k
