@@ -107,6 +107,11 @@ def load_at(t: str, ptr: str, at: str, out: str) -> str:
     return f"  {out}_at = getelementptr {t}, ptr {ptr}, i64 {at}\n  {out} = load {t}, ptr {out}_at\n"
 
 
+def store_at(t: str, value: str, ptr: str, at: str, address: str) -> str:
+    """Template text: ``ptr[at] = value``, elements of type ``t``, through the address ``%address``."""
+    return f"  {address} = getelementptr {t}, ptr {ptr}, i64 {at}\n  store {t} {value}, ptr {address}\n"
+
+
 def segment_at(ptr: str, at: str, start: str, stop: str, width: str = "p", ext_field: str | None = None,
                next_at: str | None = None, add: bool = True) -> str:
     """Template text: segment ``at`` of a positions array, ``%start = ptr[at]``, ``%stop = ptr[next_at]``;

@@ -7,7 +7,7 @@ driver, the loops over A's rows, A's entries and B's rows (:func:`loops`), the r
 
 from __future__ import annotations
 
-from splyce.native.ir_text import index_at, segment_at, load_at
+from splyce.native.ir_text import index_at, segment_at, load_at, store_at
 
 # The loop pieces every SpGEMM kernel shares (these rows, the sorted ones, the flops prefix), put in a
 # template's text by loops() at {row_loop}, {row_done}, {a_row}, {a_entry}, {a_column}, {b_row}, {b_column},
@@ -26,9 +26,7 @@ row:
 _ROW_DONE = """\
 row_done:
   %rel = sub i64 %i, %lo
-  %pend = getelementptr i64, ptr %ends, i64 %rel
-  store i64 {row_end}, ptr %pend
-  br label %row
+""" + store_at("i64", "{row_end}", "%ends", "%rel", "%pend") + """  br label %row
 done:
   ret i64 %start
 }}
@@ -144,11 +142,7 @@ move_body:
   %xm = sub i64 %x, 1
   %from = add i64 %at, %xm
 """ + load_at("i{co}", "%cc", "%from", "%col") + load_at("{t}", "%cv", "%from", "%val") + """  %to = add i64 %end_new, %xm
-  %pdc = getelementptr i{co}, ptr %cc, i64 %to
-  store i{co} %col, ptr %pdc
-  %pdv = getelementptr {t}, ptr %cv, i64 %to
-  store {t} %val, ptr %pdv
-  br label %move
+""" + store_at("i{co}", "%col", "%cc", "%to", "%pdc") + store_at("{t}", "%val", "%cv", "%to", "%pdv") + """  br label %move
 block_done:
   br label %block
 done:
@@ -166,11 +160,7 @@ compact_head:
 compact_body:
 """ + load_at("i{co}", "%cc", "%x", "%xcol_raw") + """{value}
   %keep = {nonzero} {t} %v, {zero}
-  %pqc = getelementptr i{co}, ptr %cc, i64 %q
-  store i{co} %xcol_raw, ptr %pqc
-  %pqv = getelementptr {t}, ptr %cv, i64 %q
-  store {t} %v, ptr %pqv
-  %kinc = zext i1 %keep to i64
+""" + store_at("i{co}", "%xcol_raw", "%cc", "%q", "%pqc") + store_at("{t}", "%v", "%cv", "%q", "%pqv") + """  %kinc = zext i1 %keep to i64
   %qn = add i64 %q, %kinc
   %x1 = add i64 %x, 1
   br label %compact_head
@@ -182,9 +172,7 @@ _DENSE_ACCUMULATE = """
   %tag = load i64, ptr %pm
   %seen = icmp eq i64 %tag, %i
   store i64 %i, ptr %pm
-  %pcc = getelementptr i{co}, ptr %cc, i64 %c2
-  store i{co} %col_out, ptr %pcc
-  %pacc = getelementptr {{i64, {t}}}, ptr %slots, i64 %col, i32 1
+""" + store_at("i{co}", "%col_out", "%cc", "%c2", "%pcc") + """  %pacc = getelementptr {{i64, {t}}}, ptr %slots, i64 %col, i32 1
   %old = load {t}, ptr %pacc
   %sum = {add} {t} %old, %prod
   %first = {add} {t} {first_zero}, %prod
@@ -227,9 +215,7 @@ accum:
   br label %j_next
 insert:
   store i64 %c2, ptr %pm
-  %pcc = getelementptr i{co}, ptr %cc, i64 %c2
-  store i{co} %col_out, ptr %pcc
-  %pcv2 = getelementptr {t}, ptr %cv, i64 %c2
+""" + store_at("i{co}", "%col_out", "%cc", "%c2", "%pcc") + """  %pcv2 = getelementptr {t}, ptr %cv, i64 %c2
   %first = {add} {t} {first_zero}, %prod
   store {t} %first, ptr %pcv2
   %c2i = add i64 %c2, 1
@@ -253,9 +239,7 @@ reset_head:
   %rin = icmp slt i64 %r, %c1
   br i1 %rin, label %reset_body, label %compact_head
 reset_body:
-""" + index_at("%cc", "%r", "%rcol", "co") + """  %prm = getelementptr i64, ptr %slots, i64 %rcol
-  store i64 -1, ptr %prm
-  %r1 = add i64 %r, 1
+""" + index_at("%cc", "%r", "%rcol", "co") + store_at("i64", "-1", "%slots", "%rcol", "%prm") + """  %r1 = add i64 %r, 1
   br label %reset_head
 """ + _COMPACT.replace("{before}", "reset_head").replace("{value}", """\
   %pxv = getelementptr {t}, ptr %cv, i64 %x
@@ -290,9 +274,7 @@ k_head:
   br label %k_head
 row_end:
   %t1 = phi i64 [%t, %k_head]
-  %pp = getelementptr i64, ptr %prefix, i64 %i1
-  store i64 %t1, ptr %pp
-  br label %row
+""" + store_at("i64", "%t1", "%prefix", "%i1", "%pp") + """  br label %row
 done:
   ret void
 }}
@@ -411,11 +393,7 @@ one_body:
   %orank = zext i{w} %ocnt to i64
 {one_value}
   %odst = add i64 %start, %orank
-  %pc = getelementptr i{co}, ptr %cc, i64 %odst
-  store i{co} %x, ptr %pc
-  %pcvp = getelementptr {t}, ptr %cv, i64 %odst
-  store {t} %v, ptr %pcvp
-  %e1 = add i64 %e, 1
+""" + store_at("i{co}", "%x", "%cc", "%odst", "%pc") + store_at("{t}", "%v", "%cv", "%odst", "%pcvp") + """  %e1 = add i64 %e, 1
   br label %one_head
 
 not_small:
@@ -451,11 +429,7 @@ cnt_body:
 rank_put:
 {rank_value}
   %dst = add i64 %start, %r
-  %pdst = getelementptr i{co}, ptr %cc, i64 %dst
-  store i{co} %rx, ptr %pdst
-  %pdstv = getelementptr {t}, ptr %cv, i64 %dst
-  store {t} %rv, ptr %pdstv
-  %re1 = add i64 %re, 1
+""" + store_at("i{co}", "%rx", "%cc", "%dst", "%pdst") + store_at("{t}", "%rv", "%cv", "%dst", "%pdstv") + """  %re1 = add i64 %re, 1
   br label %rank_head
 
 """

@@ -5,7 +5,7 @@ rows, in one native call."""
 from __future__ import annotations
 
 from splyce.native.spgemm_ir import index_fields, loops
-from splyce.native.ir_text import index_at, load_at
+from splyce.native.ir_text import index_at, load_at, store_at
 
 # spgemm.unordered_kernel's look at A @ B, one call. First B's share of adjacent columns as
 # spgemm_sorted.kind_for counts it (pairs (bc[p], bc[p + 1]) for p = 0, astep, 2 astep, ... < npairs): when
@@ -36,11 +36,7 @@ a_body:
   %p1 = add i64 %p, %astep
   br label %a_head
 a_done:
-  %o2 = getelementptr i64, ptr %out, i64 2
-  store i64 %acnt, ptr %o2
-  %o3 = getelementptr i64, ptr %out, i64 3
-  store i64 %atot, ptr %o3
-  %acf = uitofp i64 %acnt to double
+""" + store_at("i64", "%acnt", "%out", "2", "%o2") + store_at("i64", "%atot", "%out", "3", "%o3") + """  %acf = uitofp i64 %acnt to double
   %atf = uitofp i64 %atot to double
   %abar = fmul double %share, %atf
   %amap = fcmp oge double %acf, %abar
@@ -119,9 +115,7 @@ done:
   %ratio_end = phi double [0.0, %a_done], [%ratio, %s_head]
   %taken_end = phi i64 [0, %a_done], [%taken, %s_head]
   store double %ratio_end, ptr %out
-  %o1 = getelementptr i64, ptr %out, i64 1
-  store i64 %taken_end, ptr %o1
-  ret void
+""" + store_at("i64", "%taken_end", "%out", "1", "%o1") + """  ret void
 }}
 """)
 

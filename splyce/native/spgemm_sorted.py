@@ -45,7 +45,7 @@ import numpy as np
 
 from splyce.native import spgemm_ir
 from splyce.native.spgemm_ir import RANK_MAX  # noqa: F401 (the bound of the rule above, tested by name)
-from splyce.native.ir_text import index_at, load_at
+from splyce.native.ir_text import index_at, load_at, store_at
 
 PAD = 64           # lanes after a row's columns: vector stores of a block's columns and all-ones padding
 FLAG_PAD = 128     # bytes after the flags (and the block flags): a 64-byte load at the last block stays inside
@@ -113,23 +113,15 @@ _ONE_VALUE = """\
   %pve = getelementptr {t}, ptr %dn, i64 %xw
   %v = load {t}, ptr %pve
   store {t} {zero}, ptr %pve
-  %pxf = getelementptr i8, ptr %fl, i64 %xw
-  store i8 0, ptr %pxf
-  %xb = lshr i64 %xw, 6
-  %pxb = getelementptr i8, ptr %bf, i64 %xb
-  store i8 0, ptr %pxb
-"""
+""" + store_at("i8", "0", "%fl", "%xw", "%pxf") + """  %xb = lshr i64 %xw, 6
+""" + store_at("i8", "0", "%bf", "%xb", "%pxb")
 _RANK_VALUE = """\
   %rxw = {co_ext} %rx to i64
   %prv = getelementptr {t}, ptr %dn, i64 %rxw
   %rv = load {t}, ptr %prv
   store {t} {zero}, ptr %prv
-  %prf = getelementptr i8, ptr %fl, i64 %rxw
-  store i8 0, ptr %prf
-  %rxb = lshr i64 %rxw, 6
-  %prb = getelementptr i8, ptr %bf, i64 %rxb
-  store i8 0, ptr %prb
-"""
+""" + store_at("i8", "0", "%fl", "%rxw", "%prf") + """  %rxb = lshr i64 %rxw, 6
+""" + store_at("i8", "0", "%bf", "%rxb", "%prb")
 
 _ROWS = spgemm_ir.loops("""
 declare i64 @llvm.cttz.i64(i64, i1)
@@ -182,17 +174,13 @@ j_head:
   %flag = load i8, ptr %pf
   store i8 1, ptr %pf
   %blk = lshr i64 %col, 6
-  %pbk = getelementptr i8, ptr %bf, i64 %blk
-  store i8 1, ptr %pbk
-  %pd = getelementptr {t}, ptr %dn, i64 %col
+""" + store_at("i8", "1", "%bf", "%blk", "%pbk") + """  %pd = getelementptr {t}, ptr %dn, i64 %col
   %old = load {t}, ptr %pd
   %sum = {add} {t} %old, %prod
   store {t} %sum, ptr %pd
   %fresh = icmp eq i8 %flag, 0
   %col_out = {co_narrow} %col to i{co}
-  %pcc = getelementptr i{co}, ptr %sc, i64 %c2
-  store i{co} %col_out, ptr %pcc
-  %inc = zext i1 %fresh to i64
+""" + store_at("i{co}", "%col_out", "%sc", "%c2", "%pcc") + """  %inc = zext i1 %fresh to i64
   %c2n = add i64 %c2, %inc
   %jj1 = add i64 %jj, 1
   br label %j_head
@@ -268,11 +256,7 @@ e_body:
   %ev = load {t}, ptr %pev
   store {t} {zero}, ptr %pev
   %eo = add i64 %start, %ee
-  %peo = getelementptr i{co}, ptr %cc, i64 %eo
-  store i{co} %ex, ptr %peo
-  %pevo = getelementptr {t}, ptr %cv, i64 %eo
-  store {t} %ev, ptr %pevo
-  %ee1 = add i64 %ee, 1
+""" + store_at("i{co}", "%ex", "%cc", "%eo", "%peo") + store_at("{t}", "%ev", "%cv", "%eo", "%pevo") + """  %ee1 = add i64 %ee, 1
   br label %e_head
 
 {row_done}
@@ -325,11 +309,7 @@ drop_head:
   br i1 %dxin, label %drop_body, label %row_done
 drop_body:
 """ + load_at("i{co}", "%cc", "%dx", "%dxc") + load_at("{t}", "%cv", "%dx", "%dxv") + """  %dkeep = {nonzero} {t} %dxv, {zero}
-  %pdqc = getelementptr i{co}, ptr %cc, i64 %dq
-  store i{co} %dxc, ptr %pdqc
-  %pdqv = getelementptr {t}, ptr %cv, i64 %dq
-  store {t} %dxv, ptr %pdqv
-  %dinc = zext i1 %dkeep to i64
+""" + store_at("i{co}", "%dxc", "%cc", "%dq", "%pdqc") + store_at("{t}", "%dxv", "%cv", "%dq", "%pdqv") + """  %dinc = zext i1 %dkeep to i64
   %dqn = add i64 %dq, %dinc
   %dx1 = add i64 %dx, 1
   br label %drop_head"""

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from splyce.native import spgemm_ir, spgemm_network
-from splyce.native.ir_text import index_at, load_at
+from splyce.native.ir_text import index_at, load_at, store_at
 
 PAD = 16           # all-ones lanes after a row's columns: a vector load never counts them
 
@@ -162,12 +162,8 @@ insert:
   store i64 %c2, ptr %pm
   %crel = sub i64 %c2, %start
   %col_out = {co_narrow} %col to i{co}
-  %pcc = getelementptr i{co}, ptr %sc, i64 %crel
-  store i{co} %col_out, ptr %pcc
-  %first = {add} {t} {zero}, %prod
-  %pcv2 = getelementptr {t}, ptr %sv, i64 %crel
-  store {t} %first, ptr %pcv2
-  %c2i = add i64 %c2, 1
+""" + store_at("i{co}", "%col_out", "%sc", "%crel", "%pcc") + """  %first = {add} {t} {zero}, %prod
+""" + store_at("{t}", "%first", "%sv", "%crel", "%pcv2") + """  %c2i = add i64 %c2, 1
   br label %j_next
 j_next:
   %c2n = phi i64 [%c2, %accum], [%c2i, %insert]

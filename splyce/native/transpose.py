@@ -19,7 +19,7 @@ import numpy as np
 
 from splyce.native import ir_text
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import index_at, load_at
+from splyce.native.ir_text import index_at, load_at, store_at
 
 _COUNT = """
 define void @{name}(ptr %pos, ptr %crd, i64 %lo, i64 %hi, ptr %cnt) {{
@@ -63,11 +63,7 @@ entry_body:
   %at = {ext} %at_raw to i64
   %at1 = add i{p} %at_raw, 1
   store i{p} %at1, ptr %pn
-  %po = getelementptr i{p}, ptr %out_crd, i64 %at
-  store i{p} %r_c, ptr %po
-""" + load_at("i{v}", "%val", "%k", "%v") + """  %pov = getelementptr i{v}, ptr %out_val, i64 %at
-  store i{v} %v, ptr %pov
-  %kn = add i64 %k, 1
+""" + store_at("i{p}", "%r_c", "%out_crd", "%at", "%po") + load_at("i{v}", "%val", "%k", "%v") + store_at("i{v}", "%v", "%out_val", "%at", "%pov") + """  %kn = add i64 %k, 1
   br label %entries
 done:
   ret void

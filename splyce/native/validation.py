@@ -28,7 +28,7 @@ import numpy as np
 from splyce.native.array_objects import address as _address
 from splyce.native import ir_text
 from splyce.native.dtypes import SUPPORTED_DTYPES
-from splyce.native.ir_text import index_at, load_at
+from splyce.native.ir_text import index_at, load_at, store_at
 
 # 1. any pos[s] > pos[s+1] for s in [0, nseg)
 _POS_TEMPLATE = """
@@ -87,14 +87,10 @@ done:
   %range64 = {widen} %range to i64
   store i64 %range64, ptr %out
   %steps64 = {widen} %steps to i64
-  %o1 = getelementptr i64, ptr %out, i64 1
-  store i64 %steps64, ptr %o1
-  ret void
+""" + store_at("i64", "%steps64", "%out", "1", "%o1") + """  ret void
 done0:
   store i64 0, ptr %out
-  %z1 = getelementptr i64, ptr %out, i64 1
-  store i64 0, ptr %z1
-  ret void
+""" + store_at("i64", "0", "%out", "1", "%z1") + """  ret void
 }}
 """
 # (accumulators in the coordinates' own width, so a SIMD register holds as many lanes as it holds

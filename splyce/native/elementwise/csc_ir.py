@@ -1,7 +1,7 @@
 """The CSR-with-CSC pass's LLVM IR templates (``csc.py`` formats and compiles them; the vector match is in
 ``csc_vector.py``)."""
 
-from splyce.native.ir_text import index_at, load_at
+from splyce.native.ir_text import index_at, load_at, store_at
 
 # A row of A in the CSC passes (the one pass and its vector rows): its entries' range and its index narrowed
 # to B's row type; the templates are formatted after joining, so the fields are theirs
@@ -154,11 +154,7 @@ c_ent:
   %ckin = icmp slt i64 %ck, %ce
   br i1 %ckin, label %c_ent_body, label %c_row_end
 c_ent_body:
-""" + load_at("{t}", "%cv", "%ck", "%cvk") + load_at("i{c}", "%cc", "%ck", "%cck") + """  %pcvw = getelementptr {t}, ptr %cv, i64 %cw2
-  store {t} %cvk, ptr %pcvw
-  %pccw = getelementptr i{c}, ptr %cc, i64 %cw2
-  store i{c} %cck, ptr %pccw
-  %cnz = {nonzero} {t} %cvk, {zero}
+""" + load_at("{t}", "%cv", "%ck", "%cvk") + load_at("i{c}", "%cc", "%ck", "%cck") + store_at("{t}", "%cvk", "%cv", "%cw2", "%pcvw") + store_at("i{c}", "%cck", "%cc", "%cw2", "%pccw") + """  %cnz = {nonzero} {t} %cvk, {zero}
   %cnzi = zext i1 %cnz to i64
   %cw3 = add i64 %cw2, %cnzi
   %ck1 = add i64 %ck, 1
@@ -195,11 +191,7 @@ hit:
   %at1_c = {narrow} %at1 to i{c}
   store i{c} %at1_c, ptr %pcur
 """ + load_at("{t}", "%av", "%k", "%va") + load_at("{t}", "%bv", "%at", "%vb") + """  %v = {op} {t} %va, %vb
-  %pcc = getelementptr i{c}, ptr %cc, i64 %o
-  store i{c} %col_raw, ptr %pcc
-  %pcv = getelementptr {t}, ptr %cv, i64 %o
-  store {t} %v, ptr %pcv
-  %nz = {nonzero} {t} %v, {zero}
+""" + store_at("i{c}", "%col_raw", "%cc", "%o", "%pcc") + store_at("{t}", "%v", "%cv", "%o", "%pcv") + """  %nz = {nonzero} {t} %v, {zero}
   %zi = select i1 %nz, i64 0, i64 1
   %z_hit = add i64 %z, %zi
   %o_hit = add i64 %o, 1
@@ -308,13 +300,7 @@ _TOUCH_MAX = 1 << 20   # B's values read in order first up to this size (beyond,
 # reached are in other ranges' columns' spans too), the number of B entries its cursors passed (matched or
 # skipped, each checked finite there) goes to ``seen``; the caller checks the rest only when not all were
 # passed
-_RANGE_STASH = """  %stash_isum = getelementptr i64, ptr %seen, i64 1
-  store i64 %isum, ptr %stash_isum
-  %stash_smin = getelementptr i64, ptr %seen, i64 2
-  store i64 %smin, ptr %stash_smin
-  %stash_smax = getelementptr i64, ptr %seen, i64 3
-  store i64 %smax, ptr %stash_smax
-"""
+_RANGE_STASH = store_at("i64", "%isum", "%seen", "1", "%stash_isum") + store_at("i64", "%smin", "%seen", "2", "%stash_smin") + store_at("i64", "%smax", "%seen", "3", "%stash_smax")
 
 _RANGE_SEEN = load_at("i64", "%seen", "1", "%isum_s") + load_at("i64", "%seen", "2", "%smin_s") + load_at("i64", "%seen", "3", "%smax_s") + """  br label %seen_head
 seen_head:

@@ -1,6 +1,6 @@
 """The CSR-with-CSC pass's vector match (AVX-512 masked loads) and its switch per block of rows."""
 
-from splyce.native.ir_text import index_at, load_at
+from splyce.native.ir_text import index_at, load_at, store_at
 
 from splyce.native.elementwise.csc_ir import _CSC_ENTRY_CURSOR, _CSC_ROW_BODY
 
@@ -52,11 +52,7 @@ vmatch:
   %vpbv = select i1 %vhit, ptr %vpbv_at, ptr %vpav
   %vvb = load {t}, ptr %vpbv
   %vv = {op} {t} %vva, %vvb
-  %vpcc = getelementptr i{c}, ptr %cc, i64 %o
-  store i{c} %col_raw, ptr %vpcc
-  %vpcv = getelementptr {t}, ptr %cv, i64 %o
-  store {t} %vv, ptr %vpcv
-  %vnz = {nonzero} {t} %vv, {zero}
+""" + store_at("i{c}", "%col_raw", "%cc", "%o", "%vpcc") + store_at("{t}", "%vv", "%cv", "%o", "%vpcv") + """  %vnz = {nonzero} {t} %vv, {zero}
   %vzero = xor i1 %vnz, true
   %vzero_hit = and i1 %vzero, %vhit
   %vzi = zext i1 %vzero_hit to i64

@@ -1,6 +1,6 @@
 """The row merge's LLVM IR templates (``merge.py`` formats and compiles them)."""
 
-from splyce.native.ir_text import index_at, load_at
+from splyce.native.ir_text import index_at, load_at, store_at
 
 # Both kernels: the loop over rows [lo, hi) and a fast path for two rows that hold the same columns (compared
 # first, then combined column by column in one pass); the part after it merges the two rows.
@@ -49,11 +49,7 @@ same_body:
   %ua = add i64 %ia, %u
   %ub = add i64 %ja, %u
 """ + load_at("i{c}", "%ac", "%ua", "%cu") + load_at("{t}", "%av", "%ua", "%vua") + load_at("{t}", "%bv", "%ub", "%vub") + """  %vu = {op} {t} %vua, %vub
-  %pcu = getelementptr i{c}, ptr %cc, i64 %os
-  store i{c} %cu, ptr %pcu
-  %pcvu = getelementptr {t}, ptr %cv, i64 %os
-  store {t} %vu, ptr %pcvu
-  %nzu = {nonzero} {t} %vu, {zero}
+""" + store_at("i{c}", "%cu", "%cc", "%os", "%pcu") + store_at("{t}", "%vu", "%cv", "%os", "%pcvu") + """  %nzu = {nonzero} {t} %vu, {zero}
   %nzi = zext i1 %nzu to i64
   %os1 = add i64 %os, %nzi
   %u1 = add i64 %u, 1
@@ -80,9 +76,7 @@ body:
 {advance_union}{keep_a}{keep_b}  %v = {op} {t} %va, %vb
 {column}  %pcc = getelementptr i{c}, ptr %cc, i64 %o
   store i{c} %{col}, ptr %pcc
-  %pcv = getelementptr {t}, ptr %cv, i64 %o
-  store {t} %v, ptr %pcv
-{kept}  %kinc = zext i1 %{keep} to i64
+""" + store_at("{t}", "%v", "%cv", "%o", "%pcv") + """{kept}  %kinc = zext i1 %{keep} to i64
   %o1 = add i64 %o, %kinc
 {advance_intersect}  %ai = zext i1 %adv_a to i64
   %bi = zext i1 %adv_b to i64
@@ -166,11 +160,7 @@ nw_body:
 {keep_nw_a}{keep_nw_b}  %nw_v = {op} {t} %nw_va, %nw_vb
   %nw_col64 = add i64 %nw_lo64, %nw_bit
   %nw_col = {c_narrow} %nw_col64 to i{c}
-  %nw_pcc = getelementptr i{c}, ptr %cc, i64 %nw_o
-  store i{c} %nw_col, ptr %nw_pcc
-  %nw_pcv = getelementptr {t}, ptr %cv, i64 %nw_o
-  store {t} %nw_v, ptr %nw_pcv
-  %nw_nz = {nonzero} {t} %nw_v, {zero}
+""" + store_at("i{c}", "%nw_col", "%cc", "%nw_o", "%nw_pcc") + store_at("{t}", "%nw_v", "%cv", "%nw_o", "%nw_pcv") + """  %nw_nz = {nonzero} {t} %nw_v, {zero}
   %nw_nzi = zext i1 %nw_nz to i64
   %nw_o1 = add i64 %nw_o, %nw_nzi
 {next_bit}
@@ -230,11 +220,7 @@ _UNION = _ROW_HEAD + """{merge_step}tail_a:
   br i1 %ina2, label %ta_body, label %tail_b
 ta_body:
 """ + load_at("i{c}", "%ac", "%ta", "%tca") + load_at("{t}", "%av", "%ta", "%tva") + """  %tv = {op} {t} %tva, {zero_b}
-  %tpcc = getelementptr i{c}, ptr %cc, i64 %toa
-  store i{c} %tca, ptr %tpcc
-  %tpcv = getelementptr {t}, ptr %cv, i64 %toa
-  store {t} %tv, ptr %tpcv
-  %tnz = {nonzero} {t} %tv, {zero}
+""" + store_at("i{c}", "%tca", "%cc", "%toa", "%tpcc") + store_at("{t}", "%tv", "%cv", "%toa", "%tpcv") + """  %tnz = {nonzero} {t} %tv, {zero}
   %tinc = zext i1 %tnz to i64
   %toa1 = add i64 %toa, %tinc
   %ta1 = add i64 %ta, 1
@@ -246,11 +232,7 @@ tail_b:
   br i1 %inb2, label %tb_body, label %row_end
 tb_body:
 """ + load_at("i{c}", "%bc", "%tb", "%tcb") + load_at("{t}", "%bv", "%tb", "%tvb") + """  %tw = {op} {t} {zero_a}, %tvb
-  %tpcc2 = getelementptr i{c}, ptr %cc, i64 %tob
-  store i{c} %tcb, ptr %tpcc2
-  %tpcv2 = getelementptr {t}, ptr %cv, i64 %tob
-  store {t} %tw, ptr %tpcv2
-  %tnz2 = {nonzero} {t} %tw, {zero}
+""" + store_at("i{c}", "%tcb", "%cc", "%tob", "%tpcc2") + store_at("{t}", "%tw", "%cv", "%tob", "%tpcv2") + """  %tnz2 = {nonzero} {t} %tw, {zero}
   %tinc2 = zext i1 %tnz2 to i64
   %tob1 = add i64 %tob, %tinc2
   %tb1 = add i64 %tb, 1

@@ -9,7 +9,7 @@ import numpy as np
 
 from splyce.native.array_objects import address as _address
 from splyce.native.elementwise.common import _lock, _same_bytes, value_type
-from splyce.native.ir_text import load_at
+from splyce.native.ir_text import load_at, store_at
 
 
 # Same positions in both operands: one flat, vectorizable pass over all entries writes every column and
@@ -26,11 +26,7 @@ head:
   br i1 %more, label %body, label %done
 body:
 """ + load_at("i{c}", "%ac", "%k", "%ca") + load_at("i{c}", "%bc", "%k", "%cb") + load_at("{t}", "%av", "%k", "%va") + load_at("{t}", "%bv", "%k", "%vb") + """  %v = {op} {t} %va, %vb
-  %pcc = getelementptr i{c}, ptr %cc, i64 %k
-  store i{c} %ca, ptr %pcc
-  %pcv = getelementptr {t}, ptr %cv, i64 %k
-  store {t} %v, ptr %pcv
-  %ne = icmp ne i{c} %ca, %cb
+""" + store_at("i{c}", "%ca", "%cc", "%k", "%pcc") + store_at("{t}", "%v", "%cv", "%k", "%pcv") + """  %ne = icmp ne i{c} %ca, %cb
   %nei = zext i1 %ne to i32
   %diff1 = or i32 %diff, %nei
   %nz = {nonzero} {t} %v, {zero}
@@ -41,9 +37,7 @@ body:
 done:
   %d64 = zext i32 %diff to i64
   store i64 %d64, ptr %out
-  %o1 = getelementptr i64, ptr %out, i64 1
-  store i64 %kept, ptr %o1
-  ret void
+""" + store_at("i64", "%kept", "%out", "1", "%o1") + """  ret void
 }}
 """
 _SAME_SIG = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4), ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
