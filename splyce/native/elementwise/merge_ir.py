@@ -212,32 +212,36 @@ nw_m{x}_body:
   br label %nw_m{x}_head
 """
 
+# One row's entries left after the merge (``x``: a or b), each op(a, 0) or op(0, b), kept when not zero
+_TAIL = """tail_{x}:
+  %t{x} = phi i64 [%{cursor}, %{enter}], [%t{x}1, %t{x}_body]
+  %to{x} = phi i64 [%{out}, %{enter}], [%to{x}1, %t{x}_body]
+  %in{x}2 = icmp slt i64 %t{x}, %{stop}
+  br i1 %in{x}2, label %t{x}_body, label %{exit}
+t{x}_body:
+""" + load_at("i{c}", "%{x}c", "%t{x}", "%tc{x}") + load_at("{t}", "%{x}v", "%t{x}", "%tv{x}") + """  %tr{x} = {op} {t} {operands}
+""" + store_at("i{c}", "%tc{x}", "%cc", "%to{x}", "%tpcc{x}") + store_at("{t}", "%tr{x}", "%cv", "%to{x}", "%tpcv{x}") + """\
+  %tnz{x} = {nonzero} {t} %tr{x}, {zero}
+  %tinc{x} = zext i1 %tnz{x} to i64
+  %to{x}1 = add i64 %to{x}, %tinc{x}
+  %t{x}1 = add i64 %t{x}, 1
+  br label %tail_{x}
+"""
+
+
+def _tail(x: str, **fields) -> str:
+    """``_TAIL`` for row ``x`` (its own fields substituted; the kernel's, such as ``{t}``, left to format)."""
+    text = _TAIL
+    for k, v in dict(x=x, **fields).items():
+        text = text.replace("{" + k + "}", v)
+    return text
+
+
 # Union: op(a, 0), op(0, b) or op(a, b) for every column either row holds, kept when not zero.
-_UNION = _ROW_HEAD + """{merge_step}tail_a:
-  %ta = phi i64 [%i, %head], [%ta1, %ta_body]
-  %toa = phi i64 [%o, %head], [%toa1, %ta_body]
-  %ina2 = icmp slt i64 %ta, %ib
-  br i1 %ina2, label %ta_body, label %tail_b
-ta_body:
-""" + load_at("i{c}", "%ac", "%ta", "%tca") + load_at("{t}", "%av", "%ta", "%tva") + """  %tv = {op} {t} %tva, {zero_b}
-""" + store_at("i{c}", "%tca", "%cc", "%toa", "%tpcc") + store_at("{t}", "%tv", "%cv", "%toa", "%tpcv") + """  %tnz = {nonzero} {t} %tv, {zero}
-  %tinc = zext i1 %tnz to i64
-  %toa1 = add i64 %toa, %tinc
-  %ta1 = add i64 %ta, 1
-  br label %tail_a
-tail_b:
-  %tb = phi i64 [%j, %tail_a], [%tb1, %tb_body]
-  %tob = phi i64 [%toa, %tail_a], [%tob1, %tb_body]
-  %inb2 = icmp slt i64 %tb, %jb
-  br i1 %inb2, label %tb_body, label %row_end
-tb_body:
-""" + load_at("i{c}", "%bc", "%tb", "%tcb") + load_at("{t}", "%bv", "%tb", "%tvb") + """  %tw = {op} {t} {zero_a}, %tvb
-""" + store_at("i{c}", "%tcb", "%cc", "%tob", "%tpcc2") + store_at("{t}", "%tw", "%cv", "%tob", "%tpcv2") + """  %tnz2 = {nonzero} {t} %tw, {zero}
-  %tinc2 = zext i1 %tnz2 to i64
-  %tob1 = add i64 %tob, %tinc2
-  %tb1 = add i64 %tb, 1
-  br label %tail_b
-row_end:
+_UNION = (_ROW_HEAD + "{merge_step}"
+          + _tail("a", cursor="i", enter="head", out="o", stop="ib", exit="tail_b", operands="%tva, {zero_b}")
+          + _tail("b", cursor="j", enter="tail_a", out="toa", stop="jb", exit="row_end", operands="{zero_a}, %tvb")
+          + """row_end:
   %o_end = phi i64 [%tob, %tail_b], [%os, %same_head], [%nw_o, %nw_head]
 {end_store}
   br label %row
@@ -247,6 +251,7 @@ done:
 
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i64 @llvm.ctpop.i64(i64)
-"""
+""")
 
-_BOUNDS = index_at("%ap", "%r", "%ia") + index_at("%ap", "%r1", "%ib") + index_at("%bp", "%r", "%ja") + load_at("i{p}", "%bp", "%r1", "%jb_raw") + """  %jb = {p_ext} %jb_raw to i64"""
+_BOUNDS = (index_at("%ap", "%r", "%ia") + index_at("%ap", "%r1", "%ib") + index_at("%bp", "%r", "%ja")
+           + index_at("%bp", "%r1", "%jb")).rstrip("\n")
