@@ -107,21 +107,14 @@ def scratch(n: int, kind: str = "flags") -> np.ndarray:
 
 
 # A short row's values (spgemm_ir.small_rows): from the dense row, which they leave zero as they leave the
-# flags and block flags.
-_ONE_VALUE = """\
-  %xw = {co_ext} %x to i64
-  %pve = getelementptr {t}, ptr %dn, i64 %xw
-  %v = load {t}, ptr %pve
-  store {t} {zero}, ptr %pve
-""" + store_at("i8", "0", "%fl", "%xw", "%pxf") + """  %xb = lshr i64 %xw, 6
-""" + store_at("i8", "0", "%bf", "%xb", "%pxb")
-_RANK_VALUE = """\
-  %rxw = {co_ext} %rx to i64
-  %prv = getelementptr {t}, ptr %dn, i64 %rxw
-  %rv = load {t}, ptr %prv
-  store {t} {zero}, ptr %prv
-""" + store_at("i8", "0", "%fl", "%rxw", "%prf") + """  %rxb = lshr i64 %rxw, 6
-""" + store_at("i8", "0", "%bf", "%rxb", "%prb")
+# flags and block flags (the value ``%{v}`` of column ``%{x}``)
+def _taken(x: str, v: str) -> str:
+    return (f"  %{x}w = {{co_ext}} %{x} to i64\n" + load_at("{t}", "%dn", f"%{x}w", f"%{v}")
+            + f"  store {{t}} {{zero}}, ptr %{v}_at\n" + store_at("i8", "0", "%fl", f"%{x}w", f"%{x}_flag")
+            + f"  %{x}b = lshr i64 %{x}w, 6\n" + store_at("i8", "0", "%bf", f"%{x}b", f"%{x}_block"))
+
+
+_ONE_VALUE, _RANK_VALUE = _taken("x", "v"), _taken("rx", "rv")
 
 _ROWS = spgemm_ir.loops("""
 declare i64 @llvm.cttz.i64(i64, i1)
