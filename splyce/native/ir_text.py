@@ -1,5 +1,16 @@
-"""LLVM IR text for the native helpers (SpMV, SpMM, masked products): a small writer with unique value names
-and counted loops, plus the row split the helpers share for ``threads``."""
+"""LLVM IR text for the native kernels: the one dtype table, the one IR writer and the template spellings.
+
+- ``SCALARS``: a value dtype's LLVM type and instructions, one row per dtype (``VALUE``, ``elementwise.common``
+  and each kernel's ``supported`` are views of it); ``INDEX`` the index widths.
+- ``IR``: a line writer with unique names (``gep`` / ``load`` / ``store`` / ``op``, counted ``loop``s): the
+  kernels written in Python (masked products, SDDMM, SpMV rows, the masked sum).
+- ``index_at`` / ``segment_at`` / ``load_at`` / ``store_at``: the same loads and stores spelled for the
+  kernels written as ``str.format`` templates (merges, SpGEMM, validation, transpose, compression), so an
+  index load is written one way everywhere.
+- Each algorithm is one definition, its variants parameters (``masked._masked_ir(kept=...)``,
+  ``spmv_flat.flat_ir`` for rows and CSC columns, ``merge_ir._NARROW_PARTS`` / ``_MERGE_STEP_PARTS`` for the
+  intersection and the union); plus the row split the helpers share for ``threads``.
+"""
 
 from __future__ import annotations
 
