@@ -30,19 +30,34 @@ class Scalar(NamedTuple):
     add: str
     sub: str | None     # None: no difference (bool)
     zero: str
-    nonzero: str        # the "is not zero" compare (NaN is not zero)
+    nonzero: str        # the "is not zero" compare (NaN is not zero); its negation is ``is_zero``
     bits: int
+    one: str = "1"
+    from_i64: str = ""  # an i64 count -> this type (the masked sum's count of ones)
+    exact: int = 0      # the largest count the type holds exactly
+    exponent: int = 0   # the exponent bits (floats: a value is finite when they are not all set)
+
+    @property
+    def is_zero(self) -> str:
+        return {"fcmp une": "fcmp oeq", "icmp ne": "icmp eq"}[self.nonzero]
+
+    @property
+    def eq(self) -> str:
+        return "fcmp oeq" if self.t in FLOAT_TYPES else "icmp eq"
 
 
+FLOAT_TYPES = ("double", "float")
 # THE dtype table of the native kernels: a new value dtype is one row. bool (a pattern): a product is AND, a
 # sum OR (NumPy's and scipy's bool + bool, never 2); no difference (NumPy refuses bool minus)
-SCALARS = {np.dtype(np.float64): Scalar("double", "fmul", "fadd", "fsub", "0.0", "fcmp une", 64),
-           np.dtype(np.float32): Scalar("float", "fmul", "fadd", "fsub", "0.0", "fcmp une", 32),
-           np.dtype(np.int64): Scalar("i64", "mul", "add", "sub", "0", "icmp ne", 64),
-           np.dtype(np.int32): Scalar("i32", "mul", "add", "sub", "0", "icmp ne", 32),
+SCALARS = {np.dtype(np.float64): Scalar("double", "fmul", "fadd", "fsub", "0.0", "fcmp une", 64, "1.0", "sitofp",
+                                        2**53, 0x7FF0000000000000),
+           np.dtype(np.float32): Scalar("float", "fmul", "fadd", "fsub", "0.0", "fcmp une", 32, "1.0", "sitofp",
+                                        2**24, 0x7F800000),
+           np.dtype(np.int64): Scalar("i64", "mul", "add", "sub", "0", "icmp ne", 64, "1", "bitcast", 2**63 - 1),
+           np.dtype(np.int32): Scalar("i32", "mul", "add", "sub", "0", "icmp ne", 32, "1", "trunc", 2**63 - 1),
            np.dtype(np.bool_): Scalar("i8", "and", "or", None, "0", "icmp ne", 8)}
+BY_TYPE = {s.t: s for s in SCALARS.values()}    # LLVM type -> its row
 NUMERIC = tuple(d for d in SCALARS if d != np.dtype(np.bool_))    # the dtypes of the arithmetic kernels
-FLOAT_TYPES = ("double", "float")
 
 # value dtype -> (LLVM type, multiply, add, zero) of the arithmetic kernels (the view of SCALARS they unpack)
 VALUE = {d: (SCALARS[d].t, SCALARS[d].mul, SCALARS[d].add, SCALARS[d].zero) for d in NUMERIC}

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import IR, VALUE, load_index, loop, run_taken, index_bits as _bits
+from splyce.native.ir_text import IR, SCALARS, VALUE, load_index, loop, run_taken, index_bits as _bits
 from splyce.native.marked_row import marked_row
 from splyce.native.masked_chunks import CHUNKS_PER_THREAD, masked_chunks, serial_max_work
 
@@ -320,8 +320,7 @@ def _finite_ir(name, value):
     return _all_of_ir(name, f"i{bits}", f"  %e = and i{bits} %x, {mask}\n  %ok = icmp ne i{bits} %e, {mask}")
 
 
-_EXPONENT = {"double": (64, 0x7FF0000000000000), "float": (32, 0x7F800000)}
-
-# value type -> (the compare of %x with one, i64 -> the type, the largest count the sum holds exactly)
-_COUNTED = {"double": ("fcmp oeq double %x, 1.0", "sitofp", 2**53), "float": ("fcmp oeq float %x, 1.0", "sitofp", 2**24),
-            "i64": ("icmp eq i64 %x, 1", "bitcast", 2**63 - 1), "i32": ("icmp eq i32 %x, 1", "trunc", 2**63 - 1)}
+# value type -> its exponent bits and mask; -> (the compare of %x with one, i64 -> the type, the largest count
+# the sum holds exactly): views of the one dtype table
+_EXPONENT = {r.t: (r.bits, r.exponent) for r in SCALARS.values() if r.exponent}
+_COUNTED = {r.t: (f"{r.eq} {r.t} %x, {r.one}", r.from_i64, r.exact) for r in SCALARS.values() if r.from_i64}

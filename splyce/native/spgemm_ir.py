@@ -7,7 +7,7 @@ driver, the loops over A's rows, A's entries and B's rows (:func:`loops`), the r
 
 from __future__ import annotations
 
-from splyce.native.ir_text import index_at, segment_at, load_at, store_at
+from splyce.native.ir_text import BY_TYPE, FLOAT_TYPES, index_at, segment_at, load_at, store_at
 
 # The loop pieces every SpGEMM kernel shares (these rows, the sorted ones, the flops prefix), put in a
 # template's text by loops() at {row_loop}, {row_done}, {a_row}, {a_entry}, {a_column}, {b_row}, {b_column},
@@ -345,12 +345,12 @@ def product_ir(name: str, dense: bool, t: str, mul: str, add: str, keep_zeros: b
 def value_tests(t: str, keep_zeros: bool) -> dict:
     """A sum's zero constant and its tests: ``nonzero`` (the entry is stored) and ``zero_test`` (it is not), as
     scipy's rule has them (a sum is stored where != 0, NaN kept), or constant true / false with keep_zeros."""
-    floating = t in ("double", "float")
+    row = BY_TYPE[t]
     if keep_zeros:
-        tests = ("fcmp true", "fcmp false") if floating else ("icmp uge", "icmp ult")
+        tests = ("fcmp true", "fcmp false") if t in FLOAT_TYPES else ("icmp uge", "icmp ult")
     else:
-        tests = ("fcmp une", "fcmp oeq") if floating else ("icmp ne", "icmp eq")
-    return dict(nonzero=tests[0], zero_test=tests[1], zero="0.0" if floating else "0")
+        tests = (row.nonzero, row.is_zero)
+    return dict(nonzero=tests[0], zero_test=tests[1], zero=row.zero)
 
 
 def backward_ir(name: str, t: str, indices: dict) -> str:
