@@ -330,7 +330,7 @@ def product_ir(name: str, dense: bool, t: str, mul: str, add: str, keep_zeros: b
     constant false / the keep test constant true, and LLVM folds the compaction away; and each entry's first
     term is added to +0.0, as the sparsifier sums into a zero-filled workspace (a -0.0 product stored as +0.0;
     scipy's rule adds -0.0, which LLVM folds away: a zero there is dropped anyway)."""
-    floating = t in ("double", "float")
+    floating = t in FLOAT_TYPES
     body = (_DENSE_ACCUMULATE, _DENSE_FINISH) if dense else (_SPARSE_ACCUMULATE, _SPARSE_FINISH)
     finish = body[1]
     if scipy_order:

@@ -20,7 +20,7 @@ import functools
 
 import numpy as np
 
-from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_at, load_at
+from splyce.native.ir_text import FLOAT_TYPES, VALUE as _VALUE, ext as _ext, index_at, load_at
 from splyce.native.spmv_rows import BLOCKS, UNIFORM, spmv_ir
 
 # One loop over the entries of the segments (rows, or a CSC's columns: spmv_scatter.py) [lo, hi) but the last
@@ -165,7 +165,7 @@ def spmv_flat_ir(name: str, value: np.dtype, p: int, c: int) -> str:
     from splyce.native.codegen import host_target
 
     t, mul, add, zero = _VALUE[value]
-    if t in ("double", "float") and host_target().triple.startswith("x86_64"):
+    if t in FLOAT_TYPES and host_target().triple.startswith("x86_64"):
         bits = 64 if t == "double" else 32
         last_w = "%at_endw" if bits == 64 else "%at_endw32"
         restart = ("  %at_endw32 = trunc i64 %at_endw to i32\n" if bits == 32 else "") + _RESTART_FLOAT.format(

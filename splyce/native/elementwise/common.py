@@ -63,8 +63,8 @@ def value_type(dtype: np.dtype, keep_zeros: bool) -> tuple:
 def missing_values(op: str, t: str, keep_zeros: bool) -> tuple[str, str]:
     """The value a sum's missing entry takes on the left and on the right: the constants of ``op(missing, b)``
     and ``op(a, missing)``; scipy's rule (not ``keep_zeros``) is +0 on both sides."""
-    if not keep_zeros or t not in ("double", "float"):
-        return ("0.0", "0.0") if t in ("double", "float") else ("0", "0")
+    if not keep_zeros or t not in FLOAT_TYPES:
+        return ("0.0", "0.0") if t in FLOAT_TYPES else ("0", "0")
     return _NEG_ZERO, (_NEG_ZERO if op == "add" else "0.0")
 
 
