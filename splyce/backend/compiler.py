@@ -1,7 +1,8 @@
 """The compile driver: trace -> linalg -> scf -> (Splyce) -> LLVM dialect -> LLVM IR -> native code.
 
-``lower`` names every stage and pass in order, in one function (lowering/ lowers, passes/ transforms). Each stage's IR is verified, kept as text for ``lower(...).as_text(stage)``, and
-written to ``$SPLYCE_DUMP_DIR`` when that environment variable is set.
+``lower`` names every stage and pass in order, in one function (lowering/ lowers, passes/ transforms). Each
+stage's IR is verified, kept as text for ``lower(...).as_text(stage)``, and written to ``$SPLYCE_DUMP_DIR``
+when that environment variable is set.
 """
 
 from __future__ import annotations

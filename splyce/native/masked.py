@@ -118,7 +118,8 @@ def _masked(value, mp, mc, ap, ac, bp, bc, kept: bool = False, factors: str = "a
 
     name = (f"splyce_masked_kept_{VALUE[value][0]}_{mp}_{mc}_{ap}_{ac}_{bp}_{bc}_{factors}" if kept else
             f"splyce_masked_spgemm_{VALUE[value][0]}_{mp}_{mc}_{ap}_{ac}_{bp}_{bc}")
-    return compile_host_helpers(_masked_ir(name, value, mp, mc, ap, ac, bp, bc, kept, factors), {name: _SIG[kept]})[name]
+    text = _masked_ir(name, value, mp, mc, ap, ac, bp, bc, kept, factors)
+    return compile_host_helpers(text, {name: _SIG[kept]})[name]
 
 
 def supported(dtype) -> bool:

@@ -106,7 +106,10 @@ block:
   br i1 %more, label %body, label %done
 body:
   %bm = sub i64 %b, 1
-""" + load_at("i64", "%bounds", "%bm", "%r0") + load_at("i64", "%bounds", "%b", "%r1") + load_at("i64", "%prefix", "%r0", "%f0") + load_at("i64", "%prefix", "%r1", "%f1") + """  %flops = sub i64 %f1, %f0
+""" + load_at("i64", "%bounds", "%bm", "%r0") + """\
+""" + load_at("i64", "%bounds", "%b", "%r1") + """\
+""" + load_at("i64", "%prefix", "%r0", "%f0") + """\
+""" + load_at("i64", "%prefix", "%r1", "%f1") + """  %flops = sub i64 %f1, %f0
   %at = sub i64 %end, %flops
   %shift = sub i64 %at, %vs
   %ccr = getelementptr i{co}, ptr %cc, i64 %shift
@@ -141,8 +144,10 @@ move:
 move_body:
   %xm = sub i64 %x, 1
   %from = add i64 %at, %xm
-""" + load_at("i{co}", "%cc", "%from", "%col") + load_at("{t}", "%cv", "%from", "%val") + """  %to = add i64 %end_new, %xm
-""" + store_at("i{co}", "%col", "%cc", "%to", "%pdc") + store_at("{t}", "%val", "%cv", "%to", "%pdv") + """  br label %move
+""" + load_at("i{co}", "%cc", "%from", "%col") + """\
+""" + load_at("{t}", "%cv", "%from", "%val") + """  %to = add i64 %end_new, %xm
+""" + store_at("i{co}", "%col", "%cc", "%to", "%pdc") + """\
+""" + store_at("{t}", "%val", "%cv", "%to", "%pdv") + """  br label %move
 block_done:
   br label %block
 done:
@@ -160,7 +165,8 @@ compact_head:
 compact_body:
 """ + load_at("i{co}", "%cc", "%x", "%xcol_raw") + """{value}
   %keep = {nonzero} {t} %v, {zero}
-""" + store_at("i{co}", "%xcol_raw", "%cc", "%q", "%pqc") + store_at("{t}", "%v", "%cv", "%q", "%pqv") + """  %kinc = zext i1 %keep to i64
+""" + store_at("i{co}", "%xcol_raw", "%cc", "%q", "%pqc") + """\
+""" + store_at("{t}", "%v", "%cv", "%q", "%pqv") + """  %kinc = zext i1 %keep to i64
   %qn = add i64 %q, %kinc
   %x1 = add i64 %x, 1
   br label %compact_head
@@ -172,7 +178,8 @@ _DENSE_ACCUMULATE = """
   %tag = load i64, ptr %pm
   %seen = icmp eq i64 %tag, %i
   store i64 %i, ptr %pm
-""" + store_at("i{co}", "%col_out", "%cc", "%c2", "%pcc") + """  %pacc = getelementptr {{i64, {t}}}, ptr %slots, i64 %col, i32 1
+""" + store_at("i{co}", "%col_out", "%cc", "%c2", "%pcc") + """\
+  %pacc = getelementptr {{i64, {t}}}, ptr %slots, i64 %col, i32 1
   %old = load {t}, ptr %pacc
   %sum = {add} {t} %old, %prod
   %first = {add} {t} {first_zero}, %prod
@@ -393,7 +400,8 @@ one_body:
   %orank = zext i{w} %ocnt to i64
 {one_value}
   %odst = add i64 %start, %orank
-""" + store_at("i{co}", "%x", "%cc", "%odst", "%pc") + store_at("{t}", "%v", "%cv", "%odst", "%pcvp") + """  %e1 = add i64 %e, 1
+""" + store_at("i{co}", "%x", "%cc", "%odst", "%pc") + """\
+""" + store_at("{t}", "%v", "%cv", "%odst", "%pcvp") + """  %e1 = add i64 %e, 1
   br label %one_head
 
 not_small:
@@ -429,7 +437,8 @@ cnt_body:
 rank_put:
 {rank_value}
   %dst = add i64 %start, %r
-""" + store_at("i{co}", "%rx", "%cc", "%dst", "%pdst") + store_at("{t}", "%rv", "%cv", "%dst", "%pdstv") + """  %re1 = add i64 %re, 1
+""" + store_at("i{co}", "%rx", "%cc", "%dst", "%pdst") + """\
+""" + store_at("{t}", "%rv", "%cv", "%dst", "%pdstv") + """  %re1 = add i64 %re, 1
   br label %rank_head
 
 """

@@ -36,7 +36,8 @@ a_body:
   %p1 = add i64 %p, %astep
   br label %a_head
 a_done:
-""" + store_at("i64", "%acnt", "%out", "2", "%o2") + store_at("i64", "%atot", "%out", "3", "%o3") + """  %acf = uitofp i64 %acnt to double
+""" + store_at("i64", "%acnt", "%out", "2", "%o2") + """\
+""" + store_at("i64", "%atot", "%out", "3", "%o3") + """  %acf = uitofp i64 %acnt to double
   %atf = uitofp i64 %atot to double
   %abar = fmul double %share, %atf
   %amap = fcmp oge double %acf, %abar

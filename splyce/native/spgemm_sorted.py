@@ -249,7 +249,8 @@ e_body:
   %ev = load {t}, ptr %pev
   store {t} {zero}, ptr %pev
   %eo = add i64 %start, %ee
-""" + store_at("i{co}", "%ex", "%cc", "%eo", "%peo") + store_at("{t}", "%ev", "%cv", "%eo", "%pevo") + """  %ee1 = add i64 %ee, 1
+""" + store_at("i{co}", "%ex", "%cc", "%eo", "%peo") + """\
+""" + store_at("{t}", "%ev", "%cv", "%eo", "%pevo") + """  %ee1 = add i64 %ee, 1
   br label %e_head
 
 {row_done}
@@ -301,8 +302,10 @@ drop_head:
   %dxin = icmp slt i64 %dx, %row_end
   br i1 %dxin, label %drop_body, label %row_done
 drop_body:
-""" + load_at("i{co}", "%cc", "%dx", "%dxc") + load_at("{t}", "%cv", "%dx", "%dxv") + """  %dkeep = {nonzero} {t} %dxv, {zero}
-""" + store_at("i{co}", "%dxc", "%cc", "%dq", "%pdqc") + store_at("{t}", "%dxv", "%cv", "%dq", "%pdqv") + """  %dinc = zext i1 %dkeep to i64
+""" + load_at("i{co}", "%cc", "%dx", "%dxc") + """\
+""" + load_at("{t}", "%cv", "%dx", "%dxv") + """  %dkeep = {nonzero} {t} %dxv, {zero}
+""" + store_at("i{co}", "%dxc", "%cc", "%dq", "%pdqc") + """\
+""" + store_at("{t}", "%dxv", "%cv", "%dq", "%pdqv") + """  %dinc = zext i1 %dkeep to i64
   %dqn = add i64 %dq, %dinc
   %dx1 = add i64 %dx, 1
   br label %drop_head"""

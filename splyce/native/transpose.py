@@ -51,7 +51,8 @@ row:
   br i1 %rin, label %row_body, label %done
 row_body:
   %r1 = add i64 %r, 1
-""" + index_at("%pos", "%r", "%k0", "p", "ext") + index_at("%pos", "%r1", "%k1", "p", "ext") + """  %r_c = {narrow} %r to i{p}
+""" + index_at("%pos", "%r", "%k0", "p", "ext") + """\
+""" + index_at("%pos", "%r1", "%k1", "p", "ext") + """  %r_c = {narrow} %r to i{p}
   br label %entries
 entries:
   %k = phi i64 [%k0, %row_body], [%kn, %entry_body]
@@ -63,7 +64,9 @@ entry_body:
   %at = {ext} %at_raw to i64
   %at1 = add i{p} %at_raw, 1
   store i{p} %at1, ptr %pn
-""" + store_at("i{p}", "%r_c", "%out_crd", "%at", "%po") + load_at("i{v}", "%val", "%k", "%v") + store_at("i{v}", "%v", "%out_val", "%at", "%pov") + """  %kn = add i64 %k, 1
+""" + store_at("i{p}", "%r_c", "%out_crd", "%at", "%po") + """\
+""" + load_at("i{v}", "%val", "%k", "%v") + """\
+""" + store_at("i{v}", "%v", "%out_val", "%at", "%pov") + """  %kn = add i64 %k, 1
   br label %entries
 done:
   ret void

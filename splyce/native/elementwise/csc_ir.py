@@ -7,7 +7,8 @@ from splyce.native.ir_text import index_at, load_at, store_at
 # to B's row type; the templates are formatted after joining, so the fields are theirs
 _CSC_ROW_BODY = """row_body:
   %r1 = add i64 %r, 1
-""" + index_at("%ap", "%r", "%k0", "c", "ext") + index_at("%ap", "%r1", "%k1", "c", "ext") + """  %r_c = {narrow} %r to i{c}
+""" + index_at("%ap", "%r", "%k0", "c", "ext") + """\
+""" + index_at("%ap", "%r1", "%k1", "c", "ext") + """  %r_c = {narrow} %r to i{c}
   br label %entries
 """
 
@@ -154,7 +155,10 @@ c_ent:
   %ckin = icmp slt i64 %ck, %ce
   br i1 %ckin, label %c_ent_body, label %c_row_end
 c_ent_body:
-""" + load_at("{t}", "%cv", "%ck", "%cvk") + load_at("i{c}", "%cc", "%ck", "%cck") + store_at("{t}", "%cvk", "%cv", "%cw2", "%pcvw") + store_at("i{c}", "%cck", "%cc", "%cw2", "%pccw") + """  %cnz = {nonzero} {t} %cvk, {zero}
+""" + load_at("{t}", "%cv", "%ck", "%cvk") + """\
+""" + load_at("i{c}", "%cc", "%ck", "%cck") + """\
+""" + store_at("{t}", "%cvk", "%cv", "%cw2", "%pcvw") + """\
+""" + store_at("i{c}", "%cck", "%cc", "%cw2", "%pccw") + """  %cnz = {nonzero} {t} %cvk, {zero}
   %cnzi = zext i1 %cnz to i64
   %cw3 = add i64 %cw2, %cnzi
   %ck1 = add i64 %ck, 1
@@ -191,7 +195,8 @@ hit:
   %at1_c = {narrow} %at1 to i{c}
   store i{c} %at1_c, ptr %pcur
 """ + load_at("{t}", "%av", "%k", "%va") + load_at("{t}", "%bv", "%at", "%vb") + """  %v = {op} {t} %va, %vb
-""" + store_at("i{c}", "%col_raw", "%cc", "%o", "%pcc") + store_at("{t}", "%v", "%cv", "%o", "%pcv") + """  %nz = {nonzero} {t} %v, {zero}
+""" + store_at("i{c}", "%col_raw", "%cc", "%o", "%pcc") + """\
+""" + store_at("{t}", "%v", "%cv", "%o", "%pcv") + """  %nz = {nonzero} {t} %v, {zero}
   %zi = select i1 %nz, i64 0, i64 1
   %z_hit = add i64 %z, %zi
   %o_hit = add i64 %o, 1
@@ -209,7 +214,8 @@ _CSC_PREFETCH = """  %pf_k0 = add i64 %k, {distance}
   %pf_last = sub i64 %nnz_a, 1
   %pf_in = icmp slt i64 %pf_k0, %nnz_a
   %pf_k = select i1 %pf_in, i64 %pf_k0, i64 %pf_last
-""" + index_at("%ac", "%pf_k", "%pf_col", "c", "ext") + """  %pf_pcur = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %pf_col, i32 0
+""" + index_at("%ac", "%pf_k", "%pf_col", "c", "ext") + """\
+  %pf_pcur = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %pf_col, i32 0
   %pf_at_raw = load i{c}, ptr %pf_pcur
   %pf_at = {ext} %pf_at_raw to i64
   %pf_pbc = getelementptr i{c}, ptr %bc, i64 %pf_at
@@ -300,9 +306,11 @@ _TOUCH_MAX = 1 << 20   # B's values read in order first up to this size (beyond,
 # reached are in other ranges' columns' spans too), the number of B entries its cursors passed (matched or
 # skipped, each checked finite there) goes to ``seen``; the caller checks the rest only when not all were
 # passed
-_RANGE_STASH = store_at("i64", "%isum", "%seen", "1", "%stash_isum") + store_at("i64", "%smin", "%seen", "2", "%stash_smin") + store_at("i64", "%smax", "%seen", "3", "%stash_smax")
+_RANGE_STASH = (store_at("i64", "%isum", "%seen", "1", "%stash_isum") + store_at("i64", "%smin", "%seen", "2", "%stash_smin")
+                + store_at("i64", "%smax", "%seen", "3", "%stash_smax"))
 
-_RANGE_SEEN = load_at("i64", "%seen", "1", "%isum_s") + load_at("i64", "%seen", "2", "%smin_s") + load_at("i64", "%seen", "3", "%smax_s") + """  br label %seen_head
+_RANGE_SEEN = load_at("i64", "%seen", "1", "%isum_s") + load_at("i64", "%seen", "2", "%smin_s") + """\
+""" + load_at("i64", "%seen", "3", "%smax_s") + """  br label %seen_head
 seen_head:
   %sj = phi i64 [%smin_s, %done], [%sj1, %seen_body]
   %ssum = phi i64 [0, %done], [%ssum1, %seen_body]
@@ -334,7 +342,8 @@ span_head:
   br i1 %srin, label %span_body, label %touch
 span_body:
   %sr1 = add i64 %sr, 1
-""" + index_at("%ap", "%sr", "%s0", "c", "ext") + index_at("%ap", "%sr1", "%s1", "c", "ext") + """  %sne = icmp slt i64 %s0, %s1
+""" + index_at("%ap", "%sr", "%s0", "c", "ext") + """\
+""" + index_at("%ap", "%sr1", "%s1", "c", "ext") + """  %sne = icmp slt i64 %s0, %s1
   br i1 %sne, label %span_row, label %span_next
 span_row:
 """ + index_at("%ac", "%s0", "%sf", "c", "ext") + """  %sl0 = sub i64 %s1, 1

@@ -21,7 +21,8 @@ import numpy as np
 from splyce.native.array_objects import DATA_OFFSET, address as _address
 from splyce.native import ir_text
 from splyce.native.elementwise.common import _POS_MAX, _keep, _lock, missing_values, value_type
-from splyce.native.elementwise.merge_ir import _BOUNDS, _INTERSECT, _NARROW, _NARROW_MASK, _NARROW_PARTS, _MERGE_STEP, _MERGE_STEP_PARTS, _UNION
+from splyce.native.elementwise.merge_ir import (_BOUNDS, _INTERSECT, _MERGE_STEP, _MERGE_STEP_PARTS, _NARROW, _NARROW_MASK,
+                                                 _NARROW_PARTS, _UNION)
 from splyce.native.elementwise.same import same_pattern
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -62,18 +63,20 @@ def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int, intersect: b
              for x, start, stop, crd, enter, exit_ in (("a", "ia", "ib", "ac", "nw_width", "nw_mb_head"),
                                                        ("b", "ja", "jb", "bc", "nw_ma_head", "nw_start"))}
     parts = {k: v.format(c=crd_bits) for k, v in _NARROW_PARTS[not intersect].items()}
-    keeps = dict(keep_nw_a="", keep_nw_b="") if intersect else dict(keep_nw_a=_keep("nw_va", "nw_hasa", "nw_va_raw", t, neg_a),
-                                      keep_nw_b=_keep("nw_vb", "nw_hasb", "nw_vb_raw", t, neg_b))
+    keeps = dict(keep_nw_a="", keep_nw_b="") if intersect else dict(
+        keep_nw_a=_keep("nw_va", "nw_hasa", "nw_va_raw", t, neg_a), keep_nw_b=_keep("nw_vb", "nw_hasb", "nw_vb_raw", t, neg_b))
     narrow = _NARROW.format(
         **masks, **parts, **keeps, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits,
         c_sext="sext i32" if crd_bits == 32 else "bitcast i64",
         c_narrow="trunc i64" if crd_bits == 32 else "bitcast i64")
     entry_store, end_store = (x.format(p=pos_bits, p_narrow="trunc i64" if pos_bits == 32 else "bitcast i64")
                               for x in _END_STORES[direct])
+    keep_fields = ("", "") if intersect else ("{keep_a}", "{keep_b}")     # the union's masks, formatted below
     step = _MERGE_STEP.format(**{k: v.format(c=crd_bits, t=t, nonzero=nonzero, zero=zero)
                                  for k, v in _MERGE_STEP_PARTS[not intersect].items()},
-                              keep_a="" if intersect else "{keep_a}", keep_b="" if intersect else "{keep_b}", t="{t}", c="{c}", op="{op}")
-    text = template.replace("{merge_step}", step).format(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits, bounds=bounds,
+                              keep_a=keep_fields[0], keep_b=keep_fields[1], t="{t}", c="{c}", op="{op}")
+    text = template.replace("{merge_step}", step).format(
+                           name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits, bounds=bounds,
                            narrow=narrow, keep_a=_keep("va", "adv_a", "va_raw", t, neg_a),
                            keep_b=_keep("vb", "adv_b", "vb_raw", t, neg_b), entry_store=entry_store,
                            end_store=end_store, zero_a=zero_a, zero_b=zero_b)

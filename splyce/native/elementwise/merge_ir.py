@@ -48,8 +48,11 @@ same_head:
 same_body:
   %ua = add i64 %ia, %u
   %ub = add i64 %ja, %u
-""" + load_at("i{c}", "%ac", "%ua", "%cu") + load_at("{t}", "%av", "%ua", "%vua") + load_at("{t}", "%bv", "%ub", "%vub") + """  %vu = {op} {t} %vua, %vub
-""" + store_at("i{c}", "%cu", "%cc", "%os", "%pcu") + store_at("{t}", "%vu", "%cv", "%os", "%pcvu") + """  %nzu = {nonzero} {t} %vu, {zero}
+""" + load_at("i{c}", "%ac", "%ua", "%cu") + """\
+""" + load_at("{t}", "%av", "%ua", "%vua") + """\
+""" + load_at("{t}", "%bv", "%ub", "%vub") + """  %vu = {op} {t} %vua, %vub
+""" + store_at("i{c}", "%cu", "%cc", "%os", "%pcu") + """\
+""" + store_at("{t}", "%vu", "%cv", "%os", "%pcvu") + """  %nzu = {nonzero} {t} %vu, {zero}
   %nzi = zext i1 %nzu to i64
   %os1 = add i64 %os, %nzi
   %u1 = add i64 %u, 1
@@ -69,7 +72,8 @@ head:
 # stores the smaller column with op(a, 0), op(0, b) or op(a, b) (the missing value masked by ``_keep``)
 _MERGE_STEP = """  br i1 %both, label %body, label %{rest}
 body:
-""" + load_at("i{c}", "%ac", "%i", "%ca") + load_at("i{c}", "%bc", "%j", "%cb") + """  %pav = getelementptr {t}, ptr %av, i64 %i
+""" + load_at("i{c}", "%ac", "%i", "%ca") + """\
+""" + load_at("i{c}", "%bc", "%j", "%cb") + """  %pav = getelementptr {t}, ptr %av, i64 %i
   %va{raw} = load {t}, ptr %pav
   %pbv = getelementptr {t}, ptr %bv, i64 %j
   %vb{raw} = load {t}, ptr %pbv
@@ -126,7 +130,8 @@ _NARROW = """  %nw_a = icmp sgt i64 %la, 0
   br i1 %nw_ab, label %nw_ends, label %general
 nw_ends:
 """ + load_at("i{c}", "%ac", "%ia", "%nw_fa") + """  %nw_ib1 = sub i64 %ib, 1
-""" + load_at("i{c}", "%ac", "%nw_ib1", "%nw_lastA") + load_at("i{c}", "%bc", "%ja", "%nw_fb") + """  %nw_jb1 = sub i64 %jb, 1
+""" + load_at("i{c}", "%ac", "%nw_ib1", "%nw_lastA") + """\
+""" + load_at("i{c}", "%bc", "%ja", "%nw_fb") + """  %nw_jb1 = sub i64 %jb, 1
 """ + load_at("i{c}", "%bc", "%nw_jb1", "%nw_lastB") + """  %nw_lo_a = icmp {lo_cmp} i{c} %nw_fa, %nw_fb
   %nw_lo = select i1 %nw_lo_a, i{c} %nw_fa, i{c} %nw_fb
   %nw_hi_a = icmp {hi_cmp} i{c} %nw_lastA, %nw_lastB
@@ -160,7 +165,8 @@ nw_body:
 {keep_nw_a}{keep_nw_b}  %nw_v = {op} {t} %nw_va, %nw_vb
   %nw_col64 = add i64 %nw_lo64, %nw_bit
   %nw_col = {c_narrow} %nw_col64 to i{c}
-""" + store_at("i{c}", "%nw_col", "%cc", "%nw_o", "%nw_pcc") + store_at("{t}", "%nw_v", "%cv", "%nw_o", "%nw_pcv") + """  %nw_nz = {nonzero} {t} %nw_v, {zero}
+""" + store_at("i{c}", "%nw_col", "%cc", "%nw_o", "%nw_pcc") + """\
+""" + store_at("{t}", "%nw_v", "%cv", "%nw_o", "%nw_pcv") + """  %nw_nz = {nonzero} {t} %nw_v, {zero}
   %nw_nzi = zext i1 %nw_nz to i64
   %nw_o1 = add i64 %nw_o, %nw_nzi
 {next_bit}
@@ -219,8 +225,10 @@ _TAIL = """tail_{x}:
   %in{x}2 = icmp slt i64 %t{x}, %{stop}
   br i1 %in{x}2, label %t{x}_body, label %{exit}
 t{x}_body:
-""" + load_at("i{c}", "%{x}c", "%t{x}", "%tc{x}") + load_at("{t}", "%{x}v", "%t{x}", "%tv{x}") + """  %tr{x} = {op} {t} {operands}
-""" + store_at("i{c}", "%tc{x}", "%cc", "%to{x}", "%tpcc{x}") + store_at("{t}", "%tr{x}", "%cv", "%to{x}", "%tpcv{x}") + """\
+""" + load_at("i{c}", "%{x}c", "%t{x}", "%tc{x}") + """\
+""" + load_at("{t}", "%{x}v", "%t{x}", "%tv{x}") + """  %tr{x} = {op} {t} {operands}
+""" + store_at("i{c}", "%tc{x}", "%cc", "%to{x}", "%tpcc{x}") + """\
+""" + store_at("{t}", "%tr{x}", "%cv", "%to{x}", "%tpcv{x}") + """\
   %tnz{x} = {nonzero} {t} %tr{x}, {zero}
   %tinc{x} = zext i1 %tnz{x} to i64
   %to{x}1 = add i64 %to{x}, %tinc{x}

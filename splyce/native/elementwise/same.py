@@ -25,8 +25,12 @@ head:
   %more = icmp slt i64 %k, %n
   br i1 %more, label %body, label %done
 body:
-""" + load_at("i{c}", "%ac", "%k", "%ca") + load_at("i{c}", "%bc", "%k", "%cb") + load_at("{t}", "%av", "%k", "%va") + load_at("{t}", "%bv", "%k", "%vb") + """  %v = {op} {t} %va, %vb
-""" + store_at("i{c}", "%ca", "%cc", "%k", "%pcc") + store_at("{t}", "%v", "%cv", "%k", "%pcv") + """  %ne = icmp ne i{c} %ca, %cb
+""" + load_at("i{c}", "%ac", "%k", "%ca") + """\
+""" + load_at("i{c}", "%bc", "%k", "%cb") + """\
+""" + load_at("{t}", "%av", "%k", "%va") + """\
+""" + load_at("{t}", "%bv", "%k", "%vb") + """  %v = {op} {t} %va, %vb
+""" + store_at("i{c}", "%ca", "%cc", "%k", "%pcc") + """\
+""" + store_at("{t}", "%v", "%cv", "%k", "%pcv") + """  %ne = icmp ne i{c} %ca, %cb
   %nei = zext i1 %ne to i32
   %diff1 = or i32 %diff, %nei
   %nz = {nonzero} {t} %v, {zero}
