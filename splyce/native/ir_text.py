@@ -77,6 +77,7 @@ class IR:
     def __init__(self):
         self.lines: list[str] = []
         self.count = 0
+        self.block = ""         # the block being written (``label`` sets it)
 
     def name(self, base: str) -> str:
         self.count += 1
@@ -87,6 +88,7 @@ class IR:
 
     def label(self, name: str) -> None:
         self.lines.append(f"{name}:")
+        self.block = name
 
     def gep(self, t: str, ptr: str, at: str, base: str = "p") -> str:
         """``&ptr[at]`` for elements of type ``t``."""
@@ -116,7 +118,13 @@ class IR:
 
 
 def ext(bits: int) -> str:
+    """The widening of an i{bits} index to i64 (``ext(bits) x to i64``)."""
     return "zext i32" if bits == 32 else "bitcast i64"
+
+
+def narrow(bits: int) -> str:
+    """The narrowing of an i64 to an i{bits} index (``narrow(bits) x to i{bits}``)."""
+    return "trunc i64" if bits == 32 else "bitcast i64"
 
 
 def index_at(ptr: str, at: str, out: str, width: str = "p", ext_field: str | None = None) -> str:
@@ -178,6 +186,32 @@ def loop(ir: IR, start: str, stop: str, body, after: str) -> None:
     ir(f"  {nxt} = add i64 {cur}, 1")
     ir(f"  store i64 {nxt}, ptr {slot}")
     ir(f"  br label %{head}")
+
+
+def counted(ir: IR, start: str, stop: str, body, carried=(), cmp: str = "slt", base: str = "i") -> list[str]:
+    """``for (i = start; i cmp stop; i += 1) values = body(i, *values)`` as a loop with phis: ``carried``, the
+    loop-carried values' ``(type, initial value)``; ``body`` returns their next values (or None without
+    any). Emitted at the current block's end; continues in the block after the loop, and returns the carried
+    values there."""
+    enter = ir.block
+    head, inside, after = (ir.name(f"{base}_{b}")[1:] for b in ("head", "body", "done"))
+    ir(f"  br label %{head}")
+    ir.label(head)
+    i, values, more = ir.name(base), [ir.name("c") for _ in carried], ir.name("more")
+    at = len(ir.lines)
+    ir.lines += [""] * (1 + len(carried))        # the phis, written once the latch is known
+    ir(f"  {more} = icmp {cmp} i64 {i}, {stop}")
+    ir(f"  br i1 {more}, label %{inside}, label %{after}")
+    ir.label(inside)
+    nexts = body(i, *values) or ()
+    i1 = ir.name(base)
+    ir(f"  {i1} = add i64 {i}, 1")
+    ir(f"  br label %{head}")
+    ir.lines[at] = f"  {i} = phi i64 [{start}, %{enter}], [{i1}, %{ir.block}]"
+    for k, ((t, init), value, nxt) in enumerate(zip(carried, values, nexts)):
+        ir.lines[at + 1 + k] = f"  {value} = phi {t} [{init}, %{enter}], [{nxt}, %{ir.block}]"
+    ir.label(after)
+    return values
 
 
 @functools.cache
