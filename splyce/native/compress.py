@@ -13,61 +13,47 @@ import threading
 
 import numpy as np
 
-from splyce.native.ir_text import INDEX, SCALARS, supported as ir_supported, load_at
-
-# One pass over a dense C-contiguous m x n block, row by row: ``%o`` counts the nonzero entries (NaN counts,
-# -0.0 not). Two instances (``_pass``): ``count`` stores each row's count, ``fill`` writes each nonzero entry's
-# column and value at ``%o`` (running over the whole block).
-_PASS = """
-define void @{name}(ptr %dense, i64 %m, i64 %n, {params}) {{
-entry:
-  br label %row
-row:
-  %i = phi i64 [0, %entry], [%i1, %row_end]
-{row_phi}  %more = icmp slt i64 %i, %m
-  br i1 %more, label %row_body, label %done
-row_body:
-  %base = mul i64 %i, %n
-  br label %col
-col:
-  %j = phi i64 [0, %row_body], [%j1, %{step}]
-  %o = phi i64 [{o_start}, %row_body], [%o1, %{step}]
-  %in = icmp slt i64 %j, %n
-  br i1 %in, label %col_body, label %row_end
-col_body:
-  %k = add i64 %base, %j
-""" + load_at("{t}", "%dense", "%k", "%v") + """  %nz = fcmp une {t} %v, 0.0
-{emit}  %inc = zext i1 %nz to i64
-  %o1 = add i64 %o, %inc
-  %j1 = add i64 %j, 1
-  br label %col
-row_end:
-{row_end}  %i1 = add i64 %i, 1
-  br label %row
-done:
-  ret void
-}}
-"""
-
+from splyce.native.ir_text import INDEX, IR, SCALARS, counted, narrow, supported as ir_supported
 
 def _pass(fill: bool, t: str, ix: str) -> str:
-    if not fill:
-        return _PASS.format(name=f"splyce_count_{t}", params="ptr %counts", t=t, row_phi="", step="col_body",
-                            o_start="0", emit="", row_end="  %cp = getelementptr i64, ptr %counts, i64 %i\n"
-                                                         "  store i64 %o, ptr %cp\n")
-    narrow = "trunc i64" if ix == "i32" else "bitcast i64"
-    return _PASS.format(name=f"splyce_fill_{t}_{ix}", params="ptr %indices, ptr %data", t=t, step="col_next",
-                        row_phi="  %out = phi i64 [0, %entry], [%o, %row_end]\n", o_start="%out", row_end="",
-                        emit=f"""  br i1 %nz, label %emit, label %col_next
-emit:
-  %ip = getelementptr {ix}, ptr %indices, i64 %o
-  %jj = {narrow} %j to {ix}
-  store {ix} %jj, ptr %ip
-  %dp = getelementptr {t}, ptr %data, i64 %o
-  store {t} %v, ptr %dp
-  br label %col_next
-col_next:
-""")
+    """One pass over a dense C-contiguous m x n block, row by row, counting its nonzero entries (NaN counts,
+    -0.0 not): ``count`` stores each row's count, ``fill`` writes each nonzero entry's column and value at
+    its place (counted over the whole block)."""
+    ir = IR()
+    name, params = (f"splyce_fill_{t}_{ix}", "ptr %indices, ptr %data") if fill else (f"splyce_count_{t}",
+                                                                                       "ptr %counts")
+    ir(f"define void @{name}(ptr %dense, i64 %m, i64 %n, {params}) {{")
+    ir.label("entry")
+
+    def row(i, out):
+        base = ir.op("mul", "i64", i, "%n")
+
+        def column(j, o):
+            v = ir.load(t, "%dense", ir.op("add", "i64", base, j))
+            nz = ir.op("fcmp une", t, v, "0.0")
+            if fill:
+                emit, after = ir.name("emit")[1:], ir.name("next")[1:]
+                ir(f"  br i1 {nz}, label %{emit}, label %{after}")
+                ir.label(emit)
+                col = ir.name("col")
+                ir(f"  {col} = {narrow(64 if ix == 'i64' else 32)} {j} to {ix}")
+                ir.store(ix, col, "%indices", o)
+                ir.store(t, v, "%data", o)
+                ir(f"  br label %{after}")
+                ir.label(after)
+            inc = ir.name("inc")
+            ir(f"  {inc} = zext i1 {nz} to i64")
+            return (ir.op("add", "i64", o, inc),)
+
+        (o,) = counted(ir, "0", "%n", column, carried=(("i64", out if fill else "0"),), base="j")
+        if not fill:
+            ir.store("i64", o, "%counts", i)
+        return (o,)
+
+    counted(ir, "0", "%m", row, carried=(("i64", "0"),), base="i")
+    ir("  ret void")
+    ir("}")
+    return ir.text()
 
 
 _COUNT_SIG = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
