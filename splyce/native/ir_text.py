@@ -160,11 +160,14 @@ def index_bits(a: np.ndarray) -> int:
     return a.dtype.itemsize * 8
 
 
-def load_index(ir: IR, ptr: str, bits: int, at: str) -> str:
+def load_index(ir: IR, ptr: str, bits: int, at: str, signed: bool = False) -> str:
+    """``ptr[at]`` of an i{bits} index array, widened to i64 (``signed``: sign-extended, for a scan of
+    positions not yet known to be non-negative)."""
     p, raw, wide = ir.name("p"), ir.name("raw"), ir.name("w")
     ir(f"  {p} = getelementptr i{bits}, ptr {ptr}, i64 {at}")
     ir(f"  {raw} = load i{bits}, ptr {p}")
-    ir(f"  {wide} = {ext(bits)} {raw} to i64")
+    widen = (f"sext i{bits}" if bits < 64 else "bitcast i64") if signed else ext(bits)
+    ir(f"  {wide} = {widen} {raw} to i64")
     return wide
 
 
