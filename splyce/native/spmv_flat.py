@@ -130,21 +130,35 @@ def advance_ir(index: str, p: int) -> str:
     return ADVANCE.format(i=index, p=p, p_ext=_ext(p))
 
 
-# One entry's product added to a running sum, its column checked first: %{q}s = %{q}acc + vals[%{q}k] * x[col],
-# shared by the flat loop and the loop for a row on its own (``q`` prefixes the value names, ``ok`` is the
-# block after the check)
-_PRODUCT = """  %{q}pc = getelementptr i{c}, ptr %crd, i64 %{q}k
-  %{q}col_raw = load i{c}, ptr %{q}pc
-  %{q}col = {c_ext} %{q}col_raw to i64
-  %{q}inside = icmp ult i64 %{q}col, %n
+# One entry k of a segment, its coordinate checked first (``< bound``, unsigned: else to the error return),
+# then its product with ``x``: added to a running sum (rows: %{q}s = %{q}acc + vals[%{q}k] * x[col]) or to
+# y[row] (a CSC's columns, spmv_scatter.py: y[row] += vals[%{q}k] * {x}). ``q`` prefixes the value names,
+# ``ok`` is the block after the check.
+_CHECKED_ENTRY = """  %{q}pc = getelementptr i{c}, ptr %crd, i64 %{q}k
+  %{q}at_raw = load i{c}, ptr %{q}pc
+  %{q}at = {c_ext} %{q}at_raw to i64
+  %{q}inside = icmp ult i64 %{q}at, {bound}
   br i1 %{q}inside, label %{ok}, label %bad
 {ok}:
   %{q}pv = getelementptr {t}, ptr %vals, i64 %{q}k
   %{q}v = load {t}, ptr %{q}pv
-  %{q}px = getelementptr {t}, ptr %x, i64 %{q}col
+{use}"""
+_SUMMED = """  %{q}px = getelementptr {t}, ptr %x, i64 %{q}at
   %{q}xv = load {t}, ptr %{q}px
   %{q}prod = {mul} {t} %{q}v, %{q}xv
   %{q}s = {add} {t} %{q}acc, %{q}prod"""
+_SCATTERED = """  %{q}prod = {mul} {t} %{q}v, {x}
+  %{q}py = getelementptr {t}, ptr %y, i64 %{q}at
+  %{q}old = load {t}, ptr %{q}py
+  %{q}new = {add} {t} %{q}old, %{q}prod
+  store {t} %{q}new, ptr %{q}py"""
+
+
+def checked_entry(scatter: bool, **fields) -> str:
+    """``_CHECKED_ENTRY`` summed into a row's running sum, or (``scatter``) into y at the entry's row."""
+    use, bound = (_SCATTERED, "%m") if scatter else (_SUMMED, "%n")
+    return _CHECKED_ENTRY.replace("{use}", use).format(bound=bound, **fields)
+
 
 # the sum restarts from +0.0 after a row's end: for floating point an and with an all-clear mask, made opaque
 # (an empty asm) so LLVM keeps it an and instead of a select, which x86 compiles to a branch
@@ -172,7 +186,7 @@ def spmv_flat_ir(name: str, value: np.dtype, p: int, c: int) -> str:
             bits=bits, t=t, last_w=last_w)
     else:
         restart = _RESTART_SELECT.format(t=t, zero=zero)
-    product = functools.partial(_PRODUCT.format, t=t, mul=mul, add=add, c=c, c_ext=_ext(c))
+    product = functools.partial(checked_entry, False, t=t, mul=mul, add=add, c=c, c_ext=_ext(c))
     return flat_ir(name, p, _ROW_PARAMS, attributes=" noinline",
                    empty=f"  %pye = getelementptr {t}, ptr %y, i64 %r0\n  store {t} {zero}, ptr %pye\n",
                    single_entry=f"  %sacc = phi {t} [{zero}, %nonempty], [%ss, %single_ok]\n"

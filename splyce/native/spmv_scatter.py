@@ -23,7 +23,7 @@ import numpy as np
 from splyce.native.array_objects import address as _address
 from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_bits, load_at
 from splyce.native.ir_text import supported as ir_supported
-from splyce.native.spmv_flat import flat_ir
+from splyce.native.spmv_flat import checked_entry, flat_ir
 from splyce.native.validation import position_ends_ir
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -77,23 +77,6 @@ bad:
 # the same order as above.
 
 
-# One entry k of a column whose x value is {x}: its row checked (< m, unsigned: to the error return), then
-# y[row] += vals[k] * {x}; ``q`` prefixes the value names, ``ok`` names the block after the check
-_ENTRY = """  %{q}pc = getelementptr i{c}, ptr %crd, i64 %{q}k
-  %{q}row_raw = load i{c}, ptr %{q}pc
-  %{q}row = {c_ext} %{q}row_raw to i64
-  %{q}inside = icmp ult i64 %{q}row, %m
-  br i1 %{q}inside, label %{ok}, label %bad
-{ok}:
-  %{q}pv = getelementptr {t}, ptr %vals, i64 %{q}k
-  %{q}v = load {t}, ptr %{q}pv
-  %{q}prod = {mul} {t} %{q}v, {x}
-  %{q}py = getelementptr {t}, ptr %y, i64 %{q}row
-  %{q}old = load {t}, ptr %{q}py
-  %{q}new = {add} {t} %{q}old, %{q}prod
-  store {t} %{q}new, ptr %{q}py"""
-
-
 def supported(dtype) -> bool:
     return ir_supported(dtype)
 
@@ -106,7 +89,7 @@ def _kernel(value: np.dtype, p: int, c: int, flat: bool = False):
     name = f"splyce_csc_matvec{'_flat' if flat else ''}_{t}_p{p}_c{c}"
 
     def entry(q: str, ok: str, x: str) -> str:
-        return _ENTRY.format(q=q, ok=ok, x=x, t=t, mul=mul, add=add, c=c, c_ext=_ext(c))
+        return checked_entry(True, q=q, ok=ok, x=x, t=t, mul=mul, add=add, c=c, c_ext=_ext(c))
 
     ends = position_ends_ir(p, segments="%n")
     if flat:
