@@ -237,39 +237,29 @@ def _levels_ok(shape, fmt, pos, crd) -> bool:
 
 # Only the range of coordinates (what a product needs): one unsigned max per coordinate, which LLVM turns into
 # one SIMD max per vector of them, about a third of the work of the scan above (which also counts order steps).
-_RANGE_TEMPLATE = """
-define void @{name}(ptr %crd, i64 %n, i64 %size, ptr %out) {{
-entry:
-  br label %head
-head:
-  %k = phi i64 [0, %entry], [%k1, %body]
-  %mx = phi i{c} [0, %entry], [%mx1, %body]
-  %more = icmp slt i64 %k, %n
-  br i1 %more, label %body, label %done
-body:
-  %pc = getelementptr i{c}, ptr %crd, i64 %k
-  %c = load i{c}, ptr %pc
-  %above = icmp ugt i{c} %c, %mx
-  %mx1 = select i1 %above, i{c} %c, i{c} %mx
-  %k1 = add i64 %k, 1
-  br label %head
-done:
-  %size_c = {narrow} %size to i{c}
-  %beyond = icmp uge i{c} %mx, %size_c
-  %has = icmp sgt i64 %n, 0
-  %bad = and i1 %beyond, %has
-  %bad64 = zext i1 %bad to i64
-  store i64 %bad64, ptr %out
-  ret void
-}}
-"""
-
-
 def range_check_ir(name: str, bits: int) -> str:
     """LLVM IR of a range-only coordinate scan (``void name(ptr crd, i64 n, i64 size, ptr out)``: ``out[0]``
     nonzero when a coordinate is outside ``[0, size)``), for native kernels that check a block just before
-    reading it."""
-    return _RANGE_TEMPLATE.format(name=name, c=bits, narrow="trunc i64" if bits < 64 else "bitcast i64")
+    reading it: the largest coordinate (unsigned) against ``size``."""
+    ir, ic = IR(), f"i{bits}"
+    ir(f"define void @{name}(ptr %crd, i64 %n, i64 %size, ptr %out) {{")
+    ir.label("entry")
+
+    def entry(k, mx):
+        c = ir.load(ic, "%crd", k)
+        above, mx1 = ir.op("icmp ugt", ic, c, mx), ir.name("mx")
+        ir(f"  {mx1} = select i1 {above}, {ic} {c}, {ic} {mx}")
+        return (mx1,)
+
+    (mx,) = counted(ir, "0", "%n", entry, carried=((ic, "0"),), base="k")
+    size_c, wide = ir.name("size"), ir.name("bad")
+    ir(f"  {size_c} = {narrow(bits)} %size to {ic}")
+    bad = ir.op("and", "i1", ir.op("icmp uge", ic, mx, size_c), ir.op("icmp sgt", "i64", "%n", "0"))
+    ir(f"  {wide} = zext i1 {bad} to i64")
+    ir(f"  store i64 {wide}, ptr %out")
+    ir("  ret void")
+    ir("}")
+    return ir.text()
 
 
 def position_check_ir(name: str, bits: int) -> str:
