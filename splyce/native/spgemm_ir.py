@@ -7,7 +7,8 @@ driver, the loops over A's rows, A's entries and B's rows (:func:`loops`), the r
 
 from __future__ import annotations
 
-from splyce.native.ir_text import BY_TYPE, FLOAT_TYPES, index_at, segment_at, load_at, store_at
+from splyce.native.ir_text import (BY_TYPE, FLOAT_TYPES, IR, counted, ext, index_at, load_at, load_index, narrow,
+                                   segment_at, store_at)
 
 # The loop pieces every SpGEMM kernel shares (these rows, the sorted ones, the flops prefix), put in a
 # template's text by loops() at {row_loop}, {row_done}, {a_row}, {a_entry}, {a_column}, {b_row}, {b_column},
@@ -257,46 +258,10 @@ finished:
 """
 
 # prefix[i + 1] = prefix[i] + flops of row i, for rows [0, m)
-_FLOPS = loops("""
-define void @{name}(ptr %ap, ptr %ac, ptr %bp, i64 %m, ptr %prefix) {{
-entry:
-  store i64 0, ptr %prefix
-  br label %row
-row:
-  %i = phi i64 [0, %entry], [%i1, %row_end]
-  %total = phi i64 [0, %entry], [%t1, %row_end]
-  %more = icmp slt i64 %i, %m
-  br i1 %more, label %row_body, label %done
-{a_row}
-k_head:
-  %k = phi i64 [%ka, %row_body], [%k1, %k_body]
-  %t = phi i64 [%total, %row_body], [%t2, %k_body]
-  %kin = icmp slt i64 %k, %kb
-  br i1 %kin, label %k_body, label %row_end
-{a_column}
-{b_row}
-  %len = sub i64 %jb, %ja
-  %t2 = add i64 %t, %len
-  %k1 = add i64 %k, 1
-  br label %k_head
-row_end:
-  %t1 = phi i64 [%t, %k_head]
-""" + store_at("i64", "%t1", "%prefix", "%i1", "%pp") + """  br label %row
-done:
-  ret void
-}}
-""")
-
-
-def ext(bits: int) -> str:
-    """The widening of an index of ``bits`` to i64 (indices are non-negative: zero-extended)."""
-    return "zext i32" if bits == 32 else "bitcast i64"
-
-
 def index_fields(pa: int, ca: int, pb: int, cb: int, co: int) -> dict:
     """The index widths of A's positions / columns, B's, the result's columns and their conversions."""
     return dict(pa=pa, ca=ca, pb=pb, cb=cb, co=co, pa_ext=ext(pa), ca_ext=ext(ca), pb_ext=ext(pb), cb_ext=ext(cb),
-                co_ext=ext(co), co_narrow="trunc i64" if co == 32 else "bitcast i64")
+                co_ext=ext(co), co_narrow=narrow(co))
 
 
 # scipy's order (``scipy_order``): scipy's csr_matmat links each row's columns into a list as it first meets them
@@ -366,7 +331,30 @@ def backward_ir(name: str, t: str, indices: dict) -> str:
 
 
 def flops_ir(name: str, pa: int, ca: int, pb: int) -> str:
-    return _FLOPS.format(name=name, pa=pa, ca=ca, pb=pb, pa_ext=ext(pa), ca_ext=ext(ca), pb_ext=ext(pb))
+    """``void name(ap, ac, bp, m, prefix)``: ``prefix[i]``, the multiply-adds of rows ``[0, i)`` of ``A @ B``
+    (the sum over A's entries (r, k), r < i, of B's row length)."""
+    ir = IR()
+    ir(f"define void @{name}(ptr %ap, ptr %ac, ptr %bp, i64 %m, ptr %prefix) {{")
+    ir.label("entry")
+    ir("  store i64 0, ptr %prefix")
+
+    def row(i, total):
+        i1 = ir.op("add", "i64", i, "1")
+
+        def entry(k, t):
+            col = load_index(ir, "%ac", ca, k)
+            ja, jb = load_index(ir, "%bp", pb, col), load_index(ir, "%bp", pb, ir.op("add", "i64", col, "1"))
+            return (ir.op("add", "i64", t, ir.op("sub", "i64", jb, ja)),)
+
+        (t,) = counted(ir, load_index(ir, "%ap", pa, i), load_index(ir, "%ap", pa, i1), entry,
+                       carried=(("i64", total),), base="k")
+        ir.store("i64", t, "%prefix", i1)
+        return (t,)
+
+    counted(ir, "0", "%m", row, carried=(("i64", "0"),), base="i")
+    ir("  ret void")
+    ir("}")
+    return ir.text()
 
 
 # The end of a sorted row of at most RANK_MAX entries (spgemm_sorted.py, spgemm_sorted_map.py), from block
