@@ -122,6 +122,11 @@ def ext(bits: int) -> str:
     return "zext i32" if bits == 32 else "bitcast i64"
 
 
+def sext(bits: int) -> str:
+    """The sign extension of an i{bits} index to i64 (positions not yet known to be non-negative)."""
+    return f"sext i{bits}" if bits < 64 else "bitcast i64"
+
+
 def narrow(bits: int) -> str:
     """The narrowing of an i64 to an i{bits} index (``narrow(bits) x to i{bits}``)."""
     return "trunc i64" if bits == 32 else "bitcast i64"
@@ -166,7 +171,7 @@ def load_index(ir: IR, ptr: str, bits: int, at: str, signed: bool = False) -> st
     p, raw, wide = ir.name("p"), ir.name("raw"), ir.name("w")
     ir(f"  {p} = getelementptr i{bits}, ptr {ptr}, i64 {at}")
     ir(f"  {raw} = load i{bits}, ptr {p}")
-    widen = (f"sext i{bits}" if bits < 64 else "bitcast i64") if signed else ext(bits)
+    widen = sext(bits) if signed else ext(bits)
     ir(f"  {wide} = {widen} {raw} to i64")
     return wide
 

@@ -28,7 +28,7 @@ import numpy as np
 from splyce.native.array_objects import address as _address
 from splyce.native import ir_text
 from splyce.native.dtypes import SUPPORTED_DTYPES
-from splyce.native.ir_text import IR, counted, ext, index_at, load_at, load_index, narrow, store_at
+from splyce.native.ir_text import IR, counted, ext, index_at, load_at, load_index, narrow, sext, store_at
 
 def _pos_scan_ir(name: str, p: int) -> str:
     """``i64 name(ptr pos, i64 nseg)``: nonzero when some ``pos[s] > pos[s + 1]``, s in [0, nseg)."""
@@ -146,7 +146,7 @@ def _scanners(pos_bits: int, crd_bits: int, rule: str):
 
 def _extend(bits: int) -> str:
     """Widen a loaded index to i64 (a no-op bitcast when it already is)."""
-    return f"sext i{bits}" if bits < 64 else "bitcast i64"
+    return sext(bits)
 
 
 def _rule(level) -> str:
