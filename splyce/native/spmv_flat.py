@@ -210,23 +210,22 @@ head:
   %uniform = call i64 @{name}_uniform(ptr %ps, i64 %nseg)
   %is_uniform = icmp ne i64 %uniform, 0
   br i1 %is_uniform, label %rows, label %flat
-rows:
-  %bad1 = call i64 @{name}_rows(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %b, i64 %bend, ptr %y, i64 %nnz)
-  %failed1 = icmp ne i64 %bad1, 0
-  br i1 %failed1, label %fail, label %run_rows
-run_rows:
-  br label %head
-flat:
-  %bad2 = call i64 @{name}_flat(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %b, i64 %bend, ptr %y, i64 %nnz)
-  %failed2 = icmp ne i64 %bad2, 0
-  br i1 %failed2, label %fail, label %run_flat
-run_flat:
-  br label %head
-ok:
+{runs}ok:
   ret i64 0
 fail:
   ret i64 1
 }}
+"""
+
+
+# The driver's call of one kernel on a block (``kind``: rows / flat), to the error return when it fails
+_RUN = """{kind}:
+  %bad_{kind} = call i64 @{{name}}_{kind}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %b, i64 %bend, ptr %y,
+                                        i64 %nnz)
+  %failed_{kind} = icmp ne i64 %bad_{kind}, 0
+  br i1 %failed_{kind}, label %fail, label %run_{kind}
+run_{kind}:
+  br label %head
 """
 
 
@@ -236,4 +235,5 @@ def flat_driver_ir(name: str, value: np.dtype, p: int, c: int, rows: int, block:
     with its helper functions."""
     return (spmv_ir(name + "_rows", value, p, c, rows, True) + spmv_flat_ir(name + "_flat", value, p, c)
             + UNIFORM.format(name=name + "_uniform", p=p)
-            + FLAT_DRIVER.format(name=name, blocks=BLOCKS.format(block=block, p=p)))
+            + FLAT_DRIVER.replace("{runs}", _RUN.format(kind="rows") + _RUN.format(kind="flat")).format(
+                name=name, blocks=BLOCKS.format(block=block, p=p)))
