@@ -52,10 +52,33 @@ VARIANTS = {
 }
 
 
-def operands():
+# the operands' kinds: scipy sparrays in three formats, an spmatrix, SparseTensors in two more formats
+KINDS = {
+    "csr": lambda m: m.tocsr(),
+    "csc": lambda m: m.tocsc(),
+    "coo": lambda m: m.tocoo(),
+    "csr_matrix": lambda m: sps.csr_matrix(m),
+    "SparseTensor DCSR": lambda m: _tensor(m, "DCSR"),
+    "SparseTensor COO": lambda m: _tensor(m, "COO"),
+}
+
+
+def _tensor(m, fmt):
+    import splyce
+
+    return splyce.asarray(m.toarray(), format=getattr(splyce, fmt))
+
+
+def operands(kind: str = "csr"):
     p = sps.random_array((300, 300), density=0.02, random_state=0, format="csr")
     q = sps.random_array((300, 300), density=0.02, random_state=1, format="csr")
-    return p, q, np.random.default_rng(2).random((300, 8))
+    return KINDS[kind](p), KINDS[kind](q), np.random.default_rng(2).random((300, 8))
+
+
+def reference(fun, kind: str = "csr"):
+    """``fun`` on the operands as scipy sparrays (eager scipy), dense."""
+    p, q, x = operands("csr" if kind.startswith("SparseTensor") else kind)
+    return dense(fun(p, q, x))
 
 
 class _MallInfo2(ctypes.Structure):
@@ -97,27 +120,36 @@ def dense(v):
     return np.asarray(v)
 
 
+def matches(got, want) -> bool:
+    if isinstance(want, tuple):
+        return len(got) == len(want) and all(matches(g, w) for g, w in zip(got, want))
+    return got.shape == want.shape and np.allclose(got, want)
+
+
+def _table(calls, names, columns):
+    """One row per program, one column per (label -> (options, kind)): bytes per call, '!' when wrong."""
+    import splyce
+
+    width = max(16, *(len(c) + 2 for c in columns))
+    print(f"{'program':28s}" + "".join(f"{c:>{width}s}" for c in columns) + f"   (bytes per call, {calls} calls)")
+    for name in names:
+        fun = PROGRAMS[name]
+        row = []
+        for options, kind in columns.values():
+            args = operands(kind)
+            f = splyce.jit(fun, **options)
+            try:
+                ok = matches(dense(f(*args)), reference(fun, kind))
+                row.append(f"{heap_growth(f, args, calls):>{width - 1}.0f}" + ("" if ok else "!"))
+            except Exception as e:   # noqa: BLE001 - report and go on
+                row.append(f"{type(e).__name__:>{width}s}")
+        print(f"{name:28s}" + "".join(f"{r:>{width}s}" for r in row), flush=True)
+
+
 if __name__ == "__main__":
     import sys
 
-    import splyce
-
     calls = int(sys.argv[1]) if len(sys.argv) > 1 else 30
-    names = sys.argv[2].split(";") if len(sys.argv) > 2 else list(PROGRAMS)
-    args = operands()
-    print(f"{'program':28s}" + "".join(f"{v:>16s}" for v in VARIANTS) + "   (bytes per call, over "
-          f"{calls} calls)")
-    for name in names:
-        fun = PROGRAMS[name]
-        want = dense(fun(*args))
-        row = []
-        for options in VARIANTS.values():
-            f = splyce.jit(fun, **options)
-            try:
-                got = dense(f(*args))
-                ok = all(np.allclose(g, w) for g, w in zip(got, want)) if isinstance(want, tuple) \
-                    else np.allclose(got, want)
-                row.append(f"{heap_growth(f, args, calls):>15.0f}" + ("" if ok else "!"))
-            except Exception as e:   # noqa: BLE001 - report and go on
-                row.append(f"{type(e).__name__:>16s}")
-        print(f"{name:28s}" + "".join(f"{r:>16s}" for r in row), flush=True)
+    names = sys.argv[2].split(";") if len(sys.argv) > 2 and sys.argv[2] else list(PROGRAMS)
+    _table(calls, names, {v: (o, "csr") for v, o in VARIANTS.items()})
+    _table(calls, names, {k: ({}, k) for k in KINDS if k != "csr"})

@@ -43,9 +43,6 @@ CASES = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="known leak: a sparse product kept as an intermediate of the MLIR kernel "
-                   "and read by another op (abs(p @ q), (p @ q) + p) is not freed (~199 KB a call at 300 x 300; "
-                   "also with out_format='sparse' before sparse @ sparse became sparse by default)")
 def test_sparse_product_intermediates_are_freed():
     a, b, _ = _operands()
     f = splyce.jit(lambda p, q: abs(p @ q))

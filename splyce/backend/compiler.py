@@ -217,7 +217,7 @@ def _sparsified(trace: Trace, module):
     from mlir import ir
 
     from splyce.lowering import pipeline
-    from splyce.lowering.free_intermediates import free_intermediates
+    from splyce.lowering.free_intermediates import free_intermediates, lower_sparse_frees
     from splyce.lowering.fusion_check import contradicting_sparse_orders
     from splyce.lowering.loop_coordinates import coordinates_as_operands
     from splyce.lowering.noop_generics import drop_noop_generics
@@ -232,6 +232,7 @@ def _sparsified(trace: Trace, module):
             coordinates_as_operands(module)   # its loop scheduler leaves linalg.index on the old loop
             free_intermediates(module)
             pipeline.run_passes(module, pipeline.BUFFERIZE)
+            lower_sparse_frees(module)   # a sparse intermediate's free: a dealloc of each of its buffers
             return module
         except ir.MLIRError:
             pass
@@ -242,6 +243,7 @@ def _sparsified(trace: Trace, module):
     coordinates_as_operands(module)
     free_intermediates(module)
     pipeline.run_passes(module, pipeline.BUFFERIZE)
+    lower_sparse_frees(module)
     return module
 
 
