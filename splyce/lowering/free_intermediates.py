@@ -22,7 +22,8 @@ from mlir import ir
 from mlir.dialects import bufferization, func, memref
 
 _FREE_SPARSE = "__splyce_free_sparse_"   # the external functions standing for a sparse tensor's free
-_PRODUCERS = ("linalg.generic", "sparse_tensor.convert")   # a fill is freed through the generic it feeds
+# a fill is freed through the generic it feeds; a COO sorted in place (reorder_coo) through the sorted one
+_PRODUCERS = ("linalg.generic", "sparse_tensor.convert", "sparse_tensor.reorder_coo")
 _FRESH = ("tensor.empty", "bufferization.alloc_tensor")
 
 
@@ -42,6 +43,9 @@ def _fresh(value: ir.Value) -> bool:
         op = owner.operation
         if op.name in _FRESH or op.name == "sparse_tensor.convert":
             return True
+        if op.name == "sparse_tensor.reorder_coo":     # sorts its operand's buffers in place
+            value = op.operands[0]
+            continue
         init = _outs(op)
         if init is None:
             return False
@@ -91,6 +95,8 @@ def free_intermediates(module: ir.Module) -> int:
                         continue
                     if any(result == v for v in returned + outs) or not _fresh(result):
                         continue
+                    if any(use.owner.name == "sparse_tensor.reorder_coo" for use in result.uses):
+                        continue                   # its buffers are the sorted COO's, freed with it
                     with ir.InsertionPoint(ret):
                         if _is_sparse(result.type):
                             func.CallOp([], ir.FlatSymbolRefAttr.get(sparse_free(result.type)), [result])

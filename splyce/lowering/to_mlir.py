@@ -68,14 +68,60 @@ def loop_order(node_inputs: list[tuple[str, TensorType]], output: str) -> str:
     return "".join(order)
 
 
-def check_sparse_result(node: Node, output: str, order: str) -> None:
-    """Sparse results the sparsifier can write directly: entries inserted in storage order. (With a
-    reduction it accumulates each row in an expanded workspace whose i1 flags passes/widen_i1.py widens.)"""
-    stored = "".join(output[d] for d in node.type.format.order)
-    if "".join(c for c in order if c in stored) != stored:
-        raise LoweringError(f"the sparse result format {node.type.format} would be written out of storage "
-                            f"order (loops {order!r}); request out_format='dense' or a format stored "
-                            f"in loop order")
+def written_format(node: Node, output: str, order: str) -> Format | None:
+    """The format a sparse result is written in when the loops ``order`` do not visit it in its storage
+    order (None when they do): its levels, ordered as the loops visit its indices. The sparsifier inserts
+    entries in storage order only, so such a result (a transpose of a CSC into a CSC: ``(b - a).T`` of
+    CSC-stored operands; a product whose operands fix the other loop order) is written in loop order and
+    re-stored with ``sparse_tensor.convert`` (``restored``: a sort of its entries, as scipy's ``tocsc``)."""
+    fmt = node.type.format
+    stored = "".join(output[d] for d in fmt.order)
+    if "".join(c for c in order if c in stored) == stored:
+        return None
+    dims = tuple(sorted(range(len(output)), key=lambda d: order.index(output[d])))
+    return Format(fmt.levels, dims, fmt.pos_width, fmt.crd_width)
+
+
+def _written_init(node: Node, ctx: _Context, written: Format | None):
+    """The ``outs`` operand: ``_init_tensor``'s, or a fresh tensor in the ``written`` format."""
+    if written is None:
+        return _init_tensor(node, ctx)
+    from mlir.dialects import tensor
+
+    return tensor.EmptyOp(list(node.type.shape), element_type(node.type.dtype),
+                          encoding=stored_encoding(written)).result
+
+
+def restored(value, node: Node, written: Format | None):
+    """``value`` (written in the ``written`` format) re-stored in ``node``'s format; ``value`` itself when it
+    was written in that format.
+
+    The steps MLIR's ``stage-sparse-ops`` makes of a ``sparse_tensor.convert`` that needs a sort, spelled
+    out: a convert to an unordered COO in the result's level order (appends), ``reorder_coo`` (sorts it in
+    place), a convert to the result's format. Staged by MLIR, the COO would be freed by a
+    ``dealloc_tensor`` that the textual pipeline's codegen erases (a leak: lowering/free_intermediates.py);
+    here it is an intermediate like any other, freed through the reorder's result."""
+    if written is None:
+        return value
+    from mlir import ir
+    from mlir.dialects import sparse_tensor as st
+
+    fmt, rank = node.type.format, node.type.ndim
+
+    def coo(ordered: bool):
+        unordered = [] if ordered else [st.LevelProperty.non_ordered]
+        kinds = [st.EncodingAttr.build_level_type(st.LevelFormat.compressed,
+                                                  [st.LevelProperty.non_unique] + unordered)]
+        kinds += [st.EncodingAttr.build_level_type(st.LevelFormat.singleton, [st.LevelProperty.non_unique]
+                                                   + unordered)] * (rank - 2)
+        kinds += [st.EncodingAttr.build_level_type(st.LevelFormat.singleton, unordered)]
+        enc = st.EncodingAttr.get(kinds, ir.AffineMap.get_permutation(list(fmt.order)), None, fmt.pos_width,
+                                  fmt.crd_width)
+        return ir.RankedTensorType.get(list(node.type.shape), element_type(node.type.dtype), enc)
+
+    appended = st.ConvertOp(coo(False), value).result
+    sorted_ = st.ReorderCOOOp(coo(True), appended, st.SparseTensorSortKind.HybridQuickSort).result
+    return st.ConvertOp(tensor_type(node.type), sorted_).result
 
 
 def build_generic(inputs, input_subs: list[str], init, output: str, order: str, body):
@@ -156,7 +202,6 @@ def _init_tensor(node: Node, ctx: _Context):
 def lower_contract(node: Node, ctx: _Context):
     params: ContractParams = node.params[0]
     dtype = node.type.dtype
-    init = _init_tensor(node, ctx)
     # A dense result accumulates into its (zeroed) output: reading it keeps the sparsifier from allocating
     # and zero-filling a fresh buffer per call (docs/toolchain.md). A sparse result reads it only to reduce.
     # A dense intermediate that reduces nothing (a transpose, a scaled copy) does not read it either: a fused
@@ -165,8 +210,8 @@ def lower_contract(node: Node, ctx: _Context):
     reduces = set("".join(params.inputs)) != set(params.output)
     reads_out = reduces or (not node.type.is_sparse and node in ctx.dense_out_args)
     order = params.order or loop_order([(s, a.type) for s, a in zip(params.inputs, node.args)], params.output)
-    if node.type.is_sparse:
-        check_sparse_result(node, params.output, order)
+    written = written_format(node, params.output, order) if node.type.is_sparse else None
+    init = _written_init(node, ctx, written)
 
     sparse = node.type.is_sparse or any(a.type.is_sparse for a in node.args)
 
@@ -180,7 +225,7 @@ def lower_contract(node: Node, ctx: _Context):
         return binary("add", args[-1], product, dtype) if reads_out else product
 
     inputs = [ctx.values[a] for a in node.args]
-    return build_generic(inputs, list(params.inputs), init, params.output, order, body)
+    return restored(build_generic(inputs, list(params.inputs), init, params.output, order, body), node, written)
 
 
 # Elementwise kernels accumulate into a final dense result (the caller's zeroed buffer: no allocation). An
@@ -191,7 +236,6 @@ def lower_contract(node: Node, ctx: _Context):
 def lower_combine(node: Node, ctx: _Context):
     (sign,) = node.params
     dtype = node.type.dtype
-    init = _init_tensor(node, ctx)
     subs = "abcd"[: node.type.ndim]
 
     sparse = any(a.type.is_sparse for a in node.args)
@@ -203,9 +247,9 @@ def lower_combine(node: Node, ctx: _Context):
 
     inputs = [ctx.values[a] for a in node.args]
     order = loop_order([(subs, a.type) for a in node.args], subs)
-    if node.type.is_sparse:
-        check_sparse_result(node, subs, order)
-    return build_generic(inputs, [subs, subs], init, subs, order, body)
+    written = written_format(node, subs, order) if node.type.is_sparse else None
+    init = _written_init(node, ctx, written)
+    return restored(build_generic(inputs, [subs, subs], init, subs, order, body), node, written)
 
 
 def _accumulates(node: Node, ctx: _Context) -> bool:
@@ -218,7 +262,6 @@ def lower_ewise(node: Node, ctx: _Context):
     """A fused elementwise expression (planner/elementwise.py) as one ``linalg.generic``."""
     expr = node.params[0]
     dtype = node.type.dtype
-    init = _init_tensor(node, ctx)
     subs = "abcd"[: node.type.ndim]
     reads = node.params[1] if len(node.params) > 1 else (subs,) * len(node.args)   # broadcasting
     any_sparse = any(a.type.is_sparse for a in node.args)
@@ -236,9 +279,9 @@ def lower_ewise(node: Node, ctx: _Context):
 
     inputs = [ctx.values[node.args[k]] for k in kept]
     order = loop_order([(subs, a.type) for a in node.args], subs)
-    if node.type.is_sparse:
-        check_sparse_result(node, subs, order)
-    return build_generic(inputs, [reads[k] for k in kept], init, subs, order, body)
+    written = written_format(node, subs, order) if node.type.is_sparse else None
+    init = _written_init(node, ctx, written)
+    return restored(build_generic(inputs, [reads[k] for k in kept], init, subs, order, body), node, written)
 
 
 def _frozen(value, dtype: str):
