@@ -11,7 +11,6 @@ from splyce.tracer.tracer import TraceError
 
 CSR_TEXT = "(i, j) -> (i : dense, j : compressed)"
 CSR32_TEXT = CSR_TEXT + ", posWidth = 32, crdWidth = 32"     # scipy's int32 index arrays
-CSC32_TEXT = "(i, j) -> (j : dense, i : compressed), posWidth = 32, crdWidth = 32"
 
 
 def _csr(m, n, seed):

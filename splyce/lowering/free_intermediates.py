@@ -10,8 +10,11 @@ coordinates and values (~199 KB a call for a 300 x 300 2 % product). A sparse in
 to a call of an external function declared here (``__splyce_free_sparse_N``): the codegen flattens the call's
 sparse operand into the tensor's final buffers (after the reallocs of its insertions), and ``lower_sparse_frees``
 (run after bufferization) replaces the call with a ``memref.dealloc`` of each buffer, as the codegen's own
-dealloc converter does, and erases the declarations. An intermediate is a result of ``linalg.generic`` or ``sparse_tensor.convert`` that is not
-returned (or put in an output argument) and not the ``outs`` of another op (a chain of ops writing one buffer is freed once, at its end),
+dealloc converter does, and erases the declarations.
+
+An intermediate is a result of ``linalg.generic``, ``sparse_tensor.convert`` or ``sparse_tensor.reorder_coo``
+(which sorts its operand in place: the operand is freed through it) that is not returned (or put in an output
+argument) and not the ``outs`` of another op (a chain of ops writing one buffer is freed once, at its end),
 whose buffer is fresh (its ``outs`` chain starts at ``tensor.empty``), never a caller's output argument.
 ``passes/dealloc_guard.py`` drops any free that later folding moves onto a buffer the kernel does not own.
 """
@@ -19,7 +22,7 @@ whose buffer is fresh (its ``outs`` chain starts at ``tensor.empty``), never a c
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import bufferization, func, memref
+from mlir.dialects import bufferization, func, memref, sparse_tensor
 
 _FREE_SPARSE = "__splyce_free_sparse_"   # the external functions standing for a sparse tensor's free
 # a fill is freed through the generic it feeds; a COO sorted in place (reorder_coo) through the sorted one
@@ -53,7 +56,13 @@ def _fresh(value: ir.Value) -> bool:
 
 
 def _is_sparse(t: ir.RankedTensorType) -> bool:
-    return t.encoding is not None and "#sparse_tensor.encoding" in str(t.encoding)
+    if t.encoding is None:
+        return False
+    try:
+        sparse_tensor.EncodingAttr(t.encoding)
+    except ValueError:
+        return False
+    return True
 
 
 def free_intermediates(module: ir.Module) -> int:
