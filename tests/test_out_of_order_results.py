@@ -11,7 +11,7 @@ import scipy.sparse as sps
 
 import splyce
 from leak_corpus import heap_growth
-from splyce.tensors.formats import COO, CSC, CSR, DCSC, DCSR
+from splyce.tensors.formats import COO, CSC, CSR, DCSC, DCSR, coo
 
 _SCIPY = {"csr": lambda m: m.tocsr(), "csc": lambda m: m.tocsc(), "coo": lambda m: m.tocoo()}
 _TENSOR = {name: (lambda f: lambda m: splyce.asarray(m.toarray(), format=f))(f)
@@ -109,3 +109,31 @@ def test_restored_results_free_their_steps():
     if growth is not None:
         assert growth < 1_000          # the unfreed COO was 66 KB a call
     np.testing.assert_allclose(kept.toarray(), fun(x, y).toarray())
+
+
+def _csf_operands():
+    rng = np.random.default_rng(0)
+    a = np.where(rng.random((3, 4, 5)) < 0.3, rng.random((3, 4, 5)), 0)
+    b = np.where(rng.random((5, 4, 3)) < 0.3, rng.random((5, 4, 3)), 0)
+    return a, b
+
+
+THREE_D = {   # function of two CSF SparseTensors (3 x 4 x 5, 5 x 4 x 3), the same of the dense arrays
+    "x.T + y": (lambda x, y: x.transpose((2, 1, 0)) + y, lambda a, b: a.transpose(2, 1, 0) + b),
+    "(x * 2).T * y": (lambda x, y: (x * 2.0).transpose((2, 1, 0)) * y, lambda a, b: (a * 2).transpose(2, 1, 0) * b),
+    "einsum ijk->kji csf, order ijk": (
+        lambda x, y: splyce.einsum("ijk->kji", x, out_format=splyce.csf(3), order="ijk"),
+        lambda a, b: a.transpose(2, 1, 0)),
+    "einsum ijk->jik coo, order ijk": (
+        lambda x, y: splyce.einsum("ijk->jik", x, out_format=coo(3), order="ijk"),
+        lambda a, b: a.transpose(1, 0, 2)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(THREE_D))
+def test_three_dimensional_results_out_of_loop_order(case):
+    fun, numpy_fun = THREE_D[case]
+    a, b = _csf_operands()
+    got = splyce.jit(fun)(splyce.asarray(a, format=splyce.csf(3)), splyce.asarray(b, format=splyce.csf(3)))
+    np.testing.assert_allclose(_dense(got), numpy_fun(a, b), rtol=1e-12)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from splyce.lowering import dense
+from splyce.lowering.restore import restored, written_format
 from splyce.lowering.scalars import (absolute, binary, cast, conjugate, constant, divide_by, element_type,
                                      extremum, extremum_identity, is_complex, needs_unary, real_dtype)
 from splyce.tensors.formats import Format, Level, to_mlir_encoding
@@ -68,22 +69,9 @@ def loop_order(node_inputs: list[tuple[str, TensorType]], output: str) -> str:
     return "".join(order)
 
 
-def written_format(node: Node, output: str, order: str) -> Format | None:
-    """The format a sparse result is written in when the loops ``order`` do not visit it in its storage
-    order (None when they do): its levels, ordered as the loops visit its indices. The sparsifier inserts
-    entries in storage order only, so such a result (a transpose of a CSC into a CSC: ``(b - a).T`` of
-    CSC-stored operands; a product whose operands fix the other loop order) is written in loop order and
-    re-stored with ``sparse_tensor.convert`` (``restored``: a sort of its entries, as scipy's ``tocsc``)."""
-    fmt = node.type.format
-    stored = "".join(output[d] for d in fmt.order)
-    if "".join(c for c in order if c in stored) == stored:
-        return None
-    dims = tuple(sorted(range(len(output)), key=lambda d: order.index(output[d])))
-    return Format(fmt.levels, dims, fmt.pos_width, fmt.crd_width)
-
-
 def _written_init(node: Node, ctx: _Context, written: Format | None):
-    """The ``outs`` operand: ``_init_tensor``'s, or a fresh tensor in the ``written`` format."""
+    """The ``outs`` operand: ``_init_tensor``'s, or a fresh tensor in the ``written`` format
+    (lowering/restore.py: a sparse result its loops do not visit in storage order)."""
     if written is None:
         return _init_tensor(node, ctx)
     from mlir.dialects import tensor
@@ -92,36 +80,9 @@ def _written_init(node: Node, ctx: _Context, written: Format | None):
                           encoding=stored_encoding(written)).result
 
 
-def restored(value, node: Node, written: Format | None):
-    """``value`` (written in the ``written`` format) re-stored in ``node``'s format; ``value`` itself when it
-    was written in that format.
-
-    The steps MLIR's ``stage-sparse-ops`` makes of a ``sparse_tensor.convert`` that needs a sort, spelled
-    out: a convert to an unordered COO in the result's level order (appends), ``reorder_coo`` (sorts it in
-    place), a convert to the result's format. Staged by MLIR, the COO would be freed by a
-    ``dealloc_tensor`` that the textual pipeline's codegen erases (a leak: lowering/free_intermediates.py);
-    here it is an intermediate like any other, freed through the reorder's result."""
-    if written is None:
-        return value
-    from mlir import ir
-    from mlir.dialects import sparse_tensor as st
-
-    fmt, rank = node.type.format, node.type.ndim
-
-    def coo(ordered: bool):
-        unordered = [] if ordered else [st.LevelProperty.non_ordered]
-        kinds = [st.EncodingAttr.build_level_type(st.LevelFormat.compressed,
-                                                  [st.LevelProperty.non_unique] + unordered)]
-        kinds += [st.EncodingAttr.build_level_type(st.LevelFormat.singleton, [st.LevelProperty.non_unique]
-                                                   + unordered)] * (rank - 2)
-        kinds += [st.EncodingAttr.build_level_type(st.LevelFormat.singleton, unordered)]
-        enc = st.EncodingAttr.get(kinds, ir.AffineMap.get_permutation(list(fmt.order)), None, fmt.pos_width,
-                                  fmt.crd_width)
-        return ir.RankedTensorType.get(list(node.type.shape), element_type(node.type.dtype), enc)
-
-    appended = st.ConvertOp(coo(False), value).result
-    sorted_ = st.ReorderCOOOp(coo(True), appended, st.SparseTensorSortKind.HybridQuickSort).result
-    return st.ConvertOp(tensor_type(node.type), sorted_).result
+def _restored(value, node: Node, written: Format | None):
+    """``value`` itself, or (written in the ``written`` format) re-stored in ``node``'s format."""
+    return value if written is None else restored(value, tensor_type(node.type), node.type.format)
 
 
 def build_generic(inputs, input_subs: list[str], init, output: str, order: str, body):
@@ -210,7 +171,7 @@ def lower_contract(node: Node, ctx: _Context):
     reduces = set("".join(params.inputs)) != set(params.output)
     reads_out = reduces or (not node.type.is_sparse and node in ctx.dense_out_args)
     order = params.order or loop_order([(s, a.type) for s, a in zip(params.inputs, node.args)], params.output)
-    written = written_format(node, params.output, order) if node.type.is_sparse else None
+    written = written_format(node.type.format, params.output, order) if node.type.is_sparse else None
     init = _written_init(node, ctx, written)
 
     sparse = node.type.is_sparse or any(a.type.is_sparse for a in node.args)
@@ -225,7 +186,7 @@ def lower_contract(node: Node, ctx: _Context):
         return binary("add", args[-1], product, dtype) if reads_out else product
 
     inputs = [ctx.values[a] for a in node.args]
-    return restored(build_generic(inputs, list(params.inputs), init, params.output, order, body), node, written)
+    return _restored(build_generic(inputs, list(params.inputs), init, params.output, order, body), node, written)
 
 
 # Elementwise kernels accumulate into a final dense result (the caller's zeroed buffer: no allocation). An
@@ -247,9 +208,9 @@ def lower_combine(node: Node, ctx: _Context):
 
     inputs = [ctx.values[a] for a in node.args]
     order = loop_order([(subs, a.type) for a in node.args], subs)
-    written = written_format(node, subs, order) if node.type.is_sparse else None
+    written = written_format(node.type.format, subs, order) if node.type.is_sparse else None
     init = _written_init(node, ctx, written)
-    return restored(build_generic(inputs, [subs, subs], init, subs, order, body), node, written)
+    return _restored(build_generic(inputs, [subs, subs], init, subs, order, body), node, written)
 
 
 def _accumulates(node: Node, ctx: _Context) -> bool:
@@ -279,9 +240,9 @@ def lower_ewise(node: Node, ctx: _Context):
 
     inputs = [ctx.values[node.args[k]] for k in kept]
     order = loop_order([(subs, a.type) for a in node.args], subs)
-    written = written_format(node, subs, order) if node.type.is_sparse else None
+    written = written_format(node.type.format, subs, order) if node.type.is_sparse else None
     init = _written_init(node, ctx, written)
-    return restored(build_generic(inputs, [reads[k] for k in kept], init, subs, order, body), node, written)
+    return _restored(build_generic(inputs, [reads[k] for k in kept], init, subs, order, body), node, written)
 
 
 def _frozen(value, dtype: str):
