@@ -52,7 +52,7 @@ def _check(form, kx, ky):
 
 
 _QUICK = {("(y - x).T + 0.5 * (y - x)", "csr", "csr"),
-          ("(y - x).T + 0.5 * (y - x)", "DCSC", "COO")}
+          ("(y - x).T + 0.5 * (y - x)", "CSC", "CSR")}
 
 
 def _cases():
