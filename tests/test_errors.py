@@ -11,7 +11,6 @@ from splyce.tracer.tracer import TraceError
 
 CSR_TEXT = "(i, j) -> (i : dense, j : compressed)"
 CSR32_TEXT = CSR_TEXT + ", posWidth = 32, crdWidth = 32"     # scipy's int32 index arrays
-CSC32_TEXT = "(i, j) -> (j : dense, i : compressed), posWidth = 32, crdWidth = 32"
 
 
 def _csr(m, n, seed):
@@ -147,14 +146,6 @@ LOWERING_ERRORS = {
                       f"no loop order fits the operands' storage orders ij:{CSR32_TEXT}, ji:{CSR32_TEXT}; "
                       "store them in compatible orders, e.g. splyce.asarray(b, format=a.format) before the call "
                       "(the drop-ins splyce.add / multiply / einsum convert for you)"),
-    "sparse result out of storage order": (   # pinned as written (unpinned, the planner re-stores operands)
-        lambda x, y: splyce.einsum("ij,ij->ij", x, y, out_format=splyce.CSC, order="ij"), (A, B),
-        "the sparse result format (i, j) -> (j : dense, i : compressed) would be written out of storage order "
-        "(loops 'ij'); request out_format='dense' or a format stored in loop order"),
-    "sparse union result out of storage order": (
-        lambda x, y: (lambda p, q: (splyce.add(p, q, out_format=splyce.CSC), p, q))(x * x, y * y), (A, B),
-        "the sparse result format (i, j) -> (j : dense, i : compressed) would be written out of storage order "
-        "(loops 'ab'); request out_format='dense' or a format stored in loop order"),
 }
 
 

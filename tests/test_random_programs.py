@@ -91,10 +91,6 @@ def test_random_programs_follow_the_operand_class(tree, ending, seed):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, raises=splyce.LoweringError,
-                   reason="known: a sparse result whose format follows a transposed first operand (a CSC) can be "
-                          "planned in the other loop order and refused ('written out of storage order'), e.g. "
-                          "(b - a).T + 0.5 * (b - a); only that error is expected, any other failure fails")
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**_STRATEGY)
 def test_many_random_programs_follow_the_operand_class(tree, ending, seed):

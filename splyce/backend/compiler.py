@@ -138,7 +138,7 @@ def lower(trace: Trace, options: Options) -> Lowering:
     linalg   lowering.to_mlir.lower_trace: linalg.generic on sparse_tensor types (the only lowering)
     scf      passes.pipeline.FUSE, passes.noop_generics, passes.outer_arguments, passes.fusion_check (else
              unfused: passes.pipeline.UNFUSED), passes.loop_coordinates, passes.free_intermediates,
-             passes.pipeline.BUFFERIZE (the sparsifier)
+             passes.pipeline.BUFFERIZE (the sparsifier), passes.free_intermediates.lower_sparse_frees
     splyce   passes.dealloc_guard, passes.widen_i1, passes.parallel (threads > 1), passes.splyce_pass,
              passes.flat_rows, passes.dense_sums (fast_math) (vectorize)
     (to_llvm) passes.flatten_elementwise, passes.noalias (plan), passes.pipeline.TO_LLVM, passes.noalias
@@ -153,7 +153,7 @@ def lower(trace: Trace, options: Options) -> Lowering:
     from splyce.passes import pipeline
     from splyce.passes.dealloc_guard import drop_foreign_deallocs
     from splyce.passes.flatten_elementwise import flatten_elementwise
-    from splyce.passes.free_intermediates import free_intermediates
+    from splyce.passes.free_intermediates import free_intermediates, lower_sparse_frees
     from splyce.passes.fusion_check import contradicting_sparse_orders, crowded_generic
     from splyce.passes.loop_coordinates import coordinates_as_operands
     from splyce.passes.noop_generics import drop_noop_generics
@@ -182,6 +182,7 @@ def lower(trace: Trace, options: Options) -> Lowering:
             coordinates_as_operands(module)   # its loop scheduler leaves linalg.index on the old loop
             free_intermediates(module)
             pipeline.run_passes(module, pipeline.BUFFERIZE)
+            lower_sparse_frees(module)   # a sparse intermediate's free: a dealloc of each of its buffers
         except ir.MLIRError:
             if fuse:
                 return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from splyce.lowering import dense
+from splyce.lowering.restore import restored, written_format
 from splyce.lowering.scalars import (absolute, binary, cast, conjugate, constant, divide_by, element_type,
                                      extremum, extremum_identity, is_complex, needs_unary, real_dtype)
 from splyce.tensors.formats import Format, Level, to_mlir_encoding
@@ -68,14 +69,20 @@ def loop_order(node_inputs: list[tuple[str, TensorType]], output: str) -> str:
     return "".join(order)
 
 
-def check_sparse_result(node: Node, output: str, order: str) -> None:
-    """Sparse results the sparsifier can write directly: entries inserted in storage order. (With a
-    reduction it accumulates each row in an expanded workspace whose i1 flags passes/widen_i1.py widens.)"""
-    stored = "".join(output[d] for d in node.type.format.order)
-    if "".join(c for c in order if c in stored) != stored:
-        raise LoweringError(f"the sparse result format {node.type.format} would be written out of storage "
-                            f"order (loops {order!r}); request out_format='dense' or a format stored "
-                            f"in loop order")
+def _written_init(node: Node, ctx: _Context, written: Format | None):
+    """The ``outs`` operand: ``_init_tensor``'s, or a fresh tensor in the ``written`` format
+    (lowering/restore.py: a sparse result its loops do not visit in storage order)."""
+    if written is None:
+        return _init_tensor(node, ctx)
+    from mlir.dialects import tensor
+
+    return tensor.EmptyOp(list(node.type.shape), element_type(node.type.dtype),
+                          encoding=stored_encoding(written)).result
+
+
+def _restored(value, node: Node, written: Format | None):
+    """``value`` itself, or (written in the ``written`` format) re-stored in ``node``'s format."""
+    return value if written is None else restored(value, tensor_type(node.type), node.type.format)
 
 
 def build_generic(inputs, input_subs: list[str], init, output: str, order: str, body):
@@ -156,7 +163,6 @@ def _init_tensor(node: Node, ctx: _Context):
 def lower_contract(node: Node, ctx: _Context):
     params: ContractParams = node.params[0]
     dtype = node.type.dtype
-    init = _init_tensor(node, ctx)
     # A dense result accumulates into its (zeroed) output: reading it keeps the sparsifier from allocating
     # and zero-filling a fresh buffer per call (docs/toolchain.md). A sparse result reads it only to reduce.
     # A dense intermediate that reduces nothing (a transpose, a scaled copy) does not read it either: a fused
@@ -165,8 +171,8 @@ def lower_contract(node: Node, ctx: _Context):
     reduces = set("".join(params.inputs)) != set(params.output)
     reads_out = reduces or (not node.type.is_sparse and node in ctx.dense_out_args)
     order = params.order or loop_order([(s, a.type) for s, a in zip(params.inputs, node.args)], params.output)
-    if node.type.is_sparse:
-        check_sparse_result(node, params.output, order)
+    written = written_format(node.type.format, params.output, order) if node.type.is_sparse else None
+    init = _written_init(node, ctx, written)
 
     sparse = node.type.is_sparse or any(a.type.is_sparse for a in node.args)
 
@@ -180,7 +186,7 @@ def lower_contract(node: Node, ctx: _Context):
         return binary("add", args[-1], product, dtype) if reads_out else product
 
     inputs = [ctx.values[a] for a in node.args]
-    return build_generic(inputs, list(params.inputs), init, params.output, order, body)
+    return _restored(build_generic(inputs, list(params.inputs), init, params.output, order, body), node, written)
 
 
 # Elementwise kernels accumulate into a final dense result (the caller's zeroed buffer: no allocation). An
@@ -191,7 +197,6 @@ def lower_contract(node: Node, ctx: _Context):
 def lower_combine(node: Node, ctx: _Context):
     (sign,) = node.params
     dtype = node.type.dtype
-    init = _init_tensor(node, ctx)
     subs = "abcd"[: node.type.ndim]
 
     sparse = any(a.type.is_sparse for a in node.args)
@@ -203,9 +208,9 @@ def lower_combine(node: Node, ctx: _Context):
 
     inputs = [ctx.values[a] for a in node.args]
     order = loop_order([(subs, a.type) for a in node.args], subs)
-    if node.type.is_sparse:
-        check_sparse_result(node, subs, order)
-    return build_generic(inputs, [subs, subs], init, subs, order, body)
+    written = written_format(node.type.format, subs, order) if node.type.is_sparse else None
+    init = _written_init(node, ctx, written)
+    return _restored(build_generic(inputs, [subs, subs], init, subs, order, body), node, written)
 
 
 def _accumulates(node: Node, ctx: _Context) -> bool:
@@ -218,7 +223,6 @@ def lower_ewise(node: Node, ctx: _Context):
     """A fused elementwise expression (planner/elementwise.py) as one ``linalg.generic``."""
     expr = node.params[0]
     dtype = node.type.dtype
-    init = _init_tensor(node, ctx)
     subs = "abcd"[: node.type.ndim]
     reads = node.params[1] if len(node.params) > 1 else (subs,) * len(node.args)   # broadcasting
     any_sparse = any(a.type.is_sparse for a in node.args)
@@ -236,9 +240,9 @@ def lower_ewise(node: Node, ctx: _Context):
 
     inputs = [ctx.values[node.args[k]] for k in kept]
     order = loop_order([(subs, a.type) for a in node.args], subs)
-    if node.type.is_sparse:
-        check_sparse_result(node, subs, order)
-    return build_generic(inputs, [reads[k] for k in kept], init, subs, order, body)
+    written = written_format(node.type.format, subs, order) if node.type.is_sparse else None
+    init = _written_init(node, ctx, written)
+    return _restored(build_generic(inputs, [reads[k] for k in kept], init, subs, order, body), node, written)
 
 
 def _frozen(value, dtype: str):
