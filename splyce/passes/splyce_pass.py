@@ -203,7 +203,7 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder, co
         text += (f"; first a strict lane of {_conflict_compares(block)}, block advance, ordered adds of the matched "
                  "lanes (left for the all-pairs lane when matches come densely)")
         if packed_phase2(match):
-            text += describe_packed()
+            text += describe_packed(match)
     if options.simd_mac:
         blocker = builder.simd2_blocker()
         if blocker:

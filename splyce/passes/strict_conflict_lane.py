@@ -98,19 +98,23 @@ def _lane_value(term, lane):
 
 def packed_phase2(match: Coiteration) -> bool:
     """Whether the strict lane of ``match`` packs its terms by compress (``StrictConflictLaneBuilder._phase2_packed``):
-    16-lane blocks (int32 coordinates) of f32 terms only (f64 terms span two zmm; int64 blocks and f64 values keep
-    the permute per lane: not measured packed)."""
-    if not (isinstance(match.crd_type, ir.IntegerType) and ir.IntegerType(match.crd_type).width == 32):
+    every strict lane the builder takes (int32 coordinates: blocks of 16, f32 terms in one zmm, f64 terms in two;
+    int64 coordinates: blocks of 8, f32 terms in one ymm, f64 in one zmm), unless ``PACKED`` was turned off (the
+    measurement scripts' permute per lane)."""
+    if not StrictConflictLaneBuilder.PACKED:
         return False
-    return all(isinstance(red.term.type, ir.FloatType) and ir.FloatType(red.term.type).width == 32
+    if not (isinstance(match.crd_type, ir.IntegerType) and ir.IntegerType(match.crd_type).width in CRD_BITS):
+        return False
+    return all(isinstance(red.term.type, ir.FloatType) and ir.FloatType(red.term.type).width in (32, 64)
                for red in match.reductions.values())
 
 
-def describe_packed() -> str:
-    first, second = StrictConflictLaneBuilder.PACKED_ADDS
-    return (f"; matched lanes packed by vcompress ({first} + {second} + {WIDTH - first - second} ordered adds), a pair "
-            f"expecting >= {StrictConflictLaneBuilder.PACKED_DENSE:g} matches a step (16 lenB lenC / (span (lenB + "
-            "lenC)), from its lengths and first and last coordinates) starts in the all-pairs lane")
+def describe_packed(match: Coiteration) -> str:
+    block = WIDTH if ir.IntegerType(match.crd_type).width == 32 else 8
+    adds = StrictConflictLaneBuilder.packed_adds(block)
+    return (f"; matched lanes packed by vcompress ({' + '.join(str(a) for a in adds)} ordered adds), a pair "
+            f"expecting >= {StrictConflictLaneBuilder.PACKED_DENSE:g} matches a step ({block} lenB lenC / (span "
+            "(lenB + lenC)), from its lengths and first and last coordinates) starts in the all-pairs lane")
 
 
 def add_conflict_lane_first(match: Coiteration, fast_op, options: Options, counters=None) -> None:
@@ -143,9 +147,10 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
         lens = [arith.subi(hi, inits[p]) for p, hi in zip(m.cursor_pos, m.bounds)]
         skewed = arith.cmpi(CMPI_UGE, arith.maxui(*lens), arith.muli(arith.minui(*lens), _index(SKEW_RATIO)))
         self._cap = arith.select(skewed, arith.constant(i32, 1 << 30), arith.constant(i32, self.CREDIT_CAP))
-        start = arith.constant(i32, self.CREDIT_START[self.block])
         if self._packed():
-            start = self._dense_start(inits, lens, start)
+            start = self._dense_start(inits, lens, arith.constant(i32, self.PACKED_START))
+        else:
+            start = arith.constant(i32, self.CREDIT_START[self.block])
         return [arith.select(skewed, self._cap, start)]
 
     def _dense_start(self, inits, lens, start):
@@ -187,14 +192,23 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
         fast.operation.attributes[STRICT_CONFLICT_ATTR] = ir.UnitAttr.get()
         return fast
 
-    # The packed phase 2 (``_phase2_packed``: blocks of 16 with f32 values, where the terms fill one zmm): matched
-    # lanes added in order without a branch, then under one branch; more than their sum is a busy step
+    # The packed phase 2 (``_phase2_packed``): matched lanes added in order without a branch, then under one branch,
+    # then the rest under another (``packed_adds``)
+    PACKED = True   # the measurement scripts turn it off (the permute per lane) to compare
     PACKED_ADDS = (4, 4)
-    # Matched lanes past which a packed step is busy (the credit's debit). WIDTH: none is, a pair that enters stays
-    # (_dense_start keeps the dense ones out): with 8, clustered pairs (runs of 64) left for the all-pairs lane at
-    # their first overlapping runs and ran 0.91 ns against 0.50 staying (docs/passes.md)
-    PACKED_BUSY = WIDTH
+    # Matched lanes past which a packed step is busy (the credit's debit). The block: none is, a pair that enters
+    # stays (_dense_start keeps the dense ones out): with 8, clustered pairs (runs of 64) left for the all-pairs lane
+    # at their first overlapping runs and ran 0.91 ns against 0.50 staying (docs/passes.md)
     PACKED_DENSE = 3.0   # expected matches a step from which a pair starts in the all-pairs lane (_dense_start)
+    # the credit on entry of a packed lane (blocks of 8 too: the permute per lane let only skewed pairs in)
+    PACKED_START = 8
+
+    @classmethod
+    def packed_adds(cls, block: int) -> tuple:
+        """The packed phase 2's ordered adds: without a branch, under a first branch, under a second (none past the
+        block)."""
+        first, second = cls.PACKED_ADDS
+        return tuple(a for a in (first, min(second, block - first), block - first - second) if a > 0)
 
     def _packed(self) -> bool:
         return packed_phase2(self.m)
@@ -222,7 +236,7 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
         one ``vcompressps``, -0.0 past the last matched lane) and added to the sums in that order: the first
         ``PACKED_ADDS[0]`` without a branch (-0.0 is the identity), the next ``PACKED_ADDS[1]`` under one branch
         (more matched lanes than the first), the rest under a second; a step with more matched lanes than
-        ``PACKED_BUSY`` is busy (the credit; none at WIDTH). Each added lane is a static extract of the packed vector: no
+        the block is busy (none: a pair that enters stays). Each added lane is a static extract of the packed vector: no
         per-lane cttz or permute. Against the permute per lane (3 adds, then an ordered reduction of all 16 lanes):
         1.3-1.8x faster on clustered and power-law pairs, 1.1-1.3x on uniform pairs to 25 % overlap (docs/passes.md,
         "The lane across coordinate distributions")."""
@@ -231,22 +245,21 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
         i32 = ir.IntegerType.get_signless(32)
         bits = vector.extract(vector.bitcast(_vtype(1, ir.IntegerType.get_signless(self.block)), mask), [], [0])
         count = arith.extui(i32, math.ctpop(bits))
-        packed = [llvm.call_intrinsic(term.type, COMPRESS, [term, mask, vector.broadcast(
-            term.type, _neg_zero(ir.VectorType(term.type).element_type))], [], []) for term in terms]
+        packed = [self._compress(term, mask, bits) for term in terms]
         sums = [args[pos] for pos in positions]
 
         def add_lanes(sums, lo, hi):
             out = []
-            for lanes, add, acc in zip(packed, adds, sums):
+            for lane, add, acc in zip(packed, adds, sums):
                 for i in range(lo, hi):
-                    acc = _clone_with(add, [acc, vector.extract(lanes, [], [i])], [acc.type])[0]
+                    acc = _clone_with(add, [acc, lane(i)], [acc.type])[0]
                 out.append(acc)
             return out
 
-        first, second = self.PACKED_ADDS
+        first, *more_adds = self.packed_adds(self.block)
         sums = add_lanes(sums, 0, first)
         done = first
-        for more in (second, self.block - first - second):
+        for more in more_adds:
             taken = arith.cmpi(CMPI_UGT, count, arith.constant(i32, done))
             branch = scf.IfOp(taken, [s.type for s in sums], has_else=True)
             with ir.InsertionPoint(branch.then_block):
@@ -255,8 +268,51 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
                 scf.yield_(sums)
             sums = list(branch.results)
             done += more
-        self._busy = arith.cmpi(CMPI_UGT, count, arith.constant(i32, self.PACKED_BUSY))
+        self._busy = arith.cmpi(CMPI_UGT, count, arith.constant(i32, self.block))   # never: a pair that enters stays
         return {pos: sums[k] for k, pos in enumerate(positions)}
+
+    def _compress(self, term, mask, bits):
+        """A function of a lane index ``i`` giving the ``i``-th matched lane of ``term`` in lane order (-0.0 past
+        the matched ones), built at the insertion point of its first call for each vector it reads.
+
+        One zmm / ymm of terms (f32 on blocks of 16, f32 / f64 on blocks of 8): one ``llvm.experimental.vector.compress``
+        (vcompressps / vcompresspd), lane ``i`` a static extract. f64 terms of a block of 16 span two zmm, which
+        LLVM's compress of a vector<16xf64> splits and joins through the stack (a store-forwarding stall a step):
+        instead each half is compressed by its half of the mask (two vcompresspd), and the matched lanes 0-7 are
+        one two-source permute (vpermi2pd) of the halves, index ``i < nlo ? i : 8 + i - nlo`` (``nlo``: the low
+        half's matches); lanes 8-15 (a step with more than 8 matches: built where first asked, under its branch) a
+        permute of the high half and -0.0 by ``8 + i - nlo``."""
+        vt = ir.VectorType(term.type)
+        et, lanes = vt.element_type, vt.shape[0]
+        neg = _neg_zero(et)
+        if not (lanes == WIDTH and ir.FloatType(et).width == 64):
+            packed = llvm.call_intrinsic(term.type, COMPRESS, [term, mask, vector.broadcast(term.type, neg)], [], [])
+            return lambda i: vector.extract(packed, [], [i])
+        half_t, i1, i64 = _vtype(HALF, et), ir.IntegerType.get_signless(1), ir.IntegerType.get_signless(64)
+        halves, masks = [], []
+        for h in (0, HALF):
+            part = list(range(h, h + HALF))
+            halves.append(llvm.call_intrinsic(half_t, COMPRESS, [vector.shuffle(term, term, part),
+                                                                 vector.shuffle(mask, mask, part),
+                                                                 vector.broadcast(half_t, neg)], [], []))
+        low_bits = arith.trunci(ir.IntegerType.get_signless(HALF), bits)
+        nlo = vector.broadcast(_vtype(HALF, i64), arith.extui(i64, math.ctpop(low_bits)))
+        vi = _vtype(HALF, i64)
+        iota = arith.constant(vi, ir.DenseElementsAttr.get(np.arange(HALF, dtype=np.int64), type=vi))
+        from_high = arith.subi(arith.addi(iota, int_splat(vi, HALF)), nlo)     # 8 + i - nlo
+        built = {}
+
+        def lane(i):
+            k = i // HALF
+            if k not in built:
+                if k == 0:
+                    idx = arith.select(arith.cmpi(arith.CmpIPredicate.ult, iota, nlo), iota, from_high)
+                    built[0] = llvm.call_intrinsic(half_t, PERMUTE[64], [halves[0], idx, halves[1]], [], [])
+                else:
+                    built[1] = llvm.call_intrinsic(half_t, PERMUTE[64], [halves[1], from_high,
+                                                                         vector.broadcast(half_t, neg)], [], [])
+            return vector.extract(built[k], [], [i % HALF])
+        return lane
 
     def _phase2_permuted(self, args, st):
         """The SIMD phase 2's term vectors, added to the sums one matched lane at a time, in lane order: the first
