@@ -48,7 +48,14 @@ STRICT_CONFLICT_ATTR = "splyce.strict_conflict_lane"   # unit attribute marking 
 # The length ratio from which a pair stays in this lane to its end (docs/passes.md, "A strict conflict lane for skewed
 # pairs": measured against the n = 4 lane at 1:1 to 1:16 on AMD Zen 4)
 SKEW_RATIO = 6
-COMPRESS = "llvm.experimental.vector.compress"   # LLVM's generic register compress: vcompressps on AVX-512
+COMPRESS = "llvm.experimental.vector.compress"
+# profile counters (splyce_pass.PROFILE_SLOTS): coordinates this lane consumed; fiber pairs (long enough for one step)
+# that entered it; pairs sent on to the all-pairs lane from the start (dense ones: _dense_start)
+CONFLICT_LANE_SLOT, PAIRS_CONFLICT_SLOT, PAIRS_ALL_PAIRS_SLOT = 5, 6, 7
+
+
+def _true():
+    return arith.constant(ir.IntegerType.get_signless(1), 1)   # LLVM's generic register compress: vcompressps on AVX-512
 
 
 def strict_conflict_blocker(match: Coiteration, options: Options, builder: FastLaneBuilder) -> str | None:
@@ -111,10 +118,15 @@ def packed_phase2(match: Coiteration) -> bool:
 
 def describe_packed(match: Coiteration) -> str:
     block = WIDTH if ir.IntegerType(match.crd_type).width == 32 else 8
-    adds = StrictConflictLaneBuilder.packed_adds(block)
-    return (f"; matched lanes packed by vcompress ({' + '.join(str(a) for a in adds)} ordered adds), a pair "
-            f"expecting >= {StrictConflictLaneBuilder.PACKED_DENSE:g} matches a step ({block} lenB lenC / (span "
-            "(lenB + lenC)), from its lengths and first and last coordinates) starts in the all-pairs lane")
+    S = StrictConflictLaneBuilder
+    if S.BUFFERED:
+        how = f"stored into a buffer, added in order each time it holds > {S.BUFFER} (one add per match)"
+    else:
+        how = f"{' + '.join(str(a) for a in S.packed_adds(block))} ordered adds"
+    start = (f"a pair expecting >= {S.PACKED_DENSE:g} matches a step ({block} lenB lenC / (span (lenB + lenC)), from "
+             "its lengths and first and last coordinates) starts in the all-pairs lane" if S.PACKED_START[block] >= 0
+             else "only pairs of length ratio >= 6 enter")
+    return f"; matched lanes packed by vcompress, {how}; {start}"
 
 
 def add_conflict_lane_first(match: Coiteration, fast_op, options: Options, counters=None) -> None:
@@ -148,10 +160,18 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
         skewed = arith.cmpi(CMPI_UGE, arith.maxui(*lens), arith.muli(arith.minui(*lens), _index(SKEW_RATIO)))
         self._cap = arith.select(skewed, arith.constant(i32, 1 << 30), arith.constant(i32, self.CREDIT_CAP))
         if self._packed():
-            start = self._dense_start(inits, lens, arith.constant(i32, self.PACKED_START))
+            start = self._dense_start(inits, lens, arith.constant(i32, self.PACKED_START[self.block]))
         else:
             start = arith.constant(i32, self.CREDIT_START[self.block])
-        return [arith.select(skewed, self._cap, start)]
+        credit = arith.select(skewed, self._cap, start)
+        fill = [_index(0)] if self._buffered() else []
+        if self.profile_counters is not None:   # the pair's lane choice, for pairs long enough for a step
+            steps = arith.cmpi(CMPI_UGE, arith.minui(*lens), _index(self.block))
+            enters = arith.cmpi(CMPI_SGE, credit, arith.constant(i32, 0))
+            for slot, chosen in ((PAIRS_CONFLICT_SLOT, enters), (PAIRS_ALL_PAIRS_SLOT, arith.xori(enters, _true()))):
+                self._count(self.profile_counters, slot,
+                            arith.select(arith.andi(steps, chosen), _index(1), _index(0)))
+        return [credit] + fill
 
     def _dense_start(self, inits, lens, start):
         """The packed lane's credit on entry, from the pair's lengths and first and last coordinates: ``start``, or
@@ -181,39 +201,90 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
         return [arith.cmpi(CMPI_SGE, carried[0], arith.constant(carried[0].type, 0))]
 
     def _carried_next(self, carried: list) -> list:
-        (credit,) = carried
+        credit = carried[0]
         t = credit.type
         step = arith.select(self._busy, arith.constant(t, -self.CREDIT_DEBIT), arith.constant(t, 1))
-        return [arith.minsi(arith.addi(credit, step), self._cap)]
+        return [arith.minsi(arith.addi(credit, step), self._cap)] + ([self._next_fill] if self._buffered() else [])
 
     def build(self):
+        self.counter_slot = CONFLICT_LANE_SLOT
+        self._buffers = {}
         fast = super().build()
         del fast.operation.attributes[FAST_LANE_ATTR]   # tests and tools count the all-pairs lane as "the" lane
         fast.operation.attributes[STRICT_CONFLICT_ATTR] = ir.UnitAttr.get()
+        if self._buffered():   # the terms still in the buffers, added after the lane
+            w = self.m.while_op
+            fill = fast.results[len(w.operation.operands) + 1]
+            with ir.InsertionPoint(w):
+                sums = self._flush([w.operation.operands[pos] for pos in self._buffers], fill)
+            for pos, value in zip(self._buffers, sums):
+                w.operation.operands[pos] = value
         return fast
+
+    # The buffered phase 2 (``_phase2_buffered``): the matched lanes' packed terms stored into a buffer per sum, added
+    # in order by a loop of one add per term when it fills (and after the lane)
+    BUFFERED = True   # the measurement scripts turn it off (the packed adds in the lane) to compare
+    BUFFER = 512      # terms a buffer holds before it is added up (2 / 4 KiB: stays in L1)
+
+    def _buffered(self) -> bool:
+        return self.BUFFERED and self._packed()
+
+    def _buffer(self, pos: int, et: ir.Type):
+        """The buffer of the sum at iter-arg ``pos``: ``BUFFER + block`` elements on the stack, allocated once at
+        the function's entry."""
+        if pos not in self._buffers:
+            func = self.m.while_op.operation
+            while func.name != "func.func":
+                func = func.parent
+            with ir.InsertionPoint.at_block_begin(func.regions[0].blocks[0]):
+                self._buffers[pos] = memref.alloca(ir.MemRefType.get([self.BUFFER + self.block], et), [], [])
+        return self._buffers[pos]
+
+    def _flush(self, sums: list, fill) -> list:
+        """``sums`` (in ``self._buffers``' order) plus their buffers' first ``fill`` terms, one add each, in order
+        (the sum's own add op: the scalar loop's additions)."""
+        adds = {pos: red.add_op for pos, red in self.m.reductions.items()}
+        loop = scf.ForOp(_index(0), fill, _index(1), sums)
+        with ir.InsertionPoint(loop.body):
+            k = loop.induction_variable
+            out = []
+            for pos, acc in zip(self._buffers, loop.inner_iter_args):
+                term = memref.load(self._buffers[pos], [k])
+                out.append(_clone_with(adds[pos], [acc, term], [acc.type])[0])
+            scf.yield_(out)
+        return list(loop.results)
 
     # The packed phase 2 (``_phase2_packed``): matched lanes added in order without a branch, then under one branch,
     # then the rest under another (``packed_adds``)
     PACKED = True   # the measurement scripts turn it off (the permute per lane) to compare
-    PACKED_ADDS = (4, 4)
+    # per block: 4 + 4 (+ 8) on blocks of 16; 2 + 6 on blocks of 8 (only skewed pairs enter them, with fewer matches a
+    # step: 4 branchless adds measured 1.13x the permute per lane's 2 at 1:16, int64 / f64)
+    PACKED_ADDS = {16: (4, 4), 8: (2, 6)}
     # Matched lanes past which a packed step is busy (the credit's debit). The block: none is, a pair that enters
     # stays (_dense_start keeps the dense ones out): with 8, clustered pairs (runs of 64) left for the all-pairs lane
     # at their first overlapping runs and ran 0.91 ns against 0.50 staying (docs/passes.md)
-    PACKED_DENSE = 3.0   # expected matches a step from which a pair starts in the all-pairs lane (_dense_start)
-    # the credit on entry of a packed lane (blocks of 8 too: the permute per lane let only skewed pairs in)
-    PACKED_START = 8
+    # expected matches a step from which a pair starts in the all-pairs lane (_dense_start). Buffered: uniform pairs
+    # of 50 % overlap (4 a step) ran 0.86x, 61 % (power-law gaps a = 2) 0.91x the all-pairs lane's time in this
+    # lane, 80 % (6.4 a step) 1.17x (docs/passes.md, "The buffered strict lane"); the packed adds in the lane: 3
+    PACKED_DENSE = 6.0
+    # the credit on entry of a packed lane; blocks of 8 (int64): only the skewed pairs enter, as with the permute per
+    # lane (the others measured 1.11-1.21x slower packed than in the all-pairs lane: uniform x2 / x10, runs 8,
+    # int64 / f64, docs/passes.md)
+    PACKED_START = {16: 8, 8: -1}
 
     @classmethod
     def packed_adds(cls, block: int) -> tuple:
         """The packed phase 2's ordered adds: without a branch, under a first branch, under a second (none past the
         block)."""
-        first, second = cls.PACKED_ADDS
+        first, second = cls.PACKED_ADDS[block]
         return tuple(a for a in (first, min(second, block - first), block - first - second) if a > 0)
 
     def _packed(self) -> bool:
         return packed_phase2(self.m)
 
     def _phase2(self, args, st):
+        if self._buffered():
+            return self._phase2_buffered(args, st)
         if self._packed():
             return self._phase2_packed(args, st)
         return self._phase2_permuted(args, st)
@@ -270,6 +341,51 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
             done += more
         self._busy = arith.cmpi(CMPI_UGT, count, arith.constant(i32, self.block))   # never: a pair that enters stays
         return {pos: sums[k] for k, pos in enumerate(positions)}
+
+    def _phase2_buffered(self, args, st):
+        """The matched lanes' terms packed in lane order (one compress: ``vcompressps`` / ``vcompresspd``; f64 terms
+        of a block of 16: each half by its half of the mask) and stored whole (an unaligned vector store) into the
+        sum's buffer at its fill, which moves on by the step's matches (popcnt); a buffer holding more than
+        ``BUFFER`` terms is added up in order under one branch (``_flush``) and refilled from 0. The lane then
+        carries no add chain: its steps cost the same at any overlap, and the ordered adds, one per matched term
+        (none for the -0.0 fillers the packed adds spent on every step), run in a tight loop of loads and adds.
+        The terms come in ascending coordinate order across steps (every pair of overlapping blocks meets once),
+        so the sums are the scalar loop's, bit for bit."""
+        terms, adds, positions = self._terms(args, st)
+        mask = st["matched"].vec()
+        bits = vector.extract(vector.bitcast(_vtype(1, ir.IntegerType.get_signless(self.block)), mask), [], [0])
+        idx_t = ir.IndexType.get()
+        count = arith.index_castui(idx_t, math.ctpop(bits))
+        fill = self._carried_now[1]
+        for term, pos in zip(terms, positions):
+            vt = ir.VectorType(term.type)
+            et, lanes = vt.element_type, vt.shape[0]
+            buf = self._buffer(pos, et)
+            fill_value = vector.broadcast(term.type, _neg_zero(et))
+            if lanes == WIDTH and ir.FloatType(et).width == 64:
+                half_t, at = _vtype(HALF, et), fill
+                low_bits = arith.trunci(ir.IntegerType.get_signless(HALF), bits)
+                for h in (0, HALF):
+                    part = list(range(h, h + HALF))
+                    packed = llvm.call_intrinsic(half_t, COMPRESS, [vector.shuffle(term, term, part),
+                                                                    vector.shuffle(mask, mask, part),
+                                                                    vector.broadcast(half_t, _neg_zero(et))], [], [])
+                    vector.store(packed, buf, [at])
+                    if h == 0:
+                        at = arith.addi(fill, arith.index_castui(idx_t, math.ctpop(low_bits)))
+            else:
+                vector.store(llvm.call_intrinsic(term.type, COMPRESS, [term, mask, fill_value], [], []), buf, [fill])
+        filled = arith.addi(fill, count)
+        full = arith.cmpi(CMPI_UGT, filled, _index(self.BUFFER))
+        sums = [args[pos] for pos in positions]
+        branch = scf.IfOp(full, [s.type for s in sums] + [idx_t], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.yield_(self._flush(sums, filled) + [_index(0)])
+        with ir.InsertionPoint(branch.else_block):
+            scf.yield_(sums + [filled])
+        self._next_fill = branch.results[len(sums)]
+        self._busy = arith.constant(ir.IntegerType.get_signless(1), 0)   # never: a pair that enters stays
+        return {pos: branch.results[k] for k, pos in enumerate(positions)}
 
     def _compress(self, term, mask, bits):
         """A function of a lane index ``i`` giving the ``i``-th matched lane of ``term`` in lane order (-0.0 past
