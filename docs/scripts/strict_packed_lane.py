@@ -6,7 +6,8 @@ by default. Candidates compiled in this process (the disk cache off), each check
 sparsifier: ``buffered`` (the default: packed terms stored into a buffer, added in order when it fills),
 ``packed`` (``StrictConflictLaneBuilder.BUFFERED`` False while compiling: the packed terms added in the lane,
 4 + 4 + 8 / 2 + 6), ``permuted`` (``PACKED`` False: a permute per matched lane, the lane before both),
-``buffered, dense pairs too`` (``PACKED_DENSE`` infinite: no pair starts in the all-pairs lane);
+``buffered, dense pairs too`` (``PACKED_DENSE`` infinite: no pair starts in the all-pairs lane), ``buffered, int64
+all pairs`` (int64 coordinates: every pair enters the lane, not only the skewed ones);
 ``fast_math`` (the width left unset) and NumKong's ``sparse_dot``. Thread CPU time, best and median of 9
 interleaved rounds (order rotated) of 3 calls, ns per input coordinate; ratios of medians.
 
@@ -30,7 +31,7 @@ NAMES = sys.argv[1].split(",") if len(sys.argv) > 1 else sweep.distributions()
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 1 << 20
 TYPES = [np.dtype(t).type for t in (sys.argv[3] if len(sys.argv) > 3 else "int32/float32").split("/")]
 VARIANTS = {"buffered": {}, "packed": {"BUFFERED": False}, "permuted": {"PACKED": False},
-            "buffered, dense pairs too": {"PACKED_DENSE": 1e30}}
+            "buffered, dense pairs too": {"PACKED_DENSE": 1e30}, "buffered, int64 all pairs": {"PACKED_START": {16: 8, 8: 8}}}
 
 
 def dot(x, y):
