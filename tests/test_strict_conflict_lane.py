@@ -93,7 +93,7 @@ def _check_buffered(lane, text: str, dtype: str, block: int) -> None:
         entry = str(lane.operation.block)
         check_in_order(entry, [re.compile(r"scf\.if %\w+ -> \(i32\)"), re.compile(r"arith\.uitofp %\w+ : i32 to f64"),
                                "arith.minimumf", "arith.maximumf",
-                               f"arith.constant {StrictConflictLaneBuilder.PACKED_DENSE:e} : f64",
+                               f"arith.constant {StrictConflictLaneBuilder.PACKED_DENSE[int(dtype[1:])]:e} : f64",
                                re.compile(r"arith\.cmpf oge, %\w+, %\w+ : f64"), "scf.yield", "} else {"])
 
 

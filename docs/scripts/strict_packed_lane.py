@@ -31,7 +31,7 @@ NAMES = sys.argv[1].split(",") if len(sys.argv) > 1 else sweep.distributions()
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 1 << 20
 TYPES = [np.dtype(t).type for t in (sys.argv[3] if len(sys.argv) > 3 else "int32/float32").split("/")]
 VARIANTS = {"buffered": {}, "packed": {"BUFFERED": False}, "permuted": {"PACKED": False},
-            "buffered, dense pairs too": {"PACKED_DENSE": 1e30}, "buffered, int64 all pairs": {"PACKED_START": {16: 8, 8: 8}}}
+            "buffered, dense pairs too": {"PACKED_DENSE": {32: 1e30, 64: 1e30}}, "buffered, int64 all pairs": {"PACKED_START": {16: 8, 8: 8}}}
 
 
 def dot(x, y):

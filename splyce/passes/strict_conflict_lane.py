@@ -18,10 +18,12 @@ overlap and more the all-pairs lane's 4 fixed adds a step are cheaper, which the
 Every pair of overlapping blocks meets exactly once and the blocks' ranges advance in order, so the matched
 coordinates come in ascending order across steps and the results are bit-identical to the plain sparsifier.
 
-int32 coordinates with f32 values (``packed_phase2``): phase 2 packs the matched terms in lane order by one compress
-and adds them in order (4 without a branch, 4 more under one branch, the rest under another; it stays in the lane), and a pair
-whose expected matches a step (from its lengths and first and last coordinates) reach ``PACKED_DENSE`` starts in the
-all-pairs lane (``_dense_start``; docs/passes.md, "The lane across coordinate distributions").
+Every type pair (``packed_phase2``): phase 2 packs the matched terms in lane order by compress (``vcompressps`` /
+``vcompresspd``) and stores them into a buffer per sum, added in order when it fills and after the lane
+(``_phase2_buffered``: no add chain in the lane; a pair that enters stays), and a pair whose expected matches a step
+(from its lengths and first and last coordinates) reach ``PACKED_DENSE`` starts in the all-pairs lane
+(``_dense_start``; docs/passes.md, "The buffered strict lane, every type pair"). The permute per lane
+(``_phase2_permuted``) and the packed adds in the lane (``_phase2_packed``) remain for the measurement script.
 
 Built for strict (``fast_math=False``) two-finger sums ``acc + term`` without stores, int32 or int64 coordinates
 (int64: the conflict lane's 8 x 8 blocks, ``vpconflictq``), the other operand's values f32 / f64, phase 2 in
@@ -123,7 +125,7 @@ def describe_packed(match: Coiteration) -> str:
         how = f"stored into a buffer, added in order each time it holds > {S.BUFFER} (one add per match)"
     else:
         how = f"{' + '.join(str(a) for a in S.packed_adds(block))} ordered adds"
-    start = (f"a pair expecting >= {S.PACKED_DENSE:g} matches a step ({block} lenB lenC / (span (lenB + lenC)), from "
+    start = (f"a pair expecting >= {S.dense_limit(match):g} matches a step ({block} lenB lenC / (span (lenB + lenC)), from "
              "its lengths and first and last coordinates) starts in the all-pairs lane" if S.PACKED_START[block] >= 0
              else "only pairs of length ratio >= 6 enter")
     return f"; matched lanes packed by vcompress, {how}; {start}"
@@ -190,7 +192,7 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
             span = arith.addf(arith.subf(arith.maximumf(ends[0][1], ends[1][1]), lo), arith.constant(f64, 1.0))
             lb, lc = (arith.uitofp(f64, arith.index_castui(ir.IntegerType.get_signless(64), n)) for n in lens)
             expected = arith.mulf(arith.constant(f64, float(self.block)), arith.mulf(lb, lc))
-            limit = arith.mulf(arith.constant(f64, self.PACKED_DENSE), arith.mulf(span, arith.addf(lb, lc)))
+            limit = arith.mulf(arith.constant(f64, self.dense_limit(m)), arith.mulf(span, arith.addf(lb, lc)))
             dense = arith.cmpf(arith.CmpFPredicate.OGE, expected, limit)
             scf.yield_([arith.select(dense, arith.constant(i32, -1), start)])
         with ir.InsertionPoint(branch.else_block):
@@ -263,10 +265,16 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
     # Matched lanes past which a packed step is busy (the credit's debit). The block: none is, a pair that enters
     # stays (_dense_start keeps the dense ones out): with 8, clustered pairs (runs of 64) left for the all-pairs lane
     # at their first overlapping runs and ran 0.91 ns against 0.50 staying (docs/passes.md)
-    # expected matches a step from which a pair starts in the all-pairs lane (_dense_start). Buffered: uniform pairs
-    # of 50 % overlap (4 a step) ran 0.86x, 61 % (power-law gaps a = 2) 0.91x the all-pairs lane's time in this
-    # lane, 80 % (6.4 a step) 1.17x (docs/passes.md, "The buffered strict lane"); the packed adds in the lane: 3
-    PACKED_DENSE = 6.0
+    # expected matches a step from which a pair starts in the all-pairs lane (_dense_start), by the terms' bits.
+    # Buffered, f32: uniform pairs of 50 % overlap (4 a step) ran 0.86x, 61 % (power-law gaps a = 2) 0.91x the
+    # all-pairs lane's time in this lane, 80 % (6.4 a step) 1.17x; f64 (two zmm of terms a step): 50 % 1.15x, so 3
+    # (docs/passes.md, "The buffered strict lane, every type pair"); the packed adds in the lane: 3
+    PACKED_DENSE = {32: 6.0, 64: 3.0}
+
+    @classmethod
+    def dense_limit(cls, match: Coiteration) -> float:
+        """``PACKED_DENSE`` for the terms of ``match`` (the widest)."""
+        return cls.PACKED_DENSE[max(ir.FloatType(red.term.type).width for red in match.reductions.values())]
     # the credit on entry of a packed lane; blocks of 8 (int64): only the skewed pairs enter, as with the permute per
     # lane (the others measured 1.11-1.21x slower packed than in the all-pairs lane: uniform x2 / x10, runs 8,
     # int64 / f64, docs/passes.md)
