@@ -287,7 +287,12 @@ def test_galloping_bit_identical_to_plain_sparsifier(dtype, width):
 THRESHOLD_CHILD = r"""
 import numpy as np, scipy.sparse as sps
 import splyce
+from splyce.native import codegen
+from splyce.options import has_fast_conflict_compares
 from splyce.passes.gallop_lane import LOG_CAP, LOG_FROM, skew_threshold
+
+# the profiled build is the timed one: strict int32 pairs run the strict conflict lane where the host has it
+conflict = has_fast_conflict_compares(codegen.host_target())
 
 def pair(short, long, swap, rng):
     # one row: `long` even coordinates in one operand, `short` spread over the same range in the other (some
@@ -309,7 +314,7 @@ for gallop in (16, 4):
     lane = splyce.jit(row_dot, gallop=gallop)
     # S = 1 and 4 (the option's ratio itself), 8, 64 and 2**(LOG_CAP + 1) (the log capped)
     for short in (1, 4, 8, 64, 1 << (LOG_CAP + 1)):
-        edge = skew_threshold(gallop, short)
+        edge = skew_threshold(gallop, short, conflict)
         assert edge >= gallop * short and ((short >= 1 << LOG_FROM) == (edge > gallop * short))
         for long, galloped in ((edge - 1, False), (edge, True)):
             for swap in (False, True):
@@ -326,7 +331,8 @@ print("checked", checked)
 
 def test_galloping_chosen_from_the_short_fibers_length():
     """The skewed path runs (profile's galloped coordinates > 0) exactly from long = skew_threshold(R, short):
-    R x short below 8 coordinates, (R + 2 floor(log2 short)) x short from 8 on, the log capped at LOG_CAP;
+    R x short below 8 coordinates, (R + 2 floor(log2 short)) x short from 8 on, the log capped at LOG_CAP, more for
+    a conflict lane's pair (the strict lane on a host with fast conflict compares: profiled builds build it too);
     one coordinate less runs the fast lane. Both orientations, two R, results bit-identical to the plain
     sparsifier."""
     proc = subprocess.run([sys.executable, "-c", THRESHOLD_CHILD], capture_output=True, text=True, timeout=600)

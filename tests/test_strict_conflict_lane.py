@@ -50,59 +50,51 @@ def _strict_lanes(module) -> list:
 
 
 def _check_lane(module, dtype: str, block: int, conflict: str, permute: str) -> None:
-    """The strict lane of ``module``'s K1: ``conflict`` 4 times, C's values permuted (``permute``), FIXED_ADDS[block]
-    matched lanes added without a branch (each term moved into lane 0: cttz, the permute by a broadcast index),
-    the rest under one ``scf.if`` by an ordered reduction of the step's terms (no loop, no fastmath), whole blocks
-    advanced, and a credit (i32) in its condition; then the all-pairs lane, then the scalar loop, in one block."""
+    """The strict lane of ``module``'s K1: ``conflict`` 4 times, C's values permuted (``permute``) once (twice for
+    f64 values on blocks of 16), the buffered phase 2 (``_check_buffered``), whole blocks advanced, and a credit
+    (i32) in its condition; then the all-pairs lane, then the scalar loop, in one block."""
     (lane,) = _strict_lanes(module)
     text = str(lane)
     assert text.count(f'"llvm.x86.avx512.conflict.{conflict}.512"') == 4
-    if block == 16 and dtype == "f32":
-        _check_packed(lane, text)
-        return
-    adds = StrictConflictLaneBuilder.FIXED_ADDS[block]
     values = 1 if block == 8 or dtype == "f32" else 2
-    assert text.count(permute) == values + adds
-    assert text.count("math.cttz") == adds and "math.ctpop" not in text
-    assert len(re.findall(rf"arith\.addf %\w+, %\w+ : {dtype}\n", text)) == adds
-    reductions = re.findall(r"vector\.reduction <add>.*", text)
-    assert len(reductions) == 1 and "fastmath" not in reductions[0]
-    body = lane.operation.regions[1].blocks[0]
-    assert not [op for op in body.operations if op.operation.name == "scf.while"]
-    assert [op for op in body.operations if op.operation.name == "scf.if"]
+    assert text.count(permute) == values
+    _check_buffered(lane, text, dtype, block)
     assert re.search(rf"arith\.select %\w+, %c{block}\w*, %c0\w* : index", text)
-    assert re.search(r"arith\.cmpi sge, %\w+, %c0_i32", text)      # the credit
     siblings = [op for op in lane.operation.block.operations if op.operation.name == "scf.while"]
     assert siblings[0] == lane and FAST_LANE_ATTR in siblings[1].operation.attributes and len(siblings) == 3
-    assert list(lane.results)[:len(siblings[1].operation.operands)] == list(siblings[1].operation.operands)[:len(
-        list(lane.results))]
+    # the strict lane's results feed the all-pairs lane: the cursors directly, the sum through the buffer's last adds
+    flush = [op for op in lane.operation.block.operations if op.operation.name == "scf.for"]
+    assert len(flush) == 1 and str(flush[0]).count("arith.addf") == 1 and "fastmath" not in str(flush[0])
 
 
-def _check_packed(lane, text: str) -> None:
-    """The packed phase 2 (blocks of 16, f32 terms): one compress of the step's terms by the match mask with -0.0
-    past the matched lanes, PACKED_ADDS[0] of its lanes added in order without a branch, PACKED_ADDS[1] more under
-    one scf.if and the rest under another (16 adds in all, each a static extract, no fastmath), no cttz or
-    reduction; the credit's busy test against PACKED_BUSY; on entry the expected matches a step (f64 arithmetic
-    on the lengths and the first and last coordinates) against PACKED_DENSE."""
-    first, second = StrictConflictLaneBuilder.PACKED_ADDS
-    assert text.count('"llvm.experimental.vector.compress"') == 1
-    assert re.search(r'llvm\.call_intrinsic "llvm\.experimental\.vector\.compress"\(%\w+, %\w+, %\w+\) : '
-                     r'\(vector<16xf32>, vector<16xi1>, vector<16xf32>\) -> vector<16xf32>', text)
+def _check_buffered(lane, text: str, dtype: str, block: int) -> None:
+    """The buffered phase 2: the step's terms compressed by the match mask (one compress; f64 terms of a block of
+    16: one per zmm half, by its half of the mask), stored whole at the buffer's fill, which moves on by the
+    mask's popcount; under one scf.if (the fill past BUFFER) a loop of one add per buffered term (no fastmath);
+    no add, cttz, permute per lane or reduction in the step itself; the credit in the condition; on entry (blocks
+    of 16) the expected matches a step (f64 arithmetic on the lengths and the first and last coordinates) against
+    PACKED_DENSE."""
+    halves = dtype == "f64" and block == 16
+    lanes = 8 if halves else block
+    compress = re.findall(r'llvm\.call_intrinsic "llvm\.experimental\.vector\.compress"\(%\w+, %\w+, %\w+\) : '
+                          rf'\(vector<(\d+)x{dtype}>, vector<(\d+)xi1>, vector<\d+x{dtype}>\)', text)
+    assert compress == [(str(lanes), str(lanes))] * (2 if halves else 1)
+    stores = re.findall(rf"vector\.store %\w+, %\w+\[%\w+\] : memref<{StrictConflictLaneBuilder.BUFFER + block}x{dtype}>, "
+                        rf"vector<{lanes}x{dtype}>", text)
+    assert len(stores) == (2 if halves else 1)
     assert "math.cttz" not in text and "vector.reduction" not in text and "math.ctpop" in text
-    adds = re.findall(r"arith\.addf %\w+, %\w+ : f32\n", text)
-    assert len(adds) == 16 and "fastmath" not in "".join(adds)
-    check_in_order(text, [*[re.compile(rf"vector\.extract %\w+\[{i}\] : f32 from vector<16xf32>") for i in range(first)],
-                          re.compile(rf"arith\.cmpi ugt, %\w+, %c{first}_i32"), "scf.if",
-                          re.compile(rf"vector\.extract %\w+\[{first + second - 1}\]"),
-                          re.compile(rf"arith\.cmpi ugt, %\w+, %c{first + second}_i32"), "scf.if",
-                          re.compile(r"vector\.extract %\w+\[15\]")])
-    assert re.search(rf"arith\.cmpi ugt, %\w+, %c{StrictConflictLaneBuilder.PACKED_BUSY}_i32", text)
-    entry = str(lane.operation.block)
-    check_in_order(entry, [re.compile(r"scf\.if %\w+ -> \(i32\)"), re.compile(r"arith\.uitofp %\w+ : i32 to f64"),
-                           "arith.minimumf", "arith.maximumf",
-                           f"arith.constant {StrictConflictLaneBuilder.PACKED_DENSE:e} : f64",
-                           re.compile(r"arith\.cmpf oge, %\w+, %\w+ : f64"), "scf.yield", "} else {"])
+    adds = re.findall(rf"arith\.addf %\w+, %\w+ : {dtype}\n", text)
+    assert len(adds) == 1 and "fastmath" not in "".join(adds)
+    check_in_order(text, ["math.ctpop", re.compile(rf"arith\.cmpi ugt, %\w+, %c{StrictConflictLaneBuilder.BUFFER}\b"),
+                          "scf.if", "scf.for", re.compile(rf"memref\.load %\w+\[%\w+\] : memref<\d+x{dtype}>"),
+                          "arith.addf"])
     assert re.search(r"arith\.cmpi sge, %\w+, %c0_i32", text)      # the credit
+    if block == 16:
+        entry = str(lane.operation.block)
+        check_in_order(entry, [re.compile(r"scf\.if %\w+ -> \(i32\)"), re.compile(r"arith\.uitofp %\w+ : i32 to f64"),
+                               "arith.minimumf", "arith.maximumf",
+                               f"arith.constant {StrictConflictLaneBuilder.PACKED_DENSE[int(dtype[1:])]:e} : f64",
+                               re.compile(r"arith\.cmpf oge, %\w+, %\w+ : f64"), "scf.yield", "} else {"])
 
 
 @pytest.mark.parametrize("dtype", ["f64", "f32"])
@@ -111,19 +103,19 @@ def test_strict_conflict_lane_ir(ctx, dtype):
     module = stage1(kernel_text("k1", dtype))
     (decision,) = run_splyce_pass(module, Options(phases=7, target=_zen4()))
     assert decision.vectorized and REASON in decision.reason and "n=4" in decision.reason
-    assert ("matched lanes packed by vcompress (4 + 4 + 8 ordered adds)" in decision.reason) == (dtype == "f32")
+    assert "matched lanes packed by vcompress, stored into a buffer, added in order" in decision.reason
     permute = "llvm.x86.avx512.permvar.sf.512" if dtype == "f32" else "llvm.x86.avx512.vpermi2var.pd.512"
     _check_lane(module, dtype, 16, "d", permute)
 
 
 @pytest.mark.parametrize("dtype", ["f64", "f32"])
 def test_strict_conflict_lane_int64_ir(ctx, dtype):
-    """int64 coordinates: the lane on blocks of 8 (4 vpconflictq, one 8-lane permute of C's values and of each
-    added term)."""
+    """int64 coordinates: the lane on blocks of 8 (4 vpconflictq, one 8-lane permute of C's values, the buffered
+    phase 2 on one ymm / zmm of terms), only skewed pairs entering it."""
     module = stage1(kernel_text("k1", dtype, 64))
     (decision,) = run_splyce_pass(module, Options(phases=7, target=_zen4()))
     assert decision.vectorized and REASON64 in decision.reason and "n=4" in decision.reason
-    assert "packed by vcompress" not in decision.reason
+    assert "packed by vcompress, stored into a buffer" in decision.reason and "ratio >= 6 enter" in decision.reason
     permute = "llvm.x86.avx2.permps" if dtype == "f32" else "llvm.x86.avx512.permvar.df.512"
     _check_lane(module, dtype, 8, "q", permute)
 
@@ -244,15 +236,24 @@ def test_strict_conflict_lane_paper_kernels_bit_identical(dtype):
         assert _same(lane(*ops), splyce.jit(spec.fun, vectorize=False)(*ops)), name
 
 
+@pytest.mark.parametrize("vtype", [np.float64, np.float32])
 @pytest.mark.parametrize("itype", [np.int32, np.int64])
-def test_strict_conflict_lane_machine_code(itype):
-    """The host's code: on AMD Zen 4 the kernel holds the lane's 4 vpconflictd (int64: vpconflictq) and the mask
-    bits' tzcnt; elsewhere no conflict instruction (the strict kernel has no conflict lane)."""
-    dim, b, bv, c, cv = fiber_pair(256, 0.1, 8, itype, np.float64)
+def test_strict_conflict_lane_machine_code(itype, vtype):
+    """The host's code: on AMD Zen 4 the kernel holds the lane's 4 vpconflictd (int64: vpconflictq), the matched
+    terms' register vcompressps / vcompresspd (two for f64 terms of a 16-block: one per zmm half; never the
+    memory form, microcoded on Zen 4), the mask's popcnt, and the buffer's ordered scalar adds; elsewhere no
+    conflict instruction (the strict kernel has no conflict lane)."""
+    dim, b, bv, c, cv = fiber_pair(256, 0.1, 8, itype, vtype)
     asm = splyce.jit(_dot).lower(_vector(dim, b, bv, itype), _vector(dim, c, cv, itype)).as_text("asm")
     q = "q" if itype == np.int64 else "d"
     assert len(re.findall(rf"\bvpconflict{q}\b", asm)) == (4 if _host_runs_it() else 0)
-    assert bool(re.search(r"\b(tzcnt|bsf)[lqw]?\b", asm)) or not _host_runs_it()
+    if not _host_runs_it():
+        return
+    s = "d" if vtype == np.float64 else "s"
+    compresses = re.findall(rf"\bvcompressp{s}\s+(\S+), (\S+)", asm)
+    assert len(compresses) == (2 if (itype, vtype) == (np.int32, np.float64) else 1)
+    assert all(dst.startswith("%") for _, dst in compresses)      # register form
+    assert re.search(r"\bpopcnt[lqw]?\b", asm) and re.search(rf"\bvadds{s}\b", asm)
 
 
 @st.composite

@@ -168,6 +168,7 @@ class FastLaneBuilder(LaneAddresses):
                 scf.condition(_tree(ok, arith.andi), list(before.arguments))
             after = fast.after.blocks.append(*types, *vec_types, *[v.type for v in carried])
             with ir.InsertionPoint(after):
+                self._carried_now = list(after.arguments)[own:]   # a subclass's phase 2 may read them
                 new_args = self._body(list(after.arguments)[:own])
                 scf.yield_(new_args + self._carried_next(list(after.arguments)[own:]))
         results = list(fast.results)[:len(types)]

@@ -32,9 +32,10 @@ from splyce.options import CONFLICT_WIDTH, DEFAULT_VECTOR_WIDTH, Options
 from splyce.passes.ir_utils import const_int, defined_outside, walk
 
 PROFILE_COUNTERS_SYMBOL = "splyce_profile_counters"
-PROFILE_SLOTS = 5  # coordinates consumed by: fast lanes, scalar epilogue steps, galloping jumps,
+PROFILE_SLOTS = 8  # coordinates consumed by: fast lanes, scalar epilogue steps, galloping jumps,
 #                   three- and four-way fast lanes (fast_lane.FAST_LANE_SLOT, ...), entries summed by
-#                   flat row loops (flat_rows.FLAT_ROWS_SLOT)
+#                   flat row loops (flat_rows.FLAT_ROWS_SLOT); the strict conflict lane's coordinates, fiber
+#                   pairs that entered it, pairs sent to the all-pairs lane (strict_conflict_lane.CONFLICT_LANE_SLOT, ...)
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,7 @@ def _describe(match: Coiteration, options: Options, builder: FastLaneBuilder, co
         text += (f"; first a strict lane of {_conflict_compares(block)}, block advance, ordered adds of the matched "
                  "lanes (left for the all-pairs lane when matches come densely)")
         if packed_phase2(match):
-            text += describe_packed()
+            text += describe_packed(match)
     if options.simd_mac:
         blocker = builder.simd2_blocker()
         if blocker:
@@ -326,8 +327,8 @@ def run_splyce_pass(module: ir.Module, options: Options) -> list[LoopDecision]:
                     loop_options = _unchosen(options, blocker)  # intersection loop, a chosen 16 for this lane
                     if loop_options is not options:
                         builder = lane(match, loop_options, counters)
-                # profiling builds keep the all-pairs lane alone (splyce.profile counts its steps)
-                conflict_first = counters is None and lane is FastLaneBuilder and blocker is not None and \
+                # profiling builds too: splyce.profile counts each lane's coordinates and the pairs' lane choice
+                conflict_first = lane is FastLaneBuilder and blocker is not None and \
                     strict_conflict_blocker(match, loop_options, builder) is None
                 fast = builder.build()
                 if counters is not None:

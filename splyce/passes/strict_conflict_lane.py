@@ -18,10 +18,12 @@ overlap and more the all-pairs lane's 4 fixed adds a step are cheaper, which the
 Every pair of overlapping blocks meets exactly once and the blocks' ranges advance in order, so the matched
 coordinates come in ascending order across steps and the results are bit-identical to the plain sparsifier.
 
-int32 coordinates with f32 values (``packed_phase2``): phase 2 packs the matched terms in lane order by one compress
-and adds them in order (4 without a branch, 4 more under one branch, the rest under another; it stays in the lane), and a pair
-whose expected matches a step (from its lengths and first and last coordinates) reach ``PACKED_DENSE`` starts in the
-all-pairs lane (``_dense_start``; docs/passes.md, "The lane across coordinate distributions").
+Every type pair (``packed_phase2``): phase 2 packs the matched terms in lane order by compress (``vcompressps`` /
+``vcompresspd``) and stores them into a buffer per sum, added in order when it fills and after the lane
+(``_phase2_buffered``: no add chain in the lane; a pair that enters stays), and a pair whose expected matches a step
+(from its lengths and first and last coordinates) reach ``PACKED_DENSE`` starts in the all-pairs lane
+(``_dense_start``; docs/passes.md, "The buffered strict lane, every type pair"). The permute per lane
+(``_phase2_permuted``) and the packed adds in the lane (``_phase2_packed``) remain for the measurement script.
 
 Built for strict (``fast_math=False``) two-finger sums ``acc + term`` without stores, int32 or int64 coordinates
 (int64: the conflict lane's 8 x 8 blocks, ``vpconflictq``), the other operand's values f32 / f64, phase 2 in
@@ -48,7 +50,14 @@ STRICT_CONFLICT_ATTR = "splyce.strict_conflict_lane"   # unit attribute marking 
 # The length ratio from which a pair stays in this lane to its end (docs/passes.md, "A strict conflict lane for skewed
 # pairs": measured against the n = 4 lane at 1:1 to 1:16 on AMD Zen 4)
 SKEW_RATIO = 6
-COMPRESS = "llvm.experimental.vector.compress"   # LLVM's generic register compress: vcompressps on AVX-512
+COMPRESS = "llvm.experimental.vector.compress"
+# profile counters (splyce_pass.PROFILE_SLOTS): coordinates this lane consumed; fiber pairs (long enough for one step)
+# that entered it; pairs sent on to the all-pairs lane from the start (dense ones: _dense_start)
+CONFLICT_LANE_SLOT, PAIRS_CONFLICT_SLOT, PAIRS_ALL_PAIRS_SLOT = 5, 6, 7
+
+
+def _true():
+    return arith.constant(ir.IntegerType.get_signless(1), 1)   # LLVM's generic register compress: vcompressps on AVX-512
 
 
 def strict_conflict_blocker(match: Coiteration, options: Options, builder: FastLaneBuilder) -> str | None:
@@ -98,19 +107,28 @@ def _lane_value(term, lane):
 
 def packed_phase2(match: Coiteration) -> bool:
     """Whether the strict lane of ``match`` packs its terms by compress (``StrictConflictLaneBuilder._phase2_packed``):
-    16-lane blocks (int32 coordinates) of f32 terms only (f64 terms span two zmm; int64 blocks and f64 values keep
-    the permute per lane: not measured packed)."""
-    if not (isinstance(match.crd_type, ir.IntegerType) and ir.IntegerType(match.crd_type).width == 32):
+    every strict lane the builder takes (int32 coordinates: blocks of 16, f32 terms in one zmm, f64 terms in two;
+    int64 coordinates: blocks of 8, f32 terms in one ymm, f64 in one zmm), unless ``PACKED`` was turned off (the
+    measurement scripts' permute per lane)."""
+    if not StrictConflictLaneBuilder.PACKED:
         return False
-    return all(isinstance(red.term.type, ir.FloatType) and ir.FloatType(red.term.type).width == 32
+    if not (isinstance(match.crd_type, ir.IntegerType) and ir.IntegerType(match.crd_type).width in CRD_BITS):
+        return False
+    return all(isinstance(red.term.type, ir.FloatType) and ir.FloatType(red.term.type).width in (32, 64)
                for red in match.reductions.values())
 
 
-def describe_packed() -> str:
-    first, second = StrictConflictLaneBuilder.PACKED_ADDS
-    return (f"; matched lanes packed by vcompress ({first} + {second} + {WIDTH - first - second} ordered adds), a pair "
-            f"expecting >= {StrictConflictLaneBuilder.PACKED_DENSE:g} matches a step (16 lenB lenC / (span (lenB + "
-            "lenC)), from its lengths and first and last coordinates) starts in the all-pairs lane")
+def describe_packed(match: Coiteration) -> str:
+    block = WIDTH if ir.IntegerType(match.crd_type).width == 32 else 8
+    S = StrictConflictLaneBuilder
+    if S.BUFFERED:
+        how = f"stored into a buffer, added in order each time it holds > {S.BUFFER} (one add per match)"
+    else:
+        how = f"{' + '.join(str(a) for a in S.packed_adds(block))} ordered adds"
+    start = (f"a pair expecting >= {S.dense_limit(match):g} matches a step ({block} lenB lenC / (span (lenB + lenC)), from "
+             "its lengths and first and last coordinates) starts in the all-pairs lane" if S.PACKED_START[block] >= 0
+             else "only pairs of length ratio >= 6 enter")
+    return f"; matched lanes packed by vcompress, {how}; {start}"
 
 
 def add_conflict_lane_first(match: Coiteration, fast_op, options: Options, counters=None) -> None:
@@ -143,10 +161,19 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
         lens = [arith.subi(hi, inits[p]) for p, hi in zip(m.cursor_pos, m.bounds)]
         skewed = arith.cmpi(CMPI_UGE, arith.maxui(*lens), arith.muli(arith.minui(*lens), _index(SKEW_RATIO)))
         self._cap = arith.select(skewed, arith.constant(i32, 1 << 30), arith.constant(i32, self.CREDIT_CAP))
-        start = arith.constant(i32, self.CREDIT_START[self.block])
         if self._packed():
-            start = self._dense_start(inits, lens, start)
-        return [arith.select(skewed, self._cap, start)]
+            start = self._dense_start(inits, lens, arith.constant(i32, self.PACKED_START[self.block]))
+        else:
+            start = arith.constant(i32, self.CREDIT_START[self.block])
+        credit = arith.select(skewed, self._cap, start)
+        fill = [_index(0)] if self._buffered() else []
+        if self.profile_counters is not None:   # the pair's lane choice, for pairs long enough for a step
+            steps = arith.cmpi(CMPI_UGE, arith.minui(*lens), _index(self.block))
+            enters = arith.cmpi(CMPI_SGE, credit, arith.constant(i32, 0))
+            for slot, chosen in ((PAIRS_CONFLICT_SLOT, enters), (PAIRS_ALL_PAIRS_SLOT, arith.xori(enters, _true()))):
+                self._count(self.profile_counters, slot,
+                            arith.select(arith.andi(steps, chosen), _index(1), _index(0)))
+        return [credit] + fill
 
     def _dense_start(self, inits, lens, start):
         """The packed lane's credit on entry, from the pair's lengths and first and last coordinates: ``start``, or
@@ -165,7 +192,7 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
             span = arith.addf(arith.subf(arith.maximumf(ends[0][1], ends[1][1]), lo), arith.constant(f64, 1.0))
             lb, lc = (arith.uitofp(f64, arith.index_castui(ir.IntegerType.get_signless(64), n)) for n in lens)
             expected = arith.mulf(arith.constant(f64, float(self.block)), arith.mulf(lb, lc))
-            limit = arith.mulf(arith.constant(f64, self.PACKED_DENSE), arith.mulf(span, arith.addf(lb, lc)))
+            limit = arith.mulf(arith.constant(f64, self.dense_limit(m)), arith.mulf(span, arith.addf(lb, lc)))
             dense = arith.cmpf(arith.CmpFPredicate.OGE, expected, limit)
             scf.yield_([arith.select(dense, arith.constant(i32, -1), start)])
         with ir.InsertionPoint(branch.else_block):
@@ -176,30 +203,96 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
         return [arith.cmpi(CMPI_SGE, carried[0], arith.constant(carried[0].type, 0))]
 
     def _carried_next(self, carried: list) -> list:
-        (credit,) = carried
+        credit = carried[0]
         t = credit.type
         step = arith.select(self._busy, arith.constant(t, -self.CREDIT_DEBIT), arith.constant(t, 1))
-        return [arith.minsi(arith.addi(credit, step), self._cap)]
+        return [arith.minsi(arith.addi(credit, step), self._cap)] + ([self._next_fill] if self._buffered() else [])
 
     def build(self):
+        self.counter_slot = CONFLICT_LANE_SLOT
+        self._buffers = {}
         fast = super().build()
         del fast.operation.attributes[FAST_LANE_ATTR]   # tests and tools count the all-pairs lane as "the" lane
         fast.operation.attributes[STRICT_CONFLICT_ATTR] = ir.UnitAttr.get()
+        if self._buffered():   # the terms still in the buffers, added after the lane
+            w = self.m.while_op
+            fill = fast.results[len(w.operation.operands) + 1]
+            with ir.InsertionPoint(w):
+                sums = self._flush([w.operation.operands[pos] for pos in self._buffers], fill)
+            for pos, value in zip(self._buffers, sums):
+                w.operation.operands[pos] = value
         return fast
 
-    # The packed phase 2 (``_phase2_packed``: blocks of 16 with f32 values, where the terms fill one zmm): matched
-    # lanes added in order without a branch, then under one branch; more than their sum is a busy step
-    PACKED_ADDS = (4, 4)
-    # Matched lanes past which a packed step is busy (the credit's debit). WIDTH: none is, a pair that enters stays
-    # (_dense_start keeps the dense ones out): with 8, clustered pairs (runs of 64) left for the all-pairs lane at
-    # their first overlapping runs and ran 0.91 ns against 0.50 staying (docs/passes.md)
-    PACKED_BUSY = WIDTH
-    PACKED_DENSE = 3.0   # expected matches a step from which a pair starts in the all-pairs lane (_dense_start)
+    # The buffered phase 2 (``_phase2_buffered``): the matched lanes' packed terms stored into a buffer per sum, added
+    # in order by a loop of one add per term when it fills (and after the lane)
+    BUFFERED = True   # the measurement scripts turn it off (the packed adds in the lane) to compare
+    BUFFER = 512      # terms a buffer holds before it is added up (2 / 4 KiB: stays in L1)
+
+    def _buffered(self) -> bool:
+        return self.BUFFERED and self._packed()
+
+    def _buffer(self, pos: int, et: ir.Type):
+        """The buffer of the sum at iter-arg ``pos``: ``BUFFER + block`` elements on the stack, allocated once at
+        the function's entry."""
+        if pos not in self._buffers:
+            func = self.m.while_op.operation
+            while func.name != "func.func":
+                func = func.parent
+            with ir.InsertionPoint.at_block_begin(func.regions[0].blocks[0]):
+                self._buffers[pos] = memref.alloca(ir.MemRefType.get([self.BUFFER + self.block], et), [], [])
+        return self._buffers[pos]
+
+    def _flush(self, sums: list, fill) -> list:
+        """``sums`` (in ``self._buffers``' order) plus their buffers' first ``fill`` terms, one add each, in order
+        (the sum's own add op: the scalar loop's additions)."""
+        adds = {pos: red.add_op for pos, red in self.m.reductions.items()}
+        loop = scf.ForOp(_index(0), fill, _index(1), sums)
+        with ir.InsertionPoint(loop.body):
+            k = loop.induction_variable
+            out = []
+            for pos, acc in zip(self._buffers, loop.inner_iter_args):
+                term = memref.load(self._buffers[pos], [k])
+                out.append(_clone_with(adds[pos], [acc, term], [acc.type])[0])
+            scf.yield_(out)
+        return list(loop.results)
+
+    # The packed phase 2 (``_phase2_packed``): matched lanes added in order without a branch, then under one branch,
+    # then the rest under another (``packed_adds``)
+    PACKED = True   # the measurement scripts turn it off (the permute per lane) to compare
+    # per block: 4 + 4 (+ 8) on blocks of 16; 2 + 6 on blocks of 8 (only skewed pairs enter them, with fewer matches a
+    # step: 4 branchless adds measured 1.13x the permute per lane's 2 at 1:16, int64 / f64)
+    PACKED_ADDS = {16: (4, 4), 8: (2, 6)}
+    # Matched lanes past which a packed step is busy (the credit's debit). The block: none is, a pair that enters
+    # stays (_dense_start keeps the dense ones out): with 8, clustered pairs (runs of 64) left for the all-pairs lane
+    # at their first overlapping runs and ran 0.91 ns against 0.50 staying (docs/passes.md)
+    # expected matches a step from which a pair starts in the all-pairs lane (_dense_start), by the terms' bits.
+    # Buffered, f32: uniform pairs of 50 % overlap (4 a step) ran 0.86x, 61 % (power-law gaps a = 2) 0.91x the
+    # all-pairs lane's time in this lane, 80 % (6.4 a step) 1.17x; f64 (two zmm of terms a step): 50 % 1.15x, so 3
+    # (docs/passes.md, "The buffered strict lane, every type pair"); the packed adds in the lane: 3
+    PACKED_DENSE = {32: 6.0, 64: 3.0}
+
+    @classmethod
+    def dense_limit(cls, match: Coiteration) -> float:
+        """``PACKED_DENSE`` for the terms of ``match`` (the widest)."""
+        return cls.PACKED_DENSE[max(ir.FloatType(red.term.type).width for red in match.reductions.values())]
+    # the credit on entry of a packed lane; blocks of 8 (int64): only the skewed pairs enter, as with the permute per
+    # lane (the others measured 1.11-1.21x slower packed than in the all-pairs lane: uniform x2 / x10, runs 8,
+    # int64 / f64, docs/passes.md)
+    PACKED_START = {16: 8, 8: -1}
+
+    @classmethod
+    def packed_adds(cls, block: int) -> tuple:
+        """The packed phase 2's ordered adds: without a branch, under a first branch, under a second (none past the
+        block)."""
+        first, second = cls.PACKED_ADDS[block]
+        return tuple(a for a in (first, min(second, block - first), block - first - second) if a > 0)
 
     def _packed(self) -> bool:
         return packed_phase2(self.m)
 
     def _phase2(self, args, st):
+        if self._buffered():
+            return self._phase2_buffered(args, st)
         if self._packed():
             return self._phase2_packed(args, st)
         return self._phase2_permuted(args, st)
@@ -222,7 +315,7 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
         one ``vcompressps``, -0.0 past the last matched lane) and added to the sums in that order: the first
         ``PACKED_ADDS[0]`` without a branch (-0.0 is the identity), the next ``PACKED_ADDS[1]`` under one branch
         (more matched lanes than the first), the rest under a second; a step with more matched lanes than
-        ``PACKED_BUSY`` is busy (the credit; none at WIDTH). Each added lane is a static extract of the packed vector: no
+        the block is busy (none: a pair that enters stays). Each added lane is a static extract of the packed vector: no
         per-lane cttz or permute. Against the permute per lane (3 adds, then an ordered reduction of all 16 lanes):
         1.3-1.8x faster on clustered and power-law pairs, 1.1-1.3x on uniform pairs to 25 % overlap (docs/passes.md,
         "The lane across coordinate distributions")."""
@@ -231,22 +324,21 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
         i32 = ir.IntegerType.get_signless(32)
         bits = vector.extract(vector.bitcast(_vtype(1, ir.IntegerType.get_signless(self.block)), mask), [], [0])
         count = arith.extui(i32, math.ctpop(bits))
-        packed = [llvm.call_intrinsic(term.type, COMPRESS, [term, mask, vector.broadcast(
-            term.type, _neg_zero(ir.VectorType(term.type).element_type))], [], []) for term in terms]
+        packed = [self._compress(term, mask, bits) for term in terms]
         sums = [args[pos] for pos in positions]
 
         def add_lanes(sums, lo, hi):
             out = []
-            for lanes, add, acc in zip(packed, adds, sums):
+            for lane, add, acc in zip(packed, adds, sums):
                 for i in range(lo, hi):
-                    acc = _clone_with(add, [acc, vector.extract(lanes, [], [i])], [acc.type])[0]
+                    acc = _clone_with(add, [acc, lane(i)], [acc.type])[0]
                 out.append(acc)
             return out
 
-        first, second = self.PACKED_ADDS
+        first, *more_adds = self.packed_adds(self.block)
         sums = add_lanes(sums, 0, first)
         done = first
-        for more in (second, self.block - first - second):
+        for more in more_adds:
             taken = arith.cmpi(CMPI_UGT, count, arith.constant(i32, done))
             branch = scf.IfOp(taken, [s.type for s in sums], has_else=True)
             with ir.InsertionPoint(branch.then_block):
@@ -255,8 +347,96 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
                 scf.yield_(sums)
             sums = list(branch.results)
             done += more
-        self._busy = arith.cmpi(CMPI_UGT, count, arith.constant(i32, self.PACKED_BUSY))
+        self._busy = arith.cmpi(CMPI_UGT, count, arith.constant(i32, self.block))   # never: a pair that enters stays
         return {pos: sums[k] for k, pos in enumerate(positions)}
+
+    def _phase2_buffered(self, args, st):
+        """The matched lanes' terms packed in lane order (one compress: ``vcompressps`` / ``vcompresspd``; f64 terms
+        of a block of 16: each half by its half of the mask) and stored whole (an unaligned vector store) into the
+        sum's buffer at its fill, which moves on by the step's matches (popcnt); a buffer holding more than
+        ``BUFFER`` terms is added up in order under one branch (``_flush``) and refilled from 0. The lane then
+        carries no add chain: its steps cost the same at any overlap, and the ordered adds, one per matched term
+        (none for the -0.0 fillers the packed adds spent on every step), run in a tight loop of loads and adds.
+        The terms come in ascending coordinate order across steps (every pair of overlapping blocks meets once),
+        so the sums are the scalar loop's, bit for bit."""
+        terms, adds, positions = self._terms(args, st)
+        mask = st["matched"].vec()
+        bits = vector.extract(vector.bitcast(_vtype(1, ir.IntegerType.get_signless(self.block)), mask), [], [0])
+        idx_t = ir.IndexType.get()
+        count = arith.index_castui(idx_t, math.ctpop(bits))
+        fill = self._carried_now[1]
+        for term, pos in zip(terms, positions):
+            vt = ir.VectorType(term.type)
+            et, lanes = vt.element_type, vt.shape[0]
+            buf = self._buffer(pos, et)
+            fill_value = vector.broadcast(term.type, _neg_zero(et))
+            if lanes == WIDTH and ir.FloatType(et).width == 64:
+                half_t, at = _vtype(HALF, et), fill
+                low_bits = arith.trunci(ir.IntegerType.get_signless(HALF), bits)
+                for h in (0, HALF):
+                    part = list(range(h, h + HALF))
+                    packed = llvm.call_intrinsic(half_t, COMPRESS, [vector.shuffle(term, term, part),
+                                                                    vector.shuffle(mask, mask, part),
+                                                                    vector.broadcast(half_t, _neg_zero(et))], [], [])
+                    vector.store(packed, buf, [at])
+                    if h == 0:
+                        at = arith.addi(fill, arith.index_castui(idx_t, math.ctpop(low_bits)))
+            else:
+                vector.store(llvm.call_intrinsic(term.type, COMPRESS, [term, mask, fill_value], [], []), buf, [fill])
+        filled = arith.addi(fill, count)
+        full = arith.cmpi(CMPI_UGT, filled, _index(self.BUFFER))
+        sums = [args[pos] for pos in positions]
+        branch = scf.IfOp(full, [s.type for s in sums] + [idx_t], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.yield_(self._flush(sums, filled) + [_index(0)])
+        with ir.InsertionPoint(branch.else_block):
+            scf.yield_(sums + [filled])
+        self._next_fill = branch.results[len(sums)]
+        self._busy = arith.constant(ir.IntegerType.get_signless(1), 0)   # never: a pair that enters stays
+        return {pos: branch.results[k] for k, pos in enumerate(positions)}
+
+    def _compress(self, term, mask, bits):
+        """A function of a lane index ``i`` giving the ``i``-th matched lane of ``term`` in lane order (-0.0 past
+        the matched ones), built at the insertion point of its first call for each vector it reads.
+
+        One zmm / ymm of terms (f32 on blocks of 16, f32 / f64 on blocks of 8): one ``llvm.experimental.vector.compress``
+        (vcompressps / vcompresspd), lane ``i`` a static extract. f64 terms of a block of 16 span two zmm, which
+        LLVM's compress of a vector<16xf64> splits and joins through the stack (a store-forwarding stall a step):
+        instead each half is compressed by its half of the mask (two vcompresspd), and the matched lanes 0-7 are
+        one two-source permute (vpermi2pd) of the halves, index ``i < nlo ? i : 8 + i - nlo`` (``nlo``: the low
+        half's matches); lanes 8-15 (a step with more than 8 matches: built where first asked, under its branch) a
+        permute of the high half and -0.0 by ``8 + i - nlo``."""
+        vt = ir.VectorType(term.type)
+        et, lanes = vt.element_type, vt.shape[0]
+        neg = _neg_zero(et)
+        if not (lanes == WIDTH and ir.FloatType(et).width == 64):
+            packed = llvm.call_intrinsic(term.type, COMPRESS, [term, mask, vector.broadcast(term.type, neg)], [], [])
+            return lambda i: vector.extract(packed, [], [i])
+        half_t, i1, i64 = _vtype(HALF, et), ir.IntegerType.get_signless(1), ir.IntegerType.get_signless(64)
+        halves, masks = [], []
+        for h in (0, HALF):
+            part = list(range(h, h + HALF))
+            halves.append(llvm.call_intrinsic(half_t, COMPRESS, [vector.shuffle(term, term, part),
+                                                                 vector.shuffle(mask, mask, part),
+                                                                 vector.broadcast(half_t, neg)], [], []))
+        low_bits = arith.trunci(ir.IntegerType.get_signless(HALF), bits)
+        nlo = vector.broadcast(_vtype(HALF, i64), arith.extui(i64, math.ctpop(low_bits)))
+        vi = _vtype(HALF, i64)
+        iota = arith.constant(vi, ir.DenseElementsAttr.get(np.arange(HALF, dtype=np.int64), type=vi))
+        from_high = arith.subi(arith.addi(iota, int_splat(vi, HALF)), nlo)     # 8 + i - nlo
+        built = {}
+
+        def lane(i):
+            k = i // HALF
+            if k not in built:
+                if k == 0:
+                    idx = arith.select(arith.cmpi(arith.CmpIPredicate.ult, iota, nlo), iota, from_high)
+                    built[0] = llvm.call_intrinsic(half_t, PERMUTE[64], [halves[0], idx, halves[1]], [], [])
+                else:
+                    built[1] = llvm.call_intrinsic(half_t, PERMUTE[64], [halves[1], from_high,
+                                                                         vector.broadcast(half_t, neg)], [], [])
+            return vector.extract(built[k], [], [i % HALF])
+        return lane
 
     def _phase2_permuted(self, args, st):
         """The SIMD phase 2's term vectors, added to the sums one matched lane at a time, in lane order: the first

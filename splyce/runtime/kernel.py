@@ -215,8 +215,19 @@ def _labelled(low: Lowering, plan: Plan, call=None) -> Lowering:
     """``low`` with the texts of the stages before lowering (``as_text("trace")``, ``as_text("plan")``; the
     latter says when the plan runs on the native kernel library instead, ``call``)."""
     low.texts["trace"] = plan.source.as_text()
-    low.texts["plan"] = plan.as_text() + ("\n" + call.describe() if call is not None else "")
+    low.texts["plan"] = plan.as_text() + ("\n" + call.describe() if call is not None else "") + _lanes(low)
     return low
+
+
+def _lanes(low: Lowering) -> str:
+    """The plan text's last lines: the Splyce pass's lane per coiteration loop (which lanes, the per-pair rules
+    that choose between them: galloping, the strict conflict lane, the all-pairs lane); ``splyce.profile``
+    counts what each took on a call."""
+    if not low.decisions:
+        return ""
+    lines = [f"  loop {d.index} of @{d.function}: {'lane' if d.vectorized else 'scalar'}: {d.reason}"
+             for d in low.decisions]
+    return "\nSplyce lanes (per coiteration loop; splyce.profile counts them per call):\n" + "\n".join(lines)
 
 
 def _values_of(x) -> np.ndarray:

@@ -36,6 +36,13 @@ class Profile:
     flat_rows : int
         Entries summed by flat row loops: row sums (SpMV) on rows of a few entries, one loop over the
         entries instead of one per row (not part of ``total``: they coiterate nothing).
+    conflict_lane : int
+        Of ``fast_lane``: coordinates consumed by the strict conflict lane (16 x 16 / 8 x 8 blocks, ordered adds
+        of the matched lanes); the rest of ``fast_lane`` by the all-pairs lane.
+    pairs_conflict_lane, pairs_all_pairs_lane : int
+        The lane choice per fiber pair (pairs long enough for one block, not galloping): pairs that started in
+        the strict conflict lane; pairs sent to the all-pairs lane from the start (many matches a step expected
+        from their lengths and first and last coordinates).
     """
 
     fast_lane: int        # coordinates consumed by fast-lane iterations
@@ -44,6 +51,9 @@ class Profile:
     gallop: int = 0       # coordinates skipped by galloping (skew-aware intersection)
     multiway: int = 0     # coordinates consumed by three- and four-way fast lanes (a * b * c)
     flat_rows: int = 0    # entries summed by flat row loops (rows of a few entries, passes/flat_rows.py)
+    conflict_lane: int = 0          # of fast_lane: coordinates the strict conflict lane consumed
+    pairs_conflict_lane: int = 0    # fiber pairs that started in the strict conflict lane
+    pairs_all_pairs_lane: int = 0   # fiber pairs sent to the all-pairs lane from the start
 
     @property
     def total(self) -> int:
@@ -62,7 +72,13 @@ class Profile:
         if self.multiway:
             text += f"{self.multiway} multi-way fast-lane, "
         text += f"{self.epilogue} epilogue"
-        return text + (f", {self.gallop} galloped coordinates)" if self.gallop else " coordinates)")
+        text += f", {self.gallop} galloped coordinates)" if self.gallop else " coordinates)"
+        if self.pairs_conflict_lane or self.pairs_all_pairs_lane:
+            text += (f"; strict lanes: {self.conflict_lane} coordinates in the conflict lane, "
+                     f"{self.fast_lane - self.conflict_lane} in the all-pairs lane; fiber pairs: "
+                     f"{self.pairs_conflict_lane} started in the conflict lane, {self.pairs_all_pairs_lane} in the "
+                     "all-pairs lane")
+        return text
 
 
 _TWINS: "weakref.WeakKeyDictionary[Jitted, Jitted]" = weakref.WeakKeyDictionary()
@@ -119,5 +135,5 @@ def profile(f, /, *args, **kwargs) -> Profile:
     counters = (ctypes.c_int64 * PROFILE_SLOTS).from_address(address)
     counters[:] = [0] * PROFILE_SLOTS
     kernel.run(values)
-    return Profile(int(counters[0]), int(counters[1]), tuple(kernel.lowering.decisions), int(counters[2]),
-                   int(counters[3]), int(counters[4]))
+    c = [int(x) for x in counters]
+    return Profile(c[0] + c[5], c[1], tuple(kernel.lowering.decisions), c[2], c[3], c[4], c[5], c[6], c[7])
