@@ -68,7 +68,7 @@ class Segment:
 
     def __init__(self, targets: list[Node], available: dict[Node, int], make_jitted):
         reached = _walk_until(targets, available)
-        inputs = [n for n in reached if n in available]
+        inputs = sorted((n for n in reached if n in available), key=available.get)
         for n in reached:
             if n.op in ("loop", "loop_out", "loop_input") and n not in available:
                 raise AssertionError(f"stage cut missed {n!r}")
@@ -164,31 +164,39 @@ class LoopStage:
         values = ([np.zeros(1, np.int64)] if index else []) + list(carry) \
             + [_slice(x, 0, t) for x, t in zip(xs, self.xs_types)] + list(free)
         xs_at = first + n_carry
-        run = self.body.single_kernel(values)   # (values -> results) with values prepared once, or None
-        operands = run[1] if run is not None else values
-        step = run[0] if run is not None else self.body.run
+        direct = self.body.single_kernel(values)   # the body's kernel on operands prepared once, or None
+        if direct is not None:
+            def put(k, value):
+                values[k] = value
+                direct.set(k, value)
+            step = direct
+        else:
+            def put(k, value):
+                values[k] = value
+            step = self.body.run
         count = 0
         if steps is None:
             while bool(cond[0]):
-                results = step(operands)
+                results = step(values)
                 for j in range(n_carry):
-                    operands[first + j] = as_operand(results[j], self.carry_types[j])
-                cond = as_operand(results[n_carry], TensorType((), "bool", None))
+                    put(first + j, results[j])
+                cond = results[n_carry]
                 count += 1
         else:
             for i in steps:
                 if index:
-                    operands[0] = np.full(1, i, dtype=np.int64)
+                    put(0, np.full(1, i, dtype=np.int64))
                 for j, (x, t) in enumerate(zip(xs, self.xs_types)):
-                    operands[xs_at + j] = _slice(x, i, t)
-                results = step(operands)
+                    put(xs_at + j, _slice(x, i, t))
+                results = step(values)
                 for j in range(n_carry):
-                    operands[first + j] = as_operand(results[j], self.carry_types[j])
+                    put(first + j, results[j])
                 for j in range(n_ys):
-                    ys[j][i] = results[len(results) - n_ys + j]
+                    ys[j][i] = as_result(results[len(results) - n_ys + j], self.ys_types[j]) \
+                        if self.ys_types[j].ndim == 0 else results[len(results) - n_ys + j]
                 count += 1
         self.iterations = count
-        final = [operands[first + j] for j in range(n_carry)] if count else list(carry)
+        final = [values[first + j] for j in range(n_carry)] if count else list(carry)
         return final + ys
 
 
@@ -234,19 +242,15 @@ class Program:
         self.outputs = tuple(available[o] for o in outputs)
 
     def single_kernel(self, values: list):
-        """For a program that is one segment reading its inputs in order: ``(step, operands)``, the
-        compiled kernel's ``run_exact`` (0-d results as 1-element arrays) and the operands prepared once for
-        it. None otherwise (then ``run`` per iteration)."""
+        """For a program that is one segment (no loop inside): a ``Direct`` call of its compiled kernel on
+        operands prepared once, else None (then ``run`` per call)."""
         if len(self.stages) != 1 or not isinstance(self.stages[0], Segment):
             return None
         segment = self.stages[0]
-        if segment.reads != tuple(range(self.n_inputs)) or self.outputs != tuple(range(self.n_inputs,
-                                                                                       self.n_inputs + len(segment.targets))):
+        kernel, operands = segment.jitted.kernel_for(*[values[s] for s in segment.reads])
+        if len(operands) != len(segment.reads):
             return None
-        kernel, operands = segment.jitted.kernel_for(*values)
-        if len(operands) != len(values):
-            return None
-        return kernel.run_exact, operands
+        return Direct(self, kernel, operands)
 
     def run(self, values: list) -> list:
         env = list(values)
@@ -281,6 +285,35 @@ def _plan_text(kernel) -> str:
     text = plan.as_text() if plan is not None else "(no plan)"
     call = getattr(kernel, "call", None)
     return text + ("\n" + call.describe() if call is not None else "")
+
+
+class Direct:
+    """A one-segment program's kernel called on operands prepared once: ``set(k, value)`` replaces the
+    program's input ``k`` (a carry leaf, the index), ``__call__`` runs the kernel and returns the program's
+    outputs (0-d ones as 1-element arrays)."""
+
+    def __init__(self, program: Program, kernel, operands: list):
+        segment = program.stages[0]
+        n = program.n_inputs
+        self.run = kernel.run_exact
+        self.operands = operands
+        self.position = {s: k for k, s in enumerate(segment.reads)}
+        self.inputs: dict[int, object] = {}
+        # per output: the kernel's result k (>= 0), or the program's input -1 - slot (returned as it is)
+        self.picks = tuple(s - n if s >= n else -1 - s for s in program.outputs)
+        self.scalar = tuple(np.dtype(t.type.dtype) if t.type.ndim == 0 else None for t in segment.targets)
+
+    def set(self, k: int, value) -> None:
+        self.inputs[k] = value
+        at = self.position.get(k)
+        if at is not None:
+            self.operands[at] = value
+
+    def __call__(self, inputs: list) -> list:
+        results = self.run(self.operands)
+        scalar = self.scalar
+        return [(results[p] if scalar[p] is None else np.full(1, results[p], dtype=scalar[p])) if p >= 0
+                else inputs[-1 - p] for p in self.picks]
 
 
 class StagedPlan:
