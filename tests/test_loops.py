@@ -64,7 +64,7 @@ def _check_cg(name, tmp_path_factory, jitted):
     b = np.random.default_rng(3).standard_normal(A.shape[0])
     x, r, p, rs, k = (splyce.jit(cg) if jitted else cg)(A, b)
     want, steps = _scipy_cg(A, b, 1e-10)
-    assert abs(int(k) - steps) <= 1
+    assert abs(int(k) - steps) <= max(2, steps // 20)     # dot products rounded in other orders
     assert np.linalg.norm(x - want) <= 1e-8 * np.linalg.norm(want)
     assert np.linalg.norm(A @ x - b) <= 1.01e-10 * np.linalg.norm(b)
 

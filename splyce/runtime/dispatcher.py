@@ -8,6 +8,7 @@ call the native entry point on the operands' own buffers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -18,7 +19,7 @@ import weakref
 
 import numpy as np
 
-from splyce.planner import nonfinite
+from splyce.planner import cuts, nonfinite
 from splyce.planner.plan import make_plan
 from splyce.runtime import (aliasing, arguments, call_args, disk_cache, disk_kernels, lane_tuning, library,
                             result_tree, scipy_results, staged)
@@ -378,6 +379,11 @@ class Jitted:
             return source, tree, staged.StagedPlan(source, constants, self._stage_jitted)
         nnz = tuple(_stored_entries(v) for v in (*values, *constants))
         native = library.native_steps(key.options)
+        # native products anywhere (planner/cuts.py): cut where they pay, with or without the Splyce pass (the
+        # plain sparsifier's stages are the same, so the pass changes no result)
+        found = cuts.cut_points(source, nnz, library.native_steps(dataclasses.replace(key.options, vectorize=True)))
+        if found:
+            return source, tree, staged.StagedPlan(source, constants, self._stage_jitted, cuts.levels(source, found))
         return source, tree, make_plan(source, nnz, constants=tuple(constants), native=native)
 
     def _lower(self, key: CacheKey, specs, values, disk: bool = False, planned=None):

@@ -78,7 +78,11 @@ class Segment:
         self.jitted = make_jitted(self.trace)
 
     def run(self, env: list) -> list:
-        kernel, values = self.jitted.kernel_for(*[env[s] for s in self.reads])
+        args = [env[s] for s in self.reads]
+        values = []
+        kernel = self.jitted._filed(args, values)     # the dispatcher's cached fast path, else the full lookup
+        if kernel is None:
+            kernel, values = self.jitted.kernel_for(*args)
         results = kernel.run_exact(values)
         return [as_operand(r, t.type) for r, t in zip(results, self.targets)]
 
@@ -241,6 +245,33 @@ class Program:
                 slots += 1
         self.outputs = tuple(available[o] for o in outputs)
 
+    @classmethod
+    def cut(cls, outputs: list[Node], inputs: list[Node], level: dict, make_jitted) -> "Program":
+        """The program of a trace without loops cut into stages by ``level`` (planner/cuts.py): stage ``s``
+        one segment computing the values at level ``s`` that a later stage or the results read."""
+        self = cls.__new__(cls)
+        available = {n: k for k, n in enumerate(inputs)}
+        self.n_inputs = len(inputs)
+        self.stages = []
+        self.output_types = tuple(n.type for n in outputs)
+        order = _walk_until(outputs, available)
+        wanted = set(outputs)
+        for node in order:
+            for a in node.args:
+                if level[a] < level[node]:
+                    wanted.add(a)
+        slots = len(inputs)
+        for s in range(max((level[o] for o in outputs), default=0) + 1):
+            targets = [n for n in order if level[n] == s and n in wanted and n not in available]
+            if not targets:
+                continue
+            self.stages.append(Segment(targets, available, make_jitted))
+            for n in targets:
+                available[n] = slots
+                slots += 1
+        self.outputs = tuple(available[o] for o in outputs)
+        return self
+
     def single_kernel(self, values: list):
         """For a program that is one segment (no loop inside): a ``Direct`` call of its compiled kernel on
         operands prepared once, else None (then ``run`` per call)."""
@@ -319,15 +350,21 @@ class Direct:
 class StagedPlan:
     """A traced function with loops, as the dispatcher keeps it in place of a ``Plan``."""
 
-    def __init__(self, source: Trace, constants: list, make_jitted):
+    def __init__(self, source: Trace, constants: list, make_jitted, level: dict | None = None):
         self.source = source
         self.trace = source
         self.constants = tuple(constants)
+        self.cut = level is not None
         inputs = [Node("input", (), (k,), t) for k, t in enumerate(source.inputs)]
-        self.program = Program(list(source.outputs), inputs, make_jitted)
+        if level is None:
+            self.program = Program(list(source.outputs), inputs, make_jitted)
+        else:
+            self.program = Program.cut(list(source.outputs), inputs, level, make_jitted)
 
     def as_text(self) -> str:
-        lines = ["staged plan {  // a function with compiled loops, run as stages (runtime/staged.py)"]
+        what = ("a program cut at its products into stages, each product native at the start of its stage "
+                "(planner/cuts.py)") if self.cut else "a function with compiled loops, run as stages"
+        lines = [f"staged plan {{  // {what} (runtime/staged.py)"]
         lines.extend(self.program.describe())
         lines.append("}")
         return "\n".join(lines)

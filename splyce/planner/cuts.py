@@ -1,0 +1,84 @@
+"""Native steps anywhere in a program: where to cut a traced function into stages.
+
+``make_plan`` computes a product by the native kernel library before its kernel (a ``NativeStep``) only when
+the product's operands are kernel inputs. In a program of several steps (ten PageRank steps unrolled by a
+Python loop, CG steps) every SpMV after the first reads a vector the kernel computes, so it stayed a loop nest
+of the fused kernel. ``cut_points`` names the products worth running natively there: an SpMV of a sparse
+argument by a computed dense vector that the native chooser (runtime/library.py, ``native_steps``) takes on
+its own merit when its operand is an input (rows of a few entries: the native flat kernel), over a matrix of
+at least ``CUT_MIN_ENTRIES`` stored entries, read only by elementwise glue and dot products. The
+dispatcher then runs the function as stages (runtime/staged.py, ``Program.cut``): stage ``s`` computes every
+value ``level`` puts at ``s``; a cut product's level is one more than its computed operand's, so its operand
+is an input of its stage and its plan computes it natively, the dense glue after it fused into its stage's
+kernel (written over the product's array: planner/in_place.py): each step of the loop is one native SpMV plus
+one fused kernel, as the one-step function called alone.
+
+A stage costs a kernel call (~10-30 us of Python and ctypes on the 2-core Zen 4 VM) and a materialized
+vector; the cut pays where the native product gains more. Measured (2-core Zen 4 VM, loaded, 10 PageRank
+steps unrolled, median of 11, interleaved): road-700 (1.24M entries, 2.5 a row) cut 99.7 ms vs 104.9 uncut
+(1.05x); cutting every SpMV regardless (glue): ba-100k 1.01x, fem3d-100k 0.89-0.96x, fem2d-3k 0.74x (the
+stages' overhead), label propagation's SpMM on road-700 0.97x: those stay in the fused kernel
+(docs/planner.md, "Cutting a program into stages").
+"""
+
+from __future__ import annotations
+
+from splyce.tracer.ir import Node, Trace, walk
+
+CUT_MIN_ENTRIES = 200_000
+
+
+def _glue_only(readers) -> bool:
+    """Whether only elementwise glue, scalings and 0-d reductions (dot products) read a product."""
+    return bool(readers) and all(r.op in ("ewise", "combine") or r.type.ndim == 0
+                                 or (r.op == "contract" and len(r.args) == 1) for r in readers)
+
+
+def cut_points(trace: Trace, nnz: tuple[int, ...], native, min_entries: int | None = None) -> list[Node]:
+    """The products of ``trace`` to compute natively as stages of their own (see the module docstring), in
+    dependency order; ``native``: ``make_plan``'s chooser (None: no cuts)."""
+    if native is None:
+        return []
+    min_entries = CUT_MIN_ENTRIES if min_entries is None else min_entries
+    results = set(trace.outputs)
+    read_by: dict[Node, list[Node]] = {}
+    order = walk(trace.outputs)
+    for node in order:
+        for a in node.args:
+            read_by.setdefault(a, []).append(node)
+    cuts = []
+    for node in order:
+        if node.op != "contract" or node in results or len(node.args) != 2 or node.params[0].order is not None:
+            continue
+        a, x = node.args
+        if a.op != "input" or not a.type.is_sparse or x.op == "input" or x.type.is_sparse or x.type.ndim != 1:
+            continue
+        entries = nnz[a.params[0]] if a.params[0] < len(nnz) else 0
+        if entries < min_entries:
+            continue
+        operands = (Node("input", (), (0,), a.type), Node("input", (), (1,), x.type))
+        candidate = Node(node.op, operands, node.params, node.type)
+        size = 1
+        for d in x.type.shape:
+            size *= d
+        # glue=False: only the SpMVs the chooser takes on their own merit (rows of a few entries: the native
+        # flat kernel), not for the glue written in place, whose gain does not pay a stage (docs/planner.md)
+        if _glue_only(read_by.get(node)) and native(candidate, (a.type, x.type), (entries, size), glue=False) is not None:
+            cuts.append(node)
+    return cuts
+
+
+def levels(trace: Trace, cuts) -> dict[Node, int]:
+    """Each node's stage: the largest of its operands' (inputs: 0), plus one for a cut product whose dense
+    operand is computed (so that the operand is an input of the product's stage)."""
+    cut = set(cuts)
+    level: dict[Node, int] = {}
+    for node in walk(trace.outputs):
+        if node.op == "input":
+            level[node] = 0
+            continue
+        here = max((level[a] for a in node.args), default=0)
+        if node in cut:
+            here = max(level[a] + (a.op != "input") for a in node.args)
+        level[node] = here
+    return level
