@@ -1,6 +1,7 @@
 """Compiled loops: ``splyce.fori_loop`` / ``while_loop`` / ``scan`` against scipy's CG, Python loops and
 ``jax.lax`` (docs/guide/loops.md)."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -310,3 +311,68 @@ def test_bad_loops_are_refused():
         splyce.scan(lambda c, x: (c, x), np.ones(2))
     with pytest.raises(TypeError, match="lower must be an integer"):
         splyce.fori_loop(0.5, 2, lambda i, x: x, np.ones(2))
+
+
+# -- native steps anywhere: a program cut into stages (planner/cuts.py) ------------------------------------------
+
+def _short_rows(n=20_000, seed=7):
+    """A matrix of ~2.5 entries a row (the native flat SpMV's kind: cut points once over the threshold)."""
+    rng = np.random.default_rng(seed)
+    rows = np.repeat(np.arange(n), 2)
+    cols = rng.integers(0, n, size=rows.size)
+    A = sps.csr_array((rng.random(rows.size), (rows, cols)), shape=(n, n))
+    A.sum_duplicates()
+    return A
+
+
+def _unrolled_cg(a, x, r, p):
+    from splyce.bench.programs import cg_step
+
+    for _ in range(4):
+        x, r, p = cg_step(a, x, r, p)
+    return x, r, p
+
+
+def test_cut_program_stages_and_results(monkeypatch):
+    from splyce.native import spmv
+    from splyce.planner import cuts
+
+    monkeypatch.setattr(cuts, "CUT_MIN_ENTRIES", 0)
+    monkeypatch.setattr(spmv, "FLAT_MIN_BYTES", 0)     # the flat kernel on this small matrix too
+    A = _short_rows()
+    n = A.shape[0]
+    x0 = np.full(n, 1.0 / n)
+
+    def pagerank(p, x):
+        for _ in range(6):
+            x = 0.85 * (p @ x) + 0.15 / n
+        return x
+
+    want = pagerank(A, x0)
+    cut = splyce.jit(pagerank)
+    got = cut(A, x0)
+    text = cut.lower(A, x0).as_text("plan")
+    assert "cut at its products" in text and text.count("native matmul") == 6
+    assert len(re.findall(r"^  stage \d+: kernel", text, re.M)) == 6    # each value computed once: a stage a step
+    np.testing.assert_array_equal(got, want)         # the native SpMV and the glue: scipy's bits
+    np.testing.assert_array_equal(splyce.jit(pagerank, vectorize=False)(A, x0), got)
+    monkeypatch.setattr(cuts, "CUT_MIN_ENTRIES", 10**12)
+    np.testing.assert_array_equal(splyce.jit(pagerank)(A, x0), got)
+
+    monkeypatch.setattr(cuts, "CUT_MIN_ENTRIES", 0)
+    spd = _spd(A)
+    b = np.random.default_rng(1).random(n)
+    args = (spd, np.zeros(n), b, b.copy())
+    got = splyce.jit(_unrolled_cg)(*args)
+    plain = splyce.jit(_unrolled_cg, vectorize=False)(*args)
+    for g, p, w in zip(got, plain, _unrolled_cg(*args)):
+        np.testing.assert_array_equal(g, p)          # the Splyce pass changes no result, cut or not
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-10 * np.abs(w).max())   # dots in other orders
+
+
+def test_small_programs_are_not_cut():
+    A = _short_rows(2_000)
+    f = splyce.jit(lambda p, x: 0.5 * (p @ (0.5 * (p @ x) + 1.0)) + 1.0)
+    x = np.ones(2_000)
+    np.testing.assert_allclose(f(A, x), 0.5 * (A @ (0.5 * (A @ x) + 1.0)) + 1.0, rtol=1e-14)
+    assert "staged" not in f.lower(A, x).as_text("plan")
