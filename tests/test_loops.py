@@ -178,6 +178,20 @@ def test_while_cond_reads_a_traced_norm():
     np.testing.assert_allclose(v, want, rtol=1e-12)
 
 
+def test_scan_stacks_like_a_python_loop():
+    xs = np.arange(12.0).reshape(4, 3)
+    carry, ys = splyce.scan(lambda c, x: (c * 0.5 + x, (c @ x, c)), np.ones(3), xs)
+    c, dots, cs = np.ones(3), [], []
+    for x in xs:
+        dots.append(c @ x)
+        cs.append(c)
+        c = c * 0.5 + x
+    np.testing.assert_array_equal(carry, c)
+    np.testing.assert_array_equal(ys[0], dots)
+    np.testing.assert_array_equal(ys[1], np.stack(cs))
+
+
+@pytest.mark.slow
 def test_scan_stacks_like_jax():
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", True)
@@ -359,7 +373,16 @@ def test_cut_program_stages_and_results(monkeypatch):
     monkeypatch.setattr(cuts, "CUT_MIN_ENTRIES", 10**12)
     np.testing.assert_array_equal(splyce.jit(pagerank)(A, x0), got)
 
+
+@pytest.mark.slow
+def test_cut_cg_steps(monkeypatch):
+    from splyce.native import spmv
+    from splyce.planner import cuts
+
     monkeypatch.setattr(cuts, "CUT_MIN_ENTRIES", 0)
+    monkeypatch.setattr(spmv, "FLAT_MIN_BYTES", 0)
+    A = _short_rows()
+    n = A.shape[0]
     spd = _spd(A)
     b = np.random.default_rng(1).random(n)
     args = (spd, np.zeros(n), b, b.copy())
