@@ -151,6 +151,8 @@ def test_body_traced_once_whatever_the_trip_count():
     text = f.lower(x0, n=100).as_text("plan")
     assert "fori_loop 0..100" in text and "driver loop re-entering the body's one compiled kernel" in text
     assert "100 iterations" in text
+    with pytest.raises(TypeError, match="runs as stages"):
+        splyce.profile(f, x0, n=3)
 
 
 def test_while_cond_reads_a_traced_norm():

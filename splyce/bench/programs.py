@@ -186,7 +186,8 @@ def run(cfg: Config) -> Result:
                                    "chain": lambda c=chain, a=args: _first(c(*a)),
                                    "splyce": lambda f=jitted, a=args: _first(f(*a)),
                                    "wrapped": lambda f=jitted, a=wrapped: _first(f(*a))},
-                                  want, cfg, desc=f"{entry.name} {name}", rtol=1e-8, bar=bar)
+                                  want, cfg, desc=f"{entry.name} {name}", rtol=loop_programs.RTOL.get(name, 1e-8),
+                                  bar=bar)
                 t_scipy, t_chain, t_splyce, t_wrapped = (timings[k].median for k in
                                                          ("scipy", "chain", "splyce", "wrapped"))
                 rows.append({"matrix": entry.name, "program": name, "n": A.shape[0], "nnz": A.nnz,

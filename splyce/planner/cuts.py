@@ -53,6 +53,9 @@ def cut_points(trace: Trace, nnz: tuple[int, ...], native, min_entries: int | No
         a, x = node.args
         if a.op != "input" or not a.type.is_sparse or x.op == "input" or x.type.is_sparse or x.type.ndim != 1:
             continue
+        (sa, sx), so = node.params[0].inputs, node.params[0].output
+        if len(sa) != 2 or (sx, so) != (sa[1], sa[0]) or a.type.format.order != (0, 1):
+            continue             # a row-stored matrix times a vector (``a @ x``; not ``a.T @ x``'s scatter)
         entries = nnz[a.params[0]] if a.params[0] < len(nnz) else 0
         if entries < min_entries:
             continue

@@ -410,6 +410,12 @@ class StagedKernel:
     def lowering(self):
         return StagedLowering(self.plan)
 
+    @property
+    def compiled(self):
+        raise TypeError("splyce.profile counts the lanes of one kernel, and a function with compiled loops (or "
+                        "cut products) runs as stages, each its own kernel: profile a loop's body as a jitted "
+                        "function of its own, and read f.lower(...).as_text('plan') for the stages")
+
 
 class StagedLowering:
     """``Jitted.lower`` of a function with loops: the trace and the staged plan as text; the other stages are
