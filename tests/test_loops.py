@@ -401,3 +401,23 @@ def test_small_programs_are_not_cut():
     x = np.ones(2_000)
     np.testing.assert_allclose(f(A, x), 0.5 * (A @ (0.5 * (A @ x) + 1.0)) + 1.0, rtol=1e-14)
     assert "staged" not in f.lower(A, x).as_text("plan")
+
+
+@pytest.mark.parametrize("kind", ["array", "matrix"])
+def test_sparse_values_around_a_loop(kind):
+    A = sps.random_array((50, 50), density=0.1, format="csr", rng=0)
+    M = A if kind == "array" else sps.csr_matrix(A)
+
+    @splyce.jit
+    def f(a, x):
+        b = a + a.T                               # a sparse value computed before the loop, read by its body
+        y = splyce.fori_loop(0, 5, lambda i, y: 0.1 * (b @ y) + x, x)
+        return a * y.sum(), y                     # a sparse result after it
+
+    s, y = f(M, np.ones(50))
+    B, want = A + A.T, np.ones(50)
+    for _ in range(5):
+        want = 0.1 * (B @ want) + 1.0
+    np.testing.assert_allclose(y, want, rtol=1e-14)
+    assert type(s) is type(M)
+    np.testing.assert_allclose((s - A * want.sum()).toarray(), 0, atol=1e-12)
