@@ -186,8 +186,8 @@ def run(cfg: Config) -> Result:
                                    "chain": lambda c=chain, a=args: _first(c(*a)),
                                    "splyce": lambda f=jitted, a=args: _first(f(*a)),
                                    "wrapped": lambda f=jitted, a=wrapped: _first(f(*a))},
-                                  want, cfg, desc=f"{entry.name} {name}", rtol=loop_programs.RTOL.get(name, 1e-8),
-                                  bar=bar)
+                                  want, cfg, desc=f"{entry.name} {name}", rtol=loop_programs.TOL.get(name, (1e-8,))[0],
+                                  bar=bar, atol=loop_programs.TOL.get(name, (0, 1e-12))[1])
                 t_scipy, t_chain, t_splyce, t_wrapped = (timings[k].median for k in
                                                          ("scipy", "chain", "splyce", "wrapped"))
                 rows.append({"matrix": entry.name, "program": name, "n": A.shape[0], "nnz": A.nnz,
