@@ -58,7 +58,7 @@ def fori_loop(lower, upper, body_fun, init_val):
     >>> import numpy as np, scipy.sparse as sps, splyce
     >>> P = sps.csr_array(np.array([[0.0, 1.0], [1.0, 0.0]]))
     >>> splyce.fori_loop(0, 3, lambda i, x: 0.5 * (P @ x) + 1.0, np.array([1.0, 0.0]))
-    array([1.875, 1.625])
+    array([1.75 , 1.875])
     """
     if not _tracing((lower, upper, init_val)):
         return _eager("fori", (body_fun,), (_static_int(lower, "lower"), _static_int(upper, "upper")), init_val)
