@@ -79,6 +79,7 @@ def programs(A) -> dict:
                 return c
 
             def one_by_one(m, c, one=one, count=count):
+                m = splyce.asarray(m)          # wrapped (checked) once, as the whole-loop call checks it once
                 for _ in range(count):
                     c = one(m, c)
                 return c

@@ -34,6 +34,58 @@ def _glue_only(readers) -> bool:
                                  or (r.op == "contract" and len(r.args) == 1) for r in readers)
 
 
+def _vectors_read(node: Node) -> int:
+    """How many distinct non-scalar values an elementwise expression (``ewise`` / ``combine`` / an elementwise
+    ``contract``, nested) reads; 0 for anything else."""
+    elementwise = ("ewise", "combine")
+    if not (node.op in elementwise or (node.op == "contract" and all(s == node.params[0].output
+                                                                    for s in node.params[0].inputs))):
+        return 0
+    seen, todo, leaves = set(), [node], set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op in elementwise or (n.op == "contract" and all(s == n.params[0].output for s in n.params[0].inputs)):
+            todo.extend(n.args)
+        elif n.type.ndim > 0:
+            leaves.add(n)
+    return len(leaves)
+
+
+_CHEAP = frozenset({"arg", "const", "add", "sub", "mul"})
+
+
+def _heads(expr) -> set:
+    if not isinstance(expr, tuple) or not expr or not isinstance(expr[0], str):
+        return set()
+    found = {expr[0]}
+    for part in expr[1:]:
+        found |= _heads(part)
+    return found
+
+
+def _costly_to_recompute(node: Node) -> bool:
+    """Whether an SpMV's dense vector is elementwise glue that the fused kernel, recomputing it at every
+    stored entry, would pay for per entry: glue over two or more vectors (a gather each), or any operation
+    beyond + - * (a division: ``y / norm(y)`` of power iteration). ``0.85 * y + c`` is not."""
+    if _vectors_read(node) >= 2:
+        return True
+    seen, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "ewise" and not _heads(n.params[0]) <= _CHEAP:
+            return True
+        if n.op in ("ewise", "combine") or (n.op == "contract" and all(s == n.params[0].output
+                                                                       for s in n.params[0].inputs)):
+            todo.extend(n.args)
+    return False
+
+
 def cut_points(trace: Trace, nnz: tuple[int, ...], native, min_entries: int | None = None) -> list[Node]:
     """The products of ``trace`` to compute natively as stages of their own (see the module docstring), in
     dependency order; ``native``: ``make_plan``'s chooser (None: no cuts)."""
@@ -65,8 +117,11 @@ def cut_points(trace: Trace, nnz: tuple[int, ...], native, min_entries: int | No
         for d in x.type.shape:
             size *= d
         # glue=False: only the SpMVs the chooser takes on their own merit (rows of a few entries: the native
-        # flat kernel), not for the glue written in place, whose gain does not pay a stage (docs/planner.md)
-        if _glue_only(read_by.get(node)) and native(candidate, (a.type, x.type), (entries, size), glue=False) is not None:
+        # flat kernel), not for the glue written in place, whose gain does not pay a stage (docs/planner.md);
+        # and any SpMV whose vector is dense glue over several vectors, which the fused kernel would recompute
+        # at every stored entry (MLIR fuses an elementwise producer into its consumer's loop)
+        glue = _costly_to_recompute(x)
+        if _glue_only(read_by.get(node)) and native(candidate, (a.type, x.type), (entries, size), glue=glue) is not None:
             cuts.append(node)
     return cuts
 
