@@ -421,3 +421,29 @@ def test_sparse_values_around_a_loop(kind):
     np.testing.assert_allclose(y, want, rtol=1e-14)
     assert type(s) is type(M)
     np.testing.assert_allclose((s - A * want.sum()).toarray(), 0, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_jacobi_glue_stays_apart_and_is_cut(monkeypatch):
+    from splyce.planner import cuts
+
+    A = _spd(sps.random_array((3000, 3000), density=0.003, format="csr", rng=3))
+    d = A.diagonal()
+    R = sps.csr_array(A - sps.diags_array(d))
+    b = np.random.default_rng(2).random(3000)
+
+    def jacobi(r, x):
+        for _ in range(3):
+            x = (b - r @ x) * (1.0 / d)
+        return x
+
+    want = jacobi(R, np.zeros(3000))
+    f = splyce.jit(jacobi)
+    np.testing.assert_allclose(f(R, np.zeros(3000)), want, rtol=1e-13)
+    text = f.lower(R, np.zeros(3000)).as_text("plan")
+    assert "staged" not in text and "fused contract[a,a->a]" not in text    # dinv applied once per entry of x
+    monkeypatch.setattr(cuts, "CUT_MIN_ENTRIES", 0)     # x = (b - y) * dinv reads three vectors: a cut point
+    g = splyce.jit(jacobi)
+    np.testing.assert_array_equal(g(R, np.zeros(3000)), f(R, np.zeros(3000)))
+    text = g.lower(R, np.zeros(3000)).as_text("plan")
+    assert "cut at its products" in text and text.count("native matmul") == 3
