@@ -5,8 +5,10 @@ the product's operands are kernel inputs. In a program of several steps (ten Pag
 Python loop, CG steps) every SpMV after the first reads a vector the kernel computes, so it stayed a loop nest
 of the fused kernel. ``cut_points`` names the products worth running natively there: an SpMV of a sparse
 argument by a computed dense vector that the native chooser (runtime/library.py, ``native_steps``) takes on
-its own merit when its operand is an input (rows of a few entries: the native flat kernel), over a matrix of
-at least ``CUT_MIN_ENTRIES`` stored entries, read only by elementwise glue and dot products. The
+its own merit when its operand is an input (rows of a few entries: the native flat kernel), and an SpMV or
+SpMM whose operand is elementwise glue the fused kernel would recompute at every stored entry (over two or
+more arrays, or beyond + - *), over a matrix of at least ``CUT_MIN_ENTRIES`` stored entries, read only by
+elementwise glue and dot products. The
 dispatcher then runs the function as stages (runtime/staged.py, ``Program.cut``): stage ``s`` computes every
 value ``level`` puts at ``s``; a cut product's level is one more than its computed operand's, so its operand
 is an input of its stage and its plan computes it natively, the dense glue after it fused into its stage's
@@ -103,11 +105,15 @@ def cut_points(trace: Trace, nnz: tuple[int, ...], native, min_entries: int | No
         if node.op != "contract" or node in results or len(node.args) != 2 or node.params[0].order is not None:
             continue
         a, x = node.args
-        if a.op != "input" or not a.type.is_sparse or x.op == "input" or x.type.is_sparse or x.type.ndim != 1:
+        if a.op != "input" or not a.type.is_sparse or x.op == "input" or x.type.is_sparse or x.type.ndim not in (1, 2):
             continue
         (sa, sx), so = node.params[0].inputs, node.params[0].output
-        if len(sa) != 2 or (sx, so) != (sa[1], sa[0]) or a.type.format.order != (0, 1):
-            continue             # a row-stored matrix times a vector (``a @ x``; not ``a.T @ x``'s scatter)
+        spmv = len(sa) == 2 and (sx, so) == (sa[1], sa[0])
+        spmm = len(sa) == 2 and len(sx) == 2 and sx[0] == sa[1] and so == sa[0] + sx[1]
+        if not (spmv or spmm) or a.type.format.order != (0, 1):
+            continue             # a row-stored matrix times a vector / dense matrix (not ``a.T @ x``'s scatter)
+        if spmm and not _costly_to_recompute(x):
+            continue             # an SpMM on its own merit stays in the kernel (label propagation: 0.97x cut)
         entries = nnz[a.params[0]] if a.params[0] < len(nnz) else 0
         if entries < min_entries:
             continue
