@@ -447,3 +447,24 @@ def test_jacobi_glue_stays_apart_and_is_cut(monkeypatch):
     np.testing.assert_array_equal(g(R, np.zeros(3000)), f(R, np.zeros(3000)))
     text = g.lower(R, np.zeros(3000)).as_text("plan")
     assert "cut at its products" in text and text.count("native matmul") == 3
+
+
+@pytest.mark.slow
+def test_label_spreading_spmm_is_cut(monkeypatch):
+    from splyce.planner import cuts
+
+    S = abs(sps.random_array((2000, 2000), density=0.005, format="csr", rng=5))
+    Y = np.zeros((2000, 4))
+    Y[np.arange(0, 2000, 50), np.arange(0, 2000, 50) % 4] = 1.0
+
+    def spread(s, f):
+        for _ in range(3):
+            f = 0.9 * (s @ f) + 0.1 * Y
+        return f
+
+    want = spread(S, Y)
+    monkeypatch.setattr(cuts, "CUT_MIN_ENTRIES", 0)
+    f = splyce.jit(spread)
+    np.testing.assert_array_equal(f(S, Y), want)
+    text = f.lower(S, Y).as_text("plan")
+    assert "cut at its products" in text and text.count("native matmul") == 3
