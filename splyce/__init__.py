@@ -17,6 +17,7 @@ __all__ = [
     "clear_cache", "set_memory_budget", "maximum", "minimum",
     "TraceError", "LoweringError", "NotCanonicalError", "AllocationFailed",
     "patch_scipy", "unpatch_scipy", "patched_scipy", "scipy_patch_stats", "is_scipy_patched",
+    "grad", "value_and_grad", "vjp", "jvp", "vmap",
     "fori_loop", "while_loop", "scan",
 ]
 
@@ -26,6 +27,9 @@ _LAZY = {
     "clear_cache": "splyce.runtime.dispatcher", "set_memory_budget": "splyce.planner.memory",
     "patch_scipy": "splyce.scipy_patch", "unpatch_scipy": "splyce.scipy_patch", "patched_scipy": "splyce.scipy_patch",
     "scipy_patch_stats": "splyce.scipy_patch", "is_scipy_patched": "splyce.scipy_patch",
+    "grad": "splyce.transforms.grad", "value_and_grad": "splyce.transforms.grad", "vjp": "splyce.transforms.grad",
+    "jvp": "splyce.transforms.forward",
+    "vmap": "splyce.transforms.batching",
     "fori_loop": "splyce.lax", "while_loop": "splyce.lax", "scan": "splyce.lax",
 }
 

@@ -167,6 +167,40 @@ def test_maps_share_structure_and_give_the_mlir_kernels_values(name, dtype):
             assert np.array_equal(t.crd[1], a.indices)
 
 
+LIBM_MAPS = ("expm1", "log1p", "sin", "tan", "tanh", "sinh", "arctan", "arcsinh")
+
+
+@pytest.mark.parametrize("name", LIBM_MAPS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128, np.int64])
+def test_transcendental_maps_are_scipys_values(name, dtype):
+    """The maps a C library rounds (f(0) == 0) are forms of float32 / float64 matrices with NumPy's values,
+    which are scipy's (``np.expm1(A)`` maps ``A.data``); other dtypes keep the MLIR kernel."""
+    rng = np.random.default_rng(8)
+    u = getattr(np, name)
+    f = splyce.jit(lambda a: u(a))
+    for nnz in (0, 5, 300, 4001):
+        a = _matrix(rng, nnz, dtype, special=True)
+        if np.dtype(dtype).kind == "f":
+            a.data[::7] = np.abs(a.data[::7]) * 1e-9            # small arguments, where expm1 / log1p matter
+        t = splyce.asarray(a)
+        with np.errstate(all="ignore"):
+            want = u(a)
+            try:
+                got = f(t)
+            except (splyce.TraceError, TypeError):
+                assert np.dtype(dtype).kind != "f"
+                continue
+        if nnz == 300:
+            assert ("one-op form" in f.lower(t).as_text("plan")) == (np.dtype(dtype).kind == "f")
+        if np.dtype(dtype).kind != "f":
+            assert np.allclose(got.toarray(), want.toarray(), equal_nan=True)
+            continue
+        assert type(got) is type(want) and got.dtype == want.dtype
+        assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+        assert _bits(got.data) == _bits(want.data)
+        assert not np.may_share_memory(got.indices, t.crd[1]) and not np.may_share_memory(got.data, t.values)
+
+
 @pytest.mark.parametrize("pair", [(np.float64, np.float32), (np.float32, np.float64), (np.int64, np.float64),
                                   (np.int32, np.float32)])
 def test_conversions_to_floats_are_forms_with_the_mlir_kernels_values(pair):
@@ -252,3 +286,50 @@ def test_maps_and_sums_of_a_transpose_read_the_arguments_arrays():
             assert not np.may_share_memory(got.indices, t.crd[1])
             got, want = got.data, want.data
         assert _bits(got) == _bits(np.asarray(want).reshape(np.shape(got))), name
+
+
+@pytest.mark.parametrize("cls", [sps.csr_array, sps.csc_array, sps.csr_matrix])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int32, np.complex128])
+def test_conversions_to_the_other_order_are_scipys_counting_transpose(cls, dtype):
+    """``a.tocsc()`` / ``a.tocsr()`` / ``a.T.tocsr()``: a form (native/transpose.py) where the values are 4 or 8
+    bytes, scipy's arrays and class exactly, on one thread and two, never aliasing the argument."""
+    rng = np.random.default_rng(12)
+    own = cls((2, 2)).format
+    other = "tocsc" if own == "csr" else "tocsr"
+    bodies = {"other": lambda a: getattr(a, other)(), "transposed": lambda a: getattr(a.T, "to" + own)()}
+    for name, body in bodies.items():
+        f, two = splyce.jit(body), splyce.jit(body, threads=2)
+        for nnz in (0, 1, 300, 20001):
+            a = cls(_matrix(rng, nnz, dtype, special=np.dtype(dtype).kind in "fc"))
+            want = body(a)
+            for g in (f, two):
+                got = g(a)
+                assert type(got) is type(want) and got.format == want.format and got.shape == want.shape
+                assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+                assert _bits(got.data) == _bits(want.data)
+                assert not np.may_share_memory(got.data, a.data) and not np.may_share_memory(got.indices, a.indices)
+            if nnz == 300:
+                text = f.lower(a).as_text("plan")
+                assert ("counting transpose" in text) == (np.dtype(dtype).itemsize in (4, 8)), text
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+@pytest.mark.parametrize("shape", [(40, 40), (30, 50), (50, 30)])
+@pytest.mark.parametrize("dtype", [np.float64] + [pytest.param(d, marks=pytest.mark.slow)
+                                                   for d in (np.float32, np.int64, np.complex128)])
+def test_diagonal_and_trace_are_scipys(fmt, shape, dtype):
+    """``a.diagonal()`` / ``a.trace()``: scipy's ``csr_diagonal`` over the argument's arrays (and NumPy's sum of
+    it), scipy's values bit for bit, wide, square and tall."""
+    rng = np.random.default_rng(13)
+    m, n = shape
+    for nnz in (0, 9, 700):
+        flat = np.sort(rng.choice(m * n, size=nnz, replace=False))
+        rows, cols = np.divmod(flat, n)
+        a = sps.coo_array((_values(rng, nnz, dtype, special=True), (rows, cols)), shape=shape).asformat(fmt)
+        a = (a + sps.eye_array(m, n, format=fmt, dtype=dtype) * 2).asformat(fmt)
+        for name in ("diagonal", "trace"):
+            f = splyce.jit(lambda a: getattr(a, name)())
+            with np.errstate(all="ignore"):
+                got, want = f(a), getattr(a, name)()
+            assert _bits(got) == _bits(want), (name, nnz)
+            assert "csr_diagonal" in f.lower(a).as_text("plan")

@@ -16,7 +16,7 @@ import pytest
 import splyce
 from filecheck import check_in_order
 from mlir import ir
-from splyce.lowering.pipeline import SPARSIFY, run_passes
+from splyce.passes.pipeline import SPARSIFY, run_passes
 from splyce.native import codegen
 from splyce.options import Options
 from splyce.passes import gallop_lane

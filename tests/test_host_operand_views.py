@@ -4,7 +4,7 @@ A host-computed value (``s = h @ w``: the planner runs dense-only products befor
 argument that the kernel reads through broadcast views (``s[:, None] + s[None, :]``) is gathered inside the
 fused sparse ``linalg.generic``. MLIR 22's sparsifier aborted the process on such a gather from a kernel
 argument numbered past the generic's operand count (``Merger::makeTensorId``: ``isValidTensorId(t)``;
-docs/toolchain.md); lowering/outer_arguments.py keeps that pattern from reaching it. An abort kills the
+docs/toolchain.md); passes/outer_arguments.py keeps that pattern from reaching it. An abort kills the
 process, so each program runs in a child and the parent fails on its signal. The reference is the same
 function run by NumPy / scipy.sparse (``csr_array``) without ``splyce.jit``.
 """
@@ -203,8 +203,8 @@ def _sparse_generic_body(module) -> str:
 def test_late_argument_reads_in_a_sparse_body_go_through_a_cast():
     from mlir import ir
 
-    from splyce.lowering.loop_coordinates import coordinates_as_operands
-    from splyce.lowering.outer_arguments import shield_outer_arguments
+    from splyce.passes.loop_coordinates import coordinates_as_operands
+    from splyce.passes.outer_arguments import shield_outer_arguments
 
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(ROW_SUMS)
@@ -222,8 +222,8 @@ def test_late_argument_reads_in_a_sparse_body_go_through_a_cast():
 def test_reordered_sparse_loops_read_coordinates_from_operands():
     from mlir import ir
 
-    from splyce.lowering.loop_coordinates import coordinates_as_operands
-    from splyce.lowering.outer_arguments import shield_outer_arguments
+    from splyce.passes.loop_coordinates import coordinates_as_operands
+    from splyce.passes.outer_arguments import shield_outer_arguments
 
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(TIMES_DENSE)

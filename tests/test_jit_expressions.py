@@ -145,8 +145,8 @@ def _fused(fun, *args):
     """The module of ``fun`` after MLIR's elementwise fusion, before sparsification."""
     from mlir import ir
 
-    from splyce.lowering import pipeline
-    from splyce.lowering.fusion_check import contradicting_sparse_orders
+    from splyce.passes import pipeline
+    from splyce.passes.fusion_check import contradicting_sparse_orders
     from splyce.lowering.to_mlir import lower_trace
 
     trace = splyce.jit(fun).lower(*args).trace
@@ -250,8 +250,8 @@ def test_a_value_returned_twice_is_one_object_as_in_python(threads):
 def test_a_generic_that_folds_to_nothing_is_dropped_before_the_sparsifier():
     from mlir import ir
 
-    from splyce.lowering import pipeline
-    from splyce.lowering.noop_generics import drop_noop_generics
+    from splyce.passes import pipeline
+    from splyce.passes.noop_generics import drop_noop_generics
     from splyce.lowering.to_mlir import lower_trace
 
     a = sps.csr_array(sps.random_array((6, 5), density=0.4, rng=1) * 8).astype(np.int64)

@@ -228,7 +228,7 @@ _SPARSE_RESULTS = {
     "spgemm": (_spgemm_jit(lambda a: a @ a), lambda a, low: (a,), ("spgemm", "spgemm")),
     "spgemm2": (_spgemm_jit(lambda a, b: a @ b), lambda a, low: (a, low), ("spgemm", "spgemm")),
     "masked": (lambda **kw: splyce.jit(lambda l: (l @ l) * l, **kw), lambda a, low: (low,),
-               ("masked_kept", "masked_kept")),
+               ("masked", "masked_kept")),
     "sddmm": (lambda **kw: splyce.jit(lambda m, x, y: m * (x @ y.T), **kw),
               lambda a, low: (a, np.linspace(-1, 1, 300 * 8).reshape(300, 8), np.cos(np.arange(300 * 8.0)).reshape(300, 8)),
               ("sddmm", "sddmm")),

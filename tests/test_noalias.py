@@ -127,7 +127,7 @@ def test_the_write_check(text, applies, reason):
 def test_the_marks_land_on_aligned_pointers_only():
     """After MemRefToLLVM a memref is (allocated, aligned, offset, sizes, strides): only the aligned pointer
     is marked, on the entry and on the function it calls."""
-    from splyce.lowering import pipeline
+    from splyce.passes import pipeline
 
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(_ENTRY_WRITES_OUTPUT_IN_A_LOOP)

@@ -116,13 +116,15 @@ def test_a_matrix_stored_by_columns_times_a_vector_scatters_natively(dtype):
     a = _matrix(rng, 61, 0.1, np.issubdtype(dtype, np.floating), dtype)
     c = splyce.asarray(sps.csc_array(a.to_scipy()))
     z = rng.standard_normal(61).astype(dtype)
-    for body, m, dropin in ((lambda a, z: a.T @ z, a, a.T), (lambda c, z: c @ z, c, c)):
-        fast, mlir = splyce.jit(body), splyce.jit(body, library=False)
+    for body, m, dropin in ((lambda a, z: a.T @ z, a, a.T), (lambda c, z: c @ z, c, c),
+                            (lambda a, z: z @ a, a, a.T)):                 # ``z @ a``: the same form, spelled
+        fast, mlir = splyce.jit(body), splyce.jit(body, library=False)     # with the vector first
         assert "as formulation 'csc-x-vector'" in fast.lower(m, z).as_text("plan")
         assert isinstance(fast.kernel_for(m, z)[0], LibraryKernel)
         _same(fast(m, z), mlir(m, z))
         _same(fast(m, z), splyce.jit(body, vectorize=False)(m, z))       # the plain sparsifier's bits
         _same(splyce.matmul(dropin, z), fast(m, z))
+    _same(splyce.jit(lambda a, z: z @ a)(a.to_scipy(), z), z @ a.to_scipy())   # and scipy's
     normal = splyce.jit(lambda a, x: a.T @ (a @ x))                       # the second product too, after the
     _same(normal(a, z), splyce.jit(lambda a, x: a.T @ (a @ x), vectorize=False)(a, z))   # first's native step
 

@@ -16,7 +16,7 @@ import scipy.sparse as sps
 from mlir import ir
 
 from filecheck import check_in_order
-from splyce.lowering.pipeline import SPARSIFY, run_passes
+from splyce.passes.pipeline import SPARSIFY, run_passes
 from splyce.lowering.to_mlir import LoweringError
 from splyce.passes.widen_i1 import widen_i1_memrefs
 

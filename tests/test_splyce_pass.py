@@ -14,7 +14,7 @@ import pytest
 
 from mlir import ir
 from splyce.passes.fast_lane import FAST_LANE_ATTR
-from splyce.lowering.pipeline import SPARSIFY, run_passes
+from splyce.passes.pipeline import SPARSIFY, run_passes
 from filecheck import check_in_order
 from splyce.options import Options
 from splyce.passes.splyce_pass import (PROFILE_COUNTERS_SYMBOL, PROFILE_SLOTS, LoopDecision, decisions_as_comments,

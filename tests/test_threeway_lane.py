@@ -16,7 +16,7 @@ import pytest
 
 from filecheck import check_in_order
 from mlir import ir
-from splyce.lowering.pipeline import SPARSIFY, run_passes
+from splyce.passes.pipeline import SPARSIFY, run_passes
 from splyce.options import Options
 from splyce.passes.fast_lane import FAST_LANE_ATTR, MULTIWAY_SLOT
 from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL, PROFILE_SLOTS, run_splyce_pass

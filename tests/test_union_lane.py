@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from filecheck import check_in_order
 from mlir import ir
-from splyce.lowering.pipeline import SPARSIFY, run_passes
+from splyce.passes.pipeline import SPARSIFY, run_passes
 from splyce.options import Options
 from splyce.passes.splyce_pass import run_splyce_pass
 

@@ -1,7 +1,8 @@
 """The compile driver: trace -> linalg -> scf -> (Splyce) -> LLVM dialect -> LLVM IR -> native code.
 
-A flat list of named steps. Each stage's IR is verified, kept as text for ``lower(...).as_text(stage)``, and
-written to ``$SPLYCE_DUMP_DIR`` when that environment variable is set.
+``lower`` names every stage and pass in order, in one function (lowering/ lowers, passes/ transforms). Each
+stage's IR is verified, kept as text for ``lower(...).as_text(stage)``, and written to ``$SPLYCE_DUMP_DIR``
+when that environment variable is set.
 """
 
 from __future__ import annotations
@@ -129,15 +130,34 @@ def _dump(lowering: Lowering, stage: str) -> None:
 
 
 def lower(trace: Trace, options: Options) -> Lowering:
-    """Run every step up to optimized LLVM IR; assembly and native code are produced lazily."""
+    """THE compile pipeline: every stage from trace to object code, in order. Up to optimized LLVM IR here;
+    assembly and native code are produced lazily (``Lowering.as_text("asm")``, ``Lowering.load``). Each
+    recorded stage (``STAGES``) is kept as text and dumped to ``$SPLYCE_DUMP_DIR``.
+
+    trace    the traced program (tracer/)
+    linalg   lowering.to_mlir.lower_trace: linalg.generic on sparse_tensor types (the only lowering)
+    scf      passes.pipeline.FUSE, passes.noop_generics, passes.outer_arguments, passes.fusion_check (else
+             unfused: passes.pipeline.UNFUSED), passes.loop_coordinates, passes.free_intermediates,
+             passes.pipeline.BUFFERIZE (the sparsifier)
+    splyce   passes.dealloc_guard, passes.widen_i1, passes.parallel (threads > 1), passes.splyce_pass,
+             passes.flat_rows, passes.dense_sums (fast_math) (vectorize)
+    (to_llvm) passes.flatten_elementwise, passes.noalias (plan), passes.pipeline.TO_LLVM, passes.noalias
+             (marks), LLVM IR translation
+    llvm     backend.alloc_guard's entry wrapper, LLVM O3 (native.codegen), alloc_guard's heap routing
+    asm      native.codegen, on demand; then object code (native.codegen.build / the disk cache)
+    """
     from mlir import ir
     from mlir.dialects import llvm as llvm_dialect
 
-    from splyce.lowering import pipeline
     from splyce.lowering.to_mlir import lower_trace
-    from splyce.passes import noalias
+    from splyce.passes import pipeline
     from splyce.passes.dealloc_guard import drop_foreign_deallocs
     from splyce.passes.flatten_elementwise import flatten_elementwise
+    from splyce.passes.free_intermediates import free_intermediates
+    from splyce.passes.fusion_check import contradicting_sparse_orders, crowded_generic
+    from splyce.passes.loop_coordinates import coordinates_as_operands
+    from splyce.passes.noop_generics import drop_noop_generics
+    from splyce.passes.outer_arguments import shield_outer_arguments
     from splyce.passes.widen_i1 import widen_i1_memrefs
 
     low = Lowering(trace, options)
@@ -147,6 +167,27 @@ def lower(trace: Trace, options: Options) -> Lowering:
         low.timings[stage] = time.perf_counter() - start
         _dump(low, stage)
 
+    def sparsified(module, fuse: bool):
+        """The sparsifier's loops, fused (None where fusion made a kernel it cannot compile) or unfused.
+        lower_trace refuses what the sparsifier cannot compile one kernel at a time (loop orders, sparse
+        results); fusion can still make one: a sparse operand read in two orders (``b.T + b``: the sparsifier
+        aborts the process, so that is checked before it runs) or a dense-derived loop order kept for a sparse
+        operand (``(b + a).max(axis=0)``: an MLIRError). Both compile unfused, each kernel on its own."""
+        pipeline.run_passes(module, pipeline.FUSE if fuse else pipeline.UNFUSED)
+        drop_noop_generics(module)   # the sparsifier segfaults on a generic that ignores its sparse operand
+        shield_outer_arguments(module)   # and aborts on a late argument read inside a sparse generic's body
+        if fuse and (contradicting_sparse_orders(module) or crowded_generic(module)):
+            return None     # (a fused generic of many sparse operands: the sparsifier segfaulted on one)
+        try:
+            coordinates_as_operands(module)   # its loop scheduler leaves linalg.index on the old loop
+            free_intermediates(module)
+            pipeline.run_passes(module, pipeline.BUFFERIZE)
+        except ir.MLIRError:
+            if fuse:
+                return None
+            raise           # a failure of the unfused module surfaces with its diagnostics
+        return module
+
     record("trace", trace.as_text(), time.perf_counter())
     with ir.Context(), ir.Location.unknown():
         start = time.perf_counter()
@@ -155,7 +196,8 @@ def lower(trace: Trace, options: Options) -> Lowering:
         record("linalg", str(module), start)
 
         start = time.perf_counter()
-        module = _sparsified(trace, module)
+        fused = sparsified(module, fuse=True)
+        module = fused if fused is not None else sparsified(lower_trace(trace), fuse=False)
         record("scf", str(module), start)
 
         start = time.perf_counter()
@@ -191,6 +233,8 @@ def lower(trace: Trace, options: Options) -> Lowering:
         plan = _noalias_plan(low, module)
         pipeline.run_passes(module, pipeline.TO_LLVM)
         if plan is not None:
+            from splyce.passes import noalias
+
             noalias.mark_noalias(module, plan)
             noalias.offset_aligned_allocations(module)
         llvm_ir = llvm_dialect.translate_module_to_llvmir(module.operation)
@@ -203,46 +247,6 @@ def lower(trace: Trace, options: Options) -> Lowering:
         llvm_ir, options.target, codegen.CodegenOptions(opt_level=3, slp_vectorize=slp))
     record("llvm", str(low._llvm_module), start)
     return low
-
-
-def _sparsified(trace: Trace, module):
-    """The sparsifier's loops for ``module``, with MLIR's elementwise fusion where the sparsifier compiles the
-    fused kernels, and without it where it does not.
-
-    lower_trace refuses what the sparsifier cannot compile one kernel at a time (loop orders, sparse
-    results). Fusion can still make a kernel it cannot: one sparse operand read in two orders (``b.T + b``:
-    the sparsifier aborts the process, so that is checked before it runs, lowering/fusion_check.py) or a
-    dense-derived loop order kept for a sparse operand (``(b + a).max(axis=0)``: an MLIRError). Both compile
-    unfused, each kernel on its own; a failure of the unfused module surfaces with its diagnostics."""
-    from mlir import ir
-
-    from splyce.lowering import pipeline
-    from splyce.lowering.free_intermediates import free_intermediates
-    from splyce.lowering.fusion_check import contradicting_sparse_orders
-    from splyce.lowering.loop_coordinates import coordinates_as_operands
-    from splyce.lowering.noop_generics import drop_noop_generics
-    from splyce.lowering.outer_arguments import shield_outer_arguments
-    from splyce.lowering.to_mlir import lower_trace
-
-    pipeline.run_passes(module, pipeline.FUSE)
-    drop_noop_generics(module)   # the sparsifier segfaults on a generic that ignores its sparse operand
-    shield_outer_arguments(module)   # and aborts on a late argument read inside a sparse generic's body
-    if not contradicting_sparse_orders(module):
-        try:
-            coordinates_as_operands(module)   # its loop scheduler leaves linalg.index on the old loop
-            free_intermediates(module)
-            pipeline.run_passes(module, pipeline.BUFFERIZE)
-            return module
-        except ir.MLIRError:
-            pass
-    module = lower_trace(trace)
-    pipeline.run_passes(module, pipeline.UNFUSED)
-    drop_noop_generics(module)
-    shield_outer_arguments(module)
-    coordinates_as_operands(module)
-    free_intermediates(module)
-    pipeline.run_passes(module, pipeline.BUFFERIZE)
-    return module
 
 
 def optimize_kernel(llvm_ir: str, target, options: codegen.CodegenOptions):

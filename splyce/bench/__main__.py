@@ -36,7 +36,9 @@ SUBCOMMANDS = {
              "(docs/tracing.md)",
     "indexing": "row / column slices and gathers of CSR arguments and gathers of dense values inside @splyce.jit "
                 "vs the same expression in scipy / NumPy (docs/tracing.md)",
-    "all": "every subcommand above but dask, overhead, clients, calls and indexing, in turn",
+    "grad": "a jitted gradient step (GCN, logistic regression, masked factorisation) vs jax.jit(jax.grad) on BCOO "
+            "and a hand-written scipy gradient, with first-call times (issue 57; needs jax)",
+    "all": "every subcommand above but dask, overhead, clients, calls, indexing and grad, in turn",
 }
 ORDER = ["kernels", "ablation", "width", "sparsity", "real", "programs", "threads", "memory", "compile", "limit"]
 

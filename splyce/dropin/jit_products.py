@@ -84,9 +84,9 @@ def _csr_result(out):
 
 
 def _masked(op: LibraryOp, roles: dict, factors: str) -> LibraryCall:
-    from splyce.native import masked_kept
+    from splyce.native import masked
 
-    dtype, result, kept = np.dtype(op.out.dtype), _csr_result(op.out), masked_kept.masked_kept
+    dtype, result, kept = np.dtype(op.out.dtype), _csr_result(op.out), masked.masked_kept
 
     def run(args, threads):
         m, a, b = (args[roles[r]] for r in "mab")

@@ -116,7 +116,7 @@ def overwritten_results(trace: Trace) -> frozenset:
     ``0.85 * (a @ x) + c``), CG's updates (``r - alpha * ap``, ``r_new + beta * p``). Its ``linalg.generic``
     is all dense, so every element is computed; it writes a fresh tensor that ``materialize_in_destination``
     puts in the output argument, which MLIR's empty-tensor elimination turns into writing the argument in
-    place (lowering/pipeline.py). A fused elementwise producer could bring a sparse operand in (which writes
+    place (passes/pipeline.py). A fused elementwise producer could bring a sparse operand in (which writes
     only the stored positions), so that case keeps the zeroed buffer, as does every other dense result (a sum
     starts from the buffer's zero)."""
     found, seen = set(), {}

@@ -13,86 +13,49 @@ import threading
 
 import numpy as np
 
-_COUNT = """
-define void @splyce_count_{t}(ptr %dense, i64 %m, i64 %n, ptr %counts) {{
-entry:
-  br label %row
-row:
-  %i = phi i64 [0, %entry], [%i1, %row_end]
-  %more = icmp slt i64 %i, %m
-  br i1 %more, label %row_body, label %done
-row_body:
-  %base = mul i64 %i, %n
-  br label %col
-col:
-  %j = phi i64 [0, %row_body], [%j1, %col_body]
-  %cnt = phi i64 [0, %row_body], [%cnt1, %col_body]
-  %in = icmp slt i64 %j, %n
-  br i1 %in, label %col_body, label %row_end
-col_body:
-  %k = add i64 %base, %j
-  %p = getelementptr {t}, ptr %dense, i64 %k
-  %v = load {t}, ptr %p
-  %nz = fcmp une {t} %v, 0.0
-  %inc = zext i1 %nz to i64
-  %cnt1 = add i64 %cnt, %inc
-  %j1 = add i64 %j, 1
-  br label %col
-row_end:
-  %cp = getelementptr i64, ptr %counts, i64 %i
-  store i64 %cnt, ptr %cp
-  %i1 = add i64 %i, 1
-  br label %row
-done:
-  ret void
-}}
-"""
+from splyce.native.ir_text import INDEX, IR, SCALARS, counted, narrow, supported as ir_supported
 
-_FILL = """
-define void @splyce_fill_{t}_{ix}(ptr %dense, i64 %m, i64 %n, ptr %indices, ptr %data) {{
-entry:
-  br label %row
-row:
-  %i = phi i64 [0, %entry], [%i1, %row_end]
-  %out = phi i64 [0, %entry], [%o, %row_end]
-  %more = icmp slt i64 %i, %m
-  br i1 %more, label %row_body, label %done
-row_body:
-  %base = mul i64 %i, %n
-  br label %col
-col:
-  %j = phi i64 [0, %row_body], [%j1, %col_next]
-  %o = phi i64 [%out, %row_body], [%o1, %col_next]
-  %in = icmp slt i64 %j, %n
-  br i1 %in, label %col_body, label %row_end
-col_body:
-  %k = add i64 %base, %j
-  %p = getelementptr {t}, ptr %dense, i64 %k
-  %v = load {t}, ptr %p
-  %nz = fcmp une {t} %v, 0.0
-  br i1 %nz, label %emit, label %col_next
-emit:
-  %ip = getelementptr {ix}, ptr %indices, i64 %o
-  %jj = {narrow} %j to {ix}
-  store {ix} %jj, ptr %ip
-  %dp = getelementptr {t}, ptr %data, i64 %o
-  store {t} %v, ptr %dp
-  br label %col_next
-col_next:
-  %inc = zext i1 %nz to i64
-  %o1 = add i64 %o, %inc
-  %j1 = add i64 %j, 1
-  br label %col
-row_end:
-  %i1 = add i64 %i, 1
-  br label %row
-done:
-  ret void
-}}
-"""
+def _pass(fill: bool, t: str, ix: str) -> str:
+    """One pass over a dense C-contiguous m x n block, row by row, counting its nonzero entries (NaN counts,
+    -0.0 not): ``count`` stores each row's count, ``fill`` writes each nonzero entry's column and value at
+    its place (counted over the whole block)."""
+    ir = IR()
+    name, params = (f"splyce_fill_{t}_{ix}", "ptr %indices, ptr %data") if fill else (f"splyce_count_{t}",
+                                                                                       "ptr %counts")
+    ir(f"define void @{name}(ptr %dense, i64 %m, i64 %n, {params}) {{")
+    ir.label("entry")
 
-_LLVM_TYPE = {np.dtype(np.float64): "double", np.dtype(np.float32): "float"}
-_INDEX = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
+    def row(i, out):
+        base = ir.op("mul", "i64", i, "%n")
+
+        def column(j, o):
+            v = ir.load(t, "%dense", ir.op("add", "i64", base, j))
+            nz = ir.op("fcmp une", t, v, "0.0")
+            if fill:
+                emit, after = ir.name("emit")[1:], ir.name("next")[1:]
+                ir(f"  br i1 {nz}, label %{emit}, label %{after}")
+                ir.label(emit)
+                col = ir.name("col")
+                ir(f"  {col} = {narrow(64 if ix == 'i64' else 32)} {j} to {ix}")
+                ir.store(ix, col, "%indices", o)
+                ir.store(t, v, "%data", o)
+                ir(f"  br label %{after}")
+                ir.label(after)
+            inc = ir.name("inc")
+            ir(f"  {inc} = zext i1 {nz} to i64")
+            return (ir.op("add", "i64", o, inc),)
+
+        (o,) = counted(ir, "0", "%n", column, carried=(("i64", out if fill else "0"),), base="j")
+        if not fill:
+            ir.store("i64", o, "%counts", i)
+        return (o,)
+
+    counted(ir, "0", "%m", row, carried=(("i64", "0"),), base="i")
+    ir("  ret void")
+    ir("}")
+    return ir.text()
+
+
 _COUNT_SIG = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 _FILL_SIG = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
                              ctypes.c_void_p)
@@ -103,15 +66,14 @@ _lock = threading.Lock()
 def _helpers(value_type: str, index_type: str):
     from splyce.native.codegen import compile_host_helpers
 
-    text = _COUNT.format(t=value_type) + _FILL.format(t=value_type, ix=index_type,
-                                                       narrow="trunc i64" if index_type == "i32" else "bitcast i64")
+    text = _pass(False, value_type, index_type) + _pass(True, value_type, index_type)
     fns = compile_host_helpers(text, {f"splyce_count_{value_type}": _COUNT_SIG,
                                       f"splyce_fill_{value_type}_{index_type}": _FILL_SIG})
     return fns[f"splyce_count_{value_type}"], fns[f"splyce_fill_{value_type}_{index_type}"]
 
 
 def supported(dtype) -> bool:
-    return np.dtype(dtype) in _LLVM_TYPE
+    return ir_supported(dtype) and np.dtype(dtype).kind == "f"     # the count's compare is a float one
 
 
 def dense_to_csr(block: np.ndarray, index_dtype=np.int64):
@@ -120,7 +82,7 @@ def dense_to_csr(block: np.ndarray, index_dtype=np.int64):
     m, n = block.shape
     index_dtype = np.dtype(index_dtype)
     with _lock:
-        count, fill = _helpers(_LLVM_TYPE[block.dtype], _INDEX[index_dtype])
+        count, fill = _helpers(SCALARS[block.dtype].t, INDEX[index_dtype])
     counts = np.empty(m, dtype=np.int64)
     address = block.__array_interface__["data"][0]
     count(address, m, n, counts.__array_interface__["data"][0])

@@ -1,17 +1,74 @@
-"""LLVM IR text for the native helpers (SpMV, SpMM, masked products): a small writer with unique value names
-and counted loops, plus the row split the helpers share for ``threads``."""
+"""LLVM IR text for the native kernels: the one dtype table, the one IR writer and the template spellings.
+
+- ``SCALARS``: a value dtype's LLVM type and instructions, one row per dtype (``VALUE``, ``elementwise.common``
+  and each kernel's ``supported`` are views of it); ``INDEX`` the index widths.
+- ``IR``: a line writer with unique names (``gep`` / ``load`` / ``store`` / ``op``, counted ``loop``s): the
+  kernels written in Python (masked products, SDDMM, SpMV rows, the masked sum).
+- ``index_at`` / ``segment_at`` / ``load_at`` / ``store_at``: the same loads and stores spelled for the
+  kernels written as ``str.format`` templates (merges, SpGEMM, validation, transpose, compression), so an
+  index load is written one way everywhere.
+- Each algorithm is one definition, its variants parameters (``masked._masked_ir(kept=...)``,
+  ``spmv_flat.flat_ir`` for rows and CSC columns, ``merge_ir._NARROW_PARTS`` / ``_MERGE_STEP_PARTS`` for the
+  intersection and the union); plus the row split the helpers share for ``threads``.
+"""
 
 from __future__ import annotations
 
 import bisect
 import contextvars
 import functools
+from typing import NamedTuple
 
 import numpy as np
 
-# value dtype -> (LLVM type, multiply, add, zero)
-VALUE = {np.dtype(np.float64): ("double", "fmul", "fadd", "0.0"), np.dtype(np.float32): ("float", "fmul", "fadd", "0.0"),
-         np.dtype(np.int64): ("i64", "mul", "add", "0"), np.dtype(np.int32): ("i32", "mul", "add", "0")}
+
+
+class Scalar(NamedTuple):
+    """How the kernels compute in one value dtype: its LLVM type and instructions."""
+    t: str              # LLVM type
+    mul: str
+    add: str
+    sub: str | None     # None: no difference (bool)
+    zero: str
+    nonzero: str        # the "is not zero" compare (NaN is not zero); its negation is ``is_zero``
+    bits: int
+    one: str = "1"
+    from_i64: str = ""  # an i64 count -> this type (the masked sum's count of ones)
+    exact: int = 0      # the largest count the type holds exactly
+    exponent: int = 0   # the exponent bits (floats: a value is finite when they are not all set)
+
+    @property
+    def is_zero(self) -> str:
+        return {"fcmp une": "fcmp oeq", "icmp ne": "icmp eq"}[self.nonzero]
+
+    @property
+    def eq(self) -> str:
+        return "fcmp oeq" if self.t in FLOAT_TYPES else "icmp eq"
+
+
+FLOAT_TYPES = ("double", "float")
+# THE dtype table of the native kernels: a new value dtype is one row. bool (a pattern): a product is AND, a
+# sum OR (NumPy's and scipy's bool + bool, never 2); no difference (NumPy refuses bool minus)
+SCALARS = {np.dtype(np.float64): Scalar("double", "fmul", "fadd", "fsub", "0.0", "fcmp une", 64, "1.0", "sitofp",
+                                        2**53, 0x7FF0000000000000),
+           np.dtype(np.float32): Scalar("float", "fmul", "fadd", "fsub", "0.0", "fcmp une", 32, "1.0", "sitofp",
+                                        2**24, 0x7F800000),
+           np.dtype(np.int64): Scalar("i64", "mul", "add", "sub", "0", "icmp ne", 64, "1", "bitcast", 2**63 - 1),
+           np.dtype(np.int32): Scalar("i32", "mul", "add", "sub", "0", "icmp ne", 32, "1", "trunc", 2**63 - 1),
+           np.dtype(np.bool_): Scalar("i8", "and", "or", None, "0", "icmp ne", 8)}
+BY_TYPE = {s.t: s for s in SCALARS.values()}    # LLVM type -> its row
+NUMERIC = tuple(d for d in SCALARS if d != np.dtype(np.bool_))    # the dtypes of the arithmetic kernels
+
+# value dtype -> (LLVM type, multiply, add, zero) of the arithmetic kernels (the view of SCALARS they unpack)
+VALUE = {d: (SCALARS[d].t, SCALARS[d].mul, SCALARS[d].add, SCALARS[d].zero) for d in NUMERIC}
+# index dtype -> its LLVM integer type (the index widths the kernels are instantiated for)
+INDEX = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
+
+
+def supported(dtype, bool_ok: bool = False) -> bool:
+    """Whether the native kernels compute in ``dtype`` (``bool_ok``: the kernels that have a bool form)."""
+    dtype = np.dtype(dtype)
+    return dtype in VALUE or (bool_ok and dtype in SCALARS)
 
 
 class IR:
@@ -20,6 +77,7 @@ class IR:
     def __init__(self):
         self.lines: list[str] = []
         self.count = 0
+        self.block = ""         # the block being written (``label`` sets it)
 
     def name(self, base: str) -> str:
         self.count += 1
@@ -30,10 +88,76 @@ class IR:
 
     def label(self, name: str) -> None:
         self.lines.append(f"{name}:")
+        self.block = name
+
+    def gep(self, t: str, ptr: str, at: str, base: str = "p") -> str:
+        """``&ptr[at]`` for elements of type ``t``."""
+        p = self.name(base)
+        self(f"  {p} = getelementptr {t}, ptr {ptr}, i64 {at}")
+        return p
+
+    def load(self, t: str, ptr: str, at: str, base: str = "v") -> str:
+        """``ptr[at]``, elements of type ``t``."""
+        p = self.gep(t, ptr, at)
+        v = self.name(base)
+        self(f"  {v} = load {t}, ptr {p}")
+        return v
+
+    def store(self, t: str, value: str, ptr: str, at: str) -> None:
+        """``ptr[at] = value``."""
+        self(f"  store {t} {value}, ptr {self.gep(t, ptr, at)}")
+
+    def op(self, instr: str, t: str, x: str, y: str, base: str = "x") -> str:
+        """``instr t x, y`` (an arithmetic instruction or a compare such as ``icmp ne``) as a new value."""
+        v = self.name(base)
+        self(f"  {v} = {instr} {t} {x}, {y}")
+        return v
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
 
 
 def ext(bits: int) -> str:
+    """The widening of an i{bits} index to i64 (``ext(bits) x to i64``)."""
     return "zext i32" if bits == 32 else "bitcast i64"
+
+
+def sext(bits: int) -> str:
+    """The sign extension of an i{bits} index to i64 (positions not yet known to be non-negative)."""
+    return f"sext i{bits}" if bits < 64 else "bitcast i64"
+
+
+def narrow(bits: int) -> str:
+    """The narrowing of an i64 to an i{bits} index (``narrow(bits) x to i{bits}``)."""
+    return "trunc i64" if bits == 32 else "bitcast i64"
+
+
+def index_at(ptr: str, at: str, out: str, width: str = "p", ext_field: str | None = None) -> str:
+    """Template text (format fields ``i{width}`` and ``{width_ext}``, or ``{ext_field}``): ``%out = ptr[at]``
+    of an index array, widened to i64. The one spelling of the templates' index loads."""
+    ext_field = ext_field or f"{width}_ext"
+    return (f"  {out}_at = getelementptr i{{{width}}}, ptr {ptr}, i64 {at}\n"
+            f"  {out}_raw = load i{{{width}}}, ptr {out}_at\n"
+            f"  {out} = {{{ext_field}}} {out}_raw to i64\n")
+
+
+def load_at(t: str, ptr: str, at: str, out: str) -> str:
+    """Template text: ``%out = ptr[at]``, elements of type ``t`` (a type or a format field such as ``{t}``)."""
+    return f"  {out}_at = getelementptr {t}, ptr {ptr}, i64 {at}\n  {out} = load {t}, ptr {out}_at\n"
+
+
+def store_at(t: str, value: str, ptr: str, at: str, address: str) -> str:
+    """Template text: ``ptr[at] = value``, elements of type ``t``, through the address ``%address``."""
+    return f"  {address} = getelementptr {t}, ptr {ptr}, i64 {at}\n  store {t} {value}, ptr {address}\n"
+
+
+def segment_at(ptr: str, at: str, start: str, stop: str, width: str = "p", ext_field: str | None = None,
+               next_at: str | None = None, add: bool = True) -> str:
+    """Template text: segment ``at`` of a positions array, ``%start = ptr[at]``, ``%stop = ptr[next_at]``;
+    ``next_at`` (default ``{at}1``) computed as ``at + 1`` between the loads when ``add``."""
+    next_at = next_at or f"{at}1"
+    step = f"  {next_at} = add i64 {at}, 1\n" if add else ""
+    return (index_at(ptr, at, start, width, ext_field) + step + index_at(ptr, next_at, stop, width, ext_field))
 
 
 def index_bits(a: np.ndarray) -> int:
@@ -41,11 +165,14 @@ def index_bits(a: np.ndarray) -> int:
     return a.dtype.itemsize * 8
 
 
-def load_index(ir: IR, ptr: str, bits: int, at: str) -> str:
+def load_index(ir: IR, ptr: str, bits: int, at: str, signed: bool = False) -> str:
+    """``ptr[at]`` of an i{bits} index array, widened to i64 (``signed``: sign-extended, for a scan of
+    positions not yet known to be non-negative)."""
     p, raw, wide = ir.name("p"), ir.name("raw"), ir.name("w")
     ir(f"  {p} = getelementptr i{bits}, ptr {ptr}, i64 {at}")
     ir(f"  {raw} = load i{bits}, ptr {p}")
-    ir(f"  {wide} = {ext(bits)} {raw} to i64")
+    widen = sext(bits) if signed else ext(bits)
+    ir(f"  {wide} = {widen} {raw} to i64")
     return wide
 
 
@@ -67,6 +194,32 @@ def loop(ir: IR, start: str, stop: str, body, after: str) -> None:
     ir(f"  {nxt} = add i64 {cur}, 1")
     ir(f"  store i64 {nxt}, ptr {slot}")
     ir(f"  br label %{head}")
+
+
+def counted(ir: IR, start: str, stop: str, body, carried=(), cmp: str = "slt", base: str = "i") -> list[str]:
+    """``for (i = start; i cmp stop; i += 1) values = body(i, *values)`` as a loop with phis: ``carried``, the
+    loop-carried values' ``(type, initial value)``; ``body`` returns their next values (or None without
+    any). Emitted at the current block's end; continues in the block after the loop, and returns the carried
+    values there."""
+    enter = ir.block
+    head, inside, after = (ir.name(f"{base}_{b}")[1:] for b in ("head", "body", "done"))
+    ir(f"  br label %{head}")
+    ir.label(head)
+    i, values, more = ir.name(base), [ir.name("c") for _ in carried], ir.name("more")
+    at = len(ir.lines)
+    ir.lines += [""] * (1 + len(carried))        # the phis, written once the latch is known
+    ir(f"  {more} = icmp {cmp} i64 {i}, {stop}")
+    ir(f"  br i1 {more}, label %{inside}, label %{after}")
+    ir.label(inside)
+    nexts = body(i, *values) or ()
+    i1 = ir.name(base)
+    ir(f"  {i1} = add i64 {i}, 1")
+    ir(f"  br label %{head}")
+    ir.lines[at] = f"  {i} = phi i64 [{start}, %{enter}], [{i1}, %{ir.block}]"
+    for k, ((t, init), value, nxt) in enumerate(zip(carried, values, nexts)):
+        ir.lines[at + 1 + k] = f"  {value} = phi {t} [{init}, %{enter}], [{nxt}, %{ir.block}]"
+    ir.label(after)
+    return values
 
 
 @functools.cache

@@ -1,6 +1,6 @@
 """The inner loop nest every masked product shares, as LLVM IR: one row of a Gustavson product whose columns
 are looked up in a marked row of the mask (``mark[j]`` = the mask entry's position), so each product costs one
-lookup and no search. Masked SpGEMM (masked.py, masked_kept.py) and the masked sum (masked_sum.py) build their
+lookup and no search. Masked SpGEMM (masked.py) and the masked sum (masked_sum.py) build their
 kernels around it."""
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ def marked_row(ir, i, t, mul, marked, ap, ac, bp, bc, mark_more, hit, each=None,
     m_start, m_stop = load_index(ir, mpos, mp, i), load_index(ir, mpos, mp, i1)
 
     def mark(e):
-        j, pm = load_index(ir, mcrd, mc, e), ir.name("pm")
-        ir(f"  {pm} = getelementptr i64, ptr %mark, i64 {j}")
-        ir(f"  store i64 {e}, ptr {pm}")
+        ir.store("i64", e, "%mark", load_index(ir, mcrd, mc, e))
         mark_more(e)
 
     after = ir.name("marked")[1:]
@@ -33,32 +31,21 @@ def marked_row(ir, i, t, mul, marked, ap, ac, bp, bc, mark_more, hit, each=None,
 
     def a_entry(ka):
         k = load_index(ir, "%acrd", ac, ka)
-        pa, av, k1 = ir.name("pa"), ir.name("av"), ir.name("k1")
-        ir(f"  {pa} = getelementptr {t}, ptr %aval, i64 {ka}")
-        ir(f"  {av} = load {t}, ptr {pa}")
+        av, k1 = ir.load(t, "%aval", ka), ir.name("k1")
         ir(f"  {k1} = add i64 {k}, 1")
         b_start, b_stop = load_index(ir, "%bpos", bp, k), load_index(ir, "%bpos", bp, k1)
 
         def b_entry(kb):
-            j = load_index(ir, "%bcrd", bc, kb)
-            pm, m, is_hit = ir.name("pm"), ir.name("m"), ir.name("hit")
-            ir(f"  {pm} = getelementptr i64, ptr %mark, i64 {j}")
-            ir(f"  {m} = load i64, ptr {pm}")
-            ir(f"  {is_hit} = icmp sge i64 {m}, {m_start}")
+            m = ir.load("i64", "%mark", load_index(ir, "%bcrd", bc, kb))
+            is_hit = ir.op("icmp sge", "i64", m, m_start)
             if each is not None:
                 each(m, m_start, m_stop)
                 return
             yes, done = ir.name("yes")[1:], ir.name("done")[1:]
             ir(f"  br i1 {is_hit}, label %{yes}, label %{done}")
             ir.label(yes)
-            pb, bv, prod = ir.name("pb"), ir.name("bv"), ir.name("prod")
-            ir(f"  {pb} = getelementptr {t}, ptr %bval, i64 {kb}")
-            ir(f"  {bv} = load {t}, ptr {pb}")
-            if pair:
-                hit((av, bv), m)
-            else:
-                ir(f"  {prod} = {mul} {t} {av}, {bv}")
-                hit(prod, m)
+            bv = ir.load(t, "%bval", kb)
+            hit((av, bv) if pair else ir.op(mul, t, av, bv), m)
             ir(f"  br label %{done}")
             ir.label(done)
 

@@ -1,14 +1,18 @@
 """Products whose result lives on a sparse mask's positions, native code: O(work), never a dense result.
 
-- Masked SpGEMM ``M * (A @ B)`` (all CSR): per row, the mask's columns are marked with their output
-  positions, then the row's Gustavson products ``A[i, k] * B[k, j]`` are accumulated where ``j`` is marked and
-  skipped elsewhere. Work: ``nnz(M) + flops(A @ B)``. Each kept entry is ``(sum over k in A's row order) *
-  M[i, j]``, the order scipy's ``(A @ B).multiply(M)`` uses, so values match it bit for bit.
+Masked SpGEMM ``M * (A @ B)`` (all CSR), one kernel in two orders: per row, the mask's columns are marked with
+their output positions, then the row's Gustavson products ``A[i, k] * B[k, j]`` are accumulated where ``j`` is
+marked and skipped elsewhere. Work: ``nnz(M) + flops(A @ B)``.
 
-SDDMM ``M * (X @ Y.T)`` is in sddmm.py, the sparsifier's masked SpGEMM (the jit's) in masked_kept.py, the masked
-sum ``einsum("ij,jk,ik->", A, B, C)`` (triangle counting) in masked_sum.py and masked_sum_checked.py.
+- scipy's order (the drop-in, :func:`masked_spgemm`): each entry is ``(sum over k in A's row order) *
+  M[i, j]``, as scipy's ``(A @ B).multiply(M)``, bit for bit; zero results dropped.
+- the sparsifier's order (the jit's ``(l @ l) * l``, :func:`masked_kept`): each term multiplied inside the sum
+  in the einsum's operand order (``(x0 * x1) * x2``), added to a workspace entry that starts at +0.0 in the
+  order of A's row; every mask position some term reached is stored (zero sums too), as the compiled MLIR
+  kernel does.
 
-Results keep the mask's positions, without the entries that are zero (as scipy drops them).
+SDDMM ``M * (X @ Y.T)`` is in sddmm.py, the masked sum ``einsum("ij,jk,ik->", A, B, C)`` (triangle counting)
+in masked_sum.py and masked_sum_checked.py.
 """
 
 from __future__ import annotations
@@ -20,71 +24,80 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import IR, VALUE, load_index, loop, run_chunks, run_taken, index_bits as _bits
+from splyce.native.ir_text import IR, SCALARS, VALUE, load_index, loop, run_chunks, run_taken, index_bits as _bits
+from splyce.native.ir_text import supported as ir_supported
 from splyce.native.marked_row import marked_row
 from splyce.native.masked_chunks import CHUNKS_PER_THREAD, masked_chunks, serial_max_work
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
-# (mpos, mcrd, mval, apos, acrd, aval, bpos, bcrd, bval, lo, hi, mark, out, cols, ends) -> entries kept
-_MASKED_SIG = ctypes.CFUNCTYPE(_I, *([_P] * 9), _I, _I, _P, _P, _P, _P)
+# (mpos, mcrd, mval, apos, acrd, aval, bpos, bcrd, bval, lo, hi, mark, out, cols, ends[, reached]) -> entries kept
+_SIG = {False: ctypes.CFUNCTYPE(_I, *([_P] * 9), _I, _I, _P, _P, _P, _P),
+        True: ctypes.CFUNCTYPE(_I, *([_P] * 9), _I, _I, _P, _P, _P, _P, _P)}
 _lock = threading.Lock()
 
 
-def _masked_ir(name, value, mp, mc, ap, ac, bp, bc):
+def _masked_ir(name, value, mp, mc, ap, ac, bp, bc, kept: bool = False, factors: str = "abm"):
+    """The masked SpGEMM kernel, in scipy's order (``kept=False``: ``(sum over k of a * b) * m``, zero results
+    dropped) or the sparsifier's (``kept``: each term ``(x * y) * z`` in the einsum's operand order
+    ``factors``, e.g. ``"abm"``, summed from +0.0; every reached position stored, zero sums too, marked in
+    ``%reached``). Each row's results are compacted to slot ``base + kept <= e`` as it goes."""
     t, mul, add, zero = VALUE[value]
     ir = IR()
     ir(f"define i64 @{name}(ptr %mpos, ptr %mcrd, ptr %mval, ptr %apos, ptr %acrd, ptr %aval, ptr %bpos, "
-       f"ptr %bcrd, ptr %bval, i64 %lo, i64 %hi, ptr %mark, ptr %out, ptr %cols, ptr %ends) {{")
+       f"ptr %bcrd, ptr %bval, i64 %lo, i64 %hi, ptr %mark, ptr %out, ptr %cols, ptr %ends"
+       + (", ptr %reached) {" if kept else ") {"))
     ir.label("entry")
     base = load_index(ir, "%mpos", mp, "%lo")     # the chunk's results are written compacted from here
     ir("  %kept_slot = alloca i64")
     ir("  store i64 0, ptr %kept_slot")
 
     def row(i):
-        def zero_out(e):     # out[e] = 0
-            po = ir.name("po")
-            ir(f"  {po} = getelementptr {t}, ptr %out, i64 {e}")
-            ir(f"  store {t} {zero}, ptr {po}")
+        def clear(e):       # out[e] = +0.0 (the sparsifier's workspace too); not reached
+            ir.store(t, zero, "%out", e)
+            if kept:
+                ir.store("i8", "0", "%reached", e)
 
-        def accumulate(prod, m):     # out[m] += prod
-            po, old, new = ir.name("po"), ir.name("old"), ir.name("new")
-            ir(f"  {po} = getelementptr {t}, ptr %out, i64 {m}")
+        def hit(term, m):   # out[m] += term; reached[m] = 1
+            if kept:        # the term in the einsum's operand order
+                value_of = {"a": term[0], "b": term[1], "m": ir.load(t, "%mval", m)}
+                x, y, z = (value_of[f] for f in factors)
+                term = ir.op(mul, t, ir.op(mul, t, x, y), z)
+            po = ir.gep(t, "%out", m)
+            old, new = ir.name("old"), ir.name("new")
             ir(f"  {old} = load {t}, ptr {po}")
-            ir(f"  {new} = {add} {t} {old}, {prod}")
+            ir(f"  {new} = {add} {t} {old}, {term}")
             ir(f"  store {t} {new}, ptr {po}")
+            if kept:
+                ir.store("i8", "1", "%reached", m)
 
-        m_start, m_stop = marked_row(ir, i, t, mul, (("%mpos", mp), ("%mcrd", mc)), ap, ac, bp, bc, zero_out,
-                                      accumulate)
+        m_start, m_stop = marked_row(ir, i, t, mul, (("%mpos", mp), ("%mcrd", mc)), ap, ac, bp, bc, clear, hit,
+                                      pair=kept)
 
-        def scale(e):
-            # r = sum * M[i, j], stored (with its column) at the next compacted slot base + kept <= e, which
-            # later entries of the row no longer read; the slot advances only when r != 0 (NaN kept)
-            po, s, pm, mv, r = (ir.name(n) for n in ("po", "s", "pmv", "mv", "r"))
-            ir(f"  {po} = getelementptr {t}, ptr %out, i64 {e}")
-            ir(f"  {s} = load {t}, ptr {po}")
-            ir(f"  {pm} = getelementptr {t}, ptr %mval, i64 {e}")
-            ir(f"  {mv} = load {t}, ptr {pm}")
-            ir(f"  {r} = {mul} {t} {s}, {mv}")
-            kept, slot, pw, pc, nz, step, kept1 = (ir.name(n) for n in ("kept", "slot", "pw", "pc", "nz", "step",
-                                                                         "kept"))
-            ir(f"  {kept} = load i64, ptr %kept_slot")
-            ir(f"  {slot} = add i64 {base}, {kept}")
-            ir(f"  {pw} = getelementptr {t}, ptr %out, i64 {slot}")
-            ir(f"  store {t} {r}, ptr {pw}")
-            j = ir.name("j")
-            ir(f"  {j} = getelementptr i{mc}, ptr %mcrd, i64 {e}")
-            col = ir.name("col")
-            ir(f"  {col} = load i{mc}, ptr {j}")
-            ir(f"  {pc} = getelementptr i{mc}, ptr %cols, i64 {slot}")
-            ir(f"  store i{mc} {col}, ptr {pc}")
-            ir(f"  {nz} = {'fcmp une' if t in ('double', 'float') else 'icmp ne'} {t} {r}, {zero}")
-            ir(f"  {step} = zext i1 {nz} to i64")
-            ir(f"  {kept1} = add i64 {kept}, {step}")
-            ir(f"  store i64 {kept1}, ptr %kept_slot")
+        def compact(e):
+            # r (scipy: sum * M[i, j]) stored with its column at the next compacted slot base + kept <= e, which
+            # later entries of the row no longer read; the slot advances when r != 0 (NaN kept), or (kept) when
+            # the position was reached
+            r = ir.load(t, "%out", e)
+            if not kept:
+                r = ir.op(mul, t, r, ir.load(t, "%mval", e))
+            done, slot = ir.name("kept"), ir.name("slot")
+            ir(f"  {done} = load i64, ptr %kept_slot")
+            ir(f"  {slot} = add i64 {base}, {done}")
+            ir.store(t, r, "%out", slot)
+            ir.store(f"i{mc}", ir.load(f"i{mc}", "%mcrd", e), "%cols", slot)
+            if kept:
+                flag, step = ir.load("i8", "%reached", e), ir.name("step")
+                ir(f"  {step} = zext i8 {flag} to i64")
+            else:
+                nz, step = ir.op(SCALARS[value].nonzero, t, r, zero), ir.name("step")
+                ir(f"  {step} = zext i1 {nz} to i64")
+            done1 = ir.name("kept")
+            ir(f"  {done1} = add i64 {done}, {step}")
+            ir(f"  store i64 {done1}, ptr %kept_slot")
 
-        after_s = ir.name("scaled")[1:]
-        loop(ir, m_start, m_stop, scale, after_s)
-        ir.label(after_s)
+        after = ir.name("compacted")[1:]
+        loop(ir, m_start, m_stop, compact, after)
+        ir.label(after)
         row_end, off, pe = ir.name("kept"), ir.name("off"), ir.name("pe")
         ir(f"  {row_end} = load i64, ptr %kept_slot")
         ir(f"  {off} = sub i64 {i}, %lo")
@@ -96,19 +109,21 @@ def _masked_ir(name, value, mp, mc, ap, ac, bp, bc):
     ir("  %kept_all = load i64, ptr %kept_slot")
     ir("  ret i64 %kept_all")
     ir("}")
-    return "\n".join(ir.lines) + "\n"
+    return ir.text()
 
 
 @functools.cache
-def _masked(value, mp, mc, ap, ac, bp, bc):
+def _masked(value, mp, mc, ap, ac, bp, bc, kept: bool = False, factors: str = "abm"):
     from splyce.native.codegen import compile_host_helpers
 
-    name = f"splyce_masked_spgemm_{VALUE[value][0]}_{mp}_{mc}_{ap}_{ac}_{bp}_{bc}"
-    return compile_host_helpers(_masked_ir(name, value, mp, mc, ap, ac, bp, bc), {name: _MASKED_SIG})[name]
+    name = (f"splyce_masked_kept_{VALUE[value][0]}_{mp}_{mc}_{ap}_{ac}_{bp}_{bc}_{factors}" if kept else
+            f"splyce_masked_spgemm_{VALUE[value][0]}_{mp}_{mc}_{ap}_{ac}_{bp}_{bc}")
+    text = _masked_ir(name, value, mp, mc, ap, ac, bp, bc, kept, factors)
+    return compile_host_helpers(text, {name: _SIG[kept]})[name]
 
 
 def supported(dtype) -> bool:
-    return np.dtype(dtype) in VALUE
+    return ir_supported(dtype)
 
 
 def _drop_zeros(vals, indices, indptr):
@@ -127,6 +142,18 @@ def masked_spgemm(m, a, b, n_cols: int, dtype, threads: int = 1):
     (columns of M in range ``[0, n_cols)``, unique within a row), values of ``dtype``. The kernel leaves out
     the zero results as it goes: each row chunk's kept entries compacted from the chunk's first mask position,
     with the kept count at each row's end."""
+    return _run(m, a, b, n_cols, dtype, threads, False, "abm")
+
+
+def masked_kept(m, a, b, n_cols: int, dtype, threads: int = 1, factors: str = "abm"):
+    """The sparsifier's ``M * (A @ B)`` as CSR parts ``(data, indices, indptr)`` (indices of M's widths):
+    the mask positions some term reached, each ``+0.0 + sum over k (in A's row order) of the terms``, a term
+    multiplied in the order of ``factors`` (the roles A, B, M of the einsum's operands, in its order). ``m``,
+    ``a``, ``b``: validated CSR parts, values of ``dtype``, M's columns unique per row, ascending."""
+    return _run(m, a, b, n_cols, dtype, threads, True, factors)
+
+
+def _run(m, a, b, n_cols: int, dtype, threads: int, kept: bool, factors: str):
     mv, mc, mp = m
     av, ac, ap = a
     bv, bc, bp = b
@@ -134,19 +161,21 @@ def masked_spgemm(m, a, b, n_cols: int, dtype, threads: int = 1):
     vals = np.empty(len(mv), dtype=dtype)
     cols = np.empty(len(mv), dtype=mc.dtype)
     ends = np.empty(len(mp) - 1, dtype=np.int64)
+    reached = np.empty(len(mv), dtype=np.uint8) if kept else None     # held until the kernel has run
+    extra = (_address(reached),) if kept else ()
     with _lock:
-        fn = _masked(dtype, _bits(mp), _bits(mc), _bits(ap), _bits(ac), _bits(bp), _bits(bc))
+        fn = _masked(dtype, _bits(mp), _bits(mc), _bits(ap), _bits(ac), _bits(bp), _bits(bc), kept, factors)
 
     def run(t, lo, hi, mark):
         # mark: the thread's own, reused by its chunks, which come in increasing row order (a mark left by an
         # earlier row is below the current row's first mask position, so it never reads as set)
         return fn(_address(mp), _address(mc), _address(mv), _address(ap), _address(ac), _address(av),
                   _address(bp), _address(bc), _address(bv), lo, hi, _address(mark), _address(vals),
-                  _address(cols), _address(ends) + 8 * lo)
+                  _address(cols), _address(ends) + 8 * lo, *extra)
 
     chunks = masked_chunks(mp, ap, ac, bp, threads * CHUNKS_PER_THREAD if threads > 1 else 1, serial_max_work())
-    kept = run_taken(run, chunks, threads, lambda: np.full(n_cols, -1, dtype=np.int64))
-    return _gather(vals, cols, ends, mp, chunks, kept, threads)
+    kept_counts = run_taken(run, chunks, threads, lambda: np.full(n_cols, -1, dtype=np.int64))
+    return _gather(vals, cols, ends, mp, chunks, kept_counts, threads)
 
 
 def _gather(vals, cols, ends, mp, chunks, kept, threads: int = 1):

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import IR, VALUE, load_index, loop, run_taken, index_bits as _bits
+from splyce.native.ir_text import IR, SCALARS, VALUE, counted, load_index, loop, run_taken, index_bits as _bits
 from splyce.native.marked_row import marked_row
 from splyce.native.masked_chunks import CHUNKS_PER_THREAD, masked_chunks, serial_max_work
 
@@ -243,7 +243,7 @@ def _counted_sum(a, b, c, n_cols: int, dtype: np.dtype, chunks, threads: int, su
     if not all(r for (kind, *_), r in zip(items, results) if kind == "ones"):
         return None
     hits = sum(int(r) for (kind, *_), r in zip(items, results) if kind != "ones")
-    if hits > _COUNTED[t][2]:
+    if hits > _COUNTED[t][1]:
         return None
     return np.array(hits, dtype=np.int64).astype(dtype)[()]
 
@@ -279,49 +279,36 @@ def _products_ir(name, bits):
 
 
 def _all_of_ir(name, elem, test):
-    """``i64 name(ptr v, i64 n)``: 1 when ``test`` (IR lines computing ``%ok`` from the element ``%x`` of type
+    """``i64 name(ptr v, i64 n)``: 1 when ``test(ir, x)`` (the i1 it computes from the element ``x`` of type
     ``elem``) holds for each of the ``n`` values at ``v``, else 0 (no early exit: the loop vectorizes)."""
-    return f"""
-define i64 @{name}(ptr %v, i64 %n) {{
-entry:
-  br label %head
-head:
-  %k = phi i64 [0, %entry], [%k1, %body]
-  %all = phi i1 [true, %entry], [%all1, %body]
-  %more = icmp slt i64 %k, %n
-  br i1 %more, label %body, label %done
-body:
-  %pv = getelementptr {elem}, ptr %v, i64 %k
-  %x = load {elem}, ptr %pv
-{test}
-  %all1 = and i1 %all, %ok
-  %k1 = add i64 %k, 1
-  br label %head
-done:
-  %r = zext i1 %all to i64
-  ret i64 %r
-}}
-"""
+    ir = IR()
+    ir(f"define i64 @{name}(ptr %v, i64 %n) {{")
+    ir.label("entry")
+    (all_,) = counted(ir, "0", "%n", lambda k, so_far: (ir.op("and", "i1", so_far, test(ir, ir.load(elem, "%v", k))),),
+                      carried=(("i1", "true"),), base="k")
+    r = ir.name("r")
+    ir(f"  {r} = zext i1 {all_} to i64")
+    ir(f"  ret i64 {r}")
+    ir("}")
+    return ir.text()
 
 
 def _ones_ir(name, value):
     """``i64 name(ptr v, i64 n)``: whether each of the ``n`` values at ``v`` is one."""
-    t = VALUE[value][0]
-    return _all_of_ir(name, t, f"  %ok = {_COUNTED[t][0]}")
+    row = SCALARS[value]
+    return _all_of_ir(name, row.t, lambda ir, x: ir.op(row.eq, row.t, x, row.one))
 
 
 def _finite_ir(name, value):
     """``i64 name(ptr v, i64 n)``: whether each of the ``n`` values at ``v`` is finite (its exponent bits not
     all set, read as an integer; integers always are)."""
-    t = VALUE[value][0]
-    if t not in _EXPONENT:
+    row = SCALARS[value]
+    if not row.exponent:
         return f"define i64 @{name}(ptr %v, i64 %n) {{\nentry:\n  ret i64 1\n}}\n"
-    bits, mask = _EXPONENT[t]
-    return _all_of_ir(name, f"i{bits}", f"  %e = and i{bits} %x, {mask}\n  %ok = icmp ne i{bits} %e, {mask}")
+    bits, mask = row.bits, row.exponent
+    exponent = lambda ir, x: ir.op("and", f"i{bits}", x, str(mask))     # noqa: E731
+    return _all_of_ir(name, f"i{bits}", lambda ir, x: ir.op("icmp ne", f"i{bits}", exponent(ir, x), str(mask)))
 
 
-_EXPONENT = {"double": (64, 0x7FF0000000000000), "float": (32, 0x7F800000)}
-
-# value type -> (the compare of %x with one, i64 -> the type, the largest count the sum holds exactly)
-_COUNTED = {"double": ("fcmp oeq double %x, 1.0", "sitofp", 2**53), "float": ("fcmp oeq float %x, 1.0", "sitofp", 2**24),
-            "i64": ("icmp eq i64 %x, 1", "bitcast", 2**63 - 1), "i32": ("icmp eq i32 %x, 1", "trunc", 2**63 - 1)}
+# value type -> (i64 -> the type, the largest count the sum holds exactly): a view of the one dtype table
+_COUNTED = {r.t: (r.from_i64, r.exact) for r in SCALARS.values() if r.from_i64}

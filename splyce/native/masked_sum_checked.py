@@ -176,7 +176,7 @@ def _sum_checked_kernel(value: np.dtype, bits: int, exact: int | None = None, fa
     name = f"splyce_masked_sum_{'trusted' if trusted else 'checked'}_{t}_i{bits}"
     name += "" if factors == "abc" else f"_{factors}"
     check, total, count = name + "_check", name + "_rows", name + "_count"
-    _, convert, type_exact = _COUNTED[t]
+    convert, type_exact = _COUNTED[t]
     exact = type_exact if exact is None else exact
     text = (("" if trusted else native_validation.canonical_check_ir(check, bits))
             + _masked_sum_ir(total, value, *([bits] * 6), factors=factors)

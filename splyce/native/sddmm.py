@@ -22,6 +22,7 @@ import numpy as np
 from splyce.native import memory_pool
 from splyce.native.array_objects import address as _address
 from splyce.native.ir_text import IR, VALUE, load_index, loop, row_chunks, run_chunks, index_bits as _bits
+from splyce.native.ir_text import supported as ir_supported
 from splyce.native.masked import _drop_zeros
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -51,7 +52,7 @@ _lock = threading.Lock()
 
 
 def supported(dtype) -> bool:
-    return np.dtype(dtype) in VALUE
+    return ir_supported(dtype)
 
 
 def _sddmm_ir(name, value, mp, mc, sizes, factors=None, ahead=0):

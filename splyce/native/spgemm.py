@@ -47,8 +47,6 @@ from splyce.native.array_objects import address as _address
 from splyce.native import ir_text, spgemm_ir, spgemm_sample, spgemm_sorted
 from splyce.native.ir_text import pool, row_chunks, run_each
 
-_VALUE = {np.dtype(np.float64): ("double", "fmul", "fadd"), np.dtype(np.float32): ("float", "fmul", "fadd"),
-          np.dtype(np.int64): ("i64", "mul", "add"), np.dtype(np.int32): ("i32", "mul", "add")}
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _PRODUCT_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _P, _I, _I, _I, _P, _P, _P, _P)
@@ -101,7 +99,7 @@ def _product(dense: bool, value: np.dtype, pa: int, ca: int, pb: int, cb: int, c
              sort: str | None = None, scipy_order: bool = False):
     from splyce.native.codegen import compile_host_helpers
 
-    t, mul, add = _VALUE[value]
+    t, mul, add, _ = ir_text.VALUE[value]
     kind = f"sorted_{sort}" if sort else "dense" if dense else "sparse"
     name = f"splyce_spgemm_{kind}_{t}_{pa}_{ca}_{pb}_{cb}_{co}" + ("_keep" if keep_zeros else "") \
         + ("_scipy" if scipy_order else "")
@@ -131,8 +129,7 @@ def _sample(pa: int, ca: int, pb: int, cb: int):
     return compile_host_helpers(spgemm_sample.sample_ir(name, pa, ca, pb, cb), {name: _SAMPLE_SIG})[name]
 
 
-def supported(dtype) -> bool:
-    return np.dtype(dtype) in _VALUE
+supported = ir_text.supported
 
 
 def row_flops_prefix(a_indptr, a_indices, b_indptr, workers=None, threads: int = 1) -> np.ndarray:

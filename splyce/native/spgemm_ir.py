@@ -7,6 +7,9 @@ driver, the loops over A's rows, A's entries and B's rows (:func:`loops`), the r
 
 from __future__ import annotations
 
+from splyce.native.ir_text import (BY_TYPE, FLOAT_TYPES, IR, counted, ext, index_at, load_at, load_index, narrow,
+                                   segment_at, store_at)
+
 # The loop pieces every SpGEMM kernel shares (these rows, the sorted ones, the flops prefix), put in a
 # template's text by loops() at {row_loop}, {row_done}, {a_row}, {a_entry}, {a_column}, {b_row}, {b_column},
 # {b_value}, each alone on a line: the row kernels' loop over rows [lo, hi) (block row, then row_body) and its
@@ -24,53 +27,19 @@ row:
 _ROW_DONE = """\
 row_done:
   %rel = sub i64 %i, %lo
-  %pend = getelementptr i64, ptr %ends, i64 %rel
-  store i64 {row_end}, ptr %pend
-  br label %row
+""" + store_at("i64", "{row_end}", "%ends", "%rel", "%pend") + """  br label %row
 done:
   ret i64 %start
 }}
 """
-_A_ROW = """\
-row_body:
-  %pa0 = getelementptr i{pa}, ptr %ap, i64 %i
-  %ka_raw = load i{pa}, ptr %pa0
-  %ka = {pa_ext} %ka_raw to i64
-  %i1 = add i64 %i, 1
-  %pa1 = getelementptr i{pa}, ptr %ap, i64 %i1
-  %kb_raw = load i{pa}, ptr %pa1
-  %kb = {pa_ext} %kb_raw to i64
-  br label %k_head
-"""
-_A_COLUMN = """\
-k_body:
-  %pac = getelementptr i{ca}, ptr %ac, i64 %k
-  %acol_raw = load i{ca}, ptr %pac
-  %acol = {ca_ext} %acol_raw to i64
-"""
+_A_ROW = "row_body:\n" + segment_at("%ap", "%i", "%ka", "%kb", "pa") + "  br label %k_head\n"
+_A_COLUMN = "k_body:\n" + index_at("%ac", "%k", "%acol", "ca")
 _A_VALUE = """\
-  %pav = getelementptr {t}, ptr %av, i64 %k
-  %aval = load {t}, ptr %pav
-"""
-_B_ROW = """\
-  %pb0 = getelementptr i{pb}, ptr %bp, i64 %acol
-  %ja_raw = load i{pb}, ptr %pb0
-  %ja = {pb_ext} %ja_raw to i64
-  %acol1 = add i64 %acol, 1
-  %pb1 = getelementptr i{pb}, ptr %bp, i64 %acol1
-  %jb_raw = load i{pb}, ptr %pb1
-  %jb = {pb_ext} %jb_raw to i64
-"""
-_B_COLUMN = """\
-j_body:
-  %pbc = getelementptr i{cb}, ptr %bc, i64 %jj
-  %col_raw = load i{cb}, ptr %pbc
-  %col = {cb_ext} %col_raw to i64
-"""
+""" + load_at("{t}", "%av", "%k", "%aval")
+_B_ROW = segment_at("%bp", "%acol", "%ja", "%jb", "pb")
+_B_COLUMN = "j_body:\n" + index_at("%bc", "%jj", "%col", "cb")
 _B_VALUE = """\
-  %pbv = getelementptr {t}, ptr %bv, i64 %jj
-  %bval = load {t}, ptr %pbv
-  %prod = {mul} {t} %aval, %bval
+""" + load_at("{t}", "%bv", "%jj", "%bval") + """  %prod = {mul} {t} %aval, %bval
 """
 _LOOP_PIECES = {"{row_loop}": _ROW_LOOP + _A_ROW, "{row_done}": _ROW_DONE, "{a_row}": _A_ROW,
                 "{a_entry}": _A_COLUMN + _A_VALUE + _B_ROW, "{a_column}": _A_COLUMN, "{b_row}": _B_ROW,
@@ -138,15 +107,10 @@ block:
   br i1 %more, label %body, label %done
 body:
   %bm = sub i64 %b, 1
-  %pb0 = getelementptr i64, ptr %bounds, i64 %bm
-  %r0 = load i64, ptr %pb0
-  %pb1 = getelementptr i64, ptr %bounds, i64 %b
-  %r1 = load i64, ptr %pb1
-  %pf0 = getelementptr i64, ptr %prefix, i64 %r0
-  %f0 = load i64, ptr %pf0
-  %pf1 = getelementptr i64, ptr %prefix, i64 %r1
-  %f1 = load i64, ptr %pf1
-  %flops = sub i64 %f1, %f0
+""" + load_at("i64", "%bounds", "%bm", "%r0") + """\
+""" + load_at("i64", "%bounds", "%b", "%r1") + """\
+""" + load_at("i64", "%prefix", "%r0", "%f0") + """\
+""" + load_at("i64", "%prefix", "%r1", "%f1") + """  %flops = sub i64 %f1, %f0
   %at = sub i64 %end, %flops
   %shift = sub i64 %at, %vs
   %ccr = getelementptr i{co}, ptr %cc, i64 %shift
@@ -181,16 +145,10 @@ move:
 move_body:
   %xm = sub i64 %x, 1
   %from = add i64 %at, %xm
-  %psc = getelementptr i{co}, ptr %cc, i64 %from
-  %col = load i{co}, ptr %psc
-  %psv = getelementptr {t}, ptr %cv, i64 %from
-  %val = load {t}, ptr %psv
-  %to = add i64 %end_new, %xm
-  %pdc = getelementptr i{co}, ptr %cc, i64 %to
-  store i{co} %col, ptr %pdc
-  %pdv = getelementptr {t}, ptr %cv, i64 %to
-  store {t} %val, ptr %pdv
-  br label %move
+""" + load_at("i{co}", "%cc", "%from", "%col") + """\
+""" + load_at("{t}", "%cv", "%from", "%val") + """  %to = add i64 %end_new, %xm
+""" + store_at("i{co}", "%col", "%cc", "%to", "%pdc") + """\
+""" + store_at("{t}", "%val", "%cv", "%to", "%pdv") + """  br label %move
 block_done:
   br label %block
 done:
@@ -206,15 +164,10 @@ compact_head:
   %xin = icmp slt i64 %x, %c1
   br i1 %xin, label %compact_body, label %finished
 compact_body:
-  %pxc = getelementptr i{co}, ptr %cc, i64 %x
-  %xcol_raw = load i{co}, ptr %pxc
-{value}
+""" + load_at("i{co}", "%cc", "%x", "%xcol_raw") + """{value}
   %keep = {nonzero} {t} %v, {zero}
-  %pqc = getelementptr i{co}, ptr %cc, i64 %q
-  store i{co} %xcol_raw, ptr %pqc
-  %pqv = getelementptr {t}, ptr %cv, i64 %q
-  store {t} %v, ptr %pqv
-  %kinc = zext i1 %keep to i64
+""" + store_at("i{co}", "%xcol_raw", "%cc", "%q", "%pqc") + """\
+""" + store_at("{t}", "%v", "%cv", "%q", "%pqv") + """  %kinc = zext i1 %keep to i64
   %qn = add i64 %q, %kinc
   %x1 = add i64 %x, 1
   br label %compact_head
@@ -226,8 +179,7 @@ _DENSE_ACCUMULATE = """
   %tag = load i64, ptr %pm
   %seen = icmp eq i64 %tag, %i
   store i64 %i, ptr %pm
-  %pcc = getelementptr i{co}, ptr %cc, i64 %c2
-  store i{co} %col_out, ptr %pcc
+""" + store_at("i{co}", "%col_out", "%cc", "%c2", "%pcc") + """\
   %pacc = getelementptr {{i64, {t}}}, ptr %slots, i64 %col, i32 1
   %old = load {t}, ptr %pacc
   %sum = {add} {t} %old, %prod
@@ -271,9 +223,7 @@ accum:
   br label %j_next
 insert:
   store i64 %c2, ptr %pm
-  %pcc = getelementptr i{co}, ptr %cc, i64 %c2
-  store i{co} %col_out, ptr %pcc
-  %pcv2 = getelementptr {t}, ptr %cv, i64 %c2
+""" + store_at("i{co}", "%col_out", "%cc", "%c2", "%pcc") + """  %pcv2 = getelementptr {t}, ptr %cv, i64 %c2
   %first = {add} {t} {first_zero}, %prod
   store {t} %first, ptr %pcv2
   %c2i = add i64 %c2, 1
@@ -297,12 +247,7 @@ reset_head:
   %rin = icmp slt i64 %r, %c1
   br i1 %rin, label %reset_body, label %compact_head
 reset_body:
-  %prc = getelementptr i{co}, ptr %cc, i64 %r
-  %rcol_raw = load i{co}, ptr %prc
-  %rcol = {co_ext} %rcol_raw to i64
-  %prm = getelementptr i64, ptr %slots, i64 %rcol
-  store i64 -1, ptr %prm
-  %r1 = add i64 %r, 1
+""" + index_at("%cc", "%r", "%rcol", "co") + store_at("i64", "-1", "%slots", "%rcol", "%prm") + """  %r1 = add i64 %r, 1
   br label %reset_head
 """ + _COMPACT.replace("{before}", "reset_head").replace("{value}", """\
   %pxv = getelementptr {t}, ptr %cv, i64 %x
@@ -313,48 +258,10 @@ finished:
 """
 
 # prefix[i + 1] = prefix[i] + flops of row i, for rows [0, m)
-_FLOPS = loops("""
-define void @{name}(ptr %ap, ptr %ac, ptr %bp, i64 %m, ptr %prefix) {{
-entry:
-  store i64 0, ptr %prefix
-  br label %row
-row:
-  %i = phi i64 [0, %entry], [%i1, %row_end]
-  %total = phi i64 [0, %entry], [%t1, %row_end]
-  %more = icmp slt i64 %i, %m
-  br i1 %more, label %row_body, label %done
-{a_row}
-k_head:
-  %k = phi i64 [%ka, %row_body], [%k1, %k_body]
-  %t = phi i64 [%total, %row_body], [%t2, %k_body]
-  %kin = icmp slt i64 %k, %kb
-  br i1 %kin, label %k_body, label %row_end
-{a_column}
-{b_row}
-  %len = sub i64 %jb, %ja
-  %t2 = add i64 %t, %len
-  %k1 = add i64 %k, 1
-  br label %k_head
-row_end:
-  %t1 = phi i64 [%t, %k_head]
-  %pp = getelementptr i64, ptr %prefix, i64 %i1
-  store i64 %t1, ptr %pp
-  br label %row
-done:
-  ret void
-}}
-""")
-
-
-def ext(bits: int) -> str:
-    """The widening of an index of ``bits`` to i64 (indices are non-negative: zero-extended)."""
-    return "zext i32" if bits == 32 else "bitcast i64"
-
-
 def index_fields(pa: int, ca: int, pb: int, cb: int, co: int) -> dict:
     """The index widths of A's positions / columns, B's, the result's columns and their conversions."""
     return dict(pa=pa, ca=ca, pb=pb, cb=cb, co=co, pa_ext=ext(pa), ca_ext=ext(ca), pb_ext=ext(pb), cb_ext=ext(cb),
-                co_ext=ext(co), co_narrow="trunc i64" if co == 32 else "bitcast i64")
+                co_ext=ext(co), co_narrow=narrow(co))
 
 
 # scipy's order (``scipy_order``): scipy's csr_matmat links each row's columns into a list as it first meets them
@@ -395,7 +302,7 @@ def product_ir(name: str, dense: bool, t: str, mul: str, add: str, keep_zeros: b
     constant false / the keep test constant true, and LLVM folds the compaction away; and each entry's first
     term is added to +0.0, as the sparsifier sums into a zero-filled workspace (a -0.0 product stored as +0.0;
     scipy's rule adds -0.0, which LLVM folds away: a zero there is dropped anyway)."""
-    floating = t in ("double", "float")
+    floating = t in FLOAT_TYPES
     body = (_DENSE_ACCUMULATE, _DENSE_FINISH) if dense else (_SPARSE_ACCUMULATE, _SPARSE_FINISH)
     finish = body[1]
     if scipy_order:
@@ -410,12 +317,12 @@ def product_ir(name: str, dense: bool, t: str, mul: str, add: str, keep_zeros: b
 def value_tests(t: str, keep_zeros: bool) -> dict:
     """A sum's zero constant and its tests: ``nonzero`` (the entry is stored) and ``zero_test`` (it is not), as
     scipy's rule has them (a sum is stored where != 0, NaN kept), or constant true / false with keep_zeros."""
-    floating = t in ("double", "float")
+    row = BY_TYPE[t]
     if keep_zeros:
-        tests = ("fcmp true", "fcmp false") if floating else ("icmp uge", "icmp ult")
+        tests = ("fcmp true", "fcmp false") if t in FLOAT_TYPES else ("icmp uge", "icmp ult")
     else:
-        tests = ("fcmp une", "fcmp oeq") if floating else ("icmp ne", "icmp eq")
-    return dict(nonzero=tests[0], zero_test=tests[1], zero="0.0" if floating else "0")
+        tests = (row.nonzero, row.is_zero)
+    return dict(nonzero=tests[0], zero_test=tests[1], zero=row.zero)
 
 
 def backward_ir(name: str, t: str, indices: dict) -> str:
@@ -424,7 +331,30 @@ def backward_ir(name: str, t: str, indices: dict) -> str:
 
 
 def flops_ir(name: str, pa: int, ca: int, pb: int) -> str:
-    return _FLOPS.format(name=name, pa=pa, ca=ca, pb=pb, pa_ext=ext(pa), ca_ext=ext(ca), pb_ext=ext(pb))
+    """``void name(ap, ac, bp, m, prefix)``: ``prefix[i]``, the multiply-adds of rows ``[0, i)`` of ``A @ B``
+    (the sum over A's entries (r, k), r < i, of B's row length)."""
+    ir = IR()
+    ir(f"define void @{name}(ptr %ap, ptr %ac, ptr %bp, i64 %m, ptr %prefix) {{")
+    ir.label("entry")
+    ir("  store i64 0, ptr %prefix")
+
+    def row(i, total):
+        i1 = ir.op("add", "i64", i, "1")
+
+        def entry(k, t):
+            col = load_index(ir, "%ac", ca, k)
+            ja, jb = load_index(ir, "%bp", pb, col), load_index(ir, "%bp", pb, ir.op("add", "i64", col, "1"))
+            return (ir.op("add", "i64", t, ir.op("sub", "i64", jb, ja)),)
+
+        (t,) = counted(ir, load_index(ir, "%ap", pa, i), load_index(ir, "%ap", pa, i1), entry,
+                       carried=(("i64", total),), base="k")
+        ir.store("i64", t, "%prefix", i1)
+        return (t,)
+
+    counted(ir, "0", "%m", row, carried=(("i64", "0"),), base="i")
+    ir("  ret void")
+    ir("}")
+    return ir.text()
 
 
 # The end of a sorted row of at most RANK_MAX entries (spgemm_sorted.py, spgemm_sorted_map.py), from block
@@ -450,9 +380,7 @@ one_load:
   %ein = icmp ult i64 %e, %len
   br i1 %ein, label %one_body, label %row_done
 one_body:
-  %pxe = getelementptr i{co}, ptr %sc, i64 %e
-  %x = load i{co}, ptr %pxe
-  %xi = insertelement <{w} x i{co}> poison, i{co} %x, i64 0
+""" + load_at("i{co}", "%sc", "%e", "%x") + """  %xi = insertelement <{w} x i{co}> poison, i{co} %x, i64 0
   %xs = shufflevector <{w} x i{co}> %xi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
   %below = icmp ult <{w} x i{co}> %yrow, %xs
   %obits = bitcast <{w} x i1> %below to i{w}
@@ -460,11 +388,8 @@ one_body:
   %orank = zext i{w} %ocnt to i64
 {one_value}
   %odst = add i64 %start, %orank
-  %pc = getelementptr i{co}, ptr %cc, i64 %odst
-  store i{co} %x, ptr %pc
-  %pcvp = getelementptr {t}, ptr %cv, i64 %odst
-  store {t} %v, ptr %pcvp
-  %e1 = add i64 %e, 1
+""" + store_at("i{co}", "%x", "%cc", "%odst", "%pc") + """\
+""" + store_at("{t}", "%v", "%cv", "%odst", "%pcvp") + """  %e1 = add i64 %e, 1
   br label %one_head
 
 not_small:
@@ -479,9 +404,7 @@ rank_head:
   %rin = icmp ult i64 %re, %len
   br i1 %rin, label %rank_body, label %row_done
 rank_body:
-  %prx = getelementptr i{co}, ptr %sc, i64 %re
-  %rx = load i{co}, ptr %prx
-  %rxi = insertelement <{w} x i{co}> poison, i{co} %rx, i64 0
+""" + load_at("i{co}", "%sc", "%re", "%rx") + """  %rxi = insertelement <{w} x i{co}> poison, i{co} %rx, i64 0
   %rxs = shufflevector <{w} x i{co}> %rxi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
   br label %cnt_head
 cnt_head:
@@ -502,11 +425,8 @@ cnt_body:
 rank_put:
 {rank_value}
   %dst = add i64 %start, %r
-  %pdst = getelementptr i{co}, ptr %cc, i64 %dst
-  store i{co} %rx, ptr %pdst
-  %pdstv = getelementptr {t}, ptr %cv, i64 %dst
-  store {t} %rv, ptr %pdstv
-  %re1 = add i64 %re, 1
+""" + store_at("i{co}", "%rx", "%cc", "%dst", "%pdst") + """\
+""" + store_at("{t}", "%rv", "%cv", "%dst", "%pdstv") + """  %re1 = add i64 %re, 1
   br label %rank_head
 
 """

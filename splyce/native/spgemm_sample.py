@@ -5,6 +5,7 @@ rows, in one native call."""
 from __future__ import annotations
 
 from splyce.native.spgemm_ir import index_fields, loops
+from splyce.native.ir_text import index_at, load_at, store_at
 
 # spgemm.unordered_kernel's look at A @ B, one call. First B's share of adjacent columns as
 # spgemm_sorted.kind_for counts it (pairs (bc[p], bc[p + 1]) for p = 0, astep, 2 astep, ... < npairs): when
@@ -26,14 +27,8 @@ a_head:
   %amore = icmp slt i64 %p, %npairs
   br i1 %amore, label %a_body, label %a_done
 a_body:
-  %pp0 = getelementptr i{cb}, ptr %bc, i64 %p
-  %x0_raw = load i{cb}, ptr %pp0
-  %x0 = {cb_ext} %x0_raw to i64
-  %pq = add i64 %p, 1
-  %pp1 = getelementptr i{cb}, ptr %bc, i64 %pq
-  %x1_raw = load i{cb}, ptr %pp1
-  %x1 = {cb_ext} %x1_raw to i64
-  %x0n = add i64 %x0, 1
+""" + index_at("%bc", "%p", "%x0", "cb") + """  %pq = add i64 %p, 1
+""" + index_at("%bc", "%pq", "%x1", "cb") + """  %x0n = add i64 %x0, 1
   %aeq = icmp eq i64 %x1, %x0n
   %ainc = zext i1 %aeq to i64
   %acnt1 = add i64 %acnt, %ainc
@@ -41,11 +36,8 @@ a_body:
   %p1 = add i64 %p, %astep
   br label %a_head
 a_done:
-  %o2 = getelementptr i64, ptr %out, i64 2
-  store i64 %acnt, ptr %o2
-  %o3 = getelementptr i64, ptr %out, i64 3
-  store i64 %atot, ptr %o3
-  %acf = uitofp i64 %acnt to double
+""" + store_at("i64", "%acnt", "%out", "2", "%o2") + """\
+""" + store_at("i64", "%atot", "%out", "3", "%o3") + """  %acf = uitofp i64 %acnt to double
   %atf = uitofp i64 %atot to double
   %abar = fmul double %share, %atf
   %amap = fcmp oge double %acf, %abar
@@ -72,20 +64,14 @@ b_head:
 b_body:
   %bhalf = lshr i64 %bspan, 1
   %bmid = add i64 %blo, %bhalf
-  %pbm = getelementptr i64, ptr %prefix, i64 %bmid
-  %vbm = load i64, ptr %pbm
-  %ble = icmp sle i64 %vbm, %target
+""" + load_at("i64", "%prefix", "%bmid", "%vbm") + """  %ble = icmp sle i64 %vbm, %target
   %blo2 = select i1 %ble, i64 %bmid, i64 %blo
   %bhi2 = select i1 %ble, i64 %bhi, i64 %bmid
   br label %b_head
 b_done:
   %i = phi i64 [%blo, %b_head]
-  %pf0 = getelementptr i64, ptr %prefix, i64 %i
-  %f0 = load i64, ptr %pf0
-  %ip1 = add i64 %i, 1
-  %pf1 = getelementptr i64, ptr %prefix, i64 %ip1
-  %f1 = load i64, ptr %pf1
-  %f = sub i64 %f1, %f0
+""" + load_at("i64", "%prefix", "%i", "%f0") + """  %ip1 = add i64 %i, 1
+""" + load_at("i64", "%prefix", "%ip1", "%f1") + """  %f = sub i64 %f1, %f0
   %fit = icmp sle i64 %f, %cap
   %tag = trunc i64 %s1 to i8
   br i1 %fit, label %row_body, label %s_next
@@ -130,9 +116,7 @@ done:
   %ratio_end = phi double [0.0, %a_done], [%ratio, %s_head]
   %taken_end = phi i64 [0, %a_done], [%taken, %s_head]
   store double %ratio_end, ptr %out
-  %o1 = getelementptr i64, ptr %out, i64 1
-  store i64 %taken_end, ptr %o1
-  ret void
+""" + store_at("i64", "%taken_end", "%out", "1", "%o1") + """  ret void
 }}
 """)
 

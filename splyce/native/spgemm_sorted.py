@@ -45,6 +45,7 @@ import numpy as np
 
 from splyce.native import spgemm_ir
 from splyce.native.spgemm_ir import RANK_MAX  # noqa: F401 (the bound of the rule above, tested by name)
+from splyce.native.ir_text import index_at, load_at, store_at
 
 PAD = 64           # lanes after a row's columns: vector stores of a block's columns and all-ones padding
 FLAG_PAD = 128     # bytes after the flags (and the block flags): a 64-byte load at the last block stays inside
@@ -106,29 +107,14 @@ def scratch(n: int, kind: str = "flags") -> np.ndarray:
 
 
 # A short row's values (spgemm_ir.small_rows): from the dense row, which they leave zero as they leave the
-# flags and block flags.
-_ONE_VALUE = """\
-  %xw = {co_ext} %x to i64
-  %pve = getelementptr {t}, ptr %dn, i64 %xw
-  %v = load {t}, ptr %pve
-  store {t} {zero}, ptr %pve
-  %pxf = getelementptr i8, ptr %fl, i64 %xw
-  store i8 0, ptr %pxf
-  %xb = lshr i64 %xw, 6
-  %pxb = getelementptr i8, ptr %bf, i64 %xb
-  store i8 0, ptr %pxb
-"""
-_RANK_VALUE = """\
-  %rxw = {co_ext} %rx to i64
-  %prv = getelementptr {t}, ptr %dn, i64 %rxw
-  %rv = load {t}, ptr %prv
-  store {t} {zero}, ptr %prv
-  %prf = getelementptr i8, ptr %fl, i64 %rxw
-  store i8 0, ptr %prf
-  %rxb = lshr i64 %rxw, 6
-  %prb = getelementptr i8, ptr %bf, i64 %rxb
-  store i8 0, ptr %prb
-"""
+# flags and block flags (the value ``%{v}`` of column ``%{x}``)
+def _taken(x: str, v: str) -> str:
+    return (f"  %{x}w = {{co_ext}} %{x} to i64\n" + load_at("{t}", "%dn", f"%{x}w", f"%{v}")
+            + f"  store {{t}} {{zero}}, ptr %{v}_at\n" + store_at("i8", "0", "%fl", f"%{x}w", f"%{x}_flag")
+            + f"  %{x}b = lshr i64 %{x}w, 6\n" + store_at("i8", "0", "%bf", f"%{x}b", f"%{x}_block"))
+
+
+_ONE_VALUE, _RANK_VALUE = _taken("x", "v"), _taken("rx", "rv")
 
 _ROWS = spgemm_ir.loops("""
 declare i64 @llvm.cttz.i64(i64, i1)
@@ -164,14 +150,8 @@ k_head:
   %filled = icmp slt i64 %ja, %jb
   br i1 %filled, label %k_range, label %k_end
 k_range:
-  %pfc = getelementptr i{cb}, ptr %bc, i64 %ja
-  %fc_raw = load i{cb}, ptr %pfc
-  %fc = {cb_ext} %fc_raw to i64
-  %jbm = sub i64 %jb, 1
-  %plc = getelementptr i{cb}, ptr %bc, i64 %jbm
-  %lc_raw = load i{cb}, ptr %plc
-  %lc = {cb_ext} %lc_raw to i64
-  %flt = icmp slt i64 %fc, %lo_c
+""" + index_at("%bc", "%ja", "%fc", "cb") + """  %jbm = sub i64 %jb, 1
+""" + index_at("%bc", "%jbm", "%lc", "cb") + """  %flt = icmp slt i64 %fc, %lo_c
   %lo_c1 = select i1 %flt, i64 %fc, i64 %lo_c
   %lgt = icmp sgt i64 %lc, %hi_c
   %hi_c1 = select i1 %lgt, i64 %lc, i64 %hi_c
@@ -187,17 +167,13 @@ j_head:
   %flag = load i8, ptr %pf
   store i8 1, ptr %pf
   %blk = lshr i64 %col, 6
-  %pbk = getelementptr i8, ptr %bf, i64 %blk
-  store i8 1, ptr %pbk
-  %pd = getelementptr {t}, ptr %dn, i64 %col
+""" + store_at("i8", "1", "%bf", "%blk", "%pbk") + """  %pd = getelementptr {t}, ptr %dn, i64 %col
   %old = load {t}, ptr %pd
   %sum = {add} {t} %old, %prod
   store {t} %sum, ptr %pd
   %fresh = icmp eq i8 %flag, 0
   %col_out = {co_narrow} %col to i{co}
-  %pcc = getelementptr i{co}, ptr %sc, i64 %c2
-  store i{co} %col_out, ptr %pcc
-  %inc = zext i1 %fresh to i64
+""" + store_at("i{co}", "%col_out", "%sc", "%c2", "%pcc") + """  %inc = zext i1 %fresh to i64
   %c2n = add i64 %c2, %inc
   %jj1 = add i64 %jj, 1
   br label %j_head
@@ -268,18 +244,13 @@ e_head:
   %ein2 = icmp ult i64 %ee, %len
   br i1 %ein2, label %e_body, label %row_done
 e_body:
-  %pex = getelementptr i{co}, ptr %sc, i64 %ee
-  %ex = load i{co}, ptr %pex
-  %exw = {co_ext} %ex to i64
+""" + load_at("i{co}", "%sc", "%ee", "%ex") + """  %exw = {co_ext} %ex to i64
   %pev = getelementptr {t}, ptr %dn, i64 %exw
   %ev = load {t}, ptr %pev
   store {t} {zero}, ptr %pev
   %eo = add i64 %start, %ee
-  %peo = getelementptr i{co}, ptr %cc, i64 %eo
-  store i{co} %ex, ptr %peo
-  %pevo = getelementptr {t}, ptr %cv, i64 %eo
-  store {t} %ev, ptr %pevo
-  %ee1 = add i64 %ee, 1
+""" + store_at("i{co}", "%ex", "%cc", "%eo", "%peo") + """\
+""" + store_at("{t}", "%ev", "%cv", "%eo", "%pevo") + """  %ee1 = add i64 %ee, 1
   br label %e_head
 
 {row_done}
@@ -331,16 +302,10 @@ drop_head:
   %dxin = icmp slt i64 %dx, %row_end
   br i1 %dxin, label %drop_body, label %row_done
 drop_body:
-  %pdxc = getelementptr i{co}, ptr %cc, i64 %dx
-  %dxc = load i{co}, ptr %pdxc
-  %pdxv = getelementptr {t}, ptr %cv, i64 %dx
-  %dxv = load {t}, ptr %pdxv
-  %dkeep = {nonzero} {t} %dxv, {zero}
-  %pdqc = getelementptr i{co}, ptr %cc, i64 %dq
-  store i{co} %dxc, ptr %pdqc
-  %pdqv = getelementptr {t}, ptr %cv, i64 %dq
-  store {t} %dxv, ptr %pdqv
-  %dinc = zext i1 %dkeep to i64
+""" + load_at("i{co}", "%cc", "%dx", "%dxc") + """\
+""" + load_at("{t}", "%cv", "%dx", "%dxv") + """  %dkeep = {nonzero} {t} %dxv, {zero}
+""" + store_at("i{co}", "%dxc", "%cc", "%dq", "%pdqc") + """\
+""" + store_at("{t}", "%dxv", "%cv", "%dq", "%pdqv") + """  %dinc = zext i1 %dkeep to i64
   %dqn = add i64 %dq, %dinc
   %dx1 = add i64 %dx, 1
   br label %drop_head"""

@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from splyce.native import spgemm_ir, spgemm_network
+from splyce.native.ir_text import index_at, load_at, store_at
 
 PAD = 16           # all-ones lanes after a row's columns: a vector load never counts them
 
@@ -59,13 +60,9 @@ _ONE_NEXT = "@one_next@\n"
 
 # A short row's values (spgemm_ir.small_rows): in the scratch row, at the entry's place.
 _ONE_VALUE = """\
-  %pve = getelementptr {t}, ptr %sv, i64 %e
-  %v = load {t}, ptr %pve
-"""
+""" + load_at("{t}", "%sv", "%e", "%v")
 _RANK_VALUE = """\
-  %prv = getelementptr {t}, ptr %sv, i64 %re
-  %rv = load {t}, ptr %prv
-"""
+""" + load_at("{t}", "%sv", "%re", "%rv")
 
 
 def _set_bit(tag: str, entry: str) -> str:
@@ -165,12 +162,8 @@ insert:
   store i64 %c2, ptr %pm
   %crel = sub i64 %c2, %start
   %col_out = {co_narrow} %col to i{co}
-  %pcc = getelementptr i{co}, ptr %sc, i64 %crel
-  store i{co} %col_out, ptr %pcc
-  %first = {add} {t} {zero}, %prod
-  %pcv2 = getelementptr {t}, ptr %sv, i64 %crel
-  store {t} %first, ptr %pcv2
-  %c2i = add i64 %c2, 1
+""" + store_at("i{co}", "%col_out", "%sc", "%crel", "%pcc") + """  %first = {add} {t} {zero}, %prod
+""" + store_at("{t}", "%first", "%sv", "%crel", "%pcv2") + """  %c2i = add i64 %c2, 1
   br label %j_next
 j_next:
   %c2n = phi i64 [%c2, %accum], [%c2i, %insert]
@@ -189,10 +182,7 @@ rg_head:
   %gin = icmp ult i64 %ge, %len
   br i1 %gin, label %rg_body, label %rg_done
 rg_body:
-  %pgx = getelementptr i{co}, ptr %sc, i64 %ge
-  %gx_raw = load i{co}, ptr %pgx
-  %gx = {co_ext} %gx_raw to i64
-  %glt = icmp slt i64 %gx, %lo_c
+""" + index_at("%sc", "%ge", "%gx", "co") + """  %glt = icmp slt i64 %gx, %lo_c
   %lo_c1 = select i1 %glt, i64 %gx, i64 %lo_c
   %ggt = icmp sgt i64 %gx, %hi_c
   %hi_c1 = select i1 %ggt, i64 %gx, i64 %hi_c

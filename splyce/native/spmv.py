@@ -27,7 +27,8 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import VALUE as _VALUE, ext as _ext
+from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_at
+from splyce.native.ir_text import supported as ir_supported
 from splyce.native.ir_text import run_chunks as _run_chunks, work_chunks as _work_chunks
 from splyce.native.spmv_flat import flat_driver_ir
 from splyce.native.spmv_rows import BLOCKS, UNIFORM, spmm_ir, spmv_ir
@@ -87,10 +88,7 @@ head:
 positions_ok:
   %s_raw = load i{p}, ptr %ps
   %s = {p_ext} %s_raw to i64
-  %pe = getelementptr i{p}, ptr %pos, i64 %bend
-  %e_raw = load i{p}, ptr %pe
-  %e = {p_ext} %e_raw to i64
-  %s_over = icmp ugt i64 %s, %nnz
+""" + index_at("%pos", "%bend", "%e") + """  %s_over = icmp ugt i64 %s, %nnz
   %e_over = icmp ugt i64 %e, %nnz
   %outside = or i1 %s_over, %e_over
   br i1 %outside, label %fail, label %columns
@@ -266,7 +264,7 @@ def goes_flat(nnz: int, rows: int, crd_bits: int, value_bytes: int) -> bool:
 
 
 def supported(dtype) -> bool:
-    return np.dtype(dtype) in _VALUE
+    return ir_supported(dtype)
 
 
 def csr_times_dense(indptr, indices, data, x, threads: int = 1, coordinates_checked: bool = True):

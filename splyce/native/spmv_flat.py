@@ -20,34 +20,28 @@ import functools
 
 import numpy as np
 
-from splyce.native.ir_text import VALUE as _VALUE, ext as _ext
+from splyce.native.ir_text import FLOAT_TYPES, VALUE as _VALUE, ext as _ext, index_at, load_at
 from splyce.native.spmv_rows import BLOCKS, UNIFORM, spmv_ir
 
-FLAT = """
-define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %lo, i64 %hi, ptr %y, i64 %nnz) noinline {{
+# One loop over the entries of the segments (rows, or a CSC's columns: spmv_scatter.py) [lo, hi) but the last
+# two, with hooks for what a kernel does per segment and per entry (``flat_ir`` fills them).
+SEGMENTS = """
+define i64 @{name}({params}){attributes} {{
 entry:
-  %hf = sub i64 %hi, 2
-  %hf_low = icmp slt i64 %hf, %lo
-  %hfc = select i1 %hf_low, i64 %lo, i64 %hf
-  %pkstop = getelementptr i{p}, ptr %pos, i64 %hfc
-  %kstop_raw = load i{p}, ptr %pkstop
-  %kstop_pos = {p_ext} %kstop_raw to i64
+{entry}  %hf = sub i64 {hi}, 2
+  %hf_low = icmp slt i64 %hf, {lo}
+  %hfc = select i1 %hf_low, i64 {lo}, i64 %hf
+""" + load_at("i{p}", "%pos", "%hfc", "%kstop_raw") + """  %kstop_pos = {p_ext} %kstop_raw to i64
   %kstop_over = icmp ugt i64 %kstop_pos, %nnz
   %kstop = select i1 %kstop_over, i64 %nnz, i64 %kstop_pos
   br label %resync
 resync:
-  %r0 = phi i64 [%lo, %entry], [%r0n, %empty], [%rx, %leave], [%r0n, %single_done]
-  %rmore = icmp slt i64 %r0, %hi
+  %r0 = phi i64 [{lo}, %{first}], [%r0n, %empty], [%rx, %leave], [%r0n, %single_done]
+  %rmore = icmp slt i64 %r0, {hi}
   br i1 %rmore, label %segment, label %done
 segment:
-  %ps0 = getelementptr i{p}, ptr %pos, i64 %r0
-  %s0_raw = load i{p}, ptr %ps0
-  %s0 = {p_ext} %s0_raw to i64
-  %r0n = add i64 %r0, 1
-  %pt0 = getelementptr i{p}, ptr %pos, i64 %r0n
-  %t0_raw = load i{p}, ptr %pt0
-  %t0 = {p_ext} %t0_raw to i64
-  %down = icmp ugt i64 %s0, %t0
+""" + index_at("%pos", "%r0", "%s0") + """  %r0n = add i64 %r0, 1
+""" + index_at("%pos", "%r0n", "%t0") + """  %down = icmp ugt i64 %s0, %t0
   %over = icmp ugt i64 %t0, %nnz
   %badseg = or i1 %down, %over
   br i1 %badseg, label %bad, label %segment_ok
@@ -55,43 +49,32 @@ segment_ok:
   %is_empty = icmp eq i64 %s0, %t0
   br i1 %is_empty, label %empty, label %nonempty
 empty:
-  %pye = getelementptr {t}, ptr %y, i64 %r0
-  store {t} {zero}, ptr %pye
-  br label %resync
+{empty}  br label %resync
 nonempty:
-  %below = icmp slt i64 %r0, %hf
+{nonempty}  %below = icmp slt i64 %r0, %hf
   %inside_kstop = icmp ule i64 %t0, %kstop
   %in_flat = and i1 %below, %inside_kstop
   br i1 %in_flat, label %prime, label %single
 single:
   %sk = phi i64 [%s0, %nonempty], [%sk1, %single_ok]
-  %sacc = phi {t} [{zero}, %nonempty], [%ss, %single_ok]
-{single_product}
+{single_entry}
   %sk1 = add i64 %sk, 1
   %smore = icmp ult i64 %sk1, %t0
   br i1 %smore, label %single, label %single_done
 single_done:
-  %spy = getelementptr {t}, ptr %y, i64 %r0
-  store {t} %ss, ptr %spy
-  br label %resync
+{single_done}  br label %resync
 prime:
   %pn = add i64 %r0, 2
-  %ppn = getelementptr i{p}, ptr %pos, i64 %pn
-  %pn_raw = load i{p}, ptr %ppn
-  %next0 = {p_ext} %pn_raw to i64
+""" + load_at("i{p}", "%pos", "%pn", "%pn_raw") + """  %next0 = {p_ext} %pn_raw to i64
   br label %flat
 flat:
   %k = phi i64 [%s0, %prime], [%k1, %flat_ok]
   %r = phi i64 [%r0, %prime], [%r1, %flat_ok]
   %end = phi i64 [%t0, %prime], [%end1, %flat_ok]
   %next = phi i64 [%next0, %prime], [%next1, %flat_ok]
-  %acc = phi {t} [{zero}, %prime], [%acc1, %flat_ok]
-{flat_product}
-  %py = getelementptr {t}, ptr %y, i64 %r
-  store {t} %s, ptr %py
+{flat_entry}
 {advance}
-{restart}
-  br i1 %leaving, label %leave, label %flat_ok
+{restart}  br i1 %leaving, label %leave, label %flat_ok
 flat_ok:
   br label %flat
 leave:
@@ -103,6 +86,22 @@ bad:
   ret i64 1
 }}
 """
+
+
+def flat_ir(name: str, p: int, params: str, **hooks) -> str:
+    """``SEGMENTS`` for ``p``-bit positions: ``params`` (with ``%pos`` and ``%nnz``), and the hooks (IR lines,
+    each empty or ending in a newline but ``single_entry`` and ``flat_entry``): ``entry`` (its last block
+    named by ``first``), the range ``lo`` / ``hi``, ``empty``, ``nonempty``, ``single_entry`` (entry ``%sk``
+    of a segment on its own, ending in its block ``single_ok``), ``single_done``, ``flat_entry`` (entry
+    ``%k`` of segment ``%r``), ``restart`` (after the step to the next entry)."""
+    hooks = dict(dict(attributes="", entry="", first="entry", lo="%lo", hi="%hi", empty="", nonempty="",
+                      single_done="", restart=""), **hooks)
+    return SEGMENTS.format(name=name, params=params, p=p, p_ext=_ext(p), advance=advance_ir("r", p), **hooks)
+
+
+# The flat SpMV: each entry adds its product to the running sum and stores it to y[r]; the sum restarts
+# from +0.0 at a row's end (``restart``)
+_ROW_PARAMS = "ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %lo, i64 %hi, ptr %y, i64 %nnz"
 
 # The flat loop's step to entry k + 1 of segment %{i} (a row, or a CSC's column: native/spmv_scatter.py), from
 # (%k, %{i}, its end %end, the next one's end %next): %{i}1 = %{i} + %at_end (an opaque flag %at_endw, or LLVM
@@ -119,10 +118,7 @@ ADVANCE = """  %k1 = add i64 %k, 1
   %{i}1 = add i64 %{i}, %at_endw
   %end1 = select i1 %at_end, i64 %next, i64 %end
   %pa = add i64 %{i}, 3
-  %ppa = getelementptr i{p}, ptr %pos, i64 %pa
-  %ahead_raw = load i{p}, ptr %ppa
-  %ahead = {p_ext} %ahead_raw to i64
-  %next1 = select i1 %at_end, i64 %ahead, i64 %next
+""" + index_at("%pos", "%pa", "%ahead") + """  %next1 = select i1 %at_end, i64 %ahead, i64 %next
   %gap = sub i64 %end1, %k1
   %gap1 = sub i64 %gap, 1
   %room = sub i64 %kstop, %k1
@@ -134,21 +130,35 @@ def advance_ir(index: str, p: int) -> str:
     return ADVANCE.format(i=index, p=p, p_ext=_ext(p))
 
 
-# One entry's product added to a running sum, its column checked first: %{q}s = %{q}acc + vals[%{q}k] * x[col],
-# shared by the flat loop and the loop for a row on its own (``q`` prefixes the value names, ``ok`` is the
-# block after the check)
-_PRODUCT = """  %{q}pc = getelementptr i{c}, ptr %crd, i64 %{q}k
-  %{q}col_raw = load i{c}, ptr %{q}pc
-  %{q}col = {c_ext} %{q}col_raw to i64
-  %{q}inside = icmp ult i64 %{q}col, %n
+# One entry k of a segment, its coordinate checked first (``< bound``, unsigned: else to the error return),
+# then its product with ``x``: added to a running sum (rows: %{q}s = %{q}acc + vals[%{q}k] * x[col]) or to
+# y[row] (a CSC's columns, spmv_scatter.py: y[row] += vals[%{q}k] * {x}). ``q`` prefixes the value names,
+# ``ok`` is the block after the check.
+_CHECKED_ENTRY = """  %{q}pc = getelementptr i{c}, ptr %crd, i64 %{q}k
+  %{q}at_raw = load i{c}, ptr %{q}pc
+  %{q}at = {c_ext} %{q}at_raw to i64
+  %{q}inside = icmp ult i64 %{q}at, {bound}
   br i1 %{q}inside, label %{ok}, label %bad
 {ok}:
   %{q}pv = getelementptr {t}, ptr %vals, i64 %{q}k
   %{q}v = load {t}, ptr %{q}pv
-  %{q}px = getelementptr {t}, ptr %x, i64 %{q}col
+{use}"""
+_SUMMED = """  %{q}px = getelementptr {t}, ptr %x, i64 %{q}at
   %{q}xv = load {t}, ptr %{q}px
   %{q}prod = {mul} {t} %{q}v, %{q}xv
   %{q}s = {add} {t} %{q}acc, %{q}prod"""
+_SCATTERED = """  %{q}prod = {mul} {t} %{q}v, {x}
+  %{q}py = getelementptr {t}, ptr %y, i64 %{q}at
+  %{q}old = load {t}, ptr %{q}py
+  %{q}new = {add} {t} %{q}old, %{q}prod
+  store {t} %{q}new, ptr %{q}py"""
+
+
+def checked_entry(scatter: bool, **fields) -> str:
+    """``_CHECKED_ENTRY`` summed into a row's running sum, or (``scatter``) into y at the entry's row."""
+    use, bound = (_SCATTERED, "%m") if scatter else (_SUMMED, "%n")
+    return _CHECKED_ENTRY.replace("{use}", use).format(bound=bound, **fields)
+
 
 # the sum restarts from +0.0 after a row's end: for floating point an and with an all-clear mask, made opaque
 # (an empty asm) so LLVM keeps it an and instead of a select, which x86 compiles to a branch
@@ -163,24 +173,28 @@ _RESTART_SELECT = "  %acc1 = select i1 %at_end, {t} {zero}, {t} %s"     # intege
 
 
 def spmv_flat_ir(name: str, value: np.dtype, p: int, c: int) -> str:
-    """Rows [lo, hi) of y = A @ x by one loop over their entries (``FLAT``), checking as ``spmv_rows.spmv_ir`` does:
+    """Rows [lo, hi) of y = A @ x by one loop over their entries (``SEGMENTS``), checking as ``spmv_rows.spmv_ir`` does:
     each segment ``start <= stop <= nnz`` before its entries are read, each column ``< n`` (unsigned) before
     ``x`` is read there; 1 (``y`` incomplete) at the first defect."""
     from splyce.native.codegen import host_target
 
     t, mul, add, zero = _VALUE[value]
-    if t in ("double", "float") and host_target().triple.startswith("x86_64"):
+    if t in FLOAT_TYPES and host_target().triple.startswith("x86_64"):
         bits = 64 if t == "double" else 32
         last_w = "%at_endw" if bits == 64 else "%at_endw32"
         restart = ("  %at_endw32 = trunc i64 %at_endw to i32\n" if bits == 32 else "") + _RESTART_FLOAT.format(
             bits=bits, t=t, last_w=last_w)
     else:
         restart = _RESTART_SELECT.format(t=t, zero=zero)
-    product = functools.partial(_PRODUCT.format, t=t, mul=mul, add=add, c=c, c_ext=_ext(c))
-    return FLAT.format(name=name, t=t, zero=zero, p=p, c=c, p_ext=_ext(p), c_ext=_ext(c), restart=restart,
-                        single_product=product(q="s", ok="single_ok"), flat_product=product(q="", ok="col_ok"),
-                        advance=advance_ir("r", p))
-
+    product = functools.partial(checked_entry, False, t=t, mul=mul, add=add, c=c, c_ext=_ext(c))
+    return flat_ir(name, p, _ROW_PARAMS, attributes=" noinline",
+                   empty=f"  %pye = getelementptr {t}, ptr %y, i64 %r0\n  store {t} {zero}, ptr %pye\n",
+                   single_entry=f"  %sacc = phi {t} [{zero}, %nonempty], [%ss, %single_ok]\n"
+                                + product(q="s", ok="single_ok"),
+                   single_done=f"  %spy = getelementptr {t}, ptr %y, i64 %r0\n  store {t} %ss, ptr %spy\n",
+                   flat_entry=f"  %acc = phi {t} [{zero}, %prime], [%acc1, %flat_ok]\n" + product(q="", ok="col_ok")
+                              + f"\n  %py = getelementptr {t}, ptr %y, i64 %r\n  store {t} %s, ptr %py",
+                   restart=restart + "\n")
 
 
 # The flat kernel's driver: per block of ``block`` rows, rows of one length (a tridiagonal matrix, a
@@ -196,23 +210,22 @@ head:
   %uniform = call i64 @{name}_uniform(ptr %ps, i64 %nseg)
   %is_uniform = icmp ne i64 %uniform, 0
   br i1 %is_uniform, label %rows, label %flat
-rows:
-  %bad1 = call i64 @{name}_rows(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %b, i64 %bend, ptr %y, i64 %nnz)
-  %failed1 = icmp ne i64 %bad1, 0
-  br i1 %failed1, label %fail, label %run_rows
-run_rows:
-  br label %head
-flat:
-  %bad2 = call i64 @{name}_flat(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %b, i64 %bend, ptr %y, i64 %nnz)
-  %failed2 = icmp ne i64 %bad2, 0
-  br i1 %failed2, label %fail, label %run_flat
-run_flat:
-  br label %head
-ok:
+{runs}ok:
   ret i64 0
 fail:
   ret i64 1
 }}
+"""
+
+
+# The driver's call of one kernel on a block (``kind``: rows / flat), to the error return when it fails
+_RUN = """{kind}:
+  %bad_{kind} = call i64 @{{name}}_{kind}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %b, i64 %bend, ptr %y,
+                                        i64 %nnz)
+  %failed_{kind} = icmp ne i64 %bad_{kind}, 0
+  br i1 %failed_{kind}, label %fail, label %run_{kind}
+run_{kind}:
+  br label %head
 """
 
 
@@ -222,4 +235,5 @@ def flat_driver_ir(name: str, value: np.dtype, p: int, c: int, rows: int, block:
     with its helper functions."""
     return (spmv_ir(name + "_rows", value, p, c, rows, True) + spmv_flat_ir(name + "_flat", value, p, c)
             + UNIFORM.format(name=name + "_uniform", p=p)
-            + FLAT_DRIVER.format(name=name, blocks=BLOCKS.format(block=block, p=p)))
+            + FLAT_DRIVER.replace("{runs}", _RUN.format(kind="rows") + _RUN.format(kind="flat")).format(
+                name=name, blocks=BLOCKS.format(block=block, p=p)))

@@ -7,7 +7,7 @@ thread: the rows of a column scatter into all of ``y``, and a split over columns
 each row's sum. Checked as it reads, as the SpMV kernels are (spmv_rows.py): the two ends of the positions
 first (``validation.position_ends_ir``), then each column's segment ``start <= stop <= nnz`` and each row
 ``< m`` (unsigned compares), an error return at the first defect. On columns of a few entries (where SpMV
-goes flat, ``spmv.goes_flat``) one flat loop over the entries instead (``_FLAT``): road-700's ``A.T @ z``
+goes flat, ``spmv.goes_flat``) one flat loop over the entries instead (``spmv_flat.SEGMENTS``): road-700's ``A.T @ z``
 (490k columns of 2.5) 3.54 -> 1.90 ms on the 2-core Zen 3 VM, same bits (fem3d-100k's 16 a column: 1.74 ms
 the column loop, 2.22 flat; 2026-12-07, thread CPU, best of 11).
 """
@@ -21,17 +21,19 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_bits
-from splyce.native.spmv_flat import advance_ir
+from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_bits, load_at
+from splyce.native.ir_text import supported as ir_supported
+from splyce.native.spmv_flat import checked_entry, flat_ir
 from splyce.native.validation import position_ends_ir
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (pos, crd, values, x, y, m, n, nnz) -> 0, or 1 at a malformed segment or row
 _SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _I, _I, _I)
 _lock = threading.Lock()
+_PARAMS = "ptr %pos, ptr %crd, ptr %vals, ptr %x, ptr %y, i64 %m, i64 %n, i64 %nnz"
 
 _SCATTER = """
-define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, ptr %y, i64 %m, i64 %n, i64 %nnz) {{
+define i64 @{name}({params}) {{
 entry:
 {ends}
   br i1 %ends_ok, label %col_head, label %bad
@@ -40,21 +42,15 @@ col_head:
   %more = icmp slt i64 %j, %n
   br i1 %more, label %col_body, label %ok
 col_body:
-  %ps = getelementptr i{p}, ptr %pos, i64 %j
-  %s_raw = load i{p}, ptr %ps
-  %start = {p_ext} %s_raw to i64
+""" + load_at("i{p}", "%pos", "%j", "%s_raw") + """  %start = {p_ext} %s_raw to i64
   %j1 = add i64 %j, 1
-  %pt = getelementptr i{p}, ptr %pos, i64 %j1
-  %t_raw = load i{p}, ptr %pt
-  %stop = {p_ext} %t_raw to i64
+""" + load_at("i{p}", "%pos", "%j1", "%t_raw") + """  %stop = {p_ext} %t_raw to i64
   %down = icmp ugt i64 %start, %stop
   %over = icmp ugt i64 %stop, %nnz
   %badseg = or i1 %down, %over
   br i1 %badseg, label %bad, label %col_ok
 col_ok:
-  %pxj = getelementptr {t}, ptr %x, i64 %j
-  %xj = load {t}, ptr %pxj
-  br label %k_head
+""" + load_at("{t}", "%x", "%j", "%xj") + """  br label %k_head
 k_head:
   %k = phi i64 [%start, %col_ok], [%k1, %k_ok]
   %kmore = icmp ult i64 %k, %stop
@@ -73,112 +69,16 @@ bad:
 """
 
 
-# The same product as one loop over the entries of every column but the last two, for columns of a few entries
-# (road networks: 2.5 a column), where the loop above ends each column in a mispredicted exit: the column j
-# moves on by a flag at its last entry (kept opaque: LLVM would make the add a branch), x[j] is loaded at every
-# entry (a hit), and the end of the next column comes from pos[j + 2], loaded one column ahead. One unsigned
-# compare, predicted, leaves the flat loop when the next column is empty or ends beyond kstop = min(pos[n - 2],
-# nnz) (which bounds every entry the flat loop reads); ``resync`` checks each column it starts, sums one that
-# cannot go flat by the column loop, and re-enters. Every y[row] gets its terms in the same order as above.
-_FLAT = """
-define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, ptr %y, i64 %m, i64 %n, i64 %nnz) {{
-entry:
-{ends}
-  br i1 %ends_ok, label %setup, label %bad
-setup:
-  %nf = sub i64 %n, 2
-  %nf_low = icmp slt i64 %nf, 0
-  %nfc = select i1 %nf_low, i64 0, i64 %nf
-  %pks = getelementptr i{p}, ptr %pos, i64 %nfc
-  %ks_raw = load i{p}, ptr %pks
-  %ks_pos = {p_ext} %ks_raw to i64
-  %ks_over = icmp ugt i64 %ks_pos, %nnz
-  %kstop = select i1 %ks_over, i64 %nnz, i64 %ks_pos
-  br label %resync
-resync:
-  %j0 = phi i64 [0, %setup], [%j0n, %empty], [%jx, %leave], [%j0n, %single_done]
-  %jmore = icmp slt i64 %j0, %n
-  br i1 %jmore, label %segment, label %ok
-segment:
-  %ps0 = getelementptr i{p}, ptr %pos, i64 %j0
-  %s0_raw = load i{p}, ptr %ps0
-  %s0 = {p_ext} %s0_raw to i64
-  %j0n = add i64 %j0, 1
-  %pt0 = getelementptr i{p}, ptr %pos, i64 %j0n
-  %t0_raw = load i{p}, ptr %pt0
-  %t0 = {p_ext} %t0_raw to i64
-  %down = icmp ugt i64 %s0, %t0
-  %over = icmp ugt i64 %t0, %nnz
-  %badseg = or i1 %down, %over
-  br i1 %badseg, label %bad, label %segment_ok
-segment_ok:
-  %is_empty = icmp eq i64 %s0, %t0
-  br i1 %is_empty, label %empty, label %nonempty
-empty:
-  br label %resync
-nonempty:
-  %px0 = getelementptr {t}, ptr %x, i64 %j0
-  %x0 = load {t}, ptr %px0
-  %below = icmp slt i64 %j0, %nf
-  %inside_kstop = icmp ule i64 %t0, %kstop
-  %in_flat = and i1 %below, %inside_kstop
-  br i1 %in_flat, label %prime, label %single
-single:
-  %sk = phi i64 [%s0, %nonempty], [%sk1, %single_ok]
-{single_entry}
-  %sk1 = add i64 %sk, 1
-  %smore = icmp ult i64 %sk1, %t0
-  br i1 %smore, label %single, label %single_done
-single_done:
-  br label %resync
-prime:
-  %jn = add i64 %j0, 2
-  %pjn = getelementptr i{p}, ptr %pos, i64 %jn
-  %jn_raw = load i{p}, ptr %pjn
-  %next0 = {p_ext} %jn_raw to i64
-  br label %flat
-flat:
-  %k = phi i64 [%s0, %prime], [%k1, %flat_ok]
-  %j = phi i64 [%j0, %prime], [%j1, %flat_ok]
-  %end = phi i64 [%t0, %prime], [%end1, %flat_ok]
-  %next = phi i64 [%next0, %prime], [%next1, %flat_ok]
-  %pxj = getelementptr {t}, ptr %x, i64 %j
-  %xj = load {t}, ptr %pxj
-{flat_entry}
-{advance}
-  br i1 %leaving, label %leave, label %flat_ok
-flat_ok:
-  br label %flat
-leave:
-  %jx = add i64 %j, 1
-  br label %resync
-ok:
-  ret i64 0
-bad:
-  ret i64 1
-}}
-"""
-
-
-# One entry k of a column whose x value is {x}: its row checked (< m, unsigned: to the error return), then
-# y[row] += vals[k] * {x}; ``q`` prefixes the value names, ``ok`` names the block after the check
-_ENTRY = """  %{q}pc = getelementptr i{c}, ptr %crd, i64 %{q}k
-  %{q}row_raw = load i{c}, ptr %{q}pc
-  %{q}row = {c_ext} %{q}row_raw to i64
-  %{q}inside = icmp ult i64 %{q}row, %m
-  br i1 %{q}inside, label %{ok}, label %bad
-{ok}:
-  %{q}pv = getelementptr {t}, ptr %vals, i64 %{q}k
-  %{q}v = load {t}, ptr %{q}pv
-  %{q}prod = {mul} {t} %{q}v, {x}
-  %{q}py = getelementptr {t}, ptr %y, i64 %{q}row
-  %{q}old = load {t}, ptr %{q}py
-  %{q}new = {add} {t} %{q}old, %{q}prod
-  store {t} %{q}new, ptr %{q}py"""
+# The same product as one loop over the entries of every column but the last two (spmv_flat.SEGMENTS), for
+# columns of a few entries (road networks: 2.5 a column), where the loop above ends each column in a
+# mispredicted exit: the column moves on by a flag at its last entry, x[j] is loaded at every entry (a hit),
+# and the end of the next column comes from pos[j + 2], loaded one column ahead. ``resync`` checks each column
+# it starts, sums one that cannot go flat by the column loop, and re-enters. Every y[row] gets its terms in
+# the same order as above.
 
 
 def supported(dtype) -> bool:
-    return np.dtype(dtype) in _VALUE
+    return ir_supported(dtype)
 
 
 @functools.cache
@@ -189,12 +89,19 @@ def _kernel(value: np.dtype, p: int, c: int, flat: bool = False):
     name = f"splyce_csc_matvec{'_flat' if flat else ''}_{t}_p{p}_c{c}"
 
     def entry(q: str, ok: str, x: str) -> str:
-        return _ENTRY.format(q=q, ok=ok, x=x, t=t, mul=mul, add=add, c=c, c_ext=_ext(c))
+        return checked_entry(True, q=q, ok=ok, x=x, t=t, mul=mul, add=add, c=c, c_ext=_ext(c))
 
-    text = (_FLAT if flat else _SCATTER).format(
-        name=name, t=t, p=p, p_ext=_ext(p), ends=position_ends_ir(p, segments="%n"),
-        entry=entry("", "k_ok", "%xj"), single_entry=entry("s", "single_ok", "%x0"),
-        flat_entry=entry("", "row_ok", "%xj"), advance=advance_ir("j", p))
+    ends = position_ends_ir(p, segments="%n")
+    if flat:
+        text = flat_ir(name, p, _PARAMS, entry=ends + "\n  br i1 %ends_ok, label %setup, label %bad\nsetup:\n",
+                       first="setup", lo="0", hi="%n",
+                       nonempty=f"  %px0 = getelementptr {t}, ptr %x, i64 %r0\n  %x0 = load {t}, ptr %px0\n",
+                       single_entry=entry("s", "single_ok", "%x0"),
+                       flat_entry=f"  %pxj = getelementptr {t}, ptr %x, i64 %r\n  %xj = load {t}, ptr %pxj\n"
+                                  + entry("", "row_ok", "%xj"))
+    else:
+        text = _SCATTER.format(name=name, params=_PARAMS, t=t, p=p, p_ext=_ext(p), ends=ends,
+                               entry=entry("", "k_ok", "%xj"))
     return compile_host_helpers(text, {name: _SIG})[name]
 
 
@@ -203,7 +110,7 @@ def csc_times_vector(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, 
     """``A @ x`` for CSC buffers (``indptr`` over the ``len(x)`` columns, ``indices`` the rows in ``[0, m)``),
     C-contiguous, ``data`` and ``x`` of one supported dtype; None when the buffers are malformed (nothing is
     trusted: positions, their ends and every row are checked as they are read). ``flat``: the flat loop
-    (``_FLAT``; None: where SpMV goes flat, columns of a few entries, ``spmv.goes_flat``); the same bits."""
+    (``spmv_flat.SEGMENTS``; None: where SpMV goes flat, columns of a few entries, ``spmv.goes_flat``); the same bits."""
     if len(indptr) != len(x) + 1 or len(indices) != len(data):
         return None
     p, c = index_bits(indptr), index_bits(indices)

@@ -19,79 +19,63 @@ import numpy as np
 
 from splyce.native import ir_text
 from splyce.native.array_objects import address as _address
+from splyce.native.ir_text import IR, counted, ext, load_index, narrow
 
-_COUNT = """
-define void @{name}(ptr %pos, ptr %crd, i64 %lo, i64 %hi, ptr %cnt) {{
-entry:
-  %plo = getelementptr i{p}, ptr %pos, i64 %lo
-  %k0_raw = load i{p}, ptr %plo
-  %k0 = {ext} %k0_raw to i64
-  %phi = getelementptr i{p}, ptr %pos, i64 %hi
-  %k1_raw = load i{p}, ptr %phi
-  %k1 = {ext} %k1_raw to i64
-  br label %head
-head:
-  %k = phi i64 [%k0, %entry], [%kn, %body]
-  %more = icmp slt i64 %k, %k1
-  br i1 %more, label %body, label %done
-body:
-  %pc = getelementptr i{p}, ptr %crd, i64 %k
-  %c_raw = load i{p}, ptr %pc
-  %c = {ext} %c_raw to i64
-  %pn = getelementptr i{p}, ptr %cnt, i64 %c
-  %n = load i{p}, ptr %pn
-  %n1 = add i{p} %n, 1
-  store i{p} %n1, ptr %pn
-  %kn = add i64 %k, 1
-  br label %head
-done:
-  ret void
-}}
-"""
+def _count_ir(name: str, p: int) -> str:
+    """``void name(pos, crd, lo, hi, cnt)``: ``cnt[c] += 1`` for the column ``c`` of every entry of rows
+    ``[lo, hi)`` (counters of the index width)."""
+    ir = IR()
+    ir(f"define void @{name}(ptr %pos, ptr %crd, i64 %lo, i64 %hi, ptr %cnt) {{")
+    ir.label("entry")
+    k0, k1 = load_index(ir, "%pos", p, "%lo"), load_index(ir, "%pos", p, "%hi")
 
-_SCATTER = """
-define void @{name}(ptr %pos, ptr %crd, ptr %val, i64 %lo, i64 %hi, ptr %next, ptr %out_crd, ptr %out_val) {{
-entry:
-  br label %row
-row:
-  %r = phi i64 [%lo, %entry], [%r1, %entries]
-  %rin = icmp slt i64 %r, %hi
-  br i1 %rin, label %row_body, label %done
-row_body:
-  %r1 = add i64 %r, 1
-  %pr0 = getelementptr i{p}, ptr %pos, i64 %r
-  %k0_raw = load i{p}, ptr %pr0
-  %k0 = {ext} %k0_raw to i64
-  %pr1 = getelementptr i{p}, ptr %pos, i64 %r1
-  %k1_raw = load i{p}, ptr %pr1
-  %k1 = {ext} %k1_raw to i64
-  %r_c = {narrow} %r to i{p}
-  br label %entries
-entries:
-  %k = phi i64 [%k0, %row_body], [%kn, %entry_body]
-  %kin = icmp slt i64 %k, %k1
-  br i1 %kin, label %entry_body, label %row
-entry_body:
-  %pc = getelementptr i{p}, ptr %crd, i64 %k
-  %c_raw = load i{p}, ptr %pc
-  %c = {ext} %c_raw to i64
-  %pn = getelementptr i{p}, ptr %next, i64 %c
-  %at_raw = load i{p}, ptr %pn
-  %at = {ext} %at_raw to i64
-  %at1 = add i{p} %at_raw, 1
-  store i{p} %at1, ptr %pn
-  %po = getelementptr i{p}, ptr %out_crd, i64 %at
-  store i{p} %r_c, ptr %po
-  %pv = getelementptr i{v}, ptr %val, i64 %k
-  %v = load i{v}, ptr %pv
-  %pov = getelementptr i{v}, ptr %out_val, i64 %at
-  store i{v} %v, ptr %pov
-  %kn = add i64 %k, 1
-  br label %entries
-done:
-  ret void
-}}
-"""
+    def entry(k):
+        c = load_index(ir, "%crd", p, k)
+        at = ir.gep(f"i{p}", "%cnt", c)
+        n, n1 = ir.name("n"), ir.name("n")
+        ir(f"  {n} = load i{p}, ptr {at}")
+        ir(f"  {n1} = add i{p} {n}, 1")
+        ir(f"  store i{p} {n1}, ptr {at}")
+
+    counted(ir, k0, k1, entry, base="k")
+    ir("  ret void")
+    ir("}")
+    return ir.text()
+
+
+def _scatter_ir(name: str, p: int, v: int) -> str:
+    """``void name(pos, crd, val, lo, hi, next, out_crd, out_val)``: each entry of rows ``[lo, hi)`` in row
+    order to its column's next place ``next[c]`` (incremented): its row and its value (moved as ``i{v}``)."""
+    ir = IR()
+    ir(f"define void @{name}(ptr %pos, ptr %crd, ptr %val, i64 %lo, i64 %hi, ptr %next, ptr %out_crd, "
+       "ptr %out_val) {")
+    ir.label("entry")
+
+    def row(r):
+        r1 = ir.name("r")
+        ir(f"  {r1} = add i64 {r}, 1")
+        k0, k1, row_c = load_index(ir, "%pos", p, r), load_index(ir, "%pos", p, r1), ir.name("row")
+        ir(f"  {row_c} = {narrow(p)} {r} to i{p}")
+
+        def entry(k):
+            c = load_index(ir, "%crd", p, k)
+            pn = ir.gep(f"i{p}", "%next", c)
+            raw, at, at1 = ir.name("raw"), ir.name("at"), ir.name("at")
+            ir(f"  {raw} = load i{p}, ptr {pn}")
+            ir(f"  {at} = {ext(p)} {raw} to i64")
+            ir(f"  {at1} = add i{p} {raw}, 1")
+            ir(f"  store i{p} {at1}, ptr {pn}")
+            ir.store(f"i{p}", row_c, "%out_crd", at)
+            ir.store(f"i{v}", ir.load(f"i{v}", "%val", k), "%out_val", at)
+
+        counted(ir, k0, k1, entry, base="k")
+
+    counted(ir, "%lo", "%hi", row, base="r")
+    ir("  ret void")
+    ir("}")
+    return ir.text()
+
+
 _COUNT_SIG = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                               ctypes.c_void_p)
 _SCATTER_SIG = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
@@ -104,10 +88,7 @@ def _kernels(index_bits: int, value_bits: int):
     from splyce.native.codegen import compile_host_helpers
 
     names = (f"splyce_transpose_count_i{index_bits}", f"splyce_transpose_scatter_i{index_bits}_v{value_bits}")
-    ext = "zext i32" if index_bits == 32 else "bitcast i64"
-    narrow = "trunc i64" if index_bits == 32 else "bitcast i64"
-    text = (_COUNT.format(name=names[0], p=index_bits, ext=ext)
-            + _SCATTER.format(name=names[1], p=index_bits, v=value_bits, ext=ext, narrow=narrow))
+    text = _count_ir(names[0], index_bits) + _scatter_ir(names[1], index_bits, value_bits)
     fns = compile_host_helpers(text, dict(zip(names, (_COUNT_SIG, _SCATTER_SIG))))
     return fns[names[0]], fns[names[1]]
 

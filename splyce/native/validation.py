@@ -28,121 +28,97 @@ import numpy as np
 from splyce.native.array_objects import address as _address
 from splyce.native import ir_text
 from splyce.native.dtypes import SUPPORTED_DTYPES
+from splyce.native.ir_text import IR, counted, ext, index_at, load_at, load_index, narrow, sext, store_at
 
-# 1. any pos[s] > pos[s+1] for s in [0, nseg)
-_POS_TEMPLATE = """
-define i64 @{name}(ptr %pos, i64 %nseg) {{
-entry:
-  br label %head
-head:
-  %s = phi i64 [0, %entry], [%s1, %body]
-  %acc = phi i64 [0, %entry], [%acc1, %body]
-  %more = icmp slt i64 %s, %nseg
-  br i1 %more, label %body, label %done
-body:
-  %p0 = getelementptr i{p}, ptr %pos, i64 %s
-  %a = load i{p}, ptr %p0
-  %s1 = add i64 %s, 1
-  %p1 = getelementptr i{p}, ptr %pos, i64 %s1
-  %b = load i{p}, ptr %p1
-  %dec = icmp sgt i{p} %a, %b
-  %inc = zext i1 %dec to i64
-  %acc1 = or i64 %acc, %inc
-  br label %head
-done:
-  ret i64 %acc
-}}
-"""
+def _pos_scan_ir(name: str, p: int) -> str:
+    """``i64 name(ptr pos, i64 nseg)``: nonzero when some ``pos[s] > pos[s + 1]``, s in [0, nseg)."""
+    ir = IR()
+    ir(f"define i64 @{name}(ptr %pos, i64 %nseg) {{")
+    ir.label("entry")
 
-# 2. out[0] = any coordinate outside [0, size); out[1] = number of k in [1, n) with crd[k] {cmp} crd[k-1]
-_CRD_TEMPLATE = """
-define void @{name}(ptr %crd, i64 %n, i64 %size, ptr %out) {{
-entry:
-  %size_c = {narrow} %size to i{c}
-  %has = icmp sgt i64 %n, 0
-  br i1 %has, label %first, label %done0
-first:
-  %c0 = load i{c}, ptr %crd
-  %bad0 = icmp uge i{c} %c0, %size_c
-  %range0 = zext i1 %bad0 to i{c}
-  br label %head
-head:
-  %k = phi i64 [1, %first], [%k1, %body]
-  %range = phi i{c} [%range0, %first], [%range1, %body]
-  %steps = phi i{c} [0, %first], [%steps1, %body]
-  %more = icmp slt i64 %k, %n
-  br i1 %more, label %body, label %done
-body:
-  %pc = getelementptr i{c}, ptr %crd, i64 %k
-  %c = load i{c}, ptr %pc
-  %km = add i64 %k, -1
-  %pp = getelementptr i{c}, ptr %crd, i64 %km
-  %prev = load i{c}, ptr %pp
-  %out_of = icmp uge i{c} %c, %size_c
-  %r = zext i1 %out_of to i{c}
-  %range1 = or i{c} %range, %r
-  %down = icmp {cmp} i{c} %c, %prev
-  %d = zext i1 %down to i{c}
-  %steps1 = add i{c} %steps, %d
-  %k1 = add i64 %k, 1
-  br label %head
-done:
-  %range64 = {widen} %range to i64
-  store i64 %range64, ptr %out
-  %steps64 = {widen} %steps to i64
-  %o1 = getelementptr i64, ptr %out, i64 1
-  store i64 %steps64, ptr %o1
-  ret void
-done0:
-  store i64 0, ptr %out
-  %z1 = getelementptr i64, ptr %out, i64 1
-  store i64 0, ptr %z1
-  ret void
-}}
-"""
-# (accumulators in the coordinates' own width, so a SIMD register holds as many lanes as it holds
-# coordinates; the caller keeps each call below 2**31 entries so an i32 count cannot wrap)
+    def segment(s, acc):
+        s1 = ir.op("add", "i64", s, "1")
+        down = ir.op("icmp sgt", f"i{p}", ir.load(f"i{p}", "%pos", s), ir.load(f"i{p}", "%pos", s1))
+        return (_or_flag(ir, acc, down, "i64"),)
 
-# 3. number of segments s in [1, nseg) that are non-empty and whose first entry steps down from the entry
-# before it (positions already known to be monotone and inside crd)
-_BOUNDARY_TEMPLATE = """
-define i64 @{name}(ptr %pos, i64 %nseg, ptr %crd) {{
-entry:
-  br label %head
-head:
-  %s = phi i64 [1, %entry], [%s1, %next]
-  %acc = phi i64 [0, %entry], [%acc1, %next]
-  %more = icmp slt i64 %s, %nseg
-  br i1 %more, label %body, label %done
-body:
-  %p0 = getelementptr i{p}, ptr %pos, i64 %s
-  %lo_raw = load i{p}, ptr %p0
-  %lo = {p_ext} %lo_raw to i64
-  %s1 = add i64 %s, 1
-  %p1 = getelementptr i{p}, ptr %pos, i64 %s1
-  %hi_raw = load i{p}, ptr %p1
-  %hi = {p_ext} %hi_raw to i64
-  %nonempty = icmp slt i64 %lo, %hi
-  %inside = icmp sgt i64 %lo, 0
-  %check = and i1 %nonempty, %inside
-  br i1 %check, label %look, label %next
-look:
-  %pc = getelementptr i{c}, ptr %crd, i64 %lo
-  %c = load i{c}, ptr %pc
-  %lm = add i64 %lo, -1
-  %pp = getelementptr i{c}, ptr %crd, i64 %lm
-  %prev = load i{c}, ptr %pp
-  %down = icmp {cmp} i{c} %c, %prev
-  %d = zext i1 %down to i64
-  br label %next
-next:
-  %add = phi i64 [0, %body], [%d, %look]
-  %acc1 = add i64 %acc, %add
-  br label %head
-done:
-  ret i64 %acc
-}}
-"""
+    (acc,) = counted(ir, "0", "%nseg", segment, carried=(("i64", "0"),), base="s")
+    ir(f"  ret i64 {acc}")
+    ir("}")
+    return ir.text()
+
+
+def _or_flag(ir: IR, acc: str, flag: str, t: str, op: str = "or") -> str:
+    """``acc op zext(flag)`` in type ``t``."""
+    wide = ir.name("f")
+    ir(f"  {wide} = zext i1 {flag} to {t}")
+    return ir.op(op, t, acc, wide)
+
+
+def _crd_scan_ir(name: str, c: int, cmp: str) -> str:
+    """``void name(ptr crd, i64 n, i64 size, ptr out)``: ``out[0]`` = any coordinate outside [0, size),
+    ``out[1]`` = the number of k in [1, n) with ``crd[k] cmp crd[k - 1]``. The accumulators are in the
+    coordinates' own width, so a SIMD register holds as many lanes as it holds coordinates; the caller keeps
+    each call below 2**31 entries so an i32 count cannot wrap."""
+    ir = IR()
+    ic = f"i{c}"
+    ir(f"define void @{name}(ptr %crd, i64 %n, i64 %size, ptr %out) {{")
+    ir.label("entry")
+    size_c, has = ir.name("size"), ir.op("icmp sgt", "i64", "%n", "0")
+    ir(f"  {size_c} = {narrow(c)} %size to {ic}")
+    ir(f"  br i1 {has}, label %first, label %empty")
+    ir.label("first")
+    c0 = ir.load(ic, "%crd", "0")
+    range0, bad0 = ir.name("range"), ir.op("icmp uge", ic, c0, size_c)
+    ir(f"  {range0} = zext i1 {bad0} to {ic}")
+
+    def entry(k, out_of, steps):
+        here, prev = ir.load(ic, "%crd", k), ir.load(ic, "%crd", ir.op("add", "i64", k, "-1"))
+        return (_or_flag(ir, out_of, ir.op("icmp uge", ic, here, size_c), ic),
+                _or_flag(ir, steps, ir.op(f"icmp {cmp}", ic, here, prev), ic, "add"))
+
+    out_of, steps = counted(ir, "1", "%n", entry, carried=((ic, range0), (ic, "0")), base="k")
+    for at, value in ((0, out_of), (1, steps)):
+        wide = ir.name("w")
+        ir(f"  {wide} = {ext(c)} {value} to i64")
+        ir.store("i64", wide, "%out", str(at))
+    ir("  ret void")
+    ir.label("empty")
+    ir.store("i64", "0", "%out", "0")
+    ir.store("i64", "0", "%out", "1")
+    ir("  ret void")
+    ir("}")
+    return ir.text()
+
+
+def _boundary_scan_ir(name: str, p: int, c: int, cmp: str) -> str:
+    """``i64 name(ptr pos, i64 nseg, ptr crd)``: the number of segments s in [1, nseg) that are non-empty and
+    whose first entry steps down (``cmp``) from the entry before it (positions known monotone, inside crd)."""
+    ir = IR()
+    ir(f"define i64 @{name}(ptr %pos, i64 %nseg, ptr %crd) {{")
+    ir.label("entry")
+
+    def segment(s, acc):
+        s1 = ir.op("add", "i64", s, "1")
+        lo, hi = load_index(ir, "%pos", p, s, signed=True), load_index(ir, "%pos", p, s1, signed=True)
+        check = ir.op("and", "i1", ir.op("icmp slt", "i64", lo, hi), ir.op("icmp sgt", "i64", lo, "0"))
+        came, look, after = ir.block, ir.name("look")[1:], ir.name("next")[1:]
+        ir(f"  br i1 {check}, label %{look}, label %{after}")
+        ir.label(look)
+        here, prev = ir.load(f"i{c}", "%crd", lo), ir.load(f"i{c}", "%crd", ir.op("add", "i64", lo, "-1"))
+        down, d = ir.op(f"icmp {cmp}", f"i{c}", here, prev), ir.name("d")
+        ir(f"  {d} = zext i1 {down} to i64")
+        ir(f"  br label %{after}")
+        ir.label(after)
+        add = ir.name("add")
+        ir(f"  {add} = phi i64 [0, %{came}], [{d}, %{look}]")
+        return (ir.op("add", "i64", acc, add),)
+
+    (acc,) = counted(ir, "1", "%nseg", segment, carried=(("i64", "0"),), base="s")
+    ir(f"  ret i64 {acc}")
+    ir("}")
+    return ir.text()
+
+
 _ORDER = {"unique": "sle", "ordered": "slt"}   # a step that breaks the rule: <= (unique) or < (non-unique)
 
 _lock = threading.Lock()
@@ -162,18 +138,15 @@ def _scanners(pos_bits: int, crd_bits: int, rule: str):
     tag = f"p{pos_bits}_c{crd_bits}_{rule}"
     cmp = _ORDER.get(rule, "slt")
     names = (f"splyce_check_pos_{tag}", f"splyce_check_crd_{tag}", f"splyce_check_bounds_{tag}")
-    text = (_POS_TEMPLATE.format(name=names[0], p=pos_bits)
-            + _CRD_TEMPLATE.format(name=names[1], c=crd_bits, cmp=cmp,
-                                  narrow="trunc i64" if crd_bits < 64 else "bitcast i64",
-                                  widen="zext i32" if crd_bits < 64 else "bitcast i64")
-            + _BOUNDARY_TEMPLATE.format(name=names[2], p=pos_bits, c=crd_bits, cmp=cmp, p_ext=_extend(pos_bits)))
+    text = (_pos_scan_ir(names[0], pos_bits) + _crd_scan_ir(names[1], crd_bits, cmp)
+            + _boundary_scan_ir(names[2], pos_bits, crd_bits, cmp))
     fns = compile_host_helpers(text, dict(zip(names, (_POS_SIG, _CRD_SIG, _BOUNDARY_SIG))))
     return tuple(fns[n] for n in names)
 
 
 def _extend(bits: int) -> str:
     """Widen a loaded index to i64 (a no-op bitcast when it already is)."""
-    return f"sext i{bits}" if bits < 64 else "bitcast i64"
+    return sext(bits)
 
 
 def _rule(level) -> str:
@@ -264,44 +237,34 @@ def _levels_ok(shape, fmt, pos, crd) -> bool:
 
 # Only the range of coordinates (what a product needs): one unsigned max per coordinate, which LLVM turns into
 # one SIMD max per vector of them, about a third of the work of the scan above (which also counts order steps).
-_RANGE_TEMPLATE = """
-define void @{name}(ptr %crd, i64 %n, i64 %size, ptr %out) {{
-entry:
-  br label %head
-head:
-  %k = phi i64 [0, %entry], [%k1, %body]
-  %mx = phi i{c} [0, %entry], [%mx1, %body]
-  %more = icmp slt i64 %k, %n
-  br i1 %more, label %body, label %done
-body:
-  %pc = getelementptr i{c}, ptr %crd, i64 %k
-  %c = load i{c}, ptr %pc
-  %above = icmp ugt i{c} %c, %mx
-  %mx1 = select i1 %above, i{c} %c, i{c} %mx
-  %k1 = add i64 %k, 1
-  br label %head
-done:
-  %size_c = {narrow} %size to i{c}
-  %beyond = icmp uge i{c} %mx, %size_c
-  %has = icmp sgt i64 %n, 0
-  %bad = and i1 %beyond, %has
-  %bad64 = zext i1 %bad to i64
-  store i64 %bad64, ptr %out
-  ret void
-}}
-"""
-
-
 def range_check_ir(name: str, bits: int) -> str:
     """LLVM IR of a range-only coordinate scan (``void name(ptr crd, i64 n, i64 size, ptr out)``: ``out[0]``
     nonzero when a coordinate is outside ``[0, size)``), for native kernels that check a block just before
-    reading it."""
-    return _RANGE_TEMPLATE.format(name=name, c=bits, narrow="trunc i64" if bits < 64 else "bitcast i64")
+    reading it: the largest coordinate (unsigned) against ``size``."""
+    ir, ic = IR(), f"i{bits}"
+    ir(f"define void @{name}(ptr %crd, i64 %n, i64 %size, ptr %out) {{")
+    ir.label("entry")
+
+    def entry(k, mx):
+        c = ir.load(ic, "%crd", k)
+        above, mx1 = ir.op("icmp ugt", ic, c, mx), ir.name("mx")
+        ir(f"  {mx1} = select i1 {above}, {ic} {c}, {ic} {mx}")
+        return (mx1,)
+
+    (mx,) = counted(ir, "0", "%n", entry, carried=((ic, "0"),), base="k")
+    size_c, wide = ir.name("size"), ir.name("bad")
+    ir(f"  {size_c} = {narrow(bits)} %size to {ic}")
+    bad = ir.op("and", "i1", ir.op("icmp uge", ic, mx, size_c), ir.op("icmp sgt", "i64", "%n", "0"))
+    ir(f"  {wide} = zext i1 {bad} to i64")
+    ir(f"  store i64 {wide}, ptr %out")
+    ir("  ret void")
+    ir("}")
+    return ir.text()
 
 
 def position_check_ir(name: str, bits: int) -> str:
     """LLVM IR of the position scan (``i64 name(ptr pos, i64 nseg)``: nonzero when some ``pos[s] > pos[s+1]``)."""
-    return _POS_TEMPLATE.format(name=name, p=bits)
+    return _pos_scan_ir(name, bits)
 
 
 def positions_ok(indptr: np.ndarray, n_entries: int) -> bool:
@@ -338,7 +301,7 @@ def position_ends_ir(bits: int, segments: str = "%m") -> str:
 # streamed crd from memory a second time, as long as the column scan itself). The block's column scan starts
 # at the entry before its first (compared with it), so the blocks together compare every entry with the one
 # before it once; the row-start scan of rows [s0, s1) runs from pos + s0 - 1 (row 0's start is never a step).
-_CANONICAL_DRIVER = """
+_CANONICAL_DRIVER = ("""
 define i64 @{{name}}(ptr %pos, ptr %crd, i64 %m, i64 %n, i64 %nnz) {{{{
 entry:
   %out = alloca [2 x i64]
@@ -358,12 +321,8 @@ block:
   %s1_try = add i64 %s0, {rows}
   %short = icmp slt i64 %s1_try, %m
   %s1 = select i1 %short, i64 %s1_try, i64 %m
-  %ps0 = getelementptr i{{p}}, ptr %pos, i64 %s0
-  %e0_raw = load i{{p}}, ptr %ps0
-  %e0 = {{ext}} %e0_raw to i64
-  %ps1 = getelementptr i{{p}}, ptr %pos, i64 %s1
-  %e1_raw = load i{{p}}, ptr %ps1
-  %e1 = {{ext}} %e1_raw to i64
+""" + load_at("i{{p}}", "%pos", "%s0", "%e0_raw") + """  %e0 = {{ext}} %e0_raw to i64
+""" + load_at("i{{p}}", "%pos", "%s1", "%e1_raw") + """  %e1 = {{ext}} %e1_raw to i64
   %has_prev = icmp sgt i64 %e0, 0
   %e0m1 = add i64 %e0, -1
   %cfirst = select i1 %has_prev, i64 %e0m1, i64 0
@@ -396,17 +355,13 @@ ok:
 fail:
   ret i64 1
 }}}}
-""".format(rows=2048)
+""").format(rows=2048)
 
 
 def _unique_scans_ir(names: dict, bits: int) -> str:
     """The three scans (rule "unique") under ``names["pos_scan"]``, ``["crd_scan"]``, ``["boundary_scan"]``."""
-    return (_POS_TEMPLATE.format(name=names["pos_scan"], p=bits)
-            + _CRD_TEMPLATE.format(name=names["crd_scan"], c=bits, cmp=_ORDER["unique"],
-                                   narrow="trunc i64" if bits < 64 else "bitcast i64",
-                                   widen="zext i32" if bits < 64 else "bitcast i64")
-            + _BOUNDARY_TEMPLATE.format(name=names["boundary_scan"], p=bits, c=bits, cmp=_ORDER["unique"],
-                                        p_ext=_extend(bits)))
+    return (_pos_scan_ir(names["pos_scan"], bits) + _crd_scan_ir(names["crd_scan"], bits, _ORDER["unique"])
+            + _boundary_scan_ir(names["boundary_scan"], bits, bits, _ORDER["unique"]))
 
 
 def _compile_driver(tag: str, bits: int, driver: str, kinds: str, **fields):
@@ -468,10 +423,7 @@ entry:
   %plo_ptr = getelementptr i{p}, ptr %pos, i64 %lo
   %plo_raw = load i{p}, ptr %plo_ptr
   %plo = {ext} %plo_raw to i64
-  %phi_ptr = getelementptr i{p}, ptr %pos, i64 %hi
-  %phi_raw = load i{p}, ptr %phi_ptr
-  %phi = {ext} %phi_raw to i64
-  %is_first = icmp eq i64 %lo, 0
+""" + index_at("%pos", "%hi", "%phi", "p", "ext") + """  %is_first = icmp eq i64 %lo, 0
   %starts0 = icmp eq i64 %plo, 0
   %not_first = xor i1 %is_first, true
   %start_ok = or i1 %not_first, %starts0

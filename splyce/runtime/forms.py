@@ -18,8 +18,10 @@ kernels) recognizes the plan's canonical form (``recognize``; ``a * a`` of one o
   ``_min_or_max``).
 - Maps write new values over the same positions in one NumPy pass, evaluated as the MLIR kernel evaluates
   the expression (an integer power as repeated products, a division by the constant, constants in the result
-  dtype) and only for operations IEEE rounds exactly (no transcendental functions, whose libraries differ),
-  so the values are the MLIR kernel's bit for bit. The index arrays are copied (memcpy), never shared: the
+  dtype): for the operations IEEE rounds exactly the values are the MLIR kernel's bit for bit; the
+  transcendental maps that keep zeros zero (``expm1``, ``log1p``, ``sin``, ``tan``, ``tanh``, ``sinh``,
+  ``arctan``, ``arcsinh`` of float32 / float64 values) are NumPy's, as scipy computes them (``np.expm1(A)``
+  maps ``A.data``), where the MLIR kernel calls the C library's, which may round an ulp differently. The index arrays are copied (memcpy), never shared: the
   result is a scipy array whose buffers its caller may write to, and the argument's may be the caller's too.
 """
 
@@ -40,6 +42,12 @@ from splyce.tracer.ir import TensorType
 # NumPy give the same bits for them.
 _EXACT_UNARY = {"sqrt": np.sqrt, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint,
                 "sign": np.sign}
+# Unary heads with f(0) == 0 whose values are a libm's (NumPy's SIMD loops on x86, the MLIR kernel's calls into
+# the C library): taken as forms of a float32 / float64 matrix and computed by NumPy, so the result is scipy's
+# own (``np.expm1(A)`` maps ``A.data`` with these same loops), bit for bit; inside a fused MLIR kernel the same
+# head may round an ulp differently (docs/semantics.md)
+_LIBM_UNARY = {"expm1": np.expm1, "log1p": np.log1p, "sin": np.sin, "tan": np.tan, "tanh": np.tanh,
+               "sinh": np.sinh, "arctan": np.arctan, "arcsinh": np.arcsinh}
 _COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
             "ge": np.greater_equal}
 
@@ -48,7 +56,8 @@ _COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equ
 class Form:
     """A plan's one step as a form over one argument's stored values."""
 
-    kind: str                  # "sum" | "line_sums" | "mean" | "max" | "min" | "map" | "row_scale" | "column_scale"
+    kind: str   # "sum" | "line_sums" | "mean" | "max" | "min" | "map" | "row_scale" | "column_scale" | "restore"
+    #             | "diagonal" | "trace"
     argument: int              # the function's argument it reads
     type: TensorType           # that argument's (a canonical CSR or CSC)
     out: TensorType
@@ -76,6 +85,13 @@ class Form:
                 else "d[indices]"
             return (f"the stored values times {gather} in one pass, over the same positions (index arrays "
                     f"copied)")
+        if self.kind in ("diagonal", "trace"):
+            what = "diagonal" if self.kind == "diagonal" else "trace: the sum (np.add.reduce) of the diagonal"
+            return f"the {storage}'s {what}, one pass over each row's entries (scipy's csr_diagonal)"
+        if self.kind == "restore":
+            other = "CSC" if storage == "CSR" else "CSR"
+            return (f"the {storage} re-stored as a {other} by a counting transpose of its arrays (scipy's "
+                    f"csr_tocsc; native/transpose.py on more threads)")
         if self.kind in ("max", "min"):
             return (f"np.{'maximum' if self.kind == 'max' else 'minimum'}.reduce of the stored values, then with "
                     f"the implicit zero (NaN propagates)")
@@ -111,9 +127,13 @@ def recognize(plan) -> Form | None:
     node = plan.trace.outputs[0]
     if node is not plan.steps[0].node or not node.args or any(a.op != "input" for a in node.args):
         return None
+    if len(node.args) == 2 and node.op == "contract":
+        diagonal = _diagonal(plan, node)
+        if diagonal is not None:
+            return diagonal
     args = [_argument(plan, a.params[0]) for a in node.args]
     if any(a is None for a in args):
-        return None
+        return _restore(plan, node)
     k, t = args[0]
     order = _storage(t)
     if order is None:
@@ -150,6 +170,91 @@ def recognize(plan) -> Form | None:
             return None
         return Form("map", k, t, out, expr)
     return None
+
+
+def _diagonal(plan, node) -> Form | None:
+    """``a.diagonal()`` of a CSR / CSC argument: the trace's product with the identity (a constant,
+    ``contract[ij,ij->i]``; ``->j`` of a tall matrix), computed as scipy computes it (``csr_diagonal`` of its
+    sparsetools: one pass over each row's entries)."""
+    n_args = len(plan.source.inputs) - len(plan.constants)
+    first, second = (plan.sources[a.params[0]] for a in node.args)
+    k = first.index if first.converted else node.args[0].params[0]     # the argument, read as it is
+    c = second.index if second.converted else node.args[1].params[0]   # the identity, a constant
+    if any(s.host is not None or s.native is not None for s in (first, second)) or k >= n_args \
+            or not n_args <= c < len(plan.source.inputs):
+        return None
+    t = plan.source.inputs[k]
+    if _csr_diagonal() is None or _storage(t) is None or node.type.is_sparse:
+        return None
+    params = node.params[0]
+    if params.scale is not None or len(params.inputs) != 2 or params.inputs[0] != params.inputs[1] \
+            or len(params.inputs[0]) != 2 or params.output not in ("", params.inputs[0][0 if t.shape[0] <= t.shape[1]
+                                                                                       else 1]):
+        return None      # (the rows' sums of a wide or square matrix, the columns' of a tall one; all: the trace)
+    m, n = t.shape
+    if node.type.dtype != t.dtype or np.dtype(t.dtype).kind not in "fciub" or t.dtype == "float16":
+        return None
+    eye = plan.constants[c - n_args]
+    if hasattr(eye, "to_scipy"):
+        eye = eye.to_scipy()
+    import scipy.sparse as sps
+
+    if not sps.issparse(eye) or eye.shape != (m, n) or eye.nnz != min(m, n):
+        return None
+    eye, want = sps.csr_array(eye), sps.eye_array(m, n, format="csr")
+    if not (np.array_equal(eye.indptr, want.indptr) and np.array_equal(eye.indices, want.indices)
+            and np.all(eye.data == 1)):
+        return None
+    return Form("diagonal" if params.output else "trace", k, t, node.type)
+
+
+def _csr_diagonal():
+    try:
+        from scipy.sparse._sparsetools import csr_diagonal
+    except ImportError:                    # scipy no longer offers it: the MLIR kernel
+        return None
+    return csr_diagonal
+
+
+def _restore(plan, node) -> Form | None:
+    """``a.tocsc()`` of a CSR argument, ``a.tocsr()`` of a CSC one, ``a.T.tocsr()`` of a CSR (a copy of the
+    argument's entries stored in the other order: the identity map over the plan's converted input): scipy's
+    counting transpose of the argument's arrays (native/transpose.py, ``csr_tocsc`` on one thread), instead of
+    the MLIR kernel's conversion."""
+    if node.op != "ewise" or node.params[0] != ("arg", 0) or len(node.args) != 1:
+        return None
+    if len(node.params) > 1 and node.params[1] is not None and tuple(node.params[1]) != ("ab",):
+        return None
+    k = node.args[0].params[0]
+    n_in = len(plan.source.inputs)
+    n_args = n_in - len(plan.constants)
+    source = plan.sources[k]
+    if not source.converted or source.host is not None or source.native is not None:
+        return None
+    out = node.type
+    if source.index < n_args:                   # the argument re-stored: its shape, the other order
+        arg = source.index
+        t = plan.source.inputs[arg]
+        order = _storage(t)
+        if order is None or _storage(out) != order[::-1] or out.shape != t.shape:
+            return None
+    elif n_in <= source.index < n_in + len(plan.derived):     # its transpose re-stored: its order
+        derived = plan.derived[source.index - n_in]
+        arg = derived.source
+        if derived.axes != (1, 0) or arg >= n_args:
+            return None
+        t = plan.source.inputs[arg]
+        order = _storage(t)
+        if order is None or _storage(out) != order or out.shape != t.shape[::-1]:
+            return None
+    else:
+        return None
+    widths = (t.format.pos_width, t.format.crd_width)
+    if out.dtype != t.dtype or widths != (out.format.pos_width, out.format.crd_width) or widths[0] != widths[1] \
+            or widths[0] not in (32, 64) or np.dtype(t.dtype).itemsize not in (4, 8) \
+            or np.dtype(t.dtype).kind not in "fiu":
+        return None                        # the native transpose: one index width, values of 4 or 8 bytes
+    return Form("restore", arg, t, out)
 
 
 def _mean(plan) -> Form | None:
@@ -296,6 +401,8 @@ def _exact_tree(expr, dtype: np.dtype) -> bool:
         return dtype.kind != "c" and _exact_tree(expr[1], dtype)
     if head in _EXACT_UNARY:
         return (dtype.kind == "f" or (head == "sign" and dtype.kind == "i")) and _exact_tree(expr[1], dtype)
+    if head in _LIBM_UNARY:
+        return dtype in (np.float32, np.float64) and _exact_tree(expr[1], dtype)
     return False
 
 
@@ -333,6 +440,8 @@ def evaluate(expr, x: np.ndarray, dtype: np.dtype):
     if head == "square":
         base = evaluate(expr[1], x, dtype)
         return np.multiply(base, base)
+    if head in _LIBM_UNARY:
+        return _LIBM_UNARY[head](evaluate(expr[1], x, dtype))
     return _EXACT_UNARY[head](evaluate(expr[1], x, dtype))
 
 
@@ -397,6 +506,21 @@ def runner(form: Form):
             m = ufunc.reduce(values)
             return ufunc(zero, m) if len(values) < size else m
         return run_extremum
+    if form.kind in ("diagonal", "trace"):
+        csr_diagonal = _csr_diagonal()
+        total = form.kind == "trace"
+        m, n = shape
+        csr = compressed_order(form.type.format) == (0, 1)
+
+        def run_diagonal(args, threads):
+            a = args[0]
+            out = np.empty(min(m, n), dtype=out_dtype)
+            if csr:
+                csr_diagonal(0, m, n, a.pos[1], a.crd[1], a.values, out)
+            else:
+                csr_diagonal(0, n, m, a.pos[1], a.crd[1], a.values, out)
+            return np.add.reduce(out) if total else out
+        return run_diagonal
     fmt = form.out.format
     import scipy.sparse as sps
 
@@ -405,6 +529,19 @@ def runner(form: Form):
     build = providers.result_builder("csr")
     cls = sps.csr_array if compressed_order(fmt) == (0, 1) else sps.csc_array
 
+    if form.kind == "restore":
+        from splyce.native import transpose as native_transpose
+
+        rows, cols = shape if compressed_order(form.type.format) == (0, 1) else shape[::-1]
+        shape = form.out.shape
+
+        def run_restore(args, threads):
+            a = args[0]
+            values, crd, pos = native_transpose.transpose(a.values, a.crd[1], a.pos[1], rows, cols, threads)
+            if build is not None:
+                return build(cls, values, crd, pos, shape, True)
+            return SparseTensor.from_buffers(shape, fmt, [None, pos], [None, crd], values, validate=False).to_scipy()
+        return run_restore
     if form.kind in ("row_scale", "column_scale"):
         major_scale = (form.kind == "row_scale") == (compressed_order(fmt) == (0, 1))
 

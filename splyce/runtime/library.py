@@ -135,6 +135,11 @@ def _as_library_op(step: Node, inputs: tuple[TensorType, ...]) -> LibraryOp | No
             # ``a.T @ z`` of a CSR ``a`` (``ki,k->i``), or a CSC times a vector: buffers stored by the product's
             # columns, each scattering its entries into the result (the drop-in's CSC x vector kernel)
             return LibraryOp("matmul", None, operands, types, out, transposed=(True, False))
+        if len(x) == 1 and len(y) == 2 and not types[0].is_sparse and not out.is_sparse and (
+                (is_csr(types[1]) and (x, o) == (y[0], y[1])) or (_is_csc(types[1]) and (x, o) == (y[1], y[0]))):
+            # ``z @ a`` of a CSR ``a`` (``k,kj->j``; of a CSC, ``einsum("j,kj->k", z, a)``): the forms above with
+            # the matrix operand second
+            return LibraryOp("matmul", None, operands[::-1], types[::-1], out, transposed=(True, False))
         product = len(x) == 2 and y[:1] == x[1:] and x[1] not in o and o == x[0] + y[1:]
         if not (product and is_csr(types[0])):
             return None

@@ -151,8 +151,16 @@ def reshape(x, *shape) -> Tracer:
     return Tracer(expand(node, shape))
 
 
-def diagonal_dense(node: Node) -> Node:
+def diagonal_length(shape: tuple[int, ...], k: int) -> int:
+    """The length of a 2-D shape's ``k``-th diagonal (NumPy's and scipy's: 0 past the corner)."""
+    m, n = shape
+    return max(0, min(m, n - k) if k >= 0 else min(m + k, n))
+
+
+def diagonal_dense(node: Node, k: int = 0) -> Node:
+    """The ``k``-th diagonal of a dense matrix (``k`` > 0 above the main one), a view."""
     if node.type.ndim != 2:
         raise TraceError(f"diagonal: a 2-D tensor is needed, got shape {node.type.shape}")
-    n = min(node.type.shape)
-    return view(node, (("dim", 0, 0, 1), ("dim", 0, 0, 1)), (n,), "diagonal")
+    n = diagonal_length(node.type.shape, k)
+    rows, cols = (0, k) if k >= 0 else (-k, 0)
+    return view(node, (("dim", 0, rows, 1), ("dim", 0, cols, 1)), (n,), "diagonal")

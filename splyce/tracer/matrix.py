@@ -284,11 +284,20 @@ _BINARY = ("__add__", "__radd__", "__sub__", "__rsub__", "__truediv__", "__rtrue
            "__ge__", "multiply", "maximum", "minimum")
 # methods whose results keep the array kind whatever the operand (scipy / NumPy give ndarrays)
 _TO_ARRAY = ("toarray", "diagonal")
+# scipy's format conversions: ``csr_matrix.tocsc()`` is a ``csc_matrix``
+_CONVERSIONS = ("tocsr", "tocsc", "tocoo", "asformat")
 _SKIP = ("__init__", "__repr__", "__bool__", "__len__", "__iter__", "__getattribute__", "__setattr__",
          "__array__", "__float__", "__int__", "__index__", "__complex__", "item", "__hash__", "__slots__",
          "__module__", "__doc__", "__dict__", "__weakref__", "__class__", "__array_priority__", "__new__",
          "__init_subclass__", "__subclasshook__", "__reduce__", "__reduce_ex__", "__getstate__", "__sizeof__",
          "__dir__", "__format__", "__str__", "__delattr__", "node")
+
+
+def _converting(bound):
+    """A conversion method bound to the plain tracer, its result of the matrix kind."""
+    def method(*args, **kwargs):
+        return _matrix(bound(*args, **kwargs), False)
+    return method
 
 
 def _array_ufunc(self, ufunc_, method, *inputs, **kwargs):
@@ -369,6 +378,9 @@ def _install(cls) -> None:
         setattr(cls, name, _wrapped(name))
     for name in _BINARY:
         setattr(cls, name, _reflected(name))
+    for name in _CONVERSIONS:           # properties of sparse values (tracer/surface.py), a matrix in, a matrix out
+        getter = vars(Tracer)[name].fget
+        setattr(cls, name, property((lambda g: lambda self: _converting(g(Tracer(self.node))))(getter)))
     for name in _TO_ARRAY:
         base = getattr(Tracer, name)
         setattr(cls, name, (lambda b: lambda self, *a, **k: b(Tracer(self.node), *a, **k))(base))

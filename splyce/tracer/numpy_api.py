@@ -122,13 +122,14 @@ FUNCTIONS = {   # NumPy function -> the traced operation
     np.amax: _extremum("max"), np.amin: _extremum("min"), np.dot: T.dot, np.vdot: T.dot,
     np.inner: T.dot, np.clip: _clip, np.transpose: lambda a, axes=None: T.transpose(a, axes),
     np.einsum: lambda subscripts, *operands, **kw: T.einsum(subscripts, *operands, **kw),
-    np.diagonal: lambda a: T.diagonal(a), np.reshape: lambda a, shape, *rest: a.reshape(shape),
+    np.diagonal: lambda a, offset=0, axis1=0, axis2=1: T.diagonal(_plain_axes(a, axis1, axis2, 'diagonal'), offset), np.reshape: lambda a, shape, *rest: a.reshape(shape),
     np.squeeze: lambda a, axis=None: a.squeeze(axis), np.ravel: lambda a, order="C": a.ravel(),
     np.expand_dims: lambda a, axis: _expand_dims(a, axis), np.linalg.norm: _norm,
     np.zeros_like: _like(lambda kw: 0), np.ones_like: _like(lambda kw: 1),
     np.full_like: lambda a, fill_value, dtype=None, **kw: _like(lambda _: fill_value)(a, dtype, **kw),
     np.outer: _outer, np.abs: UFUNCS["absolute"], np.real_if_close: lambda a, tol=100: a,
-    np.trace: lambda a: T.sum_(T.diagonal(a)), np.diag: lambda v, k=0: _diag(v, k),
+    np.trace: lambda a, offset=0, axis1=0, axis2=1, dtype=None, out=None: T.sum_(
+        T.diagonal(_plain_axes(a, axis1, axis2, 'trace', out), offset), dtype=dtype), np.diag: lambda v, k=0: _diag(v, k),
     np.any: lambda a, axis=None, out=None, keepdims=False: _no("any", out=out) or T.any_(a, axis, keepdims),
     np.all: lambda a, axis=None, out=None, keepdims=False: _no("all", out=out) or T.all_(a, axis, keepdims),
     np.count_nonzero: lambda a, axis=None, keepdims=False: T.count_nonzero(a, axis, keepdims),
@@ -152,6 +153,16 @@ FUNCTIONS = {   # NumPy function -> the traced operation
 }
 if hasattr(np, "astype"):
     FUNCTIONS[np.astype] = lambda x, dtype, copy=True, **kw: astype(x, dtype)
+
+
+def _plain_axes(a, axis1, axis2, name, out=None):
+    """``a`` when the axes are a matrix's own (0, 1): other axes of higher-rank values are not traced."""
+    if out is not None:
+        raise TraceError(f"np.{name}: out= is not supported inside @splyce.jit; use the returned value")
+    if (axis1, axis2) not in ((0, 1), (-2, -1)) or _node(a, name).type.ndim != 2:
+        raise TraceError(f"np.{name}: only a 2-D value over axes (0, 1) is supported inside @splyce.jit, "
+                         f"got axis1={axis1}, axis2={axis2}")
+    return a
 
 
 def _diag(v, k=0):

@@ -445,20 +445,39 @@ def todense(a) -> Tracer:
     return contract([node], [subs], subs, out_format="dense", op="todense")
 
 
-def diagonal(a) -> Tracer:
-    """The main diagonal (a dense vector). Of a sparse matrix: the entries it stores on the diagonal, read by
-    an elementwise product with an identity matrix (a constant of the trace, O(n))."""
+def diagonal(a, k=0) -> Tracer:
+    """The ``k``-th diagonal (a dense vector; ``k`` > 0 above the main one, as NumPy's and scipy's). Of a
+    sparse matrix: the entries it stores there, read by an elementwise product with the shifted identity
+    matrix (a constant of the trace, O(n))."""
     node = _node(a, "diagonal")
     if node.type.ndim != 2:
         raise TraceError(f"diagonal: a 2-D tensor is needed, got shape {node.type.shape}")
+    if isinstance(k, Tracer) or not isinstance(k, (int, np.integer)) or isinstance(k, bool):
+        raise TraceError(f"diagonal: the offset k must be a Python int known at trace time, got {k!r}")
+    k = int(k)
+    if indexing.diagonal_length(node.type.shape, k) == 0:
+        raise TraceError(f"diagonal: offset {k} is past the corner of a {node.type.shape} matrix (an empty "
+                         "diagonal); empty results are not supported inside @splyce.jit: keep the offset in "
+                         f"{-node.type.shape[0] + 1}..{node.type.shape[1] - 1}")
     if not node.type.is_sparse:
-        return Tracer(indexing.diagonal_dense(node))
+        return Tracer(indexing.diagonal_dense(node, k))
     import scipy.sparse as sps
 
     m, n = node.type.shape
-    eye = sps.eye_array(m, n, dtype=node.type.dtype, format="csr")
+    length = indexing.diagonal_length((m, n), k)
+    eye = sps.eye_array(m, n, k=k, dtype=node.type.dtype, format="csr")
+    if k == 0 and m > n:                   # a tall matrix's main diagonal: one entry per column
+        return contract([node, _node(eye, "diagonal")], ["ij", "ij"], "j", out_format="dense", op="diagonal")
     rows = contract([node, _node(eye, "diagonal")], ["ij", "ij"], "i", out_format="dense", op="diagonal")
-    return rows if m <= n else Tracer(indexing.getitem(rows, slice(0, n)).node)
+    start = 0 if k >= 0 else -k
+    if (start, length) == (0, m):
+        return rows
+    return Tracer(indexing.getitem(rows, slice(start, start + length)).node)
+
+
+def trace(a, offset=0) -> Tracer:
+    """scipy's and NumPy's ``trace(offset)``: the sum of the ``offset``-th diagonal."""
+    return sum_(diagonal(a, offset))
 
 
 # -- the Tracer's operators and methods --------------------------------------------------------------------
@@ -511,6 +530,7 @@ def _install(cls) -> None:
             self, (tuple(axes[0]) if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes) or None),
         "conj": conjugate, "conjugate": conjugate, "dot": dot, "multiply": multiply, "maximum": maximum,
         "minimum": minimum, "power": power, "todense": todense, "toarray": todense, "diagonal": diagonal,
+        "trace": trace,
         "astype": lambda self, dtype, copy=True: astype(self, dtype), "clip": clip,
         "reshape": indexing.reshape, "squeeze": _squeeze, "ravel": lambda self: indexing.reshape(self, -1),
         "flatten": lambda self: indexing.reshape(self, -1), "copy": lambda self: self,

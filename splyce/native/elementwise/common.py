@@ -10,6 +10,9 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
+from splyce.native.ir_text import FLOAT_TYPES, SCALARS, supported as ir_supported
+
+_BITS = {s.t: s.bits for s in SCALARS.values()}
 
 
 # ``%out = cond ? %raw : +0`` as bit operations (an AND with the condition's all-ones or all-zeros mask): LLVM
@@ -17,9 +20,9 @@ from splyce.native.array_objects import address as _address
 # the next column is a coin flip in a merge (a misprediction per output entry: blockdiag-1500's sum took 11 ns
 # per result, in cache). ``neg``: -0.0 instead of +0 (x + -0.0 is x for every x, -0.0 included; +0 is not)
 def _keep(out: str, cond: str, raw: str, t: str, neg: bool = False) -> str:
-    bits = {"double": 64, "float": 32, "i64": 64, "i32": 32, "i8": 8}[t]
+    bits = _BITS[t]
     lines = [f"  %{out}_mask = sext i1 %{cond} to i{bits}"]
-    if t in ("double", "float"):
+    if t in FLOAT_TYPES:
         lines += [f"  %{out}_raw_bits = bitcast {t} %{raw} to i{bits}",
                   f"  %{out}_bits = and i{bits} %{out}_raw_bits, %{out}_mask"]
         if neg:
@@ -32,22 +35,16 @@ def _keep(out: str, cond: str, raw: str, t: str, neg: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-# value dtype -> (LLVM type, zero, "is not zero" compare, {op name: instruction})
-_VALUE = {
-    np.dtype(np.float64): ("double", "0.0", "fcmp une", {"multiply": "fmul", "add": "fadd", "subtract": "fsub"}),
-    np.dtype(np.float32): ("float", "0.0", "fcmp une", {"multiply": "fmul", "add": "fadd", "subtract": "fsub"}),
-    np.dtype(np.int64): ("i64", "0", "icmp ne", {"multiply": "mul", "add": "add", "subtract": "sub"}),
-    np.dtype(np.int32): ("i32", "0", "icmp ne", {"multiply": "mul", "add": "add", "subtract": "sub"}),
-    # bool (a pattern): a product is AND, a sum OR (NumPy's and scipy's bool + bool, never 2); no difference
-    # (NumPy refuses bool minus). scipy's rule drops a False result as it drops a zero
-    np.dtype(np.bool_): ("i8", "0", "icmp ne", {"multiply": "and", "add": "or"}),
-}
+# value dtype -> (LLVM type, zero, "is not zero" compare, {op name: instruction}): the view of the one dtype
+# table (ir_text.SCALARS) the merges unpack; bool has a product (AND) and a sum (OR), no difference. scipy's
+# rule drops a False result as it drops a zero
+_VALUE = {d: (s.t, s.zero, s.nonzero, {"multiply": s.mul, "add": s.add, **({"subtract": s.sub} if s.sub else {})})
+          for d, s in SCALARS.items()}
 OPS = ("multiply", "add", "subtract")
 
 # The sparsifier's coiteration (``keep_zeros``, the jit's semantics): every coiterated position is stored, so
 # ``{nonzero}`` is a compare that is always true (``fcmp true``; ``icmp uge x, 0``), which LLVM folds away
-_KEEP_VALUE = _VALUE
-_ALWAYS = {"double": "fcmp true", "float": "fcmp true", "i64": "icmp uge", "i32": "icmp uge", "i8": "icmp uge"}
+_ALWAYS = {s.t: "fcmp true" if s.t in FLOAT_TYPES else "icmp uge" for s in SCALARS.values()}
 # A value missing from one side of a sum (the sparsifier's rule: a + missing is a, missing + b is b,
 # a - missing is a, missing - b is -b): -0.0 where +0.0 would change a -0.0 (x + -0.0 == x and -0.0 - x == -x
 # for every x, -0.0 included; x - +0.0 == x); ints and bools 0
@@ -59,21 +56,21 @@ def value_type(dtype: np.dtype, keep_zeros: bool) -> tuple:
     compare keeps every result."""
     if not keep_zeros:
         return _VALUE[dtype]
-    t, zero, _, ops = _KEEP_VALUE[dtype]
+    t, zero, _, ops = _VALUE[dtype]
     return t, zero, _ALWAYS[t], ops
 
 
 def missing_values(op: str, t: str, keep_zeros: bool) -> tuple[str, str]:
     """The value a sum's missing entry takes on the left and on the right: the constants of ``op(missing, b)``
     and ``op(a, missing)``; scipy's rule (not ``keep_zeros``) is +0 on both sides."""
-    if not keep_zeros or t not in ("double", "float"):
-        return ("0.0", "0.0") if t in ("double", "float") else ("0", "0")
+    if not keep_zeros or t not in FLOAT_TYPES:
+        return ("0.0", "0.0") if t in FLOAT_TYPES else ("0", "0")
     return _NEG_ZERO, (_NEG_ZERO if op == "add" else "0.0")
 
 
 def keep_supported(dtype) -> bool:
     """Whether ``keep_zeros`` kernels exist for ``dtype`` (bool too: product and sum)."""
-    return np.dtype(dtype) in _KEEP_VALUE
+    return np.dtype(dtype) in _VALUE
 
 
 def op_supported(op: str, dtype) -> bool:
@@ -85,7 +82,7 @@ _POS_MAX = {32: 2**31 - 1, 64: 2**63 - 1}   # result entries a positions dtype c
 
 
 def supported(dtype) -> bool:
-    return np.dtype(dtype) in _VALUE
+    return ir_supported(dtype, bool_ok=True)
 
 
 @functools.cache

@@ -50,7 +50,7 @@ def _csc_pass_kernel(op: str, value: np.dtype, bits: int, prefetch: int = 0, ran
     name = (f"splyce_elementwise_csc_{op}_{t}_i{bits}" + (f"_pf{prefetch}" if prefetch else "")
             + (f"_{ranged}" if ranged else "") + (f"_v{lanes}" if lanes else "") + ("_k" if keep_zeros else ""))
     check = name + "_check"
-    ext, narrow = ("zext i32", "trunc i64") if bits == 32 else ("bitcast i64", "bitcast i64")
+    ext, narrow = ir_text.ext(bits), ir_text.narrow(bits)
     fields = dict(c=bits, ext=ext, narrow=narrow, t=t, check=check, vsize=value.itemsize)
     if intersect:
         finite_b = _FINITE.format(x="b", i="at", t=t) if floats else ""

@@ -1,26 +1,20 @@
 """The CSR-with-CSC pass's LLVM IR templates (``csc.py`` formats and compiles them; the vector match is in
 ``csc_vector.py``)."""
 
+from splyce.native.ir_text import index_at, load_at, store_at
+
 # A row of A in the CSC passes (the one pass and its vector rows): its entries' range and its index narrowed
 # to B's row type; the templates are formatted after joining, so the fields are theirs
 _CSC_ROW_BODY = """row_body:
   %r1 = add i64 %r, 1
-  %pr0 = getelementptr i{c}, ptr %ap, i64 %r
-  %k0_raw = load i{c}, ptr %pr0
-  %k0 = {ext} %k0_raw to i64
-  %pr1 = getelementptr i{c}, ptr %ap, i64 %r1
-  %k1_raw = load i{c}, ptr %pr1
-  %k1 = {ext} %k1_raw to i64
-  %r_c = {narrow} %r to i{c}
+""" + index_at("%ap", "%r", "%k0", "c", "ext") + """\
+""" + index_at("%ap", "%r1", "%k1", "c", "ext") + """  %r_c = {narrow} %r to i{c}
   br label %entries
 """
 
 # An entry of that row: its column and the column's cursor (B's next entry) and end
 _CSC_ENTRY_CURSOR = """entry_body:
-  %pac = getelementptr i{c}, ptr %ac, i64 %k
-  %col_raw = load i{c}, ptr %pac
-  %col = {ext} %col_raw to i64
-  %pcur = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %col, i32 0
+""" + index_at("%ac", "%k", "%col", "c", "ext") + """  %pcur = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %col, i32 0
   %at0_raw = load i{c}, ptr %pcur
   %at0 = {ext} %at0_raw to i64
   %pbe = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %col, i32 1
@@ -82,9 +76,7 @@ touch_head:
   %win = icmp slt i64 %w, %bv_words
   br i1 %win, label %touch_body, label %touched
 touch_body:
-  %pw = getelementptr i64, ptr %bv, i64 %w
-  %wv = load i64, ptr %pw
-  %wacc1 = or i64 %wacc, %wv
+""" + load_at("i64", "%bv", "%w", "%wv") + """  %wacc1 = or i64 %wacc, %wv
   %w1 = add i64 %w, 1
   br label %touch_head
 touched:
@@ -100,9 +92,7 @@ init_body:
   %pcj = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %j, i32 0
   store i{c} %bj, ptr %pcj
   %ej1 = add i64 %j, 1
-  %pej = getelementptr i{c}, ptr %bp, i64 %ej1
-  %ej = load i{c}, ptr %pej
-  %pcje = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %j, i32 1
+""" + load_at("i{c}", "%bp", "%ej1", "%ej") + """  %pcje = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %j, i32 1
   store i{c} %ej, ptr %pcje
   %bj64 = {ext} %bj to i64
   %isum1 = add i64 %isum, %bj64
@@ -165,15 +155,10 @@ c_ent:
   %ckin = icmp slt i64 %ck, %ce
   br i1 %ckin, label %c_ent_body, label %c_row_end
 c_ent_body:
-  %pcvk = getelementptr {t}, ptr %cv, i64 %ck
-  %cvk = load {t}, ptr %pcvk
-  %pcck = getelementptr i{c}, ptr %cc, i64 %ck
-  %cck = load i{c}, ptr %pcck
-  %pcvw = getelementptr {t}, ptr %cv, i64 %cw2
-  store {t} %cvk, ptr %pcvw
-  %pccw = getelementptr i{c}, ptr %cc, i64 %cw2
-  store i{c} %cck, ptr %pccw
-  %cnz = {nonzero} {t} %cvk, {zero}
+""" + load_at("{t}", "%cv", "%ck", "%cvk") + """\
+""" + load_at("i{c}", "%cc", "%ck", "%cck") + """\
+""" + store_at("{t}", "%cvk", "%cv", "%cw2", "%pcvw") + """\
+""" + store_at("i{c}", "%cck", "%cc", "%cw2", "%pccw") + """  %cnz = {nonzero} {t} %cvk, {zero}
   %cnzi = zext i1 %cnz to i64
   %cw3 = add i64 %cw2, %cnzi
   %ck1 = add i64 %ck, 1
@@ -202,25 +187,16 @@ seek:
   %inside = icmp slt i64 %at, %end
   br i1 %inside, label %look, label %miss
 look:
-  %pbc = getelementptr i{c}, ptr %bc, i64 %at
-  %brow = load i{c}, ptr %pbc
-  %same = icmp eq i{c} %brow, %r_c
+""" + load_at("i{c}", "%bc", "%at", "%brow") + """  %same = icmp eq i{c} %brow, %r_c
   br i1 %same, label %hit, label %{not_same}
 {skip}
 hit:
   %at1 = add i64 %at, 1
   %at1_c = {narrow} %at1 to i{c}
   store i{c} %at1_c, ptr %pcur
-  %pav = getelementptr {t}, ptr %av, i64 %k
-  %va = load {t}, ptr %pav
-  %pbv = getelementptr {t}, ptr %bv, i64 %at
-  %vb = load {t}, ptr %pbv
-  %v = {op} {t} %va, %vb
-  %pcc = getelementptr i{c}, ptr %cc, i64 %o
-  store i{c} %col_raw, ptr %pcc
-  %pcv = getelementptr {t}, ptr %cv, i64 %o
-  store {t} %v, ptr %pcv
-  %nz = {nonzero} {t} %v, {zero}
+""" + load_at("{t}", "%av", "%k", "%va") + load_at("{t}", "%bv", "%at", "%vb") + """  %v = {op} {t} %va, %vb
+""" + store_at("i{c}", "%col_raw", "%cc", "%o", "%pcc") + """\
+""" + store_at("{t}", "%v", "%cv", "%o", "%pcv") + """  %nz = {nonzero} {t} %v, {zero}
   %zi = select i1 %nz, i64 0, i64 1
   %z_hit = add i64 %z, %zi
   %o_hit = add i64 %o, 1
@@ -238,9 +214,7 @@ _CSC_PREFETCH = """  %pf_k0 = add i64 %k, {distance}
   %pf_last = sub i64 %nnz_a, 1
   %pf_in = icmp slt i64 %pf_k0, %nnz_a
   %pf_k = select i1 %pf_in, i64 %pf_k0, i64 %pf_last
-  %pf_pc = getelementptr i{c}, ptr %ac, i64 %pf_k
-  %pf_col_raw = load i{c}, ptr %pf_pc
-  %pf_col = {ext} %pf_col_raw to i64
+""" + index_at("%ac", "%pf_k", "%pf_col", "c", "ext") + """\
   %pf_pcur = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %pf_col, i32 0
   %pf_at_raw = load i{c}, ptr %pf_pcur
   %pf_at = {ext} %pf_at_raw to i64
@@ -252,10 +226,7 @@ _CSC_PREFETCH = """  %pf_k0 = add i64 %k, {distance}
 
 # B's positions only (a sum: every entry of B is then matched against A's, so its rows need no scan)
 _CSC_POSITIONS = """  %bfirst = load i{c}, ptr %bp
-  %pbn = getelementptr i{c}, ptr %bp, i64 %n
-  %blast_raw = load i{c}, ptr %pbn
-  %blast = {ext} %blast_raw to i64
-  %b0 = icmp eq i{c} %bfirst, 0
+""" + index_at("%bp", "%n", "%blast", "c", "ext") + """  %b0 = icmp eq i{c} %bfirst, 0
   %bn = icmp eq i64 %blast, %nnz_b
   %bends = and i1 %b0, %bn
   %bdown = call i64 @{check}_pos_scan(ptr %bp, i64 %n)
@@ -309,18 +280,13 @@ tail_col:
   %tc_raw = load i{c}, ptr %ptc
   %tc0 = {ext} %tc_raw to i64
   %tj1 = add i64 %tj, 1
-  %pte = getelementptr i{c}, ptr %bp, i64 %tj1
-  %te_raw = load i{c}, ptr %pte
-  %te = {ext} %te_raw to i64
-  br label %tail_entries
+""" + index_at("%bp", "%tj1", "%te", "c", "ext") + """  br label %tail_entries
 tail_entries:
   %tc = phi i64 [%tc0, %tail_col], [%tc1, %t_finite]
   %tcin = icmp slt i64 %tc, %te
   br i1 %tcin, label %tail_entry, label %tail_col_end
 tail_entry:
-  %ptf = getelementptr {t}, ptr %bv, i64 %tc
-  %tf = load {t}, ptr %ptf
-  %tf0 = fmul {t} %tf, 0.0
+""" + load_at("{t}", "%bv", "%tc", "%tf") + """  %tf0 = fmul {t} %tf, 0.0
   %tfin = fcmp oeq {t} %tf0, 0.0
   br i1 %tfin, label %t_finite, label %ret4
 t_finite:
@@ -340,21 +306,11 @@ _TOUCH_MAX = 1 << 20   # B's values read in order first up to this size (beyond,
 # reached are in other ranges' columns' spans too), the number of B entries its cursors passed (matched or
 # skipped, each checked finite there) goes to ``seen``; the caller checks the rest only when not all were
 # passed
-_RANGE_STASH = """  %stash_isum = getelementptr i64, ptr %seen, i64 1
-  store i64 %isum, ptr %stash_isum
-  %stash_smin = getelementptr i64, ptr %seen, i64 2
-  store i64 %smin, ptr %stash_smin
-  %stash_smax = getelementptr i64, ptr %seen, i64 3
-  store i64 %smax, ptr %stash_smax
-"""
+_RANGE_STASH = (store_at("i64", "%isum", "%seen", "1", "%stash_isum") + store_at("i64", "%smin", "%seen", "2", "%stash_smin")
+                + store_at("i64", "%smax", "%seen", "3", "%stash_smax"))
 
-_RANGE_SEEN = """  %pisum = getelementptr i64, ptr %seen, i64 1
-  %isum_s = load i64, ptr %pisum
-  %psmin = getelementptr i64, ptr %seen, i64 2
-  %smin_s = load i64, ptr %psmin
-  %psmax = getelementptr i64, ptr %seen, i64 3
-  %smax_s = load i64, ptr %psmax
-  br label %seen_head
+_RANGE_SEEN = load_at("i64", "%seen", "1", "%isum_s") + load_at("i64", "%seen", "2", "%smin_s") + """\
+""" + load_at("i64", "%seen", "3", "%smax_s") + """  br label %seen_head
 seen_head:
   %sj = phi i64 [%smin_s, %done], [%sj1, %seen_body]
   %ssum = phi i64 [0, %done], [%ssum1, %seen_body]
@@ -386,23 +342,12 @@ span_head:
   br i1 %srin, label %span_body, label %touch
 span_body:
   %sr1 = add i64 %sr, 1
-  %ps0 = getelementptr i{c}, ptr %ap, i64 %sr
-  %s0_raw = load i{c}, ptr %ps0
-  %s0 = {ext} %s0_raw to i64
-  %ps1 = getelementptr i{c}, ptr %ap, i64 %sr1
-  %s1_raw = load i{c}, ptr %ps1
-  %s1 = {ext} %s1_raw to i64
-  %sne = icmp slt i64 %s0, %s1
+""" + index_at("%ap", "%sr", "%s0", "c", "ext") + """\
+""" + index_at("%ap", "%sr1", "%s1", "c", "ext") + """  %sne = icmp slt i64 %s0, %s1
   br i1 %sne, label %span_row, label %span_next
 span_row:
-  %psf = getelementptr i{c}, ptr %ac, i64 %s0
-  %sf_raw = load i{c}, ptr %psf
-  %sf = {ext} %sf_raw to i64
-  %sl0 = sub i64 %s1, 1
-  %psl = getelementptr i{c}, ptr %ac, i64 %sl0
-  %sl_raw = load i{c}, ptr %psl
-  %sl = {ext} %sl_raw to i64
-  %sl1 = add i64 %sl, 1
+""" + index_at("%ac", "%s0", "%sf", "c", "ext") + """  %sl0 = sub i64 %s1, 1
+""" + index_at("%ac", "%sl0", "%sl", "c", "ext") + """  %sl1 = add i64 %sl, 1
   %sf_lt = icmp slt i64 %sf, %smin
   %smin_r = select i1 %sf_lt, i64 %sf, i64 %smin
   %sl_gt = icmp sgt i64 %sl1, %smax
@@ -421,23 +366,15 @@ unchecked:"""
 # Every A entry is still matched with a B entry of its (row, column) at most once (a range only matches B
 # entries of its own rows, and within a range a cursor only moves forward), so a sum's count still proves B's
 # positions equal to A's.
-_COUNTED_CURSOR = """  %pbj = getelementptr i{c}, ptr %bp, i64 %j
-  %cb0_raw = load i{c}, ptr %pbj
-  %cb0 = {ext} %cb0_raw to i64
-  %cj1 = add i64 %j, 1
-  %pbj1 = getelementptr i{c}, ptr %bp, i64 %cj1
-  %cb1_raw = load i{c}, ptr %pbj1
-  %cb1 = {ext} %cb1_raw to i64
-  %lo_c = {narrow} %lo to i{c}
+_COUNTED_CURSOR = index_at("%bp", "%j", "%cb0", "c", "ext") + """  %cj1 = add i64 %j, 1
+""" + index_at("%bp", "%cj1", "%cb1", "c", "ext") + """  %lo_c = {narrow} %lo to i{c}
   br label %cnt_head
 cnt_head:
   %q = phi i64 [%cb0, %init_body], [%q1, %cnt_body]
   %qin = icmp slt i64 %q, %cb1
   br i1 %qin, label %cnt_body, label %cnt_done
 cnt_body:
-  %pq = getelementptr i{c}, ptr %bc, i64 %q
-  %rq = load i{c}, ptr %pq
-  %rq_below = icmp slt i{c} %rq, %lo_c
+""" + load_at("i{c}", "%bc", "%q", "%rq") + """  %rq_below = icmp slt i{c} %rq, %lo_c
   %q1 = add i64 %q, 1
   br i1 %rq_below, label %cnt_head, label %cnt_done
 cnt_done:

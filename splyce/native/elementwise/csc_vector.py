@@ -1,5 +1,7 @@
 """The CSR-with-CSC pass's vector match (AVX-512 masked loads) and its switch per block of rows."""
 
+from splyce.native.ir_text import index_at, load_at, store_at
+
 from splyce.native.elementwise.csc_ir import _CSC_ENTRY_CURSOR, _CSC_ROW_BODY
 
 # A product's match without a branch on the pattern: the rows of ``lanes`` B entries from the cursor on are compared
@@ -50,11 +52,8 @@ vmatch:
   %vpbv = select i1 %vhit, ptr %vpbv_at, ptr %vpav
   %vvb = load {t}, ptr %vpbv
   %vv = {op} {t} %vva, %vvb
-  %vpcc = getelementptr i{c}, ptr %cc, i64 %o
-  store i{c} %col_raw, ptr %vpcc
-  %vpcv = getelementptr {t}, ptr %cv, i64 %o
-  store {t} %vv, ptr %vpcv
-  %vnz = {nonzero} {t} %vv, {zero}
+""" + store_at("i{c}", "%col_raw", "%cc", "%o", "%vpcc") + """\
+""" + store_at("{t}", "%vv", "%cv", "%o", "%vpcv") + """  %vnz = {nonzero} {t} %vv, {zero}
   %vzero = xor i1 %vnz, true
   %vzero_hit = and i1 %vzero, %vhit
   %vzi = zext i1 %vzero_hit to i64
@@ -94,12 +93,8 @@ mode_set:
   %mode_w0 = sub i64 %r1, {mode_rows}
   %mode_first = icmp sle i64 %mode_w0, %lo
   %mode_w = select i1 %mode_first, i64 %lo, i64 %mode_w0
-  %mode_pk = getelementptr i{c}, ptr %ap, i64 %mode_w
-  %mode_k_raw = load i{c}, ptr %mode_pk
-  %mode_k = {ext} %mode_k_raw to i64
-  %mode_po = getelementptr i{c}, ptr %cp, i64 %mode_w
-  %mode_o_raw = load i{c}, ptr %mode_po
-  %mode_o_w = {ext} %mode_o_raw to i64
+""" + index_at("%ap", "%mode_w", "%mode_k", "c", "ext") + """\
+""" + load_at("i{c}", "%cp", "%mode_w", "%mode_o_raw") + """  %mode_o_w = {ext} %mode_o_raw to i64
   %mode_o = select i1 %mode_first, i64 %o0, i64 %mode_o_w
   %mode_len = sub i64 %k1, %mode_k
   %mode_hits = sub i64 %o_e, %mode_o
@@ -121,13 +116,8 @@ vcall_run:
                                   ptr %cp, i64 %vc_r, i64 %vc_to, i64 %vc_o, ptr %vc_zp, ptr %bad)
   %vc_zb = load i64, ptr %vc_zp
   %vc_z1 = add i64 %vc_z, %vc_zb
-  %vc_pk0 = getelementptr i{c}, ptr %ap, i64 %vc_r
-  %vc_k0_raw = load i{c}, ptr %vc_pk0
-  %vc_k0 = {ext} %vc_k0_raw to i64
-  %vc_pk1 = getelementptr i{c}, ptr %ap, i64 %vc_to
-  %vc_k1_raw = load i{c}, ptr %vc_pk1
-  %vc_k1 = {ext} %vc_k1_raw to i64
-  %vc_len = sub i64 %vc_k1, %vc_k0
+""" + index_at("%ap", "%vc_r", "%vc_k0", "c", "ext") + """\
+""" + index_at("%ap", "%vc_to", "%vc_k1", "c", "ext") + """  %vc_len = sub i64 %vc_k1, %vc_k0
   %vc_hits = sub i64 %vc_o1, %vc_o
   %vc_miss = sub i64 %vc_len, %vc_hits
   %vc_miss_w = mul i64 %vc_miss, {miss_share}

@@ -21,7 +21,8 @@ import numpy as np
 from splyce.native.array_objects import DATA_OFFSET, address as _address
 from splyce.native import ir_text
 from splyce.native.elementwise.common import _POS_MAX, _keep, _lock, missing_values, value_type
-from splyce.native.elementwise.merge_ir import _BOUNDS, _INTERSECT, _NARROW, _NARROW_MASK, _NARROW_UNION, _UNION
+from splyce.native.elementwise.merge_ir import (_BOUNDS, _INTERSECT, _MERGE_STEP, _MERGE_STEP_PARTS, _NARROW, _NARROW_MASK,
+                                                 _NARROW_PARTS, _UNION)
 from splyce.native.elementwise.same import same_pattern
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -54,22 +55,28 @@ def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int, intersect: b
     neg_a, neg_b = zero_a != zero, zero_b != zero       # -0.0 where a value is missing
     name = (f"splyce_elementwise_{op}_{t}_p{pos_bits}_c{crd_bits}_{'i' if intersect else 'u'}"
             f"{'_d' if direct else ''}{'_k' if keep_zeros else ''}")
-    bounds = _BOUNDS.format(p=pos_bits, p_ext="zext i32" if pos_bits == 32 else "bitcast i64")
+    bounds = _BOUNDS.format(p=pos_bits, p_ext=ir_text.ext(pos_bits))
     template = _INTERSECT if intersect else _UNION
-    zext = "zext i32" if crd_bits == 32 else "bitcast i64"
+    zext = ir_text.ext(crd_bits)
     masks = {f"mask_{x}": _NARROW_MASK.format(x=x, start=start, stop=stop, crd=crd, enter=enter, exit=exit_,
                                               c=crd_bits, c_zext=zext)
              for x, start, stop, crd, enter, exit_ in (("a", "ia", "ib", "ac", "nw_width", "nw_mb_head"),
                                                        ("b", "ja", "jb", "bc", "nw_ma_head", "nw_start"))}
-    narrow = (_NARROW if intersect else _NARROW_UNION).format(
-        **masks, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits,
-        keep_nw_a=_keep("nw_va", "nw_hasa", "nw_va_raw", t, neg_a),
-        keep_nw_b=_keep("nw_vb", "nw_hasb", "nw_vb_raw", t, neg_b),
-        c_sext="sext i32" if crd_bits == 32 else "bitcast i64",
-        c_narrow="trunc i64" if crd_bits == 32 else "bitcast i64")
-    entry_store, end_store = (x.format(p=pos_bits, p_narrow="trunc i64" if pos_bits == 32 else "bitcast i64")
+    parts = {k: v.format(c=crd_bits) for k, v in _NARROW_PARTS[not intersect].items()}
+    keeps = dict(keep_nw_a="", keep_nw_b="") if intersect else dict(
+        keep_nw_a=_keep("nw_va", "nw_hasa", "nw_va_raw", t, neg_a), keep_nw_b=_keep("nw_vb", "nw_hasb", "nw_vb_raw", t, neg_b))
+    narrow = _NARROW.format(
+        **masks, **parts, **keeps, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits,
+        c_sext=ir_text.sext(crd_bits),
+        c_narrow=ir_text.narrow(crd_bits))
+    entry_store, end_store = (x.format(p=pos_bits, p_narrow=ir_text.narrow(pos_bits))
                               for x in _END_STORES[direct])
-    text = template.format(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits, bounds=bounds,
+    keep_fields = ("", "") if intersect else ("{keep_a}", "{keep_b}")     # the union's masks, formatted below
+    step = _MERGE_STEP.format(**{k: v.format(c=crd_bits, t=t, nonzero=nonzero, zero=zero)
+                                 for k, v in _MERGE_STEP_PARTS[not intersect].items()},
+                              keep_a=keep_fields[0], keep_b=keep_fields[1], t="{t}", c="{c}", op="{op}")
+    text = template.replace("{merge_step}", step).format(
+                           name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits, bounds=bounds,
                            narrow=narrow, keep_a=_keep("va", "adv_a", "va_raw", t, neg_a),
                            keep_b=_keep("vb", "adv_b", "vb_raw", t, neg_b), entry_store=entry_store,
                            end_store=end_store, zero_a=zero_a, zero_b=zero_b)

@@ -1,5 +1,7 @@
 """The row merge's LLVM IR templates (``merge.py`` formats and compiles them)."""
 
+from splyce.native.ir_text import index_at, load_at, store_at
+
 # Both kernels: the loop over rows [lo, hi) and a fast path for two rows that hold the same columns (compared
 # first, then combined column by column in one pass); the part after it merges the two rows.
 _ROW_HEAD = """
@@ -30,11 +32,7 @@ cmp_head:
 cmp_body:
   %qa = add i64 %ia, %q
   %qb = add i64 %ja, %q
-  %pqa = getelementptr i{c}, ptr %ac, i64 %qa
-  %cqa = load i{c}, ptr %pqa
-  %pqb = getelementptr i{c}, ptr %bc, i64 %qb
-  %cqb = load i{c}, ptr %pqb
-  %ne = icmp ne i{c} %cqa, %cqb
+""" + load_at("i{c}", "%ac", "%qa", "%cqa") + load_at("i{c}", "%bc", "%qb", "%cqb") + """  %ne = icmp ne i{c} %cqa, %cqb
   %nei = zext i1 %ne to i32
   %d1 = or i32 %d, %nei
   %q1 = add i64 %q, 1
@@ -50,18 +48,11 @@ same_head:
 same_body:
   %ua = add i64 %ia, %u
   %ub = add i64 %ja, %u
-  %pua = getelementptr i{c}, ptr %ac, i64 %ua
-  %cu = load i{c}, ptr %pua
-  %pva = getelementptr {t}, ptr %av, i64 %ua
-  %vua = load {t}, ptr %pva
-  %pvb = getelementptr {t}, ptr %bv, i64 %ub
-  %vub = load {t}, ptr %pvb
-  %vu = {op} {t} %vua, %vub
-  %pcu = getelementptr i{c}, ptr %cc, i64 %os
-  store i{c} %cu, ptr %pcu
-  %pcvu = getelementptr {t}, ptr %cv, i64 %os
-  store {t} %vu, ptr %pcvu
-  %nzu = {nonzero} {t} %vu, {zero}
+""" + load_at("i{c}", "%ac", "%ua", "%cu") + """\
+""" + load_at("{t}", "%av", "%ua", "%vua") + """\
+""" + load_at("{t}", "%bv", "%ub", "%vub") + """  %vu = {op} {t} %vua, %vub
+""" + store_at("i{c}", "%cu", "%cc", "%os", "%pcu") + """\
+""" + store_at("{t}", "%vu", "%cv", "%os", "%pcvu") + """  %nzu = {nonzero} {t} %vu, {zero}
   %nzi = zext i1 %nzu to i64
   %os1 = add i64 %os, %nzi
   %u1 = add i64 %u, 1
@@ -75,35 +66,41 @@ head:
   %both = and i1 %ina, %inb
 """
 
-# Intersection: keep op(a, b) where both rows hold the column.
-_INTERSECT = _ROW_HEAD + """  br i1 %both, label %body, label %row_end
+# One step of the branch-free merge: both rows' next entries loaded, op(a, b) and a column stored, the output
+# cursor advanced when the result is kept, each row's cursor when its column is the smaller (or equal).
+# ``_MERGE_STEP_PARTS[union]`` fills it: the intersection keeps op(a, b) where the columns are equal; the union
+# stores the smaller column with op(a, 0), op(0, b) or op(a, b) (the missing value masked by ``_keep``)
+_MERGE_STEP = """  br i1 %both, label %body, label %{rest}
 body:
-  %pac = getelementptr i{c}, ptr %ac, i64 %i
-  %ca = load i{c}, ptr %pac
-  %pbc = getelementptr i{c}, ptr %bc, i64 %j
-  %cb = load i{c}, ptr %pbc
-  %pav = getelementptr {t}, ptr %av, i64 %i
-  %va = load {t}, ptr %pav
+""" + load_at("i{c}", "%ac", "%i", "%ca") + """\
+""" + load_at("i{c}", "%bc", "%j", "%cb") + """  %pav = getelementptr {t}, ptr %av, i64 %i
+  %va{raw} = load {t}, ptr %pav
   %pbv = getelementptr {t}, ptr %bv, i64 %j
-  %vb = load {t}, ptr %pbv
-  %v = {op} {t} %va, %vb
-  %pcc = getelementptr i{c}, ptr %cc, i64 %o
-  store i{c} %ca, ptr %pcc
-  %pcv = getelementptr {t}, ptr %cv, i64 %o
-  store {t} %v, ptr %pcv
-  %eq = icmp eq i{c} %ca, %cb
-  %nz = {nonzero} {t} %v, {zero}
-  %keep = and i1 %eq, %nz
-  %kinc = zext i1 %keep to i64
+  %vb{raw} = load {t}, ptr %pbv
+{advance_union}{keep_a}{keep_b}  %v = {op} {t} %va, %vb
+{column}  %pcc = getelementptr i{c}, ptr %cc, i64 %o
+  store i{c} %{col}, ptr %pcc
+""" + store_at("{t}", "%v", "%cv", "%o", "%pcv") + """{kept}  %kinc = zext i1 %{keep} to i64
   %o1 = add i64 %o, %kinc
-  %adv_a = icmp sle i{c} %ca, %cb
-  %adv_b = icmp sle i{c} %cb, %ca
-  %ai = zext i1 %adv_a to i64
+{advance_intersect}  %ai = zext i1 %adv_a to i64
   %bi = zext i1 %adv_b to i64
   %i1 = add i64 %i, %ai
   %j1 = add i64 %j, %bi
   br label %head
-row_end:
+"""
+_ADVANCE = """  %adv_a = icmp sle i{c} %ca, %cb
+  %adv_b = icmp sle i{c} %cb, %ca
+"""
+_MERGE_STEP_PARTS = {
+    False: dict(rest="row_end", raw="", advance_union="", column="", col="ca", keep="keep",
+                kept="  %eq = icmp eq i{c} %ca, %cb\n  %nz = {nonzero} {t} %v, {zero}\n  %keep = and i1 %eq, %nz\n",
+                advance_intersect=_ADVANCE),
+    True: dict(rest="tail_a", raw="_raw", advance_union=_ADVANCE, advance_intersect="", col="col", keep="nz",
+               column="  %col = select i1 %adv_a, i{c} %ca, i{c} %cb\n", kept="  %nz = {nonzero} {t} %v, {zero}\n"),
+}
+
+# Intersection: keep op(a, b) where both rows hold the column.
+_INTERSECT = _ROW_HEAD + """{merge_step}row_end:
   %o_end = phi i64 [%o, %head], [%os, %same_head], [%out, %nw_ends], [%nw_o, %nw_head]
 {end_store}
   br label %row
@@ -115,40 +112,38 @@ declare i64 @llvm.cttz.i64(i64, i1)
 declare i64 @llvm.ctpop.i64(i64)
 """
 
-# Rows whose common columns lie in a window of 64 (blocks, bands, meshes in a good order): each row's columns in
-# the window become a 64-bit mask, and only the bits of the masks' AND are visited (count-trailing-zeros); an
-# entry's place in its row is the entries before the window plus a popcount below its bit. A row pair with no
-# column in common (disjoint windows) costs four loads. Values, order and zero dropping as in the merge.
+# The window fast path, one template for both merges (``_NARROW_PARTS[union]`` fills it):
+# - intersection: rows whose common columns lie in a window of 64 (blocks, bands, meshes in a good order):
+#   each row's columns in the window become a 64-bit mask, and only the bits of the masks' AND are visited
+#   (count-trailing-zeros); an entry's place in its row is the entries before the window plus a popcount
+#   below its bit. A row pair with no column in common (disjoint windows) costs four loads.
+# - union: a sum of rows whose columns together span at most 64 (blocks, bands): both rows' columns become
+#   64-bit masks over the window from their first column, and the bits of the masks' OR are visited in order;
+#   op(a, 0), op(0, b) or op(a, b) as in the merge, without the merge's chain of loads (each step of a
+#   branch-free merge waits for the compare of the entries it loaded). With ``_keep`` (no branch per result)
+#   blockdiag-1500's A + A^T merge took 33-36 -> 17 ms CPU (scipy's csr_plus_csr 28 ms; 4096 of its rows in
+#   cache: 11 -> 5.3 ns per result).
+# Values, order and zero dropping as in the merge.
 _NARROW = """  %nw_a = icmp sgt i64 %la, 0
   %nw_b = icmp sgt i64 %lb, 0
   %nw_ab = and i1 %nw_a, %nw_b
   br i1 %nw_ab, label %nw_ends, label %general
 nw_ends:
-  %nw_pfa = getelementptr i{c}, ptr %ac, i64 %ia
-  %nw_fa = load i{c}, ptr %nw_pfa
-  %nw_ib1 = sub i64 %ib, 1
-  %nw_pla = getelementptr i{c}, ptr %ac, i64 %nw_ib1
-  %nw_lastA = load i{c}, ptr %nw_pla
-  %nw_pfb = getelementptr i{c}, ptr %bc, i64 %ja
-  %nw_fb = load i{c}, ptr %nw_pfb
-  %nw_jb1 = sub i64 %jb, 1
-  %nw_plb = getelementptr i{c}, ptr %bc, i64 %nw_jb1
-  %nw_lastB = load i{c}, ptr %nw_plb
-  %nw_lo_a = icmp sgt i{c} %nw_fa, %nw_fb
+""" + load_at("i{c}", "%ac", "%ia", "%nw_fa") + """  %nw_ib1 = sub i64 %ib, 1
+""" + load_at("i{c}", "%ac", "%nw_ib1", "%nw_lastA") + """\
+""" + load_at("i{c}", "%bc", "%ja", "%nw_fb") + """  %nw_jb1 = sub i64 %jb, 1
+""" + load_at("i{c}", "%bc", "%nw_jb1", "%nw_lastB") + """  %nw_lo_a = icmp {lo_cmp} i{c} %nw_fa, %nw_fb
   %nw_lo = select i1 %nw_lo_a, i{c} %nw_fa, i{c} %nw_fb
-  %nw_hi_a = icmp slt i{c} %nw_lastA, %nw_lastB
+  %nw_hi_a = icmp {hi_cmp} i{c} %nw_lastA, %nw_lastB
   %nw_hi = select i1 %nw_hi_a, i{c} %nw_lastA, i{c} %nw_lastB
-  %nw_none = icmp slt i{c} %nw_hi, %nw_lo
-  br i1 %nw_none, label %row_end, label %nw_width
+{window_check}
 nw_width:
   %nw_w = sub i{c} %nw_hi, %nw_lo
   %nw_fits = icmp ult i{c} %nw_w, 64
   br i1 %nw_fits, label %nw_ma_head, label %general
 {mask_a}{mask_b}nw_start:
-  %nw_u0 = and i64 %nw_ma, %nw_mb
-  %nw_abase = add i64 %ia, %nw_na
-  %nw_bbase = add i64 %ja, %nw_nb
-  %nw_lo64 = {c_sext} %nw_lo to i64
+  %nw_u0 = {visit} i64 %nw_ma, %nw_mb
+{bases}  %nw_lo64 = {c_sext} %nw_lo to i64
   br label %nw_head
 nw_head:
   %nw_u = phi i64 [%nw_u0, %nw_start], [%nw_u1, %nw_body]
@@ -163,74 +158,31 @@ nw_body:
   %nw_pa = call i64 @llvm.ctpop.i64(i64 %nw_mab)
   %nw_mbb = and i64 %nw_mb, %nw_below
   %nw_pb = call i64 @llvm.ctpop.i64(i64 %nw_mbb)
-  %nw_xa = add i64 %nw_abase, %nw_pa
-  %nw_xb = add i64 %nw_bbase, %nw_pb
-  %nw_pva = getelementptr {t}, ptr %av, i64 %nw_xa
-  %nw_va = load {t}, ptr %nw_pva
+{places}  %nw_pva = getelementptr {t}, ptr %av, i64 %nw_xa
+  %nw_va{raw} = load {t}, ptr %nw_pva
   %nw_pvb = getelementptr {t}, ptr %bv, i64 %nw_xb
-  %nw_vb = load {t}, ptr %nw_pvb
-  %nw_v = {op} {t} %nw_va, %nw_vb
+  %nw_vb{raw} = load {t}, ptr %nw_pvb
+{keep_nw_a}{keep_nw_b}  %nw_v = {op} {t} %nw_va, %nw_vb
   %nw_col64 = add i64 %nw_lo64, %nw_bit
   %nw_col = {c_narrow} %nw_col64 to i{c}
-  %nw_pcc = getelementptr i{c}, ptr %cc, i64 %nw_o
-  store i{c} %nw_col, ptr %nw_pcc
-  %nw_pcv = getelementptr {t}, ptr %cv, i64 %nw_o
-  store {t} %nw_v, ptr %nw_pcv
-  %nw_nz = {nonzero} {t} %nw_v, {zero}
+""" + store_at("i{c}", "%nw_col", "%cc", "%nw_o", "%nw_pcc") + """\
+""" + store_at("{t}", "%nw_v", "%cv", "%nw_o", "%nw_pcv") + """  %nw_nz = {nonzero} {t} %nw_v, {zero}
   %nw_nzi = zext i1 %nw_nz to i64
   %nw_o1 = add i64 %nw_o, %nw_nzi
-  %nw_u1 = xor i64 %nw_u, %nw_one
+{next_bit}
   br label %nw_head"""
 
-
-# A sum of rows whose columns together span at most 64 (blocks, bands): both rows' columns become 64-bit masks
-# over the window from their first column, and the bits of the masks' OR are visited in order; an entry's
-# place in its row is a popcount below its bit. op(a, 0), op(0, b) or op(a, b) as in the merge, the same
-# values in the same order, without the merge's chain of loads (each step of a branch-free merge waits for the
-# compare of the entries it loaded). With ``_keep`` (no branch per result) blockdiag-1500's A + A^T merge took
-# 33-36 -> 17 ms CPU (scipy's csr_plus_csr 28 ms; 4096 of its rows in cache: 11 -> 5.3 ns per result).
-_NARROW_UNION = """  %nw_a = icmp sgt i64 %la, 0
-  %nw_b = icmp sgt i64 %lb, 0
-  %nw_ab = and i1 %nw_a, %nw_b
-  br i1 %nw_ab, label %nw_ends, label %general
-nw_ends:
-  %nw_pfa = getelementptr i{c}, ptr %ac, i64 %ia
-  %nw_fa = load i{c}, ptr %nw_pfa
-  %nw_ib1 = sub i64 %ib, 1
-  %nw_pla = getelementptr i{c}, ptr %ac, i64 %nw_ib1
-  %nw_lastA = load i{c}, ptr %nw_pla
-  %nw_pfb = getelementptr i{c}, ptr %bc, i64 %ja
-  %nw_fb = load i{c}, ptr %nw_pfb
-  %nw_jb1 = sub i64 %jb, 1
-  %nw_plb = getelementptr i{c}, ptr %bc, i64 %nw_jb1
-  %nw_lastB = load i{c}, ptr %nw_plb
-  %nw_lo_a = icmp slt i{c} %nw_fa, %nw_fb
-  %nw_lo = select i1 %nw_lo_a, i{c} %nw_fa, i{c} %nw_fb
-  %nw_hi_a = icmp sgt i{c} %nw_lastA, %nw_lastB
-  %nw_hi = select i1 %nw_hi_a, i{c} %nw_lastA, i{c} %nw_lastB
-  br label %nw_width
-nw_width:
-  %nw_w = sub i{c} %nw_hi, %nw_lo
-  %nw_fits = icmp ult i{c} %nw_w, 64
-  br i1 %nw_fits, label %nw_ma_head, label %general
-{mask_a}{mask_b}nw_start:
-  %nw_u0 = or i64 %nw_ma, %nw_mb
-  %nw_lo64 = {c_sext} %nw_lo to i64
-  br label %nw_head
-nw_head:
-  %nw_u = phi i64 [%nw_u0, %nw_start], [%nw_u1, %nw_body]
-  %nw_o = phi i64 [%out, %nw_start], [%nw_o1, %nw_body]
-  %nw_any = icmp ne i64 %nw_u, 0
-  br i1 %nw_any, label %nw_body, label %row_end
-nw_body:
-  %nw_bit = call i64 @llvm.cttz.i64(i64 %nw_u, i1 true)
-  %nw_one = shl i64 1, %nw_bit
-  %nw_below = sub i64 %nw_one, 1
-  %nw_mab = and i64 %nw_ma, %nw_below
-  %nw_pa = call i64 @llvm.ctpop.i64(i64 %nw_mab)
-  %nw_mbb = and i64 %nw_mb, %nw_below
-  %nw_pb = call i64 @llvm.ctpop.i64(i64 %nw_mbb)
-  %nw_hasa_m = and i64 %nw_ma, %nw_one
+# What the two window paths differ in (the rest of ``_NARROW`` is shared)
+_NARROW_PARTS = {
+    False: dict(lo_cmp="sgt", hi_cmp="slt", visit="and", raw="",       # intersection: common window, AND
+                window_check="  %nw_none = icmp slt i{c} %nw_hi, %nw_lo\n"
+                             "  br i1 %nw_none, label %row_end, label %nw_width",
+                bases="  %nw_abase = add i64 %ia, %nw_na\n  %nw_bbase = add i64 %ja, %nw_nb\n",
+                places="  %nw_xa = add i64 %nw_abase, %nw_pa\n  %nw_xb = add i64 %nw_bbase, %nw_pb\n",
+                next_bit="  %nw_u1 = xor i64 %nw_u, %nw_one"),
+    True: dict(lo_cmp="slt", hi_cmp="sgt", visit="or", raw="_raw",     # union: joint window, OR
+               window_check="  br label %nw_width", bases="",
+               places="""  %nw_hasa_m = and i64 %nw_ma, %nw_one
   %nw_hasa = icmp ne i64 %nw_hasa_m, 0
   %nw_hasb_m = and i64 %nw_mb, %nw_one
   %nw_hasb = icmp ne i64 %nw_hasb_m, 0
@@ -238,23 +190,8 @@ nw_body:
   %nw_xa = select i1 %nw_hasa, i64 %nw_xa0, i64 %ia
   %nw_xb0 = add i64 %ja, %nw_pb
   %nw_xb = select i1 %nw_hasb, i64 %nw_xb0, i64 %ja
-  %nw_pva = getelementptr {t}, ptr %av, i64 %nw_xa
-  %nw_va_raw = load {t}, ptr %nw_pva
-  %nw_pvb = getelementptr {t}, ptr %bv, i64 %nw_xb
-  %nw_vb_raw = load {t}, ptr %nw_pvb
-{keep_nw_a}{keep_nw_b}  %nw_v = {op} {t} %nw_va, %nw_vb
-  %nw_col64 = add i64 %nw_lo64, %nw_bit
-  %nw_col = {c_narrow} %nw_col64 to i{c}
-  %nw_pcc = getelementptr i{c}, ptr %cc, i64 %nw_o
-  store i{c} %nw_col, ptr %nw_pcc
-  %nw_pcv = getelementptr {t}, ptr %cv, i64 %nw_o
-  store {t} %nw_v, ptr %nw_pcv
-  %nw_nz = {nonzero} {t} %nw_v, {zero}
-  %nw_nzi = zext i1 %nw_nz to i64
-  %nw_o1 = add i64 %nw_o, %nw_nzi
-  %nw_um = sub i64 %nw_u, 1
-  %nw_u1 = and i64 %nw_u, %nw_um
-  br label %nw_head"""
+""", next_bit="  %nw_um = sub i64 %nw_u, 1\n  %nw_u1 = and i64 %nw_u, %nw_um"),
+}
 
 
 # One row's columns in the window [%nw_lo, %nw_lo + 64) as a 64-bit mask, and its entries before the window.
@@ -281,74 +218,38 @@ nw_m{x}_body:
   br label %nw_m{x}_head
 """
 
+# One row's entries left after the merge (``x``: a or b), each op(a, 0) or op(0, b), kept when not zero
+_TAIL = """tail_{x}:
+  %t{x} = phi i64 [%{cursor}, %{enter}], [%t{x}1, %t{x}_body]
+  %to{x} = phi i64 [%{out}, %{enter}], [%to{x}1, %t{x}_body]
+  %in{x}2 = icmp slt i64 %t{x}, %{stop}
+  br i1 %in{x}2, label %t{x}_body, label %{exit}
+t{x}_body:
+""" + load_at("i{c}", "%{x}c", "%t{x}", "%tc{x}") + """\
+""" + load_at("{t}", "%{x}v", "%t{x}", "%tv{x}") + """  %tr{x} = {op} {t} {operands}
+""" + store_at("i{c}", "%tc{x}", "%cc", "%to{x}", "%tpcc{x}") + """\
+""" + store_at("{t}", "%tr{x}", "%cv", "%to{x}", "%tpcv{x}") + """\
+  %tnz{x} = {nonzero} {t} %tr{x}, {zero}
+  %tinc{x} = zext i1 %tnz{x} to i64
+  %to{x}1 = add i64 %to{x}, %tinc{x}
+  %t{x}1 = add i64 %t{x}, 1
+  br label %tail_{x}
+"""
+
+
+def _tail(x: str, **fields) -> str:
+    """``_TAIL`` for row ``x`` (its own fields substituted; the kernel's, such as ``{t}``, left to format)."""
+    text = _TAIL
+    for k, v in dict(x=x, **fields).items():
+        text = text.replace("{" + k + "}", v)
+    return text
+
+
 # Union: op(a, 0), op(0, b) or op(a, b) for every column either row holds, kept when not zero.
-_UNION = _ROW_HEAD + """  br i1 %both, label %body, label %tail_a
-body:
-  %pac = getelementptr i{c}, ptr %ac, i64 %i
-  %ca = load i{c}, ptr %pac
-  %pbc = getelementptr i{c}, ptr %bc, i64 %j
-  %cb = load i{c}, ptr %pbc
-  %pav = getelementptr {t}, ptr %av, i64 %i
-  %va_raw = load {t}, ptr %pav
-  %pbv = getelementptr {t}, ptr %bv, i64 %j
-  %vb_raw = load {t}, ptr %pbv
-  %adv_a = icmp sle i{c} %ca, %cb
-  %adv_b = icmp sle i{c} %cb, %ca
-{keep_a}{keep_b}  %v = {op} {t} %va, %vb
-  %col = select i1 %adv_a, i{c} %ca, i{c} %cb
-  %pcc = getelementptr i{c}, ptr %cc, i64 %o
-  store i{c} %col, ptr %pcc
-  %pcv = getelementptr {t}, ptr %cv, i64 %o
-  store {t} %v, ptr %pcv
-  %nz = {nonzero} {t} %v, {zero}
-  %kinc = zext i1 %nz to i64
-  %o1 = add i64 %o, %kinc
-  %ai = zext i1 %adv_a to i64
-  %bi = zext i1 %adv_b to i64
-  %i1 = add i64 %i, %ai
-  %j1 = add i64 %j, %bi
-  br label %head
-tail_a:
-  %ta = phi i64 [%i, %head], [%ta1, %ta_body]
-  %toa = phi i64 [%o, %head], [%toa1, %ta_body]
-  %ina2 = icmp slt i64 %ta, %ib
-  br i1 %ina2, label %ta_body, label %tail_b
-ta_body:
-  %tpac = getelementptr i{c}, ptr %ac, i64 %ta
-  %tca = load i{c}, ptr %tpac
-  %tpav = getelementptr {t}, ptr %av, i64 %ta
-  %tva = load {t}, ptr %tpav
-  %tv = {op} {t} %tva, {zero_b}
-  %tpcc = getelementptr i{c}, ptr %cc, i64 %toa
-  store i{c} %tca, ptr %tpcc
-  %tpcv = getelementptr {t}, ptr %cv, i64 %toa
-  store {t} %tv, ptr %tpcv
-  %tnz = {nonzero} {t} %tv, {zero}
-  %tinc = zext i1 %tnz to i64
-  %toa1 = add i64 %toa, %tinc
-  %ta1 = add i64 %ta, 1
-  br label %tail_a
-tail_b:
-  %tb = phi i64 [%j, %tail_a], [%tb1, %tb_body]
-  %tob = phi i64 [%toa, %tail_a], [%tob1, %tb_body]
-  %inb2 = icmp slt i64 %tb, %jb
-  br i1 %inb2, label %tb_body, label %row_end
-tb_body:
-  %tpbc = getelementptr i{c}, ptr %bc, i64 %tb
-  %tcb = load i{c}, ptr %tpbc
-  %tpbv = getelementptr {t}, ptr %bv, i64 %tb
-  %tvb = load {t}, ptr %tpbv
-  %tw = {op} {t} {zero_a}, %tvb
-  %tpcc2 = getelementptr i{c}, ptr %cc, i64 %tob
-  store i{c} %tcb, ptr %tpcc2
-  %tpcv2 = getelementptr {t}, ptr %cv, i64 %tob
-  store {t} %tw, ptr %tpcv2
-  %tnz2 = {nonzero} {t} %tw, {zero}
-  %tinc2 = zext i1 %tnz2 to i64
-  %tob1 = add i64 %tob, %tinc2
-  %tb1 = add i64 %tb, 1
-  br label %tail_b
-row_end:
+_UNION = (_ROW_HEAD + "{merge_step}"
+          + _tail("a", cursor="i", enter="head", out="o", stop="ib", exit="tail_b", operands="%tva, {zero_b}")
+          + _tail("b", cursor="j", enter="tail_a", out="toa", stop="jb", exit="row_end", operands="{zero_a}, %tvb")
+          + """row_end:
   %o_end = phi i64 [%tob, %tail_b], [%os, %same_head], [%nw_o, %nw_head]
 {end_store}
   br label %row
@@ -358,17 +259,7 @@ done:
 
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i64 @llvm.ctpop.i64(i64)
-"""
+""")
 
-_BOUNDS = """  %pa0 = getelementptr i{p}, ptr %ap, i64 %r
-  %ia_raw = load i{p}, ptr %pa0
-  %ia = {p_ext} %ia_raw to i64
-  %pa1 = getelementptr i{p}, ptr %ap, i64 %r1
-  %ib_raw = load i{p}, ptr %pa1
-  %ib = {p_ext} %ib_raw to i64
-  %pb0 = getelementptr i{p}, ptr %bp, i64 %r
-  %ja_raw = load i{p}, ptr %pb0
-  %ja = {p_ext} %ja_raw to i64
-  %pb1 = getelementptr i{p}, ptr %bp, i64 %r1
-  %jb_raw = load i{p}, ptr %pb1
-  %jb = {p_ext} %jb_raw to i64"""
+_BOUNDS = (index_at("%ap", "%r", "%ia") + index_at("%ap", "%r1", "%ib") + index_at("%bp", "%r", "%ja")
+           + index_at("%bp", "%r1", "%jb")).rstrip("\n")

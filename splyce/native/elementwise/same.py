@@ -9,50 +9,40 @@ import numpy as np
 
 from splyce.native.array_objects import address as _address
 from splyce.native.elementwise.common import _lock, _same_bytes, value_type
+from splyce.native.ir_text import IR, counted
 
 
-# Same positions in both operands: one flat, vectorizable pass over all entries writes every column and
-# op(a, b), counts the nonzero results, and records whether any column differs (then the caller merges).
-_SAME = """
-define void @{name}(ptr %ac, ptr %bc, ptr %av, ptr %bv, i64 %n, ptr %cc, ptr %cv, ptr %out) {{
-entry:
-  br label %head
-head:
-  %k = phi i64 [0, %entry], [%k1, %body]
-  %diff = phi i32 [0, %entry], [%diff1, %body]
-  %kept = phi i64 [0, %entry], [%kept1, %body]
-  %more = icmp slt i64 %k, %n
-  br i1 %more, label %body, label %done
-body:
-  %pac = getelementptr i{c}, ptr %ac, i64 %k
-  %ca = load i{c}, ptr %pac
-  %pbc = getelementptr i{c}, ptr %bc, i64 %k
-  %cb = load i{c}, ptr %pbc
-  %pav = getelementptr {t}, ptr %av, i64 %k
-  %va = load {t}, ptr %pav
-  %pbv = getelementptr {t}, ptr %bv, i64 %k
-  %vb = load {t}, ptr %pbv
-  %v = {op} {t} %va, %vb
-  %pcc = getelementptr i{c}, ptr %cc, i64 %k
-  store i{c} %ca, ptr %pcc
-  %pcv = getelementptr {t}, ptr %cv, i64 %k
-  store {t} %v, ptr %pcv
-  %ne = icmp ne i{c} %ca, %cb
-  %nei = zext i1 %ne to i32
-  %diff1 = or i32 %diff, %nei
-  %nz = {nonzero} {t} %v, {zero}
-  %nzi = zext i1 %nz to i64
-  %kept1 = add i64 %kept, %nzi
-  %k1 = add i64 %k, 1
-  br label %head
-done:
-  %d64 = zext i32 %diff to i64
-  store i64 %d64, ptr %out
-  %o1 = getelementptr i64, ptr %out, i64 1
-  store i64 %kept, ptr %o1
-  ret void
-}}
-"""
+def _same_ir(name: str, t: str, zero: str, nonzero: str, op: str, c: int) -> str:
+    """Same positions in both operands: one flat, vectorizable pass over all entries writes every column and
+    op(a, b), counts the nonzero results, and records whether any column differs (then the caller merges):
+    ``out[0]`` (any column differs), ``out[1]`` (results kept)."""
+    ir = IR()
+    ir(f"define void @{name}(ptr %ac, ptr %bc, ptr %av, ptr %bv, i64 %n, ptr %cc, ptr %cv, ptr %out) {{")
+    ir.label("entry")
+
+    def entry(k, diff, kept):
+        ca, cb = ir.load(f"i{c}", "%ac", k), ir.load(f"i{c}", "%bc", k)
+        v = ir.op(op, t, ir.load(t, "%av", k), ir.load(t, "%bv", k))
+        ir.store(f"i{c}", ca, "%cc", k)
+        ir.store(t, v, "%cv", k)
+        ne, nz, diff1, kept1 = ir.op("icmp ne", f"i{c}", ca, cb), ir.name("ne"), ir.name("diff"), ir.name("kept")
+        ir(f"  {nz} = zext i1 {ne} to i32")
+        ir(f"  {diff1} = or i32 {diff}, {nz}")
+        keep, step = ir.op(nonzero, t, v, zero), ir.name("step")
+        ir(f"  {step} = zext i1 {keep} to i64")
+        ir(f"  {kept1} = add i64 {kept}, {step}")
+        return diff1, kept1
+
+    diff, kept = counted(ir, "0", "%n", entry, carried=(("i32", "0"), ("i64", "0")), base="k")
+    d64 = ir.name("d")
+    ir(f"  {d64} = zext i32 {diff} to i64")
+    ir(f"  store i64 {d64}, ptr %out")
+    ir.store("i64", kept, "%out", "1")
+    ir("  ret void")
+    ir("}")
+    return ir.text()
+
+
 _SAME_SIG = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4), ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                              ctypes.c_void_p)
 
@@ -63,7 +53,7 @@ def _same_kernel(op: str, value: np.dtype, crd_bits: int, keep_zeros: bool = Fal
 
     t, zero, nonzero, ops = value_type(value, keep_zeros)
     name = f"splyce_elementwise_same_{op}_{t}_c{crd_bits}{'_k' if keep_zeros else ''}"
-    text = _SAME.format(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits)
+    text = _same_ir(name, t, zero, nonzero, ops[op], crd_bits)
     return compile_host_helpers(text, {name: _SAME_SIG})[name]
 
 

@@ -7,7 +7,7 @@ Stage 2 (``TO_LLVM``) lowers the rest to the LLVM dialect. The list mirrors what
 ``sparse-assembler{direct-out=true}`` so that the entry point takes plain (pos, crd, values) buffers.
 """
 
-# Stage 1 runs in two parts: intermediates are freed between them (lowering/free_intermediates.py), after
+# Stage 1 runs in two parts: intermediates are freed between them (passes/free_intermediates.py), after
 # fusion (a free is a use, and a used producer is not fused) and before bufferization.
 FUSE = (
     "sparse-assembler{direct-out=true}",
@@ -24,7 +24,7 @@ BUFFERIZE = (
     "func.func(canonicalize)",
 )
 SPARSIFY = FUSE + BUFFERIZE
-# when the fused module has sparse operands that contradict each other's loop orders (lowering/fusion_check.py)
+# when the fused module has sparse operands that contradict each other's loop orders (passes/fusion_check.py)
 UNFUSED = tuple(p for p in FUSE if "linalg-fuse-elementwise-ops" not in p)
 
 TO_LLVM = (

@@ -75,3 +75,23 @@ def contradicting_sparse_orders(module: ir.Module) -> bool:
             if _has_cycle(edges):
                 return True
     return False
+
+
+# A fused generic reading this many sparse operands (of one shape, in a union) crashed the sparsifier (a
+# segfault in sparsification-and-bufferization, MLIR 22, 2026-12-07: the gradient of a loss through four
+# elementwise functions of two sparse matrices, tests/test_grad.py's "sparse_elementwise"); unfused, each
+# kernel compiles.
+MAX_FUSED_SPARSE_OPERANDS = 4
+
+
+def crowded_generic(module: ir.Module, limit: int = MAX_FUSED_SPARSE_OPERANDS) -> bool:
+    """Whether some ``linalg.generic`` of ``module`` reads more than ``limit`` sparse operands."""
+    for fn in module.body.operations:
+        for op in walk(fn.operation):
+            if op.name != "linalg.generic":
+                continue
+            sparse = sum(1 for value in op.operands[: len(op.operands) - op.attributes["operandSegmentSizes"][1]]
+                         if isinstance(value.type, ir.RankedTensorType) and value.type.encoding is not None)
+            if sparse > limit:
+                return True
+    return False

@@ -21,10 +21,10 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
-from splyce.lowering import pipeline
+from splyce.passes import pipeline
 from splyce.passes.ir_utils import walk
 
-# what sparsification-and-bufferization runs up to and including its loop scheduler (lowering/pipeline.py)
+# what sparsification-and-bufferization runs up to and including its loop scheduler (passes/pipeline.py)
 PROBE = ("eliminate-empty-tensors", "pre-sparsification-rewrite", "sparse-reinterpret-map{scope=only-generic}")
 _TAG = "splyce.coordinates_probe"
 

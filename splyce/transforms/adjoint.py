@@ -1,0 +1,421 @@
+"""Reverse mode over the trace IR: one adjoint rule per node kind (tracer/ir.py), each building the cotangent
+of its operands from the cotangent of its result with the tracer's own constructors, so the backward program
+is a trace like any other (planned, fused, compiled).
+
+Cotangents are those of the dense equivalents, kept sparse where they are only needed at a pattern: the
+cotangent of a sparse operand of a contraction is the contraction sampled at that operand's pattern (an
+SDDMM: ``einsum("ij,ik,jk->ij", ones(A), G, X)`` for ``A @ X``), never a dense matrix. That is exact for the
+gradient w.r.t. stored values: the value of a sparse node outside its pattern is structurally zero (a function
+of no stored value), so only its cotangent at the pattern reaches the arguments.
+
+A cotangent is a ``Tracer`` or a ``Fill``: one number broadcast to the node's shape (the seed 1.0 of a scalar
+loss, and what ``sum`` passes back), folded into the rules' constants instead of built as an array of ones."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from splyce.errors import TraceError
+from splyce.tracer import captures, indexing
+from splyce.tracer.base import MAX_OPERANDS, Tracer, contract
+from splyce.tracer.dense_ops import apply, astype
+from splyce.tracer.ir import ContractParams, Node, TensorType, walk
+from splyce.tracer.tracer import add, multiply, sum_, todense
+from splyce.transforms.derivatives import ONE, gradient
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+class Fill:
+    """A cotangent that is ``value`` at every position of ``shape``."""
+
+    __slots__ = ("value", "shape")
+
+    def __init__(self, value, shape):
+        self.value, self.shape = value, tuple(shape)
+
+
+def materialize(ct, like: Node) -> Tracer:
+    """A ``Fill`` as a dense tracer of ``like``'s shape (a Tracer is returned as it is)."""
+    if not isinstance(ct, Fill):
+        return ct
+    if not ct.shape:
+        return apply("where", True, ct.value, Tracer(like))
+    dtype = like.type.dtype if inexact(like.type.dtype) else "float64"
+    subs = LETTERS[: len(ct.shape)]
+    ops = [ones_vector(n, dtype) for n in ct.shape]
+    return contract_many(ops, list(subs), subs, None if ct.value == 1 else ct.value, "dense")
+
+
+def inexact(dtype: str) -> bool:
+    return dtype.startswith(("float", "complex"))
+
+
+def backward(outputs, wrt) -> list:
+    """The cotangents of the nodes ``wrt`` (None where no path leads to them) given ``outputs``: pairs of an
+    output node and its cotangent (a Tracer of its shape, or a number for a 0-d output). ``wrt`` nodes are
+    leaves: what they are computed from is not differentiated."""
+    wrt_set = set(wrt)
+    order = walk([node for node, _ in outputs])
+    relevant: set[Node] = set()
+    for node in order:
+        if inexact(node.type.dtype) and (node in wrt_set or any(a in relevant for a in node.args)):
+            relevant.add(node)
+    cts: dict[Node, object] = {}
+
+    def emit(node: Node, ct) -> None:
+        if node not in relevant or ct is None:
+            return
+        old = cts.get(node)
+        cts[node] = ct if old is None else accumulate(old, ct)
+
+    for node, seed in outputs:
+        emit(node, seed)
+    for node in reversed(order):
+        ct = cts.get(node)
+        if ct is None or node in wrt_set or node.op == "input":
+            continue
+        rule = RULES.get(node.op)
+        if rule is None:
+            raise TraceError(f"grad: the traced operation {node.op!r} ({node.type}) is not differentiable "
+                             "inside splyce.grad")
+        rule(node, ct, emit)
+    return [cts.get(node) for node in wrt]
+
+
+def accumulate(a, b):
+    if isinstance(a, Fill) and isinstance(b, Fill):
+        return Fill(a.value + b.value, a.shape)
+    if isinstance(a, Fill):
+        a, b = b, a
+    if isinstance(b, Fill):
+        return apply("add", todense(a) if a.node.type.is_sparse else a, b.value)
+    if a.node.type.is_sparse != b.node.type.is_sparse:   # sparse + dense is dense: add to the dense one
+        sparse, dense = (a, b) if a.node.type.is_sparse else (b, a)
+        return add(dense, sparse)
+    return add(a, b)
+
+
+# -- helpers ------------------------------------------------------------------------------------------------
+
+def pattern_ones(node: Node, dtype: str | None = None) -> Tracer:
+    """1 at every stored entry of a sparse ``node`` (its pattern, explicit zeros included), in its format."""
+    stored = apply("stored", Tracer(node), sparse_ok=True)
+    return astype(stored, dtype or node.type.dtype)
+
+
+def sample(ct, node: Node) -> Tracer:
+    """The cotangent ``ct`` of a sparse ``node`` at the node's pattern (sparse, in its format)."""
+    ones = pattern_ones(node, _ct_dtype(ct, node))
+    subs = LETTERS[: node.type.ndim]
+    if isinstance(ct, Fill):
+        return contract([ones.node], [subs], subs, scale=None if ct.value == 1 else ct.value,
+                        out_format=node.type.format, op="grad")
+    return contract([ones.node, ct.node], [subs, subs], subs, out_format=node.type.format, op="grad")
+
+
+def _is_pattern_of(n: Node, node: Node) -> bool:
+    """Whether ``n`` is ``pattern_ones(node)`` (of any dtype)."""
+    return (n.op == "ewise" and n.params[0][0] == "cast" and n.args[0].op == "ewise"
+            and n.args[0].params[0][0] == "stored" and n.args[0].args[0] is node)
+
+
+def exact(n: Node, node: Node) -> bool:
+    """Whether the sparse cotangent ``n`` is known to store exactly ``node``'s pattern (built by ``sample`` or
+    an SDDMM at it, and sums, scalings and elementwise products of those); else a superset (a union's)."""
+    if not n.type.is_sparse:
+        return False
+    if n.op == "contract":
+        if _is_pattern_of(n.args[0], node):
+            return True
+        return len(n.args) == 1 and exact(n.args[0], node)
+    if n.op == "combine" and n.params[0] in (1, -1):
+        return exact(n.args[0], node) and exact(n.args[1], node)
+    if n.op == "ewise":   # the sparse elementwise rule: every term times its last operand, the sampled cotangent
+        return n.params[0][0] == "cast" and exact(n.args[0], node) or exact(n.args[-1], node)
+    return False
+
+
+def _ct_dtype(ct, node: Node) -> str:
+    if isinstance(ct, Tracer) and inexact(ct.node.type.dtype):
+        return ct.node.type.dtype
+    return node.type.dtype
+
+
+def ones_vector(n: int, dtype: str) -> Node:
+    """A constant vector of ones (frozen into the trace): it broadcasts a cotangent along an axis."""
+    return captures.constant_node(np.ones(n, dtype=dtype))
+
+
+def contract_many(ops: list[Node], subs: list[str], output: str, scale, out_format) -> Tracer:
+    """``contract`` of any number of operands: the last two merge while more than ``MAX_OPERANDS`` remain."""
+    ops, subs = list(ops), list(subs)
+    while len(ops) > MAX_OPERANDS:
+        a, b = ops.pop(), ops.pop()
+        sa, sb = subs.pop(), subs.pop()
+        keep = set(output) | set("".join(subs))
+        out = "".join(dict.fromkeys(c for c in sb + sa if c in keep))
+        ops.append(contract([b, a], [sb, sa], out, out_format="dense", op="grad").node)
+        subs.append(out)
+    return contract(ops, subs, output, scale=scale, out_format=out_format, op="grad")
+
+
+def unbroadcast(ct: Tracer, read: str, shape: tuple[int, ...]) -> Tracer:
+    """The cotangent of an operand read through ``read`` (an ``ewise`` reads string) from the cotangent
+    ``ct`` of the broadcast result: summed over the axes the operand was broadcast along."""
+    ndim = ct.node.type.ndim
+    full = LETTERS[:ndim]
+    target = read.replace("0", "")
+    if read == full:
+        return ct
+    if ct.node.type.is_sparse:
+        ct = todense(ct)
+    out = contract([ct.node], [full], target, out_format="dense", op="grad")
+    if "0" in read:
+        out = Tracer(indexing.expand(out.node, shape, "grad"))
+    return out
+
+
+# -- rules --------------------------------------------------------------------------------------------------
+
+def contract_rule(node: Node, ct, emit) -> None:
+    params: ContractParams = node.params[0]
+    for i, arg in enumerate(node.args):
+        if not inexact(arg.type.dtype):
+            continue
+        factor = 1 if params.scale is None else params.scale
+        ops, subs = [], []
+        if isinstance(ct, Fill):   # a constant cotangent: a factor (the sum over its indices is the others')
+            factor = factor * ct.value
+        else:
+            ops.append(ct.node)
+            subs.append(params.output)
+        for j, (other, s) in enumerate(zip(node.args, params.inputs)):
+            if j != i:
+                ops.append(other)
+                subs.append(s)
+        target = params.inputs[i]
+        if isinstance(ct, Fill) and len(node.args) == 1 and not arg.type.is_sparse:   # sum, transpose, scale
+            emit(arg, Fill(factor, arg.type.shape))
+            continue
+        if arg.type.is_sparse:   # sampled at the operand's pattern: an SDDMM, never a dense matrix
+            dtype = node.type.dtype if inexact(node.type.dtype) else arg.type.dtype
+            ops.insert(0, pattern_ones(arg, dtype).node)
+            subs.insert(0, target)
+            out_format = arg.type.format
+        else:
+            have = set("".join(subs))
+            for c in target:
+                if c not in have:
+                    ops.append(ones_vector(arg.type.shape[target.index(c)], node.type.dtype))
+                    subs.append(c)
+            # the contraction's own default: the cotangent of a dense value read by an elementwise product
+            # with a sparse one (``m * (u @ v.T)``) is sparse, and stays so (its dense array is never built)
+            out_format = None
+        scale = None if factor == 1 else factor
+        if not ops:   # a 0-d operand scaled into a 0-d result, with a number for cotangent
+            emit(arg, Fill(factor, ()))
+            continue
+        emit(arg, contract_many(ops, subs, target, scale, out_format))
+
+
+def combine_rule(node: Node, ct, emit) -> None:
+    sign = node.params[0]
+    a, b = node.args
+    if sign in (1, -1):
+        emit(a, ct)
+        emit(b, ct if sign == 1 else scaled(ct, -1.0))
+        return
+    if a.type.is_sparse or b.type.is_sparse:
+        raise TraceError(f"grad: maximum / minimum of sparse operands is not differentiable inside splyce.grad "
+                         "yet; write it on dense values (a.todense()) or as a product with a mask")
+    elementwise_rule(node, (a, b), (sign, ("arg", 0), ("arg", 1)), (LETTERS[:node.type.ndim],) * 2, ct, emit)
+
+
+def scaled(ct, factor: float):
+    if isinstance(ct, Fill):
+        return Fill(ct.value * factor, ct.shape)
+    return multiply(ct, factor)
+
+
+def map_rule(node: Node, ct, emit) -> None:
+    kind = node.params[0]
+    full = LETTERS[: node.type.ndim]
+    elementwise_rule(node, node.args, (kind[0], ("arg", 0), *kind[1:]), (full,), ct, emit)
+
+
+def ewise_rule(node: Node, ct, emit) -> None:
+    expr = node.params[0]
+    reads = node.params[1] if len(node.params) > 1 else (LETTERS[: node.type.ndim],) * len(node.args)
+    elementwise_rule(node, node.args, expr, tuple(reads), ct, emit)
+
+
+def elementwise_rule(node: Node, args, expr, reads, ct, emit) -> None:
+    """The cotangent of each operand of an elementwise expression (nested ones too: the chain rule,
+    derivatives.gradient), summed over the axes it is broadcast along."""
+    if not inexact(node.type.dtype):
+        return
+    derivs = gradient(expr)
+    full = LETTERS[: node.type.ndim]
+    dtype = node.type.dtype
+    for k, arg in enumerate(args):
+        if not inexact(arg.type.dtype) or k not in derivs:
+            continue
+        deriv = derivs[k]
+        if node.type.is_sparse:   # one sparse operand and numbers: the cotangent at its pattern
+            g = sample(ct, arg if len(args) == 1 and arg.type.is_sparse else node)
+            if deriv == ONE:
+                emit(arg, g)
+                continue
+            body = distributed(("arg", len(args)), deriv)
+            out = Node("ewise", tuple(args) + (g.node,), (body, tuple(reads) + (full,)),
+                       TensorType(node.type.shape, dtype, node.type.format))
+            emit(arg, Tracer(out))
+            continue
+        if isinstance(ct, Fill) and deriv[0] == "const":   # a constant cotangent, summed where broadcast
+            count = int(np.prod(node.type.shape, dtype=np.int64)) // max(1, int(np.prod(arg.type.shape,
+                                                                                         dtype=np.int64)))
+            emit(arg, Fill(ct.value * deriv[1] * count, arg.type.shape))
+            continue
+        if isinstance(ct, Fill) and not _covers(deriv, reads, full):
+            ct = materialize(ct, node)
+        if isinstance(ct, Fill):
+            operands, g_expr, g_reads = tuple(args), ("const", float(ct.value)), ()
+        else:
+            g = todense(ct) if ct.node.type.is_sparse else ct
+            operands, g_expr, g_reads = tuple(args) + (g.node,), ("arg", len(args)), (full,)
+        if deriv == ONE and g_reads:
+            full_ct = g
+        else:
+            body = g_expr if deriv == ONE else ("mul", g_expr, deriv)
+            used = _used_args(body)
+            keep = [i for i in range(len(operands)) if i in used]
+            remap = {old: new for new, old in enumerate(keep)}
+            body = _renumber(body, remap)
+            all_reads = tuple(reads) + g_reads
+            full_ct = Tracer(Node("ewise", tuple(operands[i] for i in keep), (body, tuple(all_reads[i] for i in keep)),
+                                  TensorType(node.type.shape, dtype, None)))
+        if arg.type.ndim == 0 and node.type.ndim == 0:
+            emit(arg, full_ct)
+        else:
+            emit(arg, unbroadcast(full_ct, reads[k], arg.type.shape))
+
+
+def distributed(g, deriv):
+    """``g * deriv`` with a constant term of ``deriv`` multiplied out (``g * (1 - t*t)`` as ``g - g*(t*t)``),
+    so that every term of a sparse value's cotangent is zero where ``g`` is: the MLIR sparsifier crashed on
+    a non-zero-preserving subexpression fused into a union of sparse cotangents (2026-12-07)."""
+    if deriv[0] in ("add", "sub") and deriv[1][0] == "const":
+        rest = distributed(g, deriv[2])
+        return (deriv[0], ("mul", g, deriv[1]), rest)
+    return ("mul", g, deriv)
+
+
+def _covers(expr, reads, full: str) -> bool:
+    """Whether the operands ``expr`` uses read every axis of the result (an ``ewise`` node needs them)."""
+    axes = set()
+    for k in _used_args(expr):
+        axes |= set(reads[k]) - {"0"}
+    return axes == set(full) if full else bool(_used_args(expr))
+
+
+def _used_args(expr) -> set[int]:
+    if expr[0] == "arg":
+        return {expr[1]}
+    if expr[0] == "const":
+        return set()
+    out = set()
+    for x in expr[1:]:
+        if isinstance(x, tuple):
+            out |= _used_args(x)
+    return out
+
+
+def _renumber(expr, remap):
+    if expr[0] == "arg":
+        return ("arg", remap[expr[1]])
+    if expr[0] == "const":
+        return expr
+    return (expr[0], *[_renumber(x, remap) if isinstance(x, tuple) else x for x in expr[1:]])
+
+
+def reduce_rule(node: Node, ct, emit) -> None:
+    """max / min: the cotangent shared among the entries equal to the result (JAX's rule)."""
+    (arg,) = node.args
+    if arg.type.is_sparse:
+        raise TraceError("grad: max / min of a sparse tensor is not differentiable inside splyce.grad yet; "
+                         "write a.todense().max(...)")
+    kind, axes, keepdims = node.params[:3]
+    kept = tuple(1 if d in axes else n for d, n in enumerate(arg.type.shape))
+    x = Tracer(arg)
+    y = Tracer(indexing.expand(node, kept, "grad")) if kept != node.type.shape else Tracer(node)
+    g = ct.value if isinstance(ct, Fill) else ct
+    if isinstance(ct, Tracer):
+        g = todense(ct) if ct.node.type.is_sparse else ct
+        if kept != ct.node.type.shape:
+            g = Tracer(indexing.expand(g.node, kept, "grad"))
+    hits = astype(apply("eq", x, y), node.type.dtype)
+    count = sum_(hits, tuple(axes), keepdims=True)
+    emit(arg, apply("truediv", apply("mul", hits, g), count))
+
+
+def view_rule(node: Node, ct, emit) -> None:
+    """A view's cotangent scattered back: a contraction with constant 0/1 selection matrices per sliced axis
+    (one-hot vectors for fixed indices), the identity where an axis is read whole."""
+    import scipy.sparse as sps
+
+    (arg,) = node.args
+    (spec,) = node.params
+    dtype = node.type.dtype
+    if isinstance(ct, Fill) and not ct.shape:   # a 0-d view: ct * onehot
+        ops, subs, scale = [], [], ct.value
+    else:
+        ct = materialize(ct, node)
+        g = todense(ct) if ct.node.type.is_sparse else ct
+        ops, subs, scale = [g.node], [None], None
+    result_letters = LETTERS[: node.type.ndim]
+    used = iter(LETTERS[node.type.ndim:])
+    readers = {}
+    for entry in spec:
+        if entry[0] == "dim":
+            readers[entry[1]] = readers.get(entry[1], 0) + 1
+    target = ""
+    for d, entry in enumerate(spec):
+        n = arg.type.shape[d]
+        if entry[0] == "at":
+            c = next(used)
+            onehot = np.zeros(n, dtype=dtype)
+            onehot[entry[1]] = 1
+            ops.append(captures.constant_node(onehot))
+            subs.append(c)
+            target += c
+            continue
+        _, k, start, step = entry
+        m = node.type.shape[k]
+        if start == 0 and step == 1 and m == n and readers[k] == 1:
+            target += result_letters[k]
+            continue
+        c = next(used)
+        rows = start + step * np.arange(m)
+        select = sps.csr_array((np.ones(m, dtype=dtype), (rows, np.arange(m))), shape=(n, m))
+        ops.append(captures.constant_node(select))
+        subs.append(c + result_letters[k])
+        target += c
+    if subs and subs[0] is None:
+        subs[0] = result_letters
+    if not ops:
+        emit(arg, Fill(scale, ()))
+        return
+    emit(arg, contract_many(ops, subs, target, scale, "dense"))
+
+
+def gather_rule(node: Node, ct, emit) -> None:
+    raise TraceError("grad: indexing with integer arrays or slicing a sparse tensor (a gather) is not "
+                     "differentiable inside splyce.grad yet; write the selection as a product with a 0/1 "
+                     "matrix (S @ x)")
+
+
+RULES = {"contract": contract_rule, "combine": combine_rule, "map": map_rule, "ewise": ewise_rule,
+         "reduce": reduce_rule, "view": view_rule, "gather": gather_rule}

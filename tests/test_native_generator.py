@@ -1,0 +1,95 @@
+"""The native kernel generator over its whole variant grid: every kernel text the library can ask for (each
+dtype of the one table, each index width, each variant parameter) parses and verifies as LLVM IR, and every
+kernel family's ``supported`` is the one table's answer. The kernels' values are tested against scipy and
+NumPy by the drop-in and native tests; this reaches the variants those tests do not construct."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from splyce.native import codegen, ir_text
+
+WIDTHS = (32, 64)
+NUMERIC = ir_text.NUMERIC
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """The IR texts the kernel builders hand to the compiler (nothing is compiled)."""
+    texts = []
+
+    def fake(llvm_ir, signatures, slp_vectorize=True):
+        texts.append(llvm_ir)
+        return {name: None for name in signatures}
+    monkeypatch.setattr(codegen, "compile_host_helpers", fake)
+    return texts
+
+
+def _builds():
+    from splyce.native import compress, masked, masked_sum, masked_sum_checked, spgemm, spmv, spmv_scatter, transpose
+    from splyce.native import validation
+    from splyce.native.elementwise import csc, merge, same
+
+    for v, (p, c) in itertools.product(NUMERIC, itertools.product(WIDTHS, WIDTHS)):
+        yield masked._masked.__wrapped__, (v, p, c, p, c, p, c, False)
+        for factors in ("abm", "mba"):
+            yield masked._masked.__wrapped__, (v, p, c, p, c, p, c, True, factors)
+        yield spmv_scatter._kernel.__wrapped__, (v, p, c, True)
+        yield spmv_scatter._kernel.__wrapped__, (v, p, c, False)
+        for check, flat in ((False, False), (True, False), (True, True)):
+            yield spmv._spmv.__wrapped__, (v, p, c, check, flat)
+        for sort in ("flags", "map"):
+            yield spgemm._product.__wrapped__, (False, v, p, c, p, c, c, True, sort)
+        for dense, keep, scipy_order in itertools.product((False, True), repeat=3):
+            yield spgemm._product.__wrapped__, (dense, v, p, c, p, c, c, keep, None, scipy_order)
+        yield masked_sum._masked_sum.__wrapped__, (v, p, c, p, c, p, c)
+    for v in ir_text.SCALARS:
+        for op in ("multiply", "add", "subtract"):
+            if op == "subtract" and ir_text.SCALARS[v].sub is None:      # bool: no difference
+                continue
+            for (p, c), intersect, keep in itertools.product(itertools.product(WIDTHS, WIDTHS), (False, True),
+                                                              (False, True)):
+                yield merge._kernel.__wrapped__, (op, v, p, c, intersect, False, keep)
+            for c, keep in itertools.product(WIDTHS, (False, True)):
+                yield same._same_kernel.__wrapped__, (op, v, c, keep)
+    for v, bits, op in itertools.product(NUMERIC, WIDTHS, ("multiply", "add")):
+        yield csc._csc_pass_kernel.__wrapped__, (op, v, bits, 4, "", 8)
+    for bits in WIDTHS:
+        yield masked_sum._counting.__wrapped__, (np.dtype(np.float64), bits)
+        yield masked_sum_checked._sum_checked_kernel.__wrapped__, (np.dtype(np.float32), bits)
+        yield validation._canonical_entry.__wrapped__, (bits,)
+        yield spgemm._flops.__wrapped__, (bits, bits, bits)
+        for rule in ("any", "unique", "ordered"):
+            yield validation._scanners.__wrapped__, (bits, bits, rule)
+        for value_bits in (8, 16, 32, 64):
+            yield transpose._kernels.__wrapped__, (bits, value_bits)
+    for t, ix in itertools.product(("double", "float"), ("i32", "i64")):
+        yield compress._helpers.__wrapped__, (t, ix)
+
+
+def test_every_generated_kernel_parses_and_verifies(captured):
+    target = codegen.host_target()
+    builds = list(_builds())
+    for build, args in builds:
+        captured.clear()
+        build(*args)
+        assert captured, (build.__qualname__, args)
+        for text in captured:
+            codegen.parse(text, target)          # raises on any malformed IR (undefined value, bad phi, ...)
+    assert len(builds) > 300
+
+
+def test_supported_is_the_one_table():
+    from splyce.native import compress, masked, sddmm, spgemm, spmv, spmv_scatter
+    from splyce.native.elementwise import common
+
+    dtypes = [np.dtype(t) for t in ("float64", "float32", "int64", "int32", "int16", "bool", "complex128")]
+    for d in dtypes:
+        arithmetic = d in ir_text.VALUE
+        assert ir_text.supported(d) == arithmetic == (d in NUMERIC)
+        for module in (masked, sddmm, spgemm, spmv, spmv_scatter):
+            assert module.supported(d) == arithmetic, (module.__name__, d)
+        assert compress.supported(d) == (arithmetic and d.kind == "f")
+        assert common.supported(d) == (d in ir_text.SCALARS)
+    assert {s.t for s in ir_text.SCALARS.values()} == set(ir_text.BY_TYPE)
