@@ -89,7 +89,10 @@ def placeholder(uid: int, k: int, type_: TensorType) -> Node:
 
 
 def loop_node(spec: LoopSpec, args: tuple[Node, ...]) -> Node:
-    return Node("loop", args, (spec,), TensorType((), "int64", None))
+    """The loop's node. Its type is a placeholder (its values are its ``loop_out`` nodes'), a float so that a
+    transformation asking which nodes a float input reaches (splyce.grad) sees the loop and refuses it by its
+    op, instead of taking its results for constants."""
+    return Node("loop", args, (spec,), TensorType((), "float64", None))
 
 
 def outputs_of(loop: Node) -> tuple[Node, ...]:
