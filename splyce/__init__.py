@@ -18,6 +18,7 @@ __all__ = [
     "TraceError", "LoweringError", "NotCanonicalError", "AllocationFailed",
     "patch_scipy", "unpatch_scipy", "patched_scipy", "scipy_patch_stats", "is_scipy_patched",
     "grad", "value_and_grad", "vjp", "jvp", "vmap",
+    "fori_loop", "while_loop", "scan",
 ]
 
 # The compiler-facing names load lazily (PEP 562) so that `import splyce` stays cheap.
@@ -29,6 +30,7 @@ _LAZY = {
     "grad": "splyce.transforms.grad", "value_and_grad": "splyce.transforms.grad", "vjp": "splyce.transforms.grad",
     "jvp": "splyce.transforms.forward",
     "vmap": "splyce.transforms.batching",
+    "fori_loop": "splyce.lax", "while_loop": "splyce.lax", "scan": "splyce.lax",
 }
 
 

@@ -268,14 +268,15 @@ def touched_zeros(shape, dtype=np.float64) -> np.ndarray:
 
 
 def measure(candidates: dict[str, Callable[[], object]], reference: Callable[[], np.ndarray] | np.ndarray,
-            cfg: Config, desc: str = "", rtol: dict | float = 1e-9, bar=None) -> dict[str, Timing]:
+            cfg: Config, desc: str = "", rtol: dict | float = 1e-9, bar=None, atol: float = 1e-12) -> dict[str, Timing]:
     """Warm up and check every candidate, then time them in interleaved repeats.
 
     ``candidates`` maps a name to a zero-argument callable, or to a ``(setup, run)`` pair: ``setup()`` runs
     untimed before every call (e.g. allocating and zeroing an output) and ``run(setup())`` is timed, one call
     per sample; a zero-argument callable is called as often as fills MIN_SAMPLE_S per sample and its time
     per call recorded. ``reference`` is the expected dense result (or a callable producing it). ``rtol`` may
-    be a per-candidate dict (e.g. looser for fast-math variants).
+    be a per-candidate dict (e.g. looser for fast-math variants); ``atol`` is relative to the reference's
+    largest magnitude (``check``).
     """
     ref = reference() if callable(reference) else reference
     timings = {name: Timing(name) for name in candidates}
@@ -290,7 +291,7 @@ def measure(candidates: dict[str, Callable[[], object]], reference: Callable[[],
             result = run[1](state) if isinstance(run, tuple) else run()
             timings[name].first_call = time.perf_counter() - t0
             tol = rtol.get(name, 1e-9) if isinstance(rtol, dict) else rtol
-            check(f"{desc} {name}".strip(), result, ref, rtol=tol)
+            check(f"{desc} {name}".strip(), result, ref, rtol=tol, atol=atol)
             del result
             if not isinstance(run, tuple):
                 calls[name] = _calls_per_sample(run)

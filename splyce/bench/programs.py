@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from splyce.bench import corpus
+from splyce.bench import corpus, loop_programs
 from splyce.bench.common import Config, Result, _progress, geomean, measure
 
 PROGRAMS = {
@@ -42,6 +42,7 @@ PROGRAMS = {
     "quad": "v @ (a @ v)",
     "normal": "a.T @ (a @ x)",
     "maxdiff": "abs(a - b).max()",
+    **loop_programs.PROGRAMS,
 }
 COLUMNS = ["matrix", "program", "n", "nnz", "scipy_s", "chain_s", "splyce_s", "splyce_vs_scipy", "splyce_vs_chain",
            "wrapped_s", "wrapped_vs_chain", "compile_s"]
@@ -172,7 +173,9 @@ def run(cfg: Config) -> Result:
     try:
         for entry in entries:
             A = corpus.build(entry, Path(cfg.out) / "corpus-cache")
-            for name, (jitted, reference, args, chain) in _programs(A).items():
+            loops = {name: (whole, reference, args, one_by_one) for name, (whole, reference, one_by_one, args)
+                     in loop_programs.programs(A).items()} if any(p in loop_programs.PROGRAMS for p in programs) else {}
+            for name, (jitted, reference, args, chain) in {**_programs(A), **loops}.items():
                 if name not in programs:
                     continue
                 bar.set_description(f"programs {entry.name} {name}")
@@ -183,7 +186,8 @@ def run(cfg: Config) -> Result:
                                    "chain": lambda c=chain, a=args: _first(c(*a)),
                                    "splyce": lambda f=jitted, a=args: _first(f(*a)),
                                    "wrapped": lambda f=jitted, a=wrapped: _first(f(*a))},
-                                  want, cfg, desc=f"{entry.name} {name}", rtol=1e-8, bar=bar)
+                                  want, cfg, desc=f"{entry.name} {name}", rtol=loop_programs.TOL.get(name, (1e-8,))[0],
+                                  bar=bar, atol=loop_programs.TOL.get(name, (0, 1e-12))[1])
                 t_scipy, t_chain, t_splyce, t_wrapped = (timings[k].median for k in
                                                          ("scipy", "chain", "splyce", "wrapped"))
                 rows.append({"matrix": entry.name, "program": name, "n": A.shape[0], "nnz": A.nnz,
@@ -202,6 +206,9 @@ def run(cfg: Config) -> Result:
             "after another / jitted time (> 1: the jitted body is faster). splyce_s: the jitted call on the scipy "
             "operands, which it checks on every call (the drop-ins check inside their kernels); wrapped_s: the "
             "same function on the operands wrapped once with splyce.asarray (checked when wrapped). "
+            f"The iterative programs ({', '.join(loop_programs.KINDS)}: {loop_programs.UNROLLED} steps unrolled in one "
+            f"jitted function, *-x{loop_programs.UNROLLED}, or {loop_programs.FORI} steps of splyce.fori_loop, *-fori) "
+            "compare against the jitted one-step function called once per step in their chain columns. "
             "Geometric means over the matrices, vs scipy / vs the drop-in chain / wrapped vs the chain: "
             f"{summary}.")
     return Result("programs", "Algorithm bodies jitted whole vs scipy / NumPy", COLUMNS, rows, note, plot=plot)

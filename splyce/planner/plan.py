@@ -313,6 +313,9 @@ class Planner:
                         if _scale_of_a_reduction(new, inner) and \
                                 math.prod(new.type.shape) < cost.body_executions(self.operands(inner)):
                             continue
+                        if _dense_factor(inner) and _reduces(new) and \
+                                math.prod(inner.type.shape) < cost.body_executions(self.operands(new)):
+                            continue
                         fused = substitute(new, position)
                         if fused is None or self.choice(fused) is None:
                             continue
@@ -370,6 +373,24 @@ def _scale_of_a_reduction(outer: Node, inner: Node) -> bool:
     if po.scale is None or len(outer.args) != 1 or po.inputs != (po.output,) or outer.type.is_sparse:
         return False
     return set("".join(pi.inputs)) != set(pi.output)
+
+
+def _dense_factor(node: Node) -> bool:
+    """An elementwise product of dense operands (``x * d``, ``(b - y) * dinv``: ``a,a->a``, no index summed).
+    Read by a reduction whose loop body runs more often than the product has entries (``R @ (x * d)``: once per
+    stored entry of ``R``), it stays apart, computed once per entry as NumPy computes it: fused, every product
+    of the reduction multiplied by it, a second gather per stored entry (Jacobi's ``(b - R @ x) * dinv``
+    unrolled ten steps on ba-100k, 800k entries, 2-core Zen 4 VM: fused 0.15 s, the one-step function called
+    ten times 0.05 s)."""
+    if node.op != "contract" or node.type.is_sparse or any(a.type.is_sparse for a in node.args):
+        return False
+    params: ContractParams = node.params[0]
+    return len(node.args) >= 2 and all(s == params.output for s in params.inputs)
+
+
+def _reduces(node: Node) -> bool:
+    params: ContractParams = node.params[0]
+    return bool(set("".join(params.inputs)) - set(params.output))
 
 
 def _walked(t: TensorType) -> tuple[bool, ...]:

@@ -8,6 +8,7 @@ call the native entry point on the operands' own buffers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -18,10 +19,10 @@ import weakref
 
 import numpy as np
 
-from splyce.planner import nonfinite
+from splyce.planner import cuts, nonfinite
 from splyce.planner.plan import make_plan
 from splyce.runtime import (aliasing, arguments, call_args, disk_cache, disk_kernels, lane_tuning, library,
-                            result_tree, scipy_results)
+                            result_tree, scipy_results, staged)
 from splyce.runtime.cache_key import CacheInfo, CacheKey, count_of
 from splyce.runtime.signature import fast_signature, signature_of, unchanged
 from splyce.runtime.kernel import (
@@ -336,8 +337,11 @@ class Jitted:
                 return kernel
             planned = None if key in self._lowerings else self._plan(specs, values, key)
             _, tree, plan = planned or self._lowerings[key]
-            call = library.choose(plan, key.options, self.out_format) if key.options.library else None
-            if call is not None:     # the drop-in's native kernel: no MLIR compile unless asked for
+            call = library.choose(plan, key.options, self.out_format) if key.options.library and \
+                not isinstance(plan, staged.StagedPlan) else None
+            if isinstance(plan, staged.StagedPlan):      # compiled loops: run as stages (runtime/staged.py)
+                kernel = staged.StagedKernel(plan, tree)
+            elif call is not None:     # the drop-in's native kernel: no MLIR compile unless asked for
                 kernel = library.LibraryKernel(call, tree, plan, key.options.threads,
                                                lambda: self._mlir_kernel(key, specs, values, planned))
             else:
@@ -371,8 +375,15 @@ class Jitted:
         """Trace the function and plan it, costed for these operands' stored entries; its intermediate products
         on the native kernel library where the drop-in would run them there (``library.native_steps``)."""
         source, tree, constants = self._trace(specs, key.call[0], key.kinds)
+        if staged.has_loops(source):     # cut at its loops into stages, each planned on its own
+            return source, tree, staged.StagedPlan(source, constants, self._stage_jitted)
         nnz = tuple(_stored_entries(v) for v in (*values, *constants))
         native = library.native_steps(key.options)
+        # native products anywhere (planner/cuts.py): cut where they pay, with or without the Splyce pass (the
+        # plain sparsifier's stages are the same, so the pass changes no result)
+        found = cuts.cut_points(source, nnz, library.native_steps(dataclasses.replace(key.options, vectorize=True)))
+        if found:
+            return source, tree, staged.StagedPlan(source, constants, self._stage_jitted, cuts.levels(source, found))
         return source, tree, make_plan(source, nnz, constants=tuple(constants), native=native)
 
     def _lower(self, key: CacheKey, specs, values, disk: bool = False, planned=None):
@@ -381,7 +392,13 @@ class Jitted:
         stored."""
         cached = self._lowerings.get(key)
         if cached is None:
-            _, tree, plan = planned or self._plan(specs, values, key)
+            ran = self._cache.get(key)
+            _, tree, plan = planned or ((None, ran.result_tree, ran.plan) if isinstance(ran, staged.StagedKernel)
+                                        else self._plan(specs, values, key))
+            if isinstance(plan, staged.StagedPlan):
+                cached = (staged.StagedLowering(plan), tree, plan)
+                self._lowerings[key] = cached
+                return cached
             trace = plan.trace
             low = None
             disk_key = None
@@ -399,6 +416,10 @@ class Jitted:
             cached = (_labelled(low, plan, call), tree, plan)
             self._lowerings[key] = cached
         return cached
+
+    def _stage_jitted(self, trace: Trace) -> "Jitted":
+        """A stage of a function with compiled loops (runtime/staged.py): ``trace`` jitted with these options."""
+        return _StageJitted(trace, **dict(self._option_args, target=self._target_name))
 
     def _log_disk_miss(self, parts: dict) -> None:
         """Debug log (logger ``splyce.cache``) of what changed since this function's previous disk miss."""
@@ -494,6 +515,29 @@ class Jitted:
             self._key_locks.clear()
             self.hits = self.misses = self.compiles = self.disk_hits = 0
             self._fast_hits = itertools.count()
+
+
+def _stage(*args):
+    return args
+
+
+class _StageJitted(Jitted):
+    """A given trace (a stage of a function with compiled loops, runtime/staged.py), planned, compiled and
+    cached as a function's: its arguments are the stage's operands, in order."""
+
+    def __init__(self, trace: Trace, **options):
+        super().__init__(_stage, **options)
+        self._given = trace
+
+    def __reduce__(self):
+        raise TypeError("a stage of a function with compiled loops does not pickle; pickle the jitted function")
+
+    def _trace(self, specs, structure=None, kinds=()):
+        types = tuple(s for s in specs if not isinstance(s, (Static, captures.Captured)))
+        if types != self._given.inputs:
+            raise TypeError(f"a stage of a compiled loop was called with operands of types "
+                            f"{[str(t) for t in types]}, traced for {[str(t) for t in self._given.inputs]}")
+        return self._given, None, []
 
 
 def _unpickle_jitted(token, fun, target, option_args, out_format, statics=None) -> Jitted:
