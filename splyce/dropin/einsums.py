@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-import os
 import weakref
 
 import numpy as np
@@ -65,7 +64,7 @@ def _masked_product(formulation, roles, operands, threads):
     return _canonical_csr(out, M.shape)
 
 
-def einsum(subscripts, *operands, out_format=None, threads=1):
+def einsum(subscripts, *operands, out_format=None, threads=None):
     """NumPy's einsum on sparse and dense operands (no ellipses; up to 4 operands of rank up to 4).
 
     A product whose result lies on a sparse operand's positions (masked SpGEMM, SDDMM) runs natively in
@@ -255,7 +254,7 @@ def _fast_masked_sum(subscripts, a, b, c, threads=1):
         return None
     jitted = _kernels.get(("einsum:" + subscripts, None, 1, False))
     if jitted is None and threads != 1:   # the general path's kernel for these threads (sums may reassociate)
-        t = (os.cpu_count() or 1) if threads is None else threads
+        t = _threads(threads)
         jitted = _kernels.get(("einsum:" + subscripts, None, t, t > 1))
     if jitted is None:
         return None

@@ -272,14 +272,14 @@ _MERGE_DTYPES = {(np.dtype(v), np.dtype(i)) for v in (np.float64, np.float32, np
                  for i in (np.int32, np.int64)}
 
 
-def multiply(a, b, *, out_format=None, threads=1):
+def multiply(a, b, *, out_format=None, threads=None):
     """scipy's ``a.multiply(b)``: a sparse result (CSR for 2-D) unless both operands are dense."""
     return _elementwise("multiply", _mul, np.multiply, a, b, out_format, threads)
 
 
-def add(a, b, *, out_format=None, threads=1):
+def add(a, b, *, out_format=None, threads=None):
     return _elementwise("add", _add, np.add, a, b, out_format, threads)
 
 
-def subtract(a, b, *, out_format=None, threads=1):
+def subtract(a, b, *, out_format=None, threads=None):
     return _elementwise("subtract", _sub, np.subtract, a, b, out_format, threads)

@@ -11,7 +11,6 @@ import contextlib
 import functools
 import itertools
 import logging
-import os
 import threading
 import uuid
 import weakref
@@ -30,6 +29,7 @@ from splyce.runtime.kernel import (
 from splyce.runtime.arguments import Static
 from splyce.backend.compiler import Lowering, lower   # no MLIR until lower() runs
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
+from splyce.thread_count import resolve as resolve_threads
 from splyce.tensors.formats import Format
 from splyce.tracer import captures, matrix, namespaces
 from splyce.tracer.ir import Node, Trace
@@ -70,7 +70,7 @@ class Jitted:
     """
 
     def __init__(self, fun, *, vectorize=True, vector_width=None, phases=DEFAULT_PHASES, fast_math=False,
-                 target="native", out_format=None, slp=None, profile=False, threads=1,
+                 target="native", out_format=None, slp=None, profile=False, threads=None,
                  gallop=DEFAULT_GALLOP_RATIO, union=None, library=True, static_argnums=None,
                  static_argnames=None):
         if not callable(fun):
@@ -80,8 +80,10 @@ class Jitted:
         self._target_name = target
         self._option_args = dict(vectorize=vectorize, vector_width=vector_width, phases=phases,
                                  fast_math=fast_math, slp=slp, profile=profile, gallop=gallop, union=union,
-                                 library=library, threads=(os.cpu_count() or 1) if threads is None else threads)
-        Options(**self._option_args)  # validate now, resolve the target lazily (no LLVM at import)
+                                 library=library, threads=threads)
+        # validate now, resolve the target lazily (no LLVM at import); threads=None: the process default
+        # (thread_count: all cores unless set_threads / SPLYCE_NUM_THREADS say otherwise) at the first call
+        Options(**dict(self._option_args, threads=resolve_threads(threads)))
         if not (out_format is None or isinstance(out_format, Format) or out_format in OUT_FORMATS):
             raise ValueError(f"out_format must be 'dense', 'sparse', a splyce.Format or None, got {out_format!r}")
         self.out_format = out_format
@@ -123,7 +125,8 @@ class Jitted:
             target = resolve_target(self._target_name)
             if self._option_args["fast_math"] and self._option_args["vector_width"] is None:
                 lane_tuning.resolve(target, Jitted)   # the host's lane measured once (memoized on disk)
-            self._options = Options(target=target, **self._option_args)
+            self._options = Options(target=target, **dict(self._option_args,
+                                                           threads=resolve_threads(self._option_args["threads"])))
         return self._options
 
     def __repr__(self) -> str:

@@ -118,6 +118,8 @@ class Kernel:
                 buffers.extend(arguments.flatten(t, v))
             buffers.extend(dense_outputs.values())
             threads = self.lowering.options.threads
+            if threads > 1 and _stored_work(values) <= SERIAL_MAX_ENTRIES:
+                threads = 1      # too little work to gain from a second thread: the same chunks' result, one
             chunks = _outer_chunks(extent, threads * CHUNKS_PER_THREAD if threads > 1 else 1, self.trace.inputs,
                                    values)
             if not self.lowering.outer_reductions or len(chunks) == 1:
@@ -231,6 +233,23 @@ def _values_of(x) -> np.ndarray:
 def _stored_entries(value) -> int:
     """What the planner costs an operand by: stored entries of a sparse tensor, size of a dense array."""
     return value.nnz if isinstance(value, SparseTensor) else int(np.size(value))
+
+
+# A split kernel call whose operands hold at most this many stored entries (sparse entries plus dense
+# elements, ``_stored_work``) runs as one chunk on the calling thread: handing chunks to a pool thread costs
+# ~0.1-0.2 ms of wake-up and balance (docs/threads.md), more than such a call gains (measured: bench
+# default_threads).
+SERIAL_MAX_ENTRIES = 1 << 17
+
+
+def _stored_work(values) -> int:
+    total = 0
+    for v in values:
+        if isinstance(v, SparseTensor):
+            total += v.nnz
+        elif isinstance(v, np.ndarray):
+            total += v.size
+    return total
 
 
 def _outer_chunks(extent: int, threads: int, inputs, values) -> list[tuple[int, int]]:

@@ -390,8 +390,8 @@ class LibraryKernel:
             if type(out) is np.ndarray and (out.dtype is dtype or out.dtype == dtype) and out.shape == shape:
                 return out
             return finish(out, values)[0]
-        fast = self.call.direct if every and type(threads) is int and threads == 1 else None
-        return direct if fast is None else fast(direct)
+        fast = self.call.direct if every and type(threads) is int else None
+        return direct if fast is None else fast(direct, threads > 1)
 
     def kernel(self):
         """The MLIR kernel of the same plan, compiled on first use."""
