@@ -16,7 +16,6 @@ from splyce.tracer import tracer as T
 from splyce.tracer import matrix
 from splyce.tracer.matrix import MatrixTracer
 from splyce.tracer.tracer import Tracer
-from splyce.thread_count import resolve as _resolve_threads
 
 # Drop-ins on operands of at least this many stored values run with NumPy allocating from splyce's cache of
 # freed large buffers (native/memory_pool.py: a result is fresh memory on every call otherwise); below it
@@ -100,9 +99,9 @@ def _binary(name: str, doc: str):
             if out is not None:
                 return out
         elif merge and out_format is None and (threads is None or type(threads) is int and threads >= 1):
-            # the default (None) resolved here: the process default (splyce.set_threads, SPLYCE_NUM_THREADS,
-            # all cores); a merge too small for a second thread stays on one inside
-            out = (_dropin_module or _dropin()).fast_merge(name, a, b, _resolve_threads(threads))
+            # the default (None) resolved inside: one thread for a merge too small to split, else the
+            # process default (splyce.set_threads, SPLYCE_NUM_THREADS, the idle cores)
+            out = (_dropin_module or _dropin()).fast_merge(name, a, b, threads)
             if out is not None:
                 return out
         if isinstance(a, Tracer) or isinstance(b, Tracer):

@@ -172,6 +172,7 @@ def test_threads_take_chunks_dynamically_each_once(monkeypatch):
         seen.append((tuple(indices), threading.get_ident()))
         return call_one(self, pointers, indices)
     monkeypatch.setattr(calls.KernelCall, "_call_one", recording)
+    monkeypatch.setattr(dispatcher, "SERIAL_MAX_ENTRIES", 0)     # this small call split all the same
     rng = np.random.default_rng(9)
     n = 600
     rows = np.minimum((rng.pareto(1.0, 6000) * 3).astype(np.int64), n - 1)

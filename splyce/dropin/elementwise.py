@@ -225,6 +225,8 @@ def _fast_merge(op: str, a, b, threads: int):
             or av.strides != vstep or bv.strides != vstep or max(m, n) - 1 > _INT_MAX[idx]):
         return None
     ir_text, native_elementwise, native_transpose, native_validation, _address = _merge_native
+    if threads is None:     # the default: one thread below the split size, else the cores idle now
+        threads = 1 if len(ac) + len(bc) < 2 * ir_text.MIN_CHUNK else _threads(None)
     b_checked = False
     if is_csc and (threads <= 1 or len(ac) < 2 * ir_text.MIN_CHUNK):
         out = native_elementwise.csr_with_csc(op, (av, ac, ap), (bv, bc, bp), dtype, m, n,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from splyce.thread_count import get_threads, resolve
+from splyce.thread_count import call_threads, resolve
 
 
 # A dense result of sparse @ sparse (asked for with out_format="dense") larger than this raises MemoryError.
@@ -51,7 +51,7 @@ def _several_threads(threads) -> bool | None:
     path, which says so)."""
     if type(threads) is int:
         return None if threads < 1 else threads > 1
-    return get_threads() > 1 if threads is None else None
+    return call_threads() > 1 if threads is None else None
 
 
 def _threads(threads) -> int:

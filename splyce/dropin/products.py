@@ -245,7 +245,9 @@ def _fast_spmv(a, x, threads=1):
     (what a product needs; order and duplicates do not matter), as the kernel reads them. A malformed operand
     raises the general path's error, naming the defect."""
     several = type(threads) is not int or threads != 1     # the common one-thread call decided inline
-    if several and _several_threads(threads) is None:
+    # the default (None) is several threads here: a product too small to split runs on one all the same,
+    # and a larger one goes to the general path, which asks how many cores are idle (thread_count)
+    if several and threads is not None and _several_threads(threads) is None:
         return None                             # not a thread count: the general path says so
     ndim = x.ndim
     if type(a) is SparseTensor:                 # checked when made: its CSR buffers go to the kernel as they are
@@ -268,7 +270,8 @@ def spmv_tensor(a: SparseTensor, x: np.ndarray, threads: int = 1):
     was checked when it was made, so nothing is re-checked here but what the kernel reads as it goes."""
     several = type(threads) is not int or threads != 1
     ndim = x.ndim
-    if type(x) is not np.ndarray or not 1 <= ndim <= 2 or (several and _several_threads(threads) is None):
+    if type(x) is not np.ndarray or not 1 <= ndim <= 2 or (several and threads is not None
+                                                           and _several_threads(threads) is None):
         return None
     return _spmv_buffers(a, *last_level_buffers(a), x, several)
 

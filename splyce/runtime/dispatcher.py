@@ -29,7 +29,7 @@ from splyce.runtime.kernel import (
 from splyce.runtime.arguments import Static
 from splyce.backend.compiler import Lowering, lower   # no MLIR until lower() runs
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
-from splyce.thread_count import resolve as resolve_threads
+from splyce.thread_count import compile_threads
 from splyce.tensors.formats import Format
 from splyce.tracer import captures, matrix, namespaces
 from splyce.tracer.ir import Node, Trace
@@ -83,7 +83,7 @@ class Jitted:
                                  library=library, threads=threads)
         # validate now, resolve the target lazily (no LLVM at import); threads=None: the process default
         # (thread_count: all cores unless set_threads / SPLYCE_NUM_THREADS say otherwise) at the first call
-        Options(**dict(self._option_args, threads=resolve_threads(threads)))
+        Options(**dict(self._option_args, threads=compile_threads(threads)))
         if not (out_format is None or isinstance(out_format, Format) or out_format in OUT_FORMATS):
             raise ValueError(f"out_format must be 'dense', 'sparse', a splyce.Format or None, got {out_format!r}")
         self.out_format = out_format
@@ -126,7 +126,7 @@ class Jitted:
             if self._option_args["fast_math"] and self._option_args["vector_width"] is None:
                 lane_tuning.resolve(target, Jitted)   # the host's lane measured once (memoized on disk)
             self._options = Options(target=target, **dict(self._option_args,
-                                                           threads=resolve_threads(self._option_args["threads"])))
+                                                           threads=compile_threads(self._option_args["threads"])))
         return self._options
 
     def __repr__(self) -> str:
@@ -342,7 +342,8 @@ class Jitted:
             call = library.choose(plan, key.options, self.out_format) if key.options.library else None
             if call is not None:     # the drop-in's native kernel: no MLIR compile unless asked for
                 kernel = library.LibraryKernel(call, tree, plan, key.options.threads,
-                                               lambda: self._mlir_kernel(key, specs, values, planned))
+                                               lambda: self._mlir_kernel(key, specs, values, planned),
+                                               follow_default=self._option_args["threads"] is None)
             else:
                 kernel = self._mlir_kernel(key, specs, values, planned)
             with self._lock:
@@ -355,6 +356,8 @@ class Jitted:
         with self._machine_lock(key, planned):
             lowering, tree, plan = self._lower(key, specs, values, disk=True, planned=planned)
             kernel = Kernel(lowering, tree, plan)
+            # threads=None: each call on at most the compiled count, fewer when other processes hold the cores
+            kernel.follow_default = self._option_args["threads"] is None
             if lowering.disk_key and not lowering.from_disk:
                 disk_kernels.store(lowering, kernel)
         with self._lock:

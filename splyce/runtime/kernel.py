@@ -23,11 +23,20 @@ from splyce.planner.plan import Plan
 from splyce.runtime import arguments
 from splyce.runtime import calls
 from splyce.tensors.tensor import SparseTensor
+from splyce.thread_count import call_threads
 from splyce.tracer.ir import TensorType
 
 
 class Kernel:
     """One compiled specialization: its lowering, native entry point and output layout."""
+
+    # set by the dispatcher for a jit left at threads=None: each call runs on at most the compiled thread
+    # count, fewer when other processes hold the cores (thread_count.call_threads)
+    follow_default = False
+
+    def _threads(self) -> int:
+        threads = self.lowering.options.threads
+        return min(threads, call_threads()) if self.follow_default and threads > 1 else threads
 
     direct = None      # no one-closure cached call (runtime/library.py's kernels have one)
 
@@ -95,7 +104,7 @@ class Kernel:
                 return [np.add(accumulate_into, result, out=accumulate_into)]
         given = values
         if self._prepares:
-            values = self.plan.prepare(values, self.lowering.options.threads)
+            values = self.plan.prepare(values, self._threads())
         dense_outputs = {}
         for out, shape, dtype, overwrites, over in self._dense_outputs:
             if accumulate_into is not None:
@@ -117,7 +126,7 @@ class Kernel:
             for t, v in zip(self.trace.inputs, values):
                 buffers.extend(arguments.flatten(t, v))
             buffers.extend(dense_outputs.values())
-            threads = self.lowering.options.threads
+            threads = self._threads()
             if threads > 1 and _stored_work(values) <= SERIAL_MAX_ENTRIES:
                 threads = 1      # too little work to gain from a second thread: the same chunks' result, one
             chunks = _outer_chunks(extent, threads * CHUNKS_PER_THREAD if threads > 1 else 1, self.trace.inputs,
