@@ -5,7 +5,8 @@ Programs (a random graph of ``--n`` rows, ~10 entries a row, float64): ``spmv`` 
 layer, ``relu(a @ (x @ w))``, 16 features), ``pagerank10`` (10 PageRank steps written as a Python loop inside
 the jitted function: traced, i.e. unrolled). Each (program, framework) runs in its own ``python`` process
 with a fresh, empty ``SPLYCE_CACHE_DIR``; the process imports the framework and builds the operands first
-(not timed), then times its first call and a second one. ``first_s`` is the first call's wall time (trace,
+(not timed), then times its first call and a second one. splyce's bytecode is compiled first, as an
+installed package's is. ``first_s`` is the first call's wall time (trace,
 plan, compile, load and one run); splyce's is split into ``trace_plan_s`` (the rest), ``mlir_s`` (lowering to
 MLIR, sparsifier, Splyce pass, MLIR -> LLVM IR), ``llvm_s`` (LLVM's optimisation pipeline), ``codegen_load_s``
 (instruction selection, linking, loading) summed over the kernels the call compiled, and ``run_s`` (the
@@ -156,11 +157,17 @@ def measure(n: int = 30000, repeats: int = 2, programs=PROGRAMS, out=print) -> l
     except ImportError:
         frameworks = ("splyce",)
     rows = []
+    # as an installed package: its bytecode compiled once (pip does it at install; a checkout run with
+    # PYTHONDONTWRITEBYTECODE=1 would compile splyce's ~200 modules from source in every fresh process)
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, "-c", "import compileall, os, splyce; "
+                    "compileall.compile_dir(os.path.dirname(splyce.__file__), quiet=1)"], env=base, check=True,
+                   capture_output=True, timeout=600)
     for r in range(repeats):
         for name in programs:
             for fw in frameworks:
                 with tempfile.TemporaryDirectory(prefix="splyce-first-call-") as cache:
-                    env = dict(os.environ, SPLYCE_CACHE_DIR=cache)
+                    env = dict(base, SPLYCE_CACHE_DIR=cache)
                     proc = subprocess.run([sys.executable, "-m", "splyce.bench.first_call", "--child", name, fw,
                                            "--n", str(n)], env=env, capture_output=True, text=True, timeout=600)
                 if proc.returncode != 0:
@@ -175,7 +182,10 @@ def measure(n: int = 30000, repeats: int = 2, programs=PROGRAMS, out=print) -> l
                          f"kernels {row['kernels']}") if fw == "splyce" else ""
                 out(f"{name:11s} {fw:7s} first {row['first_s']:.3f} s  run {row['run_s'] * 1e3:8.2f} ms{extra}  "
                     f"checksum {row['checksum']:.6g}")
-    for name in programs:
+    for name in programs:      # the same program's results agree (JAX the reference where installed)
+        sums = [x["checksum"] for x in rows if x["program"] == name]
+        if max(sums) - min(sums) > 1e-9 * max(abs(v) for v in sums) + 1e-12 or not all(x["same"] for x in rows):
+            raise RuntimeError(f"first_call: {name}'s results disagree across frameworks or calls: {sums}")
         for fw in frameworks:
             firsts = sorted(x["first_s"] for x in rows if x["program"] == name and x["framework"] == fw)
             out(f"{name:11s} {fw:7s} first call {' / '.join(f'{f:.3f}' for f in firsts)} s")

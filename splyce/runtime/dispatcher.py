@@ -27,7 +27,7 @@ from splyce.runtime.kernel import (
     Kernel, _labelled, _stored_entries, _values_of,
 )
 from splyce.runtime.arguments import Static
-from splyce.backend.compiler import Lowering, lower   # no MLIR until lower() runs
+from splyce.backend.compiler import Lowering, lower, prewarm   # no MLIR until lower() runs
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
 from splyce.thread_count import compile_threads
 from splyce.tensors.formats import Format
@@ -345,6 +345,7 @@ class Jitted:
                                                lambda: self._mlir_kernel(key, specs, values, planned),
                                                follow_default=self._option_args["threads"] is None)
             else:
+                prewarm()      # the allocator helpers build on another thread while MLIR lowers this plan
                 kernel = self._mlir_kernel(key, specs, values, planned)
             with self._lock:
                 self.misses += 1
