@@ -325,12 +325,17 @@ def _fast_masked_sum(subscripts, a, b, c, threads=1):
     pc = pa if c is a else pb if c is b else _sum_parts(c, dtype, idx, m)
     if pb is None or pc is None:
         return None
-    if threads != 1:        # only a small a (whose columns index the count: checked in range first; the
-        ac, limit = pa[1], _masked_chunks.serial_max_work()      # native call checks everything again)
-        if len(ac) * 8 > limit or (len(ac) and (int(ac.min()) < 0 or int(ac.max()) >= n1)):
-            return None
-        if not _masked_chunks.small_masked_work(len(pc[1]), ac, pb[2], limit):
-            return None
+    if threads != 1:        # only a small a: bounded by b's longest row first (no pass over a's columns);
+        ac, limit = pa[1], _masked_chunks.serial_max_work()      # else counted exactly, a's columns checked
+        if len(ac) * 8 > limit:                                  # in range first (they index the count; the
+            return None                                          # native call checks everything again)
+        bp = pb[2]
+        longest = int((bp[1:] - bp[:-1]).max(initial=0)) if len(bp) > 1 else 0
+        if len(ac) * max(longest, 8) + len(pc[1]) >= limit:
+            if len(ac) and (int(ac.min()) < 0 or int(ac.max()) >= n1):
+                return None
+            if not _masked_chunks.small_masked_work(len(pc[1]), ac, bp, limit):
+                return None
     fmt = _SUM_FORMATS.get(idx)
     if fmt is None:
         fmt = _SUM_FORMATS[idx] = CSR.with_widths(idx.itemsize * 8, idx.itemsize * 8)
