@@ -209,3 +209,19 @@ def test_jit_default_small_calls_run_one_chunk(monkeypatch):
     assert _bits(out) == _bits(one(splyce.asarray(small), xs))
     assert _bits(out_big) == _bits(one(splyce.asarray(big), xb))
     assert np.allclose(out_big, big @ xb)
+
+
+def test_scipy_switch_product_same_buffers_on_two_threads():
+    """patch_scipy's product (scipy's stored order) splits by default past its size: the same buffers as one
+    thread's, which are scipy's own."""
+    from splyce.dropin.products import matmul_in_scipy_order
+
+    a = _matrix(30_000, 6, np.float64, seed=4)
+    want = a @ a                                    # scipy's csr_matmat: its buffers, unsorted rows
+    one = matmul_in_scipy_order(a, a, threads=1)
+    two = matmul_in_scipy_order(a, a, threads=2)
+    with splyce.use_threads(2):
+        default = matmul_in_scipy_order(a, a)
+    for got in (one, two, default):
+        assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+        assert got.data.tobytes() == want.data.tobytes()
