@@ -114,21 +114,25 @@ class Kernel:
             else:
                 dense_outputs[out] = _result_buffer(shape, dtype, zeroed=not overwrites)
         extent = self.lowering.outer_extent
+        threads = 1
+        if extent is not None:
+            threads = self._threads()
+            if threads > 1 and _stored_work(values) <= SERIAL_MAX_ENTRIES:
+                threads = 1      # too little work to gain from a second thread: the same chunks' result, one
         try:
-            if extent is None:   # one call: descriptors from each operand's (memoized) words
+            if extent is None or threads == 1:   # one call: descriptors from each operand's (memoized) words
                 words = []
                 for sparse, v in zip(self._input_sparse, values):
                     words += calls.tensor_words(v) if sparse else calls.descriptor_words(v)
                 for array in dense_outputs.values():
                     words += calls.descriptor_words(array)
-                return self._results(self._call.call_words(words), dense_outputs, words)
+                # a split kernel on one thread: all its rows as one chunk, (0, extent)
+                descs = self._call.call_words(words, () if extent is None else (0, extent))
+                return self._results(descs, dense_outputs, words)
             buffers = []
             for t, v in zip(self.trace.inputs, values):
                 buffers.extend(arguments.flatten(t, v))
             buffers.extend(dense_outputs.values())
-            threads = self._threads()
-            if threads > 1 and _stored_work(values) <= SERIAL_MAX_ENTRIES:
-                threads = 1      # too little work to gain from a second thread: the same chunks' result, one
             chunks = _outer_chunks(extent, threads * CHUNKS_PER_THREAD if threads > 1 else 1, self.trace.inputs,
                                    values)
             if not self.lowering.outer_reductions or len(chunks) == 1:
