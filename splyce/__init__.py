@@ -9,12 +9,13 @@ from splyce.tensors.tensor import SparseTensor, asarray
 from splyce.api import add, einsum, matmul, maximum, minimum, multiply, subtract   # attaches SparseTensor's operators
 
 from splyce.version import __version__
+from splyce.thread_count import get_threads, set_threads, use_threads
 from splyce.runtime import providers as _providers
 
 __all__ = [
     "Format", "Level", "CSR", "CSC", "DCSR", "DCSC", "COO", "SPARSE_VECTOR", "csf", "dense",
     "SparseTensor", "asarray", "jit", "matmul", "multiply", "einsum", "add", "subtract", "profile",
-    "clear_cache", "set_memory_budget", "maximum", "minimum",
+    "clear_cache", "set_memory_budget", "maximum", "minimum", "set_threads", "get_threads", "use_threads",
     "TraceError", "LoweringError", "NotCanonicalError", "AllocationFailed",
     "patch_scipy", "unpatch_scipy", "patched_scipy", "scipy_patch_stats", "is_scipy_patched",
     "grad", "value_and_grad", "vjp", "jvp", "vmap",

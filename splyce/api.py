@@ -85,7 +85,7 @@ def _binary(name: str, doc: str):
     fast = name == "matmul"      # SpMV / SpMM on a scipy CSR: tens of microseconds, so no layer in between
     merge = name != "matmul"     # the same for two scipy CSR / CSC matrices on one thread (A * A.T, A + A.T)
 
-    def op(a, b, *, out_format=None, threads=1):
+    def op(a, b, *, out_format=None, threads=None):
         token = _pool_for_dense_product(a, b) if fast and type(b) is np.ndarray else _pool_for(a, b)
         try:
             return _op(a, b, out_format, threads)
@@ -98,8 +98,10 @@ def _binary(name: str, doc: str):
             out = (_dropin_module or _dropin()).fast_spmv(a, b, threads)
             if out is not None:
                 return out
-        elif merge and out_format is None and threads == 1 and type(threads) is int:
-            out = (_dropin_module or _dropin()).fast_merge(name, a, b, 1)
+        elif merge and out_format is None and (threads is None or type(threads) is int and threads >= 1):
+            # the default (None) resolved inside: one thread for a merge too small to split, else the
+            # process default (splyce.set_threads, SPLYCE_NUM_THREADS, the idle cores)
+            out = (_dropin_module or _dropin()).fast_merge(name, a, b, threads)
             if out is not None:
                 return out
         if isinstance(a, Tracer) or isinstance(b, Tracer):
@@ -109,7 +111,8 @@ def _binary(name: str, doc: str):
         if _any_dask(a, b):
             from splyce.dask import ops
 
-            return getattr(ops, name)(a, b, out_format=out_format, threads=threads)
+            # Dask: each task on one thread unless asked (the workers are the parallelism)
+            return getattr(ops, name)(a, b, out_format=out_format, threads=1 if threads is None else threads)
         return getattr(_dropin(), name)(a, b, out_format=out_format, threads=threads)
 
     op.__name__ = op.__qualname__ = name
@@ -127,8 +130,11 @@ a, b : array_like or SparseTensor or dask.array.Array
 out_format : {None, "dense", "sparse"} or Format, optional
     The result's storage. None: what scipy / NumPy return for these operands.
 threads : int or None, optional
-    Worker threads of a drop-in call (1 by default, as scipy; None: all cores). Results are bit-identical
-    for any count. Ignored inside ``@splyce.jit``, where ``jit(threads=)`` decides.
+    Worker threads of a drop-in call. None (default): the process default, every core unless
+    ``splyce.set_threads`` / ``splyce.use_threads`` / ``SPLYCE_NUM_THREADS`` say otherwise; a call too small
+    to gain from a second thread runs on one. ``1``: one thread, as scipy. Results are bit-identical for
+    any count. Ignored inside ``@splyce.jit``, where ``jit(threads=)`` decides; Dask operands run each task
+    on one thread unless a count is given.
 """
 
 
@@ -244,7 +250,7 @@ array([[ 0., -2.],
 """)
 
 
-def einsum(subscripts, *operands, out_format=None, order=None, threads=1):
+def einsum(subscripts, *operands, out_format=None, order=None, threads=None):
     """NumPy's ``einsum`` on sparse and dense operands (no ellipses; up to 4 operands of rank up to 4).
 
     On concrete operands, a drop-in: masked SpGEMM (``"ik,kj,ij->ij"``), SDDMM (``"ij,ik,jk->ij"``) and the
@@ -265,9 +271,11 @@ def einsum(subscripts, *operands, out_format=None, order=None, threads=1):
         Only inside ``@splyce.jit``: the loop order, e.g. ``"ijk"``; the contraction is then lowered as
         written (no fusion, operands used as stored).
     threads : int or None, optional
-        Worker threads of a drop-in call (1 by default; None: all cores). Bit-identical for any count,
-        except a full reduction to a scalar, whose per-thread partial sums are added (a float result may
-        differ in the last bits).
+        Worker threads of a drop-in call. None (default): the process default (every core unless
+        ``splyce.set_threads`` / ``SPLYCE_NUM_THREADS`` say otherwise), small calls on one thread; bit-identical
+        to one thread (a float sum to a scalar is split only when its values make every order exact). An
+        explicit count > 1 also splits a float sum to a scalar, whose per-thread partial sums are then added
+        in chunk order (the result may differ from one thread's in the last bits).
 
     Returns
     -------
@@ -309,7 +317,7 @@ def _einsum(subscripts, operands, out_format, order, threads):
     if _any_dask(*operands):
         from splyce.dask import ops
 
-        return ops.einsum(subscripts, *operands, out_format=out_format, threads=threads)
+        return ops.einsum(subscripts, *operands, out_format=out_format, threads=1 if threads is None else threads)
     from splyce import dropin
 
     return dropin.einsum(subscripts, *operands, out_format=out_format, threads=threads)

@@ -11,6 +11,7 @@ ROOT = Path(splyce.__file__).parent
 # What each ground-floor package may import from splyce (besides itself).
 FLOORS = {
     "native": {"splyce.native"},
+    "thread_count": set(),
     "errors": set(),
     "version": set(),
     "tensors": {"splyce.tensors", "splyce.native", "splyce.errors"},

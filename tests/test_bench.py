@@ -493,3 +493,16 @@ def test_sweep_distributions(name):
         assert b[-1] < 2 * n and c[-1] > 8 * n
     with pytest.raises(ValueError, match="unknown distribution"):
         sweep.distribution("gaussian", n)
+
+
+@pytest.mark.slow
+def test_first_call_bench_splits_stages_and_checks_results():
+    """``bench first_call``: fresh processes with empty caches, results equal across splyce and JAX (if
+    installed), splyce's stages summed over the kernels it compiled (no timing asserts)."""
+    from splyce.bench import first_call
+
+    rows = first_call.measure(n=2000, repeats=1, programs=("spmv", "gcn"), out=lambda line: None)
+    splyce_rows = {r["program"]: r for r in rows if r["framework"] == "splyce"}
+    assert set(splyce_rows) == {"spmv", "gcn"}
+    assert splyce_rows["spmv"]["kernels"] == 0          # the drop-in's native kernel: nothing compiled
+    assert splyce_rows["gcn"]["kernels"] >= 1 and splyce_rows["gcn"]["mlir_s"] > 0

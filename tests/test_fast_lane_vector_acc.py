@@ -72,7 +72,7 @@ def test_conflict_lane_dot_within_tolerance(vtype, itype):
     lane), results within tolerance for lengths around the 16- (int32) and 8-coordinate (int64) blocks, any
     overlap, equal, skewed and galloping lengths, both orders, with and without galloping."""
     for gallop in (0, 16):
-        fast = splyce.jit(_dot, fast_math=True, vector_width=16, gallop=gallop)
+        fast = splyce.jit(_dot, fast_math=True, vector_width=16, gallop=gallop, threads=1)   # note on line 1
         reason = fast.lower(*_pair(64, 0.5, 1, vtype, itype=itype)[:2]).as_text("splyce").splitlines()[0]
         assert ("conflict compares" in reason) == _host_has_conflict()
         for skew in (1, 16, 64):

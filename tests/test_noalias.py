@@ -24,7 +24,7 @@ def test_spmm_buffers_are_noalias_and_results_unchanged():
     """``a @ X`` with 16 columns on the MLIR kernel: the loops' function takes every buffer ``noalias`` (the
     row of the result then stays in registers), and the result is scipy's."""
     a, x = _matrix(), np.random.default_rng(1).random((300, 16))
-    f = splyce.jit(lambda a, x: a @ x, library=False)
+    f = splyce.jit(lambda a, x: a @ x, library=False, threads=1)   # noalias: kernels not split (compiler._noalias_plan)
     llvm = f.lower(a, x).as_text("llvm")
     header = _definition(llvm, "_internal_kernel")
     # the three CSR buffers, X and the result: each aligned pointer noalias

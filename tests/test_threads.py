@@ -87,9 +87,14 @@ def test_threads_option_validation_and_key():
             splyce.jit(lambda x: x, threads=bad)
     spec = KERNELS["K1"]
     ops = spec.operands(16, 0.2)
-    k1 = splyce.jit(spec.fun)._key(ops)[0]
+    k1 = splyce.jit(spec.fun, threads=1)._key(ops)[0]
     k2 = splyce.jit(spec.fun, threads=2)._key(ops)[0]
     assert k1.explain(k2) == ["options"]
+    # the default follows the process default (splyce.set_threads / use_threads / SPLYCE_NUM_THREADS)
+    with splyce.use_threads(1):
+        assert splyce.jit(spec.fun)._key(ops)[0].explain(k1) == []
+    with splyce.use_threads(2):
+        assert splyce.jit(spec.fun)._key(ops)[0].explain(k2) == []
 
 
 # -- reductions over the outer loop into one element (passes/parallel.py: private partials per chunk)
@@ -167,6 +172,7 @@ def test_threads_take_chunks_dynamically_each_once(monkeypatch):
         seen.append((tuple(indices), threading.get_ident()))
         return call_one(self, pointers, indices)
     monkeypatch.setattr(calls.KernelCall, "_call_one", recording)
+    monkeypatch.setattr(dispatcher, "SERIAL_MAX_ENTRIES", 0)     # this small call split all the same
     rng = np.random.default_rng(9)
     n = 600
     rows = np.minimum((rng.pareto(1.0, 6000) * 3).astype(np.int64), n - 1)

@@ -356,6 +356,11 @@ class _Installed:
         self.free = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(compiled.function_address(f"{_PREFIX}free"))
 
 
+def installed() -> bool:
+    """Whether the helper is installed in this process already."""
+    return _installed is not None
+
+
 def install() -> _Installed:
     """Compile (or load) the helper once per process and make its functions resolvable by every kernel loaded
     afterwards: a shared library loaded with RTLD_GLOBAL (kernels' libraries find ``__splyce_*`` through the

@@ -8,6 +8,7 @@ when that environment variable is set.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -107,6 +108,35 @@ class Lowering:
         compiled = codegen.build(self._llvm_module, self._target_machine, self.options.target)
         self.timings["load"] = time.perf_counter() - start
         return compiled
+
+
+_prewarm_lock = threading.Lock()
+_prewarm_thread: threading.Thread | None = None
+
+
+def prewarm() -> None:
+    """Start building, on a background thread, what loading any kernel needs once per process: the checked
+    allocator and the buffer cache's heap (``alloc_guard.install``: two LLVM modules compiled and linked, or
+    loaded from the disk cache). The dispatcher calls this when a first call's plan needs an MLIR kernel,
+    before lowering it: LLVM and the linker release the GIL, so on a machine of two cores or more these
+    overlap the import of MLIR's bindings and the kernel's lowering, which hold it (a new program's first call
+    from an empty cache: ``python -m splyce.bench.first_call``). Kernel loads call ``install`` themselves and
+    wait on its lock; a failure here is left for them to raise. ``SPLYCE_PREWARM=0``: off (they build on the
+    caller's thread when a kernel first loads, as before)."""
+    global _prewarm_thread
+    if _prewarm_thread is not None or alloc_guard.installed() or os.environ.get("SPLYCE_PREWARM") == "0":
+        return
+    with _prewarm_lock:
+        if _prewarm_thread is None:
+            _prewarm_thread = threading.Thread(target=_prewarm_body, name="splyce-prewarm", daemon=True)
+            _prewarm_thread.start()
+
+
+def _prewarm_body() -> None:
+    try:
+        alloc_guard.install()
+    except Exception:       # the kernel's own load raises it, worded, on the caller's thread
+        pass
 
 
 def load_entry(path, entry, options: Options):

@@ -1,4 +1,6 @@
-"""``compile``: cold compile vs disk-cache load of K1-K5, each result checked against the reference.
+"""``compile``: cold compile vs disk-cache load of K1-K5, each result checked against the reference; before its
+table, a new program's first call (SpMV, a GCN layer, 10 PageRank steps) from an empty cache in a fresh process
+split by stage, beside ``jax.jit``'s (``first_call.py``).
 
 Per kernel and repeat: the disk cache (a private temporary folder) is emptied, a fresh ``splyce.jit`` is called
 once (a cold compile) and again (a cached run); then the in-memory caches are emptied and a second fresh
@@ -110,7 +112,31 @@ def run(cfg: Config) -> Result:
             f"caches (the kernel comes from the disk cache); medians of {cfg.n_repeats} repeats in a warm process "
             "(the process's first MLIR context is excluded); run_s = the faster of the two runs after it. Every call's "
             "result is checked against the reference.")
-    return Result("compile", "Cold compile vs disk-cache load, K1-K5", COLUMNS, rows, note, plot=_plot)
+    return Result("compile", "Cold compile vs disk-cache load, K1-K5", COLUMNS, rows, note, plot=_plot,
+                  preface=_first_calls(cfg))
+
+
+def _first_calls(cfg: Config) -> str:
+    """A new program's first call from an empty disk cache in a fresh process, split by stage, beside
+    ``jax.jit``'s (``first_call.py``); not in ``--tiny`` runs (two fresh processes per program)."""
+    if cfg.tiny:
+        return "First calls of new programs (fresh processes): skipped in --tiny runs.\n"
+    from splyce.bench import first_call
+
+    rows = first_call.measure(n=30000, repeats=1 if cfg.quick else 2, out=lambda line: None)
+    lines = ["First call of a new program from an empty disk cache, each in a fresh process (30k-row random graph, "
+             "10 entries a row; `python -m splyce.bench.first_call`); splyce's split: trace_plan (with imports "
+             "of MLIR and the first run's setup), MLIR, LLVM optimisation, codegen + link + load, run (a second "
+             "call).", "",
+             "| program | framework | first s | trace_plan s | mlir s | llvm s | codegen+load s | run ms |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if r["framework"] == "splyce":
+            lines.append(f"| {r['program']} | splyce | {r['first_s']:.3f} | {r['trace_plan_s']:.3f} | "
+                         f"{r['mlir_s']:.3f} | {r['llvm_s']:.3f} | {r['codegen_load_s']:.3f} | {r['run_s'] * 1e3:.2f} |")
+        else:
+            lines.append(f"| {r['program']} | {r['framework']} | {r['first_s']:.3f} | | | | | {r['run_s'] * 1e3:.2f} |")
+    return "\n".join(lines) + "\n"
 
 
 def _plot(rows, ax):

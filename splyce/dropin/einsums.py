@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-import os
 import weakref
 
 import numpy as np
@@ -17,6 +16,7 @@ from splyce.dropin import diagonals, narrow_dtypes
 from splyce.planner import nonfinite as _nonfinite
 from splyce.tensors.formats import CSR
 from splyce.tensors.validation import check_dtype
+from splyce.tensors.tensor import SparseTensor
 
 from splyce.dropin.elementwise import multiply
 from splyce.dropin.formulation import Formulation, _check_einsum_shapes, _is_masked_sum, rowwise_format, choose_einsum_formulation
@@ -65,7 +65,7 @@ def _masked_product(formulation, roles, operands, threads):
     return _canonical_csr(out, M.shape)
 
 
-def einsum(subscripts, *operands, out_format=None, threads=1):
+def einsum(subscripts, *operands, out_format=None, threads=None):
     """NumPy's einsum on sparse and dense operands (no ellipses; up to 4 operands of rank up to 4).
 
     A product whose result lies on a sparse operand's positions (masked SpGEMM, SDDMM) runs natively in
@@ -90,9 +90,12 @@ def einsum(subscripts, *operands, out_format=None, threads=1):
     if narrow_dtypes.involved(*operands):
         return narrow_dtypes.call(functools.partial(einsum, subscripts), operands,
                                   dict(out_format=out_format, threads=threads), prune=False)
+    default = threads is None
     threads = _threads(threads)
     family = sparse_family(*operands)
     inputs, output = parse_einsum(subscripts, len(operands))
+    if default and threads > 1 and not output and not _sum_exact_in_any_order(inputs, operands):
+        threads = 1      # the default never changes a bit: a float sum to a scalar split only when exact
     infos = [OperandInfo.of(x, f) for f, x in zip(families, operands)]
     if (len(inputs) == 2 and inputs[0] == output and inputs[1] in (output, output[::-1]) and len(output) == 2
             and len(set(output)) == 2 and infos[0].sparse and infos[1].sparse
@@ -159,6 +162,54 @@ def _sum_lone_dense_letters(subscripts, operands, inputs, output, families):
 
 
 _plain_plans = weakref.WeakKeyDictionary()   # Kernel -> whether its plan is the loop nest masked_sum runs
+
+
+_MANTISSA = {np.dtype(np.float64): 53, np.dtype(np.float32): 24, np.dtype(np.float16): 11}
+
+
+def _stored_values(x):
+    """The stored values of an operand (scipy / pydata ``.data``, a SparseTensor's ``.values``, an array)."""
+    if isinstance(x, np.ndarray):
+        return x
+    values = getattr(x, "values", None) if type(x) is SparseTensor else getattr(x, "data", None)
+    return values if isinstance(values, np.ndarray) else np.asarray(x.toarray() if hasattr(x, "toarray") else x)
+
+
+def _sum_exact_in_any_order(inputs, operands) -> bool:
+    """Whether every order of summing the terms of a full contraction gives the same bits: integer and bool
+    values (wrap-around sums are associative), or float values that are all integers small enough that
+    every term and every partial sum is an integer below 2**mantissa (then each add is exact): the number of
+    terms is at most, for any operand, its stored entries times the extents of the indices it lacks, each
+    term at most the product of the operands' largest magnitudes. Anything else (fractions, NaN, Inf,
+    complex): False."""
+    sizes = {}
+    for subs, x in zip(inputs, operands):
+        for letter, extent in zip(subs, np.shape(x)):
+            sizes[letter] = extent
+    terms = None
+    magnitude = 1.0
+    for subs, x in zip(inputs, operands):
+        v = _stored_values(x)
+        kind = v.dtype.kind
+        if kind in "iub":
+            stored = int(np.size(v))
+        elif v.dtype in _MANTISSA:
+            if v.size == 0:
+                return True           # no terms at all
+            big = float(np.max(np.abs(v)))
+            if not np.isfinite(big) or not np.array_equal(v, np.trunc(v)):
+                return False
+            magnitude *= big
+            stored = int(v.size)
+        else:
+            return False
+        bound = stored * int(np.prod([sizes[c] for c in set(sizes) - set(subs)], dtype=np.float64))
+        terms = bound if terms is None else min(terms, bound)
+    floats = [_stored_values(x).dtype for x in operands if _stored_values(x).dtype in _MANTISSA]
+    if not floats:
+        return True
+    bits = min(_MANTISSA[d] for d in floats + [np.result_type(*floats)])
+    return (terms or 0) * magnitude < 2.0 ** bits
 
 
 def _masked_sum(jitted, ops, inputs, threads: int = 1):
@@ -248,15 +299,16 @@ def _fast_masked_sum(subscripts, a, b, c, threads=1):
     that bound fails for a small ``a``, the products counted exactly."""
     if type(subscripts) is not str or not _sum_subscripts(subscripts) or _ARRAY_OFFSET is None:
         return None
-    if threads != 1 and (threads is not None and threads < 1):
+    if threads is None:
+        threads = _threads(None)         # the default: the cores idle now (thread_count.call_threads)
+    elif type(threads) is not int or threads < 1:
         return None                      # the general path words the error
     types = scipy_csr_types()
     if type(a) not in types or type(b) not in types or type(c) not in types:
         return None
     jitted = _kernels.get(("einsum:" + subscripts, None, 1, False))
     if jitted is None and threads != 1:   # the general path's kernel for these threads (sums may reassociate)
-        t = (os.cpu_count() or 1) if threads is None else threads
-        jitted = _kernels.get(("einsum:" + subscripts, None, t, t > 1))
+        jitted = _kernels.get(("einsum:" + subscripts, None, threads, True))
     if jitted is None:
         return None
     sa, sb, sc = a.shape, b.shape, c.shape
@@ -273,12 +325,17 @@ def _fast_masked_sum(subscripts, a, b, c, threads=1):
     pc = pa if c is a else pb if c is b else _sum_parts(c, dtype, idx, m)
     if pb is None or pc is None:
         return None
-    if threads != 1:        # only a small a (whose columns index the count: checked in range first; the
-        ac, limit = pa[1], _masked_chunks.serial_max_work()      # native call checks everything again)
-        if len(ac) * 8 > limit or (len(ac) and (int(ac.min()) < 0 or int(ac.max()) >= n1)):
-            return None
-        if not _masked_chunks.small_masked_work(len(pc[1]), ac, pb[2], limit):
-            return None
+    if threads != 1:        # only a small a: bounded by b's longest row first (no pass over a's columns);
+        ac, limit = pa[1], _masked_chunks.serial_max_work()      # else counted exactly, a's columns checked
+        if len(ac) * 8 > limit:                                  # in range first (they index the count; the
+            return None                                          # native call checks everything again)
+        bp = pb[2]
+        longest = int((bp[1:] - bp[:-1]).max(initial=0)) if len(bp) > 1 else 0
+        if len(ac) * max(longest, 8) + len(pc[1]) >= limit:
+            if len(ac) and (int(ac.min()) < 0 or int(ac.max()) >= n1):
+                return None
+            if not _masked_chunks.small_masked_work(len(pc[1]), ac, bp, limit):
+                return None
     fmt = _SUM_FORMATS.get(idx)
     if fmt is None:
         fmt = _SUM_FORMATS[idx] = CSR.with_widths(idx.itemsize * 8, idx.itemsize * 8)

@@ -225,6 +225,8 @@ def _fast_merge(op: str, a, b, threads: int):
             or av.strides != vstep or bv.strides != vstep or max(m, n) - 1 > _INT_MAX[idx]):
         return None
     ir_text, native_elementwise, native_transpose, native_validation, _address = _merge_native
+    if threads is None:     # the default: one thread below the split size, else the cores idle now
+        threads = 1 if len(ac) + len(bc) < 2 * ir_text.MIN_CHUNK else _threads(None)
     b_checked = False
     if is_csc and (threads <= 1 or len(ac) < 2 * ir_text.MIN_CHUNK):
         out = native_elementwise.csr_with_csc(op, (av, ac, ap), (bv, bc, bp), dtype, m, n,
@@ -272,14 +274,14 @@ _MERGE_DTYPES = {(np.dtype(v), np.dtype(i)) for v in (np.float64, np.float32, np
                  for i in (np.int32, np.int64)}
 
 
-def multiply(a, b, *, out_format=None, threads=1):
+def multiply(a, b, *, out_format=None, threads=None):
     """scipy's ``a.multiply(b)``: a sparse result (CSR for 2-D) unless both operands are dense."""
     return _elementwise("multiply", _mul, np.multiply, a, b, out_format, threads)
 
 
-def add(a, b, *, out_format=None, threads=1):
+def add(a, b, *, out_format=None, threads=None):
     return _elementwise("add", _add, np.add, a, b, out_format, threads)
 
 
-def subtract(a, b, *, out_format=None, threads=1):
+def subtract(a, b, *, out_format=None, threads=None):
     return _elementwise("subtract", _sub, np.subtract, a, b, out_format, threads)

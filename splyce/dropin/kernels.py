@@ -4,8 +4,9 @@ and the thread-count rules shared by every drop-in.
 
 from __future__ import annotations
 
-import os
 import threading
+
+from splyce.thread_count import call_threads, resolve
 
 
 # A dense result of sparse @ sparse (asked for with out_format="dense") larger than this raises MemoryError.
@@ -45,16 +46,14 @@ SERIAL_MAX_WORK = 1 << 21
 
 
 def _several_threads(threads) -> bool | None:
-    """False for one thread, True for several (an int > 1 or None: all cores), None when ``threads`` is not a
-    thread count (then the fast paths leave the call to the general path, which says so)."""
+    """False for one thread, True for several (an int > 1, or None when the default, ``thread_count``, is more
+    than one), None when ``threads`` is not a thread count (then the fast paths leave the call to the general
+    path, which says so)."""
     if type(threads) is int:
         return None if threads < 1 else threads > 1
-    return True if threads is None else None
+    return call_threads() > 1 if threads is None else None
 
 
 def _threads(threads) -> int:
-    if threads is None:
-        return os.cpu_count() or 1
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
-    return threads
+    """A call's thread count (None: the default, ``splyce.set_threads`` / ``SPLYCE_NUM_THREADS`` / all cores)."""
+    return resolve(threads)

@@ -21,7 +21,7 @@ from splyce.dropin.kernels import DENSE_RESULT_BYTES, SERIAL_MAX_WORK, _kernel, 
 from splyce.dropin.operands import OperandInfo, _INT_MAX, as_format, _converter, _coo_array_type, _csc_first, _dense_out, operand_family, _keeps_left_format, _left_format, _raise_bad_product_operand, _raw_csr, scipy_csr_types, sparse_family, _to_dense_vector, _vector_out, _wrap_sparse
 
 
-def matmul(a, b, *, out_format=None, threads=1):
+def matmul(a, b, *, out_format=None, threads=None):
     """scipy's / NumPy's ``a @ b``. ``threads``: worker threads (1 as scipy; None: all cores); results are
     bit-identical for any count."""
     if out_format is None:
@@ -51,13 +51,14 @@ def matmul(a, b, *, out_format=None, threads=1):
     return out
 
 
-def matmul_in_scipy_order(a, b):
+def matmul_in_scipy_order(a, b, threads=None):
     """``a @ b`` for two scipy CSR, or two CSC, 2-D operands of one value dtype (what ``patch_scipy()`` serves),
     with the buffers scipy's own product writes: the operands' buffers read as they are, in stored order
     (unsorted columns and duplicates summed as scipy's csr_matmat sums them), each result row's (a CSC's
     column's) entries in scipy's order (the reverse of first appearance, native spgemm's ``scipy_order``), zero
     sums dropped, not sorted; a CSC product computed as scipy computes it, ``(B.T @ A.T).T`` on the same
-    buffers. The result is a scipy CSR / CSC of the operands' family. One thread. ValueError for buffers a
+    buffers. The result is a scipy CSR / CSC of the operands' family. ``threads``: as ``matmul``'s (None: the
+    process default; a product too small to gain on one thread), the same buffers for any count. ValueError for buffers a
     product cannot read (a decreasing ``indptr``, a column out of range), naming the operand."""
     from splyce.native import spgemm as native_spgemm
 
@@ -84,7 +85,8 @@ def matmul_in_scipy_order(a, b):
     if parts[1][0].dtype != dtype:
         raise ValueError(f"matmul_in_scipy_order: one value dtype expected, got {dtype} and {parts[1][0].dtype} "
                          "(cast one first, as scipy does: to scipy.sparse._sputils.upcast of the two)")
-    product = native_spgemm.spgemm(parts[0], parts[1], right.shape[1], dtype, 1, sort=False, scipy_order=True)
+    product = native_spgemm.spgemm(parts[0], parts[1], right.shape[1], dtype, _threads(threads), sort=False,
+                                   scipy_order=True)
     global last_spgemm_work, last_spgemm_kernel
     last_spgemm_work, last_spgemm_kernel = product.work, product.kernel
     import scipy.sparse as sps
@@ -243,7 +245,9 @@ def _fast_spmv(a, x, threads=1):
     (what a product needs; order and duplicates do not matter), as the kernel reads them. A malformed operand
     raises the general path's error, naming the defect."""
     several = type(threads) is not int or threads != 1     # the common one-thread call decided inline
-    if several and _several_threads(threads) is None:
+    # the default (None) is several threads here: a product too small to split runs on one all the same,
+    # and a larger one goes to the general path, which asks how many cores are idle (thread_count)
+    if several and threads is not None and _several_threads(threads) is None:
         return None                             # not a thread count: the general path says so
     ndim = x.ndim
     if type(a) is SparseTensor:                 # checked when made: its CSR buffers go to the kernel as they are
@@ -266,20 +270,22 @@ def spmv_tensor(a: SparseTensor, x: np.ndarray, threads: int = 1):
     was checked when it was made, so nothing is re-checked here but what the kernel reads as it goes."""
     several = type(threads) is not int or threads != 1
     ndim = x.ndim
-    if type(x) is not np.ndarray or not 1 <= ndim <= 2 or (several and _several_threads(threads) is None):
+    if type(x) is not np.ndarray or not 1 <= ndim <= 2 or (several and threads is not None
+                                                           and _several_threads(threads) is None):
         return None
     return _spmv_buffers(a, *last_level_buffers(a), x, several)
 
 
-def spmv_direct(fallback):
-    """The jit's whole cached SpMV / SpMM call on one thread: ``spmv_tensor(a, x)`` for ``values == [a, x]`` as
+def spmv_direct(fallback, several: bool = False):
+    """The jit's whole cached SpMV / SpMM call on one thread (``several``: when the work is at most
+    ``SERIAL_MAX_WORK``, else ``fallback`` splits it): ``spmv_tensor(a, x)`` for ``values == [a, x]`` as
     the cached call hands them over (a checked CSR SparseTensor, a C-contiguous ndarray: its signature said
     so), else ``fallback(values)``. No layer between the jit's dispatch and the drop-in's kernel: each Python
     frame or property read is ~0.1-0.2 us of a 20-50 us call on a Zen 1, where the drop-in's own call is the
     bar (the tensor's buffers read in one call: they never change once made)."""
     def direct(values: list):
         a, x = values
-        out = _spmv_buffers(a, *last_level_buffers(a), x, False)
+        out = _spmv_buffers(a, *last_level_buffers(a), x, several)    # several: None past SERIAL_MAX_WORK
         return fallback(values) if out is None else out
     return direct
 

@@ -166,14 +166,15 @@ class KernelCall:
         """Run the kernel on ``arrays`` (kept alive by the caller); returns the result descriptors."""
         return self.call_chunks(arrays, [indices])[0]
 
-    def call_words(self, words: list[int]) -> list[ctypes.Structure]:
+    def call_words(self, words: list[int], indices: tuple = ()) -> list[ctypes.Structure]:
         """Run the kernel once on descriptors already packed as words (``descriptor_words`` of each argument,
-        in order; the arrays kept alive by the caller); returns the result descriptors."""
+        in order; the arrays kept alive by the caller), ``indices`` its trailing index arguments (a split
+        kernel's ``(lo, hi)``); returns the result descriptors."""
         if len(words) != self._size:
             raise RuntimeError(f"internal error: {len(words)} descriptor words for a kernel taking {self._size}")
         packed = array.array("q", words)
         base = packed.buffer_info()[0]
-        status, descs = self._call_one([base + 8 * offset for offset in self._offsets], ())
+        status, descs = self._call_one([base + 8 * offset for offset in self._offsets], indices)
         if status:
             raise AllocationFailed(status - 1)
         return descs

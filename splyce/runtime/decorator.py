@@ -8,7 +8,7 @@ from splyce.runtime.dispatcher import Jitted
 
 
 def jit(fun=None, *, static_argnums=None, static_argnames=None, vectorize=True, vector_width=None,
-        phases=DEFAULT_PHASES, fast_math=False, target="native", out_format=None, slp=None, threads=1,
+        phases=DEFAULT_PHASES, fast_math=False, target="native", out_format=None, slp=None, threads=None,
         gallop=DEFAULT_GALLOP_RATIO, union=None, library=True):
     """Compile ``fun``, a NumPy-style function of sparse and dense tensors, on its first call per signature.
 
@@ -61,8 +61,11 @@ def jit(fun=None, *, static_argnums=None, static_argnames=None, vectorize=True, 
         LLVM's SLP vectorizer. None: off where a fast lane was built, on elsewhere.
     threads : int or None, optional
         Split the kernel's outermost parallel loop into chunks balanced by nonzeros, run on this many
-        threads (None: all cores). Results are bit-identical to one thread. Kernels whose outer loop is not
-        independent run on one thread and say why in ``lower(...).as_text("splyce")``.
+        threads. None (default): the process default at the first call, every core unless
+        ``splyce.set_threads`` / ``SPLYCE_NUM_THREADS`` say otherwise; ``1``: one thread. A call whose
+        operands hold too few entries to gain from a second thread runs on one. Results are bit-identical to
+        one thread. Kernels whose outer loop is not independent run on one thread and say why in
+        ``lower(...).as_text("splyce")``.
     gallop : int, optional
         Two-fiber intersections whose long fiber has at least ``gallop + 2 min(floor(log2 short), 12)``
         (short fibers of 8 coordinates or more; ``gallop`` below) times the short one's coordinates (k-way: the longest ``gallop`` times the shortest's) skip ahead by

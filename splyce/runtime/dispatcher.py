@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import itertools
 import logging
-import os
 import threading
 import uuid
 import weakref
@@ -29,8 +28,9 @@ from splyce.runtime.kernel import (
     Kernel, _labelled, _stored_entries, _values_of,
 )
 from splyce.runtime.arguments import Static
-from splyce.backend.compiler import Lowering, lower   # no MLIR until lower() runs
+from splyce.backend.compiler import Lowering, lower, prewarm   # no MLIR until lower() runs
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
+from splyce.thread_count import compile_threads
 from splyce.tensors.formats import Format
 from splyce.tracer import captures, matrix, namespaces
 from splyce.tracer.ir import Node, Trace
@@ -71,7 +71,7 @@ class Jitted:
     """
 
     def __init__(self, fun, *, vectorize=True, vector_width=None, phases=DEFAULT_PHASES, fast_math=False,
-                 target="native", out_format=None, slp=None, profile=False, threads=1,
+                 target="native", out_format=None, slp=None, profile=False, threads=None,
                  gallop=DEFAULT_GALLOP_RATIO, union=None, library=True, static_argnums=None,
                  static_argnames=None):
         if not callable(fun):
@@ -81,8 +81,10 @@ class Jitted:
         self._target_name = target
         self._option_args = dict(vectorize=vectorize, vector_width=vector_width, phases=phases,
                                  fast_math=fast_math, slp=slp, profile=profile, gallop=gallop, union=union,
-                                 library=library, threads=(os.cpu_count() or 1) if threads is None else threads)
-        Options(**self._option_args)  # validate now, resolve the target lazily (no LLVM at import)
+                                 library=library, threads=threads)
+        # validate now, resolve the target lazily (no LLVM at import); threads=None: the process default
+        # (thread_count: all cores unless set_threads / SPLYCE_NUM_THREADS say otherwise) at the first call
+        Options(**dict(self._option_args, threads=compile_threads(threads)))
         if not (out_format is None or isinstance(out_format, Format) or out_format in OUT_FORMATS):
             raise ValueError(f"out_format must be 'dense', 'sparse', a splyce.Format or None, got {out_format!r}")
         self.out_format = out_format
@@ -124,7 +126,8 @@ class Jitted:
             target = resolve_target(self._target_name)
             if self._option_args["fast_math"] and self._option_args["vector_width"] is None:
                 lane_tuning.resolve(target, Jitted)   # the host's lane measured once (memoized on disk)
-            self._options = Options(target=target, **self._option_args)
+            self._options = Options(target=target, **dict(self._option_args,
+                                                           threads=compile_threads(self._option_args["threads"])))
         return self._options
 
     def __repr__(self) -> str:
@@ -343,8 +346,10 @@ class Jitted:
                 kernel = staged.StagedKernel(plan, tree)
             elif call is not None:     # the drop-in's native kernel: no MLIR compile unless asked for
                 kernel = library.LibraryKernel(call, tree, plan, key.options.threads,
-                                               lambda: self._mlir_kernel(key, specs, values, planned))
+                                               lambda: self._mlir_kernel(key, specs, values, planned),
+                                               follow_default=self._option_args["threads"] is None)
             else:
+                prewarm()      # the allocator helpers build on another thread while MLIR lowers this plan
                 kernel = self._mlir_kernel(key, specs, values, planned)
             with self._lock:
                 self.misses += 1
@@ -356,6 +361,8 @@ class Jitted:
         with self._machine_lock(key, planned):
             lowering, tree, plan = self._lower(key, specs, values, disk=True, planned=planned)
             kernel = Kernel(lowering, tree, plan)
+            # threads=None: each call on at most the compiled count, fewer when other processes hold the cores
+            kernel.follow_default = self._option_args["threads"] is None
             if lowering.disk_key and not lowering.from_disk:
                 disk_kernels.store(lowering, kernel)
         with self._lock:

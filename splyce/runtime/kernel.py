@@ -23,11 +23,20 @@ from splyce.planner.plan import Plan
 from splyce.runtime import arguments
 from splyce.runtime import calls
 from splyce.tensors.tensor import SparseTensor
+from splyce.thread_count import call_threads
 from splyce.tracer.ir import TensorType
 
 
 class Kernel:
     """One compiled specialization: its lowering, native entry point and output layout."""
+
+    # set by the dispatcher for a jit left at threads=None: each call runs on at most the compiled thread
+    # count, fewer when other processes hold the cores (thread_count.call_threads)
+    follow_default = False
+
+    def _threads(self) -> int:
+        threads = self.lowering.options.threads
+        return min(threads, call_threads()) if self.follow_default and threads > 1 else threads
 
     direct = None      # no one-closure cached call (runtime/library.py's kernels have one)
 
@@ -95,7 +104,7 @@ class Kernel:
                 return [np.add(accumulate_into, result, out=accumulate_into)]
         given = values
         if self._prepares:
-            values = self.plan.prepare(values, self.lowering.options.threads)
+            values = self.plan.prepare(values, self._threads())
         dense_outputs = {}
         for out, shape, dtype, overwrites, over in self._dense_outputs:
             if accumulate_into is not None:
@@ -105,19 +114,25 @@ class Kernel:
             else:
                 dense_outputs[out] = _result_buffer(shape, dtype, zeroed=not overwrites)
         extent = self.lowering.outer_extent
+        threads = 1
+        if extent is not None:
+            threads = self._threads()
+            if threads > 1 and _stored_work(values) <= SERIAL_MAX_ENTRIES:
+                threads = 1      # too little work to gain from a second thread: the same chunks' result, one
         try:
-            if extent is None:   # one call: descriptors from each operand's (memoized) words
+            if extent is None or threads == 1:   # one call: descriptors from each operand's (memoized) words
                 words = []
                 for sparse, v in zip(self._input_sparse, values):
                     words += calls.tensor_words(v) if sparse else calls.descriptor_words(v)
                 for array in dense_outputs.values():
                     words += calls.descriptor_words(array)
-                return self._results(self._call.call_words(words), dense_outputs, words)
+                # a split kernel on one thread: all its rows as one chunk, (0, extent)
+                descs = self._call.call_words(words, () if extent is None else (0, extent))
+                return self._results(descs, dense_outputs, words)
             buffers = []
             for t, v in zip(self.trace.inputs, values):
                 buffers.extend(arguments.flatten(t, v))
             buffers.extend(dense_outputs.values())
-            threads = self.lowering.options.threads
             chunks = _outer_chunks(extent, threads * CHUNKS_PER_THREAD if threads > 1 else 1, self.trace.inputs,
                                    values)
             if not self.lowering.outer_reductions or len(chunks) == 1:
@@ -242,6 +257,23 @@ def _values_of(x) -> np.ndarray:
 def _stored_entries(value) -> int:
     """What the planner costs an operand by: stored entries of a sparse tensor, size of a dense array."""
     return value.nnz if isinstance(value, SparseTensor) else int(np.size(value))
+
+
+# A split kernel call whose operands hold at most this many stored entries (sparse entries plus dense
+# elements, ``_stored_work``) runs as one chunk on the calling thread: handing chunks to a pool thread costs
+# ~0.1-0.2 ms of wake-up and balance (docs/threads.md), more than such a call gains (measured: bench
+# default_threads).
+SERIAL_MAX_ENTRIES = 1 << 17
+
+
+def _stored_work(values) -> int:
+    total = 0
+    for v in values:
+        if isinstance(v, SparseTensor):
+            total += v.nnz
+        elif isinstance(v, np.ndarray):
+            total += v.size
+    return total
 
 
 def _outer_chunks(extent: int, threads: int, inputs, values) -> list[tuple[int, int]]:

@@ -30,6 +30,7 @@ from splyce.planner.plan import NativeStep
 from splyce.planner.unordered import is_unordered_csr
 from splyce.tensors.formats import compressed_order
 from splyce.runtime import forms, providers
+from splyce.thread_count import call_threads
 from splyce.tracer.ir import ContractParams, Node, TensorType
 
 
@@ -338,7 +339,7 @@ class LibraryKernel:
 
     coo_sources = None
 
-    def __init__(self, call: LibraryCall, result_tree, plan, threads: int, build_kernel):
+    def __init__(self, call: LibraryCall, result_tree, plan, threads: int, build_kernel, follow_default=False):
         self.call = call
         self.result_tree = result_tree
         # ``plan``'s MLIR kernel, built on need, scatters when the call computes its kept twin (``accumulate``
@@ -348,6 +349,9 @@ class LibraryKernel:
         self.plan = plan
         self.trace = plan.trace
         self.threads = threads
+        # a jit left at threads=None: each call on at most ``threads``, fewer when other processes hold the cores
+        # (thread_count.call_threads); a call too small to split stays on one thread inside the native call
+        self._follow = follow_default and threads > 1
         out = plan.trace.outputs[0].type
         self.sparse_results = out.is_sparse and out.ndim == 2
         self._dtype = np.dtype(out.dtype)
@@ -370,7 +374,13 @@ class LibraryKernel:
         reads = self.call.op.reads
         if reads is None and self._prepares:
             return None
-        run, threads, finish = self.call.run, self.threads, self._finish
+        run, finish = self.call.run, self._finish
+        if self._follow:
+            most = self.threads
+
+            def run(args, _threads, run=self.call.run):     # the thread count decided per call
+                return run(args, min(most, call_threads()))
+        threads = self.threads
         picks = reads if reads is not None else self.call.op.operands
         every = picks == tuple(range(len(self.plan.source.inputs) - len(self.plan.constants)))
         dtype, shape = self._dtype, self._shape
@@ -395,8 +405,11 @@ class LibraryKernel:
             if type(out) is np.ndarray and (out.dtype is dtype or out.dtype == dtype) and out.shape == shape:
                 return out
             return finish(out, values)[0]
-        fast = self.call.direct if every and type(threads) is int and threads == 1 else None
-        return direct if fast is None else fast(direct)
+        fast = self.call.direct if every and type(threads) is int else None
+        return direct if fast is None else fast(direct, threads > 1)
+
+    def call_threads(self) -> int:
+        return min(self.threads, call_threads()) if self._follow else self.threads
 
     def kernel(self):
         """The MLIR kernel of the same plan, compiled on first use."""
@@ -408,10 +421,10 @@ class LibraryKernel:
     def run_exact(self, values: list) -> list:
         reads = self.call.op.reads
         if reads is not None:                   # the arguments themselves (a transpose read in place)
-            out = self.call.run([values[i] for i in reads], self.threads)
+            out = self.call.run([values[i] for i in reads], self.call_threads())
         else:
-            inputs = self.plan.prepare(values, self.threads) if self._prepares else values
-            out = self.call.run([inputs[i] for i in self.call.op.operands], self.threads)
+            inputs = self.plan.prepare(values, self.call_threads()) if self._prepares else values
+            out = self.call.run([inputs[i] for i in self.call.op.operands], self.call_threads())
         return self._finish(out, values)
 
     def _finish(self, out, values: list) -> list:
