@@ -21,7 +21,8 @@ import numpy as np
 from splyce.planner import nonfinite
 from splyce.planner.plan import make_plan
 from splyce.runtime import (aliasing, arguments, call_args, disk_cache, disk_kernels, lane_tuning, library,
-                            result_tree, scipy_results)
+                            result_tree, scipy_results, staged)
+from splyce.planner.host_steps import has_host_steps
 from splyce.runtime.cache_key import CacheInfo, CacheKey, count_of
 from splyce.runtime.signature import fast_signature, signature_of, unchanged
 from splyce.runtime.kernel import (
@@ -336,8 +337,11 @@ class Jitted:
                 return kernel
             planned = None if key in self._lowerings else self._plan(specs, values, key)
             _, tree, plan = planned or self._lowerings[key]
-            call = library.choose(plan, key.options, self.out_format) if key.options.library else None
-            if call is not None:     # the drop-in's native kernel: no MLIR compile unless asked for
+            call = library.choose(plan, key.options, self.out_format) if key.options.library and not isinstance(
+                plan, staged.StagedPlan) else None
+            if isinstance(plan, staged.StagedPlan):   # cut at its host steps: a kernel per stage
+                kernel = staged.StagedKernel(plan, tree, lambda p: self._stage_kernel(key, p))
+            elif call is not None:     # the drop-in's native kernel: no MLIR compile unless asked for
                 kernel = library.LibraryKernel(call, tree, plan, key.options.threads,
                                                lambda: self._mlir_kernel(key, specs, values, planned))
             else:
@@ -346,6 +350,29 @@ class Jitted:
                 self.misses += 1
                 self._cache[key] = kernel
             return kernel
+
+    def _stage_kernel(self, key: CacheKey, plan) -> Kernel:
+        """The kernel of one stage of a program cut at its host steps (runtime/staged.py): the native library's
+        call where it serves the stage's plan, else its MLIR kernel (from the disk cache, else compiled)."""
+        def mlir() -> Kernel:
+            disk_key = disk_kernels.disk_key(plan.trace, key) if disk_cache.enabled() else None
+            low = disk_kernels.load(disk_key, plan.trace, key.options) if disk_key else None
+            fresh = low is None
+            if fresh:
+                low = lower(plan.trace, key.options)
+            low.disk_key = disk_key
+            kernel = Kernel(_labelled(low, plan), None, plan)
+            if disk_key and fresh:
+                disk_kernels.store(low, kernel)
+            with self._lock:
+                self.compiles += fresh
+                self.disk_hits += not fresh
+            return kernel
+
+        call = library.choose(plan, key.options, key.out_format) if key.options.library else None
+        if call is not None:
+            return library.LibraryKernel(call, None, plan, key.options.threads, mlir)
+        return mlir()
 
     def _mlir_kernel(self, key: CacheKey, specs, values, planned) -> Kernel:
         """The MLIR kernel for ``key``: from the disk cache, else compiled (and stored)."""
@@ -373,6 +400,8 @@ class Jitted:
         source, tree, constants = self._trace(specs, key.call[0], key.kinds)
         nnz = tuple(_stored_entries(v) for v in (*values, *constants))
         native = library.native_steps(key.options)
+        if has_host_steps(source):   # NumPy's dense linear algebra between kernels: cut there
+            return source, tree, staged.StagedPlan(source, nnz, tuple(constants), native)
         return source, tree, make_plan(source, nnz, constants=tuple(constants), native=native)
 
     def _lower(self, key: CacheKey, specs, values, disk: bool = False, planned=None):
@@ -382,6 +411,11 @@ class Jitted:
         cached = self._lowerings.get(key)
         if cached is None:
             _, tree, plan = planned or self._plan(specs, values, key)
+            if isinstance(plan, staged.StagedPlan):   # its stages' lowerings (compiled, as the kernel needs them)
+                kernel = staged.StagedKernel(plan, tree, lambda p: self._stage_kernel(key, p))
+                cached = (kernel.lowering, tree, plan)
+                self._lowerings[key] = cached
+                return cached
             trace = plan.trace
             low = None
             disk_key = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from splyce.tracer import gather, stacking, statistics
+from splyce.tracer import gather, linalg, stacking, statistics
 from splyce.tracer import tracer as T
 from splyce.tracer.base import TraceError, Tracer, _node, scalar_value
 from splyce.tracer.dense_ops import astype, ufunc
@@ -84,10 +84,13 @@ def _clip(a, a_min=None, a_max=None, out=None, min=None, max=None):
 
 
 def _norm(x, ord=None, axis=None, keepdims=False):
-    """The 2-norm of a vector, the Frobenius norm of a matrix (``np.linalg.norm`` without ``ord``)."""
+    """The 2-norm of a vector, the Frobenius norm of a matrix (``np.linalg.norm`` without ``ord``) in the
+    kernel; another ``ord`` of a dense value by NumPy between kernels (tracer/linalg.py)."""
     if ord not in (None, 2, "fro") or (ord == 2 and _node(x, "norm").type.ndim != 1):
-        raise TypeError(f"numpy.linalg.norm: ord={ord!r} is not supported on traced tensors (the 2-norm of "
-                        "vectors and the Frobenius norm are)")
+        if _node(x, "norm").type.is_sparse:
+            raise TypeError(f"numpy.linalg.norm: ord={ord!r} of a sparse value is not supported on traced tensors "
+                            "(the Frobenius norm is; for another, write np.linalg.norm(a.toarray(), ord))")
+        return linalg.call(np.linalg.norm, (x,), {"ord": ord, "axis": axis, "keepdims": keepdims})
     squares = T.absolute(x) ** 2 if _node(x, "norm").type.dtype.startswith("complex") else T.multiply(x, x)
     return ufunc("sqrt", T.sum_(squares, axis, keepdims=keepdims))
 
@@ -205,9 +208,7 @@ def array_ufunc(self, ufunc_, method, *inputs, **kwargs):
 def array_function(self, func, types, args, kwargs):
     impl = FUNCTIONS.get(func)
     if impl is None and "linalg" in (getattr(func, "__module__", "") or ""):
-        raise TypeError(f"{_name(func)} is not supported on traced tensors inside @splyce.jit (only "
-                        "numpy.linalg.norm is): small dense linear algebra runs on the host, so compute it "
-                        "outside the jitted function, e.g. jit the part before it and the part after it")
+        return linalg.call(func, args, kwargs)   # NumPy itself, between kernels
     if impl is None:
         raise TypeError(f"{_name(func)} is not supported on traced tensors inside @splyce.jit; supported: "
                         f"{', '.join(sorted(_name(f) for f in FUNCTIONS))} and the ufuncs")
