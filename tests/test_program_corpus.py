@@ -75,12 +75,9 @@ REFUSED = {"cosine_similarity": "np.where(mask, v, y)", "row_l1_normalize": "np.
            "item_item_similarity": "np.where(mask, v, y)", "gcn_normalize": "np.where(mask, v, y)",
            "sgc_features": "np.where(mask, v, y)", "pagerank": "np.where(mask, v, y)",
            "personalized_pagerank": "np.where(mask, v, y)", "observed_entries_loss": ".data array",
-           # the structure of a traced value, a Python float of one, small dense linear algebra between kernels
-           # and a vector of traced scalars: refused, each naming what to write (the last two: not done yet)
+           # the structure of a traced value and a Python float of one: refused, each naming what to write
            "sparsity_profile": ".indptr array", "user_mean_centering": ".indptr array",
-           "heat_explicit": "no value at trace time",
-           "als_user_step": "numpy.linalg.solve is not supported",
-           "lanczos_three_steps": "numpy.array of a list holding 0-d traced values"}
+           "heat_explicit": "no value at trace time"}
 
 
 def _eager_refuses(kind: str, fun, args) -> Exception | None:

@@ -149,6 +149,8 @@ FUNCTIONS = {   # NumPy function -> the traced operation
     np.hstack: lambda tup, dtype=None, casting="same_kind": _no("hstack", dtype=dtype) or stacking.hstack(tup),
     np.vstack: lambda tup, dtype=None, casting="same_kind": _no("vstack", dtype=dtype) or stacking.vstack(tup),
     np.column_stack: stacking.column_stack,
+    np.ndim: lambda a: a.ndim, np.shape: lambda a: a.shape,
+    np.size: lambda a, axis=None: a.size if axis is None else a.shape[axis],
     np.copy: lambda a, order="K", subok=False: a if subok else Tracer(_node(a, "copy")),   # never written
     np.take: lambda a, indices, axis=None, out=None, mode="raise": _no(
         "take", out=out, mode=None if mode == "raise" else mode) or gather.take(a, indices, axis),
@@ -160,14 +162,20 @@ if hasattr(np, "astype"):
 def _diag(v, k=0):
     """``np.diag``: the main diagonal of a 2-D value, or the square matrix with a 1-D value on its diagonal."""
     node = _node(v, "diag")
-    if k != 0:
-        raise TypeError(f"numpy.diag: only k=0 is supported on traced tensors, got k={k!r}")
-    if node.type.ndim == 2:
+    if node.type.ndim == 2 and k == 0:
         return T.diagonal(v)
     if node.type.ndim != 1 or node.type.is_sparse:
-        raise TypeError(f"numpy.diag: a 1-D or 2-D dense value is needed, got shape {node.type.shape}")
+        raise TypeError(f"numpy.diag: a 1-D dense value (or k=0 of a 2-D one) is needed, got shape "
+                        f"{node.type.shape} and k={k!r}")
     n = node.type.shape[0]
-    return T.multiply(v.reshape((n, 1)), np.eye(n, dtype=node.type.dtype))
+    k = int(k)
+    # entry i at (i + max(-k, 0), i + max(k, 0)): two 0/1 placements stored sparse, so only v's entries are
+    # read (an inf stays where it is, zeros elsewhere, as NumPy's)
+    size = n + abs(k)
+    rows = stacking.placement(n, max(-k, 0), size, node.type.dtype)
+    cols = stacking.placement(n, max(k, 0), size, node.type.dtype)
+    return T.contract([node, _node(rows, "diag"), _node(cols, "diag")], ["i", "ir", "ic"], "rc",
+                      out_format="dense", op="diag")
 
 
 def _expand_dims(a, axis):
