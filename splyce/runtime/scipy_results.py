@@ -34,3 +34,11 @@ def as_matrix(r):
     if type(r) is np.ndarray and r.ndim == 2:
         return r.view(np.matrix)
     return r
+
+
+def as_coo(r, matrix: bool):
+    """A dense reduction of a sparse value (``A.max(axis=0)``) as scipy returns it: a COO of its nonzero
+    entries, a ``coo_matrix`` for the matrix kind (2-D), else a ``coo_array`` (1-D for a 1-D result)."""
+    import scipy.sparse as sps
+
+    return sps.coo_matrix(np.asarray(r)) if matrix else sps.coo_array(np.asarray(r))
