@@ -88,8 +88,8 @@ def _eager_refuses(kind: str, fun, args) -> Exception | None:
     return None
 
 
-def run(name: str, kind: str):
-    fun, make = PROGRAMS[name]
+def run(name: str, kind: str, programs: dict = PROGRAMS, refused: dict = REFUSED):
+    fun, make = programs[name]
     args = make(as_kind(_matrix(), kind), np.random.default_rng(1))
     eager_error = _eager_refuses(kind, fun, args)
     if isinstance(eager_error, AttributeError):   # a method the class lacks (an sparray's getnnz): the jit may
@@ -98,8 +98,8 @@ def run(name: str, kind: str):
         with pytest.raises(Exception):
             splyce.jit(fun)(*args)
         return
-    if name in REFUSED:
-        with pytest.raises((splyce.TraceError, TypeError), match=re.escape(REFUSED[name])):
+    if name in refused:
+        with pytest.raises((splyce.TraceError, TypeError), match=re.escape(refused[name])):
             splyce.jit(fun)(*args)
         return
     want = fun(*(_eager_operand(a) for a in args))
