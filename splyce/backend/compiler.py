@@ -218,7 +218,7 @@ def _sparsified(trace: Trace, module):
 
     from splyce.lowering import pipeline
     from splyce.lowering.free_intermediates import free_intermediates
-    from splyce.lowering.fusion_check import contradicting_sparse_orders
+    from splyce.lowering.fusion_check import broadcast_union, contradicting_sparse_orders
     from splyce.lowering.loop_coordinates import coordinates_as_operands
     from splyce.lowering.noop_generics import drop_noop_generics
     from splyce.lowering.outer_arguments import shield_outer_arguments
@@ -227,7 +227,7 @@ def _sparsified(trace: Trace, module):
     pipeline.run_passes(module, pipeline.FUSE)
     drop_noop_generics(module)   # the sparsifier segfaults on a generic that ignores its sparse operand
     shield_outer_arguments(module)   # and aborts on a late argument read inside a sparse generic's body
-    if not contradicting_sparse_orders(module):
+    if not contradicting_sparse_orders(module) and not broadcast_union(module):
         try:
             coordinates_as_operands(module)   # its loop scheduler leaves linalg.index on the old loop
             free_intermediates(module)

@@ -121,7 +121,7 @@ class StagedLowering:
 
 def _stage_text(stage, item, text) -> str:
     if isinstance(stage, HostStage):
-        calls = dict.fromkeys(f"numpy.linalg.{n.params[0]}" for n in stage.nodes)
+        calls = dict.fromkeys(f"numpy.{n.params[0]}" for n in stage.nodes)
         return f"// host step: {', '.join(calls)} (NumPy, between kernels)"
     return f"// kernel\n{text(item)}"
 

@@ -22,12 +22,16 @@ import numpy as np
 from splyce.tracer.base import TraceError, Tracer, _node
 from splyce.tracer.ir import Node, TensorType
 
-# NumPy's functions run on the host: name -> the function (their operands: any traced or concrete array
-# argument; every other argument is static, part of the node's params)
-FUNCTIONS = {name: getattr(np.linalg, name) for name in (
+# NumPy's functions run on the host: qualified name -> the function (their operands: any traced or concrete
+# array argument; every other argument is static, part of the node's params). Besides np.linalg, NumPy's
+# sorting and scans, whose results have static shapes (JAX has them; the kernels do not compute them).
+FUNCTIONS = {f"linalg.{name}": getattr(np.linalg, name) for name in (
     "solve", "inv", "cholesky", "det", "slogdet", "eigh", "eigvalsh", "qr", "lstsq", "pinv", "svd", "svdvals",
     "matrix_rank", "matrix_power", "cond", "norm", "matrix_norm", "vector_norm", "tensorsolve", "tensorinv")
     if hasattr(np.linalg, name)}
+FUNCTIONS.update({name: getattr(np, name) for name in (
+    "sort", "argsort", "partition", "argpartition", "cumsum", "cumprod", "median", "percentile", "quantile",
+    "searchsorted", "flip", "roll", "tril", "triu")})
 
 # refused, with what to write instead
 REFUSED = {
@@ -39,35 +43,40 @@ REFUSED = {
 }
 
 
+def serves(func) -> bool:
+    """Whether ``func`` is one of NumPy's functions run between kernels (outside ``np.linalg``)."""
+    return FUNCTIONS.get(getattr(func, "__name__", "")) is func
+
+
 def call(func, args: tuple, kwargs: dict):
     """``func(*args, **kwargs)`` of NumPy's linalg with a traced operand: its results as traced values of
     ``host`` nodes, in the structure NumPy returns them (a namedtuple for ``qr`` / ``eigh`` / ``svd`` /
     ``slogdet``, a tuple for ``lstsq``)."""
-    name = getattr(func, "__name__", str(func))
-    if name in REFUSED:
-        raise TraceError(f"numpy.linalg.{name} is not supported on traced tensors inside @splyce.jit: {REFUSED[name]}")
+    short = getattr(func, "__name__", str(func))
+    name = f"linalg.{short}" if "linalg" in (getattr(func, "__module__", "") or "") else short
+    if short in REFUSED:
+        raise TraceError(f"numpy.{name} is not supported on traced tensors inside @splyce.jit: {REFUSED[short]}")
     if FUNCTIONS.get(name) is not func:
-        raise TypeError(f"numpy.linalg.{name} is not supported on traced tensors inside @splyce.jit; supported: "
-                        f"{', '.join(f'numpy.linalg.{n}' for n in sorted(FUNCTIONS))} (run by NumPy between "
-                        "kernels)")
+        raise TypeError(f"numpy.{name} is not supported on traced tensors inside @splyce.jit; run by NumPy "
+                        f"between kernels: {', '.join(f'numpy.{n}' for n in sorted(FUNCTIONS))}")
     signature = inspect.signature(func)
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError as e:
-        raise TypeError(f"numpy.linalg.{name}: {e}") from None
+        raise TypeError(f"numpy.{name}: {e}") from None
     operands, statics, dummies = [], [], {}
     for param, value in bound.arguments.items():
         if isinstance(value, Tracer) or (isinstance(value, np.ndarray) and value.ndim > 0):
-            node = _node(value, f"numpy.linalg.{name}")
+            node = _node(value, f"numpy.{name}")
             if node.type.is_sparse:
-                raise TraceError(f"numpy.linalg.{name} of a sparse value: NumPy's dense linear algebra does not "
-                                 "take scipy.sparse matrices; write a.toarray() for a small dense matrix, or call "
+                raise TraceError(f"numpy.{name} of a sparse value: NumPy's {short} takes dense arrays, not "
+                                 "scipy.sparse matrices; write a.toarray() for a small dense matrix, or call "
                                  "scipy.sparse.linalg outside the jitted function")
             operands.append((param, node))
             dummies[param] = _dummy(node.type)
         else:
             if isinstance(value, (list, tuple)) and any(isinstance(v, Tracer) for v in value):
-                raise TraceError(f"numpy.linalg.{name}: argument {param!r} holds traced values; pass one array "
+                raise TraceError(f"numpy.{name}: argument {param!r} holds traced values; pass one array "
                                  "(np.stack(...) of them)")
             statics.append((param, _static(value, name, param)))
     with np.errstate(all="ignore"):
@@ -101,7 +110,7 @@ def evaluate(node: Node, values: list):
         t = _sibling_type(node, k)
         array = np.asarray(value)
         if array.shape != t.shape:
-            raise ValueError(f"numpy.linalg.{name}: result {k} has shape {array.shape} on these values, but "
+            raise ValueError(f"numpy.{name}: result {k} has shape {array.shape} on these values, but "
                              f"{t.shape} when traced; its shape depends on the values (lstsq's residuals are "
                              "empty when the matrix is rank deficient), which a jitted function cannot return: "
                              "compute it outside the jitted function")
@@ -159,5 +168,5 @@ def _static(value, name: str, param: str):
     if value is None or isinstance(value, (bool, int, float, str)) or (
             isinstance(value, tuple) and all(v is None or isinstance(v, (bool, int, float, str)) for v in value)):
         return value
-    raise TypeError(f"numpy.linalg.{name}: argument {param!r} of type {type(value).__name__} is not supported "
+    raise TypeError(f"numpy.{name}: argument {param!r} of type {type(value).__name__} is not supported "
                     "inside @splyce.jit (pass a number, string or tuple)")

@@ -215,8 +215,11 @@ def array_ufunc(self, ufunc_, method, *inputs, **kwargs):
 
 def array_function(self, func, types, args, kwargs):
     impl = FUNCTIONS.get(func)
-    if impl is None and "linalg" in (getattr(func, "__module__", "") or ""):
+    if impl is None and ("linalg" in (getattr(func, "__module__", "") or "") or linalg.serves(func)):
         return linalg.call(func, args, kwargs)   # NumPy itself, between kernels
+    if func is np.fill_diagonal:
+        raise TraceError("numpy.fill_diagonal writes into its argument, and traced values are immutable inside "
+                         "@splyce.jit (as in JAX); write a = np.where(np.eye(n, dtype=bool), v, a)")
     if impl is None:
         raise TypeError(f"{_name(func)} is not supported on traced tensors inside @splyce.jit; supported: "
                         f"{', '.join(sorted(_name(f) for f in FUNCTIONS))} and the ufuncs")
