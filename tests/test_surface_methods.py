@@ -413,8 +413,8 @@ def test_more_refusals_name_the_construct():
         splyce.jit(lambda x: np.concatenate([x, 1.0]))(X)
     with pytest.raises(ValueError, match="zero-dimensional arrays cannot be concatenated"):
         splyce.jit(lambda x: np.concatenate([x.sum(), x.sum()]))(X)
-    with pytest.raises(TraceError, match="numpy.asarray of a list holding 0-d traced values.*a \\* e0 \\+ b \\* e1"):
-        splyce.jit(lambda x: np.asarray([x.sum(), x.max()]))(X)
+    # a list of 0-d traced values is the vector of them, as NumPy's (it was refused before)
+    np.testing.assert_allclose(splyce.jit(lambda x: np.asarray([x.sum(), x.max()]))(X), [X.sum(), X.max()])
     with pytest.raises(TraceError, match="scipy.sparse.vstack: format 'dia' is not supported.*'csr', 'csc' or 'coo'"):
         splyce.jit(lambda a: sp.vstack([a, a], format="dia"))(A)
     with pytest.raises(ValueError, match="Repeated diagonal offsets"):

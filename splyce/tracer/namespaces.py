@@ -30,7 +30,7 @@ import numpy as np
 
 from splyce.tracer import matrix, captures
 from splyce.tracer import sparse_methods as S
-from splyce.tracer import stacking
+from splyce.tracer import stacking, surface
 from splyce.tracer import tracer as T
 from splyce.tracer.base import TraceError, Tracer, _node, mark_diagonal
 from splyce.tracer.dense_ops import astype
@@ -255,6 +255,12 @@ def _refusing(qualified: str, real, served: list):
             return real(*args, **kwargs)
         try:
             return real(*args, **kwargs)
+        except TraceError as e:
+            if not isinstance(e, surface.ConversionRefused):
+                raise                # the tracer's own message about the construct (``sp.eye(a.nnz)``)
+            raise TraceError(f"{qualified} is not supported on traced values inside @splyce.jit (served here: "
+                             f"{', '.join(served)}); compute it outside the jitted function and pass the result "
+                             "as an argument") from e
         except Exception as e:   # noqa: BLE001 - whatever scipy raised on the tracer
             raise TraceError(f"{qualified} is not supported on traced values inside @splyce.jit (served here: "
                              f"{', '.join(served)}); compute it outside the jitted function and pass the result "
