@@ -77,8 +77,11 @@ EXACT_CLASS = ("max0", "min1")     # scipy's coo_array (1-D) / coo_matrix ((1, n
 
 
 def _known(name: str, kinds: tuple, eager) -> bool:
-    # pydata reduces to a (0-d) COO; its max / min along an axis come back as scipy's coo_array (a sparse array)
-    return name in REDUCTIONS and name not in EXACT_CLASS and isinstance(eager, pydata.SparseArray)
+    # pydata reduces to a (0-d) COO; max / min along an axis of SparseTensor and pydata operands (no scipy
+    # operand in the call) are dense arrays under jit
+    if name in EXACT_CLASS:
+        return not any(k in SCIPY for k in kinds)
+    return name in REDUCTIONS and isinstance(eager, pydata.SparseArray)
 
 
 def _reference(x):

@@ -220,7 +220,7 @@ class Jitted:
         results = kernel.run_exact(values)
         if kernel.coo_sources is not None and self.out_format is None:
             results = scipy_results.as_coo_where_scipy_keeps_it(kernel.coo_sources, results, leaves)
-        return result_tree.unflatten(kernel.result_tree, results)
+        return result_tree.unflatten(kernel.result_tree, results, leaves)
 
     def _filed(self, args, values: list | None = None):
         """The kernel filed under ``args``' cheap signature (``signature.fast_signature``; a hit counted), or

@@ -93,7 +93,8 @@ def flatten_outputs(out):
 
 
 # a sparse value's max / min along an axis, returned: scipy's COO of the reduction's nonzero entries (a 1-D
-# ``coo_array`` of an array, a (1, n) / (m, 1) ``coo_matrix`` of a matrix), computed dense by the kernel
+# ``coo_array`` of an array, a (1, n) / (m, 1) ``coo_matrix`` of a matrix), computed dense by the kernel;
+# with no scipy operand in the call (SparseTensor, pydata-sparse), the dense array
 COO_OF = {matrix.ARRAY: "coo array", matrix.MATRIX: "coo matrix"}
 
 
@@ -107,12 +108,15 @@ def _described(out) -> str:
     return f"an empty {type(out).__name__}" if empty else type(out).__name__
 
 
-def unflatten(tree, results):
-    """The value the function returned, with the kernel's ``results`` in place of its traced results."""
+def unflatten(tree, results, operands=()):
+    """The value the function returned, with the kernel's ``results`` in place of its traced results;
+    ``operands``: the call's arguments (whether scipy's classes are among them)."""
     if tree is None:
         return results[0]
     leaves = [results[s] if type(s) is int else s.get() for s in tree.slots]
     if tree.kinds:   # scipy's spmatrix classes and np.matrix for results of the matrix kind, scipy's COO
-        leaves = [scipy_results.as_matrix(v) if k == matrix.MATRIX else scipy_results.as_coo(v, k == COO_OF[
-            matrix.MATRIX]) if k in COO_OF.values() else v for v, k in zip(leaves, tree.kinds)]
+        scipy_in = COO_OF[matrix.ARRAY] in tree.kinds and scipy_results.any_scipy_sparse(operands)
+        leaves = [scipy_results.as_matrix(v) if k == matrix.MATRIX else scipy_results.as_coo(v, True)
+                  if k == COO_OF[matrix.MATRIX] else scipy_results.as_coo(v, False)
+                  if k == COO_OF[matrix.ARRAY] and scipy_in else v for v, k in zip(leaves, tree.kinds)]
     return pytree.unflatten(tree.structure, leaves)

@@ -42,3 +42,20 @@ def as_coo(r, matrix: bool):
     import scipy.sparse as sps
 
     return sps.coo_matrix(np.asarray(r)) if matrix else sps.coo_array(np.asarray(r))
+
+
+def any_scipy_sparse(operands) -> bool:
+    """Whether a scipy.sparse object is among ``operands`` (a call's arguments, possibly nested)."""
+    sps = sys.modules.get("scipy.sparse")
+    if sps is None:
+        return False
+    stack = list(operands)
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (sps.spmatrix, sps.sparray)):
+            return True
+        if isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+    return False
