@@ -181,5 +181,6 @@ def test_broadcast_union_inside_a_sparse_loop_compiles(count):
             np.testing.assert_allclose(splyce.jit(f)(a, d), f(a, d), rtol=1e-12)
         print("ok")
     """)
-    run = subprocess.run([sys.executable, "-c", code.replace("COUNT", str(count))], capture_output=True, text=True, timeout=600)
+    run = subprocess.run([sys.executable, "-c", code.replace("COUNT", str(count))], capture_output=True, text=True,
+                         timeout=600)
     assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-2000:]

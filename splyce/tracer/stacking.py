@@ -227,7 +227,8 @@ def as_array(x, dtype=None, op: str = "asarray"):
     if isinstance(x, (list, tuple)) and _has_tracer(x):
         rows = [as_array(v, op=op) if isinstance(v, Tracer) or (isinstance(v, (list, tuple)) and _has_tracer(v))
                 else np.asarray(v) for v in x]
-        if all((v.ndim if isinstance(v, Tracer) else np.ndim(v)) == 0 for v in rows):   # NumPy's array of scalars: the common dtype of the entries
+        # NumPy's array of scalars: the common dtype of the entries
+        if all((v.ndim if isinstance(v, Tracer) else np.ndim(v)) == 0 for v in rows):
             dtype = dtype if dtype is not None else _scalars_dtype(x)
             rows = [_zero_d(v, op) for v in rows]
         result = stack(rows, 0, op=op)
