@@ -69,16 +69,20 @@ def dense_of(r):
     return np.asarray(r)
 
 
-# eager results whose class the jit gives differently, by design and documented (docs/tracing.md): a sparse
-# reduction along an axis (pydata: a COO; scipy: a COO for max / min) is a dense array under jit
+# eager results whose class the jit gives differently, documented (docs/tracing.md): a pydata reduction
+# along an axis (a pydata COO / GCXS) is a dense array under jit (scipy's max / min along an axis: its COO
+# class exactly, checked below)
 CONVERSIONS = ("tocsc", "T_tocsr", "asformat_csc")
-REDUCTIONS = ("sum", "sum0", "sum1", "mean0", "max", "max0", "np_sum1")
+REDUCTIONS = ("sum", "sum0", "sum1", "mean0", "max", "max0", "min1", "np_sum1")
+EXACT_CLASS = ("max0", "min1")     # scipy's coo_array (1-D) / coo_matrix ((1, n), (m, 1)) of the nonzeros
 
 
 def _known(name: str, kinds: tuple, eager) -> bool:
-    if name in REDUCTIONS and isinstance(eager, pydata.SparseArray):   # pydata reduces to a (0-d) COO
-        return True
-    return name == "max0" and family(eager) in ("sparse matrix", "sparse array")
+    # pydata reduces to a (0-d) COO; max / min along an axis of SparseTensor and pydata operands (no scipy
+    # operand in the call) are dense arrays under jit
+    if name in EXACT_CLASS:
+        return not any(k in SCIPY for k in kinds)
+    return name in REDUCTIONS and isinstance(eager, pydata.SparseArray)
 
 
 def _reference(x):
@@ -107,6 +111,9 @@ def check(name, fun, *operands, kinds=()):
         want = family(got)
         assert want in ("ndarray", "np.matrix", "scalar"), (name, kinds, type(got))
     assert family(got) == want, f"{name} on {kinds}: jit gives {type(got).__name__}, eager {type(expected).__name__}"
+    if name in EXACT_CLASS and isinstance(expected, (sps.spmatrix, sps.sparray)) and any(k in SCIPY for k in kinds):
+        assert type(got) is type(expected), (name, kinds, type(got), type(expected))
+        assert got.nnz == expected.nnz, (name, kinds, got.nnz, expected.nnz)
     assert np.shape(got) == np.shape(expected), (name, kinds, np.shape(got), np.shape(expected))
     np.testing.assert_allclose(dense_of(got), dense_of(expected), rtol=1e-12, atol=1e-12, err_msg=f"{name} {kinds}")
     return None
@@ -117,6 +124,7 @@ UNARY = {
     "abs": lambda a: abs(a), "pow2": lambda a: a ** 2, "pow3": lambda a: a ** 3, "T": lambda a: a.T,
     "sum": lambda a: a.sum(), "sum0": lambda a: a.sum(axis=0), "sum1": lambda a: a.sum(axis=1),
     "mean0": lambda a: a.mean(axis=0), "max": lambda a: a.max(), "max0": lambda a: a.max(axis=0),
+    "min1": lambda a: a.min(axis=1),
     "matvec": lambda a: a @ X, "star_vec": lambda a: a * X, "vec_star": lambda a: X * a,
     "vec_mat": lambda a: X @ a, "dot_vec": lambda a: a.dot(X), "star_dense": lambda a: a * W,
     "dense_star": lambda a: W * a, "plus_dense": lambda a: a + W, "ne0": lambda a: a != 0,
@@ -138,7 +146,7 @@ def _eager_only_pydata(kinds) -> bool:
     return len(libs) > 1
 
 
-QUICK_UNARY = ["scale", "pow2", "sum1", "star_vec", "vec_star", "star_dense", "plus_dense", "chain", "T_star",
+QUICK_UNARY = ["scale", "pow2", "sum1", "max0", "star_vec", "vec_star", "star_dense", "plus_dense", "chain", "T_star",
                "tocsc"]
 QUICK_KINDS = ["ndarray", "np.matrix", "csr_matrix", "csr_array", "coo_matrix", "SparseTensor", "pydata.COO"]
 

@@ -75,12 +75,9 @@ REFUSED = {"cosine_similarity": "np.where(mask, v, y)", "row_l1_normalize": "np.
            "item_item_similarity": "np.where(mask, v, y)", "gcn_normalize": "np.where(mask, v, y)",
            "sgc_features": "np.where(mask, v, y)", "pagerank": "np.where(mask, v, y)",
            "personalized_pagerank": "np.where(mask, v, y)", "observed_entries_loss": ".data array",
-           # the structure of a traced value, a Python float of one, small dense linear algebra between kernels
-           # and a vector of traced scalars: refused, each naming what to write (the last two: not done yet)
+           # the structure of a traced value and a Python float of one: refused, each naming what to write
            "sparsity_profile": ".indptr array", "user_mean_centering": ".indptr array",
-           "heat_explicit": "no value at trace time",
-           "als_user_step": "numpy.linalg.solve is not supported",
-           "lanczos_three_steps": "numpy.array of a list holding 0-d traced values"}
+           "heat_explicit": "no value at trace time"}
 
 
 def _eager_refuses(kind: str, fun, args) -> Exception | None:
@@ -91,8 +88,8 @@ def _eager_refuses(kind: str, fun, args) -> Exception | None:
     return None
 
 
-def run(name: str, kind: str):
-    fun, make = PROGRAMS[name]
+def run(name: str, kind: str, programs: dict = PROGRAMS, refused: dict = REFUSED):
+    fun, make = programs[name]
     args = make(as_kind(_matrix(), kind), np.random.default_rng(1))
     eager_error = _eager_refuses(kind, fun, args)
     if isinstance(eager_error, AttributeError):   # a method the class lacks (an sparray's getnnz): the jit may
@@ -101,8 +98,8 @@ def run(name: str, kind: str):
         with pytest.raises(Exception):
             splyce.jit(fun)(*args)
         return
-    if name in REFUSED:
-        with pytest.raises((splyce.TraceError, TypeError), match=re.escape(REFUSED[name])):
+    if name in refused:
+        with pytest.raises((splyce.TraceError, TypeError), match=re.escape(refused[name])):
             splyce.jit(fun)(*args)
         return
     want = fun(*(_eager_operand(a) for a in args))

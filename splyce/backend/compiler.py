@@ -184,7 +184,7 @@ def lower(trace: Trace, options: Options) -> Lowering:
     from splyce.passes.dealloc_guard import drop_foreign_deallocs
     from splyce.passes.flatten_elementwise import flatten_elementwise
     from splyce.passes.free_intermediates import free_intermediates, lower_sparse_frees
-    from splyce.passes.fusion_check import contradicting_sparse_orders, crowded_generic
+    from splyce.passes.fusion_check import broadcast_union, contradicting_sparse_orders, crowded_generic
     from splyce.passes.loop_coordinates import coordinates_as_operands
     from splyce.passes.noop_generics import drop_noop_generics
     from splyce.passes.outer_arguments import shield_outer_arguments
@@ -206,7 +206,7 @@ def lower(trace: Trace, options: Options) -> Lowering:
         pipeline.run_passes(module, pipeline.FUSE if fuse else pipeline.UNFUSED)
         drop_noop_generics(module)   # the sparsifier segfaults on a generic that ignores its sparse operand
         shield_outer_arguments(module)   # and aborts on a late argument read inside a sparse generic's body
-        if fuse and (contradicting_sparse_orders(module) or crowded_generic(module)):
+        if fuse and (contradicting_sparse_orders(module) or crowded_generic(module) or broadcast_union(module)):
             return None     # (a fused generic of many sparse operands: the sparsifier segfaulted on one)
         try:
             coordinates_as_operands(module)   # its loop scheduler leaves linalg.index on the old loop

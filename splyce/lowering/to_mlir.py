@@ -239,10 +239,39 @@ def lower_ewise(node: Node, ctx: _Context):
         return binary("add", args[-1], value, dtype) if _accumulates(node, ctx) else value
 
     inputs = [ctx.values[node.args[k]] for k in kept]
+    input_reads = [reads[k] for k in kept]
+    if any_sparse and not node.type.is_sparse:
+        inputs, input_reads = _broadcasts_materialized(node, kept, inputs, input_reads, reads, subs)
     order = loop_order([(subs, a.type) for a in node.args], subs)
     written = written_format(node.type.format, subs, order) if node.type.is_sparse else None
     init = _written_init(node, ctx, written)
-    return _restored(build_generic(inputs, [reads[k] for k in kept], init, subs, order, body), node, written)
+    return _restored(build_generic(inputs, input_reads, init, subs, order, body), node, written)
+
+
+def _broadcasts_materialized(node: Node, kept: list, inputs: list, input_reads: list, reads, subs: str):
+    """A dense result of sparse and dense operands: each dense operand broadcast along an axis that a sparse
+    operand stores compressed (``a.toarray() + d[:, None]`` of a CSR ``a``: ``d`` read at the rows only) is
+    first copied out to the result's shape. Read broadcast, it is invariant in the loop over the stored
+    entries, and the sparsifier segfaults on a union (``+``, ``-``, ``maximum``) of such a value with the
+    sparse one that no dense operand indexed by that loop drives (MLIR 22; docs/toolchain.md, "Known
+    aborts"). The copy is O(result), as the dense result itself."""
+    from mlir.dialects import tensor
+
+    compressed = set()
+    for a, r in zip(node.args, reads):
+        if a.type.is_sparse:
+            fmt = a.type.format
+            dims = fmt.order or tuple(range(len(fmt.levels)))
+            compressed.update(r[d] for level, d in zip(fmt.levels, dims) if level.kind != "dense")
+    inputs, input_reads = list(inputs), list(input_reads)
+    for j, k in enumerate(kept):
+        a = node.args[k]
+        if a.type.is_sparse or not (compressed - set(input_reads[j])):
+            continue
+        empty = tensor.EmptyOp(list(node.type.shape), element_type(a.type.dtype)).result
+        inputs[j] = build_generic([inputs[j]], [input_reads[j]], empty, subs, subs, lambda args: args[0])
+        input_reads[j] = subs
+    return inputs, input_reads
 
 
 def _frozen(value, dtype: str):

@@ -95,3 +95,67 @@ def crowded_generic(module: ir.Module, limit: int = MAX_FUSED_SPARSE_OPERANDS) -
             if sparse > limit:
                 return True
     return False
+
+
+# arith ops the sparsifier computes as a union of their operands' patterns (a value where either is stored)
+_UNIONS = {"arith.addf", "arith.subf", "arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf",
+           "arith.addi", "arith.subi", "arith.maxsi", "arith.minsi", "arith.maxui", "arith.minui", "arith.ori",
+           "arith.xori"}
+
+
+def broadcast_union(module: ir.Module) -> bool:
+    """Whether some ``linalg.generic`` of ``module`` takes, in its body, a union (``+``, ``-``, ``maximum``...)
+    while reading a dense operand broadcast along a loop that a sparse operand's compressed level iterates
+    (read at fewer loops than that), and no dense operand it reads is indexed by that loop. Elementwise fusion
+    makes one of
+    ``(a.toarray() + d[:, None]).sum(axis=1)`` (the row sums of a sparse matrix plus a column vector): the
+    dense value is invariant in the loop over the stored entries, and the sparsifier segfaults on the union
+    (``sparsification-and-bufferization``, MLIR 22; also ``-``, ``np.maximum``, a full ``sum()``). The same
+    with the dense value read at the compressed loop (``d[None, :]``), with a constant (``+ 1.0``) or with a
+    product (``d[:, None] * a``) compiles. The lowering copies such an operand out to the result's shape
+    (to_mlir.py, ``_broadcasts_materialized``), which fusion folds back in; the compiler then lowers the
+    trace without the fusion, where the copy stays."""
+    for fn in module.body.operations:
+        for op in walk(fn.operation):
+            if op.name != "linalg.generic":
+                continue
+            maps = [ir.AffineMapAttr(a).value for a in op.attributes["indexing_maps"]]
+            n_inputs = len(op.operands) - len(op.results)
+            sparse_loops: set[int] = set()
+            for value, amap in zip(list(op.operands)[:n_inputs], maps):
+                loops = _loops_by_level(value.type, amap)
+                if loops is None:
+                    continue
+                levels = _level_kinds(value.type)
+                sparse_loops.update(loop for loop, kind in zip(loops, levels) if kind != "dense")
+            if not sparse_loops:
+                continue
+            block = op.regions[0].blocks[0]
+            broadcast, driving = [], False
+            for k, (value, amap) in enumerate(zip(op.operands, maps)):
+                if k < n_inputs and _loops_by_level(value.type, amap) is not None:
+                    continue          # a sparse operand
+                if k >= n_inputs and not _used(block.arguments[k]):
+                    continue          # an output the body does not read
+                read = {r.position for r in amap.results if isinstance(r, ir.AffineDimExpr)}
+                if sparse_loops - read:
+                    broadcast.append(block.arguments[k])
+                else:
+                    driving = True    # a dense operand the sparsifier iterates over those loops
+            if broadcast and not driving and any(_used(arg) for arg in broadcast) \
+                    and any(inner.name in _UNIONS for inner in walk(op) if inner is not op):
+                return True
+    return False
+
+
+def _used(arg) -> bool:
+    return any(True for _ in arg.uses)
+
+
+def _level_kinds(value_type) -> list[str]:
+    """The level formats of a sparse tensor type, outermost first ("dense", "compressed", "singleton"...)."""
+    import re
+
+    text = str(value_type.encoding)
+    levels = text.split("->", 1)[1] if "->" in text else text
+    return re.findall(r":\s*([a-z_]+)", levels.split("}")[0])

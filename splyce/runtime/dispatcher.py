@@ -22,6 +22,8 @@ from splyce.planner import cuts, nonfinite
 from splyce.planner.plan import make_plan
 from splyce.runtime import (aliasing, arguments, call_args, disk_cache, disk_kernels, lane_tuning, library,
                             result_tree, scipy_results, staged)
+from splyce.runtime import host_stages
+from splyce.planner.host_steps import has_host_steps
 from splyce.runtime.cache_key import CacheInfo, CacheKey, count_of
 from splyce.runtime.signature import fast_signature, signature_of, unchanged
 from splyce.runtime.kernel import (
@@ -223,7 +225,7 @@ class Jitted:
         results = kernel.run_exact(values)
         if kernel.coo_sources is not None and self.out_format is None:
             results = scipy_results.as_coo_where_scipy_keeps_it(kernel.coo_sources, results, leaves)
-        return result_tree.unflatten(kernel.result_tree, results)
+        return result_tree.unflatten(kernel.result_tree, results, leaves)
 
     def _filed(self, args, values: list | None = None):
         """The kernel filed under ``args``' cheap signature (``signature.fast_signature``; a hit counted), or
@@ -341,9 +343,11 @@ class Jitted:
             planned = None if key in self._lowerings else self._plan(specs, values, key)
             _, tree, plan = planned or self._lowerings[key]
             call = library.choose(plan, key.options, self.out_format) if key.options.library and \
-                not isinstance(plan, staged.StagedPlan) else None
+                not isinstance(plan, (staged.StagedPlan, host_stages.StagedPlan)) else None
             if isinstance(plan, staged.StagedPlan):      # compiled loops: run as stages (runtime/staged.py)
                 kernel = staged.StagedKernel(plan, tree)
+            elif isinstance(plan, host_stages.StagedPlan):   # cut at its host steps: a kernel per stage
+                kernel = host_stages.StagedKernel(plan, tree, lambda p: self._stage_kernel(key, p))
             elif call is not None:     # the drop-in's native kernel: no MLIR compile unless asked for
                 kernel = library.LibraryKernel(call, tree, plan, key.options.threads,
                                                lambda: self._mlir_kernel(key, specs, values, planned),
@@ -355,6 +359,29 @@ class Jitted:
                 self.misses += 1
                 self._cache[key] = kernel
             return kernel
+
+    def _stage_kernel(self, key: CacheKey, plan) -> Kernel:
+        """The kernel of one stage of a program cut at its host steps (runtime/host_stages.py): the native library's
+        call where it serves the stage's plan, else its MLIR kernel (from the disk cache, else compiled)."""
+        def mlir() -> Kernel:
+            disk_key = disk_kernels.disk_key(plan.trace, key) if disk_cache.enabled() else None
+            low = disk_kernels.load(disk_key, plan.trace, key.options) if disk_key else None
+            fresh = low is None
+            if fresh:
+                low = lower(plan.trace, key.options)
+            low.disk_key = disk_key
+            kernel = Kernel(_labelled(low, plan), None, plan)
+            if disk_key and fresh:
+                disk_kernels.store(low, kernel)
+            with self._lock:
+                self.compiles += fresh
+                self.disk_hits += not fresh
+            return kernel
+
+        call = library.choose(plan, key.options, key.out_format) if key.options.library else None
+        if call is not None:
+            return library.LibraryKernel(call, None, plan, key.options.threads, mlir)
+        return mlir()
 
     def _mlir_kernel(self, key: CacheKey, specs, values, planned) -> Kernel:
         """The MLIR kernel for ``key``: from the disk cache, else compiled (and stored)."""
@@ -386,6 +413,8 @@ class Jitted:
             return source, tree, staged.StagedPlan(source, constants, self._stage_jitted)
         nnz = tuple(_stored_entries(v) for v in (*values, *constants))
         native = library.native_steps(key.options)
+        if has_host_steps(source):   # NumPy's dense linear algebra between kernels: cut there
+            return source, tree, host_stages.StagedPlan(source, nnz, tuple(constants), native)
         # native products anywhere (planner/cuts.py): cut where they pay, with or without the Splyce pass (the
         # plain sparsifier's stages are the same, so the pass changes no result)
         found = cuts.cut_points(source, nnz, library.native_steps(dataclasses.replace(key.options, vectorize=True)))
@@ -402,6 +431,11 @@ class Jitted:
             ran = self._cache.get(key)
             _, tree, plan = planned or ((None, ran.result_tree, ran.plan) if isinstance(ran, staged.StagedKernel)
                                         else self._plan(specs, values, key))
+            if isinstance(plan, host_stages.StagedPlan):   # its stages' lowerings (compiled, as the kernel needs them)
+                kernel = host_stages.StagedKernel(plan, tree, lambda p: self._stage_kernel(key, p))
+                cached = (kernel.lowering, tree, plan)
+                self._lowerings[key] = cached
+                return cached
             if isinstance(plan, staged.StagedPlan):
                 cached = (staged.StagedLowering(plan), tree, plan)
                 self._lowerings[key] = cached

@@ -65,7 +65,7 @@ class Kernel:
         self._dense_outputs = tuple((o, o.type.shape, o.type.dtype, o in overwritten or o in over, over.get(o))
                                     for o in dict.fromkeys(o for o in self.trace.outputs if not o.type.is_sparse))
         # per result, the input it keeps a scipy COO of (None: none), on the function as traced
-        sources = tuple(_coo_source(n) for n in plan.source.outputs)
+        sources = tuple(coo_source(n) for n in plan.source.outputs)
         self.coo_sources = sources if len(sources) == len(self.trace.outputs) and any(
             i is not None for i in sources) else None
         self.sparse_results = any(o.type.is_sparse and o.type.ndim == 2 for o in self.trace.outputs)
@@ -359,7 +359,7 @@ def _sparse_result(t: TensorType, bufs: list[np.ndarray]):
     return tensor.to_scipy() if len(t.shape) == 2 else tensor
 
 
-def _coo_source(node) -> int | None:
+def coo_source(node) -> int | None:
     """The input index of the one sparse argument ``node`` is made from by ops that keep a scipy COO a COO
     (transposes, scalar multiples and divisions, abs / neg / conj / power, a copy, row / column selections),
     else None. Kernels read

@@ -69,12 +69,14 @@ class _Constant:
 
 def flatten_outputs(out):
     """``(nodes, tree)``: the traced results' nodes and where they go (``tree`` None for one bare result)."""
-    if isinstance(out, Tracer) and not isinstance(out, matrix.MatrixTracer):
+    if isinstance(out, Tracer) and not isinstance(out, matrix.MatrixTracer) and not _sparse_extremum(out.node):
         return [out.node], None
     leaves, paths, structure = pytree.flatten(out, "the result")
     nodes, slots, kinds = [], [], []
     for leaf, path in zip(leaves, paths):
         kinds.append(matrix.kind_of(leaf))
+        if isinstance(leaf, Tracer) and _sparse_extremum(leaf.node):
+            kinds[-1] = COO_OF[kinds[-1]]
         if isinstance(leaf, Tracer):
             slots.append(len(nodes))
             nodes.append(leaf.node)
@@ -87,7 +89,18 @@ def flatten_outputs(out):
     if not nodes:
         raise TraceError("a jitted function must return at least one traced tensor (alone or in a tuple, list, "
                          f"dict, NamedTuple or dataclass), got {_described(out)}")
-    return nodes, ResultTree(structure, tuple(slots), tuple(kinds) if matrix.MATRIX in kinds else ())
+    return nodes, ResultTree(structure, tuple(slots), tuple(kinds) if any(k != matrix.ARRAY for k in kinds) else ())
+
+
+# a sparse value's max / min along an axis, returned: scipy's COO of the reduction's nonzero entries (a 1-D
+# ``coo_array`` of an array, a (1, n) / (m, 1) ``coo_matrix`` of a matrix), computed dense by the kernel;
+# with no scipy operand in the call (SparseTensor, pydata-sparse), the dense array
+COO_OF = {matrix.ARRAY: "coo array", matrix.MATRIX: "coo matrix"}
+
+
+def _sparse_extremum(node: Node) -> bool:
+    return node.op == "reduce" and node.params[0] in ("max", "min") and node.args[0].type.is_sparse \
+        and node.type.ndim > 0
 
 
 def _described(out) -> str:
@@ -95,11 +108,15 @@ def _described(out) -> str:
     return f"an empty {type(out).__name__}" if empty else type(out).__name__
 
 
-def unflatten(tree, results):
-    """The value the function returned, with the kernel's ``results`` in place of its traced results."""
+def unflatten(tree, results, operands=()):
+    """The value the function returned, with the kernel's ``results`` in place of its traced results;
+    ``operands``: the call's arguments (whether scipy's classes are among them)."""
     if tree is None:
         return results[0]
     leaves = [results[s] if type(s) is int else s.get() for s in tree.slots]
-    if tree.kinds:   # scipy's spmatrix classes and np.matrix for results of the matrix kind
-        leaves = [scipy_results.as_matrix(v) if k == matrix.MATRIX else v for v, k in zip(leaves, tree.kinds)]
+    if tree.kinds:   # scipy's spmatrix classes and np.matrix for results of the matrix kind, scipy's COO
+        scipy_in = COO_OF[matrix.ARRAY] in tree.kinds and scipy_results.any_scipy_sparse(operands)
+        leaves = [scipy_results.as_matrix(v) if k == matrix.MATRIX else scipy_results.as_coo(v, True)
+                  if k == COO_OF[matrix.MATRIX] else scipy_results.as_coo(v, False)
+                  if k == COO_OF[matrix.ARRAY] and scipy_in else v for v, k in zip(leaves, tree.kinds)]
     return pytree.unflatten(tree.structure, leaves)

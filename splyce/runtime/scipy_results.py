@@ -34,3 +34,28 @@ def as_matrix(r):
     if type(r) is np.ndarray and r.ndim == 2:
         return r.view(np.matrix)
     return r
+
+
+def as_coo(r, matrix: bool):
+    """A dense reduction of a sparse value (``A.max(axis=0)``) as scipy returns it: a COO of its nonzero
+    entries, a ``coo_matrix`` for the matrix kind (2-D), else a ``coo_array`` (1-D for a 1-D result)."""
+    import scipy.sparse as sps
+
+    return sps.coo_matrix(np.asarray(r)) if matrix else sps.coo_array(np.asarray(r))
+
+
+def any_scipy_sparse(operands) -> bool:
+    """Whether a scipy.sparse object is among ``operands`` (a call's arguments, possibly nested)."""
+    sps = sys.modules.get("scipy.sparse")
+    if sps is None:
+        return False
+    stack = list(operands)
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (sps.spmatrix, sps.sparray)):
+            return True
+        if isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+    return False

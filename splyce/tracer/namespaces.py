@@ -30,7 +30,7 @@ import numpy as np
 
 from splyce.tracer import matrix, captures
 from splyce.tracer import sparse_methods as S
-from splyce.tracer import stacking
+from splyce.tracer import stacking, surface
 from splyce.tracer import tracer as T
 from splyce.tracer.base import TraceError, Tracer, _node, mark_diagonal
 from splyce.tracer.dense_ops import astype
@@ -196,6 +196,28 @@ def _scipy_sparse() -> dict:
     return table
 
 
+def _sparse_norm(x, ord=None, axis=None):
+    """``scipy.sparse.linalg.norm`` of a traced value: the Frobenius norm, or ``ord`` = 1 / -1 / inf / -inf
+    (the largest / smallest absolute column / row sum), over the whole matrix."""
+    if not isinstance(x, Tracer):
+        return _sps().linalg.norm(x, ord=ord, axis=axis)
+    if not x.is_sparse:
+        raise TypeError("input is not sparse. use numpy.linalg.norm")   # scipy's own refusal
+    if axis is not None or ord not in (None, "fro", 1, -1, np.inf, -np.inf):
+        raise TraceError(f"scipy.sparse.linalg.norm: ord={ord!r}, axis={axis!r} is not supported inside "
+                         "@splyce.jit (the Frobenius norm and ord=1 / -1 / inf / -inf of the whole matrix are); "
+                         "write np.sqrt(abs(a).power(2).sum(axis)) for the norms along an axis")
+    magnitude = abs(Tracer(x.node))
+    if ord in (None, "fro"):
+        return np.sqrt(magnitude.multiply(magnitude).sum())
+    sums = magnitude.sum(axis=0 if ord in (1, -1) else 1)
+    return sums.max() if ord in (1, np.inf) else sums.min()
+
+
+def _scipy_sparse_linalg() -> dict:
+    return {"norm": _sparse_norm}
+
+
 def _array_kind(fn):
     def served(*args, **kwargs):
         return matrix.as_array(fn(*args, **kwargs))
@@ -214,10 +236,37 @@ class Namespace(types.ModuleType):
         self.__dict__["_real"] = real
 
     def __getattr__(self, name):
-        return getattr(self.__dict__["_real"], name)
+        real = getattr(self.__dict__["_real"], name)
+        if self.__name__.startswith("scipy.sparse") and isinstance(real, types.FunctionType):
+            return _refusing(f"{self.__name__}.{name}", real, sorted(k for k in self.__dict__ if not
+                                                                     k.startswith("_")))
+        return real
 
     def __repr__(self) -> str:
         return f"<traced view of module {self.__name__!r}>"
+
+
+def _refusing(qualified: str, real, served: list):
+    """scipy's own function, which does not know traced values: called with one, its error becomes a
+    TraceError naming it (scipy's would name a constructor it calls inside, or the 0-d object array that
+    NumPy makes of a traced value)."""
+    def call(*args, **kwargs):
+        if not (_has_tracer(args) or _has_tracer(tuple(kwargs.values()))):
+            return real(*args, **kwargs)
+        try:
+            return real(*args, **kwargs)
+        except TraceError as e:
+            if not isinstance(e, surface.ConversionRefused):
+                raise                # the tracer's own message about the construct (``sp.eye(a.nnz)``)
+            raise TraceError(f"{qualified} is not supported on traced values inside @splyce.jit (served here: "
+                             f"{', '.join(served)}); compute it outside the jitted function and pass the result "
+                             "as an argument") from e
+        except Exception as e:   # noqa: BLE001 - whatever scipy raised on the tracer
+            raise TraceError(f"{qualified} is not supported on traced values inside @splyce.jit (served here: "
+                             f"{', '.join(served)}); compute it outside the jitted function and pass the result "
+                             "as an argument") from e
+    call.__name__ = getattr(real, "__name__", qualified)
+    return call
 
 
 class _Table:
@@ -231,14 +280,21 @@ class _Table:
             import scipy
             import scipy.sparse as sps
 
+            import scipy.sparse.linalg as spla
+
             sparse_served = _scipy_sparse()
-            sparse_ns = Namespace(sps, sparse_served)
+            linalg_served = _scipy_sparse_linalg()
+            linalg_ns = Namespace(spla, linalg_served)
+            sparse_ns = Namespace(sps, {**sparse_served, "linalg": linalg_ns})
             by_id = {id(np): Namespace(np, NUMPY), id(sps): sparse_ns,
                      id(scipy): Namespace(scipy, {"sparse": sparse_ns})}
             for name, fn in NUMPY.items():
                 by_id[id(getattr(np, name))] = fn
             for name, fn in sparse_served.items():
                 by_id[id(getattr(sps, name))] = fn
+            by_id[id(spla)] = linalg_ns
+            for name, fn in linalg_served.items():
+                by_id[id(getattr(spla, name))] = fn
             self.by_id = by_id
         return self.by_id
 
@@ -251,7 +307,8 @@ def substitute(value):
     if not isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType)) \
             and not callable(value):
         return None
-    if isinstance(value, types.ModuleType) and value.__name__ not in ("numpy", "scipy", "scipy.sparse"):
+    if isinstance(value, types.ModuleType) and value.__name__ not in ("numpy", "scipy", "scipy.sparse",
+                                                                       "scipy.sparse.linalg"):
         return None
     return _TABLE.get().get(id(value))
 

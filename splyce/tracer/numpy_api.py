@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from splyce.tracer import gather, stacking, statistics
+from splyce.tracer import gather, linalg, stacking, statistics
 from splyce.tracer import tracer as T
 from splyce.tracer.base import TraceError, Tracer, _node, scalar_value
 from splyce.tracer.dense_ops import astype, ufunc
@@ -84,10 +84,13 @@ def _clip(a, a_min=None, a_max=None, out=None, min=None, max=None):
 
 
 def _norm(x, ord=None, axis=None, keepdims=False):
-    """The 2-norm of a vector, the Frobenius norm of a matrix (``np.linalg.norm`` without ``ord``)."""
+    """The 2-norm of a vector, the Frobenius norm of a matrix (``np.linalg.norm`` without ``ord``) in the
+    kernel; another ``ord`` of a dense value by NumPy between kernels (tracer/linalg.py)."""
     if ord not in (None, 2, "fro") or (ord == 2 and _node(x, "norm").type.ndim != 1):
-        raise TypeError(f"numpy.linalg.norm: ord={ord!r} is not supported on traced tensors (the 2-norm of "
-                        "vectors and the Frobenius norm are)")
+        if _node(x, "norm").type.is_sparse:
+            raise TypeError(f"numpy.linalg.norm: ord={ord!r} of a sparse value is not supported on traced tensors "
+                            "(the Frobenius norm is; for another, write np.linalg.norm(a.toarray(), ord))")
+        return linalg.call(np.linalg.norm, (x,), {"ord": ord, "axis": axis, "keepdims": keepdims})
     squares = T.absolute(x) ** 2 if _node(x, "norm").type.dtype.startswith("complex") else T.multiply(x, x)
     return ufunc("sqrt", T.sum_(squares, axis, keepdims=keepdims))
 
@@ -147,6 +150,8 @@ FUNCTIONS = {   # NumPy function -> the traced operation
     np.hstack: lambda tup, dtype=None, casting="same_kind": _no("hstack", dtype=dtype) or stacking.hstack(tup),
     np.vstack: lambda tup, dtype=None, casting="same_kind": _no("vstack", dtype=dtype) or stacking.vstack(tup),
     np.column_stack: stacking.column_stack,
+    np.ndim: lambda a: a.ndim, np.shape: lambda a: a.shape,
+    np.size: lambda a, axis=None: a.size if axis is None else a.shape[axis],
     np.copy: lambda a, order="K", subok=False: a if subok else Tracer(_node(a, "copy")),   # never written
     np.take: lambda a, indices, axis=None, out=None, mode="raise": _no(
         "take", out=out, mode=None if mode == "raise" else mode) or gather.take(a, indices, axis),
@@ -168,14 +173,20 @@ def _plain_axes(a, axis1, axis2, name, out=None):
 def _diag(v, k=0):
     """``np.diag``: the main diagonal of a 2-D value, or the square matrix with a 1-D value on its diagonal."""
     node = _node(v, "diag")
-    if k != 0:
-        raise TypeError(f"numpy.diag: only k=0 is supported on traced tensors, got k={k!r}")
-    if node.type.ndim == 2:
+    if node.type.ndim == 2 and k == 0:
         return T.diagonal(v)
     if node.type.ndim != 1 or node.type.is_sparse:
-        raise TypeError(f"numpy.diag: a 1-D or 2-D dense value is needed, got shape {node.type.shape}")
+        raise TypeError(f"numpy.diag: a 1-D dense value (or k=0 of a 2-D one) is needed, got shape "
+                        f"{node.type.shape} and k={k!r}")
     n = node.type.shape[0]
-    return T.multiply(v.reshape((n, 1)), np.eye(n, dtype=node.type.dtype))
+    k = int(k)
+    # entry i at (i + max(-k, 0), i + max(k, 0)): two 0/1 placements stored sparse, so only v's entries are
+    # read (an inf stays where it is, zeros elsewhere, as NumPy's)
+    size = n + abs(k)
+    rows = stacking.placement(n, max(-k, 0), size, node.type.dtype)
+    cols = stacking.placement(n, max(k, 0), size, node.type.dtype)
+    return T.contract([node, _node(rows, "diag"), _node(cols, "diag")], ["i", "ir", "ic"], "rc",
+                      out_format="dense", op="diag")
 
 
 def _expand_dims(a, axis):
@@ -215,10 +226,11 @@ def array_ufunc(self, ufunc_, method, *inputs, **kwargs):
 
 def array_function(self, func, types, args, kwargs):
     impl = FUNCTIONS.get(func)
-    if impl is None and "linalg" in (getattr(func, "__module__", "") or ""):
-        raise TypeError(f"{_name(func)} is not supported on traced tensors inside @splyce.jit (only "
-                        "numpy.linalg.norm is): small dense linear algebra runs on the host, so compute it "
-                        "outside the jitted function, e.g. jit the part before it and the part after it")
+    if impl is None and ("linalg" in (getattr(func, "__module__", "") or "") or linalg.serves(func)):
+        return linalg.call(func, args, kwargs)   # NumPy itself, between kernels
+    if func is np.fill_diagonal:
+        raise TraceError("numpy.fill_diagonal writes into its argument, and traced values are immutable inside "
+                         "@splyce.jit (as in JAX); write a = np.where(np.eye(n, dtype=bool), v, a)")
     if impl is None:
         raise TypeError(f"{_name(func)} is not supported on traced tensors inside @splyce.jit; supported: "
                         f"{', '.join(sorted(_name(f) for f in FUNCTIONS))} and the ufuncs")

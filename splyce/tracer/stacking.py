@@ -22,6 +22,19 @@ from splyce.tracer.base import TraceError, Tracer, _letters, _node, is_array, sc
 from splyce.tracer.dense_ops import astype
 
 
+def _scalars_dtype(values) -> str:
+    """The dtype NumPy gives an array of these scalars: each by its dtype, a Python number as NumPy converts it
+    (array coercion is not NEP 50's weak promotion: ``np.array([np.float32(1), 2.0])`` is float64)."""
+    return np.result_type(*[v.dtype if isinstance(v, Tracer) else np.asarray(v).dtype for v in values]).name
+
+
+def _zero_d(v, op: str):
+    """A 0-d piece to stack: a traced value as it is, a number as a 0-d constant node of its own dtype."""
+    if isinstance(v, Tracer):
+        return v
+    return Tracer(_node(np.asarray(v).reshape(1), op)).reshape(())
+
+
 def _pieces(arrays, op: str) -> list:
     if isinstance(arrays, Tracer) or is_array(arrays):
         raise TraceError(f"{op}: pass a list or tuple of arrays (NumPy iterates over the first axis of a single "
@@ -67,8 +80,8 @@ def _join(parts, axis, sparse: Format | None, op: str) -> Tracer:
                                  f"a sparse result, or a.toarray() for NumPy's dense one")
     ranks = {node.type.ndim + new for node, (_, new) in zip(nodes, parts)}
     ndim = max(ranks)
-    if ndim == 0 or any(node.type.ndim == 0 for node in nodes):
-        raise ValueError(f"{op}: zero-dimensional arrays cannot be concatenated")
+    if ndim == 0 or any(node.type.ndim == 0 and not new for node, (_, new) in zip(nodes, parts)):
+        raise ValueError(f"{op}: zero-dimensional arrays cannot be concatenated")   # (stacked, they can)
     if len(ranks) != 1:
         raise ValueError(f"{op}: all the input arrays must have same number of dimensions, got shapes "
                          f"{', '.join(str(n.type.shape) for n in nodes)}")
@@ -100,7 +113,7 @@ def _join(parts, axis, sparse: Format | None, op: str) -> Tracer:
         # one, as written: pinned, so the planner does not fuse the piece's producer (``a @ x``) into a loop
         # nest that reads it once per placement row; a sparse piece's order is the planner's (its storage)
         order = None if sparse is not None else subs[:axis] + row + joined + subs[axis + 1:]
-        placed = T.contract([node, _node(_placement(size, offset, total, work), op)], [read, row + joined], out,
+        placed = T.contract([node, _node(placement(size, offset, total, work), op)], [read, row + joined], out,
                             out_format=_format(sparse, node), op=op, order=order)
         result = placed if result is None else T.add(result, placed)
         offset += size
@@ -135,7 +148,7 @@ def _format(sparse: Format | None, node):
     return sparse.with_widths(node.type.format.pos_width, node.type.format.crd_width)
 
 
-def _placement(size: int, offset: int, total: int, dtype: str):
+def placement(size: int, offset: int, total: int, dtype: str):
     """The 0/1 matrix (size x total), stored CSR, with ones at (j, offset + j)."""
     import scipy.sparse as sps
 
@@ -214,9 +227,10 @@ def as_array(x, dtype=None, op: str = "asarray"):
     if isinstance(x, (list, tuple)) and _has_tracer(x):
         rows = [as_array(v, op=op) if isinstance(v, Tracer) or (isinstance(v, (list, tuple)) and _has_tracer(v))
                 else np.asarray(v) for v in x]
-        if any(np.ndim(v) == 0 if not isinstance(v, Tracer) else v.ndim == 0 for v in rows):
-            raise TraceError(f"numpy.{op} of a list holding 0-d traced values is not supported inside "
-                             "@splyce.jit; build the vector with arithmetic instead (e.g. a * e0 + b * e1)")
+        # NumPy's array of scalars: the common dtype of the entries
+        if all((v.ndim if isinstance(v, Tracer) else np.ndim(v)) == 0 for v in rows):
+            dtype = dtype if dtype is not None else _scalars_dtype(x)
+            rows = [_zero_d(v, op) for v in rows]
         result = stack(rows, 0, op=op)
         return result if dtype is None else astype(result, dtype)
     return None

@@ -24,16 +24,22 @@ from splyce.tracer.base import TraceError, Tracer
 _DEFERRING = ("scipy.", "numpy.", "splyce.", "sparse.")
 
 
+class ConversionRefused(TraceError):
+    """NumPy's or scipy's own conversion of a traced value (``np.asarray(t)`` in code the jit does not rebind,
+    a scipy constructor): a caller that knows which function was called may name it instead
+    (tracer/namespaces.py)."""
+
+
 def _as_object(self, dtype=None, copy=None):
     frame = sys._getframe(1)
     caller = frame.f_globals.get("__name__", "") or ""
     if caller.startswith("scipy.") and frame.f_code.co_name == "__init__":
-        raise TraceError(
+        raise ConversionRefused(
             "a scipy.sparse constructor (csr_array(t), coo_matrix(t)...) of a traced value in code @splyce.jit does "
             "not rebind (a function of another module, or one held in a closure): write t.tocsr() / t.tocsc() / "
             "t.tocoo(), or call it from the jitted function's own module, where its scipy.sparse names are served")
     if not caller.startswith(_DEFERRING):
-        raise TraceError(
+        raise ConversionRefused(
             "numpy.asarray / numpy.array of a traced value outside the jitted function's own module (module "
             f"{caller!r} is not rebound by @splyce.jit): inside the trace the value already is an array; drop the "
             "conversion, or write x.astype(dtype) / x.toarray(), or import numpy in the jitted function's module "

@@ -1,0 +1,41 @@
+"""The algorithm bodies of tests/program_corpus_more.py (written the natural scipy / NumPy way before they were
+run under jit) on every operand kind, jitted against the same function without jit, with
+tests/test_program_corpus.py's harness: the same values and class families, an error under jit only where the
+eager function raises too, and the refusals below naming the construct and what to write instead."""
+
+from __future__ import annotations
+
+import pytest
+
+import splyce
+
+from program_corpus_more import PROGRAMS
+from test_program_corpus import KINDS, run
+
+# refused inside jit, each message naming the construct and the alternative: in-place writes (as JAX refuses
+# them: traced values are immutable) and, a gap, scipy.sparse.tril / triu of a traced value
+REFUSED = {"item_knn_topk": "np.where(np.eye(n, dtype=bool), v, a)", "max_abs_scale": "np.where(mask, v, y)",
+           "ppmi": ".data array", "sublinear_tfidf_l2": ".data array",
+           "gauss_seidel_sweeps": "scipy.sparse.tril is not supported",
+           "splitting_residual": "scipy.sparse.tril is not supported"}
+# a known, pre-existing refusal (docs/tracing.md): a sparse product whose result is laid out like a transposed
+# operand (a CSC) planned in the other loop order is refused by the lowering ("written out of storage order")
+KNOWN_LOWERING = {("smoothed_prolongation", k) for k in KINDS} | {("neighbour_jaccard", "csc_array")}
+QUICK = ["two_level_multigrid", "bm25_query_terms", "subspace_iteration", "ease_recommender"]
+
+
+def _case(name: str, kind: str):
+    if (name, kind) in KNOWN_LOWERING:
+        return pytest.param(name, kind, marks=pytest.mark.xfail(raises=splyce.LoweringError, strict=True))
+    return pytest.param(name, kind)
+
+
+@pytest.mark.parametrize("name, kind", [(n, "csr_matrix") for n in QUICK])
+def test_more_corpus_quick(name, kind):
+    run(name, kind, PROGRAMS, REFUSED)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, kind", [_case(n, k) for n in sorted(PROGRAMS) for k in KINDS])
+def test_more_corpus_every_kind(name, kind):
+    run(name, kind, PROGRAMS, REFUSED)
