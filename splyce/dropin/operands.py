@@ -164,11 +164,15 @@ class OperandInfo:
     family: str
     shape: tuple
     dtype: np.dtype | None = None
+    layout: str | None = None       # a scipy / pydata operand's stored format ("csr", "coo", "bsr", "gcxs", ...)
 
     @classmethod
     def of(cls, x, family: str | None = None) -> "OperandInfo":
+        from splyce.dropin.stored_formats import layout_of
+
         dtype = getattr(x, "dtype", None)
-        return cls(family or operand_family(x), tuple(np.shape(x)), None if dtype is None else np.dtype(dtype))
+        family = family or operand_family(x)
+        return cls(family, tuple(np.shape(x)), None if dtype is None else np.dtype(dtype), layout_of(x, family))
 
     @property
     def sparse(self) -> bool:

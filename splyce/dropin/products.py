@@ -16,6 +16,7 @@ from splyce.tensors.formats import CSC, CSR, SPARSE_VECTOR, compressed_order
 from splyce.tensors.validation import check_dtype
 from splyce.tensors.tensor import SparseTensor, asarray, last_level_buffers
 
+from splyce.dropin.stored_formats import fast_times_dense as _stored_fast
 from splyce.dropin.formulation import Formulation, _wants_sparse_result, choose_matmul_formulation
 from splyce.dropin.kernels import DENSE_RESULT_BYTES, SERIAL_MAX_WORK, _kernel, _mm, _several_threads, _threads
 from splyce.dropin.operands import OperandInfo, _INT_MAX, as_format, _converter, _coo_array_type, _csc_first, _dense_out, operand_family, _keeps_left_format, _left_format, _raise_bad_product_operand, _raw_csr, scipy_csr_types, sparse_family, _to_dense_vector, _vector_out, _wrap_sparse
@@ -27,6 +28,8 @@ def matmul(a, b, *, out_format=None, threads=1):
     if out_format is None:
         if type(b) is np.ndarray:
             out = _fast_spmv(a, b, threads)
+            if out is None:
+                out = _stored_fast(a, b)      # a scipy COO / DIA / BSR on its own buffers
         else:
             out = _fast_spmspv(a, b, threads)
         if out is not None:
@@ -110,6 +113,11 @@ def _matmul(a, b, out_format, threads: int):
     def kernel(*args):   # the jitted kernel, made on first need (a Gustavson product never imports the jit)
         return _kernel("matmul", _mm, threads=threads)(*args)
 
+    if formulation is Formulation.STORED_TIMES_DENSE:
+        from splyce.dropin import stored_formats
+
+        out = stored_formats.times_dense(a, b, family)      # None: a dtype or buffers the kernels lack
+        return _dense_out(_csr_times_dense(a, b, threads) if out is None else out, family, want_sparse)
     if formulation is Formulation.SPARSE_TIMES_DENSE:
         if len(sa) == 2:
             return _dense_out(_csr_times_dense(a, b, threads), family, want_sparse)
