@@ -14,6 +14,7 @@ from splyce.tensors.tensor import SparseTensor, last_level_buffers
 
 from splyce.dropin.formulation import Formulation, rowwise_format, choose_elementwise_formulation
 from splyce.dropin.kernels import _kernel, _threads
+from splyce.dropin.stored_formats import pydata_class as _pydata_class
 from splyce.dropin.operands import OperandInfo, _INT_MAX, as_format, _canonical_csr, _csc_first, _dense_result, operand_family, _keeps_left_format, _left_format, _nd, _raw_csr, sparse_family, _wrap_sparse
 
 
@@ -274,12 +275,12 @@ _MERGE_DTYPES = {(np.dtype(v), np.dtype(i)) for v in (np.float64, np.float32, np
 
 def multiply(a, b, *, out_format=None, threads=1):
     """scipy's ``a.multiply(b)``: a sparse result (CSR for 2-D) unless both operands are dense."""
-    return _elementwise("multiply", _mul, np.multiply, a, b, out_format, threads)
+    return _pydata_class(_elementwise("multiply", _mul, np.multiply, a, b, out_format, threads), a, b)
 
 
 def add(a, b, *, out_format=None, threads=1):
-    return _elementwise("add", _add, np.add, a, b, out_format, threads)
+    return _pydata_class(_elementwise("add", _add, np.add, a, b, out_format, threads), a, b)
 
 
 def subtract(a, b, *, out_format=None, threads=1):
-    return _elementwise("subtract", _sub, np.subtract, a, b, out_format, threads)
+    return _pydata_class(_elementwise("subtract", _sub, np.subtract, a, b, out_format, threads), a, b)

@@ -52,10 +52,14 @@ def sparse_family(*xs) -> str:
 def as_format(x, fmt: Format, name: str, threads: int = 1) -> Checked:
     """``x`` as a SparseTensor in ``fmt``, keeping its index width (scipy's int32 stays int32). ``asarray``
     validates it, so it is marked as checked for the kernel call."""
+    fam = operand_family(x)
+    if fam.startswith("scipy") and fmt.ndim == 2 and fmt.order == _CSR_ORDER:
+        from splyce.dropin.stored_formats import scipy_to_csr
+
+        x = scipy_to_csr(x, name)     # COO / LIL / DOK / BSR / DIA: scipy's own conversion, checked first
     wrapped = _csr_as_it_is(x, fmt, threads)
     if wrapped is not None:
         return wrapped
-    fam = operand_family(x)
     if fam.startswith("scipy") and fmt.ndim == 2 and getattr(x, "format", None) in ("csr", "csc"):
         # scipy's own CSR <-> CSC conversion is a linear-time counting transpose; ours sorts
         wanted_kind = "csr" if fmt.order == (0, 1) else "csc"
@@ -254,9 +258,13 @@ def _dense_result(out: np.ndarray, family: str):
 
 
 def _keeps_left_format(name: str, a, b) -> bool:
-    """scipy's result keeps a BSR left operand's format (``bsr op sparse``, ``bsr @ sparse``), and a DOK's in a
-    sum (``dok + sparse``; its difference and product are CSR), the right operand 2-D scipy sparse."""
+    """scipy's result keeps a BSR left operand's format (``bsr op sparse``, ``bsr @ sparse``), a DOK's in a sum
+    (``dok + sparse``; its difference and product are CSR), a DIA's with a DIA right operand (any op), the right
+    operand 2-D scipy sparse."""
     fmt = getattr(a, "format", None)
+    if fmt == "dia":    # a DIA's op with a DIA is a DIA (scipy 1.17: +, -, multiply, @); with any other, a CSR
+        return getattr(b, "format", None) == "dia" and operand_family(a).startswith("scipy") \
+            and operand_family(b).startswith("scipy")
     return ((fmt == "bsr" or fmt == "dok" and name == "add") and operand_family(a).startswith("scipy")
             and np.ndim(b) == 2 and operand_family(b).startswith("scipy"))
 
@@ -266,6 +274,8 @@ def _left_format(a, out, right_block: int):
     product: its rows by ``right_block`` columns), a DOK."""
     if a.format == "dok":
         return out.todok()
+    if a.format == "dia":
+        return out.todia()
     rows, cols = a.blocksize
     return out.tobsr(blocksize=(rows, right_block or cols))
 

@@ -16,7 +16,7 @@ from splyce.tensors.formats import CSC, CSR, SPARSE_VECTOR, compressed_order
 from splyce.tensors.validation import check_dtype
 from splyce.tensors.tensor import SparseTensor, asarray, last_level_buffers
 
-from splyce.dropin.stored_formats import fast_times_dense as _stored_fast
+from splyce.dropin.stored_formats import fast_times_dense as _stored_fast, pydata_class as _stored_pydata_class
 from splyce.dropin.formulation import Formulation, _wants_sparse_result, choose_matmul_formulation
 from splyce.dropin.kernels import DENSE_RESULT_BYTES, SERIAL_MAX_WORK, _kernel, _mm, _several_threads, _threads
 from splyce.dropin.operands import OperandInfo, _INT_MAX, as_format, _converter, _coo_array_type, _csc_first, _dense_out, operand_family, _keeps_left_format, _left_format, _raise_bad_product_operand, _raw_csr, scipy_csr_types, sparse_family, _to_dense_vector, _vector_out, _wrap_sparse
@@ -41,13 +41,13 @@ def matmul(a, b, *, out_format=None, threads=1):
         # a CSC product is scipy's CSC: (B.T @ A.T).T, A.T being A's buffers as a CSR, and the CSR result
         # transposed that CSC with no copy (scipy's csc_matmat computes the same product of transposes)
         return _matmul(b.T, a.T, out_format, _threads(threads)).T
-    if out_format is None and getattr(a, "format", None) == "bsr" and _keeps_left_format("matmul", a, b) \
+    if out_format is None and getattr(a, "format", None) in ("bsr", "dia") and _keeps_left_format("matmul", a, b) \
             and np.shape(a)[-1] == np.shape(b)[0]:
         # scipy: a BSR times a sparse matrix is a BSR of the left's block rows by the right's block columns (1
         # for any other format)
         block = b.blocksize[1] if getattr(b, "format", None) == "bsr" else 1
         return _left_format(a, _matmul(a.tocsr(), b, out_format, _threads(threads)), block)
-    out = _matmul(a, b, out_format, _threads(threads))
+    out = _stored_pydata_class(_matmul(a, b, out_format, _threads(threads)), a, b)
     if (type(a) is np.matrix or type(b) is np.matrix) and type(out) is np.ndarray \
             and sparse_family(a, b) == "scipy-matrix":
         return np.asmatrix(out)        # scipy: a sparse matrix times a numpy.matrix is a numpy.matrix

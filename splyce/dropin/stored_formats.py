@@ -181,3 +181,57 @@ def fast_times_dense(a, x: np.ndarray):
         row, col = a.coords
         return _coo(row, col, a.data, x, a.shape, dtype, "COO")
     return _dia(a, x, dtype) if fmt == "dia" else _bsr(a, x, dtype)
+
+
+_CONVERTED = frozenset({"coo", "lil", "dok", "bsr", "dia"})
+
+
+def scipy_to_csr(x, name: str):
+    """A scipy COO / LIL / DOK / BSR / DIA operand as a scipy CSR, by scipy's own linear-time conversion (a COO's
+    duplicates summed, its rows sorted), once per call at the boundary, or ``x`` itself for any other operand.
+    The index arrays a conversion writes through (a COO's coordinates, a BSR's ``indptr`` and block columns)
+    are checked first: scipy's conversions trust them and write out of bounds otherwise."""
+    fmt = getattr(x, "format", None)
+    if fmt not in _CONVERTED or len(x.shape) != 2:
+        return x
+    if fmt == "dok":
+        x = x.tocoo()
+        fmt = "coo"
+    m, n = x.shape
+    if fmt == "coo":
+        row, col = (np.asarray(c) for c in x.coords)
+        if not (row.ndim == col.ndim == np.ndim(x.data) == 1 and len(row) == len(col) == len(x.data)):
+            raise ValueError(f"{name}: a malformed COO: {np.size(row)} row and {np.size(col)} column coordinates for "
+                             f"{np.size(x.data)} values (one of each per entry)")
+        if len(row) and (row.min() < 0 or row.max() >= m or col.min() < 0 or col.max() >= n):
+            from splyce.native import coo
+
+            raise ValueError(f"{name}: a malformed COO: {coo.bad_entry(row, col, m, n)}")
+    elif fmt == "bsr":
+        data, indptr, indices = np.asarray(x.data), np.asarray(x.indptr), np.asarray(x.indices)
+        R, C = x.blocksize
+        if data.shape[1:] != (R, C) or m % R or n % C or len(indptr) != m // R + 1 or len(indices) != len(data):
+            raise ValueError(f"{name}: a malformed BSR: data {data.shape}, indptr of {len(indptr)} and {len(indices)} "
+                             f"block columns for blocks of {R} x {C} in a {m} x {n} matrix")
+        if indptr[0] != 0 or indptr[-1] != len(indices) or bool((np.diff(indptr) < 0).any()):
+            raise ValueError(f"{name}: a malformed BSR: indptr must start at 0, never decrease and end at the "
+                             f"{len(indices)} blocks")
+        if len(indices) and (indices.min() < 0 or indices.max() >= n // C):
+            raise ValueError(f"{name}: a malformed BSR: a block column index outside [0, {n // C})")
+    elif fmt == "dia":
+        data = np.asarray(x.data)
+        if np.ndim(x.offsets) != 1 or data.ndim != 2 or data.shape[0] != len(x.offsets):
+            raise ValueError(f"{name}: a malformed DIA: data of shape {data.shape} for {np.size(x.offsets)} offsets")
+    return x.tocsr()
+
+
+def pydata_class(out, a, b):
+    """A sparse result in pydata's class as pydata returns it: a GCXS when an operand is a GCXS (the kernels'
+    results come back as pydata COO), else ``out`` itself."""
+    if type(out).__name__ != "COO" or type(out).__module__.split(".")[0] != "sparse":
+        return out
+    if any(type(x).__name__ == "GCXS" and type(x).__module__.split(".")[0] == "sparse" for x in (a, b)):
+        import sparse
+
+        return sparse.GCXS(out)
+    return out
