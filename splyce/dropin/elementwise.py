@@ -14,7 +14,7 @@ from splyce.tensors.tensor import SparseTensor, last_level_buffers
 
 from splyce.dropin.formulation import Formulation, rowwise_format, choose_elementwise_formulation
 from splyce.dropin.kernels import _kernel, _threads
-from splyce.dropin.stored_formats import pydata_class as _pydata_class
+from splyce.dropin.stored_formats import scipy_to_csr, pydata_class as _pydata_class
 from splyce.dropin.operands import OperandInfo, _INT_MAX, as_format, _canonical_csr, _csc_first, _dense_result, operand_family, _keeps_left_format, _left_format, _nd, _raw_csr, sparse_family, _wrap_sparse
 
 
@@ -46,7 +46,7 @@ def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
         # transpose's CSR), whose CSR result transposed is that CSC, with no copy
         return _elementwise(name, fun, np_fun, a.T, b.T, out_format, threads).T
     if out_format is None and _keeps_left_format(name, a, b) and np.shape(a) == np.shape(b):
-        return _left_format(a, _elementwise(name, fun, np_fun, a.tocsr(), b, out_format, threads), 0)
+        return _left_format(a, _elementwise(name, fun, np_fun, scipy_to_csr(a, "a"), b, out_format, threads), 0)
     ia, ib = OperandInfo.of(a), OperandInfo.of(b)
     formulation = choose_elementwise_formulation(ia, ib, out_format, name)
     if formulation is Formulation.NUMPY:

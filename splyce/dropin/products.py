@@ -16,7 +16,7 @@ from splyce.tensors.formats import CSC, CSR, SPARSE_VECTOR, compressed_order
 from splyce.tensors.validation import check_dtype
 from splyce.tensors.tensor import SparseTensor, asarray, last_level_buffers
 
-from splyce.dropin.stored_formats import fast_times_dense as _stored_fast, pydata_class as _stored_pydata_class
+from splyce.dropin.stored_formats import scipy_to_csr, fast_times_dense as _stored_fast, pydata_class as _stored_pydata_class
 from splyce.dropin.formulation import Formulation, _wants_sparse_result, choose_matmul_formulation
 from splyce.dropin.kernels import DENSE_RESULT_BYTES, SERIAL_MAX_WORK, _kernel, _mm, _several_threads, _threads
 from splyce.dropin.operands import OperandInfo, _INT_MAX, as_format, _converter, _coo_array_type, _csc_first, _dense_out, operand_family, _keeps_left_format, _left_format, _raise_bad_product_operand, _raw_csr, scipy_csr_types, sparse_family, _to_dense_vector, _vector_out, _wrap_sparse
@@ -46,7 +46,7 @@ def matmul(a, b, *, out_format=None, threads=1):
         # scipy: a BSR times a sparse matrix is a BSR of the left's block rows by the right's block columns (1
         # for any other format)
         block = b.blocksize[1] if getattr(b, "format", None) == "bsr" else 1
-        return _left_format(a, _matmul(a.tocsr(), b, out_format, _threads(threads)), block)
+        return _left_format(a, _matmul(scipy_to_csr(a, "a"), b, out_format, _threads(threads)), block)
     out = _stored_pydata_class(_matmul(a, b, out_format, _threads(threads)), a, b)
     if (type(a) is np.matrix or type(b) is np.matrix) and type(out) is np.ndarray \
             and sparse_family(a, b) == "scipy-matrix":

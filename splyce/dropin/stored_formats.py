@@ -42,8 +42,7 @@ def times_dense(a, b, family: str):
     fmt = layout_of(a, family)
     if family.startswith("scipy"):
         if fmt == "coo":
-            row, col = a.coords
-            return _coo(row, col, a.data, x, a.shape, dtype, "COO")
+            return _scipy_coo(a, x, dtype, family == "scipy-array")
         if fmt == "dia":
             return _dia(a, x, dtype)
         if fmt == "bsr":
@@ -86,6 +85,13 @@ def _coo(row, col, data, x, shape, dtype, kind: str):
     if y is None:
         raise ValueError(f"a: a malformed {kind}: {coo.bad_entry(row, col, m, n)}")
     return y
+
+
+def _scipy_coo(a, x, dtype, array: bool):
+    row, col = a.coords
+    y = _coo(row, col, a.data, x, a.shape, dtype, "COO")
+    # scipy 1.17: a one-row coo_array times a vector is a scalar (its array semantics), not a 1-element array
+    return y[0] if array and x.ndim == 1 and a.shape[0] == 1 else y
 
 
 def _dia(a, x, dtype):
@@ -178,8 +184,7 @@ def fast_times_dense(a, x: np.ndarray):
         return None
     x = np.ascontiguousarray(x, dtype=dtype.newbyteorder("="))
     if fmt == "coo":
-        row, col = a.coords
-        return _coo(row, col, a.data, x, a.shape, dtype, "COO")
+        return _scipy_coo(a, x, dtype, type(a).__name__ == "coo_array")
     return _dia(a, x, dtype) if fmt == "dia" else _bsr(a, x, dtype)
 
 
@@ -230,8 +235,10 @@ def pydata_class(out, a, b):
     results come back as pydata COO), else ``out`` itself."""
     if type(out).__name__ != "COO" or type(out).__module__.split(".")[0] != "sparse":
         return out
-    if any(type(x).__name__ == "GCXS" and type(x).__module__.split(".")[0] == "sparse" for x in (a, b)):
-        import sparse
+    for x in (a, b):
+        if type(x).__name__ == "GCXS" and type(x).__module__.split(".")[0] == "sparse":
+            import sparse
 
-        return sparse.GCXS(out)
+            axes = tuple(int(i) for i in x.compressed_axes) if x.ndim == out.ndim else None
+            return sparse.GCXS(out, compressed_axes=axes)
     return out
