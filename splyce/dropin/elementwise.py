@@ -32,6 +32,13 @@ def _sub(a, b):
 
 
 def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
+    if out_format is None and getattr(a, "format", None) == "dia" and _keeps_left_format(name, a, b) \
+            and np.shape(a) == np.shape(b):
+        from splyce.dropin import dia_ops
+
+        out = dia_ops.elementwise(name, a, b)       # DIA op DIA, diagonal by diagonal (None: another dtype)
+        if out is not None:
+            return out
     threads = _threads(threads)
     if out_format is None or out_format == "sparse":
         out = _fast_merge(name, a, b, threads)

@@ -45,6 +45,12 @@ def matmul(a, b, *, out_format=None, threads=1):
             and np.shape(a)[-1] == np.shape(b)[0]:
         # scipy: a BSR times a sparse matrix is a BSR of the left's block rows by the right's block columns (1
         # for any other format)
+        if a.format == "dia":
+            from splyce.dropin import dia_ops
+
+            out = dia_ops.matmul(a, b)          # DIA @ DIA, diagonal pairs (None: another dtype)
+            if out is not None:
+                return out
         block = b.blocksize[1] if getattr(b, "format", None) == "bsr" else 1
         return _left_format(a, _matmul(scipy_to_csr(a, "a"), b, out_format, _threads(threads)), block)
     out = _stored_pydata_class(_matmul(a, b, out_format, _threads(threads)), a, b)
