@@ -65,10 +65,10 @@ def _result(cls, rows: dict, shape, dtype):
 
 
 def _class(a, b):
+    """scipy's result class: the left operand's (``dia_matrix + dia_array`` is a ``dia_matrix``)."""
     import scipy.sparse as sps
 
-    array = isinstance(a, sps.sparray) or isinstance(b, sps.sparray)
-    return sps.dia_array if array else sps.dia_matrix
+    return sps.dia_array if isinstance(a, sps.sparray) else sps.dia_matrix
 
 
 def elementwise(name: str, a, b):
@@ -124,3 +124,46 @@ def matmul(a, b):
         out[:max(0, min(n, k))] = 0
         out[max(0, m + k):] = 0
     return _result(_class(a, b), rows, (m, n), dtype)
+
+
+def bsr_same_pattern(name: str, a, b):
+    """``a + b`` / ``a - b`` / ``a.multiply(b)`` for two scipy BSRs of one block shape holding the same blocks in
+    canonical form (block columns strictly increasing in every block row; the same ``indptr`` and ``indices``:
+    ``A + A``, or operators assembled on one pattern), block by block as scipy's canonical ``bsr_binop`` computes
+    them (blocks whose entries all come out zero dropped), as a BSR of their class; None otherwise (then the
+    general road)."""
+    import scipy.sparse as sps
+
+    dtype = np.result_type(a.dtype, b.dtype)
+    if dtype not in VALUE or a.shape != b.shape or a.blocksize != b.blocksize:
+        return None
+    ia, pa, ib, pb = (np.asarray(v) for v in (a.indices, a.indptr, b.indices, b.indptr))
+    da, db = np.asarray(a.data), np.asarray(b.data)
+    R, C = a.blocksize
+    m, n = a.shape
+    if (da.shape != db.shape or da.ndim != 3 or da.shape[1:] != (R, C) or m % R or n % C or ia.ndim != 1
+            or pa.ndim != 1 or len(pa) != m // R + 1 or len(ia) != len(da) or pa[0] != 0 or pa[-1] != len(ia)):
+        return None
+    if not (ia is ib or np.array_equal(ia, ib)) or not (pa is pb or np.array_equal(pa, pb)):
+        return None
+    counts = np.diff(pa)
+    if (counts < 0).any() or (len(ia) and (ia.min() < 0 or ia.max() >= n // C)):
+        return None
+    steps = np.diff(ia)
+    if len(steps):
+        first = np.zeros(len(ia), dtype=bool)     # a block that starts its row may step down from the last row's
+        first[pa[:-1][counts > 0]] = True
+        if (steps[~first[1:]] <= 0).any():
+            return None
+    data = da * db if name == "multiply" else (da + db if name == "add" else da - db)
+    data = data.astype(dtype, copy=False)
+    indices, indptr = ia.copy(), pa.copy()
+    keep = None if data.all() else data.reshape(len(data), -1).any(axis=1)   # no zero at all: every block kept
+    if keep is not None and not keep.all():
+        data, indices = data[keep], ia[keep]
+        kept_per_row = np.add.reduceat(keep, pa[:-1]) if len(keep) else np.zeros(len(counts), dtype=np.int64)
+        kept_per_row = np.where(counts > 0, kept_per_row, 0)
+        indptr = np.zeros(len(pa), dtype=pa.dtype)
+        np.cumsum(kept_per_row, out=indptr[1:])
+    cls = sps.bsr_array if isinstance(a, sps.sparray) else sps.bsr_matrix     # scipy: the left operand's class
+    return cls((data, indices, indptr), shape=a.shape, blocksize=(R, C))

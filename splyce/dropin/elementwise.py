@@ -39,6 +39,13 @@ def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
         out = dia_ops.elementwise(name, a, b)       # DIA op DIA, diagonal by diagonal (None: another dtype)
         if out is not None:
             return out
+    if out_format is None and getattr(a, "format", None) == "bsr" and getattr(b, "format", None) == "bsr" \
+            and _keeps_left_format(name, a, b):
+        from splyce.dropin import dia_ops
+
+        out = dia_ops.bsr_same_pattern(name, a, b)  # one canonical block pattern: block by block
+        if out is not None:
+            return out
     threads = _threads(threads)
     if out_format is None or out_format == "sparse":
         out = _fast_merge(name, a, b, threads)

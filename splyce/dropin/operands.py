@@ -272,12 +272,20 @@ def _keeps_left_format(name: str, a, b) -> bool:
 def _left_format(a, out, right_block: int):
     """A CSR result in the left operand's format, as scipy gives it: a BSR's blocks of ``a.blocksize`` (a
     product: its rows by ``right_block`` columns), a DOK."""
+    import scipy.sparse as sps
+
     if a.format == "dok":
-        return out.todok()
-    if a.format == "dia":
-        return out.todia()
-    rows, cols = a.blocksize
-    return out.tobsr(blocksize=(rows, right_block or cols))
+        out = out.todok()
+    elif a.format == "dia":
+        out = out.todia()
+    else:
+        rows, cols = a.blocksize
+        out = out.tobsr(blocksize=(rows, right_block or cols))
+    # scipy: the left operand's class (a bsr_matrix op a bsr_array is a bsr_matrix, and the reverse an array)
+    array = isinstance(a, sps.sparray)
+    if array != isinstance(out, sps.sparray):
+        out = getattr(sps, f"{out.format}_{'array' if array else 'matrix'}")(out)
+    return out
 
 
 def _csc_first(a, b) -> bool:
