@@ -221,3 +221,20 @@ def test_dia_offsets_beyond_the_matrix_hold_nothing():
     a = sp.dia_array((np.arange(1.0, 25.0).reshape(4, 6), [-7, 6, 100, -2]), shape=(6, 6))
     x = np.arange(1.0, 7.0)
     np.testing.assert_array_equal(splyce.matmul(a, x), a @ x)
+
+
+def test_scipy_switch_serves_bsr_times_dense_with_scipys_bits():
+    d = _dense((24, 18), 0.4, 8, np.float64)
+    a = sp.bsr_array(d, blocksize=(3, 2))
+    x, X = _dense((18,), 1.0, 1, np.float64), _dense((18, 5), 1.0, 2, np.float64)
+    want, want_m = a @ x, a @ X
+    splyce.scipy_patch_stats(reset=True)
+    with splyce.patched_scipy(route_small=True):
+        got, got_m = a @ x, a @ X
+        mixed = a @ x.astype(np.float32)            # another dtype: scipy's own worker
+    stats = splyce.scipy_patch_stats()
+    assert stats["bsr_matvec"]["served"] == 1 and stats["bsr_matmat"]["served"] == 1
+    assert stats["bsr_matvec"]["fallback"] == {"dtype": 1}
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got_m, want_m)
+    np.testing.assert_array_equal(mixed, a @ x.astype(np.float32))
