@@ -28,8 +28,6 @@ def matmul(a, b, *, out_format=None, threads=1):
     if out_format is None:
         if type(b) is np.ndarray:
             out = _fast_spmv(a, b, threads)
-            if out is None:
-                out = _stored_fast(a, b)      # a scipy COO / DIA / BSR on its own buffers
         else:
             out = _fast_spmspv(a, b, threads)
         if out is not None:
@@ -265,7 +263,7 @@ def _fast_spmv(a, x, threads=1):
             return None
         return _spmv_buffers(a, *last_level_buffers(a), x, several)
     if type(a) not in scipy_csr_types() or not 1 <= ndim <= 2:
-        return None
+        return _stored_fast(a, x)     # a scipy COO / DIA / BSR on its own buffers (else None)
     data, indices, indptr = a.data, a.indices, a.indptr
     # the kernel reads each array's data pointer from the object itself: ndarrays (or subclasses) only
     if not (isinstance(data, np.ndarray) and isinstance(indices, np.ndarray) and isinstance(indptr, np.ndarray)):

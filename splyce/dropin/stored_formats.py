@@ -60,11 +60,15 @@ def times_dense(a, b, family: str):
 
 
 def _values(data, dtype) -> np.ndarray:
+    if type(data) is np.ndarray and data.dtype is dtype and dtype.isnative and data.flags.c_contiguous:
+        return data
     data = np.asarray(data)
     return np.ascontiguousarray(data, dtype=dtype.newbyteorder("="))
 
 
 def _index(arr, what: str) -> np.ndarray:
+    if type(arr) is np.ndarray and (arr.dtype is _INDEX[0] or arr.dtype is _INDEX[1]) and arr.flags.c_contiguous:
+        return arr          # the common case: nothing to convert (both dtypes are NumPy's native singletons)
     arr = np.asarray(arr)
     if arr.dtype.kind not in "iu":
         raise ValueError(f"a: the {what} must be integers, got dtype {arr.dtype}")
@@ -89,9 +93,9 @@ def _coo(row, col, data, x, shape, dtype, kind: str):
 
 def _scipy_coo(a, x, dtype, array: bool):
     row, col = a.coords
-    y = _coo(row, col, a.data, x, a.shape, dtype, "COO")
-    # scipy 1.17: a one-row coo_array times a vector is a scalar (its array semantics), not a 1-element array
-    return y[0] if array and x.ndim == 1 and a.shape[0] == 1 else y
+    # (scipy 1.17 gives a one-row coo_array times a vector as a 0-d scalar; the drop-ins keep NumPy's (1,) shape,
+    # as for every other format: tests/test_dropin_spmv.py)
+    return _coo(row, col, a.data, x, a.shape, dtype, "COO")
 
 
 def _dia(a, x, dtype):
@@ -182,7 +186,8 @@ def fast_times_dense(a, x: np.ndarray):
     dtype = x.dtype
     if dtype != a.dtype or dtype not in VALUE:
         return None
-    x = np.ascontiguousarray(x, dtype=dtype.newbyteorder("="))
+    if not (x.flags.c_contiguous and dtype.isnative):
+        x = np.ascontiguousarray(x, dtype=dtype.newbyteorder("="))
     if fmt == "coo":
         return _scipy_coo(a, x, dtype, type(a).__name__ == "coo_array")
     return _dia(a, x, dtype) if fmt == "dia" else _bsr(a, x, dtype)

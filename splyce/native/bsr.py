@@ -23,7 +23,7 @@ import threading
 
 import numpy as np
 
-from splyce.native.array_objects import address as _address
+from splyce.native.object_calls import array_args as _arrays, compile_on_objects as _compiled
 from splyce.native.ir_text import IR, VALUE, load_index, loop
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -172,12 +172,10 @@ def bsr_times_dense_ir(name: str, value: np.dtype, pbits: int, cbits: int, block
 
 @functools.cache
 def _kernel(value: np.dtype, pbits: int, cbits: int, block: tuple[int, int] | None, k: int | None):
-    from splyce.native.codegen import compile_host_helpers
-
     shape = "any" if block is None else f"{block[0]}x{block[1]}"
     tag = "v" if k is None else f"k{k or 'any'}"
     name = f"splyce_bsr_{VALUE[value][0]}_p{pbits}_c{cbits}_b{shape}_{tag}"
-    return compile_host_helpers(bsr_times_dense_ir(name, value, pbits, cbits, block, k), {name: _SIG})[name]
+    return _compiled(bsr_times_dense_ir(name, value, pbits, cbits, block, k), _SIG, name, "aaaaaiiiiii")
 
 
 def supported(dtype) -> bool:
@@ -201,6 +199,7 @@ def bsr_times_dense(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x
     with _lock:
         fn = _kernel(data.dtype, indptr.dtype.itemsize * 8, indices.dtype.itemsize * 8, block,
                      None if k is None else (k if k <= FIXED else 0))
-    bad = fn(_address(indptr), _address(indices), _address(data), _address(x), _address(y), mb, nb, nnzb, R, C,
+    bad = fn(*_arrays(indptr, indices, data, x, y), mb, nb, nnzb, R, C,
              k or 1)
     return None if bad else y
+

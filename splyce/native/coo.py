@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 
-from splyce.native.array_objects import address as _address
+from splyce.native.object_calls import array_args as _arrays, compile_on_objects as _compiled
 from splyce.native.ir_text import IR, VALUE, load_index
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -95,11 +95,9 @@ def coo_times_dense_ir(name: str, value: np.dtype, rbits: int, cbits: int, k: in
 
 @functools.cache
 def _kernel(value: np.dtype, rbits: int, cbits: int, k: int | None):
-    from splyce.native.codegen import compile_host_helpers
-
     tag = "v" if k is None else f"k{k or 'any'}"
     name = f"splyce_coo_{VALUE[value][0]}_r{rbits}_c{cbits}_{tag}"
-    return compile_host_helpers(coo_times_dense_ir(name, value, rbits, cbits, k), {name: _SIG})[name]
+    return _compiled(coo_times_dense_ir(name, value, rbits, cbits, k), _SIG, name, "aaaaaiiii")
 
 
 def supported(dtype) -> bool:
@@ -118,7 +116,7 @@ def coo_times_dense(row: np.ndarray, col: np.ndarray, data: np.ndarray, x: np.nd
     with _lock:
         fn = _kernel(data.dtype, row.dtype.itemsize * 8, col.dtype.itemsize * 8,
                      None if k is None else (k if k <= FIXED else 0))
-    bad = fn(_address(row), _address(col), _address(data), _address(x), _address(y), len(data), m, n, k or 1)
+    bad = fn(*_arrays(row, col, data, x, y), len(data), m, n, k or 1)
     return None if bad else y
 
 
@@ -134,3 +132,4 @@ def bad_entry(row: np.ndarray, col: np.ndarray, m: int, n: int) -> str | None:
     e = int(np.argmax(outside))
     return (f"entry {e} has coordinates ({int(row[e])}, {int(col[e])}) outside the shape ({m}, {n}); "
             "every row must be in [0, m) and every column in [0, n)")
+

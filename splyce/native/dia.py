@@ -20,7 +20,7 @@ import threading
 
 import numpy as np
 
-from splyce.native.array_objects import address as _address
+from splyce.native.object_calls import array_args as _arrays, compile_on_objects as _compiled
 from splyce.native.ir_text import IR, VALUE
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -146,11 +146,9 @@ def _load_signed(ir: IR, bits: int, at: str) -> str:
 
 @functools.cache
 def _kernel(value: np.dtype, obits: int, k: int | None):
-    from splyce.native.codegen import compile_host_helpers
-
     tag = "v" if k is None else f"k{k or 'any'}"
     name = f"splyce_dia_{VALUE[value][0]}_o{obits}_{tag}"
-    return compile_host_helpers(dia_times_dense_ir(name, value, obits, k), {name: _SIG})[name]
+    return _compiled(dia_times_dense_ir(name, value, obits, k), _SIG, name, "aaaaiiiiii")
 
 
 def supported(dtype) -> bool:
@@ -171,6 +169,7 @@ def dia_times_dense(offsets: np.ndarray, data: np.ndarray, x: np.ndarray, m: int
         return y
     with _lock:
         fn = _kernel(data.dtype, offsets.dtype.itemsize * 8, None if k is None else (k if k <= FIXED else 0))
-    fn(_address(offsets), _address(data), _address(x), _address(y), data.shape[0], data.shape[1], m, n, k or 1,
+    fn(*_arrays(offsets, data, x, y), data.shape[0], data.shape[1], m, n, k or 1,
        max(TILE // (k or 1), 1))
     return y
+
