@@ -242,3 +242,13 @@ def test_scipy_switch_serves_bsr_times_dense_with_scipys_bits():
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got_m, want_m)
     np.testing.assert_array_equal(mixed, a @ x.astype(np.float32))
+
+
+@pytest.mark.slow
+def test_bench_formats_tiny(tmp_path):
+    from splyce.bench import __main__ as cli
+
+    assert cli.main(["formats", "--tiny", "--no-progress", "--ops", "spmv,multiply", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "formats.md").read_text()
+    for fmt in ("coo", "bsr", "dia"):
+        assert f"| {fmt} | spmv |" in text and f"| {fmt} | multiply |" in text

@@ -78,11 +78,14 @@ def _dropin(op: str, a, x, X):
             "spgemm": lambda: splyce.matmul(a, a)}[op]
 
 
-def _dense(r):
-    if hasattr(r, "toarray"):
-        return r.toarray()
-    if hasattr(r, "todense"):
-        return np.asarray(r.todense())
+def _comparable(r):
+    """A result as a scipy CSR (sparse results, never densified: the corpus's large matrices) or an ndarray."""
+    import scipy.sparse as sps
+
+    if sps.issparse(r):
+        return sps.csr_array(r)
+    if hasattr(r, "to_scipy_sparse"):                   # pydata COO / GCXS
+        return sps.csr_array(r.to_scipy_sparse())
     return np.asarray(r)
 
 
@@ -90,8 +93,17 @@ def _check(desc: str, got, want) -> None:
     if type(got) is not type(want) or getattr(got, "format", None) != getattr(want, "format", None):
         raise BenchMismatch(f"{desc}: {type(got).__name__} ({getattr(got, 'format', '')}) where the reference "
                             f"returns {type(want).__name__} ({getattr(want, 'format', '')})")
-    g, w = _dense(got), _dense(want)
-    if g.shape != w.shape or not np.allclose(g, w, rtol=1e-9, atol=1e-9):
+    g, w = _comparable(got), _comparable(want)
+    if g.shape != w.shape:
+        raise BenchMismatch(f"{desc}: shape {g.shape} where the reference has {w.shape}")
+    if isinstance(g, np.ndarray) != isinstance(w, np.ndarray):
+        raise BenchMismatch(f"{desc}: a dense result where the reference is sparse, or the reverse")
+    if isinstance(g, np.ndarray):
+        ok = np.allclose(g, w, rtol=1e-9, atol=1e-9)
+    else:
+        scale = max(float(abs(w).max()) if w.nnz else 0.0, 1.0)
+        ok = (g.nnz == 0 and w.nnz == 0) or float(abs(g - w).max()) <= 1e-9 * scale
+    if not ok:
         raise BenchMismatch(f"{desc}: values differ from the reference")
 
 
