@@ -15,6 +15,8 @@ SUBCOMMANDS = {
     "width": "vector widths 2, 4, 8, 16 across densities, K1 (Figure 12)",
     "sparsity": "speedup and SIMD share from 0.01 %% to 10 %% density, --kernel (Figure 13)",
     "real": "the drop-ins vs scipy, GraphBLAS and pydata-sparse on a realistic corpus, 9 ops (docs/corpus.md)",
+    "formats": "the drop-ins on scipy COO / DIA / BSR / LIL and pydata COO / GCXS operands vs scipy's and pydata's "
+               "own operators: SpMV, SpMM, multiply, add, SpGEMM (docs/guide/formats.md)",
     "threads": "K3 and K1 at 1..cpu_count threads, Splyce and the plain sparsifier (Figure 17)",
     "memory": "the drop-ins on the largest corpus matrices with and without the cache of freed buffers, 1 and 2 "
               "threads (docs/memory.md)",

@@ -14,6 +14,7 @@ from splyce.tensors.tensor import SparseTensor, last_level_buffers
 
 from splyce.dropin.formulation import Formulation, rowwise_format, choose_elementwise_formulation
 from splyce.dropin.kernels import _kernel, _threads
+from splyce.dropin.stored_formats import scipy_to_csr, pydata_class as _pydata_class
 from splyce.dropin.operands import OperandInfo, _INT_MAX, as_format, _canonical_csr, _csc_first, _dense_result, operand_family, _keeps_left_format, _left_format, _nd, _raw_csr, sparse_family, _wrap_sparse
 
 
@@ -31,6 +32,20 @@ def _sub(a, b):
 
 
 def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
+    if out_format is None and getattr(a, "format", None) == "dia" and _keeps_left_format(name, a, b) \
+            and np.shape(a) == np.shape(b):
+        from splyce.dropin import dia_ops
+
+        out = dia_ops.elementwise(name, a, b)       # DIA op DIA, diagonal by diagonal (None: another dtype)
+        if out is not None:
+            return out
+    if out_format is None and getattr(a, "format", None) == "bsr" and getattr(b, "format", None) == "bsr" \
+            and _keeps_left_format(name, a, b):
+        from splyce.dropin import dia_ops
+
+        out = dia_ops.bsr_same_pattern(name, a, b)  # one canonical block pattern: block by block
+        if out is not None:
+            return out
     threads = _threads(threads)
     if out_format is None or out_format == "sparse":
         out = _fast_merge(name, a, b, threads)
@@ -45,7 +60,7 @@ def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
         # transpose's CSR), whose CSR result transposed is that CSC, with no copy
         return _elementwise(name, fun, np_fun, a.T, b.T, out_format, threads).T
     if out_format is None and _keeps_left_format(name, a, b) and np.shape(a) == np.shape(b):
-        return _left_format(a, _elementwise(name, fun, np_fun, a.tocsr(), b, out_format, threads), 0)
+        return _left_format(a, _elementwise(name, fun, np_fun, scipy_to_csr(a, "a"), b, out_format, threads), 0)
     ia, ib = OperandInfo.of(a), OperandInfo.of(b)
     formulation = choose_elementwise_formulation(ia, ib, out_format, name)
     if formulation is Formulation.NUMPY:
@@ -276,12 +291,12 @@ _MERGE_DTYPES = {(np.dtype(v), np.dtype(i)) for v in (np.float64, np.float32, np
 
 def multiply(a, b, *, out_format=None, threads=None):
     """scipy's ``a.multiply(b)``: a sparse result (CSR for 2-D) unless both operands are dense."""
-    return _elementwise("multiply", _mul, np.multiply, a, b, out_format, threads)
+    return _pydata_class(_elementwise("multiply", _mul, np.multiply, a, b, out_format, threads), a, b)
 
 
 def add(a, b, *, out_format=None, threads=None):
-    return _elementwise("add", _add, np.add, a, b, out_format, threads)
+    return _pydata_class(_elementwise("add", _add, np.add, a, b, out_format, threads), a, b)
 
 
 def subtract(a, b, *, out_format=None, threads=None):
-    return _elementwise("subtract", _sub, np.subtract, a, b, out_format, threads)
+    return _pydata_class(_elementwise("subtract", _sub, np.subtract, a, b, out_format, threads), a, b)

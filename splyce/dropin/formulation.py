@@ -11,6 +11,7 @@ import functools
 from splyce.tensors.formats import Format
 
 from splyce.dropin.operands import OperandInfo, _native_values
+from splyce.dropin.stored_formats import LAYOUTS as _STORED_LAYOUTS
 
 
 class Formulation(enum.Enum):
@@ -18,6 +19,8 @@ class Formulation(enum.Enum):
 
     NUMPY = "numpy"                      # both dense: NumPy's own product
     SPARSE_TIMES_DENSE = "csr-x-dense"   # A CSR, rows times a dense operand (SpMV / SpMM), MLIR kernel
+    STORED_TIMES_DENSE = "stored-x-dense"  # A in its own stored format (COO, DIA, BSR, GCXS) times a dense
+                                           # operand, on its buffers as they are: native (dropin/stored_formats.py)
     DENSE_TIMES_SPARSE = "dense-x-csr"   # dense rows times B CSR, MLIR kernel
     SCATTER_VECTOR = "scatter-vector"    # sparse vector operand scattered dense in O(n), then SpMV
     SCATTER_CSC = "csc-x-vector"         # a matrix stored by columns (a CSC, a CSR's transpose) times a vector:
@@ -52,6 +55,8 @@ def choose_matmul_formulation(a: OperandInfo, b: OperandInfo, out_format=None) -
         if _wants_sparse_result(a, b, out_format):
             return Formulation.GUSTAVSON_SPARSE
         return Formulation.GUSTAVSON_DENSE
+    if a.sparse and a.layout in _STORED_LAYOUTS and len(a.shape) == 2:
+        return Formulation.STORED_TIMES_DENSE
     return Formulation.SPARSE_TIMES_DENSE if a.sparse else Formulation.DENSE_TIMES_SPARSE
 
 

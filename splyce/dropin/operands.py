@@ -52,10 +52,14 @@ def sparse_family(*xs) -> str:
 def as_format(x, fmt: Format, name: str, threads: int = 1) -> Checked:
     """``x`` as a SparseTensor in ``fmt``, keeping its index width (scipy's int32 stays int32). ``asarray``
     validates it, so it is marked as checked for the kernel call."""
+    fam = operand_family(x)
+    if fam.startswith("scipy") and fmt.ndim == 2 and fmt.order == _CSR_ORDER:
+        from splyce.dropin.stored_formats import scipy_to_csr
+
+        x = scipy_to_csr(x, name)     # COO / LIL / DOK / BSR / DIA: scipy's own conversion, checked first
     wrapped = _csr_as_it_is(x, fmt, threads)
     if wrapped is not None:
         return wrapped
-    fam = operand_family(x)
     if fam.startswith("scipy") and fmt.ndim == 2 and getattr(x, "format", None) in ("csr", "csc"):
         # scipy's own CSR <-> CSC conversion is a linear-time counting transpose; ours sorts
         wanted_kind = "csr" if fmt.order == (0, 1) else "csc"
@@ -164,11 +168,15 @@ class OperandInfo:
     family: str
     shape: tuple
     dtype: np.dtype | None = None
+    layout: str | None = None       # a scipy / pydata operand's stored format ("csr", "coo", "bsr", "gcxs", ...)
 
     @classmethod
     def of(cls, x, family: str | None = None) -> "OperandInfo":
+        from splyce.dropin.stored_formats import layout_of
+
         dtype = getattr(x, "dtype", None)
-        return cls(family or operand_family(x), tuple(np.shape(x)), None if dtype is None else np.dtype(dtype))
+        family = family or operand_family(x)
+        return cls(family, tuple(np.shape(x)), None if dtype is None else np.dtype(dtype), layout_of(x, family))
 
     @property
     def sparse(self) -> bool:
@@ -250,9 +258,13 @@ def _dense_result(out: np.ndarray, family: str):
 
 
 def _keeps_left_format(name: str, a, b) -> bool:
-    """scipy's result keeps a BSR left operand's format (``bsr op sparse``, ``bsr @ sparse``), and a DOK's in a
-    sum (``dok + sparse``; its difference and product are CSR), the right operand 2-D scipy sparse."""
+    """scipy's result keeps a BSR left operand's format (``bsr op sparse``, ``bsr @ sparse``), a DOK's in a sum
+    (``dok + sparse``; its difference and product are CSR), a DIA's with a DIA right operand (any op), the right
+    operand 2-D scipy sparse."""
     fmt = getattr(a, "format", None)
+    if fmt == "dia":    # a DIA's op with a DIA is a DIA (scipy 1.17: +, -, multiply, @); with any other, a CSR
+        return getattr(b, "format", None) == "dia" and operand_family(a).startswith("scipy") \
+            and operand_family(b).startswith("scipy")
     return ((fmt == "bsr" or fmt == "dok" and name == "add") and operand_family(a).startswith("scipy")
             and np.ndim(b) == 2 and operand_family(b).startswith("scipy"))
 
@@ -260,10 +272,20 @@ def _keeps_left_format(name: str, a, b) -> bool:
 def _left_format(a, out, right_block: int):
     """A CSR result in the left operand's format, as scipy gives it: a BSR's blocks of ``a.blocksize`` (a
     product: its rows by ``right_block`` columns), a DOK."""
+    import scipy.sparse as sps
+
     if a.format == "dok":
-        return out.todok()
-    rows, cols = a.blocksize
-    return out.tobsr(blocksize=(rows, right_block or cols))
+        out = out.todok()
+    elif a.format == "dia":
+        out = out.todia()
+    else:
+        rows, cols = a.blocksize
+        out = out.tobsr(blocksize=(rows, right_block or cols))
+    # scipy: the left operand's class (a bsr_matrix op a bsr_array is a bsr_matrix, and the reverse an array)
+    array = isinstance(a, sps.sparray)
+    if array != isinstance(out, sps.sparray):
+        out = getattr(sps, f"{out.format}_{'array' if array else 'matrix'}")(out)
+    return out
 
 
 def _csc_first(a, b) -> bool:

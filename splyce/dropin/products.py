@@ -16,6 +16,7 @@ from splyce.tensors.formats import CSC, CSR, SPARSE_VECTOR, compressed_order
 from splyce.tensors.validation import check_dtype
 from splyce.tensors.tensor import SparseTensor, asarray, last_level_buffers
 
+from splyce.dropin.stored_formats import scipy_to_csr, fast_times_dense as _stored_fast, pydata_class as _stored_pydata_class
 from splyce.dropin.formulation import Formulation, _wants_sparse_result, choose_matmul_formulation
 from splyce.dropin.kernels import DENSE_RESULT_BYTES, SERIAL_MAX_WORK, _kernel, _mm, _several_threads, _threads
 from splyce.dropin.operands import OperandInfo, _INT_MAX, as_format, _converter, _coo_array_type, _csc_first, _dense_out, operand_family, _keeps_left_format, _left_format, _raise_bad_product_operand, _raw_csr, scipy_csr_types, sparse_family, _to_dense_vector, _vector_out, _wrap_sparse
@@ -38,13 +39,19 @@ def matmul(a, b, *, out_format=None, threads=None):
         # a CSC product is scipy's CSC: (B.T @ A.T).T, A.T being A's buffers as a CSR, and the CSR result
         # transposed that CSC with no copy (scipy's csc_matmat computes the same product of transposes)
         return _matmul(b.T, a.T, out_format, _threads(threads)).T
-    if out_format is None and getattr(a, "format", None) == "bsr" and _keeps_left_format("matmul", a, b) \
+    if out_format is None and getattr(a, "format", None) in ("bsr", "dia") and _keeps_left_format("matmul", a, b) \
             and np.shape(a)[-1] == np.shape(b)[0]:
         # scipy: a BSR times a sparse matrix is a BSR of the left's block rows by the right's block columns (1
         # for any other format)
+        if a.format == "dia":
+            from splyce.dropin import dia_ops
+
+            out = dia_ops.matmul(a, b)          # DIA @ DIA, diagonal pairs (None: another dtype)
+            if out is not None:
+                return out
         block = b.blocksize[1] if getattr(b, "format", None) == "bsr" else 1
-        return _left_format(a, _matmul(a.tocsr(), b, out_format, _threads(threads)), block)
-    out = _matmul(a, b, out_format, _threads(threads))
+        return _left_format(a, _matmul(scipy_to_csr(a, "a"), b, out_format, _threads(threads)), block)
+    out = _stored_pydata_class(_matmul(a, b, out_format, _threads(threads)), a, b)
     if (type(a) is np.matrix or type(b) is np.matrix) and type(out) is np.ndarray \
             and sparse_family(a, b) == "scipy-matrix":
         return np.asmatrix(out)        # scipy: a sparse matrix times a numpy.matrix is a numpy.matrix
@@ -112,6 +119,11 @@ def _matmul(a, b, out_format, threads: int):
     def kernel(*args):   # the jitted kernel, made on first need (a Gustavson product never imports the jit)
         return _kernel("matmul", _mm, threads=threads)(*args)
 
+    if formulation is Formulation.STORED_TIMES_DENSE:
+        from splyce.dropin import stored_formats
+
+        out = stored_formats.times_dense(a, b, family)      # None: a dtype or buffers the kernels lack
+        return _dense_out(_csr_times_dense(a, b, threads) if out is None else out, family, want_sparse)
     if formulation is Formulation.SPARSE_TIMES_DENSE:
         if len(sa) == 2:
             return _dense_out(_csr_times_dense(a, b, threads), family, want_sparse)
@@ -255,7 +267,7 @@ def _fast_spmv(a, x, threads=1):
             return None
         return _spmv_buffers(a, *last_level_buffers(a), x, several)
     if type(a) not in scipy_csr_types() or not 1 <= ndim <= 2:
-        return None
+        return _stored_fast(a, x)     # a scipy COO / DIA / BSR on its own buffers (else None)
     data, indices, indptr = a.data, a.indices, a.indptr
     # the kernel reads each array's data pointer from the object itself: ndarrays (or subclasses) only
     if not (isinstance(data, np.ndarray) and isinstance(indices, np.ndarray) and isinstance(indptr, np.ndarray)):

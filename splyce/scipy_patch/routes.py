@@ -12,6 +12,8 @@ scipy worker                        reached from                                
 ``_add_sparse`` / ``_sub_sparse``   ``A + B`` / ``A - B`` (both sparse, shapes equal)    ``splyce.add`` /
                                                                                        ``splyce.subtract``
 ``_multiply_2d_with_broadcasting``  ``A.multiply(B)``, sparray ``A * B``               ``splyce.multiply``
+BSR ``_matmul_vector`` /            ``A @ x`` / ``A @ X``, ``A`` a BSR, ``x`` / ``X``      the native BSR
+``_matmul_multivector``             dense of its value dtype                           kernels
 ==================================  =================================================  ====================
 
 A call is served only when it is exactly a case splyce accelerates and matches scipy on, buffers included:
@@ -56,18 +58,26 @@ import numpy as np
 # ("format"): the drop-in (a CSR conversion, then SpMM; the same bits) measured 0.08-0.64x of scipy's
 # csc_matvecs with 2-8 columns (n = 2,000-100,000, 5 entries per row), 1.3x only with 32 columns
 # (2026-12-07, same VM, load average ~10, fastest of 5 x 3 interleaved calls).
+# - BSR @ dense vector / matrix (issue 56), 3 x 3 blocks, switch off vs on (route_small), fastest of 5 x 200
+#   calls, 2026-12-07 (same VM, other benches running): SpMV at 594 / 2,457 / 12,528 / 188,919 stored values
+#   3.0 / 4.0 / 9.6 / 1342 us vs 10.5 / 10.7 / 13.4 / 590 us (the hook's ~7 us fixed cost): served from
+#   BSR_MIN_VALUES values; SpMM with 8 columns 5.9 / 14.2 / 60 / 11616 us vs 11.2 / 12.3 / 18.5 / 2910 us:
+#   served from SPMM_MIN_WORK values x columns, as CSR's.
+BSR_MIN_VALUES = 32768
 ELEMENTWISE_MIN_NNZ = 128
 MATMUL_MIN_NNZ = 4096
 SPMM_MIN_WORK = 16384
 
 # The sizes in force: the break-evens above, or all zero with patch_scipy(route_small=True) (every eligible
 # call served, however small: how tests prove served results equal scipy's on small matrices).
-_min = {"elementwise": ELEMENTWISE_MIN_NNZ, "matmul": MATMUL_MIN_NNZ, "spmm": SPMM_MIN_WORK}
+_min = {"elementwise": ELEMENTWISE_MIN_NNZ, "matmul": MATMUL_MIN_NNZ, "spmm": SPMM_MIN_WORK,
+        "bsr": BSR_MIN_VALUES}
 
 
 def set_route_small(route_small: bool) -> None:
     _min.update(dict.fromkeys(_min, 0) if route_small else
-                {"elementwise": ELEMENTWISE_MIN_NNZ, "matmul": MATMUL_MIN_NNZ, "spmm": SPMM_MIN_WORK})
+                {"elementwise": ELEMENTWISE_MIN_NNZ, "matmul": MATMUL_MIN_NNZ, "spmm": SPMM_MIN_WORK,
+                 "bsr": BSR_MIN_VALUES})
 
 
 _VALUES = frozenset(np.dtype(t) for t in (np.float64, np.float32, np.int64, np.int32))
@@ -343,6 +353,36 @@ def _multiply_hook(original):
     return _multiply_2d_with_broadcasting
 
 
+def _bsr_dense_hook(op: str, name: str):
+    """A BSR times a dense vector (``_matmul_vector``) or matrix (``_matmul_multivector``) on the native BSR
+    kernels (dropin/stored_formats.py: scipy's summation order, so scipy's bits): served when ``other`` is an
+    ndarray of the BSR's value dtype among float64 / float32 / int64 / int32 and the BSR holds at least
+    ``BSR_MIN_VALUES`` stored values; anything else runs scipy's worker."""
+    def make(original):
+        def hook(self, other):
+            if getattr(_local, "busy", False):
+                return original(self, other)
+            data = self.data
+            if type(other) is not np.ndarray or type(data) is not np.ndarray or other.dtype != data.dtype \
+                    or data.dtype not in _VALUES:
+                _count(op, "dtype")
+                return original(self, other)
+            if (data.size if other.ndim == 1 else data.size * other.shape[-1]) < _min["bsr" if other.ndim == 1 else "spmm"]:
+                _count(op, "small")
+                return original(self, other)
+            from splyce.dropin.stored_formats import times_dense
+
+            out = _run(lambda a, b: times_dense(a, b, "scipy-array"), self, other)
+            if out is None:
+                _count(op, "format")
+                return original(self, other)
+            _count(op, "served")
+            return out
+        hook.__name__ = hook.__qualname__ = name
+        return hook
+    return make
+
+
 _HOOKS = (
     ("_matmul_sparse", _matmul_sparse_hook),
     ("_matmul_multivector", _matmul_multivector_hook),
@@ -357,5 +397,10 @@ def hooks():
     scipy without one of them keeps its own)."""
     from scipy.sparse import _compressed
 
+    from scipy.sparse import _bsr
+
     cls = _compressed._cs_matrix
-    return [(cls, name, make) for name, make in _HOOKS if callable(getattr(cls, name, None))]
+    bsr = [(_bsr._bsr_base, name, _bsr_dense_hook(op, name)) for op, name in
+           (("bsr_matvec", "_matmul_vector"), ("bsr_matmat", "_matmul_multivector"))
+           if callable(_bsr._bsr_base.__dict__.get(name))]
+    return [(cls, name, make) for name, make in _HOOKS if callable(getattr(cls, name, None))] + bsr

@@ -1,0 +1,169 @@
+"""Two scipy DIA operands combined into a DIA (``+``, ``-``, ``multiply``, ``@``), as scipy 1.17 returns them,
+diagonal by diagonal on the dense diagonals: no conversion to CSR and back (that road cost 30-300x scipy's).
+
+A DIA holds diagonals as rows of ``data``: ``data[d, j]`` is the entry at column ``j``, row ``j - offsets[d]``;
+positions outside the matrix (and columns at or beyond ``data.shape[1]``) hold nothing. Each operand is first
+read as ``{offset: row}``, one row of ``n`` columns per distinct offset (a repeated offset summed in stored order,
+positions outside the matrix zeroed), so every later step works on clean rows: a sum adds the rows of each
+offset of the union (``0 + a + b``: scipy's ``a + b`` up to the sign of a zero), a product multiplies those of
+the offsets both hold, a matrix product adds ``A[i, i + ka] * B[i + ka, i + ka + kb]`` into offset ``ka + kb``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from splyce.native.ir_text import VALUE
+
+
+def _rows(x, dtype) -> dict:
+    """``{offset: row of x.shape[1] columns}`` of a DIA, positions outside the matrix zero."""
+    m, n = x.shape
+    offsets, data = np.asarray(x.offsets), np.asarray(x.data)
+    if offsets.ndim != 1 or offsets.dtype.kind not in "iu" or data.ndim != 2 or data.shape[0] != len(offsets):
+        raise ValueError(f"a malformed DIA: data of shape {data.shape} for {offsets.size} offsets (one row of data "
+                         "per offset, integer offsets)")
+    width = min(data.shape[1], n)
+    rows: dict = {}
+    for d, k in enumerate(offsets.tolist()):
+        lo, hi = max(0, k), min(width, m + k)      # columns j whose row j - k is in [0, m)
+        if hi <= lo:
+            continue
+        row = rows.get(k)
+        if row is None:
+            row = rows[k] = np.zeros(n, dtype=dtype)
+        row[lo:hi] += data[d, lo:hi]
+    return rows
+
+
+def _same_diagonals(a, b):
+    """Both DIAs' data (2-D ndarrays of one shape) when they hold the same distinct offsets in the same order,
+    else None."""
+    oa, ob = np.asarray(a.offsets), np.asarray(b.offsets)
+    da, db = np.asarray(a.data), np.asarray(b.data)
+    if (oa.ndim != 1 or oa.dtype.kind not in "iu" or da.ndim != 2 or da.shape != db.shape or da.shape[0] != len(oa)
+            or not np.array_equal(oa, ob) or len(np.unique(oa)) != len(oa)):
+        return None
+    return da, db
+
+
+def _stored_rows(x, dtype) -> dict | None:
+    """``{offset: data row}`` of a DIA as stored (no copy when of ``dtype``), when its offsets are distinct and
+    every row covers all columns; else None."""
+    offsets, data = np.asarray(x.offsets), np.asarray(x.data)
+    if (offsets.ndim != 1 or offsets.dtype.kind not in "iu" or data.ndim != 2 or data.shape[0] != len(offsets)
+            or data.shape[1] < x.shape[1] or len(np.unique(offsets)) != len(offsets)):
+        return None
+    data = data[:, :x.shape[1]].astype(dtype, copy=False)
+    return dict(zip(offsets.tolist(), data))
+
+
+def _result(cls, rows: dict, shape, dtype):
+    offsets = np.array(sorted(rows), dtype=np.int32 if max(shape) < 2**31 else np.int64)
+    data = np.stack([rows[k] for k in offsets.tolist()]) if len(offsets) else np.zeros((0, shape[1]), dtype)
+    return cls((data, offsets), shape=shape)
+
+
+def _class(a, b):
+    """scipy's result class: the left operand's (``dia_matrix + dia_array`` is a ``dia_matrix``)."""
+    import scipy.sparse as sps
+
+    return sps.dia_array if isinstance(a, sps.sparray) else sps.dia_matrix
+
+
+def elementwise(name: str, a, b):
+    """``a + b`` / ``a - b`` / ``a.multiply(b)`` for two scipy DIAs of one shape, as a DIA of their class (an
+    array if either is); None for a value dtype the native kernels lack (the general road then)."""
+    dtype = np.result_type(a.dtype, b.dtype)
+    if dtype not in VALUE or a.shape != b.shape or len(a.shape) != 2:
+        return None
+    same = _same_diagonals(a, b)
+    if same is not None:        # one set of diagonals, stored alike: the data rows combined as they are
+        da, db = same
+        data = da * db if name == "multiply" else (da + db if name == "add" else da - db)
+        return _class(a, b)((data.astype(dtype, copy=False), np.array(a.offsets)), shape=a.shape)
+    ra, rb = _rows(a, dtype), _rows(b, dtype)
+    if name == "multiply":
+        rows = {k: ra[k] * rb[k] for k in ra if k in rb}
+    else:
+        rows = {}
+        for k in set(ra) | set(rb):
+            row = np.zeros(a.shape[1], dtype=dtype)
+            if k in ra:
+                row += ra[k]
+            if k in rb:
+                row = row + rb[k] if name == "add" else row - rb[k]
+            rows[k] = row
+    return _result(_class(a, b), rows, a.shape, dtype)
+
+
+def matmul(a, b):
+    """``a @ b`` for two scipy DIAs (``a``'s columns ``b``'s rows) as a DIA of their class; None for a value dtype
+    the native kernels lack."""
+    dtype = np.result_type(a.dtype, b.dtype)
+    if dtype not in VALUE or len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
+        return None
+    m, n = a.shape[0], b.shape[1]
+    # positions outside an operand only reach positions outside the result (zeroed below): its rows as stored
+    ra, rb = _stored_rows(a, dtype) or _rows(a, dtype), _stored_rows(b, dtype) or _rows(b, dtype)
+    rows: dict = {}
+    for ka, row_a in ra.items():
+        for kb, row_b in rb.items():
+            # result column j (row j - ka - kb) takes A[., j - kb] * B[j - kb, j]: A's row at column j - kb
+            lo, hi = max(0, kb), min(n, a.shape[1] + kb)
+            if hi <= lo:
+                continue
+            prod = row_a[lo - kb:hi - kb] * row_b[lo:hi]
+            k = ka + kb
+            out = rows.get(k)
+            if out is None:
+                out = rows[k] = np.zeros(n, dtype=dtype)
+            out[lo:hi] += prod
+    # positions outside the result (row j - k outside [0, m)) zeroed: they hold nothing
+    for k, out in rows.items():
+        out[:max(0, min(n, k))] = 0
+        out[max(0, m + k):] = 0
+    return _result(_class(a, b), rows, (m, n), dtype)
+
+
+def bsr_same_pattern(name: str, a, b):
+    """``a + b`` / ``a - b`` / ``a.multiply(b)`` for two scipy BSRs of one block shape holding the same blocks in
+    canonical form (block columns strictly increasing in every block row; the same ``indptr`` and ``indices``:
+    ``A + A``, or operators assembled on one pattern), block by block as scipy's canonical ``bsr_binop`` computes
+    them (blocks whose entries all come out zero dropped), as a BSR of their class; None otherwise (then the
+    general road)."""
+    import scipy.sparse as sps
+
+    dtype = np.result_type(a.dtype, b.dtype)
+    if dtype not in VALUE or a.shape != b.shape or a.blocksize != b.blocksize:
+        return None
+    ia, pa, ib, pb = (np.asarray(v) for v in (a.indices, a.indptr, b.indices, b.indptr))
+    da, db = np.asarray(a.data), np.asarray(b.data)
+    R, C = a.blocksize
+    m, n = a.shape
+    if (da.shape != db.shape or da.ndim != 3 or da.shape[1:] != (R, C) or m % R or n % C or ia.ndim != 1
+            or pa.ndim != 1 or len(pa) != m // R + 1 or len(ia) != len(da) or pa[0] != 0 or pa[-1] != len(ia)):
+        return None
+    if not (ia is ib or np.array_equal(ia, ib)) or not (pa is pb or np.array_equal(pa, pb)):
+        return None
+    counts = np.diff(pa)
+    if (counts < 0).any() or (len(ia) and (ia.min() < 0 or ia.max() >= n // C)):
+        return None
+    steps = np.diff(ia)
+    if len(steps):
+        first = np.zeros(len(ia), dtype=bool)     # a block that starts its row may step down from the last row's
+        first[pa[:-1][counts > 0]] = True
+        if (steps[~first[1:]] <= 0).any():
+            return None
+    data = da * db if name == "multiply" else (da + db if name == "add" else da - db)
+    data = data.astype(dtype, copy=False)
+    indices, indptr = ia.copy(), pa.copy()
+    keep = None if data.all() else data.reshape(len(data), -1).any(axis=1)   # no zero at all: every block kept
+    if keep is not None and not keep.all():
+        data, indices = data[keep], ia[keep]
+        kept_per_row = np.add.reduceat(keep, pa[:-1]) if len(keep) else np.zeros(len(counts), dtype=np.int64)
+        kept_per_row = np.where(counts > 0, kept_per_row, 0)
+        indptr = np.zeros(len(pa), dtype=pa.dtype)
+        np.cumsum(kept_per_row, out=indptr[1:])
+    cls = sps.bsr_array if isinstance(a, sps.sparray) else sps.bsr_matrix     # scipy: the left operand's class
+    return cls((data, indices, indptr), shape=a.shape, blocksize=(R, C))
