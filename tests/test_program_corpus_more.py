@@ -18,8 +18,9 @@ REFUSED = {"item_knn_topk": "np.where(np.eye(n, dtype=bool), v, a)", "max_abs_sc
            "ppmi": ".data array", "sublinear_tfidf_l2": ".data array",
            "gauss_seidel_sweeps": "scipy.sparse.tril is not supported",
            "splitting_residual": "scipy.sparse.tril is not supported"}
-# a known, pre-existing refusal (docs/tracing.md): a sparse product whose result is laid out like a transposed
-# operand (a CSC) planned in the other loop order is refused by the lowering ("written out of storage order")
+# a known refusal (docs/planner.md): a sparse product whose result is laid out like a transposed operand (a CSC),
+# written in the other loop order and re-stored (lowering/restore.py), read by another kernel step: MLIR 22's
+# sparse codegen fails to legalize its buffers, with or without the intermediate's free; a LoweringError names it
 KNOWN_LOWERING = {("smoothed_prolongation", k) for k in KINDS} | {("neighbour_jaccard", "csc_array")}
 QUICK = ["two_level_multigrid", "bm25_query_terms", "subspace_iteration", "ease_recommender"]
 

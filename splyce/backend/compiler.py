@@ -7,6 +7,8 @@ when that environment variable is set.
 
 from __future__ import annotations
 
+from splyce.errors import LoweringError
+
 import os
 import threading
 import time
@@ -197,7 +199,7 @@ def lower(trace: Trace, options: Options) -> Lowering:
         low.timings[stage] = time.perf_counter() - start
         _dump(low, stage)
 
-    def sparsified(module, fuse: bool):
+    def sparsified(module, fuse: bool, sparse_frees: bool = True):
         """The sparsifier's loops, fused (None where fusion made a kernel it cannot compile) or unfused.
         lower_trace refuses what the sparsifier cannot compile one kernel at a time (loop orders, sparse
         results); fusion can still make one: a sparse operand read in two orders (``b.T + b``: the sparsifier
@@ -208,14 +210,28 @@ def lower(trace: Trace, options: Options) -> Lowering:
         shield_outer_arguments(module)   # and aborts on a late argument read inside a sparse generic's body
         if fuse and (contradicting_sparse_orders(module) or crowded_generic(module) or broadcast_union(module)):
             return None     # (a fused generic of many sparse operands: the sparsifier segfaulted on one)
+        frees = 0
         try:
             coordinates_as_operands(module)   # its loop scheduler leaves linalg.index on the old loop
-            free_intermediates(module)
+            frees = free_intermediates(module, sparse=sparse_frees)
             pipeline.run_passes(module, pipeline.BUFFERIZE)
             lower_sparse_frees(module)   # a sparse intermediate's free: a dealloc of each of its buffers
         except ir.MLIRError:
             if fuse:
                 return None
+            if sparse_frees and frees:
+                # the codegen left a sparse free's buffers unresolved (a re-stored product read by another
+                # op: "failed to legalize unresolved materialization"): compiled without the sparse frees,
+                # those intermediates leak (docs/planner.md), rather than the program failing
+                try:
+                    return sparsified(lower_trace(trace), fuse=False, sparse_frees=False)
+                except ir.MLIRError as again:
+                    first = next((line for line in str(again).splitlines() if "error:" in line), str(again)[:300])
+                    raise LoweringError(
+                        "MLIR's sparse codegen cannot lower this program's sparse intermediates (a sparse value "
+                        "computed by one kernel step and read by another, stored in another order than its loops "
+                        "write it); compute that value in a jitted function of its own, or make it dense with "
+                        f".toarray(). MLIR said: {first.strip()}") from again
             raise           # a failure of the unfused module surfaces with its diagnostics
         return module
 

@@ -65,9 +65,10 @@ def _is_sparse(t: ir.RankedTensorType) -> bool:
     return True
 
 
-def free_intermediates(module: ir.Module) -> int:
+def free_intermediates(module: ir.Module, sparse: bool = True) -> int:
     """Insert a free before each function's return for its intermediates (``dealloc_tensor`` for a dense
-    one, a call of ``__splyce_free_sparse_N`` for a sparse one); returns how many."""
+    one, a call of ``__splyce_free_sparse_N`` for a sparse one; none for a sparse one with ``sparse=False``:
+    the compiler's fallback where the codegen cannot resolve the call's buffers); returns how many."""
     count = 0
     declared: dict[str, str] = {}    # sparse tensor type -> the name of its free function
 
@@ -106,6 +107,8 @@ def free_intermediates(module: ir.Module) -> int:
                         continue
                     if any(use.owner.name == "sparse_tensor.reorder_coo" for use in result.uses):
                         continue                   # its buffers are the sorted COO's, freed with it
+                    if not sparse and _is_sparse(result.type):
+                        continue
                     with ir.InsertionPoint(ret):
                         if _is_sparse(result.type):
                             func.CallOp([], ir.FlatSymbolRefAttr.get(sparse_free(result.type)), [result])
