@@ -131,7 +131,7 @@ def broadcast_union(module: ir.Module) -> bool:
             if not sparse_loops:
                 continue
             block = op.regions[0].blocks[0]
-            broadcast, driving = [], False
+            broadcast, broadcast_input, driving = [], False, False
             for k, (value, amap) in enumerate(zip(op.operands, maps)):
                 if k < n_inputs and _loops_by_level(value.type, amap) is not None:
                     continue          # a sparse operand
@@ -140,9 +140,12 @@ def broadcast_union(module: ir.Module) -> bool:
                 read = {r.position for r in amap.results if isinstance(r, ir.AffineDimExpr)}
                 if sparse_loops - read:
                     broadcast.append(block.arguments[k])
+                    broadcast_input = broadcast_input or k < n_inputs
                 else:
                     driving = True    # a dense operand the sparsifier iterates over those loops
-            if broadcast and not driving and any(_used(arg) for arg in broadcast) \
+            # (an input among them: a union of sparse operands into a reduction's accumulator alone compiles,
+            # ``abs(a - b).sum()``, the union reduce lane's form)
+            if broadcast_input and not driving and any(_used(arg) for arg in broadcast) \
                     and any(inner.name in _UNIONS for inner in walk(op) if inner is not op):
                 return True
     return False
