@@ -1,8 +1,6 @@
 """Intermediate results of a jitted function are freed before it returns (a loop of calls must not grow the
 heap), and a free that MLIR's folding moved onto an argument, a result or a freed buffer is dropped."""
 
-import ctypes
-import ctypes.util
 import gc
 
 import numpy as np
@@ -11,25 +9,9 @@ import scipy.sparse as sps
 from mlir import ir
 
 import splyce
-from leak_corpus import KINDS, PROGRAMS, VARIANTS, dense, heap_growth, matches, reference
+from leak_corpus import KINDS, PROGRAMS, VARIANTS, dense, heap_growth, heap_in_use, matches, reference
 from leak_corpus import operands as leak_operands
 from splyce.passes.dealloc_guard import drop_foreign_deallocs
-
-
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                 "keepcost")]
-
-
-def _heap_in_use() -> int | None:
-    """Bytes the C heap has handed out (glibc's mallinfo2: small blocks + mmapped blocks), or None."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    if not hasattr(libc, "mallinfo2"):
-        return None
-    libc.mallinfo2.restype = _MallInfo2
-    info = libc.mallinfo2()
-    return info.uordblks + info.hblkhd
 
 
 def _operands():
@@ -55,14 +37,14 @@ def test_sparse_product_intermediates_are_freed():
     scf = f.lower(a, b).as_text("scf")
     # the intermediate's positions, coordinates and values, and the product's row workspace (3 + 3)
     assert scf.count("memref.dealloc") == 6 and "__splyce_free" not in scf
-    before = _heap_in_use()
+    before = heap_in_use()
     if before is None:
         pytest.skip("the C library has no mallinfo2 (not glibc)")
     for _ in range(50):
         del got
         got = f(a, b)
     del got
-    assert _heap_in_use() - before < 50_000
+    assert heap_in_use() - before < 50_000
 
 
 # tests/leak_corpus.py: a quick subset on CSR operands and default options (two products merged, a product read
@@ -130,7 +112,7 @@ def test_calls_do_not_grow_the_heap(case, library):
     assert np.allclose(got.toarray() if hasattr(got, "toarray") else got, want)
     if not library:
         assert "memref.dealloc" in f.lower(a, x, b).as_text("splyce")
-    before = _heap_in_use()
+    before = heap_in_use()
     if before is None:
         pytest.skip("the C library has no mallinfo2 (not glibc)")
     for _ in range(50):
@@ -138,7 +120,7 @@ def test_calls_do_not_grow_the_heap(case, library):
         got = f(a, x, b)
     del got
     # a leaked intermediate is >= 19 KB per call (300 x 8 doubles); 50 calls would add >= 0.9 MB
-    assert _heap_in_use() - before < 400_000
+    assert heap_in_use() - before < 400_000
 
 
 @pytest.mark.parametrize("fun", [lambda p, q: (p * 1) @ q, lambda p, q: (p @ q) * 1, lambda p, q: abs(p) * q])
