@@ -106,25 +106,22 @@ def test_default_threads_bit_identical_one_split_size():
     _check_ops(a, np.float64)
 
 
-def test_float_scalar_sum_split_only_when_exact():
-    """The default never changes a bit: a float triangle sum of fractional values stays on one thread (an
-    explicit threads=2 may reassociate it); integral values split (any order is exact)."""
+def test_float_scalar_sum_stays_on_one_thread_by_default():
+    """The default never changes a bit: a float triangle sum stays on one thread (an explicit threads=2 may
+    reassociate it); an integer one splits (any order is exact), with one thread's result."""
     a = _matrix(20_000, 8, np.float64, seed=3, power=True)
     lower = sps.csr_array(sps.tril(a, -1))
     lower.data = np.random.default_rng(0).random(lower.nnz) * 1e3
-    with splyce.use_threads(2):
-        default = splyce.einsum("ij,jk,ik->", lower, lower, lower)
-    assert _bits(default) == _bits(splyce.einsum("ij,jk,ik->", lower, lower, lower, threads=1))
     from splyce.dropin import einsums
 
-    assert not einsums._sum_exact_in_any_order(["ij", "jk", "ik"], [lower] * 3)
-    lower.data = np.round(lower.data)
-    assert einsums._sum_exact_in_any_order(["ij", "jk", "ik"], [lower] * 3)
-    lower.data[0] = np.inf
-    assert not einsums._sum_exact_in_any_order(["ij", "jk", "ik"], [lower] * 3)
-    big = lower.copy()
-    big.data[:] = 2.0 ** 20           # terms of 2^60: partial sums beyond 2^53 are rounded
-    assert not einsums._sum_exact_in_any_order(["ij", "jk", "ik"], [big] * 3)
+    with splyce.use_threads(2):
+        default = splyce.einsum("ij,jk,ik->", lower, lower, lower)
+        counts = sps.csr_array(lower, dtype=np.int64)
+        counts.data[:] = 1
+        integral = splyce.einsum("ij,jk,ik->", counts, counts, counts)
+    assert _bits(default) == _bits(splyce.einsum("ij,jk,ik->", lower, lower, lower, threads=1))
+    assert integral == splyce.einsum("ij,jk,ik->", counts, counts, counts, threads=1)
+    assert einsums._float_values([lower]) and not einsums._float_values([counts])
 
 
 def test_set_threads_use_threads_and_env(monkeypatch):
