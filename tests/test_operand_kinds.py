@@ -95,9 +95,10 @@ def check(name, fun, *operands, kinds=()):
     try:
         expected = fun(*(_reference(x) for x in operands))
     except Exception as e:   # noqa: BLE001 - whatever eager raises, the jit must raise too
-        if isinstance(e, AttributeError) and name in CONVERSIONS and "pydata.GCXS" in kinds:
-            # pydata's GCXS has no tocsc / tocsr (its COO has): the jit's conversions are scipy's on any sparse
-            # value, a wider surface, never another answer (docs/tracing.md)
+        if isinstance(e, AttributeError) and (name in CONVERSIONS and "pydata.GCXS" in kinds or name in (
+                "diagonal", "trace") and any(k.startswith("pydata") for k in kinds)):
+            # pydata's GCXS has no tocsc / tocsr (its COO has), neither has diagonal / trace: the jit's are
+            # scipy's on any sparse value, a wider surface, never another answer (docs/tracing.md)
             got = splyce.jit(fun)(*operands)
             want = fun(*(sps.csr_array(x.to_scipy_sparse()) for x in operands))
             np.testing.assert_array_equal(dense_of(got), dense_of(want))
@@ -133,6 +134,7 @@ UNARY = {
     "np_sum1": lambda a: np.sum(a, axis=1), "self_star": lambda a: a * a, "T_star": lambda a: a.T * a,
     "chain": lambda a: (a * a.T) * X,
     "tocsc": lambda a: a.tocsc(), "T_tocsr": lambda a: a.T.tocsr(), "asformat_csc": lambda a: a.asformat("csc"),
+    "diagonal": lambda a: a.diagonal(), "trace": lambda a: a.trace(),
 }
 BINARY = {
     "star": lambda a, b: a * b, "at": lambda a, b: a @ b, "plus": lambda a, b: a + b, "minus": lambda a, b: a - b,

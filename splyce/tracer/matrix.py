@@ -283,7 +283,7 @@ _BINARY = ("__add__", "__radd__", "__sub__", "__rsub__", "__truediv__", "__rtrue
            "__rand__", "__or__", "__ror__", "__xor__", "__rxor__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
            "__ge__", "multiply", "maximum", "minimum")
 # methods whose results keep the array kind whatever the operand (scipy / NumPy give ndarrays)
-_TO_ARRAY = ("toarray", "diagonal")
+_TO_ARRAY = ("toarray",)
 # scipy's format conversions: ``csr_matrix.tocsc()`` is a ``csc_matrix``
 _CONVERSIONS = ("tocsr", "tocsc", "tocoo", "asformat")
 _SKIP = ("__init__", "__repr__", "__bool__", "__len__", "__iter__", "__getattribute__", "__setattr__",
@@ -291,6 +291,19 @@ _SKIP = ("__init__", "__repr__", "__bool__", "__len__", "__iter__", "__getattrib
          "__module__", "__doc__", "__dict__", "__weakref__", "__class__", "__array_priority__", "__new__",
          "__init_subclass__", "__subclasshook__", "__reduce__", "__reduce_ex__", "__getstate__", "__sizeof__",
          "__dir__", "__format__", "__str__", "__delattr__", "node")
+
+
+def _diagonal(self, k=0):
+    """``diagonal(k)``: scipy's sparse matrix gives an ndarray, NumPy's ``np.matrix`` a (1, n) matrix."""
+    result = T.diagonal(Tracer(self.node), k)
+    return result if self.is_sparse else MatrixTracer(indexing.reshape(result, (1, result.shape[0])).node)
+
+
+def _trace(self, offset=0):
+    """``trace(offset)``: of a sparse matrix a scalar (scipy's ``diagonal().sum()``), of an ``np.matrix`` a
+    (1, 1) matrix, as NumPy's."""
+    result = T.trace(Tracer(self.node), offset)
+    return result if self.is_sparse else MatrixTracer(indexing.reshape(result, (1, 1)).node)
 
 
 def _converting(bound):
@@ -403,6 +416,8 @@ def _install(cls) -> None:
     cls.max = _reduction(_extremum("max"))
     cls.min = _reduction(_extremum("min"))
     cls.todense = lambda self: MatrixTracer(T.todense(Tracer(self.node)).node)
+    cls.diagonal = _diagonal
+    cls.trace = _trace
     cls.ravel = cls.flatten = _ravel
     cls.__getitem__ = _getitem
     cls.__array_ufunc__ = _array_ufunc
