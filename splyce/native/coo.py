@@ -20,7 +20,7 @@ import threading
 import numpy as np
 
 from splyce.native.object_calls import array_args as _arrays, compile_on_objects as _compiled
-from splyce.native.ir_text import IR, VALUE, load_index
+from splyce.native.ir_text import IR, VALUE, columns_axpy, load_index
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (row, col, values, x, y, nnz, m, n, k) -> 0, or 1 at an index out of range
@@ -56,32 +56,7 @@ def coo_times_dense_ir(name: str, value: np.dtype, rbits: int, cbits: int, k: in
     ir(f"  %xb = mul i64 {c}, {width}")
     ir(f"  %yb = mul i64 {r}, {width}")
 
-    def axpy(j: str) -> None:
-        xi, yi, px, py, xv, yv, prod, s = (ir.name(n) for n in ("xi", "yi", "px", "py", "xv", "yv", "prod", "s"))
-        ir(f"  {xi} = add i64 %xb, {j}")
-        ir(f"  {yi} = add i64 %yb, {j}")
-        ir(f"  {px} = getelementptr {t}, ptr %x, i64 {xi}")
-        ir(f"  {py} = getelementptr {t}, ptr %y, i64 {yi}")
-        ir(f"  {xv} = load {t}, ptr {px}")
-        ir(f"  {yv} = load {t}, ptr {py}")
-        ir(f"  {prod} = {mul} {t} %v, {xv}")
-        ir(f"  {s} = {add} {t} {yv}, {prod}")
-        ir(f"  store {t} {s}, ptr {py}")
-
-    if k == 0:
-        ir("  br label %jhead")
-        ir.label("jhead")
-        ir("  %j = phi i64 [0, %work], [%j1, %jbody]")
-        ir("  %jmore = icmp slt i64 %j, %k")
-        ir("  br i1 %jmore, label %jbody, label %next")
-        ir.label("jbody")
-        axpy("%j")
-        ir("  %j1 = add i64 %j, 1")
-        ir("  br label %jhead")
-    else:
-        for j in range(k or 1):
-            axpy(str(j))
-        ir("  br label %next")
+    columns_axpy(ir, t, mul, add, "%v", k, "work", "next", index="i")
     ir.label("next")
     ir("  %e1 = add i64 %e, 1")
     ir("  br label %head")

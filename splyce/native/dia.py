@@ -21,7 +21,7 @@ import threading
 import numpy as np
 
 from splyce.native.object_calls import array_args as _arrays, compile_on_objects as _compiled
-from splyce.native.ir_text import IR, VALUE
+from splyce.native.ir_text import IR, VALUE, columns_axpy
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (offsets, data, x, y, ndiag, L, m, n, k, tile) -> 0
@@ -95,32 +95,7 @@ def dia_times_dense_ir(name: str, value: np.dtype, obits: int, k: int | None) ->
     ir(f"  %xb = mul i64 %xi, {width}")
     ir(f"  %yb = mul i64 %i, {width}")
 
-    def axpy(j: str) -> None:
-        xj, yj, px, py, xv, yv, prod, s = (ir.name(n) for n in ("xj", "yj", "px", "py", "xv", "yv", "prod", "s"))
-        ir(f"  {xj} = add i64 %xb, {j}")
-        ir(f"  {yj} = add i64 %yb, {j}")
-        ir(f"  {px} = getelementptr {t}, ptr %x, i64 {xj}")
-        ir(f"  {py} = getelementptr {t}, ptr %y, i64 {yj}")
-        ir(f"  {xv} = load {t}, ptr {px}")
-        ir(f"  {yv} = load {t}, ptr {py}")
-        ir(f"  {prod} = {mul} {t} %dv, {xv}")
-        ir(f"  {s} = {add} {t} {yv}, {prod}")
-        ir(f"  store {t} {s}, ptr {py}")
-
-    if k == 0:
-        ir("  br label %jhead")
-        ir.label("jhead")
-        ir("  %j = phi i64 [0, %row_body], [%j1, %jbody]")
-        ir("  %jmore = icmp slt i64 %j, %k")
-        ir("  br i1 %jmore, label %jbody, label %row_next")
-        ir.label("jbody")
-        axpy("%j")
-        ir("  %j1 = add i64 %j, 1")
-        ir("  br label %jhead")
-    else:
-        for j in range(k or 1):
-            axpy(str(j))
-        ir("  br label %row_next")
+    columns_axpy(ir, t, mul, add, "%dv", k, "row_body", "row_next", index="j")
     ir.label("row_next")
     ir("  %i1 = add i64 %i, 1")
     ir("  br label %row_head")

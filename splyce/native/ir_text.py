@@ -223,6 +223,40 @@ def counted(ir: IR, start: str, stop: str, body, carried=(), cmp: str = "slt", b
 
 
 @functools.cache
+def columns_axpy(ir, t: str, mul: str, add: str, value: str, k: int | None, entry: str, after: str,
+                 index: str = "i") -> None:
+    """``y[%yb + j] += value * x[%xb + j]`` for the ``k`` columns of a dense operand (``k`` 0: a loop to ``%k``
+    entered from block ``entry``; None: one column), then a branch to ``after``: the inner step of every
+    stored-format times dense kernel (native/coo.py, dia.py)."""
+    def axpy(j: str) -> None:
+        xi, yi, px, py, xv, yv, prod, s = (ir.name(n) for n in (f"x{index}", f"y{index}", "px", "py", "xv", "yv",
+                                                                   "prod", "s"))
+        ir(f"  {xi} = add i64 %xb, {j}")
+        ir(f"  {yi} = add i64 %yb, {j}")
+        ir(f"  {px} = getelementptr {t}, ptr %x, i64 {xi}")
+        ir(f"  {py} = getelementptr {t}, ptr %y, i64 {yi}")
+        ir(f"  {xv} = load {t}, ptr {px}")
+        ir(f"  {yv} = load {t}, ptr {py}")
+        ir(f"  {prod} = {mul} {t} {value}, {xv}")
+        ir(f"  {s} = {add} {t} {yv}, {prod}")
+        ir(f"  store {t} {s}, ptr {py}")
+
+    if k == 0:
+        ir("  br label %jhead")
+        ir.label("jhead")
+        ir(f"  %j = phi i64 [0, %{entry}], [%j1, %jbody]")
+        ir("  %jmore = icmp slt i64 %j, %k")
+        ir(f"  br i1 %jmore, label %jbody, label %{after}")
+        ir.label("jbody")
+        axpy("%j")
+        ir("  %j1 = add i64 %j, 1")
+        ir("  br label %jhead")
+    else:
+        for j in range(k or 1):
+            axpy(str(j))
+        ir(f"  br label %{after}")
+
+
 def _context_pool_class():
     """ContextPool, defined on first use: ``concurrent.futures.thread`` (and ``queue``) cost a fresh process
     ~1-2 ms to import, and most first calls run on one thread."""
