@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import contextvars
 import functools
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -158,6 +159,13 @@ def segment_at(ptr: str, at: str, start: str, stop: str, width: str = "p", ext_f
     next_at = next_at or f"{at}1"
     step = f"  {next_at} = add i64 {at}, 1\n" if add else ""
     return (index_at(ptr, at, start, width, ext_field) + step + index_at(ptr, next_at, stop, width, ext_field))
+
+
+def fill(template: str, **fields) -> str:
+    """``template`` with every marker ``{name}`` (a word in braces: never LLVM's ``{i64, i1}`` nor a body's
+    ``{``) replaced by ``fields[name]`` in one pass: the one substitution of IR written as marked text (a
+    missing field is a KeyError, never a marker left in the IR)."""
+    return re.sub(r"\{(\w+)\}", lambda m: str(fields[m[1]]), template)
 
 
 def index_bits(a: np.ndarray) -> int:
