@@ -163,9 +163,10 @@ def segment_at(ptr: str, at: str, start: str, stop: str, width: str = "p", ext_f
 
 def fill(template: str, **fields) -> str:
     """``template`` with every marker ``{name}`` (a word in braces: never LLVM's ``{i64, i1}`` nor a body's
-    ``{``) replaced by ``fields[name]`` in one pass: the one substitution of IR written as marked text (a
-    missing field is a KeyError, never a marker left in the IR)."""
-    return re.sub(r"\{(\w+)\}", lambda m: str(fields[m[1]]), template)
+    ``{``) replaced by ``fields[name]``, itself filled from the same fields (a piece of IR may hold markers):
+    the one substitution of IR written as marked text. A missing field is a KeyError, never a marker left in
+    the IR."""
+    return re.sub(r"\{(\w+)\}", lambda m: fill(str(fields[m[1]]), **fields), template)
 
 
 def index_bits(a: np.ndarray) -> int:
@@ -182,6 +183,26 @@ def load_index(ir: IR, ptr: str, bits: int, at: str, signed: bool = False) -> st
     widen = sext(bits) if signed else ext(bits)
     ir(f"  {wide} = {widen} {raw} to i64")
     return wide
+
+
+def returns(ir: IR) -> str:
+    """The kernel's text, closed by its two returns: 0 from ``done``, 1 (a bad index met) from ``bad``."""
+    ir.label("done")
+    ir("  ret i64 0")
+    ir.label("bad")
+    ir("  ret i64 1")
+    ir("}")
+    return ir.text()
+
+
+def check_segment(ir: IR, start: str, stop: str, nnz: str = "%nnz") -> None:
+    """Branch to %bad unless start <= stop <= nnz (unsigned: a negative position is out of range too)."""
+    down, over, bad, ok = ir.name("down"), ir.name("over"), ir.name("badseg"), ir.name("seg_ok")
+    ir(f"  {down} = icmp ugt i64 {start}, {stop}")
+    ir(f"  {over} = icmp ugt i64 {stop}, {nnz}")
+    ir(f"  {bad} = or i1 {down}, {over}")
+    ir(f"  br i1 {bad}, label %bad, label %{ok[1:]}")
+    ir.label(ok[1:])
 
 
 def loop(ir: IR, start: str, stop: str, body, after: str) -> None:

@@ -436,4 +436,4 @@ def ir() -> str:
     constants = dict(SLOTS=SLOTS, SLOT0=_SLOT0, HEADER=HEADER, POOL_MIN=POOL_MIN, HUGE_MIN=HUGE_MIN, SLACK=SLACK,
                      MADV_HUGEPAGE=_MADV_HUGEPAGE, MADV_DONTNEED=_MADV_DONTNEED, LIMIT=_LIMIT, POOLED=_POOLED,
                      CLOCK=_CLOCK, HITS=_HITS, MISSES=_MISSES, KEPT=_KEPT, RELEASED=_RELEASED)
-    return fill(IR, **{k: fill(v, **constants) for k, v in pieces.items()}, **constants)
+    return fill(IR, **pieces, **constants)

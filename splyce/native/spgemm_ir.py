@@ -7,8 +7,8 @@ driver, the loops over A's rows, A's entries and B's rows (:func:`loops`), the r
 
 from __future__ import annotations
 
-from splyce.native.ir_text import (BY_TYPE, FLOAT_TYPES, IR, counted, ext, index_at, load_at, load_index, narrow,
-                                   segment_at, store_at)
+from splyce.native.ir_text import (BY_TYPE, FLOAT_TYPES, IR, counted, ext, fill, index_at, load_at, load_index,
+                                   narrow, segment_at, store_at)
 
 # The loop pieces every SpGEMM kernel shares (these rows, the sorted ones, the flops prefix), put in a
 # template's text by loops() at {row_loop}, {row_done}, {a_row}, {a_entry}, {a_column}, {b_row}, {b_column},
@@ -30,35 +30,23 @@ row_done:
 """ + store_at("i64", "{row_end}", "%ends", "%rel", "%pend") + """  br label %row
 done:
   ret i64 %start
-}}
-"""
-_A_ROW = "row_body:\n" + segment_at("%ap", "%i", "%ka", "%kb", "pa") + "  br label %k_head\n"
-_A_COLUMN = "k_body:\n" + index_at("%ac", "%k", "%acol", "ca")
-_A_VALUE = """\
-""" + load_at("{t}", "%av", "%k", "%aval")
-_B_ROW = segment_at("%bp", "%acol", "%ja", "%jb", "pb")
-_B_COLUMN = "j_body:\n" + index_at("%bc", "%jj", "%col", "cb")
-_B_VALUE = """\
-""" + load_at("{t}", "%bv", "%jj", "%bval") + """  %prod = {mul} {t} %aval, %bval
-"""
-_LOOP_PIECES = {"{row_loop}": _ROW_LOOP + _A_ROW, "{row_done}": _ROW_DONE, "{a_row}": _A_ROW,
-                "{a_entry}": _A_COLUMN + _A_VALUE + _B_ROW, "{a_column}": _A_COLUMN, "{b_row}": _B_ROW,
-                "{b_column}": _B_COLUMN, "{b_value}": _B_VALUE}
-
-
-def loops(template: str, row_end: str = "%row_end") -> str:
-    """``template`` with its loop-piece markers (above) replaced by the pieces (still a format template);
-    ``row_end``: the kernel's value of a row's end at block row_done."""
-    for marker, piece in _LOOP_PIECES.items():
-        template = template.replace(marker + "\n", piece)
-    return template.replace("{row_end}", row_end)
+}"""
+_A_ROW = "row_body:\n" + segment_at("%ap", "%i", "%ka", "%kb", "pa") + "  br label %k_head"
+_A_COLUMN = "k_body:\n" + index_at("%ac", "%k", "%acol", "ca").removesuffix("\n")
+_B_ROW = segment_at("%bp", "%acol", "%ja", "%jb", "pb").removesuffix("\n")
+# the fields of the loop pieces (ir_text.fill), with the kernel's ``row_end`` (default "%row_end") and its format
+# fields (t, mul, index widths)
+LOOPS = dict(row_loop=_ROW_LOOP + _A_ROW, row_done=_ROW_DONE, a_row=_A_ROW,
+             a_entry=_A_COLUMN + "\n" + load_at("{t}", "%av", "%k", "%aval") + _B_ROW, a_column=_A_COLUMN,
+             b_row=_B_ROW, b_column="j_body:\n" + index_at("%bc", "%jj", "%col", "cb").removesuffix("\n"),
+             b_value=load_at("{t}", "%bv", "%jj", "%bval") + "  %prod = {mul} {t} %aval, %bval", row_end="%row_end")
 
 # Rows [lo, hi) of A @ B into cc / cv from position base on; ends[i - lo] = row i's end; returns the end.
 # {accumulate}: one multiply-add (col, prod at position c2; defines block j_next, which sets c2n and loops);
 # {finish}: the row's end (gather / compaction) from block finish (ends in block finished, which sets row_end).
-_ROWS = loops("""
+_ROWS = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
-                   ptr %ends, ptr %cc, ptr %cv, ptr %slots) {{
+                   ptr %ends, ptr %cc, ptr %cv, ptr %slots) {
 entry:
   br label %row
 {row_loop}
@@ -85,7 +73,7 @@ k_end:
   br label %k_head
 {finish}
 {row_done}
-""")
+"""
 
 # Rows [lo, hi) of A @ B ending at position end0 of cc / cv, in blocks of rows (bounds[0] = lo < bounds[1] <
 # ... < bounds[blocks] = hi) taken last block first, each placed just before the blocks already placed;
@@ -96,7 +84,7 @@ k_end:
 # end when it has fewer entries than flops: a move of what was just written, still in cache.
 _BACKWARD = """
 define i64 @{name}_backward(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, ptr %bounds,
-                            i64 %blocks, i64 %end0, ptr %ends, ptr %cc, ptr %cv, ptr %slots, ptr %prefix) {{
+                            i64 %blocks, i64 %end0, ptr %ends, ptr %cc, ptr %cv, ptr %slots, ptr %prefix) {
 entry:
   br label %block
 block:
@@ -153,7 +141,7 @@ block_done:
   br label %block
 done:
   ret i64 %end
-}}
+}
 """
 
 # Moves the row's nonzero sums (columns cc[start, c1), value {value} of entry x) to cc / cv from start on.
@@ -175,12 +163,12 @@ compact_body:
 
 # Dense: slots[col] = (row tag, running sum), updated by a select; the sums gathered at the row's end.
 _DENSE_ACCUMULATE = """
-  %pm = getelementptr {{i64, {t}}}, ptr %slots, i64 %col, i32 0
+  %pm = getelementptr {i64, {t}}, ptr %slots, i64 %col, i32 0
   %tag = load i64, ptr %pm
   %seen = icmp eq i64 %tag, %i
   store i64 %i, ptr %pm
 """ + store_at("i{co}", "%col_out", "%cc", "%c2", "%pcc") + """\
-  %pacc = getelementptr {{i64, {t}}}, ptr %slots, i64 %col, i32 1
+  %pacc = getelementptr {i64, {t}}, ptr %slots, i64 %col, i32 1
   %old = load {t}, ptr %pacc
   %sum = {add} {t} %old, %prod
   %first = {add} {t} {first_zero}, %prod
@@ -198,14 +186,15 @@ j_next:
 _DENSE_FINISH = """
 finish:
   br label %compact_head
-""" + _COMPACT.replace("{before}", "finish").replace("{value}", """\
-  %xcol = {co_ext} %xcol_raw to i64
-  %pxv = getelementptr {{i64, {t}}}, ptr %slots, i64 %xcol, i32 1
-  %v = load {t}, ptr %pxv""") + """
+""" + _COMPACT + """
 finished:
   %row_end = phi i64 [%q, %compact_head]
-  br label %row_done
-"""
+  br label %{row_next}
+{reverse}"""
+_DENSE = dict(accumulate=_DENSE_ACCUMULATE, finish=_DENSE_FINISH, before="finish", value="""\
+  %xcol = {co_ext} %xcol_raw to i64
+  %pxv = getelementptr {i64, {t}}, ptr %slots, i64 %xcol, i32 1
+  %v = load {t}, ptr %pxv""")
 
 # Sparse: slots[col] = the column's output position (before start: not in this row yet); sums in place.
 _SPARSE_ACCUMULATE = """
@@ -249,13 +238,14 @@ reset_head:
 reset_body:
 """ + index_at("%cc", "%r", "%rcol", "co") + store_at("i64", "-1", "%slots", "%rcol", "%prm") + """  %r1 = add i64 %r, 1
   br label %reset_head
-""" + _COMPACT.replace("{before}", "reset_head").replace("{value}", """\
-  %pxv = getelementptr {t}, ptr %cv, i64 %x
-  %v = load {t}, ptr %pxv""") + """
+""" + _COMPACT + """
 finished:
   %row_end = phi i64 [%c1, %finish], [%q, %compact_head]
-  br label %row_done
-"""
+  br label %{row_next}
+{reverse}"""
+_SPARSE = dict(accumulate=_SPARSE_ACCUMULATE, finish=_SPARSE_FINISH, before="reset_head", value="""\
+  %pxv = getelementptr {t}, ptr %cv, i64 %x
+  %v = load {t}, ptr %pxv""")
 
 # prefix[i + 1] = prefix[i] + flops of row i, for rows [0, m)
 def index_fields(pa: int, ca: int, pb: int, cb: int, co: int) -> dict:
@@ -303,15 +293,10 @@ def product_ir(name: str, dense: bool, t: str, mul: str, add: str, keep_zeros: b
     term is added to +0.0, as the sparsifier sums into a zero-filled workspace (a -0.0 product stored as +0.0;
     scipy's rule adds -0.0, which LLVM folds away: a zero there is dropped anyway)."""
     floating = t in FLOAT_TYPES
-    body = (_DENSE_ACCUMULATE, _DENSE_FINISH) if dense else (_SPARSE_ACCUMULATE, _SPARSE_FINISH)
-    finish = body[1]
-    if scipy_order:
-        tail = "\n  br label %row_done\n"
-        assert finish.endswith(tail)
-        finish = finish[: -len(tail)] + "\n  br label %reverse\n" + _REVERSE
-    text = _ROWS.replace("{accumulate}", body[0]).replace("{finish}", finish) + _BACKWARD
-    return text.format(name=name, t=t, mul=mul, add=add, **value_tests(t, keep_zeros),
-                       first_zero=("0.0" if keep_zeros else "-0.0") if floating else "0", **indices)
+    order = dict(row_next="reverse", reverse=_REVERSE) if scipy_order else dict(row_next="row_done", reverse="")
+    return fill(_ROWS + _BACKWARD, **LOOPS, **(_DENSE if dense else _SPARSE), **order, name=name, t=t, mul=mul,
+                add=add, **value_tests(t, keep_zeros), first_zero=("0.0" if keep_zeros else "-0.0") if floating else "0",
+                **indices)
 
 
 def value_tests(t: str, keep_zeros: bool) -> dict:
@@ -327,7 +312,7 @@ def value_tests(t: str, keep_zeros: bool) -> dict:
 
 def backward_ir(name: str, t: str, indices: dict) -> str:
     """``@{name}_backward`` alone, around a row kernel ``@{name}`` of the same signature defined elsewhere."""
-    return _BACKWARD.format(name=name, t=t, **indices)
+    return fill(_BACKWARD, name=name, t=t, **indices)
 
 
 def flops_ir(name: str, pa: int, ca: int, pb: int) -> str:
@@ -378,7 +363,7 @@ one_load:
 {one_next}one_head:
   %e = phi i64 [0, %one_load], [%e1, %one_body]
   %ein = icmp ult i64 %e, %len
-  br i1 %ein, label %one_body, label %row_done
+  br i1 %ein, label %one_body, label %{row_exit}
 one_body:
 """ + load_at("i{co}", "%sc", "%e", "%x") + """  %xi = insertelement <{w} x i{co}> poison, i{co} %x, i64 0
   %xs = shufflevector <{w} x i{co}> %xi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
@@ -402,7 +387,7 @@ rank_pad:
 rank_head:
   %re = phi i64 [0, %rank_pad], [%re1, %rank_put]
   %rin = icmp ult i64 %re, %len
-  br i1 %rin, label %rank_body, label %row_done
+  br i1 %rin, label %rank_body, label %{row_exit}
 rank_body:
 """ + load_at("i{co}", "%sc", "%re", "%rx") + """  %rxi = insertelement <{w} x i{co}> poison, i{co} %rx, i64 0
   %rxs = shufflevector <{w} x i{co}> %rxi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
@@ -432,20 +417,21 @@ rank_put:
 """
 
 
-def small_rows(one_value: str, rank_value: str, longer: str, one_next: str = "  br label %one_head\n") -> str:
-    """The format template of the short sorted rows (above) around the kernel's value loads; ``one_next``: the
-    end of block one_load (spgemm_network.row_ir, or on to the ranks)."""
-    return _SMALL_ROWS.replace("{one_value}\n", one_value).replace("{rank_value}\n", rank_value).replace(
-        "{longer}", longer).replace("{one_next}", one_next.replace("{", "{{").replace("}", "}}"))
+def small_rows(one_value: str, rank_value: str, longer: str, one_next: str = "  br label %one_head\n") -> dict:
+    """The fields of the short sorted rows (above, at ``{small_rows}``) around the kernel's value loads;
+    ``one_next``: the end of block one_load (spgemm_network.row_ir, or on to the ranks)."""
+    return dict(small_rows=_SMALL_ROWS.removesuffix("\n"), one_value=one_value.removesuffix("\n"),
+                rank_value=rank_value.removesuffix("\n"), longer=longer, one_next=one_next)
 
 
 def sorted_fields(fields: dict) -> dict:
     """The format fields of a sorted row kernel: spgemm's (``fields``: name, t, mul, add, index widths and
     extensions), w (lanes of a vector of result columns: 16 int32 / 8 int64), its all-ones / lane-number
-    constants, rank_max, zero and scipy's store test ``nonzero`` (:func:`value_tests`)."""
+    constants, rank_max, zero, scipy's store test ``nonzero`` (:func:`value_tests`), the loop pieces and
+    ``row_exit``, the block after a row's short-row writes (row_done)."""
     co = fields["co"]
     w = 16 if co == 32 else 8
     scipy = value_tests(fields["t"], keep_zeros=False)
     return dict(fields, w=w, ones="<" + ", ".join([f"i{co} -1"] * w) + ">",
                 lanes="<" + ", ".join(f"i{co} {x}" for x in range(w)) + ">", rank_max=RANK_MAX,
-                nonzero=scipy["nonzero"], zero=scipy["zero"])
+                nonzero=scipy["nonzero"], zero=scipy["zero"], row_exit="row_done", **LOOPS)

@@ -4,8 +4,8 @@ rows, in one native call."""
 
 from __future__ import annotations
 
-from splyce.native.spgemm_ir import index_fields, loops
-from splyce.native.ir_text import index_at, load_at, store_at
+from splyce.native.spgemm_ir import LOOPS, index_fields
+from splyce.native.ir_text import fill, index_at, load_at, store_at
 
 # spgemm.unordered_kernel's look at A @ B, one call. First B's share of adjacent columns as
 # spgemm_sorted.kind_for counts it (pairs (bc[p], bc[p + 1]) for p = 0, astep, 2 astep, ... < npairs): when
@@ -15,9 +15,9 @@ from splyce.native.ir_text import index_at, load_at, store_at
 # row taken, its distinct columns c (each of B's columns marks its byte of %mark, zero on entry, with the tag
 # s + 1 and counts when the byte held another: up to 255 samples need no clearing) and its flops f.
 # out: [sum of c / f (double), rows taken, adjacent pairs, pairs counted].
-_SAMPLE = loops("""
+_SAMPLE = """
 define void @{name}(ptr %ap, ptr %ac, ptr %bp, ptr %bc, ptr %prefix, i64 %m, i64 %samples, i64 %step, i64 %cap,
-                    i64 %npairs, i64 %astep, double %share, ptr %mark, ptr %out) {{
+                    i64 %npairs, i64 %astep, double %share, ptr %mark, ptr %out) {
 entry:
   br label %a_head
 a_head:
@@ -117,11 +117,11 @@ done:
   %taken_end = phi i64 [0, %a_done], [%taken, %s_head]
   store double %ratio_end, ptr %out
 """ + store_at("i64", "%taken_end", "%out", "1", "%o1") + """  ret void
-}}
-""")
+}
+"""
 
 
 def sample_ir(name: str, pa: int, ca: int, pb: int, cb: int) -> str:
     """``@{name}``: spgemm.unordered_kernel's look at A @ B (B's adjacent columns, then a sample of rows: their
     distinct columns and flops)."""
-    return _SAMPLE.format(name=name, **index_fields(pa, ca, pb, cb, 32))
+    return fill(_SAMPLE, **LOOPS, name=name, **index_fields(pa, ca, pb, cb, 32))

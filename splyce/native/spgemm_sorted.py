@@ -45,7 +45,7 @@ import numpy as np
 
 from splyce.native import spgemm_ir
 from splyce.native.spgemm_ir import RANK_MAX  # noqa: F401 (the bound of the rule above, tested by name)
-from splyce.native.ir_text import index_at, load_at, store_at
+from splyce.native.ir_text import fill, index_at, load_at, store_at
 
 PAD = 64           # lanes after a row's columns: vector stores of a block's columns and all-ones padding
 FLAG_PAD = 128     # bytes after the flags (and the block flags): a 64-byte load at the last block stays inside
@@ -116,14 +116,14 @@ def _taken(x: str, v: str) -> str:
 
 _ONE_VALUE, _RANK_VALUE = _taken("x", "v"), _taken("rx", "rv")
 
-_ROWS = spgemm_ir.loops("""
+_ROWS = """
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i{w} @llvm.ctpop.i{w}(i{w})
 declare i64 @llvm.ctpop.i64(i64)
 declare <64 x i8> @llvm.experimental.vector.compress.v64i8(<64 x i8>, <64 x i1>, <64 x i8>)
 
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
-                   ptr %ends, ptr %cc, ptr %cv, ptr %buf) {{
+                   ptr %ends, ptr %cc, ptr %cv, ptr %buf) {
 entry:
   %n = load i64, ptr %buf
   %dn = getelementptr i64, ptr %buf, i64 1
@@ -218,16 +218,11 @@ sw_body:
   %wfm = icmp ne <64 x i8> %wfv, zeroinitializer
   %wbits = bitcast <64 x i1> %wfm to i64
   %wpc = call i64 @llvm.ctpop.i64(i64 %wbits)
-  %widx = call <64 x i8> @llvm.experimental.vector.compress.v64i8(<64 x i8> {bytes}, <64 x i1> %wfm, <64 x i8> zeroinitializer)
-  %wcb = {co_narrow} %wcbase to i{co}
+{compress}  %wcb = {co_narrow} %wcbase to i{co}
   %wcbi = insertelement <{w} x i{co}> poison, i{co} %wcb, i64 0
   %wcbs = shufflevector <{w} x i{co}> %wcbi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
 {group0}
-  %wmore = icmp ugt i64 %wpc, {w}
-  br i1 %wmore, label %w_rest, label %w_done
-w_rest:
-{groups}
-  br label %w_done
+{more}  br label %w_done
 w_done:
   %wpos_next = add i64 %wpos0, %wpc
   %swm = sub i64 %sw, 1
@@ -242,7 +237,7 @@ emit:
 e_head:
   %ee = phi i64 [0, %emit], [%ee1, %e_body]
   %ein2 = icmp ult i64 %ee, %len
-  br i1 %ein2, label %e_body, label %row_done
+  br i1 %ein2, label %e_body, label %{row_exit}
 e_body:
 """ + load_at("i{co}", "%sc", "%ee", "%ex") + """  %exw = {co_ext} %ex to i64
   %pev = getelementptr {t}, ptr %dn, i64 %exw
@@ -252,9 +247,9 @@ e_body:
 """ + store_at("i{co}", "%ex", "%cc", "%eo", "%peo") + """\
 """ + store_at("{t}", "%ev", "%cv", "%eo", "%pevo") + """  %ee1 = add i64 %ee, 1
   br label %e_head
-
+{drop}
 {row_done}
-""").replace("{small_rows}\n", spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "s_start"))
+"""
 
 
 def rows_ir(fields: dict, kind: str = "flags", compress: bool | None = None, keep_zeros: bool = True) -> str:
@@ -272,20 +267,17 @@ def rows_ir(fields: dict, kind: str = "flags", compress: bool | None = None, kee
         return spgemm_sorted_map.rows_ir(fields, network=kind == "short" and spgemm_network.available())
     fields = spgemm_ir.sorted_fields(fields)
     w = fields["w"]
-    bytes_ = "<" + ", ".join(f"i8 {x}" for x in range(64)) + ">"
     if compress is None:
         compress = byte_compress()
     if compress:
-        text = _ROWS.replace("{group0}", _group(0, w, fields)).replace(
-            "{groups}", "\n".join(_group(g, w, fields) for g in range(1, 64 // w)))
+        kind = dict(compress=_COMPRESS_LINE, more=_MORE, group0=_group(0, w, fields),
+                    groups="\n".join(_group(g, w, fields) for g in range(1, 64 // w)), table="")
     else:
-        text = _ROWS.replace(_COMPRESS_LINE, "").replace(_MORE, "").replace(
-            "{group0}", _table_groups(fields)) + _TABLE.format(name=fields["name"])
-    if not keep_zeros:     # every way to the row's end goes through the compaction, whose end is the row's
-        text = text.replace("label %row_done", "label %drop").replace("[%row_end, %row_done]", "[%dq, %row_done]") \
-            .replace("store i64 %row_end, ptr %pend", "store i64 %dq, ptr %pend")
-        text = text.replace("\nrow_done:\n", _DROP + "\nrow_done:\n", 1)
-    return text.format(**fields, pad=PAD, flag_pad=FLAG_PAD, bytes=bytes_)
+        kind = dict(compress="", more="", group0=_table_groups(fields), table=_TABLE)
+    # scipy's rule: every way to the row's end goes through the compaction, whose end is the row's
+    drop = dict(row_exit="drop", row_end="%dq", drop=_DROP) if not keep_zeros else dict(drop="")
+    return fill(_ROWS + "{table}", **dict(fields, **drop), **kind, **spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "s_start"),
+                pad=PAD, flag_pad=FLAG_PAD, bytes="<" + ", ".join(f"i8 {x}" for x in range(64)) + ">")
 
 
 # scipy's rule (csr_matmat: an entry is stored where its sum != 0; NaN kept) over the row just written sorted
@@ -369,7 +361,7 @@ w_table:
   store <8 x i{co}> %tv{c}, ptr %tq{c}, align 1
   %tn{c} = call i64 @llvm.ctpop.i64(i64 %tb{c})
   %tp{c + 1} = add i64 %tp{c}, %tn{c}""")
-    return "\n".join(out).replace("{", "{{").replace("}", "}}")
+    return "\n".join(out)
 
 
 def _group(g: int, w: int, fields: dict) -> str:
@@ -382,4 +374,4 @@ def _group(g: int, w: int, fields: dict) -> str:
   %g{g}v = add <{w} x i{co}> %wcbs, %g{g}z
   %g{g}p = add i64 %wpos0, {g * w}
   %g{g}pp = getelementptr i{co}, ptr %sc, i64 %g{g}p
-  store <{w} x i{co}> %g{g}v, ptr %g{g}pp, align 1""".replace("{", "{{").replace("}", "}}")
+  store <{w} x i{co}> %g{g}v, ptr %g{g}pp, align 1"""

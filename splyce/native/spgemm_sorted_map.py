@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from splyce.native import spgemm_ir, spgemm_network
-from splyce.native.ir_text import index_at, load_at, store_at
+from splyce.native.ir_text import fill, index_at, load_at, store_at
 
 PAD = 16           # all-ones lanes after a row's columns: a vector load never counts them
 
@@ -54,9 +54,6 @@ def scratch(n: int) -> np.ndarray:
     buf[1: 1 + n] = -1
     return buf
 
-
-# The end of a short row's block one_load: on to the ranks, or first spgemm_network's sort (rows_ir).
-_ONE_NEXT = "@one_next@\n"
 
 # A short row's values (spgemm_ir.small_rows): in the scratch row, at the entry's place.
 _ONE_VALUE = """\
@@ -111,12 +108,12 @@ def _word(tag: str, word: str, base: str, out: str, before: str, done: str) -> s
 """
 
 
-_ROWS = spgemm_ir.loops("""
+_ROWS = """
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i{w} @llvm.ctpop.i{w}(i{w})
 
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
-                   ptr %ends, ptr %cc, ptr %cv, ptr %buf) {{
+                   ptr %ends, ptr %cc, ptr %cv, ptr %buf) {
 entry:
   %n = load i64, ptr %buf
   %slots = getelementptr i64, ptr %buf, i64 1
@@ -274,19 +271,19 @@ s_next:
   br label %s_head
 
 {row_done}
-""", row_end="%c1").replace("{small_rows}\n", spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "rg_head",
-                                                                                        _ONE_NEXT)).replace(
-    "{set_bit_d}\n", _set_bit("d", "de")).replace("{set_bit_t}\n", _set_bit("t", "be")).replace(
-    "{word_d}\n", _word("d", "dww0", "dcbase", "dout", "dw_body", "dv_done")).replace(
-    "{word_t}\n", _word("t", "ww0", "cbase", "out_w", "sw_body", "w_done"))
+"""
+_PIECES = dict(set_bit_d=_set_bit("d", "de").removesuffix("\n"), set_bit_t=_set_bit("t", "be").removesuffix("\n"),
+               word_d=_word("d", "dww0", "dcbase", "dout", "dw_body", "dv_done").removesuffix("\n"),
+               word_t=_word("t", "ww0", "cbase", "out_w", "sw_body", "w_done").removesuffix("\n"), row_end="%c1")
 
 
 def rows_ir(fields: dict, network: bool = False) -> str:
     """The sorted row kernel ``@{name}`` (the unsorted one's signature, ``%slots`` being :func:`scratch`);
     ``fields``: the format fields of spgemm's templates (name, t, mul, add, index widths and extensions);
     ``network``: rows of up to 16 int32 columns sorted by spgemm_network (AVX-512F hosts), else ranked."""
-    text = _ROWS.format(**spgemm_ir.sorted_fields(fields), pad=PAD)
-    if network and fields["co"] == 32:
-        return spgemm_network.DECLARATIONS + text.replace(_ONE_NEXT, spgemm_network.row_ir(
-            fields["t"], "one_head", "row_done"))
-    return text.replace(_ONE_NEXT, "  br label %one_head\n")
+    if network and fields["co"] == 32:   # the end of a short row's block one_load: the sort, else on to the ranks
+        head, one_next = spgemm_network.DECLARATIONS, spgemm_network.row_ir(fields["t"], "one_head", "row_done")
+    else:
+        head, one_next = "", "  br label %one_head\n"
+    return head + fill(_ROWS, **dict(spgemm_ir.sorted_fields(fields), **_PIECES), pad=PAD,
+                       **spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "rg_head", one_next))
