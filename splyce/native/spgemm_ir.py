@@ -34,9 +34,33 @@ done:
 _A_ROW = "row_body:\n" + segment_at("%ap", "%i", "%ka", "%kb", "pa") + "  br label %k_head"
 _A_COLUMN = "k_body:\n" + index_at("%ac", "%k", "%acol", "ca").removesuffix("\n")
 _B_ROW = segment_at("%bp", "%acol", "%ja", "%jb", "pb").removesuffix("\n")
+# The loop over A's row i (k in [ka, kb): block k_head, then k_body; block k_end's {k_next} loops) and over B's
+# row acol (jj in [ja, jb): block j_head, then j_body, k_end after), with the kernel's carried values (nest()).
+_K_HEAD = """k_head:
+  %k = phi i64 [%ka, %row_body], [%k1, %k_end]
+{k_carried}  %kin = icmp slt i64 %k, %kb
+  br i1 %kin, label %k_body, label %{k_exit}"""
+_J_HEAD = """j_head:
+  %jj = phi i64 [%ja, %{j_enter}], [%jj1, %{j_latch}]
+{j_carried}  %jin = icmp slt i64 %jj, %jb
+  br i1 %jin, label %j_body, label %k_end"""
+
+
+def _phis(enter: str, latch: str, values) -> str:
+    return "".join(f"  {v} = phi {t} [{init}, %{enter}], [{nxt}, %{latch}]\n" for v, t, init, nxt in values)
+
+
+def nest(k_exit: str, j_enter: str, j_latch: str, k=(), j=()) -> dict:
+    """The fields of a kernel's loops over A's row and B's rows (``{k_head}``, ``{j_head}``): where the k loop
+    exits to, the block that enters the j loop and its latch, and the values each carries, ``(name, type,
+    initial value, next value)``."""
+    return dict(k_exit=k_exit, j_enter=j_enter, j_latch=j_latch, k_carried=_phis("row_body", "k_end", k),
+                j_carried=_phis(j_enter, j_latch, j))
+
+
 # the fields of the loop pieces (ir_text.fill), with the kernel's ``row_end`` (default "%row_end") and its format
 # fields (t, mul, index widths)
-LOOPS = dict(row_loop=_ROW_LOOP + _A_ROW, row_done=_ROW_DONE, a_row=_A_ROW,
+LOOPS = dict(k_head=_K_HEAD, j_head=_J_HEAD, k_next="  %k1 = add i64 %k, 1\n  br label %k_head",row_loop=_ROW_LOOP + _A_ROW, row_done=_ROW_DONE, a_row=_A_ROW,
              a_entry=_A_COLUMN + "\n" + load_at("{t}", "%av", "%k", "%aval") + _B_ROW, a_column=_A_COLUMN,
              b_row=_B_ROW, b_column="j_body:\n" + index_at("%bc", "%jj", "%col", "cb").removesuffix("\n"),
              b_value=load_at("{t}", "%bv", "%jj", "%bval") + "  %prod = {mul} {t} %aval, %bval", row_end="%row_end")
@@ -50,27 +74,16 @@ define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo
 entry:
   br label %row
 {row_loop}
-k_head:
-  %k = phi i64 [%ka, %row_body], [%k1, %k_end]
-  %c1 = phi i64 [%start, %row_body], [%c2, %k_end]
-  %z1 = phi i1 [false, %row_body], [%z2, %k_end]
-  %kin = icmp slt i64 %k, %kb
-  br i1 %kin, label %k_body, label %finish
+{k_head}
 {a_entry}
   br label %j_head
-j_head:
-  %jj = phi i64 [%ja, %k_body], [%jj1, %j_next]
-  %c2 = phi i64 [%c1, %k_body], [%c2n, %j_next]
-  %z2 = phi i1 [%z1, %k_body], [%z2n, %j_next]
-  %jin = icmp slt i64 %jj, %jb
-  br i1 %jin, label %j_body, label %k_end
+{j_head}
 {b_column}
   %col_out = {co_narrow} %col to i{co}
 {b_value}
 {accumulate}
 k_end:
-  %k1 = add i64 %k, 1
-  br label %k_head
+{k_next}
 {finish}
 {row_done}
 """
@@ -294,7 +307,9 @@ def product_ir(name: str, dense: bool, t: str, mul: str, add: str, keep_zeros: b
     scipy's rule adds -0.0, which LLVM folds away: a zero there is dropped anyway)."""
     floating = t in FLOAT_TYPES
     order = dict(row_next="reverse", reverse=_REVERSE) if scipy_order else dict(row_next="row_done", reverse="")
-    return fill(_ROWS + _BACKWARD, **LOOPS, **(_DENSE if dense else _SPARSE), **order, name=name, t=t, mul=mul,
+    loops = nest("finish", "k_body", "j_next", k=[("%c1", "i64", "%start", "%c2"), ("%z1", "i1", "false", "%z2")],
+                 j=[("%c2", "i64", "%c1", "%c2n"), ("%z2", "i1", "%z1", "%z2n")])
+    return fill(_ROWS + _BACKWARD, **LOOPS, **loops, **(_DENSE if dense else _SPARSE), **order, name=name, t=t, mul=mul,
                 add=add, **value_tests(t, keep_zeros), first_zero=("0.0" if keep_zeros else "-0.0") if floating else "0",
                 **indices)
 

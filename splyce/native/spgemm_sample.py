@@ -4,7 +4,7 @@ rows, in one native call."""
 
 from __future__ import annotations
 
-from splyce.native.spgemm_ir import LOOPS, index_fields
+from splyce.native.spgemm_ir import LOOPS, index_fields, nest
 from splyce.native.ir_text import fill, index_at, load_at, store_at
 
 # spgemm.unordered_kernel's look at A @ B, one call. First B's share of adjacent columns as
@@ -76,19 +76,11 @@ b_done:
   %tag = trunc i64 %s1 to i8
   br i1 %fit, label %row_body, label %s_next
 {a_row}
-k_head:
-  %k = phi i64 [%ka, %row_body], [%k1, %k_end]
-  %c = phi i64 [0, %row_body], [%c2, %k_end]
-  %kin = icmp slt i64 %k, %kb
-  br i1 %kin, label %k_body, label %row_end
+{k_head}
 {a_column}
 {b_row}
   br label %j_head
-j_head:
-  %jj = phi i64 [%ja, %k_body], [%jj1, %j_body]
-  %c2 = phi i64 [%c, %k_body], [%c3, %j_body]
-  %jin = icmp slt i64 %jj, %jb
-  br i1 %jin, label %j_body, label %k_end
+{j_head}
 {b_column}
   %pm = getelementptr i8, ptr %mark, i64 %col
   %old = load i8, ptr %pm
@@ -99,8 +91,7 @@ j_head:
   %jj1 = add i64 %jj, 1
   br label %j_head
 k_end:
-  %k1 = add i64 %k, 1
-  br label %k_head
+{k_next}
 row_end:
   %cf = uitofp i64 %c to double
   %ff = uitofp i64 %f to double
@@ -124,4 +115,5 @@ done:
 def sample_ir(name: str, pa: int, ca: int, pb: int, cb: int) -> str:
     """``@{name}``: spgemm.unordered_kernel's look at A @ B (B's adjacent columns, then a sample of rows: their
     distinct columns and flops)."""
-    return fill(_SAMPLE, **LOOPS, name=name, **index_fields(pa, ca, pb, cb, 32))
+    return fill(_SAMPLE, **LOOPS, **nest("row_end", "k_body", "j_body", k=[("%c", "i64", "0", "%c2")],
+                                          j=[("%c2", "i64", "%c", "%c3")]), name=name, **index_fields(pa, ca, pb, cb, 32))

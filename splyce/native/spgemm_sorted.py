@@ -139,13 +139,7 @@ entry:
   %bf = getelementptr i64, ptr %buf, i64 %o3b
   br label %row
 {row_loop}
-k_head:
-  %k = phi i64 [%ka, %row_body], [%k1, %k_end]
-  %len = phi i64 [0, %row_body], [%cnt2, %k_end]
-  %lo_c = phi i64 [9223372036854775807, %row_body], [%lo_c2, %k_end]
-  %hi_c = phi i64 [0, %row_body], [%hi_c2, %k_end]
-  %kin = icmp slt i64 %k, %kb
-  br i1 %kin, label %k_body, label %finish
+{k_head}
 {a_entry}
   %filled = icmp slt i64 %ja, %jb
   br i1 %filled, label %k_range, label %k_end
@@ -156,11 +150,7 @@ k_range:
   %lgt = icmp sgt i64 %lc, %hi_c
   %hi_c1 = select i1 %lgt, i64 %lc, i64 %hi_c
   br label %j_head
-j_head:
-  %jj = phi i64 [%ja, %k_range], [%jj1, %j_body]
-  %c2 = phi i64 [%len, %k_range], [%c2n, %j_body]
-  %jin = icmp slt i64 %jj, %jb
-  br i1 %jin, label %j_body, label %k_end
+{j_head}
 {b_column}
 {b_value}
   %pf = getelementptr i8, ptr %fl, i64 %col
@@ -181,8 +171,7 @@ k_end:
   %cnt2 = phi i64 [%len, %k_body], [%c2, %j_head]
   %lo_c2 = phi i64 [%lo_c, %k_body], [%lo_c1, %j_head]
   %hi_c2 = phi i64 [%hi_c, %k_body], [%hi_c1, %j_head]
-  %k1 = add i64 %k, 1
-  br label %k_head
+{k_next}
 finish:
   %row_end = add i64 %start, %len
 {small_rows}
@@ -276,7 +265,9 @@ def rows_ir(fields: dict, kind: str = "flags", compress: bool | None = None, kee
         kind = dict(compress="", more="", group0=_table_groups(fields), table=_TABLE)
     # scipy's rule: every way to the row's end goes through the compaction, whose end is the row's
     drop = dict(row_exit="drop", row_end="%dq", drop=_DROP) if not keep_zeros else dict(drop="")
-    return fill(_ROWS + "{table}", **dict(fields, **drop), **kind, **spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "s_start"),
+    loops = spgemm_ir.nest("finish", "k_range", "j_body", j=[("%c2", "i64", "%len", "%c2n")], k=[
+        ("%len", "i64", "0", "%cnt2"), ("%lo_c", "i64", "9223372036854775807", "%lo_c2"), ("%hi_c", "i64", "0", "%hi_c2")])
+    return fill(_ROWS + "{table}", **dict(fields, **drop), **kind, **loops, **spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "s_start"),
                 pad=PAD, flag_pad=FLAG_PAD, bytes="<" + ", ".join(f"i8 {x}" for x in range(64)) + ">")
 
 

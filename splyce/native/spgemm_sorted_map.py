@@ -130,18 +130,10 @@ entry:
   %sm = getelementptr i64, ptr %buf, i64 %o4b
   br label %row
 {row_loop}
-k_head:
-  %k = phi i64 [%ka, %row_body], [%k1, %k_end]
-  %c1 = phi i64 [%start, %row_body], [%c2, %k_end]
-  %kin = icmp slt i64 %k, %kb
-  br i1 %kin, label %k_body, label %finish
+{k_head}
 {a_entry}
   br label %j_head
-j_head:
-  %jj = phi i64 [%ja, %k_body], [%jj1, %j_next]
-  %c2 = phi i64 [%c1, %k_body], [%c2n, %j_next]
-  %jin = icmp slt i64 %jj, %jb
-  br i1 %jin, label %j_body, label %k_end
+{j_head}
 {b_column}
 {b_value}
   %pm = getelementptr i64, ptr %slots, i64 %col
@@ -167,8 +159,7 @@ j_next:
   %jj1 = add i64 %jj, 1
   br label %j_head
 k_end:
-  %k1 = add i64 %k, 1
-  br label %k_head
+{k_next}
 finish:
   %len = sub i64 %c1, %start
 {small_rows}
@@ -274,7 +265,9 @@ s_next:
 """
 _PIECES = dict(set_bit_d=_set_bit("d", "de").removesuffix("\n"), set_bit_t=_set_bit("t", "be").removesuffix("\n"),
                word_d=_word("d", "dww0", "dcbase", "dout", "dw_body", "dv_done").removesuffix("\n"),
-               word_t=_word("t", "ww0", "cbase", "out_w", "sw_body", "w_done").removesuffix("\n"), row_end="%c1")
+               word_t=_word("t", "ww0", "cbase", "out_w", "sw_body", "w_done").removesuffix("\n"), row_end="%c1",
+               **spgemm_ir.nest("finish", "k_body", "j_next", k=[("%c1", "i64", "%start", "%c2")],
+                                j=[("%c2", "i64", "%c1", "%c2n")]))
 
 
 def rows_ir(fields: dict, network: bool = False) -> str:
