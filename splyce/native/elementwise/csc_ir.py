@@ -1,5 +1,5 @@
-"""The CSR-with-CSC pass's LLVM IR templates (``csc.py`` formats and compiles them; the vector match is in
-``csc_vector.py``)."""
+"""The CSR-with-CSC pass's LLVM IR templates (``csc.py`` fills them with ``ir_text.fill`` and compiles them; the
+vector match is in ``csc_vector.py``)."""
 
 from splyce.native.ir_text import index_at, load_at, store_at
 
@@ -14,10 +14,10 @@ _CSC_ROW_BODY = """row_body:
 
 # An entry of that row: its column and the column's cursor (B's next entry) and end
 _CSC_ENTRY_CURSOR = """entry_body:
-""" + index_at("%ac", "%k", "%col", "c", "ext") + """  %pcur = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %col, i32 0
+""" + index_at("%ac", "%k", "%col", "c", "ext") + """  %pcur = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %col, i32 0
   %at0_raw = load i{c}, ptr %pcur
   %at0 = {ext} %at0_raw to i64
-  %pbe = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %col, i32 1
+  %pbe = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %col, i32 1
   %end_raw = load i{c}, ptr %pbe
   %end = {ext} %end_raw to i64
 """
@@ -43,7 +43,7 @@ _CSC_ENTRY_CURSOR = """entry_body:
 # well formed), -1 (a sum: the positions differ), -4 (a product: a NaN or Inf without a partner).
 _CSC_PASS = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cursor, ptr %cc, ptr %cv,
-                   ptr %cp, i64 %m, i64 %n, i64 %nnz_a, i64 %nnz_b, i64 %lo, i64 %hi, ptr %seen) {{
+                   ptr %cp, i64 %m, i64 %n, i64 %nnz_a, i64 %nnz_b, i64 %lo, i64 %hi, ptr %seen) {
 entry:
   %sink = alloca i64
   %bad = alloca i32
@@ -89,10 +89,10 @@ init_head:
   br i1 %jin, label %init_body, label %rows
 init_body:
 {init_value}
-  %pcj = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %j, i32 0
+  %pcj = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %j, i32 0
   store i{c} %bj, ptr %pcj
   %ej1 = add i64 %j, 1
-""" + load_at("i{c}", "%bp", "%ej1", "%ej") + """  %pcje = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %j, i32 1
+""" + load_at("i{c}", "%bp", "%ej1", "%ej") + """  %pcje = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %j, i32 1
   store i{c} %ej, ptr %pcje
   %bj64 = {ext} %bj to i64
   %isum1 = add i64 %isum, %bj64
@@ -174,7 +174,7 @@ ret2:
   ret i64 -2
 ret3:
   ret i64 -3
-}}
+}
 
 declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
 """
@@ -215,7 +215,7 @@ _CSC_PREFETCH = """  %pf_k0 = add i64 %k, {distance}
   %pf_in = icmp slt i64 %pf_k0, %nnz_a
   %pf_k = select i1 %pf_in, i64 %pf_k0, i64 %pf_last
 """ + index_at("%ac", "%pf_k", "%pf_col", "c", "ext") + """\
-  %pf_pcur = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %pf_col, i32 0
+  %pf_pcur = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %pf_col, i32 0
   %pf_at_raw = load i{c}, ptr %pf_pcur
   %pf_at = {ext} %pf_at_raw to i64
   %pf_pbc = getelementptr i{c}, ptr %bc, i64 %pf_at
@@ -276,7 +276,7 @@ tail_head:
   %tjin = icmp slt i64 %tj, %n
   br i1 %tjin, label %tail_col, label %finished
 tail_col:
-  %ptc = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %tj, i32 0
+  %ptc = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %tj, i32 0
   %tc_raw = load i{c}, ptr %ptc
   %tc0 = {ext} %tc_raw to i64
   %tj1 = add i64 %tj, 1
@@ -317,7 +317,7 @@ seen_head:
   %sjin = icmp slt i64 %sj, %smax_s
   br i1 %sjin, label %seen_body, label %seen_done
 seen_body:
-  %psj = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %sj, i32 0
+  %psj = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %sj, i32 0
   %sc_raw = load i{c}, ptr %psj
   %sc = {ext} %sc_raw to i64
   %ssum1 = add i64 %ssum, %sc

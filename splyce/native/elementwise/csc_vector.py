@@ -156,7 +156,7 @@ _OWN_VALUES = """  %ov_c = icmp eq ptr %bc, %ac
 # output cursor after them, their zero results in %zp
 _VECTOR_ROWS = """
 define internal i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bc, ptr %bv, ptr %cursor, ptr %cc, ptr %cv,
-                                  ptr %cp, i64 %lo, i64 %hi, i64 %o_in, ptr %zp, ptr %bad_out) noinline {{
+                                  ptr %cp, i64 %lo, i64 %hi, i64 %o_in, ptr %zp, ptr %bad_out) noinline {
 entry:
   %bad = alloca i32
   store i32 0, ptr %bad
@@ -189,7 +189,7 @@ done:
   %bad_now = or i32 %bad_before, %bad_here
   store i32 %bad_now, ptr %bad_out
   ret i64 %o_r
-}}
+}
 """
 
 # after the pass: any NaN / Inf without a partner seen by the vector match

@@ -1,4 +1,4 @@
-"""The row merge's LLVM IR templates (``merge.py`` formats and compiles them)."""
+"""The row merge's LLVM IR templates (``merge.py`` fills them with ``ir_text.fill`` and compiles them)."""
 
 from splyce.native.ir_text import index_at, load_at, store_at
 
@@ -6,7 +6,7 @@ from splyce.native.ir_text import index_at, load_at, store_at
 # first, then combined column by column in one pass); the part after it merges the two rows.
 _ROW_HEAD = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi,
-                   ptr %ends, ptr %cc, ptr %cv) {{
+                   ptr %ends, ptr %cc, ptr %cv) {
 entry:
 {entry_store}
   br label %row
@@ -106,7 +106,7 @@ _INTERSECT = _ROW_HEAD + """{merge_step}row_end:
   br label %row
 done:
   ret i64 %out
-}}
+}
 
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i64 @llvm.ctpop.i64(i64)
@@ -237,25 +237,18 @@ t{x}_body:
 """
 
 
-def _tail(x: str, **fields) -> str:
-    """``_TAIL`` for row ``x`` (its own fields substituted; the kernel's, such as ``{t}``, left to format)."""
-    text = _TAIL
-    for k, v in dict(x=x, **fields).items():
-        text = text.replace("{" + k + "}", v)
-    return text
-
+# ``_TAIL``'s own fields for each row (the union's {tail_a} and {tail_b})
+_TAILS = dict(a=dict(cursor="i", enter="head", out="o", stop="ib", exit="tail_b", operands="%tva, {zero_b}"),
+              b=dict(cursor="j", enter="tail_a", out="toa", stop="jb", exit="row_end", operands="{zero_a}, %tvb"))
 
 # Union: op(a, 0), op(0, b) or op(a, b) for every column either row holds, kept when not zero.
-_UNION = (_ROW_HEAD + "{merge_step}"
-          + _tail("a", cursor="i", enter="head", out="o", stop="ib", exit="tail_b", operands="%tva, {zero_b}")
-          + _tail("b", cursor="j", enter="tail_a", out="toa", stop="jb", exit="row_end", operands="{zero_a}, %tvb")
-          + """row_end:
+_UNION = (_ROW_HEAD + "{merge_step}{tail_a}{tail_b}" + """row_end:
   %o_end = phi i64 [%tob, %tail_b], [%os, %same_head], [%nw_o, %nw_head]
 {end_store}
   br label %row
 done:
   ret i64 %out
-}}
+}
 
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i64 @llvm.ctpop.i64(i64)
