@@ -4,9 +4,11 @@
   and each kernel's ``supported`` are views of it); ``INDEX`` the index widths.
 - ``IR``: a line writer with unique names (``gep`` / ``load`` / ``store`` / ``op``, counted ``loop``s): the
   kernels written in Python (masked products, SDDMM, SpMV rows, the masked sum).
-- ``index_at`` / ``segment_at`` / ``load_at`` / ``store_at``: the same loads and stores spelled for the
-  kernels written as ``str.format`` templates (merges, SpGEMM, validation, transpose, compression), so an
-  index load is written one way everywhere.
+- ``fill``: the one substitution of the kernels written as marked IR text (merges, SpGEMM, the CSR-with-CSC
+  pass, validation drivers, the masked sum's driver, the allocator): ``{name}`` markers filled from fields,
+  pieces holding markers of their own; a variant is a field (scipy's order, zeros dropped, a vector or a table
+  compress), never a patch of the text. ``index_at`` / ``segment_at`` / ``load_at`` / ``store_at``: the loads
+  and stores spelled for those templates, so an index load is written one way everywhere.
 - Each algorithm is one definition, its variants parameters (``masked._masked_ir(kept=...)``,
   ``spmv_flat.flat_ir`` for rows and CSC columns, ``merge_ir._NARROW_PARTS`` / ``_MERGE_STEP_PARTS`` for the
   intersection and the union); plus the row split the helpers share for ``threads``.
