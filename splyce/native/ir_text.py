@@ -227,8 +227,9 @@ def loop(ir: IR, start: str, stop: str, body, after: str) -> None:
     ir(f"  br label %{head}")
 
 
-def counted(ir: IR, start: str, stop: str, body, carried=(), cmp: str = "slt", base: str = "i") -> list[str]:
-    """``for (i = start; i cmp stop; i += 1) values = body(i, *values)`` as a loop with phis: ``carried``, the
+def counted(ir: IR, start: str, stop: str, body, carried=(), cmp: str = "slt", base: str = "i",
+            step: str = "1") -> list[str]:
+    """``for (i = start; i cmp stop; i += step) values = body(i, *values)`` as a loop with phis: ``carried``, the
     loop-carried values' ``(type, initial value)``; ``body`` returns their next values (or None without
     any). Emitted at the current block's end; continues in the block after the loop, and returns the carried
     values there."""
@@ -244,7 +245,7 @@ def counted(ir: IR, start: str, stop: str, body, carried=(), cmp: str = "slt", b
     ir.label(inside)
     nexts = body(i, *values) or ()
     i1 = ir.name(base)
-    ir(f"  {i1} = add i64 {i}, 1")
+    ir(f"  {i1} = add i64 {i}, {step}")
     ir(f"  br label %{head}")
     ir.lines[at] = f"  {i} = phi i64 [{start}, %{enter}], [{i1}, %{ir.block}]"
     for k, ((t, init), value, nxt) in enumerate(zip(carried, values, nexts)):
