@@ -60,7 +60,9 @@ def nest(k_exit: str, j_enter: str, j_latch: str, k=(), j=()) -> dict:
 
 # the fields of the loop pieces (ir_text.fill), with the kernel's ``row_end`` (default "%row_end") and its format
 # fields (t, mul, index widths)
-LOOPS = dict(k_head=_K_HEAD, j_head=_J_HEAD, k_next="  %k1 = add i64 %k, 1\n  br label %k_head",row_loop=_ROW_LOOP + _A_ROW, row_done=_ROW_DONE, a_row=_A_ROW,
+LOOPS = dict(k_head=_K_HEAD, j_head=_J_HEAD, k_next="  %k1 = add i64 %k, 1\n  br label %k_head",
+             # rows, A's entries, B's entries up to B's column: the nest of the row kernel and the map kernel
+             to_b_column="{row_loop}\n{k_head}\n{a_entry}\n  br label %j_head\n{j_head}\n{b_column}",row_loop=_ROW_LOOP + _A_ROW, row_done=_ROW_DONE, a_row=_A_ROW,
              a_entry=_A_COLUMN + "\n" + load_at("{t}", "%av", "%k", "%aval") + _B_ROW, a_column=_A_COLUMN,
              b_row=_B_ROW, b_column="j_body:\n" + index_at("%bc", "%jj", "%col", "cb").removesuffix("\n"),
              b_value=load_at("{t}", "%bv", "%jj", "%bval") + "  %prod = {mul} {t} %aval, %bval", row_end="%row_end")
@@ -73,12 +75,7 @@ define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo
                    ptr %ends, ptr %cc, ptr %cv, ptr %slots) {
 entry:
   br label %row
-{row_loop}
-{k_head}
-{a_entry}
-  br label %j_head
-{j_head}
-{b_column}
+{to_b_column}
   %col_out = {co_narrow} %col to i{co}
 {b_value}
 {accumulate}

@@ -129,12 +129,7 @@ entry:
   %o4b = add i64 %o4, 2
   %sm = getelementptr i64, ptr %buf, i64 %o4b
   br label %row
-{row_loop}
-{k_head}
-{a_entry}
-  br label %j_head
-{j_head}
-{b_column}
+{to_b_column}
 {b_value}
   %pm = getelementptr i64, ptr %slots, i64 %col
   %m = load i64, ptr %pm
