@@ -163,6 +163,24 @@ def segment_at(ptr: str, at: str, start: str, stop: str, width: str = "p", ext_f
     return (index_at(ptr, at, start, width, ext_field) + step + index_at(ptr, next_at, stop, width, ext_field))
 
 
+def loop_head(head: str, body: str, enter, phis, test: str, exit: str, latch: str | None = None,
+              exit_on: bool = False) -> str:
+    """Template text: block ``head`` of a loop written as marked text, its phis ``(value, type, initial,
+    next)`` (names without ``%``) from ``enter`` (a block, or a tuple of blocks that all enter with the
+    initial value) and ``next`` from ``latch`` (default ``body``); the test ``test`` (``flag = compare``), on
+    to ``body`` while the flag holds (``exit_on``: until it holds), else to ``exit``; then the label
+    ``body:``. The one spelling of the templates' loop heads (a loop written with the IR writer: ``counted``)."""
+    enters = (enter,) if isinstance(enter, str) else enter
+    lines = [f"{head}:"]
+    for value, t, initial, nxt in phis:
+        incoming = ", ".join(f"[{initial}, %{e}]" for e in enters)
+        lines.append(f"  %{value} = phi {t} {incoming}, [{nxt}, %{latch or body}]")
+    flag = test.split(" = ", 1)[0]
+    go, stop = (exit, body) if exit_on else (body, exit)
+    lines += [f"  %{test}", f"  br i1 %{flag}, label %{go}, label %{stop}", f"{body}:"]
+    return "\n".join(lines) + "\n"
+
+
 def fill(template: str, **fields) -> str:
     """``template`` with every marker ``{name}`` (a word in braces: never LLVM's ``{i64, i1}`` nor a body's
     ``{``) replaced by ``fields[name]``, itself filled from the same fields (a piece of IR may hold markers):
