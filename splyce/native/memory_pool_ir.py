@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import platform
 
-from splyce.native.ir_text import fill
+from splyce.native.ir_text import fill, loop_head
 
 POOL_MIN = 1 << 20          # blocks from 1 MiB are kept when freed; below, libc's heap already reuses them
 SLOTS = 32                  # at most this many blocks kept
@@ -147,14 +147,9 @@ entry:
   call void @lock(ptr %ctx)
   %most = shl i64 %size, 1
   br label %scan
-scan:
-  %s = phi i64 [0, %entry], [%s1, %look]
-  %best = phi i64 [-1, %entry], [%best1, %look]
-  %bestcap = phi i64 [-1, %entry], [%bestcap1, %look]
-  %beststamp = phi i64 [-1, %entry], [%beststamp1, %look]
-  %more = icmp slt i64 %s, {SLOTS}
-  br i1 %more, label %look, label %chosen
-look:
+""" + loop_head("scan", "look", "entry", [("s", "i64", "0", "%s1"), ("best", "i64", "-1", "%best1"),
+                ("bestcap", "i64", "-1", "%bestcap1"), ("beststamp", "i64", "-1", "%beststamp1")],
+                "more = icmp slt i64 %s, {SLOTS}", "chosen") + """\
 {look}  %full = icmp ne i64 %p, 0
   %big = icmp uge i64 %c, %size
   %small = icmp ule i64 %c, %most
@@ -325,11 +320,7 @@ try:
   %after = add i64 %pooled, %cap
   %room = icmp ule i64 %after, %limit
   br i1 %room, label %scan, label %release
-scan:
-  %s = phi i64 [0, %try], [%s1, %look]
-  %more = icmp slt i64 %s, {SLOTS}
-  br i1 %more, label %look, label %release
-look:
+""" + loop_head("scan", "look", "try", [("s", "i64", "0", "%s1")], "more = icmp slt i64 %s, {SLOTS}", "release") + """\
 {free_look}  %empty = icmp eq i64 %p, 0
   %s1 = add i64 %s, 1
   br i1 %empty, label %store, label %scan
@@ -366,11 +357,8 @@ define void @pool_release(ptr %ctx) {
 entry:
   call void @lock(ptr %ctx)
   br label %scan
-scan:
-  %s = phi i64 [0, %entry], [%s1, %next]
-  %more = icmp slt i64 %s, {SLOTS}
-  br i1 %more, label %look, label %done
-look:
+""" + loop_head("scan", "look", "entry", [("s", "i64", "0", "%s1")], "more = icmp slt i64 %s, {SLOTS}", "done",
+                latch="next") + """\
 {free_look}  %full = icmp ne i64 %p, 0
   br i1 %full, label %give, label %next
 give:

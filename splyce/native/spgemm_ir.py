@@ -8,7 +8,7 @@ driver, the loops over A's rows, A's entries and B's rows (:func:`loops`), the r
 from __future__ import annotations
 
 from splyce.native.ir_text import (BY_TYPE, FLOAT_TYPES, IR, counted, ext, fill, index_at, load_at, load_index,
-                                   narrow, segment_at, store_at)
+                                   loop_head, narrow, segment_at, store_at)
 
 # The loop pieces every SpGEMM kernel shares (these rows, the sorted ones, the flops prefix), put in a
 # template's text by loops() at {row_loop}, {row_done}, {a_row}, {a_entry}, {a_column}, {b_row}, {b_column},
@@ -97,13 +97,8 @@ define i64 @{name}_backward(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv
                             i64 %blocks, i64 %end0, ptr %ends, ptr %cc, ptr %cv, ptr %slots, ptr %prefix) {
 entry:
   br label %block
-block:
-  %b = phi i64 [%blocks, %entry], [%bm, %block_done]
-  %vs = phi i64 [0, %entry], [%vend, %block_done]
-  %end = phi i64 [%end0, %entry], [%end_new, %block_done]
-  %more = icmp sgt i64 %b, 0
-  br i1 %more, label %body, label %done
-body:
+""" + loop_head("block", "body", "entry", [("b", "i64", "%blocks", "%bm"), ("vs", "i64", "0", "%vend"),
+                ("end", "i64", "%end0", "%end_new")], "more = icmp sgt i64 %b, 0", "done", latch="block_done") + """\
   %bm = sub i64 %b, 1
 """ + load_at("i64", "%bounds", "%bm", "%r0") + """\
 """ + load_at("i64", "%bounds", "%b", "%r1") + """\
@@ -122,11 +117,7 @@ body:
   %delta = sub i64 %end_new, %vs
   %rows = sub i64 %r1, %r0
   br label %fix
-fix:
-  %y = phi i64 [0, %body], [%y1, %fix_body]
-  %yin = icmp slt i64 %y, %rows
-  br i1 %yin, label %fix_body, label %fixed
-fix_body:
+""" + loop_head("fix", "fix_body", "body", [("y", "i64", "0", "%y1")], "yin = icmp slt i64 %y, %rows", "fixed") + """\
   %pe = getelementptr i64, ptr %pend, i64 %y
   %e = load i64, ptr %pe
   %e1 = add i64 %e, %delta
@@ -136,11 +127,8 @@ fix_body:
 fixed:
   %gap = icmp slt i64 %cnt, %flops
   br i1 %gap, label %move, label %block_done
-move:
-  %x = phi i64 [%cnt, %fixed], [%xm, %move_body]
-  %xin = icmp sgt i64 %x, 0
-  br i1 %xin, label %move_body, label %block_done
-move_body:
+""" + loop_head("move", "move_body", "fixed", [("x", "i64", "%cnt", "%xm")], "xin = icmp sgt i64 %x, 0",
+                "block_done") + """\
   %xm = sub i64 %x, 1
   %from = add i64 %at, %xm
 """ + load_at("i{co}", "%cc", "%from", "%col") + """\
@@ -156,12 +144,8 @@ done:
 
 # Moves the row's nonzero sums (columns cc[start, c1), value {value} of entry x) to cc / cv from start on.
 _COMPACT = """
-compact_head:
-  %x = phi i64 [%start, %{before}], [%x1, %compact_body]
-  %q = phi i64 [%start, %{before}], [%qn, %compact_body]
-  %xin = icmp slt i64 %x, %c1
-  br i1 %xin, label %compact_body, label %finished
-compact_body:
+""" + loop_head("compact_head", "compact_body", "{before}", [("x", "i64", "%start", "%x1"),
+                ("q", "i64", "%start", "%qn")], "xin = icmp slt i64 %x, %c1", "finished") + """\
 """ + load_at("i{co}", "%cc", "%x", "%xcol_raw") + """{value}
   %keep = {nonzero} {t} %v, {zero}
 """ + store_at("i{co}", "%xcol_raw", "%cc", "%q", "%pqc") + """\
@@ -241,11 +225,8 @@ j_next:
 _SPARSE_FINISH = """
 finish:
   br i1 %z1, label %reset_head, label %finished
-reset_head:
-  %r = phi i64 [%start, %finish], [%r1, %reset_body]
-  %rin = icmp slt i64 %r, %c1
-  br i1 %rin, label %reset_body, label %compact_head
-reset_body:
+""" + loop_head("reset_head", "reset_body", "finish", [("r", "i64", "%start", "%r1")], "rin = icmp slt i64 %r, %c1",
+                "compact_head") + """\
 """ + index_at("%cc", "%r", "%rcol", "co") + store_at("i64", "-1", "%slots", "%rcol", "%prm") + """  %r1 = add i64 %r, 1
   br label %reset_head
 """ + _COMPACT + """
@@ -372,11 +353,8 @@ one_load:
   %lens = shufflevector <{w} x i{co}> %leni, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
   %inrow = icmp ult <{w} x i{co}> {lanes}, %lens
   %yrow = select <{w} x i1> %inrow, <{w} x i{co}> %ylane, <{w} x i{co}> {ones}
-{one_next}one_head:
-  %e = phi i64 [0, %one_load], [%e1, %one_body]
-  %ein = icmp ult i64 %e, %len
-  br i1 %ein, label %one_body, label %{row_exit}
-one_body:
+""" + loop_head("{one_next}one_head", "one_body", "one_load", [("e", "i64", "0", "%e1")], "ein = icmp ult i64 %e, %len",
+                "{row_exit}") + """\
 """ + load_at("i{co}", "%sc", "%e", "%x") + """  %xi = insertelement <{w} x i{co}> poison, i{co} %x, i64 0
   %xs = shufflevector <{w} x i{co}> %xi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
   %below = icmp ult <{w} x i{co}> %yrow, %xs
@@ -396,20 +374,13 @@ rank_pad:
   %ppad = getelementptr i{co}, ptr %sc, i64 %len
   store <{w} x i{co}> {ones}, ptr %ppad, align 1
   br label %rank_head
-rank_head:
-  %re = phi i64 [0, %rank_pad], [%re1, %rank_put]
-  %rin = icmp ult i64 %re, %len
-  br i1 %rin, label %rank_body, label %{row_exit}
-rank_body:
+""" + loop_head("rank_head", "rank_body", "rank_pad", [("re", "i64", "0", "%re1")], "rin = icmp ult i64 %re, %len",
+                "{row_exit}", latch="rank_put") + """\
 """ + load_at("i{co}", "%sc", "%re", "%rx") + """  %rxi = insertelement <{w} x i{co}> poison, i{co} %rx, i64 0
   %rxs = shufflevector <{w} x i{co}> %rxi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
   br label %cnt_head
-cnt_head:
-  %q = phi i64 [0, %rank_body], [%q1, %cnt_body]
-  %r = phi i64 [0, %rank_body], [%r1, %cnt_body]
-  %qin = icmp ult i64 %q, %len
-  br i1 %qin, label %cnt_body, label %rank_put
-cnt_body:
+""" + loop_head("cnt_head", "cnt_body", "rank_body", [("q", "i64", "0", "%q1"), ("r", "i64", "0", "%r1")],
+                "qin = icmp ult i64 %q, %len", "rank_put") + """\
   %pq = getelementptr i{co}, ptr %sc, i64 %q
   %y = load <{w} x i{co}>, ptr %pq, align 1
   %lt = icmp ult <{w} x i{co}> %y, %rxs

@@ -45,7 +45,7 @@ import numpy as np
 
 from splyce.native import spgemm_ir
 from splyce.native.spgemm_ir import RANK_MAX  # noqa: F401 (the bound of the rule above, tested by name)
-from splyce.native.ir_text import fill, index_at, load_at, store_at
+from splyce.native.ir_text import fill, index_at, load_at, loop_head, store_at
 
 PAD = 64           # lanes after a row's columns: vector stores of a block's columns and all-ones padding
 FLAG_PAD = 128     # bytes after the flags (and the block flags): a 64-byte load at the last block stays inside
@@ -179,12 +179,8 @@ s_start:
   %slo = lshr i64 %lo_c, 12
   %shi = lshr i64 %hi_c, 12
   br label %s_head
-s_head:
-  %si = phi i64 [%slo, %s_start], [%si1, %s_next]
-  %spos = phi i64 [0, %s_start], [%wpos0, %s_next]
-  %sin = icmp ule i64 %si, %shi
-  br i1 %sin, label %s_body, label %emit
-s_body:
+""" + loop_head("s_head", "s_body", "s_start", [("si", "i64", "%slo", "%si1"), ("spos", "i64", "0", "%wpos0")],
+                "sin = icmp ule i64 %si, %shi", "emit", latch="s_next") + """\
   %sb0 = shl i64 %si, 6
   %psb = getelementptr i8, ptr %bf, i64 %sb0
   %sbv = load <64 x i8>, ptr %psb, align 1
@@ -192,12 +188,9 @@ s_body:
   %sbm = icmp ne <64 x i8> %sbv, zeroinitializer
   %sw0 = bitcast <64 x i1> %sbm to i64
   br label %sw_head
-sw_head:
-  %sw = phi i64 [%sw0, %s_body], [%sw1, %w_done]
-  %wpos0 = phi i64 [%spos, %s_body], [%wpos_next, %w_done]
-  %swz = icmp eq i64 %sw, 0
-  br i1 %swz, label %s_next, label %sw_body
-sw_body:
+""" + loop_head("sw_head", "sw_body", "s_body", [("sw", "i64", "%sw0", "%sw1"),
+                ("wpos0", "i64", "%spos", "%wpos_next")], "swz = icmp eq i64 %sw, 0", "s_next", latch="w_done",
+                exit_on=True) + """\
   %tz = call i64 @llvm.cttz.i64(i64 %sw, i1 true)
   %wi = add i64 %sb0, %tz
   %wcbase = shl i64 %wi, 6
@@ -223,11 +216,8 @@ s_next:
 
 emit:
   br label %e_head
-e_head:
-  %ee = phi i64 [0, %emit], [%ee1, %e_body]
-  %ein2 = icmp ult i64 %ee, %len
-  br i1 %ein2, label %e_body, label %{row_exit}
-e_body:
+""" + loop_head("e_head", "e_body", "emit", [("ee", "i64", "0", "%ee1")], "ein2 = icmp ult i64 %ee, %len",
+                "{row_exit}") + """\
 """ + load_at("i{co}", "%sc", "%ee", "%ex") + """  %exw = {co_ext} %ex to i64
   %pev = getelementptr {t}, ptr %dn, i64 %exw
   %ev = load {t}, ptr %pev
@@ -279,12 +269,8 @@ def rows_ir(fields: dict, kind: str = "flags", compress: bool | None = None, kee
 _DROP = """
 drop:
   br label %drop_head
-drop_head:
-  %dx = phi i64 [%start, %drop], [%dx1, %drop_body]
-  %dq = phi i64 [%start, %drop], [%dqn, %drop_body]
-  %dxin = icmp slt i64 %dx, %row_end
-  br i1 %dxin, label %drop_body, label %row_done
-drop_body:
+""" + loop_head("drop_head", "drop_body", "drop", [("dx", "i64", "%start", "%dx1"), ("dq", "i64", "%start", "%dqn")],
+                "dxin = icmp slt i64 %dx, %row_end", "row_done") + """\
 """ + load_at("i{co}", "%cc", "%dx", "%dxc") + """\
 """ + load_at("{t}", "%cv", "%dx", "%dxv") + """  %dkeep = {nonzero} {t} %dxv, {zero}
 """ + store_at("i{co}", "%dxc", "%cc", "%dq", "%pdqc") + """\

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from splyce.native import spgemm_ir, spgemm_network
-from splyce.native.ir_text import fill, index_at, load_at, store_at
+from splyce.native.ir_text import fill, index_at, load_at, loop_head, store_at
 
 PAD = 16           # all-ones lanes after a row's columns: a vector load never counts them
 
@@ -82,13 +82,9 @@ def _word(tag: str, word: str, base: str, out: str, before: str, done: str) -> s
     """Blocks {tag}v_head / {tag}v_body: the columns of bitmap word ``word`` (of column ``base`` on; block
     ``before``) in order, each with its sum (found through slots) written at ``out`` on; then block ``done``
     with ``%{tag}out_b`` the position after them."""
-    return f"""\
-{tag}v_head:
-  %{tag}ww = phi i64 [%{word}, %{before}], [%{tag}ww1, %{tag}v_body]
-  %{tag}out_b = phi i64 [%{out}, %{before}], [%{tag}out_b1, %{tag}v_body]
-  %{tag}wwz = icmp eq i64 %{tag}ww, 0
-  br i1 %{tag}wwz, label %{done}, label %{tag}v_body
-{tag}v_body:
+    return loop_head(f"{tag}v_head", f"{tag}v_body", before, [(f"{tag}ww", "i64", f"%{word}", f"%{tag}ww1"),
+                     (f"{tag}out_b", "i64", f"%{out}", f"%{tag}out_b1")], f"{tag}wwz = icmp eq i64 %{tag}ww, 0", done,
+                     exit_on=True) + f"""\
   %{tag}btz = call i64 @llvm.cttz.i64(i64 %{tag}ww, i1 true)
   %{tag}col = add i64 %{base}, %{tag}btz
   %p{tag}ms = getelementptr i64, ptr %slots, i64 %{tag}col
@@ -158,13 +154,9 @@ k_end:
 finish:
   %len = sub i64 %c1, %start
 {small_rows}
-rg_head:
-  %ge = phi i64 [0, %not_small], [%ge1, %rg_body]
-  %lo_c = phi i64 [9223372036854775807, %not_small], [%lo_c1, %rg_body]
-  %hi_c = phi i64 [0, %not_small], [%hi_c1, %rg_body]
-  %gin = icmp ult i64 %ge, %len
-  br i1 %gin, label %rg_body, label %rg_done
-rg_body:
+""" + loop_head("rg_head", "rg_body", "not_small", [("ge", "i64", "0", "%ge1"),
+                ("lo_c", "i64", "9223372036854775807", "%lo_c1"), ("hi_c", "i64", "0", "%hi_c1")],
+                "gin = icmp ult i64 %ge, %len", "rg_done") + """\
 """ + index_at("%sc", "%ge", "%gx", "co") + """  %glt = icmp slt i64 %gx, %lo_c
   %lo_c1 = select i1 %glt, i64 %gx, i64 %lo_c
   %ggt = icmp sgt i64 %gx, %hi_c
@@ -178,20 +170,14 @@ rg_done:
   %wcap = shl i64 %len, 1
   %narrow = icmp ule i64 %wspan, %wcap
   br i1 %narrow, label %dm_head, label %bm_head
-dm_head:
-  %de = phi i64 [0, %rg_done], [%de1, %dm_body]
-  %din = icmp ult i64 %de, %len
-  br i1 %din, label %dm_body, label %dw_head
-dm_body:
+""" + loop_head("dm_head", "dm_body", "rg_done", [("de", "i64", "0", "%de1")], "din = icmp ult i64 %de, %len",
+                "dw_head") + """\
 {set_bit_d}
   %de1 = add i64 %de, 1
   br label %dm_head
-dw_head:
-  %dwi = phi i64 [%wlo, %dm_head], [%dwi1, %dv_done]
-  %dout = phi i64 [%start, %dm_head], [%dout_b, %dv_done]
-  %dwin = icmp ule i64 %dwi, %whi
-  br i1 %dwin, label %dw_body, label %row_done
-dw_body:
+""" + loop_head("dw_head", "dw_body", "dm_head", [("dwi", "i64", "%wlo", "%dwi1"),
+                ("dout", "i64", "%start", "%dout_b")], "dwin = icmp ule i64 %dwi, %whi", "row_done",
+                latch="dv_done") + """\
   %pdwi = getelementptr i64, ptr %wd, i64 %dwi
   %dww0 = load i64, ptr %pdwi
   store i64 0, ptr %pdwi
@@ -202,13 +188,9 @@ dv_done:
   %dwi1 = add i64 %dwi, 1
   br label %dw_head
 
-bm_head:
-  %be = phi i64 [0, %rg_done], [%be1, %bm_body]
-  %lo_s = phi i64 [9223372036854775807, %rg_done], [%lo_s1, %bm_body]
-  %hi_s = phi i64 [0, %rg_done], [%hi_s1, %bm_body]
-  %bin = icmp ult i64 %be, %len
-  br i1 %bin, label %bm_body, label %s_head
-bm_body:
+""" + loop_head("bm_head", "bm_body", "rg_done", [("be", "i64", "0", "%be1"),
+                ("lo_s", "i64", "9223372036854775807", "%lo_s1"), ("hi_s", "i64", "0", "%hi_s1")],
+                "bin = icmp ult i64 %be, %len", "s_head") + """\
 {set_bit_t}
   %s = lshr i64 %tx, 12
   %sb = and i64 %tw, 63
@@ -223,23 +205,15 @@ bm_body:
   %hi_s1 = select i1 %gt_s, i64 %s, i64 %hi_s
   %be1 = add i64 %be, 1
   br label %bm_head
-s_head:
-  %si = phi i64 [%lo_s, %bm_head], [%si1, %s_next]
-  %out = phi i64 [%start, %bm_head], [%out_w, %s_next]
-  %sin = icmp sle i64 %si, %hi_s
-  br i1 %sin, label %s_body, label %row_done
-s_body:
+""" + loop_head("s_head", "s_body", "bm_head", [("si", "i64", "%lo_s", "%si1"), ("out", "i64", "%start", "%out_w")],
+                "sin = icmp sle i64 %si, %hi_s", "row_done", latch="s_next") + """\
   %psi = getelementptr i64, ptr %sm, i64 %si
   %sw0 = load i64, ptr %psi
   store i64 0, ptr %psi
   %wbase = shl i64 %si, 6
   br label %sw_head
-sw_head:
-  %sw = phi i64 [%sw0, %s_body], [%sw1, %w_done]
-  %out_w = phi i64 [%out, %s_body], [%tout_b, %w_done]
-  %swz = icmp eq i64 %sw, 0
-  br i1 %swz, label %s_next, label %sw_body
-sw_body:
+""" + loop_head("sw_head", "sw_body", "s_body", [("sw", "i64", "%sw0", "%sw1"), ("out_w", "i64", "%out", "%tout_b")],
+                "swz = icmp eq i64 %sw, 0", "s_next", latch="w_done", exit_on=True) + """\
   %tz = call i64 @llvm.cttz.i64(i64 %sw, i1 true)
   %wi = add i64 %wbase, %tz
   %pwi = getelementptr i64, ptr %wd, i64 %wi
