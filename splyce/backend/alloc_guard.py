@@ -121,12 +121,9 @@ def _pooled_heap_ir() -> str:
 
 def _helper_ir(pooled: bool = False) -> str:
     """The checked allocator and the wrapper's enter / leave / fail steps, on libc's heap or (``pooled``) on
-    the heap ``set_heap`` gives; the pthread key and the heap's addresses are read from ``_CONFIG``."""
-    text = _helper_ir_template(pooled)
+    the heap ``set_heap`` gives; the pthread key and the heap's addresses are read from ``_CONFIG`` (through
+    the accessors ``@__splyce_key_get`` / ``_set``)."""
     key = f"{_PREFIX}key"
-    text = text.replace("call ptr @pthread_getspecific(i32 {key})", f"call ptr @{key}_get()")
-    text = text.replace("call i32 @pthread_setspecific(i32 {key}, ", f"call i32 @{key}_set(")
-    assert "{key}" not in text
     config = f"@{_CONFIG} = global [{len(_CONFIG_SLOTS)} x i64] zeroinitializer\n"
     accessors = f"""
 define internal ptr @{key}_get() alwaysinline {{
@@ -141,12 +138,42 @@ define internal i32 @{key}_set(ptr %v) alwaysinline {{
   ret i32 %r
 }}
 """
-    return config + text + accessors + (_pooled_heap_ir() if pooled else "")
+    return config + _helper_body(pooled) + accessors + (_pooled_heap_ir() if pooled else "")
 
 
-def _helper_ir_template(pooled: bool) -> str:
+def _tracked(size: str, allocate: str) -> str:
+    """Blocks try / ok / failed (the caller's): ``allocate`` (an allocation of ``%total`` bytes into ``%h``)
+    after ``%total = size + _HEADER``; a block is linked into the call's list, NULL goes to ``failed``."""
+    return f"""try:
+  %total = add i64 {size}, {_HEADER}
+  %h = {allocate}
+  %null = icmp eq ptr %h, null
+  br i1 %null, label %failed, label %ok
+ok:
+  %p = call ptr @{_PREFIX}track(ptr %h)
+  ret ptr %p
+failed:"""
+
+
+def _relink(h: str, next_: str, new_pprev: str, after: str) -> str:
+    """Blocks from ``%linked`` on: when block ``h``'s header says where it is pointed at from (``%pprev``), that
+    pointer becomes ``%next_`` and the next block's back pointer ``%new_pprev``; then block ``after``."""
+    load_next = f"\n  %next = load ptr, ptr %{h}" if next_ != "next" else ""
+    return f"""  %linked = icmp ne ptr %pprev, null
+  br i1 %linked, label %relink, label %{after}
+relink:
+  store ptr %{next_}, ptr %pprev{load_next}
+  %has_next = icmp ne ptr %next, null
+  br i1 %has_next, label %relink_next, label %{after}
+relink_next:
+  %next_pprev = getelementptr i8, ptr %next, i64 8
+  store ptr %{new_pprev}, ptr %next_pprev
+  br label %{after}"""
+
+
+def _helper_body(pooled: bool) -> str:
     call = _heap_calls(pooled)
-    key = "{key}"   # replaced by the accessors in _helper_ir
+    get, set_ = f"@{_PREFIX}key_get(", f"@{_PREFIX}key_set("
     detach_each = _walk_blocks("  %pprev = getelementptr i8, ptr %h, i64 8\n  store ptr null, ptr %pprev")
     free_each = _walk_blocks(f"  {call['free']}ptr %h{call['free_end']}")
     return f"""
@@ -160,14 +187,14 @@ declare void @longjmp(ptr, i32) noreturn
 declare {{ i64, i1 }} @llvm.umul.with.overflow.i64(i64, i64)
 
 define void @{_PREFIX}guard_enter(ptr %ctx) {{
-  %prev = call ptr @pthread_getspecific(i32 {key})
+  %prev = call ptr {get})
   %head = getelementptr i8, ptr %ctx, i64 {_HEAD}
   store ptr null, ptr %head
   %failed = getelementptr i8, ptr %ctx, i64 {_FAILED}
   store i64 0, ptr %failed
   %prevp = getelementptr i8, ptr %ctx, i64 {_PREVIOUS}
   store ptr %prev, ptr %prevp
-  %r = call i32 @pthread_setspecific(i32 {key}, ptr %ctx)
+  %r = call i32 {set_}ptr %ctx)
   ret void
 }}
 
@@ -193,13 +220,13 @@ define i64 @{_PREFIX}guard_fail(ptr %ctx) {{
 define internal void @{_PREFIX}restore(ptr %ctx) {{
   %prevp = getelementptr i8, ptr %ctx, i64 {_PREVIOUS}
   %prev = load ptr, ptr %prevp
-  %r = call i32 @pthread_setspecific(i32 {key}, ptr %prev)
+  %r = call i32 {set_}ptr %prev)
   ret void
 }}
 
 ; no context (called outside splyce_entry): hand back NULL as the C allocator would
 define internal ptr @{_PREFIX}fail(i64 %size) cold noinline {{
-  %ctx = call ptr @pthread_getspecific(i32 {key})
+  %ctx = call ptr {get})
   %none = icmp eq ptr %ctx, null
   br i1 %none, label %null, label %jump
 null:
@@ -213,7 +240,7 @@ jump:
 
 ; link block %h at the head of the current call's list (detached when there is no call)
 define internal ptr @{_PREFIX}track(ptr %h) {{
-  %ctx = call ptr @pthread_getspecific(i32 {key})
+  %ctx = call ptr {get})
   %pprev = getelementptr i8, ptr %h, i64 8
   %none = icmp eq ptr %ctx, null
   br i1 %none, label %detached, label %linked
@@ -243,15 +270,7 @@ out:
 define ptr @{_PREFIX}malloc(i64 %size) {{
   %big = icmp ugt i64 %size, -{_HEADER + 1}
   br i1 %big, label %failed, label %try
-try:
-  %total = add i64 %size, {_HEADER}
-  %h = {call['malloc']}i64 %total)
-  %null = icmp eq ptr %h, null
-  br i1 %null, label %failed, label %ok
-ok:
-  %p = call ptr @{_PREFIX}track(ptr %h)
-  ret ptr %p
-failed:
+{_tracked("%size", call['malloc'] + "i64 %total)")}
   %r = call ptr @{_PREFIX}fail(i64 %size)
   ret ptr %r
 }}
@@ -263,15 +282,7 @@ define ptr @{_PREFIX}calloc(i64 %count, i64 %size) {{
   %big = icmp ugt i64 %bytes, -{_HEADER + 1}
   %bad = or i1 %overflow, %big
   br i1 %bad, label %failed, label %try
-try:
-  %total = add i64 %bytes, {_HEADER}
-  %h = {call['calloc']}i64 1, i64 %total)
-  %null = icmp eq ptr %h, null
-  br i1 %null, label %failed, label %ok
-ok:
-  %p = call ptr @{_PREFIX}track(ptr %h)
-  ret ptr %p
-failed:
+{_tracked("%bytes", call['calloc'] + "i64 1, i64 %total)")}
   %asked = select i1 %overflow, i64 -1, i64 %bytes
   %r = call ptr @{_PREFIX}fail(i64 %asked)
   ret ptr %r
@@ -297,17 +308,7 @@ moved:
   ; the header moved with the block: make the list point at its new address
   %pprevp = getelementptr i8, ptr %h2, i64 8
   %pprev = load ptr, ptr %pprevp
-  %linked = icmp ne ptr %pprev, null
-  br i1 %linked, label %relink, label %ok
-relink:
-  store ptr %h2, ptr %pprev
-  %next = load ptr, ptr %h2
-  %has_next = icmp ne ptr %next, null
-  br i1 %has_next, label %relink_next, label %ok
-relink_next:
-  %next_pprev = getelementptr i8, ptr %next, i64 8
-  store ptr %h2, ptr %next_pprev
-  br label %ok
+{_relink("h2", "h2", "h2", "ok")}
 ok:
   %user = getelementptr i8, ptr %h2, i64 {_HEADER}
   ret ptr %user
@@ -326,16 +327,7 @@ unlink:
   %next = load ptr, ptr %h
   %pprevp = getelementptr i8, ptr %h, i64 8
   %pprev = load ptr, ptr %pprevp
-  %linked = icmp ne ptr %pprev, null
-  br i1 %linked, label %relink, label %release
-relink:
-  store ptr %next, ptr %pprev
-  %has_next = icmp ne ptr %next, null
-  br i1 %has_next, label %relink_next, label %release
-relink_next:
-  %next_pprev = getelementptr i8, ptr %next, i64 8
-  store ptr %pprev, ptr %next_pprev
-  br label %release
+{_relink("h", "next", "pprev", "release")}
 release:
   {call['free']}ptr %h{call['free_end']}
   br label %out

@@ -24,7 +24,7 @@ import threading
 import numpy as np
 
 from splyce.native.object_calls import array_args as _arrays, compile_on_objects as _compiled
-from splyce.native.ir_text import IR, VALUE, load_index, loop
+from splyce.native.ir_text import IR, VALUE, check_segment, load_index, loop, returns
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (indptr, indices, data, x, y, mb, nb, nnzb, R, C, k) -> 0, or 1 at a malformed index
@@ -70,12 +70,7 @@ def bsr_times_dense_ir(name: str, value: np.dtype, pbits: int, cbits: int, block
         i1 = ir.name("i1")
         ir(f"  {i1} = add i64 {i}, 1")
         stop = load_index(ir, "%pos", pbits, i1)
-        down, over, bad, ok = ir.name("down"), ir.name("over"), ir.name("badseg"), ir.name("seg_ok")
-        ir(f"  {down} = icmp ugt i64 {start}, {stop}")
-        ir(f"  {over} = icmp ugt i64 {stop}, %nnzb")
-        ir(f"  {bad} = or i1 {down}, {over}")
-        ir(f"  br i1 {bad}, label %bad, label %{ok[1:]}")
-        ir.label(ok[1:])
+        check_segment(ir, start, stop, "%nnzb")
         ybase = ir.name("ybase")
         ir(f"  {ybase} = mul i64 {i}, {rows}")
         for acc in accs:
@@ -162,12 +157,7 @@ def bsr_times_dense_ir(name: str, value: np.dtype, pbits: int, cbits: int, block
             ir(f"  store {t} {s}, ptr {py}")
 
     loop(ir, "0", "%mb", block_row, "done")
-    ir.label("done")
-    ir("  ret i64 0")
-    ir.label("bad")
-    ir("  ret i64 1")
-    ir("}")
-    return "\n".join(ir.lines) + "\n"
+    return returns(ir)
 
 
 @functools.cache

@@ -20,7 +20,7 @@ import threading
 import numpy as np
 
 from splyce.native.object_calls import array_args as _arrays, compile_on_objects as _compiled
-from splyce.native.ir_text import IR, VALUE, columns_axpy, load_index
+from splyce.native.ir_text import IR, VALUE, columns_axpy, load_index, returns
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (row, col, values, x, y, nnz, m, n, k) -> 0, or 1 at an index out of range
@@ -60,12 +60,7 @@ def coo_times_dense_ir(name: str, value: np.dtype, rbits: int, cbits: int, k: in
     ir.label("next")
     ir("  %e1 = add i64 %e, 1")
     ir("  br label %head")
-    ir.label("done")
-    ir("  ret i64 0")
-    ir.label("bad")
-    ir("  ret i64 1")
-    ir("}")
-    return "\n".join(ir.lines) + "\n"
+    return returns(ir)
 
 
 @functools.cache

@@ -4,9 +4,11 @@
   and each kernel's ``supported`` are views of it); ``INDEX`` the index widths.
 - ``IR``: a line writer with unique names (``gep`` / ``load`` / ``store`` / ``op``, counted ``loop``s): the
   kernels written in Python (masked products, SDDMM, SpMV rows, the masked sum).
-- ``index_at`` / ``segment_at`` / ``load_at`` / ``store_at``: the same loads and stores spelled for the
-  kernels written as ``str.format`` templates (merges, SpGEMM, validation, transpose, compression), so an
-  index load is written one way everywhere.
+- ``fill``: the one substitution of the kernels written as marked IR text (merges, SpGEMM, the CSR-with-CSC
+  pass, validation drivers, the masked sum's driver, the allocator): ``{name}`` markers filled from fields,
+  pieces holding markers of their own; a variant is a field (scipy's order, zeros dropped, a vector or a table
+  compress), never a patch of the text. ``index_at`` / ``segment_at`` / ``load_at`` / ``store_at``: the loads
+  and stores spelled for those templates, so an index load is written one way everywhere.
 - Each algorithm is one definition, its variants parameters (``masked._masked_ir(kept=...)``,
   ``spmv_flat.flat_ir`` for rows and CSC columns, ``merge_ir._NARROW_PARTS`` / ``_MERGE_STEP_PARTS`` for the
   intersection and the union); plus the row split the helpers share for ``threads``.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import bisect
 import contextvars
 import functools
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -160,6 +163,32 @@ def segment_at(ptr: str, at: str, start: str, stop: str, width: str = "p", ext_f
     return (index_at(ptr, at, start, width, ext_field) + step + index_at(ptr, next_at, stop, width, ext_field))
 
 
+def loop_head(head: str, body: str, enter, phis, test: str, exit: str, latch: str | None = None,
+              exit_on: bool = False) -> str:
+    """Template text: block ``head`` of a loop written as marked text, its phis ``(value, type, initial,
+    next)`` (names without ``%``) from ``enter`` (a block, or a tuple of blocks that all enter with the
+    initial value) and ``next`` from ``latch`` (default ``body``); the test ``test`` (``flag = compare``), on
+    to ``body`` while the flag holds (``exit_on``: until it holds), else to ``exit``; then the label
+    ``body:``. The one spelling of the templates' loop heads (a loop written with the IR writer: ``counted``)."""
+    enters = (enter,) if isinstance(enter, str) else enter
+    lines = [f"{head}:"]
+    for value, t, initial, nxt in phis:
+        incoming = ", ".join(f"[{initial}, %{e}]" for e in enters)
+        lines.append(f"  %{value} = phi {t} {incoming}, [{nxt}, %{latch or body}]")
+    flag = test.split(" = ", 1)[0]
+    go, stop = (exit, body) if exit_on else (body, exit)
+    lines += [f"  %{test}", f"  br i1 %{flag}, label %{go}, label %{stop}", f"{body}:"]
+    return "\n".join(lines) + "\n"
+
+
+def fill(template: str, **fields) -> str:
+    """``template`` with every marker ``{name}`` (a word in braces: never LLVM's ``{i64, i1}`` nor a body's
+    ``{``) replaced by ``fields[name]``, itself filled from the same fields (a piece of IR may hold markers):
+    the one substitution of IR written as marked text. A missing field is a KeyError, never a marker left in
+    the IR."""
+    return re.sub(r"\{(\w+)\}", lambda m: fill(str(fields[m[1]]), **fields), template)
+
+
 def index_bits(a: np.ndarray) -> int:
     """The bit width of an index array's elements (its kernels' ``i{bits}``)."""
     return a.dtype.itemsize * 8
@@ -174,6 +203,26 @@ def load_index(ir: IR, ptr: str, bits: int, at: str, signed: bool = False) -> st
     widen = sext(bits) if signed else ext(bits)
     ir(f"  {wide} = {widen} {raw} to i64")
     return wide
+
+
+def returns(ir: IR) -> str:
+    """The kernel's text, closed by its two returns: 0 from ``done``, 1 (a bad index met) from ``bad``."""
+    ir.label("done")
+    ir("  ret i64 0")
+    ir.label("bad")
+    ir("  ret i64 1")
+    ir("}")
+    return ir.text()
+
+
+def check_segment(ir: IR, start: str, stop: str, nnz: str = "%nnz") -> None:
+    """Branch to %bad unless start <= stop <= nnz (unsigned: a negative position is out of range too)."""
+    down, over, bad, ok = ir.name("down"), ir.name("over"), ir.name("badseg"), ir.name("seg_ok")
+    ir(f"  {down} = icmp ugt i64 {start}, {stop}")
+    ir(f"  {over} = icmp ugt i64 {stop}, {nnz}")
+    ir(f"  {bad} = or i1 {down}, {over}")
+    ir(f"  br i1 {bad}, label %bad, label %{ok[1:]}")
+    ir.label(ok[1:])
 
 
 def loop(ir: IR, start: str, stop: str, body, after: str) -> None:
@@ -196,8 +245,9 @@ def loop(ir: IR, start: str, stop: str, body, after: str) -> None:
     ir(f"  br label %{head}")
 
 
-def counted(ir: IR, start: str, stop: str, body, carried=(), cmp: str = "slt", base: str = "i") -> list[str]:
-    """``for (i = start; i cmp stop; i += 1) values = body(i, *values)`` as a loop with phis: ``carried``, the
+def counted(ir: IR, start: str, stop: str, body, carried=(), cmp: str = "slt", base: str = "i",
+            step: str = "1") -> list[str]:
+    """``for (i = start; i cmp stop; i += step) values = body(i, *values)`` as a loop with phis: ``carried``, the
     loop-carried values' ``(type, initial value)``; ``body`` returns their next values (or None without
     any). Emitted at the current block's end; continues in the block after the loop, and returns the carried
     values there."""
@@ -213,7 +263,7 @@ def counted(ir: IR, start: str, stop: str, body, carried=(), cmp: str = "slt", b
     ir.label(inside)
     nexts = body(i, *values) or ()
     i1 = ir.name(base)
-    ir(f"  {i1} = add i64 {i}, 1")
+    ir(f"  {i1} = add i64 {i}, {step}")
     ir(f"  br label %{head}")
     ir.lines[at] = f"  {i} = phi i64 [{start}, %{enter}], [{i1}, %{ir.block}]"
     for k, ((t, init), value, nxt) in enumerate(zip(carried, values, nexts)):

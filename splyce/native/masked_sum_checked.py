@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 
-from splyce.native.ir_text import IR, VALUE, load_index, loop
+from splyce.native.ir_text import IR, VALUE, fill, load_index, loop
 from splyce.native.masked_sum import (
     HIT_SAMPLE_RATE, _COUNTED, _finite_ir, _hit_count_ir, _masked_sum_ir, _ones_ir, _products_ir,
 )
@@ -32,7 +32,7 @@ _lock = threading.Lock()
 # checks nothing and reads the same bits only to skip the scans of an operand that is A or B.
 _SUM_CHECKED = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cp, ptr %cc, ptr %cv,
-                   ptr %mark, ptr %out, i64 %m, i64 %n1, i64 %n2, i64 %nnza, i64 %nnzb, i64 %nnzc, i64 %checks) {{
+                   ptr %mark, ptr %out, i64 %m, i64 %n1, i64 %n2, i64 %nnza, i64 %nnzb, i64 %nnzc, i64 %checks) {
 {checks}first:
   %has = icmp sgt i64 %nnza, 0
   %n_first = zext i1 %has to i64
@@ -80,9 +80,9 @@ summing:
   ret i64 %code
 fail:
   ret i64 1
-}}
+}
 
-define void @{name}_unmark(ptr %mark, i64 %n) {{
+define void @{name}_unmark(ptr %mark, i64 %n) {
 entry:
   br label %head
 head:
@@ -96,7 +96,7 @@ body:
   br label %head
 done:
   ret void
-}}
+}
 
 """
 # ``%{result}`` (i1): the scan ``@{name}_{scan}`` holds for A's values and for B's and C's unless they are A's
@@ -158,9 +158,9 @@ _TRUSTED = """entry:
 def _checks_ir(check: str, trusted: bool) -> str:
     if trusted:
         return _TRUSTED
-    return (_CHECK_A.format(check=check)
-            + _CHECK_OPERAND.format(x="b", bit=1, next="test_c", rows="n1", check=check)
-            + _CHECK_OPERAND.format(x="c", bit=2, next="first", rows="m", check=check))
+    return (fill(_CHECK_A, check=check)
+            + fill(_CHECK_OPERAND, x="b", bit=1, next="test_c", rows="n1", check=check)
+            + fill(_CHECK_OPERAND, x="c", bit=2, next="first", rows="m", check=check))
 
 
 @functools.cache
@@ -185,11 +185,10 @@ def _sum_checked_kernel(value: np.dtype, bits: int, exact: int | None = None, fa
             + _unmark_rows_ir(name + "_unmark_rows", bits)
             + _ones_ir(name + "_ones", value)
             + _finite_ir(name + "_finite", value)
-            + _SUM_CHECKED.format(name=name, checks=_checks_ir(check, trusted), sum=total, count=count, t=t,
-                                  convert=convert, exact=exact, rate=HIT_SAMPLE_RATE,
-                                  all_ones=_ALL_VALUES.format(name=name, scan="ones", q="o", n="n", result="all_ones"),
-                                  all_finite=_ALL_VALUES.format(name=name, scan="finite", q="f", n="fn",
-                                                                result="finite"))
+            + fill(_SUM_CHECKED, name=name, checks=_checks_ir(check, trusted), sum=total, count=count, t=t,
+                   convert=convert, exact=exact, rate=HIT_SAMPLE_RATE,
+                   all_ones=fill(_ALL_VALUES, name=name, scan="ones", q="o", n="n", result="all_ones"),
+                   all_finite=fill(_ALL_VALUES, name=name, scan="finite", q="f", n="fn", result="finite"))
             + array_objects.object_entry_ir(name + "_objects", name, "a" * 11 + "i" * 7))
     return compile_host_helpers(text, {name + "_objects": array_objects.signature(18)})[name + "_objects"]
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import platform
 
+from splyce.native.ir_text import fill, loop_head
+
 POOL_MIN = 1 << 20          # blocks from 1 MiB are kept when freed; below, libc's heap already reuses them
 SLOTS = 32                  # at most this many blocks kept
 HUGE_MIN = 4 << 20          # fresh blocks from 4 MiB get MADV_HUGEPAGE, as NumPy's own allocator does
@@ -145,21 +147,10 @@ entry:
   call void @lock(ptr %ctx)
   %most = shl i64 %size, 1
   br label %scan
-scan:
-  %s = phi i64 [0, %entry], [%s1, %look]
-  %best = phi i64 [-1, %entry], [%best1, %look]
-  %bestcap = phi i64 [-1, %entry], [%bestcap1, %look]
-  %beststamp = phi i64 [-1, %entry], [%beststamp1, %look]
-  %more = icmp slt i64 %s, {SLOTS}
-  br i1 %more, label %look, label %chosen
-look:
-  %pp = call ptr @slot(ptr %ctx, i64 0, i64 %s)
-  %p = load i64, ptr %pp
-  %pc = call ptr @slot(ptr %ctx, i64 1, i64 %s)
-  %c = load i64, ptr %pc
-  %pt = call ptr @slot(ptr %ctx, i64 2, i64 %s)
-  %t = load i64, ptr %pt
-  %full = icmp ne i64 %p, 0
+""" + loop_head("scan", "look", "entry", [("s", "i64", "0", "%s1"), ("best", "i64", "-1", "%best1"),
+                ("bestcap", "i64", "-1", "%bestcap1"), ("beststamp", "i64", "-1", "%beststamp1")],
+                "more = icmp slt i64 %s, {SLOTS}", "chosen") + """\
+{look}  %full = icmp ne i64 %p, 0
   %big = icmp uge i64 %c, %size
   %small = icmp ule i64 %c, %most
   %newer = icmp sgt i64 %t, %beststamp
@@ -188,11 +179,7 @@ evict:
   %go = and i1 %emore, %need
   br i1 %go, label %evict_look, label %evicted
 evict_look:
-  %epp = call ptr @slot(ptr %ctx, i64 0, i64 %e)
-  %ep = load i64, ptr %epp
-  %epc = call ptr @slot(ptr %ctx, i64 1, i64 %e)
-  %ec = load i64, ptr %epc
-  %efull = icmp ne i64 %ep, 0
+{evict_look}  %efull = icmp ne i64 %ep, 0
   %esmall = icmp ult i64 %ec, %size
   %out = and i1 %efull, %esmall
   br i1 %out, label %evict_one, label %evict_next
@@ -227,24 +214,14 @@ hit:
 
 define ptr @pool_malloc(ptr %ctx, i64 %size) {
 entry:
-  %total = add i64 %size, {HEADER}
-  %wraps = icmp ult i64 %total, %size
-  br i1 %wraps, label %fail, label %sized
-sized:
-  %large = icmp uge i64 %size, {POOL_MIN}
-  br i1 %large, label %pooled, label %small
-small:
+{sized_malloc}small:
   %raw = call ptr @malloc(i64 %total)
   %nul = icmp eq ptr %raw, null
   br i1 %nul, label %fail, label %small_ok
 small_ok:
   %u = call ptr @stamp(ptr %raw, i64 %size, i64 0)
   ret ptr %u
-pooled:
-  %got = call ptr @take(ptr %ctx, i64 %size)
-  %hit = icmp ne ptr %got, null
-  br i1 %hit, label %reuse, label %fresh
-reuse:
+{take_malloc}reuse:
   ret ptr %got
 fresh:
   %rounded0 = add i64 %total, 63
@@ -269,14 +246,7 @@ entry:
   %wraps = icmp ult i64 %total, %size
   %bad = or i1 %over, %wraps
   br i1 %bad, label %fail, label %sized
-sized:
-  %large = icmp uge i64 %size, {POOL_MIN}
-  br i1 %large, label %pooled, label %zeroed
-pooled:
-  %got = call ptr @take(ptr %ctx, i64 %size)
-  %hit = icmp ne ptr %got, null
-  br i1 %hit, label %reuse, label %zeroed
-reuse:
+{sized_calloc}{take_calloc}reuse:
   call void @llvm.memset.p0.i64(ptr %got, i8 0, i64 %size, i1 false)
   ret ptr %got
 zeroed:
@@ -297,16 +267,10 @@ fail:
 }
 
 define ptr @pool_realloc(ptr %ctx, ptr %user, i64 %size) {
-entry:
-  %isnull = icmp eq ptr %user, null
-  br i1 %isnull, label %new, label %old
-new:
+{user_realloc}new:
   %n = call ptr @pool_malloc(ptr %ctx, i64 %size)
   ret ptr %n
-old:
-  %cap = call i64 @capacity_of(ptr %user)
-  %kept = call i1 @keepable(ptr %user)
-  %fits = icmp ule i64 %size, %cap
+{header_realloc}  %fits = icmp ule i64 %size, %cap
   %inplace = and i1 %kept, %fits
   br i1 %inplace, label %same, label %move
 ; A kept block shrinks in place (a product's buffers sized by an upper bound, then cut to the entries made):
@@ -326,17 +290,7 @@ same:
 ; buffers grow by doubling, and the last call's buffers of each size were kept), copying the old contents;
 ; else libc moves it (fresh pages past the old ones).
 move:
-  %total = add i64 %size, {HEADER}
-  %wraps = icmp ult i64 %total, %size
-  br i1 %wraps, label %fail, label %sized
-sized:
-  %grow_large = icmp uge i64 %size, {POOL_MIN}
-  br i1 %grow_large, label %try_take, label %go
-try_take:
-  %got = call ptr @take(ptr %ctx, i64 %size)
-  %hit = icmp ne ptr %got, null
-  br i1 %hit, label %copy, label %go
-copy:
+{sized_realloc}{take_realloc}copy:
   %less = icmp ult i64 %cap, %size
   %copied = select i1 %less, i64 %cap, i64 %size
   call void @llvm.memcpy.p0.p0.i64(ptr %got, ptr %user, i64 %copied, i1 false)
@@ -356,14 +310,7 @@ fail:
 }
 
 define void @pool_free(ptr %ctx, ptr %user, i64 %ignored) {
-entry:
-  %isnull = icmp eq ptr %user, null
-  br i1 %isnull, label %done, label %old
-old:
-  %raw = call ptr @raw_of(ptr %user)
-  %cap = call i64 @capacity_of(ptr %user)
-  %kept = call i1 @keepable(ptr %user)
-  br i1 %kept, label %try, label %give
+{user_free}  br i1 %kept, label %try, label %give
 try:
   call void @lock(ptr %ctx)
   %pl = getelementptr i64, ptr %ctx, i64 {LIMIT}
@@ -373,14 +320,8 @@ try:
   %after = add i64 %pooled, %cap
   %room = icmp ule i64 %after, %limit
   br i1 %room, label %scan, label %release
-scan:
-  %s = phi i64 [0, %try], [%s1, %look]
-  %more = icmp slt i64 %s, {SLOTS}
-  br i1 %more, label %look, label %release
-look:
-  %sp = call ptr @slot(ptr %ctx, i64 0, i64 %s)
-  %p = load i64, ptr %sp
-  %empty = icmp eq i64 %p, 0
+""" + loop_head("scan", "look", "try", [("s", "i64", "0", "%s1")], "more = icmp slt i64 %s, {SLOTS}", "release") + """\
+{free_look}  %empty = icmp eq i64 %p, 0
   %s1 = add i64 %s, 1
   br i1 %empty, label %store, label %scan
 ; the slot's capacity and time first, its pointer last (a release store: a process forked meanwhile sees
@@ -416,14 +357,9 @@ define void @pool_release(ptr %ctx) {
 entry:
   call void @lock(ptr %ctx)
   br label %scan
-scan:
-  %s = phi i64 [0, %entry], [%s1, %next]
-  %more = icmp slt i64 %s, {SLOTS}
-  br i1 %more, label %look, label %done
-look:
-  %sp = call ptr @slot(ptr %ctx, i64 0, i64 %s)
-  %p = load i64, ptr %sp
-  %full = icmp ne i64 %p, 0
+""" + loop_head("scan", "look", "entry", [("s", "i64", "0", "%s1")], "more = icmp slt i64 %s, {SLOTS}", "done",
+                latch="next") + """\
+{free_look}  %full = icmp ne i64 %p, 0
   br i1 %full, label %give, label %next
 give:
   store i64 0, ptr %sp
@@ -443,14 +379,49 @@ done:
 """
 
 
+def _loads(s: str, fields: str, prefix: str = "") -> str:
+    """``%{prefix}p`` (and ``c``, ``t``: ``fields`` of them), slot ``%s``'s block, capacity and time, each through
+    its address ``%{prefix}p{field}`` (the block's: ``%{prefix}pp``, or ``%sp`` in the scans of free / release)."""
+    out = ""
+    for k, f in enumerate(fields):
+        at = "%sp" if fields == "p" else f"%{prefix}p{f}"
+        out += f"  {at} = call ptr @slot(ptr %ctx, i64 {k}, i64 %{s})\n  %{prefix}{f} = load i64, ptr {at}\n"
+    return out
+
+
+def _sized(large: str, pooled: str, other: str, total: bool = True) -> str:
+    """``%total``, the bytes with the header (a wrap goes to ``fail``; ``total`` False: computed before),
+    then block sized: ``%large`` whether the size is pooled, on to ``pooled`` or ``other``."""
+    head = ("  %total = add i64 %size, {HEADER}\n  %wraps = icmp ult i64 %total, %size\n"
+            "  br i1 %wraps, label %fail, label %sized\n") if total else ""
+    return head + f"sized:\n  %{large} = icmp uge i64 %size, {{POOL_MIN}}\n  br i1 %{large}, label %{pooled}, label %{other}\n"
+
+
+def _user(null: str, header: str = "") -> str:
+    """Block entry: a null ``%user`` goes to block ``null``; ``header``: then block old with ``%cap`` and
+    ``%kept`` from the block's header (after ``header``'s own lines)."""
+    return (f"entry:\n  %isnull = icmp eq ptr %user, null\n  br i1 %isnull, label %{null}, label %old\n"
+            if null else "") + (f"old:\n{header}  %cap = call i64 @capacity_of(ptr %user)\n"
+                                 "  %kept = call i1 @keepable(ptr %user)\n" if header is not None else "")
+
+
+def _take(block: str, hit: str, miss: str) -> str:
+    """Block ``block``: ``%got``, a kept block for the size (``@take``), on to ``hit`` or ``miss`` when none."""
+    return (f"{block}:\n  %got = call ptr @take(ptr %ctx, i64 %size)\n  %hit = icmp ne ptr %got, null\n"
+            f"  br i1 %hit, label %{hit}, label %{miss}\n")
+
+
 def ir() -> str:
     x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
-    text = IR.replace("{PAUSE_DECLARE}", "declare void @llvm.x86.sse2.pause()" if x86 else "")
-    text = text.replace("{PAUSE}", "  call void @llvm.x86.sse2.pause()" if x86 else "")
-    for key, value in {"SLOTS": SLOTS, "SLOT0": _SLOT0, "HEADER": HEADER, "POOL_MIN": POOL_MIN,
-                       "HUGE_MIN": HUGE_MIN, "SLACK": SLACK, "MADV_HUGEPAGE": _MADV_HUGEPAGE, "MADV_DONTNEED": _MADV_DONTNEED, "LIMIT": _LIMIT,
-                       "POOLED": _POOLED, "CLOCK": _CLOCK, "HITS": _HITS, "MISSES": _MISSES, "KEPT": _KEPT,
-                       "RELEASED": _RELEASED}.items():
-        text = text.replace("{" + key + "}", str(value))
-    return text
-
+    pieces = dict(look=_loads("s", "pct"), evict_look=_loads("e", "pc", "e"), free_look=_loads("s", "p"),
+                  sized_malloc=_sized("large", "pooled", "small"), take_malloc=_take("pooled", "reuse", "fresh"),
+                  sized_calloc=_sized("large", "pooled", "zeroed", total=False),
+                  take_calloc=_take("pooled", "reuse", "zeroed"), sized_realloc=_sized("grow_large", "try_take", "go"),
+                  take_realloc=_take("try_take", "copy", "go"), user_realloc=_user("new", None),
+                  header_realloc=_user("", ""), user_free=_user("done", "  %raw = call ptr @raw_of(ptr %user)\n"),
+                  PAUSE_DECLARE="declare void @llvm.x86.sse2.pause()" if x86 else "",
+                  PAUSE="  call void @llvm.x86.sse2.pause()" if x86 else "")
+    constants = dict(SLOTS=SLOTS, SLOT0=_SLOT0, HEADER=HEADER, POOL_MIN=POOL_MIN, HUGE_MIN=HUGE_MIN, SLACK=SLACK,
+                     MADV_HUGEPAGE=_MADV_HUGEPAGE, MADV_DONTNEED=_MADV_DONTNEED, LIMIT=_LIMIT, POOLED=_POOLED,
+                     CLOCK=_CLOCK, HITS=_HITS, MISSES=_MISSES, KEPT=_KEPT, RELEASED=_RELEASED)
+    return fill(IR, **pieces, **constants)

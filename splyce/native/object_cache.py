@@ -161,20 +161,26 @@ def discard(path: Path) -> None:
         pass
 
 
+def _replace(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, then ``os.replace`` (raises
+    OSError; the temporary file is removed on any failure)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        discard(Path(tmp))
+        raise
+
+
 def write(path: Path, entry: Entry, stats: Stats) -> str | None:
-    """Store ``entry`` atomically (temporary file in the same folder, then ``os.replace``). Returns None, or
-    why it could not be written (read-only folder, full disk: the caller warns, the code still runs)."""
+    """Store ``entry`` atomically. Returns None, or why it could not be written (read-only folder, full disk:
+    the caller warns, the code still runs)."""
     data = encode(entry)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            discard(Path(tmp))
-            raise
+        _replace(path, data)
     except OSError as exc:
         return str(exc)
     count(stats, "writes")
@@ -185,15 +191,7 @@ def write_text(path: Path, text: str) -> bool:
     """Write a small text file atomically (a memo beside the entries); False when the folder cannot be
     written (the memo is then recomputed by the next process)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            discard(Path(tmp))
-            raise
+        _replace(path, text.encode())
     except OSError:
         return False
     return True

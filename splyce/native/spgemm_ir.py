@@ -7,8 +7,8 @@ driver, the loops over A's rows, A's entries and B's rows (:func:`loops`), the r
 
 from __future__ import annotations
 
-from splyce.native.ir_text import (BY_TYPE, FLOAT_TYPES, IR, counted, ext, index_at, load_at, load_index, narrow,
-                                   segment_at, store_at)
+from splyce.native.ir_text import (BY_TYPE, FLOAT_TYPES, IR, counted, ext, fill, index_at, load_at, load_index,
+                                   loop_head, narrow, segment_at, store_at)
 
 # The loop pieces every SpGEMM kernel shares (these rows, the sorted ones, the flops prefix), put in a
 # template's text by loops() at {row_loop}, {row_done}, {a_row}, {a_entry}, {a_column}, {b_row}, {b_column},
@@ -30,62 +30,60 @@ row_done:
 """ + store_at("i64", "{row_end}", "%ends", "%rel", "%pend") + """  br label %row
 done:
   ret i64 %start
-}}
-"""
-_A_ROW = "row_body:\n" + segment_at("%ap", "%i", "%ka", "%kb", "pa") + "  br label %k_head\n"
-_A_COLUMN = "k_body:\n" + index_at("%ac", "%k", "%acol", "ca")
-_A_VALUE = """\
-""" + load_at("{t}", "%av", "%k", "%aval")
-_B_ROW = segment_at("%bp", "%acol", "%ja", "%jb", "pb")
-_B_COLUMN = "j_body:\n" + index_at("%bc", "%jj", "%col", "cb")
-_B_VALUE = """\
-""" + load_at("{t}", "%bv", "%jj", "%bval") + """  %prod = {mul} {t} %aval, %bval
-"""
-_LOOP_PIECES = {"{row_loop}": _ROW_LOOP + _A_ROW, "{row_done}": _ROW_DONE, "{a_row}": _A_ROW,
-                "{a_entry}": _A_COLUMN + _A_VALUE + _B_ROW, "{a_column}": _A_COLUMN, "{b_row}": _B_ROW,
-                "{b_column}": _B_COLUMN, "{b_value}": _B_VALUE}
+}"""
+_A_ROW = "row_body:\n" + segment_at("%ap", "%i", "%ka", "%kb", "pa") + "  br label %k_head"
+_A_COLUMN = "k_body:\n" + index_at("%ac", "%k", "%acol", "ca").removesuffix("\n")
+_B_ROW = segment_at("%bp", "%acol", "%ja", "%jb", "pb").removesuffix("\n")
+# The loop over A's row i (k in [ka, kb): block k_head, then k_body; block k_end's {k_next} loops) and over B's
+# row acol (jj in [ja, jb): block j_head, then j_body, k_end after), with the kernel's carried values (nest()).
+_K_HEAD = """k_head:
+  %k = phi i64 [%ka, %row_body], [%k1, %k_end]
+{k_carried}  %kin = icmp slt i64 %k, %kb
+  br i1 %kin, label %k_body, label %{k_exit}"""
+_J_HEAD = """j_head:
+  %jj = phi i64 [%ja, %{j_enter}], [%jj1, %{j_latch}]
+{j_carried}  %jin = icmp slt i64 %jj, %jb
+  br i1 %jin, label %j_body, label %k_end"""
 
 
-def loops(template: str, row_end: str = "%row_end") -> str:
-    """``template`` with its loop-piece markers (above) replaced by the pieces (still a format template);
-    ``row_end``: the kernel's value of a row's end at block row_done."""
-    for marker, piece in _LOOP_PIECES.items():
-        template = template.replace(marker + "\n", piece)
-    return template.replace("{row_end}", row_end)
+def _phis(enter: str, latch: str, values) -> str:
+    return "".join(f"  {v} = phi {t} [{init}, %{enter}], [{nxt}, %{latch}]\n" for v, t, init, nxt in values)
+
+
+def nest(k_exit: str, j_enter: str, j_latch: str, k=(), j=()) -> dict:
+    """The fields of a kernel's loops over A's row and B's rows (``{k_head}``, ``{j_head}``): where the k loop
+    exits to, the block that enters the j loop and its latch, and the values each carries, ``(name, type,
+    initial value, next value)``."""
+    return dict(k_exit=k_exit, j_enter=j_enter, j_latch=j_latch, k_carried=_phis("row_body", "k_end", k),
+                j_carried=_phis(j_enter, j_latch, j))
+
+
+# the fields of the loop pieces (ir_text.fill), with the kernel's ``row_end`` (default "%row_end") and its format
+# fields (t, mul, index widths)
+LOOPS = dict(k_head=_K_HEAD, j_head=_J_HEAD, k_next="  %k1 = add i64 %k, 1\n  br label %k_head",
+             # rows, A's entries, B's entries up to B's column: the nest of the row kernel and the map kernel
+             to_b_column="{row_loop}\n{k_head}\n{a_entry}\n  br label %j_head\n{j_head}\n{b_column}",row_loop=_ROW_LOOP + _A_ROW, row_done=_ROW_DONE, a_row=_A_ROW,
+             a_entry=_A_COLUMN + "\n" + load_at("{t}", "%av", "%k", "%aval") + _B_ROW, a_column=_A_COLUMN,
+             b_row=_B_ROW, b_column="j_body:\n" + index_at("%bc", "%jj", "%col", "cb").removesuffix("\n"),
+             b_value=load_at("{t}", "%bv", "%jj", "%bval") + "  %prod = {mul} {t} %aval, %bval", row_end="%row_end")
 
 # Rows [lo, hi) of A @ B into cc / cv from position base on; ends[i - lo] = row i's end; returns the end.
 # {accumulate}: one multiply-add (col, prod at position c2; defines block j_next, which sets c2n and loops);
 # {finish}: the row's end (gather / compaction) from block finish (ends in block finished, which sets row_end).
-_ROWS = loops("""
+_ROWS = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
-                   ptr %ends, ptr %cc, ptr %cv, ptr %slots) {{
+                   ptr %ends, ptr %cc, ptr %cv, ptr %slots) {
 entry:
   br label %row
-{row_loop}
-k_head:
-  %k = phi i64 [%ka, %row_body], [%k1, %k_end]
-  %c1 = phi i64 [%start, %row_body], [%c2, %k_end]
-  %z1 = phi i1 [false, %row_body], [%z2, %k_end]
-  %kin = icmp slt i64 %k, %kb
-  br i1 %kin, label %k_body, label %finish
-{a_entry}
-  br label %j_head
-j_head:
-  %jj = phi i64 [%ja, %k_body], [%jj1, %j_next]
-  %c2 = phi i64 [%c1, %k_body], [%c2n, %j_next]
-  %z2 = phi i1 [%z1, %k_body], [%z2n, %j_next]
-  %jin = icmp slt i64 %jj, %jb
-  br i1 %jin, label %j_body, label %k_end
-{b_column}
+{to_b_column}
   %col_out = {co_narrow} %col to i{co}
 {b_value}
 {accumulate}
 k_end:
-  %k1 = add i64 %k, 1
-  br label %k_head
+{k_next}
 {finish}
 {row_done}
-""")
+"""
 
 # Rows [lo, hi) of A @ B ending at position end0 of cc / cv, in blocks of rows (bounds[0] = lo < bounds[1] <
 # ... < bounds[blocks] = hi) taken last block first, each placed just before the blocks already placed;
@@ -96,16 +94,11 @@ k_end:
 # end when it has fewer entries than flops: a move of what was just written, still in cache.
 _BACKWARD = """
 define i64 @{name}_backward(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, ptr %bounds,
-                            i64 %blocks, i64 %end0, ptr %ends, ptr %cc, ptr %cv, ptr %slots, ptr %prefix) {{
+                            i64 %blocks, i64 %end0, ptr %ends, ptr %cc, ptr %cv, ptr %slots, ptr %prefix) {
 entry:
   br label %block
-block:
-  %b = phi i64 [%blocks, %entry], [%bm, %block_done]
-  %vs = phi i64 [0, %entry], [%vend, %block_done]
-  %end = phi i64 [%end0, %entry], [%end_new, %block_done]
-  %more = icmp sgt i64 %b, 0
-  br i1 %more, label %body, label %done
-body:
+""" + loop_head("block", "body", "entry", [("b", "i64", "%blocks", "%bm"), ("vs", "i64", "0", "%vend"),
+                ("end", "i64", "%end0", "%end_new")], "more = icmp sgt i64 %b, 0", "done", latch="block_done") + """\
   %bm = sub i64 %b, 1
 """ + load_at("i64", "%bounds", "%bm", "%r0") + """\
 """ + load_at("i64", "%bounds", "%b", "%r1") + """\
@@ -124,11 +117,7 @@ body:
   %delta = sub i64 %end_new, %vs
   %rows = sub i64 %r1, %r0
   br label %fix
-fix:
-  %y = phi i64 [0, %body], [%y1, %fix_body]
-  %yin = icmp slt i64 %y, %rows
-  br i1 %yin, label %fix_body, label %fixed
-fix_body:
+""" + loop_head("fix", "fix_body", "body", [("y", "i64", "0", "%y1")], "yin = icmp slt i64 %y, %rows", "fixed") + """\
   %pe = getelementptr i64, ptr %pend, i64 %y
   %e = load i64, ptr %pe
   %e1 = add i64 %e, %delta
@@ -138,11 +127,8 @@ fix_body:
 fixed:
   %gap = icmp slt i64 %cnt, %flops
   br i1 %gap, label %move, label %block_done
-move:
-  %x = phi i64 [%cnt, %fixed], [%xm, %move_body]
-  %xin = icmp sgt i64 %x, 0
-  br i1 %xin, label %move_body, label %block_done
-move_body:
+""" + loop_head("move", "move_body", "fixed", [("x", "i64", "%cnt", "%xm")], "xin = icmp sgt i64 %x, 0",
+                "block_done") + """\
   %xm = sub i64 %x, 1
   %from = add i64 %at, %xm
 """ + load_at("i{co}", "%cc", "%from", "%col") + """\
@@ -153,17 +139,13 @@ block_done:
   br label %block
 done:
   ret i64 %end
-}}
+}
 """
 
 # Moves the row's nonzero sums (columns cc[start, c1), value {value} of entry x) to cc / cv from start on.
 _COMPACT = """
-compact_head:
-  %x = phi i64 [%start, %{before}], [%x1, %compact_body]
-  %q = phi i64 [%start, %{before}], [%qn, %compact_body]
-  %xin = icmp slt i64 %x, %c1
-  br i1 %xin, label %compact_body, label %finished
-compact_body:
+""" + loop_head("compact_head", "compact_body", "{before}", [("x", "i64", "%start", "%x1"),
+                ("q", "i64", "%start", "%qn")], "xin = icmp slt i64 %x, %c1", "finished") + """\
 """ + load_at("i{co}", "%cc", "%x", "%xcol_raw") + """{value}
   %keep = {nonzero} {t} %v, {zero}
 """ + store_at("i{co}", "%xcol_raw", "%cc", "%q", "%pqc") + """\
@@ -175,12 +157,12 @@ compact_body:
 
 # Dense: slots[col] = (row tag, running sum), updated by a select; the sums gathered at the row's end.
 _DENSE_ACCUMULATE = """
-  %pm = getelementptr {{i64, {t}}}, ptr %slots, i64 %col, i32 0
+  %pm = getelementptr {i64, {t}}, ptr %slots, i64 %col, i32 0
   %tag = load i64, ptr %pm
   %seen = icmp eq i64 %tag, %i
   store i64 %i, ptr %pm
 """ + store_at("i{co}", "%col_out", "%cc", "%c2", "%pcc") + """\
-  %pacc = getelementptr {{i64, {t}}}, ptr %slots, i64 %col, i32 1
+  %pacc = getelementptr {i64, {t}}, ptr %slots, i64 %col, i32 1
   %old = load {t}, ptr %pacc
   %sum = {add} {t} %old, %prod
   %first = {add} {t} {first_zero}, %prod
@@ -198,14 +180,15 @@ j_next:
 _DENSE_FINISH = """
 finish:
   br label %compact_head
-""" + _COMPACT.replace("{before}", "finish").replace("{value}", """\
-  %xcol = {co_ext} %xcol_raw to i64
-  %pxv = getelementptr {{i64, {t}}}, ptr %slots, i64 %xcol, i32 1
-  %v = load {t}, ptr %pxv""") + """
+""" + _COMPACT + """
 finished:
   %row_end = phi i64 [%q, %compact_head]
-  br label %row_done
-"""
+  br label %{row_next}
+{reverse}"""
+_DENSE = dict(accumulate=_DENSE_ACCUMULATE, finish=_DENSE_FINISH, before="finish", value="""\
+  %xcol = {co_ext} %xcol_raw to i64
+  %pxv = getelementptr {i64, {t}}, ptr %slots, i64 %xcol, i32 1
+  %v = load {t}, ptr %pxv""")
 
 # Sparse: slots[col] = the column's output position (before start: not in this row yet); sums in place.
 _SPARSE_ACCUMULATE = """
@@ -242,20 +225,18 @@ j_next:
 _SPARSE_FINISH = """
 finish:
   br i1 %z1, label %reset_head, label %finished
-reset_head:
-  %r = phi i64 [%start, %finish], [%r1, %reset_body]
-  %rin = icmp slt i64 %r, %c1
-  br i1 %rin, label %reset_body, label %compact_head
-reset_body:
+""" + loop_head("reset_head", "reset_body", "finish", [("r", "i64", "%start", "%r1")], "rin = icmp slt i64 %r, %c1",
+                "compact_head") + """\
 """ + index_at("%cc", "%r", "%rcol", "co") + store_at("i64", "-1", "%slots", "%rcol", "%prm") + """  %r1 = add i64 %r, 1
   br label %reset_head
-""" + _COMPACT.replace("{before}", "reset_head").replace("{value}", """\
-  %pxv = getelementptr {t}, ptr %cv, i64 %x
-  %v = load {t}, ptr %pxv""") + """
+""" + _COMPACT + """
 finished:
   %row_end = phi i64 [%c1, %finish], [%q, %compact_head]
-  br label %row_done
-"""
+  br label %{row_next}
+{reverse}"""
+_SPARSE = dict(accumulate=_SPARSE_ACCUMULATE, finish=_SPARSE_FINISH, before="reset_head", value="""\
+  %pxv = getelementptr {t}, ptr %cv, i64 %x
+  %v = load {t}, ptr %pxv""")
 
 # prefix[i + 1] = prefix[i] + flops of row i, for rows [0, m)
 def index_fields(pa: int, ca: int, pb: int, cb: int, co: int) -> dict:
@@ -303,15 +284,12 @@ def product_ir(name: str, dense: bool, t: str, mul: str, add: str, keep_zeros: b
     term is added to +0.0, as the sparsifier sums into a zero-filled workspace (a -0.0 product stored as +0.0;
     scipy's rule adds -0.0, which LLVM folds away: a zero there is dropped anyway)."""
     floating = t in FLOAT_TYPES
-    body = (_DENSE_ACCUMULATE, _DENSE_FINISH) if dense else (_SPARSE_ACCUMULATE, _SPARSE_FINISH)
-    finish = body[1]
-    if scipy_order:
-        tail = "\n  br label %row_done\n"
-        assert finish.endswith(tail)
-        finish = finish[: -len(tail)] + "\n  br label %reverse\n" + _REVERSE
-    text = _ROWS.replace("{accumulate}", body[0]).replace("{finish}", finish) + _BACKWARD
-    return text.format(name=name, t=t, mul=mul, add=add, **value_tests(t, keep_zeros),
-                       first_zero=("0.0" if keep_zeros else "-0.0") if floating else "0", **indices)
+    order = dict(row_next="reverse", reverse=_REVERSE) if scipy_order else dict(row_next="row_done", reverse="")
+    loops = nest("finish", "k_body", "j_next", k=[("%c1", "i64", "%start", "%c2"), ("%z1", "i1", "false", "%z2")],
+                 j=[("%c2", "i64", "%c1", "%c2n"), ("%z2", "i1", "%z1", "%z2n")])
+    return fill(_ROWS + _BACKWARD, **LOOPS, **loops, **(_DENSE if dense else _SPARSE), **order, name=name, t=t, mul=mul,
+                add=add, **value_tests(t, keep_zeros), first_zero=("0.0" if keep_zeros else "-0.0") if floating else "0",
+                **indices)
 
 
 def value_tests(t: str, keep_zeros: bool) -> dict:
@@ -327,7 +305,7 @@ def value_tests(t: str, keep_zeros: bool) -> dict:
 
 def backward_ir(name: str, t: str, indices: dict) -> str:
     """``@{name}_backward`` alone, around a row kernel ``@{name}`` of the same signature defined elsewhere."""
-    return _BACKWARD.format(name=name, t=t, **indices)
+    return fill(_BACKWARD, name=name, t=t, **indices)
 
 
 def flops_ir(name: str, pa: int, ca: int, pb: int) -> str:
@@ -375,11 +353,8 @@ one_load:
   %lens = shufflevector <{w} x i{co}> %leni, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
   %inrow = icmp ult <{w} x i{co}> {lanes}, %lens
   %yrow = select <{w} x i1> %inrow, <{w} x i{co}> %ylane, <{w} x i{co}> {ones}
-{one_next}one_head:
-  %e = phi i64 [0, %one_load], [%e1, %one_body]
-  %ein = icmp ult i64 %e, %len
-  br i1 %ein, label %one_body, label %row_done
-one_body:
+""" + loop_head("{one_next}one_head", "one_body", "one_load", [("e", "i64", "0", "%e1")], "ein = icmp ult i64 %e, %len",
+                "{row_exit}") + """\
 """ + load_at("i{co}", "%sc", "%e", "%x") + """  %xi = insertelement <{w} x i{co}> poison, i{co} %x, i64 0
   %xs = shufflevector <{w} x i{co}> %xi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
   %below = icmp ult <{w} x i{co}> %yrow, %xs
@@ -399,20 +374,13 @@ rank_pad:
   %ppad = getelementptr i{co}, ptr %sc, i64 %len
   store <{w} x i{co}> {ones}, ptr %ppad, align 1
   br label %rank_head
-rank_head:
-  %re = phi i64 [0, %rank_pad], [%re1, %rank_put]
-  %rin = icmp ult i64 %re, %len
-  br i1 %rin, label %rank_body, label %row_done
-rank_body:
+""" + loop_head("rank_head", "rank_body", "rank_pad", [("re", "i64", "0", "%re1")], "rin = icmp ult i64 %re, %len",
+                "{row_exit}", latch="rank_put") + """\
 """ + load_at("i{co}", "%sc", "%re", "%rx") + """  %rxi = insertelement <{w} x i{co}> poison, i{co} %rx, i64 0
   %rxs = shufflevector <{w} x i{co}> %rxi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
   br label %cnt_head
-cnt_head:
-  %q = phi i64 [0, %rank_body], [%q1, %cnt_body]
-  %r = phi i64 [0, %rank_body], [%r1, %cnt_body]
-  %qin = icmp ult i64 %q, %len
-  br i1 %qin, label %cnt_body, label %rank_put
-cnt_body:
+""" + loop_head("cnt_head", "cnt_body", "rank_body", [("q", "i64", "0", "%q1"), ("r", "i64", "0", "%r1")],
+                "qin = icmp ult i64 %q, %len", "rank_put") + """\
   %pq = getelementptr i{co}, ptr %sc, i64 %q
   %y = load <{w} x i{co}>, ptr %pq, align 1
   %lt = icmp ult <{w} x i{co}> %y, %rxs
@@ -432,20 +400,21 @@ rank_put:
 """
 
 
-def small_rows(one_value: str, rank_value: str, longer: str, one_next: str = "  br label %one_head\n") -> str:
-    """The format template of the short sorted rows (above) around the kernel's value loads; ``one_next``: the
-    end of block one_load (spgemm_network.row_ir, or on to the ranks)."""
-    return _SMALL_ROWS.replace("{one_value}\n", one_value).replace("{rank_value}\n", rank_value).replace(
-        "{longer}", longer).replace("{one_next}", one_next.replace("{", "{{").replace("}", "}}"))
+def small_rows(one_value: str, rank_value: str, longer: str, one_next: str = "  br label %one_head\n") -> dict:
+    """The fields of the short sorted rows (above, at ``{small_rows}``) around the kernel's value loads;
+    ``one_next``: the end of block one_load (spgemm_network.row_ir, or on to the ranks)."""
+    return dict(small_rows=_SMALL_ROWS.removesuffix("\n"), one_value=one_value.removesuffix("\n"),
+                rank_value=rank_value.removesuffix("\n"), longer=longer, one_next=one_next)
 
 
 def sorted_fields(fields: dict) -> dict:
     """The format fields of a sorted row kernel: spgemm's (``fields``: name, t, mul, add, index widths and
     extensions), w (lanes of a vector of result columns: 16 int32 / 8 int64), its all-ones / lane-number
-    constants, rank_max, zero and scipy's store test ``nonzero`` (:func:`value_tests`)."""
+    constants, rank_max, zero, scipy's store test ``nonzero`` (:func:`value_tests`), the loop pieces and
+    ``row_exit``, the block after a row's short-row writes (row_done)."""
     co = fields["co"]
     w = 16 if co == 32 else 8
     scipy = value_tests(fields["t"], keep_zeros=False)
     return dict(fields, w=w, ones="<" + ", ".join([f"i{co} -1"] * w) + ">",
                 lanes="<" + ", ".join(f"i{co} {x}" for x in range(w)) + ">", rank_max=RANK_MAX,
-                nonzero=scipy["nonzero"], zero=scipy["zero"])
+                nonzero=scipy["nonzero"], zero=scipy["zero"], row_exit="row_done", **LOOPS)

@@ -4,124 +4,101 @@ rows, in one native call."""
 
 from __future__ import annotations
 
-from splyce.native.spgemm_ir import index_fields, loops
-from splyce.native.ir_text import index_at, load_at, store_at
-
-# spgemm.unordered_kernel's look at A @ B, one call. First B's share of adjacent columns as
-# spgemm_sorted.kind_for counts it (pairs (bc[p], bc[p + 1]) for p = 0, astep, 2 astep, ... < npairs): when
-# at least %share, nothing more (the map kernel's columns: its rows stay unsorted). Else a sample of rows at
-# evenly spaced multiply-adds (target (2s + 1) step for s in [0, samples): the row r with prefix[r] <= target
-# < prefix[r + 1], by binary search over prefix[0..m]), a row of more than cap multiply-adds skipped; for each
-# row taken, its distinct columns c (each of B's columns marks its byte of %mark, zero on entry, with the tag
-# s + 1 and counts when the byte held another: up to 255 samples need no clearing) and its flops f.
-# out: [sum of c / f (double), rows taken, adjacent pairs, pairs counted].
-_SAMPLE = loops("""
-define void @{name}(ptr %ap, ptr %ac, ptr %bp, ptr %bc, ptr %prefix, i64 %m, i64 %samples, i64 %step, i64 %cap,
-                    i64 %npairs, i64 %astep, double %share, ptr %mark, ptr %out) {{
-entry:
-  br label %a_head
-a_head:
-  %p = phi i64 [0, %entry], [%p1, %a_body]
-  %acnt = phi i64 [0, %entry], [%acnt1, %a_body]
-  %atot = phi i64 [0, %entry], [%atot1, %a_body]
-  %amore = icmp slt i64 %p, %npairs
-  br i1 %amore, label %a_body, label %a_done
-a_body:
-""" + index_at("%bc", "%p", "%x0", "cb") + """  %pq = add i64 %p, 1
-""" + index_at("%bc", "%pq", "%x1", "cb") + """  %x0n = add i64 %x0, 1
-  %aeq = icmp eq i64 %x1, %x0n
-  %ainc = zext i1 %aeq to i64
-  %acnt1 = add i64 %acnt, %ainc
-  %atot1 = add i64 %atot, 1
-  %p1 = add i64 %p, %astep
-  br label %a_head
-a_done:
-""" + store_at("i64", "%acnt", "%out", "2", "%o2") + """\
-""" + store_at("i64", "%atot", "%out", "3", "%o3") + """  %acf = uitofp i64 %acnt to double
-  %atf = uitofp i64 %atot to double
-  %abar = fmul double %share, %atf
-  %amap = fcmp oge double %acf, %abar
-  %asome = icmp sgt i64 %atot, 0
-  %askip = and i1 %amap, %asome
-  br i1 %askip, label %done, label %s_head
-s_head:
-  %s = phi i64 [0, %a_done], [%s1, %s_next]
-  %ratio = phi double [0.0, %a_done], [%ratio2, %s_next]
-  %taken = phi i64 [0, %a_done], [%taken2, %s_next]
-  %smore = icmp slt i64 %s, %samples
-  br i1 %smore, label %s_body, label %done
-s_body:
-  %s1 = add i64 %s, 1
-  %odd = add i64 %s, %s1
-  %target = mul i64 %odd, %step
-  br label %b_head
-b_head:
-  %blo = phi i64 [0, %s_body], [%blo2, %b_body]
-  %bhi = phi i64 [%m, %s_body], [%bhi2, %b_body]
-  %bspan = sub i64 %bhi, %blo
-  %bmore = icmp sgt i64 %bspan, 1
-  br i1 %bmore, label %b_body, label %b_done
-b_body:
-  %bhalf = lshr i64 %bspan, 1
-  %bmid = add i64 %blo, %bhalf
-""" + load_at("i64", "%prefix", "%bmid", "%vbm") + """  %ble = icmp sle i64 %vbm, %target
-  %blo2 = select i1 %ble, i64 %bmid, i64 %blo
-  %bhi2 = select i1 %ble, i64 %bhi, i64 %bmid
-  br label %b_head
-b_done:
-  %i = phi i64 [%blo, %b_head]
-""" + load_at("i64", "%prefix", "%i", "%f0") + """  %ip1 = add i64 %i, 1
-""" + load_at("i64", "%prefix", "%ip1", "%f1") + """  %f = sub i64 %f1, %f0
-  %fit = icmp sle i64 %f, %cap
-  %tag = trunc i64 %s1 to i8
-  br i1 %fit, label %row_body, label %s_next
-{a_row}
-k_head:
-  %k = phi i64 [%ka, %row_body], [%k1, %k_end]
-  %c = phi i64 [0, %row_body], [%c2, %k_end]
-  %kin = icmp slt i64 %k, %kb
-  br i1 %kin, label %k_body, label %row_end
-{a_column}
-{b_row}
-  br label %j_head
-j_head:
-  %jj = phi i64 [%ja, %k_body], [%jj1, %j_body]
-  %c2 = phi i64 [%c, %k_body], [%c3, %j_body]
-  %jin = icmp slt i64 %jj, %jb
-  br i1 %jin, label %j_body, label %k_end
-{b_column}
-  %pm = getelementptr i8, ptr %mark, i64 %col
-  %old = load i8, ptr %pm
-  store i8 %tag, ptr %pm
-  %new = icmp ne i8 %old, %tag
-  %inc = zext i1 %new to i64
-  %c3 = add i64 %c2, %inc
-  %jj1 = add i64 %jj, 1
-  br label %j_head
-k_end:
-  %k1 = add i64 %k, 1
-  br label %k_head
-row_end:
-  %cf = uitofp i64 %c to double
-  %ff = uitofp i64 %f to double
-  %q = fdiv double %cf, %ff
-  %ratio1 = fadd double %ratio, %q
-  %taken1 = add i64 %taken, 1
-  br label %s_next
-s_next:
-  %ratio2 = phi double [%ratio, %b_done], [%ratio1, %row_end]
-  %taken2 = phi i64 [%taken, %b_done], [%taken1, %row_end]
-  br label %s_head
-done:
-  %ratio_end = phi double [0.0, %a_done], [%ratio, %s_head]
-  %taken_end = phi i64 [0, %a_done], [%taken, %s_head]
-  store double %ratio_end, ptr %out
-""" + store_at("i64", "%taken_end", "%out", "1", "%o1") + """  ret void
-}}
-""")
+from splyce.native.ir_text import IR, counted, load_index
 
 
 def sample_ir(name: str, pa: int, ca: int, pb: int, cb: int) -> str:
-    """``@{name}``: spgemm.unordered_kernel's look at A @ B (B's adjacent columns, then a sample of rows: their
-    distinct columns and flops)."""
-    return _SAMPLE.format(name=name, **index_fields(pa, ca, pb, cb, 32))
+    """``@{name}``: spgemm.unordered_kernel's look at A @ B, one call. First B's share of adjacent columns as
+    spgemm_sorted.kind_for counts it (pairs (bc[p], bc[p + 1]) for p = 0, astep, 2 astep, ... < npairs): when
+    at least %share, nothing more (the map kernel's columns: its rows stay unsorted). Else a sample of rows at
+    evenly spaced multiply-adds (target (2s + 1) step for s in [0, samples): the row r with prefix[r] <= target
+    < prefix[r + 1], by binary search over prefix[0..m]), a row of more than cap multiply-adds skipped; for each
+    row taken, its distinct columns c (each of B's columns marks its byte of %mark, zero on entry, with the tag
+    s + 1 and counts when the byte held another: up to 255 samples need no clearing) and its flops f.
+    out: [sum of c / f (double), rows taken, adjacent pairs, pairs counted]."""
+    ir = IR()
+    ir(f"define void @{name}(ptr %ap, ptr %ac, ptr %bp, ptr %bc, ptr %prefix, i64 %m, i64 %samples, i64 %step, "
+       "i64 %cap, i64 %npairs, i64 %astep, double %share, ptr %mark, ptr %out) {")
+    ir.label("entry")
+
+    def widen(op: str, value: str, to: str, base: str) -> str:
+        v = ir.name(base)
+        ir(f"  {v} = {op} {value} to {to}")
+        return v
+
+    def pair(p, adjacent, pairs):
+        x0 = load_index(ir, "%bc", cb, p)
+        x1 = load_index(ir, "%bc", cb, ir.op("add", "i64", p, "1"))
+        next_to = ir.op("icmp eq", "i64", x1, ir.op("add", "i64", x0, "1"))
+        return (ir.op("add", "i64", adjacent, widen("zext i1", next_to, "i64", "inc")),
+                ir.op("add", "i64", pairs, "1"))
+
+    adjacent, pairs = counted(ir, "0", "%npairs", pair, carried=(("i64", "0"), ("i64", "0")), base="p",
+                              step="%astep")
+    ir.store("i64", adjacent, "%out", "2")
+    ir.store("i64", pairs, "%out", "3")
+    bar = ir.op("fmul", "double", "%share", widen("uitofp i64", pairs, "double", "f"))
+    is_map = ir.op("fcmp oge", "double", widen("uitofp i64", adjacent, "double", "f"), bar)
+    skip = ir.op("and", "i1", is_map, ir.op("icmp sgt", "i64", pairs, "0"))
+    ir(f"  br i1 {skip}, label %skipped, label %sample")
+    ir.label("sample")
+
+    def one(s, ratio, taken):
+        s1 = ir.op("add", "i64", s, "1")
+        target = ir.op("mul", "i64", ir.op("add", "i64", s, s1), "%step")
+        enter = ir.block
+        ir("  br label %b_head")            # the row of the target: the last r with prefix[r] <= target
+        ir.label("b_head")
+        ir(f"  %blo = phi i64 [0, %{enter}], [%blo2, %b_body]")
+        ir(f"  %bhi = phi i64 [%m, %{enter}], [%bhi2, %b_body]")
+        ir("  %bspan = sub i64 %bhi, %blo")
+        ir("  %bmore = icmp sgt i64 %bspan, 1")
+        ir("  br i1 %bmore, label %b_body, label %b_done")
+        ir.label("b_body")
+        mid = ir.op("add", "i64", "%blo", ir.op("lshr", "i64", "%bspan", "1"))
+        below = ir.op("icmp sle", "i64", ir.load("i64", "%prefix", mid), target)
+        ir(f"  %blo2 = select i1 {below}, i64 {mid}, i64 %blo")
+        ir(f"  %bhi2 = select i1 {below}, i64 %bhi, i64 {mid}")
+        ir("  br label %b_head")
+        ir.label("b_done")
+        i1 = ir.op("add", "i64", "%blo", "1")
+        f = ir.op("sub", "i64", ir.load("i64", "%prefix", i1), ir.load("i64", "%prefix", "%blo"))
+        tag = widen("trunc i64", s1, "i8", "tag")
+        ir(f"  br i1 {ir.op('icmp sle', 'i64', f, '%cap')}, label %row, label %s_next")
+        ir.label("row")
+
+        def entry(k, c):
+            col = load_index(ir, "%ac", ca, k)
+            ja, jb = load_index(ir, "%bp", pb, col), load_index(ir, "%bp", pb, ir.op("add", "i64", col, "1"))
+
+            def term(jj, c):
+                pm = ir.gep("i8", "%mark", load_index(ir, "%bc", cb, jj))
+                old = ir.name("old")
+                ir(f"  {old} = load i8, ptr {pm}")
+                ir(f"  store i8 {tag}, ptr {pm}")
+                return (ir.op("add", "i64", c, widen("zext i1", ir.op("icmp ne", "i8", old, tag), "i64", "inc")),)
+            return counted(ir, ja, jb, term, carried=(("i64", c),), base="j")
+
+        (c,) = counted(ir, load_index(ir, "%ap", pa, "%blo"), load_index(ir, "%ap", pa, i1), entry,
+                       carried=(("i64", "0"),), base="k")
+        q = ir.op("fdiv", "double", widen("uitofp i64", c, "double", "f"), widen("uitofp i64", f, "double", "f"))
+        ratio1, taken1, row_end = ir.op("fadd", "double", ratio, q), ir.op("add", "i64", taken, "1"), ir.block
+        ir("  br label %s_next")
+        ir.label("s_next")
+        ir(f"  %ratio2 = phi double [{ratio}, %b_done], [{ratio1}, %{row_end}]")
+        ir(f"  %taken2 = phi i64 [{taken}, %b_done], [{taken1}, %{row_end}]")
+        return "%ratio2", "%taken2"
+
+    ratio, taken = counted(ir, "0", "%samples", one, carried=(("double", "0.0"), ("i64", "0")), base="s")
+    sampled = ir.block
+    ir("  br label %done")
+    ir.label("skipped")
+    ir("  br label %done")
+    ir.label("done")
+    ir(f"  %ratio_end = phi double [0.0, %skipped], [{ratio}, %{sampled}]")
+    ir(f"  %taken_end = phi i64 [0, %skipped], [{taken}, %{sampled}]")
+    ir("  store double %ratio_end, ptr %out")
+    ir.store("i64", "%taken_end", "%out", "1")
+    ir("  ret void")
+    ir("}")
+    return ir.text()

@@ -45,7 +45,7 @@ import numpy as np
 
 from splyce.native import spgemm_ir
 from splyce.native.spgemm_ir import RANK_MAX  # noqa: F401 (the bound of the rule above, tested by name)
-from splyce.native.ir_text import index_at, load_at, store_at
+from splyce.native.ir_text import fill, index_at, load_at, loop_head, store_at
 
 PAD = 64           # lanes after a row's columns: vector stores of a block's columns and all-ones padding
 FLAG_PAD = 128     # bytes after the flags (and the block flags): a 64-byte load at the last block stays inside
@@ -116,14 +116,14 @@ def _taken(x: str, v: str) -> str:
 
 _ONE_VALUE, _RANK_VALUE = _taken("x", "v"), _taken("rx", "rv")
 
-_ROWS = spgemm_ir.loops("""
+_ROWS = """
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i{w} @llvm.ctpop.i{w}(i{w})
 declare i64 @llvm.ctpop.i64(i64)
 declare <64 x i8> @llvm.experimental.vector.compress.v64i8(<64 x i8>, <64 x i1>, <64 x i8>)
 
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
-                   ptr %ends, ptr %cc, ptr %cv, ptr %buf) {{
+                   ptr %ends, ptr %cc, ptr %cv, ptr %buf) {
 entry:
   %n = load i64, ptr %buf
   %dn = getelementptr i64, ptr %buf, i64 1
@@ -139,13 +139,7 @@ entry:
   %bf = getelementptr i64, ptr %buf, i64 %o3b
   br label %row
 {row_loop}
-k_head:
-  %k = phi i64 [%ka, %row_body], [%k1, %k_end]
-  %len = phi i64 [0, %row_body], [%cnt2, %k_end]
-  %lo_c = phi i64 [9223372036854775807, %row_body], [%lo_c2, %k_end]
-  %hi_c = phi i64 [0, %row_body], [%hi_c2, %k_end]
-  %kin = icmp slt i64 %k, %kb
-  br i1 %kin, label %k_body, label %finish
+{k_head}
 {a_entry}
   %filled = icmp slt i64 %ja, %jb
   br i1 %filled, label %k_range, label %k_end
@@ -156,11 +150,7 @@ k_range:
   %lgt = icmp sgt i64 %lc, %hi_c
   %hi_c1 = select i1 %lgt, i64 %lc, i64 %hi_c
   br label %j_head
-j_head:
-  %jj = phi i64 [%ja, %k_range], [%jj1, %j_body]
-  %c2 = phi i64 [%len, %k_range], [%c2n, %j_body]
-  %jin = icmp slt i64 %jj, %jb
-  br i1 %jin, label %j_body, label %k_end
+{j_head}
 {b_column}
 {b_value}
   %pf = getelementptr i8, ptr %fl, i64 %col
@@ -181,8 +171,7 @@ k_end:
   %cnt2 = phi i64 [%len, %k_body], [%c2, %j_head]
   %lo_c2 = phi i64 [%lo_c, %k_body], [%lo_c1, %j_head]
   %hi_c2 = phi i64 [%hi_c, %k_body], [%hi_c1, %j_head]
-  %k1 = add i64 %k, 1
-  br label %k_head
+{k_next}
 finish:
   %row_end = add i64 %start, %len
 {small_rows}
@@ -190,12 +179,8 @@ s_start:
   %slo = lshr i64 %lo_c, 12
   %shi = lshr i64 %hi_c, 12
   br label %s_head
-s_head:
-  %si = phi i64 [%slo, %s_start], [%si1, %s_next]
-  %spos = phi i64 [0, %s_start], [%wpos0, %s_next]
-  %sin = icmp ule i64 %si, %shi
-  br i1 %sin, label %s_body, label %emit
-s_body:
+""" + loop_head("s_head", "s_body", "s_start", [("si", "i64", "%slo", "%si1"), ("spos", "i64", "0", "%wpos0")],
+                "sin = icmp ule i64 %si, %shi", "emit", latch="s_next") + """\
   %sb0 = shl i64 %si, 6
   %psb = getelementptr i8, ptr %bf, i64 %sb0
   %sbv = load <64 x i8>, ptr %psb, align 1
@@ -203,12 +188,9 @@ s_body:
   %sbm = icmp ne <64 x i8> %sbv, zeroinitializer
   %sw0 = bitcast <64 x i1> %sbm to i64
   br label %sw_head
-sw_head:
-  %sw = phi i64 [%sw0, %s_body], [%sw1, %w_done]
-  %wpos0 = phi i64 [%spos, %s_body], [%wpos_next, %w_done]
-  %swz = icmp eq i64 %sw, 0
-  br i1 %swz, label %s_next, label %sw_body
-sw_body:
+""" + loop_head("sw_head", "sw_body", "s_body", [("sw", "i64", "%sw0", "%sw1"),
+                ("wpos0", "i64", "%spos", "%wpos_next")], "swz = icmp eq i64 %sw, 0", "s_next", latch="w_done",
+                exit_on=True) + """\
   %tz = call i64 @llvm.cttz.i64(i64 %sw, i1 true)
   %wi = add i64 %sb0, %tz
   %wcbase = shl i64 %wi, 6
@@ -218,16 +200,11 @@ sw_body:
   %wfm = icmp ne <64 x i8> %wfv, zeroinitializer
   %wbits = bitcast <64 x i1> %wfm to i64
   %wpc = call i64 @llvm.ctpop.i64(i64 %wbits)
-  %widx = call <64 x i8> @llvm.experimental.vector.compress.v64i8(<64 x i8> {bytes}, <64 x i1> %wfm, <64 x i8> zeroinitializer)
-  %wcb = {co_narrow} %wcbase to i{co}
+{compress}  %wcb = {co_narrow} %wcbase to i{co}
   %wcbi = insertelement <{w} x i{co}> poison, i{co} %wcb, i64 0
   %wcbs = shufflevector <{w} x i{co}> %wcbi, <{w} x i{co}> poison, <{w} x i32> zeroinitializer
 {group0}
-  %wmore = icmp ugt i64 %wpc, {w}
-  br i1 %wmore, label %w_rest, label %w_done
-w_rest:
-{groups}
-  br label %w_done
+{more}  br label %w_done
 w_done:
   %wpos_next = add i64 %wpos0, %wpc
   %swm = sub i64 %sw, 1
@@ -239,11 +216,8 @@ s_next:
 
 emit:
   br label %e_head
-e_head:
-  %ee = phi i64 [0, %emit], [%ee1, %e_body]
-  %ein2 = icmp ult i64 %ee, %len
-  br i1 %ein2, label %e_body, label %row_done
-e_body:
+""" + loop_head("e_head", "e_body", "emit", [("ee", "i64", "0", "%ee1")], "ein2 = icmp ult i64 %ee, %len",
+                "{row_exit}") + """\
 """ + load_at("i{co}", "%sc", "%ee", "%ex") + """  %exw = {co_ext} %ex to i64
   %pev = getelementptr {t}, ptr %dn, i64 %exw
   %ev = load {t}, ptr %pev
@@ -252,9 +226,9 @@ e_body:
 """ + store_at("i{co}", "%ex", "%cc", "%eo", "%peo") + """\
 """ + store_at("{t}", "%ev", "%cv", "%eo", "%pevo") + """  %ee1 = add i64 %ee, 1
   br label %e_head
-
+{drop}
 {row_done}
-""").replace("{small_rows}\n", spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "s_start"))
+"""
 
 
 def rows_ir(fields: dict, kind: str = "flags", compress: bool | None = None, keep_zeros: bool = True) -> str:
@@ -272,20 +246,19 @@ def rows_ir(fields: dict, kind: str = "flags", compress: bool | None = None, kee
         return spgemm_sorted_map.rows_ir(fields, network=kind == "short" and spgemm_network.available())
     fields = spgemm_ir.sorted_fields(fields)
     w = fields["w"]
-    bytes_ = "<" + ", ".join(f"i8 {x}" for x in range(64)) + ">"
     if compress is None:
         compress = byte_compress()
     if compress:
-        text = _ROWS.replace("{group0}", _group(0, w, fields)).replace(
-            "{groups}", "\n".join(_group(g, w, fields) for g in range(1, 64 // w)))
+        kind = dict(compress=_COMPRESS_LINE, more=_MORE, group0=_group(0, w, fields),
+                    groups="\n".join(_group(g, w, fields) for g in range(1, 64 // w)), table="")
     else:
-        text = _ROWS.replace(_COMPRESS_LINE, "").replace(_MORE, "").replace(
-            "{group0}", _table_groups(fields)) + _TABLE.format(name=fields["name"])
-    if not keep_zeros:     # every way to the row's end goes through the compaction, whose end is the row's
-        text = text.replace("label %row_done", "label %drop").replace("[%row_end, %row_done]", "[%dq, %row_done]") \
-            .replace("store i64 %row_end, ptr %pend", "store i64 %dq, ptr %pend")
-        text = text.replace("\nrow_done:\n", _DROP + "\nrow_done:\n", 1)
-    return text.format(**fields, pad=PAD, flag_pad=FLAG_PAD, bytes=bytes_)
+        kind = dict(compress="", more="", group0=_table_groups(fields), table=_TABLE)
+    # scipy's rule: every way to the row's end goes through the compaction, whose end is the row's
+    drop = dict(row_exit="drop", row_end="%dq", drop=_DROP) if not keep_zeros else dict(drop="")
+    loops = spgemm_ir.nest("finish", "k_range", "j_body", j=[("%c2", "i64", "%len", "%c2n")], k=[
+        ("%len", "i64", "0", "%cnt2"), ("%lo_c", "i64", "9223372036854775807", "%lo_c2"), ("%hi_c", "i64", "0", "%hi_c2")])
+    return fill(_ROWS + "{table}", **dict(fields, **drop), **kind, **loops, **spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "s_start"),
+                pad=PAD, flag_pad=FLAG_PAD, bytes="<" + ", ".join(f"i8 {x}" for x in range(64)) + ">")
 
 
 # scipy's rule (csr_matmat: an entry is stored where its sum != 0; NaN kept) over the row just written sorted
@@ -296,12 +269,8 @@ def rows_ir(fields: dict, kind: str = "flags", compress: bool | None = None, kee
 _DROP = """
 drop:
   br label %drop_head
-drop_head:
-  %dx = phi i64 [%start, %drop], [%dx1, %drop_body]
-  %dq = phi i64 [%start, %drop], [%dqn, %drop_body]
-  %dxin = icmp slt i64 %dx, %row_end
-  br i1 %dxin, label %drop_body, label %row_done
-drop_body:
+""" + loop_head("drop_head", "drop_body", "drop", [("dx", "i64", "%start", "%dx1"), ("dq", "i64", "%start", "%dqn")],
+                "dxin = icmp slt i64 %dx, %row_end", "row_done") + """\
 """ + load_at("i{co}", "%cc", "%dx", "%dxc") + """\
 """ + load_at("{t}", "%cv", "%dx", "%dxv") + """  %dkeep = {nonzero} {t} %dxv, {zero}
 """ + store_at("i{co}", "%dxc", "%cc", "%dq", "%pdqc") + """\
@@ -369,7 +338,7 @@ w_table:
   store <8 x i{co}> %tv{c}, ptr %tq{c}, align 1
   %tn{c} = call i64 @llvm.ctpop.i64(i64 %tb{c})
   %tp{c + 1} = add i64 %tp{c}, %tn{c}""")
-    return "\n".join(out).replace("{", "{{").replace("}", "}}")
+    return "\n".join(out)
 
 
 def _group(g: int, w: int, fields: dict) -> str:
@@ -382,4 +351,4 @@ def _group(g: int, w: int, fields: dict) -> str:
   %g{g}v = add <{w} x i{co}> %wcbs, %g{g}z
   %g{g}p = add i64 %wpos0, {g * w}
   %g{g}pp = getelementptr i{co}, ptr %sc, i64 %g{g}p
-  store <{w} x i{co}> %g{g}v, ptr %g{g}pp, align 1""".replace("{", "{{").replace("}", "}}")
+  store <{w} x i{co}> %g{g}v, ptr %g{g}pp, align 1"""

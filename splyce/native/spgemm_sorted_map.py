@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from splyce.native import spgemm_ir, spgemm_network
-from splyce.native.ir_text import index_at, load_at, store_at
+from splyce.native.ir_text import fill, index_at, load_at, loop_head, store_at
 
 PAD = 16           # all-ones lanes after a row's columns: a vector load never counts them
 
@@ -54,9 +54,6 @@ def scratch(n: int) -> np.ndarray:
     buf[1: 1 + n] = -1
     return buf
 
-
-# The end of a short row's block one_load: on to the ranks, or first spgemm_network's sort (rows_ir).
-_ONE_NEXT = "@one_next@\n"
 
 # A short row's values (spgemm_ir.small_rows): in the scratch row, at the entry's place.
 _ONE_VALUE = """\
@@ -85,13 +82,9 @@ def _word(tag: str, word: str, base: str, out: str, before: str, done: str) -> s
     """Blocks {tag}v_head / {tag}v_body: the columns of bitmap word ``word`` (of column ``base`` on; block
     ``before``) in order, each with its sum (found through slots) written at ``out`` on; then block ``done``
     with ``%{tag}out_b`` the position after them."""
-    return f"""\
-{tag}v_head:
-  %{tag}ww = phi i64 [%{word}, %{before}], [%{tag}ww1, %{tag}v_body]
-  %{tag}out_b = phi i64 [%{out}, %{before}], [%{tag}out_b1, %{tag}v_body]
-  %{tag}wwz = icmp eq i64 %{tag}ww, 0
-  br i1 %{tag}wwz, label %{done}, label %{tag}v_body
-{tag}v_body:
+    return loop_head(f"{tag}v_head", f"{tag}v_body", before, [(f"{tag}ww", "i64", f"%{word}", f"%{tag}ww1"),
+                     (f"{tag}out_b", "i64", f"%{out}", f"%{tag}out_b1")], f"{tag}wwz = icmp eq i64 %{tag}ww, 0", done,
+                     exit_on=True) + f"""\
   %{tag}btz = call i64 @llvm.cttz.i64(i64 %{tag}ww, i1 true)
   %{tag}col = add i64 %{base}, %{tag}btz
   %p{tag}ms = getelementptr i64, ptr %slots, i64 %{tag}col
@@ -111,12 +104,12 @@ def _word(tag: str, word: str, base: str, out: str, before: str, done: str) -> s
 """
 
 
-_ROWS = spgemm_ir.loops("""
+_ROWS = """
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i{w} @llvm.ctpop.i{w}(i{w})
 
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
-                   ptr %ends, ptr %cc, ptr %cv, ptr %buf) {{
+                   ptr %ends, ptr %cc, ptr %cv, ptr %buf) {
 entry:
   %n = load i64, ptr %buf
   %slots = getelementptr i64, ptr %buf, i64 1
@@ -132,20 +125,7 @@ entry:
   %o4b = add i64 %o4, 2
   %sm = getelementptr i64, ptr %buf, i64 %o4b
   br label %row
-{row_loop}
-k_head:
-  %k = phi i64 [%ka, %row_body], [%k1, %k_end]
-  %c1 = phi i64 [%start, %row_body], [%c2, %k_end]
-  %kin = icmp slt i64 %k, %kb
-  br i1 %kin, label %k_body, label %finish
-{a_entry}
-  br label %j_head
-j_head:
-  %jj = phi i64 [%ja, %k_body], [%jj1, %j_next]
-  %c2 = phi i64 [%c1, %k_body], [%c2n, %j_next]
-  %jin = icmp slt i64 %jj, %jb
-  br i1 %jin, label %j_body, label %k_end
-{b_column}
+{to_b_column}
 {b_value}
   %pm = getelementptr i64, ptr %slots, i64 %col
   %m = load i64, ptr %pm
@@ -170,18 +150,13 @@ j_next:
   %jj1 = add i64 %jj, 1
   br label %j_head
 k_end:
-  %k1 = add i64 %k, 1
-  br label %k_head
+{k_next}
 finish:
   %len = sub i64 %c1, %start
 {small_rows}
-rg_head:
-  %ge = phi i64 [0, %not_small], [%ge1, %rg_body]
-  %lo_c = phi i64 [9223372036854775807, %not_small], [%lo_c1, %rg_body]
-  %hi_c = phi i64 [0, %not_small], [%hi_c1, %rg_body]
-  %gin = icmp ult i64 %ge, %len
-  br i1 %gin, label %rg_body, label %rg_done
-rg_body:
+""" + loop_head("rg_head", "rg_body", "not_small", [("ge", "i64", "0", "%ge1"),
+                ("lo_c", "i64", "9223372036854775807", "%lo_c1"), ("hi_c", "i64", "0", "%hi_c1")],
+                "gin = icmp ult i64 %ge, %len", "rg_done") + """\
 """ + index_at("%sc", "%ge", "%gx", "co") + """  %glt = icmp slt i64 %gx, %lo_c
   %lo_c1 = select i1 %glt, i64 %gx, i64 %lo_c
   %ggt = icmp sgt i64 %gx, %hi_c
@@ -195,20 +170,14 @@ rg_done:
   %wcap = shl i64 %len, 1
   %narrow = icmp ule i64 %wspan, %wcap
   br i1 %narrow, label %dm_head, label %bm_head
-dm_head:
-  %de = phi i64 [0, %rg_done], [%de1, %dm_body]
-  %din = icmp ult i64 %de, %len
-  br i1 %din, label %dm_body, label %dw_head
-dm_body:
+""" + loop_head("dm_head", "dm_body", "rg_done", [("de", "i64", "0", "%de1")], "din = icmp ult i64 %de, %len",
+                "dw_head") + """\
 {set_bit_d}
   %de1 = add i64 %de, 1
   br label %dm_head
-dw_head:
-  %dwi = phi i64 [%wlo, %dm_head], [%dwi1, %dv_done]
-  %dout = phi i64 [%start, %dm_head], [%dout_b, %dv_done]
-  %dwin = icmp ule i64 %dwi, %whi
-  br i1 %dwin, label %dw_body, label %row_done
-dw_body:
+""" + loop_head("dw_head", "dw_body", "dm_head", [("dwi", "i64", "%wlo", "%dwi1"),
+                ("dout", "i64", "%start", "%dout_b")], "dwin = icmp ule i64 %dwi, %whi", "row_done",
+                latch="dv_done") + """\
   %pdwi = getelementptr i64, ptr %wd, i64 %dwi
   %dww0 = load i64, ptr %pdwi
   store i64 0, ptr %pdwi
@@ -219,13 +188,9 @@ dv_done:
   %dwi1 = add i64 %dwi, 1
   br label %dw_head
 
-bm_head:
-  %be = phi i64 [0, %rg_done], [%be1, %bm_body]
-  %lo_s = phi i64 [9223372036854775807, %rg_done], [%lo_s1, %bm_body]
-  %hi_s = phi i64 [0, %rg_done], [%hi_s1, %bm_body]
-  %bin = icmp ult i64 %be, %len
-  br i1 %bin, label %bm_body, label %s_head
-bm_body:
+""" + loop_head("bm_head", "bm_body", "rg_done", [("be", "i64", "0", "%be1"),
+                ("lo_s", "i64", "9223372036854775807", "%lo_s1"), ("hi_s", "i64", "0", "%hi_s1")],
+                "bin = icmp ult i64 %be, %len", "s_head") + """\
 {set_bit_t}
   %s = lshr i64 %tx, 12
   %sb = and i64 %tw, 63
@@ -240,23 +205,15 @@ bm_body:
   %hi_s1 = select i1 %gt_s, i64 %s, i64 %hi_s
   %be1 = add i64 %be, 1
   br label %bm_head
-s_head:
-  %si = phi i64 [%lo_s, %bm_head], [%si1, %s_next]
-  %out = phi i64 [%start, %bm_head], [%out_w, %s_next]
-  %sin = icmp sle i64 %si, %hi_s
-  br i1 %sin, label %s_body, label %row_done
-s_body:
+""" + loop_head("s_head", "s_body", "bm_head", [("si", "i64", "%lo_s", "%si1"), ("out", "i64", "%start", "%out_w")],
+                "sin = icmp sle i64 %si, %hi_s", "row_done", latch="s_next") + """\
   %psi = getelementptr i64, ptr %sm, i64 %si
   %sw0 = load i64, ptr %psi
   store i64 0, ptr %psi
   %wbase = shl i64 %si, 6
   br label %sw_head
-sw_head:
-  %sw = phi i64 [%sw0, %s_body], [%sw1, %w_done]
-  %out_w = phi i64 [%out, %s_body], [%tout_b, %w_done]
-  %swz = icmp eq i64 %sw, 0
-  br i1 %swz, label %s_next, label %sw_body
-sw_body:
+""" + loop_head("sw_head", "sw_body", "s_body", [("sw", "i64", "%sw0", "%sw1"), ("out_w", "i64", "%out", "%tout_b")],
+                "swz = icmp eq i64 %sw, 0", "s_next", latch="w_done", exit_on=True) + """\
   %tz = call i64 @llvm.cttz.i64(i64 %sw, i1 true)
   %wi = add i64 %wbase, %tz
   %pwi = getelementptr i64, ptr %wd, i64 %wi
@@ -274,19 +231,21 @@ s_next:
   br label %s_head
 
 {row_done}
-""", row_end="%c1").replace("{small_rows}\n", spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "rg_head",
-                                                                                        _ONE_NEXT)).replace(
-    "{set_bit_d}\n", _set_bit("d", "de")).replace("{set_bit_t}\n", _set_bit("t", "be")).replace(
-    "{word_d}\n", _word("d", "dww0", "dcbase", "dout", "dw_body", "dv_done")).replace(
-    "{word_t}\n", _word("t", "ww0", "cbase", "out_w", "sw_body", "w_done"))
+"""
+_PIECES = dict(set_bit_d=_set_bit("d", "de").removesuffix("\n"), set_bit_t=_set_bit("t", "be").removesuffix("\n"),
+               word_d=_word("d", "dww0", "dcbase", "dout", "dw_body", "dv_done").removesuffix("\n"),
+               word_t=_word("t", "ww0", "cbase", "out_w", "sw_body", "w_done").removesuffix("\n"), row_end="%c1",
+               **spgemm_ir.nest("finish", "k_body", "j_next", k=[("%c1", "i64", "%start", "%c2")],
+                                j=[("%c2", "i64", "%c1", "%c2n")]))
 
 
 def rows_ir(fields: dict, network: bool = False) -> str:
     """The sorted row kernel ``@{name}`` (the unsorted one's signature, ``%slots`` being :func:`scratch`);
     ``fields``: the format fields of spgemm's templates (name, t, mul, add, index widths and extensions);
     ``network``: rows of up to 16 int32 columns sorted by spgemm_network (AVX-512F hosts), else ranked."""
-    text = _ROWS.format(**spgemm_ir.sorted_fields(fields), pad=PAD)
-    if network and fields["co"] == 32:
-        return spgemm_network.DECLARATIONS + text.replace(_ONE_NEXT, spgemm_network.row_ir(
-            fields["t"], "one_head", "row_done"))
-    return text.replace(_ONE_NEXT, "  br label %one_head\n")
+    if network and fields["co"] == 32:   # the end of a short row's block one_load: the sort, else on to the ranks
+        head, one_next = spgemm_network.DECLARATIONS, spgemm_network.row_ir(fields["t"], "one_head", "row_done")
+    else:
+        head, one_next = "", "  br label %one_head\n"
+    return head + fill(_ROWS, **dict(spgemm_ir.sorted_fields(fields), **_PIECES), pad=PAD,
+                       **spgemm_ir.small_rows(_ONE_VALUE, _RANK_VALUE, "rg_head", one_next))

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from splyce.native.ir_text import IR as _IR, VALUE as _VALUE, load_index as _load_index, loop as _loop
+from splyce.native.ir_text import (IR as _IR, VALUE as _VALUE, check_segment as _check_segment, load_index as _load_index,
+                                   loop as _loop, returns as _returns)
 
 
 def _accumulate(ir: _IR, t: str, mul: str, add: str, c: int, acc: str, k: str, check: bool = False) -> None:
@@ -122,26 +123,6 @@ def spmv_ir(name: str, value: np.dtype, p: int, c: int, rows: int, check: bool =
     ir("  store i64 %sr1, ptr %r")
     ir("  br label %single_head")
     return _returns(ir)
-
-
-def _returns(ir: _IR) -> str:
-    """The kernel's text, closed by its two returns: 0 from ``done``, 1 (a bad index met) from ``bad``."""
-    ir.label("done")
-    ir("  ret i64 0")
-    ir.label("bad")
-    ir("  ret i64 1")
-    ir("}")
-    return "\n".join(ir.lines) + "\n"
-
-
-def _check_segment(ir: _IR, start: str, stop: str) -> None:
-    """Branch to %bad unless start <= stop <= nnz (unsigned: a negative position is out of range too)."""
-    down, over, bad, ok = ir.name("down"), ir.name("over"), ir.name("badseg"), ir.name("seg_ok")
-    ir(f"  {down} = icmp ugt i64 {start}, {stop}")
-    ir(f"  {over} = icmp ugt i64 {stop}, %nnz")
-    ir(f"  {bad} = or i1 {down}, {over}")
-    ir(f"  br i1 {bad}, label %bad, label %{ok[1:]}")
-    ir.label(ok[1:])
 
 
 def spmm_ir(name: str, value: np.dtype, p: int, c: int, k: int | None, check: bool = False) -> str:

@@ -28,7 +28,7 @@ import numpy as np
 from splyce.native.array_objects import address as _address
 from splyce.native import ir_text
 from splyce.native.dtypes import SUPPORTED_DTYPES
-from splyce.native.ir_text import IR, counted, ext, index_at, load_at, load_index, narrow, sext, store_at
+from splyce.native.ir_text import IR, counted, ext, fill, index_at, load_at, load_index, narrow, sext, store_at
 
 def _pos_scan_ir(name: str, p: int) -> str:
     """``i64 name(ptr pos, i64 nseg)``: nonzero when some ``pos[s] > pos[s + 1]``, s in [0, nseg)."""
@@ -295,22 +295,22 @@ def position_ends_ir(bits: int, segments: str = "%m") -> str:
 
 # A whole canonical-CSR check in one native call (the three scans above, rule "unique"), for the drop-ins'
 # per-call fast paths: pos[0] == 0, pos[m] == nnz, positions monotone, columns in [0, n), strictly increasing
-# within each row. Returns 0 when all hold. The rows go in blocks of {rows}: a block's columns are scanned,
+# within each row. Returns 0 when all hold. The rows go in blocks of 2048: a block's columns are scanned,
 # then its row starts, while those columns are still in cache (the row-start scan reads one coordinate per
 # row, a new cache line per row of 16 or more entries: run over the whole matrix after the column scan it
 # streamed crd from memory a second time, as long as the column scan itself). The block's column scan starts
 # at the entry before its first (compared with it), so the blocks together compare every entry with the one
 # before it once; the row-start scan of rows [s0, s1) runs from pos + s0 - 1 (row 0's start is never a step).
-_CANONICAL_DRIVER = ("""
-define i64 @{{name}}(ptr %pos, ptr %crd, i64 %m, i64 %n, i64 %nnz) {{{{
+_CANONICAL_DRIVER = """
+define i64 @{name}(ptr %pos, ptr %crd, i64 %m, i64 %n, i64 %nnz) {
 entry:
   %out = alloca [2 x i64]
-{{ends}}
-  %fits = icmp slt i64 %nnz, {{chunk}}
+{ends}
+  %fits = icmp slt i64 %nnz, {chunk}
   %ok1 = and i1 %ends_ok, %fits
   br i1 %ok1, label %positions, label %fail
 positions:
-  %down = call i64 @{{pos_scan}}(ptr %pos, i64 %m)
+  %down = call i64 @{pos_scan}(ptr %pos, i64 %m)
   %dec = icmp ne i64 %down, 0
   br i1 %dec, label %fail, label %blocks
 blocks:
@@ -318,17 +318,17 @@ blocks:
   %more = icmp slt i64 %s0, %m
   br i1 %more, label %block, label %ok
 block:
-  %s1_try = add i64 %s0, {rows}
+  %s1_try = add i64 %s0, 2048
   %short = icmp slt i64 %s1_try, %m
   %s1 = select i1 %short, i64 %s1_try, i64 %m
-""" + load_at("i{{p}}", "%pos", "%s0", "%e0_raw") + """  %e0 = {{ext}} %e0_raw to i64
-""" + load_at("i{{p}}", "%pos", "%s1", "%e1_raw") + """  %e1 = {{ext}} %e1_raw to i64
+""" + load_at("i{p}", "%pos", "%s0", "%e0_raw") + """  %e0 = {ext} %e0_raw to i64
+""" + load_at("i{p}", "%pos", "%s1", "%e1_raw") + """  %e1 = {ext} %e1_raw to i64
   %has_prev = icmp sgt i64 %e0, 0
   %e0m1 = add i64 %e0, -1
   %cfirst = select i1 %has_prev, i64 %e0m1, i64 0
-  %pcf = getelementptr i{{p}}, ptr %crd, i64 %cfirst
+  %pcf = getelementptr i{p}, ptr %crd, i64 %cfirst
   %ncrd = sub i64 %e1, %cfirst
-  call void @{{crd_scan}}(ptr %pcf, i64 %ncrd, i64 %n, ptr %out)
+  call void @{crd_scan}(ptr %pcf, i64 %ncrd, i64 %n, ptr %out)
   %brange = load i64, ptr %out
   %o1 = getelementptr i64, ptr %out, i64 1
   %steps = load i64, ptr %o1
@@ -343,9 +343,9 @@ row_starts:
   %at_top = icmp eq i64 %s0, 0
   %s0m1 = add i64 %s0, -1
   %from = select i1 %at_top, i64 0, i64 %s0m1
-  %pfrom = getelementptr i{{p}}, ptr %pos, i64 %from
+  %pfrom = getelementptr i{p}, ptr %pos, i64 %from
   %nseg = sub i64 %s1, %from
-  %allowed = call i64 @{{boundary_scan}}(ptr %pfrom, i64 %nseg, ptr %crd)
+  %allowed = call i64 @{boundary_scan}(ptr %pfrom, i64 %nseg, ptr %crd)
   %same = icmp eq i64 %allowed, %steps
   br i1 %same, label %row_starts_ok, label %fail
 row_starts_ok:
@@ -354,8 +354,8 @@ ok:
   ret i64 0
 fail:
   ret i64 1
-}}}}
-""").format(rows=2048)
+}
+"""
 
 
 def _unique_scans_ir(names: dict, bits: int) -> str:
@@ -365,15 +365,15 @@ def _unique_scans_ir(names: dict, bits: int) -> str:
 
 
 def _compile_driver(tag: str, bits: int, driver: str, kinds: str, **fields):
-    """A canonical-CSR driver (``driver``, formatted with the scans' names and ``fields``) and the three scans,
+    """A canonical-CSR driver (``driver``, filled with the scans' names and ``fields``) and the three scans,
     compiled once, reached through an object entry taking ``kinds`` arguments."""
     from splyce.native import array_objects
     from splyce.native.codegen import compile_host_helpers
 
     names = {k: f"splyce_{k}_{tag}" for k in ("pos_scan", "crd_scan", "boundary_scan", "driver", "entry")}
     text = (_unique_scans_ir(names, bits)
-            + driver.format(name=names["driver"], chunk=_CHUNK, **fields,
-                            **{k: names[k] for k in ("pos_scan", "crd_scan", "boundary_scan")})
+            + fill(driver, name=names["driver"], chunk=_CHUNK, **fields,
+                   **{k: names[k] for k in ("pos_scan", "crd_scan", "boundary_scan")})
             + array_objects.object_entry_ir(names["entry"], names["driver"], kinds))
     return compile_host_helpers(text, {names["entry"]: array_objects.signature(len(kinds))})[names["entry"]]
 
@@ -385,9 +385,8 @@ def canonical_check_ir(prefix: str, bits: int) -> str:
     i64 nseg)`` (nonzero when some position decreases)."""
     names = {k: f"{prefix}_{k}" for k in ("pos_scan", "crd_scan", "boundary_scan")}
     return (_unique_scans_ir(names, bits)
-            + _CANONICAL_DRIVER.format(name=f"{prefix}_canonical", chunk=_CHUNK, ends=position_ends_ir(bits),
-                                       p=bits, ext=_extend(bits),
-                                       **names))
+            + fill(_CANONICAL_DRIVER, name=f"{prefix}_canonical", chunk=_CHUNK, ends=position_ends_ir(bits), p=bits,
+                   ext=_extend(bits), **names))
 
 
 @functools.cache
@@ -417,7 +416,7 @@ def canonical_csr(indptr: np.ndarray, indices: np.ndarray, n_cols: int) -> bool:
 # chunk's first entry, which may belong to an earlier chunk's row: then it lies on a row start and its
 # boundary is counted here too), and the row starts of segments [max(lo, 1), hi). Returns 0 when all hold.
 _CANONICAL_CHUNK = """
-define i64 @{name}(ptr %pos, ptr %crd, i64 %lo, i64 %hi, i64 %m, i64 %n, i64 %nnz) {{
+define i64 @{name}(ptr %pos, ptr %crd, i64 %lo, i64 %hi, i64 %m, i64 %n, i64 %nnz) {
 entry:
   %out = alloca [2 x i64]
   %plo_ptr = getelementptr i{p}, ptr %pos, i64 %lo
@@ -471,7 +470,7 @@ ok:
   ret i64 0
 fail:
   ret i64 1
-}}
+}
 """
 
 

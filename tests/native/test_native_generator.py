@@ -93,3 +93,14 @@ def test_supported_is_the_one_table():
         assert compress.supported(d) == (arithmetic and d.kind == "f")
         assert common.supported(d) == (d in ir_text.SCALARS)
     assert {s.t for s in ir_text.SCALARS.values()} == set(ir_text.BY_TYPE)
+
+
+def test_fill_is_one_strict_substitution():
+    """ir_text.fill: markers filled from fields (pieces' own markers too, from the same fields), LLVM's braces
+    left alone, a missing field an error rather than a marker left in the IR."""
+    body = "define i64 @{name}(ptr %p) {\n{step}\n  %s = insertvalue {i64, {t}} undef, {t} %v, 1\n}\n"
+    text = ir_text.fill(body, name="k", step="  %v = load {t}, ptr %p", t="double")
+    assert text == ("define i64 @k(ptr %p) {\n  %v = load double, ptr %p\n"
+                    "  %s = insertvalue {i64, double} undef, double %v, 1\n}\n")
+    with pytest.raises(KeyError):
+        ir_text.fill("  %v = load {t}, ptr %p", name="k")

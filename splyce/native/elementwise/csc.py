@@ -8,6 +8,7 @@ import functools
 import numpy as np
 
 from splyce.native import ir_text
+from splyce.native.ir_text import fill
 from splyce.native.elementwise.common import _lock, value_type
 from splyce.native.elementwise.csc_ir import (_COUNTED_CURSOR, _CSC_CANONICAL, _CSC_PASS, _CSC_POSITIONS,
                                               _CSC_PREFETCH, _FINITE, _INTERSECT_MISS, _INTERSECT_SKIP, _MATCH_MISS,
@@ -53,53 +54,52 @@ def _csc_pass_kernel(op: str, value: np.dtype, bits: int, prefetch: int = 0, ran
     ext, narrow = ir_text.ext(bits), ir_text.narrow(bits)
     fields = dict(c=bits, ext=ext, narrow=narrow, t=t, check=check, vsize=value.itemsize)
     if intersect:
-        finite_b = _FINITE.format(x="b", i="at", t=t) if floats else ""
-        finite_a = _FINITE.format(x="a", i="k", t=t) if floats else ""
-        skip = _INTERSECT_SKIP.format(finite_b=finite_b, **fields)
-        miss = _INTERSECT_MISS.format(finite_a=finite_a, **fields)
+        finite_b = fill(_FINITE, x="b", i="at", t=t) if floats else ""
+        finite_a = fill(_FINITE, x="a", i="k", t=t) if floats else ""
+        skip = fill(_INTERSECT_SKIP, finite_b=finite_b, **fields)
+        miss = fill(_INTERSECT_MISS, finite_a=finite_a, **fields)
         seek_phi, not_same = ", [%at_next, %skip]" if not floats else ", [%at_next, %b_finite]", "below"
         next_phi = ", [%o, %miss]" if not floats else ", [%o, %a_finite]"
         next_phi_z = next_phi.replace("%o", "%z")
         b_check = _CSC_CANONICAL
-        tail = ((_RANGE_SEEN if ranged else _TAIL_FINITE).format(**fields) if floats else "  br label %finish")
+        tail = (fill(_RANGE_SEEN if ranged else _TAIL_FINITE, **fields) if floats else "  br label %finish")
     else:
         skip, miss, seek_phi, not_same, next_phi, next_phi_z = "", _MATCH_MISS, "", "miss", "", ""
         b_check, tail = _CSC_POSITIONS, "  br label %finish"
     values = dict(op=ops[op], zero=zero, nonzero=nonzero)
     declares, row_exit, bad_check, mode_next, row_latch, vrows, vrows_fn = "", "done", "", "", "row_end", "", ""
     latch = dict(latch_r="r1", latch_o="o_e", latch_z="z_e")
-    scalar = _SCALAR_MATCH.format(skip=skip, miss=miss, seek_phi=seek_phi, not_same=not_same, next_phi=next_phi,
-                                  next_phi_z=next_phi_z, **values, **fields)
+    scalar = fill(_SCALAR_MATCH, skip=skip, miss=miss, seek_phi=seek_phi, not_same=not_same, next_phi=next_phi,
+                  next_phi_z=next_phi_z, **values, **fields)
     if lanes and intersect:
         vector = dict(w=lanes, cb=bits // 8, tv={"double": "f64", "float": "f32"}.get(t, t), **fields)
-        match = _VECTOR_MATCH.format(
-            finite_skipped=_VECTOR_FINITE_SKIPPED.format(**vector) if floats else "",
-            finite_unmatched=_VECTOR_FINITE_UNMATCHED.format(**vector) if floats else "", **values, **vector)
-        vrows = _VECTOR_ROWS.format(name=name + "_vrows", match=match, **fields)
+        match = fill(_VECTOR_MATCH, finite_skipped=fill(_VECTOR_FINITE_SKIPPED, **vector) if floats else "",
+                     finite_unmatched=fill(_VECTOR_FINITE_UNMATCHED, **vector) if floats else "", **values, **vector)
+        vrows = fill(_VECTOR_ROWS, name=name + "_vrows", match=match, **fields)
         vrows_fn = f"  %vrows_fn = bitcast ptr @{name}_vrows to ptr\n"
         if floats:      # B's entries of A's own memory (A * A.T): no check of the skipped ones (see _OWN_VALUES)
-            vrows += _VECTOR_ROWS.format(name=name + "_vrows_own", **fields, match=_VECTOR_MATCH.format(
-                finite_skipped="", finite_unmatched=_VECTOR_FINITE_UNMATCHED.format(**vector), **values, **vector))
-            vrows_fn = _OWN_VALUES.format(name=name)
-        declares = _VECTOR_DECLARES.format(**vector) + (_VECTOR_DECLARES_FLOAT.format(**vector) if floats else "")
+            vrows += fill(_VECTOR_ROWS, name=name + "_vrows_own", **fields, match=fill(_VECTOR_MATCH,
+                finite_skipped="", finite_unmatched=fill(_VECTOR_FINITE_UNMATCHED, **vector), **values, **vector))
+            vrows_fn = fill(_OWN_VALUES, name=name)
+        declares = fill(_VECTOR_DECLARES, **vector) + (fill(_VECTOR_DECLARES_FLOAT, **vector) if floats else "")
         if floats:
             row_exit, bad_check = "bad_check", _VECTOR_BAD_CHECK
-        mode_next = _MODE_NEXT.format(miss_share=miss_share, mode_rows=mode_rows, mode_rows_1=mode_rows - 1,
-                                      vrows_fn=vrows_fn, **fields)
+        mode_next = fill(_MODE_NEXT, miss_share=miss_share, mode_rows=mode_rows, mode_rows_1=mode_rows - 1,
+                         vrows_fn=vrows_fn, **fields)
         row_latch, latch = "mode_done", dict(latch_r="r_next", latch_o="o_next", latch_z="z_next")
     match = scalar
     text = (native_validation.canonical_check_ir(check, bits) + declares + vrows
-            + _CSC_PASS.format(name=name, match=match, row_exit=row_exit, bad_check=bad_check, mode_next=mode_next,
-                               row_latch=row_latch, **latch, **values,
-                               touch_max=_TOUCH_MAX, prologue=_RANGE_SPAN.format(**fields) if ranged else "",
-                               stash=_RANGE_STASH if ranged and floats else "",
-                               init_lo="%smin" if ranged else "0", init_hi="%smax" if ranged else "%n",
-                               init_value=_COUNTED_CURSOR.format(**fields) if ranged == "later" else
-                               f"  %pbj = getelementptr i{bits}, ptr %bp, i64 %j\n  %bj = load i{bits}, ptr %pbj",
-                               init_latch="cnt_done" if ranged == "later" else "init_body",
-                               prefetch=_CSC_PREFETCH.format(distance=prefetch, **fields) if prefetch else "",
-                               b_check=b_check.format(**fields), tail=tail, entries_loop=_NO_UNROLL_REF if keep_zeros else "",
-                               **fields)
+            + fill(_CSC_PASS, name=name, match=match, row_exit=row_exit, bad_check=bad_check, mode_next=mode_next,
+                   row_latch=row_latch, **latch, **values,
+                   touch_max=_TOUCH_MAX, prologue=fill(_RANGE_SPAN, **fields) if ranged else "",
+                   stash=_RANGE_STASH if ranged and floats else "",
+                   init_lo="%smin" if ranged else "0", init_hi="%smax" if ranged else "%n",
+                   init_value=fill(_COUNTED_CURSOR, **fields) if ranged == "later" else
+                   (f"  %pbj = getelementptr i{bits}, ptr %bp, i64 %j\n  %bj = load i{bits}, ptr %pbj"),
+                   init_latch="cnt_done" if ranged == "later" else "init_body",
+                   prefetch=fill(_CSC_PREFETCH, distance=prefetch, **fields) if prefetch else "",
+                   b_check=fill(b_check, **fields), tail=tail, entries_loop=_NO_UNROLL_REF if keep_zeros else "",
+                   **fields)
             + array_objects.object_entry_ir(name + "_objects", name, "a" * 10 + "iiiiiia")
             + (_NO_UNROLL if keep_zeros else ""))
     return compile_host_helpers(text, {name + "_objects": array_objects.signature(17)})[name + "_objects"]

@@ -1,7 +1,7 @@
-"""The CSR-with-CSC pass's LLVM IR templates (``csc.py`` formats and compiles them; the vector match is in
-``csc_vector.py``)."""
+"""The CSR-with-CSC pass's LLVM IR templates (``csc.py`` fills them with ``ir_text.fill`` and compiles them; the
+vector match is in ``csc_vector.py``)."""
 
-from splyce.native.ir_text import index_at, load_at, store_at
+from splyce.native.ir_text import index_at, load_at, loop_head, store_at
 
 # A row of A in the CSC passes (the one pass and its vector rows): its entries' range and its index narrowed
 # to B's row type; the templates are formatted after joining, so the fields are theirs
@@ -14,10 +14,10 @@ _CSC_ROW_BODY = """row_body:
 
 # An entry of that row: its column and the column's cursor (B's next entry) and end
 _CSC_ENTRY_CURSOR = """entry_body:
-""" + index_at("%ac", "%k", "%col", "c", "ext") + """  %pcur = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %col, i32 0
+""" + index_at("%ac", "%k", "%col", "c", "ext") + """  %pcur = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %col, i32 0
   %at0_raw = load i{c}, ptr %pcur
   %at0 = {ext} %at0_raw to i64
-  %pbe = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %col, i32 1
+  %pbe = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %col, i32 1
   %end_raw = load i{c}, ptr %pbe
   %end = {ext} %end_raw to i64
 """
@@ -43,7 +43,7 @@ _CSC_ENTRY_CURSOR = """entry_body:
 # well formed), -1 (a sum: the positions differ), -4 (a product: a NaN or Inf without a partner).
 _CSC_PASS = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, ptr %cursor, ptr %cc, ptr %cv,
-                   ptr %cp, i64 %m, i64 %n, i64 %nnz_a, i64 %nnz_b, i64 %lo, i64 %hi, ptr %seen) {{
+                   ptr %cp, i64 %m, i64 %n, i64 %nnz_a, i64 %nnz_b, i64 %lo, i64 %hi, ptr %seen) {
 entry:
   %sink = alloca i64
   %bad = alloca i32
@@ -70,29 +70,21 @@ touch:
   %bv_all = lshr i64 %vbytes, 3
   %bv_words = select i1 %bv_small, i64 %bv_all, i64 0
   br label %touch_head
-touch_head:
-  %w = phi i64 [0, %touch], [%w1, %touch_body]
-  %wacc = phi i64 [0, %touch], [%wacc1, %touch_body]
-  %win = icmp slt i64 %w, %bv_words
-  br i1 %win, label %touch_body, label %touched
-touch_body:
+""" + loop_head("touch_head", "touch_body", "touch", [("w", "i64", "0", "%w1"), ("wacc", "i64", "0", "%wacc1")],
+                "win = icmp slt i64 %w, %bv_words", "touched") + """\
 """ + load_at("i64", "%bv", "%w", "%wv") + """  %wacc1 = or i64 %wacc, %wv
   %w1 = add i64 %w, 1
   br label %touch_head
 touched:
   store volatile i64 %wacc, ptr %sink
   br label %init_head
-init_head:
-  %j = phi i64 [{init_lo}, %touched], [%j1, %{init_latch}]
-  %isum = phi i64 [0, %touched], [%isum1, %{init_latch}]
-  %jin = icmp slt i64 %j, {init_hi}
-  br i1 %jin, label %init_body, label %rows
-init_body:
+""" + loop_head("init_head", "init_body", "touched", [("j", "i64", "{init_lo}", "%j1"), ("isum", "i64", "0", "%isum1")],
+                "jin = icmp slt i64 %j, {init_hi}", "rows", latch="{init_latch}") + """\
 {init_value}
-  %pcj = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %j, i32 0
+  %pcj = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %j, i32 0
   store i{c} %bj, ptr %pcj
   %ej1 = add i64 %j, 1
-""" + load_at("i{c}", "%bp", "%ej1", "%ej") + """  %pcje = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %j, i32 1
+""" + load_at("i{c}", "%bp", "%ej1", "%ej") + """  %pcje = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %j, i32 1
   store i{c} %ej, ptr %pcje
   %bj64 = {ext} %bj to i64
   %isum1 = add i64 %isum, %bj64
@@ -137,24 +129,15 @@ all_kept:
   ret i64 %o_r
 {bad_check}compact:
   br label %c_row
-c_row:
-  %cr = phi i64 [%lo, %compact], [%cr1, %c_row_end]
-  %cs = phi i64 [%o0, %compact], [%ce, %c_row_end]
-  %cw = phi i64 [%o0, %compact], [%cw_e, %c_row_end]
-  %crin = icmp slt i64 %cr, %hi
-  br i1 %crin, label %c_row_body, label %c_done
-c_row_body:
+""" + loop_head("c_row", "c_row_body", "compact", [("cr", "i64", "%lo", "%cr1"), ("cs", "i64", "%o0", "%ce"),
+                ("cw", "i64", "%o0", "%cw_e")], "crin = icmp slt i64 %cr, %hi", "c_done", latch="c_row_end") + """\
   %cr1 = add i64 %cr, 1
   %pce1 = getelementptr i{c}, ptr %cp, i64 %cr1
   %ce_raw = load i{c}, ptr %pce1
   %ce = {ext} %ce_raw to i64
   br label %c_ent
-c_ent:
-  %ck = phi i64 [%cs, %c_row_body], [%ck1, %c_ent_body]
-  %cw2 = phi i64 [%cw, %c_row_body], [%cw3, %c_ent_body]
-  %ckin = icmp slt i64 %ck, %ce
-  br i1 %ckin, label %c_ent_body, label %c_row_end
-c_ent_body:
+""" + loop_head("c_ent", "c_ent_body", "c_row_body", [("ck", "i64", "%cs", "%ck1"), ("cw2", "i64", "%cw", "%cw3")],
+                "ckin = icmp slt i64 %ck, %ce", "c_row_end") + """\
 """ + load_at("{t}", "%cv", "%ck", "%cvk") + """\
 """ + load_at("i{c}", "%cc", "%ck", "%cck") + """\
 """ + store_at("{t}", "%cvk", "%cv", "%cw2", "%pcvw") + """\
@@ -174,7 +157,7 @@ ret2:
   ret i64 -2
 ret3:
   ret i64 -3
-}}
+}
 
 declare void @llvm.prefetch.p0(ptr, i32, i32, i32)
 """
@@ -215,7 +198,7 @@ _CSC_PREFETCH = """  %pf_k0 = add i64 %k, {distance}
   %pf_in = icmp slt i64 %pf_k0, %nnz_a
   %pf_k = select i1 %pf_in, i64 %pf_k0, i64 %pf_last
 """ + index_at("%ac", "%pf_k", "%pf_col", "c", "ext") + """\
-  %pf_pcur = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %pf_col, i32 0
+  %pf_pcur = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %pf_col, i32 0
   %pf_at_raw = load i{c}, ptr %pf_pcur
   %pf_at = {ext} %pf_at_raw to i64
   %pf_pbc = getelementptr i{c}, ptr %bc, i64 %pf_at
@@ -271,21 +254,15 @@ _FINITE = """  %p{x}f = getelementptr {t}, ptr %{x}v, i64 %{i}
 
 # the B entries no A entry reached (after each column's cursor) must be finite too
 _TAIL_FINITE = """  br label %tail_head
-tail_head:
-  %tj = phi i64 [0, %done], [%tj1, %tail_col_end]
-  %tjin = icmp slt i64 %tj, %n
-  br i1 %tjin, label %tail_col, label %finished
-tail_col:
-  %ptc = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %tj, i32 0
+""" + loop_head("tail_head", "tail_col", "done", [("tj", "i64", "0", "%tj1")], "tjin = icmp slt i64 %tj, %n",
+                "finished", latch="tail_col_end") + """\
+  %ptc = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %tj, i32 0
   %tc_raw = load i{c}, ptr %ptc
   %tc0 = {ext} %tc_raw to i64
   %tj1 = add i64 %tj, 1
 """ + index_at("%bp", "%tj1", "%te", "c", "ext") + """  br label %tail_entries
-tail_entries:
-  %tc = phi i64 [%tc0, %tail_col], [%tc1, %t_finite]
-  %tcin = icmp slt i64 %tc, %te
-  br i1 %tcin, label %tail_entry, label %tail_col_end
-tail_entry:
+""" + loop_head("tail_entries", "tail_entry", "tail_col", [("tc", "i64", "%tc0", "%tc1")],
+                "tcin = icmp slt i64 %tc, %te", "tail_col_end", latch="t_finite") + """\
 """ + load_at("{t}", "%bv", "%tc", "%tf") + """  %tf0 = fmul {t} %tf, 0.0
   %tfin = fcmp oeq {t} %tf0, 0.0
   br i1 %tfin, label %t_finite, label %ret4
@@ -311,13 +288,9 @@ _RANGE_STASH = (store_at("i64", "%isum", "%seen", "1", "%stash_isum") + store_at
 
 _RANGE_SEEN = load_at("i64", "%seen", "1", "%isum_s") + load_at("i64", "%seen", "2", "%smin_s") + """\
 """ + load_at("i64", "%seen", "3", "%smax_s") + """  br label %seen_head
-seen_head:
-  %sj = phi i64 [%smin_s, %done], [%sj1, %seen_body]
-  %ssum = phi i64 [0, %done], [%ssum1, %seen_body]
-  %sjin = icmp slt i64 %sj, %smax_s
-  br i1 %sjin, label %seen_body, label %seen_done
-seen_body:
-  %psj = getelementptr {{i{c}, i{c}}}, ptr %cursor, i64 %sj, i32 0
+""" + loop_head("seen_head", "seen_body", "done", [("sj", "i64", "%smin_s", "%sj1"), ("ssum", "i64", "0", "%ssum1")],
+                "sjin = icmp slt i64 %sj, %smax_s", "seen_done") + """\
+  %psj = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %sj, i32 0
   %sc_raw = load i{c}, ptr %psj
   %sc = {ext} %sc_raw to i64
   %ssum1 = add i64 %ssum, %sc
@@ -334,13 +307,8 @@ ret4:
 # starts with the columns its rows reach (A canonical: a row's first and last entries bound them), whose cursors
 # it sets up (not all n: road-700 has 2 entries per column)
 _RANGE_SPAN = """  br label %span_head
-span_head:
-  %sr = phi i64 [%lo, %entry], [%sr1, %span_next]
-  %smin = phi i64 [%n, %entry], [%smin1, %span_next]
-  %smax = phi i64 [0, %entry], [%smax1, %span_next]
-  %srin = icmp slt i64 %sr, %hi
-  br i1 %srin, label %span_body, label %touch
-span_body:
+""" + loop_head("span_head", "span_body", "entry", [("sr", "i64", "%lo", "%sr1"), ("smin", "i64", "%n", "%smin1"),
+                ("smax", "i64", "0", "%smax1")], "srin = icmp slt i64 %sr, %hi", "touch", latch="span_next") + """\
   %sr1 = add i64 %sr, 1
 """ + index_at("%ap", "%sr", "%s0", "c", "ext") + """\
 """ + index_at("%ap", "%sr1", "%s1", "c", "ext") + """  %sne = icmp slt i64 %s0, %s1
@@ -369,11 +337,8 @@ unchecked:"""
 _COUNTED_CURSOR = index_at("%bp", "%j", "%cb0", "c", "ext") + """  %cj1 = add i64 %j, 1
 """ + index_at("%bp", "%cj1", "%cb1", "c", "ext") + """  %lo_c = {narrow} %lo to i{c}
   br label %cnt_head
-cnt_head:
-  %q = phi i64 [%cb0, %init_body], [%q1, %cnt_body]
-  %qin = icmp slt i64 %q, %cb1
-  br i1 %qin, label %cnt_body, label %cnt_done
-cnt_body:
+""" + loop_head("cnt_head", "cnt_body", "init_body", [("q", "i64", "%cb0", "%q1")], "qin = icmp slt i64 %q, %cb1",
+                "cnt_done") + """\
 """ + load_at("i{c}", "%bc", "%q", "%rq") + """  %rq_below = icmp slt i{c} %rq, %lo_c
   %q1 = add i64 %q, 1
   br i1 %rq_below, label %cnt_head, label %cnt_done

@@ -1,6 +1,6 @@
 """The CSR-with-CSC pass's vector match (AVX-512 masked loads) and its switch per block of rows."""
 
-from splyce.native.ir_text import index_at, load_at, store_at
+from splyce.native.ir_text import index_at, load_at, loop_head, store_at
 
 from splyce.native.elementwise.csc_ir import _CSC_ENTRY_CURSOR, _CSC_ROW_BODY
 
@@ -102,13 +102,9 @@ mode_set:
   %mode_miss_w = mul i64 %mode_miss, {miss_share}
   %mode_vec = icmp sgt i64 %mode_miss_w, %mode_len
   br i1 %mode_vec, label %vcall, label %mode_done
-vcall:
-  %vc_r = phi i64 [%r1, %mode_set], [%vc_to, %vcall_more]
-  %vc_o = phi i64 [%o_e, %mode_set], [%vc_o1, %vcall_more]
-  %vc_z = phi i64 [%z_e, %mode_set], [%vc_z1, %vcall_more]
-  %vc_left = icmp slt i64 %vc_r, %hi
-  br i1 %vc_left, label %vcall_run, label %vcall_out
-vcall_run:
+""" + loop_head("vcall", "vcall_run", "mode_set", [("vc_r", "i64", "%r1", "%vc_to"), ("vc_o", "i64", "%o_e", "%vc_o1"),
+                ("vc_z", "i64", "%z_e", "%vc_z1")], "vc_left = icmp slt i64 %vc_r, %hi", "vcall_out",
+                latch="vcall_more") + """\
   %vc_to0 = add i64 %vc_r, {mode_rows}
   %vc_short = icmp slt i64 %vc_to0, %hi
   %vc_to = select i1 %vc_short, i64 %vc_to0, i64 %hi
@@ -156,7 +152,7 @@ _OWN_VALUES = """  %ov_c = icmp eq ptr %bc, %ac
 # output cursor after them, their zero results in %zp
 _VECTOR_ROWS = """
 define internal i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bc, ptr %bv, ptr %cursor, ptr %cc, ptr %cv,
-                                  ptr %cp, i64 %lo, i64 %hi, i64 %o_in, ptr %zp, ptr %bad_out) noinline {{
+                                  ptr %cp, i64 %lo, i64 %hi, i64 %o_in, ptr %zp, ptr %bad_out) noinline {
 entry:
   %bad = alloca i32
   store i32 0, ptr %bad
@@ -189,7 +185,7 @@ done:
   %bad_now = or i32 %bad_before, %bad_here
   store i32 %bad_now, ptr %bad_out
   ret i64 %o_r
-}}
+}
 """
 
 # after the pass: any NaN / Inf without a partner seen by the vector match

@@ -22,7 +22,8 @@ from splyce.native.array_objects import DATA_OFFSET, address as _address
 from splyce.native import ir_text
 from splyce.native.elementwise.common import _POS_MAX, _keep, _lock, missing_values, value_type
 from splyce.native.elementwise.merge_ir import (_BOUNDS, _INTERSECT, _MERGE_STEP, _MERGE_STEP_PARTS, _NARROW, _NARROW_MASK,
-                                                 _NARROW_PARTS, _UNION)
+                                                 _NARROW_PARTS, _TAIL, _TAILS, _UNION)
+from splyce.native.ir_text import fill
 from splyce.native.elementwise.same import same_pattern
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -55,31 +56,23 @@ def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int, intersect: b
     neg_a, neg_b = zero_a != zero, zero_b != zero       # -0.0 where a value is missing
     name = (f"splyce_elementwise_{op}_{t}_p{pos_bits}_c{crd_bits}_{'i' if intersect else 'u'}"
             f"{'_d' if direct else ''}{'_k' if keep_zeros else ''}")
-    bounds = _BOUNDS.format(p=pos_bits, p_ext=ir_text.ext(pos_bits))
-    template = _INTERSECT if intersect else _UNION
-    zext = ir_text.ext(crd_bits)
-    masks = {f"mask_{x}": _NARROW_MASK.format(x=x, start=start, stop=stop, crd=crd, enter=enter, exit=exit_,
-                                              c=crd_bits, c_zext=zext)
+    # the kernel's fields; the pieces with fields of their own (a row's mask, a row's tail, the merge step) are
+    # filled first
+    fields = dict(name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits, c_zext=ir_text.ext(crd_bits),
+                  c_sext=ir_text.sext(crd_bits), c_narrow=ir_text.narrow(crd_bits), p=pos_bits,
+                  p_ext=ir_text.ext(pos_bits), p_narrow=ir_text.narrow(pos_bits), zero_a=zero_a, zero_b=zero_b)
+    masks = {f"mask_{x}": fill(_NARROW_MASK, x=x, start=start, stop=stop, crd=crd, enter=enter, exit=exit_, **fields)
              for x, start, stop, crd, enter, exit_ in (("a", "ia", "ib", "ac", "nw_width", "nw_mb_head"),
                                                        ("b", "ja", "jb", "bc", "nw_ma_head", "nw_start"))}
-    parts = {k: v.format(c=crd_bits) for k, v in _NARROW_PARTS[not intersect].items()}
-    keeps = dict(keep_nw_a="", keep_nw_b="") if intersect else dict(
-        keep_nw_a=_keep("nw_va", "nw_hasa", "nw_va_raw", t, neg_a), keep_nw_b=_keep("nw_vb", "nw_hasb", "nw_vb_raw", t, neg_b))
-    narrow = _NARROW.format(
-        **masks, **parts, **keeps, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits,
-        c_sext=ir_text.sext(crd_bits),
-        c_narrow=ir_text.narrow(crd_bits))
-    entry_store, end_store = (x.format(p=pos_bits, p_narrow=ir_text.narrow(pos_bits))
-                              for x in _END_STORES[direct])
-    keep_fields = ("", "") if intersect else ("{keep_a}", "{keep_b}")     # the union's masks, formatted below
-    step = _MERGE_STEP.format(**{k: v.format(c=crd_bits, t=t, nonzero=nonzero, zero=zero)
-                                 for k, v in _MERGE_STEP_PARTS[not intersect].items()},
-                              keep_a=keep_fields[0], keep_b=keep_fields[1], t="{t}", c="{c}", op="{op}")
-    text = template.replace("{merge_step}", step).format(
-                           name=name, t=t, zero=zero, nonzero=nonzero, op=ops[op], c=crd_bits, bounds=bounds,
-                           narrow=narrow, keep_a=_keep("va", "adv_a", "va_raw", t, neg_a),
-                           keep_b=_keep("vb", "adv_b", "vb_raw", t, neg_b), entry_store=entry_store,
-                           end_store=end_store, zero_a=zero_a, zero_b=zero_b)
+    keeps = dict(keep_nw_a="", keep_nw_b="", keep_a="", keep_b="") if intersect else dict(
+        keep_nw_a=_keep("nw_va", "nw_hasa", "nw_va_raw", t, neg_a), keep_nw_b=_keep("nw_vb", "nw_hasb", "nw_vb_raw", t, neg_b),
+        keep_a=_keep("va", "adv_a", "va_raw", t, neg_a), keep_b=_keep("vb", "adv_b", "vb_raw", t, neg_b))
+    narrow = fill(_NARROW, **masks, **_NARROW_PARTS[not intersect], **keeps, **fields)
+    step = fill(_MERGE_STEP, **_MERGE_STEP_PARTS[not intersect], **keeps, **fields)
+    tails = {f"tail_{x}": fill(_TAIL, x=x, **own, **fields) for x, own in _TAILS.items()}
+    entry_store, end_store = _END_STORES[direct]
+    text = fill(_INTERSECT if intersect else _UNION, bounds=_BOUNDS, narrow=narrow, merge_step=step, **tails,
+                entry_store=entry_store, end_store=end_store, **fields)
     if not direct:
         return compile_host_helpers(text, {name: _SIG})[name]
     text += array_objects.object_entry_ir(name + "_objects", name, "aaaaaaiiaaa")

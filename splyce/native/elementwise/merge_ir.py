@@ -1,12 +1,12 @@
-"""The row merge's LLVM IR templates (``merge.py`` formats and compiles them)."""
+"""The row merge's LLVM IR templates (``merge.py`` fills them with ``ir_text.fill`` and compiles them)."""
 
-from splyce.native.ir_text import index_at, load_at, store_at
+from splyce.native.ir_text import index_at, load_at, loop_head, store_at
 
 # Both kernels: the loop over rows [lo, hi) and a fast path for two rows that hold the same columns (compared
 # first, then combined column by column in one pass); the part after it merges the two rows.
 _ROW_HEAD = """
 define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi,
-                   ptr %ends, ptr %cc, ptr %cv) {{
+                   ptr %ends, ptr %cc, ptr %cv) {
 entry:
 {entry_store}
   br label %row
@@ -24,12 +24,8 @@ row_body:
 general:
   %same_len = icmp eq i64 %la, %lb
   br i1 %same_len, label %cmp_head, label %head
-cmp_head:
-  %q = phi i64 [0, %general], [%q1, %cmp_body]
-  %d = phi i32 [0, %general], [%d1, %cmp_body]
-  %qin = icmp slt i64 %q, %la
-  br i1 %qin, label %cmp_body, label %cmp_done
-cmp_body:
+""" + loop_head("cmp_head", "cmp_body", "general", [("q", "i64", "0", "%q1"), ("d", "i32", "0", "%d1")],
+                 "qin = icmp slt i64 %q, %la", "cmp_done") + """\
   %qa = add i64 %ia, %q
   %qb = add i64 %ja, %q
 """ + load_at("i{c}", "%ac", "%qa", "%cqa") + load_at("i{c}", "%bc", "%qb", "%cqb") + """  %ne = icmp ne i{c} %cqa, %cqb
@@ -40,12 +36,8 @@ cmp_body:
 cmp_done:
   %same = icmp eq i32 %d, 0
   br i1 %same, label %same_head, label %head
-same_head:
-  %u = phi i64 [0, %cmp_done], [%u1, %same_body]
-  %os = phi i64 [%out, %cmp_done], [%os1, %same_body]
-  %uin = icmp slt i64 %u, %la
-  br i1 %uin, label %same_body, label %row_end
-same_body:
+""" + loop_head("same_head", "same_body", "cmp_done", [("u", "i64", "0", "%u1"), ("os", "i64", "%out", "%os1")],
+                 "uin = icmp slt i64 %u, %la", "row_end") + """\
   %ua = add i64 %ia, %u
   %ub = add i64 %ja, %u
 """ + load_at("i{c}", "%ac", "%ua", "%cu") + """\
@@ -106,7 +98,7 @@ _INTERSECT = _ROW_HEAD + """{merge_step}row_end:
   br label %row
 done:
   ret i64 %out
-}}
+}
 
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i64 @llvm.ctpop.i64(i64)
@@ -145,12 +137,9 @@ nw_width:
   %nw_u0 = {visit} i64 %nw_ma, %nw_mb
 {bases}  %nw_lo64 = {c_sext} %nw_lo to i64
   br label %nw_head
-nw_head:
-  %nw_u = phi i64 [%nw_u0, %nw_start], [%nw_u1, %nw_body]
-  %nw_o = phi i64 [%out, %nw_start], [%nw_o1, %nw_body]
-  %nw_any = icmp ne i64 %nw_u, 0
-  br i1 %nw_any, label %nw_body, label %row_end
-nw_body:
+""" + loop_head("nw_head", "nw_body", "nw_start", [("nw_u", "i64", "%nw_u0", "%nw_u1"),
+                                                      ("nw_o", "i64", "%out", "%nw_o1")],
+                 "nw_any = icmp ne i64 %nw_u, 0", "row_end") + """\
   %nw_bit = call i64 @llvm.cttz.i64(i64 %nw_u, i1 true)
   %nw_one = shl i64 1, %nw_bit
   %nw_below = sub i64 %nw_one, 1
@@ -195,13 +184,9 @@ _NARROW_PARTS = {
 
 
 # One row's columns in the window [%nw_lo, %nw_lo + 64) as a 64-bit mask, and its entries before the window.
-_NARROW_MASK = """nw_m{x}_head:
-  %nw_k{x} = phi i64 [%{start}, %{enter}], [%nw_k{x}1, %nw_m{x}_body]
-  %nw_m{x} = phi i64 [0, %{enter}], [%nw_m{x}1, %nw_m{x}_body]
-  %nw_n{x} = phi i64 [0, %{enter}], [%nw_n{x}1, %nw_m{x}_body]
-  %nw_k{x}in = icmp slt i64 %nw_k{x}, %{stop}
-  br i1 %nw_k{x}in, label %nw_m{x}_body, label %{exit}
-nw_m{x}_body:
+_NARROW_MASK = loop_head("nw_m{x}_head", "nw_m{x}_body", "{enter}", [
+    ("nw_k{x}", "i64", "%{start}", "%nw_k{x}1"), ("nw_m{x}", "i64", "0", "%nw_m{x}1"),
+    ("nw_n{x}", "i64", "0", "%nw_n{x}1")], "nw_k{x}in = icmp slt i64 %nw_k{x}, %{stop}", "{exit}") + """\
   %nw_pk{x} = getelementptr i{c}, ptr %{crd}, i64 %nw_k{x}
   %nw_ck{x} = load i{c}, ptr %nw_pk{x}
   %nw_r{x} = sub i{c} %nw_ck{x}, %nw_lo
@@ -219,13 +204,9 @@ nw_m{x}_body:
 """
 
 # One row's entries left after the merge (``x``: a or b), each op(a, 0) or op(0, b), kept when not zero
-_TAIL = """tail_{x}:
-  %t{x} = phi i64 [%{cursor}, %{enter}], [%t{x}1, %t{x}_body]
-  %to{x} = phi i64 [%{out}, %{enter}], [%to{x}1, %t{x}_body]
-  %in{x}2 = icmp slt i64 %t{x}, %{stop}
-  br i1 %in{x}2, label %t{x}_body, label %{exit}
-t{x}_body:
-""" + load_at("i{c}", "%{x}c", "%t{x}", "%tc{x}") + """\
+_TAIL = loop_head("tail_{x}", "t{x}_body", "{enter}", [("t{x}", "i64", "%{cursor}", "%t{x}1"),
+                                                        ("to{x}", "i64", "%{out}", "%to{x}1")],
+                  "in{x}2 = icmp slt i64 %t{x}, %{stop}", "{exit}") + load_at("i{c}", "%{x}c", "%t{x}", "%tc{x}") + """\
 """ + load_at("{t}", "%{x}v", "%t{x}", "%tv{x}") + """  %tr{x} = {op} {t} {operands}
 """ + store_at("i{c}", "%tc{x}", "%cc", "%to{x}", "%tpcc{x}") + """\
 """ + store_at("{t}", "%tr{x}", "%cv", "%to{x}", "%tpcv{x}") + """\
@@ -237,25 +218,18 @@ t{x}_body:
 """
 
 
-def _tail(x: str, **fields) -> str:
-    """``_TAIL`` for row ``x`` (its own fields substituted; the kernel's, such as ``{t}``, left to format)."""
-    text = _TAIL
-    for k, v in dict(x=x, **fields).items():
-        text = text.replace("{" + k + "}", v)
-    return text
-
+# ``_TAIL``'s own fields for each row (the union's {tail_a} and {tail_b})
+_TAILS = dict(a=dict(cursor="i", enter="head", out="o", stop="ib", exit="tail_b", operands="%tva, {zero_b}"),
+              b=dict(cursor="j", enter="tail_a", out="toa", stop="jb", exit="row_end", operands="{zero_a}, %tvb"))
 
 # Union: op(a, 0), op(0, b) or op(a, b) for every column either row holds, kept when not zero.
-_UNION = (_ROW_HEAD + "{merge_step}"
-          + _tail("a", cursor="i", enter="head", out="o", stop="ib", exit="tail_b", operands="%tva, {zero_b}")
-          + _tail("b", cursor="j", enter="tail_a", out="toa", stop="jb", exit="row_end", operands="{zero_a}, %tvb")
-          + """row_end:
+_UNION = (_ROW_HEAD + "{merge_step}{tail_a}{tail_b}" + """row_end:
   %o_end = phi i64 [%tob, %tail_b], [%os, %same_head], [%nw_o, %nw_head]
 {end_store}
   br label %row
 done:
   ret i64 %out
-}}
+}
 
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i64 @llvm.ctpop.i64(i64)
