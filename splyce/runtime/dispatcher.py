@@ -221,6 +221,7 @@ class Jitted:
             # a scipy CSR / CSC among positional arguments: converted and checked here, the rest of the key skipped
             kernel = None if kwargs or self._sites else self._by_signature.get(prepared_signature(args, values))
             if kernel is not None:
+                next(self._fast_hits)
                 direct = kernel.direct     # (its result is run_exact's: no result rules follow a CSR / CSC)
                 if direct is not None and kernel.coo_sources is None:
                     return direct(values)
