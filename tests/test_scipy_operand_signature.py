@@ -94,3 +94,21 @@ def test_spmatrix_result_class_follows_operand_on_filed_signature():
     for _ in range(3):
         assert type(h(a, v)) is type(a @ v)
         assert np.allclose(h(a, v), a @ v)
+
+
+def test_function_reading_outside_names_takes_prepared_signature_and_refuses_changed_buffers():
+    """A function that reads a name from its closure (``n``) skips ``__call__``'s fast path; its scipy calls
+    are looked up under the prepared signature in ``_kernel_for_call``, still checked on every call."""
+    rng = np.random.default_rng(11)
+    n = 60
+    a = sps.random_array((n, n), density=0.05, format="csr", rng=rng)
+    x = np.full(n, 1.0 / n)
+    step = splyce.jit(lambda p, r: 0.85 * (p @ r) + 0.15 / n)
+    want = 0.85 * (a @ x) + 0.15 / n
+    for _ in range(3):
+        assert np.allclose(step(a, x), want)
+    info = step.cache_info()
+    assert info.compiles == 1 and info.hits + info.misses == 3
+    a.indices[0] = n + 5
+    with pytest.raises(ValueError):
+        step(a, x)

@@ -269,6 +269,12 @@ class Jitted:
         if kernel is not None:
             next(self._fast_hits)
             return kernel, values
+        if signature is None and self._sites and not captured and call.operands is not None:
+            prepared = []      # scipy operands of a function reading names from outside (``__call__`` skips it)
+            kernel = self._by_signature.get(prepared_signature(call.operands, prepared))
+            if kernel is not None:
+                next(self._fast_hits)
+                return kernel, prepared
         key, specs, values = self._key(args, captured, call)
         kernel = self._cache.get(key)
         if kernel is None:
