@@ -13,7 +13,7 @@ import numpy as np
 from splyce.native.array_objects import address as _address
 from splyce.runtime import arguments
 from splyce.tensors.formats import Format
-from splyce.tensors.tensor import SparseTensor
+from splyce.tensors.tensor import SparseTensor, wrap_canonical_compressed
 
 _SIGNATURE = "dispatcher.signature"      # a validated tensor's part of ``fast_signature``, in its memo
 # a tensor's ``(shape, value dtype, format)`` stands as one int in a signature: hashing a Format is a Python
@@ -128,10 +128,12 @@ def prepared_signature(args, values: list) -> tuple | None:
         if _is_scipy_compressed(kind):
             t = prepared.get(id(a)) if prepared is not None else None    # f(A, A): A checked once a call
             if t is None:
-                try:
-                    t = arguments.prepare_sparse(a, f"argument {i}")
-                except (TypeError, ValueError):
-                    return None
+                t = wrap_canonical_compressed(a)     # (the check; None: prepare's full route, which may copy)
+                if t is None or not _passes_through(t.format):
+                    try:
+                        t = arguments.prepare_sparse(a, f"argument {i}")
+                    except (TypeError, ValueError):
+                        return None
                 if prepared is None:
                     prepared = {}
                 prepared[id(a)] = t

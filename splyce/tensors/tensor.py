@@ -424,6 +424,13 @@ def _wrapped_at_once(x, fmt) -> SparseTensor | None:
     return SparseTensor(shape, native, (None, indptr), (None, x.indices), data, validate=False, _validated=True)
 
 
+def wrap_canonical_compressed(x) -> SparseTensor | None:
+    """``asarray(x)`` for a scipy 2-D CSR / CSC whose arrays one short check shows canonical (wrapped, not
+    copied, in its own format), else None (then ``asarray`` decides, checks and words any defect): a jitted
+    call's look-up of scipy operands calls it first."""
+    return _wrapped_at_once(x, None)
+
+
 def _from_scipy(x, fmt, copy, name) -> SparseTensor:
     if copy is None:
         tensor = _wrapped_at_once(x, fmt)
