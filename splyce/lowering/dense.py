@@ -251,7 +251,8 @@ def lower_view(node, ctx, init, dense_out: bool):
     crash the sparsifier. A subview with a negative stride came out of the LLVM lowering reading other
     elements (``S @ X[::-1, ::-2]``)."""
     from mlir import ir
-    from mlir.dialects import linalg, tensor
+    from mlir.dialects import tensor
+    from splyce.lowering import linalg_ops as linalg
 
     (spec,) = node.params
     (arg,) = node.args
@@ -292,7 +293,8 @@ def lower_gather(node, ctx, init, dense_out: bool):
     them) and the operand by ``tensor.extract`` at the index's value (``arith.index_cast``) on the gathered
     axis, at ``start + step * i`` or a fixed index on the others."""
     from mlir import ir
-    from mlir.dialects import arith, linalg, tensor
+    from mlir.dialects import arith, tensor
+    from splyce.lowering import linalg_ops as linalg
 
     from splyce.tracer.gather import result_axes
 
@@ -340,7 +342,8 @@ def lower_argreduce(node, ctx, init):
     order and only a strictly better value (or a first NaN, as NumPy's) moves the index: the first
     occurrence wins."""
     from mlir import ir
-    from mlir.dialects import arith, linalg, tensor
+    from mlir.dialects import arith, tensor
+    from splyce.lowering import linalg_ops as linalg
 
     from splyce.lowering.scalars import extremum_identity
 

@@ -88,7 +88,7 @@ def _restored(value, node: Node, written: Format | None):
 def build_generic(inputs, input_subs: list[str], init, output: str, order: str, body):
     """One ``linalg.generic``: loops ``order``, operand maps from subscripts, ``body(block_args) -> value``."""
     from mlir import ir
-    from mlir.dialects import linalg
+    from splyce.lowering import linalg_ops as linalg
 
     dims = {c: ir.AffineDimExpr.get(i) for i, c in enumerate(order)}
     dims["0"] = ir.AffineConstantExpr.get(0)   # a broadcast unit axis, read at 0 (tracer/dense_ops.py)
@@ -149,7 +149,8 @@ def _dense_whole(node: Node, seen: dict) -> bool:
 
 def _init_tensor(node: Node, ctx: _Context):
     """The ``outs`` operand: the caller's zeroed buffer for a final dense result; otherwise a fresh tensor."""
-    from mlir.dialects import linalg, tensor
+    from mlir.dialects import tensor
+    from splyce.lowering import linalg_ops as linalg
 
     if node in ctx.dense_out_args and node not in ctx.overwritten:
         return ctx.dense_out_args[node]
@@ -466,7 +467,8 @@ def lower_reduce(node: Node, ctx: _Context):
     extent have an implicit zero, so 0 is one more candidate there. All in place in the result (the caller's
     buffer for a final result); the count is the one temporary, freed at once."""
     from mlir import ir
-    from mlir.dialects import linalg, sparse_tensor
+    from mlir.dialects import sparse_tensor
+    from splyce.lowering import linalg_ops as linalg
 
     kind, axes, keepdims = node.params[:3]
     expr = node.params[3] if len(node.params) > 3 else None   # fused in (planner/elementwise.py)
@@ -535,7 +537,8 @@ def _with_implicit_zeros(ctx: _Context, result, sources: list, subs: str, out: s
     or iteration points (counted by a kernel that walks those only: the points where the sparsifier evaluates
     the expression are the entries an elementwise result would have stored)."""
     from mlir import ir
-    from mlir.dialects import arith, linalg, sparse_tensor, tensor
+    from mlir.dialects import arith, sparse_tensor, tensor
+    from splyce.lowering import linalg_ops as linalg
 
     def stored_count(args):
         *values, acc = args

@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from splyce.native.array_objects import address as _address
+from splyce.native.array_objects import DATA_OFFSET, address as _address
 from splyce.native import ir_text
 from splyce.native.dtypes import SUPPORTED_DTYPES
 from splyce.native.ir_text import IR, counted, ext, fill, index_at, load_at, load_index, narrow, sext, store_at
@@ -407,6 +407,36 @@ def canonical_csr(indptr: np.ndarray, indices: np.ndarray, n_cols: int) -> bool:
     with _lock:
         entry = _canonical_entry(bits)
     return not entry(id(indptr), id(indices), len(indptr) - 1, n_cols, len(indices))
+
+
+_SUPPORTED = frozenset(SUPPORTED_DTYPES)
+_BITS = {np.dtype(np.int32): 32, np.dtype(np.int64): 64}
+
+
+def compressed_ok(n_major, n_minor, indptr, indices, data) -> bool:
+    """``buffers_ok`` for a CSR (``n_major`` rows of ``n_minor`` columns; a CSC likewise, by columns) in one
+    function: the attribute checks of ``_structure_ok`` and the one native scan of ``canonical_csr``, without
+    building the level tuples (a scipy operand's whole check on every jitted call: ~25 us through
+    ``buffers_ok``, a few us here on a small matrix). True only when every check of ``buffers_ok`` holds for
+    the format of the index dtype's widths; False whenever ``buffers_ok`` would say False or take its general
+    path (exact ndarrays only, equal index dtypes, fewer than 2**30 entries), so the caller then falls back to
+    it, which words the defect."""
+    nd = np.ndarray
+    if type(indptr) is not nd or type(indices) is not nd or type(data) is not nd or DATA_OFFSET is None:
+        return False
+    bits = _BITS.get(indptr.dtype)
+    if bits is None or indices.dtype != indptr.dtype or data.dtype not in _SUPPORTED:
+        return False
+    if indptr.ndim != 1 or indices.ndim != 1 or data.ndim != 1 or not (
+            indptr.flags.c_contiguous and indices.flags.c_contiguous and data.flags.c_contiguous):
+        return False
+    if type(n_major) is not int or type(n_minor) is not int or n_major < 0 or n_minor < 0:
+        return False
+    nnz = len(indices)
+    if len(indptr) != n_major + 1 or len(data) != nnz or nnz >= _CHUNK or n_major >= _CHUNK \
+            or n_minor - 1 > _MAX[bits]:
+        return False
+    return canonical_csr(indptr, indices, n_minor)
 
 
 # The same check for the rows [lo, hi) of a CSR, so that threads can share it: positions monotone on

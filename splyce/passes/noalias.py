@@ -64,14 +64,18 @@ class _Roots:
     """The buffers (an entry-block argument index, or a fresh allocation) a memref value may point into: every
     source reachable backwards through views and the values loops carry (a search per value, memoized whole)."""
 
-    def __init__(self, fn: ir.Operation, functions: dict):
+    def __init__(self, fn: ir.Operation, functions: dict, made: dict | None = None):
         self.functions = functions
+        self.made = {} if made is None else made     # function name -> its _Roots (a callee's, made once)
         self.args = list(fn.regions[0].blocks[0].arguments)
-        self.returns = [op for op in walk(fn) if op.name == "func.return"]
+        self.returns = []
         self.memo: dict = {}
         self.yields: dict = {}
-        for op in walk(fn):
-            if op.name in ("scf.yield", "scf.condition"):
+        for op in walk(fn):          # one walk (each walk reads the whole function through the bindings)
+            name = op.name
+            if name == "func.return":
+                self.returns.append(op)
+            elif name in ("scf.yield", "scf.condition"):
                 self.yields.setdefault(op.parent.operation, []).append(op)
 
     def of(self, value: ir.Value) -> frozenset:
@@ -123,7 +127,10 @@ class _Roots:
 
     def _called(self, call: ir.Operation, n: int, found: set) -> list:
         """A result of a call: the callee's returned buffer, one of the call's operands or its own allocation."""
-        callee = _Roots(self.functions[call.attributes["callee"].value], self.functions)
+        name = call.attributes["callee"].value
+        callee = self.made.get(name)
+        if callee is None:
+            callee = self.made[name] = _Roots(self.functions[name], self.functions, self.made)
         sources = []
         for ret in callee.returns:
             for kind, x in callee.of(list(ret.operands)[n]):
@@ -137,13 +144,17 @@ class _Roots:
         return [list(y.operands)[n] for y in self.yields.get(loop, []) if y.name == name]
 
 
-def _written(name: str, functions: dict, memo: dict) -> frozenset:
-    """The argument indices of function ``name`` whose buffers it (or a function it calls) may write."""
+def _written(name: str, functions: dict, memo: dict, made: dict | None = None) -> frozenset:
+    """The argument indices of function ``name`` whose buffers it (or a function it calls) may write
+    (``memo``: the functions analysed, each with all its call sites checked; ``made``: their ``_Roots``)."""
     if name in memo:
         return memo[name]
     memo[name] = frozenset()   # recursion: the sparsifier makes none
     fn = functions[name]
-    roots = _Roots(fn, functions)
+    made = {} if made is None else made
+    roots = made.get(name)
+    if roots is None:
+        roots = made[name] = _Roots(fn, functions, made)
     written: set = set()
     for op in walk(fn):
         memrefs = [(k, v) for k, v in enumerate(op.operands) if isinstance(v.type, ir.MemRefType)]
@@ -153,7 +164,7 @@ def _written(name: str, functions: dict, memo: dict) -> frozenset:
             callee = op.attributes["callee"].value
             if callee not in functions or not functions[callee].regions[0].blocks:
                 raise _Unknown(f"a memref passed to the external function {callee}")
-            inner = _written(callee, functions, memo)
+            inner = _written(callee, functions, memo, made)
             operand_roots = {k: roots.of(v) for k, v in memrefs}
             for k, found in operand_roots.items():
                 if k in inner and any(found & other for j, other in operand_roots.items() if j != k):
@@ -187,11 +198,13 @@ def analyze(module: ir.Module, entry: str, n_outputs: int) -> Plan:
     no function is handed one buffer twice where it writes it (``_written`` refuses that), so inside every
     function a written buffer is reached through its own argument only."""
     functions = _functions(module)
+    memo: dict = {}
+    made: dict = {}
     try:
-        written = _written(entry, functions, {})
-        for name, fn in functions.items():
-            if fn.regions[0].blocks:
-                _written(name, functions, {})   # every call site's operands checked, called or not
+        written = _written(entry, functions, memo, made)
+        for name, fn in functions.items():     # every call site's operands checked, called or not (a function
+            if fn.regions[0].blocks:           # already analysed, its own call sites included, is in ``memo``)
+                _written(name, functions, memo, made)
     except _Unknown as e:
         return Plan(reason=str(e))
     types = [a.type for a in functions[entry].regions[0].blocks[0].arguments]

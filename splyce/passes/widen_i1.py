@@ -14,9 +14,10 @@ rewrite does not know), so that none can reach the conversion that aborts.
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, linalg, memref
+from mlir.dialects import arith, memref
 
 from splyce.errors import LoweringError
+from splyce.lowering import linalg_ops as linalg   # (not mlir.dialects.linalg: its OpDSL import costs ~0.24 s)
 from splyce.passes.ir_utils import walk
 
 # Ops that make a new memref value from an i1 one (or from nothing) without reading its elements.

@@ -6,6 +6,7 @@ Native code does not check bounds, so this is where malformed input must be stop
 
 from __future__ import annotations
 
+import functools
 import numbers
 import sys
 
@@ -36,6 +37,7 @@ class Checked:
     tensor: SparseTensor
 
 
+@functools.cache
 def kernel_format(fmt: Format) -> Format:
     """The format a kernel reads for an operand stored in ``fmt``: the same, except that COO-style levels
     (singleton, non-unique, non-ordered) become compressed, which the sparsifier's coiteration needs."""
@@ -79,17 +81,24 @@ def prepare(x, name: str):
             x = asarray(x, format=wanted, name=name)
         return TensorType(x.shape, _NAMES[x.dtype], x.format), x
     if _is_sparse_object(x):
-        t = asarray(x, name=name)
-        _check_dtype(t.dtype, name)
-        wanted = kernel_format(t.format)
-        if wanted != t.format:
-            t = asarray(t, format=wanted, name=name)
+        t = prepare_sparse(x, name)
         return TensorType(t.shape, _NAMES[t.dtype], t.format), t
     if isinstance(x, np.ndarray):
         return _dense(x, name)
     if isinstance(x, (numbers.Number, str, bytes, tuple, frozenset, type(None))) or _hashable(x):
         return Static(x), None
     raise TypeError(f"{name}: unsupported argument of type {type(x).__name__}")
+
+
+def prepare_sparse(x, name: str) -> SparseTensor:
+    """``prepare``'s tensor for a scipy.sparse or pydata-sparse argument ``x``: converted (a canonical scipy
+    CSR / CSC wrapped as it is), checked, in the format the kernels read."""
+    t = asarray(x, name=name)
+    _check_dtype(t.values.dtype, name)
+    wanted = kernel_format(t.format)
+    if wanted != t.format:
+        t = asarray(t, format=wanted, name=name)
+    return t
 
 
 def _hashable(x) -> bool:

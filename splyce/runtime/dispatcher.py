@@ -25,7 +25,7 @@ from splyce.runtime import (aliasing, arguments, call_args, disk_cache, disk_ker
 from splyce.runtime import host_stages
 from splyce.planner.host_steps import has_host_steps
 from splyce.runtime.cache_key import CacheInfo, CacheKey, count_of
-from splyce.runtime.signature import fast_signature, signature_of, unchanged
+from splyce.runtime.signature import fast_signature, filed_signature, prepared_signature, signature_of, unchanged
 from splyce.runtime.kernel import (
     Kernel, _labelled, _stored_entries, _values_of,
 )
@@ -217,11 +217,20 @@ class Jitted:
             if direct is not None:        # the kernel's whole call, result rules included, as one closure
                 return direct(values)
         else:
-            call = self._convention.flatten(args, kwargs)
-            if call.traced:               # called from another jitted function: inline
-                return self.fun(*args, **kwargs)
-            kernel, values = self._kernel_for_call(call)
-            leaves = call.leaves
+            values.clear()
+            # a scipy CSR / CSC among positional arguments: converted and checked here, the rest of the key skipped
+            kernel = None if kwargs or self._sites else self._by_signature.get(prepared_signature(args, values))
+            if kernel is not None:
+                next(self._fast_hits)
+                direct = kernel.direct     # (its result is run_exact's: no result rules follow a CSR / CSC)
+                if direct is not None and kernel.coo_sources is None:
+                    return direct(values)
+            else:
+                call = self._convention.flatten(args, kwargs)
+                if call.traced:               # called from another jitted function: inline
+                    return self.fun(*args, **kwargs)
+                kernel, values = self._kernel_for_call(call)
+                leaves = call.leaves
         results = kernel.run_exact(values)
         if kernel.coo_sources is not None and self.out_format is None:
             results = scipy_results.as_coo_where_scipy_keeps_it(kernel.coo_sources, results, leaves)
@@ -260,6 +269,12 @@ class Jitted:
         if kernel is not None:
             next(self._fast_hits)
             return kernel, values
+        if signature is None and self._sites and not captured and call.operands is not None:
+            prepared = []      # scipy operands of a function reading names from outside (``__call__`` skips it)
+            kernel = self._by_signature.get(prepared_signature(call.operands, prepared))
+            if kernel is not None:
+                next(self._fast_hits)
+                return kernel, prepared
         key, specs, values = self._key(args, captured, call)
         kernel = self._cache.get(key)
         if kernel is None:
@@ -269,6 +284,10 @@ class Jitted:
                 self.hits += 1
         if signature is not None and len(values) == len(args) and all(unchanged(v, a) for v, a in zip(values, args)):
             self._by_signature[signature] = kernel     # preparing these arguments changed nothing
+        elif signature is None and not captured and call.operands is not None:
+            prepared = filed_signature(call.operands, values)    # scipy operands, prepared on every call
+            if prepared is not None:
+                self._by_signature[prepared] = kernel
         return kernel, values
 
     def filed_kernel(self, signature: tuple):

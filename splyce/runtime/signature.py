@@ -5,6 +5,7 @@ dispatcher files a kernel once a general call showed that nothing was prepared (
 from __future__ import annotations
 
 import functools
+import sys
 import itertools
 
 import numpy as np
@@ -12,7 +13,7 @@ import numpy as np
 from splyce.native.array_objects import address as _address
 from splyce.runtime import arguments
 from splyce.tensors.formats import Format
-from splyce.tensors.tensor import SparseTensor
+from splyce.tensors.tensor import SparseTensor, wrap_canonical_compressed
 
 _SIGNATURE = "dispatcher.signature"      # a validated tensor's part of ``fast_signature``, in its memo
 # a tensor's ``(shape, value dtype, format)`` stands as one int in a signature: hashing a Format is a Python
@@ -88,3 +89,85 @@ def unchanged(value, arg) -> bool:
         return value is arg and arg.validated
     return value is arg or (type(value) is np.ndarray and value.shape == arg.shape and value.dtype == arg.dtype
                             and value.strides == arg.strides and _address(value) == _address(arg))
+
+
+# -- scipy CSR / CSC operands --------------------------------------------------------------------------------
+# A scipy operand is converted and checked on every call (its buffers may have changed since the last one:
+# nothing cheap proves them unchanged, and scipy's own format flags are not proof). What the signature saves is
+# the rest of a general call: the full ``CacheKey`` (a ``TensorType`` per argument, the options, the kinds).
+# ``prepared_signature`` files a kernel under the parts of the *prepared* operands, so the kernel found is the
+# one a general call with these arguments would find: ``(the scipy class, tensor_part of the tensor prepare
+# made)``; the class stands for the operand's kind (an spmatrix's results follow np.matrix rules).
+_SCIPY_COMPRESSED: set = set()     # exact scipy CSR / CSC classes, filled when scipy.sparse is first seen
+
+
+def _is_scipy_compressed(kind) -> bool:
+    if kind in _SCIPY_COMPRESSED:
+        return True
+    module = sys.modules.get("scipy.sparse")
+    if module is None or not kind.__module__.startswith("scipy.sparse"):
+        return False
+    _SCIPY_COMPRESSED.update((module.csr_array, module.csc_array, module.csr_matrix, module.csc_matrix))
+    return kind in _SCIPY_COMPRESSED
+
+
+def prepared_signature(args, values: list) -> tuple | None:
+    """The key a kernel is filed under (``filed_signature``) for positional ``args`` with at least one scipy
+    CSR / CSC among them, each of which is converted and checked here (``arguments.prepare``, as a general
+    call does); the others as ``fast_signature`` takes them. None when some argument is neither, or preparing
+    a scipy one raised or changed its format (the general call then decides and words the error). ``values``
+    receives the kernel's operands."""
+    for a in args:      # first the types: nothing converted for a call this key cannot serve
+        kind = type(a)
+        if kind is not SparseTensor and kind is not np.ndarray and kind is not arguments.Checked \
+                and not _is_scipy_compressed(kind):
+            return None
+    parts, prepared = ["prepared"], None
+    for i, a in enumerate(args):
+        kind = type(a)
+        if _is_scipy_compressed(kind):
+            t = prepared.get(id(a)) if prepared is not None else None    # f(A, A): A checked once a call
+            if t is None:
+                t = wrap_canonical_compressed(a)     # (the check; None: prepare's full route, which may copy)
+                if t is None or not _passes_through(t.format):
+                    try:
+                        t = arguments.prepare_sparse(a, f"argument {i}")
+                    except (TypeError, ValueError):
+                        return None
+                if prepared is None:
+                    prepared = {}
+                prepared[id(a)] = t
+            if type(t) is not SparseTensor or not _passes_through(t.format):
+                return None
+            parts.append((kind, tensor_part(t.shape, t.values.dtype, t.format)))
+            values.append(t)
+        else:
+            part = fast_signature((a,), values)
+            if part is None:
+                return None
+            parts.append(part[0])
+    return tuple(parts)
+
+
+def filed_signature(args, values) -> tuple | None:
+    """``prepared_signature``'s key for ``args`` whose general call prepared them into ``values`` (one each),
+    or None when that call prepared some argument in a way ``prepared_signature`` would not repeat (a
+    conversion, a copy), or none of them is a scipy CSR / CSC (``fast_signature`` keys those calls)."""
+    if len(values) != len(args):
+        return None
+    parts, scipy_seen = ["prepared"], False
+    for a, v in zip(args, values):
+        kind = type(a)
+        if _is_scipy_compressed(kind):
+            if type(v) is not SparseTensor or not v.validated or not _passes_through(v.format):
+                return None
+            parts.append((kind, tensor_part(v.shape, v.values.dtype, v.format)))
+            scipy_seen = True
+        else:
+            if not unchanged(v, a):
+                return None
+            part = fast_signature((a,))
+            if part is None:
+                return None
+            parts.append(part[0])
+    return tuple(parts) if scipy_seen else None

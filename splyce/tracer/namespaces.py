@@ -24,6 +24,7 @@ Code the jit does not rebind (a function of another module) reaches NumPy's own 
 
 from __future__ import annotations
 
+import sys
 import types
 
 import numpy as np
@@ -230,12 +231,17 @@ def _array_kind(fn):
 class Namespace(types.ModuleType):
     """A module as a traced function sees it: the served names, the rest forwarded to the real module."""
 
-    def __init__(self, real: types.ModuleType, served: dict):
+    def __init__(self, real: types.ModuleType, served: dict, lazy: dict | None = None):
         super().__init__(real.__name__, real.__doc__)
         self.__dict__.update(served)
         self.__dict__["_real"] = real
+        self.__dict__["_lazy"] = lazy or {}    # served names built on first read (a submodule's namespace)
 
     def __getattr__(self, name):
+        lazy = self.__dict__["_lazy"].get(name)
+        if lazy is not None:
+            value = self.__dict__[name] = lazy()
+            return value
         real = getattr(self.__dict__["_real"], name)
         if self.__name__.startswith("scipy.sparse") and isinstance(real, types.FunctionType):
             return _refusing(f"{self.__name__}.{name}", real, sorted(k for k in self.__dict__ if not
@@ -270,33 +276,51 @@ def _refusing(qualified: str, real, served: list):
 
 
 class _Table:
-    """The substitutes, built on first use (scipy is imported only when a function reads it)."""
+    """The substitutes, built on first use, of the modules loaded then: NumPy's always; scipy.sparse's when
+    scipy is loaded; scipy.sparse.linalg's when it is loaded, or when a traced function reads
+    ``scipy.sparse.linalg`` (importing it costs ~0.5 s on a cold process: a new program's first call must not
+    pay it for a function that never reads it). Rebuilt when one of them has been imported since."""
 
     def __init__(self):
         self.by_id = None
+        self.loaded = None
+        self._linalg = None
 
     def get(self):
-        if self.by_id is None:
-            import scipy
-            import scipy.sparse as sps
+        loaded = ("scipy" in sys.modules, "scipy.sparse.linalg" in sys.modules)
+        if self.by_id is None or loaded != self.loaded:
+            self.by_id = self._build(*loaded)
+            self.loaded = loaded
+        return self.by_id
 
+    def _linalg_namespace(self) -> Namespace:
+        if self._linalg is None:
             import scipy.sparse.linalg as spla
 
-            sparse_served = _scipy_sparse()
-            linalg_served = _scipy_sparse_linalg()
-            linalg_ns = Namespace(spla, linalg_served)
-            sparse_ns = Namespace(sps, {**sparse_served, "linalg": linalg_ns})
-            by_id = {id(np): Namespace(np, NUMPY), id(sps): sparse_ns,
-                     id(scipy): Namespace(scipy, {"sparse": sparse_ns})}
-            for name, fn in NUMPY.items():
-                by_id[id(getattr(np, name))] = fn
-            for name, fn in sparse_served.items():
-                by_id[id(getattr(sps, name))] = fn
+            self._linalg = Namespace(spla, _scipy_sparse_linalg())
+        return self._linalg
+
+    def _build(self, scipy_loaded: bool, linalg_loaded: bool) -> dict:
+        by_id = {id(np): Namespace(np, NUMPY)}
+        for name, fn in NUMPY.items():
+            by_id[id(getattr(np, name))] = fn
+        if not scipy_loaded:         # a function cannot read a scipy module or function before scipy is loaded
+            return by_id
+        import scipy
+        import scipy.sparse as sps
+
+        sparse_served = _scipy_sparse()
+        sparse_ns = Namespace(sps, sparse_served, lazy={"linalg": self._linalg_namespace})
+        by_id.update({id(sps): sparse_ns, id(scipy): Namespace(scipy, {"sparse": sparse_ns})})
+        for name, fn in sparse_served.items():
+            by_id[id(getattr(sps, name))] = fn
+        if linalg_loaded:
+            linalg_ns = self._linalg_namespace()
+            spla = linalg_ns.__dict__["_real"]
             by_id[id(spla)] = linalg_ns
-            for name, fn in linalg_served.items():
-                by_id[id(getattr(spla, name))] = fn
-            self.by_id = by_id
-        return self.by_id
+            for name, fn in _scipy_sparse_linalg().items():
+                by_id[id(getattr(spla, name))] = linalg_ns.__dict__[name]
+        return by_id
 
 
 _TABLE = _Table()
