@@ -41,9 +41,9 @@ def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
             return out
     if out_format is None and getattr(a, "format", None) == "bsr" and getattr(b, "format", None) == "bsr" \
             and _keeps_left_format(name, a, b):
-        from splyce.dropin import dia_ops
+        from splyce.dropin import bsr_ops
 
-        out = dia_ops.bsr_same_pattern(name, a, b)  # one canonical block pattern: block by block
+        out = bsr_ops.same_pattern(name, a, b)  # one canonical block pattern: block by block
         if out is not None:
             return out
     threads = _threads(threads)

@@ -49,6 +49,12 @@ def matmul(a, b, *, out_format=None, threads=None):
             out = dia_ops.matmul(a, b)          # DIA @ DIA, diagonal pairs (None: another dtype)
             if out is not None:
                 return out
+        elif getattr(b, "format", None) == "bsr":
+            from splyce.dropin import bsr_ops
+
+            out = bsr_ops.matmul(a, b)          # BSR @ BSR on the blocks (None: another dtype or block sizes)
+            if out is not None:
+                return out
         block = b.blocksize[1] if getattr(b, "format", None) == "bsr" else 1
         return _left_format(a, _matmul(scipy_to_csr(a, "a"), b, out_format, _threads(threads)), block)
     out = _stored_pydata_class(_matmul(a, b, out_format, _threads(threads)), a, b)

@@ -1,0 +1,111 @@
+"""Two scipy BSR operands combined into a BSR as scipy 1.17 returns them, on their blocks: elementwise ``+``, ``-``,
+``multiply`` of two BSRs holding one canonical block pattern (block by block), and ``A @ B`` of two BSRs whose
+inner block sizes agree (native/bsr_spgemm.py: scipy's ``bsr_matmat`` on the blocks, its buffers bit for bit).
+No conversion to CSR and back (that road cost 2-3x scipy's time; scipy's ``tobsr`` alone costs more than its
+product).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from splyce.native.ir_text import VALUE
+
+
+def same_pattern(name: str, a, b):
+    """``a + b`` / ``a - b`` / ``a.multiply(b)`` for two scipy BSRs of one block shape holding the same blocks in
+    canonical form (block columns strictly increasing in every block row; the same ``indptr`` and ``indices``:
+    ``A + A``, or operators assembled on one pattern), block by block as scipy's canonical ``bsr_binop`` computes
+    them (blocks whose entries all come out zero dropped), as a BSR of their class; None otherwise (then the
+    general road)."""
+    import scipy.sparse as sps
+
+    dtype = np.result_type(a.dtype, b.dtype)
+    if dtype not in VALUE or a.shape != b.shape or a.blocksize != b.blocksize:
+        return None
+    ia, pa, ib, pb = (np.asarray(v) for v in (a.indices, a.indptr, b.indices, b.indptr))
+    da, db = np.asarray(a.data), np.asarray(b.data)
+    R, C = a.blocksize
+    m, n = a.shape
+    if (da.shape != db.shape or da.ndim != 3 or da.shape[1:] != (R, C) or m % R or n % C or ia.ndim != 1
+            or pa.ndim != 1 or len(pa) != m // R + 1 or len(ia) != len(da) or pa[0] != 0 or pa[-1] != len(ia)):
+        return None
+    if not (ia is ib or np.array_equal(ia, ib)) or not (pa is pb or np.array_equal(pa, pb)):
+        return None
+    counts = np.diff(pa)
+    if (counts < 0).any() or (len(ia) and (ia.min() < 0 or ia.max() >= n // C)):
+        return None
+    steps = np.diff(ia)
+    if len(steps):
+        first = np.zeros(len(ia), dtype=bool)     # a block that starts its row may step down from the last row's
+        first[pa[:-1][counts > 0]] = True
+        if (steps[~first[1:]] <= 0).any():
+            return None
+    data = da * db if name == "multiply" else (da + db if name == "add" else da - db)
+    data = data.astype(dtype, copy=False)
+    indices, indptr = ia.copy(), pa.copy()
+    keep = None if data.all() else data.reshape(len(data), -1).any(axis=1)   # no zero at all: every block kept
+    if keep is not None and not keep.all():
+        data, indices = data[keep], ia[keep]
+        kept_per_row = np.add.reduceat(keep, pa[:-1]) if len(keep) else np.zeros(len(counts), dtype=np.int64)
+        kept_per_row = np.where(counts > 0, kept_per_row, 0)
+        indptr = np.zeros(len(pa), dtype=pa.dtype)
+        np.cumsum(kept_per_row, out=indptr[1:])
+    cls = sps.bsr_array if isinstance(a, sps.sparray) else sps.bsr_matrix     # scipy: the left operand's class
+    return cls((data, indices, indptr), shape=a.shape, blocksize=(R, C))
+
+
+def _parts(x, name: str, dtype):
+    """(indptr, indices, data) of a scipy BSR as the native kernels read them (one native int32 / int64 index
+    dtype, ``data`` C-contiguous ``(nnzb, R, C)`` of ``dtype``); ValueError naming the defect for what the kernels
+    read unchecked (lengths, the block shape against the matrix's, ``indptr``'s ends)."""
+    m, n = x.shape
+    data, indptr, indices = np.asarray(x.data), np.asarray(x.indptr), np.asarray(x.indices)
+    if data.ndim != 3 or 0 in data.shape[1:]:
+        raise ValueError(f"{name}: a malformed BSR: data of shape {data.shape} (expected (blocks, R, C))")
+    nnzb, R, C = data.shape
+    if m % R or n % C:
+        raise ValueError(f"{name}: a malformed BSR: blocks of {R} x {C} do not tile the shape {x.shape}")
+    if indptr.ndim != 1 or len(indptr) != m // R + 1 or indptr.dtype.kind not in "iu":
+        raise ValueError(f"{name}: a malformed BSR: indptr of {indptr.size} {indptr.dtype} entries, expected "
+                         f"{m // R + 1} integers (block rows + 1)")
+    if indices.ndim != 1 or len(indices) != nnzb or indices.dtype.kind not in "iu":
+        raise ValueError(f"{name}: a malformed BSR: {indices.size} {indices.dtype} block column indices for "
+                         f"{nnzb} blocks")
+    if indptr[0] != 0 or indptr[-1] != nnzb:
+        raise ValueError(f"{name}: a malformed BSR: indptr must start at 0 and end at the {nnzb} blocks, got "
+                         f"{int(indptr[0])} ... {int(indptr[-1])}")
+    index = np.dtype(np.int32) if indptr.dtype == indices.dtype == np.int32 else np.dtype(np.int64)
+    indptr, indices = (np.ascontiguousarray(v, dtype=index) for v in (indptr, indices))
+    return indptr, indices, np.ascontiguousarray(data, dtype=dtype)
+
+
+def matmul(a, b):
+    """``a @ b`` for two scipy BSRs whose inner block sizes agree (``a``'s blocks R x K, ``b``'s K x C), as
+    scipy's ``bsr_matmat`` computes it: a BSR of blocks R x C in the left operand's class, the same buffers
+    (block columns in order of first appearance, zero blocks kept, sums in scipy's order). None when the
+    native kernel does not apply (a value dtype it lacks, other block sizes, 1 x 1 blocks): then the general
+    road."""
+    import scipy.sparse as sps
+    from splyce.native import bsr_spgemm
+
+    dtype = np.result_type(a.dtype, b.dtype)
+    if (dtype not in VALUE or getattr(b, "format", None) != "bsr" or len(a.shape) != 2 or len(b.shape) != 2
+            or a.shape[1] != b.shape[0] or a.blocksize[1] != b.blocksize[0]
+            or a.blocksize[0] * a.blocksize[1] * b.blocksize[1] == 1):
+        return None     # (1 x 1 blocks: scipy runs its CSR product, zero sums dropped; the general road is that)
+    pa, pb = _parts(a, "a", dtype), _parts(b, "b", dtype)
+    nb = b.shape[1] // pb[2].shape[2]
+    out = bsr_spgemm.bsr_matmat(pa, pb, nb)
+    if out is None:
+        for x, (indptr, indices, _) in (("a", pa), ("b", pb)):
+            if bool((np.diff(indptr) < 0).any()):
+                raise ValueError(f"{x}: a malformed BSR: indptr decreases")
+        limit = pa[0].shape[0] and b.shape[0] // pb[2].shape[1]
+        if len(pa[1]) and int(pa[1].max()) >= limit or len(pa[1]) and int(pa[1].min()) < 0:
+            raise ValueError(f"a: a malformed BSR: a block column index outside [0, {limit})")
+        raise ValueError(f"b: a malformed BSR: a block column index outside [0, {nb})")
+    indptr, indices, data = out
+    R, C = pa[2].shape[1], pb[2].shape[2]
+    cls = sps.bsr_array if isinstance(a, sps.sparray) else sps.bsr_matrix     # scipy: the left operand's class
+    return cls((data, indices, indptr), shape=(a.shape[0], b.shape[1]), blocksize=(R, C))
