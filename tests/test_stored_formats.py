@@ -252,3 +252,62 @@ def test_bench_formats_tiny(tmp_path):
     text = (tmp_path / "formats.md").read_text()
     for fmt in ("coo", "bsr", "dia"):
         assert f"| {fmt} | spmv |" in text and f"| {fmt} | multiply |" in text
+
+
+def _bsr_pair(m, k, n, blocks, density, dtype, seed, classes=(sp.bsr_array, sp.bsr_array)):
+    R, K, C = blocks
+    a = classes[0](_dense((m * R, k * K), density, seed, dtype), blocksize=(R, K))
+    b = classes[1](_dense((k * K, n * C), density, seed + 1, dtype), blocksize=(K, C))
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", (np.float64, np.int32, pytest.param(np.float32, marks=pytest.mark.slow),
+                                   pytest.param(np.int64, marks=pytest.mark.slow)))
+def test_bsr_matmul_bsr_is_scipys_bsr_matmat(dtype):
+    """BSR @ BSR (native/bsr_spgemm.py): scipy's buffers bit for bit (block columns in first-appearance order,
+    zero blocks kept), the left operand's class, for unrolled and looped block shapes, empty rows and operands."""
+    cases = [((7, 5, 6), (3, 3, 3), 0.3), ((4, 6, 5), (2, 3, 4), 0.25), ((3, 4, 3), (5, 6, 7), 0.2),
+             ((6, 6, 6), (2, 2, 2), 0.02), ((5, 4, 3), (3, 3, 3), 0.0), ((0, 3, 4), (2, 2, 2), 0.5),
+             ((4, 4, 4), (4, 1, 4), 0.4)]
+    for k, ((m, kk, n), blocks, density) in enumerate(cases):
+        for classes in ((sp.bsr_array, sp.bsr_array), (sp.bsr_matrix, sp.bsr_array), (sp.bsr_matrix, sp.bsr_matrix)):
+            a, b = _bsr_pair(m, kk, n, blocks, density, dtype, k, classes)
+            sa, sb = _snapshot(a), _snapshot(b)
+            got, want = splyce.matmul(a, b), a @ b
+            assert type(got) is type(want) and got.blocksize == want.blocksize, (type(got), type(want))
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got.indptr, want.indptr)
+            np.testing.assert_array_equal(got.indices, want.indices)
+            np.testing.assert_array_equal(got.data, want.data)
+            assert _same(a, sa) and _same(b, sb)
+
+
+def test_bsr_matmul_bsr_mixed_dtypes_and_other_block_sizes():
+    a, b = _bsr_pair(5, 4, 6, (3, 2, 3), 0.4, np.float32, 5)
+    b64 = sp.bsr_array(b.toarray().astype(np.float64), blocksize=(2, 3))
+    want = a @ b64
+    got = splyce.matmul(a, b64)
+    assert got.dtype == want.dtype == np.float64 and got.blocksize == want.blocksize
+    np.testing.assert_allclose(got.toarray(), want.toarray(), rtol=1e-6)
+    c = sp.bsr_array(b.toarray(), blocksize=(1, 3))       # inner block sizes differ (2 vs 1): scipy converts
+    _check_result(splyce.matmul(a, c), a @ c, exact=False)
+    assert splyce.matmul(a, c).blocksize == (a @ c).blocksize
+
+
+def test_malformed_bsr_refused_in_bsr_products():
+    a, b = _bsr_pair(4, 4, 4, (3, 3, 3), 0.5, np.float64, 8)
+    bad = a.copy()
+    bad.indices[0] = 4                  # block columns are 0..3
+    with pytest.raises(ValueError, match="a: a malformed BSR: a block column"):
+        splyce.matmul(bad, b)
+    with pytest.raises(ValueError, match="b: a malformed BSR: a block column"):
+        splyce.matmul(b, bad)
+    short = a.copy()
+    short.indptr[-1] -= 1               # ends before the last block
+    with pytest.raises(ValueError, match="indptr"):
+        splyce.matmul(short, b)
+    down = a.copy()
+    if down.indptr[1] < down.indptr[2]:
+        down.indptr[1] = down.indptr[2] + 1     # a decreasing segment
+        with pytest.raises(ValueError, match="indptr"):
+            splyce.matmul(down, b)

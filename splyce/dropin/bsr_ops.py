@@ -101,9 +101,9 @@ def matmul(a, b):
         for x, (indptr, indices, _) in (("a", pa), ("b", pb)):
             if bool((np.diff(indptr) < 0).any()):
                 raise ValueError(f"{x}: a malformed BSR: indptr decreases")
-        limit = pa[0].shape[0] and b.shape[0] // pb[2].shape[1]
-        if len(pa[1]) and int(pa[1].max()) >= limit or len(pa[1]) and int(pa[1].min()) < 0:
-            raise ValueError(f"a: a malformed BSR: a block column index outside [0, {limit})")
+        kb = b.shape[0] // pb[2].shape[1]       # a's block columns are b's block rows
+        if len(pa[1]) and (int(pa[1].max()) >= kb or int(pa[1].min()) < 0):
+            raise ValueError(f"a: a malformed BSR: a block column index outside [0, {kb})")
         raise ValueError(f"b: a malformed BSR: a block column index outside [0, {nb})")
     indptr, indices, data = out
     R, C = pa[2].shape[1], pb[2].shape[2]
