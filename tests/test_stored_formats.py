@@ -79,7 +79,8 @@ def _snapshot(a):
 
 def _same(a, snap):
     now = _snapshot(a)
-    return len(now) == len(snap) and all(np.array_equal(x, y) and x.dtype == y.dtype for x, y in zip(now, snap))
+    return len(now) == len(snap) and all(np.array_equal(x, y, equal_nan=x.dtype.kind in "fc") and x.dtype == y.dtype
+                                         for x, y in zip(now, snap))
 
 
 def _check_result(got, want, exact=True):
@@ -311,3 +312,46 @@ def test_malformed_bsr_refused_in_bsr_products():
         down.indptr[1] = down.indptr[2] + 1     # a decreasing segment
         with pytest.raises(ValueError, match="indptr"):
             splyce.matmul(down, b)
+
+
+def _bsr_variants(shape, block, dtype, seed, cls):
+    """BSRs of one block shape with different block patterns: random, one with its blocks cancelling to zero,
+    one with explicit zero blocks and a NaN, one non-canonical (a block row's columns reversed)."""
+    d = _dense(shape, 0.15, seed, dtype)
+    out = [cls(d, blocksize=block), cls(_dense(shape, 0.3, seed + 1, dtype), blocksize=block), cls(-d, blocksize=block)]
+    z = cls(d, blocksize=block)
+    if z.nnz:
+        z.data[0] = 0                                      # an explicit all-zero block
+        if np.dtype(dtype).kind == "f":
+            z.data[-1, 0, 0] = np.nan
+    out.append(z)
+    r = cls(_dense(shape, 0.4, seed + 2, dtype), blocksize=block)
+    lo, hi = int(r.indptr[0]), int(r.indptr[1])
+    if hi - lo > 1:                                        # block columns of the first row reversed
+        r.indices[lo:hi] = r.indices[lo:hi][::-1].copy()
+        r.data[lo:hi] = r.data[lo:hi][::-1].copy()
+    out.append(r)
+    return out
+
+
+@pytest.mark.parametrize("dtype", (np.float64, np.int32, pytest.param(np.float32, marks=pytest.mark.slow),
+                                   pytest.param(np.int64, marks=pytest.mark.slow)))
+def test_bsr_elementwise_on_different_block_patterns(dtype):
+    """BSR op BSR with different block patterns: scipy's canonical bsr_binop's blocks (union / intersection in
+    order, zero blocks dropped), the left operand's class; non-canonical operands as scipy computes them."""
+    for shape, block in (((12, 12), (3, 3)), ((8, 18), (2, 3)), ((30, 20), (5, 4)), ((6, 6), (1, 1))):
+        for cls_a, cls_b in ((sp.bsr_array, sp.bsr_array), (sp.bsr_matrix, sp.bsr_array)):
+            va, vb = _bsr_variants(shape, block, dtype, 1, cls_a), _bsr_variants(shape, block, dtype, 1, cls_b)
+            for a, b in itertools.product(va, vb):
+                snaps = _snapshot(a), _snapshot(b)
+                for got, want in ((splyce.multiply(a, b), a.multiply(b)), (splyce.add(a, b), a + b),
+                                  (splyce.subtract(a, b), a - b)):
+                    assert type(got) is type(want) and got.format == want.format == "bsr"
+                    assert got.blocksize == want.blocksize and got.dtype == want.dtype
+                    if a.has_canonical_format and b.has_canonical_format:      # scipy's canonical blocks exactly
+                        np.testing.assert_array_equal(got.indptr, want.indptr)
+                        np.testing.assert_array_equal(got.indices, want.indices)
+                        np.testing.assert_array_equal(got.data, want.data)
+                    else:
+                        np.testing.assert_array_equal(got.toarray(), want.toarray())
+                assert _same(a, snaps[0]) and _same(b, snaps[1])

@@ -12,47 +12,28 @@ import numpy as np
 from splyce.native.ir_text import VALUE
 
 
-def same_pattern(name: str, a, b):
-    """``a + b`` / ``a - b`` / ``a.multiply(b)`` for two scipy BSRs of one block shape holding the same blocks in
-    canonical form (block columns strictly increasing in every block row; the same ``indptr`` and ``indices``:
-    ``A + A``, or operators assembled on one pattern), block by block as scipy's canonical ``bsr_binop`` computes
-    them (blocks whose entries all come out zero dropped), as a BSR of their class; None otherwise (then the
-    general road)."""
+def elementwise(name: str, a, b):
+    """``a + b`` / ``a - b`` / ``a.multiply(b)`` for two scipy BSRs of one shape and block shape, each in canonical
+    form (block columns strictly increasing in every block row), as scipy's canonical ``bsr_binop`` computes them
+    (native/bsr_binop.py): the union of the blocks in order, each block combined entry by entry against zeros
+    where an operand lacks it, blocks whose entries all come out zero dropped, so the buffers are scipy's; a
+    BSR of the left operand's class. None otherwise (another dtype or block shape, or buffers not canonical:
+    then the general road, which refuses malformed ones)."""
     import scipy.sparse as sps
+    from splyce.native import bsr_binop
 
     dtype = np.result_type(a.dtype, b.dtype)
-    if dtype not in VALUE or a.shape != b.shape or a.blocksize != b.blocksize:
+    if (dtype not in VALUE or a.shape != b.shape or len(a.shape) != 2 or getattr(b, "format", None) != "bsr"
+            or a.blocksize != b.blocksize):
         return None
-    ia, pa, ib, pb = (np.asarray(v) for v in (a.indices, a.indptr, b.indices, b.indptr))
-    da, db = np.asarray(a.data), np.asarray(b.data)
+    pa = _parts(a, "a", dtype)
+    pb = pa if b is a else _parts(b, "b", dtype)
     R, C = a.blocksize
-    m, n = a.shape
-    if (da.shape != db.shape or da.ndim != 3 or da.shape[1:] != (R, C) or m % R or n % C or ia.ndim != 1
-            or pa.ndim != 1 or len(pa) != m // R + 1 or len(ia) != len(da) or pa[0] != 0 or pa[-1] != len(ia)):
+    out = bsr_binop.bsr_binop(name, pa, pb, a.shape[1] // C)
+    if out is None:
         return None
-    if not (ia is ib or np.array_equal(ia, ib)) or not (pa is pb or np.array_equal(pa, pb)):
-        return None
-    counts = np.diff(pa)
-    if (counts < 0).any() or (len(ia) and (ia.min() < 0 or ia.max() >= n // C)):
-        return None
-    steps = np.diff(ia)
-    if len(steps):
-        first = np.zeros(len(ia), dtype=bool)     # a block that starts its row may step down from the last row's
-        first[pa[:-1][counts > 0]] = True
-        if (steps[~first[1:]] <= 0).any():
-            return None
-    data = da * db if name == "multiply" else (da + db if name == "add" else da - db)
-    data = data.astype(dtype, copy=False)
-    indices, indptr = ia.copy(), pa.copy()
-    keep = None if data.all() else data.reshape(len(data), -1).any(axis=1)   # no zero at all: every block kept
-    if keep is not None and not keep.all():
-        data, indices = data[keep], ia[keep]
-        kept_per_row = np.add.reduceat(keep, pa[:-1]) if len(keep) else np.zeros(len(counts), dtype=np.int64)
-        kept_per_row = np.where(counts > 0, kept_per_row, 0)
-        indptr = np.zeros(len(pa), dtype=pa.dtype)
-        np.cumsum(kept_per_row, out=indptr[1:])
     cls = sps.bsr_array if isinstance(a, sps.sparray) else sps.bsr_matrix     # scipy: the left operand's class
-    return cls((data, indices, indptr), shape=a.shape, blocksize=(R, C))
+    return cls(out[::-1], shape=a.shape, blocksize=(R, C))
 
 
 def _parts(x, name: str, dtype):

@@ -43,7 +43,7 @@ def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
             and _keeps_left_format(name, a, b):
         from splyce.dropin import bsr_ops
 
-        out = bsr_ops.same_pattern(name, a, b)  # one canonical block pattern: block by block
+        out = bsr_ops.elementwise(name, a, b)   # canonical blocks of one shape: block by block
         if out is not None:
             return out
     threads = _threads(threads)
