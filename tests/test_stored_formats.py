@@ -355,3 +355,30 @@ def test_bsr_elementwise_on_different_block_patterns(dtype):
                     else:
                         np.testing.assert_array_equal(got.toarray(), want.toarray())
                 assert _same(a, snaps[0]) and _same(b, snaps[1])
+
+
+@pytest.mark.parametrize("dtype", (np.float64, np.int64, pytest.param(np.float32, marks=pytest.mark.slow),
+                                   pytest.param(np.int32, marks=pytest.mark.slow)))
+def test_dia_matmul_dia_against_scipy(dtype):
+    """DIA @ DIA (native/dia_matmat.py): scipy's values and class (the left operand's) on square and rectangular
+    shapes, offsets in any order and beyond the matrix, data narrower and wider than the columns."""
+    cases = [((9, 9), (9, 9), [0, 1, -1], [2, -3, 0]), ((7, 11), (11, 5), [3, -2, 20], [-1, 0, 4, -30]),
+             ((12, 6), (6, 12), [0, 5, 2], [1, -4]), ((1, 1), (1, 1), [0], [0]), ((6, 6), (6, 6), [], [0, 1]),
+             ((40, 40), (40, 40), list(range(-5, 6)), list(range(-5, 6))[::-1])]
+    for (sa, sb, oa, ob) in cases:
+        for width_a, width_b in ((sa[1], sb[1]), (sa[1] + 3, max(sb[1] - 2, 1))):
+            for cls_a, cls_b in ((sp.dia_array, sp.dia_array), (sp.dia_matrix, sp.dia_array)):
+                da = _dense((len(oa), width_a), 1.0, len(oa), dtype)
+                db = _dense((len(ob), width_b), 1.0, len(ob) + 7, dtype)
+                a = cls_a((da, np.array(oa, dtype=np.int32)), shape=sa)
+                b = cls_b((db, np.array(ob, dtype=np.int32)), shape=sb)
+                snaps = _snapshot(a), _snapshot(b)
+                got = splyce.matmul(a, b)
+                try:
+                    want = a @ b
+                except RuntimeError:        # scipy 1.17's dia_matmat fails on an operand without diagonals
+                    assert not (len(oa) and len(ob)), (sa, sb, oa, ob)
+                    want = cls_a(a.toarray() @ b.toarray())
+                assert type(got) is type(want) and got.format == want.format == "dia"
+                _check_result(got, want, exact=np.dtype(dtype).kind in "iu")
+                assert _same(a, snaps[0]) and _same(b, snaps[1])

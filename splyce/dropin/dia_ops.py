@@ -106,21 +106,28 @@ def matmul(a, b):
     m, n = a.shape[0], b.shape[1]
     # positions outside an operand only reach positions outside the result (zeroed below): its rows as stored
     ra, rb = _stored_rows(a, dtype) or _rows(a, dtype), _stored_rows(b, dtype) or _rows(b, dtype)
-    rows: dict = {}
-    for ka, row_a in ra.items():
-        for kb, row_b in rb.items():
-            # result column j (row j - ka - kb) takes A[., j - kb] * B[j - kb, j]: A's row at column j - kb
-            lo, hi = max(0, kb), min(n, a.shape[1] + kb)
-            if hi <= lo:
-                continue
-            prod = row_a[lo - kb:hi - kb] * row_b[lo:hi]
-            k = ka + kb
-            out = rows.get(k)
-            if out is None:
-                out = rows[k] = np.zeros(n, dtype=dtype)
-            out[lo:hi] += prod
-    # positions outside the result (row j - k outside [0, m)) zeroed: they hold nothing
-    for k, out in rows.items():
-        out[:max(0, min(n, k))] = 0
-        out[max(0, m + k):] = 0
-    return _result(_class(a, b), rows, (m, n), dtype)
+    if not ra or not rb or n == 0:
+        return _result(_class(a, b), {}, (m, n), dtype)
+    from splyce.native import dia_matmat
+
+    ka = np.array(list(ra), dtype=np.int64)
+    kb = np.array(list(rb), dtype=np.int64)
+    rows_a = np.ascontiguousarray(np.stack(list(ra.values())), dtype=dtype)
+    rows_b = np.ascontiguousarray(np.stack(list(rb.values())), dtype=dtype)
+    # every pair (A's diagonals in order, then B's): result column j (row j - ka - kb) takes A[., j - kb] *
+    # B[j - kb, j], A's row at column j - kb, for j in [max(0, kb), min(n, A's columns + kb))
+    da, db = (g.ravel() for g in np.meshgrid(np.arange(len(ka)), np.arange(len(kb)), indexing="ij"))
+    kbp = kb[db]
+    lo, hi = np.maximum(kbp, 0), np.minimum(n, a.shape[1] + kbp)
+    sums = ka[da] + kbp
+    keep = hi > lo
+    offsets, target = np.unique(sums[keep], return_inverse=True)
+    pairs = np.ascontiguousarray(np.stack([da[keep], db[keep], kbp[keep], lo[keep], hi[keep], target.ravel()],
+                                          axis=1), dtype=np.int64)
+    out = np.zeros((len(offsets), n), dtype=dtype)
+    dia_matmat.dia_matmat(pairs, rows_a, rows_b, out)
+    # positions outside the result (row j - k outside [0, m)) hold nothing
+    cols = np.arange(n)
+    out[(cols < offsets[:, None]) | (cols >= m + offsets[:, None])] = 0
+    index = np.int32 if max(m, n) < 2**31 else np.int64
+    return _class(a, b)((out, offsets.astype(index)), shape=(m, n))
