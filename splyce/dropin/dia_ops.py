@@ -42,20 +42,12 @@ def _same_diagonals(a, b):
     oa, ob = np.asarray(a.offsets), np.asarray(b.offsets)
     da, db = np.asarray(a.data), np.asarray(b.data)
     if (oa.ndim != 1 or oa.dtype.kind not in "iu" or da.ndim != 2 or da.shape != db.shape or da.shape[0] != len(oa)
-            or not np.array_equal(oa, ob) or len(np.unique(oa)) != len(oa)):
+            or not (oa is ob or np.array_equal(oa, ob))):
+        return None
+    listed = oa.tolist()
+    if len(set(listed)) != len(listed):
         return None
     return da, db
-
-
-def _stored_rows(x, dtype) -> dict | None:
-    """``{offset: data row}`` of a DIA as stored (no copy when of ``dtype``), when its offsets are distinct and
-    every row covers all columns; else None."""
-    offsets, data = np.asarray(x.offsets), np.asarray(x.data)
-    if (offsets.ndim != 1 or offsets.dtype.kind not in "iu" or data.ndim != 2 or data.shape[0] != len(offsets)
-            or data.shape[1] < x.shape[1] or len(np.unique(offsets)) != len(offsets)):
-        return None
-    data = data[:, :x.shape[1]].astype(dtype, copy=False)
-    return dict(zip(offsets.tolist(), data))
 
 
 def _result(cls, rows: dict, shape, dtype):
@@ -104,30 +96,42 @@ def matmul(a, b):
     if dtype not in VALUE or len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
         return None
     m, n = a.shape[0], b.shape[1]
-    # positions outside an operand only reach positions outside the result (zeroed below): its rows as stored
-    ra, rb = _stored_rows(a, dtype) or _rows(a, dtype), _stored_rows(b, dtype) or _rows(b, dtype)
-    if not ra or not rb or n == 0:
-        return _result(_class(a, b), {}, (m, n), dtype)
-    from splyce.native import dia_matmat
-
-    ka = np.array(list(ra), dtype=np.int64)
-    kb = np.array(list(rb), dtype=np.int64)
-    rows_a = np.ascontiguousarray(np.stack(list(ra.values())), dtype=dtype)
-    rows_b = np.ascontiguousarray(np.stack(list(rb.values())), dtype=dtype)
+    oa, rows_a = _diagonals(a, dtype)
+    ob, rows_b = _diagonals(b, dtype)
     # every pair (A's diagonals in order, then B's): result column j (row j - ka - kb) takes A[., j - kb] *
-    # B[j - kb, j], A's row at column j - kb, for j in [max(0, kb), min(n, A's columns + kb))
-    da, db = (g.ravel() for g in np.meshgrid(np.arange(len(ka)), np.arange(len(kb)), indexing="ij"))
-    kbp = kb[db]
-    lo, hi = np.maximum(kbp, 0), np.minimum(n, a.shape[1] + kbp)
-    sums = ka[da] + kbp
-    keep = hi > lo
-    offsets, target = np.unique(sums[keep], return_inverse=True)
-    pairs = np.ascontiguousarray(np.stack([da[keep], db[keep], kbp[keep], lo[keep], hi[keep], target.ravel()],
-                                          axis=1), dtype=np.int64)
+    # B[j - kb, j], A's row at column j - kb, for j where that column of A is one (j - kb in [0, A's columns))
+    # and the result's row is one (j - k in [0, m)): nothing is written outside the result
+    table, wa = [], a.shape[1]
+    for da, ka in enumerate(oa):
+        for db, kb in enumerate(ob):
+            k = ka + kb
+            lo, hi = max(0, kb, k), min(n, wa + kb, m + k)
+            if hi > lo:
+                table.append((da, db, kb, lo, hi, k))
+    offsets = sorted({row[5] for row in table})
+    at = {k: t for t, k in enumerate(offsets)}
     out = np.zeros((len(offsets), n), dtype=dtype)
-    dia_matmat.dia_matmat(pairs, rows_a, rows_b, out)
-    # positions outside the result (row j - k outside [0, m)) hold nothing
-    cols = np.arange(n)
-    out[(cols < offsets[:, None]) | (cols >= m + offsets[:, None])] = 0
+    if table:
+        from splyce.native import dia_matmat
+
+        pairs = np.array([row[:5] + (at[row[5]],) for row in table], dtype=np.int64)
+        dia_matmat.dia_matmat(pairs, rows_a, rows_b, out)
     index = np.int32 if max(m, n) < 2**31 else np.int64
-    return _class(a, b)((out, offsets.astype(index)), shape=(m, n))
+    return _class(a, b)((out, np.array(offsets, dtype=index)), shape=(m, n))
+
+
+def _diagonals(x, dtype) -> tuple[list, np.ndarray]:
+    """(offsets, rows) of a DIA for the product: ``rows`` C-contiguous of ``dtype``, one row per distinct offset
+    of at least ``x.shape[1]`` columns: the stored data as it is when its offsets are distinct and its rows
+    cover every column (entries outside the matrix reach only positions outside the product, never written),
+    else the rows of ``_rows`` (repeated offsets summed)."""
+    offsets, data = np.asarray(x.offsets), np.asarray(x.data)
+    if (offsets.ndim == 1 and offsets.dtype.kind in "iu" and data.ndim == 2 and data.shape[0] == len(offsets)
+            and data.shape[1] >= x.shape[1] and data.dtype == dtype and data.flags.c_contiguous):
+        listed = offsets.tolist()
+        if len(set(listed)) == len(listed):
+            return listed, data
+    rows = _rows(x, dtype)
+    if not rows:
+        return [], np.zeros((0, max(x.shape[1], 1)), dtype=dtype)
+    return list(rows), np.ascontiguousarray(np.stack(list(rows.values())), dtype=dtype)

@@ -105,7 +105,9 @@ def _dia(a, x, dtype):
     if offsets.ndim != 1 or data.ndim != 2 or data.shape[0] != len(offsets):
         raise ValueError(f"a: a malformed DIA: data of shape {data.shape} for {offsets.size} offsets (one row of "
                          "data per offset)")
-    if len(offsets) and float(np.abs(offsets.astype(np.float64)).max()) >= dia.OFFSET_LIMIT:
+    # (int32 offsets are within the limit by their type: no scan, the common small-call case)
+    if offsets.dtype is not _INDEX[0] and len(offsets) and max(-int(offsets.min()), int(offsets.max())) >= \
+            dia.OFFSET_LIMIT:
         raise ValueError("a: a malformed DIA: an offset of magnitude 2**62 or more (no matrix has such a diagonal)")
     return dia.dia_times_dense(offsets, _values(data, dtype), x, a.shape[0])
 
