@@ -382,3 +382,23 @@ def test_dia_matmul_dia_against_scipy(dtype):
                 assert type(got) is type(want) and got.format == want.format == "dia"
                 _check_result(got, want, exact=np.dtype(dtype).kind in "iu")
                 assert _same(a, snaps[0]) and _same(b, snaps[1])
+
+
+@pytest.mark.parametrize("dtype", (np.float64, pytest.param(np.int64, marks=pytest.mark.slow),
+                                   pytest.param(np.float32, marks=pytest.mark.slow)))
+def test_pydata_result_classes_are_pydatas(dtype):
+    """pydata COO / GCXS (either compressed axis) in any pairing, different patterns: the result class and the
+    GCXS's compressed axes are pydata's own (elementwise: GCXS only when every operand is one; products: a GCXS
+    compressed as the left operand), the values pydata's."""
+    def kinds(d):
+        c = sparse.COO.from_numpy(d)
+        return [c, sparse.GCXS(c, compressed_axes=(0,)), sparse.GCXS(c, compressed_axes=(1,))]
+
+    for a, b in itertools.product(kinds(_dense((20, 20), 0.2, 4, dtype)), kinds(_dense((20, 20), 0.3, 5, dtype))):
+        for ours, theirs in ((splyce.multiply, lambda x, y: x * y), (splyce.add, lambda x, y: x + y),
+                             (splyce.subtract, lambda x, y: x - y), (splyce.matmul, lambda x, y: x @ y)):
+            got, want = ours(a, b), theirs(a, b)
+            assert type(got) is type(want), (type(a).__name__, type(b).__name__, type(got), type(want))
+            assert getattr(got, "compressed_axes", None) == getattr(want, "compressed_axes", None)
+            assert got.dtype == want.dtype
+            np.testing.assert_allclose(got.todense(), want.todense(), rtol=1e-6 if dtype == np.float32 else 1e-12)
