@@ -334,7 +334,8 @@ def _bsr_variants(shape, block, dtype, seed, cls):
     return out
 
 
-@pytest.mark.parametrize("dtype", (np.float64, np.int32, pytest.param(np.float32, marks=pytest.mark.slow),
+@pytest.mark.parametrize("dtype", (np.float64, pytest.param(np.int32, marks=pytest.mark.slow),
+                                   pytest.param(np.float32, marks=pytest.mark.slow),
                                    pytest.param(np.int64, marks=pytest.mark.slow)))
 def test_bsr_elementwise_on_different_block_patterns(dtype):
     """BSR op BSR with different block patterns: scipy's canonical bsr_binop's blocks (union / intersection in
@@ -402,3 +403,56 @@ def test_pydata_result_classes_are_pydatas(dtype):
             assert getattr(got, "compressed_axes", None) == getattr(want, "compressed_axes", None)
             assert got.dtype == want.dtype
             np.testing.assert_allclose(got.todense(), want.todense(), rtol=1e-6 if dtype == np.float32 else 1e-12)
+
+
+def _malformed():
+    """(label, malformed operand, a well-formed operand of its shape and class): one defect per case, in each
+    stored format's index arrays or shapes."""
+    d = _dense((12, 12), 0.4, 3, np.float64)
+    good = _dense((12, 12), 0.3, 4, np.float64)
+    out = []
+    a = sp.coo_array(d)
+    a.coords = (a.coords[0].copy(), a.coords[1].copy())
+    a.coords[0][1] = 12
+    out.append(("coo row past the end", a, sp.coo_array(good)))
+    a = sp.coo_matrix(d)
+    a.col[-1] = -1
+    out.append(("coo negative column", a, sp.coo_matrix(good)))
+    a = sp.bsr_array(d, blocksize=(3, 3))
+    a.indices[-1] = 7
+    out.append(("bsr block column", a, sp.bsr_array(good, blocksize=(3, 3))))
+    a = sp.bsr_array(d, blocksize=(2, 3))
+    a.indptr[-1] = len(a.indices) + 2
+    out.append(("bsr indptr end", a, sp.bsr_array(good, blocksize=(2, 3))))
+    a = sp.bsr_matrix(d, blocksize=(3, 3))
+    a.indptr[2] = a.indptr[3] + 1
+    out.append(("bsr indptr decreasing", a, sp.bsr_matrix(good, blocksize=(3, 3))))
+    a = sp.dia_array((np.ones((2, 12)), [0, 1]), shape=(12, 12))
+    a.data = np.ones((3, 12))
+    out.append(("dia rows for offsets", a, sp.dia_array(good)))
+    c = sparse.COO.from_numpy(d)
+    bad = sparse.COO(c.coords.copy(), c.data.copy(), shape=c.shape)
+    bad.coords[1, 0] = 40
+    out.append(("pydata coo column", bad, sparse.COO.from_numpy(good)))
+    g = sparse.GCXS(c, compressed_axes=(0,))
+    g.indices[0] = 99
+    out.append(("pydata gcxs column", g, sparse.GCXS(sparse.COO.from_numpy(good), compressed_axes=(0,))))
+    return out
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_malformed_buffers_refused_by_every_op(case):
+    """A malformed operand of each stored format is refused with a ValueError naming it by every op (SpMV, SpMM,
+    elementwise, SpGEMM, either side), as a malformed CSR is: never a crash or a wrong answer."""
+    label, bad, good = _malformed()[case]
+    snap = _snapshot(bad)
+    x, X = np.ones(12), np.ones((12, 3))
+    calls = {"spmv": lambda: splyce.matmul(bad, x), "spmm": lambda: splyce.matmul(bad, X),
+             "multiply": lambda: splyce.multiply(bad, good), "add": lambda: splyce.add(good, bad),
+             "subtract": lambda: splyce.subtract(bad, good), "spgemm": lambda: splyce.matmul(bad, good),
+             "spgemm right": lambda: splyce.matmul(good, bad)}
+    for op, call in calls.items():
+        with pytest.raises(ValueError, match="malformed|outside|out of bounds|out of range|indptr"):
+            call()
+            pytest.fail(f"{label}: {op} accepted the malformed operand")
+    assert _same(bad, snap), label
