@@ -120,6 +120,8 @@ def _merge_rows(op: str, a, b, threads: int):
 
     A = as_format(a, CSR, "a").tensor
     raw_b = _raw_csr(b)
+    if raw_b is None and b is a:     # one operand on both sides (a COO's ``A + A``): converted once
+        raw_b = (A.values, A.crd[1], A.pos[1])
     if raw_b is not None:
         dtype = np.result_type(A.dtype, raw_b[0].dtype)
         parts_a = (A.values.astype(dtype, copy=False), A.crd[1], A.pos[1])
