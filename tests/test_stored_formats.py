@@ -455,3 +455,19 @@ def test_malformed_buffers_refused_by_every_op(case):
             call()
             pytest.fail(f"{label}: {op} accepted the malformed operand")
     assert _same(bad, snap), label
+
+
+def test_bsr_products_and_merges_on_int64_index_arrays():
+    """The 64-bit index instantiations of the BSR product and merges (canonical and general): scipy's buffers."""
+    a, b = _bsr_pair(10, 8, 6, (2, 4, 3), 0.2, np.float64, 12)
+    wide = sp.bsr_array((a.data, a.indices, a.indptr), shape=a.shape, blocksize=a.blocksize)
+    wide.indices, wide.indptr = a.indices.astype(np.int64), a.indptr.astype(np.int64)
+    got, want = splyce.matmul(wide, b), a @ b
+    np.testing.assert_array_equal(got.indices, want.indices)
+    np.testing.assert_array_equal(got.data, want.data)
+    other = sp.bsr_array(_dense(a.shape, 0.2, 13, np.float64), blocksize=a.blocksize)     # not canonical
+    for x, y in ((wide, other), (other, wide), (wide, wide)):
+        for got, want in ((splyce.add(x, y), x + y), (splyce.multiply(x, y), x.multiply(y))):
+            np.testing.assert_array_equal(got.indptr, want.indptr)
+            np.testing.assert_array_equal(got.indices, want.indices)
+            np.testing.assert_array_equal(got.data, want.data)
