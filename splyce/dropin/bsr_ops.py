@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from splyce.dropin import scipy_out
 from splyce.native.ir_text import VALUE
 
 
@@ -33,7 +34,7 @@ def elementwise(name: str, a, b):
     if out is None:
         return None
     cls = sps.bsr_array if isinstance(a, sps.sparray) else sps.bsr_matrix     # scipy: the left operand's class
-    return cls(out[::-1], shape=a.shape, blocksize=(R, C))
+    return scipy_out.bsr(cls, out[2], out[1], out[0], a.shape)
 
 
 def _parts(x, name: str, dtype):
@@ -87,6 +88,5 @@ def matmul(a, b):
             raise ValueError(f"a: a malformed BSR: a block column index outside [0, {kb})")
         raise ValueError(f"b: a malformed BSR: a block column index outside [0, {nb})")
     indptr, indices, data = out
-    R, C = pa[2].shape[1], pb[2].shape[2]
     cls = sps.bsr_array if isinstance(a, sps.sparray) else sps.bsr_matrix     # scipy: the left operand's class
-    return cls((data, indices, indptr), shape=(a.shape[0], b.shape[1]), blocksize=(R, C))
+    return scipy_out.bsr(cls, data, indices, indptr, (a.shape[0], b.shape[1]))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from splyce.dropin import scipy_out
 from splyce.native.ir_text import VALUE
 
 
@@ -73,7 +74,7 @@ def elementwise(name: str, a, b):
     if same is not None:        # one set of diagonals, stored alike: the data rows combined as they are
         da, db = same
         data = da * db if name == "multiply" else (da + db if name == "add" else da - db)
-        return _class(a, b)((data.astype(dtype, copy=False), np.array(a.offsets)), shape=a.shape)
+        return scipy_out.dia(_class(a, b), data.astype(dtype, copy=False), np.array(a.offsets), a.shape)
     ra, rb = _rows(a, dtype), _rows(b, dtype)
     if name == "multiply":
         rows = {k: ra[k] * rb[k] for k in ra if k in rb}
@@ -117,7 +118,7 @@ def matmul(a, b):
         pairs = np.array([row[:5] + (at[row[5]],) for row in table], dtype=np.int64)
         dia_matmat.dia_matmat(pairs, rows_a, rows_b, out)
     index = np.int32 if max(m, n) < 2**31 else np.int64
-    return _class(a, b)((out, np.array(offsets, dtype=index)), shape=(m, n))
+    return scipy_out.dia(_class(a, b), out, np.array(offsets, dtype=index), (m, n))
 
 
 def _diagonals(x, dtype) -> tuple[list, np.ndarray]:
