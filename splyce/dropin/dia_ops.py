@@ -102,23 +102,49 @@ def matmul(a, b):
     # every pair (A's diagonals in order, then B's): result column j (row j - ka - kb) takes A[., j - kb] *
     # B[j - kb, j], A's row at column j - kb, for j where that column of A is one (j - kb in [0, A's columns))
     # and the result's row is one (j - k in [0, m)): nothing is written outside the result
-    table, wa = [], a.shape[1]
+    wa = a.shape[1]
+    offsets, pairs = (_pair_table if len(oa) * len(ob) <= 32 else _pair_array)(oa, ob, m, n, wa)
+    out = np.zeros((len(offsets), n), dtype=dtype)
+    if len(pairs):
+        from splyce.native import dia_matmat
+
+        dia_matmat.dia_matmat(pairs, rows_a, rows_b, out)
+    index = np.int32 if max(m, n) < 2**31 else np.int64
+    return scipy_out.dia(_class(a, b), out, np.array(offsets, dtype=index), (m, n))
+
+
+def _pair_table(oa: list, ob: list, m: int, n: int, wa: int):
+    """(result offsets, the pairs' table for native/dia_matmat.py) in Python (few pairs: faster than NumPy's
+    calls). A pair of offsets ``(ka, kb)`` takes result columns ``j`` where ``j - kb`` is a column of ``A``
+    (``[0, wa)``) and ``j - ka - kb`` a row of the result (``[0, m)``): nothing is written outside the result.
+    The pairs of one result diagonal come one after another (a stable sort, so each diagonal's pairs keep
+    ``A``'s order then ``B``'s and every entry sums in that order), its row staying in cache across them."""
+    table = []
     for da, ka in enumerate(oa):
         for db, kb in enumerate(ob):
             k = ka + kb
             lo, hi = max(0, kb, k), min(n, wa + kb, m + k)
             if hi > lo:
                 table.append((da, db, kb, lo, hi, k))
+    table.sort(key=lambda row: row[5])
     offsets = sorted({row[5] for row in table})
     at = {k: t for t, k in enumerate(offsets)}
-    out = np.zeros((len(offsets), n), dtype=dtype)
-    if table:
-        from splyce.native import dia_matmat
+    return offsets, np.array([row[:5] + (at[row[5]],) for row in table], dtype=np.int64).reshape(-1, 6)
 
-        pairs = np.array([row[:5] + (at[row[5]],) for row in table], dtype=np.int64)
-        dia_matmat.dia_matmat(pairs, rows_a, rows_b, out)
-    index = np.int32 if max(m, n) < 2**31 else np.int64
-    return scipy_out.dia(_class(a, b), out, np.array(offsets, dtype=index), (m, n))
+
+def _pair_array(oa: list, ob: list, m: int, n: int, wa: int):
+    """``_pair_table`` in NumPy (many pairs), the same table."""
+    ka, kb = np.array(oa, dtype=np.int64), np.array(ob, dtype=np.int64)
+    da, db = np.divmod(np.arange(len(ka) * len(kb), dtype=np.int64), len(kb))
+    kbp = kb[db]
+    k = ka[da] + kbp
+    lo = np.maximum(np.maximum(kbp, 0), k)
+    hi = np.minimum(np.minimum(n, wa + kbp), m + k)
+    keep = np.flatnonzero(hi > lo)
+    keep = keep[np.argsort(k[keep], kind="stable")]
+    offsets, target = np.unique(k[keep], return_inverse=True)
+    pairs = np.stack([da[keep], db[keep], kbp[keep], lo[keep], hi[keep], target.ravel()], axis=1)
+    return offsets.tolist(), np.ascontiguousarray(pairs, dtype=np.int64)
 
 
 def _diagonals(x, dtype) -> tuple[list, np.ndarray]:
