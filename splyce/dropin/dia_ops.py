@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from splyce.dropin import scipy_out
 from splyce.native.ir_text import VALUE
 
 
@@ -42,20 +43,12 @@ def _same_diagonals(a, b):
     oa, ob = np.asarray(a.offsets), np.asarray(b.offsets)
     da, db = np.asarray(a.data), np.asarray(b.data)
     if (oa.ndim != 1 or oa.dtype.kind not in "iu" or da.ndim != 2 or da.shape != db.shape or da.shape[0] != len(oa)
-            or not np.array_equal(oa, ob) or len(np.unique(oa)) != len(oa)):
+            or not (oa is ob or np.array_equal(oa, ob))):
+        return None
+    listed = oa.tolist()
+    if len(set(listed)) != len(listed):
         return None
     return da, db
-
-
-def _stored_rows(x, dtype) -> dict | None:
-    """``{offset: data row}`` of a DIA as stored (no copy when of ``dtype``), when its offsets are distinct and
-    every row covers all columns; else None."""
-    offsets, data = np.asarray(x.offsets), np.asarray(x.data)
-    if (offsets.ndim != 1 or offsets.dtype.kind not in "iu" or data.ndim != 2 or data.shape[0] != len(offsets)
-            or data.shape[1] < x.shape[1] or len(np.unique(offsets)) != len(offsets)):
-        return None
-    data = data[:, :x.shape[1]].astype(dtype, copy=False)
-    return dict(zip(offsets.tolist(), data))
 
 
 def _result(cls, rows: dict, shape, dtype):
@@ -81,7 +74,7 @@ def elementwise(name: str, a, b):
     if same is not None:        # one set of diagonals, stored alike: the data rows combined as they are
         da, db = same
         data = da * db if name == "multiply" else (da + db if name == "add" else da - db)
-        return _class(a, b)((data.astype(dtype, copy=False), np.array(a.offsets)), shape=a.shape)
+        return scipy_out.dia(_class(a, b), data.astype(dtype, copy=False), np.array(a.offsets), a.shape)
     ra, rb = _rows(a, dtype), _rows(b, dtype)
     if name == "multiply":
         rows = {k: ra[k] * rb[k] for k in ra if k in rb}
@@ -104,66 +97,68 @@ def matmul(a, b):
     if dtype not in VALUE or len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
         return None
     m, n = a.shape[0], b.shape[1]
-    # positions outside an operand only reach positions outside the result (zeroed below): its rows as stored
-    ra, rb = _stored_rows(a, dtype) or _rows(a, dtype), _stored_rows(b, dtype) or _rows(b, dtype)
-    rows: dict = {}
-    for ka, row_a in ra.items():
-        for kb, row_b in rb.items():
-            # result column j (row j - ka - kb) takes A[., j - kb] * B[j - kb, j]: A's row at column j - kb
-            lo, hi = max(0, kb), min(n, a.shape[1] + kb)
-            if hi <= lo:
-                continue
-            prod = row_a[lo - kb:hi - kb] * row_b[lo:hi]
+    oa, rows_a = _diagonals(a, dtype)
+    ob, rows_b = _diagonals(b, dtype)
+    # every pair (A's diagonals in order, then B's): result column j (row j - ka - kb) takes A[., j - kb] *
+    # B[j - kb, j], A's row at column j - kb, for j where that column of A is one (j - kb in [0, A's columns))
+    # and the result's row is one (j - k in [0, m)): nothing is written outside the result
+    wa = a.shape[1]
+    offsets, pairs = (_pair_table if len(oa) * len(ob) <= 32 else _pair_array)(oa, ob, m, n, wa)
+    out = np.zeros((len(offsets), n), dtype=dtype)
+    if len(pairs):
+        from splyce.native import dia_matmat
+
+        dia_matmat.dia_matmat(pairs, rows_a, rows_b, out)
+    index = np.int32 if max(m, n) < 2**31 else np.int64
+    return scipy_out.dia(_class(a, b), out, np.array(offsets, dtype=index), (m, n))
+
+
+def _pair_table(oa: list, ob: list, m: int, n: int, wa: int):
+    """(result offsets, the pairs' table for native/dia_matmat.py) in Python (few pairs: faster than NumPy's
+    calls). A pair of offsets ``(ka, kb)`` takes result columns ``j`` where ``j - kb`` is a column of ``A``
+    (``[0, wa)``) and ``j - ka - kb`` a row of the result (``[0, m)``): nothing is written outside the result.
+    The pairs of one result diagonal come one after another (a stable sort, so each diagonal's pairs keep
+    ``A``'s order then ``B``'s and every entry sums in that order), its row staying in cache across them."""
+    table = []
+    for da, ka in enumerate(oa):
+        for db, kb in enumerate(ob):
             k = ka + kb
-            out = rows.get(k)
-            if out is None:
-                out = rows[k] = np.zeros(n, dtype=dtype)
-            out[lo:hi] += prod
-    # positions outside the result (row j - k outside [0, m)) zeroed: they hold nothing
-    for k, out in rows.items():
-        out[:max(0, min(n, k))] = 0
-        out[max(0, m + k):] = 0
-    return _result(_class(a, b), rows, (m, n), dtype)
+            lo, hi = max(0, kb, k), min(n, wa + kb, m + k)
+            if hi > lo:
+                table.append((da, db, kb, lo, hi, k))
+    table.sort(key=lambda row: row[5])
+    offsets = sorted({row[5] for row in table})
+    at = {k: t for t, k in enumerate(offsets)}
+    return offsets, np.array([row[:5] + (at[row[5]],) for row in table], dtype=np.int64).reshape(-1, 6)
 
 
-def bsr_same_pattern(name: str, a, b):
-    """``a + b`` / ``a - b`` / ``a.multiply(b)`` for two scipy BSRs of one block shape holding the same blocks in
-    canonical form (block columns strictly increasing in every block row; the same ``indptr`` and ``indices``:
-    ``A + A``, or operators assembled on one pattern), block by block as scipy's canonical ``bsr_binop`` computes
-    them (blocks whose entries all come out zero dropped), as a BSR of their class; None otherwise (then the
-    general road)."""
-    import scipy.sparse as sps
+def _pair_array(oa: list, ob: list, m: int, n: int, wa: int):
+    """``_pair_table`` in NumPy (many pairs), the same table."""
+    ka, kb = np.array(oa, dtype=np.int64), np.array(ob, dtype=np.int64)
+    da, db = np.divmod(np.arange(len(ka) * len(kb), dtype=np.int64), len(kb))
+    kbp = kb[db]
+    k = ka[da] + kbp
+    lo = np.maximum(np.maximum(kbp, 0), k)
+    hi = np.minimum(np.minimum(n, wa + kbp), m + k)
+    keep = np.flatnonzero(hi > lo)
+    keep = keep[np.argsort(k[keep], kind="stable")]
+    offsets, target = np.unique(k[keep], return_inverse=True)
+    pairs = np.stack([da[keep], db[keep], kbp[keep], lo[keep], hi[keep], target.ravel()], axis=1)
+    return offsets.tolist(), np.ascontiguousarray(pairs, dtype=np.int64)
 
-    dtype = np.result_type(a.dtype, b.dtype)
-    if dtype not in VALUE or a.shape != b.shape or a.blocksize != b.blocksize:
-        return None
-    ia, pa, ib, pb = (np.asarray(v) for v in (a.indices, a.indptr, b.indices, b.indptr))
-    da, db = np.asarray(a.data), np.asarray(b.data)
-    R, C = a.blocksize
-    m, n = a.shape
-    if (da.shape != db.shape or da.ndim != 3 or da.shape[1:] != (R, C) or m % R or n % C or ia.ndim != 1
-            or pa.ndim != 1 or len(pa) != m // R + 1 or len(ia) != len(da) or pa[0] != 0 or pa[-1] != len(ia)):
-        return None
-    if not (ia is ib or np.array_equal(ia, ib)) or not (pa is pb or np.array_equal(pa, pb)):
-        return None
-    counts = np.diff(pa)
-    if (counts < 0).any() or (len(ia) and (ia.min() < 0 or ia.max() >= n // C)):
-        return None
-    steps = np.diff(ia)
-    if len(steps):
-        first = np.zeros(len(ia), dtype=bool)     # a block that starts its row may step down from the last row's
-        first[pa[:-1][counts > 0]] = True
-        if (steps[~first[1:]] <= 0).any():
-            return None
-    data = da * db if name == "multiply" else (da + db if name == "add" else da - db)
-    data = data.astype(dtype, copy=False)
-    indices, indptr = ia.copy(), pa.copy()
-    keep = None if data.all() else data.reshape(len(data), -1).any(axis=1)   # no zero at all: every block kept
-    if keep is not None and not keep.all():
-        data, indices = data[keep], ia[keep]
-        kept_per_row = np.add.reduceat(keep, pa[:-1]) if len(keep) else np.zeros(len(counts), dtype=np.int64)
-        kept_per_row = np.where(counts > 0, kept_per_row, 0)
-        indptr = np.zeros(len(pa), dtype=pa.dtype)
-        np.cumsum(kept_per_row, out=indptr[1:])
-    cls = sps.bsr_array if isinstance(a, sps.sparray) else sps.bsr_matrix     # scipy: the left operand's class
-    return cls((data, indices, indptr), shape=a.shape, blocksize=(R, C))
+
+def _diagonals(x, dtype) -> tuple[list, np.ndarray]:
+    """(offsets, rows) of a DIA for the product: ``rows`` C-contiguous of ``dtype``, one row per distinct offset
+    of at least ``x.shape[1]`` columns: the stored data as it is when its offsets are distinct and its rows
+    cover every column (entries outside the matrix reach only positions outside the product, never written),
+    else the rows of ``_rows`` (repeated offsets summed)."""
+    offsets, data = np.asarray(x.offsets), np.asarray(x.data)
+    if (offsets.ndim == 1 and offsets.dtype.kind in "iu" and data.ndim == 2 and data.shape[0] == len(offsets)
+            and data.shape[1] >= x.shape[1] and data.dtype == dtype and data.flags.c_contiguous):
+        listed = offsets.tolist()
+        if len(set(listed)) == len(listed):
+            return listed, data
+    rows = _rows(x, dtype)
+    if not rows:
+        return [], np.zeros((0, max(x.shape[1], 1)), dtype=dtype)
+    return list(rows), np.ascontiguousarray(np.stack(list(rows.values())), dtype=dtype)

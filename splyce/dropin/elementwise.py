@@ -41,9 +41,9 @@ def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
             return out
     if out_format is None and getattr(a, "format", None) == "bsr" and getattr(b, "format", None) == "bsr" \
             and _keeps_left_format(name, a, b):
-        from splyce.dropin import dia_ops
+        from splyce.dropin import bsr_ops
 
-        out = dia_ops.bsr_same_pattern(name, a, b)  # one canonical block pattern: block by block
+        out = bsr_ops.elementwise(name, a, b)   # canonical blocks of one shape: block by block
         if out is not None:
             return out
     threads = _threads(threads)
@@ -120,6 +120,8 @@ def _merge_rows(op: str, a, b, threads: int):
 
     A = as_format(a, CSR, "a").tensor
     raw_b = _raw_csr(b)
+    if raw_b is None and b is a:     # one operand on both sides (a COO's ``A + A``): converted once
+        raw_b = (A.values, A.crd[1], A.pos[1])
     if raw_b is not None:
         dtype = np.result_type(A.dtype, raw_b[0].dtype)
         parts_a = (A.values.astype(dtype, copy=False), A.crd[1], A.pos[1])

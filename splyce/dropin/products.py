@@ -49,9 +49,15 @@ def matmul(a, b, *, out_format=None, threads=None):
             out = dia_ops.matmul(a, b)          # DIA @ DIA, diagonal pairs (None: another dtype)
             if out is not None:
                 return out
+        elif getattr(b, "format", None) == "bsr":
+            from splyce.dropin import bsr_ops
+
+            out = bsr_ops.matmul(a, b)          # BSR @ BSR on the blocks (None: another dtype or block sizes)
+            if out is not None:
+                return out
         block = b.blocksize[1] if getattr(b, "format", None) == "bsr" else 1
         return _left_format(a, _matmul(scipy_to_csr(a, "a"), b, out_format, _threads(threads)), block)
-    out = _stored_pydata_class(_matmul(a, b, out_format, _threads(threads)), a, b)
+    out = _stored_pydata_class(_matmul(a, b, out_format, _threads(threads)), a, b, matmul=True)
     if (type(a) is np.matrix or type(b) is np.matrix) and type(out) is np.ndarray \
             and sparse_family(a, b) == "scipy-matrix":
         return np.asmatrix(out)        # scipy: a sparse matrix times a numpy.matrix is a numpy.matrix

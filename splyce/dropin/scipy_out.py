@@ -92,3 +92,57 @@ def coo_vector(cls, dense: np.ndarray):
         return cls(dense)
     coords = np.flatnonzero(dense).astype(np.int32)
     return _make_coo(cls, dense[coords], coords, n, maxprint)
+
+
+_direct_blocks: dict = {}     # DIA / BSR class -> (whether __new__ plus attributes makes what the constructor makes, maxprint)
+_BLOCK_ATTRS = {"dia": {"_shape", "maxprint", "data", "offsets"},
+                "bsr": {"_shape", "maxprint", "indices", "indptr", "data"}}
+
+
+def _make_blocks(cls, shape, maxprint, attrs: dict):
+    out = cls.__new__(cls)
+    out._shape = shape
+    out.maxprint = maxprint
+    for name, value in attrs.items():
+        setattr(out, name, value)
+    return out
+
+
+def _confirm_blocks(cls, fmt: str) -> tuple:
+    i32 = np.int32
+    if fmt == "dia":
+        attrs = {"data": np.array([[1.0, 2.0]]), "offsets": np.array([1], dtype=i32)}
+        probe = cls((attrs["data"], attrs["offsets"]), shape=(2, 2))
+    else:
+        attrs = {"data": np.array([[[1.0], [2.0]]]), "indices": np.array([1], dtype=i32),
+                 "indptr": np.array([0, 1], dtype=i32)}
+        probe = cls((attrs["data"], attrs["indices"], attrs["indptr"]), shape=(2, 2), blocksize=(2, 1))
+    ok = set(vars(probe)) == _BLOCK_ATTRS[fmt] and type(probe._shape) is tuple
+    if ok:
+        made = _make_blocks(cls, (2, 2), probe.maxprint, attrs)
+        ok = vars(made).keys() == vars(probe).keys() and np.array_equal(made.toarray(), probe.toarray())
+    _direct_blocks[cls] = (ok, getattr(probe, "maxprint", None))
+    return _direct_blocks[cls]
+
+
+def dia(cls, data: np.ndarray, offsets: np.ndarray, shape):
+    """A scipy DIA of class ``cls`` holding ``data`` (2-D, a row per offset) and ``offsets`` (1-D int32,
+    distinct), a kernel's well-formed result, without the constructor's checks (its ``np.unique`` of the
+    offsets) once confirmed to make what the constructor makes; else the constructor."""
+    known = _direct_blocks.get(cls)
+    ok, maxprint = known if known is not None else _confirm_blocks(cls, "dia")
+    if not ok or offsets.dtype != np.int32 or data.ndim != 2 or data.shape[0] != len(offsets):
+        return cls((data, offsets), shape=shape)
+    return _make_blocks(cls, (int(shape[0]), int(shape[1])), maxprint, {"data": data, "offsets": offsets})
+
+
+def bsr(cls, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape):
+    """A scipy BSR of class ``cls`` holding a kernel's well-formed blocks (``data`` ``(blocks, R, C)``, int32
+    ``indices`` / ``indptr``), without the constructor's checks once confirmed to make what it makes; else the
+    constructor (int64 index arrays: scipy may narrow them, which this does not reproduce)."""
+    known = _direct_blocks.get(cls)
+    ok, maxprint = known if known is not None else _confirm_blocks(cls, "bsr")
+    if not ok or indices.dtype != np.int32 or indptr.dtype != np.int32 or data.ndim != 3:
+        return cls((data, indices, indptr), shape=shape, blocksize=data.shape[1:])
+    return _make_blocks(cls, (int(shape[0]), int(shape[1])), maxprint,
+                        {"indices": indices, "indptr": indptr, "data": data})

@@ -105,7 +105,9 @@ def _dia(a, x, dtype):
     if offsets.ndim != 1 or data.ndim != 2 or data.shape[0] != len(offsets):
         raise ValueError(f"a: a malformed DIA: data of shape {data.shape} for {offsets.size} offsets (one row of "
                          "data per offset)")
-    if len(offsets) and float(np.abs(offsets.astype(np.float64)).max()) >= dia.OFFSET_LIMIT:
+    # (int32 offsets are within the limit by their type: no scan, the common small-call case)
+    if offsets.dtype is not _INDEX[0] and len(offsets) and max(-int(offsets.min()), int(offsets.max())) >= \
+            dia.OFFSET_LIMIT:
         raise ValueError("a: a malformed DIA: an offset of magnitude 2**62 or more (no matrix has such a diagonal)")
     return dia.dia_times_dense(offsets, _values(data, dtype), x, a.shape[0])
 
@@ -235,15 +237,25 @@ def scipy_to_csr(x, name: str):
     return x.tocsr()
 
 
-def pydata_class(out, a, b):
-    """A sparse result in pydata's class as pydata returns it: a GCXS when an operand is a GCXS (the kernels'
-    results come back as pydata COO), else ``out`` itself."""
+def pydata_class(out, a, b, matmul: bool = False):
+    """A sparse result in pydata's class as pydata 0.19 returns it (the kernels' results come back as pydata
+    COO): an elementwise op is a ``GCXS`` when every pydata operand is one (compressed along their axes when
+    they agree, else along pydata's default, the shortest dimension), else a ``COO``; a product of two pydata
+    operands of which one is a ``GCXS`` is a ``GCXS`` compressed as ``a`` is (a ``COO`` ``a``: along its shortest
+    dimension), pydata converting both to ``a``'s axes; ``out`` itself otherwise."""
     if type(out).__name__ != "COO" or type(out).__module__.split(".")[0] != "sparse":
         return out
-    for x in (a, b):
-        if type(x).__name__ == "GCXS" and type(x).__module__.split(".")[0] == "sparse":
-            import sparse
+    pydata = [x for x in (a, b) if type(x).__name__ in ("COO", "GCXS") and type(x).__module__.split(".")[0] == "sparse"]
+    gcxs = [x for x in pydata if type(x).__name__ == "GCXS"]
+    if not gcxs:
+        return out
+    import sparse
 
-            axes = tuple(int(i) for i in x.compressed_axes) if x.ndim == out.ndim else None
-            return sparse.GCXS(out, compressed_axes=axes)
-    return out
+    if matmul and len(pydata) == 2:
+        axes = tuple(int(i) for i in a.compressed_axes) if any(x is a for x in gcxs) else (int(np.argmin(a.shape)),)
+        return sparse.GCXS(out, compressed_axes=axes if out.ndim == 2 else None)
+    if not matmul and len(gcxs) != len(pydata):
+        return out                  # a pydata COO among the operands: pydata's result is a COO
+    kinds = {tuple(int(i) for i in x.compressed_axes) for x in gcxs}
+    axes = kinds.pop() if len(kinds) == 1 and gcxs[0].ndim == out.ndim else None
+    return sparse.GCXS(out, compressed_axes=axes)

@@ -79,7 +79,8 @@ def _snapshot(a):
 
 def _same(a, snap):
     now = _snapshot(a)
-    return len(now) == len(snap) and all(np.array_equal(x, y) and x.dtype == y.dtype for x, y in zip(now, snap))
+    return len(now) == len(snap) and all(np.array_equal(x, y, equal_nan=x.dtype.kind in "fc") and x.dtype == y.dtype
+                                         for x, y in zip(now, snap))
 
 
 def _check_result(got, want, exact=True):
@@ -252,3 +253,221 @@ def test_bench_formats_tiny(tmp_path):
     text = (tmp_path / "formats.md").read_text()
     for fmt in ("coo", "bsr", "dia"):
         assert f"| {fmt} | spmv |" in text and f"| {fmt} | multiply |" in text
+
+
+def _bsr_pair(m, k, n, blocks, density, dtype, seed, classes=(sp.bsr_array, sp.bsr_array)):
+    R, K, C = blocks
+    a = classes[0](_dense((m * R, k * K), density, seed, dtype), blocksize=(R, K))
+    b = classes[1](_dense((k * K, n * C), density, seed + 1, dtype), blocksize=(K, C))
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", (np.float64, np.int32, pytest.param(np.float32, marks=pytest.mark.slow),
+                                   pytest.param(np.int64, marks=pytest.mark.slow)))
+def test_bsr_matmul_bsr_is_scipys_bsr_matmat(dtype):
+    """BSR @ BSR (native/bsr_spgemm.py): scipy's buffers bit for bit (block columns in first-appearance order,
+    zero blocks kept), the left operand's class, for unrolled and looped block shapes, empty rows and operands."""
+    cases = [((7, 5, 6), (3, 3, 3), 0.3), ((4, 6, 5), (2, 3, 4), 0.25), ((3, 4, 3), (5, 6, 7), 0.2),
+             ((6, 6, 6), (2, 2, 2), 0.02), ((5, 4, 3), (3, 3, 3), 0.0), ((0, 3, 4), (2, 2, 2), 0.5),
+             ((4, 4, 4), (4, 1, 4), 0.4)]
+    for k, ((m, kk, n), blocks, density) in enumerate(cases):
+        for classes in ((sp.bsr_array, sp.bsr_array), (sp.bsr_matrix, sp.bsr_array), (sp.bsr_matrix, sp.bsr_matrix)):
+            a, b = _bsr_pair(m, kk, n, blocks, density, dtype, k, classes)
+            sa, sb = _snapshot(a), _snapshot(b)
+            got, want = splyce.matmul(a, b), a @ b
+            assert type(got) is type(want) and got.blocksize == want.blocksize, (type(got), type(want))
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got.indptr, want.indptr)
+            np.testing.assert_array_equal(got.indices, want.indices)
+            np.testing.assert_array_equal(got.data, want.data)
+            assert _same(a, sa) and _same(b, sb)
+
+
+def test_bsr_matmul_bsr_mixed_dtypes_and_other_block_sizes():
+    a, b = _bsr_pair(5, 4, 6, (3, 2, 3), 0.4, np.float32, 5)
+    b64 = sp.bsr_array(b.toarray().astype(np.float64), blocksize=(2, 3))
+    want = a @ b64
+    got = splyce.matmul(a, b64)
+    assert got.dtype == want.dtype == np.float64 and got.blocksize == want.blocksize
+    np.testing.assert_allclose(got.toarray(), want.toarray(), rtol=1e-6)
+    c = sp.bsr_array(b.toarray(), blocksize=(1, 3))       # inner block sizes differ (2 vs 1): scipy converts
+    _check_result(splyce.matmul(a, c), a @ c, exact=False)
+    assert splyce.matmul(a, c).blocksize == (a @ c).blocksize
+
+
+def test_malformed_bsr_refused_in_bsr_products():
+    a, b = _bsr_pair(4, 4, 4, (3, 3, 3), 0.5, np.float64, 8)
+    bad = a.copy()
+    bad.indices[0] = 4                  # block columns are 0..3
+    with pytest.raises(ValueError, match="a: a malformed BSR: a block column"):
+        splyce.matmul(bad, b)
+    with pytest.raises(ValueError, match="b: a malformed BSR: a block column"):
+        splyce.matmul(b, bad)
+    short = a.copy()
+    short.indptr[-1] -= 1               # ends before the last block
+    with pytest.raises(ValueError, match="indptr"):
+        splyce.matmul(short, b)
+    down = a.copy()
+    if down.indptr[1] < down.indptr[2]:
+        down.indptr[1] = down.indptr[2] + 1     # a decreasing segment
+        with pytest.raises(ValueError, match="indptr"):
+            splyce.matmul(down, b)
+
+
+def _bsr_variants(shape, block, dtype, seed, cls):
+    """BSRs of one block shape with different block patterns: random, one with its blocks cancelling to zero,
+    one with explicit zero blocks and a NaN, one non-canonical (a block row's columns reversed)."""
+    d = _dense(shape, 0.15, seed, dtype)
+    out = [cls(d, blocksize=block), cls(_dense(shape, 0.3, seed + 1, dtype), blocksize=block), cls(-d, blocksize=block)]
+    z = cls(d, blocksize=block)
+    if z.nnz:
+        z.data[0] = 0                                      # an explicit all-zero block
+        if np.dtype(dtype).kind == "f":
+            z.data[-1, 0, 0] = np.nan
+    out.append(z)
+    r = cls(_dense(shape, 0.4, seed + 2, dtype), blocksize=block)
+    lo, hi = int(r.indptr[0]), int(r.indptr[1])
+    if hi - lo > 1:                                        # block columns of the first row reversed
+        r.indices[lo:hi] = r.indices[lo:hi][::-1].copy()
+        r.data[lo:hi] = r.data[lo:hi][::-1].copy()
+    out.append(r)
+    return out
+
+
+@pytest.mark.parametrize("dtype", (np.float64, pytest.param(np.int32, marks=pytest.mark.slow),
+                                   pytest.param(np.float32, marks=pytest.mark.slow),
+                                   pytest.param(np.int64, marks=pytest.mark.slow)))
+def test_bsr_elementwise_on_different_block_patterns(dtype):
+    """BSR op BSR with different block patterns: scipy's bsr_binop's buffers bit for bit (canonical operands: the
+    union in order, zero blocks dropped; others, a BSR made from a dense array among them, scipy's general
+    algorithm's order), the left operand's class."""
+    for shape, block in (((12, 12), (3, 3)), ((8, 18), (2, 3)), ((30, 20), (5, 4)), ((6, 6), (1, 1))):
+        for cls_a, cls_b in ((sp.bsr_array, sp.bsr_array), (sp.bsr_matrix, sp.bsr_array)):
+            va, vb = _bsr_variants(shape, block, dtype, 1, cls_a), _bsr_variants(shape, block, dtype, 1, cls_b)
+            for a, b in itertools.product(va, vb):
+                snaps = _snapshot(a), _snapshot(b)
+                for got, want in ((splyce.multiply(a, b), a.multiply(b)), (splyce.add(a, b), a + b),
+                                  (splyce.subtract(a, b), a - b)):
+                    assert type(got) is type(want) and got.format == want.format == "bsr"
+                    assert got.blocksize == want.blocksize and got.dtype == want.dtype
+                    # scipy's blocks exactly: canonical operands merged, others by scipy's general algorithm
+                    np.testing.assert_array_equal(got.indptr, want.indptr)
+                    np.testing.assert_array_equal(got.indices, want.indices)
+                    np.testing.assert_array_equal(got.data, want.data)
+                assert _same(a, snaps[0]) and _same(b, snaps[1])
+
+
+@pytest.mark.parametrize("dtype", (np.float64, np.int64, pytest.param(np.float32, marks=pytest.mark.slow),
+                                   pytest.param(np.int32, marks=pytest.mark.slow)))
+def test_dia_matmul_dia_against_scipy(dtype):
+    """DIA @ DIA (native/dia_matmat.py): scipy's values and class (the left operand's) on square and rectangular
+    shapes, offsets in any order and beyond the matrix, data narrower and wider than the columns."""
+    cases = [((9, 9), (9, 9), [0, 1, -1], [2, -3, 0]), ((7, 11), (11, 5), [3, -2, 20], [-1, 0, 4, -30]),
+             ((12, 6), (6, 12), [0, 5, 2], [1, -4]), ((1, 1), (1, 1), [0], [0]), ((6, 6), (6, 6), [], [0, 1]),
+             ((40, 40), (40, 40), list(range(-5, 6)), list(range(-5, 6))[::-1])]
+    for (sa, sb, oa, ob) in cases:
+        for width_a, width_b in ((sa[1], sb[1]), (sa[1] + 3, max(sb[1] - 2, 1))):
+            for cls_a, cls_b in ((sp.dia_array, sp.dia_array), (sp.dia_matrix, sp.dia_array)):
+                da = _dense((len(oa), width_a), 1.0, len(oa), dtype)
+                db = _dense((len(ob), width_b), 1.0, len(ob) + 7, dtype)
+                a = cls_a((da, np.array(oa, dtype=np.int32)), shape=sa)
+                b = cls_b((db, np.array(ob, dtype=np.int32)), shape=sb)
+                snaps = _snapshot(a), _snapshot(b)
+                got = splyce.matmul(a, b)
+                try:
+                    want = a @ b
+                except RuntimeError:        # scipy 1.17's dia_matmat fails on an operand without diagonals
+                    assert not (len(oa) and len(ob)), (sa, sb, oa, ob)
+                    want = cls_a(a.toarray() @ b.toarray())
+                assert type(got) is type(want) and got.format == want.format == "dia"
+                _check_result(got, want, exact=np.dtype(dtype).kind in "iu")
+                assert _same(a, snaps[0]) and _same(b, snaps[1])
+
+
+@pytest.mark.parametrize("dtype", (np.float64, pytest.param(np.int64, marks=pytest.mark.slow),
+                                   pytest.param(np.float32, marks=pytest.mark.slow)))
+def test_pydata_result_classes_are_pydatas(dtype):
+    """pydata COO / GCXS (either compressed axis) in any pairing, different patterns: the result class and the
+    GCXS's compressed axes are pydata's own (elementwise: GCXS only when every operand is one; products: a GCXS
+    compressed as the left operand), the values pydata's."""
+    def kinds(d):
+        c = sparse.COO.from_numpy(d)
+        return [c, sparse.GCXS(c, compressed_axes=(0,)), sparse.GCXS(c, compressed_axes=(1,))]
+
+    for a, b in itertools.product(kinds(_dense((20, 20), 0.2, 4, dtype)), kinds(_dense((20, 20), 0.3, 5, dtype))):
+        for ours, theirs in ((splyce.multiply, lambda x, y: x * y), (splyce.add, lambda x, y: x + y),
+                             (splyce.subtract, lambda x, y: x - y), (splyce.matmul, lambda x, y: x @ y)):
+            got, want = ours(a, b), theirs(a, b)
+            assert type(got) is type(want), (type(a).__name__, type(b).__name__, type(got), type(want))
+            assert getattr(got, "compressed_axes", None) == getattr(want, "compressed_axes", None)
+            assert got.dtype == want.dtype
+            np.testing.assert_allclose(got.todense(), want.todense(), rtol=1e-6 if dtype == np.float32 else 1e-12)
+
+
+def _malformed():
+    """(label, malformed operand, a well-formed operand of its shape and class): one defect per case, in each
+    stored format's index arrays or shapes."""
+    d = _dense((12, 12), 0.4, 3, np.float64)
+    good = _dense((12, 12), 0.3, 4, np.float64)
+    out = []
+    a = sp.coo_array(d)
+    a.coords = (a.coords[0].copy(), a.coords[1].copy())
+    a.coords[0][1] = 12
+    out.append(("coo row past the end", a, sp.coo_array(good)))
+    a = sp.coo_matrix(d)
+    a.col[-1] = -1
+    out.append(("coo negative column", a, sp.coo_matrix(good)))
+    a = sp.bsr_array(d, blocksize=(3, 3))
+    a.indices[-1] = 7
+    out.append(("bsr block column", a, sp.bsr_array(good, blocksize=(3, 3))))
+    a = sp.bsr_array(d, blocksize=(2, 3))
+    a.indptr[-1] = len(a.indices) + 2
+    out.append(("bsr indptr end", a, sp.bsr_array(good, blocksize=(2, 3))))
+    a = sp.bsr_matrix(d, blocksize=(3, 3))
+    a.indptr[2] = a.indptr[3] + 1
+    out.append(("bsr indptr decreasing", a, sp.bsr_matrix(good, blocksize=(3, 3))))
+    a = sp.dia_array((np.ones((2, 12)), [0, 1]), shape=(12, 12))
+    a.data = np.ones((3, 12))
+    out.append(("dia rows for offsets", a, sp.dia_array(good)))
+    c = sparse.COO.from_numpy(d)
+    bad = sparse.COO(c.coords.copy(), c.data.copy(), shape=c.shape)
+    bad.coords[1, 0] = 40
+    out.append(("pydata coo column", bad, sparse.COO.from_numpy(good)))
+    g = sparse.GCXS(c, compressed_axes=(0,))
+    g.indices[0] = 99
+    out.append(("pydata gcxs column", g, sparse.GCXS(sparse.COO.from_numpy(good), compressed_axes=(0,))))
+    return out
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_malformed_buffers_refused_by_every_op(case):
+    """A malformed operand of each stored format is refused with a ValueError naming it by every op (SpMV, SpMM,
+    elementwise, SpGEMM, either side), as a malformed CSR is: never a crash or a wrong answer."""
+    label, bad, good = _malformed()[case]
+    snap = _snapshot(bad)
+    x, X = np.ones(12), np.ones((12, 3))
+    calls = {"spmv": lambda: splyce.matmul(bad, x), "spmm": lambda: splyce.matmul(bad, X),
+             "multiply": lambda: splyce.multiply(bad, good), "add": lambda: splyce.add(good, bad),
+             "subtract": lambda: splyce.subtract(bad, good), "spgemm": lambda: splyce.matmul(bad, good),
+             "spgemm right": lambda: splyce.matmul(good, bad)}
+    for op, call in calls.items():
+        with pytest.raises(ValueError, match="malformed|outside|out of bounds|out of range|indptr"):
+            call()
+            pytest.fail(f"{label}: {op} accepted the malformed operand")
+    assert _same(bad, snap), label
+
+
+def test_bsr_products_and_merges_on_int64_index_arrays():
+    """The 64-bit index instantiations of the BSR product and merges (canonical and general): scipy's buffers."""
+    a, b = _bsr_pair(10, 8, 6, (2, 4, 3), 0.2, np.float64, 12)
+    wide = sp.bsr_array((a.data, a.indices, a.indptr), shape=a.shape, blocksize=a.blocksize)
+    wide.indices, wide.indptr = a.indices.astype(np.int64), a.indptr.astype(np.int64)
+    got, want = splyce.matmul(wide, b), a @ b
+    np.testing.assert_array_equal(got.indices, want.indices)
+    np.testing.assert_array_equal(got.data, want.data)
+    other = sp.bsr_array(_dense(a.shape, 0.2, 13, np.float64), blocksize=a.blocksize)     # not canonical
+    for x, y in ((wide, other), (other, wide), (wide, wide)):
+        for got, want in ((splyce.add(x, y), x + y), (splyce.multiply(x, y), x.multiply(y))):
+            np.testing.assert_array_equal(got.indptr, want.indptr)
+            np.testing.assert_array_equal(got.indices, want.indices)
+            np.testing.assert_array_equal(got.data, want.data)
