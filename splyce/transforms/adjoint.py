@@ -28,6 +28,11 @@ from splyce.transforms.derivatives import ONE, gradient
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
+class Parts(dict):
+    """The cotangent of a ``loop`` node: its results' cotangents by position (what its ``loop_out`` nodes
+    pass back)."""
+
+
 class Fill:
     """A cotangent that is ``value`` at every position of ``shape``."""
 
@@ -71,11 +76,16 @@ def backward(outputs, wrt) -> list:
         old = cts.get(node)
         cts[node] = ct if old is None else accumulate(old, ct)
 
+    emit.relevant = relevant      # read by the loops' rule (loop_adjoint.py): which free values need a cotangent
+
     for node, seed in outputs:
         emit(node, seed)
     for node in reversed(order):
         ct = cts.get(node)
         if ct is None or node in wrt_set or node.op == "input":
+            continue
+        if node.op == "loop_out":
+            emit(node.args[0], Parts({node.params[0]: ct}))
             continue
         rule = RULES.get(node.op)
         if rule is None:
@@ -86,6 +96,11 @@ def backward(outputs, wrt) -> list:
 
 
 def accumulate(a, b):
+    if isinstance(a, Parts):
+        out = Parts(a)
+        for k, v in b.items():
+            out[k] = v if k not in out else accumulate(out[k], v)
+        return out
     if isinstance(a, Fill) and isinstance(b, Fill):
         return Fill(a.value + b.value, a.shape)
     if isinstance(a, Fill):
@@ -96,6 +111,32 @@ def accumulate(a, b):
         sparse, dense = (a, b) if a.node.type.is_sparse else (b, a)
         return add(dense, sparse)
     return add(a, b)
+
+
+def finalize(node, ct) -> Tracer:
+    """The cotangent of an argument node in its own kind: dense for a dense one, on its pattern for a
+    sparse one, in its dtype; zeros when the output does not depend on it."""
+    t = node.type
+    if ct is None:
+        if t.is_sparse:
+            return contract([pattern_ones(node).node], [LETTERS[: t.ndim]],
+                            LETTERS[: t.ndim], scale=0.0, out_format=t.format, op="grad")
+        return apply("where", False, Tracer(node), 0.0)
+    if isinstance(ct, Fill):
+        if t.is_sparse:
+            return _cast(sample(ct, node), t.dtype)
+        ct = materialize(ct, node)
+    if t.is_sparse:
+        if not ct.node.type.is_sparse or not exact(ct.node, node):   # a union's cotangent: sampled
+            ct = sample(ct, node)
+    elif ct.node.type.is_sparse:
+        ct = todense(ct)
+    return _cast(ct, t.dtype)
+
+
+def _cast(ct: Tracer, dtype: str) -> Tracer:
+    return ct if ct.node.type.dtype == dtype else astype(ct, dtype)
+
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
