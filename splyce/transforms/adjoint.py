@@ -270,9 +270,28 @@ def combine_rule(node: Node, ct, emit) -> None:
         emit(b, ct if sign == 1 else scaled(ct, -1.0))
         return
     if a.type.is_sparse or b.type.is_sparse:
-        raise TraceError(f"grad: maximum / minimum of sparse operands is not differentiable inside splyce.grad "
-                         "yet; write it on dense values (a.todense()) or as a product with a mask")
+        _sparse_extremum_rule(node, ct, emit)
+        return
     elementwise_rule(node, (a, b), (sign, ("arg", 0), ("arg", 1)), (LETTERS[:node.type.ndim],) * 2, ct, emit)
+
+
+def _sparse_extremum_rule(node: Node, ct, emit) -> None:
+    """``maximum`` / ``minimum`` with a sparse operand: the dense function's derivative (1 where an operand
+    wins, 0.5 each on a tie, JAX's; an entry a sparse operand does not store is its 0), sampled at each sparse
+    operand's pattern. The operands are compared as dense arrays (O(size), not O(nnz))."""
+    a, b = node.args
+    x = todense(Tracer(a)) if a.type.is_sparse else Tracer(a)
+    y = todense(Tracer(b)) if b.type.is_sparse else Tracer(b)
+    g = materialize(ct, node)
+    g = todense(g) if g.node.type.is_sparse else g
+    wins = apply("gt" if node.params[0] == "max" else "lt", x, y)
+    w_a = apply("where", wins, 1.0, apply("where", apply("eq", x, y), 0.5, 0.0))
+    for arg, w in ((a, w_a), (b, apply("sub", 1.0, w_a))):
+        if not inexact(arg.type.dtype):
+            continue
+        c = apply("mul", g, w)
+        c = c if c.node.type.dtype == node.type.dtype else astype(c, node.type.dtype)
+        emit(arg, sample(c, arg) if arg.type.is_sparse else c)
 
 
 def scaled(ct, factor: float):
@@ -385,12 +404,11 @@ def _renumber(expr, remap):
 def reduce_rule(node: Node, ct, emit) -> None:
     """max / min: the cotangent shared among the entries equal to the result (JAX's rule)."""
     (arg,) = node.args
-    if arg.type.is_sparse:
-        raise TraceError("grad: max / min of a sparse tensor is not differentiable inside splyce.grad yet; "
-                         "write a.todense().max(...)")
     kind, axes, keepdims = node.params[:3]
     kept = tuple(1 if d in axes else n for d, n in enumerate(arg.type.shape))
-    x = Tracer(arg)
+    # a sparse operand: compared as its dense array (an entry it does not store is a 0 that may win or tie),
+    # the cotangent sampled at its pattern
+    x = todense(Tracer(arg)) if arg.type.is_sparse else Tracer(arg)
     y = Tracer(indexing.expand(node, kept, "grad")) if kept != node.type.shape else Tracer(node)
     g = ct.value if isinstance(ct, Fill) else ct
     if isinstance(ct, Tracer):
@@ -399,7 +417,8 @@ def reduce_rule(node: Node, ct, emit) -> None:
             g = Tracer(indexing.expand(g.node, kept, "grad"))
     hits = astype(apply("eq", x, y), node.type.dtype)
     count = sum_(hits, tuple(axes), keepdims=True)
-    emit(arg, apply("truediv", apply("mul", hits, g), count))
+    out = apply("truediv", apply("mul", hits, g), count)
+    emit(arg, sample(out, arg) if arg.type.is_sparse else out)
 
 
 def view_rule(node: Node, ct, emit) -> None:
@@ -452,11 +471,6 @@ def view_rule(node: Node, ct, emit) -> None:
     emit(arg, contract_many(ops, subs, target, scale, "dense"))
 
 
-def gather_rule(node: Node, ct, emit) -> None:
-    raise TraceError("grad: indexing with integer arrays or slicing a sparse tensor (a gather) is not "
-                     "differentiable inside splyce.grad yet; write the selection as a product with a 0/1 "
-                     "matrix (S @ x)")
-
-
 RULES = {"contract": contract_rule, "combine": combine_rule, "map": map_rule, "ewise": ewise_rule,
-         "reduce": reduce_rule, "view": view_rule, "gather": gather_rule}
+         "reduce": reduce_rule, "view": view_rule}
+# "gather": gather_adjoint.py, "loop": loop_adjoint.py (registered there)

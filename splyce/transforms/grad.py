@@ -23,7 +23,7 @@ from splyce.tracer.base import Tracer, contract
 from splyce.tracer.dense_ops import apply, astype
 from splyce.tracer import indexing
 from splyce.tracer.tracer import todense
-from splyce.transforms import adjoint, loop_adjoint  # noqa: F401  (loop_adjoint: the loops' rule)
+from splyce.transforms import adjoint, gather_adjoint, loop_adjoint  # noqa: F401  (their rules, registered)
 from splyce.transforms.adjoint import finalize
 
 
