@@ -107,7 +107,7 @@ def loop_rule(node: Node, ct, emit) -> None:
     h_out = new_carry + carry_ph
     h_free, _ = loops.free_values(h_out, h_ph)
     h_spec = loops.LoopSpec("scan", nc, nx + len(extra_ph), nc, None, h_ph, h_out, h_free, None, None, False, n,
-                            spec.paths, uid)
+                            spec.paths, uid, reverse=spec.reverse)
     history = loops.loop_node(h_spec, tuple(init) + tuple(xs) + tuple(extra_xs)
                               + tuple(rename.get(f, f) for f in h_free))
     stored = loops.outputs_of(history)[nc:]
@@ -177,7 +177,7 @@ def loop_rule(node: Node, ct, emit) -> None:
         cty_xs.append(c.node)
     b_spec = loops.LoopSpec("scan", len(ct_ph) + len(acc_ph), len(hist_ph) + len(bx_ph) + len(bextra_ph)
                             + len(cty_ph), len(diff_x), None, b_ph, b_out, b_free, None, None, False, n,
-                            spec.paths, uid, reverse=True)
+                            spec.paths, uid, reverse=not spec.reverse)
     args = tuple(init_ct) + tuple(init_acc) + tuple(stored) + tuple(xs) + tuple(extra_xs) + tuple(cty_xs) \
         + tuple(b_free)
     results = loops.outputs_of(loops.loop_node(b_spec, args))
