@@ -23,7 +23,7 @@ def fori_gcn_shared_weights(xp, lax, A, X, W):
 
 def fori_reads_index(xp, lax, A, x):
     def body(i, h):
-        return h - (0.05 * (i + 1)) * (A @ h) + 0.01 * h * h
+        return h - (0.05 * (i + 1)).astype(h.dtype) * (A @ h) + 0.01 * h * h
     return xp.sum(lax.fori_loop(2, 6, body, x) ** 2)
 
 
@@ -92,7 +92,7 @@ def sparse_maximum(xp, lax, A, B, v):
 
 
 def sparse_max_reduction(xp, lax, A, v):
-    return xp.sum(A.max(axis=1) * v) + A.min() * 2.0
+    return xp.sum(v @ A.max(axis=1)) + A.min() * 2.0
 
 
 CORPUS = {

@@ -73,6 +73,10 @@ def backward(outputs, wrt) -> list:
     def emit(node: Node, ct) -> None:
         if node not in relevant or ct is None:
             return
+        if isinstance(ct, Tracer) and ct.node.type.dtype != node.type.dtype and node.op != "loop":
+            # a cotangent has its primal's dtype, as JAX's (a float64 path into a float32 value is rounded
+            # there; the elementwise rules build their nodes in the primal's dtype)
+            ct = astype(ct, node.type.dtype)
         old = cts.get(node)
         cts[node] = ct if old is None else accumulate(old, ct)
 
