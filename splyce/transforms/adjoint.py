@@ -263,7 +263,34 @@ def contract_rule(node: Node, ct, emit) -> None:
         if not ops:   # a 0-d operand scaled into a 0-d result, with a number for cotangent
             emit(arg, Fill(factor, ()))
             continue
+        order = reduction_order(ops, subs, target) if not arg.type.is_sparse else None
+        if order is not None:
+            emit(arg, contract(ops, subs, target, scale=scale, out_format="dense", op="grad", order=order))
+            continue
         emit(arg, contract_many(ops, subs, target, scale, out_format))
+
+
+PIN_REDUCTIONS = True      # (a switch for the before / after measurement of docs/guide/transformations.md)
+REDUCTION_MIN = 4096
+
+
+def reduction_order(ops: list[Node], subs: list[str], target: str) -> str | None:
+    """The loop order pinned for a weight's cotangent: a dense product of two dense operands summed over a
+    long axis into a small result (``X.T @ (A.T @ G)``, 100000 x 16 by 100000 x 16 into 16 x 16), run with
+    the summed axis outermost, so each operand is streamed once and a fused producer computed once per entry;
+    the planner's order (the result's axes outside) streamed the operands once per result row and recomputed
+    the producer each time: 1.32 s vs 0.14 s (``einsum("ik,ij->kj", X, tanh(Y))``, n = 100000, 2-core Zen 4,
+    loaded). None when that is not the shape of the product."""
+    if not PIN_REDUCTIONS or len(ops) != 2 or any(n.type.is_sparse for n in ops):
+        return None
+    sizes = {}
+    for n, s in zip(ops, subs):
+        sizes.update(zip(s, n.type.shape))
+    summed = [c for c in dict.fromkeys("".join(subs)) if c not in target]
+    if not summed or int(np.prod([sizes[c] for c in summed])) < REDUCTION_MIN \
+            or int(np.prod([sizes[c] for c in target])) > REDUCTION_MIN:
+        return None
+    return "".join(sorted(summed, key=lambda c: -sizes[c])) + target
 
 
 def combine_rule(node: Node, ct, emit) -> None:
