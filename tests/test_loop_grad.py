@@ -167,3 +167,31 @@ def test_vmap_through_loops_against_jax(which):
         ref = jax.vmap(jax.grad(lambda x: (jax.lax.fori_loop(0, 3, lambda i, c: jnp.tanh(AD @ c), x) ** 2).sum()))(X)
     for o, r in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(ref)):
         np.testing.assert_allclose(np.asarray(o), np.asarray(r), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("which", ["while", pytest.param("scan", marks=pytest.mark.slow),
+                                   pytest.param("fori-sparse-tangent", marks=pytest.mark.slow)])
+def test_jvp_through_loops_against_jax(which):
+    """Forward mode goes through every loop, while_loop and traced bounds included, as jax.jvp."""
+    rng = np.random.default_rng(4)
+    x, t = rng.standard_normal(12), rng.standard_normal(12)
+    if which == "while":
+        ours = splyce.jvp(lambda x: splyce.while_loop(
+            lambda c: c[1] < 4.0, lambda c: (np.tanh(A @ c[0]) + c[0] * 0.3, c[1] + 1.0), (x, 0.0))[0], (x,), (t,))
+        ref = jax.jvp(lambda x: jax.lax.while_loop(
+            lambda c: c[1] < 4.0, lambda c: (jnp.tanh(AD @ c[0]) + c[0] * 0.3, c[1] + 1.0), (x, 0.0))[0], (x,), (t,))
+    elif which == "scan":
+        xs, txs = rng.standard_normal((4, 12)), rng.standard_normal((4, 12))
+        ours = splyce.jvp(lambda c, xs: splyce.lax.scan(lambda c, x: (np.sin(A @ c) * x, (c * x).sum()), c, xs),
+                          (x, xs), (t, txs))
+        ref = jax.jvp(lambda c, xs: jax.lax.scan(lambda c, x: (jnp.sin(AD @ c) * x, (c * x).sum()), c, xs),
+                      (x, xs), (t, txs))
+    else:
+        TA = A.copy()
+        TA.data = rng.standard_normal(A.nnz)
+        ours = splyce.jvp(lambda a, x: splyce.fori_loop(0, 3, lambda i, c: np.tanh(a @ c) * (i + 1.0), x),
+                          (A, x), (TA, t))
+        ref = jax.jvp(lambda a, x: jax.lax.fori_loop(0, 3, lambda i, c: jnp.tanh(a @ c) * (i + 1.0), x),
+                      (AD, x), (TA.toarray(), t))
+    for o, r in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(ref)):
+        np.testing.assert_allclose(np.asarray(o), np.asarray(r), rtol=1e-10, atol=1e-12)
