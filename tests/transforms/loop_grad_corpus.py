@@ -1,4 +1,4 @@
-"""Gradient programs through compiled loops, gathers and sparse max / min (tests/test_loop_grad.py), each
+"""Gradient programs through compiled loops, gathers and sparse max / min (tests/transforms/test_loop_grad.py), each
 written once against a NumPy-like namespace ``xp`` and a ``lax`` (``splyce.numpy`` / ``splyce.lax`` when
 traced by splyce; ``jax.numpy`` / ``jax.lax`` on the dense equivalents for the reference). Entry format as
 tests/grad_corpus.py: name -> (function(xp, lax, *args), argument specs, argnums); ("index", shape, n): an

@@ -1,5 +1,5 @@
 """splyce.grad through compiled loops (fori_loop with static bounds, scan, nested), gathers (scatter-add) and
-sparse maximum / minimum, on tests/loop_grad_corpus.py: against jax.grad on the dense equivalents (float64 /
+sparse maximum / minimum, on tests/transforms/loop_grad_corpus.py: against jax.grad on the dense equivalents (float64 /
 float32, every operand kind) and central finite differences; vmap through loops against jax.vmap; the
 refusals JAX makes (reverse mode through while_loop / traced bounds)."""
 
