@@ -160,10 +160,12 @@ def test_vmap_through_loops_against_jax(which):
         ref = jax.vmap(lambda x: jax.lax.while_loop(lambda c: c[1] < 4.0, lambda c: (AD @ c[0] - c[0], c[1] + 1.0),
                                                     (x, 0.0)))(X)
     elif which == "while-batched-cond":   # each example stops at its own step, as in JAX
-        ours = splyce.vmap(lambda x: splyce.while_loop(lambda c: (c ** 2).sum() < 50.0, lambda c: c * 1.7 + 0.1, x))(X)
+        ours = splyce.vmap(lambda x: splyce.while_loop(lambda c: (c ** 2).sum() < 50.0, lambda c: c * 1.7 + 0.1,
+                                                       x))(X)
         ref = jax.vmap(lambda x: jax.lax.while_loop(lambda c: (c ** 2).sum() < 50.0, lambda c: c * 1.7 + 0.1, x))(X)
     else:
-        ours = splyce.vmap(splyce.grad(lambda x: (splyce.fori_loop(0, 3, lambda i, c: np.tanh(A @ c), x) ** 2).sum()))(X)
+        loss = lambda x: (splyce.fori_loop(0, 3, lambda i, c: np.tanh(A @ c), x) ** 2).sum()  # noqa: E731
+        ours = splyce.vmap(splyce.grad(loss))(X)
         ref = jax.vmap(jax.grad(lambda x: (jax.lax.fori_loop(0, 3, lambda i, c: jnp.tanh(AD @ c), x) ** 2).sum()))(X)
     for o, r in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(ref)):
         np.testing.assert_allclose(np.asarray(o), np.asarray(r), rtol=1e-10, atol=1e-12)
