@@ -97,7 +97,7 @@ def while_loop(cond_fun, body_fun, init_val):
     return _record("while", body_fun, cond_fun, init_val, ())
 
 
-def scan(f, init, xs=None, length=None):
+def scan(f, init, xs=None, length=None, reverse=False):
     """``jax.lax.scan``: ``carry, y = f(carry, x)`` for each ``x`` of ``xs`` along its first axis; returns
     ``(carry, ys)``, ``ys`` the ``y``'s stacked along a new first axis.
 
@@ -111,6 +111,8 @@ def scan(f, init, xs=None, length=None):
         Scanned along their first axis (all of one length). None: ``x`` is None, ``length`` steps.
     length : int, optional
         The number of steps: needed without ``xs``, else checked against their first axis.
+    reverse : bool
+        Run from the last step to the first (``ys`` still aligned with ``xs``), as ``jax.lax.scan``'s.
 
     Returns
     -------
@@ -126,8 +128,8 @@ def scan(f, init, xs=None, length=None):
     if not _tracing((init, xs)):
         leaves, _, _ = pytree.flatten(xs, "xs")
         n = _scan_length(leaves, length)
-        return _eager("scan", (f,), (n,), init, xs)
-    return _record("scan", f, None, init, (), xs, length)
+        return _eager("scan", (f,), (n, bool(reverse)), init, xs)
+    return _record("scan", f, None, init, (), xs, length, bool(reverse))
 
 
 # -- tracing ---------------------------------------------------------------------------------------------------
@@ -183,7 +185,7 @@ def _check_dense(nodes, paths, what: str):
                             "(or densify with .toarray())")
 
 
-def _record(kind, body_fun, cond_fun, init, bounds, xs=None, length=None):
+def _record(kind, body_fun, cond_fun, init, bounds, xs=None, length=None, reverse=False):
     """The loop traced as one node; its results as tracers in ``init``'s structure (and a scan's ys)."""
     name = {"fori": "fori_loop", "while": "while_loop", "scan": "scan"}[kind]
     leaves, paths, structure = pytree.flatten(init, "init_val" if kind != "scan" else "init")
@@ -261,7 +263,8 @@ def _record(kind, body_fun, cond_fun, init, bounds, xs=None, length=None):
     if index is not None and not uses_index:
         placeholders = placeholders[1:]        # the body does not read i: not passed
     spec = loops.LoopSpec(kind, len(init_nodes), len(xs_nodes), len(y_nodes), 0 if uses_index else None,
-                          placeholders, outputs, free, lower, upper, bool(traced_bounds), n, paths, uid)
+                          placeholders, outputs, free, lower, upper, bool(traced_bounds), n, paths, uid,
+                          reverse=reverse)
     args = list(init_nodes)
     if kind == "while":
         args.append(_condition(cond_fun(pytree.unflatten(structure, [Tracer(n) for n in init_nodes]))))
@@ -340,10 +343,10 @@ def _eager(kind, funs, statics, init, xs=None):
             def loop(init):
                 return while_loop(cond, body, init)
         else:
-            (body,), (n,) = funs, statics
+            (body,), (n, reverse) = funs, statics
 
             def loop(init, xs):
-                return scan(body, init, xs, n)
+                return scan(body, init, xs, n, reverse)
         jitted = jit(loop)
         with _eager_lock:
             _EAGER[key] = jitted

@@ -48,6 +48,7 @@ NOTEBOOK_PLOTS = {
     "04_fem_spmv_spmm.ipynb": False,
     "05_sddmm_attention.ipynb": False,
     "06_reading_the_plan.ipynb": False,
+    "07_training_with_grad.ipynb": False,
 }
 
 

@@ -3,9 +3,46 @@ the native kernel library (``NativeStep``, runtime/library.py's ``native_steps``
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import numpy as np
 
 from splyce.tracer.ir import TensorType
+
+# A host product of fewer multiply-adds runs BLAS on one thread (as splyce's own small calls run): GCN's
+# ``X @ W`` (100000 x 16 by 16 x 16, 2.6e7) took a median 92 ms on OpenBLAS's two threads on the loaded 2-core
+# VM (its threads spin-wait for a core), 2.4 ms on one (30 interleaved calls, 2026-12-07); quiet, 1.0 vs 2.1.
+ONE_BLAS_THREAD_BELOW = 1 << 27
+_blas = None
+_blas_lock = threading.Lock()     # the BLAS thread count is process-global: one limited product at a time
+
+
+def _small_blas():
+    """A context running BLAS on one thread (threadpoolctl), or a null context where it is unavailable."""
+    global _blas
+    if _blas is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+
+            _blas = ThreadpoolController().select(user_api="blas")
+        except Exception:      # noqa: BLE001 (no threadpoolctl, or a BLAS it does not know: leave BLAS as it is)
+            _blas = False
+    if not _blas:
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def limited():
+        with _blas_lock, _blas.limit(limits=1):
+            yield
+    return limited()
+
+
+def _multiply_adds(subs: str, arrays) -> int:
+    sizes = {}
+    for part, a in zip(subs.split("->")[0].split(","), arrays):
+        sizes.update(zip(part, np.shape(a)))
+    return int(np.prod(list(sizes.values()), dtype=np.float64))
 
 
 def host_product(host: tuple, t: TensorType, values: list) -> np.ndarray:
@@ -14,7 +51,9 @@ def host_product(host: tuple, t: TensorType, values: list) -> np.ndarray:
     subs, operands, scale = host
     arrays = [values[i] for i in operands]
     axes = tensordot_axes(subs)
-    with np.errstate(all="ignore"):   # NaN / Inf as the kernel would give them, silently
+    small = len(arrays) > 1 and (1 << 20) <= _multiply_adds(subs, arrays) < ONE_BLAS_THREAD_BELOW
+    with np.errstate(all="ignore"), (_small_blas() if small else contextlib.nullcontext()):
+        # NaN / Inf as the kernel would give them, silently
         if axes is not None and _matmul_axes(axes, arrays):
             value = np.matmul(*arrays)   # BLAS as tensordot, without its reshapes: GCN's X @ W 10 % faster
         elif axes is not None:

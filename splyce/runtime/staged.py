@@ -158,7 +158,7 @@ class LoopStage:
         if spec.kind == "fori":
             steps = range(lower, upper)
         elif spec.kind == "scan":
-            steps = range(spec.length)
+            steps = range(spec.length - 1, -1, -1) if spec.reverse else range(spec.length)
         else:
             steps = None
         ys = [np.empty((spec.length,) + t.shape, dtype=t.dtype) for t in self.ys_types] if spec.kind == "scan" else []

@@ -33,11 +33,12 @@ class LoopSpec:
     on the new carry, then a scan's per-step outputs (``n_ys``)."""
 
     __slots__ = ("kind", "uid", "n_carry", "n_xs", "n_ys", "index", "placeholders", "outputs", "free", "lower",
-                 "upper", "traced_bounds", "length", "paths")
+                 "upper", "traced_bounds", "length", "paths", "reverse")
 
     def __init__(self, kind, n_carry, n_xs, n_ys, index, placeholders, outputs, free, lower, upper,
-                 traced_bounds, length, paths, uid):
+                 traced_bounds, length, paths, uid, reverse=False):
         self.kind = kind
+        self.reverse = bool(reverse)       # a scan run from its last step to its first (ys kept in place)
         self.uid = uid
         self.n_carry = n_carry
         self.n_xs = n_xs
@@ -68,7 +69,7 @@ class LoopSpec:
             hi = "%upper" if self.upper is None else self.upper
             return f"fori_loop {lo}..{hi}"
         if self.kind == "scan":
-            return f"scan length={self.length}"
+            return f"scan length={self.length}" + (", reverse" if self.reverse else "")
         return "while_loop"
 
     def __str__(self) -> str:

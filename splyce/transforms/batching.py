@@ -20,6 +20,7 @@ from splyce.tracer import captures, indexing
 from splyce.tracer.base import Tracer, contract
 from splyce.tracer.ir import ContractParams, Node, TensorType, walk
 from splyce.tracer.tracer import todense, transpose
+from splyce.transforms import loop_batching
 
 _PLACEHOLDER = itertools.count()
 _LETTERS = "abcde"
@@ -183,4 +184,8 @@ def _batch(node: Node, new_args: list, size: int) -> Node:
         (a,) = args
         new_spec = (("dim", 0, 0, 1),) + tuple(e if e[0] == "at" else ("dim", e[1] + 1, e[2], e[3]) for e in spec)
         return indexing.view(a, new_spec, (size,) + t.shape, "vmap")
+    if node.op == "loop":
+        return loop_batching.batch_loop(node, new_args, size, _batch)
+    if node.op == "loop_out":
+        return loop_batching.batch_loop_out(node, new_args[0])
     raise TraceError(f"vmap: the traced operation {node.op!r} is not batched yet")

@@ -11,7 +11,7 @@ import numpy as np
 from splyce.errors import TraceError
 from splyce.runtime import pytree
 from splyce.runtime.dispatcher import Jitted
-from splyce.tracer import indexing
+from splyce.tracer import indexing, loops
 from splyce.tracer.base import Tracer, contract
 from splyce.tracer.dense_ops import apply, astype
 from splyce.tracer.ir import ContractParams, Node, TensorType, walk
@@ -29,11 +29,17 @@ def tangents(outputs, seeds: dict) -> list:
         arg_ts = [ts.get(a) for a in node.args]
         if all(t is None for t in arg_ts):
             continue
+        if node.op == "loop_out":
+            ts[node] = arg_ts[0].get(node.params[0])
+            continue
         rule = RULES.get(node.op)
         if rule is None:
             raise TraceError(f"jvp: the traced operation {node.op!r} ({node.type}) is not differentiable inside "
                              "splyce.jvp")
         t = rule(node, arg_ts)
+        if node.op == "loop":
+            ts[node] = t
+            continue
         if t is not None and not node.type.is_sparse and t.node.type.is_sparse:
             t = todense(t)
         ts[node] = t
@@ -132,8 +138,71 @@ def view_rule(node: Node, ts):
     return Tracer(indexing.view(t.node, spec, node.type.shape, "jvp"))
 
 
+def loop_rule(node: Node, ts) -> dict:
+    """A loop's tangents (``jax.jvp`` through ``fori_loop`` / ``while_loop`` / ``scan``, traced bounds too): one
+    loop whose carry is the primal carry and its tangent, its body the forward body and its tangent program
+    (the same placeholders, so the primal steps are the loop's own), the scanned inputs' tangents scanned
+    beside them; a free value's tangent is a free value. Returns {result position: tangent}."""
+    spec: loops.LoopSpec = node.params[0]
+    nc, nx, ny = spec.n_carry, spec.n_xs, spec.n_ys
+    k_x = nc + (1 if spec.has_cond else 0)
+    n_bounds = len(node.args) - k_x - nx - len(spec.free)
+    first = 0 if spec.index is None else 1
+    carry_ph = spec.placeholders[first:first + nc]
+    x_ph = spec.placeholders[first + nc:first + nc + nx]
+    free_actual = node.args[k_x + nx + n_bounds:]
+    uid = loops.new_uid()
+    holes = []
+
+    def hole(t):
+        p = loops.placeholder(uid, len(holes), t)
+        holes.append(p)
+        return p
+
+    diff_c = [j for j in range(nc) if adjoint.inexact(carry_ph[j].type.dtype)]
+    diff_x = [i for i in range(nx) if ts[k_x + i] is not None]
+    tan_c = [hole(carry_ph[j].type) for j in diff_c]
+    tan_x = [hole(x_ph[i].type) for i in diff_x]
+    seeds = {carry_ph[j]: Tracer(p) for j, p in zip(diff_c, tan_c)}
+    seeds.update({x_ph[i]: Tracer(p) for i, p in zip(diff_x, tan_x)})
+    for f, t in zip(spec.free, ts[k_x + nx + n_bounds:]):
+        if t is not None:
+            seeds[f] = t
+    outs = list(spec.outputs)
+    ys = outs[len(outs) - ny:]
+    diff_y = [k for k in range(ny) if adjoint.inexact(ys[k].type.dtype)]
+    found = tangents([outs[j] for j in diff_c] + [ys[k] for k in diff_y], seeds)
+
+    def dense_of(t, like: Node) -> Node:
+        t = _zeros_like(like) if t is None else t
+        t = todense(t) if t.node.type.is_sparse else t
+        return (t if t.node.type.dtype == like.type.dtype else astype(t, like.type.dtype)).node
+
+    t_carry = [dense_of(t, outs[j]) for j, t in zip(diff_c, found)]
+    t_ys = [dense_of(t, ys[k]) for k, t in zip(diff_y, found[len(diff_c):])]
+    new_outputs = outs[:nc] + t_carry + outs[nc:len(outs) - ny] + ys + t_ys
+    placeholders = list(spec.placeholders[:first]) + list(carry_ph) + tan_c + list(x_ph) + tan_x
+    free, _ = loops.free_values(new_outputs, placeholders)
+    rename = dict(zip(spec.free, free_actual))
+    new_spec = loops.LoopSpec(spec.kind, nc + len(tan_c), nx + len(tan_x), ny + len(t_ys),
+                              spec.index, placeholders, new_outputs, free, spec.lower, spec.upper,
+                              spec.traced_bounds, spec.length, spec.paths, uid, reverse=spec.reverse)
+    init = list(node.args[:nc]) + [dense_of(ts[j], node.args[j]) for j in diff_c]
+    xs = list(node.args[k_x:k_x + nx]) + [dense_of(ts[k_x + i], node.args[k_x + i]) for i in diff_x]
+    args = init + list(node.args[nc:k_x]) + xs + list(node.args[k_x + nx:k_x + nx + n_bounds]) \
+        + [rename.get(f, f) for f in free]
+    results = loops.outputs_of(loops.loop_node(new_spec, tuple(args)))
+    out = {}
+    for n, j in enumerate(diff_c):
+        out[j] = Tracer(results[nc + n])
+    base = nc + len(tan_c) + ny
+    for n, k in enumerate(diff_y):
+        out[nc + k] = Tracer(results[base + n])
+    return out
+
+
 RULES = {"contract": contract_rule, "combine": combine_rule, "map": map_rule, "ewise": ewise_rule,
-         "reduce": reduce_rule, "view": view_rule}
+         "reduce": reduce_rule, "view": view_rule, "loop": loop_rule}
 
 
 def _zeros_like(node: Node) -> Tracer:

@@ -23,7 +23,8 @@ from splyce.tracer.base import Tracer, contract
 from splyce.tracer.dense_ops import apply, astype
 from splyce.tracer import indexing
 from splyce.tracer.tracer import todense
-from splyce.transforms import adjoint
+from splyce.transforms import adjoint, gather_adjoint, loop_adjoint  # noqa: F401  (their rules, registered)
+from splyce.transforms.adjoint import finalize
 
 
 def _is_traced(tree) -> bool:
@@ -39,31 +40,6 @@ def _check_inexact(dtype, where: str, fun_name: str) -> None:
                         f"out of argnums.")
     if np.issubdtype(dtype, np.complexfloating):
         raise TypeError(f"{fun_name}: complex inputs are not supported yet ({where} is {dtype.name})")
-
-
-def finalize(node, ct) -> Tracer:
-    """The cotangent of an argument node in its own kind: dense for a dense one, on its pattern for a
-    sparse one, in its dtype; zeros when the output does not depend on it."""
-    t = node.type
-    if ct is None:
-        if t.is_sparse:
-            return contract([adjoint.pattern_ones(node).node], [adjoint.LETTERS[: t.ndim]],
-                            adjoint.LETTERS[: t.ndim], scale=0.0, out_format=t.format, op="grad")
-        return apply("where", False, Tracer(node), 0.0)
-    if isinstance(ct, adjoint.Fill):
-        if t.is_sparse:
-            return _cast(adjoint.sample(ct, node), t.dtype)
-        ct = adjoint.materialize(ct, node)
-    if t.is_sparse:
-        if not ct.node.type.is_sparse or not adjoint.exact(ct.node, node):   # a union's cotangent: sampled
-            ct = adjoint.sample(ct, node)
-    elif ct.node.type.is_sparse:
-        ct = todense(ct)
-    return _cast(ct, t.dtype)
-
-
-def _cast(ct: Tracer, dtype: str) -> Tracer:
-    return ct if ct.node.type.dtype == dtype else astype(ct, dtype)
 
 
 class _Transform:

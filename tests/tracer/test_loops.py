@@ -468,15 +468,3 @@ def test_label_spreading_spmm_is_cut(monkeypatch):
     np.testing.assert_array_equal(f(S, Y), want)
     text = f.lower(S, Y).as_text("plan")
     assert "cut at its products" in text and text.count("native matmul") == 3
-
-
-def test_transformations_refuse_loops():
-    A = sps.random_array((20, 20), density=0.2, format="csr", rng=0)
-
-    def f(x):
-        return splyce.fori_loop(0, 3, lambda i, y: 0.5 * (A @ y) + x, x).sum()
-
-    with pytest.raises(splyce.TraceError, match="'loop_out'.*not differentiable"):
-        splyce.grad(f)(np.ones(20))
-    with pytest.raises(splyce.TraceError, match="'loop'.* not batched"):
-        splyce.vmap(lambda x: splyce.fori_loop(0, 3, lambda i, y: 0.5 * (A @ y) + x, x))(np.ones((2, 20)))
