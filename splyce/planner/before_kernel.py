@@ -8,18 +8,21 @@ import threading
 
 import numpy as np
 
+from splyce.thread_count import call_threads, cores
 from splyce.tracer.ir import TensorType
 
-# A host product of fewer multiply-adds runs BLAS on one thread (as splyce's own small calls run): GCN's
-# ``X @ W`` (100000 x 16 by 16 x 16, 2.6e7) took a median 92 ms on OpenBLAS's two threads on the loaded 2-core
-# VM (its threads spin-wait for a core), 2.4 ms on one (30 interleaved calls, 2026-12-07); quiet, 1.0 vs 2.1.
-ONE_BLAS_THREAD_BELOW = 1 << 27
+# A host product of at least 2^20 multiply-adds runs BLAS on the threads a splyce call would take now
+# (thread_count.call_threads: the cores other processes leave idle, or the count the user chose): OpenBLAS's
+# threads spin-wait for a busy core. GCN's ``X @ W`` (100000 x 16 by 16 x 16, 2.6e7) took a median 92 ms on
+# OpenBLAS's two threads on the loaded 2-core VM, 2.4 ms on one (30 interleaved calls, 2026-12-07); on the
+# quiet VM two threads are the faster (1.0 vs 2.1 ms), and there both cores are idle, so BLAS keeps them.
+LIMITED_FROM = 1 << 20
 _blas = None
 _blas_lock = threading.Lock()     # the BLAS thread count is process-global: one limited product at a time
 
 
-def _small_blas():
-    """A context running BLAS on one thread (threadpoolctl), or a null context where it is unavailable."""
+def _blas_threads(n: int):
+    """A context running BLAS on ``n`` threads (threadpoolctl), or a null context where it is unavailable."""
     global _blas
     if _blas is None:
         try:
@@ -33,7 +36,7 @@ def _small_blas():
 
     @contextlib.contextmanager
     def limited():
-        with _blas_lock, _blas.limit(limits=1):
+        with _blas_lock, _blas.limit(limits=n):
             yield
     return limited()
 
@@ -51,8 +54,10 @@ def host_product(host: tuple, t: TensorType, values: list) -> np.ndarray:
     subs, operands, scale = host
     arrays = [values[i] for i in operands]
     axes = tensordot_axes(subs)
-    small = len(arrays) > 1 and (1 << 20) <= _multiply_adds(subs, arrays) < ONE_BLAS_THREAD_BELOW
-    with np.errstate(all="ignore"), (_small_blas() if small else contextlib.nullcontext()):
+    threads = cores()
+    if len(arrays) > 1 and _multiply_adds(subs, arrays) >= LIMITED_FROM:
+        threads = call_threads()
+    with np.errstate(all="ignore"), (_blas_threads(threads) if threads < cores() else contextlib.nullcontext()):
         # NaN / Inf as the kernel would give them, silently
         if axes is not None and _matmul_axes(axes, arrays):
             value = np.matmul(*arrays)   # BLAS as tensordot, without its reshapes: GCN's X @ W 10 % faster
