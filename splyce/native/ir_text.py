@@ -8,7 +8,8 @@
   pass, validation drivers, the masked sum's driver, the allocator): ``{name}`` markers filled from fields,
   pieces holding markers of their own; a variant is a field (scipy's order, zeros dropped, a vector or a table
   compress), never a patch of the text. ``index_at`` / ``segment_at`` / ``load_at`` / ``store_at``: the loads
-  and stores spelled for those templates, so an index load is written one way everywhere.
+  and stores spelled for those templates, so an index load is written one way everywhere; ``loop_head``: their
+  loop heads (phis, test, branch), the marked-text twin of ``counted``.
 - Each algorithm is one definition, its variants parameters (``masked._masked_ir(kept=...)``,
   ``spmv_flat.flat_ir`` for rows and CSC columns, ``merge_ir._NARROW_PARTS`` / ``_MERGE_STEP_PARTS`` for the
   intersection and the union); plus the row split the helpers share for ``threads``.

@@ -116,21 +116,17 @@ def _taken(x: str, v: str) -> str:
 
 _ONE_VALUE, _RANK_VALUE = _taken("x", "v"), _taken("rx", "rv")
 
-_ROWS = """
-declare i64 @llvm.cttz.i64(i64, i1)
-declare i{w} @llvm.ctpop.i{w}(i{w})
-declare i64 @llvm.ctpop.i64(i64)
-declare <64 x i8> @llvm.experimental.vector.compress.v64i8(<64 x i8>, <64 x i1>, <64 x i8>)
 
-define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
-                   ptr %ends, ptr %cc, ptr %cv, ptr %buf) {
-entry:
-  %n = load i64, ptr %buf
-  %dn = getelementptr i64, ptr %buf, i64 1
-  %o1 = add i64 %n, 1
-  %sc = getelementptr i64, ptr %buf, i64 %o1
-  %o2 = add i64 %o1, %n
-  %o2b = add i64 %o2, {pad}
+def _taken_bytes(ptr: str, at: str, tag: str, bits: str) -> str:
+    """The 64 flag bytes ``ptr[at:at + 64]`` as the bit mask ``%{bits}`` of those set (``%{tag}m``, as lanes),
+    left zero (``%p{tag}``, ``%{tag}v``: their address and bytes)."""
+    return (f"  %p{tag} = getelementptr i8, ptr {ptr}, i64 {at}\n  %{tag}v = load <64 x i8>, ptr %p{tag}, align 1\n"
+            f"  store <64 x i8> zeroinitializer, ptr %p{tag}, align 1\n"
+            f"  %{tag}m = icmp ne <64 x i8> %{tag}v, zeroinitializer\n  %{bits} = bitcast <64 x i1> %{tag}m to i64\n")
+
+_ROWS = "\n" + spgemm_ir.sorted_head("""declare i64 @llvm.ctpop.i64(i64)
+declare <64 x i8> @llvm.experimental.vector.compress.v64i8(<64 x i8>, <64 x i1>, <64 x i8>)
+""", "dn") + """\
   %fl = getelementptr i64, ptr %buf, i64 %o2b
   %nf = add i64 %n, {flag_pad}
   %nf8 = lshr i64 %nf, 3
@@ -182,11 +178,7 @@ s_start:
 """ + loop_head("s_head", "s_body", "s_start", [("si", "i64", "%slo", "%si1"), ("spos", "i64", "0", "%wpos0")],
                 "sin = icmp ule i64 %si, %shi", "emit", latch="s_next") + """\
   %sb0 = shl i64 %si, 6
-  %psb = getelementptr i8, ptr %bf, i64 %sb0
-  %sbv = load <64 x i8>, ptr %psb, align 1
-  store <64 x i8> zeroinitializer, ptr %psb, align 1
-  %sbm = icmp ne <64 x i8> %sbv, zeroinitializer
-  %sw0 = bitcast <64 x i1> %sbm to i64
+""" + _taken_bytes("%bf", "%sb0", "sb", "sw0") + """\
   br label %sw_head
 """ + loop_head("sw_head", "sw_body", "s_body", [("sw", "i64", "%sw0", "%sw1"),
                 ("wpos0", "i64", "%spos", "%wpos_next")], "swz = icmp eq i64 %sw, 0", "s_next", latch="w_done",
@@ -194,11 +186,7 @@ s_start:
   %tz = call i64 @llvm.cttz.i64(i64 %sw, i1 true)
   %wi = add i64 %sb0, %tz
   %wcbase = shl i64 %wi, 6
-  %pwf = getelementptr i8, ptr %fl, i64 %wcbase
-  %wfv = load <64 x i8>, ptr %pwf, align 1
-  store <64 x i8> zeroinitializer, ptr %pwf, align 1
-  %wfm = icmp ne <64 x i8> %wfv, zeroinitializer
-  %wbits = bitcast <64 x i1> %wfm to i64
+""" + _taken_bytes("%fl", "%wcbase", "wf", "wbits") + """\
   %wpc = call i64 @llvm.ctpop.i64(i64 %wbits)
 {compress}  %wcb = {co_narrow} %wcbase to i{co}
   %wcbi = insertelement <{w} x i{co}> poison, i{co} %wcb, i64 0

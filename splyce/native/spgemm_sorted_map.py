@@ -104,19 +104,7 @@ def _word(tag: str, word: str, base: str, out: str, before: str, done: str) -> s
 """
 
 
-_ROWS = """
-declare i64 @llvm.cttz.i64(i64, i1)
-declare i{w} @llvm.ctpop.i{w}(i{w})
-
-define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
-                   ptr %ends, ptr %cc, ptr %cv, ptr %buf) {
-entry:
-  %n = load i64, ptr %buf
-  %slots = getelementptr i64, ptr %buf, i64 1
-  %o1 = add i64 %n, 1
-  %sc = getelementptr i64, ptr %buf, i64 %o1
-  %o2 = add i64 %o1, %n
-  %o2b = add i64 %o2, {pad}
+_ROWS = "\n" + spgemm_ir.sorted_head("", "slots") + """\
   %sv = getelementptr i64, ptr %buf, i64 %o2b
   %o3 = add i64 %o2b, %n
   %wd = getelementptr i64, ptr %buf, i64 %o3

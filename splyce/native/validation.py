@@ -293,6 +293,26 @@ def position_ends_ir(bits: int, segments: str = "%m") -> str:
   %ends_ok = and i1 %starts, %ends"""
 
 
+def _column_scan(first: str, before: str, last: str, out_range: str) -> str:
+    """Template text: the column scan of entries [%{first} - 1 (or 0), %{last}) (``%{before}``: the entry
+    before the first), on to %fail when a column is out of range, else to block ``order`` with ``%steps`` (the
+    order steps) and ``%none``, whether there are none."""
+    return f"""  %has_prev = icmp sgt i64 %{first}, 0
+  %{before} = add i64 %{first}, -1
+  %cfirst = select i1 %has_prev, i64 %{before}, i64 0
+  %pcf = getelementptr i{{p}}, ptr %crd, i64 %cfirst
+  %ncrd = sub i64 %{last}, %cfirst
+  call void @{{crd_scan}}(ptr %pcf, i64 %ncrd, i64 %n, ptr %out)
+  %{out_range} = load i64, ptr %out
+  %o1 = getelementptr i64, ptr %out, i64 1
+  %steps = load i64, ptr %o1
+  %out_of_range = icmp ne i64 %{out_range}, 0
+  br i1 %out_of_range, label %fail, label %order
+order:
+  %none = icmp eq i64 %steps, 0
+"""
+
+
 # A whole canonical-CSR check in one native call (the three scans above, rule "unique"), for the drop-ins'
 # per-call fast paths: pos[0] == 0, pos[m] == nnz, positions monotone, columns in [0, n), strictly increasing
 # within each row. Returns 0 when all hold. The rows go in blocks of 2048: a block's columns are scanned,
@@ -323,19 +343,7 @@ block:
   %s1 = select i1 %short, i64 %s1_try, i64 %m
 """ + load_at("i{p}", "%pos", "%s0", "%e0_raw") + """  %e0 = {ext} %e0_raw to i64
 """ + load_at("i{p}", "%pos", "%s1", "%e1_raw") + """  %e1 = {ext} %e1_raw to i64
-  %has_prev = icmp sgt i64 %e0, 0
-  %e0m1 = add i64 %e0, -1
-  %cfirst = select i1 %has_prev, i64 %e0m1, i64 0
-  %pcf = getelementptr i{p}, ptr %crd, i64 %cfirst
-  %ncrd = sub i64 %e1, %cfirst
-  call void @{crd_scan}(ptr %pcf, i64 %ncrd, i64 %n, ptr %out)
-  %brange = load i64, ptr %out
-  %o1 = getelementptr i64, ptr %out, i64 1
-  %steps = load i64, ptr %o1
-  %out_of_range = icmp ne i64 %brange, 0
-  br i1 %out_of_range, label %fail, label %order
-order:
-  %none = icmp eq i64 %steps, 0
+""" + _column_scan("e0", "e0m1", "e1", "brange") + """\
   br i1 %none, label %columns_ok, label %row_starts
 columns_ok:
   br label %blocks
@@ -474,19 +482,7 @@ positions:
   %dec = icmp ne i64 %down, 0
   br i1 %dec, label %fail, label %columns
 columns:
-  %has_prev = icmp sgt i64 %plo, 0
-  %plo_m1 = add i64 %plo, -1
-  %cfirst = select i1 %has_prev, i64 %plo_m1, i64 0
-  %pcf = getelementptr i{c}, ptr %crd, i64 %cfirst
-  %ncrd = sub i64 %phi, %cfirst
-  call void @{crd_scan}(ptr %pcf, i64 %ncrd, i64 %n, ptr %out)
-  %range = load i64, ptr %out
-  %o1 = getelementptr i64, ptr %out, i64 1
-  %steps = load i64, ptr %o1
-  %out_of_range = icmp ne i64 %range, 0
-  br i1 %out_of_range, label %fail, label %order
-order:
-  %none = icmp eq i64 %steps, 0
+""" + _column_scan("plo", "plo_m1", "phi", "range") + """\
   br i1 %none, label %ok, label %boundaries
 boundaries:
   %lo_m1 = add i64 %lo, -1
@@ -506,7 +502,7 @@ fail:
 
 @functools.cache
 def _canonical_chunk_entry(bits: int):
-    return _compile_driver(f"p{bits}_c{bits}_canonical_chunk", bits, _CANONICAL_CHUNK, "aaiiiii", p=bits, c=bits,
+    return _compile_driver(f"p{bits}_c{bits}_canonical_chunk", bits, _CANONICAL_CHUNK, "aaiiiii", p=bits,
                            ext=_extend(bits))
 
 

@@ -2,6 +2,15 @@
 
 from splyce.native.ir_text import index_at, load_at, loop_head, store_at
 
+
+def _both_rows(u: str, block: str, enter: str, carried: tuple, exit: str) -> str:
+    """Blocks {block}_head / {block}_body: ``%{u}`` over the entries of two rows of the same length ``%la``
+    (``carried``: one more phi), their places ``%{u}a`` in A and ``%{u}b`` in B."""
+    return (loop_head(f"{block}_head", f"{block}_body", enter, [(u, "i64", "0", f"%{u}1"), carried],
+                      f"{u}in = icmp slt i64 %{u}, %la", exit)
+            + f"  %{u}a = add i64 %ia, %{u}\n  %{u}b = add i64 %ja, %{u}\n")
+
+
 # Both kernels: the loop over rows [lo, hi) and a fast path for two rows that hold the same columns (compared
 # first, then combined column by column in one pass); the part after it merges the two rows.
 _ROW_HEAD = """
@@ -24,10 +33,7 @@ row_body:
 general:
   %same_len = icmp eq i64 %la, %lb
   br i1 %same_len, label %cmp_head, label %head
-""" + loop_head("cmp_head", "cmp_body", "general", [("q", "i64", "0", "%q1"), ("d", "i32", "0", "%d1")],
-                 "qin = icmp slt i64 %q, %la", "cmp_done") + """\
-  %qa = add i64 %ia, %q
-  %qb = add i64 %ja, %q
+""" + _both_rows("q", "cmp", "general", ("d", "i32", "0", "%d1"), "cmp_done") + """\
 """ + load_at("i{c}", "%ac", "%qa", "%cqa") + load_at("i{c}", "%bc", "%qb", "%cqb") + """  %ne = icmp ne i{c} %cqa, %cqb
   %nei = zext i1 %ne to i32
   %d1 = or i32 %d, %nei
@@ -36,10 +42,7 @@ general:
 cmp_done:
   %same = icmp eq i32 %d, 0
   br i1 %same, label %same_head, label %head
-""" + loop_head("same_head", "same_body", "cmp_done", [("u", "i64", "0", "%u1"), ("os", "i64", "%out", "%os1")],
-                 "uin = icmp slt i64 %u, %la", "row_end") + """\
-  %ua = add i64 %ia, %u
-  %ub = add i64 %ja, %u
+""" + _both_rows("u", "same", "cmp_done", ("os", "i64", "%out", "%os1"), "row_end") + """\
 """ + load_at("i{c}", "%ac", "%ua", "%cu") + """\
 """ + load_at("{t}", "%av", "%ua", "%vua") + """\
 """ + load_at("{t}", "%bv", "%ub", "%vub") + """  %vu = {op} {t} %vua, %vub
