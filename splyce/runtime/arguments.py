@@ -12,6 +12,7 @@ import sys
 import numpy as np
 
 from splyce.native.records import record
+from splyce.runtime import deferred_checks
 from splyce.tensors.formats import Format, Level
 from splyce.tensors.tensor import SparseTensor, asarray
 from splyce.tracer.ir import TensorType
@@ -81,6 +82,7 @@ def prepare(x, name: str):
     if _is_sparse_object(x):
         t = asarray(x, name=name)
         _check_dtype(t.dtype, name)
+        deferred_checks.remember(x, t)     # wrapped as it is: a later call may leave its check to the kernels
         wanted = kernel_format(t.format)
         if wanted != t.format:
             t = asarray(t, format=wanted, name=name)
@@ -90,6 +92,16 @@ def prepare(x, name: str):
     if isinstance(x, (numbers.Number, str, bytes, tuple, frozenset, type(None))) or _hashable(x):
         return Static(x), None
     raise TypeError(f"{name}: unsupported argument of type {type(x).__name__}")
+
+
+def prepare_deferred(x):
+    """``prepare``'s ``(TensorType, value)`` for a scipy CSR operand checked canonical by an earlier call with
+    the same arrays, its value an unvalidated SparseTensor over them (``deferred_checks``: the caller checks it
+    with ``deferred_checks.confirm`` once the kernel is known); None for any other argument."""
+    t = deferred_checks.unchecked(x) if _is_sparse_object(x) else None
+    if t is None:
+        return None
+    return TensorType(t.shape, _NAMES[t.dtype], t.format), t
 
 
 def _hashable(x) -> bool:
