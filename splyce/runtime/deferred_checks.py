@@ -86,6 +86,9 @@ def self_checked(kernel) -> frozenset:
 
 
 def _self_checked_inputs(plan) -> frozenset:
+    """The arguments that checking native steps read (so each call checks their bounds before the kernel runs)
+    and nothing else reads but MLIR steps for which the order of a row's entries changes neither memory
+    safety nor more than the order of a sum (``_order_free``)."""
     from splyce.tracer.ir import walk
 
     if plan.gathered:
@@ -93,7 +96,12 @@ def _self_checked_inputs(plan) -> frozenset:
     n_args = len(plan.source.inputs) - len(plan.constants)
     read = set(d.source for d in plan.derived)           # transposes read in place
     natively: set[int] = set()
-    used = {n.params[0] for n in walk(plan.trace.outputs) if n.op == "input"}    # the MLIR kernel's inputs
+    readers: dict[int, list] = {}                        # kernel input -> the MLIR kernel's nodes reading it
+    for node in walk(plan.trace.outputs):
+        for a in node.args:
+            if a.op == "input":
+                readers.setdefault(a.params[0], []).append(node)
+    returned = {o.params[0] for o in plan.trace.outputs if o.op == "input"}
     for k, s in enumerate(plan.sources):
         if s.host is not None:
             read.update(s.host[1])
@@ -101,14 +109,25 @@ def _self_checked_inputs(plan) -> frozenset:
             checks = getattr(s.native.run, "checks_indices", False)
             for o in s.native.operands:
                 src = plan.sources[o]
+                if not src.type.is_sparse:
+                    continue
                 if src.host is None and src.native is None and not src.converted and checks:
                     natively.add(src.index)
                 else:
                     read.add(src.index if src.native is None and src.host is None else -1)
-        else:
-            if s.converted or k in used:
-                read.add(s.index)
+        elif s.converted or k in returned or not all(_order_free(n) for n in readers.get(k, ())):
+            read.add(s.index)
     return frozenset(i for i in natively if i < n_args and i not in read)
+
+
+def _order_free(node) -> bool:
+    """Whether an MLIR step reading a sparse operand whose bounds a native step checked in the same call is
+    safe and right whatever the order of its rows' entries: a contraction or reduction of that one sparse
+    operand (with dense ones) into a dense result, whose loops follow the positions and index dense arrays by
+    the (checked) coordinates; unsorted coordinates could only change the order of a sum, to the stored
+    order, as scipy sums."""
+    return (node.op in ("contract", "reduce") and not node.type.is_sparse
+            and sum(1 for a in node.args if a.type.is_sparse) == 1)
 
 
 def confirm(values: list, deferred: list, kernel) -> bool:
@@ -120,8 +139,8 @@ def confirm(values: list, deferred: list, kernel) -> bool:
     ok = True
     for i, obj in deferred:
         t = values[i]
-        if i in skip and all(j in skip for j, o in deferred if o is obj):
-            continue
+        if t.validated or (i in skip and all(j in skip for j, o in deferred if o is obj)):
+            continue      # checked at its other position, or read only by checking native steps
         try:
             validate(t, "argument")
         except ValueError:   # unsorted now (NotCanonicalError) or malformed: prepared again the ordinary way,
