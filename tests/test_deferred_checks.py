@@ -180,3 +180,15 @@ def test_logreg_gradient_deferred_and_refused_when_modified():
     a.indices[a.nnz // 3] = a.shape[1] + 100
     with pytest.raises(ValueError):
         f(a, w, y)
+
+
+def test_spmm_step_deferred_and_refused_when_modified():
+    a = _csr(seed=12)
+    X = np.random.default_rng(6).random((a.shape[1], 8))
+    body = lambda a, X: np.maximum(a @ X, 0.5)      # noqa: E731  (a GCN-like layer: the native SpMM, then glue)
+    f = splyce.jit(body, threads=1)
+    for _ in range(3):
+        np.testing.assert_allclose(f(a, X), body(a, X), rtol=1e-12)
+    a.indptr[5] = a.indptr[6] + 1
+    with pytest.raises(ValueError):
+        f(a, X)
