@@ -192,3 +192,20 @@ def test_spmm_step_deferred_and_refused_when_modified():
     a.indptr[5] = a.indptr[6] + 1
     with pytest.raises(ValueError):
         f(a, X)
+
+
+def test_accumulate_and_other_functions_on_the_same_operand():
+    a = _csr(seed=13)
+    x = np.random.default_rng(7).random(a.shape[1])
+    f, g = splyce.jit(pagerank, threads=1), splyce.jit(merged, threads=1)
+    out = np.zeros(a.shape[0])
+    for _ in range(2):
+        f.accumulate(out, a, x)
+        np.testing.assert_allclose(g(a, x), merged(a, x), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(out, 2 * pagerank(a, x), rtol=1e-12)
+    a.indices[a.nnz - 1] = -1
+    for h in (f, g):
+        with pytest.raises(ValueError):
+            h(a, x)
+    with pytest.raises(ValueError):
+        f.accumulate(out, a, x)
