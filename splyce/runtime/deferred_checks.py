@@ -76,8 +76,14 @@ def self_checked(kernel) -> frozenset:
     known = getattr(kernel, "_self_checked", None)
     if known is not None:
         return known
+    from splyce.planner.plan import Plan
+    from splyce.runtime.kernel import Kernel
+
     plan = getattr(kernel, "plan", None)
-    found = frozenset() if plan is None or getattr(kernel, "scatters", True) else _self_checked_inputs(plan)
+    # a plain kernel's plan only: a staged program's stages (runtime/staged.py, host_stages.py) and a library
+    # call's MLIR fallback read their operands in ways this does not follow
+    simple = type(kernel) is Kernel and isinstance(plan, Plan) and not kernel.scatters
+    found = _self_checked_inputs(plan) if simple else frozenset()
     try:
         kernel._self_checked = found
     except AttributeError:

@@ -209,3 +209,27 @@ def test_accumulate_and_other_functions_on_the_same_operand():
             h(a, x)
     with pytest.raises(ValueError):
         f.accumulate(out, a, x)
+
+
+def test_loops_and_staged_programs_check_every_call():
+    a = _csr(seed=14)
+    x = np.random.default_rng(8).random(a.shape[1])
+
+    def jacobi(a, x):
+        for _ in range(3):
+            x = 0.5 * (a @ x) + 0.25
+        return x
+
+    def looped(a, x):
+        return splyce.fori_loop(0, 3, lambda i, v: 0.5 * (a @ v) + 0.25, x)
+
+    for body in (jacobi, looped):
+        f = splyce.jit(body, threads=1)
+        for _ in range(3):
+            np.testing.assert_allclose(f(a, x), jacobi(a, x), rtol=1e-12)
+    b = a.copy()
+    f = splyce.jit(looped, threads=1)
+    f(b, x)
+    b.indices[3] = b.shape[1] + 2
+    with pytest.raises(ValueError):
+        f(b, x)
