@@ -71,18 +71,18 @@ def unchecked(x) -> SparseTensor | None:
 
 def self_checked(kernel) -> frozenset:
     """The kernel inputs (positions in the call's operands) that its plan reads only through native steps
-    checking every index they read (memoized on the kernel); empty for a plan that may recompute with every
-    operand kept (``scatters``) or that reads operands through gathers."""
+    checking every index they read (memoized on the kernel); empty for None (a kernel of another kind), a plan
+    that may recompute with every operand kept (``scatters``) or that reads operands through gathers."""
     known = getattr(kernel, "_self_checked", None)
     if known is not None:
         return known
     from splyce.planner.plan import Plan
-    from splyce.runtime.kernel import Kernel
 
     plan = getattr(kernel, "plan", None)
-    # a plain kernel's plan only: a staged program's stages (runtime/staged.py, host_stages.py) and a library
-    # call's MLIR fallback read their operands in ways this does not follow
-    simple = type(kernel) is Kernel and isinstance(plan, Plan) and not kernel.scatters
+    # a plain kernel's (runtime/kernel.py's ``Kernel``; the dispatcher passes no other) plan only: a staged
+    # program's stages (runtime/staged.py, host_stages.py) and a library call's MLIR fallback read their
+    # operands in ways this does not follow
+    simple = kernel is not None and isinstance(plan, Plan) and not kernel.scatters
     found = _self_checked_inputs(plan) if simple else frozenset()
     try:
         kernel._self_checked = found

@@ -273,7 +273,8 @@ class Jitted:
         deferred = [] if signature is None else None     # a scipy operand gives no signature
         key, specs, values = self._key(args, captured, call, deferred)
         kernel = self._cache.get(key)
-        if deferred and (kernel is None or not deferred_checks.confirm(values, deferred, kernel)):
+        if deferred and (kernel is None or not deferred_checks.confirm(
+                values, deferred, kernel if type(kernel) is Kernel else None)):
             key, specs, values = self._key(args, captured, call)    # checked as any first call is
             kernel = self._cache.get(key)
         if kernel is None:
