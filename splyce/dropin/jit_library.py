@@ -51,8 +51,23 @@ def _csr_times_dense(args, threads: int):
     if y is None:                       # a dtype, column count or thread split that path does not take
         from splyce.native import spmv
 
-        y = spmv.csr_times_dense(a.pos[1], a.crd[1], a.values, x, threads)
+        indptr, indices = a.pos[1], a.crd[1]
+        if a.validated:
+            return spmv.csr_times_dense(indptr, indices, a.values, x, threads)
+        # a scipy operand whose check was left to this kernel (runtime/deferred_checks.py): the ends of the
+        # positions here, every segment and column inside the kernel as it reads them
+        ok = len(indptr) == a.shape[0] + 1 and len(indices) == len(a.values) and indptr[0] == 0 \
+            and indptr[-1] == len(indices)
+        y = spmv.csr_times_dense(indptr, indices, a.values, x, threads, coordinates_checked=False) if ok else None
+        if y is None:
+            raise ValueError("a scipy CSR operand: malformed index arrays (indptr / indices out of range); "
+                             "check them with A.check_format()")
     return y
+
+
+# The kernel checks every position and column it reads (``spmv_tensor``'s checking kernels, the split path's
+# coordinates_checked=False): a plan reading a scipy operand only through it leaves that operand's check here
+_csr_times_dense.checks_indices = True
 
 
 def _csr_times_sparse_vector(args, threads: int):
@@ -215,6 +230,7 @@ def provide(op: LibraryOp, options) -> LibraryCall | None:
         def run(args, t):
             with _pool(nbytes):
                 return product(args, t)
+        run.checks_indices = getattr(product, "checks_indices", False)
         return LibraryCall(op, formulation.value, run)
     if op.op in _ELEMENTWISE:
         return _elementwise_call(op, options)

@@ -361,6 +361,9 @@ def _spmv_buffers(a, data, indices, indptr, x, several: bool):
         return None
     y = np.empty(m if ndim == 1 else (m, variant), dtype=dtype)
     if entry(id(indptr), id(indices), id(data), id(x), id(y), n, m, nnz):
+        if type(a) is SparseTensor and not a.validated:   # a scipy operand left to this check (deferred_checks)
+            raise ValueError("a: malformed CSR index arrays (indptr / indices out of range); check them with "
+                             "A.check_format()")
         if type(a) is SparseTensor:       # checked when made: its buffers were changed in place since
             raise ValueError("a: malformed CSR index arrays (the SparseTensor's buffers were modified after it "
                              "was made)")

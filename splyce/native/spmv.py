@@ -172,7 +172,8 @@ def _host_cpu() -> str:
     return host_target().cpu
 
 
-GROUPED_MAX_BYTES, GROUPED_MIN_ROW, FLAT_MIN_BYTES = _tuned_for(_host_cpu(), _l2_bytes())
+L2_BYTES = _l2_bytes()
+GROUPED_MAX_BYTES, GROUPED_MIN_ROW, FLAT_MIN_BYTES = _tuned_for(_host_cpu(), L2_BYTES)
 
 
 @functools.cache
@@ -261,6 +262,11 @@ def goes_flat(nnz: int, rows: int, crd_bits: int, value_bytes: int) -> bool:
     size (``FLAT_MIN_BYTES``). The planner asks the same (runtime/library.py, ``native_steps``): where it holds,
     an SpMV inside a program is taken out of the MLIR kernel, whose loop nest pays a row's exit per row."""
     return nnz <= FLAT_MAX_ROW * rows and nnz * (crd_bits + value_bytes * 8) // 8 >= FLAT_MIN_BYTES
+
+
+def beyond_cache(nnz: int, crd_bits: int, value_bytes: int) -> bool:
+    """Whether ``nnz`` entries (``crd_bits``-bit coordinates, values of ``value_bytes``) outgrow this core's L2."""
+    return nnz * (crd_bits + value_bytes * 8) // 8 > L2_BYTES
 
 
 def supported(dtype) -> bool:

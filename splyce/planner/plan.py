@@ -413,7 +413,8 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
               native=None) -> Plan:
     """``scatter=False``: the plan that keeps every sparse operand sparse (``Plan.kept``). ``constants``: the
     values of the trace's frozen constants (its last inputs; ``nnz`` counts them too). ``native``: asked
-    ``native(node, input types, stored entries of the trace's inputs, glue=read by elementwise ops and full reductions only)`` about every intermediate contraction over kernel inputs (arguments, host
+    ``native(node, input types, stored entries of the trace's inputs, glue=read by elementwise ops and full reductions only,
+    contracted=read by those and by contractions with dense results)`` about every intermediate contraction over kernel inputs (arguments, host
     products), it names the native kernel library's call for it (a ``NativeStep``) or None; a named one is
     computed before the kernel, as the drop-in computes it, instead of by a loop nest of the kernel (one
     engine for a program of several ops: runtime/library.py, ``native_steps``)."""
@@ -457,8 +458,12 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
         new = with_args(node, tuple(mapping.get(a, a) for a in node.args))
         if native is not None and node.op == "contract" and node not in result_nodes and not _pinned(node) \
                 and all(a.op == "input" for a in new.args):
-            step = native(new, tuple(s.type for s in sources), planner.nnz, glue=bool(read_by.get(node)) and all(
-                r.op == "ewise" or r.type.ndim == 0 for r in read_by[node]))
+            reads = read_by.get(node) or ()
+            glue = bool(reads) and all(r.op == "ewise" or r.type.ndim == 0 for r in reads)
+            # read (also) by contractions with dense results: a.T @ (a @ x), the logistic gradient's a.T @ r
+            contracted = bool(reads) and not glue and all(
+                r.op == "ewise" or r.type.ndim == 0 or (r.op == "contract" and not r.type.is_sparse) for r in reads)
+            step = native(new, tuple(s.type for s in sources), planner.nnz, glue=glue, contracted=contracted)
             if step is not None:
                 sources.append(Source(-1, node.type, True, native=step))
                 mapping[node] = Node("input", (), (len(sources) - 1,), node.type)

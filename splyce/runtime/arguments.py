@@ -13,6 +13,7 @@ import sys
 import numpy as np
 
 from splyce.native.records import record
+from splyce.runtime import deferred_checks
 from splyce.tensors.formats import Format, Level
 from splyce.tensors.tensor import SparseTensor, asarray
 from splyce.tracer.ir import TensorType
@@ -82,6 +83,7 @@ def prepare(x, name: str):
         return TensorType(x.shape, _NAMES[x.dtype], x.format), x
     if _is_sparse_object(x):
         t = prepare_sparse(x, name)
+        deferred_checks.remember(x, t)     # wrapped as it is: a later call may leave its check to the kernels
         return TensorType(t.shape, _NAMES[t.dtype], t.format), t
     if isinstance(x, np.ndarray):
         return _dense(x, name)
@@ -99,6 +101,16 @@ def prepare_sparse(x, name: str) -> SparseTensor:
     if wanted != t.format:
         t = asarray(t, format=wanted, name=name)
     return t
+
+
+def prepare_deferred(x):
+    """``prepare``'s ``(TensorType, value)`` for a scipy CSR operand checked canonical by an earlier call with
+    the same arrays, its value an unvalidated SparseTensor over them (``deferred_checks``: the caller checks it
+    with ``deferred_checks.confirm`` once the kernel is known); None for any other argument."""
+    t = deferred_checks.unchecked(x) if _is_sparse_object(x) else None
+    if t is None:
+        return None
+    return TensorType(t.shape, _NAMES[t.dtype], t.format), t
 
 
 def _hashable(x) -> bool:

@@ -23,6 +23,7 @@ from splyce.planner.plan import make_plan
 from splyce.runtime import (aliasing, arguments, call_args, disk_cache, disk_kernels, lane_tuning, library,
                             result_tree, scipy_results, staged)
 from splyce.runtime import host_stages
+from splyce.runtime import deferred_checks
 from splyce.planner.host_steps import has_host_steps
 from splyce.runtime.cache_key import CacheInfo, CacheKey, count_of
 from splyce.runtime.signature import fast_signature, filed_signature, prepared_signature, signature_of, unchanged
@@ -176,8 +177,10 @@ class Jitted:
             found.append((site.label, value))
         return found
 
-    def _key(self, args, captured=None, call: call_args.Call | None = None):
-        """``(key, specs, operands)`` of a call with positional ``args`` (or the flattened ``call``)."""
+    def _key(self, args, captured=None, call: call_args.Call | None = None, deferred: list | None = None):
+        """``(key, specs, operands)`` of a call with positional ``args`` (or the flattened ``call``). With a
+        list ``deferred``, a scipy CSR checked by an earlier call is wrapped unchecked and ``(position in the
+        operands, object)`` appended to it (runtime/deferred_checks.py: the caller confirms it)."""
         if call is None:
             call = self._flattened(args, {})
         specs, values = [], []
@@ -185,6 +188,13 @@ class Jitted:
         for x, name in zip(call.leaves, call.paths):
             once = not isinstance(x, np.ndarray) and arguments.is_tensor(x)
             hit = prepared.get(id(x)) if once else None
+            if hit is None and deferred is not None and once:
+                lazy = arguments.prepare_deferred(x)
+                if lazy is not None:
+                    deferred.append((sum(1 for s in specs if not isinstance(s, Static)), x))
+                    hit = (x, lazy)
+            elif hit is not None and deferred is not None and any(o is x for _, o in deferred):
+                deferred.append((sum(1 for s in specs if not isinstance(s, Static)), x))
             spec, value = hit[1] if hit is not None else arguments.prepare(x, name)
             if once:
                 prepared[id(x)] = (x, (spec, value))   # the object kept: its id stays its own
@@ -219,7 +229,12 @@ class Jitted:
         else:
             values.clear()
             # a scipy CSR / CSC among positional arguments: converted and checked here, the rest of the key skipped
-            kernel = None if kwargs or self._sites else self._by_signature.get(prepared_signature(args, values))
+            deferred = []     # (checked canonical by an earlier call: left to the kernel's checking steps)
+            kernel = None if kwargs or self._sites else self._by_signature.get(
+                prepared_signature(args, values, deferred))
+            if kernel is not None and deferred and not deferred_checks.confirm(
+                    values, deferred, kernel if type(kernel) is Kernel else None):
+                kernel = None      # an operand changed since: the general call prepares it again
             if kernel is not None:
                 next(self._fast_hits)
                 direct = kernel.direct     # (its result is run_exact's: no result rules follow a CSR / CSC)
@@ -270,13 +285,21 @@ class Jitted:
             next(self._fast_hits)
             return kernel, values
         if signature is None and self._sites and not captured and call.operands is not None:
-            prepared = []      # scipy operands of a function reading names from outside (``__call__`` skips it)
-            kernel = self._by_signature.get(prepared_signature(call.operands, prepared))
+            prepared, deferred = [], []    # scipy operands of a function reading names from outside
+            kernel = self._by_signature.get(prepared_signature(call.operands, prepared, deferred))
+            if kernel is not None and deferred and not deferred_checks.confirm(
+                    prepared, deferred, kernel if type(kernel) is Kernel else None):
+                kernel = None
             if kernel is not None:
                 next(self._fast_hits)
                 return kernel, prepared
-        key, specs, values = self._key(args, captured, call)
+        deferred = [] if signature is None else None     # a scipy operand gives no signature
+        key, specs, values = self._key(args, captured, call, deferred)
         kernel = self._cache.get(key)
+        if deferred and (kernel is None or not deferred_checks.confirm(
+                values, deferred, kernel if type(kernel) is Kernel else None)):
+            key, specs, values = self._key(args, captured, call)    # checked as any first call is
+            kernel = self._cache.get(key)
         if kernel is None:
             kernel = self._compile(key, specs, values)
         else:

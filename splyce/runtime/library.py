@@ -272,6 +272,13 @@ def native_steps(options):
       x`` on the 2-core Zen 3 VM (2026-12-07, thread CPU, best of 15, same process): fem3d-100k 3.65 -> 3.42
       ms, ba-100k 2.79 -> 2.64 ms; PageRank even (1.77 / 1.74, 1.30 / 1.33).
 
+    - SpMV beyond the core's cache (``spmv.beyond_cache``) whose result contractions with dense results read
+      too (``contracted``: ``a.T @ (a @ x)``, the logistic gradient's ``a.T @ r``): the loop nest and the native
+      kernel run alike there (fem3d-100k, ba-100k: 3.4-3.8 / 2.6-3.3 ms for ``a.T @ (a @ x)`` either way,
+      2-core Zen 4, 2026-12-07, thread CPU, median / min of 25), and a scipy operand that native steps check
+      as they read is not scanned again on every call (runtime/deferred_checks.py). In cache the loop nest
+      stays: a step there costs its own call.
+
     Only products the planner keeps apart from their readers are asked about: it fuses or not by the operands
     alone (planner/plan.py, ``_short_row_spmv``: an SpMV over rows of a few entries stays apart from the
     contraction reading it, ``v @ (a @ v)`` on road-700), so the plain sparsifier's plan sums in the same order.
@@ -281,8 +288,8 @@ def native_steps(options):
     if not (options.library and options.vectorize) or options.profile or not options.target.is_host_compatible:
         return None
 
-    def step(node: Node, inputs: tuple[TensorType, ...], nnz: tuple[int, ...], glue: bool = False) \
-            -> NativeStep | None:
+    def step(node: Node, inputs: tuple[TensorType, ...], nnz: tuple[int, ...], glue: bool = False,
+             contracted: bool = False) -> NativeStep | None:
         if node.type.is_sparse:
             return None
         op = _as_library_op(node, inputs)
@@ -290,8 +297,10 @@ def native_steps(options):
             return None
         if op.types[1].ndim == 1:
             a = op.types[0]
-            if not glue and (op.operands[0] >= len(nnz) or not spmv.goes_flat(
-                    nnz[op.operands[0]], a.shape[0], a.format.crd_width, np.dtype(a.dtype).itemsize)):
+            if not glue and (op.operands[0] >= len(nnz) or not (spmv.goes_flat(
+                    nnz[op.operands[0]], a.shape[0], a.format.crd_width, np.dtype(a.dtype).itemsize) or (
+                    contracted and spmv.beyond_cache(nnz[op.operands[0]], a.format.crd_width,
+                                                     np.dtype(a.dtype).itemsize)))):
                 return None
         elif op.types[1].ndim != 2:
             return None

@@ -11,7 +11,7 @@ import itertools
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.runtime import arguments
+from splyce.runtime import arguments, deferred_checks
 from splyce.tensors.formats import Format
 from splyce.tensors.tensor import SparseTensor, wrap_canonical_compressed
 
@@ -111,12 +111,14 @@ def _is_scipy_compressed(kind) -> bool:
     return kind in _SCIPY_COMPRESSED
 
 
-def prepared_signature(args, values: list) -> tuple | None:
+def prepared_signature(args, values: list, deferred: list | None = None) -> tuple | None:
     """The key a kernel is filed under (``filed_signature``) for positional ``args`` with at least one scipy
     CSR / CSC among them, each of which is converted and checked here (``arguments.prepare``, as a general
     call does); the others as ``fast_signature`` takes them. None when some argument is neither, or preparing
     a scipy one raised or changed its format (the general call then decides and words the error). ``values``
-    receives the kernel's operands."""
+    receives the kernel's operands. With a list ``deferred``, a scipy CSR checked canonical by an earlier call with
+    the same arrays is wrapped unchecked (``deferred_checks.unchecked``) and ``(position, object)`` appended: the
+    caller confirms it once the kernel is known (``deferred_checks.confirm``)."""
     for a in args:      # first the types: nothing converted for a call this key cannot serve
         kind = type(a)
         if kind is not SparseTensor and kind is not np.ndarray and kind is not arguments.Checked \
@@ -127,6 +129,10 @@ def prepared_signature(args, values: list) -> tuple | None:
         kind = type(a)
         if _is_scipy_compressed(kind):
             t = prepared.get(id(a)) if prepared is not None else None    # f(A, A): A checked once a call
+            if t is None and deferred is not None:
+                t = deferred_checks.unchecked(a)
+                if t is not None:
+                    deferred.append((i, a))
             if t is None:
                 t = wrap_canonical_compressed(a)     # (the check; None: prepare's full route, which may copy)
                 if t is None or not _passes_through(t.format):

@@ -120,12 +120,18 @@ def test_spmv_on_rows_of_a_few_entries_runs_the_flat_kernel(dtype):
         with np.errstate(all="ignore"):
             _same(quad(a, x), apart(a, x))
             _same(quad(finite, x), apart(finite, x))
-    # on rows of 6-13 entries an SpMV a contraction reads stays in the kernel whatever the size (the loop nest
-    # is as fast there), one that only glue reads is a step (the glue written over it); a fresh jit: a plan is
-    # made for the first call's stored entries and kept for the shape and formats
+    # on rows of 6-13 entries an SpMV a contraction reads stays in the kernel while its entries stay in cache
+    # (the loop nest is as fast there, a step costs a call), beyond cache it is a step (as fast, and a scipy
+    # operand is then checked by the native kernel as it reads it: runtime/deferred_checks.py); one that only
+    # glue reads is a step (the glue written over it); a fresh jit: a plan is made for the first call's stored
+    # entries and kept for the shape and formats
     wide = splyce.asarray(sps.random_array((n, n), density=8 / n, format="csr", rng=13))
     x64 = x.astype(np.float64)
-    assert "native" not in splyce.jit(lambda a, v: a.T @ (a @ v)).lower(wide, x64).as_text("plan")
+    normal = splyce.jit(lambda a, v: a.T @ (a @ v))
+    assert "%arg2 = native matmul(%arg0, %arg1)" in normal.lower(wide, x64).as_text("plan")
+    _same(normal(wide, x64), splyce.jit(lambda a, v: a.T @ (a @ v), library=False)(wide, x64))
+    small = splyce.asarray(sps.random_array((3000, 3000), density=8 / 3000, format="csr", rng=13))
+    assert "native" not in splyce.jit(lambda a, v: a.T @ (a @ v)).lower(small, x64[:3000]).as_text("plan")
     assert "written over %arg3" in splyce.jit(body).lower(wide, x64, x64[:, None]).as_text("plan")
 
 

@@ -131,7 +131,7 @@ def test_one_scipy_operand_passed_twice_is_checked_once_per_call(monkeypatch):
         want = f(*apart)
         calls.clear()
         got = f(*twice)
-        assert len(calls) == 1
+        assert len(calls) <= 1   # none where only native steps checking what they read read it (deferred_checks)
         assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
     # duplicates and unsorted columns: canonicalized (duplicates summed) once, the operand untouched
     messy = sps.csr_array((np.array([0.1, 0.7, 2.0, 1.0]), np.array([3, 3, 1, 0]), np.array([0, 2, 4, 4])),
