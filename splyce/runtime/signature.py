@@ -129,10 +129,13 @@ def prepared_signature(args, values: list, deferred: list | None = None) -> tupl
         kind = type(a)
         if _is_scipy_compressed(kind):
             t = prepared.get(id(a)) if prepared is not None else None    # f(A, A): A checked once a call
-            if t is None and deferred is not None:
-                t = deferred_checks.unchecked(a)
+            if deferred is not None and (t is None or any(o is a for _, o in deferred)):
+                t = t if t is not None else deferred_checks.unchecked(a)
                 if t is not None:
-                    deferred.append((i, a))
+                    deferred.append((i, a))      # (one tensor at each of its positions: confirmed once)
+                    if prepared is None:
+                        prepared = {}
+                    prepared[id(a)] = t
             if t is None:
                 t = wrap_canonical_compressed(a)     # (the check; None: prepare's full route, which may copy)
                 if t is None or not _passes_through(t.format):
