@@ -22,7 +22,9 @@ Every type pair (``packed_phase2``): phase 2 packs the matched terms in lane ord
 ``vcompresspd``) and stores them into a buffer per sum, added in order when it fills and after the lane
 (``_phase2_buffered``: no add chain in the lane; a pair that enters stays), and a pair whose expected matches a step
 (from its lengths and first and last coordinates) reach ``PACKED_DENSE`` starts in the all-pairs lane
-(``_dense_start``; docs/passes.md, "The buffered strict lane, every type pair"). The permute per lane
+(``_dense_start``; docs/passes.md, "The buffered strict lane, every type pair"); one whose expected matches reach
+``DRAIN_FROM`` adds ``DRAIN`` buffered terms in every step (``_drain``: the ordered add chain beside the lane's work
+instead of after it; docs/passes.md, "The interleaved drain"). The permute per lane
 (``_phase2_permuted``) and the packed adds in the lane (``_phase2_packed``) remain for the measurement script.
 
 Built for strict (``fast_math=False``) two-finger sums ``acc + term`` without stores, int32 or int64 coordinates
@@ -123,6 +125,8 @@ def describe_packed(match: Coiteration) -> str:
     S = StrictConflictLaneBuilder
     if S.BUFFERED:
         how = f"stored into a buffer, added in order each time it holds > {S.BUFFER} (one add per match)"
+        if S.DRAIN:
+            how += f", {S.DRAIN} of them a step in the lane on pairs expecting >= {S.DRAIN_FROM:g} matches a step"
     else:
         how = f"{' + '.join(str(a) for a in S.packed_adds(block))} ordered adds"
     start = (f"a pair expecting >= {S.dense_limit(match):g} matches a step ({block} lenB lenC / (span (lenB + lenC)), from "
@@ -166,7 +170,7 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
         else:
             start = arith.constant(i32, self.CREDIT_START[self.block])
         credit = arith.select(skewed, self._cap, start)
-        fill = [_index(0)] if self._buffered() else []
+        fill = [_index(0)] * (1 + (self.DRAIN > 0)) if self._buffered() else []
         if self.profile_counters is not None:   # the pair's lane choice, for pairs long enough for a step
             steps = arith.cmpi(CMPI_UGE, arith.minui(*lens), _index(self.block))
             enters = arith.cmpi(CMPI_SGE, credit, arith.constant(i32, 0))
@@ -183,7 +187,8 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
         (no lane runs)."""
         m, i32, f64 = self.m, ir.IntegerType.get_signless(32), ir.F64Type.get()
         nonempty = arith.andi(*[arith.cmpi(CMPI_UGT, n, _index(0)) for n in lens])
-        branch = scf.IfOp(nonempty, [i32], has_else=True)
+        i1 = ir.IntegerType.get_signless(1)
+        branch = scf.IfOp(nonempty, [i32, i1], has_else=True)
         with ir.InsertionPoint(branch.then_block):
             ends = []
             for crd, p, hi in zip(m.crd_memrefs, m.cursor_pos, m.bounds):
@@ -194,9 +199,12 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
             expected = arith.mulf(arith.constant(f64, float(self.block)), arith.mulf(lb, lc))
             limit = arith.mulf(arith.constant(f64, self.dense_limit(m)), arith.mulf(span, arith.addf(lb, lc)))
             dense = arith.cmpf(arith.CmpFPredicate.OGE, expected, limit)
-            scf.yield_([arith.select(dense, arith.constant(i32, -1), start)])
+            drain_limit = arith.mulf(arith.constant(f64, self.DRAIN_FROM), arith.mulf(span, arith.addf(lb, lc)))
+            drain = arith.cmpf(arith.CmpFPredicate.OGE, expected, drain_limit)
+            scf.yield_([arith.select(dense, arith.constant(i32, -1), start), drain])
         with ir.InsertionPoint(branch.else_block):
-            scf.yield_([start])
+            scf.yield_([start, arith.constant(i1, 0)])
+        self._drain_on = branch.results[1]
         return branch.results[0]
 
     def _carried_conditions(self, carried: list) -> list:
@@ -206,7 +214,7 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
         credit = carried[0]
         t = credit.type
         step = arith.select(self._busy, arith.constant(t, -self.CREDIT_DEBIT), arith.constant(t, 1))
-        return [arith.minsi(arith.addi(credit, step), self._cap)] + ([self._next_fill] if self._buffered() else [])
+        return [arith.minsi(arith.addi(credit, step), self._cap)] + (self._next_fill if self._buffered() else [])
 
     def build(self):
         self.counter_slot = CONFLICT_LANE_SLOT
@@ -217,8 +225,9 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
         if self._buffered():   # the terms still in the buffers, added after the lane
             w = self.m.while_op
             fill = fast.results[len(w.operation.operands) + 1]
+            read = fast.results[len(w.operation.operands) + 2] if self.DRAIN else None
             with ir.InsertionPoint(w):
-                sums = self._flush([w.operation.operands[pos] for pos in self._buffers], fill)
+                sums = self._flush([w.operation.operands[pos] for pos in self._buffers], fill, read)
             for pos, value in zip(self._buffers, sums):
                 w.operation.operands[pos] = value
         return fast
@@ -227,6 +236,12 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
     # in order by a loop of one add per term when it fills (and after the lane)
     BUFFERED = True   # the measurement scripts turn it off (the packed adds in the lane) to compare
     BUFFER = 512      # terms a buffer holds before it is added up (2 / 4 KiB: stays in L1)
+    # Terms added from the buffer in every step (the interleaved drain, ``_drain``): the ordered add chain runs beside
+    # the lane's own work instead of after it; 0: none (the buffer added up only when full and after the lane)
+    # Only pairs expecting at least DRAIN_FROM matches a step (``_dense_start``'s statistic) drain in the lane (under
+    # a branch taken the same way every step of a pair); the sparser ones leave their few terms to the buffer's flush
+    DRAIN = 2
+    DRAIN_FROM = 3.0
 
     def _buffered(self) -> bool:
         return self.BUFFERED and self._packed()
@@ -239,14 +254,15 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
             while func.name != "func.func":
                 func = func.parent
             with ir.InsertionPoint.at_block_begin(func.regions[0].blocks[0]):
-                self._buffers[pos] = memref.alloca(ir.MemRefType.get([self.BUFFER + self.block], et), [], [])
+                size = self.BUFFER + self.block + self.DRAIN   # the drain reads up to DRAIN past the fill
+                self._buffers[pos] = memref.alloca(ir.MemRefType.get([size], et), [], [])
         return self._buffers[pos]
 
-    def _flush(self, sums: list, fill) -> list:
-        """``sums`` (in ``self._buffers``' order) plus their buffers' first ``fill`` terms, one add each, in order
-        (the sum's own add op: the scalar loop's additions)."""
+    def _flush(self, sums: list, fill, start=None) -> list:
+        """``sums`` (in ``self._buffers``' order) plus their buffers' terms ``start`` (0 by default) to ``fill``, one
+        add each, in order (the sum's own add op: the scalar loop's additions)."""
         adds = {pos: red.add_op for pos, red in self.m.reductions.items()}
-        loop = scf.ForOp(_index(0), fill, _index(1), sums)
+        loop = scf.ForOp(_index(0) if start is None else start, fill, _index(1), sums)
         with ir.InsertionPoint(loop.body):
             k = loop.induction_variable
             out = []
@@ -384,16 +400,51 @@ class StrictConflictLaneBuilder(ConflictLaneBuilder):
             else:
                 vector.store(llvm.call_intrinsic(term.type, COMPRESS, [term, mask, fill_value], [], []), buf, [fill])
         filled = arith.addi(fill, count)
-        full = arith.cmpi(CMPI_UGT, filled, _index(self.BUFFER))
         sums = [args[pos] for pos in positions]
-        branch = scf.IfOp(full, [s.type for s in sums] + [idx_t], has_else=True)
+        read = None
+        if self.DRAIN:
+            read = self._carried_now[2]
+            drained = scf.IfOp(self._drain_on, [v.type for v in sums] + [idx_t, idx_t], has_else=True)
+            with ir.InsertionPoint(drained.then_block):
+                out, moved, kept = self._drain(sums, positions, adds, read, filled)
+                scf.yield_(out + [moved, kept])
+            with ir.InsertionPoint(drained.else_block):
+                scf.yield_(sums + [read, filled])
+            sums, read, filled = list(drained.results[:len(sums)]), drained.results[len(sums)], drained.results[-1]
+        full = arith.cmpi(CMPI_UGT, filled, _index(self.BUFFER))
+        carried_t = [idx_t] * (1 + (read is not None))
+        branch = scf.IfOp(full, [s.type for s in sums] + carried_t, has_else=True)
         with ir.InsertionPoint(branch.then_block):
-            scf.yield_(self._flush(sums, filled) + [_index(0)])
+            scf.yield_(self._flush(sums, filled, read) + [_index(0)] * len(carried_t))
         with ir.InsertionPoint(branch.else_block):
-            scf.yield_(sums + [filled])
-        self._next_fill = branch.results[len(sums)]
+            scf.yield_(sums + [filled] + ([read] if read is not None else []))
+        self._next_fill = list(branch.results[len(sums):])
         self._busy = arith.constant(ir.IntegerType.get_signless(1), 0)   # never: a pair that enters stays
         return {pos: branch.results[k] for k, pos in enumerate(positions)}
+
+    def _drain(self, sums, positions, adds, read, filled):
+        """The interleaved drain: ``DRAIN`` terms from each buffer at ``read`` added to the sums in order, every step
+        of a pair that drains, without a further branch (a term at or past ``filled`` adds -0.0, the identity: x + -0.0 is x for every x, -0.0, NaN
+        and Inf included); ``read`` moves on by ``min(DRAIN, filled - read)``, and both go back to 0 when the buffer
+        is drained. The adds depend on the lane's stores but nothing in the lane depends on them, so the out-of-order
+        core runs the ordered add chain (3 cycles an add) beside the next steps' compares instead of after the
+        lane; terms in order, so bit-identical."""
+        k = self.DRAIN
+        out = []
+        for pos, add, acc in zip(positions, adds, sums):
+            buf = self._buffers[pos]
+            et = ir.MemRefType(buf.type).element_type
+            # one scalar load per term, each within one of the lane's stores (a vector load of the DRAIN terms may span
+            # two: no store forwarding; measured the same within 3 % at 4 a step)
+            for i in range(k):
+                at = arith.addi(read, _index(i))
+                live = arith.cmpi(arith.CmpIPredicate.ult, at, filled)
+                term = arith.select(live, memref.load(buf, [at]), _neg_zero(et))
+                acc = _clone_with(add, [acc, term], [acc.type])[0]
+            out.append(acc)
+        moved = arith.minui(arith.addi(read, _index(k)), filled)
+        empty = arith.cmpi(arith.CmpIPredicate.eq, moved, filled)
+        return out, arith.select(empty, _index(0), moved), arith.select(empty, _index(0), filled)
 
     def _compress(self, term, mask, bits):
         """A function of a lane index ``i`` giving the ``i``-th matched lane of ``term`` in lane order (-0.0 past

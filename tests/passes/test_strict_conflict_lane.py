@@ -71,29 +71,34 @@ def _check_buffered(lane, text: str, dtype: str, block: int) -> None:
     """The buffered phase 2: the step's terms compressed by the match mask (one compress; f64 terms of a block of
     16: one per zmm half, by its half of the mask), stored whole at the buffer's fill, which moves on by the
     mask's popcount; under one scf.if (the fill past BUFFER) a loop of one add per buffered term (no fastmath);
-    no add, cttz, permute per lane or reduction in the step itself; the credit in the condition; on entry (blocks
-    of 16) the expected matches a step (f64 arithmetic on the lengths and the first and last coordinates) against
-    PACKED_DENSE."""
+    in the step, under a branch on the pair's expected matches (the interleaved drain), DRAIN ordered adds of one
+    buffered term each (a scalar load, -0.0 past the fill), no other add, cttz, permute per lane or reduction; the
+    credit in the condition; on entry (blocks of 16) the expected matches a step (f64 arithmetic on the lengths and
+    the first and last coordinates) against PACKED_DENSE and DRAIN_FROM."""
+    S = StrictConflictLaneBuilder
     halves = dtype == "f64" and block == 16
     lanes = 8 if halves else block
     compress = re.findall(r'llvm\.call_intrinsic "llvm\.experimental\.vector\.compress"\(%\w+, %\w+, %\w+\) : '
                           rf'\(vector<(\d+)x{dtype}>, vector<(\d+)xi1>, vector<\d+x{dtype}>\)', text)
     assert compress == [(str(lanes), str(lanes))] * (2 if halves else 1)
-    stores = re.findall(rf"vector\.store %\w+, %\w+\[%\w+\] : memref<{StrictConflictLaneBuilder.BUFFER + block}x{dtype}>, "
+    stores = re.findall(rf"vector\.store %\w+, %\w+\[%\w+\] : memref<{S.BUFFER + block + S.DRAIN}x{dtype}>, "
                         rf"vector<{lanes}x{dtype}>", text)
     assert len(stores) == (2 if halves else 1)
     assert "math.cttz" not in text and "vector.reduction" not in text and "math.ctpop" in text
     adds = re.findall(rf"arith\.addf %\w+, %\w+ : {dtype}\n", text)
-    assert len(adds) == 1 and "fastmath" not in "".join(adds)
-    check_in_order(text, ["math.ctpop", re.compile(rf"arith\.cmpi ugt, %\w+, %c{StrictConflictLaneBuilder.BUFFER}\b"),
+    assert len(adds) == 1 + S.DRAIN and "fastmath" not in "".join(adds)
+    drain = [re.compile(rf"memref\.load %\w+\[%\w+\] : memref<\d+x{dtype}>"), "arith.select", "arith.addf"] * S.DRAIN
+    check_in_order(text, ["math.ctpop", "scf.if", *drain, "} else {"])
+    check_in_order(text, ["math.ctpop", re.compile(rf"arith\.cmpi ugt, %[\w#]+, %c{S.BUFFER}\b"),
                           "scf.if", "scf.for", re.compile(rf"memref\.load %\w+\[%\w+\] : memref<\d+x{dtype}>"),
                           "arith.addf"])
     assert re.search(r"arith\.cmpi sge, %\w+, %c0_i32", text)      # the credit
     if block == 16:
         entry = str(lane.operation.block)
-        check_in_order(entry, [re.compile(r"scf\.if %\w+ -> \(i32\)"), re.compile(r"arith\.uitofp %\w+ : i32 to f64"),
+        check_in_order(entry, [re.compile(r"scf\.if %\w+ -> \(i32, i1\)"), re.compile(r"arith\.uitofp %\w+ : i32 to f64"),
                                "arith.minimumf", "arith.maximumf",
                                f"arith.constant {StrictConflictLaneBuilder.PACKED_DENSE[int(dtype[1:])]:e} : f64",
+                               re.compile(r"arith\.cmpf oge, %\w+, %\w+ : f64"), f"arith.constant {S.DRAIN_FROM:e} : f64",
                                re.compile(r"arith\.cmpf oge, %\w+, %\w+ : f64"), "scf.yield", "} else {"])
 
 
