@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import os
 import time
 
 import numpy as np
@@ -416,6 +417,7 @@ def run(cfg: Config) -> Result:
     clusters = {"1w": _cluster(1), "2w": _cluster(2)}     # both alive: runs interleave across them
     clients = {name: c for name, (_, c) in clusters.items()}
     rows = []
+    overheads = {}
     try:
         rng = np.random.default_rng(0)
         chosen = {OPS[n] for n in _chosen(cfg.ops, list(OPS), "op")}
@@ -500,6 +502,16 @@ def run(cfg: Config) -> Result:
             "cost of the call, below which no kernel can go, so max_vs_pydata = pydata_2w_s / dask_floor_2w_s "
             "is the largest splyce_vs_pydata attainable on this cluster. "
             "Matrices: the corpus's (docs/corpus.md).")
+    note += (" single_s: the single-process drop-in (or jitted function) on one thread, as a task runs it, "
+             "interleaved with the cluster runs. *_transfer_s: the busiest worker's blocks fetched from other "
+             "workers; *_sched_s: the rest of the wall time beyond its task bodies and transfers (graph sent, "
+             "scheduling, results reported). model_*: the cost model (splyce/dask/cost.py): the summed task "
+             "bodies of the 1-worker runs, split over P workers (4 blocks for 1 and 2 workers as run, one per "
+             "worker beyond), plus transfers and scheduling with the overheads calibrated on these clusters: "
+             + "; ".join(f"{name}: fixed {ov.fixed_s * 1e3:.1f} ms, {ov.per_task_s * 1e3:.2f} ms per task"
+                         + ("" if ov.bandwidth != ov.bandwidth else
+                            f", transfer latency {ov.latency_s * 1e3:.2f} ms, {ov.bandwidth / 1e6:.0f} MB/s")
+                         for name, ov in overheads.items()) + f"; load average {os.getloadavg()[0]:.1f} at the end.")
     return Result("dask", "splyce.dask vs dask + pydata-sparse on a 2-worker LocalCluster", COLUMNS, rows, note,
                   plot=_plot)
 
