@@ -113,6 +113,8 @@ def test_cost_model_parts():
     steps = cost.Call(compute_s=0.02, steps=10, exchanged_bytes=8_000_000, sent_bytes=8_000_000)
     t2, t64 = cost.predict(steps, ov, 2), cost.predict(steps, ov, 64)
     assert t64["transfer"] > t2["transfer"] > 0
+    chained = cost.Overheads(0.004, 0.0005, 0.001, 1e9, per_step_s=0.003)
+    assert cost.predict(steps, chained, 1)["scheduler"] == pytest.approx(0.004 + 0.0005 * 10 + 0.003 * 9 + 2 * 8e6 / 1e9)
     # 4 blocks on 2 workers: half the compute each, 2 blocks lacked per step
     four = cost.predict(steps, ov, 2, blocks=4)
     assert four["task"] == pytest.approx(0.01)
@@ -123,5 +125,5 @@ def test_cost_model_parts():
 
 def test_calibrate_on_the_cluster(client):
     ov = cost.calibrate(client, repeats=3, sizes=(1, 8))
-    assert 0 <= ov.fixed_s < 5 and 0 <= ov.per_task_s < 1
+    assert 0 <= ov.fixed_s < 5 and 0 <= ov.per_task_s < 1 and 0 <= ov.per_step_s < 1
     assert 0 <= ov.latency_s < 5 and 1e5 < ov.bandwidth < math.inf

@@ -508,7 +508,8 @@ def run(cfg: Config) -> Result:
              "scheduling, results reported). model_*: the cost model (splyce/dask/cost.py): the summed task "
              "bodies of the 1-worker runs, split over P workers (4 blocks for 1 and 2 workers as run, one per "
              "worker beyond), plus transfers and scheduling with the overheads calibrated on these clusters: "
-             + "; ".join(f"{name}: fixed {ov.fixed_s * 1e3:.1f} ms, {ov.per_task_s * 1e3:.2f} ms per task"
+             + "; ".join(f"{name}: fixed {ov.fixed_s * 1e3:.1f} ms, {ov.per_task_s * 1e3:.2f} ms per task, "
+                         f"{ov.per_step_s * 1e3:.2f} ms per chained step"
                          + ("" if ov.bandwidth != ov.bandwidth else
                             f", transfer latency {ov.latency_s * 1e3:.2f} ms, {ov.bandwidth / 1e6:.0f} MB/s")
                          for name, ov in overheads.items()) + f"; load average {os.getloadavg()[0]:.1f} at the end.")

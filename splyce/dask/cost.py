@@ -10,10 +10,12 @@ this cluster, apart in the three parts ``bench dask`` reports.
   receive at once); a NumPy operand put in the call's graph goes client -> scheduler -> a worker, then spreads
   among the workers, each fetching from one that holds it (``ceil(log2 P)`` rounds).
 - **scheduler**: a fixed round trip per call (graph sent, results reported) plus a time per task, the
-  scheduler's own (it handles every task in turn, on one thread).
+  scheduler's own (it handles every task in turn, on one thread), plus, for a chain of steps, a worker ->
+  scheduler -> worker round trip per step (a step's tasks start only once the scheduler has heard that the
+  step before finished; Dask batches those messages, every 2 ms from a worker and 5 ms from the scheduler).
 
-``calibrate(client)`` measures the overheads on a cluster: graphs of no-op tasks of several sizes (the fixed
-and per-task times, a least-squares line) and, with two workers or more, a block made on one worker read by a
+``calibrate(client)`` measures the overheads on a cluster: graphs of no-op tasks of several sizes, independent
+(the fixed and per-task times, a least-squares line) and chained (the time per step), and, with two workers or more, a block made on one worker read by a
 task on another (a few bytes, then 8 MB: latency and bandwidth). ``predict`` adds the parts. What it leaves
 out, by design: the scheduler's work overlapping the tasks' (it is added), memory bandwidth shared by the
 workers of one machine (a task's compute is taken as measured alone), a worker's join of the vector's blocks
@@ -37,6 +39,7 @@ class Overheads:
     per_task_s: float
     latency_s: float = float("nan")
     bandwidth: float = float("nan")
+    per_step_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def predict(call: Call, ov: Overheads, workers: int, blocks: int | None = None) 
         transfer = (call.steps - (1 if call.sent_bytes else 0)) * per_step if call.exchanged_bytes else 0.0
         if call.sent_bytes:
             transfer += math.ceil(math.log2(workers)) * (call.sent_bytes / bw + lat)
-    scheduler = ov.fixed_s + ov.per_task_s * blocks * call.steps
+    scheduler = ov.fixed_s + ov.per_task_s * blocks * call.steps + ov.per_step_s * (call.steps - 1)
     if call.sent_bytes:          # client -> scheduler -> the first worker
         scheduler += 2 * call.sent_bytes / bw if bw < math.inf else 0.0
     return {"task": task, "transfer": transfer, "scheduler": scheduler, "total": task + transfer + scheduler}
@@ -94,15 +97,16 @@ def _zeros(n):
     return np.ones(n, dtype=np.uint8)
 
 
-def _run_graph(client, tasks: int) -> float:
-    """Wall seconds of one graph of ``tasks`` independent no-op tasks, persisted and waited for."""
+def _run_graph(client, tasks: int, chain: bool = False) -> float:
+    """Wall seconds of one graph of ``tasks`` no-op tasks, independent or (``chain``) each one waiting for
+    the one before, persisted and waited for."""
     import distributed
     from dask.highlevelgraph import HighLevelGraph
     import dask.array as da
     import numpy as np
 
     name = "splyce-calibrate-" + uuid.uuid4().hex
-    layer = {(name, k): (_noop, k) for k in range(tasks)}
+    layer = {(name, k): (_noop, (name, k - 1) if chain and k else k) for k in range(tasks)}
     x = da.Array(HighLevelGraph.from_collections(name, layer), name, ((1,) * tasks,),
                  meta=np.empty(0, dtype=object))
     t0 = time.perf_counter()
@@ -149,15 +153,20 @@ def calibrate(client, repeats: int = 5, sizes=(1, 8, 32)) -> Overheads:
     fitted to fixed + per_task * tasks; with two workers or more, the latency (8 bytes) and bandwidth (8 MB)
     of a transfer between two workers."""
     walls = {n: [] for n in sizes}
+    chains = {n: [] for n in sizes}
     for _ in range(repeats):
         for n in sizes:
             walls[n].append(_run_graph(client, n))
+            chains[n].append(_run_graph(client, n, chain=True))
     fixed, per_task = _fit(list(sizes), [statistics.median(walls[n]) for n in sizes])
+    # a chain's task waits for the one before: a worker -> scheduler -> worker round trip per step (Dask's
+    # batched streams: every 2 ms from a worker, 5 ms from the scheduler), beyond the per-task time
+    per_step = max(_fit(list(sizes), [statistics.median(chains[n]) for n in sizes])[1] - per_task, 0.0)
     workers = sorted(client.scheduler_info()["workers"])
     if len(workers) < 2:
-        return Overheads(fixed, per_task)
+        return Overheads(fixed, per_task, per_step_s=per_step)
     small, big = 8, 8 << 20
     latency = _transfer(client, workers, small, repeats)
     moving = _transfer(client, workers, big, repeats)
     bandwidth = (big - small) / max(moving - latency, 1e-6)
-    return Overheads(fixed, per_task, latency, bandwidth)
+    return Overheads(fixed, per_task, latency, bandwidth, per_step)
