@@ -59,7 +59,8 @@ def _dependencies(y):
     return {name: set(deps) for name, deps in graph.dependencies.items()}
 
 
-@pytest.mark.parametrize("seed,blocks", [(1, 3), (2, 2), (3, 5)])
+@pytest.mark.parametrize("seed,blocks", [(1, 3), pytest.param(2, 2, marks=pytest.mark.slow),
+                                         pytest.param(3, 5, marks=pytest.mark.slow)])
 def test_spmv_steps_one_graph_bit_identical(client, seed, blocks):
     a = _matrix(311, 0.03, seed)
     x = np.random.default_rng(seed + 10).standard_normal(311)
