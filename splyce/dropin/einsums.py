@@ -113,7 +113,8 @@ def einsum(subscripts, *operands, out_format=None, threads=None):
         out_format = "sparse"   # a result on the mask's positions, as the native masked products return
     elif formulation is not Formulation.COITERATE:
         _check_einsum_shapes(inputs, infos)
-        return _wrap_sparse(_masked_product(formulation, roles, operands, threads), family)
+        # (a float sum to a scalar never comes here; were it to, ``exact_only`` keeps it on one thread)
+        return _wrap_sparse(_masked_product(formulation, roles, operands, 1 if exact_only else threads), family)
     operands, inputs, subscripts = _sum_lone_dense_letters(subscripts, operands, inputs, output, families)
     order = list(dict.fromkeys("".join(inputs)))
     ops = []
