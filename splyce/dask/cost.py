@@ -58,8 +58,36 @@ class Call:
 
 
 def predict(call: Call, ov: Overheads, workers: int, blocks: int | None = None) -> dict[str, float]:
-    """Wall seconds of ``call`` on ``workers`` workers holding ``blocks`` row blocks (None: one per worker),
-    apart: ``task``, ``transfer``, ``scheduler`` and their sum ``total``."""
+    """Wall seconds of ``call`` on ``workers`` workers holding ``blocks`` row blocks, apart.
+
+    Parameters
+    ----------
+    call : Call
+        What the call computes and moves (its task bodies measured on one worker).
+    ov : Overheads
+        The cluster's overheads (``calibrate``).
+    workers : int
+        Worker processes of one thread each.
+    blocks : int, optional
+        Row blocks; None: one per worker.
+
+    Returns
+    -------
+    dict
+        ``task``, ``transfer``, ``scheduler`` and their sum ``total``, in seconds.
+
+    Raises
+    ------
+    ValueError
+        ``workers`` or ``blocks`` below 1.
+
+    Examples
+    --------
+    >>> from splyce.dask.cost import Call, Overheads, predict
+    >>> ov = Overheads(fixed_s=0.01, per_task_s=0.001, latency_s=0.001, bandwidth=1e9)
+    >>> round(predict(Call(compute_s=0.8), ov, 8)["total"], 3)     # 0.1 of work each, 8 tasks
+    0.118
+    """
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     blocks = workers if blocks is None else blocks
@@ -149,9 +177,26 @@ def _transfer(client, workers: list, size: int, repeats: int) -> float:
 
 
 def calibrate(client, repeats: int = 5, sizes=(1, 8, 32)) -> Overheads:
-    """The cluster's ``Overheads``: no-op graphs of ``sizes`` tasks (median of ``repeats`` each, interleaved)
-    fitted to fixed + per_task * tasks; with two workers or more, the latency (8 bytes) and bandwidth (8 MB)
-    of a transfer between two workers."""
+    """The cluster's ``Overheads``, measured.
+
+    No-op graphs of ``sizes`` tasks, independent and chained (median of ``repeats`` each, interleaved), fitted
+    to fixed + per_task * tasks and the time per chained step; with two workers or more, the latency (8 bytes)
+    and bandwidth (8 MB) of a transfer between two workers.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The cluster's client.
+    repeats : int, optional
+        Runs of each graph.
+    sizes : tuple of int, optional
+        Task counts of the no-op graphs.
+
+    Returns
+    -------
+    Overheads
+        latency_s and bandwidth NaN on a 1-worker cluster.
+    """
     walls = {n: [] for n in sizes}
     chains = {n: [] for n in sizes}
     for _ in range(repeats):
