@@ -169,6 +169,24 @@ def test_float_triangle_count_of_ones_splits_by_default_bit_identical(values, mo
         assert abs(float(default) - want) <= 1e-9 * abs(want)
 
 
+@pytest.mark.parametrize("late", [None, 2.0, np.nan])
+def test_jitted_float_triangle_count_splits_only_where_exact(late):
+    """The jit's native masked sum follows the drop-in's rule: on 2 threads a float 0/1 pattern is counted
+    on the chunks, anything else summed in one thread's order; bit-identical to the 1-thread kernel."""
+    n = 300
+    N = n * n
+    lower = sps.csr_array(sps.tril(sps.diags([np.ones(N - d) for d in (1, n, n + 1)], [-1, -n, -n - 1]), -1))
+    lower.data[:] = 1.0
+    if late is not None:
+        lower.data[-1] = late
+    tensor = splyce.asarray(lower)
+    count = {t: splyce.jit(lambda l: splyce.einsum("ij,jk,ik->", l, l, l), threads=t) for t in (1, 2)}
+    one, two = count[1](tensor), count[2](tensor)
+    assert _bits(one) == _bits(two)
+    want = float((lower @ lower).multiply(lower).sum())
+    assert (np.isnan(one) and np.isnan(want)) or float(one) == want
+
+
 def test_set_threads_use_threads_and_env(monkeypatch):
     saved = thread_count._process, thread_count._chosen
     try:
