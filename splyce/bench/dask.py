@@ -25,8 +25,10 @@ the most any kernel could reach against pydata on this cluster. ``--ops`` / ``--
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
+import os
 import time
 
 import numpy as np
@@ -34,13 +36,19 @@ import numpy as np
 from splyce.bench.common import BenchMismatch, Config, Result, Timing, _progress
 from splyce.bench.real import _chosen
 
-COLUMNS = ["matrix", "rows", "nnz", "op", "splyce_1w_s", "splyce_2w_s", "speedup_2w_vs_1w", "splyce_1w_tasks_s",
-           "splyce_2w_tasks_s", "pydata_2w_s", "splyce_vs_pydata", "dask_floor_2w_s", "max_vs_pydata",
-           "splyce_2w_peak_mb", "pydata_2w_peak_mb"]
+COLUMNS = ["matrix", "rows", "nnz", "op", "single_s", "splyce_1w_s", "splyce_2w_s", "splyce_1w_vs_single",
+           "speedup_2w_vs_1w", "splyce_1w_tasks_s", "splyce_2w_tasks_s", "splyce_1w_transfer_s",
+           "splyce_2w_transfer_s", "splyce_1w_sched_s", "splyce_2w_sched_s", "model_1w_s", "model_2w_s",
+           "model_8w_s", "model_64w_s", "model_256w_s", "pydata_2w_s", "splyce_vs_pydata", "dask_floor_2w_s",
+           "max_vs_pydata", "splyce_2w_peak_mb", "pydata_2w_peak_mb"]
+# the cost model's predictions (splyce/dask/cost.py): workers -> column; 1 and 2 are checked against the runs
+MODEL_WORKERS = {1: "model_1w_s", 2: "model_2w_s", 8: "model_8w_s", 64: "model_64w_s", 256: "model_256w_s"}
+STEPS = 10      # the SpMV chain's steps
 
 # --ops names -> the op labels of _ops
 OPS = {"spmv": "SpMV", "spmm": "SpMM (16 columns)", "spgemm": "SpGEMM A @ A",
-       "triangles": "triangles sum(L * (L @ L))"}
+       "triangles": "triangles sum(L * (L @ L))", "steps": f"{STEPS} SpMV steps y = A @ y (one graph)",
+       "jit": "jitted SpMM (16 columns), blockwise"}
 # --ops gathered: its own run and table (bench/dask_gathered.py: issue 35's 1-worker SpGEMM gathered to the
 # client against the single-process drop-in, with Dask's transport alone beside it)
 GATHERED = "gathered"
@@ -97,17 +105,49 @@ def _check_close(name, got, want, rtol=1e-9):
 
 
 # -- the run ----------------------------------------------------------------------------------------------
+def _steps_single(A, x):
+    from splyce import dropin
+
+    y = x
+    for _ in range(STEPS):
+        y = dropin.matmul(A, y, threads=1)
+    return y
+
+
+def _steps_dask(A, x):
+    """``STEPS`` SpMV steps as one graph: the first reads the NumPy ``x`` (one key), each later one the row
+    blocks the step before left on the workers (each worker joins the blocks once, fetching those it lacks
+    from the others: nothing goes through the client)."""
+    import splyce
+
+    y = x
+    for _ in range(STEPS):
+        y = splyce.matmul(A, y, threads=1)
+    return y
+
+
+@functools.cache
+def _jitted_spmm():
+    import splyce
+
+    return splyce.jit(lambda a, x: a @ x, threads=1)
+
+
 def _ops(A, rng):
-    """(op name, single-process drop-in, splyce.dask graph, dask + pydata graph) for matrix ``A``."""
+    """(op name, single-process drop-in, splyce.dask graph, dask + pydata graph or None, the cost model's
+    ``Call`` but its compute) for matrix ``A``."""
     import scipy.sparse as sps
 
     import splyce
     from splyce import dropin
+    from splyce.dask import blockwise
+    from splyce.dask.cost import Call
 
     x = rng.random(A.shape[1])
     X = rng.random((A.shape[1], 16))
     L = sps.csr_array(sps.tril(A != 0, -1).astype(np.float64))   # 0/1: triangle sums are exact
     L.sort_indices()
+    spmm = _jitted_spmm()
     return [
         ("SpMV", lambda: dropin.matmul(A, x), lambda d: splyce.matmul(d["A"], x), lambda d: d["PA"] @ x),
         ("SpMM (16 columns)", lambda: dropin.matmul(A, X), lambda d: splyce.matmul(d["A"], X),
@@ -117,7 +157,12 @@ def _ops(A, rng):
         ("triangles sum(L * (L @ L))", lambda: dropin.einsum("ij,ik,kj->", L, L, L),
          lambda d: splyce.einsum("ij,ik,kj->", d["L"], d["L"], d["Lw"]),
          lambda d: _block_sums((d["PL"] @ d["PLw"]) * d["PL"]).sum()),
-    ], L
+        (OPS["steps"], lambda: _steps_single(A, x), lambda d: _steps_dask(d["A"], x), None),
+        (OPS["jit"], lambda: spmm(A, X), lambda d: blockwise(spmm)(d["A"], X), None),
+    ], L, {"SpMV": Call(0.0, sent_bytes=x.nbytes), "SpMM (16 columns)": Call(0.0, sent_bytes=X.nbytes),
+          "SpGEMM A @ A": Call(0.0), "triangles sum(L * (L @ L))": Call(0.0),
+          OPS["steps"]: Call(0.0, steps=STEPS, exchanged_bytes=x.nbytes, sent_bytes=x.nbytes),
+          OPS["jit"]: Call(0.0, sent_bytes=X.nbytes)}
 
 
 # -- Dask's floor -----------------------------------------------------------------------------------------
@@ -279,11 +324,12 @@ def _on_every_worker(client, build, data) -> None:
 _SETTLE_S = 0.02
 
 
-def _timed(client, build, data) -> tuple[float, float]:
-    """(wall seconds of a user's call: building the op's graph (``build(data)``), persist + wait, the busiest
-    worker's summed task-body seconds in that run, from Dask's task stream: the wall time minus it is what
-    Dask itself took: sending the graph and the operands not yet on the workers, scheduling, results
-    reported back)."""
+def _timed(client, build, data) -> tuple[float, float, float, float]:
+    """(wall seconds of a user's call: building the op's graph (``build(data)``), persist + wait; the busiest
+    worker's summed task-body seconds in that run, from Dask's task stream; that worker's summed transfer
+    seconds (blocks fetched from other workers for its tasks); every worker's task bodies summed). The wall
+    time minus the busiest worker's task bodies and transfers is what Dask's scheduling took: sending the graph
+    and the operands in it, scheduling, results reported back."""
     import distributed
 
     for attempt in range(_ATTEMPTS):
@@ -297,14 +343,19 @@ def _timed(client, build, data) -> tuple[float, float]:
         elapsed = time.perf_counter() - t0
         del result, graph
         busy: dict = {}
+        moving: dict = {}
         # get_task_stream's start= bisects the stream by stop times, which are not in order across workers,
-        # so it can hand back a previous run's tasks: only the compute spans that began in this run count
+        # so it can hand back a previous run's tasks: only the spans that began in this run count
         for task in client.get_task_stream(start=since):
             for span in task.get("startstops", ()):
-                if span["action"] == "compute" and span["start"] >= since:
-                    busy[task["worker"]] = busy.get(task["worker"], 0.0) + span["stop"] - span["start"]
+                if span["start"] < since:
+                    continue
+                into = busy if span["action"] == "compute" else moving if span["action"] == "transfer" else None
+                if into is not None:
+                    into[task["worker"]] = into.get(task["worker"], 0.0) + span["stop"] - span["start"]
         if busy:
-            return elapsed, max(busy.values())
+            worker = max(busy, key=lambda w: busy[w] + moving.get(w, 0.0))
+            return elapsed, busy[worker], moving.get(worker, 0.0), sum(busy.values())
     raise RuntimeError(f"dask bench: no task ran in {_ATTEMPTS} runs of the op (its keys stayed in memory)")
 
 
@@ -313,6 +364,25 @@ def _timed(client, build, data) -> tuple[float, float]:
 # tiny mode: the run took no time and recorded no task). Such a run is not a measurement: it is run again,
 # after a longer pause.
 _ATTEMPTS = 3
+
+
+def _single_timed(call) -> float:
+    """Wall seconds of the single-process call on one thread (as a task runs), started after the same pause
+    as a cluster run."""
+    import splyce
+
+    time.sleep(_SETTLE_S)
+    with splyce.use_threads(1):
+        t0 = time.perf_counter()
+        call()
+        return time.perf_counter() - t0
+
+
+def _sched(times, tasks, moves, name) -> float:
+    """Dask's scheduling share of a run: the wall time beyond the busiest worker's task bodies and transfers
+    (per run, then the median)."""
+    return float(np.median([w - t - m for w, t, m in zip(times[name].times, tasks[name].times,
+                                                          moves[name].times)]))
 
 
 def _cluster(workers: int):
@@ -342,27 +412,35 @@ def run(cfg: Config) -> Result:
         from splyce.bench import dask_gathered
 
         return dask_gathered.run(cfg, matrices)
+    from splyce.dask.cost import calibrate, predict
+
     clusters = {"1w": _cluster(1), "2w": _cluster(2)}     # both alive: runs interleave across them
     clients = {name: c for name, (_, c) in clusters.items()}
     rows = []
+    overheads = {}
     try:
         rng = np.random.default_rng(0)
         chosen = {OPS[n] for n in _chosen(cfg.ops, list(OPS), "op")}
+        overheads = {name: calibrate(c, repeats=max(3, min(cfg.n_repeats, 7))) for name, c in clients.items()}
         for mname, A in matrices(cfg):
-            ops, L = _ops(A, rng)
+            ops, L, calls = _ops(A, rng)
             ops = [o for o in ops if o[0] in chosen]
             data = {name: _inputs(c, A, L, 4) for name, c in clients.items()}
-            bar = _progress(len(ops) * (3 if cfg.tiny else 4) * (cfg.n_repeats + 1), f"dask {mname}", cfg)
+            bar = _progress(len(ops) * 5 * (cfg.n_repeats + 1), f"dask {mname}", cfg)
             for op, single, ours, theirs in ops:
                 want = single()
-                cands = {"splyce_1w": (ours, "1w"), "splyce_2w": (ours, "2w"), "floor_2w": (_floor(ours), "2w"),
-                         "pydata_2w": (theirs, "2w")}
-                if cfg.tiny:    # the tests' mode: pydata's Numba JIT takes minutes in fresh worker processes
-                    del cands["pydata_2w"]
+                cands = {"single": (single, None), "splyce_1w": (ours, "1w"), "splyce_2w": (ours, "2w"),
+                         "floor_2w": (_floor(ours), "2w"), "pydata_2w": (theirs, "2w")}
+                if cfg.tiny or theirs is None:    # tiny (the tests' mode): pydata's Numba JIT takes minutes in
+                    del cands["pydata_2w"]        # fresh worker processes
                 times = {name: Timing(name) for name in cands}
                 tasks = {name: Timing(name) for name in cands}
+                moves = {name: Timing(name) for name in cands}
+                totals = {name: Timing(name) for name in cands}
                 peaks = {}
                 for name, (build, c) in cands.items():     # warm-up (compiles) and check, never timed
+                    if c is None:
+                        continue
                     got, peaks[name] = _checked_with_peak(clients[c], build(data[c]))
                     check = _check_exact if name.startswith("splyce") else \
                         _check_kind if name.startswith("floor") else _check_close
@@ -373,16 +451,32 @@ def run(cfg: Config) -> Result:
                     bar.update(1)
                 for _ in range(cfg.n_repeats):              # interleaved repeats
                     for name, (build, c) in cands.items():
-                        wall, busiest = _timed(clients[c], build, data[c])
+                        if c is None:                       # the single process, one thread as a task
+                            wall = _single_timed(build)
+                            busiest = moved = total = wall
+                        else:
+                            wall, busiest, moved, total = _timed(clients[c], build, data[c])
                         times[name].times.append(wall)
                         tasks[name].times.append(busiest)
+                        moves[name].times.append(moved)
+                        totals[name].times.append(total)
                         bar.update(1)
-                one, two, floor, pd = (times[k].median if k in times else float("nan")
-                                       for k in ("splyce_1w", "splyce_2w", "floor_2w", "pydata_2w"))
-                rows.append({"matrix": mname, "rows": A.shape[0], "nnz": A.nnz, "op": op, "splyce_1w_s": one,
-                             "splyce_2w_s": two, "speedup_2w_vs_1w": one / two,
+                single_s, one, two, floor, pd = (times[k].median if k in times else float("nan")
+                                                 for k in ("single", "splyce_1w", "splyce_2w", "floor_2w",
+                                                           "pydata_2w"))
+                call = dataclasses.replace(calls[op], compute_s=totals["splyce_1w"].median)
+                model = {col: predict(call, overheads["1w" if w == 1 else "2w"], w, 4 if w <= 2 else None)["total"]
+                         for w, col in MODEL_WORKERS.items()}
+                rows.append({"matrix": mname, "rows": A.shape[0], "nnz": A.nnz, "op": op, "single_s": single_s,
+                             "splyce_1w_s": one, "splyce_2w_s": two, "splyce_1w_vs_single": one / single_s,
+                             "speedup_2w_vs_1w": one / two,
                              "splyce_1w_tasks_s": tasks["splyce_1w"].median,
-                             "splyce_2w_tasks_s": tasks["splyce_2w"].median, "pydata_2w_s": pd,
+                             "splyce_2w_tasks_s": tasks["splyce_2w"].median,
+                             "splyce_1w_transfer_s": moves["splyce_1w"].median,
+                             "splyce_2w_transfer_s": moves["splyce_2w"].median,
+                             "splyce_1w_sched_s": _sched(times, tasks, moves, "splyce_1w"),
+                             "splyce_2w_sched_s": _sched(times, tasks, moves, "splyce_2w"),
+                             **model, "pydata_2w_s": pd,
                              "splyce_vs_pydata": pd / two, "dask_floor_2w_s": floor,
                              "max_vs_pydata": pd / floor, "splyce_2w_peak_mb": peaks["splyce_2w"],
                              "pydata_2w_peak_mb": peaks.get("pydata_2w", float("nan"))})
@@ -408,6 +502,17 @@ def run(cfg: Config) -> Result:
             "cost of the call, below which no kernel can go, so max_vs_pydata = pydata_2w_s / dask_floor_2w_s "
             "is the largest splyce_vs_pydata attainable on this cluster. "
             "Matrices: the corpus's (docs/corpus.md).")
+    note += (" single_s: the single-process drop-in (or jitted function) on one thread, as a task runs it, "
+             "interleaved with the cluster runs. *_transfer_s: the busiest worker's blocks fetched from other "
+             "workers; *_sched_s: the rest of the wall time beyond its task bodies and transfers (graph sent, "
+             "scheduling, results reported). model_*: the cost model (splyce/dask/cost.py): the summed task "
+             "bodies of the 1-worker runs, split over P workers (4 blocks for 1 and 2 workers as run, one per "
+             "worker beyond), plus transfers and scheduling with the overheads calibrated on these clusters: "
+             + "; ".join(f"{name}: fixed {ov.fixed_s * 1e3:.1f} ms, {ov.per_task_s * 1e3:.2f} ms per task, "
+                         f"{ov.per_step_s * 1e3:.2f} ms per chained step"
+                         + ("" if ov.bandwidth != ov.bandwidth else
+                            f", transfer latency {ov.latency_s * 1e3:.2f} ms, {ov.bandwidth / 1e6:.0f} MB/s")
+                         for name, ov in overheads.items()) + f"; load average {os.getloadavg()[0]:.1f} at the end.")
     return Result("dask", "splyce.dask vs dask + pydata-sparse on a 2-worker LocalCluster", COLUMNS, rows, note,
                   plot=_plot)
 

@@ -1,5 +1,9 @@
 """``splyce.dask.blockwise(f)``: a ``@splyce.jit`` function run once per row block of its Dask arguments.
 
+A Dask argument that the outer loop does not index (the vector of ``y = A @ y``, left in row blocks by
+the step before) is read whole by every block, joined once per worker from its blocks: several steps of an
+iterative method make one graph, the vector's blocks going from worker to worker, never through the client.
+
 Whether that is correct is decided by the compiler's own thread-split analysis (``passes/parallel.py``): the
 function is lowered with ``threads=2`` on a sample block; the analysis splits the outer loop only when every
 iteration writes its own row of a dense result and nothing else. On top of it, the outer loop must be the
@@ -36,8 +40,9 @@ def _why_not_split(lowering) -> str:
     return match.group(1) if match else "the outer loop is not split"
 
 
-def _check_indices(lowering, partitioned: list[bool]) -> str | None:
-    """Why the outer loop is not the partitioned row index of the operands and the result, or None."""
+def _check_indices(lowering, partitioned: list[bool]):
+    """Why the outer loop is not the partitioned row index of the operands and the result (a ``_ReadWhole``
+    for a Dask argument without the outer loop's index), or None."""
     from splyce.lowering.to_mlir import loop_order
 
     trace = lowering.trace
@@ -59,12 +64,31 @@ def _check_indices(lowering, partitioned: list[bool]) -> str | None:
         return f"the outer loop index {outer!r} is not the result's first index"
     for s, arg in zip(subs, node.args):
         n = arg.params[0]
+        if partitioned[n] and outer not in s:
+            return _ReadWhole(n, f"Dask argument {n} ({s!r}) is not indexed by the outer loop {outer!r} in "
+                                 "its rows")
         if partitioned[n] and (s[:1] != outer or outer in s[1:]):
             return f"Dask argument {n} ({s!r}) is not indexed by the outer loop {outer!r} in its rows"
         if not partitioned[n] and outer in s:
             return (f"argument {n} ({s!r}) is indexed by the outer loop {outer!r}: pass it as a Dask array "
                     "so it is partitioned too")
     return None
+
+
+class _TraceFailed(Exception):
+    """Tracing on the sample blocks failed; ``error`` is what to raise when no other partition traces."""
+
+    def __init__(self, error: ValueError):
+        super().__init__(str(error))
+        self.error = error
+
+
+class _ReadWhole(Exception):
+    """Dask argument ``n`` is not indexed by the outer loop: every block reads it whole."""
+
+    def __init__(self, n: int, message: str):
+        super().__init__(message)
+        self.n = n
 
 
 def blockwise(f):
@@ -114,7 +138,24 @@ def blockwise(f):
         partitioned = [is_dask(x) for x in args]
         if not any(partitioned):
             raise ValueError(f"blockwise({name}): no Dask argument to partition")
-        first = next(x for x in args if is_dask(x))
+        # a Dask argument the outer loop does not index (an iterative method's vector, left in row blocks by
+        # the step before) is read whole by every block, joined once per worker: found by the index check, or
+        # (when its length is not the rows') by tracing failing with it cut into row blocks; the first Dask
+        # argument is always partitioned
+        later = [n for n, p in enumerate(partitioned) if p][1:]
+        while True:
+            try:
+                return _graph(args, partitioned)
+            except _ReadWhole as exc:
+                partitioned[exc.n] = False
+            except _TraceFailed as exc:
+                flip = next((n for n in later if partitioned[n]), None)
+                if flip is None:
+                    raise exc.error from None
+                partitioned[flip] = False
+
+    def _graph(args, partitioned):
+        first = next(x for x, p in zip(args, partitioned) if p)
         rows = row_blocks(first).chunks[0]
         blocks = [row_blocks(x, rows) if p else x for x, p in zip(args, partitioned)]
         if len({x.shape[0] for x, p in zip(args, partitioned) if p}) != 1:
@@ -122,13 +163,15 @@ def blockwise(f):
         # a sample row count no other dimension has, so the outer loop's extent names its index
         others = {s for x, p in zip(args, partitioned) for s in (np.shape(x)[1:] if p else np.shape(x))}
         sample_rows = max(others | {max(rows, default=0)}) + 1
-        samples = [_sample(b, sample_rows) if p else x for b, x, p in zip(blocks, args, partitioned)]
+        samples = [_sample(b, sample_rows) if p else _sample(x, x.shape[0]) if is_dask(x) else x
+                   for b, x, p in zip(blocks, args, partitioned)]
         split = f.with_options(threads=2)
         try:
             lowering = split.lower(*samples)
         except TraceError as exc:
-            raise ValueError(f"blockwise({name}): tracing it on a row block failed ({exc}); every argument "
-                             "indexed by the rows must be a Dask array, so it is partitioned too") from None
+            raise _TraceFailed(ValueError(
+                f"blockwise({name}): tracing it on a row block failed ({exc}); every argument indexed by the "
+                "rows must be a Dask array, so it is partitioned too")) from None
         if lowering.outer_extent is None:
             raise ValueError(f"blockwise({name}): its row blocks are not independent: {_why_not_split(lowering)}")
         if lowering.outer_reductions:
@@ -136,6 +179,10 @@ def blockwise(f):
                              "give partial results, not blocks of the result")
         reason = (_check_indices(lowering, partitioned) if lowering.outer_extent == sample_rows
                   else f"the outer loop (extent {lowering.outer_extent}) does not run over the Dask rows")
+        if isinstance(reason, _ReadWhole):
+            if sum(partitioned) > 1:
+                raise reason
+            reason = str(reason)
         if reason:
             raise ValueError(f"blockwise({name}): cannot run per row block: {reason}")
         out = lowering.trace.outputs[0].type

@@ -94,11 +94,10 @@ def einsum(subscripts, *operands, out_format=None, threads=None):
     threads = _threads(threads)
     family = sparse_family(*operands)
     inputs, output = parse_einsum(subscripts, len(operands))
-    if default and threads > 1 and not output and _float_values(operands):
-        # the default never changes a bit: a float sum to a scalar stays on one thread (whether every order
-        # of its terms is exact takes passes over the values that cost what the split gains: a triangle
-        # count of a 5M-entry mesh 16.2 ms with that check, 8.4 on one thread, 5.6 split)
-        threads = 1
+    # the default never changes a bit: a float sum to a scalar is split only where every order of its terms
+    # is exact, a masked sum of 0/1 values (triangle counting: counted, ``masked_sum``'s ``exact_only``; the
+    # scan for ones runs beside the chunks), otherwise it runs on one thread
+    exact_only = default and threads > 1 and not output and _float_values(operands)
     infos = [OperandInfo.of(x, f) for f, x in zip(families, operands)]
     if (len(inputs) == 2 and inputs[0] == output and inputs[1] in (output, output[::-1]) and len(output) == 2
             and len(set(output)) == 2 and infos[0].sparse and infos[1].sparse
@@ -114,7 +113,8 @@ def einsum(subscripts, *operands, out_format=None, threads=None):
         out_format = "sparse"   # a result on the mask's positions, as the native masked products return
     elif formulation is not Formulation.COITERATE:
         _check_einsum_shapes(inputs, infos)
-        return _wrap_sparse(_masked_product(formulation, roles, operands, threads), family)
+        # (a float sum to a scalar never comes here; were it to, ``exact_only`` keeps it on one thread)
+        return _wrap_sparse(_masked_product(formulation, roles, operands, 1 if exact_only else threads), family)
     operands, inputs, subscripts = _sum_lone_dense_letters(subscripts, operands, inputs, output, families)
     order = list(dict.fromkeys("".join(inputs)))
     ops = []
@@ -124,10 +124,11 @@ def einsum(subscripts, *operands, out_format=None, threads=None):
             ops.append(np.ascontiguousarray(x))
         else:
             ops.append(convert(x, rowwise_format(subs, order), f"operand {i}"))
-    jitted = _kernel("einsum:" + subscripts, _Einsum(subscripts), out_format, threads,
-                     reassociate=threads > 1 and not output)
+    kernel_threads = 1 if exact_only else threads
+    jitted = _kernel("einsum:" + subscripts, _Einsum(subscripts), out_format, kernel_threads,
+                     reassociate=kernel_threads > 1 and not output)
     if out_format is None and _is_masked_sum(inputs, output, infos):
-        summed = _masked_sum(jitted, ops, inputs, threads)
+        summed = _masked_sum(jitted, ops, inputs, threads, exact_only)
         if summed is not None:
             return _numpy_sum(inputs, ops, *summed)
     out = jitted(*ops)
@@ -183,7 +184,7 @@ def _float_values(operands) -> bool:
     return any(_stored_values(x).dtype.kind in "fc" for x in operands)
 
 
-def _masked_sum(jitted, ops, inputs, threads: int = 1):
+def _masked_sum(jitted, ops, inputs, threads: int = 1, exact_only: bool = False):
     """``"ij,jk,ik->"`` (rows split across ``threads`` by work, see ``native.masked_sum.masked_sum``). The jitted
     kernel's plan, chosen by cost for the first call of these
     shapes and formats, sets the order of the sum; when it is the plain one (loops i, j, k, every operand kept
@@ -201,7 +202,7 @@ def _masked_sum(jitted, ops, inputs, threads: int = 1):
         return None
     A, B, C = (op.tensor for op in ops)
     return native_masked_sum.masked_sum(*((t.values, t.crd[1], t.pos[1]) for t in (A, B, C)), C.shape[1], A.dtype,
-                                    threads, with_proof=True)
+                                    threads, with_proof=True, exact_only=exact_only)
 
 
 def _numpy_sum(inputs, ops, out, values_known_finite: bool = False):
@@ -270,9 +271,8 @@ def _fast_masked_sum(subscripts, a, b, c, threads=1):
     that bound fails for a small ``a``, the products counted exactly."""
     if type(subscripts) is not str or not _sum_subscripts(subscripts) or _ARRAY_OFFSET is None:
         return None
-    if threads is None:                  # the default: one thread for a float sum (as in einsum), else the
-        dtype = getattr(a, "dtype", None)                                 # cores idle now
-        threads = 1 if dtype is not None and dtype.kind in "fc" else _threads(None)
+    if threads is None:                  # the default: the cores idle now; a large float sum leaves for the
+        threads = _threads(None)         # general path, which splits it only where no bit changes (einsum)
     elif type(threads) is not int or threads < 1:
         return None                      # the general path words the error
     types = scipy_csr_types()

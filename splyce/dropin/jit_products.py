@@ -108,14 +108,15 @@ def _masked_sum(op: LibraryOp, roles: dict, factors: str) -> LibraryCall:
 
     def run(args, threads):
         a, b, c = (args[roles[r]] for r in "abm")
-        # one thread for floats: a sum split across threads is reassociated (integers: the same sum); a 0/1
-        # pattern (triangle counting) is counted, branch-free: each term is exactly one, the sum the count
-        if one_call and (threads == 1 or dtype.kind not in "iu"):
+        # floats split only where no bit changes: a 0/1 pattern (triangle counting) is counted, branch-free,
+        # each term exactly one, the sum the count (``exact_only``); other float sums stay on one thread (a
+        # split would reassociate them); integers split (the same sum)
+        if one_call and threads == 1:
             return trusted((a.values, a.crd[1], a.pos[1]), (b.values, b.crd[1], b.pos[1]),
                            (c.values, c.crd[1], c.pos[1]), c.shape[0], c.shape[1], b is not a,
                            c is not a and c is not b, factors)
-        return general(_parts(a), _parts(b), _parts(c), c.shape[1], dtype, threads if dtype.kind in "iu" else 1,
-                       factors=factors, count_ones=True)
+        return general(_parts(a), _parts(b), _parts(c), c.shape[1], dtype, threads, factors=factors,
+                       count_ones=True, exact_only=dtype.kind not in "iu")
     return LibraryCall(op, "masked-sum", run)
 
 

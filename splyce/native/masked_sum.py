@@ -112,7 +112,7 @@ def _masked_sum(value, ap, ac, bp, bc, cp, cc, factors="abc"):
 
 
 def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1, with_proof: bool = False, factors: str = "abc",
-               count_ones: bool = False):
+               count_ones: bool = False, exact_only: bool = False):
     """``einsum("ij,jk,ik->", A, B, C)``, summed in the sparsifier kernel's order (see ``_masked_sum_ir``): a
     NumPy scalar of ``dtype``. ``a``, ``b``, ``c``: validated CSR parts ``(data, indices, indptr)`` with
     values of ``dtype`` (columns of B and C in ``[0, n_cols)``, C's unique within a row). Work: ``nnz(C) + sum
@@ -123,7 +123,10 @@ def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1, with_proof: bool =
     finite)``, ``finite`` True when every value is finite: proved by the count (every value one) or by a scan
     of the values run beside the chunks (``planner.nonfinite`` needs no pass of its own then). ``factors``: the
     order of each term's multiplications (``_masked_sum_ir``). ``count_ones``: on one thread too, count the
-    hits when every value is one (``_counted_sum``; the drop-in's one-thread fast path does so itself)."""
+    hits when every value is one (``_counted_sum``; the drop-in's one-thread fast path does so itself).
+    ``exact_only``: split across ``threads`` only where the split changes no bit: every value one (the count,
+    ``_counted_sum``, exact in any order); otherwise the rows are summed as one chunk, the one-thread order
+    (the default thread count's rule for float sums: bit-identical to ``threads=1``)."""
     av, ac, ap = a
     bv, bc, bp = b
     cv, cc, cp = c
@@ -144,6 +147,8 @@ def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1, with_proof: bool =
         counted = _counted_sum(a, b, c, n_cols, dtype, chunks, threads, summed)
         if counted is not None:
             return (counted, True) if with_proof else counted
+        if exact_only and len(chunks) > 1:      # not a 0/1 pattern: the one-thread order
+            chunks = masked_chunks(cp, ap, ac, bp, 1, serial_max_work())
     out = np.empty(len(chunks), dtype=dtype)
     items = [("rows", lo, hi) for lo, hi in chunks]
     scan = with_proof and dtype.kind in "fc"

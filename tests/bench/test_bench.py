@@ -322,8 +322,13 @@ def test_dask_subcommand_tiny(tmp_path, capsys):
 
     assert cli.main(["dask", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
     rows = _check_outputs(tmp_path, "dask", dask_bench.COLUMNS)
-    assert {r["op"].split()[0] for r in rows} == {"SpMV", "SpMM", "SpGEMM", "triangles"}
+    assert {r["op"].split()[0] for r in rows} == {"SpMV", "SpMM", "SpGEMM", "triangles", "10", "jitted"}
     assert all(float(r["splyce_1w_s"]) > 0 and float(r["speedup_2w_vs_1w"]) > 0 for r in rows)
+    # the single process, the time apart (transfers: none on one worker) and the cost model's predictions
+    for r in rows:
+        assert float(r["single_s"]) > 0 and float(r["splyce_1w_vs_single"]) > 0, r
+        assert float(r["splyce_1w_transfer_s"]) == 0 and float(r["splyce_2w_transfer_s"]) >= 0, r
+        assert all(float(r[c]) > 0 for c in dask_bench.MODEL_WORKERS.values()), r
     # the busiest worker's task bodies (task stream) took part of each run's wall time
     assert all(0 < float(r[f"splyce_{w}_tasks_s"]) < float(r[f"splyce_{w}_s"]) for r in rows for w in ("1w", "2w"))
     # Dask's floor: the same 2-worker graph with no-op task bodies, timed (no bound against the real run: at tiny

@@ -124,6 +124,69 @@ def test_float_scalar_sum_stays_on_one_thread_by_default():
     assert einsums._float_values([lower]) and not einsums._float_values([counts])
 
 
+@pytest.mark.parametrize("values", ["ones", "ones-then-two", "ones-then-nan", "halves", "float32-ones"])
+def test_float_triangle_count_of_ones_splits_by_default_bit_identical(values, monkeypatch):
+    """A float 0/1 pattern's triangle sum (every term exactly one: exact in any order) splits by default,
+    counted on several chunks; a pattern whose first value is one but a later one is not (2.0, NaN) and other
+    float values fall back to one thread's order: bit-identical to threads=1 either way, and to scipy's count."""
+    from splyce.native import masked_sum
+
+    n = 400        # a 160k-vertex triangulated grid (edges to the right, below, below-right): past the
+    N = n * n      # split's threshold, with triangles
+    lower = sps.csr_array(sps.tril(sps.diags([np.ones(N - d) for d in (1, n, n + 1)], [-1, -n, -n - 1]), -1))
+    lower.data[:] = 1.0
+    ref = float((lower @ lower).multiply(lower).sum())
+    if values == "ones-then-two":
+        lower.data[-1] = 2.0
+    elif values == "ones-then-nan":
+        lower.data[-1] = np.nan
+    elif values == "halves":
+        lower.data[:] = 0.5
+    elif values == "float32-ones":
+        lower = sps.csr_array(lower, dtype=np.float32)
+    calls = []
+    real = masked_sum._counted_sum
+
+    def spy(*args):
+        out = real(*args)
+        calls.append((len(args[5]), out is not None))
+        return out
+
+    monkeypatch.setattr(masked_sum, "_counted_sum", spy)
+    with splyce.use_threads(2):
+        default = splyce.einsum("ij,jk,ik->", lower, lower, lower)
+    one = splyce.einsum("ij,jk,ik->", lower, lower, lower, threads=1)
+    assert _bits(default) == _bits(one)
+    assert ref > 100_000
+    if values in ("ones", "float32-ones"):
+        assert float(default) == ref
+        assert any(chunks > 1 and counted for chunks, counted in calls), calls
+    elif values == "ones-then-nan":
+        assert np.isnan(default)
+    else:
+        assert not any(counted for _, counted in calls), calls
+        want = float((lower @ lower).multiply(lower).sum())
+        assert abs(float(default) - want) <= 1e-9 * abs(want)
+
+
+@pytest.mark.parametrize("late", [None, 2.0, np.nan])
+def test_jitted_float_triangle_count_splits_only_where_exact(late):
+    """The jit's native masked sum follows the drop-in's rule: on 2 threads a float 0/1 pattern is counted
+    on the chunks, anything else summed in one thread's order; bit-identical to the 1-thread kernel."""
+    n = 300
+    N = n * n
+    lower = sps.csr_array(sps.tril(sps.diags([np.ones(N - d) for d in (1, n, n + 1)], [-1, -n, -n - 1]), -1))
+    lower.data[:] = 1.0
+    if late is not None:
+        lower.data[-1] = late
+    tensor = splyce.asarray(lower)
+    count = {t: splyce.jit(lambda l: splyce.einsum("ij,jk,ik->", l, l, l), threads=t) for t in (1, 2)}
+    one, two = count[1](tensor), count[2](tensor)
+    assert _bits(one) == _bits(two)
+    want = float((lower @ lower).multiply(lower).sum())
+    assert (np.isnan(one) and np.isnan(want)) or float(one) == want
+
+
 def test_set_threads_use_threads_and_env(monkeypatch):
     saved = thread_count._process, thread_count._chosen
     try:
