@@ -91,7 +91,11 @@ def _index_node(item, n: int, sparse: bool = False) -> Node:
     if bound is not None and bound <= n:
         return node      # read in the kernel, where every value is in range by construction
     if bound is not None:
-        raise TraceError(f"index: an argmax / argmin / argsort along an axis of size {bound} indexes an axis of size {n}, "
+        base = node
+        while base.op == "view":
+            base = base.args[0]
+        what = "an argsort / argpartition" if base.op == "host" else "an argmax / argmin"
+        raise TraceError(f"index: {what} along an axis of size {bound} indexes an axis of size {n}, "
                          "so it may be out of bounds (the kernel does not check them); index an axis of at "
                          f"least {bound}")
     node = host

@@ -41,10 +41,11 @@ def _as_object(self, dtype=None, copy=None):
             "t.tocoo(), or call it from the jitted function's own module, where its scipy.sparse names are served")
     if not caller.startswith(_DEFERRING):
         raise ConversionRefused(
-            "numpy.asarray / numpy.array of a traced value outside the jitted function's own module (module "
-            f"{caller!r} is not rebound by @splyce.jit): inside the trace the value already is an array; drop the "
-            "conversion, or write x.astype(dtype) / x.toarray(), or import numpy in the jitted function's module "
-            "(its np.asarray is served there)")
+            "NumPy converted a traced value to an array: numpy.asarray / numpy.array in code @splyce.jit does not "
+            f"rebind (called from module {caller!r}), or a NumPy array indexed by a traced index array (c[idx]). "
+            "Inside the trace the value already is an array: drop the conversion, or write x.astype(dtype) / "
+            "x.toarray(), or import numpy in the jitted function's module (its np.asarray is served there); for "
+            "c[idx] write np.take(c, idx, axis=0)")
     holder = np.empty((), dtype=object)
     holder[()] = self
     return holder
