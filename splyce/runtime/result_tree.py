@@ -67,10 +67,11 @@ class _Constant:
         return self.value.copy() if isinstance(self.value, np.ndarray) else self.value
 
 
-def flatten_outputs(out):
-    """``(nodes, tree)``: the traced results' nodes and where they go (``tree`` None for one bare result)."""
+def flatten_outputs(out, pydata_in: bool = False):
+    """``(nodes, tree)``: the traced results' nodes and where they go (``tree`` None for one bare result);
+    ``pydata_in``: a pydata-sparse operand is among the call's (its reductions are returned as pydata's)."""
     if isinstance(out, Tracer) and not isinstance(out, matrix.MatrixTracer) and not _sparse_extremum(out.node) \
-            and not _sparse_reduction(out.node):
+            and not (pydata_in and _sparse_reduction(out.node)):
         return [out.node], None
     leaves, paths, structure = pytree.flatten(out, "the result")
     nodes, slots, kinds = [], [], []
@@ -78,7 +79,7 @@ def flatten_outputs(out):
         kinds.append(matrix.kind_of(leaf))
         if isinstance(leaf, Tracer) and _sparse_extremum(leaf.node):
             kinds[-1] = COO_OF[kinds[-1]]
-        if isinstance(leaf, Tracer) and _sparse_reduction(leaf.node):
+        if pydata_in and isinstance(leaf, Tracer) and _sparse_reduction(leaf.node):
             kinds[-1] = PYDATA + kinds[-1]
         if isinstance(leaf, Tracer):
             slots.append(len(nodes))
