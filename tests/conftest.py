@@ -3,9 +3,18 @@
 import inspect
 import os
 import re
+import sys
 import tempfile
 
 import pytest
+
+# The tests mirror the package (tests/native, tests/runtime, ...). pytest puts each test module's own folder
+# on sys.path; a few modules import another folder's test module for its cases and checks (the SpGEMM rule's
+# cases, the one-engine bit-for-bit comparisons), and the corpus modules sit beside their tests: every test
+# folder is importable by its module's base name, as when the suite was one flat folder (names are unique).
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(_HERE, d) for d in sorted(os.listdir(_HERE))
+                if os.path.isdir(os.path.join(_HERE, d)) and not d.startswith((".", "_"))]
 
 # One disk cache for the whole session: a kernel compiled by one test (0.5-4 s of MLIR and LLVM each) is
 # loaded by every later test that asks for the same kernel (the bench's tiny runs and the notebook that

@@ -29,7 +29,7 @@ def _info(t) -> OperandInfo:
 # intersection result stores every coiterated position where scipy drops zero results and keeps NaN times a
 # missing entry, and SpGEMM / masked products / SDDMM differ in stored zeros or summation order. A native kernel
 # serves the jit only where its results are the MLIR kernel's on every input, special values included (equal
-# bits, but for the sign of a NaN, which depends on operand order in the hardware; tests/test_one_engine.py):
+# bits, but for the sign of a NaN, which depends on operand order in the hardware; tests/runtime/test_one_engine.py):
 # SpMV, SpMM, SpMSpV, the elementwise ops through their ``keep_zeros`` variants (native/elementwise/kept.py: the
 # sparsifier's coiteration on the drop-in's kernels), and the sparsifier's own variants of SpGEMM, masked
 # SpGEMM, the masked sum (triangles) and SDDMM (every reached position kept, the sparsifier's summation and

@@ -94,7 +94,7 @@ def _coo(row, col, data, x, shape, dtype, kind: str):
 def _scipy_coo(a, x, dtype, array: bool):
     row, col = a.coords
     # (scipy 1.17 gives a one-row coo_array times a vector as a 0-d scalar; the drop-ins keep NumPy's (1,) shape,
-    # as for every other format: tests/test_dropin_spmv.py)
+    # as for every other format: tests/dropin/test_dropin_spmv.py)
     return _coo(row, col, a.data, x, a.shape, dtype, "COO")
 
 

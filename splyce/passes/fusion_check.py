@@ -79,7 +79,7 @@ def contradicting_sparse_orders(module: ir.Module) -> bool:
 
 # A fused generic reading this many sparse operands (of one shape, in a union) crashed the sparsifier (a
 # segfault in sparsification-and-bufferization, MLIR 22, 2026-12-07: the gradient of a loss through four
-# elementwise functions of two sparse matrices, tests/test_grad.py's "sparse_elementwise"); unfused, each
+# elementwise functions of two sparse matrices, tests/transforms/test_grad.py's "sparse_elementwise"); unfused, each
 # kernel compiles.
 MAX_FUSED_SPARSE_OPERANDS = 4
 

@@ -102,7 +102,7 @@ def test_results_as_scipy_and_the_mlir_kernel(case):
 
 def test_sorted_needs_the_sparsifiers_zeros_and_either_order_takes_the_rule():
     """sort=True is the sparsifier's result only; sort=None takes the rule under either zero rule (the jit's
-    and the drop-in's: tests/test_spgemm_dropin_flags.py); sort=False keeps the unsorted kernels."""
+    and the drop-in's: tests/dropin/test_spgemm_dropin_flags.py); sort=False keeps the unsorted kernels."""
     a = _random(400, 400, 40, 1)
     parts = (a.data, a.indices, a.indptr)
     with pytest.raises(ValueError, match="keep_zeros"):

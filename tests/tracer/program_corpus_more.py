@@ -1,11 +1,11 @@
 """A second corpus of algorithm bodies (PDE solvers and multigrid, statistics, recommendation, graph learning,
 text retrieval, linear models), each written the natural scipy / NumPy way before it was ever run under
-``@splyce.jit``, from fields and idioms tests/program_corpus.py does not hold (triangular splittings,
+``@splyce.jit``, from fields and idioms tests/tracer/program_corpus.py does not hold (triangular splittings,
 transfer operators, small dense solves between kernels, QR in subspace iteration, column gathers of query
-terms, top-k by argsort, ...). tests/test_program_corpus_more.py runs each on every operand kind against the
-same function without jit, with tests/test_program_corpus.py's harness.
+terms, top-k by argsort, ...). tests/tracer/test_program_corpus_more.py runs each on every operand kind against the
+same function without jit, with tests/tracer/test_program_corpus.py's harness.
 
-Each entry: ``name -> (function, argument maker)``, as in tests/program_corpus.py: the maker takes the sparse
+Each entry: ``name -> (function, argument maker)``, as in tests/tracer/program_corpus.py: the maker takes the sparse
 operand (a 40 x 40 matrix with nonnegative entries, row 3 and column 5 empty) converted to the kind under
 test, and a seeded generator.
 """

@@ -1,6 +1,6 @@
-"""The algorithm bodies of tests/program_corpus_more.py (written the natural scipy / NumPy way before they were
+"""The algorithm bodies of tests/tracer/program_corpus_more.py (written the natural scipy / NumPy way before they were
 run under jit) on every operand kind, jitted against the same function without jit, with
-tests/test_program_corpus.py's harness: the same values and class families, an error under jit only where the
+tests/tracer/test_program_corpus.py's harness: the same values and class families, an error under jit only where the
 eager function raises too, and the refusals below naming the construct and what to write instead."""
 
 from __future__ import annotations

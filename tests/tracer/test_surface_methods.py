@@ -365,7 +365,7 @@ def test_scipy_constructor_in_code_the_jit_does_not_rebind_raises():
 
 @pytest.mark.parametrize("name", ["solve", "inv", "cholesky"])
 def test_dense_linear_algebra_runs_numpy_between_kernels(name):
-    # refused before; now NumPy's own results (tests/test_host_steps.py: the cut program)
+    # refused before; now NumPy's own results (tests/runtime/test_host_steps.py: the cut program)
     k = np.eye(3) * 2.0 + 0.5
     args = (k, np.ones(3)) if name == "solve" else (k,)
     fun = lambda *a: getattr(np.linalg, name)(*(x * 1.0 for x in a))

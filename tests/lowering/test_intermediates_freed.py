@@ -47,7 +47,7 @@ def test_sparse_product_intermediates_are_freed():
     assert heap_in_use() - before < 50_000
 
 
-# tests/leak_corpus.py: a quick subset on CSR operands and default options (two products merged, a product read
+# tests/lowering/leak_corpus.py: a quick subset on CSR operands and default options (two products merged, a product read
 # twice and returned transposed; abs(p @ q) is above), every other program x options variant x operand kind slow
 _QUICK = ("(p @ q).multiply(q @ p)", "(s := p @ q) + p, s.T")
 _LEAKED = 1_000   # bytes a call: the smallest leak the corpus had is 5.4 KB a call ((p @ q) * p + q)

@@ -23,7 +23,7 @@ MODULES = ["test_base", "test_csr", "test_csc", "test_coo", "test_arithmetic1d",
 # conversions to CSR that those cover, and test_base runs them patched with int32 indices. CI runs the former
 # (the suite's time on 2 cores: .ci/run's 20-minute budget); SPLYCE_SCIPY_SUITE_FULL=1 runs every class.
 SELECT = "not (test_64bit and (BSR or DIA or LIL or DOK))"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _pytest(args, tmp_path, name, env_extra=None):

@@ -133,10 +133,10 @@ def test_what_stays_on_the_mlir_kernel():
     a = splyce.asarray(sps.random_array((40, 40), density=0.1, format="csr", rng=2))
     kinds = {
         # (a one-op form of one argument, ``a * a``, runs on its arrays with or without the Splyce pass:
-        # tests/test_forms.py)
+        # tests/runtime/test_forms.py)
         "baseline": splyce.jit(lambda a, b: a * b, vectorize=False),
         "pinned": splyce.jit(lambda a, b: splyce.einsum("ik,kj->ij", a, b, order="ikj"), out_format="sparse"),
-        # ((a * a) + a, one fused map of one argument, is a one-op form: tests/test_forms.py)
+        # ((a * a) + a, one fused map of one argument, is a one-op form: tests/runtime/test_forms.py)
         "two ops": splyce.jit(lambda a: (a * a).sum(axis=0) * 2.0),
         "complex": splyce.jit(lambda a, x: a @ x),
         "mixed dtypes": splyce.jit(lambda a, x: a @ x),

@@ -72,7 +72,7 @@ def _a(m, n, seed):
     return sps.random_array((m, n), density=0.5, format="csr", random_state=seed)
 
 
-# results asked for against the loop order (these were the LoweringError texts of tests/test_errors.py)
+# results asked for against the loop order (these were the LoweringError texts of tests/tracer/test_errors.py)
 ASKED = {
     "einsum out_format=CSC, order ij": (
         lambda x, y: splyce.einsum("ij,ij->ij", x, y, out_format=splyce.CSC, order="ij"),

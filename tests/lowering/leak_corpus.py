@@ -4,7 +4,7 @@ measured, and the C heap's growth over a loop of calls.
 
 ``PROGRAMS``: name -> function of (p, q, x): p and q are 300 x 300 sparse matrices (2 %), x a 300 x 8 dense
 matrix. ``heap_growth(f, args, calls)``: bytes the C heap grew per call over ``calls`` calls after a warm-up.
-``python tests/leak_corpus.py [calls]`` prints the bytes per call of every program under each option variant.
+``python tests/lowering/leak_corpus.py [calls]`` prints the bytes per call of every program under each option variant.
 """
 
 from __future__ import annotations

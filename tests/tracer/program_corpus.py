@@ -1,6 +1,6 @@
 """A corpus of algorithm bodies as their users write them (text retrieval, recommendation, graph learning and
 analytics, PDE solvers, statistics, linear models, iterative methods), each written the natural scipy / NumPy way
-before it was ever run under ``@splyce.jit``. tests/test_program_corpus.py runs each on every operand kind
+before it was ever run under ``@splyce.jit``. tests/tracer/test_program_corpus.py runs each on every operand kind
 against the same function without jit.
 
 Each entry: ``name -> (function, argument maker)``; the maker takes the sparse operand (a square matrix with

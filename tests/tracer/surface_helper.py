@@ -1,4 +1,4 @@
-"""A helper module for tests/test_surface_methods.py: code @splyce.jit does not rebind (another module), whose
+"""A helper module for tests/tracer/test_surface_methods.py: code @splyce.jit does not rebind (another module), whose
 ``np.asarray`` of a traced value must raise at its own line."""
 
 import numpy as np

@@ -1,6 +1,6 @@
 """The Splyce pass on the stage-1 IR of the kernel suite (K1-K5 of docs/kernels.md) and on loops it declines.
 
-Fixtures are linalg files in tests/kernels_mlir/ (f64, 32-bit positions and coordinates); variants are made
+Fixtures are linalg files in tests/passes/kernels_mlir/ (f64, 32-bit positions and coordinates); variants are made
 by text substitution: f32 values, 64-bit or index (width 0) positions and coordinates.
 """
 

@@ -278,7 +278,7 @@ def _with_non_finite(A, seed, nan=40, inf=10):
 
 def _scattering_kernel(f, *args):
     """The MLIR kernel of a scattering plan (``f`` made with ``library=False``: with the library, SpMSpV runs the
-    kept twin's native call, tests/test_library_scattered.py)."""
+    kept twin's native call, tests/runtime/test_library_scattered.py)."""
     kernel, _ = f.kernel_for(*args)
     assert kernel.plan.scatters, kernel.plan.as_text()
     return kernel

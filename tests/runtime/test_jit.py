@@ -237,7 +237,7 @@ def test_bad_arguments_raise_before_running():
     with pytest.raises(ValueError, match="argument 0"):
         f(broken, a)
     with pytest.raises(TypeError, match=r"<lambda>\(\) got an unexpected keyword argument 'z'$"):
-        f(a, z=a)        # Python's own message for the function (tests/test_jit_calls.py: keywords)
+        f(a, z=a)        # Python's own message for the function (tests/runtime/test_jit_calls.py: keywords)
     with pytest.raises(ValueError, match="vector_width"):
         splyce.jit(lambda x: x, vector_width=3)
     with pytest.raises(ValueError, match="phases"):

@@ -1,6 +1,6 @@
 """``vector_width`` left unset (issue 36): the static rule (``SPLYCE_NO_TUNE=1``, or a target other than the
 host): 16 (the conflict lane) with ``fast_math`` on a target with AVX-512 CD, else 4; on the host, the width
-measured at first use (runtime/lane_tuning.py, tests/test_lane_tuning.py); an explicit width always wins; the
+measured at first use (runtime/lane_tuning.py, tests/passes/test_lane_tuning.py); an explicit width always wins; the
 chosen width is part of the cache key; loops that cannot build the conflict lane keep the default width's code;
 strict kernels are unchanged."""
 

@@ -1,4 +1,4 @@
-"""splyce.grad / value_and_grad / vjp on the gradient corpus (tests/grad_corpus.py), against jax.grad on the
+"""splyce.grad / value_and_grad / vjp on the gradient corpus (tests/transforms/grad_corpus.py), against jax.grad on the
 dense equivalents (float64) and against central finite differences, for every operand kind and float
 dtype; composition with jit; errors."""
 

@@ -1,4 +1,4 @@
-"""The algorithm bodies of tests/program_corpus.py (written the natural scipy / NumPy way before they were run
+"""The algorithm bodies of tests/tracer/program_corpus.py (written the natural scipy / NumPy way before they were run
 under jit) on every operand kind, jitted against the same function without jit: the same values, the same
 class families, and an error under jit only where the eager function raises too."""
 
