@@ -1,14 +1,14 @@
-"""A third corpus of algorithm bodies, from fields and idioms the first two (tests/program_corpus.py,
-tests/program_corpus_more.py) do not hold: survival statistics (Kaplan-Meier, Nelson-Aalen, Cox gradients),
+"""A third corpus of algorithm bodies, from fields and idioms the first two (tests/tracer/program_corpus.py,
+tests/tracer/program_corpus_more.py) do not hold: survival statistics (Kaplan-Meier, Nelson-Aalen, Cox gradients),
 matrix factorisation steps (NMF multiplicative updates, sparse PCA deflation, randomized range finders),
 BM25 variants (BM25+, BM25L), item-item collaborative filtering with adjusted cosine, spectral clustering
 steps, Markov chains (stationary distribution, absorption), Poisson / heat stencils with SOR and red-black
 sweeps, graph diffusion and Laplacian smoothing, modularity and conductance, co-occurrence NPMI, Poisson
 regression. Each was written the natural scipy / NumPy way before it was ever run under ``@splyce.jit``;
-tests/test_program_corpus_third.py runs each on every operand kind (scipy matrix and array classes, pydata,
+tests/tracer/test_program_corpus_third.py runs each on every operand kind (scipy matrix and array classes, pydata,
 SparseTensor) against the same function without jit.
 
-Each entry: ``name -> (function, argument maker)`` as in tests/program_corpus.py: the maker takes the sparse
+Each entry: ``name -> (function, argument maker)`` as in tests/tracer/program_corpus.py: the maker takes the sparse
 operand (a 40 x 40 matrix with nonnegative entries, row 3 and column 5 empty) converted to the kind under test,
 and a seeded generator.
 """

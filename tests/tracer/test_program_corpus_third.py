@@ -1,4 +1,4 @@
-"""The algorithm bodies of tests/program_corpus_third.py (written the natural scipy / NumPy way before they were
+"""The algorithm bodies of tests/tracer/program_corpus_third.py (written the natural scipy / NumPy way before they were
 run under jit) on every operand kind, scipy's matrix and array classes, pydata's COO and GCXS and SparseTensor,
 jitted against the same function without jit: the same values and class families, an error under jit only
 where the eager function raises too (pydata has no ``multiply`` / ``toarray`` / ``tocsr``: those bodies raise
