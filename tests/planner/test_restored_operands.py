@@ -26,7 +26,8 @@ def transposed_difference(a, p):
     return ((a.T @ b) - (b.T @ a)).toarray()
 
 
-@pytest.mark.parametrize("cls", [sps.csr_array, sps.csr_matrix, sps.csc_array])
+@pytest.mark.parametrize("cls", [sps.csr_array, pytest.param(sps.csr_matrix, marks=pytest.mark.slow),
+                                 pytest.param(sps.csc_array, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("fun", [galerkin, transposed_difference])
 def test_blocked_products_compile_and_match_scipy(fun, cls):
     for seed in (0, 7):

@@ -27,9 +27,8 @@ KINDS = ["csr_matrix", "csr_array", "csc_matrix", "csc_array", "coo_array", "Spa
 REFUSED = {"tfidf_cosine_knn": "np.where(mask, v, y)", "item_cf_predict": "np.where(np.eye(n, dtype=bool), v, a)",
            "adjusted_cosine_items": ".indptr array", "conductance": "np.minimum(a, b)",
            "modularity": "np.take(c, idx, axis=0)", "sor_sweeps": "scipy.sparse.tril is not supported"}
-QUICK = {"kaplan_meier": "csr_array", "bm25_plus": "csr_matrix", "markov_stationary": "pydata.COO",
-         "jacobi_pcg": "SparseTensor", "sor_sweeps": "csr_matrix", "nmf_multiplicative_update": "csc_array",
-         "modularity": "pydata.GCXS", "poisson_regression_step": "coo_array"}
+QUICK = {"kaplan_meier": "csr_array", "slope_one_deviations": "csr_matrix", "markov_stationary": "pydata.COO",
+         "sor_sweeps": "csr_matrix", "modularity": "pydata.GCXS"}
 
 
 def as_kind(a: sps.csr_matrix, kind: str):

@@ -31,7 +31,7 @@ def ranks(x):
     return d.argsort(axis=0).argsort(axis=0), d.cumsum(axis=1), d.cumprod(axis=0), np.take_along_axis(d, top, axis=1)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_methods_and_permutation_indices_match_numpy(seed):
     rng = np.random.default_rng(seed)
     x = sps.random_array((12, 5), density=0.4, format="csr", random_state=seed)
