@@ -20,6 +20,7 @@ from splyce.planner.gathers import Gathered, describe as describe_gather, gather
 from splyce.planner.elementwise import fuse_elementwise, fuse_reductions, propagates_nan
 from splyce.planner.in_place import in_place_results
 from splyce.planner.memory import budget_bytes, format_bytes
+from splyce.planner.restored_operands import restore_blocked_operands
 from splyce.planner.rewrite import Fusion, readers, substitute, uses, with_args, with_order
 from splyce.planner.transposed_inputs import Derived, relabel_inputs, transposed
 from splyce.planner.unordered import UNORDERED_PRODUCT_RULE, is_unordered_csr, unordered_product_results
@@ -430,6 +431,7 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
     outputs = _align_intermediate_orders(outputs)
     outputs = fuse_reductions(outputs, uses(outputs))
     outputs = unordered_product_results(outputs)
+    outputs = restore_blocked_operands(planner, outputs)
 
     sources = [Source(i, t, False) for i, t in enumerate(trace.inputs)]
     slots: dict[tuple[int, TensorType], Node] = {}

@@ -213,7 +213,7 @@ class Jitted:
         # the call's structure, and the static leaves' types (1, 1.0 and True are equal values)
         tree = (call.structure, tuple(type(s.value) for s in specs if isinstance(s, Static)))
         key = CacheKey(self.fun, statics, inputs, self.out_format, self.options, tuple(constants), tree,
-                       kinds=tuple(kinds) if matrix.MATRIX in kinds else ())
+                       kinds=tuple(kinds) if any(k != matrix.ARRAY for k in kinds) else ())
         return key, specs, [v for v in values if v is not None]
 
     def __call__(self, *args, **kwargs):
@@ -538,7 +538,7 @@ class Jitted:
         with captures.tracing(context):
             out = namespaces.rebound(self.fun, bound)(*positional, **keywords)
         inputs.extend(t for _, t, _ in context.frozen)
-        leaves, tree = result_tree.flatten_outputs(out)
+        leaves, tree = result_tree.flatten_outputs(out, pydata_in=matrix.PYDATA in (kinds or ()))
         leaves = [copy_of(n) if n.op == "input" else n for n in leaves]   # an argument returned as is
         if self.out_format is not None:
             leaves = [result_tree.with_format(n, self.out_format) for n in leaves]
