@@ -43,6 +43,13 @@ class Fill:
         self.value, self.shape = value, tuple(shape)
 
 
+def one_hot(i: int, n: int, dtype) -> Node:
+    """The constant one-hot vector of length n at ``i``: the adjoint of a fixed index, as a contraction."""
+    onehot = np.zeros(n, dtype=dtype)
+    onehot[i] = 1
+    return captures.constant_node(onehot)
+
+
 def selection(start: int, step: int, m: int, n: int, dtype) -> Node:
     """The constant n x m 0/1 CSR matrix taking a strided slice's m positions ``start + step * j`` of an axis of
     n back to their places: the adjoint of a slice, as a contraction with it."""
@@ -484,9 +491,7 @@ def view_rule(node: Node, ct, emit) -> None:
         n = arg.type.shape[d]
         if entry[0] == "at":
             c = next(used)
-            onehot = np.zeros(n, dtype=dtype)
-            onehot[entry[1]] = 1
-            ops.append(captures.constant_node(onehot))
+            ops.append(one_hot(entry[1], n, dtype))
             subs.append(c)
             target += c
             continue

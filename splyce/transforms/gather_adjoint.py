@@ -73,9 +73,7 @@ def gather_rule(node: Node, ct, emit) -> None:
             target += c
         elif entry[0] == "i":
             c = next(used)
-            onehot = np.zeros(n, dtype=dtype)
-            onehot[entry[1]] = 1
-            ops.append(captures.constant_node(onehot))
+            ops.append(adjoint.one_hot(entry[1], n, dtype))
             subs.append(c)
             target += c
         else:
