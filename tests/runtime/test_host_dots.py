@@ -120,3 +120,24 @@ def test_default_length_on_a_long_vector():
     f = splyce.jit(quad)
     assert "host dot" in f.lower(a, v).as_text("plan")
     _bits(f(a, v), quad(a, v))
+
+
+def transposed_quad(a, v):
+    return v @ (a.T @ v)
+
+
+def merged_quad(a, v):
+    return v @ ((a + a.T) @ v)
+
+
+@pytest.mark.parametrize("body", [transposed_quad, merged_quad], ids=lambda b: b.__name__)
+def test_stages_reading_otherwise_check_every_call(every_dot, body):
+    a = _matrix(300, np.float64, 6)
+    v = np.random.default_rng(4).random(300)
+    f = splyce.jit(body, threads=1)
+    for _ in range(3):
+        np.testing.assert_allclose(f(a, v), body(a, v), rtol=1e-12)
+    assert "host dot" in f.lower(a, v).as_text("plan")
+    a.indices[a.indptr[5]] = a.shape[1] + 3
+    with pytest.raises(ValueError):
+        f(a, v)
