@@ -41,6 +41,7 @@ from splyce.tracer.tracer import OUT_FORMATS, Tracer, copy_of
 
 _LIVE: "weakref.WeakSet[Jitted]" = weakref.WeakSet()   # for splyce.clear_cache()
 _log = logging.getLogger("splyce.cache")
+_CHECKING = (Kernel, staged.StagedKernel)    # kernels whose checking native steps deferred_checks follows
 _BY_TOKEN: "weakref.WeakValueDictionary[str, Jitted]" = weakref.WeakValueDictionary()   # unpickling
 
 
@@ -233,7 +234,7 @@ class Jitted:
             kernel = None if kwargs or self._sites else self._by_signature.get(
                 prepared_signature(args, values, deferred))
             if kernel is not None and deferred and not deferred_checks.confirm(
-                    values, deferred, kernel if type(kernel) is Kernel else None):
+                    values, deferred, kernel if type(kernel) in _CHECKING else None):
                 kernel = None      # an operand changed since: the general call prepares it again
             if kernel is not None:
                 next(self._fast_hits)
@@ -288,7 +289,7 @@ class Jitted:
             prepared, deferred = [], []    # scipy operands of a function reading names from outside
             kernel = self._by_signature.get(prepared_signature(call.operands, prepared, deferred))
             if kernel is not None and deferred and not deferred_checks.confirm(
-                    prepared, deferred, kernel if type(kernel) is Kernel else None):
+                    prepared, deferred, kernel if type(kernel) in _CHECKING else None):
                 kernel = None
             if kernel is not None:
                 next(self._fast_hits)
@@ -297,7 +298,7 @@ class Jitted:
         key, specs, values = self._key(args, captured, call, deferred)
         kernel = self._cache.get(key)
         if deferred and (kernel is None or not deferred_checks.confirm(
-                values, deferred, kernel if type(kernel) is Kernel else None)):
+                values, deferred, kernel if type(kernel) in _CHECKING else None)):
             key, specs, values = self._key(args, captured, call)    # checked as any first call is
             kernel = self._cache.get(key)
         if kernel is None:
@@ -460,8 +461,10 @@ class Jitted:
         # native products anywhere (planner/cuts.py): cut where they pay, with or without the Splyce pass (the
         # plain sparsifier's stages are the same, so the pass changes no result)
         found = cuts.cut_points(source, nnz, library.native_steps(dataclasses.replace(key.options, vectorize=True)))
-        if found:
-            return source, tree, staged.StagedPlan(source, constants, self._stage_jitted, cuts.levels(source, found))
+        dots = cuts.host_dots(source)    # dense dot products as NumPy computes them (BLAS), stages of their own
+        if found or dots:
+            return source, tree, staged.StagedPlan(source, constants, self._stage_jitted,
+                                                   cuts.levels(source, found, dots), dots)
         return source, tree, make_plan(source, nnz, constants=tuple(constants), native=native)
 
     def _lower(self, key: CacheKey, specs, values, disk: bool = False, planned=None):
