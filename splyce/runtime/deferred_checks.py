@@ -89,7 +89,7 @@ def self_checked(kernel) -> frozenset:
     # a plain kernel's (runtime/kernel.py's ``Kernel``; the dispatcher passes no other) plan only: a staged
     # program's stages (runtime/staged.py, host_stages.py) and a library call's MLIR fallback read their
     # operands in ways this does not follow
-    simple = kernel is not None and isinstance(plan, Plan) and not kernel.scatters
+    simple = kernel is not None and isinstance(plan, Plan) and not kernel.scatters and not kernel.distributed
     found = _self_checked_inputs(plan) if simple else frozenset()
     try:
         kernel._self_checked = found

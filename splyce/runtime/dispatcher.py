@@ -369,7 +369,8 @@ class Jitted:
                              f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("out must be a writeable C-contiguous array")
-        if kernel.scatters and not all(nonfinite.values_finite(_values_of(v)) for v in values):
+        if (kernel.scatters or getattr(kernel, "distributed", ())) and \
+                not all(nonfinite.values_finite(_values_of(v)) for v in values):
             kernel = kernel.kept()   # ``out`` cannot be recomputed after the fact: decided from the inputs
         kernel.run(values, accumulate_into=out)
         return out
