@@ -111,8 +111,17 @@ _TRIANGLES = {"einsum": lambda l: splyce.einsum("ij,jk,ik->", l, l, l),
               "methods": lambda l: ((l @ l.T) * l).sum()}     # ``.T``, ``.sum``: attributes, not captured names
 
 
+@pytest.fixture
+def one_thread():
+    """The default thread count pinned to one: the one-call path (``masked_sum_trusted``) is one thread's; on
+    idle cores the default takes two and a 0/1 sum goes to the splitting ``masked_sum`` (tests/runtime/
+    test_thread_defaults.py), whatever the load of the machine running the suite."""
+    with splyce.use_threads(1):
+        yield
+
+
 @pytest.mark.parametrize("form", sorted(_TRIANGLES))
-def test_a_cached_scalar_call_does_only_the_kernel_call(monkeypatch, form):
+def test_a_cached_scalar_call_does_only_the_kernel_call(monkeypatch, form, one_thread):
     from splyce.native import masked_sum, masked_sum_checked
 
     low = _lower_triangle(400, 0.03, 8)
@@ -145,7 +154,7 @@ def test_a_cached_scalar_call_does_only_the_kernel_call(monkeypatch, form):
 @pytest.mark.parametrize("dtype, values", [(d, v) for d in (np.float64, np.float32, np.int64, np.int32)
                                            for v in ("ones", "weighted", "rare") + (("nan",) if d(0.5) else ())])
 @pytest.mark.parametrize("form", sorted(_TRIANGLES))
-def test_the_one_call_triangle_sum_is_the_mlir_kernels_bit_for_bit(monkeypatch, form, dtype, values):
+def test_the_one_call_triangle_sum_is_the_mlir_kernels_bit_for_bit(monkeypatch, form, dtype, values, one_thread):
     """Counted (a 0/1 pattern), summed in the einsum's multiplication order (values of wide magnitudes, where
     another order would show), with a NaN (summed as the sparsifier does, not NumPy's rule), or summed after a
     sample of rare hits: the MLIR kernel's bits each time, on the first and on a cached call. Three distinct

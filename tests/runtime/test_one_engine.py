@@ -91,8 +91,10 @@ def test_library_kernel_is_the_mlir_kernel_bit_for_bit(name, dtype, seed):
     native = isinstance(kernel, LibraryKernel)
     # a plan that scatters a short sparse x dense runs its kept twin's native call (kernel.plan: that twin)
     assert native == (name in NATIVE | GUARDED and not kernel.plan.needs_conversion)
-    if native and name in NATIVE:
+    if native and name in NATIVE and not (kernel.distributed and special):
         assert fast.cache_info().compiles + fast.cache_info().disk_hits == 0   # no MLIR kernel built
+    # (a NaN / Inf factor of a fused sum: its unfused twin, an MLIR kernel, ran: planner/plan.py,
+    # ``distributed_factors``)
 
 
 def test_the_plan_says_which_kernel_runs_and_matches_the_dropin():

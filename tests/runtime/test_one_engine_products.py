@@ -447,9 +447,15 @@ def test_masked_products_bit_for_bit(name, dtype, seed):
         # .sum() of int32 products is int64 (NumPy's promotion): a cast in the plan, the MLIR kernel's
         assert not isinstance(fast.kernel_for(l)[0], LibraryKernel)
         return
-    assert isinstance(fast.kernel_for(l)[0], LibraryKernel)
+    kernel = fast.kernel_for(l)[0]
+    assert isinstance(kernel, LibraryKernel)
     assert f"as formulation '{formulation}'" in fast.lower(l).as_text("plan")
-    assert fast.cache_info().compiles + fast.cache_info().disk_hits == 0
+    if kernel.distributed and not np.isfinite(l.values).all():
+        # a NaN / Inf of l, a factor of the fused sum: its unfused twin ran (planner/plan.py,
+        # ``distributed_factors``), an MLIR kernel, the library=False result above
+        assert fast.cache_info().compiles + fast.cache_info().disk_hits == 1
+    else:
+        assert fast.cache_info().compiles + fast.cache_info().disk_hits == 0
 
 
 def test_masked_product_on_two_threads_is_the_one_thread_result():
