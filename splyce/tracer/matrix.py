@@ -26,7 +26,8 @@ import sys
 
 import numpy as np
 
-from splyce.tracer import indexing, tracer as T
+from splyce.tracer import indexing, tracer as T, views
+from splyce.tracer.base import relabel_axes
 from splyce.tracer.base import TraceError, Tracer, _node, scalar_value
 from splyce.tracer.ir import Node, TensorType
 
@@ -382,6 +383,14 @@ def _no_attribute(name: str):
 def _dense_only(fn):
     return lambda self: fn(self) if not self.is_sparse else _no_attribute(fn.__name__)
 
+def _transposed(self) -> "MatrixTracer":
+    """``M.T``: a sparse matrix's over its buffers, a view of an argument as scipy's (tracer/views.py)."""
+    out = MatrixTracer(T.transpose(Tracer(self.node)).node)
+    if relabel_axes(out.node) is not None:
+        views.note(out, self)
+    return out
+
+
 
 def _install(cls) -> None:
     for name, value in list(vars(Tracer).items()):
@@ -397,7 +406,7 @@ def _install(cls) -> None:
     for name in _TO_ARRAY:
         base = getattr(Tracer, name)
         setattr(cls, name, (lambda b: lambda self, *a, **k: b(Tracer(self.node), *a, **k))(base))
-    cls.T = property(lambda self: MatrixTracer(T.transpose(Tracer(self.node)).node))
+    cls.T = property(_transposed)
     cls.A = property(_dense_only(as_array))
     cls.A1 = property(_a1)
     cls.H = property(lambda self: MatrixTracer(T.transpose(T.conjugate(Tracer(self.node))).node))
@@ -448,3 +457,4 @@ def _install_lifting() -> None:
 
 _install_lifting()
 _install(MatrixTracer)
+
