@@ -23,6 +23,9 @@ kernels) recognizes the plan's canonical form (``recognize``; ``a * a`` of one o
   ``arctan``, ``arcsinh`` of float32 / float64 values) are NumPy's, as scipy computes them (``np.expm1(A)``
   maps ``A.data``), where the MLIR kernel calls the C library's, which may round an ulp differently. The index arrays are copied (memcpy), never shared: the
   result is a scipy array whose buffers its caller may write to, and the argument's may be the caller's too.
+- ``view``: the argument itself or its transpose returned as is (the trace's ``views``, tracer/views.py):
+  scipy's ``A.T``, a CSR / CSC over the argument's own three arrays, nothing copied (docs/tracing.md,
+  "Results and aliasing"); ``a.copy()`` returned stays the identity ``map``, a memcpy of the three arrays.
 """
 
 from __future__ import annotations

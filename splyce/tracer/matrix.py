@@ -385,11 +385,15 @@ def _dense_only(fn):
 
 def _transposed(self) -> "MatrixTracer":
     """``M.T``: a sparse matrix's over its buffers, a view of an argument as scipy's (tracer/views.py)."""
-    out = MatrixTracer(T.transpose(Tracer(self.node)).node)
-    if relabel_axes(out.node) is not None:
-        views.note(out, self)
-    return out
+    return _noted(MatrixTracer(T.transpose(Tracer(self.node)).node), self)
 
+
+
+def _noted(out, source):
+    """``out``, noted as a view of ``source`` when it is a sparse transpose over its buffers."""
+    if isinstance(out, Tracer) and relabel_axes(out.node) is not None:
+        views.note(out, source)
+    return out
 
 
 def _install(cls) -> None:
@@ -407,6 +411,7 @@ def _install(cls) -> None:
         base = getattr(Tracer, name)
         setattr(cls, name, (lambda b: lambda self, *a, **k: b(Tracer(self.node), *a, **k))(base))
     cls.T = property(_transposed)
+    cls.transpose = (lambda wrapped: lambda self, *a, **k: _noted(wrapped(self, *a, **k), self))(cls.transpose)
     cls.A = property(_dense_only(as_array))
     cls.A1 = property(_a1)
     cls.H = property(lambda self: MatrixTracer(T.transpose(T.conjugate(Tracer(self.node))).node))

@@ -1,0 +1,129 @@
+"""A sparse argument, or its transpose, returned as is by a jitted function is a view over the argument's
+arrays, as scipy's ``A.T`` is (docs/semantics.md, "Results and aliasing"); ``.copy()`` / ``np.copy`` and
+every computed result never share an argument's buffers."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+import splyce
+
+
+def _buffers(x):
+    if isinstance(x, splyce.SparseTensor):
+        return [b for b in x._buffers() if b is not None]
+    return [x.data, x.indices, x.indptr]
+
+
+def _shares(result, arg) -> bool:
+    return any(np.shares_memory(r, b) for r in _buffers(result) for b in _buffers(arg))
+
+
+def _dense(x):
+    return x.to_scipy().toarray() if isinstance(x, splyce.SparseTensor) else x.toarray()
+
+
+# operands nobody here designed: scipy's random patterns, several shapes and dtypes, an empty one
+def _corpus():
+    out = []
+    for seed, (shape, density, dtype) in enumerate([((40, 30), 0.1, np.float64), ((1, 17), 0.5, np.float32),
+                                                   ((25, 25), 0.0, np.float64), ((60, 8), 0.3, np.int64),
+                                                   ((13, 50), 0.2, np.complex128)]):
+        a = sps.random_array(shape, density=density, format="csr", rng=seed, dtype=dtype)
+        out.append(a)
+    return out
+
+
+KINDS = {
+    "csr_array": lambda a: a.tocsr(),
+    "csc_array": lambda a: a.tocsc(),
+    "csr_matrix": lambda a: sps.csr_matrix(a),
+    "csc_matrix": lambda a: sps.csc_matrix(a),
+    "SparseTensor": lambda a: splyce.asarray(a),
+}
+VIEWS = {"T": lambda a: a.T, "id": lambda a: a, "TT": lambda a: a.T.T, "transpose": lambda a: a.transpose()}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("form", list(VIEWS))
+def test_view_shares_the_arguments_arrays_as_scipy(kind, form):
+    for i, base in enumerate(_corpus()):
+        x = KINDS[kind](base)
+        f = splyce.jit(VIEWS[form])
+        for _ in range(2):           # the first call and a cached one (the fast path)
+            r = f(x)
+            want = VIEWS[form](base.toarray())
+            np.testing.assert_array_equal(_dense(r), want)
+            if kind != "SparseTensor":
+                eager = VIEWS[form](x)
+                assert type(r) is type(eager), (type(r), type(eager))
+                if x.nnz:
+                    # scipy's A.T holds A's arrays themselves: the same memory
+                    assert all(np.shares_memory(p, q) for p, q in zip(_buffers(r), _buffers(x)))
+            if base.nnz:
+                assert _shares(r, x)
+        if kind == "csr_array" and base.nnz and base.dtype == np.float64:
+            # a write through the view shows in the argument, exactly as through scipy's A.T
+            mine, theirs = x.copy(), x.copy()
+            VIEWS[form](theirs).data[0] = 123.0
+            f(mine).data[0] = 123.0
+            np.testing.assert_array_equal(mine.toarray(), theirs.toarray())
+            assert mine.data[0] == 123.0
+
+
+COPIES = {"copy": lambda a: a.copy(), "np.copy": lambda a: np.copy(a), "T.copy": lambda a: a.T.copy(),
+          "copy.T": lambda a: a.copy().T, "copy.T.T": lambda a: a.copy().T.T, "neg": lambda a: -a,
+          "scaled": lambda a: 2 * a, "T+T": lambda a: a.T + a.T}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("form", list(COPIES))
+def test_copies_and_computed_results_never_share(kind, form):
+    for base in _corpus():
+        x = KINDS[kind](base)
+        before = _dense(x).copy()
+        f = splyce.jit(COPIES[form])
+        try:
+            want = COPIES[form](base.toarray())
+        except TypeError:
+            continue
+        for _ in range(2):
+            r = f(x)
+            np.testing.assert_array_equal(_dense(r), want)
+            assert not _shares(r, x)
+        np.testing.assert_array_equal(_dense(x), before)       # the input never modified
+
+
+def test_a_view_and_a_copy_of_the_same_value_returned_together_are_copies():
+    a = sps.random_array((30, 20), density=0.2, format="csr", rng=7)
+    for fun in (lambda a: (a, a.copy()), lambda a: (a.T, a.copy().T), lambda a: (a.copy(), a)):
+        for r in splyce.jit(fun)(a):
+            assert not _shares(r, a)
+            assert r.shape in (a.shape, a.shape[::-1])
+    # beside a result a kernel computes, a transpose returned is computed too (a copy: docs/semantics.md)
+    v, c = splyce.jit(lambda a: (a.T, -a))(a)
+    assert not _shares(c, a)
+    np.testing.assert_array_equal(c.toarray(), -a.toarray())
+    np.testing.assert_array_equal(v.toarray(), a.T.toarray())
+
+
+def test_pydata_and_dense_results_stay_fresh():
+    # pydata's own COO.T copies its coords and data: the jit's result does not share them either; a dense
+    # argument's transpose is computed (a fresh array), as before
+    sparse = pytest.importorskip("sparse")
+    a = sps.random_array((30, 20), density=0.2, format="csr", rng=3)
+    p = sparse.COO.from_scipy_sparse(a)
+    r = splyce.jit(lambda a: a.T)(p)
+    np.testing.assert_array_equal(np.asarray(r.todense()), a.T.toarray())
+    assert not any(np.shares_memory(b, q) for b in _buffers(r) for q in (p.data, p.coords))
+    x = np.arange(12.0).reshape(3, 4)
+    t = splyce.jit(lambda x: x.T)(x)
+    np.testing.assert_array_equal(t, x.T)
+    assert not np.shares_memory(t, x)
+
+
+def test_a_captured_matrix_returned_is_copied():
+    c = sps.random_array((10, 10), density=0.3, format="csr", rng=5)
+    r = splyce.jit(lambda x: (c.T, x * 2))(np.ones(3))[0]
+    np.testing.assert_array_equal(r.toarray(), c.T.toarray())
+    assert not _shares(r, c)
