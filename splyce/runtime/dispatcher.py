@@ -233,7 +233,7 @@ class Jitted:
             kernel = None if kwargs or self._sites else self._by_signature.get(
                 prepared_signature(args, values, deferred))
             if kernel is not None and deferred and not deferred_checks.confirm(
-                    values, deferred, kernel if type(kernel) is Kernel else None):
+                    values, deferred, kernel if type(kernel) is Kernel or getattr(kernel, "reads_no_indices", False) else None):
                 kernel = None      # an operand changed since: the general call prepares it again
             if kernel is not None:
                 next(self._fast_hits)
@@ -288,7 +288,7 @@ class Jitted:
             prepared, deferred = [], []    # scipy operands of a function reading names from outside
             kernel = self._by_signature.get(prepared_signature(call.operands, prepared, deferred))
             if kernel is not None and deferred and not deferred_checks.confirm(
-                    prepared, deferred, kernel if type(kernel) is Kernel else None):
+                    prepared, deferred, kernel if type(kernel) is Kernel or getattr(kernel, "reads_no_indices", False) else None):
                 kernel = None
             if kernel is not None:
                 next(self._fast_hits)

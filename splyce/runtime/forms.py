@@ -542,7 +542,9 @@ def runner(form: Form):
         def run_view(args, threads):
             a = args[0]
             if build is not None:
-                return build(cls, a.values, a.crd[1], a.pos[1], shape, True)
+                # scipy finds out whether the indices are sorted (an operand's arrays may be changed in place
+                # between calls, and a view, as scipy's A.T, shows them as they are)
+                return build(cls, a.values, a.crd[1], a.pos[1], shape, None)
             return SparseTensor.from_buffers(shape, fmt, [None, a.pos[1]], [None, a.crd[1]], a.values,
                                              validate=False).to_scipy()
         return run_view

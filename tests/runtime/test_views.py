@@ -127,3 +127,22 @@ def test_a_captured_matrix_returned_is_copied():
     r = splyce.jit(lambda x: (c.T, x * 2))(np.ones(3))[0]
     np.testing.assert_array_equal(r.toarray(), c.T.toarray())
     assert not _shares(r, c)
+
+
+def test_a_view_of_an_operand_changed_in_place_between_calls_shows_it_as_scipy():
+    # the first call checks the operand canonical; a later call with the same arrays skips the scan (nothing
+    # reads an index); the view then holds the arrays as they are now, as scipy's A.T does, its sortedness
+    # left for scipy to find out
+    a = sps.random_array((30, 20), density=0.3, format="csr", rng=11)
+    f = splyce.jit(lambda a: a.T)
+    f(a)
+    row = next(i for i in range(a.shape[0]) if a.indptr[i + 1] - a.indptr[i] >= 2)
+    lo, hi = a.indptr[row], a.indptr[row + 1]
+    a.indices[lo:hi] = a.indices[lo:hi][::-1].copy()
+    a.data[lo:hi] = a.data[lo:hi][::-1].copy()
+    a.has_sorted_indices = False
+    r = f(a)
+    want = a.T
+    np.testing.assert_array_equal(r.toarray(), want.toarray())
+    assert all(np.shares_memory(p, q) for p, q in zip(_buffers(r), _buffers(a)))
+    assert not r.has_sorted_indices
