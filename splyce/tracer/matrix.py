@@ -258,8 +258,12 @@ def _wrapped(name: str):
 
     def method(self, *args, **kwargs):
         args = tuple(lift(a, name) for a in args)
-        result = base(Tracer(self.node), *(as_array(a) for a in args), **kwargs)
-        return _matrix(result, _dense_matrix(self, *args))
+        inner = Tracer(self.node)
+        result = base(inner, *(as_array(a) for a in args), **kwargs)
+        out = _matrix(result, _dense_matrix(self, *args))
+        if result is inner:               # the value itself (``M.tocsr()`` of a CSR): scipy's ``self``, a view
+            views.note(out, self)
+        return out
     method.__name__ = name
     return method
 
@@ -307,10 +311,15 @@ def _trace(self, offset=0):
     return result if self.is_sparse else MatrixTracer(indexing.reshape(result, (1, 1)).node)
 
 
-def _converting(bound):
-    """A conversion method bound to the plain tracer, its result of the matrix kind."""
+def _converting(bound, source=None):
+    """A conversion method bound to the plain tracer, its result of the matrix kind; the value itself (``M.tocsr()``
+    of a CSR: scipy's ``self``) a view of ``source`` (tracer/views.py)."""
     def method(*args, **kwargs):
-        return _matrix(bound(*args, **kwargs), False)
+        result = bound(*args, **kwargs)
+        out = _matrix(result, False)
+        if source is not None and result is bound.__self__:
+            views.note(out, source)
+        return out
     return method
 
 
@@ -406,7 +415,7 @@ def _install(cls) -> None:
         setattr(cls, name, _reflected(name))
     for name in _CONVERSIONS:           # properties of sparse values (tracer/surface.py), a matrix in, a matrix out
         getter = vars(Tracer)[name].fget
-        setattr(cls, name, property((lambda g: lambda self: _converting(g(Tracer(self.node))))(getter)))
+        setattr(cls, name, property((lambda g: lambda self: _converting(g(Tracer(self.node)), self))(getter)))
     for name in _TO_ARRAY:
         base = getattr(Tracer, name)
         setattr(cls, name, (lambda b: lambda self, *a, **k: b(Tracer(self.node), *a, **k))(base))

@@ -146,3 +146,16 @@ def test_a_view_of_an_operand_changed_in_place_between_calls_shows_it_as_scipy()
     np.testing.assert_array_equal(r.toarray(), want.toarray())
     assert all(np.shares_memory(p, q) for p, q in zip(_buffers(r), _buffers(a)))
     assert not r.has_sorted_indices
+
+
+@pytest.mark.parametrize("kind", ["csr_array", "csr_matrix"])
+def test_conversions_follow_scipys_copy_argument(kind):
+    a = KINDS[kind](sps.random_array((20, 15), density=0.3, format="csr", rng=2))
+    for fun, shared in ((lambda a: a.tocsr(), True), (lambda a: a.asformat("csr"), True),
+                        (lambda a: a.tocsr(copy=True), False), (lambda a: a.asformat("csr", copy=True), False),
+                        (lambda a: a.astype(a.dtype), False),
+                        (lambda a: a.tocsc(), False)):
+        r, eager = splyce.jit(fun)(a), fun(a)
+        np.testing.assert_array_equal(r.toarray(), eager.toarray())
+        assert type(r) is type(eager)
+        assert _shares(r, a) == shared == _shares(eager, a)
