@@ -159,3 +159,22 @@ def test_conversions_follow_scipys_copy_argument(kind):
         np.testing.assert_array_equal(r.toarray(), eager.toarray())
         assert type(r) is type(eager)
         assert _shares(r, a) == shared == _shares(eager, a)
+
+
+def test_a_view_of_a_non_canonical_or_int64_operand():
+    # int64 index arrays: wrapped as they are, so shared; unsorted indices or duplicates on the first call: the
+    # operand is re-stored sorted (as every jitted call does), so the transpose is of that fresh copy
+    a = sps.random_array((50, 40), density=0.2, format="csr", rng=4)
+    wide = a.copy()
+    wide.indices, wide.indptr = wide.indices.astype(np.int64), wide.indptr.astype(np.int64)
+    unsorted = a.copy()
+    lo, hi = unsorted.indptr[0], unsorted.indptr[1]
+    unsorted.indices[lo:hi] = unsorted.indices[lo:hi][::-1].copy()
+    unsorted.has_sorted_indices = False
+    dup = sps.csr_array((np.r_[a.data, 1.0], np.r_[a.indices, a.indices[0]], np.r_[a.indptr[:1], a.indptr[1:] + 1]),
+                        shape=a.shape)
+    f = splyce.jit(lambda a: a.T)
+    for x, shared in ((wide, True), (unsorted, False), (dup, False)):
+        r = f(x)
+        np.testing.assert_array_equal(r.toarray(), x.T.toarray())
+        assert _shares(r, x) == shared
