@@ -148,12 +148,17 @@ def test_a_view_of_an_operand_changed_in_place_between_calls_shows_it_as_scipy()
     assert not r.has_sorted_indices
 
 
+# the constructors as a function names them (the jit rebinds ``sps`` in the function it traces)
+CTOR = {"csr_array": (lambda a: sps.csr_array(a), lambda a: sps.csr_array(a, copy=True)),
+        "csr_matrix": (lambda a: sps.csr_matrix(a), lambda a: sps.csr_matrix(a, copy=True))}
+
+
 @pytest.mark.parametrize("kind", ["csr_array", "csr_matrix"])
 def test_conversions_follow_scipys_copy_argument(kind):
     a = KINDS[kind](sps.random_array((20, 15), density=0.3, format="csr", rng=2))
     for fun, shared in ((lambda a: a.tocsr(), True), (lambda a: a.asformat("csr"), True),
                         (lambda a: a.tocsr(copy=True), False), (lambda a: a.asformat("csr", copy=True), False),
-                        (lambda a: a.astype(a.dtype), False),
+                        (lambda a: a.astype(a.dtype), False), (CTOR[kind][0], True), (CTOR[kind][1], False),
                         (lambda a: a.tocsc(), False)):
         r, eager = splyce.jit(fun)(a), fun(a)
         np.testing.assert_array_equal(r.toarray(), eager.toarray())
