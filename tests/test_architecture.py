@@ -4,6 +4,8 @@ another package's private names, and the ground floors import nothing above them
 import ast
 from pathlib import Path
 
+import pytest
+
 import splyce
 
 ROOT = Path(splyce.__file__).parent
@@ -125,3 +127,55 @@ def test_api_pool_threshold_is_the_pools():
     from splyce.native import memory_pool
 
     assert api.POOL_MIN == memory_pool.POOL_MIN
+
+
+# The SpMV loop rule's tuned constants (native/spmv.py): read only by the rule itself, so no chooser carries a copy.
+_SPMV_RULE_CONSTANTS = {"FLAT_MAX_ROW", "FLAT_MIN_BYTES", "GROUPED_MAX_BYTES", "GROUPED_MIN_ROW"}
+# The modules that may read one constant besides the rule: the MLIR flat-rows pass emits FLAT_MAX_ROW as a
+# constant (the rule's other half it takes from ``spmv.flat_min_entries``).
+_SPMV_RULE_READERS = {"splyce.native.spmv": _SPMV_RULE_CONSTANTS, "splyce.passes.flat_rows": {"FLAT_MAX_ROW"}}
+
+
+def test_spmv_rule_defined_once():
+    """SpMV's flat / grouped / one-row rule is written once (native/spmv.py: ``flat_min_entries``, ``goes_flat``,
+    ``spmv_variant``): every other module asks those functions, none reads the tuned constants to write the
+    comparison again (the drop-in's fast path once did, and the MLIR flat-rows pass rounded the size bound
+    its own way), and no module but native/spmv.py defines a function of those names."""
+    bad = []
+    for path in ROOT.rglob("*.py"):
+        name = _module(path)
+        allowed = _SPMV_RULE_READERS.get(name, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            used = None
+            if isinstance(node, ast.Name):
+                used = node.id
+            elif isinstance(node, ast.Attribute):
+                used = node.attr
+            elif isinstance(node, ast.alias):
+                used = node.name
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and name != "splyce.native.spmv" \
+                    and node.name in ("flat_min_entries", "goes_flat", "spmv_variant"):
+                bad.append(f"{name} defines {node.name}")
+            if used in _SPMV_RULE_CONSTANTS and used not in allowed:
+                bad.append(f"{name} reads {used}")
+    assert bad == []
+
+
+@pytest.mark.parametrize("min_bytes", [0, 1 << 20, 1_000_003])
+def test_spmv_rule_agrees_with_itself(monkeypatch, min_bytes):
+    """``goes_flat``'s size bound is ``flat_min_entries`` (what the MLIR pass emits) exactly, and the drop-in's
+    ``spmv_variant`` goes flat where ``goes_flat`` does, for every entry width the kernels take."""
+    from splyce.native import spmv
+
+    monkeypatch.setattr(spmv, "FLAT_MIN_BYTES", min_bytes)     # each CPU's tuning: 0 on Zen 1/2, L2 on Zen 4/5
+    for crd_bits, value_bytes in ((32, 4), (32, 8), (64, 4), (64, 8), (16, 8), (64, 16)):
+        bits = crd_bits + value_bytes * 8
+        least = spmv.flat_min_entries(bits)
+        rows = 10**9                                  # rows never the bound here
+        assert least == 0 or not spmv.goes_flat(least - 1, rows, crd_bits, value_bytes)
+        assert spmv.goes_flat(least, rows, crd_bits, value_bytes)
+        for nnz in (0, 1, least - 1, least, least + 1, 3 * least + 7):
+            for r in (-1, 0, 1, nnz // 4, nnz // 4 + 1, nnz // 3, rows):
+                if bits % 8 == 0:
+                    assert (spmv.spmv_variant(nnz, r, bits // 8) == "flat") == spmv.goes_flat(nnz, r, crd_bits,
+                                                                                               value_bytes)

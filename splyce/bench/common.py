@@ -23,7 +23,9 @@ import math
 import os
 import platform
 import statistics
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -220,6 +222,25 @@ class Timing:
     @property
     def compile(self) -> float:
         return max(0.0, self.first_call - self.min) if self.times else math.nan
+
+
+@contextmanager
+def empty_disk_cache(prefix: str):
+    """A fresh, empty ``SPLYCE_CACHE_DIR`` for a bench whose first calls must compile (not load from disk); the
+    in-memory caches cleared on the way out and the variable restored."""
+    import splyce
+
+    saved = os.environ.get("SPLYCE_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        os.environ["SPLYCE_CACHE_DIR"] = folder
+        try:
+            yield folder
+        finally:
+            splyce.clear_cache()
+            if saved is None:
+                os.environ.pop("SPLYCE_CACHE_DIR", None)
+            else:
+                os.environ["SPLYCE_CACHE_DIR"] = saved
 
 
 def _progress(total: int, desc: str, cfg: Config):

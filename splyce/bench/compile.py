@@ -11,14 +11,12 @@ kernel's own run.
 
 from __future__ import annotations
 
-import os
 import statistics
-import tempfile
 import time
 
 import numpy as np
 
-from splyce.bench.common import Config, Result, _progress, check
+from splyce.bench.common import Config, Result, _progress, check, empty_disk_cache
 from splyce.bench.kernels import size_for
 
 COLUMNS = ["kernel", "size", "cold_s", "mlir_s", "llvm_opt_s", "codegen_load_s", "trace_plan_s", "load_s", "run_s",
@@ -60,12 +58,10 @@ def run(cfg: Config) -> Result:
     import splyce
     from splyce.bench.paper_kernels import KERNELS
 
-    saved = os.environ.get("SPLYCE_CACHE_DIR")
     rows = []
     bar = _progress(len(KERNELS) * cfg.n_repeats, "compile", cfg)
-    with tempfile.TemporaryDirectory(prefix="splyce-bench-cache-") as folder:
-        os.environ["SPLYCE_CACHE_DIR"] = folder
-        try:
+    try:
+        with empty_disk_cache("splyce-bench-cache-"):
             _warm_process()
             for name, spec in KERNELS.items():
                 size = size_for(spec, cfg)
@@ -97,13 +93,8 @@ def run(cfg: Config) -> Result:
                              "trace_plan_s": max(cold_s - mlir_s - llvm_s - codegen_s, 0.0),
                              "load_s": load_s, "run_s": statistics.median(runs),
                              "cold_vs_load": cold_s / load_s if load_s > 0 else float("inf")})
-        finally:
-            bar.close()
-            splyce.clear_cache()
-            if saved is None:
-                os.environ.pop("SPLYCE_CACHE_DIR", None)
-            else:
-                os.environ["SPLYCE_CACHE_DIR"] = saved
+    finally:
+        bar.close()
     note = ("cold_s = the first call's kernel lookup (`kernel_for`) of a fresh `splyce.jit` with an empty disk cache "
             "(trace, plan, lowering, Splyce pass, LLVM codegen), without the run; of it mlir_s: MLIR (linalg, "
             "sparsifier, Splyce pass, to LLVM IR), llvm_opt_s: LLVM's O3 pipeline, codegen_load_s: instruction "

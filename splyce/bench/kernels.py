@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
-import tempfile
 import time
 
 import numpy as np
@@ -285,24 +283,17 @@ def run(cfg: Config) -> Result:
     import splyce
     from splyce.bench.paper_kernels import KERNELS
 
-    from splyce.bench.common import _progress
+    from splyce.bench.common import _progress, empty_disk_cache
 
     rows = []
     bar = _progress(0, "kernels", cfg)
-    saved = os.environ.get("SPLYCE_CACHE_DIR")
     # an empty disk cache of its own, so that compile_s is a compile on every run, and disk_s a load
-    with tempfile.TemporaryDirectory(prefix="splyce-bench-kernels-") as folder:
-        os.environ["SPLYCE_CACHE_DIR"] = folder
-        try:
+    try:
+        with empty_disk_cache("splyce-bench-kernels-"):
             for spec in KERNELS.values():
                 rows.append(run_kernel(spec, cfg, bar=bar))
-        finally:
-            bar.close()
-            splyce.clear_cache()
-            if saved is None:
-                os.environ.pop("SPLYCE_CACHE_DIR", None)
-            else:
-                os.environ["SPLYCE_CACHE_DIR"] = saved
+    finally:
+        bar.close()
     gm = {"kernel": "geomean", "size": ""}
     for c in ("speedup_vs_baseline", "splyce_vs_scipy", "dropin_vs_scipy"):
         gm[c] = geomean(r[c] for r in rows)

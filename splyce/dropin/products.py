@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from splyce.native.spmv import FLAT_MAX_ROW as _FLAT_MAX_ROW, FLAT_MIN_BYTES as _FLAT_MIN_BYTES
-from splyce.native.spmv import GROUPED_MAX_BYTES as _GROUPED_MAX_BYTES, GROUPED_MIN_ROW as _GROUPED_MIN_ROW
+from splyce.native.spmv import spmv_variant
 from splyce.native.spmv import SPMM_FIXED as _SPMM_FIXED
 from splyce.dropin import narrow_dtypes, scipy_out
 from splyce.planner import nonfinite as _nonfinite
@@ -327,16 +326,9 @@ def _spmv_buffers(a, data, indices, indptr, x, several: bool):
                                  _INT_MAX[idx])
     rows1 = len(indptr)
     if ndim == 1:
-        # rows of a few entries: one flat loop over the entries (on some CPUs only beyond L2); else grouped rows
-        # for a matrix that stays in cache where the CPU gains by them (on some only for long rows), else one
-        # row at a time (a malformed indptr's length is refused below, whatever the choice);
-        # native_spmv._tuned_for has the measurements
-        if nnz <= _FLAT_MAX_ROW * (rows1 - 1) and nnz * layout[4] >= _FLAT_MIN_BYTES:
-            variant = "flat"
-        elif nnz * layout[4] <= _GROUPED_MAX_BYTES and nnz >= _GROUPED_MIN_ROW * (rows1 - 1):
-            variant = "grouped"
-        else:
-            variant = "rows"
+        # the one SpMV rule (native/spmv.py): flat, grouped or one row at a time (a malformed indptr's length
+        # is refused below, whatever the choice)
+        variant = spmv_variant(nnz, rows1 - 1, layout[4])
         x_strides = layout[2]
     else:
         variant = x.shape[1]                    # SpMM: one kernel per column count, up to SPMM_FIXED

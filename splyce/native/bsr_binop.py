@@ -36,6 +36,24 @@ OPS = ("add", "subtract", "multiply")
 _lock = threading.Lock()
 
 
+def _keep_if_nonzero(ir, j: str, n0: str, cbits: int, after: str) -> None:
+    """Where the block just written (at result position ``n0``) holds a nonzero (``%nz``), keep it: its block
+    column ``j`` stored and the count ``%nnz`` advanced; scipy's bsr_binop drops an all-zero block. Continues
+    at a new label named after ``after``."""
+    nz = ir.name("nzv")
+    ir(f"  {nz} = load i64, ptr %nz")
+    keep = ir.op("icmp ne", "i64", nz, "0", "keep")
+    kept, next_ = ir.name("kept")[1:], ir.name(after)[1:]
+    ir(f"  br i1 {keep}, label %{kept}, label %{next_}")
+    ir.label(kept)
+    jn = ir.name("jn")
+    ir(f"  {jn} = {narrow(cbits)} {j} to i{cbits}")
+    ir.store(f"i{cbits}", jn, "%cj", n0)
+    ir(f"  store i64 {ir.op('add', 'i64', n0, '1', 'n')}, ptr %nnz")
+    ir(f"  br label %{next_}")
+    ir.label(next_)
+
+
 def binop_ir(name: str, op: str, value: np.dtype, abits: int, bbits: int, cbits: int, rc: int | None) -> str:
     """``C = A op B`` as described above; ``cp`` (i64, ``mb + 1``) written from ``cp[1]`` (``cp[0]`` 0 by the
     caller), ``cj`` / ``cx`` sized for ``nnzb_a + nnzb_b`` blocks; ``zeros`` a block of zeros. ``rc`` the block's
@@ -143,18 +161,7 @@ def binop_ir(name: str, op: str, value: np.dtype, abits: int, bbits: int, cbits:
             after = ir.name("entries")[1:]
             loop(ir, "0", "%RC", entry, after)
             ir.label(after)
-        nz = ir.name("nzv")
-        ir(f"  {nz} = load i64, ptr %nz")
-        keep = ir.op("icmp ne", "i64", nz, "0", "keep")
-        kept, next_ = ir.name("kept")[1:], ir.name("advance")[1:]
-        ir(f"  br i1 {keep}, label %{kept}, label %{next_}")
-        ir.label(kept)
-        jn = ir.name("jn")
-        ir(f"  {jn} = {narrow(cbits)} {j} to i{cbits}")
-        ir.store(f"i{cbits}", jn, "%cj", n0)
-        ir(f"  store i64 {ir.op('add', 'i64', n0, '1', 'n')}, ptr %nnz")
-        ir(f"  br label %{next_}")
-        ir.label(next_)
+        _keep_if_nonzero(ir, j, n0, cbits, "advance")
         for take, pos, col, slot, last in ((take_a, pa, ja, "%pa", "%lasta"), (take_b, pb, jb, "%pb", "%lastb")):
             step = ir.name("stepv")
             ir(f"  {step} = zext i1 {take} to i64")
@@ -283,18 +290,7 @@ def general_ir(name: str, op: str, value: np.dtype, abits: int, bbits: int, cbit
                 ir(f"  store i64 {ir.op('or', 'i64', acc, nzi, 'acc')}, ptr %nz")
 
             entries(entry)
-            nz = ir.name("nzv")
-            ir(f"  {nz} = load i64, ptr %nz")
-            keep = ir.op("icmp ne", "i64", nz, "0", "keep")
-            kept, after = ir.name("kept")[1:], ir.name("unlink")[1:]
-            ir(f"  br i1 {keep}, label %{kept}, label %{after}")
-            ir.label(kept)
-            jn = ir.name("jn")
-            ir(f"  {jn} = {narrow(cbits)} {j} to i{cbits}")
-            ir.store(f"i{cbits}", jn, "%cj", n0)
-            ir(f"  store i64 {ir.op('add', 'i64', n0, '1', 'n')}, ptr %nnz")
-            ir(f"  br label %{after}")
-            ir.label(after)
+            _keep_if_nonzero(ir, j, n0, cbits, "unlink")
             pn = ir.gep("i64", "%next", j, "pn")
             nxt = ir.name("nxt")
             ir(f"  {nxt} = load i64, ptr {pn}")

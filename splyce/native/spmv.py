@@ -256,12 +256,38 @@ def _spmm_objects(value: np.dtype, p: int, c: int, k: int):
     return compile_host_helpers(text, {entry: array_objects.signature(8)})[entry]
 
 
+# -- the one rule for SpMV's loop (flat / grouped / one row at a time) ------------------------------------------
+# Every chooser asks these three functions: the drop-in's fast path (dropin/products.py, ``spmv_variant``), this
+# module's general path and the CSC scatter (``goes_flat``), the planner (``_short_row_spmv``), the native-step
+# chooser (runtime/library.py, ``native_steps``) and the MLIR flat-rows pass (passes/flat_rows.py, which emits
+# ``flat_min_entries`` and ``FLAT_MAX_ROW`` as constants). No other module reads the tuned constants
+# (tests/test_architecture.py, ``test_spmv_rule_defined_once``). The constants are read at call time, so a test
+# that sets them here moves every chooser at once.
+
+def flat_min_entries(entry_bits: int) -> int:
+    """The fewest entries (of ``entry_bits`` bits: coordinate + value) from which short rows go flat: the least
+    ``nnz`` with ``nnz * entry_bits // 8 >= FLAT_MIN_BYTES``."""
+    return -(-FLAT_MIN_BYTES * 8 // entry_bits)
+
+
 def goes_flat(nnz: int, rows: int, crd_bits: int, value_bytes: int) -> bool:
     """Whether SpMV on ``rows`` rows holding ``nnz`` entries (``crd_bits``-bit coordinates, values of
     ``value_bytes``) runs the flat kernel: rows of a few entries on average, and on some CPUs only beyond a
     size (``FLAT_MIN_BYTES``). The planner asks the same (runtime/library.py, ``native_steps``): where it holds,
     an SpMV inside a program is taken out of the MLIR kernel, whose loop nest pays a row's exit per row."""
-    return nnz <= FLAT_MAX_ROW * rows and nnz * (crd_bits + value_bytes * 8) // 8 >= FLAT_MIN_BYTES
+    return nnz <= FLAT_MAX_ROW * rows and nnz >= flat_min_entries(crd_bits + value_bytes * 8)
+
+
+def spmv_variant(nnz: int, rows: int, entry_bytes: int) -> str:
+    """The SpMV loop for ``rows`` rows holding ``nnz`` entries of ``entry_bytes`` (coordinate + value): "flat"
+    (``goes_flat``), "grouped" (a matrix that stays in cache, on the CPUs that gain by it, for rows of at
+    least ``GROUPED_MIN_ROW`` entries on average) or "rows" (one row at a time); ``_tuned_for`` has the
+    measurements. Any ``rows`` (a malformed ``indptr``'s -1 too: the caller refuses it after choosing)."""
+    if nnz <= FLAT_MAX_ROW * rows and nnz * entry_bytes >= FLAT_MIN_BYTES:
+        return "flat"
+    if nnz * entry_bytes <= GROUPED_MAX_BYTES and nnz >= GROUPED_MIN_ROW * rows:
+        return "grouped"
+    return "rows"
 
 
 def beyond_cache(nnz: int, crd_bits: int, value_bytes: int) -> bool:

@@ -43,7 +43,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, llvm, memref, scf, vector
 
-from splyce.native.spmv import FLAT_MAX_ROW, FLAT_MIN_BYTES
+from splyce.native import spmv
 from splyce.passes.splyce_pass import PROFILE_COUNTERS_SYMBOL, PROFILE_SLOTS, profile_counters_global
 from splyce.passes.ir_utils import CMPI_EQ, CMPI_UGE, CMPI_ULE, CMPI_ULT, const_int, defining_op, walk
 # ops the inner body may hold: they read memory or compute, nothing else (cloned once per entry)
@@ -340,10 +340,12 @@ def _with_flat_twin(outer, inner, value_bits: int, profile: bool, flat) -> None:
         kstart, kend = start_of(lb), start_of(ub)
         rows = arith.subi(ub, lb)
         entries = arith.subi(kend, kstart)
-        few = arith.cmpi(CMPI_ULE, entries, arith.muli(rows, arith.constant(idx, FLAT_MAX_ROW)))
-        # spmv.goes_flat's rule, on this call's entries: its size in bytes from the coordinates' and values' widths
+        # spmv.goes_flat's rule on this call's entries, its constants from the rule itself (read at compile
+        # time, as the drop-in reads them at call time): rows of a few entries, at least flat_min_entries of
+        # the coordinates' and values' widths
+        few = arith.cmpi(CMPI_ULE, entries, arith.muli(rows, arith.constant(idx, spmv.FLAT_MAX_ROW)))
         entry_bits = _coordinate_bits(inner) + value_bits
-        sized = arith.cmpi(CMPI_ULE, arith.constant(idx, FLAT_MIN_BYTES * 8 // entry_bits), entries)
+        sized = arith.cmpi(CMPI_ULE, arith.constant(idx, spmv.flat_min_entries(entry_bits)), entries)
         # the flat loop takes the rows below the last two (each step loads the end of the row after next,
         # which must exist); it runs when they hold entries
         tail = arith.subi(ub, two)

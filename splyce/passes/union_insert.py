@@ -27,11 +27,11 @@ from mlir import ir
 from mlir.dialects import arith, llvm, memref, scf, vector
 
 from splyce.options import Options
-from splyce.passes.coiteration_match import TRAPPING_OPS, Coiteration, Decline, _name, _predicate, _unit_stride_1d
+from splyce.passes.coiteration_match import TRAPPING_OPS, Coiteration, Decline, _name, _unit_stride_1d
 from splyce.passes.fast_lane import FastLaneBuilder, _apply_chain, _clone_with, _index, _vtype
-from splyce.passes.ir_utils import CMPI_EQ, CMPI_UGE, CMPI_ULT, defined_outside
+from splyce.passes.ir_utils import CMPI_UGE, CMPI_ULT, defined_outside
 from splyce.passes.union_lane import build_fast_loop, step_masks
-from splyce.passes.union_match import match_union
+from splyce.passes.union_match import match_union, union_branches
 
 INSERT_PREFIX = "_insert_dense_compressed_"
 SIZES_TYPE = "!llvm.struct<(array<2 x i64>, array<3 x i64>)>"  # (dim sizes, [positions, coordinates, values])
@@ -53,18 +53,6 @@ class UnionInsert:
     both: InsertBranch
     only_b: InsertBranch
     only_c: InsertBranch
-
-
-def _guard(block, coord, k):
-    """The nested ``scf.if`` of ``block`` when it is exactly [cmpi eq coord, k ; scf.if (4 results) ; yield
-    its results], else None."""
-    ops = list(block.operations)
-    if len(ops) != 3 or _name(ops[0]) != "arith.cmpi" or _predicate(ops[0]) != CMPI_EQ or \
-            set(ops[0].operation.operands) != {coord, k} or _name(ops[1]) != "scf.if" or \
-            ops[1].operation.operands[0] != ops[0].operation.results[0] or len(ops[1].operation.results) != 4 or \
-            list(ops[2].operation.operands) != list(ops[1].operation.results):
-        return None
-    return ops[1]
 
 
 def _branch(block, while_op, cursor_args, carried_args, k) -> tuple | Decline:
@@ -114,21 +102,11 @@ def match_union_insert(while_op) -> UnionInsert | Decline:
     if len(if_op.operation.results) != 4 or [yielded[i] for i in carried] != list(if_op.operation.results):
         return Decline("the union's branches do not produce the carried output")
     carried_args = [after.arguments[i] for i in carried]
-    regions = if_op.operation.regions
-    if not len(regions[1].blocks):
-        return Decline("intersection (no else-region): not a union")
-    nest_b = _guard(regions[1].blocks[0], final[0], k)
-    if nest_b is None or not len(nest_b.operation.regions[1].blocks):
-        return Decline("union else-region is not `scf.if kb == k`")
-    nest_c = _guard(nest_b.operation.regions[1].blocks[0], final[1], k)
-    if nest_c is None or not len(nest_c.operation.regions[1].blocks):
-        return Decline("union only-C branch is not `scf.if kc == k`")
-    last = list(nest_c.operation.regions[1].blocks[0].operations)
-    if len(last) != 1 or list(last[0].operation.operands) != carried_args:
-        return Decline("union has a fourth branch")
+    blocks = union_branches(if_op, final, k, carried_args)
+    if isinstance(blocks, Decline):
+        return blocks
     branches, callees, rows = [], set(), set()
-    for what, block in (("both", regions[0].blocks[0]), ("only-B", nest_b.operation.regions[0].blocks[0]),
-                        ("only-C", nest_c.operation.regions[0].blocks[0])):
+    for what, block in blocks:
         parsed = _branch(block, while_op, cursor_args, carried_args, k)
         if isinstance(parsed, Decline):
             return Decline(f"{what} branch: {parsed.reason}")

@@ -180,3 +180,37 @@ def match_union(while_op, carried: bool = False):
         return Decline("an only-B / only-C branch reads the other operand")
     head_match.element_type = branches[0].element_type
     return Union(head_match, *branches)
+
+
+def _guard(block, coord, k, results: int):
+    """The nested ``scf.if`` of ``block`` when it is exactly [cmpi eq coord, k ; scf.if (``results`` results) ;
+    yield its results], else None."""
+    ops = list(block.operations)
+    if len(ops) != 3 or _name(ops[0]) != "arith.cmpi" or _predicate(ops[0]) != CMPI_EQ or \
+            set(ops[0].operation.operands) != {coord, k} or _name(ops[1]) != "scf.if" or \
+            ops[1].operation.operands[0] != ops[0].operation.results[0] or \
+            len(ops[1].operation.results) != results or list(ops[2].operation.operands) != list(ops[1].operation.results):
+        return None
+    return ops[1]
+
+
+def union_branches(if_op, final, k, carried: list) -> tuple | Decline:
+    """The three branch blocks (both, only B, only C) of a union loop's body ``if_op``: ``if both ... else
+    (if kb == k: only B else (if kc == k: only C else yield carried))``, with ``final`` the two coordinates and
+    ``carried`` what the unreachable fourth branch yields; a Decline naming what differs."""
+    regions = if_op.operation.regions
+    if not len(regions[1].blocks):
+        return Decline("intersection (no else-region): not a union")
+    n = len(if_op.operation.results)
+    nest_b = _guard(regions[1].blocks[0], final[0], k, n)
+    if nest_b is None or not len(nest_b.operation.regions[1].blocks):
+        return Decline("union else-region is not `scf.if kb == k`")
+    nest_c = _guard(nest_b.operation.regions[1].blocks[0], final[1], k, n)
+    if nest_c is None or not len(nest_c.operation.regions[1].blocks):
+        return Decline("union only-C branch is not `scf.if kc == k`")
+    fourth = list(nest_c.operation.regions[1].blocks[0].operations)
+    if len(fourth) != 1 or list(fourth[0].operation.operands) != list(carried):
+        return Decline("union has a fourth branch")
+    return (("both", regions[0].blocks[0]), ("only-B", nest_b.operation.regions[0].blocks[0]),
+            ("only-C", nest_c.operation.regions[0].blocks[0]))
+

@@ -36,11 +36,11 @@ from mlir.dialects import arith, memref, vector
 
 from splyce.options import Options
 from splyce.passes.coiteration_match import (
-    TRAPPING_OPS, Coiteration, Decline, LaneLoad, Reduction, _name, _predicate, _unit_stride_1d)
+    TRAPPING_OPS, Coiteration, Decline, LaneLoad, Reduction, _name, _unit_stride_1d)
 from splyce.passes.fast_lane import FastLaneBuilder, Lanes, _apply_chain, _reassoc, _vtype
 from splyce.passes.ir_utils import CMPI_EQ, CMPI_ULE, CMPI_ULT, defined_outside
 from splyce.passes.union_lane import build_fast_loop, lane_values, step_masks
-from splyce.passes.union_match import match_union
+from splyce.passes.union_match import match_union, union_branches
 
 _K = vector.CombiningKind
 # combining op -> (vector.reduction kind, idempotent (x op x == x), exact in any order)
@@ -68,17 +68,6 @@ class UnionReduce:
     both: Coiteration           # each branch's term computation, its combining op as its one Reduction
     only_b: Coiteration
     only_c: Coiteration
-
-
-def _guard(block, coord, k):
-    """The nested ``scf.if`` of ``block`` when it is [cmpi eq coord, k ; scf.if (1 result) ; yield it]."""
-    ops = list(block.operations)
-    if len(ops) != 3 or _name(ops[0]) != "arith.cmpi" or _predicate(ops[0]) != CMPI_EQ or \
-            set(ops[0].operation.operands) != {coord, k} or _name(ops[1]) != "scf.if" or \
-            ops[1].operation.operands[0] != ops[0].operation.results[0] or len(ops[1].operation.results) != 1 or \
-            list(ops[2].operation.operands) != list(ops[1].operation.results):
-        return None
-    return ops[1]
 
 
 def _branch(head: Coiteration, block, acc, cursor_args, k, acc_pos: int) -> Coiteration | Decline:
@@ -143,21 +132,11 @@ def match_union_reduce(while_op) -> UnionReduce | Decline:
     if len(if_op.operation.results) != 1 or \
             head.after_yield.operation.operands[acc_pos] != if_op.operation.results[0]:
         return Decline("the carried value is not the union's branches' result")
-    regions = if_op.operation.regions
-    if not len(regions[1].blocks):
-        return Decline("intersection (no else-region): not a union")
-    nest_b = _guard(regions[1].blocks[0], final[0], k)
-    if nest_b is None or not len(nest_b.operation.regions[1].blocks):
-        return Decline("union else-region is not `scf.if kb == k`")
-    nest_c = _guard(nest_b.operation.regions[1].blocks[0], final[1], k)
-    if nest_c is None or not len(nest_c.operation.regions[1].blocks):
-        return Decline("union only-C branch is not `scf.if kc == k`")
-    fourth = list(nest_c.operation.regions[1].blocks[0].operations)
-    if len(fourth) != 1 or list(fourth[0].operation.operands) != [acc]:
-        return Decline("union has a fourth branch")
+    blocks = union_branches(if_op, final, k, [acc])
+    if isinstance(blocks, Decline):
+        return blocks
     branches = []
-    for what, block in (("both", regions[0].blocks[0]), ("only-B", nest_b.operation.regions[0].blocks[0]),
-                        ("only-C", nest_c.operation.regions[0].blocks[0])):
+    for what, block in blocks:
         branch = _branch(head, block, acc, cursor_args, k, acc_pos)
         if isinstance(branch, Decline):
             return Decline(f"{what} branch: {branch.reason}")

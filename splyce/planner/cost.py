@@ -149,9 +149,20 @@ def choose(ops: list[Operand], output: str, out_stored: str | None, fallback_ord
     orders = [fallback_order] if fallback_order else []   # first: ties keep the lowering's usual order
     if len(letters) <= MAX_PERMUTED_INDICES:
         orders += ["".join(p) for p in itertools.permutations(letters) if "".join(p) != fallback_order]
+    best = _cheapest(ops, output, out_stored, orders, sizes, out_entries, scatter, written=False)
+    if best is None and out_sparse:
+        # no loop order writes the result in its storage order with its outer levels outside every reduction
+        # (``A.T @ B`` of CSR operands into a CSC): written in loop order, then re-stored (lowering/restore.py)
+        best = _cheapest(ops, output, out_stored, orders, sizes, out_entries, scatter, written=True)
+    return best
+
+
+def _cheapest(ops, output, out_stored, orders, sizes, out_entries, scatter, written: bool) -> Choice | None:
+    out_sparse = out_stored is not None
     best: Choice | None = None
     for order in orders:
-        if out_sparse and not sparse_output_ok(order, output, out_stored):
+        stored = "".join(c for c in order if c in output) if written else out_stored
+        if out_sparse and not sparse_output_ok(order, output, stored):
             continue
         storage, flags, extra = [], [], 0.0
         effective = list(ops)
@@ -186,6 +197,8 @@ def choose(ops: list[Operand], output: str, out_stored: str | None, fallback_ord
                     extra += op.size
         cost = extra + loop_cost(effective, flags, sizes, order)
         cost += out_entries if out_sparse else (math.prod(sizes[c] for c in output) if output else 1.0)
+        if written and stored != out_stored:   # the re-store: a sort of the result's entries
+            cost += out_entries * max(1.0, math.log2(max(out_entries, 2.0)))
         if best is None or cost < best.cost:
             best = Choice(order, tuple(storage), cost, out_entries)
     return best

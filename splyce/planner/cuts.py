@@ -29,6 +29,14 @@ from splyce.tracer.ir import Node, Trace, walk
 
 CUT_MIN_ENTRIES = 200_000
 
+# Dot products of dense vectors (``r @ r``, ``p @ ap``, ``v @ (a @ v)``: ``contract[k,k->]``) of at least this
+# many entries run on the host as NumPy runs them (``np.matmul``: BLAS ``ddot`` / ``sdot``, several
+# accumulators at memory speed), each a stage of its own, when one of them reads a computed vector. The fused
+# kernel adds the products in index order, one dependent add chain (~3 cycles an entry on Zen 4); shorter dots
+# stay in the kernel, where a stage's call (~10-30 us) would cost more than the chain (docs/planner.md,
+# "Dot products on the host").
+DOT_MIN_LENGTH = 50_000
+
 
 def _glue_only(readers) -> bool:
     """Whether only elementwise glue, scalings and 0-d reductions (dot products) read a product."""
@@ -132,10 +140,36 @@ def cut_points(trace: Trace, nnz: tuple[int, ...], native, min_entries: int | No
     return cuts
 
 
-def levels(trace: Trace, cuts) -> dict[Node, int]:
-    """Each node's stage: the largest of its operands' (inputs: 0), plus one for a cut product whose dense
-    operand is computed (so that the operand is an input of the product's stage)."""
-    cut = set(cuts)
+def is_vector_dot(node: Node) -> bool:
+    """Whether ``node`` is NumPy's ``x @ y`` of two dense real vectors (``np.dot``, ``np.inner``, ``x @ x``):
+    ``contract[k,k->]``, unscaled, operands and result of one float dtype."""
+    if node.op != "contract" or len(node.args) != 2 or node.type.ndim != 0 or node.type.is_sparse:
+        return False
+    params = node.params[0]
+    if params.order is not None or params.scale is not None or params.output != "" \
+            or len(params.inputs[0]) != 1 or params.inputs[0] != params.inputs[1]:
+        return False
+    return node.type.dtype in ("float32", "float64") and all(
+        a.type.ndim == 1 and not a.type.is_sparse and a.type.dtype == node.type.dtype for a in node.args)
+
+
+def host_dots(trace: Trace, min_length: int | None = None) -> list[Node]:
+    """The dot products of dense vectors of ``trace`` to compute on the host (NumPy's ``matmul``, so each
+    equals NumPy's bit for bit), in dependency order: every one of at least ``DOT_MIN_LENGTH`` entries, when
+    one of them reads a computed vector (else none: a dot of arguments only is a host product of the plan
+    already, planner/plan.py ``on_host``)."""
+    min_length = DOT_MIN_LENGTH if min_length is None else min_length
+    dots = [n for n in walk(trace.outputs) if is_vector_dot(n) and n.args[0].type.shape[0] >= min_length]
+    if not any(a.op != "input" for n in dots for a in n.args):
+        return []
+    return dots
+
+
+def levels(trace: Trace, cuts, dots=()) -> dict[Node, int]:
+    """Each node's stage: the largest of its operands' (inputs: 0), plus one for a cut product or a host dot
+    whose dense operand is computed (so that the operand is an input of the product's stage; a host dot of
+    stage ``s`` runs before the kernel of stage ``s``)."""
+    cut = set(cuts) | set(dots)
     level: dict[Node, int] = {}
     for node in walk(trace.outputs):
         if node.op == "input":

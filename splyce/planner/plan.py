@@ -20,6 +20,7 @@ from splyce.planner.gathers import Gathered, describe as describe_gather, gather
 from splyce.planner.elementwise import fuse_elementwise, fuse_reductions, propagates_nan
 from splyce.planner.in_place import in_place_results
 from splyce.planner.memory import budget_bytes, format_bytes
+from splyce.planner.restored_operands import restore_blocked_operands
 from splyce.planner.rewrite import Fusion, readers, substitute, uses, with_args, with_order
 from splyce.planner.transposed_inputs import Derived, relabel_inputs, transposed
 from splyce.planner.unordered import UNORDERED_PRODUCT_RULE, is_unordered_csr, unordered_product_results
@@ -91,7 +92,28 @@ class Plan:
     def kept(self) -> "Plan":
         """The same function planned with every sparse operand kept sparse (the dispatcher runs it when a
         scattering plan's result holds a NaN: docs/semantics.md)."""
-        return make_plan(self.source, self.nnz, scatter=False, constants=self.constants)
+        return make_plan(self.source, self.nnz, scatter=False, constants=self.constants, distribute=False)
+
+    @property
+    def distributed(self) -> tuple[int, ...]:
+        """The kernel inputs (argument positions) multiplied into a fused sum (``distributed_factors``): a call
+        whose values there hold a NaN or Inf runs the twin without such fusions (``kept``), which multiplies
+        each factor by the sum as NumPy does."""
+        found = set()
+        n_args = len(self.source.inputs)
+        for f in self.fusions:
+            position = next((i for i, a in enumerate(f.outer.args) if a is f.inner), None)
+            if position is None:
+                continue
+            for factor in distributed_factors(f.outer, position):
+                k = factor.params[0]       # (a factor is an input: ``distributed_factors``)
+                if k < n_args:
+                    found.add(k)
+                elif k < n_args + len(self.derived):        # an argument's transpose read in place
+                    found.add(self.derived[k - n_args].source)
+                else:                                       # a gather computed before the kernel: its
+                    found.update(range(n_args))             # values come from some argument's
+        return tuple(sorted(found))
 
     def kept_as_given(self) -> "Plan | None":
         """The kept twin with its one contraction over the arguments as the call gives them (nothing re-stored,
@@ -213,10 +235,11 @@ class Planner:
     """Per-plan state: the expected entries of each node and its cheapest formulation (memoized; nodes are
     hash-consed, so identity keys are structural)."""
 
-    def __init__(self, trace: Trace, nnz: tuple[int, ...], scatter: bool = True):
+    def __init__(self, trace: Trace, nnz: tuple[int, ...], scatter: bool = True, distribute: bool = True):
         self.trace = trace
         self.nnz = nnz
         self.scatter = scatter
+        self.distribute = distribute
         self._entries: dict[Node, float] = {}
         self._choice: dict[Node, cost.Choice | None] = {}
 
@@ -310,6 +333,9 @@ class Planner:
                             continue
                         if self._short_row_spmv(inner):  # its rows flat on their own, then its reader
                             continue
+                        factors = distributed_factors(new, position)
+                        if factors and (not self.distribute or any(f.op != "input" for f in factors)):
+                            continue     # a factor multiplied into a sum: checked for NaN / Inf on each call
                         if _scale_of_a_reduction(new, inner) and \
                                 math.prod(new.type.shape) < cost.body_executions(self.operands(inner)):
                             continue
@@ -361,6 +387,22 @@ def _pinned(node: Node) -> bool:
     return node.op == "contract" and node.params[0].order is not None
 
 
+def distributed_factors(outer: Node, position: int) -> tuple[Node, ...]:
+    """The other operands of contraction ``outer`` when its ``position``-th operand is a contraction that sums
+    over an index: fusing them multiplies each factor into the sum's terms (``v @ (A @ v)`` as ``sum v_k A_ka
+    v_a``). Exact for finite values, but a factor's Inf or NaN is not: ``inf * (x - y)`` is +-inf where
+    ``inf * x - inf * y`` is NaN, and ``inf`` times an empty row's sum is NaN where the fused sum has no term.
+    So such a fusion is made only where every factor is a kernel input (the kernel checks their values on each
+    call and runs the unfused twin when one is not finite: ``Plan.distributed``); () where nothing distributes."""
+    inner = outer.args[position]
+    if inner.op != "contract" or len(outer.args) < 2:
+        return ()
+    p: ContractParams = inner.params[0]
+    if not set("".join(p.inputs)) - set(p.output):
+        return ()
+    return tuple(a for i, a in enumerate(outer.args) if i != position)
+
+
 def _scale_of_a_reduction(outer: Node, inner: Node) -> bool:
     """Whether ``outer`` only scales the dense result of a contraction that sums (``0.85 * (P @ x)``). Where
     the result holds fewer entries than the sum has products (the caller checks), it stays apart: an
@@ -410,7 +452,7 @@ def _heuristic_order(node: Node) -> str | None:
 
 
 def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constants: tuple = (),
-              native=None) -> Plan:
+              native=None, distribute: bool = True) -> Plan:
     """``scatter=False``: the plan that keeps every sparse operand sparse (``Plan.kept``). ``constants``: the
     values of the trace's frozen constants (its last inputs; ``nnz`` counts them too). ``native``: asked
     ``native(node, input types, stored entries of the trace's inputs, glue=read by elementwise ops and full reductions only,
@@ -424,12 +466,13 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
     trace, derived = relabel_inputs(trace)
     all_nnz = tuple(nnz) + tuple(nnz[d.source] for d in derived)
     trace, gathered, gathered_nnz = gather_inputs(trace, all_nnz)
-    planner = Planner(trace, all_nnz + gathered_nnz, scatter)
+    planner = Planner(trace, all_nnz + gathered_nnz, scatter, distribute)
     outputs, fusions = planner.fuse()
     outputs, _ = fuse_elementwise(outputs, uses(outputs))
     outputs = _align_intermediate_orders(outputs)
     outputs = fuse_reductions(outputs, uses(outputs))
     outputs = unordered_product_results(outputs)
+    outputs = restore_blocked_operands(planner, outputs)
 
     sources = [Source(i, t, False) for i, t in enumerate(trace.inputs)]
     slots: dict[tuple[int, TensorType], Node] = {}

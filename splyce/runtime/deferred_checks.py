@@ -79,16 +79,59 @@ def self_checked(kernel) -> frozenset:
     from splyce.planner.plan import Plan
 
     plan = getattr(kernel, "plan", None)
+    program = getattr(plan, "program", None) if getattr(plan, "cut", False) else None
+    if program is not None:      # a program cut into stages (runtime/staged.py, planner/cuts.py)
+        found = _staged_self_checked(program, plan.source)
+        if found is None:
+            return frozenset()   # a stage not compiled yet: asked again on the next call
+        kernel._self_checked = found
+        return found
     # a plain kernel's (runtime/kernel.py's ``Kernel``; the dispatcher passes no other) plan only: a staged
     # program's stages (runtime/staged.py, host_stages.py) and a library call's MLIR fallback read their
     # operands in ways this does not follow
-    simple = kernel is not None and isinstance(plan, Plan) and not kernel.scatters
+    simple = kernel is not None and isinstance(plan, Plan) and not kernel.scatters and not kernel.distributed
     found = _self_checked_inputs(plan) if simple else frozenset()
     try:
         kernel._self_checked = found
     except AttributeError:
         pass
     return found
+
+
+def _kernel_checked(kernel) -> frozenset:
+    """The inputs of one stage's kernel that it reads only through checking native code: a plain kernel's
+    (``self_checked``), or a native library call's (runtime/library.py, ``LibraryKernel``) sparse operands
+    when it reads the operands as given and its native kernel checks every index it reads."""
+    call = getattr(kernel, "call", None)
+    if call is None:
+        return self_checked(kernel) if type(kernel).__name__ == "Kernel" else frozenset()
+    plan = kernel.plan
+    if call.op.reads is not None or plan.derived or plan.gathered or plan.needs_conversion or plan.constants \
+            or kernel.scatters or not getattr(call.run, "checks_indices", False):
+        return frozenset()
+    return frozenset(i for i in call.op.operands if plan.source.inputs[i].is_sparse)
+
+
+def _staged_self_checked(program, source) -> frozenset | None:
+    """The arguments of a cut program that each stage reading them reads through checking native code (a
+    segment whose kernel ``_kernel_checked`` names the operand, its kernel ``trusted`` with the operands
+    as given); None while a stage reading a sparse argument has not run."""
+    sparse = {i for i, t in enumerate(source.inputs) if t.is_sparse}
+    ok = set(sparse)
+    for stage in program.stages:
+        reads = getattr(stage, "reads", ())
+        if not hasattr(stage, "jitted"):          # a host dot (dense operands) or a loop
+            if hasattr(stage, "spec"):
+                ok -= set(reads)
+            continue
+        mine = [(p, s) for p, s in enumerate(reads) if s in sparse]
+        if not mine:
+            continue
+        if stage.trusted is None:
+            return None
+        checked = _kernel_checked(stage.trusted)
+        ok -= {s for p, s in mine if p not in checked}
+    return frozenset(ok)
 
 
 def _self_checked_inputs(plan) -> frozenset:

@@ -41,6 +41,7 @@ from splyce.tracer.tracer import OUT_FORMATS, Tracer, copy_of
 
 _LIVE: "weakref.WeakSet[Jitted]" = weakref.WeakSet()   # for splyce.clear_cache()
 _log = logging.getLogger("splyce.cache")
+_CHECKING = (Kernel, staged.StagedKernel)    # kernels whose checking native steps deferred_checks follows
 _BY_TOKEN: "weakref.WeakValueDictionary[str, Jitted]" = weakref.WeakValueDictionary()   # unpickling
 
 
@@ -213,7 +214,7 @@ class Jitted:
         # the call's structure, and the static leaves' types (1, 1.0 and True are equal values)
         tree = (call.structure, tuple(type(s.value) for s in specs if isinstance(s, Static)))
         key = CacheKey(self.fun, statics, inputs, self.out_format, self.options, tuple(constants), tree,
-                       kinds=tuple(kinds) if matrix.MATRIX in kinds else ())
+                       kinds=tuple(kinds) if any(k != matrix.ARRAY for k in kinds) else ())
         return key, specs, [v for v in values if v is not None]
 
     def __call__(self, *args, **kwargs):
@@ -233,7 +234,8 @@ class Jitted:
             kernel = None if kwargs or self._sites else self._by_signature.get(
                 prepared_signature(args, values, deferred))
             if kernel is not None and deferred and not deferred_checks.confirm(
-                    values, deferred, kernel if type(kernel) is Kernel or getattr(kernel, "reads_no_indices", False) else None):
+                    values, deferred, kernel if type(kernel) in _CHECKING or getattr(kernel, "reads_no_indices", False)
+                    else None):
                 kernel = None      # an operand changed since: the general call prepares it again
             if kernel is not None:
                 next(self._fast_hits)
@@ -288,7 +290,8 @@ class Jitted:
             prepared, deferred = [], []    # scipy operands of a function reading names from outside
             kernel = self._by_signature.get(prepared_signature(call.operands, prepared, deferred))
             if kernel is not None and deferred and not deferred_checks.confirm(
-                    prepared, deferred, kernel if type(kernel) is Kernel or getattr(kernel, "reads_no_indices", False) else None):
+                    prepared, deferred, kernel if type(kernel) in _CHECKING or getattr(kernel, "reads_no_indices", False)
+                    else None):
                 kernel = None
             if kernel is not None:
                 next(self._fast_hits)
@@ -297,7 +300,7 @@ class Jitted:
         key, specs, values = self._key(args, captured, call, deferred)
         kernel = self._cache.get(key)
         if deferred and (kernel is None or not deferred_checks.confirm(
-                values, deferred, kernel if type(kernel) is Kernel else None)):
+                values, deferred, kernel if type(kernel) in _CHECKING else None)):
             key, specs, values = self._key(args, captured, call)    # checked as any first call is
             kernel = self._cache.get(key)
         if kernel is None:
@@ -368,7 +371,8 @@ class Jitted:
                              f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("out must be a writeable C-contiguous array")
-        if kernel.scatters and not all(nonfinite.values_finite(_values_of(v)) for v in values):
+        if (kernel.scatters or getattr(kernel, "distributed", ())) and \
+                not all(nonfinite.values_finite(_values_of(v)) for v in values):
             kernel = kernel.kept()   # ``out`` cannot be recomputed after the fact: decided from the inputs
         kernel.run(values, accumulate_into=out)
         return out
@@ -460,8 +464,10 @@ class Jitted:
         # native products anywhere (planner/cuts.py): cut where they pay, with or without the Splyce pass (the
         # plain sparsifier's stages are the same, so the pass changes no result)
         found = cuts.cut_points(source, nnz, library.native_steps(dataclasses.replace(key.options, vectorize=True)))
-        if found:
-            return source, tree, staged.StagedPlan(source, constants, self._stage_jitted, cuts.levels(source, found))
+        dots = cuts.host_dots(source)    # dense dot products as NumPy computes them (BLAS), stages of their own
+        if found or dots:
+            return source, tree, staged.StagedPlan(source, constants, self._stage_jitted,
+                                                   cuts.levels(source, found, dots), dots)
         return source, tree, make_plan(source, nnz, constants=tuple(constants), native=native)
 
     def _lower(self, key: CacheKey, specs, values, disk: bool = False, planned=None):
@@ -539,7 +545,7 @@ class Jitted:
             out = namespaces.rebound(self.fun, bound)(*positional, **keywords)
             aliased = result_tree.views_of(out, [t for t in tracers if isinstance(t, Tracer)])
         inputs.extend(t for _, t, _ in context.frozen)
-        leaves, tree = result_tree.flatten_outputs(out)
+        leaves, tree = result_tree.flatten_outputs(out, pydata_in=matrix.PYDATA in (kinds or ()))
         # a view of an argument (itself, its transpose: tracer/views.py) only where no copy of the same node
         # is returned too (``(a, a.copy())``: one result, a copy) and the jit's out_format leaves it as it is
         shared = {n for n, v in zip(leaves, aliased) if v} - {n for n, v in zip(leaves, aliased) if not v}

@@ -54,6 +54,7 @@ class Kernel:
             self._compiled.function_address(GUARDED_ENTRY), input_ranks, lowering.result_ranks,
             n_indices=2 if lowering.outer_extent is not None else 0)
         self.scatters = plan.scatters    # decided once per compile, read on every call
+        self.distributed = plan.distributed if isinstance(plan, Plan) else ()
         # transposed reads, re-stored operands, host products, constants frozen at trace time
         self._prepares = bool(plan.derived) or bool(plan.gathered) or plan.needs_conversion or bool(plan.constants)
         self._input_sparse = tuple(t.is_sparse for t in self.trace.inputs)
@@ -88,6 +89,8 @@ class Kernel:
         op propagates NaN, so a NaN that a scattered zero made shows in a result, or is skipped by a missing
         partner downstream (as the kept plan skips the term itself); without a NaN the results are the kept
         plan's (a scattered zero adds a zero product to sums that start at +0.0)."""
+        if self.distributed and not factors_finite(self.distributed, values):
+            return self.kept().run(values)    # a NaN / Inf factor: multiplied by the sum, not into its terms
         results = self.run(values)
         if self.scatters and any(nonfinite.maybe_nan(_values_of(r)) for r in results):
             return self.kept().run(values)
@@ -243,6 +246,12 @@ def _lanes(low: Lowering) -> str:
     lines = [f"  loop {d.index} of @{d.function}: {'lane' if d.vectorized else 'scalar'}: {d.reason}"
              for d in low.decisions]
     return "\nSplyce lanes (per coiteration loop; splyce.profile counts them per call):\n" + "\n".join(lines)
+
+
+def factors_finite(distributed: tuple[int, ...], values: list) -> bool:
+    """Whether the operands a plan multiplies into a fused sum (``Plan.distributed``) hold only finite values:
+    else the call runs the unfused twin (``Kernel.kept``), as NumPy multiplies a factor by the sum."""
+    return all(nonfinite.values_finite(_values_of(values[i])) for i in distributed if i < len(values))
 
 
 def _values_of(x) -> np.ndarray:

@@ -30,6 +30,7 @@ from splyce.planner.plan import NativeStep
 from splyce.planner.unordered import is_unordered_csr
 from splyce.tensors.formats import compressed_order
 from splyce.runtime import forms, providers
+from splyce.runtime.kernel import factors_finite
 from splyce.thread_count import call_threads
 from splyce.tracer.ir import ContractParams, Node, TensorType
 
@@ -360,6 +361,9 @@ class LibraryKernel:
         plan = call.plan if call.plan is not None else plan
         self.plan = plan
         self.trace = plan.trace
+        # operands multiplied into a fused sum (``Plan.distributed``): where one holds a NaN or Inf, the MLIR
+        # kernel's unfused twin runs (``Kernel.run_exact``), as NumPy multiplies the factor by the sum
+        self.distributed = plan.distributed
         self.threads = threads
         # a jit left at threads=None: each call on at most ``threads``, fewer when other processes hold the cores
         # (thread_count.call_threads); a call too small to split stays on one thread inside the native call
@@ -386,6 +390,17 @@ class LibraryKernel:
         reads = self.call.op.reads
         if reads is None and self._prepares:
             return None
+        direct = self._direct_call()
+        if not self.distributed:
+            return direct
+        distributed, exact = self.distributed, self.kernel
+
+        def checked(values: list):      # a NaN / Inf factor of a fused sum: the unfused twin (run_exact)
+            return direct(values) if factors_finite(distributed, values) else exact().run_exact(values)[0]
+        return checked
+
+    def _direct_call(self):
+        reads = self.call.op.reads
         run, finish = self.call.run, self._finish
         if self._follow:
             most = self.threads
@@ -431,6 +446,8 @@ class LibraryKernel:
             return self._kernel
 
     def run_exact(self, values: list) -> list:
+        if self.distributed and not factors_finite(self.distributed, values):
+            return self.kernel().run_exact(values)
         reads = self.call.op.reads
         if reads is not None:                   # the arguments themselves (a transpose read in place)
             out = self.call.run([values[i] for i in reads], self.call_threads())

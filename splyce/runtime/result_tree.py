@@ -67,9 +67,11 @@ class _Constant:
         return self.value.copy() if isinstance(self.value, np.ndarray) else self.value
 
 
-def flatten_outputs(out):
-    """``(nodes, tree)``: the traced results' nodes and where they go (``tree`` None for one bare result)."""
-    if isinstance(out, Tracer) and not isinstance(out, matrix.MatrixTracer) and not _sparse_extremum(out.node):
+def flatten_outputs(out, pydata_in: bool = False):
+    """``(nodes, tree)``: the traced results' nodes and where they go (``tree`` None for one bare result);
+    ``pydata_in``: a pydata-sparse operand is among the call's (its reductions are returned as pydata's)."""
+    if isinstance(out, Tracer) and not isinstance(out, matrix.MatrixTracer) and not _sparse_extremum(out.node) \
+            and not (pydata_in and _sparse_reduction(out.node)):
         return [out.node], None
     leaves, paths, structure = pytree.flatten(out, "the result")
     nodes, slots, kinds = [], [], []
@@ -77,6 +79,8 @@ def flatten_outputs(out):
         kinds.append(matrix.kind_of(leaf))
         if isinstance(leaf, Tracer) and _sparse_extremum(leaf.node):
             kinds[-1] = COO_OF[kinds[-1]]
+        if pydata_in and isinstance(leaf, Tracer) and _sparse_reduction(leaf.node):
+            kinds[-1] = PYDATA + kinds[-1]
         if isinstance(leaf, Tracer):
             slots.append(len(nodes))
             nodes.append(leaf.node)
@@ -114,6 +118,38 @@ def _sparse_extremum(node: Node) -> bool:
         and node.type.ndim > 0
 
 
+# a reduction of a sparse value (``sum`` / ``mean`` / ``max`` / ``min``, over all axes or some), returned from a
+# call with a pydata-sparse operand: pydata's class, as pydata returns it (a COO of a COO, or of any full
+# reduction, 0-d; a GCXS of a GCXS along an axis); with no pydata operand the kind after the prefix holds
+PYDATA = "pydata reduction|"
+
+
+def _sparse_reduction(node: Node) -> bool:
+    if node.op in ("map", "ewise") and len(node.args) == 1:   # mean: the sum divided by the count; a dtype change
+        node = node.args[0]
+    if node.op == "reduce":
+        return node.params[0] in ("max", "min") and node.args[0].type.is_sparse
+    if node.op != "contract" or len(node.args) != 1 or node.type.is_sparse:
+        return False
+    (arg,) = node.args
+    params = node.params[0]
+    return arg.type.is_sparse and len(params.output) < len(params.inputs[0])
+
+
+def _leaf(value, kind: str, scipy_in: bool, pydata_class):
+    if kind.startswith(PYDATA):
+        if pydata_class is not None:
+            return scipy_results.as_pydata(value, pydata_class)
+        kind = kind[len(PYDATA):]
+    if kind == matrix.MATRIX:
+        return scipy_results.as_matrix(value)
+    if kind == COO_OF[matrix.MATRIX]:
+        return scipy_results.as_coo(value, True)
+    if kind == COO_OF[matrix.ARRAY] and scipy_in:
+        return scipy_results.as_coo(value, False)
+    return value
+
+
 def _described(out) -> str:
     empty = isinstance(out, (tuple, list, dict)) and not out
     return f"an empty {type(out).__name__}" if empty else type(out).__name__
@@ -125,9 +161,11 @@ def unflatten(tree, results, operands=()):
     if tree is None:
         return results[0]
     leaves = [results[s] if type(s) is int else s.get() for s in tree.slots]
-    if tree.kinds:   # scipy's spmatrix classes and np.matrix for results of the matrix kind, scipy's COO
-        scipy_in = COO_OF[matrix.ARRAY] in tree.kinds and scipy_results.any_scipy_sparse(operands)
-        leaves = [scipy_results.as_matrix(v) if k == matrix.MATRIX else scipy_results.as_coo(v, True)
-                  if k == COO_OF[matrix.MATRIX] else scipy_results.as_coo(v, False)
-                  if k == COO_OF[matrix.ARRAY] and scipy_in else v for v, k in zip(leaves, tree.kinds)]
+    if tree.kinds:   # scipy's spmatrix classes and np.matrix for results of the matrix kind, scipy's COO,
+        # pydata's classes of reductions
+        scipy_in = any(k.endswith(COO_OF[matrix.ARRAY]) for k in tree.kinds) and \
+            scipy_results.any_scipy_sparse(operands)
+        pydata_class = scipy_results.pydata_class(operands) if any(k.startswith(PYDATA) for k in tree.kinds) \
+            else None
+        leaves = [_leaf(v, k, scipy_in, pydata_class) for v, k in zip(leaves, tree.kinds)]
     return pytree.unflatten(tree.structure, leaves)

@@ -44,6 +44,35 @@ def as_coo(r, matrix: bool):
     return sps.coo_matrix(np.asarray(r)) if matrix else sps.coo_array(np.asarray(r))
 
 
+def pydata_class(operands):
+    """pydata-sparse's ``COO`` or ``GCXS`` when an operand of that class is among ``operands`` (the first one
+    found, possibly nested), else None."""
+    pydata = sys.modules.get("sparse")
+    if pydata is None or not hasattr(pydata, "SparseArray"):
+        return None
+    stack = list(operands)[::-1]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, pydata.SparseArray):
+            return type(x)
+        if isinstance(x, (list, tuple)):
+            stack.extend(reversed(x))
+        elif isinstance(x, dict):
+            stack.extend(reversed(list(x.values())))
+    return None
+
+
+def as_pydata(r, cls):
+    """A reduction of a sparse value as pydata returns it: a 0-d ``COO`` (its value the fill value) for a full
+    reduction, else an array of the operand's class (``COO`` / ``GCXS``) of the reduction's nonzero entries."""
+    import sparse as pydata
+
+    array = np.asarray(r)
+    if array.ndim == 0 or cls is not pydata.GCXS:
+        return pydata.COO.from_numpy(array)
+    return pydata.GCXS.from_numpy(array)
+
+
 def any_scipy_sparse(operands) -> bool:
     """Whether a scipy.sparse object is among ``operands`` (a call's arguments, possibly nested)."""
     sps = sys.modules.get("scipy.sparse")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from splyce.errors import TraceError
+from splyce.tensors.tensor import SparseTensor
 from splyce.tracer import loops
 from splyce.tracer.tracer import Tracer, copy_of
 from splyce.tracer.ir import Node, TensorType, Trace
@@ -76,13 +77,22 @@ class Segment:
         self.targets = tuple(targets)
         self.trace = sub_trace(targets, inputs)
         self.jitted = make_jitted(self.trace)
+        # the kernel of a call whose operands it took as given (no conversion): it serves a later call whose
+        # scipy operand the whole program's call left unchecked, for the native steps that check it as they read
+        # it (runtime/deferred_checks.py, ``self_checked``; the operands' types are the program's, fixed by its key)
+        self.trusted = None
 
     def run(self, env: list) -> list:
         args = [env[s] for s in self.reads]
         values = []
         kernel = self.jitted._filed(args, values)     # the dispatcher's cached fast path, else the full lookup
+        if kernel is None and self.trusted is not None and any(
+                type(a) is SparseTensor and not a.validated for a in args):
+            kernel, values = self.trusted, args
         if kernel is None:
             kernel, values = self.jitted.kernel_for(*args)
+        if self.trusted is None and len(values) == len(args) and all(v is a for v, a in zip(values, args)):
+            self.trusted = kernel
         results = kernel.run_exact(values)
         return [as_operand(r, t.type) for r, t in zip(results, self.targets)]
 
@@ -90,6 +100,22 @@ class Segment:
         """The compiled kernel, when a call has compiled it (for the plan's text), else None."""
         cache = self.jitted._cache
         return next(iter(cache.values()), None) if cache else None
+
+
+class HostDot:
+    """A dot product of two dense vectors computed on the host as NumPy computes ``x @ y`` (``np.matmul``:
+    BLAS ``ddot`` / ``sdot``), so it equals NumPy's bit for bit (planner/cuts.py, ``host_dots``)."""
+
+    def __init__(self, node: Node, available: dict[Node, int]):
+        self.node = node
+        self.reads = tuple(available[a] for a in node.args)
+        self.dtype = np.dtype(node.type.dtype)
+
+    def run(self, env: list) -> list:
+        x, y = (np.asarray(env[s]) for s in self.reads)
+        with np.errstate(all="ignore"):
+            value = np.matmul(x, y)
+        return [np.full(1, value, dtype=self.dtype)]
 
 
 def sub_trace(targets, inputs) -> Trace:
@@ -246,9 +272,10 @@ class Program:
         self.outputs = tuple(available[o] for o in outputs)
 
     @classmethod
-    def cut(cls, outputs: list[Node], inputs: list[Node], level: dict, make_jitted) -> "Program":
+    def cut(cls, outputs: list[Node], inputs: list[Node], level: dict, make_jitted, dots=()) -> "Program":
         """The program of a trace without loops cut into stages by ``level`` (planner/cuts.py): stage ``s``
-        one segment computing the values at level ``s`` that a later stage or the results read."""
+        the host dots ``dots`` at level ``s`` (``HostDot``), then one segment computing the values at level
+        ``s`` that a later stage or the results read."""
         self = cls.__new__(cls)
         available = {n: k for k, n in enumerate(inputs)}
         self.n_inputs = len(inputs)
@@ -261,7 +288,13 @@ class Program:
                 if level[a] < level[node]:
                     wanted.add(a)
         slots = len(inputs)
+        host = set(dots)
         for s in range(max((level[o] for o in outputs), default=0) + 1):
+            for n in order:
+                if n in host and level[n] == s and n not in available:
+                    self.stages.append(HostDot(n, available))
+                    available[n] = slots
+                    slots += 1
             targets = [n for n in order if level[n] == s and n in wanted and n not in available]
             if not targets:
                 continue
@@ -292,7 +325,10 @@ class Program:
     def describe(self, indent: str = "  ") -> list[str]:
         lines = []
         for k, stage in enumerate(self.stages):
-            if isinstance(stage, Segment):
+            if isinstance(stage, HostDot):
+                lines.append(f"{indent}stage {k}: host dot numpy.matmul of {stage.node.args[0].type} values "
+                             "(BLAS, NumPy's order: equal to NumPy's x @ y bit for bit)")
+            elif isinstance(stage, Segment):
                 kernel = stage.kernel()
                 lines.append(f"{indent}stage {k}: kernel of {len(stage.targets)} value(s) from "
                              f"{len(stage.reads)} operand(s)")
@@ -350,7 +386,7 @@ class Direct:
 class StagedPlan:
     """A traced function with loops, as the dispatcher keeps it in place of a ``Plan``."""
 
-    def __init__(self, source: Trace, constants: list, make_jitted, level: dict | None = None):
+    def __init__(self, source: Trace, constants: list, make_jitted, level: dict | None = None, dots=()):
         self.source = source
         self.trace = source
         self.constants = tuple(constants)
@@ -359,11 +395,11 @@ class StagedPlan:
         if level is None:
             self.program = Program(list(source.outputs), inputs, make_jitted)
         else:
-            self.program = Program.cut(list(source.outputs), inputs, level, make_jitted)
+            self.program = Program.cut(list(source.outputs), inputs, level, make_jitted, dots)
 
     def as_text(self) -> str:
-        what = ("a program cut at its products into stages, each product native at the start of its stage "
-                "(planner/cuts.py)") if self.cut else "a function with compiled loops, run as stages"
+        what = ("a program cut at its products into stages, each product native at the start of its stage, "
+                "dot products of dense vectors on the host (planner/cuts.py)") if self.cut else "a function with compiled loops, run as stages"
         lines = [f"staged plan {{  // {what} (runtime/staged.py)"]
         lines.extend(self.program.describe())
         lines.append("}")

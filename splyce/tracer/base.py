@@ -71,7 +71,10 @@ class Tracer:
         return f"Tracer({self.node.type})"
 
     def __bool__(self):
-        raise TraceError("the truth value of a traced tensor is not known at trace time")
+        raise TraceError("the truth value of a traced tensor is not known at trace time (`if t:`, `while t:`, "
+                         "`a and b`, Python's min(a, b) / max(a, b), which compare with `<`): write "
+                         "np.where(c, x, y) for a choice, np.minimum(a, b) / np.maximum(a, b) for the smaller / "
+                         "larger value; a loop runs a fixed number of steps")
 
     def __len__(self) -> int:
         if not self.shape:

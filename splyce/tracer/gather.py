@@ -52,11 +52,21 @@ def _refuse_masks(key: tuple) -> None:
 
 def in_range(node: Node) -> int | None:
     """The bound ``n`` when every value of the computed integer ``node`` is known to lie in ``[0, n)`` (an
-    ``argmax`` / ``argmin`` along an axis of size ``n``, or a unit-axis view of one), else None."""
+    ``argmax`` / ``argmin`` along an axis of size ``n``; NumPy's ``argsort`` / ``argpartition`` along an axis
+    of size ``n``, a permutation of ``range(n)`` computed on the host between kernels; or a view of one: a
+    slice ``[:, :k]``, unit axes), else None."""
     while node.op == "view":
         node = node.args[0]
     if node.op == "argreduce":
         return node.args[0].type.shape[node.params[1]]
+    if node.op == "host" and node.params[0] in ("argsort", "argpartition"):
+        statics = dict(node.params[1])
+        axis = statics.get("axis", -1)
+        (operand,) = node.args
+        shape = operand.type.shape
+        if axis is None:
+            return int(np.prod(shape))
+        return shape[axis] if shape else 1
     return None
 
 
@@ -81,7 +91,11 @@ def _index_node(item, n: int, sparse: bool = False) -> Node:
     if bound is not None and bound <= n:
         return node      # read in the kernel, where every value is in range by construction
     if bound is not None:
-        raise TraceError(f"index: an argmax / argmin along an axis of size {bound} indexes an axis of size {n}, "
+        base = node
+        while base.op == "view":
+            base = base.args[0]
+        what = "an argsort / argpartition" if base.op == "host" else "an argmax / argmin"
+        raise TraceError(f"index: {what} along an axis of size {bound} indexes an axis of size {n}, "
                          "so it may be out of bounds (the kernel does not check them); index an axis of at "
                          f"least {bound}")
     node = host

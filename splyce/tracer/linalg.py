@@ -31,7 +31,7 @@ FUNCTIONS = {f"linalg.{name}": getattr(np.linalg, name) for name in (
     if hasattr(np.linalg, name)}
 FUNCTIONS.update({name: getattr(np, name) for name in (
     "sort", "argsort", "partition", "argpartition", "cumsum", "cumprod", "median", "percentile", "quantile",
-    "searchsorted", "flip", "roll", "tril", "triu")})
+    "searchsorted", "flip", "roll", "tril", "triu", "take_along_axis")})
 
 # refused, with what to write instead
 REFUSED = {

@@ -89,6 +89,20 @@ def placeholder(uid: int, k: int, type_: TensorType) -> Node:
     return Node("loop_input", (), (uid, k), type_)
 
 
+class Placeholders:
+    """A new loop's body placeholders, made in order: calling it with a type gives the next one; ``uid`` is
+    the loop's, ``made`` the list so far (a transformation building a loop's body from another's)."""
+
+    def __init__(self) -> None:
+        self.uid = new_uid()
+        self.made: list[Node] = []
+
+    def __call__(self, t: TensorType) -> Node:
+        p = placeholder(self.uid, len(self.made), t)
+        self.made.append(p)
+        return p
+
+
 def loop_node(spec: LoopSpec, args: tuple[Node, ...]) -> Node:
     """The loop's node. Its type is a placeholder (its values are its ``loop_out`` nodes'), a float so that a
     transformation asking which nodes a float input reaches (splyce.grad) sees the loop and refuses it by its

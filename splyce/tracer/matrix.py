@@ -52,9 +52,18 @@ def is_matrix_object(x) -> bool:
     return sps is not None and isinstance(x, sps.spmatrix)
 
 
+PYDATA = "pydata"   # traced as the array kind; its reductions are returned as pydata's classes (runtime/result_tree.py)
+
+
 def kind_of_object(x) -> str:
-    """The kind a concrete argument is traced with: ``"matrix"`` for an ``np.matrix`` / ``spmatrix``."""
-    return MATRIX if is_matrix_object(x) else ARRAY
+    """The kind a concrete argument is traced with: ``"matrix"`` for an ``np.matrix`` / ``spmatrix``,
+    ``"pydata"`` for a pydata-sparse array (part of the cache key: what a reduction returns differs)."""
+    if is_matrix_object(x):
+        return MATRIX
+    pydata = sys.modules.get("sparse")
+    if pydata is not None and isinstance(x, getattr(pydata, "SparseArray", ())):
+        return PYDATA
+    return ARRAY
 
 
 def kind_of(x) -> str:

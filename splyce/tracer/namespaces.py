@@ -31,7 +31,7 @@ import numpy as np
 
 from splyce.tracer import matrix, captures
 from splyce.tracer import sparse_methods as S
-from splyce.tracer import stacking, surface
+from splyce.tracer import gather, stacking, surface
 from splyce.tracer import tracer as T
 from splyce.tracer.base import TraceError, Tracer, _node, mark_diagonal
 from splyce.tracer.dense_ops import astype
@@ -57,8 +57,18 @@ def _asarray_like(name: str, real):
     return convert
 
 
+def _take(a, indices, axis=None, out=None, mode="raise"):
+    """numpy.take of a NumPy constant at a traced index array (``np.take(np.eye(k), labels, axis=0)``, a one-hot
+    encoding): NumPy dispatches np.take on its first operand only, so the traced index alone reaches NumPy's
+    own, which cannot convert it."""
+    if isinstance(indices, Tracer) and not isinstance(a, Tracer) and out is None and mode == "raise":
+        return gather.take(a, indices, axis)
+    return np.take(a, indices, axis=axis, out=out, mode=mode)
+
+
 NUMPY = {name: _asarray_like(name, getattr(np, name))
          for name in ("asarray", "array", "asanyarray", "ascontiguousarray")}
+NUMPY["take"] = _take
 
 
 # -- scipy.sparse ---------------------------------------------------------------------------------------------

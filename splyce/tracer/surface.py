@@ -16,6 +16,7 @@ import types
 
 import numpy as np
 
+from splyce.tracer import linalg
 from splyce.tracer import sparse_methods as S
 from splyce.tracer import statistics
 from splyce.tracer.base import TraceError, Tracer
@@ -40,10 +41,11 @@ def _as_object(self, dtype=None, copy=None):
             "t.tocoo(), or call it from the jitted function's own module, where its scipy.sparse names are served")
     if not caller.startswith(_DEFERRING):
         raise ConversionRefused(
-            "numpy.asarray / numpy.array of a traced value outside the jitted function's own module (module "
-            f"{caller!r} is not rebound by @splyce.jit): inside the trace the value already is an array; drop the "
-            "conversion, or write x.astype(dtype) / x.toarray(), or import numpy in the jitted function's module "
-            "(its np.asarray is served there)")
+            "NumPy converted a traced value to an array: numpy.asarray / numpy.array in code @splyce.jit does not "
+            f"rebind (called from module {caller!r}), or a NumPy array indexed by a traced index array (c[idx]). "
+            "Inside the trace the value already is an array: drop the conversion, or write x.astype(dtype) / "
+            "x.toarray(), or import numpy in the jitted function's module (its np.asarray is served there); for "
+            "c[idx] write np.take(c, idx, axis=0)")
     holder = np.empty((), dtype=object)
     holder[()] = self
     return holder
@@ -65,6 +67,40 @@ def _copied(x, copy: bool):
     return type(x)(x.node) if copy and isinstance(x, Tracer) else x
 
 
+def _dense_only(name: str, method):
+    """A NumPy method of dense values that scipy.sparse matrices lack: on a sparse value the AttributeError
+    scipy gives, naming what to write instead."""
+    def get(self):
+        if self.node.type.is_sparse:
+            raise AttributeError(f"a sparse traced value (a scipy.sparse matrix) has no attribute {name!r}; write "
+                                 f"x.toarray().{name}(...) for its dense values")
+        return types.MethodType(method, self)
+    return property(get)
+
+
+def _no_out(name: str, out) -> None:
+    if out is not None:
+        raise TraceError(f"{name}(out=...) writes into an array, and traced values are immutable inside "
+                         f"@splyce.jit (as in JAX); write y = x.{name}(...) instead")
+
+
+def _argsort(self, axis=-1, kind=None, order=None, *, stable=None):
+    return linalg.call(np.argsort, (self,), {"axis": axis, "kind": kind, "order": order, "stable": stable})
+
+
+def _scan(name: str):
+    def scan(self, axis=None, dtype=None, out=None):
+        _no_out(name, out)
+        kwargs = {"axis": axis} if dtype is None else {"axis": axis, "dtype": np.dtype(dtype).name}
+        return linalg.call(getattr(np, name), (self,), kwargs)
+    return scan
+
+
+def _sort(self, axis=-1, kind=None, order=None, *, stable=None):
+    raise TraceError("x.sort() sorts x in place, and traced values are immutable inside @splyce.jit (as in JAX); "
+                     "write x = np.sort(x, axis)")
+
+
 def _install(cls) -> None:
     dense = "it stores every entry"
     methods = {
@@ -82,6 +118,10 @@ def _install(cls) -> None:
         "count_nonzero": lambda self, axis=None: S.count_nonzero(self, axis),
         "var": statistics.method("var"),
         "std": statistics.method("std"),
+        "argsort": _dense_only("argsort", _argsort),    # NumPy's, run between kernels (tracer/linalg.py)
+        "cumsum": _dense_only("cumsum", _scan("cumsum")),
+        "cumprod": _dense_only("cumprod", _scan("cumprod")),
+        "sort": _dense_only("sort", _sort),
         "__array__": _as_object,
     }
     for name, method in methods.items():

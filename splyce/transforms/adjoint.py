@@ -16,6 +16,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+import scipy.sparse as sps
 
 from splyce.errors import TraceError
 from splyce.tracer import captures, indexing
@@ -40,6 +41,20 @@ class Fill:
 
     def __init__(self, value, shape):
         self.value, self.shape = value, tuple(shape)
+
+
+def one_hot(i: int, n: int, dtype) -> Node:
+    """The constant one-hot vector of length n at ``i``: the adjoint of a fixed index, as a contraction."""
+    onehot = np.zeros(n, dtype=dtype)
+    onehot[i] = 1
+    return captures.constant_node(onehot)
+
+
+def selection(start: int, step: int, m: int, n: int, dtype) -> Node:
+    """The constant n x m 0/1 CSR matrix taking a strided slice's m positions ``start + step * j`` of an axis of
+    n back to their places: the adjoint of a slice, as a contraction with it."""
+    rows = start + step * np.arange(m)
+    return captures.constant_node(sps.csr_array((np.ones(m, dtype=dtype), (rows, np.arange(m))), shape=(n, m)))
 
 
 def materialize(ct, like: Node) -> Tracer:
@@ -455,7 +470,6 @@ def reduce_rule(node: Node, ct, emit) -> None:
 def view_rule(node: Node, ct, emit) -> None:
     """A view's cotangent scattered back: a contraction with constant 0/1 selection matrices per sliced axis
     (one-hot vectors for fixed indices), the identity where an axis is read whole."""
-    import scipy.sparse as sps
 
     (arg,) = node.args
     (spec,) = node.params
@@ -477,9 +491,7 @@ def view_rule(node: Node, ct, emit) -> None:
         n = arg.type.shape[d]
         if entry[0] == "at":
             c = next(used)
-            onehot = np.zeros(n, dtype=dtype)
-            onehot[entry[1]] = 1
-            ops.append(captures.constant_node(onehot))
+            ops.append(one_hot(entry[1], n, dtype))
             subs.append(c)
             target += c
             continue
@@ -489,9 +501,7 @@ def view_rule(node: Node, ct, emit) -> None:
             target += result_letters[k]
             continue
         c = next(used)
-        rows = start + step * np.arange(m)
-        select = sps.csr_array((np.ones(m, dtype=dtype), (rows, np.arange(m))), shape=(n, m))
-        ops.append(captures.constant_node(select))
+        ops.append(selection(start, step, m, n, dtype))
         subs.append(c + result_letters[k])
         target += c
     if subs and subs[0] is None:

@@ -151,13 +151,8 @@ def loop_rule(node: Node, ts) -> dict:
     carry_ph = spec.placeholders[first:first + nc]
     x_ph = spec.placeholders[first + nc:first + nc + nx]
     free_actual = node.args[k_x + nx + n_bounds:]
-    uid = loops.new_uid()
-    holes = []
-
-    def hole(t):
-        p = loops.placeholder(uid, len(holes), t)
-        holes.append(p)
-        return p
+    hole = loops.Placeholders()          # the new loop's body placeholders, in order
+    uid, holes = hole.uid, hole.made
 
     diff_c = [j for j in range(nc) if adjoint.inexact(carry_ph[j].type.dtype)]
     diff_x = [i for i in range(nx) if ts[k_x + i] is not None]

@@ -68,16 +68,12 @@ def gather_rule(node: Node, ct, emit) -> None:
                 target += letters[k]
                 continue
             c = next(used)
-            rows = start + step * np.arange(m)
-            select = sps.csr_array((np.ones(m, dtype=dtype), (rows, np.arange(m))), shape=(n, m))
-            ops.append(captures.constant_node(select))
+            ops.append(adjoint.selection(start, step, m, n, dtype))
             subs.append(c + letters[k])
             target += c
         elif entry[0] == "i":
             c = next(used)
-            onehot = np.zeros(n, dtype=dtype)
-            onehot[entry[1]] = 1
-            ops.append(captures.constant_node(onehot))
+            ops.append(adjoint.one_hot(entry[1], n, dtype))
             subs.append(c)
             target += c
         else:

@@ -114,13 +114,8 @@ def loop_rule(node: Node, ct, emit) -> None:
 
     # 2. the reverse scan of the steps' adjoints
     relevant = getattr(emit, "relevant", None)
-    uid = loops.new_uid()
-    holes: list[Node] = []
-
-    def hole(t: TensorType) -> Node:
-        p = loops.placeholder(uid, len(holes), t)
-        holes.append(p)
-        return p
+    hole = loops.Placeholders()          # the new loop's body placeholders, in order
+    uid, holes = hole.uid, hole.made
 
     diff_c = [j for j in range(nc) if inexact(carry_ph[j].type.dtype)]
     diff_x = [i for i in range(nx) if inexact(x_ph[i].type.dtype) and (relevant is None or xs[i] in relevant)]

@@ -74,13 +74,8 @@ def batch_loop(node: Node, new_args: list, size: int, batch) -> Node:
         if b is not None and k + nx <= i < k + nx + n_bounds:
             raise ValueError("vmap: a fori_loop whose bounds are batched values is not supported; give every "
                              "example the same bounds")
-    uid = loops.new_uid()
-    holes = []
-
-    def hole(t):
-        p = loops.placeholder(uid, len(holes), t)
-        holes.append(p)
-        return p
+    hole = loops.Placeholders()          # the new loop's body placeholders, in order
+    uid, holes = hole.uid, hole.made
 
     first = 0 if spec.index is None else 1
     index_ph = [spec.placeholders[0]] if spec.index is not None else []

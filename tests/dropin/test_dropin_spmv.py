@@ -133,12 +133,12 @@ def _csr(indptr, indices, data, shape, index_dtype, kind):
 def _kernel_variant(monkeypatch, variant: str):
     """Make the fast path pick the flat kernel (short rows), the grouped-rows kernel (matrices in cache) or the
     one-row kernel for every matrix."""
-    from splyce.dropin import products as dropin
+    from splyce.native import spmv as native_spmv     # the one SpMV rule's constants (spmv_variant)
 
-    monkeypatch.setattr(dropin, "_FLAT_MAX_ROW", 1 << 40 if variant == "flat" else -1)
-    monkeypatch.setattr(dropin, "_FLAT_MIN_BYTES", 0)
-    monkeypatch.setattr(dropin, "_GROUPED_MAX_BYTES", 1 << 62 if variant == "grouped" else -1)
-    monkeypatch.setattr(dropin, "_GROUPED_MIN_ROW", 0)
+    monkeypatch.setattr(native_spmv, "FLAT_MAX_ROW", 1 << 40 if variant == "flat" else -1)
+    monkeypatch.setattr(native_spmv, "FLAT_MIN_BYTES", 0)
+    monkeypatch.setattr(native_spmv, "GROUPED_MAX_BYTES", 1 << 62 if variant == "grouped" else -1)
+    monkeypatch.setattr(native_spmv, "GROUPED_MIN_ROW", 0)
 
 
 @pytest.mark.parametrize("variant", ["flat", "grouped", "rows"])
@@ -350,9 +350,10 @@ def test_positions_far_outside_the_entries_are_refused_without_reading_there():
         refused = 0
         for index_dtype in (np.int32, np.int64):
             for flat, grouped in ((1 << 40, -1), (-1, 1 << 62), (-1, -1)):
-                dropin._FLAT_MAX_ROW, dropin._GROUPED_MAX_BYTES, dropin._GROUPED_MIN_ROW = flat, grouped, 0
-                dropin._FLAT_MIN_BYTES = native_spmv.FLAT_MIN_BYTES = 0
-                native_spmv.FLAT_MAX_ROW = flat          # the threaded general path's choice too
+                # the one SpMV rule (native_spmv.spmv_variant / goes_flat): the fast path's choice and the
+                # threaded general path's at once
+                native_spmv.FLAT_MAX_ROW, native_spmv.GROUPED_MAX_BYTES, native_spmv.GROUPED_MIN_ROW = flat, grouped, 0
+                native_spmv.FLAT_MIN_BYTES = 0
                 for row, value in ((600, np.iinfo(index_dtype).max), (600, -5), (1, 2**30), (1099, -1)):
                     a = sps.csr_array((base.data, base.indices, base.indptr), shape=base.shape)
                     a.indices = before_guard_page(base.indices.astype(index_dtype))
@@ -485,8 +486,8 @@ def test_spmv_kernel_choice_by_cpu(monkeypatch):
     monkeypatch.setattr(dropin, "_spmv_entry", lambda dtype, idx, variant: chosen.append(variant) or real(dtype, idx, variant))
     rng = np.random.default_rng(2)
     for tuned in ((1 << 20, 14, 1 << 20), (0, 0, 1 << 20), (512 << 10, 0, 0), (2 << 20, 5.5, 0)):
-        for name, value in zip(("_GROUPED_MAX_BYTES", "_GROUPED_MIN_ROW", "_FLAT_MIN_BYTES"), tuned):
-            monkeypatch.setattr(dropin, name, value)
+        for name, value in zip(("GROUPED_MAX_BYTES", "GROUPED_MIN_ROW", "FLAT_MIN_BYTES"), tuned):
+            monkeypatch.setattr(native_spmv, name, value)
         for per_row in (2, 8, 30):                       # in L2 (12 bytes an entry): 48-720 KB
             monkeypatch.setattr(dropin, "_spmv_entries", {})       # compiled entries looked up again
             monkeypatch.setattr(dropin, "_spmv_last", (None, None, None, None))

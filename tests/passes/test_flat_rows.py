@@ -125,6 +125,23 @@ def test_the_flat_twin_in_the_ir():
     assert body.index("scf.while") < body.index("} else {") < body.rindex("scf.for")
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_flat_twin_bounds_are_the_python_rules(monkeypatch, dtype):
+    """The scf.if's constants come from native/spmv.py's rule at compile time, not a copy of it: the entries'
+    lower bound is ``spmv.flat_min_entries`` of the coordinates' and values' bits (rounded up, as ``goes_flat``
+    rounds), here for a size bound that no CPU's tuning uses (so the constant cannot be there by chance)."""
+    monkeypatch.setattr(spmv, "FLAT_MIN_BYTES", 1_000_003)
+    a = _short_rows(13, n=3000)
+    bits = 32 + np.dtype(dtype).itemsize * 8
+    least = spmv.flat_min_entries(bits)
+    assert least == -(-1_000_003 * 8 // bits) and spmv.goes_flat(least, 10**9, 32, np.dtype(dtype).itemsize) \
+        and not spmv.goes_flat(least - 1, 10**9, 32, np.dtype(dtype).itemsize)
+    a = splyce.asarray(sps.csr_array(a.to_scipy().astype(dtype)))
+    text = splyce.jit(lambda m, v: m @ v, library=False).lower(a, _vector(14, dtype, 3000)).as_text("splyce")
+    assert f"arith.constant {least} : index" in text
+    assert f"arith.constant {spmv.FLAT_MAX_ROW} : index" in text
+
+
 @pytest.mark.parametrize("library", [True, False])
 def test_a_bad_coordinate_is_refused_before_either_short_row_path(library):
     """Rows of a few entries with a column out of range: a clear ValueError before the native step or the

@@ -69,20 +69,20 @@ def dense_of(r):
     return np.asarray(r)
 
 
-# eager results whose class the jit gives differently, documented (docs/tracing.md): a pydata reduction
-# along an axis (a pydata COO / GCXS) is a dense array under jit (scipy's max / min along an axis: its COO
-# class exactly, checked below)
+# eager results whose class the jit gives differently, documented (docs/tracing.md): max / min along an axis
+# of SparseTensor operands (scipy's: its COO class exactly, checked below); pydata's reductions are pydata's
+# classes exactly (a 0-d COO of a full reduction, a COO / GCXS along an axis), checked below
 CONVERSIONS = ("tocsc", "T_tocsr", "asformat_csc")
 REDUCTIONS = ("sum", "sum0", "sum1", "mean0", "max", "max0", "min1", "np_sum1")
 EXACT_CLASS = ("max0", "min1")     # scipy's coo_array (1-D) / coo_matrix ((1, n), (m, 1)) of the nonzeros
 
 
 def _known(name: str, kinds: tuple, eager) -> bool:
-    # pydata reduces to a (0-d) COO; max / min along an axis of SparseTensor and pydata operands (no scipy
-    # operand in the call) are dense arrays under jit
+    # max / min along an axis of SparseTensor operands (no scipy or pydata operand in the call) are dense
+    # arrays under jit
     if name in EXACT_CLASS:
-        return not any(k in SCIPY for k in kinds)
-    return name in REDUCTIONS and isinstance(eager, pydata.SparseArray)
+        return not any(k in SCIPY or k.startswith("pydata") for k in kinds)
+    return False
 
 
 def _reference(x):
@@ -112,6 +112,8 @@ def check(name, fun, *operands, kinds=()):
         want = family(got)
         assert want in ("ndarray", "np.matrix", "scalar"), (name, kinds, type(got))
     assert family(got) == want, f"{name} on {kinds}: jit gives {type(got).__name__}, eager {type(expected).__name__}"
+    if name in REDUCTIONS and isinstance(expected, pydata.SparseArray):
+        assert type(got) is type(expected), (name, kinds, type(got), type(expected))
     if name in EXACT_CLASS and isinstance(expected, (sps.spmatrix, sps.sparray)) and any(k in SCIPY for k in kinds):
         assert type(got) is type(expected), (name, kinds, type(got), type(expected))
         assert got.nnz == expected.nnz, (name, kinds, got.nnz, expected.nnz)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-import splyce
-
 from program_corpus_more import PROGRAMS
 from test_program_corpus import KINDS, run
 
@@ -18,17 +16,9 @@ REFUSED = {"item_knn_topk": "np.where(np.eye(n, dtype=bool), v, a)", "max_abs_sc
            "ppmi": ".data array", "sublinear_tfidf_l2": ".data array",
            "gauss_seidel_sweeps": "scipy.sparse.tril is not supported",
            "splitting_residual": "scipy.sparse.tril is not supported"}
-# a known refusal (docs/planner.md): a sparse product whose result is laid out like a transposed operand (a CSC),
-# written in the other loop order and re-stored (lowering/restore.py), read by another kernel step: MLIR 22's
-# sparse codegen fails to legalize its buffers, with or without the intermediate's free; a LoweringError names it
-KNOWN_LOWERING = {("smoothed_prolongation", k) for k in KINDS} | {("neighbour_jaccard", "csc_array")}
-QUICK = ["two_level_multigrid", "bm25_query_terms", "subspace_iteration", "ease_recommender"]
-
-
-def _case(name: str, kind: str):
-    if (name, kind) in KNOWN_LOWERING:
-        return pytest.param(name, kind, marks=pytest.mark.xfail(raises=splyce.LoweringError, strict=True))
-    return pytest.param(name, kind)
+# smoothed_prolongation: p.T @ a @ p of CSR operands, two sparse intermediates with no common loop order (a
+# LoweringError before planner/restored_operands.py)
+QUICK = ["two_level_multigrid", "bm25_query_terms", "subspace_iteration", "ease_recommender", "smoothed_prolongation"]
 
 
 @pytest.mark.parametrize("name, kind", [(n, "csr_matrix") for n in QUICK])
@@ -37,6 +27,6 @@ def test_more_corpus_quick(name, kind):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, kind", [_case(n, k) for n in sorted(PROGRAMS) for k in KINDS])
+@pytest.mark.parametrize("name, kind", [(n, k) for n in sorted(PROGRAMS) for k in KINDS])
 def test_more_corpus_every_kind(name, kind):
     run(name, kind, PROGRAMS, REFUSED)

@@ -1,6 +1,7 @@
 """Random programs (hypothesis) of the operators scipy's matrix and array classes share, whose meaning differs
 between them (``*`` and ``**`` above all): each program jitted on ``csr_matrix`` operands and on ``csr_array``
-operands gives what the same program gives eagerly on those operands, class and values."""
+operands (the slow sweep: also the CSC and COO matrix and array classes) gives what the same program gives
+eagerly on those operands, class and values."""
 
 from __future__ import annotations
 
@@ -60,14 +61,14 @@ def _same(got, want, label):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10, atol=1e-12, err_msg=label)
 
 
-def _check_program(tree, ending, seed):
+def _check_program(tree, ending, seed, classes=(sps.csr_matrix, sps.csr_array)):
     rng = np.random.default_rng(seed)
     a = sps.random(N, N, density=0.35, format="csr", random_state=seed)
     b = sps.random(N, N, density=0.35, format="csr", random_state=seed + 1)
     x = rng.standard_normal(N)
     f = program(tree, ending)
     jitted = splyce.jit(f)
-    for cls in (sps.csr_matrix, sps.csr_array):
+    for cls in classes:
         ea, eb = cls(a), cls(b)
         label = f"{tree} -> {ending} on {cls.__name__}"
         try:
@@ -94,4 +95,5 @@ def test_random_programs_follow_the_operand_class(tree, ending, seed):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**_STRATEGY)
 def test_many_random_programs_follow_the_operand_class(tree, ending, seed):
-    _check_program(tree, ending, seed)
+    _check_program(tree, ending, seed, (sps.csr_matrix, sps.csr_array, sps.csc_matrix, sps.csc_array,
+                                        sps.coo_matrix, sps.coo_array))

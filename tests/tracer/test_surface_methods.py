@@ -252,7 +252,7 @@ def test_asarray_of_a_sparse_value_is_refused():
 
 
 def test_asarray_in_code_the_jit_does_not_rebind_raises_at_its_line():
-    with pytest.raises(TraceError, match="numpy.asarray / numpy.array of a traced value outside.*'surface_helper'"):
+    with pytest.raises(TraceError, match="numpy.asarray / numpy.array in code @splyce.jit does not rebind.*'surface_helper'"):
         splyce.jit(lambda a, v: densify(a @ v))(A, np.ones(9))
 
 
