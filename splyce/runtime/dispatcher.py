@@ -35,7 +35,7 @@ from splyce.backend.compiler import Lowering, lower, prewarm   # no MLIR until l
 from splyce.options import DEFAULT_GALLOP_RATIO, DEFAULT_PHASES, Options
 from splyce.thread_count import compile_threads
 from splyce.tensors.formats import Format
-from splyce.tracer import captures, matrix, namespaces
+from splyce.tracer import captures, matrix, namespaces, views
 from splyce.tracer.ir import Node, Trace
 from splyce.tracer.tracer import OUT_FORMATS, Tracer, copy_of
 
@@ -234,7 +234,8 @@ class Jitted:
             kernel = None if kwargs or self._sites else self._by_signature.get(
                 prepared_signature(args, values, deferred))
             if kernel is not None and deferred and not deferred_checks.confirm(
-                    values, deferred, kernel if type(kernel) in _CHECKING else None):
+                    values, deferred, kernel if type(kernel) in _CHECKING or getattr(kernel, "reads_no_indices", False)
+                    else None):
                 kernel = None      # an operand changed since: the general call prepares it again
             if kernel is not None:
                 next(self._fast_hits)
@@ -289,7 +290,8 @@ class Jitted:
             prepared, deferred = [], []    # scipy operands of a function reading names from outside
             kernel = self._by_signature.get(prepared_signature(call.operands, prepared, deferred))
             if kernel is not None and deferred and not deferred_checks.confirm(
-                    prepared, deferred, kernel if type(kernel) in _CHECKING else None):
+                    prepared, deferred, kernel if type(kernel) in _CHECKING or getattr(kernel, "reads_no_indices", False)
+                    else None):
                 kernel = None
             if kernel is not None:
                 next(self._fast_hits)
@@ -539,17 +541,23 @@ class Jitted:
             bound[id(constant.obj)] = matrix.tracer_of(node, next(kind, matrix.ARRAY))
             inputs.append(constant.type)
         positional, keywords = (tracers, {}) if structure is None else call_args.arguments_of(structure, tracers)
-        with captures.tracing(context):
+        with captures.tracing(context), views.recording():
             out = namespaces.rebound(self.fun, bound)(*positional, **keywords)
+            aliased = result_tree.views_of(out, [t for t in tracers if isinstance(t, Tracer)])
         inputs.extend(t for _, t, _ in context.frozen)
         leaves, tree = result_tree.flatten_outputs(out, pydata_in=matrix.PYDATA in (kinds or ()))
+        # a view of an argument (itself, its transpose: tracer/views.py) only where no copy of the same node
+        # is returned too (``(a, a.copy())``: one result, a copy) and the jit's out_format leaves it as it is
+        shared = {n for n, v in zip(leaves, aliased) if v} - {n for n, v in zip(leaves, aliased) if not v}
         leaves = [copy_of(n) if n.op == "input" else n for n in leaves]   # an argument returned as is
+        shared = {copy_of(n) if n.op == "input" else n for n in shared} if self.out_format is None else set()
         if self.out_format is not None:
             leaves = [result_tree.with_format(n, self.out_format) for n in leaves]
         unique = list(dict.fromkeys(leaves))   # a value returned twice is computed and returned once
         if tree is not None:
             tree = tree.renumbered([unique.index(n) for n in leaves])
-        return Trace(tuple(inputs), tuple(unique)), tree, [v for _, _, v in context.frozen]
+        flags = tuple(n in shared for n in unique) if shared else ()
+        return Trace(tuple(inputs), tuple(unique), views=flags), tree, [v for _, _, v in context.frozen]
 
     def lower(self, *args, **kwargs) -> Lowering:
         """The IR of every stage for these arguments, without running anything.

@@ -23,6 +23,9 @@ kernels) recognizes the plan's canonical form (``recognize``; ``a * a`` of one o
   ``arctan``, ``arcsinh`` of float32 / float64 values) are NumPy's, as scipy computes them (``np.expm1(A)``
   maps ``A.data``), where the MLIR kernel calls the C library's, which may round an ulp differently. The index arrays are copied (memcpy), never shared: the
   result is a scipy array whose buffers its caller may write to, and the argument's may be the caller's too.
+- ``view``: the argument itself or its transpose returned as is (the trace's ``views``, tracer/views.py):
+  scipy's ``A.T``, a CSR / CSC over the argument's own three arrays, nothing copied (docs/tracing.md,
+  "Results and aliasing"); ``a.copy()`` returned stays the identity ``map``, a memcpy of the three arrays.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ class Form:
     """A plan's one step as a form over one argument's stored values."""
 
     kind: str   # "sum" | "line_sums" | "mean" | "max" | "min" | "map" | "row_scale" | "column_scale" | "restore"
-    #             | "diagonal" | "trace"
+    #             | "diagonal" | "trace" | "view" (the argument's arrays as they are)
     argument: int              # the function's argument it reads
     type: TensorType           # that argument's (a canonical CSR or CSC)
     out: TensorType
@@ -92,6 +95,9 @@ class Form:
             other = "CSC" if storage == "CSR" else "CSR"
             return (f"the {storage} re-stored as a {other} by a counting transpose of its arrays (scipy's "
                     f"csr_tocsc; native/transpose.py on more threads)")
+        if self.kind == "view":
+            return (f"the argument's own arrays as a {storage} (a view: scipy's A.T shares A's data, indices and "
+                    f"indptr; nothing computed)")
         if self.kind in ("max", "min"):
             return (f"np.{'maximum' if self.kind == 'max' else 'minimum'}.reduce of the stored values, then with "
                     f"the implicit zero (NaN propagates)")
@@ -168,6 +174,9 @@ def recognize(plan) -> Form | None:
             return None
         if not out.is_sparse or out.format != t.format or out.shape != t.shape or not _maps_exactly(expr, t, out):
             return None
+        views = plan.source.views
+        if expr[0] == "arg" and out.dtype == t.dtype and views and views[0]:
+            return Form("view", k, t, out, expr)       # the argument or its transpose returned: scipy's A.T
         return Form("map", k, t, out, expr)
     return None
 
@@ -529,6 +538,16 @@ def runner(form: Form):
     build = providers.result_builder("csr")
     cls = sps.csr_array if compressed_order(fmt) == (0, 1) else sps.csc_array
 
+    if form.kind == "view":
+        def run_view(args, threads):
+            a = args[0]
+            if build is not None:
+                # scipy finds out whether the indices are sorted (an operand's arrays may be changed in place
+                # between calls, and a view, as scipy's A.T, shows them as they are)
+                return build(cls, a.values, a.crd[1], a.pos[1], shape, None)
+            return SparseTensor.from_buffers(shape, fmt, [None, a.pos[1]], [None, a.crd[1]], a.values,
+                                             validate=False).to_scipy()
+        return run_view
     if form.kind == "restore":
         from splyce.native import transpose as native_transpose
 

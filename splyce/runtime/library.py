@@ -352,6 +352,9 @@ class LibraryKernel:
     def __init__(self, call: LibraryCall, result_tree, plan, threads: int, build_kernel, follow_default=False):
         self.call = call
         self.result_tree = result_tree
+        # a view of an argument's arrays (runtime/forms.py): no index read, so an operand checked canonical by an
+        # earlier call is not scanned again (runtime/deferred_checks.py)
+        self.reads_no_indices = call.formulation == "form" and call.op.op == "view"
         # ``plan``'s MLIR kernel, built on need, scatters when the call computes its kept twin (``accumulate``
         # then takes that kernel's kept twin for non-finite values, as for an MLIR kernel)
         self.scatters = plan.scatters

@@ -13,7 +13,7 @@ import numpy as np
 
 from splyce.runtime import pytree, scipy_results
 from splyce.tensors.formats import Format
-from splyce.tracer import matrix
+from splyce.tracer import matrix, views
 from splyce.tracer.ir import Node, TensorType
 from splyce.tracer.tracer import Tracer, TraceError
 
@@ -94,6 +94,17 @@ def flatten_outputs(out, pydata_in: bool = False):
         raise TraceError("a jitted function must return at least one traced tensor (alone or in a tuple, list, "
                          f"dict, NamedTuple or dataclass), got {_described(out)}")
     return nodes, ResultTree(structure, tuple(slots), tuple(kinds) if any(k != matrix.ARRAY for k in kinds) else ())
+
+
+def views_of(out, arguments) -> list[bool]:
+    """Per traced result of ``out`` (in ``flatten_outputs``' order): whether it is a 2-D sparse argument or its
+    transpose returned as is (tracer/views.py), a view of that argument's buffers as scipy's ``A.T``."""
+    if isinstance(out, Tracer) and not isinstance(out, matrix.MatrixTracer) and not _sparse_extremum(out.node):
+        leaves = [out]
+    else:
+        leaves = [leaf for leaf in pytree.flatten(out, "the result")[0] if isinstance(leaf, Tracer)]
+    return [leaf.node.type.is_sparse and leaf.node.type.ndim == 2 and views.aliases(leaf, arguments)
+            for leaf in leaves]
 
 
 # a sparse value's max / min along an axis, returned: scipy's COO of the reduction's nonzero entries (a 1-D

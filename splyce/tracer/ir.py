@@ -166,6 +166,9 @@ class Trace:
     # (output position, input index): a dense result the kernel writes over that input's buffer, a fresh
     # array the plan computed before the kernel and nothing reads after it (planner/in_place.py)
     in_place: tuple[tuple[int, int], ...] = ()
+    # per output, True where it is a sparse argument or its transpose returned as is (tracer/views.py): its
+    # result shares that argument's buffers, as scipy's ``A.T``; empty: none
+    views: tuple[bool, ...] = ()
 
     def as_text(self) -> str:
         """The trace as text, one line per distinct node (linear in their number): the canonical form that

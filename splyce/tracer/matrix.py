@@ -26,7 +26,8 @@ import sys
 
 import numpy as np
 
-from splyce.tracer import indexing, tracer as T
+from splyce.tracer import indexing, tracer as T, views
+from splyce.tracer.base import relabel_axes
 from splyce.tracer.base import TraceError, Tracer, _node, scalar_value
 from splyce.tracer.ir import Node, TensorType
 
@@ -266,8 +267,12 @@ def _wrapped(name: str):
 
     def method(self, *args, **kwargs):
         args = tuple(lift(a, name) for a in args)
-        result = base(Tracer(self.node), *(as_array(a) for a in args), **kwargs)
-        return _matrix(result, _dense_matrix(self, *args))
+        inner = Tracer(self.node)
+        result = base(inner, *(as_array(a) for a in args), **kwargs)
+        out = _matrix(result, _dense_matrix(self, *args))
+        if result is inner:               # the value itself (``M.tocsr()`` of a CSR): scipy's ``self``, a view
+            views.note(out, self)
+        return out
     method.__name__ = name
     return method
 
@@ -315,10 +320,15 @@ def _trace(self, offset=0):
     return result if self.is_sparse else MatrixTracer(indexing.reshape(result, (1, 1)).node)
 
 
-def _converting(bound):
-    """A conversion method bound to the plain tracer, its result of the matrix kind."""
+def _converting(bound, source=None):
+    """A conversion method bound to the plain tracer, its result of the matrix kind; the value itself (``M.tocsr()``
+    of a CSR: scipy's ``self``) a view of ``source`` (tracer/views.py)."""
     def method(*args, **kwargs):
-        return _matrix(bound(*args, **kwargs), False)
+        result = bound(*args, **kwargs)
+        out = _matrix(result, False)
+        if source is not None and result is bound.__self__:
+            views.note(out, source)
+        return out
     return method
 
 
@@ -391,6 +401,18 @@ def _no_attribute(name: str):
 def _dense_only(fn):
     return lambda self: fn(self) if not self.is_sparse else _no_attribute(fn.__name__)
 
+def _transposed(self) -> "MatrixTracer":
+    """``M.T``: a sparse matrix's over its buffers, a view of an argument as scipy's (tracer/views.py)."""
+    return _noted(MatrixTracer(T.transpose(Tracer(self.node)).node), self)
+
+
+
+def _noted(out, source):
+    """``out``, noted as a view of ``source`` when it is a sparse transpose over its buffers."""
+    if isinstance(out, Tracer) and relabel_axes(out.node) is not None:
+        views.note(out, source)
+    return out
+
 
 def _install(cls) -> None:
     for name, value in list(vars(Tracer).items()):
@@ -402,11 +424,12 @@ def _install(cls) -> None:
         setattr(cls, name, _reflected(name))
     for name in _CONVERSIONS:           # properties of sparse values (tracer/surface.py), a matrix in, a matrix out
         getter = vars(Tracer)[name].fget
-        setattr(cls, name, property((lambda g: lambda self: _converting(g(Tracer(self.node))))(getter)))
+        setattr(cls, name, property((lambda g: lambda self: _converting(g(Tracer(self.node)), self))(getter)))
     for name in _TO_ARRAY:
         base = getattr(Tracer, name)
         setattr(cls, name, (lambda b: lambda self, *a, **k: b(Tracer(self.node), *a, **k))(base))
-    cls.T = property(lambda self: MatrixTracer(T.transpose(Tracer(self.node)).node))
+    cls.T = property(_transposed)
+    cls.transpose = (lambda wrapped: lambda self, *a, **k: _noted(wrapped(self, *a, **k), self))(cls.transpose)
     cls.A = property(_dense_only(as_array))
     cls.A1 = property(_a1)
     cls.H = property(lambda self: MatrixTracer(T.transpose(T.conjugate(Tracer(self.node))).node))
@@ -457,3 +480,4 @@ def _install_lifting() -> None:
 
 _install_lifting()
 _install(MatrixTracer)
+

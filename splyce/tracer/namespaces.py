@@ -154,7 +154,9 @@ def _constructor(name: str, real, target: str):
         if shape is not None and tuple(shape) != arg1.shape:
             raise ValueError(f"scipy.sparse.{name}: shape {tuple(shape)} does not match the value's {arg1.shape}")
         value = arg1 if dtype is None else astype(arg1, dtype)
-        return S.convert(value, target, f"scipy.sparse.{name}")
+        out = S.convert(value, target, f"scipy.sparse.{name}")
+        # ``copy=True``: a new tracer, so the value itself returned is a copy, not a view (tracer/views.py)
+        return type(out)(out.node) if copy and out is arg1 else out
     build.__name__ = name
     return build
 
@@ -179,6 +181,8 @@ def _matrix_kind(fn, when=lambda *args: True):
     ``csr_matrix`` return ``spmatrix`` classes; ``when`` (of the arguments): only then."""
     def served(*args, **kwargs):
         result = fn(*args, **kwargs)
+        if isinstance(result, matrix.MatrixTracer) and args and result is args[0]:
+            return result          # ``csr_matrix(M)`` of a CSR matrix: M itself, as scipy's (a view if returned)
         if isinstance(result, Tracer) and when(*args):
             return matrix.tracer_of(result.node, matrix.MATRIX)
         return result

@@ -152,7 +152,10 @@ FUNCTIONS = {   # NumPy function -> the traced operation
     np.column_stack: stacking.column_stack,
     np.ndim: lambda a: a.ndim, np.shape: lambda a: a.shape,
     np.size: lambda a, axis=None: a.size if axis is None else a.shape[axis],
-    np.copy: lambda a, order="K", subok=False: a if subok else Tracer(_node(a, "copy")),   # never written
+    # never written, so a copy of a tracer computes as it; a new tracer all the same: a copy returned is never a
+    # view of an argument (tracer/views.py); ``subok`` keeps a matrix a matrix
+    np.copy: lambda a, order="K", subok=False: type(a)(a.node) if subok and isinstance(a, Tracer)
+    else Tracer(_node(a, "copy")),
     np.take: lambda a, indices, axis=None, out=None, mode="raise": _no(
         "take", out=out, mode=None if mode == "raise" else mode) or gather.take(a, indices, axis),
 }

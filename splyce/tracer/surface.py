@@ -61,6 +61,12 @@ def _sparse_only(name: str, method, alternative: str, value: bool = False):
     return property(get)
 
 
+def _copied(x, copy: bool):
+    """scipy's ``copy=True``: a new tracer, so a conversion to the format ``x`` has is a copy returned, never a
+    view of an argument (tracer/views.py)."""
+    return type(x)(x.node) if copy and isinstance(x, Tracer) else x
+
+
 def _dense_only(name: str, method):
     """A NumPy method of dense values that scipy.sparse matrices lack: on a sparse value the AttributeError
     scipy gives, naming what to write instead."""
@@ -98,13 +104,13 @@ def _sort(self, axis=-1, kind=None, order=None, *, stable=None):
 def _install(cls) -> None:
     dense = "it stores every entry"
     methods = {
-        "tocsr": _sparse_only("tocsr", lambda self, copy=False: S.convert(self, "csr"),
+        "tocsr": _sparse_only("tocsr", lambda self, copy=False: _copied(S.convert(self, "csr"), copy),
                               "write scipy.sparse.csr_array(x) to store it sparse"),
-        "tocsc": _sparse_only("tocsc", lambda self, copy=False: S.convert(self, "csc"),
+        "tocsc": _sparse_only("tocsc", lambda self, copy=False: _copied(S.convert(self, "csc"), copy),
                               "write scipy.sparse.csc_array(x) to store it sparse"),
-        "tocoo": _sparse_only("tocoo", lambda self, copy=False: S.convert(self, "coo"),
+        "tocoo": _sparse_only("tocoo", lambda self, copy=False: _copied(S.convert(self, "coo"), copy),
                               "write scipy.sparse.coo_array(x) to store it sparse"),
-        "asformat": _sparse_only("asformat", lambda self, format, copy=False: S.asformat(self, format, copy),
+        "asformat": _sparse_only("asformat", lambda self, format, copy=False: _copied(S.asformat(self, format, copy), copy),
                                  "write scipy.sparse.csr_array(x) (csc_array, coo_array) to store it sparse"),
         "getnnz": _sparse_only("getnnz", lambda self, axis=None: S.getnnz(self, axis),
                                f"{dense}: write np.count_nonzero(x, axis) for its nonzeros"),

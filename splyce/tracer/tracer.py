@@ -14,7 +14,7 @@ import numbers
 import numpy as np
 
 from splyce.tensors.formats import relabelled
-from splyce.tracer import dense_ops, gather, indexing
+from splyce.tracer import dense_ops, gather, indexing, views
 from splyce.errors import TraceError  # re-exported: defined once in splyce.errors
 from splyce.tracer.base import (MAX_OPERANDS, MAX_RANK, OUT_FORMATS, Tracer, _axes, _letters, _node,
                                 _scalar_dtype, check_out_format, check_reducible, contract, copy_of,
@@ -127,7 +127,10 @@ def transpose(a, axes=None, *, out_format=None) -> Tracer:
         # as scipy's ``csr.T`` is a CSC array over the same buffers: sparse, each level relabelled
         out_format = relabelled(na.type.format, axes)
     subs = _letters(ndim)
-    return contract([na], [subs], "".join(subs[a] for a in axes), out_format=out_format, op="transpose")
+    out = contract([na], [subs], "".join(subs[a] for a in axes), out_format=out_format, op="transpose")
+    if isinstance(a, Tracer) and relabel_axes(out.node) is not None:
+        views.note(out, a)          # over a's buffers, as scipy's A.T: returned as a view of an argument
+    return out
 
 
 def einsum(subscripts: str, *operands, out_format=None, order: str | None = None) -> Tracer:
@@ -533,7 +536,8 @@ def _install(cls) -> None:
         "trace": trace,
         "astype": lambda self, dtype, copy=True: astype(self, dtype), "clip": clip,
         "reshape": indexing.reshape, "squeeze": _squeeze, "ravel": lambda self: indexing.reshape(self, -1),
-        "flatten": lambda self: indexing.reshape(self, -1), "copy": lambda self: self,
+        "flatten": lambda self: indexing.reshape(self, -1), "copy": lambda self: Tracer(self.node),   # a new tracer: never a view (tracer/views.py)
+       
         "any": lambda self, axis=None, keepdims=False: any_(self, axis, keepdims),
         "all": lambda self, axis=None, keepdims=False: all_(self, axis, keepdims),
         "argmax": lambda self, axis=None, keepdims=False: argextremum(self, "max", axis, keepdims),

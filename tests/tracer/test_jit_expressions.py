@@ -199,8 +199,10 @@ A = sps.random_array((5, 6), density=0.4, format="csr", rng=2, dtype=np.float32)
 
 @pytest.mark.parametrize("operand", [A, sps.csc_array(A), A.toarray(), splyce.asarray(A)],
                          ids=["csr", "csc", "dense", "SparseTensor"])
-def test_returning_an_argument_gives_a_copy_in_its_format(operand):
-    """As JAX returns a new array: the same values and format, never the argument's own buffers."""
+def test_returning_an_argument_gives_a_view_or_a_copy_in_its_format(operand):
+    """The same values and format; a sparse argument returned as is is a view over its buffers, as scipy's
+    ``A.T`` (docs/tracing.md, "Results and aliasing"); a dense one a new array, as JAX returns; ``x.copy()``
+    never shares."""
     got = splyce.jit(lambda x: x)(operand)
     want = operand.toarray() if hasattr(operand, "toarray") else (
         operand.todense() if hasattr(operand, "todense") else operand)
@@ -212,7 +214,10 @@ def test_returning_an_argument_gives_a_copy_in_its_format(operand):
     else:
         assert got.format == ("csc" if getattr(operand, "format", None) == "csc" else "csr")
         stored = operand.values if isinstance(operand, splyce.SparseTensor) else operand.data
-        assert not np.shares_memory(got.data, stored)
+        assert np.shares_memory(got.data, stored)
+        copied = splyce.jit(lambda x: x.copy())(operand)
+        np.testing.assert_array_equal(copied.toarray(), want)
+        assert not np.shares_memory(copied.data, stored)
 
 
 def test_returning_an_argument_among_results_and_with_out_format():
@@ -281,7 +286,8 @@ def test_a_sparse_transpose_is_sparse_as_in_scipy(kind):
         assert type(got) is type(want)   # csr.T is csc and csc.T csr, in scipy and here
         np.testing.assert_array_equal(got.toarray(), want.toarray())
     got = splyce.jit(lambda b: b.T)(b)
-    assert not np.shares_memory(got.data, b.data)   # a result never aliases an argument
+    assert np.shares_memory(got.data, b.data)       # a view, as scipy's b.T (docs/tracing.md)
+    assert not np.shares_memory(splyce.jit(lambda b: b.T.copy())(b).data, b.data)
     # out_format="dense" still asks for a dense result
     np.testing.assert_array_equal(splyce.jit(lambda b: b.T, out_format="dense")(b), b.toarray().T)
 
