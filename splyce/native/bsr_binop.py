@@ -23,7 +23,7 @@ import threading
 
 import numpy as np
 
-from splyce.native.ir_text import IR, SCALARS, VALUE, load_index, loop, narrow
+from splyce.native.ir_text import IR, SCALARS, VALUE, check_segment, load_index, loop, narrow
 from splyce.native.object_calls import array_args as _arrays, compile_on_objects as _compiled
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -34,6 +34,15 @@ _GENERAL_SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _P, _P, _P, _P, _P, _I, 
 FIXED = 64
 OPS = ("add", "subtract", "multiply")
 _lock = threading.Lock()
+
+
+def _segment(ir, ptr: str, bits: int, i: str, limit: str) -> tuple[str, str]:
+    """Row ``i``'s block range [start, stop) of the positions at ``ptr``, checked (``ir_text.check_segment``:
+    to %bad unless start <= stop <= limit)."""
+    start = load_index(ir, ptr, bits, i)
+    stop = load_index(ir, ptr, bits, ir.op("add", "i64", i, "1", "i1"))
+    check_segment(ir, start, stop, limit)
+    return start, stop
 
 
 def _keep_if_nonzero(ir, j: str, n0: str, cbits: int, after: str) -> None:
@@ -71,16 +80,7 @@ def binop_ir(name: str, op: str, value: np.dtype, abits: int, bbits: int, cbits:
     ir("  store i64 0, ptr %nnz")
 
     def segment(ptr: str, bits: int, i: str, limit: str) -> tuple[str, str]:
-        start = load_index(ir, ptr, bits, i)
-        i1 = ir.op("add", "i64", i, "1", "i1")
-        stop = load_index(ir, ptr, bits, i1)
-        down = ir.op("icmp ugt", "i64", start, stop, "down")
-        over = ir.op("icmp ugt", "i64", stop, limit, "over")
-        bad = ir.op("or", "i1", down, over, "badseg")
-        ok = ir.name("seg_ok")[1:]
-        ir(f"  br i1 {bad}, label %bad, label %{ok}")
-        ir.label(ok)
-        return start, stop
+        return _segment(ir, ptr, bits, i, limit)
 
     def row(i: str) -> None:
         sa, ea = segment("%ap", abits, i, "%nnzb_a")
@@ -222,15 +222,7 @@ def general_ir(name: str, op: str, value: np.dtype, abits: int, bbits: int, cbit
             ir.label(after)
 
     def gather(ptr_p: str, ptr_j: str, ptr_x: str, bits: int, i: str, limit: str, row: str) -> None:
-        start = load_index(ir, ptr_p, bits, i)
-        i1 = ir.op("add", "i64", i, "1", "i1")
-        stop = load_index(ir, ptr_p, bits, i1)
-        down = ir.op("icmp ugt", "i64", start, stop, "down")
-        over = ir.op("icmp ugt", "i64", stop, limit, "over")
-        bad = ir.op("or", "i1", down, over, "badseg")
-        ok = ir.name("seg_ok")[1:]
-        ir(f"  br i1 {bad}, label %bad, label %{ok}")
-        ir.label(ok)
+        start, stop = _segment(ir, ptr_p, bits, i, limit)
 
         def block(p: str) -> None:
             j = load_index(ir, ptr_j, bits, p)

@@ -111,8 +111,8 @@ class Plan:
                     found.add(k)
                 elif k < n_args + len(self.derived):        # an argument's transpose read in place
                     found.add(self.derived[k - n_args].source)
-                else:                                       # a gather computed before the kernel: its
-                    found.update(range(n_args))             # values come from some argument's
+                else:                                       # a gather computed before the kernel, from
+                    found.update(range(n_args))             # some argument's values: all are checked
         return tuple(sorted(found))
 
     def kept_as_given(self) -> "Plan | None":
