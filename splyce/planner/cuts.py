@@ -39,15 +39,22 @@ DOT_MIN_LENGTH = 50_000
 
 
 def _glue_only(readers) -> bool:
-    """Whether only elementwise glue, scalings and 0-d reductions (dot products) read a product."""
-    return bool(readers) and all(r.op in ("ewise", "combine") or r.type.ndim == 0
+    """Whether only elementwise glue (``ewise`` / ``combine`` / ``map``: ``abs(y)``, ``-y``; elementwise
+    products ``y * y``), scalings and 0-d reductions (dot products, ``np.abs(y).max()``) read a product."""
+    return bool(readers) and all(r.op in ("ewise", "combine", "map") or r.type.ndim == 0 or _elementwise_contract(r)
                                  or (r.op == "contract" and len(r.args) == 1) for r in readers)
+
+
+def _elementwise_contract(node: Node) -> bool:
+    """Whether ``node`` is an elementwise product written as a contraction (``y * y``, ``x * d``:
+    ``contract[a,a->a]``, every operand indexed as the result)."""
+    return node.op == "contract" and all(s == node.params[0].output for s in node.params[0].inputs)
 
 
 def _vectors_read(node: Node) -> int:
     """How many distinct non-scalar values an elementwise expression (``ewise`` / ``combine`` / an elementwise
     ``contract``, nested) reads; 0 for anything else."""
-    elementwise = ("ewise", "combine")
+    elementwise = ("ewise", "combine", "map")
     if not (node.op in elementwise or (node.op == "contract" and all(s == node.params[0].output
                                                                     for s in node.params[0].inputs))):
         return 0
@@ -90,7 +97,7 @@ def _costly_to_recompute(node: Node) -> bool:
         seen.add(n)
         if n.op == "ewise" and not _heads(n.params[0]) <= _CHEAP:
             return True
-        if n.op in ("ewise", "combine") or (n.op == "contract" and all(s == n.params[0].output
+        if n.op in ("ewise", "combine", "map") or (n.op == "contract" and all(s == n.params[0].output
                                                                        for s in n.params[0].inputs)):
             todo.extend(n.args)
     return False
