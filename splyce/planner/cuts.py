@@ -46,9 +46,10 @@ def _glue_only(readers) -> bool:
 
 
 def _elementwise_contract(node: Node) -> bool:
-    """Whether ``node`` is an elementwise product written as a contraction (``y * y``, ``x * d``:
-    ``contract[a,a->a]``, every operand indexed as the result)."""
-    return node.op == "contract" and all(s == node.params[0].output for s in node.params[0].inputs)
+    """Whether ``node`` is an elementwise product or a scaling written as a contraction (``y * y``, ``x * d``:
+    ``contract[a,a->a]``; ``alpha * ap`` of CG: ``contract[,a->a]``): every operand indexed as the result, or a
+    scalar."""
+    return node.op == "contract" and all(s in ("", node.params[0].output) for s in node.params[0].inputs)
 
 
 def _vectors_read(node: Node) -> int:

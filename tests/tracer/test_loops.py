@@ -535,3 +535,25 @@ def test_norm_of_a_vector_is_numpys(dtype, n):
             np.testing.assert_array_equal(g, w)
         else:
             np.testing.assert_allclose(g, w, rtol=4 * np.finfo(dtype).eps)
+
+
+def test_cg_steps_spmv_is_cut_when_scaled_glue_reads_it(monkeypatch):
+    """CG's ``ap = a @ p`` is read by the dot ``p @ ap`` and by ``r - alpha * ap``, whose ``alpha * ap`` is a
+    scaling traced as a contraction (``contract[,a->a]``): glue, so every SpMV is a native step of its own stage
+    (with ``p = r + beta * p``, over two vectors, which the fused kernel would recompute at every stored entry)."""
+    from splyce.native import spmv
+    from splyce.planner import cuts
+
+    monkeypatch.setattr(cuts, "CUT_MIN_ENTRIES", 0)
+    monkeypatch.setattr(cuts, "DOT_MIN_LENGTH", 1)
+    monkeypatch.setattr(spmv, "FLAT_MIN_BYTES", 0)
+    A = _spd(_short_rows(3000))
+    b = np.random.default_rng(1).random(3000)
+    args = (A, np.zeros(3000), b, b.copy())
+    f = splyce.jit(_unrolled_cg)
+    got = f(*args)
+    text = f.lower(*args).as_text("plan")
+    native = text.count("native matmul") + text.count("runs on the native kernel library: matmul")
+    assert native == 4 and text.count("contract[ik,k->i") == text.count("runs on the native kernel library: matmul")
+    for g, w in zip(got, _unrolled_cg(*args)):       # native SpMV and NumPy's dots: scipy's order throughout
+        np.testing.assert_array_equal(g, w)
