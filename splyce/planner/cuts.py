@@ -8,7 +8,8 @@ argument by a computed dense vector that the native chooser (runtime/library.py,
 its own merit when its operand is an input (rows of a few entries: the native flat kernel), and an SpMV or
 SpMM whose operand is elementwise glue the fused kernel would recompute at every stored entry (over two or
 more arrays, or beyond + - *), over a matrix of at least ``CUT_MIN_ENTRIES`` stored entries, read only by
-elementwise glue and dot products. The
+elementwise glue (unary maps ``abs(y)``, elementwise products and scalings written as contractions: ``y * y``
+of a norm, CG's ``alpha * ap``) and 0-d reductions (dot products, ``abs(y).max()``). The
 dispatcher then runs the function as stages (runtime/staged.py, ``Program.cut``): stage ``s`` computes every
 value ``level`` puts at ``s``; a cut product's level is one more than its computed operand's, so its operand
 is an input of its stage and its plan computes it natively, the dense glue after it fused into its stage's
