@@ -38,6 +38,14 @@ CUT_MIN_ENTRIES = 200_000
 # "Dot products on the host").
 DOT_MIN_LENGTH = 50_000
 
+# Work (stored entries x 4 for an SpMV) beyond which the native product splits its rows
+# across threads when asked for several: the drop-ins' ``SERIAL_MAX_WORK`` (dropin/kernels.py; a layer above,
+# tests/tracer/test_loops.py checks the two agree). A fused kernel computing several products runs on one
+# thread (passes/parallel.py splits a kernel's one top-level loop, and declines "N top-level loops"), so with
+# several threads such a product is a cut point: the one-step function called alone splits it, and the loop
+# jitted whole kept it serial (PageRank unrolled ten steps on ba-100k, quiet: 0.67x the one-step calls).
+SPLIT_MIN_WORK = 1 << 21
+
 
 def _glue_only(readers) -> bool:
     """Whether only elementwise glue (``ewise`` / ``combine`` / ``map``: ``abs(y)``, ``-y``; elementwise
@@ -105,9 +113,11 @@ def _costly_to_recompute(node: Node) -> bool:
     return False
 
 
-def cut_points(trace: Trace, nnz: tuple[int, ...], native, min_entries: int | None = None) -> list[Node]:
+def cut_points(trace: Trace, nnz: tuple[int, ...], native, min_entries: int | None = None,
+               threads: int = 1) -> list[Node]:
     """The products of ``trace`` to compute natively as stages of their own (see the module docstring), in
-    dependency order; ``native``: ``make_plan``'s chooser (None: no cuts)."""
+    dependency order; ``native``: ``make_plan``'s chooser (None: no cuts); ``threads``: the kernel's compiled
+    thread count (> 1: a product the native kernel would split across threads is cut, ``SPLIT_MIN_WORK``)."""
     if native is None:
         return []
     min_entries = CUT_MIN_ENTRIES if min_entries is None else min_entries
@@ -143,7 +153,8 @@ def cut_points(trace: Trace, nnz: tuple[int, ...], native, min_entries: int | No
         # flat kernel), not for the glue written in place, whose gain does not pay a stage (docs/planner.md);
         # and any SpMV whose vector is dense glue over several vectors, which the fused kernel would recompute
         # at every stored entry (MLIR fuses an elementwise producer into its consumer's loop)
-        glue = _costly_to_recompute(x)
+        # and, on several threads, any product the native kernel splits across them (SPLIT_MIN_WORK)
+        glue = _costly_to_recompute(x) or (spmv and threads > 1 and entries * 4 > SPLIT_MIN_WORK)
         if _glue_only(read_by.get(node)) and native(candidate, (a.type, x.type), (entries, size), glue=glue) is not None:
             cuts.append(node)
     return cuts

@@ -557,3 +557,30 @@ def test_cg_steps_spmv_is_cut_when_scaled_glue_reads_it(monkeypatch):
     assert native == 4 and text.count("contract[ik,k->i") == text.count("runs on the native kernel library: matmul")
     for g, w in zip(got, _unrolled_cg(*args)):       # native SpMV and NumPy's dots: scipy's order throughout
         np.testing.assert_array_equal(g, w)
+
+
+def test_threads_cut_the_products_native_would_split():
+    """With several threads a fused kernel of several SpMVs runs on one (passes/parallel.py declines its
+    top-level loops), where the native SpMV splits its rows past the drop-ins' serial limit: such an SpMV
+    is a cut point on more than one thread, not on one (rows of ~8 entries: not the flat kernel's)."""
+    from splyce.dropin.kernels import SERIAL_MAX_WORK
+    from splyce.planner import cuts
+
+    assert cuts.SPLIT_MIN_WORK == SERIAL_MAX_WORK
+    n = 70_000
+    A = sps.random_array((n, n), density=8.0 / n, format="csr", rng=11)
+    assert A.nnz * 4 > cuts.SPLIT_MIN_WORK and A.nnz >= cuts.CUT_MIN_ENTRIES
+    P = _stochastic(A)
+    x0 = np.full(n, 1.0 / n)
+
+    def pagerank(p, x):
+        for _ in range(3):
+            x = 0.85 * (p @ x) + 0.15 / n
+        return x
+
+    two, one = splyce.jit(pagerank, threads=2), splyce.jit(pagerank, threads=1)
+    assert "cut at its products" in two.lower(P, x0).as_text("plan")
+    assert "staged" not in one.lower(P, x0).as_text("plan")
+    want = pagerank(P, x0)
+    np.testing.assert_array_equal(two(P, x0), want)      # native SpMVs in scipy's order, glue as NumPy's
+    np.testing.assert_array_equal(one(P, x0), want)
