@@ -310,3 +310,19 @@ def test_jit_grad_of_a_union_keeps_each_pattern():
         assert g.nnz == M.nnz and np.array_equal(g.indices, M.indices) and np.array_equal(g.indptr, M.indptr)
         rows, cols = M.nonzero()
         np.testing.assert_allclose(g.data, d[rows] * x[cols], rtol=1e-12)
+
+
+def test_pattern_ones_are_one_pass():
+    """The ones at a sparse argument's pattern that its gradient is sampled at: the stored-entry predicate
+    fused into its cast (one elementwise pass, no boolean copy of the matrix); a dense predicate's cast
+    fused likewise, bit-identical to NumPy."""
+    rng = np.random.default_rng(8)
+    A = sps.random_array((30, 20), density=0.2, format="csr", rng=rng)
+    X = rng.standard_normal((20, 4))
+    text = splyce.jit(splyce.grad(lambda A, X: snp.sum(snp.tanh(A @ X) ** 2))).lower(A, X).as_text("plan")
+    lines = [line for line in text.splitlines() if "= " in line and not line.strip().startswith("//")]
+    assert any("ewise[cast(stored($0), 'float64')]" in line for line in lines)
+    assert not any("xbool #" in line for line in lines)
+    x = rng.standard_normal((7, 5))
+    got = splyce.jit(lambda x: (x > 0.3).astype(np.float64) * 2.5 - x)(x)
+    np.testing.assert_array_equal(got, (x > 0.3).astype(np.float64) * 2.5 - x)
