@@ -16,8 +16,12 @@ A ``while_loop``, or a ``fori_loop`` whose bounds are traced values, has no stat
 carries of: refused with JAX's own message, as ``jax.grad`` refuses it (forward mode, ``splyce.jvp``, is the
 way through those, as in JAX).
 
-The accumulator of a sparse free value's cotangent is a dense array of its shape (a loop's carry is dense),
-sampled at its pattern after the loop."""
+A sparse free value's cotangent stays on its pattern: each step's cotangent of it is a sum of sampled
+products (``contract(pattern_ones(A), G, H)``, the SDDMM the contraction rule builds); their per-step dense
+factors are the reverse scan's per-step outputs, and after the loop each term is one sampled product that
+contracts the step axis too (``einsum("ij,ti,tj->ij", ones(A), Gs, Hs)``), no carry of the matrix's shape.
+What is not such a term (a sparse value built from it in the body, ``A * h[:, None]``) is accumulated in a
+dense carry of its shape and sampled at its pattern after the loop."""
 
 from __future__ import annotations
 
