@@ -118,7 +118,7 @@ def _case(name, kind, dtype):
 
 
 CASES = [_case(n, k, d) for n in CORPUS for k in KINDS for d in ("float64", "float32")]
-UNSEEN_QUICK = {("softmax_regression", "csr_array", "float64"), ("gcn_dropout", "csc_array", "float32")}
+UNSEEN_QUICK = {("softmax_regression", "csr_array", "float64")}
 CASES += [pytest.param(n, k, d, marks=() if (n, k, d) in UNSEEN_QUICK else (pytest.mark.slow,),
                        id=f"{n}-{k}-{d}") for n in UNSEEN for k in KINDS for d in ("float64", "float32")]
 

@@ -58,8 +58,8 @@ def _args(name, fmt, seed=0):
     return fn, mats + [rng.uniform(-1, 1, s) for s in dense_shapes], argnums
 
 
-@pytest.mark.parametrize("name", list(PROGRAMS))
-@pytest.mark.parametrize("fmt", ["csr", pytest.param("csc", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name,fmt", [pytest.param(n, f, marks=() if (n, f) == ("normal_steps", "csr") else
+                                                   (pytest.mark.slow,)) for n in PROGRAMS for f in ("csr", "csc")])
 def test_sparse_gradient_through_loops(name, fmt):
     fn, args, argnums = _args(name, fmt)
     step = splyce.jit(splyce.grad(lambda *a: fn(snp, slax, *a), argnums=argnums))
