@@ -31,7 +31,7 @@ import numpy as np
 
 from splyce.tracer import matrix, captures
 from splyce.tracer import sparse_methods as S
-from splyce.tracer import gather, special, stacking, surface
+from splyce.tracer import gather, scipy_host, special, stacking, surface
 from splyce.tracer import tracer as T
 from splyce.tracer.base import TraceError, Tracer, _node, mark_diagonal
 from splyce.tracer.dense_ops import astype
@@ -202,7 +202,9 @@ def _scipy_sparse() -> dict:
              "hstack": _matrix_kind(_stack("hstack", sps.hstack), _all_matrices),
              "vstack": _matrix_kind(_stack("vstack", sps.vstack), _all_matrices),
              "diags": _matrix_kind(_diags_like("diags", sps.diags)),
-             "diags_array": _diags_like("diags_array", sps.diags_array)}
+             "diags_array": _diags_like("diags_array", sps.diags_array),
+             "tril": _keeps_kind(_traced_or_real("tril", sps.tril, lambda *a, **k: scipy_host.triangle("tril", *a, **k))),
+             "triu": _keeps_kind(_traced_or_real("triu", sps.triu, lambda *a, **k: scipy_host.triangle("triu", *a, **k)))}
     for fmt in ("csr", "csc", "coo"):
         for kind in ("array", "matrix"):
             name = f"{fmt}_{kind}"
@@ -244,7 +246,34 @@ def _sparse_norm(x, ord=None, axis=None):
 
 
 def _scipy_sparse_linalg() -> dict:
-    return {"norm": _sparse_norm}
+    import scipy.sparse.linalg as spla
+
+    return {"norm": _sparse_norm,
+            "spsolve_triangular": _traced_or_real("spsolve_triangular", spla.spsolve_triangular,
+                                                  scipy_host.spsolve_triangular),
+            "spsolve": _traced_or_real("spsolve", spla.spsolve, scipy_host.spsolve)}
+
+
+def _traced_or_real(name: str, real, traced):
+    """``traced`` when an argument is a traced value, else scipy's own ``real``."""
+    def served(*args, **kwargs):
+        if _has_tracer(args) or _has_tracer(tuple(kwargs.values())):
+            return traced(*args, **kwargs)
+        return real(*args, **kwargs)
+    served.__name__ = name
+    return served
+
+
+def _keeps_kind(fn):
+    """``fn`` whose traced result has its first operand's kind: ``spmatrix`` in, ``spmatrix`` out (scipy's tril
+    / triu)."""
+    def served(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        if isinstance(result, Tracer) and args and isinstance(args[0], matrix.MatrixTracer):
+            return matrix.tracer_of(result.node, matrix.MATRIX)
+        return result
+    served.__name__ = fn.__name__
+    return served
 
 
 def _array_kind(fn):
