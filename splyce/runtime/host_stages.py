@@ -123,8 +123,9 @@ class StagedLowering:
 
 def _stage_text(stage, item, text) -> str:
     if isinstance(stage, HostStage):
-        calls = dict.fromkeys(f"numpy.{n.params[0]}" for n in stage.nodes)
-        return f"// host step: {', '.join(calls)} (NumPy, between kernels)"
+        calls = dict.fromkeys(n.params[0] if n.params[0].startswith("scipy.") else f"numpy.{n.params[0]}"
+                              for n in stage.nodes)
+        return f"// host step: {', '.join(calls)} (on the host, between kernels)"
     return f"// kernel\n{text(item)}"
 
 
