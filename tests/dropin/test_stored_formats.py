@@ -564,3 +564,30 @@ def test_malformed_int32_bsr_and_dia_refused_on_the_fast_paths():
     a.data = np.ones((2, 3, 2))
     with pytest.raises(ValueError, match="DIA"):
         splyce.matmul(a, np.ones(6))
+
+
+@pytest.mark.parametrize("dtype", (np.float64, np.int64, pytest.param(np.float32, marks=pytest.mark.slow)))
+def test_dia_matmul_dia_tiled_columns(dtype, monkeypatch):
+    """DIA @ DIA longer than a column tile (native/dia_matmat.TILE): bit for bit the untiled pass (each entry
+    sums its pairs in the table's order either way) and scipy's values; a second product of the same
+    structure (the cached pair table) the same again; rectangular shapes, offsets beyond the matrix, data rows
+    shorter and longer than the columns, pairs whose columns start and end inside a tile."""
+    from splyce.native import dia_matmat
+
+    tile = 64
+    cases = [((300, 300), (300, 300), [0, 1, -1, 70, -130], [2, -3, 0, 65]),
+             ((200, 330), (330, 150), [3, -2, 400, 129], [-1, 0, 4, -300, 64]),
+             ((1, 257), (257, 1), [0, 5, 200], [0, -5, -200])]
+    for sa, sb, oa, ob in cases:
+        for width_a, width_b in ((sa[1], sb[1]), (sa[1] + 3, max(sb[1] - 70, 1))):
+            a = sp.dia_array((_dense((len(oa), width_a), 0.9, 1, dtype), np.array(oa, dtype=np.int32)), shape=sa)
+            b = sp.dia_matrix((_dense((len(ob), width_b), 0.9, 2, dtype), np.array(ob, dtype=np.int32)), shape=sb)
+            monkeypatch.setattr(dia_matmat, "TILE", 0)
+            untiled = splyce.matmul(a, b)
+            monkeypatch.setattr(dia_matmat, "TILE", tile)
+            for _ in range(2):
+                got = splyce.matmul(a, b)
+                assert type(got) is type(untiled) is sp.dia_array
+                np.testing.assert_array_equal(got.offsets, untiled.offsets)
+                np.testing.assert_array_equal(got.data, untiled.data)
+            _check_result(got, a @ b, exact=np.dtype(dtype).kind in "iu")
