@@ -5,8 +5,9 @@ Matrices: corpus matrices (:mod:`splyce.bench.corpus`) stored as COO and LIL; bl
 BSR (a corpus mesh ``kron`` a dense 3 x 3 block: vector-valued FEM, as PyAMG's elasticity problems store
 them); DIA stencils (the 5-point 2-D Laplacian, an 11-diagonal band); pydata COO / GCXS of a corpus mesh.
 Ops: SpMV ``A @ x``, SpMM ``A @ X`` (16 columns), elementwise ``A * A`` (``multiply``) and ``A + A``, SpGEMM
-``A @ A``. Each pair (reference, drop-in) runs interleaved, best of the repeats (each repeat as many calls as
-fill 20 ms); the first result of the drop-in is checked against the reference (values, class and format)
+``A @ A``. Each pair (reference, drop-in) runs interleaved, best of ``SAMPLES`` short samples per repeat (each
+sample as many calls as fill 2 ms: on a shared machine a long sample nearly always holds another process's
+time slice, and the best of many short ones is the quiet machine's time); the first result of the drop-in is checked against the reference (values, class and format)
 before anything is timed.
 """
 
@@ -21,7 +22,8 @@ from splyce.bench.common import BenchMismatch, Config, Result, geomean
 
 OPS = ("spmv", "spmm", "multiply", "add", "spgemm")
 SPMM_COLUMNS = 16
-MIN_SAMPLE_S = 0.02
+MIN_SAMPLE_S = 0.002
+SAMPLES = 5         # samples per repeat (2026-12-08: 20 ms samples on the loaded 2-core VM swung rows by 2-10x)
 
 
 def _matrices(cfg: Config):
@@ -118,7 +120,7 @@ def _interleaved(fns: dict, repeats: int) -> dict:
     calls = {name: _per_call(fn) for name, fn in fns.items()}
     best = dict.fromkeys(fns, float("inf"))
     names = list(fns)
-    for r in range(repeats):
+    for r in range(repeats * SAMPLES):
         for name in names[r % len(names):] + names[:r % len(names)]:
             fn, k = fns[name], calls[name]
             t = time.perf_counter()
@@ -162,4 +164,5 @@ def run(cfg: Config) -> Result:
                                              "speedup"],
                   rows=rows, preface=preface,
                   note="reference: scipy's operator on the same object (pydata's for pydata operands); best of "
-                       f"{repeats} interleaved repeats; speedup = reference / splyce")
+                       f"{repeats} x {SAMPLES} interleaved samples of >= {MIN_SAMPLE_S * 1e3:g} ms; speedup = "
+                       "reference / splyce")

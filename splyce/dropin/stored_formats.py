@@ -178,18 +178,7 @@ def _gcxs(a, x, dtype):
 # inside (-m, n) with m + n < 2**31 (an offset near +-2**31 overflows it: scipy's own `a @ x` crashes on
 # one), so the few offsets are checked first; a DIA with others (empty diagonals) takes the native kernel.
 SCIPY_DIA_MAX = 32_768
-_sparsetools: list = []
-
-
-def _scipy_dia_matvec():
-    """scipy's compiled ``dia_matvec`` (None if this scipy lacks it)."""
-    if not _sparsetools:
-        try:
-            from scipy.sparse._sparsetools import dia_matvec
-        except ImportError:
-            dia_matvec = None
-        _sparsetools.append(dia_matvec)
-    return _sparsetools[0]
+_dia_matvec: list = []      # [scipy's compiled dia_matvec] once found (filled with the scipy types below)
 
 
 _kinds: dict = {}       # exact scipy COO / DIA / BSR type -> its format, filled once scipy.sparse is imported
@@ -207,10 +196,36 @@ def fast_times_dense(a, x: np.ndarray):
             return None
         _kinds.update({sps.coo_array: "coo", sps.coo_matrix: "coo", sps.dia_array: "dia", sps.dia_matrix: "dia",
                        sps.bsr_array: "bsr", sps.bsr_matrix: "bsr"})
+        try:
+            from scipy.sparse._sparsetools import dia_matvec
+
+            _dia_matvec.append(dia_matvec)
+        except ImportError:         # another scipy: the native kernel for every DIA
+            pass
     fmt = _kinds.get(type(a))
-    if fmt is None or x.ndim not in (1, 2) or len(a.shape) != 2 or x.shape[0] != a.shape[1]:
+    shape = a.shape
+    if fmt is None or x.ndim not in (1, 2) or len(shape) != 2 or x.shape[0] != shape[1]:
         return None
     dtype = x.dtype
+    if fmt == "dia":
+        # the common DIA (int32 offsets: within the kernel's offset limit by their type; data of x's dtype, one
+        # C-contiguous row per offset) straight to the kernel: on a small matrix the call's fixed cost is most
+        # of its time; anything else through _dia's conversions and checks
+        offsets, data = a.offsets, a.data
+        if type(offsets) is np.ndarray and offsets.dtype is _INDEX[0] and type(data) is np.ndarray \
+                and data.dtype is dtype and dtype in VALUE and data.ndim == 2 and offsets.ndim == 1 \
+                and data.shape[0] == len(offsets) and data.flags.c_contiguous and offsets.flags.c_contiguous \
+                and x.flags.c_contiguous:
+            m, n = shape
+            if data.size <= SCIPY_DIA_MAX and x.ndim == 1 and len(offsets) <= 64 and m + n < 1 << 31:
+                near = offsets.tolist()                     # scipy's loop is safe only for -m < offset < n
+                if _dia_matvec and (not near or (max(near) < n and min(near) > -m)):
+                    y = np.zeros(m, dtype=dtype)
+                    _dia_matvec[0](m, n, len(offsets), data.shape[1], offsets, data, x, y)
+                    return y
+            from splyce.native import dia
+
+            return dia.dia_times_dense(offsets, data, x, m)
     if dtype != a.dtype or dtype not in VALUE:
         return None
     if not (x.flags.c_contiguous and dtype.isnative):
@@ -218,24 +233,6 @@ def fast_times_dense(a, x: np.ndarray):
     if fmt == "coo":
         return _scipy_coo(a, x, dtype, type(a).__name__ == "coo_array")
     if fmt == "dia":
-        # the common DIA (int32 offsets: within the kernel's offset limit by their type; data of x's dtype, one
-        # C-contiguous row per offset) straight to the kernel: on a small matrix the call's fixed cost is most
-        # of its time; anything else through _dia's conversions and checks
-        offsets, data = a.offsets, a.data
-        if type(offsets) is np.ndarray and offsets.dtype is _INDEX[0] and type(data) is np.ndarray \
-                and data.dtype is dtype and data.ndim == 2 and offsets.ndim == 1 and data.shape[0] == len(offsets) \
-                and data.flags.c_contiguous and offsets.flags.c_contiguous:
-            m, n = a.shape
-            if data.size <= SCIPY_DIA_MAX and x.ndim == 1 and len(offsets) <= 64 and m + n < 1 << 31:
-                matvec = _scipy_dia_matvec()
-                near = offsets.tolist()                     # scipy's loop is safe only for -m < offset < n
-                if matvec is not None and (not near or (max(near) < n and min(near) > -m)):
-                    y = np.zeros(m, dtype=dtype)
-                    matvec(m, n, len(offsets), data.shape[1], offsets, data, x, y)
-                    return y
-            from splyce.native import dia
-
-            return dia.dia_times_dense(offsets, data, x, a.shape[0])
         return _dia(a, x, dtype)
     # the common BSR (int32 index arrays, C-contiguous data of x's dtype): _bsr's checks inline, the same ones
     indptr, indices, data = a.indptr, a.indices, a.data
