@@ -310,9 +310,37 @@ def pydata_class(out, a, b, matmul: bool = False):
 
     if matmul and len(pydata) == 2:
         axes = tuple(int(i) for i in a.compressed_axes) if any(x is a for x in gcxs) else (int(np.argmin(a.shape)),)
-        return sparse.GCXS(out, compressed_axes=axes if out.ndim == 2 else None)
+        return gcxs_like_pydata(sparse, out, axes if out.ndim == 2 else None)
     if not matmul and len(gcxs) != len(pydata):
         return out                  # a pydata COO among the operands: pydata's result is a COO
     kinds = {tuple(int(i) for i in x.compressed_axes) for x in gcxs}
     axes = kinds.pop() if len(kinds) == 1 and gcxs[0].ndim == out.ndim else None
-    return sparse.GCXS(out, compressed_axes=axes)
+    return gcxs_like_pydata(sparse, out, axes)
+
+
+def gcxs_like_pydata(sparse, out, axes):
+    """``sparse.GCXS(out, compressed_axes=axes)`` for a pydata COO ``out``: pydata's own conversion (a linearize
+    and an argsort of the entries: ~40 % of a GCXS product on a 3,000-row mesh), except for a 2-D ``out``
+    compressed along its rows whose entries are already in row-major order without repeats (a kernel's
+    result, checked in one pass): then the same arrays pydata's conversion makes (the row pointers of the row
+    coordinates, the columns and values as they are, pydata's index dtype), with no sort."""
+    if axes != (0,) or out.ndim != 2:
+        return sparse.GCXS(out, compressed_axes=axes)
+    coords, data = out.coords, out.data
+    m, n = out.shape
+    nnz = coords.shape[1]
+    if m * n >= 1 << 62 or coords.dtype.kind not in "iu":
+        return sparse.GCXS(out, compressed_axes=axes)
+    rows, cols = coords[0], coords[1]
+    if nnz > 1:
+        linear = rows.astype(np.int64) * n + cols
+        if not bool((linear[1:] > linear[:-1]).all()):
+            return sparse.GCXS(out, compressed_axes=axes)
+    idx = coords.dtype                  # pydata's choice: the coordinates' dtype when it holds the sizes
+    if max(m, n, nnz) > np.iinfo(idx).max:
+        idx = np.min_scalar_type(max(m, n, nnz))
+    indptr = np.empty(m + 1, dtype=idx)
+    indptr[0] = 0
+    np.cumsum(np.bincount(rows, minlength=m), out=indptr[1:])
+    return sparse.GCXS((data, cols.astype(idx), indptr), shape=out.shape, compressed_axes=(0,),
+                       fill_value=out.fill_value)

@@ -591,3 +591,30 @@ def test_dia_matmul_dia_tiled_columns(dtype, monkeypatch):
                 np.testing.assert_array_equal(got.offsets, untiled.offsets)
                 np.testing.assert_array_equal(got.data, untiled.data)
             _check_result(got, a @ b, exact=np.dtype(dtype).kind in "iu")
+
+
+def test_gcxs_results_hold_pydatas_own_arrays():
+    """A row-compressed GCXS result built from the kernel's row-major COO without pydata's sort: the same data,
+    indices, indptr (and dtypes), shape, axes and fill value as ``sparse.GCXS(coo, compressed_axes=(0,))``;
+    empty shapes, one row, no entries, bool / int / float values; a COO out of row-major order goes through
+    pydata's conversion; and the GCXS products and sums against pydata's."""
+    from splyce.dropin.stored_formats import gcxs_like_pydata
+
+    rng = np.random.default_rng(0)
+    for shape, dens in [((5, 4), 0.5), ((0, 3), 0.1), ((3, 0), 0.1), ((1, 9), 0.5), ((40, 30), 0.05), ((30, 30), 0.0)]:
+        for dt in (np.float64, np.int32, np.bool_):
+            c = sparse.COO.from_scipy_sparse(sp.random_array(shape, density=dens, format="csr", rng=rng).astype(dt))
+            want, got = sparse.GCXS(c, compressed_axes=(0,)), gcxs_like_pydata(sparse, c, (0,))
+            for f in ("data", "indices", "indptr"):
+                w, g = np.asarray(getattr(want, f)), np.asarray(getattr(got, f))
+                assert w.dtype == g.dtype and np.array_equal(w, g), (shape, dt, f)
+            assert got.shape == want.shape and got.compressed_axes == want.compressed_axes
+            assert got.fill_value == want.fill_value
+    c = sparse.COO(np.array([[1, 0], [0, 1]]), np.array([1.0, 2.0]), shape=(2, 2), sorted=True, has_duplicates=False)
+    np.testing.assert_array_equal(gcxs_like_pydata(sparse, c, (0,)).todense(), c.todense())
+    g = sparse.GCXS(sparse.COO.from_scipy_sparse(sp.random_array((30, 30), density=0.2, format="csr", rng=1)),
+                    compressed_axes=(0,))
+    for got, want in ((splyce.matmul(g, g), g @ g), (splyce.add(g, g), g + g), (splyce.multiply(g, g), g * g)):
+        assert type(got) is type(want) and got.compressed_axes == want.compressed_axes
+        np.testing.assert_allclose(got.todense(), want.todense(), rtol=1e-12)
+        np.testing.assert_array_equal(np.diff(got.indptr) >= 0, True)
