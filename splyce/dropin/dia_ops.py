@@ -11,6 +11,8 @@ the offsets both hold, a matrix product adds ``A[i, i + ka] * B[i + ka, i + ka +
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from splyce.dropin import scipy_out
@@ -103,7 +105,7 @@ def matmul(a, b):
     # B[j - kb, j], A's row at column j - kb, for j where that column of A is one (j - kb in [0, A's columns))
     # and the result's row is one (j - k in [0, m)): nothing is written outside the result
     wa = a.shape[1]
-    offsets, pairs = (_pair_table if len(oa) * len(ob) <= 32 else _pair_array)(oa, ob, m, n, wa)
+    offsets, pairs = _pairs(tuple(oa), tuple(ob), m, n, wa)
     out = np.zeros((len(offsets), n), dtype=dtype)
     if len(pairs):
         from splyce.native import dia_matmat
@@ -111,6 +113,16 @@ def matmul(a, b):
         dia_matmat.dia_matmat(pairs, rows_a, rows_b, out)
     index = np.int32 if max(m, n) < 2**31 else np.int64
     return scipy_out.dia(_class(a, b), out, np.array(offsets, dtype=index), (m, n))
+
+
+@functools.lru_cache(maxsize=64)
+def _pairs(oa: tuple, ob: tuple, m: int, n: int, wa: int):
+    """(result offsets, the pairs' table) of two operands' offsets and the shapes, kept for the next product of
+    the same structure (a stencil applied again, a power of a band): building the table of a 5-point
+    Laplacian's square (25 pairs) took ~25 us of a ~60 us product on 3,600 rows. The table is read-only."""
+    offsets, pairs = (_pair_table if len(oa) * len(ob) <= 32 else _pair_array)(list(oa), list(ob), m, n, wa)
+    pairs.flags.writeable = False
+    return tuple(offsets), pairs
 
 
 def _pair_table(oa: list, ob: list, m: int, n: int, wa: int):

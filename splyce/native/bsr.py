@@ -32,6 +32,7 @@ _SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I)
 FIXED_BLOCK = 64    # blocks of up to this many entries are unrolled at compile time
 FIXED = 32          # column counts of X up to this get an unrolled axpy
 _lock = threading.Lock()
+_ready: dict = {}   # kernel key -> the compiled kernel, read without the lock
 
 
 def _each(ir: IR, count: int | None, runtime: str, body) -> None:
@@ -186,9 +187,12 @@ def bsr_times_dense(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x
         return y
     unrolled = R * C * (1 if k is None or k > FIXED else k)
     block = (R, C) if R * C <= FIXED_BLOCK and unrolled <= FIXED_BLOCK * 16 else None
-    with _lock:
-        fn = _kernel(data.dtype, indptr.dtype.itemsize * 8, indices.dtype.itemsize * 8, block,
-                     None if k is None else (k if k <= FIXED else 0))
+    key = (data.dtype, indptr.dtype.itemsize * 8, indices.dtype.itemsize * 8, block,
+           None if k is None else (k if k <= FIXED else 0))
+    fn = _ready.get(key)        # a dict read needs no lock: a small call's fixed cost is most of its time
+    if fn is None:
+        with _lock:
+            fn = _ready[key] = _kernel(*key)
     bad = fn(*_arrays(indptr, indices, data, x, y), mb, nb, nnzb, R, C,
              k or 1)
     return None if bad else y

@@ -27,6 +27,7 @@ _P, _I = ctypes.c_void_p, ctypes.c_int64
 _SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _I, _I, _I, _I)
 FIXED = 32      # column counts of X up to this get a kernel with the row's axpy unrolled
 _lock = threading.Lock()
+_ready: dict = {}   # kernel key -> the compiled kernel, read without the lock
 
 
 def coo_times_dense_ir(name: str, value: np.dtype, rbits: int, cbits: int, k: int | None) -> str:
@@ -83,9 +84,11 @@ def coo_times_dense(row: np.ndarray, col: np.ndarray, data: np.ndarray, x: np.nd
     y = np.zeros(m if k is None else (m, k), dtype=data.dtype)
     if len(data) == 0 or y.size == 0:
         return None if len(data) and _any_outside(row, col, m, n) else y
-    with _lock:
-        fn = _kernel(data.dtype, row.dtype.itemsize * 8, col.dtype.itemsize * 8,
-                     None if k is None else (k if k <= FIXED else 0))
+    key = (data.dtype, row.dtype.itemsize * 8, col.dtype.itemsize * 8, None if k is None else (k if k <= FIXED else 0))
+    fn = _ready.get(key)        # a dict read needs no lock: a small call's fixed cost is most of its time
+    if fn is None:
+        with _lock:
+            fn = _ready[key] = _kernel(*key)
     bad = fn(*_arrays(row, col, data, x, y), len(data), m, n, k or 1)
     return None if bad else y
 

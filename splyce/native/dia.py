@@ -29,6 +29,7 @@ _SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I)
 TILE = 256      # entries of y per tile: rows per tile TILE / k (at least 1); measured best of 256-16384
 FIXED = 32      # column counts of X up to this get a kernel with the row's axpy unrolled
 _lock = threading.Lock()
+_ready: dict = {}   # (value dtype, offset bits, k) -> the compiled kernel, read without the lock
 
 
 def _smax(ir: IR, a: str, b: str) -> str:
@@ -142,8 +143,11 @@ def dia_times_dense(offsets: np.ndarray, data: np.ndarray, x: np.ndarray, m: int
     y = np.zeros(m if k is None else (m, k), dtype=data.dtype)
     if data.size == 0 or y.size == 0 or n == 0:
         return y
-    with _lock:
-        fn = _kernel(data.dtype, offsets.dtype.itemsize * 8, None if k is None else (k if k <= FIXED else 0))
+    key = (data.dtype, offsets.dtype.itemsize * 8, None if k is None else (k if k <= FIXED else 0))
+    fn = _ready.get(key)        # a dict read needs no lock: a small call's fixed cost is most of its time
+    if fn is None:
+        with _lock:
+            fn = _ready[key] = _kernel(*key)
     fn(*_arrays(offsets, data, x, y), data.shape[0], data.shape[1], m, n, k or 1,
        max(TILE // (k or 1), 1))
     return y

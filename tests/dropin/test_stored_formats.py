@@ -471,3 +471,150 @@ def test_bsr_products_and_merges_on_int64_index_arrays():
             np.testing.assert_array_equal(got.indptr, want.indptr)
             np.testing.assert_array_equal(got.indices, want.indices)
             np.testing.assert_array_equal(got.data, want.data)
+
+
+def _dia_cases(dtype):
+    """DIAs on both sides of the SpMV threshold (stored_formats.SCIPY_DIA_MAX: scipy's loop below, the native
+    tiles above): empty, 1 x N and N x 1, short and long data rows, far offsets, int32 extremes,
+    int64 offsets, data not C-contiguous, explicit zeros."""
+    from splyce.dropin.stored_formats import SCIPY_DIA_MAX
+
+    rng = np.random.default_rng(5)
+    out = []
+    for (m, n), offsets, L in [((0, 5), [0, 1], 5), ((1, 7), [0, 3, -1], 7), ((7, 1), [0, -3, 1], 1),
+                               ((9, 9), [2, -2, -1], 4), ((9, 6), [0, -8, 5, 40, -40], 12),
+                               ((6, 6), [2**31 - 1, -2**31, 0], 6),
+                               ((SCIPY_DIA_MAX // 5, SCIPY_DIA_MAX // 5), [-3, -1, 0, 1, 3], SCIPY_DIA_MAX // 5),
+                               ((SCIPY_DIA_MAX // 5 + 7, SCIPY_DIA_MAX // 5 + 9), [-3, -1, 0, 1, 3, 4],
+                                SCIPY_DIA_MAX // 5 + 9),
+                               ((3000, 2500), [-2999, -5, 0, 7, 2499, 600], 2600)]:
+        data = _dense((len(offsets), L), 0.9, m + L, dtype)         # ~10 % explicit zeros
+        out.append(((m, n), np.array(offsets, dtype=np.int32), data))
+    m = 4000
+    out.append(((m, m), np.array([-1, 0, 1], dtype=np.int64), _dense((3, m), 1.0, 1, dtype)))
+    out.append(((m, m), np.array([-1, 0, 2], dtype=np.int32), np.asfortranarray(_dense((3, m), 1.0, 2, dtype))))
+    out.append(((50, 50), np.array([-1, 0, 2], dtype=np.int32), np.asfortranarray(_dense((3, 50), 1.0, 3, dtype))))
+    del rng
+    return out
+
+
+@pytest.mark.parametrize("dtype", (np.float64, np.int32, pytest.param(np.float32, marks=pytest.mark.slow),
+                                   pytest.param(np.int64, marks=pytest.mark.slow)))
+def test_dia_spmv_on_both_sides_of_the_scipy_threshold(dtype):
+    for shape, offsets, data in _dia_cases(dtype):
+        for cls in (sp.dia_array, sp.dia_matrix):
+            a = cls((data, offsets), shape=shape)
+            snap = _snapshot(a)
+            # the reference: scipy on the diagonals that meet the matrix (the same sums in the same order; scipy's
+            # own loop crashes on an offset near +-2**31, which the drop-in must take)
+            keep = (offsets < shape[1]) & (offsets > -shape[0])
+            ref = cls((data[keep], offsets[keep]), shape=shape)
+            for rhs in (_dense((shape[1],), 1.0, 4, dtype), _dense((shape[1], 3), 1.0, 5, dtype)):
+                want = ref @ rhs
+                got = splyce.matmul(a, rhs)
+                if np.ndim(want) == 0:
+                    want = np.asarray(want).reshape(1)
+                assert type(got) is type(want) and got.dtype == want.dtype and got.shape == want.shape, (shape, cls)
+                np.testing.assert_array_equal(got, want)     # scipy's order either way: the same bits
+                assert _same(a, snap), shape
+
+
+def test_bsr_spmv_fast_path_against_scipy():
+    """The inline BSR SpMV path (int32 arrays, data of x's dtype) and the general one (int64 arrays, other
+    dtypes) against scipy, bit for bit: empty block rows, 1 x N blocks, explicit zero blocks, unsorted block
+    columns and duplicate blocks (scipy's bsr_matvec sums them in stored order; so does the kernel)."""
+    for dtype in (np.float64, np.int32):
+        for shape, block in (((12, 9), (3, 3)), ((1, 8), (1, 2)), ((6, 6), (6, 6)), ((0, 6), (2, 3)), ((8, 4), (2, 1))):
+            d = _dense(shape, 0.3, 1, dtype)
+            a = sp.bsr_array(d, blocksize=block)
+            if a.nnz and len(a.indices) > 1:
+                # block columns of the first non-empty block row reversed; its first block stored twice
+                r = int(np.argmax(np.diff(a.indptr) > 1)) if (np.diff(a.indptr) > 1).any() else None
+                if r is not None:
+                    lo, hi = a.indptr[r], a.indptr[r + 1]
+                    a.indices[lo:hi] = a.indices[lo:hi][::-1].copy()
+                    a.data[lo:hi] = a.data[lo:hi][::-1].copy()
+                    a.data[lo] = 0
+            dup = sp.bsr_array((np.concatenate([a.data, a.data[:1]]), np.concatenate([a.indices, a.indices[:1]]),
+                                np.r_[a.indptr[:1], a.indptr[1:] + 1]), shape=shape, blocksize=block) \
+                if len(a.indices) else a
+            for b in (a, dup, sp.bsr_matrix(dup),
+                      sp.bsr_array((dup.data, dup.indices.astype(np.int64), dup.indptr.astype(np.int64)),
+                                   shape=shape, blocksize=block)):
+                for rhs in (_dense((shape[1],), 1.0, 2, dtype), _dense((shape[1], 5), 1.0, 3, dtype),
+                            _dense((shape[1],), 1.0, 2, dtype).astype(np.float64)):
+                    np.testing.assert_array_equal(splyce.matmul(b, rhs), b @ rhs)
+
+
+def test_malformed_int32_bsr_and_dia_refused_on_the_fast_paths():
+    d = _dense((12, 12), 0.5, 2, np.float64)
+    for mutate, words in ((lambda a: a.indices.__setitem__(0, -1), "block column"),
+                          (lambda a: a.indptr.__setitem__(0, 1), "indptr"),
+                          (lambda a: a.indptr.__setitem__(-1, a.indptr[-1] - 1), "indptr"),
+                          (lambda a: setattr(a, "indices", a.indices[:-1]), "block column indices")):
+        a = sp.bsr_array(d, blocksize=(3, 3))
+        assert a.indptr.dtype == np.int32
+        mutate(a)
+        with pytest.raises(ValueError, match=words):
+            splyce.matmul(a, np.ones(12))
+    a = sp.dia_array((np.ones((2, 6)), np.array([0, 1], dtype=np.int32)), shape=(6, 6))
+    a.data = np.ones((1, 6))
+    with pytest.raises(ValueError, match="DIA"):
+        splyce.matmul(a, np.ones(6))
+    a.data = np.ones((2, 3, 2))
+    with pytest.raises(ValueError, match="DIA"):
+        splyce.matmul(a, np.ones(6))
+
+
+@pytest.mark.parametrize("dtype", (np.float64, np.int64, pytest.param(np.float32, marks=pytest.mark.slow)))
+def test_dia_matmul_dia_tiled_columns(dtype, monkeypatch):
+    """DIA @ DIA longer than a column tile (native/dia_matmat.TILE): bit for bit the untiled pass (each entry
+    sums its pairs in the table's order either way) and scipy's values; a second product of the same
+    structure (the cached pair table) the same again; rectangular shapes, offsets beyond the matrix, data rows
+    shorter and longer than the columns, pairs whose columns start and end inside a tile."""
+    from splyce.native import dia_matmat
+
+    tile = 64
+    cases = [((300, 300), (300, 300), [0, 1, -1, 70, -130], [2, -3, 0, 65]),
+             ((200, 330), (330, 150), [3, -2, 400, 129], [-1, 0, 4, -300, 64]),
+             ((1, 257), (257, 1), [0, 5, 200], [0, -5, -200])]
+    for sa, sb, oa, ob in cases:
+        for width_a, width_b in ((sa[1], sb[1]), (sa[1] + 3, max(sb[1] - 70, 1))):
+            a = sp.dia_array((_dense((len(oa), width_a), 0.9, 1, dtype), np.array(oa, dtype=np.int32)), shape=sa)
+            b = sp.dia_matrix((_dense((len(ob), width_b), 0.9, 2, dtype), np.array(ob, dtype=np.int32)), shape=sb)
+            monkeypatch.setattr(dia_matmat, "TILE", 0)
+            untiled = splyce.matmul(a, b)
+            monkeypatch.setattr(dia_matmat, "TILE", tile)
+            for _ in range(2):
+                got = splyce.matmul(a, b)
+                assert type(got) is type(untiled) is sp.dia_array
+                np.testing.assert_array_equal(got.offsets, untiled.offsets)
+                np.testing.assert_array_equal(got.data, untiled.data)
+            _check_result(got, a @ b, exact=np.dtype(dtype).kind in "iu")
+
+
+def test_gcxs_results_hold_pydatas_own_arrays():
+    """A row-compressed GCXS result built from the kernel's row-major COO without pydata's sort: the same data,
+    indices, indptr (and dtypes), shape, axes and fill value as ``sparse.GCXS(coo, compressed_axes=(0,))``;
+    empty shapes, one row, no entries, bool / int / float values; a COO out of row-major order goes through
+    pydata's conversion; and the GCXS products and sums against pydata's."""
+    from splyce.dropin.stored_formats import gcxs_like_pydata
+
+    rng = np.random.default_rng(0)
+    for shape, dens in [((5, 4), 0.5), ((0, 3), 0.1), ((3, 0), 0.1), ((1, 9), 0.5), ((40, 30), 0.05), ((30, 30), 0.0)]:
+        for dt in (np.float64, np.int32, np.bool_):
+            c = sparse.COO.from_scipy_sparse(sp.random_array(shape, density=dens, format="csr", rng=rng).astype(dt))
+            want, got = sparse.GCXS(c, compressed_axes=(0,)), gcxs_like_pydata(sparse, c, (0,))
+            for f in ("data", "indices", "indptr"):
+                w, g = np.asarray(getattr(want, f)), np.asarray(getattr(got, f))
+                assert w.dtype == g.dtype and np.array_equal(w, g), (shape, dt, f)
+            assert got.shape == want.shape and got.compressed_axes == want.compressed_axes
+            assert got.fill_value == want.fill_value
+    c = sparse.COO(np.array([[1, 0], [0, 1]]), np.array([1.0, 2.0]), shape=(2, 2), sorted=True, has_duplicates=False)
+    np.testing.assert_array_equal(gcxs_like_pydata(sparse, c, (0,)).todense(), c.todense())
+    g = sparse.GCXS(sparse.COO.from_scipy_sparse(sp.random_array((30, 30), density=0.2, format="csr", rng=1)),
+                    compressed_axes=(0,))
+    for got, want in ((splyce.matmul(g, g), g @ g), (splyce.add(g, g), g + g), (splyce.multiply(g, g), g * g)):
+        assert type(got) is type(want) and got.compressed_axes == want.compressed_axes
+        np.testing.assert_allclose(got.todense(), want.todense(), rtol=1e-12)
+        np.testing.assert_array_equal(np.diff(got.indptr) >= 0, True)
