@@ -127,7 +127,7 @@ def _matmul(a, b, out_format, threads: int):
     if formulation is Formulation.STORED_TIMES_DENSE:
         from splyce.dropin import stored_formats
 
-        out = stored_formats.times_dense(a, b, family)      # None: a dtype or buffers the kernels lack
+        out = stored_formats.times_dense(a, b, family, threads)      # None: a dtype or buffers the kernels lack
         return _dense_out(_csr_times_dense(a, b, threads) if out is None else out, family, want_sparse)
     if formulation is Formulation.SPARSE_TIMES_DENSE:
         if len(sa) == 2:
@@ -272,7 +272,7 @@ def _fast_spmv(a, x, threads=1):
             return None
         return _spmv_buffers(a, *last_level_buffers(a), x, several)
     if type(a) not in scipy_csr_types() or not 1 <= ndim <= 2:
-        return _stored_fast(a, x)     # a scipy COO / DIA / BSR on its own buffers (else None)
+        return _stored_fast(a, x, threads)     # a scipy COO / DIA / BSR on its own buffers (else None)
     data, indices, indptr = a.data, a.indices, a.indptr
     # the kernel reads each array's data pointer from the object itself: ndarrays (or subclasses) only
     if not (isinstance(data, np.ndarray) and isinstance(indices, np.ndarray) and isinstance(indptr, np.ndarray)):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from splyce.native.ir_text import VALUE
+from splyce.native.ir_text import MIN_CHUNK, VALUE
 
 from splyce.planner.kernel_choice import STORED_LAYOUTS as LAYOUTS   # the formats served here
 _INDEX = (np.dtype(np.int32), np.dtype(np.int64))
@@ -28,11 +28,11 @@ def layout_of(x, family: str) -> str | None:
     return None
 
 
-def times_dense(a, b, family: str):
+def times_dense(a, b, family: str, threads: int = 1):
     """``a @ b`` for ``a`` a 2-D scipy COO / DIA / BSR or pydata COO / GCXS and ``b`` a dense 1-D or 2-D array
     whose first dimension matches ``a``'s columns, as an ndarray in the operands' common value dtype; None when
     the native kernels do not apply (a value dtype they lack, buffers of another kind): then the caller takes
-    the general road. ValueError for malformed buffers."""
+    the general road. ValueError for malformed buffers. ``threads``: up to that many (COO; the same bits)."""
     b = np.asarray(b)
     dtype = np.result_type(a.dtype, b.dtype)
     if dtype not in VALUE or b.ndim not in (1, 2) or len(a.shape) != 2:
@@ -41,7 +41,7 @@ def times_dense(a, b, family: str):
     fmt = layout_of(a, family)
     if family.startswith("scipy"):
         if fmt == "coo":
-            return _scipy_coo(a, x, dtype, family == "scipy-array")
+            return _scipy_coo(a, x, dtype, family == "scipy-array", threads)
         if fmt == "dia":
             return _dia(a, x, dtype)
         if fmt == "bsr":
@@ -52,7 +52,7 @@ def times_dense(a, b, family: str):
             coords = a.coords
             if not isinstance(coords, np.ndarray) or coords.ndim != 2 or coords.shape[0] != 2:
                 return None
-            return _coo(coords[0], coords[1], a.data, x, a.shape, dtype, "pydata COO")
+            return _coo(coords[0], coords[1], a.data, x, a.shape, dtype, "pydata COO", threads)
         if fmt == "gcxs":
             return _gcxs(a, x, dtype)
     return None
@@ -76,7 +76,7 @@ def _index(arr, what: str) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def _coo(row, col, data, x, shape, dtype, kind: str):
+def _coo(row, col, data, x, shape, dtype, kind: str, threads=1):
     from splyce.native import coo
 
     m, n = shape
@@ -84,17 +84,21 @@ def _coo(row, col, data, x, shape, dtype, kind: str):
     if not (row.ndim == col.ndim == data.ndim == 1 and len(row) == len(col) == len(data)):
         raise ValueError(f"a: a malformed {kind}: {len(row)} row and {len(col)} column coordinates for "
                          f"{len(data)} values (one of each per entry)")
-    y = coo.coo_times_dense(row, col, data, x, m)
+    if threads != 1 and len(data) >= 2 * MIN_CHUNK:     # None: the default count; a small product: one thread
+        from splyce.thread_count import resolve
+
+        threads = resolve(threads)
+    y = coo.coo_times_dense(row, col, data, x, m, threads if type(threads) is int else 1)
     if y is None:
         raise ValueError(f"a: a malformed {kind}: {coo.bad_entry(row, col, m, n)}")
     return y
 
 
-def _scipy_coo(a, x, dtype, array: bool):
+def _scipy_coo(a, x, dtype, array: bool, threads=1):
     row, col = a.coords
     # (scipy 1.17 gives a one-row coo_array times a vector as a 0-d scalar; the drop-ins keep NumPy's (1,) shape,
     # as for every other format: tests/dropin/test_dropin_spmv.py)
-    return _coo(row, col, a.data, x, a.shape, dtype, "COO")
+    return _coo(row, col, a.data, x, a.shape, dtype, "COO", threads)
 
 
 def _dia(a, x, dtype):
@@ -183,7 +187,7 @@ _dia_matvec: list = []      # [scipy's compiled dia_matvec] once found (filled w
 _kinds: dict = {}       # exact scipy COO / DIA / BSR type -> its format, filled once scipy.sparse is imported
 
 
-def fast_times_dense(a, x: np.ndarray):
+def fast_times_dense(a, x: np.ndarray, threads=1):
     """``times_dense`` for the commonest calls, with the general path's checks on the operands left out: ``a``
     an exact scipy COO / DIA / BSR (array or matrix), ``x`` an ndarray of ``a``'s value dtype (one the kernels
     compute in) whose length is ``a``'s column count; None for anything else (the general path decides)."""
@@ -230,7 +234,7 @@ def fast_times_dense(a, x: np.ndarray):
     if not (x.flags.c_contiguous and dtype.isnative):
         x = np.ascontiguousarray(x, dtype=dtype.newbyteorder("="))
     if fmt == "coo":
-        return _scipy_coo(a, x, dtype, type(a).__name__ == "coo_array")
+        return _scipy_coo(a, x, dtype, type(a).__name__ == "coo_array", threads)
     if fmt == "dia":
         return _dia(a, x, dtype)
     # the common BSR (int32 index arrays, C-contiguous data of x's dtype): _bsr's checks inline, the same ones
