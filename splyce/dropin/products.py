@@ -30,7 +30,7 @@ def matmul(a, b, *, out_format=None, threads=None):
             if out is None and getattr(a, "format", None) == "lil" and type(a).__module__.startswith("scipy."):
                 # scipy's LIL @ dense is its own tocsr() per call then CSR's product: the same conversion here,
                 # then the CSR fast path (or the general one, on the CSR: one conversion either way)
-                a = a.tocsr()
+                a = scipy_to_csr(a, "a")         # (its rows and values checked first)
                 out = _fast_spmv(a, b, threads)
         else:
             out = _fast_spmspv(a, b, threads)

@@ -290,11 +290,37 @@ def scipy_to_csr(x, name: str):
                              f"{len(indices)} blocks")
         if len(indices) and (indices.min() < 0 or indices.max() >= n // C):
             raise ValueError(f"{name}: a malformed BSR: a block column index outside [0, {n // C})")
+    elif fmt == "lil":
+        _check_lil(x, name)
     elif fmt == "dia":
         data = np.asarray(x.data)
         if np.ndim(x.offsets) != 1 or data.ndim != 2 or data.shape[0] != len(x.offsets):
             raise ValueError(f"{name}: a malformed DIA: data of shape {data.shape} for {np.size(x.offsets)} offsets")
     return x.tocsr()
+
+
+def _check_lil(x, name: str) -> None:
+    """A LIL's ``rows`` and ``data``: one list per row each, of equal lengths row by row (scipy's ``tocsr`` sizes
+    its arrays by ``rows`` and fills the values from ``data`` unchecked: a shorter ``data`` row would leave
+    uninitialized values in the product). The columns themselves the kernels check as they read them."""
+    rows, data = x.rows, x.data
+    m = x.shape[0]
+    if not (isinstance(rows, np.ndarray) and isinstance(data, np.ndarray) and rows.shape == data.shape == (m,)):
+        raise ValueError(f"{name}: a malformed LIL: rows and data must each hold one list per row ({m} rows), got "
+                         f"shapes {np.shape(rows)} and {np.shape(data)}")
+    try:
+        from scipy.sparse._csparsetools import lil_get_lengths
+    except ImportError:         # another scipy: the same count in Python
+        lr = np.fromiter(map(len, rows), dtype=np.int64, count=m)
+        ld = np.fromiter(map(len, data), dtype=np.int64, count=m)
+    else:
+        lr, ld = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+        lil_get_lengths(rows, lr)
+        lil_get_lengths(data, ld)
+    if not np.array_equal(lr, ld):
+        i = int(np.argmax(lr != ld))
+        raise ValueError(f"{name}: a malformed LIL: row {i} has {int(lr[i])} columns but {int(ld[i])} values "
+                         "(rows[i] and data[i] must have equal lengths)")
 
 
 def pydata_class(out, a, b, matmul: bool = False):
