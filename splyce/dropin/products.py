@@ -43,6 +43,10 @@ def matmul(a, b, *, out_format=None, threads=None):
         # a CSC product is scipy's CSC: (B.T @ A.T).T, A.T being A's buffers as a CSR, and the CSR result
         # transposed that CSC with no copy (scipy's csc_matmat computes the same product of transposes)
         return _matmul(b.T, a.T, out_format, _threads(threads)).T
+    if out_format is None and _csc_first(a, b) and np.shape(a)[-1] == np.shape(b)[0]:
+        # a right operand of one column: the product by the general path, then scipy's class, a CSC
+        out = _matmul(a, b, out_format, _threads(threads))
+        return out.tocsc() if getattr(out, "format", None) == "csr" else out
     if out_format is None and getattr(a, "format", None) in ("bsr", "dia") and _keeps_left_format("matmul", a, b) \
             and np.shape(a)[-1] == np.shape(b)[0]:
         # scipy: a BSR times a sparse matrix is a BSR of the left's block rows by the right's block columns (1
