@@ -1,7 +1,8 @@
 """``formats``: the drop-ins on operands stored as scipy COO / DIA / BSR / LIL and pydata COO / GCXS, against
 scipy's (pydata's) own operators on the same objects (issue 56).
 
-Matrices: corpus matrices (:mod:`splyce.bench.corpus`) stored as COO and LIL; block-structured FEM operators as
+Matrices: corpus matrices (:mod:`splyce.bench.corpus`) stored as COO (entries shuffled; for four of them
+also sorted by row, ``coo-sorted``, as a CSR's ``tocoo()`` gives them) and LIL; block-structured FEM operators as
 BSR (a corpus mesh ``kron`` a dense 3 x 3 block: vector-valued FEM, as PyAMG's elasticity problems store
 them); DIA stencils (the 5-point 2-D Laplacian, an 11-diagonal band); pydata COO / GCXS of a corpus mesh.
 Ops: SpMV ``A @ x``, SpMM ``A @ X`` (16 columns), elementwise ``A * A`` (``multiply``) and ``A + A``, SpGEMM
@@ -41,6 +42,8 @@ def _matrices(cfg: Config):
         rng = np.random.default_rng(0)
         p = rng.permutation(coo.nnz)         # COO as built from element or edge lists: entries in any order
         out.append((name, "coo", sps.coo_array((coo.data[p], (coo.row[p], coo.col[p])), shape=coo.shape)))
+        if name in ("fem2d-3k", "rmat-s10", "road-700", "rmat-s13"):
+            out.append((name, "coo-sorted", sps.coo_array(coo)))     # as a CSR's tocoo(): entries by row
         if not quick and name in ("fem2d-250k", "rmat-s13"):
             out.append((name, "lil", a.tolil()))
     rng = np.random.default_rng(1)

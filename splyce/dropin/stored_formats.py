@@ -291,7 +291,7 @@ def scipy_to_csr(x, name: str):
         if len(indices) and (indices.min() < 0 or indices.max() >= n // C):
             raise ValueError(f"{name}: a malformed BSR: a block column index outside [0, {n // C})")
     elif fmt == "lil":
-        _check_lil(x, name)
+        return _lil_to_csr(x, name)
     elif fmt == "dia":
         data = np.asarray(x.data)
         if np.ndim(x.offsets) != 1 or data.ndim != 2 or data.shape[0] != len(x.offsets):
@@ -299,24 +299,47 @@ def scipy_to_csr(x, name: str):
     return x.tocsr()
 
 
-def _check_lil(x, name: str) -> None:
-    """A LIL's ``rows`` and ``data``: one list per row each, of equal lengths row by row (scipy's ``tocsr`` sizes
-    its arrays by ``rows`` and fills the values from ``data`` unchecked: a shorter ``data`` row would leave
-    uninitialized values in the product). The columns themselves the kernels check as they read them."""
+def _lil_to_csr(x, name: str):
+    """scipy's ``lil.tocsr()`` (its compiled row-length count and flatten, the same index dtype and buffers) with
+    a LIL's ``rows`` and ``data`` checked to be one list per row each, of equal lengths row by row: scipy sizes
+    its arrays by ``rows`` and fills the values from ``data`` unchecked (a shorter ``data`` row would leave
+    uninitialized values in the result). One count pass more than scipy's conversion (of ``data``). The
+    columns themselves the kernels check as they read them."""
     rows, data = x.rows, x.data
-    m = x.shape[0]
+    m, n = x.shape
     if not (isinstance(rows, np.ndarray) and isinstance(data, np.ndarray) and rows.shape == data.shape == (m,)):
         raise ValueError(f"{name}: a malformed LIL: rows and data must each hold one list per row ({m} rows), got "
                          f"shapes {np.shape(rows)} and {np.shape(data)}")
     try:
-        from scipy.sparse._csparsetools import lil_get_lengths
-    except ImportError:         # another scipy: the same count in Python
+        from scipy.sparse._csparsetools import lil_flatten_to_array, lil_get_lengths
+    except ImportError:         # another scipy: count in Python, then scipy's own conversion
         lr = np.fromiter(map(len, rows), dtype=np.int64, count=m)
         ld = np.fromiter(map(len, data), dtype=np.int64, count=m)
-    else:
-        lr, ld = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
-        lil_get_lengths(rows, lr)
-        lil_get_lengths(data, ld)
+        _same_lengths(lr, ld, name)
+        return x.tocsr()
+    if m == 0 or n == 0:
+        return x.tocsr()
+    lr, ld = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+    lil_get_lengths(rows, lr)
+    lil_get_lengths(data, ld)
+    _same_lengths(lr, ld, name)
+    nnz = int(lr.sum())
+    # scipy's index dtype: int32 when m * n fits (then nnz does too), else by max(n, nnz)
+    idx = np.int32 if m * n <= np.iinfo(np.int32).max or max(n, nnz) <= np.iinfo(np.int32).max else np.int64
+    indptr = np.empty(m + 1, dtype=idx)
+    indptr[0] = 0
+    np.cumsum(lr, out=indptr[1:], dtype=idx)
+    indices = np.empty(nnz, dtype=idx)
+    values = np.empty(nnz, dtype=x.dtype)
+    lil_flatten_to_array(rows, indices)
+    lil_flatten_to_array(data, values)
+    import scipy.sparse as sps
+
+    cls = sps.csr_array if isinstance(x, sps.sparray) else sps.csr_matrix
+    return cls((values, indices, indptr), shape=(m, n))
+
+
+def _same_lengths(lr, ld, name: str) -> None:
     if not np.array_equal(lr, ld):
         i = int(np.argmax(lr != ld))
         raise ValueError(f"{name}: a malformed LIL: row {i} has {int(lr[i])} columns but {int(ld[i])} values "
