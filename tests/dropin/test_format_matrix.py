@@ -180,3 +180,50 @@ def test_bool_subtract_refused_where_scipy_refuses():
     a = _as("dia", _dense((12, 9), 0.25, 0, np.bool_))
     b = _as("dia", _dense((12, 9), 0.3, 50, np.bool_))
     _check("dia bool subtract", lambda: splyce.subtract(a, b), lambda: a - b)
+
+
+# -- COO products: rows held in registers, thread splits (native/coo.py) ------------------------------------------
+
+def _coo_layout(kind, m, n, nnz, seed, dtype):
+    rng = np.random.default_rng(seed)
+    r, c = rng.integers(0, m, nnz), rng.integers(0, n, nnz)
+    if kind in ("sorted", "nearly sorted"):
+        o = np.lexsort((c, r))
+        r, c = r[o], c[o]
+    if kind == "nearly sorted":      # a sample of the rows looks sorted; a few entries are not
+        i, j = rng.integers(0, nnz, 4), rng.integers(0, nnz, 4)
+        r[i], r[j] = r[j].copy(), r[i].copy()
+    v = _dense((nnz,), 1.0, seed + 1, dtype)
+    return sp.coo_array((v, (r.astype(np.int32), c.astype(np.int32))), shape=(m, n))
+
+
+@pytest.mark.parametrize("kind", ("sorted", "nearly sorted", "shuffled"))
+@pytest.mark.parametrize("dtype", (np.float64, np.int32))
+def test_coo_products_bit_identical_for_any_layout_and_thread_count(kind, dtype):
+    """COO SpMV / SpMM with rows held in registers over runs of one row and split over threads where the entries
+    are grouped by row (more than 2 x 32,768 entries): scipy's bits for every thread count, entries sorted, almost
+    sorted (the split finds out as it reads and starts again on one thread) or shuffled, 10 to 60 per row."""
+    for m, per_row in ((7000, 10), (1200, 60)):
+        a = _coo_layout(kind, m, 900, m * per_row, per_row, dtype)
+        for rhs in (_dense((900,), 1.0, 1, dtype), _dense((900, 5), 1.0, 2, dtype), _dense((900, 40), 1.0, 3, dtype)):
+            want = a @ rhs
+            for threads in (1, 2, 3):
+                got = splyce.matmul(a, rhs, threads=threads)
+                assert got.dtype == want.dtype
+                np.testing.assert_array_equal(got, want, err_msg=f"{kind} m={m} k={rhs.shape[1:]} threads={threads}")
+
+
+@pytest.mark.parametrize("sorted_rows", (True, False))
+def test_coo_bad_coordinates_refused_on_every_thread_count(sorted_rows):
+    rows = np.arange(100_000) % 50
+    a = sp.coo_array((np.ones(100_000), (np.sort(rows) if sorted_rows else rows, np.zeros(100_000, int))),
+                     shape=(50, 3))
+    a.coords[0][77_777] = 60
+    for threads in (1, 2):
+        with pytest.raises(ValueError, match=r"entry 77777 has coordinates \(60, 0\) outside"):
+            splyce.matmul(a, np.ones(3), threads=threads)
+    a.coords[0][77_777] = 3
+    a.coords[1][70_000] = -1
+    for threads in (1, 2):
+        with pytest.raises(ValueError, match="entry 70000 has coordinates"):
+            splyce.matmul(a, np.ones((3, 4)), threads=threads)
