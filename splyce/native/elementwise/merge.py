@@ -21,8 +21,9 @@ import numpy as np
 from splyce.native.array_objects import DATA_OFFSET, address as _address
 from splyce.native import ir_text
 from splyce.native.elementwise.common import _POS_MAX, _keep, _lock, missing_values, value_type
-from splyce.native.elementwise.merge_ir import (_BOUNDS, _INTERSECT, _MERGE_STEP, _MERGE_STEP_PARTS, _NARROW, _NARROW_MASK,
-                                                 _NARROW_PARTS, _TAIL, _TAILS, _UNION)
+from splyce.native.elementwise.merge_ir import (_BOUNDS, _MERGE_STEP, _MERGE_STEP_PARTS, _NARROW, _NARROW_MASK,
+                                                 _NARROW_PARTS, _ROWS, _ROWS_PARTS, _TAIL,
+                                                 _TAILS)
 from splyce.native.ir_text import fill
 from splyce.native.elementwise.same import same_pattern
 
@@ -71,7 +72,7 @@ def _kernel(op: str, value: np.dtype, pos_bits: int, crd_bits: int, intersect: b
     step = fill(_MERGE_STEP, **_MERGE_STEP_PARTS[not intersect], **keeps, **fields)
     tails = {f"tail_{x}": fill(_TAIL, x=x, **own, **fields) for x, own in _TAILS.items()}
     entry_store, end_store = _END_STORES[direct]
-    text = fill(_INTERSECT if intersect else _UNION, bounds=_BOUNDS, narrow=narrow, merge_step=step, **tails,
+    text = fill(_ROWS, **_ROWS_PARTS[not intersect], bounds=_BOUNDS, narrow=narrow, merge_step=step, **tails,
                 entry_store=entry_store, end_store=end_store, **fields)
     if not direct:
         return compile_host_helpers(text, {name: _SIG})[name]
