@@ -2,7 +2,7 @@
 
 from splyce.native.ir_text import index_at, load_at, loop_head, store_at
 
-from splyce.native.elementwise.csc_ir import _CSC_ENTRY_CURSOR, _CSC_ROW_BODY
+from splyce.native.elementwise.csc_ir import csc_rows
 
 # A product's match without a branch on the pattern: the rows of ``lanes`` B entries from the cursor on are compared
 # with A's row at once (a masked load: lanes past the column's end are neither read nor counted, so nothing past
@@ -157,27 +157,8 @@ entry:
   %bad = alloca i32
   store i32 0, ptr %bad
   br label %row
-row:
-  %r = phi i64 [%lo, %entry], [%r1, %row_end]
-  %o_r = phi i64 [%o_in, %entry], [%o, %row_end]
-  %z_r = phi i64 [0, %entry], [%z, %row_end]
-  %rin = icmp slt i64 %r, %hi
-  br i1 %rin, label %row_body, label %done
-""" + _CSC_ROW_BODY + """entries:
-  %k = phi i64 [%k0, %row_body], [%kn, %next]
-  %o = phi i64 [%o_r, %row_body], [%vo1, %next]
-  %z = phi i64 [%z_r, %row_body], [%vz1, %next]
-  %kin = icmp slt i64 %k, %k1
-  br i1 %kin, label %entry_body, label %row_end
-""" + _CSC_ENTRY_CURSOR + """  br label %vstart
-{match}next:
-  %kn = add i64 %k, 1
-  br label %entries
-row_end:
-  %pce = getelementptr i{c}, ptr %cp, i64 %r1
-  %o_c = {narrow} %o to i{c}
-  store i{c} %o_c, ptr %pce
-  br label %row
+""" + csc_rows("entry", "%o_in", ("row_end", "r1", "o", "z"), "done", "vo1",
+                "  br label %vstart\n{match}next:\n  %kn = add i64 %k, 1\n  br label %entries\n") + """\
 done:
   store i64 %z_r, ptr %zp
   %bad_here = load i32, ptr %bad
