@@ -23,7 +23,7 @@ import threading
 
 import numpy as np
 
-from splyce.native.ir_text import IR, SCALARS, VALUE, check_segment, load_index, loop, narrow
+from splyce.native.ir_text import IR, SCALARS, VALUE, check_segment, instruction, load_index, loop, narrow
 from splyce.native.object_calls import array_args as _arrays, compile_on_objects as _compiled
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -112,7 +112,7 @@ def binop_ir(name: str, op: str, value: np.dtype, abits: int, bbits: int, cbits:
     Both return -1 at a malformed index."""
     s = SCALARS[value]
     t = s.t
-    instr = {"add": s.add, "subtract": s.sub, "multiply": s.mul}[op]
+    instr = instruction(value, op)
     ir = IR()
     extra = ", ptr noalias %next, ptr noalias %arow, ptr noalias %brow" if general else ""
     ir(f"define i64 @{name}(ptr %ap, ptr %aj, ptr %ax, ptr %bp, ptr %bj, ptr %bx, ptr %zeros, ptr noalias %cp, "
