@@ -2,7 +2,7 @@
 
 from splyce.native.ir_text import index_at, load_at, loop_head, store_at
 
-from splyce.native.elementwise.csc_ir import csc_rows, own_arrays
+from splyce.native.elementwise.csc_ir import csc_rows
 
 # A product's match without a branch on the pattern: the rows of ``lanes`` B entries from the cursor on are compared
 # with A's row at once (a masked load: lanes past the column's end are neither read nor counted, so nothing past
@@ -134,7 +134,16 @@ mode_done:
 # entry there, transposed, so a B entry without a partner is an A entry without one, whose value the pass
 # checks; its vector rows then skip the check of B's skipped entries (blockdiag-1500: 13.6 -> 11.9 ms, the
 # same as an integer product's)
-_OWN_VALUES = own_arrays("ov", values=True) + """  %vrows_fn = select i1 %ov, ptr @{name}_vrows_own, ptr @{name}_vrows
+_OWN_VALUES = """  %ov_c = icmp eq ptr %bc, %ac
+  %ov_p = icmp eq ptr %bp, %ap
+  %ov_v = icmp eq ptr %bv, %av
+  %ov_mn = icmp eq i64 %m, %n
+  %ov_nnz = icmp eq i64 %nnz_b, %nnz_a
+  %ov_cp = and i1 %ov_c, %ov_p
+  %ov_vmn = and i1 %ov_v, %ov_mn
+  %ov_a = and i1 %ov_cp, %ov_vmn
+  %ov = and i1 %ov_a, %ov_nnz
+  %vrows_fn = select i1 %ov, ptr @{name}_vrows_own, ptr @{name}_vrows
 """
 
 # Rows [lo, hi) with the vector match only (the scalar pass's rows, entries and row ends as there); returns the
