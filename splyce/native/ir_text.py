@@ -397,3 +397,14 @@ def run_taken(fn, chunks, threads: int, state=lambda: None, executor=None) -> li
     for f in rest:
         f.result()
     return out
+
+
+# -- the merges' operations (merge-gen) ---------------------------------------------------------------------------
+MERGE_OPS = ("multiply", "add", "subtract")     # scipy's names of the elementwise product, sum and difference
+
+
+def instruction(dtype, op: str) -> str | None:
+    """The instruction of the merge operation ``op`` (``MERGE_OPS``) in ``dtype``, read from its row of ``SCALARS``;
+    None where the dtype has none (bool: no difference)."""
+    s = SCALARS[np.dtype(dtype)]
+    return {"multiply": s.mul, "add": s.add, "subtract": s.sub}[op]

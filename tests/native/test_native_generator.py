@@ -29,7 +29,7 @@ def captured(monkeypatch):
 def _builds():
     from splyce.native import compress, masked, masked_sum, masked_sum_checked, spgemm, spmv, spmv_scatter, transpose
     from splyce.native import validation
-    from splyce.native.elementwise import csc, merge, same
+    from splyce.native.elementwise import csc, merge
 
     for v, (p, c) in itertools.product(NUMERIC, itertools.product(WIDTHS, WIDTHS)):
         yield masked._masked.__wrapped__, (v, p, c, p, c, p, c, False)
@@ -52,7 +52,7 @@ def _builds():
                                                               (False, True)):
                 yield merge._kernel.__wrapped__, (op, v, p, c, intersect, False, keep)
             for c, keep in itertools.product(WIDTHS, (False, True)):
-                yield same._same_kernel.__wrapped__, (op, v, c, keep)
+                yield merge._same_kernel.__wrapped__, (op, v, c, keep)
     for v, bits, op in itertools.product(NUMERIC, WIDTHS, ("multiply", "add")):
         yield csc._csc_pass_kernel.__wrapped__, (op, v, bits, 4, "", 8)
     for bits in WIDTHS:
