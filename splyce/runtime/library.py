@@ -79,6 +79,11 @@ class LibraryCall:
         if self.formulation == "form":
             return (f"// runs as a one-op form on the argument's arrays (runtime/forms.py): {call}; the MLIR "
                     f"kernel is compiled only when asked for")
+        if self.op.types and self.op.types[0].stored:
+            t = self.op.types[0]
+            return (f"// runs on the native kernel library: {call} as '{self.formulation}': %arg{self.op.operands[0]} "
+                    f"({t.stored} {t.shape[0]}x{t.shape[1]}) kept, read on its own buffers; the conversion above is "
+                    f"the MLIR kernel's, compiled only when asked for")
         if self.guarded:
             return (f"// runs on the native kernel library when the values allow: {call} as '{self.formulation}' "
                     f"(checked per call); otherwise the MLIR kernel, compiled on the first such call")
@@ -158,6 +163,29 @@ def _as_library_op(step: Node, inputs: tuple[TensorType, ...]) -> LibraryOp | No
     return None
 
 
+def _held_times_dense(node: Node, inputs: tuple[TensorType, ...]) -> tuple[tuple[int, int], str] | None:
+    """``(operands, formulation)`` when ``node`` is ``a @ z`` (``ik,k->i`` / ``ik,kj->ij``, no scale) of an
+    argument ``a`` held in its own format (a scipy BSR / DIA / COO: tensors/held.py) and a dense ``z`` of its
+    value dtype: the native kernel on ``a``'s own buffers computes it (native/bsr.py, dia.py, coo.py: scipy's
+    sums, bit for bit), no conversion to CSR. None otherwise."""
+    if node.op != "contract" or len(node.args) != 2 or any(a.op != "input" for a in node.args) \
+            or node.type.is_sparse:
+        return None
+    params: ContractParams = node.params[0]
+    (x, y), o = params.inputs, params.output
+    a, z = (inputs[arg.params[0]] for arg in node.args)
+    if params.scale is not None or not a.stored or z.stored or z.is_sparse or len(x) != 2 or x[0] == x[1] \
+            or len(y) not in (1, 2) or y[0] != x[1] or o != x[0] + y[1:] or (len(y) == 2 and y[1] in x):
+        return None
+    if not (a.dtype == z.dtype == node.type.dtype):
+        return None
+    return (node.args[0].params[0], node.args[1].params[0]), f"{a.stored.split()[0]} x dense"
+
+
+def _run_held(values, threads):
+    return values[0].times_dense(values[1])
+
+
 def _pinned(trace) -> bool:
     """Whether a contraction's loop order was pinned (``einsum(..., order=)``): the formulation as written, on
     the MLIR kernel (the paper's kernels are measured that way)."""
@@ -185,7 +213,7 @@ def choose(plan, options, out_format) -> LibraryCall | None:
     result would not be that type declines."""
     if options.profile or not options.target.is_host_compatible:
         return None
-    form = forms.recognize(plan)
+    form = forms.recognize(plan) if not plan.held else None    # (forms read a CSR argument's own arrays)
     if form is not None:
         return _form_call(form)
     if not options.vectorize:
@@ -215,6 +243,8 @@ def choose(plan, options, out_format) -> LibraryCall | None:
     step = plan.steps[0]
     if plan.trace.outputs[0] is not step.node:
         return None
+    if plan.held:
+        return _held_call(plan, step.node)
     op = _as_library_op(step.node, plan.trace.inputs)
     if op is None:
         return None
@@ -228,6 +258,34 @@ def choose(plan, options, out_format) -> LibraryCall | None:
         if call is not None:
             return call
     return None
+
+
+def _held_call(plan, node: Node) -> LibraryCall | None:
+    """The one-product plan ``a @ z`` of an argument held in its own format (a scipy BSR / DIA / COO) as the
+    native kernel on its buffers (``_held_times_dense``), reading the arguments as they are; the plan it
+    carries says the argument is kept."""
+    n_args = len(plan.source.inputs) - len(plan.constants)
+    args = []
+    for a in node.args:     # back from the kernel inputs to the arguments they convert (or are)
+        if a.op != "input":
+            return None
+        s = plan.sources[a.params[0]]
+        if s.host is not None or s.native is not None or not (0 <= s.index < n_args) \
+                or (s.converted and not plan.source.inputs[s.index].stored):
+            return None
+        args.append(Node("input", (), (s.index,), plan.source.inputs[s.index]))
+    if not any(a.type.stored for a in args):
+        return None
+    source = Node(node.op, tuple(args), node.params, node.type)
+    found = _held_times_dense(source, plan.source.inputs)
+    if found is None:
+        return None
+    operands, formulation = found
+    op = LibraryOp("matmul", None, operands, tuple(plan.source.inputs[i] for i in operands), node.type,
+                   reads=operands, transposed=(False, False))
+    kept = plan._replace(held=tuple((i, "") if i == operands[0] else (i, why) for i, why in plan.held))
+    return LibraryCall(op, formulation, _run_held, detail="the held operand's own buffers, not converted",
+                       plan=kept)
 
 
 def _form_call(form: forms.Form) -> LibraryCall:
@@ -292,6 +350,11 @@ def native_steps(options):
     def step(node: Node, inputs: tuple[TensorType, ...], nnz: tuple[int, ...], glue: bool = False,
              contracted: bool = False) -> NativeStep | None:
         if node.type.is_sparse:
+            return None
+        held = _held_times_dense(node, inputs)
+        if held is not None:        # an argument held as BSR / DIA / COO: its own kernel, never a conversion
+            return NativeStep("matmul", held[0], held[1], _run_held, "on the operand's own buffers, not converted")
+        if any(a.op == "input" and inputs[a.params[0]].stored for a in node.args):
             return None
         op = _as_library_op(node, inputs)
         if op is None or op.op != "matmul" or op.types[1].is_sparse:
