@@ -136,7 +136,9 @@ class Plan:
 
     @property
     def needs_conversion(self) -> bool:
-        return any(s.converted for s in self.sources)
+        """Whether ``prepare`` changes the operands (a conversion, a host or native product, or a held BSR / DIA /
+        COO argument, whose slot the kernel never reads: ``prepare`` puts an empty CSR there)."""
+        return bool(self.held) or any(s.converted for s in self.sources)
 
     def prepare(self, values: list, threads: int = 1) -> list:
         """The kernel's operands from the call's (validated) operands: the frozen constants after them,
@@ -167,7 +169,7 @@ class Plan:
         if originals:
             for i, v in originals.items():
                 values[i] = v
-        if not self.needs_conversion and not self.held:
+        if not self.needs_conversion:
             return values
         from splyce.tensors.tensor import asarray
 
@@ -205,7 +207,9 @@ class Plan:
         lines.append(f"  // costed for the first call's stored entries ({nnz})")
         for i, why in self.held:
             t = self.source.inputs[i]
-            if why:
+            if why == "unread":
+                lines.append(f"  // %arg{i}: {t.stored} {t.shape[0]}x{t.shape[1]}, kept (nothing reads it)")
+            elif why:
                 lines.append(f"  // %arg{i}: {t.stored} {t.shape[0]}x{t.shape[1]}, converted to csr: {why}")
             else:
                 lines.append(f"  // %arg{i}: {t.stored} {t.shape[0]}x{t.shape[1]}, kept (only the native kernels "
@@ -542,7 +546,9 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
             if a.op == "input" and a.params[0] in held_args and a.type.stored:
                 t = a.type
                 args[k] = converted_input(a, TensorType(t.shape, t.dtype, t.format))
-                why_converted[a.params[0]].append(_no_native_kernel(new, t.stored))
+                why_converted[a.params[0]].append(
+                    _no_native_kernel(new, t.stored) if native is not None else
+                    "the native kernel library is off for this jit (library=False, vectorize=False or profile=True)")
         return with_args(new, tuple(args))
 
     mapping: dict[Node, Node] = {}
@@ -603,7 +609,9 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
     fresh = frozenset(i for i, s in enumerate(sources) if s.host is not None or s.native is not None or (
         first <= i < len(trace.inputs) and not s.type.is_sparse and gathered[i - first].spec[0][0] != "check"))
     planned = Trace(planned.inputs, planned.outputs, in_place_results(planned, fresh))
-    held = tuple((i, "; ".join(dict.fromkeys(why_converted[i]))) for i in sorted(held_args))
+    natively = {k for s in sources if s.native is not None for k in s.native.operands}
+    held = tuple((i, "; ".join(dict.fromkeys(why_converted[i])) or ("" if i in natively else "unread"))
+                 for i in sorted(held_args))
     plan = Plan(source, planned, tuple(sources), tuple(steps), tuple(fusions), tuple(nnz), derived, gathered,
                 constants=tuple(constants), held=held)
     check_memory(plan)

@@ -30,7 +30,7 @@ def held_kind(x) -> str | None:
     """The format a scipy operand is held in inside ``@jit`` ("bsr", "dia", "coo"), or None (converted as
     before: another format or rank, or a value dtype the native kernels lack)."""
     fmt = getattr(x, "format", None)
-    if fmt not in KINDS or len(getattr(x, "shape", ())) != 2:
+    if fmt not in KINDS or not type(x).__module__.startswith("scipy.sparse") or len(getattr(x, "shape", ())) != 2:
         return None
     try:
         dtype = np.dtype(x.dtype)
