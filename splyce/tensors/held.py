@@ -16,6 +16,8 @@ kernels check as they read them; the conversion to CSR checks them first (scipy'
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from splyce.native.ir_text import VALUE
@@ -66,7 +68,7 @@ class Held:
     the planner costs it by (a BSR's stored block entries, a DIA's in-range diagonal positions, a COO's
     entries, duplicates counted)."""
 
-    __slots__ = ("obj", "kind", "name", "shape", "dtype", "stored", "format", "nnz", "parts", "_empty")
+    __slots__ = ("obj", "kind", "name", "shape", "dtype", "stored", "format", "_nnz", "parts")
 
     def __init__(self, x, name: str):
         kind = held_kind(x)
@@ -75,7 +77,6 @@ class Held:
         self.obj, self.kind, self.name = x, kind, name
         self.shape = tuple(int(d) for d in x.shape)
         self.dtype = np.dtype(x.dtype).newbyteorder("=")
-        self._empty = None
         m, n = self.shape
         if kind == "bsr":
             data = np.asarray(x.data)
@@ -97,22 +98,21 @@ class Held:
                                  f"got {int(indptr[0])} ... {int(indptr[-1])}")
             self.parts = (indptr, indices, _values(data, self.dtype))
             self.stored = f"bsr {R}x{C}"
-            self.nnz = nnzb * R * C
+            self._nnz = nnzb * R * C
             wide = indices.dtype == np.int64 or m >= 2**31 or n >= 2**31 or self.nnz >= 2**31
         elif kind == "dia":
             offsets, data = _index(x.offsets, "DIA offsets", name), np.asarray(x.data)
             if offsets.ndim != 1 or data.ndim != 2 or data.shape[0] != len(offsets):
                 raise ValueError(f"{name}: a malformed DIA: data of shape {data.shape} for {offsets.size} offsets "
                                  "(one row of data per offset)")
-            if len(offsets) and max(-int(offsets.min()), int(offsets.max())) >= _OFFSET_LIMIT:
+            # (int32 offsets are within the limit by their type: no scan on the common small call)
+            if offsets.dtype != np.int32 and len(offsets) and \
+                    max(-int(offsets.min()), int(offsets.max())) >= _OFFSET_LIMIT:
                 raise ValueError(f"{name}: a malformed DIA: an offset of magnitude 2**62 or more")
             self.parts = (offsets, _values(data, self.dtype))
             self.stored = "dia"
-            width = min(data.shape[1], n)
-            lo = np.maximum(offsets.astype(np.int64), 0)
-            hi = np.minimum(width, m + offsets.astype(np.int64))
-            self.nnz = int(np.maximum(hi - lo, 0).sum())
-            wide = m >= 2**31 or n >= 2**31 or self.nnz >= 2**31
+            self._nnz = None          # (counted when the planner asks: ``nnz``)
+            wide = m >= 2**31 or n >= 2**31 or data.size >= 2**31
         else:
             row, col = (_index(c, f"COO {w} coordinates", name) for c, w in zip(x.coords, ("row", "column")))
             data = _values(x.data, self.dtype)
@@ -121,9 +121,20 @@ class Held:
                                  f"{data.size} values (one of each per entry)")
             self.parts = (row, col, data)
             self.stored = "coo"
-            self.nnz = len(data)
-            wide = row.dtype == np.int64 or col.dtype == np.int64 or m >= 2**31 or n >= 2**31 or self.nnz >= 2**31
+            self._nnz = len(data)
+            wide = row.dtype == np.int64 or col.dtype == np.int64 or m >= 2**31 or n >= 2**31 or self._nnz >= 2**31
         self.format: Format = CSR if wide else CSR.with_widths(32, 32)
+
+    @property
+    def nnz(self) -> int:
+        if self._nnz is None:         # a DIA: the in-range positions of its diagonals
+            offsets, data = self.parts
+            m, n = self.shape
+            width = min(data.shape[1], n)
+            lo = np.maximum(offsets.astype(np.int64), 0)
+            hi = np.minimum(width, m + offsets.astype(np.int64))
+            self._nnz = int(np.maximum(hi - lo, 0).sum())
+        return self._nnz
 
     # -- the products the native kernel library has on the held format ------------------------------------------
     def times_dense(self, x: np.ndarray) -> np.ndarray:
@@ -175,19 +186,23 @@ class Held:
 
     def empty(self):
         """An empty CSR of the operand's shape, dtype and format: the kernel argument in its place when the
-        MLIR kernel does not read it (native steps read the held buffers)."""
-        if self._empty is None:
-            from splyce.tensors.tensor import SparseTensor
-
-            m, _ = self.shape
-            index = np.dtype(f"int{self.format.pos_width}")
-            crd = np.dtype(f"int{self.format.crd_width}")
-            self._empty = SparseTensor(self.shape, self.format, (None, np.zeros(m + 1, dtype=index)),
-                                       (None, np.zeros(0, dtype=crd)), np.zeros(0, dtype=self.dtype))
-        return self._empty
+        MLIR kernel does not read it (native steps read the held buffers). One per type, shared: never written."""
+        return _empty(self.shape, self.dtype, self.format)
 
     def __repr__(self) -> str:
         return f"Held({self.stored}, {self.shape[0]}x{self.shape[1]}, {self.dtype})"
+
+
+@functools.lru_cache(maxsize=64)
+def _empty(shape: tuple, dtype: np.dtype, fmt: Format):
+    from splyce.tensors.tensor import SparseTensor
+
+    pos = np.zeros(shape[0] + 1, dtype=f"int{fmt.pos_width}")
+    crd = np.zeros(0, dtype=f"int{fmt.crd_width}")
+    values = np.zeros(0, dtype=dtype)
+    for v in (pos, crd, values):
+        v.flags.writeable = False
+    return SparseTensor(shape, fmt, (None, pos), (None, crd), values)
 
 
 def _bad_coo(row, col, m, n) -> str | None:
