@@ -252,3 +252,22 @@ def test_malformed_refused(label, a):
         with pytest.raises(ValueError, match="malformed"):
             splyce.jit(fun)(a, x)
     _unchanged(a, snap)
+
+
+@pytest.mark.parametrize("fmt", ["bsr", "dia", "coo"])
+def test_other_entry_points(fmt):
+    """accumulate, the plain sparsifier (every held argument converted), threads, grad and compiled loops."""
+    rng = np.random.default_rng(8)
+    a = {"bsr": _bsr(rng, 24, 24, (4, 4), 0.3, np.float64), "dia": _dia(rng, 24, 24, [0, 2, -3], np.float64),
+         "coo": _coo(rng, 24, 24, 0.2, np.float64)}[fmt]
+    x = rng.random(24)
+    out = np.ones(24)
+    _close(splyce.jit(spmv).accumulate(out, a, x), 1 + a @ x)
+    plain = splyce.jit(spmv, library=False)
+    _close(plain(a, x), a @ x)
+    assert "converted to csr: the native kernel library is off" in splyce.jit(pagerank_step, library=False) \
+        .lower(a, x).as_text("plan")
+    _same_bits(splyce.jit(spmv, threads=2)(a, x), splyce.matmul(a, x))
+    _close(splyce.grad(lambda v, m: ((m @ v) ** 2).sum())(x, a), 2 * (a.T @ (a @ x)))
+    loop = splyce.jit(lambda m, v: splyce.fori_loop(0, 3, lambda i, w: m @ w, v))
+    _close(loop(a, x), a @ (a @ (a @ x)))
