@@ -15,13 +15,14 @@ on CPU asked for one thread (XLA_FLAGS, set before jax is imported here)."""
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
 from splyce.bench.common import Config, Result, measure
 
 COLUMNS = ["program", "matrix", "n", "nnz", "splyce_ms", "jax_ms", "scipy_ms", "jax_over_splyce",
-           "scipy_over_splyce", "splyce_first_s", "jax_first_s"]
+           "scipy_over_splyce", "cpu_jax_over_splyce", "cpu_scipy_over_splyce", "splyce_first_s", "jax_first_s"]
 DEFAULT_MATRICES = ("ba-100k", "fem2d-250k")
 
 
@@ -117,6 +118,19 @@ def programs(A, rng):
     ]
 
 
+def _cpu_medians(steps: dict, repeats: int) -> dict:
+    """Each step's median process CPU time over ``repeats`` interleaved calls (after ``measure``'s warm-up):
+    on a VM shared with other work, wall times wait for a core (2-3x the CPU time at load ~15 on 2 cores,
+    2026-12-08) and CPU times do not; a step on two threads counts both."""
+    times = {k: [] for k in steps}
+    for _ in range(max(3, repeats)):
+        for k, f in steps.items():
+            t = time.process_time()
+            f()
+            times[k].append(time.process_time() - t)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
 def run(cfg: Config) -> Result:
     from splyce.bench import corpus
 
@@ -137,14 +151,18 @@ def run(cfg: Config) -> Result:
         for program, ours, theirs, scipy_step in programs(A, rng):
             timings = measure({"splyce": ours, "jax": theirs, "scipy": scipy_step}, scipy_step, cfg,
                               desc=f"{program} {name}", rtol=1e-8)
+            cpu = _cpu_medians({"splyce": ours, "jax": theirs, "scipy": scipy_step}, cfg.n_repeats)
             s, j, r = (timings[k].median for k in ("splyce", "jax", "scipy"))
             out.append({"program": program, "matrix": name, "n": A.shape[0], "nnz": A.nnz, "splyce_ms": s * 1e3,
                         "jax_ms": j * 1e3, "scipy_ms": r * 1e3, "jax_over_splyce": j / s,
-                        "scipy_over_splyce": r / s, "splyce_first_s": timings["splyce"].first_call,
+                        "scipy_over_splyce": r / s, "cpu_jax_over_splyce": cpu["jax"] / cpu["splyce"],
+                        "cpu_scipy_over_splyce": cpu["scipy"] / cpu["splyce"],
+                        "splyce_first_s": timings["splyce"].first_call,
                         "jax_first_s": timings["jax"].first_call})
     note = ("splyce: splyce.jit(splyce.grad(loss)) on the scipy CSR; jax: jax.jit(jax.grad(loss)) on a BCOO "
             "(mf: gathers), float64, one thread asked; scipy: the gradient written by hand with scipy / NumPy. "
-            "Median of interleaved repeats; first_s: the first call (trace, plan, compile; the disk cache may "
+            "Median of interleaved repeats; cpu_*: ratios of median process CPU times (a second interleaved pass, "
+            "robust to other processes' load); first_s: the first call (trace, plan, compile; the disk cache may "
             "serve splyce's kernel on a re-run). Results checked against the scipy gradient (rtol 1e-8).")
     return Result("grad", "Jitted gradient steps vs jax.jit(jax.grad) on BCOO and hand-written scipy", COLUMNS, out,
                   note)

@@ -78,6 +78,17 @@ def _remap(expr, mapping):
     return (head, *[_remap(x, mapping) if isinstance(x, tuple) else x for x in rest])
 
 
+FUSE_PREDICATE_CASTS = True     # (False: the switch of the before / after measurement, docs/guide/transformations.md)
+
+
+def _cast_of_predicate(arg: Node, expr, k: int) -> bool:
+    """Whether ``expr`` casts its operand ``k``, a boolean value (``stored(a)``, ``x > 0``), to another dtype:
+    the predicate fuses into the cast (a 0 / 1 at each entry, as the cast of the stored boolean), so the
+    ones at a sparse matrix's pattern that a gradient samples at are one pass, not a boolean copy of the
+    matrix and its cast."""
+    return FUSE_PREDICATE_CASTS and arg.type.dtype == "bool" and expr[0] == "cast" and expr[1] == ("arg", k)
+
+
 def fuse_elementwise(outputs, uses: dict[Node, int]):
     """Rebuild the DAG with every elementwise op as an ``ewise`` node that has absorbed the elementwise
     ops feeding it which nothing else reads. Returns the new outputs and the number of ops absorbed."""
@@ -107,7 +118,8 @@ def fuse_elementwise(outputs, uses: dict[Node, int]):
         parts = []
         for old_arg, arg, read in zip(node.args, f_args, f_reads):
             inner = elementwise_form(arg) if uses.get(old_arg) == 1 else None
-            if inner is not None and arg.type.shape == new.type.shape and arg.type.dtype == new.type.dtype \
+            if inner is not None and arg.type.shape == new.type.shape \
+                    and (arg.type.dtype == new.type.dtype or _cast_of_predicate(arg, expr, len(parts))) \
                     and read == _axes(new) and not _dense_union_into_numpy(arg, inner[0], expr):
                 inner_args, inner_expr, inner_reads = inner
                 parts.append(_remap(inner_expr, [slot(a, r) for a, r in zip(inner_args, inner_reads)]))

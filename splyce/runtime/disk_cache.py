@@ -136,7 +136,7 @@ def _tuning() -> dict:
     running the old bound."""
     from splyce.native import spmv
 
-    return {"flat_max_row": spmv.FLAT_MAX_ROW, "flat_min_bytes": spmv.FLAT_MIN_BYTES}
+    return spmv.compiled_constants()
 
 
 def _type_key(t) -> dict:

@@ -15,7 +15,9 @@ import numpy as np
 
 from splyce.planner.host_steps import HostStage, KernelStage, split
 from splyce.planner.plan import make_plan
+from splyce.tensors.tensor import SparseTensor, asarray
 from splyce.tracer import linalg
+from splyce.tracer import scipy_host  # noqa: F401 - registers scipy's routines run between kernels
 from splyce.tracer.ir import Node, Trace
 
 
@@ -121,16 +123,27 @@ class StagedLowering:
 
 def _stage_text(stage, item, text) -> str:
     if isinstance(stage, HostStage):
-        calls = dict.fromkeys(f"numpy.{n.params[0]}" for n in stage.nodes)
-        return f"// host step: {', '.join(calls)} (NumPy, between kernels)"
+        calls = dict.fromkeys(n.params[0] if n.params[0].startswith("scipy.") else f"numpy.{n.params[0]}"
+                              for n in stage.nodes)
+        return f"// host step: {', '.join(calls)} (on the host, between kernels)"
     return f"// kernel\n{text(item)}"
 
 
 def _host_operand(value):
-    """A kernel's result or an operand as NumPy's linalg takes it: a dense array."""
-    return value if isinstance(value, (np.ndarray, np.generic)) else np.asarray(value)
+    """A kernel's result or an operand as NumPy's linalg takes it: a dense array; a sparse one (a scipy routine's
+    operand, tracer/scipy_host.py) as a scipy CSR / CSC array of its entries."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value
+    if isinstance(value, SparseTensor):
+        return value.to_scipy()
+    if hasattr(value, "tocsr") and getattr(value, "format", None) not in ("csr", "csc"):
+        return value.tocsr()
+    return value if hasattr(value, "tocsr") else np.asarray(value)
 
 
-def _handed(value, node: Node) -> np.ndarray:
-    """A value an earlier stage computed, as a kernel operand of ``node``'s dense type (C-contiguous)."""
+def _handed(value, node: Node):
+    """A value an earlier stage computed, as a kernel operand of ``node``'s dense type (C-contiguous); a sparse
+    host result (scipy's tril / triu) as a SparseTensor in the traced format."""
+    if node.type.is_sparse:
+        return asarray(value, format=node.type.format, name="a host step's sparse result")
     return np.ascontiguousarray(np.asarray(value, dtype=node.type.dtype)).reshape(node.type.shape)

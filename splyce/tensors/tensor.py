@@ -431,11 +431,33 @@ def wrap_canonical_compressed(x) -> SparseTensor | None:
     return _wrapped_at_once(x, None)
 
 
+def _native_order(x):
+    """``x`` with its arrays in the machine's byte order: scipy's own conversions (``tocoo``) refuse a
+    big-endian ``>f8`` data array ("scipy.sparse does not support dtype >f8"), so a non-native one is converted
+    here, a copy in the same format and class (the values are the same numbers)."""
+    names = [a for a in ("data", "indices", "indptr", "offsets") if isinstance(getattr(x, a, None), np.ndarray)]
+    coords = list(getattr(x, "coords", ())) if x.format == "coo" else []
+    if all(getattr(x, a).dtype.isnative for a in names) and all(c.dtype.isnative for c in coords):
+        return x
+    native = {a: getattr(x, a).astype(getattr(x, a).dtype.newbyteorder("=")) for a in names}
+    if x.format in ("csr", "csc", "bsr"):
+        return type(x)((native["data"], native["indices"], native["indptr"]), shape=x.shape)
+    if x.format == "coo":
+        return type(x)((native["data"], tuple(c.astype(c.dtype.newbyteorder("=")) for c in coords)),
+                       shape=x.shape)
+    if x.format == "dia":
+        return type(x)((native["data"], native["offsets"]), shape=x.shape)
+    raise TypeError(f"{type(x).__name__}: a scipy {x.format} value with arrays in non-native byte order "
+                    f"({x.dtype.str}) is not supported; convert it first, e.g. x.astype(x.dtype.newbyteorder('='))"
+                    " or x.tocsr() after converting its data")
+
+
 def _from_scipy(x, fmt, copy, name) -> SparseTensor:
     if copy is None:
         tensor = _wrapped_at_once(x, fmt)
         if tensor is not None:
             return tensor
+    x = _native_order(x)
     check_dtype(x.dtype, name)
     if x.ndim == 2 and x.format in ("csr", "csc"):
         base = CSR if x.format == "csr" else CSC

@@ -86,7 +86,10 @@ class Tracer:
         entries, which are not known at trace time; reading or assigning one raises with what to write."""
         alternatives = {"data": "a.multiply(...), abs(a), a.power(k) or (a != 0) to compute on the stored values",
                         "indices": "a reduction or a product (the pattern is the planner's)",
-                        "indptr": "a.getnnz(axis=1) or (a != 0).sum(axis=1) for the entries of each row"}
+                        "indptr": "a.getnnz(axis=1) or (a != 0).sum(axis=1) for the entries of each row",
+                        "row": "a reduction or a product over the pattern (a != 0)",
+                        "col": "a reduction or a product over the pattern (a != 0)",
+                        "coords": "a reduction or a product over the pattern (a != 0)"}
 
         def get(self):
             raise _NoBuffer(f"a traced value has no .{name} array inside @splyce.jit (its stored entries are not "
@@ -100,7 +103,17 @@ class Tracer:
     data = _buffer("data")
     indices = _buffer("indices")
     indptr = _buffer("indptr")
+    row = _buffer("row")
+    col = _buffer("col")
+    coords = _buffer("coords")
     del _buffer
+
+    def nonzero(self):
+        raise TraceError("a.nonzero() of a traced value is not supported inside @splyce.jit: the number of "
+                         "entries it returns depends on the values (JAX asks for a static size= too); compute "
+                         "over the pattern instead, e.g. (a != 0).multiply(np.outer(u, v)).sum() for a sum of "
+                         "u[rows] * v[cols] over the stored entries, or call a.nonzero() outside the jitted "
+                         "function and pass rows and cols as arguments")
 
     def __iter__(self):
         raise TraceError("iterating over a traced tensor is not supported (its length is known, but each "

@@ -156,7 +156,9 @@ def _operand(x, op: str = "index") -> Node:
         raise TraceError(f"{op}: a slice or gather of a sparse value computed inside the function is pushed down "
                          "to the arguments through products, unions and zero-preserving functions ((a * b)[rows] "
                          "is a[rows] * b[rows]), but this one reaches a dense value computed in the kernel, or "
-                         "its key is not slices and one 1-D index array; index the arguments instead")
+                         "its key is not slices and one 1-D index array; index the arguments instead (the "
+                         "entries at index pairs of a product of arguments, c[u, v] with c = b @ b.T: "
+                         "b[u].multiply(b[v]).sum(axis=1))")
     return node
 
 

@@ -108,6 +108,11 @@ def evaluate(node: Node, values: list):
     out = []
     for k, value in enumerate(results):
         t = _sibling_type(node, k)
+        if t.is_sparse:          # a scipy routine's sparse result (tracer/scipy_host.py): its entries, as scipy's
+            if value.shape != t.shape:
+                raise ValueError(f"{name}: result shape {value.shape}, traced {t.shape}")
+            out.append(value)
+            continue
         array = np.asarray(value)
         if array.shape != t.shape:
             raise ValueError(f"numpy.{name}: result {k} has shape {array.shape} on these values, but "

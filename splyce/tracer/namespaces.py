@@ -31,7 +31,7 @@ import numpy as np
 
 from splyce.tracer import matrix, captures
 from splyce.tracer import sparse_methods as S
-from splyce.tracer import gather, stacking, surface
+from splyce.tracer import gather, scipy_host, special, stacking, surface
 from splyce.tracer import tracer as T
 from splyce.tracer.base import TraceError, Tracer, _node, mark_diagonal
 from splyce.tracer.dense_ops import astype
@@ -202,7 +202,9 @@ def _scipy_sparse() -> dict:
              "hstack": _matrix_kind(_stack("hstack", sps.hstack), _all_matrices),
              "vstack": _matrix_kind(_stack("vstack", sps.vstack), _all_matrices),
              "diags": _matrix_kind(_diags_like("diags", sps.diags)),
-             "diags_array": _diags_like("diags_array", sps.diags_array)}
+             "diags_array": _diags_like("diags_array", sps.diags_array),
+             "tril": _keeps_kind(_traced_or_real("tril", sps.tril, lambda *a, **k: scipy_host.triangle("tril", *a, **k))),
+             "triu": _keeps_kind(_traced_or_real("triu", sps.triu, lambda *a, **k: scipy_host.triangle("triu", *a, **k)))}
     for fmt in ("csr", "csc", "coo"):
         for kind in ("array", "matrix"):
             name = f"{fmt}_{kind}"
@@ -213,15 +215,29 @@ def _scipy_sparse() -> dict:
 
 def _sparse_norm(x, ord=None, axis=None):
     """``scipy.sparse.linalg.norm`` of a traced value: the Frobenius norm, or ``ord`` = 1 / -1 / inf / -inf
-    (the largest / smallest absolute column / row sum), over the whole matrix."""
+    (the largest / smallest absolute column / row sum), over the whole matrix; along one ``axis``, ``ord`` =
+    None / 2 / 1 / 0, a 1-D array as scipy returns."""
     if not isinstance(x, Tracer):
         return _sps().linalg.norm(x, ord=ord, axis=axis)
     if not x.is_sparse:
         raise TypeError("input is not sparse. use numpy.linalg.norm")   # scipy's own refusal
+    if isinstance(axis, tuple) and len(axis) == 1:
+        axis = axis[0]
+    if isinstance(axis, (int, np.integer)) and not isinstance(axis, bool) and ord in (None, 2, 1, 0):
+        if axis not in (0, 1, -1, -2):
+            raise ValueError("Invalid axis for the norm of a matrix")   # scipy's own refusal
+        axis = int(axis) % 2
+        magnitude = abs(Tracer(x.node))        # the array class: scipy returns a 1-D ndarray for both classes
+        if ord in (None, 2):
+            return np.sqrt(magnitude.multiply(magnitude).sum(axis=axis))
+        if ord == 1:
+            return magnitude.sum(axis=axis)
+        return (magnitude != 0).sum(axis=axis)
     if axis is not None or ord not in (None, "fro", 1, -1, np.inf, -np.inf):
         raise TraceError(f"scipy.sparse.linalg.norm: ord={ord!r}, axis={axis!r} is not supported inside "
-                         "@splyce.jit (the Frobenius norm and ord=1 / -1 / inf / -inf of the whole matrix are); "
-                         "write np.sqrt(abs(a).power(2).sum(axis)) for the norms along an axis")
+                         "@splyce.jit (the Frobenius norm and ord=1 / -1 / inf / -inf of the whole matrix are, and "
+                         "ord=None / 2 / 1 / 0 along one axis); write abs(a).max(axis).toarray().ravel() for "
+                         "ord=inf along an axis")
     magnitude = abs(Tracer(x.node))
     if ord in (None, "fro"):
         return np.sqrt(magnitude.multiply(magnitude).sum())
@@ -230,7 +246,34 @@ def _sparse_norm(x, ord=None, axis=None):
 
 
 def _scipy_sparse_linalg() -> dict:
-    return {"norm": _sparse_norm}
+    import scipy.sparse.linalg as spla
+
+    return {"norm": _sparse_norm,
+            "spsolve_triangular": _traced_or_real("spsolve_triangular", spla.spsolve_triangular,
+                                                  scipy_host.spsolve_triangular),
+            "spsolve": _traced_or_real("spsolve", spla.spsolve, scipy_host.spsolve)}
+
+
+def _traced_or_real(name: str, real, traced):
+    """``traced`` when an argument is a traced value, else scipy's own ``real``."""
+    def served(*args, **kwargs):
+        if _has_tracer(args) or _has_tracer(tuple(kwargs.values())):
+            return traced(*args, **kwargs)
+        return real(*args, **kwargs)
+    served.__name__ = name
+    return served
+
+
+def _keeps_kind(fn):
+    """``fn`` whose traced result has its first operand's kind: ``spmatrix`` in, ``spmatrix`` out (scipy's tril
+    / triu)."""
+    def served(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        if isinstance(result, Tracer) and args and isinstance(args[0], matrix.MatrixTracer):
+            return matrix.tracer_of(result.node, matrix.MATRIX)
+        return result
+    served.__name__ = fn.__name__
+    return served
 
 
 def _array_kind(fn):
@@ -257,7 +300,7 @@ class Namespace(types.ModuleType):
             value = self.__dict__[name] = lazy()
             return value
         real = getattr(self.__dict__["_real"], name)
-        if self.__name__.startswith("scipy.sparse") and isinstance(real, types.FunctionType):
+        if self.__name__.startswith(("scipy.sparse", "scipy.special")) and isinstance(real, types.FunctionType):
             return _refusing(f"{self.__name__}.{name}", real, sorted(k for k in self.__dict__ if not
                                                                      k.startswith("_")))
         return real
@@ -277,7 +320,12 @@ def _refusing(qualified: str, real, served: list):
             return real(*args, **kwargs)
         except TraceError as e:
             if not isinstance(e, surface.ConversionRefused):
-                raise                # the tracer's own message about the construct (``sp.eye(a.nnz)``)
+                # the tracer's own message about what scipy's code did with the traced value (``sp.eye(a.nnz)``:
+                # a size with no value at trace time; expm_multiply: a Python ``if`` on a norm), named
+                raise TraceError(f"{qualified} on traced values inside @splyce.jit: scipy's own code does "
+                                 f"what a traced value cannot: {e}; served here: {', '.join(served)}; else "
+                                 "compute it outside the jitted function and pass the result as an argument") \
+                    from e
             raise TraceError(f"{qualified} is not supported on traced values inside @splyce.jit (served here: "
                              f"{', '.join(served)}); compute it outside the jitted function and pass the result "
                              "as an argument") from e
@@ -299,9 +347,10 @@ class _Table:
         self.by_id = None
         self.loaded = None
         self._linalg = None
+        self._special = None
 
     def get(self):
-        loaded = ("scipy" in sys.modules, "scipy.sparse.linalg" in sys.modules)
+        loaded = ("scipy" in sys.modules, "scipy.sparse.linalg" in sys.modules, "scipy.special" in sys.modules)
         if self.by_id is None or loaded != self.loaded:
             self.by_id = self._build(*loaded)
             self.loaded = loaded
@@ -314,7 +363,14 @@ class _Table:
             self._linalg = Namespace(spla, _scipy_sparse_linalg())
         return self._linalg
 
-    def _build(self, scipy_loaded: bool, linalg_loaded: bool) -> dict:
+    def _special_namespace(self) -> Namespace:
+        if self._special is None:
+            import scipy.special
+
+            self._special = Namespace(scipy.special, dict(special.FUNCTIONS))
+        return self._special
+
+    def _build(self, scipy_loaded: bool, linalg_loaded: bool, special_loaded: bool = False) -> dict:
         by_id = {id(np): Namespace(np, NUMPY)}
         for name, fn in NUMPY.items():
             by_id[id(getattr(np, name))] = fn
@@ -325,7 +381,8 @@ class _Table:
 
         sparse_served = _scipy_sparse()
         sparse_ns = Namespace(sps, sparse_served, lazy={"linalg": self._linalg_namespace})
-        by_id.update({id(sps): sparse_ns, id(scipy): Namespace(scipy, {"sparse": sparse_ns})})
+        by_id.update({id(sps): sparse_ns,
+                      id(scipy): Namespace(scipy, {"sparse": sparse_ns}, lazy={"special": self._special_namespace})})
         for name, fn in sparse_served.items():
             by_id[id(getattr(sps, name))] = fn
         if linalg_loaded:
@@ -334,6 +391,12 @@ class _Table:
             by_id[id(spla)] = linalg_ns
             for name, fn in _scipy_sparse_linalg().items():
                 by_id[id(getattr(spla, name))] = linalg_ns.__dict__[name]
+        if special_loaded:
+            special_ns = self._special_namespace()
+            real = special_ns.__dict__["_real"]
+            by_id[id(real)] = special_ns
+            for name in special.FUNCTIONS:
+                by_id[id(getattr(real, name))] = special_ns.__dict__[name]
         return by_id
 
 
@@ -346,7 +409,7 @@ def substitute(value):
             and not callable(value):
         return None
     if isinstance(value, types.ModuleType) and value.__name__ not in ("numpy", "scipy", "scipy.sparse",
-                                                                       "scipy.sparse.linalg"):
+                                                                       "scipy.sparse.linalg", "scipy.special"):
         return None
     return _TABLE.get().get(id(value))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from splyce.tracer import gather, linalg, stacking, statistics
+from splyce.tracer import gather, linalg, special, stacking, statistics
 from splyce.tracer import tracer as T
 from splyce.tracer.base import TraceError, Tracer, _node, scalar_value
 from splyce.tracer.dense_ops import astype, ufunc
@@ -51,8 +51,12 @@ def _no(name: str, **given):
     """Refuse NumPy keyword arguments the traced version does not implement."""
     used = [k for k, v in given.items() if v is not None and v is not False]
     if used:
+        hint = ""
+        if "where" in used or "out" in used:   # np.divide(a, b, out=np.zeros_like(b), where=b != 0)
+            hint = (f"; traced values are immutable (as in JAX): write np.where(cond, np.{name}(...), fallback), "
+                    "e.g. np.where(b != 0, a / np.where(b != 0, b, 1), 0.0) for a guarded division")
         raise TypeError(f"numpy.{name}: argument{'s' if len(used) > 1 else ''} {', '.join(used)} not supported on "
-                        "traced tensors")
+                        f"traced tensors{hint}")
 
 
 def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
@@ -91,7 +95,12 @@ def _norm(x, ord=None, axis=None, keepdims=False):
             raise TypeError(f"numpy.linalg.norm: ord={ord!r} of a sparse value is not supported on traced tensors "
                             "(the Frobenius norm is; for another, write np.linalg.norm(a.toarray(), ord))")
         return linalg.call(np.linalg.norm, (x,), {"ord": ord, "axis": axis, "keepdims": keepdims})
-    squares = T.absolute(x) ** 2 if _node(x, "norm").type.dtype.startswith("complex") else T.multiply(x, x)
+    t = _node(x, "norm").type
+    if axis is None and not keepdims and t.ndim == 1 and not t.is_sparse and t.dtype in ("float32", "float64"):
+        # NumPy's own formula for a real vector (sqrt(x.dot(x))): the dot product, which the planner runs on the
+        # host as NumPy does (BLAS, planner/cuts.py ``host_dots``) when long, so the norm equals NumPy's
+        return ufunc("sqrt", T.matmul(x, x))
+    squares = T.absolute(x) ** 2 if t.dtype.startswith("complex") else T.multiply(x, x)
     return ufunc("sqrt", T.sum_(squares, axis, keepdims=keepdims))
 
 
@@ -220,7 +229,11 @@ def array_ufunc(self, ufunc_, method, *inputs, **kwargs):
         # sum, as it would to NumPy's; the concrete array itself is not written (traced values are immutable)
         kwargs = {k: v for k, v in kwargs.items() if k != "out"}
     _no(name, **{k: v for k, v in kwargs.items() if k != "out" or v is not None})
-    impl = UFUNCS.get(name)
+    impl = UFUNCS.get(name) if getattr(np, name, None) is ufunc_ else special.UFUNCS.get(name)
+    if impl is None and getattr(np, name, None) is not ufunc_:
+        raise TypeError(f"scipy.special.{name} is not supported on traced tensors inside @splyce.jit; served: "
+                        f"{', '.join(f'scipy.special.{n}' for n in sorted(special.UFUNCS))}, NumPy's ufuncs "
+                        f"{', '.join(sorted(UFUNCS))}")
     if impl is None:
         raise TypeError(f"numpy.{name} is not supported on traced tensors inside @splyce.jit; supported ufuncs: "
                         f"{', '.join(sorted(UFUNCS))}")

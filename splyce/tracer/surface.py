@@ -39,6 +39,13 @@ def _as_object(self, dtype=None, copy=None):
             "a scipy.sparse constructor (csr_array(t), coo_matrix(t)...) of a traced value in code @splyce.jit does "
             "not rebind (a function of another module, or one held in a closure): write t.tocsr() / t.tocsc() / "
             "t.tocoo(), or call it from the jitted function's own module, where its scipy.sparse names are served")
+    if caller.startswith("scipy.sparse.csgraph"):   # a graph routine, not an operator that defers to the tracer
+        raise ConversionRefused(
+            f"scipy.sparse.csgraph ({caller}.{frame.f_code.co_name}) converted a traced value to a NumPy array: "
+            "csgraph's routines do not know traced values. For laplacian, write it with the traced operations: "
+            "d = np.asarray(w.sum(axis=1)).ravel(); L = sp.diags(d) - w (normed: s = np.where(d > 0, 1 / "
+            "np.sqrt(np.where(d > 0, d, 1)), 0); L = sp.eye(n) - sp.diags(s) @ w @ sp.diags(s)); else call it "
+            "outside the jitted function and pass the result as an argument")
     if not caller.startswith(_DEFERRING):
         raise ConversionRefused(
             "NumPy converted a traced value to an array: numpy.asarray / numpy.array in code @splyce.jit does not "

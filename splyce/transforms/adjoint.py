@@ -176,7 +176,7 @@ def sample(ct, node: Node) -> Tracer:
     return contract([ones.node, ct.node], [subs, subs], subs, out_format=node.type.format, op="grad")
 
 
-def _is_pattern_of(n: Node, node: Node) -> bool:
+def is_pattern_of(n: Node, node: Node) -> bool:
     """Whether ``n`` is ``pattern_ones(node)`` (of any dtype)."""
     return (n.op == "ewise" and n.params[0][0] == "cast" and n.args[0].op == "ewise"
             and n.args[0].params[0][0] == "stored" and n.args[0].args[0] is node)
@@ -188,7 +188,7 @@ def exact(n: Node, node: Node) -> bool:
     if not n.type.is_sparse:
         return False
     if n.op == "contract":
-        if _is_pattern_of(n.args[0], node):
+        if is_pattern_of(n.args[0], node):
             return True
         return len(n.args) == 1 and exact(n.args[0], node)
     if n.op == "combine" and n.params[0] in (1, -1):

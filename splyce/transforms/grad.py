@@ -21,7 +21,7 @@ from splyce.runtime.dispatcher import Jitted
 from splyce.tensors.tensor import SparseTensor
 from splyce.tracer.base import Tracer, contract
 from splyce.tracer.dense_ops import apply, astype
-from splyce.tracer import indexing
+from splyce.tracer import captures, indexing
 from splyce.tracer.tracer import todense
 from splyce.transforms import adjoint, gather_adjoint, loop_adjoint  # noqa: F401  (their rules, registered)
 from splyce.transforms.adjoint import finalize
@@ -69,8 +69,13 @@ class _Transform:
             raise TypeError(f"{self._grad_name}: argnums {self._grad_argnums!r} out of range for {len(args)} positional "
                             "arguments")
         wrt, structures = [], []
+        args = list(args)
         for n in nums:
             leaves, paths, structure = pytree.flatten(args[n], f"argument {n}")
+            if any(_python_real(leaf) for leaf in leaves):   # JAX's weak-typed scalar: traced, differentiable
+                leaves = [_traced_number(leaf, path or f"argument {n}", self._grad_name) if _python_real(leaf)
+                          else leaf for leaf, path in zip(leaves, paths)]
+                args[n] = pytree.unflatten(structure, leaves)
             for leaf, path in zip(leaves, paths):
                 if not isinstance(leaf, Tracer):
                     raise TypeError(f"{self._grad_name}: {path or f'argument {n}'} is {type(leaf).__name__}, not an "
@@ -89,6 +94,14 @@ class _Transform:
                 raise TypeError(f"{self._grad_name} with has_aux=True: the function must return a pair (output, aux), "
                                 f"got {type(out).__name__}")
             out, aux = out
+        if _python_real(out):   # a constant output (a Python number): JAX's zero gradients
+            _check_inexact(np.asarray(out).dtype, "the function's output", self._grad_name)
+            grads = [finalize(node, None) for node in wrt]
+            trees, at = [], 0
+            for structure, count in structures:
+                trees.append(pytree.unflatten(structure, grads[at: at + count]))
+                at += count
+            return out, trees[0] if isinstance(self._grad_argnums, numbers.Integral) else tuple(trees), aux
         if not isinstance(out, Tracer) or out.node.type.ndim != 0:
             shape = getattr(out, "shape", None)
             raise TypeError(f"{self._grad_name}: the function must return a scalar (a 0-d array), got "
@@ -119,6 +132,24 @@ class _Transform:
         if self._grad_with_value:
             return ((value, aux), grads) if self._grad_has_aux else (value, grads)
         return (grads, aux) if self._grad_has_aux else grads
+
+
+def _python_real(x) -> bool:
+    """A Python (or NumPy scalar) int or float, not a bool: what ``jit`` reads as a static value."""
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_)) and not isinstance(x, Tracer)
+
+
+def _traced_number(x, where: str, fun_name: str) -> Tracer:
+    """A Python float differentiated under ``jit`` (where numbers are static values, part of the signature):
+    a 0-d float64 value of the trace of its own (a constant frozen into the plan, a node no other constant
+    shares), so the gradient w.r.t. it is its own 0-d result, as ``jax.grad`` gives for a weak-typed scalar.
+    An int is refused as JAX refuses it."""
+    dtype = np.asarray(x).dtype
+    _check_inexact(dtype, where, fun_name)
+    node = captures.constant_node(np.asarray([x], dtype=np.float64 if isinstance(x, float) else dtype))
+    if node is None:
+        raise TypeError(f"{fun_name}: {where} is a number outside a trace")
+    return indexing.reshape(Tracer(node), ())
 
 
 def _packed(traced, squeezed=()):

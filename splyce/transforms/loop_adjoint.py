@@ -16,15 +16,19 @@ A ``while_loop``, or a ``fori_loop`` whose bounds are traced values, has no stat
 carries of: refused with JAX's own message, as ``jax.grad`` refuses it (forward mode, ``splyce.jvp``, is the
 way through those, as in JAX).
 
-The accumulator of a sparse free value's cotangent is a dense array of its shape (a loop's carry is dense),
-sampled at its pattern after the loop."""
+A sparse free value's cotangent stays on its pattern: each step's cotangent of it is a sum of sampled
+products (``contract(pattern_ones(A), G, H)``, the SDDMM the contraction rule builds); their per-step dense
+factors are the reverse scan's per-step outputs, and after the loop each term is one sampled product that
+contracts the step axis too (``einsum("ij,ti,tj->ij", ones(A), Gs, Hs)``), no carry of the matrix's shape.
+What is not such a term (a sparse value built from it in the body, ``A * h[:, None]``) is accumulated in a
+dense carry of its shape and sampled at its pattern after the loop."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from splyce.tracer import captures, loops
-from splyce.tracer.base import Tracer
+from splyce.tracer.base import Tracer, contract
 from splyce.tracer.dense_ops import apply, astype
 from splyce.tracer.ir import Node, TensorType
 from splyce.tracer.tracer import todense
@@ -147,7 +151,23 @@ def loop_rule(node: Node, ct, emit) -> None:
     x_cts = cts[len(diff_c):len(diff_c) + len(diff_x)]
     f_cts = cts[len(diff_c) + len(diff_x):]
     b_out = [finalize(hist_ph[j], c).node for j, c in zip(diff_c, c_cts)]
+    step_ph = set(hole.made)
+    lifted_terms, lifted_ys = {}, {}    # sparse free value -> its sampled terms; per-step operand -> ys slot
+    kept_f, kept_acc = [], []
     for f, acc, c in zip(diff_f, acc_ph, f_cts):
+        if f.type.is_sparse and isinstance(c, Tracer):
+            terms, rest = _sampled_terms(c.node, f, step_ph)
+            if terms:
+                lifted_terms[f] = terms
+                for _, term in terms:
+                    for o in term.args[1:]:
+                        if o in _dependent(o, step_ph):
+                            lifted_ys.setdefault(o, len(lifted_ys))
+                if rest is None:
+                    continue
+                c = Tracer(rest)
+        kept_f.append(f)
+        kept_acc.append(acc)
         if c is None:
             b_out.append(acc)
             continue
@@ -157,6 +177,8 @@ def loop_rule(node: Node, ct, emit) -> None:
         b_out.append(apply("add", Tracer(acc), g).node if g.node.type.dtype == acc.type.dtype
                      else astype(apply("add", Tracer(acc), g), acc.type.dtype).node)
     b_out += [finalize(bx_ph[i], c).node for i, c in zip(diff_x, x_cts)]
+    b_out += list(lifted_ys)            # the per-step factors of the lifted terms, stacked by the scan
+    diff_f, acc_ph = kept_f, kept_acc
 
     b_ph = ct_ph + acc_ph + hist_ph + bx_ph + bextra_ph + cty_ph
     b_free, _ = loops.free_values(b_out, b_ph)
@@ -171,7 +193,7 @@ def loop_rule(node: Node, ct, emit) -> None:
             c = astype(c, ys_out[k].type.dtype)
         cty_xs.append(c.node)
     b_spec = loops.LoopSpec("scan", len(ct_ph) + len(acc_ph), len(hist_ph) + len(bx_ph) + len(bextra_ph)
-                            + len(cty_ph), len(diff_x), None, b_ph, b_out, b_free, None, None, False, n,
+                            + len(cty_ph), len(diff_x) + len(lifted_ys), None, b_ph, b_out, b_free, None, None, False, n,
                             spec.paths, uid, reverse=not spec.reverse)
     args = tuple(init_ct) + tuple(init_acc) + tuple(stored) + tuple(xs) + tuple(extra_xs) + tuple(cty_xs) \
         + tuple(b_free)
@@ -187,6 +209,70 @@ def loop_rule(node: Node, ct, emit) -> None:
     for i in diff_x:
         emit(xs[i], Tracer(results[k]))
         k += 1
+    stacked = {o: results[k + slot] for o, slot in lifted_ys.items()}
+    for f, terms in lifted_terms.items():
+        for sign, term in terms:
+            emit(f, _summed_over_steps(term, sign, stacked, n))
+
+
+def _dependent(node: Node, step_ph: set) -> set:
+    """The nodes of ``node``'s graph that read one of the reverse scan's placeholders ``step_ph``."""
+    return loops.free_values([node], step_ph)[1]
+
+
+def _sampled_terms(node: Node, f: Node, step_ph: set):
+    """A sparse free value's cotangent in a step, split into ``(terms, rest)``: the terms are ``(sign,
+    contraction)`` pairs of SDDMMs at ``f``'s pattern (``contract(pattern_ones(f), dense operands...)``, what
+    the contraction rule builds) whose operands are dense, summed / subtracted; ``rest`` (None when nothing
+    is left) what is not such a term. A term's operands that change per step become the reverse scan's
+    per-step outputs and the term is summed over the steps after the loop as one sampled product with the
+    step as one more contracted axis (``_summed_over_steps``): the cotangent stays on ``f``'s pattern, no
+    dense accumulator of ``f``'s shape is carried through the loop."""
+    terms, rest = [], []
+
+    def split(n: Node, sign: int) -> None:
+        if n.op == "combine" and n.params[0] in (1, -1) and n.type.is_sparse:
+            split(n.args[0], sign)
+            split(n.args[1], sign * n.params[0])
+            return
+        if (n.op == "contract" and n.type.is_sparse and n.type.format == f.type.format and n.args
+                and adjoint.is_pattern_of(n.args[0], f) and n.params[0].order is None
+                and n.params[0].inputs[0] == n.params[0].output
+                and all(not o.type.is_sparse for o in n.args[1:])):
+            terms.append((sign, n))
+            return
+        rest.append((sign, n))
+
+    split(node, 1)
+    if not terms:
+        return [], node
+    out = None
+    for sign, n in rest:
+        t = Tracer(n) if sign == 1 else adjoint.scaled(Tracer(n), -1.0)
+        out = t if out is None else adjoint.accumulate(out, t)
+    return terms, None if out is None else out.node
+
+
+def _summed_over_steps(term: Node, sign: int, stacked: dict, steps: int) -> Tracer:
+    """``term`` (an SDDMM at a sparse free value's pattern, built in the reverse scan's body) summed over the
+    loop's steps: each per-step operand read from its stacked per-step outputs along a new axis that the
+    product contracts."""
+    params = term.params[0]
+    used = set("".join(params.inputs)) | set(params.output)
+    step = next(c for c in adjoint.LETTERS if c not in used)
+    ops, subs, per_step = [], [], False
+    for o, s in zip(term.args, params.inputs):
+        if o in stacked:
+            ops.append(stacked[o])
+            subs.append(step + s)
+            per_step = True
+        else:
+            ops.append(o)
+            subs.append(s)
+    scale = 1.0 if params.scale is None else params.scale
+    scale = scale * sign * (1 if per_step else steps)
+    return contract(ops, subs, params.output, scale=None if scale == 1 else scale,
+                    out_format=term.type.format, op="grad")
 
 
 adjoint.RULES["loop"] = loop_rule

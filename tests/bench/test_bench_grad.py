@@ -13,5 +13,6 @@ def test_grad_bench_tiny(tmp_path):
     _, rows = read_csv(tmp_path / "grad.csv")
     assert [r["program"] for r in rows] == ["gcn", "logreg", "mf"]
     for r in rows:
-        for column in ("splyce_ms", "jax_ms", "scipy_ms", "splyce_first_s", "jax_first_s"):
+        for column in ("splyce_ms", "jax_ms", "scipy_ms", "splyce_first_s", "jax_first_s", "cpu_jax_over_splyce",
+                       "cpu_scipy_over_splyce"):
             assert float(r[column]) > 0, (r["program"], column)

@@ -88,7 +88,8 @@ TRACE_ERRORS = {
         "index: a slice or gather of a sparse value computed inside the function is pushed down to the arguments "
         "through products, unions and zero-preserving functions ((a * b)[rows] is a[rows] * b[rows]), but this "
         "one reaches a dense value computed in the kernel, or its key is not slices and one 1-D index array; "
-        "index the arguments instead"),
+        "index the arguments instead (the entries at index pairs of a product of arguments, c[u, v] with "
+        "c = b @ b.T: b[u].multiply(b[v]).sum(axis=1))"),
     "sparse integer index": (lambda x, y: x[1], (A, B),
                              "index: an integer index of a sparse matrix (a row) is not supported inside "
                              "@splyce.jit; write a[1:2] (a sparse matrix of one row), or a[1:2].todense() for a "

@@ -11,11 +11,10 @@ from program_corpus_more import PROGRAMS
 from test_program_corpus import KINDS, run
 
 # refused inside jit, each message naming the construct and the alternative: in-place writes (as JAX refuses
-# them: traced values are immutable) and, a gap, scipy.sparse.tril / triu of a traced value
+# them: traced values are immutable). gauss_seidel_sweeps and splitting_residual (scipy.sparse tril / triu /
+# spsolve_triangular of a traced value) were refused until 2026-12-08: now host steps (tracer/scipy_host.py)
 REFUSED = {"item_knn_topk": "np.where(np.eye(n, dtype=bool), v, a)", "max_abs_scale": "np.where(mask, v, y)",
-           "ppmi": ".data array", "sublinear_tfidf_l2": ".data array",
-           "gauss_seidel_sweeps": "scipy.sparse.tril is not supported",
-           "splitting_residual": "scipy.sparse.tril is not supported"}
+           "ppmi": ".data array", "sublinear_tfidf_l2": ".data array"}
 # smoothed_prolongation: p.T @ a @ p of CSR operands, two sparse intermediates with no common loop order (a
 # LoweringError before planner/restored_operands.py)
 QUICK = ["two_level_multigrid", "bm25_query_terms", "subspace_iteration", "ease_recommender", "smoothed_prolongation"]

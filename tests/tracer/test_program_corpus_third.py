@@ -23,10 +23,11 @@ KINDS = ["csr_matrix", "csr_array", "csc_matrix", "csc_array", "coo_array", "Spa
          "pydata.GCXS"]
 # refused inside jit, each message naming the construct and the alternative (first run, 2026-12-07): in-place
 # writes and the stored structure of a traced value (traced values are immutable, as in JAX); Python's min() of
-# traced values and a NumPy constant indexed by a traced array (JAX refuses both too); scipy.sparse.tril (a gap)
+# traced values and a NumPy constant indexed by a traced array (JAX refuses both too). sor_sweeps (scipy.sparse
+# tril / triu / spsolve_triangular) was refused until 2026-12-08: now host steps (tracer/scipy_host.py)
 REFUSED = {"tfidf_cosine_knn": "np.where(mask, v, y)", "item_cf_predict": "np.where(np.eye(n, dtype=bool), v, a)",
            "adjusted_cosine_items": ".indptr array", "conductance": "np.minimum(a, b)",
-           "modularity": "np.take(c, idx, axis=0)", "sor_sweeps": "scipy.sparse.tril is not supported"}
+           "modularity": "np.take(c, idx, axis=0)"}
 QUICK = {"kaplan_meier": "csr_array", "slope_one_deviations": "csr_matrix", "markov_stationary": "pydata.COO",
          "sor_sweeps": "csr_matrix", "modularity": "pydata.GCXS"}
 

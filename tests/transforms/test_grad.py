@@ -9,6 +9,7 @@ import scipy.sparse as sps
 import splyce
 import splyce.numpy as snp
 from grad_corpus import CORPUS
+from unseen_grad_corpus import UNSEEN
 
 import jax
 import jax.numpy as jnp
@@ -60,7 +61,7 @@ def _values(x):
 
 
 def make_args(name, kind, dtype, seed=0):
-    fn, specs, argnums = CORPUS[name]
+    fn, specs, argnums = CORPUS[name] if name in CORPUS else UNSEEN[name]
     rng = np.random.default_rng(seed)
     args = []
     for spec in specs:
@@ -72,6 +73,12 @@ def make_args(name, kind, dtype, seed=0):
             args.append(_sparse(rng, spec[1], spec[2], dtype, kind))
         elif spec[0] == "sign":
             args.append(rng.choice([-1.0, 1.0], size=spec[1]).astype(dtype))
+        elif spec[0] == "count":
+            args.append(rng.poisson(1.5, size=spec[1]).astype(dtype))
+        elif spec[0] == "onehot":
+            args.append(np.eye(spec[1][1], dtype=dtype)[rng.integers(0, spec[1][1], spec[1][0])])
+        elif spec[0] == "mask":
+            args.append((2.0 * (rng.random(spec[1]) < 0.5)).astype(dtype))
         else:
             args.append(np.asarray(rng.uniform(-1, 1, spec[1]), dtype=dtype))
     return fn, args, argnums
@@ -111,6 +118,9 @@ def _case(name, kind, dtype):
 
 
 CASES = [_case(n, k, d) for n in CORPUS for k in KINDS for d in ("float64", "float32")]
+UNSEEN_QUICK = {("softmax_regression", "csr_array", "float64")}
+CASES += [pytest.param(n, k, d, marks=() if (n, k, d) in UNSEEN_QUICK else (pytest.mark.slow,),
+                       id=f"{n}-{k}-{d}") for n in UNSEEN for k in KINDS for d in ("float64", "float32")]
 
 
 @pytest.mark.parametrize("name,kind,dtype", CASES)
@@ -141,8 +151,8 @@ def _perturbed(arg, direction, eps):
     return arg + eps * direction
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "gcn_layer" else
-                                               (pytest.mark.slow,)) for n in CORPUS])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in ("gcn_layer", "ridge_l1") else
+                                               (pytest.mark.slow,)) for n in (*CORPUS, *UNSEEN)])
 def test_corpus_against_finite_differences(name):
     """Directional derivatives along random directions (of the stored values of sparse arguments), float64,
     with the forward pass run by splyce.jit."""
@@ -300,3 +310,19 @@ def test_jit_grad_of_a_union_keeps_each_pattern():
         assert g.nnz == M.nnz and np.array_equal(g.indices, M.indices) and np.array_equal(g.indptr, M.indptr)
         rows, cols = M.nonzero()
         np.testing.assert_allclose(g.data, d[rows] * x[cols], rtol=1e-12)
+
+
+def test_pattern_ones_are_one_pass():
+    """The ones at a sparse argument's pattern that its gradient is sampled at: the stored-entry predicate
+    fused into its cast (one elementwise pass, no boolean copy of the matrix); a dense predicate's cast
+    fused likewise, bit-identical to NumPy."""
+    rng = np.random.default_rng(8)
+    A = sps.random_array((30, 20), density=0.2, format="csr", rng=rng)
+    X = rng.standard_normal((20, 4))
+    text = splyce.jit(splyce.grad(lambda A, X: snp.sum(snp.tanh(A @ X) ** 2))).lower(A, X).as_text("plan")
+    lines = [line for line in text.splitlines() if "= " in line and not line.strip().startswith("//")]
+    assert any("ewise[cast(stored($0), 'float64')]" in line for line in lines)
+    assert not any("xbool #" in line for line in lines)
+    x = rng.standard_normal((7, 5))
+    got = splyce.jit(lambda x: (x > 0.3).astype(np.float64) * 2.5 - x)(x)
+    np.testing.assert_array_equal(got, (x > 0.3).astype(np.float64) * 2.5 - x)
