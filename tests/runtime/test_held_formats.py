@@ -12,6 +12,9 @@ import splyce
 from splyce.runtime.library import LibraryKernel
 
 DTYPES = (np.float64, np.float32, np.int64, np.complex128)
+# float64 runs in the quick subset; the other dtypes (each a set of compiles of its own) are marked slow
+QUICK_FIRST = [pytest.param(d, marks=() if k == 0 else pytest.mark.slow, id=np.dtype(d).name)
+               for k, d in enumerate(DTYPES)]
 
 
 def _random(rng, m, n, density, dtype):
@@ -121,7 +124,7 @@ def transposed(a, y):
     return a.T @ y
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", QUICK_FIRST)
 def test_products_kept_match_scipy_and_csr(dtype):
     rng = np.random.default_rng(7)
     f = splyce.jit(spmv)
@@ -178,7 +181,9 @@ def test_cached_per_format():
     assert f.cache_info().misses == 5
 
 
-@pytest.mark.parametrize("dtype", (np.float64, np.int64, np.complex128), ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", [pytest.param(np.float64, marks=pytest.mark.slow, id="float64"),
+                                   pytest.param(np.int64, id="int64"),
+                                   pytest.param(np.complex128, marks=pytest.mark.slow, id="complex128")])
 def test_converted_programs_match_scipy(dtype):
     """Ops without a native kernel on the held format: the CSR the operand equals (a COO's duplicates summed)."""
     rng = np.random.default_rng(11)
@@ -199,6 +204,7 @@ def test_converted_programs_match_scipy(dtype):
         _unchanged(a, snap)
 
 
+@pytest.mark.slow
 def test_gcn_and_power_iteration_loops():
     rng = np.random.default_rng(2)
     a = _bsr(rng, 60, 60, (3, 3), 0.2, np.float64)
@@ -254,7 +260,8 @@ def test_malformed_refused(label, a):
     _unchanged(a, snap)
 
 
-@pytest.mark.parametrize("fmt", ["bsr", "dia", "coo"])
+@pytest.mark.parametrize("fmt", ["bsr", pytest.param("dia", marks=pytest.mark.slow),
+                                 pytest.param("coo", marks=pytest.mark.slow)])
 def test_other_entry_points(fmt):
     """accumulate, the plain sparsifier (every held argument converted), threads, grad and compiled loops."""
     rng = np.random.default_rng(8)
