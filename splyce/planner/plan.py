@@ -77,6 +77,9 @@ class Plan:
     gathered: tuple[Gathered, ...] = ()  # kernel inputs after those: gathers computed before the kernel
     # values of the constants frozen at trace time (tracer/captures.py): the source trace's last inputs
     constants: tuple = ()      # (not compared)
+    # per argument held in its own format (a scipy BSR / DIA / COO: tensors/held.py, ``TensorType.stored``):
+    # ``(argument, why it is converted to CSR, or "" when only native steps read it)`` (not compared)
+    held: tuple = ()
 
     @property
     def cost(self) -> float:
@@ -133,7 +136,9 @@ class Plan:
 
     @property
     def needs_conversion(self) -> bool:
-        return any(s.converted for s in self.sources)
+        """Whether ``prepare`` changes the operands (a conversion, a host or native product, or a held BSR / DIA /
+        COO argument, whose slot the kernel never reads: ``prepare`` puts an empty CSR there)."""
+        return bool(self.held) or any(s.converted for s in self.sources)
 
     def prepare(self, values: list, threads: int = 1) -> list:
         """The kernel's operands from the call's (validated) operands: the frozen constants after them,
@@ -141,15 +146,34 @@ class Plan:
         for (a native product on ``threads`` threads)."""
         if self.constants:
             values = list(values) + list(self.constants)
+        as_csr: dict[int, object] = {}    # a held argument converted once a call, for what the kernel reads
+
+        def csr(i: int):
+            if i not in as_csr:
+                as_csr[i] = values[i].to_csr()
+            return as_csr[i]
+        if self.held and (self.derived or self.gathered):   # transposes and gathers of a held argument: its CSR
+            values = list(values)
+            originals = {i: values[i] for i, _ in self.held}
+            for i in originals:
+                if any(d.source == i for d in self.derived) or any(
+                        g.operand == i or g.index == i for g in self.gathered):
+                    values[i] = csr(i)
+        else:
+            originals = None
         if self.derived:
             values = list(values) + [transposed(values[d.source], d.axes, d.type) for d in self.derived]
         values = list(values) if self.gathered else values
         for g in self.gathered:           # each reads the values before it (a gather of a gather)
             values.append(host_gather(g, values))
+        if originals:
+            for i, v in originals.items():
+                values[i] = v
         if not self.needs_conversion:
             return values
         from splyce.tensors.tensor import asarray
 
+        held = {i for i, _ in self.held}
         out = []
         for s in self.sources:
             if s.host is not None:
@@ -159,12 +183,19 @@ class Plan:
                 out.append(native_product(s.native, s.type, out, threads))
                 continue
             value = values[s.index]
-            if s.converted:
+            if s.converted and s.index in held:
+                value = csr(s.index)
+                if value.format != s.type.format or not s.type.is_sparse:
+                    value = asarray(value, format=s.type.format) if s.type.is_sparse else \
+                        np.ascontiguousarray(value.to_numpy())
+            elif s.converted:
                 if s.type.is_sparse:
                     value = asarray(value, format=s.type.format)
                 else:
                     value = np.ascontiguousarray(value.to_numpy())
             out.append(value)
+        for i in held:                    # the kernel never reads a held argument's own slot (native steps do)
+            out[i] = out[i].empty()
         return out
 
     def as_text(self) -> str:
@@ -174,6 +205,15 @@ class Plan:
         lines = ["plan {"]
         nnz = ", ".join(f"%arg{i}: {n}" for i, n in enumerate(self.nnz))
         lines.append(f"  // costed for the first call's stored entries ({nnz})")
+        for i, why in self.held:
+            t = self.source.inputs[i]
+            if why == "unread":
+                lines.append(f"  // %arg{i}: {t.stored} {t.shape[0]}x{t.shape[1]}, kept (nothing reads it)")
+            elif why:
+                lines.append(f"  // %arg{i}: {t.stored} {t.shape[0]}x{t.shape[1]}, converted to csr: {why}")
+            else:
+                lines.append(f"  // %arg{i}: {t.stored} {t.shape[0]}x{t.shape[1]}, kept (only the native kernels "
+                             f"on its own {t.stored.split()[0]} buffers read it)")
         for k, d in enumerate(self.derived):
             lines.append(f"  %arg{len(self.source.inputs) + k} = transpose %arg{d.source} "
                          f"(axes {d.axes}: its buffers relabelled) : {d.type}")
@@ -484,6 +524,33 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
             slots[key] = Node("input", (), (len(sources) - 1,), type_)
         return slots[key]
 
+    # arguments held in their own format (a scipy BSR / DIA / COO: ``TensorType.stored``): read by native steps
+    # on their buffers, else converted to CSR once a call for whatever the kernel reads (the reasons, per argument)
+    held_args = {i for i, t in enumerate(source.inputs) if t.stored}
+    why_converted: dict[int, list[str]] = {i: [] for i in held_args}
+    for d in derived:
+        if d.source in held_args:
+            why_converted[d.source].append(f"its transpose (axes {d.axes}) is read as the CSR's buffers")
+    for g in gathered:
+        for i in (g.operand, g.index):
+            if i in held_args:
+                why_converted[i].append("a gather reads it")
+
+    def kernel_reads(new: Node) -> Node:
+        """``new`` with each held argument it reads replaced by that argument converted to its CSR."""
+        if not held_args or not any(a.op == "input" and a.params[0] in held_args and a.type.stored
+                                    for a in new.args):
+            return new
+        args = list(new.args)
+        for k, a in enumerate(args):
+            if a.op == "input" and a.params[0] in held_args and a.type.stored:
+                t = a.type
+                args[k] = converted_input(a, TensorType(t.shape, t.dtype, t.format))
+                why_converted[a.params[0]].append(
+                    _no_native_kernel(new, t.stored) if native is not None else
+                    "the native kernel library is off for this jit (library=False, vectorize=False or profile=True)")
+        return with_args(new, tuple(args))
+
     mapping: dict[Node, Node] = {}
     steps: list[Step] = []
     result_nodes = set(outputs)
@@ -531,6 +598,7 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
             storage = ("keep",) * len(node.args)
         elif node.op == "reduce":
             new, storage = _reduce_storage(node, new, converted_input)
+        new = kernel_reads(new)
         mapping[node] = new
         if node.op != "input":
             entries = planner.entries(node)
@@ -541,10 +609,23 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
     fresh = frozenset(i for i, s in enumerate(sources) if s.host is not None or s.native is not None or (
         first <= i < len(trace.inputs) and not s.type.is_sparse and gathered[i - first].spec[0][0] != "check"))
     planned = Trace(planned.inputs, planned.outputs, in_place_results(planned, fresh))
+    natively = {k for s in sources if s.native is not None for k in s.native.operands}
+    held = tuple((i, "; ".join(dict.fromkeys(why_converted[i])) or ("" if i in natively else "unread"))
+                 for i in sorted(held_args))
     plan = Plan(source, planned, tuple(sources), tuple(steps), tuple(fusions), tuple(nnz), derived, gathered,
-                constants=tuple(constants))
+                constants=tuple(constants), held=held)
     check_memory(plan)
     return plan
+
+
+def _no_native_kernel(node: Node, stored: str) -> str:
+    """Why the kernel reads a held argument as CSR: the op reading it has no native kernel on its format."""
+    kind = stored.split()[0]
+    if node.op == "contract":
+        p: ContractParams = node.params[0]
+        return (f"einsum '{','.join(p.inputs)}->{p.output}' has no native kernel on {kind} (those: {kind} @ a dense "
+                f"vector or matrix of its dtype)")
+    return f"{node.op} has no native kernel on {kind}"
 
 
 def _align_intermediate_orders(outputs):

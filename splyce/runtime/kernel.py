@@ -23,6 +23,7 @@ from splyce.planner.plan import Plan
 from splyce.runtime import arguments
 from splyce.runtime import calls
 from splyce.tensors.tensor import SparseTensor
+from splyce.tensors.held import Held
 from splyce.thread_count import call_threads
 from splyce.tracer.ir import TensorType
 
@@ -265,7 +266,9 @@ def _values_of(x) -> np.ndarray:
 
 def _stored_entries(value) -> int:
     """What the planner costs an operand by: stored entries of a sparse tensor, size of a dense array."""
-    return value.nnz if isinstance(value, SparseTensor) else int(np.size(value))
+    if isinstance(value, SparseTensor) or isinstance(value, Held):   # (a held BSR / DIA / COO: tensors/held.py)
+        return value.nnz
+    return int(np.size(value))
 
 
 # A split kernel call whose operands hold at most this many stored entries (sparse entries plus dense
