@@ -176,7 +176,7 @@ class Kernel:
 
     def _allocation_message(self, nbytes: int) -> str:
         from splyce.planner.memory import budget_bytes, format_bytes
-        from splyce.planner.plan import describe
+        from splyce.planner.fusion import describe
 
         asked = "more than 2**63 bytes" if nbytes >= 2**63 - 2 else f"{nbytes} bytes ({format_bytes(nbytes)})"
         ops = "; ".join(describe(o) for o in self.trace.outputs)
