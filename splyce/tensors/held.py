@@ -179,7 +179,9 @@ class Held:
         elif self.kind == "coo":
             row, col, _ = self.parts
             if len(row):
-                bad = _bad_coo(row, col, m, n)
+                from splyce.native.coo import bad_entry
+
+                bad = bad_entry(row, col, m, n)
                 if bad is not None:
                     raise ValueError(f"{self.name}: a malformed COO: {bad}")
         return asarray(self.obj.tocsr(), format=self.format, name=self.name)
@@ -204,11 +206,3 @@ def _empty(shape: tuple, dtype: np.dtype, fmt: Format):
         v.flags.writeable = False
     return SparseTensor(shape, fmt, (None, pos), (None, crd), values)
 
-
-def _bad_coo(row, col, m, n) -> str | None:
-    outside = (row < 0) | (row >= m) | (col < 0) | (col >= n)
-    if not outside.any():
-        return None
-    e = int(np.argmax(outside))
-    return (f"entry {e} has coordinates ({int(row[e])}, {int(col[e])}) outside the shape ({m}, {n}); "
-            "every row must be in [0, m) and every column in [0, n)")
