@@ -27,11 +27,9 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_at
-from splyce.native.ir_text import supported as ir_supported
-from splyce.native.ir_text import run_chunks as _run_chunks, work_chunks as _work_chunks
+from splyce.native.ir_text import VALUE, run_chunks as _run_chunks, supported, work_chunks as _work_chunks
 from splyce.native.spmv_flat import flat_driver_ir
-from splyce.native.spmv_rows import BLOCKS, UNIFORM, spmm_ir, spmv_ir
+from splyce.native.spmv_rows import block_driver_ir, spmm_ir, spmv_ir, whole_ir
 
 # Rows advanced together (independent addition chains). Measured on the shared 2-core EPYC (Delaunay meshes,
 # R-MAT, 0.7-1M entries): 1 is fastest there (1.76 ms vs 2.16 for 4 and 3.0 for 8 on a 3-D mesh); the gather
@@ -62,9 +60,9 @@ def _spmv(value: np.dtype, p: int, c: int, check: bool, flat: bool = False):
     from splyce.native.codegen import compile_host_helpers
 
     if flat:
-        name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_flat_checked"
+        name = f"splyce_spmv_{VALUE[value][0]}_p{p}_c{c}_flat_checked"
         return compile_host_helpers(flat_driver_ir(name, value, p, c, ROWS, GROUPED_BLOCK_ROWS), {name: _SPMV_SIG})[name]
-    name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + ("_checked" if check else "")
+    name = f"splyce_spmv_{VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + ("_checked" if check else "")
     return compile_host_helpers(spmv_ir(name, value, p, c, ROWS, check), {name: _SPMV_SIG})[name]
 
 
@@ -74,49 +72,6 @@ def _spmv(value: np.dtype, p: int, c: int, check: bool, flat: bool = False):
 # predicted, and groups only add work). In cache the scan is cheap, and the grouped kernel without a branch
 # per entry was measured 1.3x faster than with one (ba-4k, pyamg-bar).
 GROUPED_BLOCK_ROWS = 512
-_GROUPED_DRIVER = """
-define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %lo, i64 %hi, ptr %y, i64 %nnz) {{
-entry:
-  %flags = alloca [2 x i64]
-  br label %head
-head:
-  %b = phi i64 [%lo, %entry], [%bend, %next]
-{blocks}
-  %down = call i64 @{name}_pos(ptr %ps, i64 %nseg)
-  %decreasing = icmp ne i64 %down, 0
-  br i1 %decreasing, label %fail, label %positions_ok
-positions_ok:
-  %s_raw = load i{p}, ptr %ps
-  %s = {p_ext} %s_raw to i64
-""" + index_at("%pos", "%bend", "%e") + """  %s_over = icmp ugt i64 %s, %nnz
-  %e_over = icmp ugt i64 %e, %nnz
-  %outside = or i1 %s_over, %e_over
-  br i1 %outside, label %fail, label %columns
-columns:
-  %len = sub i64 %e, %s
-  %pc = getelementptr i{c}, ptr %crd, i64 %s
-  call void @{name}_check(ptr %pc, i64 %len, i64 %n, ptr %flags)
-  %f = load i64, ptr %flags
-  %bad = icmp ne i64 %f, 0
-  br i1 %bad, label %fail, label %run
-run:
-  %uniform = call i64 @{name}_uniform(ptr %ps, i64 %nseg)
-  %is_uniform = icmp ne i64 %uniform, 0
-  br i1 %is_uniform, label %run_single, label %run_grouped
-run_single:
-  %ignored1 = call i64 @{name}_rows(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %b, i64 %bend, ptr %y, i64 %nnz)
-  br label %next
-run_grouped:
-  %ignored2 = call i64 @{name}_grouped(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %b, i64 %bend, ptr %y, i64 %nnz)
-  br label %next
-next:
-  br label %head
-ok:
-  ret i64 0
-fail:
-  ret i64 1
-}}
-"""
 
 
 # Rows advanced together in the grouped kernel. Measured on the shared 2-core EPYC (Zen 1), raw kernels, min of
@@ -180,25 +135,9 @@ GROUPED_MAX_BYTES, GROUPED_MIN_ROW, FLAT_MIN_BYTES = _tuned_for(_host_cpu(), L2_
 def _spmm(value: np.dtype, p: int, c: int, k: int | None, check: bool = False):
     from splyce.native.codegen import compile_host_helpers
 
-    name = f"splyce_spmm_{_VALUE[value][0]}_p{p}_c{c}_k{k or 'any'}" + ("_checked" if check else "")
+    name = f"splyce_spmm_{VALUE[value][0]}_p{p}_c{c}_k{k or 'any'}" + ("_checked" if check else "")
     return compile_host_helpers(spmm_ir(name, value, p, c, k, check), {name: _SPMM_SIG})[name]
 
-
-
-# The whole product in one call, as the drop-in's fast path makes it: also checks the two ends of the positions
-# (``pos[0] == 0``, ``pos[m] == nnz``: scipy's own format rule; the kernel checks every segment itself).
-_WHOLE = """
-define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, ptr %y, i64 %n, i64 %m, i64 %nnz) {{
-entry:
-{ends}
-  br i1 %ends_ok, label %run, label %fail
-run:
-  %r = call i64 @{checked}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 0, i64 %m, ptr %y, {k}i64 %nnz)
-  ret i64 %r
-fail:
-  ret i64 1
-}}
-"""
 
 
 @functools.cache
@@ -217,25 +156,20 @@ def _spmv_objects(value: np.dtype, p: int, c: int, variant: str):
 def spmv_objects_ir(value: np.dtype, p: int, c: int, variant: str) -> tuple[str, str]:
     """The IR of ``_spmv_objects`` and its entry's name."""
     from splyce.native import array_objects
-    from splyce.native.validation import position_check_ir, position_ends_ir, range_check_ir
 
     if variant not in ("rows", "grouped", "flat"):
         raise ValueError(f"unknown SpMV variant {variant!r}")
     suffix = {"rows": "", "grouped": f"_g{GROUPED_ROWS}", "flat": "_flat"}[variant]
-    name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + suffix
+    name = f"splyce_spmv_{VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + suffix
     checked, whole, entry = name + "_checked", name + "_whole", name + "_objects"
     if variant == "flat":
         text = flat_driver_ir(checked, value, p, c, ROWS, GROUPED_BLOCK_ROWS)
-    elif variant == "grouped":
+    elif variant == "grouped":     # blocks scanned first, then kernels that check nothing
         text = (spmv_ir(checked + "_rows", value, p, c, ROWS) + spmv_ir(checked + "_grouped", value, p, c, GROUPED_ROWS)
-                + range_check_ir(checked + "_check", c) + position_check_ir(checked + "_pos", p)
-                + UNIFORM.format(name=checked + "_uniform", p=p)
-                + _GROUPED_DRIVER.format(name=checked, p=p, c=c, p_ext=_ext(p),
-                                         blocks=BLOCKS.format(block=GROUPED_BLOCK_ROWS, p=p)))
+                + block_driver_ir(checked, p, c, GROUPED_BLOCK_ROWS, "grouped", scan=True))
     else:
         text = spmv_ir(checked, value, p, c, ROWS, True)
-    text += (_WHOLE.format(name=whole, checked=checked, ends=position_ends_ir(p), k="")
-             + array_objects.object_entry_ir(entry, whole, "aaaaaiii"))
+    text += whole_ir(whole, checked, p) + array_objects.object_entry_ir(entry, whole, "aaaaaiii")
     return text, entry
 
 
@@ -246,12 +180,11 @@ def _spmm_objects(value: np.dtype, p: int, c: int, k: int):
     is malformed."""
     from splyce.native import array_objects
     from splyce.native.codegen import compile_host_helpers
-    from splyce.native.validation import position_ends_ir
 
-    name = f"splyce_spmm_{_VALUE[value][0]}_p{p}_c{c}_k{k}"
+    name = f"splyce_spmm_{VALUE[value][0]}_p{p}_c{c}_k{k}"
     checked, whole, entry = name + "_checked", name + "_whole", name + "_objects"
     text = (spmm_ir(checked, value, p, c, k, True)
-            + _WHOLE.format(name=whole, checked=checked, ends=position_ends_ir(p), k=f"i64 {k}, ")
+            + whole_ir(whole, checked, p, k)
             + array_objects.object_entry_ir(entry, whole, "aaaaaiii"))
     return compile_host_helpers(text, {entry: array_objects.signature(8)})[entry]
 
@@ -293,10 +226,6 @@ def spmv_variant(nnz: int, rows: int, entry_bytes: int) -> str:
 def beyond_cache(nnz: int, crd_bits: int, value_bytes: int) -> bool:
     """Whether ``nnz`` entries (``crd_bits``-bit coordinates, values of ``value_bytes``) outgrow this core's L2."""
     return nnz * (crd_bits + value_bytes * 8) // 8 > L2_BYTES
-
-
-def supported(dtype) -> bool:
-    return ir_supported(dtype)
 
 
 def csr_times_dense(indptr, indices, data, x, threads: int = 1, coordinates_checked: bool = True):
