@@ -10,7 +10,7 @@
   compress), never a patch of the text. ``index_at`` / ``segment_at`` / ``load_at`` / ``store_at``: the loads
   and stores spelled for those templates, so an index load is written one way everywhere; ``loop_head``: their
   loop heads (phis, test, branch), the marked-text twin of ``counted``.
-- Each algorithm is one definition, its variants parameters (``masked._masked_ir(kept=...)``,
+- Each algorithm is one definition, its variants parameters (``masked.masked_ir(mode=...)``,
   ``spmv_flat.flat_ir`` for rows and CSC columns, ``merge_ir._NARROW_PARTS`` / ``_MERGE_STEP_PARTS`` for the
   intersection and the union); plus the row split the helpers share for ``threads``.
 """

@@ -81,22 +81,6 @@ fail:
   ret i64 1
 }
 
-define void @{name}_unmark(ptr %mark, i64 %n) {
-entry:
-  br label %head
-head:
-  %j = phi i64 [0, %entry], [%j1, %body]
-  %more = icmp slt i64 %j, %n
-  br i1 %more, label %body, label %done
-body:
-  %pm = getelementptr i64, ptr %mark, i64 %j
-  store i64 -1, ptr %pm
-  %j1 = add i64 %j, 1
-  br label %head
-done:
-  ret void
-}
-
 """
 # ``%{result}`` (i1): the scan ``@{name}_{scan}`` holds for A's values and for B's and C's unless they are A's
 # (or B's) arrays (``%skip_b`` / ``%skip_c``); ``{q}`` prefixes the value names, ``{n}`` the counts'
@@ -110,14 +94,18 @@ _ALL_VALUES = """  %{q}a = call i64 @{name}_{scan}(ptr %av, i64 %nnza)
   %{result} = icmp ne i64 %{q}abc, 0"""
 
 
-def _unmark_rows_ir(name, bits):
-    """``void name(ptr cpos, ptr ccrd, ptr mark, i64 rows)``: the marks C's first ``rows`` rows set back to -1
-    (after a sample, instead of all n of them: road-700's 490k marks are 3.9 MB)."""
+def _unmark_ir(name, bits, rows: bool):
+    """``void name(ptr mark, i64 n)``: ``mark[0:n]`` set to -1; ``rows``: ``void name(ptr cpos, ptr ccrd, ptr mark,
+    i64 rows)``, only the marks C's first ``rows`` rows set (after a sample, instead of all n of them: road-700's
+    490k marks are 3.9 MB)."""
     ir = IR()
-    ir(f"define void @{name}(ptr %cpos, ptr %ccrd, ptr %mark, i64 %rows) {{")
+    ir(f"define void @{name}({'ptr %cpos, ptr %ccrd, ptr %mark, i64 %rows' if rows else 'ptr %mark, i64 %n'}) {{")
     ir.label("entry")
-    each(ir, "0", load_index(ir, "%cpos", bits, "%rows"),
-         lambda e: ir.store("i64", "-1", "%mark", load_index(ir, "%ccrd", bits, e)))
+    if rows:
+        each(ir, "0", load_index(ir, "%cpos", bits, "%rows"),
+             lambda e: ir.store("i64", "-1", "%mark", load_index(ir, "%ccrd", bits, e)))
+    else:
+        each(ir, "0", "%n", lambda j: ir.store("i64", "-1", "%mark", j))
     ir("  ret void")
     ir("}")
     return ir.text()
@@ -175,7 +163,7 @@ def _sum_checked_kernel(value: np.dtype, bits: int, exact: int | None = None, fa
             + masked_ir(total, value, (bits,) * 6, "sum", factors)
             + masked_ir(count, value, (bits,) * 6, "count")
             + products_ir(name + "_products", bits)
-            + _unmark_rows_ir(name + "_unmark_rows", bits)
+            + _unmark_ir(name + "_unmark_rows", bits, True) + _unmark_ir(name + "_unmark", bits, False)
             + ones_ir(name + "_ones", value)
             + finite_ir(name + "_finite", value)
             + fill(_SUM_CHECKED, name=name, checks=_checks_ir(check, trusted), sum=total, count=count, t=t,

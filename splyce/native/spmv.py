@@ -28,7 +28,7 @@ import numpy as np
 
 from splyce.native.array_objects import address as _address
 from splyce.native.ir_text import VALUE, run_chunks as _run_chunks, supported, work_chunks as _work_chunks
-from splyce.native.spmv_flat import flat_driver_ir
+from splyce.native.spmv_flat import spmv_flat_ir
 from splyce.native.spmv_rows import block_driver_ir, spmm_ir, spmv_ir, whole_ir
 
 # Rows advanced together (independent addition chains). Measured on the shared 2-core EPYC (Delaunay meshes,
@@ -59,11 +59,21 @@ def _spmv(value: np.dtype, p: int, c: int, check: bool, flat: bool = False):
     kernel for rows of a few entries (spmv_flat.py), which always checks (its checks are predicted branches)."""
     from splyce.native.codegen import compile_host_helpers
 
-    if flat:
-        name = f"splyce_spmv_{VALUE[value][0]}_p{p}_c{c}_flat_checked"
-        return compile_host_helpers(flat_driver_ir(name, value, p, c, ROWS, GROUPED_BLOCK_ROWS), {name: _SPMV_SIG})[name]
-    name = f"splyce_spmv_{VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + ("_checked" if check else "")
-    return compile_host_helpers(spmv_ir(name, value, p, c, ROWS, check), {name: _SPMV_SIG})[name]
+    name = f"splyce_spmv_{VALUE[value][0]}_p{p}_c{c}_" + ("flat_checked" if flat else f"r{ROWS}" + "_checked" * check)
+    return compile_host_helpers(kernel_ir(name, value, p, c, "flat" if flat else "rows", check), {name: _SPMV_SIG})[name]
+
+
+def kernel_ir(name: str, value: np.dtype, p: int, c: int, variant: str, check: bool = True) -> str:
+    """SpMV on rows [lo, hi) (``spmv_rows.ROW_PARAMS``), by ``variant``: "rows" (one row at a time, ``check``:
+    checking what it reads), or per block of ``GROUPED_BLOCK_ROWS`` rows, a block of rows of one length one
+    row at a time and the others "grouped" (``GROUPED_ROWS`` rows together, the block's positions and columns
+    scanned first by SIMD scans, the kernels checking nothing) or "flat" (the flat loop; each kernel checks)."""
+    if variant == "rows":
+        return spmv_ir(name, value, p, c, ROWS, check)
+    other = (spmv_flat_ir(name + "_flat", value, p, c) if variant == "flat"
+             else spmv_ir(name + "_grouped", value, p, c, GROUPED_ROWS))
+    return (spmv_ir(name + "_rows", value, p, c, ROWS, variant == "flat") + other
+            + block_driver_ir(name, p, c, GROUPED_BLOCK_ROWS, variant, scan=variant == "grouped"))
 
 
 # For a matrix whose entries stay in cache: per block of GROUPED_BLOCK_ROWS rows, a SIMD scan of the block's
@@ -146,31 +156,29 @@ def _spmv_objects(value: np.dtype, p: int, c: int, variant: str):
     objects (``array_objects``), nonzero when the index arrays are malformed (then ``y`` is incomplete).
     ``variant``: "rows" (one row at a time), "grouped" (rows of varying lengths in groups of ``GROUPED_ROWS``,
     for matrices that stay in cache) or "flat" (one loop over all entries, for rows of a few entries)."""
+    return _objects(*spmv_objects_ir(value, p, c, variant))
+
+
+def spmv_objects_ir(value: np.dtype, p: int, c: int, variant: str, k: int | None = None) -> tuple[str, str]:
+    """The IR of ``_spmv_objects`` (``k``: of ``_spmm_objects``) and its entry's name: the checking kernel, the
+    whole product's entry (``spmv_rows.whole_ir``) and its entry on array objects."""
+    from splyce.native import array_objects
+
+    if variant not in ("rows", "grouped", "flat", "spmm"):
+        raise ValueError(f"unknown SpMV variant {variant!r}")
+    suffix = {"rows": "", "grouped": f"_g{GROUPED_ROWS}", "flat": "_flat", "spmm": ""}[variant]
+    name = (f"splyce_spmm_{VALUE[value][0]}_p{p}_c{c}_k{k}" if k else
+            f"splyce_spmv_{VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + suffix)
+    checked, whole, entry = name + "_checked", name + "_whole", name + "_objects"
+    text = spmm_ir(checked, value, p, c, k, True) if k else kernel_ir(checked, value, p, c, variant)
+    return text + whole_ir(whole, checked, p, k) + array_objects.object_entry_ir(entry, whole, "aaaaaiii"), entry
+
+
+def _objects(text: str, entry: str):
     from splyce.native import array_objects
     from splyce.native.codegen import compile_host_helpers
 
-    text, entry = spmv_objects_ir(value, p, c, variant)
     return compile_host_helpers(text, {entry: array_objects.signature(8)})[entry]
-
-
-def spmv_objects_ir(value: np.dtype, p: int, c: int, variant: str) -> tuple[str, str]:
-    """The IR of ``_spmv_objects`` and its entry's name."""
-    from splyce.native import array_objects
-
-    if variant not in ("rows", "grouped", "flat"):
-        raise ValueError(f"unknown SpMV variant {variant!r}")
-    suffix = {"rows": "", "grouped": f"_g{GROUPED_ROWS}", "flat": "_flat"}[variant]
-    name = f"splyce_spmv_{VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + suffix
-    checked, whole, entry = name + "_checked", name + "_whole", name + "_objects"
-    if variant == "flat":
-        text = flat_driver_ir(checked, value, p, c, ROWS, GROUPED_BLOCK_ROWS)
-    elif variant == "grouped":     # blocks scanned first, then kernels that check nothing
-        text = (spmv_ir(checked + "_rows", value, p, c, ROWS) + spmv_ir(checked + "_grouped", value, p, c, GROUPED_ROWS)
-                + block_driver_ir(checked, p, c, GROUPED_BLOCK_ROWS, "grouped", scan=True))
-    else:
-        text = spmv_ir(checked, value, p, c, ROWS, True)
-    text += whole_ir(whole, checked, p) + array_objects.object_entry_ir(entry, whole, "aaaaaiii")
-    return text, entry
 
 
 @functools.cache
@@ -178,15 +186,7 @@ def _spmm_objects(value: np.dtype, p: int, c: int, k: int):
     """``i64 f(id(indptr), id(indices), id(data), id(X), id(Y), n, m, nnz)``: SpMM with ``k`` (<= SPMM_FIXED)
     columns on array objects, checking what it reads as SpMV does; nonzero (``Y`` incomplete) when the operand
     is malformed."""
-    from splyce.native import array_objects
-    from splyce.native.codegen import compile_host_helpers
-
-    name = f"splyce_spmm_{VALUE[value][0]}_p{p}_c{c}_k{k}"
-    checked, whole, entry = name + "_checked", name + "_whole", name + "_objects"
-    text = (spmm_ir(checked, value, p, c, k, True)
-            + whole_ir(whole, checked, p, k)
-            + array_objects.object_entry_ir(entry, whole, "aaaaaiii"))
-    return compile_host_helpers(text, {entry: array_objects.signature(8)})[entry]
+    return _objects(*spmv_objects_ir(value, p, c, "spmm", k))
 
 
 # -- the one rule for SpMV's loop (flat / grouped / one row at a time) ------------------------------------------

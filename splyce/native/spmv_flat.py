@@ -21,7 +21,7 @@ import functools
 import numpy as np
 
 from splyce.native.ir_text import FLOAT_TYPES, VALUE, ext, fill, index_at, load_at
-from splyce.native.spmv_rows import ROW_PARAMS, block_driver_ir, spmv_ir
+from splyce.native.spmv_rows import ROW_PARAMS
 
 # One loop over the entries of the segments (rows, or a CSC's columns: spmv_scatter.py) [lo, hi) but the last
 # two, with hooks for what a kernel does per segment and per entry (``flat_ir`` fills them).
@@ -191,12 +191,3 @@ def spmv_flat_ir(name: str, value: np.dtype, p: int, c: int) -> str:
                    flat_entry=f"  %acc = phi {t} [{zero}, %prime], [%acc1, %flat_ok]\n" + product(q="", ok="col_ok")
                               + f"\n  %py = getelementptr {t}, ptr %y, i64 %r\n  store {t} %s, ptr %py",
                    restart=restart + "\n")
-
-
-def flat_driver_ir(name: str, value: np.dtype, p: int, c: int, rows: int, block: int) -> str:
-    """``name``: the checking SpMV on rows [lo, hi) (spmv.py's ``_SPMV_SIG``), blocks of ``block`` rows of one
-    length one row at a time (``rows`` rows advanced together; flat measured 0.57-0.88x that there, on rows of
-    2-4 entries), the others through the flat loop (``spmv_rows.block_driver_ir``); each kernel checks what it
-    reads."""
-    return (spmv_ir(name + "_rows", value, p, c, rows, True) + spmv_flat_ir(name + "_flat", value, p, c)
-            + block_driver_ir(name, p, c, block, "flat", scan=False))
