@@ -315,7 +315,8 @@ def ordered_product(ir: IR, mul: str, t: str, factors: str, values: dict) -> str
 
 def groups(ir: IR, slot: str, stop: str, sizes, body) -> None:
     """From ``*slot`` (an i64 slot allocated in ``entry``) up to ``stop``: ``body(first, size)`` on groups of
-    ``sizes[0]`` items while they fit, then of ``sizes[1]``, ...; then each item left on its own (size 1)."""
+    ``sizes[0]`` items while they fit, then of ``sizes[1]``, ...; then each item left on its own (``body(i,
+    None)``)."""
     for size in sizes:
         head, inside, after = (ir.name(b)[1:] for b in ("ghead", "gbody", "gdone"))
         ir(f"  br label %{head}")
@@ -331,7 +332,7 @@ def groups(ir: IR, slot: str, stop: str, sizes, body) -> None:
         ir.label(after)
     rest = ir.name("rest")
     ir(f"  {rest} = load i64, ptr {slot}")
-    each(ir, rest, stop, lambda i: body(i, 1))
+    each(ir, rest, stop, lambda i: body(i, None))
 
 
 @functools.cache

@@ -25,7 +25,8 @@ import numpy as np
 
 from splyce.native.array_objects import address as _address
 from splyce.native.ir_text import (SCALARS, VALUE, add_to, define, each, index_bits as _bits, load_index, loop,
-                                   ordered_product, run_chunks, run_taken, supported)
+                                   ordered_product, run_chunks, run_taken)
+from splyce.native.ir_text import supported  # noqa: F401  (``masked.supported``: the one table's)
 from splyce.native.marked_row import marked_row
 from splyce.native.masked_chunks import CHUNKS_PER_THREAD, masked_chunks, serial_max_work
 

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import IR, SCALARS, VALUE, counted, define, index_bits as _bits, load_index, run_taken, segment
+from splyce.native.ir_text import SCALARS, VALUE, counted, define, index_bits as _bits, load_index, run_taken, segment
 from splyce.native.masked import masked_ir
 from splyce.native.masked_chunks import CHUNKS_PER_THREAD, masked_chunks, serial_max_work
 
@@ -197,9 +197,7 @@ def products_ir(name, bits):
 def _all_of_ir(name, elem, test):
     """``i64 name(ptr v, i64 n)``: 1 when ``test(ir, x)`` (the i1 it computes from the element ``x`` of type
     ``elem``) holds for each of the ``n`` values at ``v``, else 0 (no early exit: the loop vectorizes)."""
-    ir = IR()
-    ir(f"define i64 @{name}(ptr %v, i64 %n) {{")
-    ir.label("entry")
+    ir = define(name, "ptr %v, i64 %n")
     (all_,) = counted(ir, "0", "%n", lambda k, so_far: (ir.op("and", "i1", so_far, test(ir, ir.load(elem, "%v", k))),),
                       carried=(("i1", "true"),), base="k")
     r = ir.name("r")

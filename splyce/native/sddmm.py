@@ -22,7 +22,8 @@ import numpy as np
 from splyce.native import memory_pool
 from splyce.native.array_objects import address as _address
 from splyce.native.ir_text import (SCALARS, VALUE, add_to, define, each, groups, index_bits as _bits, load_index, loop,
-                                   ordered_product, row_chunks, run_chunks, segment, supported)
+                                   ordered_product, row_chunks, run_chunks, segment)
+from splyce.native.ir_text import supported  # noqa: F401  (``sddmm.supported``: the one table's)
 from splyce.native.masked import _drop_zeros
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -172,7 +173,8 @@ def _sddmm_ir(name, value, mp, mc, sizes, factors=None, ahead=0):
         ir(f"  store i64 {start}, ptr %e_slot")
         # groups of the largest size while they fit, then of the next, ..., then one by one
         groups(ir, "%e_slot", stop, sizes,
-               lambda e, size: dots(i, [e] if size == 1 else [ir.op("add", "i64", e, str(g), "eg") for g in range(size)]))
+               lambda e, size: dots(i, [e] if size is None else [ir.op("add", "i64", e, str(g), "eg")
+                                                                  for g in range(size)]))
 
     loop(ir, "%lo", "%hi", row, "exit")
     ir.label("exit")

@@ -27,7 +27,8 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import VALUE, run_chunks as _run_chunks, supported, work_chunks as _work_chunks
+from splyce.native.ir_text import VALUE, run_chunks as _run_chunks, work_chunks as _work_chunks
+from splyce.native.ir_text import supported  # noqa: F401  (``spmv.supported``: the one table's)
 from splyce.native.spmv_flat import spmv_flat_ir
 from splyce.native.spmv_rows import block_driver_ir, spmm_ir, spmv_ir, whole_ir
 
@@ -60,7 +61,8 @@ def _spmv(value: np.dtype, p: int, c: int, check: bool, flat: bool = False):
     from splyce.native.codegen import compile_host_helpers
 
     name = f"splyce_spmv_{VALUE[value][0]}_p{p}_c{c}_" + ("flat_checked" if flat else f"r{ROWS}" + "_checked" * check)
-    return compile_host_helpers(kernel_ir(name, value, p, c, "flat" if flat else "rows", check), {name: _SPMV_SIG})[name]
+    text = kernel_ir(name, value, p, c, "flat" if flat else "rows", check)
+    return compile_host_helpers(text, {name: _SPMV_SIG})[name]
 
 
 def kernel_ir(name: str, value: np.dtype, p: int, c: int, variant: str, check: bool = True) -> str:

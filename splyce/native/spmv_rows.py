@@ -62,6 +62,12 @@ def spmv_ir(name: str, value: np.dtype, p: int, c: int, rows: int, check: bool =
         add_to(ir, t, add, acc, ir.op(mul, t, ir.load(t, "%vals", e), ir.load(t, "%x", col)))
 
     def group(first, size):
+        if size is None:        # a row left after the groups
+            start, stop = segment(ir, "%pos", p, first, check)
+            ir(f"  store {t} {zero}, ptr {accs[0]}")
+            each(ir, start, stop, lambda e: accumulate(accs[0], e))
+            ir.store(t, ir.load(t, accs[0], "0"), "%y", first)
+            return
         segs = []
         for k in range(size):
             segs.append(segment(ir, "%pos", p, ir.op("add", "i64", first, str(k), "row"), check))
@@ -156,9 +162,7 @@ def uniform_ir(name: str, p: int) -> str:
     """``i64 name(ptr pos, i64 nseg)``: 1 when the ``nseg`` segments from ``pos`` all have the first one's
     length (a flat, vectorizable scan)."""
     ip = f"i{p}"
-    ir = IR()
-    ir(f"define i64 @{name}(ptr %pos, i64 %nseg) {{")
-    ir.label("entry")
+    ir = define(name, "ptr %pos, i64 %nseg")
     len0 = ir.op("sub", ip, ir.load(ip, "%pos", "1"), ir.load(ip, "%pos", "0"), "len")
 
     def body(s, acc):

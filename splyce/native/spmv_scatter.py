@@ -21,7 +21,8 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import VALUE, ext, index_bits, supported
+from splyce.native.ir_text import VALUE, ext, index_bits
+from splyce.native.ir_text import supported  # noqa: F401  (``spmv_scatter.supported``: the one table's)
 from splyce.native.spmv_flat import checked_entry, flat_ir
 from splyce.native.spmv_rows import SCATTER_PARAMS, scatter_ir
 from splyce.native.validation import position_ends_ir
