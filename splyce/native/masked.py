@@ -12,7 +12,8 @@ marked and skipped elsewhere. Work: ``nnz(M) + flops(A @ B)``.
   kernel does.
 
 SDDMM ``M * (X @ Y.T)`` is in sddmm.py, the masked sum ``einsum("ij,jk,ik->", A, B, C)`` (triangle counting)
-in masked_sum.py and masked_sum_checked.py.
+in masked_sum.py and masked_sum_checked.py; its summing and counting kernels are modes of this module's one
+definition, ``masked_ir``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The masked sum ``einsum("ij,jk,ik->", A, B, C)`` (triangle counting with A = B = C = L) on the native kernel
 library, summed in the sparsifier kernel's order, bit for bit; on several threads, rows in chunks of about
 equal work. When every value is one (a 0/1 pattern), the sum is the count of products, which a branch-free
-kernel counts (``masked.masked_ir``'s count). The drop-in's and the jit's one-call form of it is masked_sum_checked.py."""
+kernel counts. Both kernels are modes of ``masked.masked_ir`` ("sum", "count"). The drop-in's and the jit's
+one-call form of it is masked_sum_checked.py."""
 
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1, with_proof: bool =
 
 @functools.cache
 def _finite_scan(value):
-    """``i64 (ptr v, i64 n)``: whether the ``n`` values at ``v`` are all finite (``_finite_ir``)."""
+    """``i64 (ptr v, i64 n)``: whether the ``n`` values at ``v`` are all finite (``finite_ir``)."""
     from splyce.native.codegen import compile_host_helpers
 
     name = f"splyce_masked_finite_{VALUE[value][0]}"
