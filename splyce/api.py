@@ -169,85 +169,54 @@ array([1., 5.])
 >>> type(splyce.matmul(A, A)).__name__
 'csr_array'
 """)
-multiply = _binary("multiply", """Elementwise product (Hadamard), as scipy's ``a.multiply(b)``.
+def _elementwise_doc(summary: str, returns: str, cannot_read: str, name: str, example: str) -> str:
+    """The docstring of ``multiply`` / ``add`` / ``subtract``: one layout, their differences filled in."""
+    return f"""{summary}
+
+{{parameters}}
+Returns
+-------
+scipy.sparse array or matrix or ndarray or SparseTensor or dask.array.Array
+    What scipy's ``{returns}`` returns for the same operands.
+
+Raises
+------
+ValueError
+    Shapes that do not broadcast, or a malformed sparse operand.
+TypeError
+    An operand splyce cannot read{cannot_read}.
+
+Examples
+--------
+>>> import numpy as np, scipy.sparse as sps, splyce
+>>> A = sps.csr_array(np.array([[1.0, 0.0], [2.0, 3.0]]))
+>>> splyce.{name}(A, A.T).toarray()
+{example}
+"""
+
+
+multiply = _binary("multiply", _elementwise_doc(
+    """Elementwise product (Hadamard), as scipy's ``a.multiply(b)``.
 
 Two sparse operands intersect: only positions stored in both are computed, and the result is sparse.
 Scalars and row / column vectors broadcast by scipy's rules. A NaN or Inf without a partner gives scipy's
-result (a NaN where scipy has one: see the guide's "NaN, Inf and dtypes").
-
-{parameters}
-Returns
--------
-scipy.sparse array or matrix or ndarray or SparseTensor or dask.array.Array
-    What scipy's ``multiply`` returns for the same operands.
-
-Raises
-------
-ValueError
-    Shapes that do not broadcast, or a malformed sparse operand.
-TypeError
-    An operand splyce cannot read.
-
-Examples
---------
->>> import numpy as np, scipy.sparse as sps, splyce
->>> A = sps.csr_array(np.array([[1.0, 0.0], [2.0, 3.0]]))
->>> splyce.multiply(A, A.T).toarray()
-array([[1., 0.],
-       [0., 9.]])
-""")
-add = _binary("add", """Elementwise sum, as scipy's ``a + b``.
+result (a NaN where scipy has one: see the guide's "NaN, Inf and dtypes").""",
+    "multiply", "", "multiply", """array([[1., 0.],
+       [0., 9.]])"""))
+add = _binary("add", _elementwise_doc(
+    """Elementwise sum, as scipy's ``a + b``.
 
 Two sparse operands merge (a union of their positions) into a sparse result; a dense operand gives a
-dense result, and ``0`` is accepted as scipy accepts it.
-
-{parameters}
-Returns
--------
-scipy.sparse array or matrix or ndarray or SparseTensor or dask.array.Array
-    What scipy's ``+`` returns for the same operands.
-
-Raises
-------
-ValueError
-    Shapes that do not broadcast, or a malformed sparse operand.
-TypeError
-    An operand splyce cannot read.
-
-Examples
---------
->>> import numpy as np, scipy.sparse as sps, splyce
->>> A = sps.csr_array(np.array([[1.0, 0.0], [2.0, 3.0]]))
->>> splyce.add(A, A.T).toarray()
-array([[2., 2.],
-       [2., 6.]])
-""")
-subtract = _binary("subtract", """Elementwise difference, as scipy's ``a - b``.
+dense result, and ``0`` is accepted as scipy accepts it.""",
+    "+", "", "add", """array([[2., 2.],
+       [2., 6.]])"""))
+subtract = _binary("subtract", _elementwise_doc(
+    """Elementwise difference, as scipy's ``a - b``.
 
 Two sparse operands merge (a union of their positions) into a sparse result; a dense operand gives a
-dense result.
-
-{parameters}
-Returns
--------
-scipy.sparse array or matrix or ndarray or SparseTensor or dask.array.Array
-    What scipy's ``-`` returns for the same operands.
-
-Raises
-------
-ValueError
-    Shapes that do not broadcast, or a malformed sparse operand.
-TypeError
-    An operand splyce cannot read, or bool operands (NumPy's rules).
-
-Examples
---------
->>> import numpy as np, scipy.sparse as sps, splyce
->>> A = sps.csr_array(np.array([[1.0, 0.0], [2.0, 3.0]]))
->>> splyce.subtract(A, A.T).toarray()
-array([[ 0., -2.],
-       [ 2.,  0.]])
-""")
+dense result.""",
+    "-", ", or bool operands (NumPy's rules)", "subtract", """array([[ 0., -2.],
+       [ 2.,  0.]])"""))
 
 
 def einsum(subscripts, *operands, out_format=None, order=None, threads=None):

@@ -6,11 +6,12 @@ Above the runtime (it runs kernels through it) and below the public API. Its pub
 - their per-call fast paths, tried first by ``splyce.api`` (``fast_spmv``, ``fast_merge``, ``fast_masked_sum``:
   each answers ``None`` when the call is not theirs);
 - the operand and formulation rules that ``splyce.dask`` shares: ``operand_family``, ``sparse_family``,
-  ``as_format``, ``rowwise_format``, ``OperandInfo``, ``Formulation`` and the ``choose_*_formulation`` functions;
+  ``as_format``, ``rowwise_format``, ``OperandInfo``, and (re-exported from the one module that chooses kernels,
+  ``splyce.planner.kernel_choice``) ``Formulation`` and the ``choose_*_formulation`` functions;
 - the result rules: scipy's broadcasting and scalars (``broadcast``), narrower integer dtypes (``narrow_dtypes``),
   einsum's repeated indices (``diagonals``), scipy's result classes (``scipy_out``).
 
-Modules: ``operands`` (families, conversions, result wrapping), ``formulation`` (the choice of kernel),
+Modules: ``operands`` (families, conversions, result wrapping),
 ``kernels`` (the jitted kernels the drop-ins compile, and thread counts), ``products`` (matmul: SpMV / SpMM /
 SpMSpV / SpGEMM), ``elementwise`` (multiply / add / subtract: row merges), ``einsums`` (einsum, masked
 products, the triangle sum).
@@ -26,11 +27,11 @@ _NAMES = {
     "einsum": ("einsums", "einsum"), "fast_masked_sum": ("einsums", "_fast_masked_sum"),
     "add": ("elementwise", "add"), "multiply": ("elementwise", "multiply"),
     "subtract": ("elementwise", "subtract"), "fast_merge": ("elementwise", "_fast_merge"),
-    "Formulation": ("formulation", "Formulation"),
-    "choose_einsum_formulation": ("formulation", "choose_einsum_formulation"),
-    "choose_elementwise_formulation": ("formulation", "choose_elementwise_formulation"),
-    "choose_matmul_formulation": ("formulation", "choose_matmul_formulation"),
-    "rowwise_format": ("formulation", "rowwise_format"),
+    "Formulation": ("kernel_choice", "Formulation"),
+    "choose_einsum_formulation": ("kernel_choice", "choose_einsum_formulation"),
+    "choose_elementwise_formulation": ("kernel_choice", "choose_elementwise_formulation"),
+    "choose_matmul_formulation": ("kernel_choice", "choose_matmul_formulation"),
+    "rowwise_format": ("operands", "rowwise_format"),
     "OperandInfo": ("operands", "OperandInfo"), "as_format": ("operands", "as_format"),
     "operand_family": ("operands", "operand_family"), "sparse_family": ("operands", "sparse_family"),
     "to_dense_vector": ("operands", "_to_dense_vector"),
@@ -44,8 +45,8 @@ def _module(name: str):
         from splyce.dropin import einsums as module
     elif name == "elementwise":
         from splyce.dropin import elementwise as module
-    elif name == "formulation":
-        from splyce.dropin import formulation as module
+    elif name == "kernel_choice":
+        from splyce.planner import kernel_choice as module
     elif name == "operands":
         from splyce.dropin import operands as module
     elif name == "products":

@@ -19,7 +19,8 @@ from splyce.tensors.validation import check_dtype
 from splyce.tensors.tensor import SparseTensor
 
 from splyce.dropin.elementwise import multiply
-from splyce.dropin.formulation import Formulation, _check_einsum_shapes, _is_masked_sum, rowwise_format, choose_einsum_formulation
+from splyce.dropin.operands import rowwise_format
+from splyce.planner.kernel_choice import Formulation, is_masked_sum, choose_einsum_formulation
 from splyce.dropin.kernels import _kernel, _kernels, _threads
 from splyce.dropin.operands import OperandInfo, _INT_MAX, _canonical_csr, _converter, operand_family, _nd, scipy_csr_types, sparse_family, _wrap_sparse
 
@@ -127,7 +128,7 @@ def einsum(subscripts, *operands, out_format=None, threads=None):
     kernel_threads = 1 if exact_only else threads
     jitted = _kernel("einsum:" + subscripts, _Einsum(subscripts), out_format, kernel_threads,
                      reassociate=kernel_threads > 1 and not output)
-    if out_format is None and _is_masked_sum(inputs, output, infos):
+    if out_format is None and is_masked_sum(inputs, output, infos):
         summed = _masked_sum(jitted, ops, inputs, threads, exact_only)
         if summed is not None:
             return _numpy_sum(inputs, ops, *summed)
@@ -324,3 +325,13 @@ def _plain_masked_sum_plan(plan, inputs: list[str]) -> bool:
     params = step.node.params[0] if step.node.op == "contract" else None
     return (params is not None and tuple(params.inputs) == tuple(inputs) and params.output == ""
             and params.order == "".join(dict.fromkeys("".join(inputs))) and step.storage == ("keep",) * 3)
+
+
+def _check_einsum_shapes(inputs: list[str], infos: list) -> None:
+    sizes: dict = {}
+    for subs, info in zip(inputs, infos):
+        if len(subs) != len(info.shape):
+            raise ValueError(f"einsum: subscripts {subs!r} for an operand of shape {info.shape}")
+        for letter, size in zip(subs, info.shape):
+            if sizes.setdefault(letter, size) != size:
+                raise ValueError(f"einsum: index {letter!r} has sizes {sizes[letter]} and {size}")

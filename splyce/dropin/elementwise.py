@@ -12,7 +12,8 @@ from splyce.dropin import broadcast, narrow_dtypes, scipy_out
 from splyce.tensors.formats import CSR, compressed_order
 from splyce.tensors.tensor import SparseTensor, last_level_buffers
 
-from splyce.dropin.formulation import Formulation, rowwise_format, choose_elementwise_formulation
+from splyce.dropin.operands import rowwise_format
+from splyce.planner.kernel_choice import Formulation, choose_elementwise_formulation
 from splyce.dropin.kernels import _kernel, _threads
 from splyce.dropin.stored_formats import scipy_to_csr, pydata_class as _pydata_class
 from splyce.dropin.operands import OperandInfo, _INT_MAX, as_format, _canonical_csr, _csc_first, _dense_result, operand_family, _keeps_left_format, _left_format, _nd, _raw_csr, sparse_family, _wrap_sparse

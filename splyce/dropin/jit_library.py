@@ -1,8 +1,8 @@
 """The drop-ins as the jit's kernel library: a jitted function that is one drop-in op on its arguments runs
-the native kernel the drop-in would run (runtime/library.py asks this provider). The decision is the drop-in's
-own: ``choose_*_formulation`` on the operands' types, so a drop-in call and the same op inside ``@splyce.jit``
-take the same kernel. A native kernel serves the jit only where its results are the MLIR kernel's bit for bit
-(the same summation order), or where ``fast_math=True`` allows another order."""
+the native kernel the drop-in would run (runtime/library.py asks this provider). The decision is made in
+planner/kernel_choice.py (``jit_choice``: the drop-ins' ``choose_*_formulation`` on the operands' types,
+narrowed to kernels whose results are the MLIR kernel's bit for bit), so a drop-in call and the same op inside
+``@splyce.jit`` take the same kernel; this module builds the call for the choice."""
 
 from __future__ import annotations
 
@@ -12,29 +12,10 @@ import functools
 import numpy as np
 
 from splyce.dropin import jit_products
-from splyce.dropin.formulation import Formulation, choose_matmul_formulation
-from splyce.dropin.operands import _native_values
-from splyce.dropin.operands import OperandInfo
 from splyce.native import memory_pool
-from splyce.native.spmv import SPMM_FIXED
 from splyce.dropin.products import matmul, scatter_tensor, spmspv_tensor, spmv_tensor, spmv_direct
-from splyce.native import spmv_scatter
-from splyce.runtime.library import LibraryCall, LibraryOp, is_csr
-
-def _info(t) -> OperandInfo:
-    return OperandInfo("splyce" if t.is_sparse else "numpy", t.shape, np.dtype(t.dtype))
-
-
-# The drop-ins' native kernels follow scipy's rules, the jit's MLIR kernels the sparsifier's: a union or
-# intersection result stores every coiterated position where scipy drops zero results and keeps NaN times a
-# missing entry, and SpGEMM / masked products / SDDMM differ in stored zeros or summation order. A native kernel
-# serves the jit only where its results are the MLIR kernel's on every input, special values included (equal
-# bits, but for the sign of a NaN, which depends on operand order in the hardware; tests/runtime/test_one_engine.py):
-# SpMV, SpMM, SpMSpV, the elementwise ops through their ``keep_zeros`` variants (native/elementwise/kept.py: the
-# sparsifier's coiteration on the drop-in's kernels), and the sparsifier's own variants of SpGEMM, masked
-# SpGEMM, the masked sum (triangles) and SDDMM (every reached position kept, the sparsifier's summation and
-# multiplication order; jit_products.py).
-_ELEMENTWISE = ("multiply", "add", "subtract")
+from splyce.planner.kernel_choice import Formulation, JitChoice, LibraryOp, jit_choice
+from splyce.runtime.library import LibraryCall
 
 
 def _pool(nbytes: int):
@@ -111,31 +92,10 @@ def _coiterated(name: str, transposed, out, columns: bool = False):
     return run
 
 
-def _elementwise_call(op: LibraryOp, options) -> LibraryCall | None:
-    """Two CSRs (one of them maybe a transposed argument) with a CSR result of their dtype: the drop-in's
-    elementwise kernels with every coiterated position kept. Not when the jit was asked for the MLIR kernel's
-    own lanes (``union=``, ``gallop=``): those options choose among MLIR loops the native kernel does not have."""
-    from splyce.native.elementwise import keep_supported
-    from splyce.options import DEFAULT_GALLOP_RATIO
-
-    dtype = np.dtype(op.out.dtype)
-    if not keep_supported(dtype) or (dtype == np.bool_ and op.op == "subtract"):
-        return None
-    if options.union is not None or options.gallop != DEFAULT_GALLOP_RATIO:
-        return None
-    if op.transposed == (True, True) or (op.transposed[:1] == (True,) and op.op == "subtract"):
-        return None                   # a.T - b: the difference does not commute
-    widths = {(t.format.pos_width, t.format.crd_width) for t in op.types + (op.out,)}
-    if len(widths) != 1 or (any(op.transposed) and len(set(widths.pop())) != 1):
-        return None                   # the kernels take one index dtype per operand pair (a CSC pass: one in all)
-    name, out, transposed = op.op, op.out, op.transposed or (False, False)
-    detail = "every coiterated position kept"
-    if op.columns:
-        detail += "; in column order: computed on the transposes (their CSR buffers), the result a CSC"
-    if any(transposed):
-        detail += "; the transpose read as its argument's CSC, one pass with a cursor per column, not re-stored"
-    return LibraryCall(op, Formulation.MERGE_ROWS.value, _coiterated(name, transposed, out, op.columns),
-                       detail=detail)
+def _elementwise_call(op: LibraryOp, choice: JitChoice) -> LibraryCall:
+    """The drop-in's elementwise kernels with every coiterated position kept (``jit_choice`` said which ops)."""
+    return LibraryCall(op, choice.label, _coiterated(op.op, op.transposed or (False, False), op.out, op.columns),
+                       detail=choice.detail)
 
 
 # How native/spgemm_sorted.py sums and orders each row (the plan's text says it), chosen per call by b's
@@ -202,47 +162,32 @@ def _spgemm_kept(out, sort: bool):
 
 
 def provide(op: LibraryOp, options) -> LibraryCall | None:
-    if len({t.dtype for t in op.types}) != 1 or op.out.dtype != op.types[0].dtype:
-        return None              # mixed or promoted value types: the jit's kernel (NumPy's promotion there)
-    infos = [_info(t) for t in op.types]
-    if op.op == "matmul" and op.transposed[:1] == (True,):
-        # a matrix stored by the product's columns times a vector: the drop-in's CSC x vector scatter, in the
-        # MLIR kernel's order (columns ascending, each row's sum from +0.0); one thread, as the drop-in's
-        if not spmv_scatter.supported(op.out.dtype):
-            return None
+    """The native call for ``op``, as planner/kernel_choice.py's ``jit_choice`` chose it, or None."""
+    choice = jit_choice(op, options)
+    if choice is None:
+        return None
+    f = choice.formulation
+    if f is Formulation.SCATTER_CSC:
         m = op.out.shape[0]
-        return LibraryCall(op, Formulation.SCATTER_CSC.value, lambda args, threads: scatter_tensor(*args, m))
-    if op.op == "matmul" and not op.out.is_sparse:
-        formulation = choose_matmul_formulation(*infos)
-        if formulation not in (Formulation.SPARSE_TIMES_DENSE, Formulation.SCATTER_VECTOR):
-            return None
-        if op.types[1].ndim == 2 and op.types[1].shape[1] > SPMM_FIXED:
-            # SpMM beyond the columns the native kernel keeps in registers: the MLIR kernel is faster (2-core
-            # Zen 4 VM, 2026-12-06, thread CPU, median of 9, 64 columns: native 0.79x / 0.83x / 0.94x its time
-            # on fem3d-100k / ba-100k / road-700)
-            return None
+        return LibraryCall(op, choice.label, lambda args, threads: scatter_tensor(*args, m))
+    if f in (Formulation.SPARSE_TIMES_DENSE, Formulation.SCATTER_VECTOR):
         nbytes = int(np.prod(op.out.shape)) * np.dtype(op.out.dtype).itemsize
-        product = _csr_times_dense if formulation is Formulation.SPARSE_TIMES_DENSE else _csr_times_sparse_vector
+        product = _csr_times_dense if f is Formulation.SPARSE_TIMES_DENSE else _csr_times_sparse_vector
         if nbytes < memory_pool.POOL_MIN:                       # no handler switch: the call as it is
-            fast = spmv_direct if formulation is Formulation.SPARSE_TIMES_DENSE else None
-            return LibraryCall(op, formulation.value, product, direct=fast)
+            fast = spmv_direct if f is Formulation.SPARSE_TIMES_DENSE else None
+            return LibraryCall(op, choice.label, product, direct=fast)
 
         def run(args, t):
             with _pool(nbytes):
                 return product(args, t)
         run.checks_indices = getattr(product, "checks_indices", False)
-        return LibraryCall(op, formulation.value, run)
-    if op.op in _ELEMENTWISE:
-        return _elementwise_call(op, options)
-    if op.op == "matmul" and op.out.is_sparse and _native_values(*infos):
-        # Gustavson's product keeping every reached position (zero sums too): the sparsifier's result; each
-        # entry sums from +0.0 over k in A's row order, as its i, k, j loop nest does. Rows sorted where the
-        # result's format is ordered (an explicit out_format=splyce.CSR), else as the drop-in writes them.
+        return LibraryCall(op, choice.label, run)
+    if f is Formulation.MERGE_ROWS:
+        return _elementwise_call(op, choice)
+    if f is Formulation.GUSTAVSON_SPARSE:
+        from splyce.planner.kernel_choice import is_csr
+
         if is_csr(op.out):
-            return LibraryCall(op, "gustavson-spa, every position kept, rows sorted", _spgemm_kept(op.out, True),
-                               detail=SPGEMM_SORTED_RULE)
-        return LibraryCall(op, Formulation.GUSTAVSON_SPARSE.value, _spgemm_kept(op.out, False),
-                           detail=_unordered_rule())
-    if op.op == "einsum":        # masked SpGEMM, the masked sum (triangles), SDDMM: jit_products.py
-        return jit_products.provide(op, infos)
-    return None
+            return LibraryCall(op, choice.label, _spgemm_kept(op.out, True), detail=SPGEMM_SORTED_RULE)
+        return LibraryCall(op, choice.label, _spgemm_kept(op.out, False), detail=_unordered_rule())
+    return jit_products.call(op, choice)      # masked SpGEMM, the masked sum (triangles), SDDMM

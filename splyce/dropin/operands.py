@@ -183,13 +183,20 @@ class OperandInfo:
         return self.family != "numpy"
 
 
-def _native_values(*infos: OperandInfo) -> bool:
-    """Whether the native kernels (splyce/native/*.py) compute in the operands' common value dtype
-    (float64 / float32 / int64 / int32; bool and complex go through the sparsifier's kernels)."""
-    from splyce.native.ir_text import VALUE
+def rowwise_format(subs: str, order) -> Format:
+    """The operand's levels in the global loop order: dense outermost, compressed below (CSR / CSF-like)."""
+    return rowwise_format_cached(subs, tuple(order))
 
-    dtypes = [i.dtype for i in infos if i.dtype is not None]
-    return not dtypes or np.result_type(*dtypes) in VALUE
+
+@functools.lru_cache(maxsize=256)
+def rowwise_format_cached(subs: str, order: tuple) -> Format:
+    # a Format validates itself when built (~80 us): once per (subscripts, loop order)
+    from splyce.tensors.formats import Level
+
+    perm = tuple(sorted(range(len(subs)), key=lambda d: order.index(subs[d])))
+    kinds = ("compressed",) if len(subs) == 1 else ("dense",) + ("compressed",) * (len(subs) - 1)
+    return Format(tuple(Level(k) for k in kinds), perm)
+
 
 
 # -- SpMV's per-call fast path --------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from splyce.tensors.validation import check_dtype
 from splyce.tensors.tensor import SparseTensor, asarray, last_level_buffers
 
 from splyce.dropin.stored_formats import scipy_to_csr, fast_times_dense as _stored_fast, pydata_class as _stored_pydata_class
-from splyce.dropin.formulation import Formulation, _wants_sparse_result, choose_matmul_formulation
+from splyce.planner.kernel_choice import Formulation, choose_matmul_formulation, wants_sparse_result
 from splyce.dropin.kernels import DENSE_RESULT_BYTES, SERIAL_MAX_WORK, _kernel, _mm, _several_threads, _threads
 from splyce.dropin.operands import OperandInfo, _INT_MAX, as_format, _converter, _coo_array_type, _csc_first, _dense_out, operand_family, _keeps_left_format, _left_format, _raise_bad_product_operand, _raw_csr, scipy_csr_types, sparse_family, _to_dense_vector, _vector_out, _wrap_sparse
 
@@ -119,7 +119,7 @@ def _matmul(a, b, out_format, threads: int):
     if sa[-1] != sb[0]:
         raise ValueError(f"matmul: shapes {sa} and {sb} are not aligned ({sa[-1]} != {sb[0]})")
     family = sparse_family(a, b)
-    want_sparse = _wants_sparse_result(ia, ib, out_format)
+    want_sparse = wants_sparse_result(ia, ib, out_format)
 
     def kernel(*args):   # the jitted kernel, made on first need (a Gustavson product never imports the jit)
         return _kernel("matmul", _mm, threads=threads)(*args)

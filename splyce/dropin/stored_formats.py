@@ -15,8 +15,7 @@ import numpy as np
 
 from splyce.native.ir_text import VALUE
 
-# the stored formats whose products with a dense operand run on their own buffers (OperandInfo.layout)
-LAYOUTS = frozenset({"coo", "dia", "bsr", "gcxs"})
+from splyce.planner.kernel_choice import STORED_LAYOUTS as LAYOUTS   # the formats served here
 _INDEX = (np.dtype(np.int32), np.dtype(np.int64))
 
 

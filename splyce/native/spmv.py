@@ -205,6 +205,12 @@ def flat_min_entries(entry_bits: int) -> int:
     return -(-FLAT_MIN_BYTES * 8 // entry_bits)
 
 
+def compiled_constants() -> dict:
+    """The rule's tuned constants that MLIR kernels hold as numbers (passes/flat_rows.py emits
+    ``FLAT_MAX_ROW`` and ``flat_min_entries``, which follows ``FLAT_MIN_BYTES``): part of the disk cache's key."""
+    return {"flat_max_row": FLAT_MAX_ROW, "flat_min_bytes": FLAT_MIN_BYTES}
+
+
 def goes_flat(nnz: int, rows: int, crd_bits: int, value_bytes: int) -> bool:
     """Whether SpMV on ``rows`` rows holding ``nnz`` entries (``crd_bits``-bit coordinates, values of
     ``value_bytes``) runs the flat kernel: rows of a few entries on average, and on some CPUs only beyond a

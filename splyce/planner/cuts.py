@@ -8,7 +8,8 @@ argument by a computed dense vector that the native chooser (runtime/library.py,
 its own merit when its operand is an input (rows of a few entries: the native flat kernel), and an SpMV or
 SpMM whose operand is elementwise glue the fused kernel would recompute at every stored entry (over two or
 more arrays, or beyond + - *), over a matrix of at least ``CUT_MIN_ENTRIES`` stored entries, read only by
-elementwise glue and dot products. The
+elementwise glue (unary maps ``abs(y)``, elementwise products and scalings written as contractions: ``y * y``
+of a norm, CG's ``alpha * ap``) and 0-d reductions (dot products, ``abs(y).max()``). The
 dispatcher then runs the function as stages (runtime/staged.py, ``Program.cut``): stage ``s`` computes every
 value ``level`` puts at ``s``; a cut product's level is one more than its computed operand's, so its operand
 is an input of its stage and its plan computes it natively, the dense glue after it fused into its stage's
@@ -37,17 +38,33 @@ CUT_MIN_ENTRIES = 200_000
 # "Dot products on the host").
 DOT_MIN_LENGTH = 50_000
 
+# Work (stored entries x 4 for an SpMV) beyond which the native product splits its rows
+# across threads when asked for several: the drop-ins' ``SERIAL_MAX_WORK`` (dropin/kernels.py; a layer above,
+# tests/tracer/test_loops.py checks the two agree). A fused kernel computing several products runs on one
+# thread (passes/parallel.py splits a kernel's one top-level loop, and declines "N top-level loops"), so with
+# several threads such a product is a cut point: the one-step function called alone splits it, and the loop
+# jitted whole kept it serial (PageRank unrolled ten steps on ba-100k, quiet: 0.67x the one-step calls).
+SPLIT_MIN_WORK = 1 << 21
+
 
 def _glue_only(readers) -> bool:
-    """Whether only elementwise glue, scalings and 0-d reductions (dot products) read a product."""
-    return bool(readers) and all(r.op in ("ewise", "combine") or r.type.ndim == 0
+    """Whether only elementwise glue (``ewise`` / ``combine`` / ``map``: ``abs(y)``, ``-y``; elementwise
+    products ``y * y``), scalings and 0-d reductions (dot products, ``np.abs(y).max()``) read a product."""
+    return bool(readers) and all(r.op in ("ewise", "combine", "map") or r.type.ndim == 0 or _elementwise_contract(r)
                                  or (r.op == "contract" and len(r.args) == 1) for r in readers)
+
+
+def _elementwise_contract(node: Node) -> bool:
+    """Whether ``node`` is an elementwise product or a scaling written as a contraction (``y * y``, ``x * d``:
+    ``contract[a,a->a]``; ``alpha * ap`` of CG: ``contract[,a->a]``): every operand indexed as the result, or a
+    scalar."""
+    return node.op == "contract" and all(s in ("", node.params[0].output) for s in node.params[0].inputs)
 
 
 def _vectors_read(node: Node) -> int:
     """How many distinct non-scalar values an elementwise expression (``ewise`` / ``combine`` / an elementwise
     ``contract``, nested) reads; 0 for anything else."""
-    elementwise = ("ewise", "combine")
+    elementwise = ("ewise", "combine", "map")
     if not (node.op in elementwise or (node.op == "contract" and all(s == node.params[0].output
                                                                     for s in node.params[0].inputs))):
         return 0
@@ -90,15 +107,17 @@ def _costly_to_recompute(node: Node) -> bool:
         seen.add(n)
         if n.op == "ewise" and not _heads(n.params[0]) <= _CHEAP:
             return True
-        if n.op in ("ewise", "combine") or (n.op == "contract" and all(s == n.params[0].output
+        if n.op in ("ewise", "combine", "map") or (n.op == "contract" and all(s == n.params[0].output
                                                                        for s in n.params[0].inputs)):
             todo.extend(n.args)
     return False
 
 
-def cut_points(trace: Trace, nnz: tuple[int, ...], native, min_entries: int | None = None) -> list[Node]:
+def cut_points(trace: Trace, nnz: tuple[int, ...], native, min_entries: int | None = None,
+               threads: int = 1) -> list[Node]:
     """The products of ``trace`` to compute natively as stages of their own (see the module docstring), in
-    dependency order; ``native``: ``make_plan``'s chooser (None: no cuts)."""
+    dependency order; ``native``: ``make_plan``'s chooser (None: no cuts); ``threads``: the kernel's compiled
+    thread count (> 1: a product the native kernel would split across threads is cut, ``SPLIT_MIN_WORK``)."""
     if native is None:
         return []
     min_entries = CUT_MIN_ENTRIES if min_entries is None else min_entries
@@ -134,7 +153,8 @@ def cut_points(trace: Trace, nnz: tuple[int, ...], native, min_entries: int | No
         # flat kernel), not for the glue written in place, whose gain does not pay a stage (docs/planner.md);
         # and any SpMV whose vector is dense glue over several vectors, which the fused kernel would recompute
         # at every stored entry (MLIR fuses an elementwise producer into its consumer's loop)
-        glue = _costly_to_recompute(x)
+        # and, on several threads, any product the native kernel splits across them (SPLIT_MIN_WORK)
+        glue = _costly_to_recompute(x) or (spmv and threads > 1 and entries * 4 > SPLIT_MIN_WORK)
         if _glue_only(read_by.get(node)) and native(candidate, (a.type, x.type), (entries, size), glue=glue) is not None:
             cuts.append(node)
     return cuts

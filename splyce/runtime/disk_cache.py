@@ -124,7 +124,19 @@ def key_parts(trace, static_args, out_format, options) -> dict:
                     if f.name != "target"},
         "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
         "versions": dict(_versions(), artifact=codegen.artifact_kind()),   # a shared library, or object code
+        "tuning": _tuning(),
     }
+
+
+def _tuning() -> dict:
+    """The tuned constants compiled into a kernel as numbers: the flat-rows pass's bound (passes/flat_rows.py
+    emits ``spmv.FLAT_MAX_ROW`` and ``spmv.flat_min_entries``, whose size bound ``FLAT_MIN_BYTES`` follows the
+    host CPU and its L2 size). A kernel compiled under other values is another kernel: a cache directory
+    shared by machines of one CPU name but other cache sizes, or read after a retuning, misses instead of
+    running the old bound."""
+    from splyce.native import spmv
+
+    return spmv.compiled_constants()
 
 
 def _type_key(t) -> dict:

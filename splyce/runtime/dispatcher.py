@@ -463,7 +463,8 @@ class Jitted:
             return source, tree, host_stages.StagedPlan(source, nnz, tuple(constants), native)
         # native products anywhere (planner/cuts.py): cut where they pay, with or without the Splyce pass (the
         # plain sparsifier's stages are the same, so the pass changes no result)
-        found = cuts.cut_points(source, nnz, library.native_steps(dataclasses.replace(key.options, vectorize=True)))
+        found = cuts.cut_points(source, nnz, library.native_steps(dataclasses.replace(key.options, vectorize=True)),
+                                threads=key.options.threads)
         dots = cuts.host_dots(source)    # dense dot products as NumPy computes them (BLAS), stages of their own
         if found or dots:
             return source, tree, staged.StagedPlan(source, constants, self._stage_jitted,

@@ -2,11 +2,12 @@
 
 A jitted function whose plan is a single step over its arguments (``a @ x``, ``a @ b`` into a sparse result,
 ``a * b``, ``a + b``, ``a - b``, a masked product, SDDMM, the triangle sum) is the same computation as a
-drop-in call on the same operands. The drop-ins' formulation rules (``splyce.dropin.formulation``) decide which
-of those run natively; this module asks them, through the provider that ``splyce`` registers in
+drop-in call on the same operands. Which of those run natively is decided in the one module that chooses
+kernels (planner/kernel_choice.py: ``library_op``, ``jit_choice``, ``native_step_wanted``, the drop-ins'
+``choose_*_formulation``); this module orders the questions and asks the provider that ``splyce`` registers in
 runtime/providers.py for the drop-ins (they sit above the runtime, so they register instead of being
-imported), and the dispatcher then runs the chosen native kernel
-instead of compiling the MLIR kernel: the same kernel, the same decision, for both entry points.
+imported) to build the chosen call, and the dispatcher then runs that native kernel instead of compiling the
+MLIR kernel: the same kernel, the same decision, for both entry points.
 
 A plan that is one form over one CSR / CSC argument (``a.sum()``, a CSR's ``a.sum(axis=1)``, ``a.mean()``,
 ``a.max()``, ``-a``, ``a / 3.0``, ``a ** 2`` / ``a * a``, ``a != 0``, ``a * d[:, None]``...) runs on the argument's
@@ -24,36 +25,15 @@ import threading
 
 import numpy as np
 
-from splyce.native import spmv
 from splyce.native.records import record
+from splyce.planner.kernel_choice import (LibraryOp, is_csc, is_csr, is_sparse_vector, library_op,
+                                          native_step_wanted)
 from splyce.planner.plan import NativeStep
-from splyce.planner.unordered import is_unordered_csr
-from splyce.tensors.formats import compressed_order
 from splyce.runtime import forms, providers
 from splyce.runtime.kernel import factors_finite
 from splyce.thread_count import call_threads
-from splyce.tracer.ir import ContractParams, Node, TensorType
+from splyce.tracer.ir import Node, TensorType
 
-
-
-@record
-class LibraryOp:
-    """A plan's one step written as a drop-in call: ``op(*args[operands], ...)``."""
-
-    op: str                      # "matmul" | "multiply" | "add" | "subtract" | "einsum"
-    subscripts: str | None       # einsum's subscripts, else None
-    operands: tuple[int, ...]    # the function's arguments, in call order
-    types: tuple[TensorType, ...]
-    out: TensorType
-    order: str | None = None     # a contraction's loop order, outermost first (it fixes the sum's order)
-    # set when the operands are the call's arguments read as they are (nothing prepared): the argument each
-    # reads, and whether transposed (a CSR argument's own buffers as its transpose's CSC, not re-stored)
-    reads: tuple[int, ...] | None = None
-    transposed: tuple[bool, ...] = ()   # a matmul's: (True, False) when the matrix's buffers hold its columns
-    # an elementwise op whose operands and result the plan stores in column order (CSC): computed on the
-    # transposes, whose CSR buffers those are (``a.T * b`` of CSR arguments: ``(a * b.T).T``); ``transposed``
-    # then says which operand's buffers are in the other order than that frame's
-    columns: bool = False
 
 
 @record
@@ -87,75 +67,6 @@ class LibraryCall:
 
 
 register = providers.register   # ``provider(op: LibraryOp, options: Options) -> LibraryCall | None``
-
-
-def _is_compressed_2d(t: TensorType, order: tuple[int, int]) -> bool:
-    """A canonical CSR (``order`` (0, 1)) or CSC ((1, 0)) type: a dense then a compressed level, unique and
-    ordered, stored in ``order``."""
-    return t.ndim == 2 and t.format is not None and compressed_order(t.format) == order
-
-
-def is_csr(t: TensorType) -> bool:
-    return _is_compressed_2d(t, (0, 1))
-
-
-def _is_csc(t: TensorType) -> bool:
-    return _is_compressed_2d(t, (1, 0))
-
-
-def _is_sparse_vector(t: TensorType) -> bool:
-    f = t.format
-    return t.ndim == 1 and f is not None and tuple(level.kind for level in f.levels) == ("compressed",)
-
-
-def _as_library_op(step: Node, inputs: tuple[TensorType, ...]) -> LibraryOp | None:
-    """``step`` as a drop-in call, when every operand is an argument and the form is one the drop-ins run."""
-    if not step.args or any(a.op != "input" for a in step.args):
-        return None
-    operands = tuple(a.params[0] for a in step.args)
-    types = tuple(inputs[i] for i in operands)
-    out = step.type
-    if step.op == "ewise":
-        expr = step.params[0]
-        if len(operands) == 2 and expr in (("mul", ("arg", 0), ("arg", 1)), ("add", ("arg", 0), ("arg", 1)),
-                                           ("sub", ("arg", 0), ("arg", 1))):
-            name = {"mul": "multiply", "add": "add", "sub": "subtract"}[expr[0]]
-            for columns, stored in ((False, is_csr), (True, _is_csc)):
-                if all(stored(t) for t in types) and types[0].shape == types[1].shape and stored(out):
-                    return LibraryOp(name, None, operands, types, out, columns=columns)
-        return None
-    if step.op != "contract":
-        return None
-    params: ContractParams = step.params[0]
-    if params.scale is not None:
-        return None
-    subs = ",".join(params.inputs) + "->" + params.output
-    if len(operands) == 2:
-        (x, y), o = params.inputs, params.output
-        if len(x) == 2 and len(y) == 1 and not types[1].is_sparse and not out.is_sparse and (
-                (is_csr(types[0]) and (y, o) == (x[0], x[1])) or (_is_csc(types[0]) and (y, o) == (x[1], x[0]))):
-            # ``a.T @ z`` of a CSR ``a`` (``ki,k->i``), or a CSC times a vector: buffers stored by the product's
-            # columns, each scattering its entries into the result (the drop-in's CSC x vector kernel)
-            return LibraryOp("matmul", None, operands, types, out, transposed=(True, False))
-        if len(x) == 1 and len(y) == 2 and not types[0].is_sparse and not out.is_sparse and (
-                (is_csr(types[1]) and (x, o) == (y[0], y[1])) or (_is_csc(types[1]) and (x, o) == (y[1], y[0]))):
-            # ``z @ a`` of a CSR ``a`` (``k,kj->j``; of a CSC, ``einsum("j,kj->k", z, a)``): the forms above with
-            # the matrix operand second
-            return LibraryOp("matmul", None, operands[::-1], types[::-1], out, transposed=(True, False))
-        product = len(x) == 2 and y[:1] == x[1:] and x[1] not in o and o == x[0] + y[1:]
-        if not (product and is_csr(types[0])):
-            return None
-        if not types[1].is_sparse and not out.is_sparse:
-            return LibraryOp("matmul", None, operands, types, out)                  # SpMV / SpMM
-        if _is_sparse_vector(types[1]) and not out.is_sparse:
-            return LibraryOp("matmul", None, operands, types, out)                  # SpMSpV
-        if is_csr(types[1]) and (is_csr(out) or is_unordered_csr(out)):
-            return LibraryOp("matmul", None, operands, types, out)                  # Gustavson SpGEMM
-        return None
-    if len(operands) == 3 and (out.ndim == 0 or is_csr(out)):
-        if all(is_csr(t) or not t.is_sparse for t in types):
-            return LibraryOp("einsum", subs, operands, types, out, params.order)    # masked / SDDMM / triangles
-    return None
 
 
 def _pinned(trace) -> bool:
@@ -207,7 +118,7 @@ def choose(plan, options, out_format) -> LibraryCall | None:
             # arguments read as given (road-700, 2-core Zen 4 VM: the MLIR kernel 4.0 ms, the drop-in 3.6)
             kept = plan.kept_as_given()
             call = None if kept is None else choose(kept, options, out_format)
-        if call is None or call.op.op != "matmul" or not _is_sparse_vector(call.op.types[-1]):
+        if call is None or call.op.op != "matmul" or not is_sparse_vector(call.op.types[-1]):
             return None
         return call._replace(plan=kept, detail=(call.detail + "; " if call.detail else "")
                              + "the plan's scattered x kept sparse (its kept twin's result, as the MLIR kernel's "
@@ -215,7 +126,7 @@ def choose(plan, options, out_format) -> LibraryCall | None:
     step = plan.steps[0]
     if plan.trace.outputs[0] is not step.node:
         return None
-    op = _as_library_op(step.node, plan.trace.inputs)
+    op = library_op(step.node, plan.trace.inputs)
     if op is None:
         return None
     ops = [op]
@@ -291,19 +202,8 @@ def native_steps(options):
 
     def step(node: Node, inputs: tuple[TensorType, ...], nnz: tuple[int, ...], glue: bool = False,
              contracted: bool = False) -> NativeStep | None:
-        if node.type.is_sparse:
-            return None
-        op = _as_library_op(node, inputs)
-        if op is None or op.op != "matmul" or op.types[1].is_sparse:
-            return None
-        if op.types[1].ndim == 1:
-            a = op.types[0]
-            if not glue and (op.operands[0] >= len(nnz) or not (spmv.goes_flat(
-                    nnz[op.operands[0]], a.shape[0], a.format.crd_width, np.dtype(a.dtype).itemsize) or (
-                    contracted and spmv.beyond_cache(nnz[op.operands[0]], a.format.crd_width,
-                                                     np.dtype(a.dtype).itemsize)))):
-                return None
-        elif op.types[1].ndim != 2:
+        op = None if node.type.is_sparse else library_op(node, inputs)
+        if not native_step_wanted(op, nnz, glue, contracted):
             return None
         call = _provided(op, options)
         if call is None or call.guarded or call.plan is not None:
@@ -334,7 +234,7 @@ def _argument_reads(plan, operands, columns: bool = False) -> tuple[tuple[int, .
         else:
             return None
         t = plan.source.inputs[arg]
-        if not (is_csr(t) or _is_csc(t)) or not s.type.is_sparse \
+        if not (is_csr(t) or is_csc(t)) or not s.type.is_sparse \
                 or (t.format.pos_width, t.format.crd_width) != (s.type.format.pos_width, s.type.format.crd_width):
             return None
         rows = is_csr(t) != transposed        # the buffers are the operand's CSR

@@ -91,7 +91,12 @@ def _norm(x, ord=None, axis=None, keepdims=False):
             raise TypeError(f"numpy.linalg.norm: ord={ord!r} of a sparse value is not supported on traced tensors "
                             "(the Frobenius norm is; for another, write np.linalg.norm(a.toarray(), ord))")
         return linalg.call(np.linalg.norm, (x,), {"ord": ord, "axis": axis, "keepdims": keepdims})
-    squares = T.absolute(x) ** 2 if _node(x, "norm").type.dtype.startswith("complex") else T.multiply(x, x)
+    t = _node(x, "norm").type
+    if axis is None and not keepdims and t.ndim == 1 and not t.is_sparse and t.dtype in ("float32", "float64"):
+        # NumPy's own formula for a real vector (sqrt(x.dot(x))): the dot product, which the planner runs on the
+        # host as NumPy does (BLAS, planner/cuts.py ``host_dots``) when long, so the norm equals NumPy's
+        return ufunc("sqrt", T.matmul(x, x))
+    squares = T.absolute(x) ** 2 if t.dtype.startswith("complex") else T.multiply(x, x)
     return ufunc("sqrt", T.sum_(squares, axis, keepdims=keepdims))
 
 

@@ -208,12 +208,28 @@ def test_key_parts_are_named_and_change_with_options():
     p2 = disk_cache.key_parts(trace, k2.static_args, k2.out_format, k2.options)
     assert disk_cache.explain(p1, p2) == ["options.fast_math"]
     assert disk_cache.digest(p1) != disk_cache.digest(p2)
-    assert set(p1) == {"trace", "static_args", "inputs", "out_format", "options", "target", "versions"}
+    assert set(p1) == {"trace", "static_args", "inputs", "out_format", "options", "target", "versions", "tuning"}
     assert set(p1["versions"]) == {"splyce", "mlir", "llvmlite", "compiler_sources", "artifact"}
     # formats appear in full, index widths included (a 64-bit CSR must not share a 32-bit CSR's entry)
     assert p1["inputs"][0]["format"] == {"levels": ["dense", "compressed"], "order": [0, 1],
                                          "pos_width": 32, "crd_width": 32}
     assert "repr" not in repr(p1) and "object at 0x" not in repr(p1)
+
+
+def test_key_changes_with_the_tuned_flat_rows_bound(monkeypatch):
+    """The flat-rows pass compiles ``spmv.FLAT_MAX_ROW`` and ``FLAT_MIN_BYTES`` into the kernel as numbers: a
+    kernel filed under other values is not this one (a shared cache directory, another L2 size)."""
+    from splyce.native import spmv
+
+    spec, ops = _spgemm()
+    f = splyce.jit(spec.fun)
+    k, specs, _ = f._key(ops)
+    trace = f._trace(specs)[0]
+    before = disk_cache.key_parts(trace, k.static_args, k.out_format, k.options)
+    monkeypatch.setattr(spmv, "FLAT_MIN_BYTES", spmv.FLAT_MIN_BYTES + 1)
+    after = disk_cache.key_parts(trace, k.static_args, k.out_format, k.options)
+    assert disk_cache.explain(before, after) == ["tuning.flat_min_bytes"]
+    assert disk_cache.digest(before) != disk_cache.digest(after)
 
 
 def test_key_keeps_apart_what_equality_merges():

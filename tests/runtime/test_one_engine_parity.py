@@ -275,7 +275,7 @@ def test_sddmm_jit_is_the_mlir_kernel_bit_for_bit(form, dtype):
         _same(splyce.jit(body, out_format=out, threads=2)(m, x, y), want)
     assert isinstance(fast.kernel_for(m, x, y)[0], LibraryKernel)
     assert "as formulation 'sddmm" in fast.lower(m, x, y).as_text("plan")
-    from splyce.dropin.formulation import choose_einsum_formulation
+    from splyce.planner.kernel_choice import choose_einsum_formulation
 
     infos = [OperandInfo.of(v) for v in (mask, x, y)]
     assert choose_einsum_formulation(["ij", "ik", "jk"], "ij", infos)[0].value == "sddmm"

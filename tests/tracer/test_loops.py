@@ -468,3 +468,119 @@ def test_label_spreading_spmm_is_cut(monkeypatch):
     np.testing.assert_array_equal(f(S, Y), want)
     text = f.lower(S, Y).as_text("plan")
     assert "cut at its products" in text and text.count("native matmul") == 3
+
+
+def _power_norm(a, x):
+    for _ in range(3):
+        y = a @ x
+        x = y / np.linalg.norm(y)
+    return x
+
+
+def _power_max(a, x):
+    for _ in range(3):
+        y = a @ x
+        x = y / np.abs(y).max()
+    return x
+
+
+def _power_rayleigh(a, x):
+    for _ in range(3):
+        y = a @ x
+        x = y / np.sqrt(y @ y)
+    return x, x @ (a @ x)
+
+
+@pytest.mark.parametrize("program", [_power_norm, _power_max, _power_rayleigh])
+def test_power_iteration_is_cut_at_its_products(monkeypatch, program):
+    """Power iteration's SpMV over a computed ``y / norm(y)`` (a division the fused kernel would recompute at
+    every stored entry) is a cut point whichever way the step normalises: its result read by ``y * y``
+    (``np.linalg.norm``, a dot) as well as by the glue; the norm of a dense real vector is NumPy's
+    ``sqrt(y.dot(y))``, so with the native SpMV (scipy's order) the iterates equal scipy's bit for bit."""
+    from splyce.planner import cuts
+
+    monkeypatch.setattr(cuts, "CUT_MIN_ENTRIES", 0)
+    monkeypatch.setattr(cuts, "DOT_MIN_LENGTH", 1)
+    A = _spd(sps.random_array((3000, 3000), density=0.003, format="csr", rng=4))
+    x0 = np.random.default_rng(3).random(3000)
+    want = program(A, x0)
+    f = splyce.jit(program)
+    got = f(A, x0)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        if program is _power_rayleigh:
+            np.testing.assert_allclose(g, w, rtol=1e-13)
+        else:
+            np.testing.assert_array_equal(g, w)
+    text = f.lower(A, x0).as_text("plan")
+    native = text.count("native matmul") + text.count("runs on the native kernel library: matmul")
+    assert "cut at its products" in text and native == text.count("contract[ik,k->i") + text.count(
+        "native matmul") >= 3   # every SpMV native: none left a loop nest of a fused kernel
+    plain = splyce.jit(program, vectorize=False)(A, x0)
+    for g, p in zip(got if isinstance(got, tuple) else (got,), plain if isinstance(plain, tuple) else (plain,)):
+        np.testing.assert_array_equal(g, p)          # the Splyce pass changes no result
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [1, 5, 1000, 70_000])
+def test_norm_of_a_vector_is_numpys(dtype, n):
+    """``np.linalg.norm`` of a dense real vector is NumPy's ``sqrt(x.dot(x))``: bit for bit once it is long
+    enough to be a host dot, the same value either way."""
+    y = (np.random.default_rng(n).standard_normal(n) * 1e3).astype(dtype)
+    f = splyce.jit(lambda y: (np.linalg.norm(y), y / np.linalg.norm(y), np.linalg.norm(y, keepdims=True)))
+    got = f(y)
+    want = (np.linalg.norm(y), y / np.linalg.norm(y), np.linalg.norm(y, keepdims=True))
+    for g, w in zip(got, want):
+        assert np.asarray(g).dtype == w.dtype and np.shape(g) == np.shape(w)
+        if n >= 50_000:
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_allclose(g, w, rtol=4 * np.finfo(dtype).eps)
+
+
+def test_cg_steps_spmv_is_cut_when_scaled_glue_reads_it(monkeypatch):
+    """CG's ``ap = a @ p`` is read by the dot ``p @ ap`` and by ``r - alpha * ap``, whose ``alpha * ap`` is a
+    scaling traced as a contraction (``contract[,a->a]``): glue, so every SpMV is a native step of its own stage
+    (with ``p = r + beta * p``, over two vectors, which the fused kernel would recompute at every stored entry)."""
+    from splyce.native import spmv
+    from splyce.planner import cuts
+
+    monkeypatch.setattr(cuts, "CUT_MIN_ENTRIES", 0)
+    monkeypatch.setattr(cuts, "DOT_MIN_LENGTH", 1)
+    monkeypatch.setattr(spmv, "FLAT_MIN_BYTES", 0)
+    A = _spd(_short_rows(3000))
+    b = np.random.default_rng(1).random(3000)
+    args = (A, np.zeros(3000), b, b.copy())
+    f = splyce.jit(_unrolled_cg)
+    got = f(*args)
+    text = f.lower(*args).as_text("plan")
+    native = text.count("native matmul") + text.count("runs on the native kernel library: matmul")
+    assert native == 4 and text.count("contract[ik,k->i") == text.count("runs on the native kernel library: matmul")
+    for g, w in zip(got, _unrolled_cg(*args)):       # native SpMV and NumPy's dots: scipy's order throughout
+        np.testing.assert_array_equal(g, w)
+
+
+def test_threads_cut_the_products_native_would_split():
+    """With several threads a fused kernel of several SpMVs runs on one (passes/parallel.py declines its
+    top-level loops), where the native SpMV splits its rows past the drop-ins' serial limit: such an SpMV
+    is a cut point on more than one thread, not on one (rows of ~8 entries: not the flat kernel's)."""
+    from splyce.dropin.kernels import SERIAL_MAX_WORK
+    from splyce.planner import cuts
+
+    assert cuts.SPLIT_MIN_WORK == SERIAL_MAX_WORK
+    n = 70_000
+    A = sps.random_array((n, n), density=8.0 / n, format="csr", rng=11)
+    assert A.nnz * 4 > cuts.SPLIT_MIN_WORK and A.nnz >= cuts.CUT_MIN_ENTRIES
+    P = _stochastic(A)
+    x0 = np.full(n, 1.0 / n)
+
+    def pagerank(p, x):
+        for _ in range(3):
+            x = 0.85 * (p @ x) + 0.15 / n
+        return x
+
+    two, one = splyce.jit(pagerank, threads=2), splyce.jit(pagerank, threads=1)
+    assert "cut at its products" in two.lower(P, x0).as_text("plan")
+    assert "staged" not in one.lower(P, x0).as_text("plan")
+    want = pagerank(P, x0)
+    np.testing.assert_array_equal(two(P, x0), want)      # native SpMVs in scipy's order, glue as NumPy's
+    np.testing.assert_array_equal(one(P, x0), want)
