@@ -38,20 +38,20 @@ _SIG = {False: ctypes.CFUNCTYPE(_I, *([_P] * 9), _I, _I, _P, _P, _P, _P),
 _lock = threading.Lock()
 
 
-def masked_ir(name, value, widths, mode="scipy", factors="abm"):
+def masked_ir(name, value, widths, mode="scipy", factors=None):
     """The one masked kernel over rows [lo, hi): per row the mask's row marked (``mark[j]`` = its position),
     then A's row times B's rows, each product whose column the mask holds (``marked_row``) used as ``mode``
     says. ``widths``: the index bits of the mask's and A's and B's positions and coordinates (mask first).
 
     - ``"scipy"``: masked SpGEMM in scipy's order, ``(sum over k of a * b) * m``, zero results dropped;
-    - ``"kept"``: the sparsifier's, each term ``(x * y) * z`` in the einsum's operand order ``factors`` (e.g.
-      ``"abm"``), summed from +0.0, every reached position stored (zero sums too), marked in ``%reached``;
-      both compact each row's results to slot ``base + kept <= e`` as they go and return the count kept;
+    - ``"kept"``: the sparsifier's, each term ``(x * y) * z`` in the einsum's operand order ``factors``
+      (default ``"abm"``), summed from +0.0, every reached position stored (zero sums too), marked in
+      ``%reached``; both compact each row's results to slot ``base + kept <= e`` as they go and return the count kept;
     - ``"sum"``: the masked sum ``sum over i, j, k of A[i, j] * B[j, k] * C[i, k]`` (C the mask, einsum
       ``"ij,jk,ik->"``) in the order the sparsifier's kernel for that einsum sums, loops i, j, k: rows i in
       order, A's row in stored order, then the k of B's row j that C's row i holds, in B's order; one
-      accumulator from zero, each term ``(x * y) * z`` for ``factors = "xyz"`` of ``a``, ``b``, ``c`` (the
-      jit's triangle sum ``"ac,bc,ab->"`` is ``"cba"``) added to it, stored to ``out[0]``;
+      accumulator from zero, each term ``(x * y) * z`` for ``factors = "xyz"`` of ``a``, ``b``, ``c`` (default
+      ``"abc"``; the jit's triangle sum ``"ac,bc,ab->"`` is ``"cba"``) added to it, stored to ``out[0]``;
     - ``"count"``: the number of products ``"sum"`` adds (``out`` unused): when every value is one, the sum is
       that count, bit for bit (each addend exactly 1, each partial sum an integer, exact up to 2**53 / 2**24 in
       double / float; integers wrap alike). A hit is counted by an add of the compare's carry (``adc``), so the
@@ -59,6 +59,7 @@ def masked_ir(name, value, widths, mode="scipy", factors="abm"):
       the product (docs/corpus.md: 1.1-2.3x the summing loop, ~1.0x where hits are rare and predicted)."""
     mp, mc, ap, ac, bp, bc = widths
     t, mul, add, zero = VALUE[value]
+    factors = factors or ("abc" if mode == "sum" else "abm")      # the einsum's own order by default
     mask = "c" if mode in ("sum", "count") else "m"
     arrays = "ab" + mask if mask == "c" else mask + "ab"
     params = (", ".join(f"ptr %{x}{f}" for x in arrays for f in ("pos", "crd", "val"))
