@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from splyce.native.ir_text import IR, VALUE, load_index, loop
+from splyce.native.ir_text import IR, VALUE, check_segment, load_index, loop, narrow, returns
 from splyce.native.object_calls import array_args as _arrays, compile_on_objects as _compiled
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -48,12 +48,7 @@ def _walk(ir: IR, abits: int, bbits: int, checked: bool, pair) -> None:
         ir(f"  {at1} = add i64 {at}, 1")
         stop = load_index(ir, ptr, bits, at1)
         if checked:
-            down, over, bad, ok = ir.name("down"), ir.name("over"), ir.name("badseg"), ir.name("seg_ok")
-            ir(f"  {down} = icmp ugt i64 {start}, {stop}")
-            ir(f"  {over} = icmp ugt i64 {stop}, {limit}")
-            ir(f"  {bad} = or i1 {down}, {over}")
-            ir(f"  br i1 {bad}, label %bad, label %{ok[1:]}")
-            ir.label(ok[1:])
+            check_segment(ir, start, stop, limit)
         return start, stop
 
     def column(ptr: str, bits: int, at: str, limit: str) -> str:
@@ -87,7 +82,6 @@ def _walk(ir: IR, abits: int, bbits: int, checked: bool, pair) -> None:
         pair.row_end(i)
 
     loop(ir, "0", "%mb", row, "done")
-    ir.label("done")
 
 
 def count_ir(name: str, abits: int, bbits: int) -> str:
@@ -124,11 +118,7 @@ def count_ir(name: str, abits: int, bbits: int) -> str:
     pair.row_start = lambda i: None
     pair.row_end = row_end
     _walk(ir, abits, bbits, True, pair)
-    ir("  ret i64 0")
-    ir.label("bad")
-    ir("  ret i64 1")
-    ir("}")
-    return ir.text()
+    return returns(ir)
 
 
 def numeric_ir(name: str, value: np.dtype, abits: int, bbits: int, cbits: int,
@@ -166,9 +156,9 @@ def numeric_ir(name: str, value: np.dtype, abits: int, bbits: int, cbits: int,
         n0, n1 = ir.name("n"), ir.name("n")
         ir(f"  {n0} = load i64, ptr %next")
         ir(f"  store i64 {n0}, ptr {pp}")
-        narrow = ir.name("jn")
-        ir(f"  {narrow} = {'trunc i64' if cbits == 32 else 'bitcast i64'} {j} to i{cbits}")
-        ir.store(f"i{cbits}", narrow, "%cj", n0)
+        cut = ir.name("jn")
+        ir(f"  {cut} = {narrow(cbits)} {j} to i{cbits}")
+        ir.store(f"i{cbits}", cut, "%cj", n0)
         ir(f"  {n1} = add i64 {n0}, 1")
         ir(f"  store i64 {n1}, ptr %next")
         ir(f"  br label %{here}_have")
@@ -245,11 +235,7 @@ def numeric_ir(name: str, value: np.dtype, abits: int, bbits: int, cbits: int,
     pair_tracked.row_start = row_start
     pair_tracked.row_end = lambda i: None
     _walk(ir, abits, bbits, False, pair_tracked)
-    ir("  ret i64 0")
-    ir.label("bad")
-    ir("  ret i64 1")
-    ir("}")
-    return ir.text()
+    return returns(ir)
 
 
 @functools.cache

@@ -7,7 +7,7 @@ driver, the loops over A's rows, A's entries and B's rows (:func:`loops`), the r
 
 from __future__ import annotations
 
-from splyce.native.ir_text import (BY_TYPE, FLOAT_TYPES, IR, counted, ext, fill, index_at, load_at, load_index,
+from splyce.native.ir_text import (BY_TYPE, FLOAT_TYPES, IR, bind, counted, ext, fill, index_at, load_at, load_index,
                                    loop_head, narrow, segment_at, store_at)
 
 # The loop pieces every SpGEMM kernel shares (these rows, the sorted ones, the flops prefix), put in a
@@ -407,23 +407,26 @@ def small_rows(one_value: str, rank_value: str, longer: str, one_next: str = "  
                 rank_value=rank_value.removesuffix("\n"), longer=longer, one_next=one_next)
 
 
-def sorted_head(declares: str, first: str) -> str:
-    """Template text: a sorted row kernel's declarations (``declares`` after the bit counts) and head, the row
-    kernel's signature with the scratch ``%buf`` (spgemm_sorted.scratch: its size ``%n``, its first part
-    ``%{first}`` at 1, the row's columns ``%sc`` after it, and the next part's offset ``%o2b``, ``{pad}`` on)."""
-    return f"""declare i64 @llvm.cttz.i64(i64, i1)
-declare i{{w}} @llvm.ctpop.i{{w}}(i{{w}})
+_SORTED_HEAD = """declare i64 @llvm.cttz.i64(i64, i1)
+declare i{w} @llvm.ctpop.i{w}(i{w})
 {declares}
-define i64 @{{name}}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
-                   ptr %ends, ptr %cc, ptr %cv, ptr %buf) {{
+define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
+                   ptr %ends, ptr %cc, ptr %cv, ptr %buf) {
 entry:
   %n = load i64, ptr %buf
   %{first} = getelementptr i64, ptr %buf, i64 1
   %o1 = add i64 %n, 1
   %sc = getelementptr i64, ptr %buf, i64 %o1
   %o2 = add i64 %o1, %n
-  %o2b = add i64 %o2, {{pad}}
+  %o2b = add i64 %o2, {pad}
 """
+
+
+def sorted_head(declares: str, first: str) -> str:
+    """Template text: a sorted row kernel's declarations (``declares`` after the bit counts) and head, the row
+    kernel's signature with the scratch ``%buf`` (spgemm_sorted.scratch: its size ``%n``, its first part
+    ``%{first}`` at 1, the row's columns ``%sc`` after it, and the next part's offset ``%o2b``, ``{pad}`` on)."""
+    return bind(_SORTED_HEAD, declares=declares, first=first)
 
 
 def sorted_fields(fields: dict) -> dict:
