@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from splyce.native.ir_text import IR, VALUE, check_segment, load_index, loop, narrow, returns
+from splyce.native.ir_text import IR, VALUE, check_segment, load_index, loop, narrow, returns, segment as ir_segment
 from splyce.native.object_calls import array_args as _arrays, compile_on_objects as _compiled
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -37,16 +37,13 @@ FIXED = 128         # blocks whose product has up to this many multiply-adds are
 _lock = threading.Lock()
 
 
-def _walk(ir: IR, abits: int, bbits: int, checked: bool, pair) -> None:
+def _walk(ir: IR, abits: int, bbits: int, checked: bool, pair, row_start=None, row_end=None) -> None:
     """For each block row ``%i`` of ``A`` (``ir`` at the top of a function with ``%ap``, ``%aj``, ``%bp``,
     ``%bj``, ``%mb``): ``pair(i, p, q, j)`` for each block ``p`` of the row and each block ``q`` of ``B``'s
-    block row ``aj[p]`` (``j = bj[q]``), in stored order; ``pair.row_start(i)`` / ``pair.row_end(i)`` around
-    each row. ``checked``: the segments and block columns checked as read (to ``%bad``)."""
+    block row ``aj[p]`` (``j = bj[q]``), in stored order; ``row_start(i)`` / ``row_end(i)`` around each row.
+    ``checked``: the segments and block columns checked as read (to ``%bad``)."""
     def segment(ptr: str, bits: int, at: str, limit: str) -> tuple[str, str]:
-        start = load_index(ir, ptr, bits, at)
-        at1 = ir.name("at1")
-        ir(f"  {at1} = add i64 {at}, 1")
-        stop = load_index(ir, ptr, bits, at1)
+        start, stop = ir_segment(ir, ptr, bits, at, "at1")
         if checked:
             check_segment(ir, start, stop, limit)
         return start, stop
@@ -61,7 +58,8 @@ def _walk(ir: IR, abits: int, bbits: int, checked: bool, pair) -> None:
         return j
 
     def row(i: str) -> None:
-        pair.row_start(i)
+        if row_start:
+            row_start(i)
         start, stop = segment("%ap", abits, i, "%nnzb_a" if checked else "0")
 
         def a_block(p: str) -> None:
@@ -79,7 +77,8 @@ def _walk(ir: IR, abits: int, bbits: int, checked: bool, pair) -> None:
         after_a = ir.name("adone")[1:]
         loop(ir, start, stop, a_block, after_a)
         ir.label(after_a)
-        pair.row_end(i)
+        if row_end:
+            row_end(i)
 
     loop(ir, "0", "%mb", row, "done")
 
@@ -115,9 +114,7 @@ def count_ir(name: str, abits: int, bbits: int) -> str:
         ir(f"  {t} = load i64, ptr %total")
         ir.store("i64", t, "%cp", i1)
 
-    pair.row_start = lambda i: None
-    pair.row_end = row_end
-    _walk(ir, abits, bbits, True, pair)
+    _walk(ir, abits, bbits, True, pair, row_end=row_end)
     return returns(ir)
 
 
@@ -145,6 +142,7 @@ def numeric_ir(name: str, value: np.dtype, abits: int, bbits: int, cbits: int,
         ir(f"  store i64 {n0}, ptr %first")
 
     def pair(i: str, p: str, q: str, j: str) -> None:
+        before = ir.block       # the block that reaches "_have" when the result block exists
         pp, held, first, old = ir.name("pp"), ir.name("held"), ir.name("first"), ir.name("old")
         here = ir.name("place")[1:]
         ir(f"  {pp} = getelementptr i64, ptr %pos, i64 {j}")
@@ -164,7 +162,7 @@ def numeric_ir(name: str, value: np.dtype, abits: int, bbits: int, cbits: int,
         ir(f"  br label %{here}_have")
         ir.label(f"{here}_have")
         slot = ir.name("slot")
-        ir(f"  {slot} = phi i64 [{held}, %{ir_block_before[0]}], [{n0}, %{here}_new]")
+        ir(f"  {slot} = phi i64 [{held}, %{before}], [{n0}, %{here}_new]")
         abase, bbase, cbase = ir.name("abase"), ir.name("bbase"), ir.name("cbase")
         ir(f"  {abase} = mul i64 {p}, %RK")
         ir(f"  {bbase} = mul i64 {q}, %KC")
@@ -224,17 +222,7 @@ def numeric_ir(name: str, value: np.dtype, abits: int, bbits: int, cbits: int,
         loop(ir, "0", R, per_r, done)
         ir.label(done)
 
-    # the block that branches to the "_have" label without a new block: the one current when pair begins
-    ir_block_before = [""]
-    inner = pair
-
-    def pair_tracked(i, p, q, j):
-        ir_block_before[0] = ir.block
-        inner(i, p, q, j)
-
-    pair_tracked.row_start = row_start
-    pair_tracked.row_end = lambda i: None
-    _walk(ir, abits, bbits, False, pair_tracked)
+    _walk(ir, abits, bbits, False, pair, row_start=row_start)
     return returns(ir)
 
 

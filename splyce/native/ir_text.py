@@ -406,3 +406,10 @@ def bind(template: str, **fields) -> str:
     ``fill``: a piece of marked text parameterised by its own names (a tag, a block), written without the
     ``{{ }}`` escapes of an f-string."""
     return re.sub(r"\{(\w+)\}", lambda m: str(fields[m[1]]) if m[1] in fields else m[0], template)
+
+
+def segment(ir: IR, ptr: str, bits: int, at: str, base: str = "x") -> tuple[str, str]:
+    """Segment ``at`` of an i{bits} positions array, ``(ptr[at], ptr[at + 1])`` widened to i64 (``base``: the
+    name of ``at + 1``): a row's range of entries."""
+    start = load_index(ir, ptr, bits, at)
+    return start, load_index(ir, ptr, bits, ir.op("add", "i64", at, "1", base))

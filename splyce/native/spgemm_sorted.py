@@ -255,16 +255,8 @@ def rows_ir(fields: dict, kind: str = "flags", compress: bool | None = None, kee
 # sign of a zero, which is dropped.
 _DROP = """
 drop:
-  br label %drop_head
-""" + loop_head("drop_head", "drop_body", "drop", [("dx", "i64", "%start", "%dx1"), ("dq", "i64", "%start", "%dqn")],
-                "dxin = icmp slt i64 %dx, %row_end", "row_done") + """\
-""" + load_at("i{co}", "%cc", "%dx", "%dxc") + """\
-""" + load_at("{t}", "%cv", "%dx", "%dxv") + """  %dkeep = {nonzero} {t} %dxv, {zero}
-""" + store_at("i{co}", "%dxc", "%cc", "%dq", "%pdqc") + """\
-""" + store_at("{t}", "%dxv", "%cv", "%dq", "%pdqv") + """  %dinc = zext i1 %dkeep to i64
-  %dqn = add i64 %dq, %dinc
-  %dx1 = add i64 %dx, 1
-  br label %drop_head"""
+  br label %drop_head""" + bind(spgemm_ir.COMPACT, blk="drop", p="d", stop="%row_end", exit="row_done", before="drop",
+                              value=load_at("{t}", "%cv", "%dx", "%dv").removesuffix("\n")).removesuffix("\n")
 
 
 def byte_compress() -> bool:
