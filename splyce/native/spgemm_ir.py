@@ -3,7 +3,8 @@ sums dropped, or kept with ``keep_zeros``): the row kernel with its sparse or de
 driver of the first of two threads and the flops prefix; and what the sorted row kernels
 (:mod:`splyce.native.spgemm_sorted`, :mod:`splyce.native.spgemm_sorted_map`) share with them: the backward
 driver, the loops over A's rows, A's entries and B's rows (:func:`loops`), the ranking of short sorted rows
-(:func:`small_rows`). Text only: spgemm.py compiles it and runs it on threads."""
+(:func:`small_rows`), the compaction of scipy's rule (:data:`COMPACT`). Text only: spgemm.py compiles it
+and runs it on threads."""
 
 from __future__ import annotations
 
