@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from splyce.native.ir_text import IR, VALUE, check_segment, load_index, loop, narrow, returns, segment as ir_segment
+from splyce.native.ir_text import IR, VALUE, check_segment, counted, load_index, loop, narrow, returns, segment as ir_segment
 from splyce.native.object_calls import array_args as _arrays, compile_on_objects as _compiled
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -70,13 +70,9 @@ def _walk(ir: IR, abits: int, bbits: int, checked: bool, pair, row_start=None, r
                 j = column("%bj", bbits, q, "%nb")
                 pair(i, p, q, j)
 
-            after_b = ir.name("bdone")[1:]
-            loop(ir, bstart, bstop, b_block, after_b)
-            ir.label(after_b)
+            counted(ir, bstart, bstop, b_block, base="b")
 
-        after_a = ir.name("adone")[1:]
-        loop(ir, start, stop, a_block, after_a)
-        ir.label(after_a)
+        counted(ir, start, stop, a_block, base="a")
         if row_end:
             row_end(i)
 
@@ -194,33 +190,18 @@ def numeric_ir(name: str, value: np.dtype, abits: int, bbits: int, cbits: int,
 
             def per_c(c: str) -> None:
                 where = at(cbase, rc, c)
-                acc = ir.name("acc")
-                ir(f"  {acc} = alloca {t}")
-                ir(f"  store {t} {ir.load(t, '%cx', where)}, ptr {acc}")
 
-                def per_d(d: str) -> None:
+                def per_d(d: str, dot: str) -> tuple[str]:
                     a = ir.load(t, "%ax", at(abase, rk, d))
-                    dc = ir.op("mul", "i64", d, C, "dc")
-                    b = ir.load(t, "%bx", at(bbase, dc, c))
-                    prod = ir.op(mul, t, a, b, "prod")
-                    s0 = ir.name("s")
-                    ir(f"  {s0} = load {t}, ptr {acc}")
-                    ir(f"  store {t} {ir.op(add, t, s0, prod, 's')}, ptr {acc}")
+                    b = ir.load(t, "%bx", at(bbase, ir.op("mul", "i64", d, C, "dc"), c))
+                    return (ir.op(add, t, dot, ir.op(mul, t, a, b, "prod"), "s"),)
 
-                done = ir.name("ddone")[1:]
-                loop(ir, "0", K, per_d, done)
-                ir.label(done)
-                s = ir.name("s")
-                ir(f"  {s} = load {t}, ptr {acc}")
-                ir.store(t, s, "%cx", where)
+                (dot,) = counted(ir, "0", K, per_d, carried=((t, ir.load(t, "%cx", where)),), base="d")
+                ir.store(t, dot, "%cx", where)
 
-            done = ir.name("cdone")[1:]
-            loop(ir, "0", C, per_c, done)
-            ir.label(done)
+            counted(ir, "0", C, per_c, base="c")
 
-        done = ir.name("rdone")[1:]
-        loop(ir, "0", R, per_r, done)
-        ir.label(done)
+        counted(ir, "0", R, per_r, base="r")
 
     _walk(ir, abits, bbits, False, pair, row_start=row_start)
     return returns(ir)
