@@ -470,3 +470,13 @@ def instruction(dtype, op: str) -> str | None:
     None where the dtype has none (bool: no difference)."""
     s = SCALARS[np.dtype(dtype)]
     return {"multiply": s.mul, "add": s.add, "subtract": s.sub}[op]
+
+
+# -- the SpGEMM family's helpers (spgemm_ir, spgemm_sorted, spgemm_sorted_map, memory_pool_ir) --
+
+def bind(template: str, **fields) -> str:
+    """``template`` with the markers named in ``fields`` filled and every other marker kept for the kernel's
+    ``fill``: a piece of marked text parameterised by its own names (a tag, a block), written without the
+    ``{{ }}`` escapes of an f-string."""
+    return re.sub(r"\{(\w+)\}", lambda m: str(fields[m[1]]) if m[1] in fields else m[0], template)
+
