@@ -1,5 +1,7 @@
-import pickle, numpy as np
-a, b = pickle.load(open("/tmp/spgemm-gen/old.pkl", "rb")), pickle.load(open("/tmp/spgemm-gen/new.pkl", "rb"))
+"""Compare two outputs of spgemm_family_corpus.py bit for bit. Usage: compare.py OLD.pkl NEW.pkl"""
+import pickle, sys
+import numpy as np
+a, b = (pickle.load(open(path, "rb")) for path in sys.argv[1:3])
 def eq(x, y):
     if isinstance(x, tuple) and isinstance(y, tuple):
         return len(x) == len(y) and all(eq(u, v) for u, v in zip(x, y))
