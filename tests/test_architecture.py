@@ -179,3 +179,17 @@ def test_spmv_rule_agrees_with_itself(monkeypatch, min_bytes):
                 if bits % 8 == 0:
                     assert (spmv.spmv_variant(nnz, r, bits // 8) == "flat") == spmv.goes_flat(nnz, r, crd_bits,
                                                                                                value_bytes)
+
+
+def test_no_merge_conflict_markers():
+    """No file of the repository holds a merge's conflict markers (a docs row once did, through two merges)."""
+    repo = ROOT.parent
+    bad = []
+    for pattern in ("splyce/**/*.py", "tests/**/*.py", "docs/**/*.md", "*.md", "mkdocs.yml", "pyproject.toml"):
+        for path in repo.glob(pattern):
+            if ".venv" in path.parts:
+                continue
+            for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if line.startswith(("<<<<<<< ", ">>>>>>> ")) or line == "=======" and path.suffix == ".py":
+                    bad.append(f"{path.relative_to(repo)}:{n}")
+    assert bad == []

@@ -40,7 +40,9 @@ SUBCOMMANDS = {
                 "vs the same expression in scipy / NumPy (docs/tracing.md)",
     "grad": "a jitted gradient step (GCN, logistic regression, masked factorisation) vs jax.jit(jax.grad) on BCOO "
             "and a hand-written scipy gradient, with first-call times (issue 57; needs jax)",
-    "all": "every subcommand above but dask, overhead, clients, calls, indexing and grad, in turn",
+    "jit_formats": "jitted SpMV, SpMM, PageRank, power iteration and a GCN layer on scipy BSR / DIA / COO operands "
+                   "(held in their format) vs the same on CSR and vs scipy (docs/guide/formats.md)",
+    "all": "every subcommand above but dask, overhead, clients, calls, indexing, grad and jit_formats, in turn",
 }
 ORDER = ["kernels", "ablation", "width", "sparsity", "real", "programs", "threads", "memory", "compile", "limit"]
 

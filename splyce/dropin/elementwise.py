@@ -83,14 +83,53 @@ def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
     def operand(x, label):
         return np.ascontiguousarray(x) if operand_family(x) == "numpy" else as_format(x, shared, label)
 
-    out = _kernel(name, fun, out_format, threads)(operand(a, "a"), operand(b, "b"))
+    oa, ob = operand(a, "a"), operand(b, "b")
+    out = _kernel(name, fun, out_format, threads)(oa, ob)
     if isinstance(out, np.ndarray):
         return out
+    if name == "multiply" and ndim == 2 and ia.sparse and ib.sparse:
+        out = _with_unpartnered(out, oa.tensor, ob.tensor)
     if ndim == 2:
         out = _wrap_sparse(out, family)
         # scipy returns COO for a sparse-times-dense elementwise product
         return out.tocoo() if "numpy" in (fa, fb) and family.startswith("scipy") else out
     return out.to_pydata() if family == "pydata" else out
+
+
+def _with_unpartnered(out, ta: SparseTensor, tb: SparseTensor):
+    """scipy's ``A.multiply(B)`` evaluates over the union of the stored positions: a NaN or Inf stored on one
+    side whose partner is missing gives ``x * 0``, a NaN, stored. The coiteration kernel (the value types the
+    native merge lacks: complex) visits the intersection only; those positions are added to its result ``out``
+    (a scipy CSR, which stores nothing there). O(nnz) to find the non-finite values; nothing else when there
+    are none."""
+    rows, cols, vals = [], [], []
+    for mine, other, left in ((ta, tb, True), (tb, ta, False)):
+        bad = ~np.isfinite(mine.values)
+        if not bad.any():
+            continue
+        n = mine.shape[1]
+        r = np.repeat(np.arange(mine.shape[0], dtype=np.int64), np.diff(mine.pos[1]))[bad]
+        c = mine.crd[1][bad].astype(np.int64)
+        other_keys = np.repeat(np.arange(other.shape[0], dtype=np.int64), np.diff(other.pos[1])) * n \
+            + other.crd[1].astype(np.int64)
+        alone = ~np.isin(r * n + c, other_keys)
+        if not alone.any():
+            continue
+        zero = np.zeros((), dtype=other.values.dtype)
+        v = mine.values[bad][alone]
+        rows.append(r[alone])
+        cols.append(c[alone])
+        with np.errstate(invalid="ignore"):
+            vals.append(np.multiply(v, zero) if left else np.multiply(zero, v))
+    if not rows:
+        return out
+    import scipy.sparse as sps
+
+    vals = np.concatenate(vals).astype(out.dtype, copy=False)
+    extra = sps.csr_array((vals, (np.concatenate(rows), np.concatenate(cols))), shape=out.shape)
+    merged = sps.csr_array(out + extra)
+    merged.sum_duplicates()
+    return merged
 
 
 def _dense_sum(name: str, a, b, sparse_first: bool) -> np.ndarray:

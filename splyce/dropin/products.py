@@ -17,6 +17,7 @@ from splyce.tensors.tensor import SparseTensor, asarray, last_level_buffers
 
 from splyce.dropin.stored_formats import scipy_to_csr, fast_times_dense as _stored_fast, pydata_class as _stored_pydata_class
 from splyce.planner.kernel_choice import Formulation, choose_matmul_formulation, wants_sparse_result
+from splyce.thread_count import call_threads
 from splyce.dropin.kernels import DENSE_RESULT_BYTES, SERIAL_MAX_WORK, _kernel, _mm, _several_threads, _threads
 from splyce.dropin.operands import OperandInfo, _INT_MAX, as_format, _converter, _coo_array_type, _csc_first, _dense_out, operand_family, _keeps_left_format, _left_format, _raise_bad_product_operand, _raw_csr, scipy_csr_types, sparse_family, _to_dense_vector, _vector_out, _wrap_sparse
 
@@ -261,6 +262,10 @@ _spmv_last: tuple = (None, None, None, None)   # the last (value dtype, index dt
 _spmv_layout: tuple = (None, None, None, None, 0, 0)
 
 
+# ``threads=None`` on the fast path: one thread unless the product is large enough to split and cores are idle
+_DEFAULT = "default"
+
+
 def _fast_spmv(a, x, threads=1):
     """``a @ x`` for the commonest calls, or None (then the general path runs): ``a`` an exact scipy
     ``csr_array`` / ``csr_matrix``, ``x`` a NumPy vector (SpMV) or a matrix of up to ``SPMM_FIXED`` columns
@@ -271,9 +276,12 @@ def _fast_spmv(a, x, threads=1):
     (what a product needs; order and duplicates do not matter), as the kernel reads them. A malformed operand
     raises the general path's error, naming the defect."""
     several = type(threads) is not int or threads != 1     # the common one-thread call decided inline
-    # the default (None) is several threads here: a product too small to split runs on one all the same,
-    # and a larger one goes to the general path, which asks how many cores are idle (thread_count)
-    if several and threads is not None and _several_threads(threads) is None:
+    # the default (None) is several threads here: a product too small to split runs on one all the same, and a
+    # larger one runs here too when the cores idle now give it one thread (thread_count.call_threads: another
+    # process holds the other core), else it goes to the general path, which splits it
+    if threads is None:
+        several = _DEFAULT
+    elif several and _several_threads(threads) is None:
         return None                             # not a thread count: the general path says so
     ndim = x.ndim
     if type(a) is SparseTensor:                 # checked when made: its CSR buffers go to the kernel as they are
@@ -321,7 +329,8 @@ def _spmv_buffers(a, data, indices, indptr, x, several: bool):
     global _spmv_last, _spmv_layout
     ndim = x.ndim
     nnz = len(data)
-    if several and nnz * (x.shape[1] if ndim == 2 else 4) > SERIAL_MAX_WORK:
+    if several and nnz * (x.shape[1] if ndim == 2 else 4) > SERIAL_MAX_WORK \
+            and (several is not _DEFAULT or call_threads() > 1):
         return None
     dtype, idx = data.dtype, indices.dtype
     # identity first: NumPy's built-in dtypes are singletons, and hashing or comparing dtypes costs ~0.3 us

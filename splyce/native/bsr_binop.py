@@ -9,7 +9,7 @@ entries all come out zero (NaN is not zero) is dropped. The index arrays are che
 ``start <= stop <= nnzb``, block columns below the block count and strictly increasing in each block row (the
 canonical form scipy's merge needs); -1 is returned at the first defect, and the caller takes the general road,
 which refuses malformed buffers by name. Operands not in canonical form (-2 from the merge) run scipy's
-general algorithm instead (``general_ir``: dense rows of blocks linked as first seen, repeated blocks summed),
+general algorithm instead (``binop_ir(general=True)``: dense rows of blocks linked as first seen, repeated blocks summed),
 again its buffers.
 
 Blocks of up to ``FIXED`` entries are unrolled at compile time; larger ones loop at run time.
@@ -23,7 +23,7 @@ import threading
 
 import numpy as np
 
-from splyce.native.ir_text import IR, SCALARS, VALUE, check_segment, load_index, loop, narrow
+from splyce.native.ir_text import IR, SCALARS, VALUE, check_segment, instruction, load_index, loop, narrow
 from splyce.native.object_calls import array_args as _arrays, compile_on_objects as _compiled
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -45,10 +45,43 @@ def _segment(ir, ptr: str, bits: int, i: str, limit: str) -> tuple[str, str]:
     return start, stop
 
 
-def _keep_if_nonzero(ir, j: str, n0: str, cbits: int, after: str) -> None:
-    """Where the block just written (at result position ``n0``) holds a nonzero (``%nz``), keep it: its block
-    column ``j`` stored and the count ``%nnz`` advanced; scipy's bsr_binop drops an all-zero block. Continues
-    at a new label named after ``after``."""
+def _entries(ir, rc: int | None, body) -> None:
+    """``body(e)`` for a block's entries: unrolled when ``rc`` (the entries) is known, else a loop to ``%RC``."""
+    if rc is not None:
+        for e in range(rc):
+            body(str(e))
+    else:
+        after = ir.name("entries")[1:]
+        loop(ir, "0", "%RC", body, after)
+        ir.label(after)
+
+
+def _block(ir, s, instr: str, src_a: str, src_b: str, j: str, rc: int | None, RC: str, cbits: int, after: str,
+           clear: bool = False) -> None:
+    """The result block ``op(src_a, src_b)`` entry by entry at the next result place (``%nnz``), kept (its block
+    column ``j`` stored, the count advanced) when any entry is not zero (scipy's bsr_binop drops an all-zero
+    block); ``clear``: the sources zeroed as read (the general kernel's dense rows). Continues at a new label
+    named after ``after``."""
+    t = s.t
+    n0 = ir.name("n")
+    ir(f"  {n0} = load i64, ptr %nnz")
+    dst = ir.gep(t, "%cx", ir.op("mul", "i64", n0, RC, "cbase"))
+    ir("  store i64 0, ptr %nz")
+
+    def entry(e: str) -> None:
+        x, y = ir.load(t, src_a, e), ir.load(t, src_b, e)
+        v = ir.op(instr, t, x, y, "v")
+        ir.store(t, v, dst, e)
+        if clear:
+            ir.store(t, s.zero, src_a, e)
+            ir.store(t, s.zero, src_b, e)
+        nzb = ir.op(s.nonzero, t, v, s.zero, "nzb")
+        nzi, acc0 = ir.name("nzi"), ir.name("acc")
+        ir(f"  {nzi} = zext i1 {nzb} to i64")
+        ir(f"  {acc0} = load i64, ptr %nz")
+        ir(f"  store i64 {ir.op('or', 'i64', acc0, nzi, 'acc')}, ptr %nz")
+
+    _entries(ir, rc, entry)
     nz = ir.name("nzv")
     ir(f"  {nz} = load i64, ptr %nz")
     keep = ir.op("icmp ne", "i64", nz, "0", "keep")
@@ -63,28 +96,36 @@ def _keep_if_nonzero(ir, j: str, n0: str, cbits: int, after: str) -> None:
     ir.label(next_)
 
 
-def binop_ir(name: str, op: str, value: np.dtype, abits: int, bbits: int, cbits: int, rc: int | None) -> str:
+def binop_ir(name: str, op: str, value: np.dtype, abits: int, bbits: int, cbits: int, rc: int | None,
+             general: bool = False) -> str:
     """``C = A op B`` as described above; ``cp`` (i64, ``mb + 1``) written from ``cp[1]`` (``cp[0]`` 0 by the
     caller), ``cj`` / ``cx`` sized for ``nnzb_a + nnzb_b`` blocks; ``zeros`` a block of zeros. ``rc`` the block's
-    entries fixed at compile time, or None (``%RC``)."""
+    entries fixed at compile time, or None (``%RC``). Two algorithms, one per row of the same kernel frame:
+
+    - canonical (not ``general``): the merge of the two rows' block columns; returns -2 at an unsorted row;
+    - ``general``, scipy's ``bsr_binop_bsr_general`` (operands not canonical): each block row of ``A`` summed
+      block by block into a dense row of blocks ``arow`` (``0 + a``, repeated block columns summed in stored
+      order), ``B``'s into ``brow``, the block columns linked in ``next`` as first seen (``A``'s, then ``B``'s
+      new ones); then, newest first, ``op(arow[j], brow[j])`` written where not all zero, and the rows cleared.
+      ``next`` (``nb`` i64, all -1), ``arow`` / ``brow`` (``nb * RC`` values, zeros) are the caller's (three
+      more arguments); returned as they came.
+    Both return -1 at a malformed index."""
     s = SCALARS[value]
     t = s.t
-    instr = {"add": s.add, "subtract": s.sub, "multiply": s.mul}[op]
+    instr = instruction(value, op)
     ir = IR()
+    extra = ", ptr noalias %next, ptr noalias %arow, ptr noalias %brow" if general else ""
     ir(f"define i64 @{name}(ptr %ap, ptr %aj, ptr %ax, ptr %bp, ptr %bj, ptr %bx, ptr %zeros, ptr noalias %cp, "
-       "ptr noalias %cj, ptr noalias %cx, i64 %mb, i64 %nb, i64 %nnzb_a, i64 %nnzb_b, i64 %RC) {")
+       f"ptr noalias %cj, ptr noalias %cx, i64 %mb, i64 %nb, i64 %nnzb_a, i64 %nnzb_b, i64 %RC{extra}) {{")
     ir.label("entry")
     RC = str(rc) if rc is not None else "%RC"
-    for slot in ("%nnz", "%pa", "%pb", "%lasta", "%lastb", "%nz"):
+    for slot in ("%nnz", "%head", "%length", "%nz") if general else ("%nnz", "%pa", "%pb", "%lasta", "%lastb", "%nz"):
         ir(f"  {slot} = alloca i64")
     ir("  store i64 0, ptr %nnz")
 
-    def segment(ptr: str, bits: int, i: str, limit: str) -> tuple[str, str]:
-        return _segment(ir, ptr, bits, i, limit)
-
-    def row(i: str) -> None:
-        sa, ea = segment("%ap", abits, i, "%nnzb_a")
-        sb, eb = segment("%bp", bbits, i, "%nnzb_b")
+    def merged(i: str) -> None:
+        sa, ea = _segment(ir, "%ap", abits, i, "%nnzb_a")
+        sb, eb = _segment(ir, "%bp", bbits, i, "%nnzb_b")
         ir(f"  store i64 {sa}, ptr %pa")
         ir(f"  store i64 {sb}, ptr %pb")
         ir("  store i64 -1, ptr %lasta")
@@ -138,30 +179,7 @@ def binop_ir(name: str, op: str, value: np.dtype, abits: int, bbits: int, cbits:
         src_a, src_b = ir.name("srca"), ir.name("srcb")
         ir(f"  {src_a} = select i1 {take_a}, ptr {pa_blk}, ptr %zeros")
         ir(f"  {src_b} = select i1 {take_b}, ptr {pb_blk}, ptr %zeros")
-        n0 = ir.name("n")
-        ir(f"  {n0} = load i64, ptr %nnz")
-        cbase = ir.op("mul", "i64", n0, RC, "cbase")
-        dst = ir.gep(t, "%cx", cbase)
-        ir("  store i64 0, ptr %nz")
-
-        def entry(e: str) -> None:
-            x, y = ir.load(t, src_a, e), ir.load(t, src_b, e)
-            v = ir.op(instr, t, x, y, "v")
-            ir.store(t, v, dst, e)
-            nzb = ir.op(s.nonzero, t, v, s.zero, "nzb")
-            nzi, acc0 = ir.name("nzi"), ir.name("acc")
-            ir(f"  {nzi} = zext i1 {nzb} to i64")
-            ir(f"  {acc0} = load i64, ptr %nz")
-            ir(f"  store i64 {ir.op('or', 'i64', acc0, nzi, 'acc')}, ptr %nz")
-
-        if rc is not None:
-            for e in range(rc):
-                entry(str(e))
-        else:
-            after = ir.name("entries")[1:]
-            loop(ir, "0", "%RC", entry, after)
-            ir.label(after)
-        _keep_if_nonzero(ir, j, n0, cbits, "advance")
+        _block(ir, s, instr, src_a, src_b, j, rc, RC, cbits, "advance")
         for take, pos, col, slot, last in ((take_a, pa, ja, "%pa", "%lasta"), (take_b, pb, jb, "%pb", "%lastb")):
             step = ir.name("stepv")
             ir(f"  {step} = zext i1 {take} to i64")
@@ -173,53 +191,6 @@ def binop_ir(name: str, op: str, value: np.dtype, abits: int, bbits: int, cbits:
             ir(f"  store i64 {new}, ptr {last}")
         ir(f"  br label %{head}")
         ir.label(end)
-        i1 = ir.op("add", "i64", i, "1", "i1")
-        total = ir.name("total")
-        ir(f"  {total} = load i64, ptr %nnz")
-        ir.store("i64", total, "%cp", i1)
-
-    loop(ir, "0", "%mb", row, "done")
-    ir.label("done")
-    r = ir.name("r")
-    ir(f"  {r} = load i64, ptr %nnz")
-    ir(f"  ret i64 {r}")
-    ir.label("bad")
-    ir("  ret i64 -1")
-    ir.label("unsorted")
-    ir("  ret i64 -2")
-    ir("}")
-    ir("declare i64 @llvm.umin.i64(i64, i64)")
-    return ir.text()
-
-
-def general_ir(name: str, op: str, value: np.dtype, abits: int, bbits: int, cbits: int, rc: int | None) -> str:
-    """scipy's ``bsr_binop_bsr_general`` (operands not canonical): each block row of ``A`` summed block by block
-    into a dense row of blocks ``arow`` (``0 + a``, repeated block columns summed in stored order), ``B``'s into
-    ``brow``, the block columns linked in ``next`` as first seen (``A``'s, then ``B``'s new ones); then, newest
-    first, ``op(arow[j], brow[j])`` written where not all zero, and the rows cleared. ``next`` (``nb`` i64, all -1),
-    ``arow`` / ``brow`` (``nb * RC`` values, zeros) are the caller's; returned as they came. Same arguments
-    as the canonical kernel, plus those three; -1 at a malformed index."""
-    s = SCALARS[value]
-    t = s.t
-    instr = {"add": s.add, "subtract": s.sub, "multiply": s.mul}[op]
-    ir = IR()
-    ir(f"define i64 @{name}(ptr %ap, ptr %aj, ptr %ax, ptr %bp, ptr %bj, ptr %bx, ptr %zeros, ptr noalias %cp, "
-       "ptr noalias %cj, ptr noalias %cx, i64 %mb, i64 %nb, i64 %nnzb_a, i64 %nnzb_b, i64 %RC, ptr noalias %next, "
-       "ptr noalias %arow, ptr noalias %brow) {")
-    ir.label("entry")
-    RC = str(rc) if rc is not None else "%RC"
-    for slot in ("%nnz", "%head", "%length", "%nz"):
-        ir(f"  {slot} = alloca i64")
-    ir("  store i64 0, ptr %nnz")
-
-    def entries(body) -> None:
-        if rc is not None:
-            for e in range(rc):
-                body(str(e))
-        else:
-            after = ir.name("entries")[1:]
-            loop(ir, "0", "%RC", body, after)
-            ir.label(after)
 
     def gather(ptr_p: str, ptr_j: str, ptr_x: str, bits: int, i: str, limit: str, row: str) -> None:
         start, stop = _segment(ir, ptr_p, bits, i, limit)
@@ -232,7 +203,8 @@ def general_ir(name: str, op: str, value: np.dtype, abits: int, bbits: int, cbit
             ir.label(ranged)
             src = ir.gep(t, ptr_x, ir.op("mul", "i64", p, RC, "xb"), "src")
             dst = ir.gep(t, row, ir.op("mul", "i64", j, RC, "rb"), "dst")
-            entries(lambda e: ir.store(t, ir.op(s.add, t, ir.load(t, dst, e), ir.load(t, src, e), "sum"), dst, e))
+            _entries(ir, rc, lambda e: ir.store(t, ir.op(s.add, t, ir.load(t, dst, e), ir.load(t, src, e), "sum"),
+                                                dst, e))
             pn = ir.gep("i64", "%next", j, "pn")
             linked = ir.name("linked")
             ir(f"  {linked} = load i64, ptr {pn}")
@@ -253,7 +225,7 @@ def general_ir(name: str, op: str, value: np.dtype, abits: int, bbits: int, cbit
         loop(ir, start, stop, block, done)
         ir.label(done)
 
-    def row(i: str) -> None:
+    def dense(i: str) -> None:
         ir("  store i64 -2, ptr %head")
         ir("  store i64 0, ptr %length")
         gather("%ap", "%aj", "%ax", abits, i, "%nnzb_a", "%arow")
@@ -265,24 +237,8 @@ def general_ir(name: str, op: str, value: np.dtype, abits: int, bbits: int, cbit
             j = ir.name("j")
             ir(f"  {j} = load i64, ptr %head")
             base = ir.op("mul", "i64", j, RC, "jb")
-            pa_blk, pb_blk = ir.gep(t, "%arow", base, "ablk"), ir.gep(t, "%brow", base, "bblk")
-            n0 = ir.name("n")
-            ir(f"  {n0} = load i64, ptr %nnz")
-            dst = ir.gep(t, "%cx", ir.op("mul", "i64", n0, RC, "cb"), "dst")
-            ir("  store i64 0, ptr %nz")
-
-            def entry(e: str) -> None:
-                v = ir.op(instr, t, ir.load(t, pa_blk, e), ir.load(t, pb_blk, e), "v")
-                ir.store(t, v, dst, e)
-                ir.store(t, s.zero, pa_blk, e)
-                ir.store(t, s.zero, pb_blk, e)
-                nzi, acc = ir.name("nzi"), ir.name("acc")
-                ir(f"  {nzi} = zext i1 {ir.op(s.nonzero, t, v, s.zero, 'nzb')} to i64")
-                ir(f"  {acc} = load i64, ptr %nz")
-                ir(f"  store i64 {ir.op('or', 'i64', acc, nzi, 'acc')}, ptr %nz")
-
-            entries(entry)
-            _keep_if_nonzero(ir, j, n0, cbits, "unlink")
+            _block(ir, s, instr, ir.gep(t, "%arow", base, "ablk"), ir.gep(t, "%brow", base, "bblk"), j, rc, RC,
+                   cbits, "unlink", clear=True)
             pn = ir.gep("i64", "%next", j, "pn")
             nxt = ir.name("nxt")
             ir(f"  {nxt} = load i64, ptr {pn}")
@@ -292,9 +248,13 @@ def general_ir(name: str, op: str, value: np.dtype, abits: int, bbits: int, cbit
         emitted = ir.name("emitted")[1:]
         loop(ir, "0", count, emit, emitted)
         ir.label(emitted)
+
+    def row(i: str) -> None:
+        (dense if general else merged)(i)
+        i1 = ir.op("add", "i64", i, "1", "i1")
         total = ir.name("total")
         ir(f"  {total} = load i64, ptr %nnz")
-        ir.store("i64", total, "%cp", ir.op("add", "i64", i, "1", "i1"))
+        ir.store("i64", total, "%cp", i1)
 
     loop(ir, "0", "%mb", row, "done")
     ir.label("done")
@@ -303,20 +263,21 @@ def general_ir(name: str, op: str, value: np.dtype, abits: int, bbits: int, cbit
     ir(f"  ret i64 {r}")
     ir.label("bad")
     ir("  ret i64 -1")
+    if not general:
+        ir.label("unsorted")
+        ir("  ret i64 -2")
     ir("}")
+    if not general:
+        ir("declare i64 @llvm.umin.i64(i64, i64)")
     return ir.text()
 
 
 @functools.cache
-def _kernel(op: str, value: np.dtype, abits: int, bbits: int, cbits: int, rc: int | None):
-    name = f"splyce_bsr_{op}_{VALUE[value][0]}_a{abits}_b{bbits}_c{cbits}_{'any' if rc is None else rc}"
-    return _compiled(binop_ir(name, op, value, abits, bbits, cbits, rc), _SIG, name, "aaaaaaaaaaiiiii")
-
-
-@functools.cache
-def _general_kernel(op: str, value: np.dtype, abits: int, bbits: int, cbits: int, rc: int | None):
-    name = f"splyce_bsr_{op}_general_{VALUE[value][0]}_a{abits}_b{bbits}_c{cbits}_{'any' if rc is None else rc}"
-    return _compiled(general_ir(name, op, value, abits, bbits, cbits, rc), _GENERAL_SIG, name, "aaaaaaaaaaiiiiiaaa")
+def _kernel(op: str, value: np.dtype, abits: int, bbits: int, cbits: int, rc: int | None, general: bool = False):
+    name = (f"splyce_bsr_{op}{'_general' if general else ''}_{VALUE[value][0]}_a{abits}_b{bbits}_c{cbits}_"
+            f"{'any' if rc is None else rc}")
+    return _compiled(binop_ir(name, op, value, abits, bbits, cbits, rc, general), _GENERAL_SIG if general else _SIG,
+                     name, "aaaaaaaaaaiiiii" + "aaa" * general)
 
 
 def bsr_binop(op: str, a_parts, b_parts, nb: int):
@@ -343,8 +304,7 @@ def bsr_binop(op: str, a_parts, b_parts, nb: int):
         nxt = np.full(max(nb, 1), -1, dtype=np.int64)
         arow, brow = np.zeros((max(nb, 1), R, C), dtype=ax.dtype), np.zeros((max(nb, 1), R, C), dtype=ax.dtype)
         with _lock:
-            fn = _general_kernel(op, ax.dtype, ap.dtype.itemsize * 8, bp.dtype.itemsize * 8, cj.dtype.itemsize * 8,
-                                 rc)
+            fn = _kernel(op, ax.dtype, ap.dtype.itemsize * 8, bp.dtype.itemsize * 8, cj.dtype.itemsize * 8, rc, True)
         nnz = fn(*_arrays(ap, aj, ax, bp, bj, bx, zeros, cp, cj, cx), mb, nb, len(aj), len(bj), R * C,
                  *_arrays(nxt, arow, brow))
     if nnz < 0:

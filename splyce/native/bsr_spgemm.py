@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from splyce.native.ir_text import IR, VALUE, load_index, loop
+from splyce.native.ir_text import IR, VALUE, counted, load_index, loop, narrow, returns, segment as ir_segment
 from splyce.native.object_calls import array_args as _arrays, compile_on_objects as _compiled
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -37,24 +37,13 @@ FIXED = 128         # blocks whose product has up to this many multiply-adds are
 _lock = threading.Lock()
 
 
-def _walk(ir: IR, abits: int, bbits: int, checked: bool, pair) -> None:
+def _walk(ir: IR, abits: int, bbits: int, checked: bool, pair, row_start=None, row_end=None) -> None:
     """For each block row ``%i`` of ``A`` (``ir`` at the top of a function with ``%ap``, ``%aj``, ``%bp``,
     ``%bj``, ``%mb``): ``pair(i, p, q, j)`` for each block ``p`` of the row and each block ``q`` of ``B``'s
-    block row ``aj[p]`` (``j = bj[q]``), in stored order; ``pair.row_start(i)`` / ``pair.row_end(i)`` around
-    each row. ``checked``: the segments and block columns checked as read (to ``%bad``)."""
+    block row ``aj[p]`` (``j = bj[q]``), in stored order; ``row_start(i)`` / ``row_end(i)`` around each row.
+    ``checked``: the segments and block columns checked as read (to ``%bad``)."""
     def segment(ptr: str, bits: int, at: str, limit: str) -> tuple[str, str]:
-        start = load_index(ir, ptr, bits, at)
-        at1 = ir.name("at1")
-        ir(f"  {at1} = add i64 {at}, 1")
-        stop = load_index(ir, ptr, bits, at1)
-        if checked:
-            down, over, bad, ok = ir.name("down"), ir.name("over"), ir.name("badseg"), ir.name("seg_ok")
-            ir(f"  {down} = icmp ugt i64 {start}, {stop}")
-            ir(f"  {over} = icmp ugt i64 {stop}, {limit}")
-            ir(f"  {bad} = or i1 {down}, {over}")
-            ir(f"  br i1 {bad}, label %bad, label %{ok[1:]}")
-            ir.label(ok[1:])
-        return start, stop
+        return ir_segment(ir, ptr, bits, at, checked, limit)
 
     def column(ptr: str, bits: int, at: str, limit: str) -> str:
         j = load_index(ir, ptr, bits, at)
@@ -66,7 +55,8 @@ def _walk(ir: IR, abits: int, bbits: int, checked: bool, pair) -> None:
         return j
 
     def row(i: str) -> None:
-        pair.row_start(i)
+        if row_start:
+            row_start(i)
         start, stop = segment("%ap", abits, i, "%nnzb_a" if checked else "0")
 
         def a_block(p: str) -> None:
@@ -77,17 +67,13 @@ def _walk(ir: IR, abits: int, bbits: int, checked: bool, pair) -> None:
                 j = column("%bj", bbits, q, "%nb")
                 pair(i, p, q, j)
 
-            after_b = ir.name("bdone")[1:]
-            loop(ir, bstart, bstop, b_block, after_b)
-            ir.label(after_b)
+            counted(ir, bstart, bstop, b_block, base="b")
 
-        after_a = ir.name("adone")[1:]
-        loop(ir, start, stop, a_block, after_a)
-        ir.label(after_a)
-        pair.row_end(i)
+        counted(ir, start, stop, a_block, base="a")
+        if row_end:
+            row_end(i)
 
     loop(ir, "0", "%mb", row, "done")
-    ir.label("done")
 
 
 def count_ir(name: str, abits: int, bbits: int) -> str:
@@ -121,14 +107,8 @@ def count_ir(name: str, abits: int, bbits: int) -> str:
         ir(f"  {t} = load i64, ptr %total")
         ir.store("i64", t, "%cp", i1)
 
-    pair.row_start = lambda i: None
-    pair.row_end = row_end
-    _walk(ir, abits, bbits, True, pair)
-    ir("  ret i64 0")
-    ir.label("bad")
-    ir("  ret i64 1")
-    ir("}")
-    return ir.text()
+    _walk(ir, abits, bbits, True, pair, row_end=row_end)
+    return returns(ir)
 
 
 def numeric_ir(name: str, value: np.dtype, abits: int, bbits: int, cbits: int,
@@ -155,6 +135,7 @@ def numeric_ir(name: str, value: np.dtype, abits: int, bbits: int, cbits: int,
         ir(f"  store i64 {n0}, ptr %first")
 
     def pair(i: str, p: str, q: str, j: str) -> None:
+        before = ir.block       # the block that reaches "_have" when the result block exists
         pp, held, first, old = ir.name("pp"), ir.name("held"), ir.name("first"), ir.name("old")
         here = ir.name("place")[1:]
         ir(f"  {pp} = getelementptr i64, ptr %pos, i64 {j}")
@@ -166,15 +147,15 @@ def numeric_ir(name: str, value: np.dtype, abits: int, bbits: int, cbits: int,
         n0, n1 = ir.name("n"), ir.name("n")
         ir(f"  {n0} = load i64, ptr %next")
         ir(f"  store i64 {n0}, ptr {pp}")
-        narrow = ir.name("jn")
-        ir(f"  {narrow} = {'trunc i64' if cbits == 32 else 'bitcast i64'} {j} to i{cbits}")
-        ir.store(f"i{cbits}", narrow, "%cj", n0)
+        cut = ir.name("jn")
+        ir(f"  {cut} = {narrow(cbits)} {j} to i{cbits}")
+        ir.store(f"i{cbits}", cut, "%cj", n0)
         ir(f"  {n1} = add i64 {n0}, 1")
         ir(f"  store i64 {n1}, ptr %next")
         ir(f"  br label %{here}_have")
         ir.label(f"{here}_have")
         slot = ir.name("slot")
-        ir(f"  {slot} = phi i64 [{held}, %{ir_block_before[0]}], [{n0}, %{here}_new]")
+        ir(f"  {slot} = phi i64 [{held}, %{before}], [{n0}, %{here}_new]")
         abase, bbase, cbase = ir.name("abase"), ir.name("bbase"), ir.name("cbase")
         ir(f"  {abase} = mul i64 {p}, %RK")
         ir(f"  {bbase} = mul i64 {q}, %KC")
@@ -206,50 +187,21 @@ def numeric_ir(name: str, value: np.dtype, abits: int, bbits: int, cbits: int,
 
             def per_c(c: str) -> None:
                 where = at(cbase, rc, c)
-                acc = ir.name("acc")
-                ir(f"  {acc} = alloca {t}")
-                ir(f"  store {t} {ir.load(t, '%cx', where)}, ptr {acc}")
 
-                def per_d(d: str) -> None:
+                def per_d(d: str, dot: str) -> tuple[str]:
                     a = ir.load(t, "%ax", at(abase, rk, d))
-                    dc = ir.op("mul", "i64", d, C, "dc")
-                    b = ir.load(t, "%bx", at(bbase, dc, c))
-                    prod = ir.op(mul, t, a, b, "prod")
-                    s0 = ir.name("s")
-                    ir(f"  {s0} = load {t}, ptr {acc}")
-                    ir(f"  store {t} {ir.op(add, t, s0, prod, 's')}, ptr {acc}")
+                    b = ir.load(t, "%bx", at(bbase, ir.op("mul", "i64", d, C, "dc"), c))
+                    return (ir.op(add, t, dot, ir.op(mul, t, a, b, "prod"), "s"),)
 
-                done = ir.name("ddone")[1:]
-                loop(ir, "0", K, per_d, done)
-                ir.label(done)
-                s = ir.name("s")
-                ir(f"  {s} = load {t}, ptr {acc}")
-                ir.store(t, s, "%cx", where)
+                (dot,) = counted(ir, "0", K, per_d, carried=((t, ir.load(t, "%cx", where)),), base="d")
+                ir.store(t, dot, "%cx", where)
 
-            done = ir.name("cdone")[1:]
-            loop(ir, "0", C, per_c, done)
-            ir.label(done)
+            counted(ir, "0", C, per_c, base="c")
 
-        done = ir.name("rdone")[1:]
-        loop(ir, "0", R, per_r, done)
-        ir.label(done)
+        counted(ir, "0", R, per_r, base="r")
 
-    # the block that branches to the "_have" label without a new block: the one current when pair begins
-    ir_block_before = [""]
-    inner = pair
-
-    def pair_tracked(i, p, q, j):
-        ir_block_before[0] = ir.block
-        inner(i, p, q, j)
-
-    pair_tracked.row_start = row_start
-    pair_tracked.row_end = lambda i: None
-    _walk(ir, abits, bbits, False, pair_tracked)
-    ir("  ret i64 0")
-    ir.label("bad")
-    ir("  ret i64 1")
-    ir("}")
-    return ir.text()
+    _walk(ir, abits, bbits, False, pair, row_start=row_start)
+    return returns(ir)
 
 
 @functools.cache

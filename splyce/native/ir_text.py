@@ -10,7 +10,7 @@
   compress), never a patch of the text. ``index_at`` / ``segment_at`` / ``load_at`` / ``store_at``: the loads
   and stores spelled for those templates, so an index load is written one way everywhere; ``loop_head``: their
   loop heads (phis, test, branch), the marked-text twin of ``counted``.
-- Each algorithm is one definition, its variants parameters (``masked._masked_ir(kept=...)``,
+- Each algorithm is one definition, its variants parameters (``masked.masked_ir(mode=...)``,
   ``spmv_flat.flat_ir`` for rows and CSC columns, ``merge_ir._NARROW_PARTS`` / ``_MERGE_STEP_PARTS`` for the
   intersection and the union); plus the row split the helpers share for ``threads``.
 """
@@ -273,6 +273,68 @@ def counted(ir: IR, start: str, stop: str, body, carried=(), cmp: str = "slt", b
     return values
 
 
+# -- the pieces the SpMV / SpMM / CSC scatter, masked-sum and SDDMM kernels are written from (one spelling each)
+def define(name: str, params: str, attributes: str = "") -> IR:
+    """A writer opened on ``define i64 @name(params) attributes {`` and its block ``entry``."""
+    ir = IR()
+    ir(f"define i64 @{name}({params}){attributes} {{")
+    ir.label("entry")
+    return ir
+
+
+def segment(ir: IR, pos: str, bits: int, at: str, check: bool = False, nnz: str = "%nnz") -> tuple[str, str]:
+    """Segment ``at`` of the i{bits} positions ``pos``: ``(pos[at], pos[at + 1])`` widened to i64; ``check``:
+    on to %bad unless ``start <= stop <= nnz`` (``check_segment``)."""
+    nxt = ir.op("add", "i64", at, "1", "at")
+    start, stop = load_index(ir, pos, bits, at), load_index(ir, pos, bits, nxt)
+    if check:
+        check_segment(ir, start, stop, nnz)
+    return start, stop
+
+
+def add_to(ir: IR, t: str, add: str, ptr: str, value: str) -> None:
+    """``*ptr = *ptr add value`` for a ``t`` at ``ptr`` (an accumulator's slot, or an output entry)."""
+    old = ir.name("old")
+    ir(f"  {old} = load {t}, ptr {ptr}")
+    ir(f"  store {t} {ir.op(add, t, old, value, 'new')}, ptr {ptr}")
+
+
+def each(ir: IR, start: str, stop: str, body) -> None:
+    """``for (i = start; i < stop; i++) body(i)`` (``loop``), continuing in a new block after it."""
+    after = ir.name("after")[1:]
+    loop(ir, start, stop, body, after)
+    ir.label(after)
+
+
+def ordered_product(ir: IR, mul: str, t: str, factors: str, values: dict) -> str:
+    """``(f0 * f1) * f2`` for the roles ``factors`` (the einsum's operand order, e.g. ``"abm"``) of ``values``
+    (role -> value): the sparsifier's term, multiplied in its order (``t`` a scalar or a vector type)."""
+    x, y, z = (values[f] for f in factors)
+    return ir.op(mul, t, ir.op(mul, t, x, y), z)
+
+
+def groups(ir: IR, slot: str, stop: str, sizes, body) -> None:
+    """From ``*slot`` (an i64 slot allocated in ``entry``) up to ``stop``: ``body(first, size)`` on groups of
+    ``sizes[0]`` items while they fit, then of ``sizes[1]``, ...; then each item left on its own (``body(i,
+    None)``)."""
+    for size in sizes:
+        head, inside, after = (ir.name(b)[1:] for b in ("ghead", "gbody", "gdone"))
+        ir(f"  br label %{head}")
+        ir.label(head)
+        first = ir.name("first")
+        ir(f"  {first} = load i64, ptr {slot}")
+        end = ir.op("add", "i64", first, str(size), "end")
+        ir(f"  br i1 {ir.op('icmp sle', 'i64', end, stop, 'fits')}, label %{inside}, label %{after}")
+        ir.label(inside)
+        body(first, size)
+        ir(f"  store i64 {end}, ptr {slot}")
+        ir(f"  br label %{head}")
+        ir.label(after)
+    rest = ir.name("rest")
+    ir(f"  {rest} = load i64, ptr {slot}")
+    each(ir, rest, stop, lambda i: body(i, None))
+
+
 @functools.cache
 def columns_axpy(ir, t: str, mul: str, add: str, value: str, k: int | None, entry: str, after: str,
                  index: str = "i") -> None:
@@ -397,3 +459,24 @@ def run_taken(fn, chunks, threads: int, state=lambda: None, executor=None) -> li
     for f in rest:
         f.result()
     return out
+
+
+# -- the merges' operations (merge-gen) ---------------------------------------------------------------------------
+MERGE_OPS = ("multiply", "add", "subtract")     # scipy's names of the elementwise product, sum and difference
+
+
+def instruction(dtype, op: str) -> str | None:
+    """The instruction of the merge operation ``op`` (``MERGE_OPS``) in ``dtype``, read from its row of ``SCALARS``;
+    None where the dtype has none (bool: no difference)."""
+    s = SCALARS[np.dtype(dtype)]
+    return {"multiply": s.mul, "add": s.add, "subtract": s.sub}[op]
+
+
+# -- the SpGEMM family's helpers (spgemm_ir, spgemm_sorted, spgemm_sorted_map, memory_pool_ir) --
+
+def bind(template: str, **fields) -> str:
+    """``template`` with the markers named in ``fields`` filled and every other marker kept for the kernel's
+    ``fill``: a piece of marked text parameterised by its own names (a tag, a block), written without the
+    ``{{ }}`` escapes of an f-string."""
+    return re.sub(r"\{(\w+)\}", lambda m: str(fields[m[1]]) if m[1] in fields else m[0], template)
+

@@ -12,7 +12,8 @@ marked and skipped elsewhere. Work: ``nnz(M) + flops(A @ B)``.
   kernel does.
 
 SDDMM ``M * (X @ Y.T)`` is in sddmm.py, the masked sum ``einsum("ij,jk,ik->", A, B, C)`` (triangle counting)
-in masked_sum.py and masked_sum_checked.py.
+in masked_sum.py and masked_sum_checked.py; its summing and counting kernels are modes of this module's one
+definition, ``masked_ir``.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import IR, SCALARS, VALUE, load_index, loop, run_chunks, run_taken, index_bits as _bits
-from splyce.native.ir_text import supported as ir_supported
+from splyce.native.ir_text import (SCALARS, VALUE, add_to, define, each, index_bits as _bits, load_index, loop,
+                                   ordered_product, run_chunks, run_taken)
+from splyce.native.ir_text import supported  # noqa: F401  (``masked.supported``: the one table's)
 from splyce.native.marked_row import marked_row
 from splyce.native.masked_chunks import CHUNKS_PER_THREAD, masked_chunks, serial_max_work
 
@@ -36,78 +38,105 @@ _SIG = {False: ctypes.CFUNCTYPE(_I, *([_P] * 9), _I, _I, _P, _P, _P, _P),
 _lock = threading.Lock()
 
 
-def _masked_ir(name, value, mp, mc, ap, ac, bp, bc, kept: bool = False, factors: str = "abm"):
-    """The masked SpGEMM kernel, in scipy's order (``kept=False``: ``(sum over k of a * b) * m``, zero results
-    dropped) or the sparsifier's (``kept``: each term ``(x * y) * z`` in the einsum's operand order
-    ``factors``, e.g. ``"abm"``, summed from +0.0; every reached position stored, zero sums too, marked in
-    ``%reached``). Each row's results are compacted to slot ``base + kept <= e`` as it goes."""
+def masked_ir(name, value, widths, mode="scipy", factors=None):
+    """The one masked kernel over rows [lo, hi): per row the mask's row marked (``mark[j]`` = its position),
+    then A's row times B's rows, each product whose column the mask holds (``marked_row``) used as ``mode``
+    says. ``widths``: the index bits of the mask's and A's and B's positions and coordinates (mask first).
+
+    - ``"scipy"``: masked SpGEMM in scipy's order, ``(sum over k of a * b) * m``, zero results dropped;
+    - ``"kept"``: the sparsifier's, each term ``(x * y) * z`` in the einsum's operand order ``factors``
+      (default ``"abm"``), summed from +0.0, every reached position stored (zero sums too), marked in
+      ``%reached``; both compact each row's results to slot ``base + kept <= e`` as they go and return the count kept;
+    - ``"sum"``: the masked sum ``sum over i, j, k of A[i, j] * B[j, k] * C[i, k]`` (C the mask, einsum
+      ``"ij,jk,ik->"``) in the order the sparsifier's kernel for that einsum sums, loops i, j, k: rows i in
+      order, A's row in stored order, then the k of B's row j that C's row i holds, in B's order; one
+      accumulator from zero, each term ``(x * y) * z`` for ``factors = "xyz"`` of ``a``, ``b``, ``c`` (default
+      ``"abc"``; the jit's triangle sum ``"ac,bc,ab->"`` is ``"cba"``) added to it, stored to ``out[0]``;
+    - ``"count"``: the number of products ``"sum"`` adds (``out`` unused): when every value is one, the sum is
+      that count, bit for bit (each addend exactly 1, each partial sum an integer, exact up to 2**53 / 2**24 in
+      double / float; integers wrap alike). A hit is counted by an add of the compare's carry (``adc``), so the
+      loop has no branch on it: on irregular rows a hit is a coin toss, and its misprediction cost more than
+      the product (docs/corpus.md: 1.1-2.3x the summing loop, ~1.0x where hits are rare and predicted)."""
+    mp, mc, ap, ac, bp, bc = widths
     t, mul, add, zero = VALUE[value]
-    ir = IR()
-    ir(f"define i64 @{name}(ptr %mpos, ptr %mcrd, ptr %mval, ptr %apos, ptr %acrd, ptr %aval, ptr %bpos, "
-       f"ptr %bcrd, ptr %bval, i64 %lo, i64 %hi, ptr %mark, ptr %out, ptr %cols, ptr %ends"
-       + (", ptr %reached) {" if kept else ") {"))
-    ir.label("entry")
-    base = load_index(ir, "%mpos", mp, "%lo")     # the chunk's results are written compacted from here
-    ir("  %kept_slot = alloca i64")
-    ir("  store i64 0, ptr %kept_slot")
+    factors = factors or ("abc" if mode == "sum" else "abm")      # the einsum's own order by default
+    mask = "c" if mode in ("sum", "count") else "m"
+    arrays = "ab" + mask if mask == "c" else mask + "ab"
+    params = (", ".join(f"ptr %{x}{f}" for x in arrays for f in ("pos", "crd", "val"))
+              + ", i64 %lo, i64 %hi, ptr %mark, ptr %out"
+              + {"scipy": ", ptr %cols, ptr %ends", "kept": ", ptr %cols, ptr %ends, ptr %reached"}.get(mode, ""))
+    ir = define(name, params)
+    kept = mode == "kept"
+    if mode in ("scipy", "kept"):
+        base = load_index(ir, "%mpos", mp, "%lo")     # the chunk's results are written compacted from here
+    slot_type, slot_init = (t, zero) if mode == "sum" else ("i64", "0")
+    ir(f"  %slot = alloca {slot_type}")
+    ir(f"  store {slot_type} {slot_init}, ptr %slot")
+    marked = ((f"%{mask}pos", mp), (f"%{mask}crd", mc))
+
+    def clear(e):       # out[e] = +0.0 (the sparsifier's workspace too); not reached
+        ir.store(t, zero, "%out", e)
+        if kept:
+            ir.store("i8", "0", "%reached", e)
+
+    def hit(term, m):   # out[m] += term; reached[m] = 1
+        if kept:        # the term in the einsum's operand order
+            term = ordered_product(ir, mul, t, factors, {"a": term[0], "b": term[1], "m": ir.load(t, "%mval", m)})
+        add_to(ir, t, add, ir.gep(t, "%out", m), term)
+        if kept:
+            ir.store("i8", "1", "%reached", m)
+
+    def summed(ab, m):  # acc += the term, multiplied in the order of ``factors``
+        add_to(ir, t, add, "%slot", ordered_product(ir, mul, t, factors,
+                                                    {"a": ab[0], "b": ab[1], "c": ir.load(t, "%cval", m)}))
+
+    def count(m, first, end):
+        # a hit: mark[j] in [first, end), one unsigned compare (earlier rows' marks are below, unset ones -1).
+        # The sum goes through an empty asm: else LLVM vectorizes the loop (16 and 4 lanes of scalar loads,
+        # then a scalar tail), whose dispatch on B's row length cost more than it saved on short rows
+        is_hit = ir.op("icmp ult", "i64", ir.op("sub", "i64", m, first, "off"), ir.op("sub", "i64", end, first, "span"))
+        one, old, kept_ = ir.name("one"), ir.name("old"), ir.name("kept")
+        ir(f"  {one} = zext i1 {is_hit} to i64")
+        ir(f"  {old} = load i64, ptr %slot")
+        ir(f'  {kept_} = call i64 asm "", "=r,0"(i64 {ir.op("add", "i64", old, one, "new")})')
+        ir(f"  store i64 {kept_}, ptr %slot")
+
+    def compact(e):
+        # r (scipy: sum * M[i, j]) stored with its column at the next compacted slot base + kept <= e, which
+        # later entries of the row no longer read; the slot advances when r != 0 (NaN kept), or (kept) when
+        # the position was reached
+        r = ir.load(t, "%out", e)
+        if not kept:
+            r = ir.op(mul, t, r, ir.load(t, "%mval", e))
+        done, step = ir.name("kept"), ir.name("step")
+        ir(f"  {done} = load i64, ptr %slot")
+        slot = ir.op("add", "i64", base, done, "slot")
+        ir.store(t, r, "%out", slot)
+        ir.store(f"i{mc}", ir.load(f"i{mc}", "%mcrd", e), "%cols", slot)
+        if kept:
+            ir(f"  {step} = zext i8 {ir.load('i8', '%reached', e)} to i64")
+        else:
+            ir(f"  {step} = zext i1 {ir.op(SCALARS[value].nonzero, t, r, zero)} to i64")
+        ir(f"  store i64 {ir.op('add', 'i64', done, step, 'kept')}, ptr %slot")
 
     def row(i):
-        def clear(e):       # out[e] = +0.0 (the sparsifier's workspace too); not reached
-            ir.store(t, zero, "%out", e)
-            if kept:
-                ir.store("i8", "0", "%reached", e)
-
-        def hit(term, m):   # out[m] += term; reached[m] = 1
-            if kept:        # the term in the einsum's operand order
-                value_of = {"a": term[0], "b": term[1], "m": ir.load(t, "%mval", m)}
-                x, y, z = (value_of[f] for f in factors)
-                term = ir.op(mul, t, ir.op(mul, t, x, y), z)
-            po = ir.gep(t, "%out", m)
-            old, new = ir.name("old"), ir.name("new")
-            ir(f"  {old} = load {t}, ptr {po}")
-            ir(f"  {new} = {add} {t} {old}, {term}")
-            ir(f"  store {t} {new}, ptr {po}")
-            if kept:
-                ir.store("i8", "1", "%reached", m)
-
-        m_start, m_stop = marked_row(ir, i, t, mul, (("%mpos", mp), ("%mcrd", mc)), ap, ac, bp, bc, clear, hit,
-                                      pair=kept)
-
-        def compact(e):
-            # r (scipy: sum * M[i, j]) stored with its column at the next compacted slot base + kept <= e, which
-            # later entries of the row no longer read; the slot advances when r != 0 (NaN kept), or (kept) when
-            # the position was reached
-            r = ir.load(t, "%out", e)
-            if not kept:
-                r = ir.op(mul, t, r, ir.load(t, "%mval", e))
-            done, slot = ir.name("kept"), ir.name("slot")
-            ir(f"  {done} = load i64, ptr %kept_slot")
-            ir(f"  {slot} = add i64 {base}, {done}")
-            ir.store(t, r, "%out", slot)
-            ir.store(f"i{mc}", ir.load(f"i{mc}", "%mcrd", e), "%cols", slot)
-            if kept:
-                flag, step = ir.load("i8", "%reached", e), ir.name("step")
-                ir(f"  {step} = zext i8 {flag} to i64")
-            else:
-                nz, step = ir.op(SCALARS[value].nonzero, t, r, zero), ir.name("step")
-                ir(f"  {step} = zext i1 {nz} to i64")
-            done1 = ir.name("kept")
-            ir(f"  {done1} = add i64 {done}, {step}")
-            ir(f"  store i64 {done1}, ptr %kept_slot")
-
-        after = ir.name("compacted")[1:]
-        loop(ir, m_start, m_stop, compact, after)
-        ir.label(after)
-        row_end, off, pe = ir.name("kept"), ir.name("off"), ir.name("pe")
-        ir(f"  {row_end} = load i64, ptr %kept_slot")
-        ir(f"  {off} = sub i64 {i}, %lo")
-        ir(f"  {pe} = getelementptr i64, ptr %ends, i64 {off}")
-        ir(f"  store i64 {row_end}, ptr {pe}")
+        if mode == "count":
+            marked_row(ir, i, "i64", "mul", marked, ap, ac, bp, bc, lambda e: None, None, count)
+            return
+        if mode == "sum":
+            marked_row(ir, i, t, mul, marked, ap, ac, bp, bc, lambda e: None, summed, pair=True)
+            return
+        each(ir, *marked_row(ir, i, t, mul, marked, ap, ac, bp, bc, clear, hit, pair=kept), compact)
+        row_end = ir.name("kept")
+        ir(f"  {row_end} = load i64, ptr %slot")
+        ir.store("i64", row_end, "%ends", ir.op("sub", "i64", i, "%lo", "off"))
 
     loop(ir, "%lo", "%hi", row, "exit")
     ir.label("exit")
-    ir("  %kept_all = load i64, ptr %kept_slot")
-    ir("  ret i64 %kept_all")
+    ir(f"  %total = load {slot_type}, ptr %slot")
+    if mode == "sum":
+        ir(f"  store {t} %total, ptr %out")
+    ir(f"  ret i64 {'0' if mode == 'sum' else '%total'}")
     ir("}")
     return ir.text()
 
@@ -118,12 +147,8 @@ def _masked(value, mp, mc, ap, ac, bp, bc, kept: bool = False, factors: str = "a
 
     name = (f"splyce_masked_kept_{VALUE[value][0]}_{mp}_{mc}_{ap}_{ac}_{bp}_{bc}_{factors}" if kept else
             f"splyce_masked_spgemm_{VALUE[value][0]}_{mp}_{mc}_{ap}_{ac}_{bp}_{bc}")
-    text = _masked_ir(name, value, mp, mc, ap, ac, bp, bc, kept, factors)
+    text = masked_ir(name, value, (mp, mc, ap, ac, bp, bc), "kept" if kept else "scipy", factors)
     return compile_host_helpers(text, {name: _SIG[kept]})[name]
-
-
-def supported(dtype) -> bool:
-    return ir_supported(dtype)
 
 
 def _drop_zeros(vals, indices, indptr):

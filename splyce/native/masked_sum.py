@@ -1,7 +1,8 @@
 """The masked sum ``einsum("ij,jk,ik->", A, B, C)`` (triangle counting with A = B = C = L) on the native kernel
 library, summed in the sparsifier kernel's order, bit for bit; on several threads, rows in chunks of about
 equal work. When every value is one (a 0/1 pattern), the sum is the count of products, which a branch-free
-kernel counts (``_hit_count_ir``). The drop-in's and the jit's one-call form of it is masked_sum_checked.py."""
+kernel counts. Both kernels are modes of ``masked.masked_ir`` ("sum", "count"). The drop-in's and the jit's
+one-call form of it is masked_sum_checked.py."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import IR, SCALARS, VALUE, counted, load_index, loop, run_taken, index_bits as _bits
-from splyce.native.marked_row import marked_row
+from splyce.native.ir_text import SCALARS, VALUE, counted, define, index_bits as _bits, load_index, run_taken, segment
+from splyce.native.masked import masked_ir
 from splyce.native.masked_chunks import CHUNKS_PER_THREAD, masked_chunks, serial_max_work
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -25,95 +26,18 @@ _PARAMS = ("(ptr %apos, ptr %acrd, ptr %aval, ptr %bpos, ptr %bcrd, ptr %bval, p
 _lock = threading.Lock()
 
 
-def _masked_sum_ir(name, value, ap, ac, bp, bc, cp, cc, factors="abc"):
-    """``sum over i, j, k of A[i, j] * B[j, k] * C[i, k]`` (einsum ``"ij,jk,ik->"``, triangle counting with
-    A = B = C = L) in the order the sparsifier's kernel for that einsum sums, loops i, j, k: rows i in order,
-    A's row in stored order, then the k of B's row j that C's row i holds, in B's order (ascending, as the
-    sparsifier's co-iteration yields them); one accumulator from zero, ``(a * b) * c`` added to it. C's row
-    is marked (``mark[k]`` = its position), so each k costs one lookup. ``factors``: the order the three are
-    multiplied in, ``(x * y) * z`` for ``factors = "xyz"`` (the einsum's operand order: ``"ac,bc,ab->"``, the
-    jit's triangle sum, is ``"cba"``)."""
-    t, mul, add, zero = VALUE[value]
-    ir = IR()
-    ir(f"define i64 @{name}{_PARAMS} {{")
-    ir.label("entry")
-    ir(f"  %acc_slot = alloca {t}")
-    ir(f"  store {t} {zero}, ptr %acc_slot")
-
-    def row(i):
-        def add_times_c(ab, m):     # acc += (a * b) * C[i, k], multiplied in the order of ``factors``
-            pc, cv, xy, abc, old, new = (ir.name(n) for n in ("pc", "cv", "xy", "abc", "old", "new"))
-            ir(f"  {pc} = getelementptr {t}, ptr %cval, i64 {m}")
-            ir(f"  {cv} = load {t}, ptr {pc}")
-            value_of = {"a": ab[0], "b": ab[1], "c": cv}
-            x, y, z = (value_of[f] for f in factors)
-            ir(f"  {xy} = {mul} {t} {x}, {y}")
-            ir(f"  {abc} = {mul} {t} {xy}, {z}")
-            ir(f"  {old} = load {t}, ptr %acc_slot")
-            ir(f"  {new} = {add} {t} {old}, {abc}")
-            ir(f"  store {t} {new}, ptr %acc_slot")
-
-        marked_row(ir, i, t, mul, (("%cpos", cp), ("%ccrd", cc)), ap, ac, bp, bc, lambda e: None, add_times_c,
-                    pair=True)
-
-    loop(ir, "%lo", "%hi", row, "exit")
-    ir.label("exit")
-    ir(f"  %sum = load {t}, ptr %acc_slot")
-    ir(f"  store {t} %sum, ptr %out")
-    ir("  ret i64 0")
-    ir("}")
-    return "\n".join(ir.lines) + "\n"
-
-
-def _hit_count_ir(name, bits):
-    """The number of products ``_masked_sum_ir`` adds (``i64 name(...)``, its arguments, ``%out`` unused): when
-    every value is one, the sum is that count, bit for bit (each addend is exactly 1, each partial sum an
-    integer, exact up to 2**53 / 2**24 in double / float; integers wrap alike). A hit is counted by an add of
-    the compare's carry (``adc``), so the loop has no branch on it: on irregular rows a hit is a coin toss,
-    and its misprediction cost more than the product (docs/corpus.md: 1.1-2.3x the summing loop, ~1.0x where
-    hits are rare and predicted)."""
-    ir = IR()
-    ir(f"define i64 @{name}{_PARAMS} {{")
-    ir.label("entry")
-    ir("  %count_slot = alloca i64")
-    ir("  store i64 0, ptr %count_slot")
-
-    def count(m, first, end):
-        # a hit: mark[j] in [first, end), one unsigned compare (earlier rows' marks are below, unset ones -1).
-        # The sum goes through an empty asm: else LLVM vectorizes the loop (16 and 4 lanes of scalar loads,
-        # then a scalar tail), whose dispatch on B's row length cost more than it saved on short rows
-        one, old, new, kept = ir.name("one"), ir.name("old"), ir.name("new"), ir.name("kept")
-        off, span, is_hit = ir.name("off"), ir.name("span"), ir.name("hit")
-        ir(f"  {off} = sub i64 {m}, {first}")
-        ir(f"  {span} = sub i64 {end}, {first}")
-        ir(f"  {is_hit} = icmp ult i64 {off}, {span}")
-        ir(f"  {one} = zext i1 {is_hit} to i64")
-        ir(f"  {old} = load i64, ptr %count_slot")
-        ir(f"  {new} = add i64 {old}, {one}")
-        ir(f'  {kept} = call i64 asm "", "=r,0"(i64 {new})')
-        ir(f"  store i64 {kept}, ptr %count_slot")
-
-    loop(ir, "%lo", "%hi", lambda i: marked_row(ir, i, "i64", "mul", (("%cpos", bits), ("%ccrd", bits)), bits,
-                                                 bits, bits, bits, lambda e: None, None, count), "exit")
-    ir.label("exit")
-    ir("  %count = load i64, ptr %count_slot")
-    ir("  ret i64 %count")
-    ir("}")
-    return "\n".join(ir.lines) + "\n"
-
-
 @functools.cache
 def _masked_sum(value, ap, ac, bp, bc, cp, cc, factors="abc"):
     from splyce.native.codegen import compile_host_helpers
 
     name = f"splyce_masked_sum_{VALUE[value][0]}_{ap}_{ac}_{bp}_{bc}_{cp}_{cc}" + ("" if factors == "abc" else f"_{factors}")
-    return compile_host_helpers(_masked_sum_ir(name, value, ap, ac, bp, bc, cp, cc, factors),
+    return compile_host_helpers(masked_ir(name, value, (cp, cc, ap, ac, bp, bc), "sum", factors),
                                 {name: _MASKED_SUM_SIG})[name]
 
 
 def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1, with_proof: bool = False, factors: str = "abc",
                count_ones: bool = False, exact_only: bool = False):
-    """``einsum("ij,jk,ik->", A, B, C)``, summed in the sparsifier kernel's order (see ``_masked_sum_ir``): a
+    """``einsum("ij,jk,ik->", A, B, C)``, summed in the sparsifier kernel's order (``masked.masked_ir``, "sum"): a
     NumPy scalar of ``dtype``. ``a``, ``b``, ``c``: validated CSR parts ``(data, indices, indptr)`` with
     values of ``dtype`` (columns of B and C in ``[0, n_cols)``, C's unique within a row). Work: ``nnz(C) + sum
     over A's entries (i, j) of nnz(B[j, :])``. ``threads`` > 1: rows in chunks of about equal work
@@ -122,7 +46,7 @@ def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1, with_proof: bool =
     split reduction does; exact for integers and integer-valued floats). ``with_proof``: returns ``(sum,
     finite)``, ``finite`` True when every value is finite: proved by the count (every value one) or by a scan
     of the values run beside the chunks (``planner.nonfinite`` needs no pass of its own then). ``factors``: the
-    order of each term's multiplications (``_masked_sum_ir``). ``count_ones``: on one thread too, count the
+    order of each term's multiplications (``masked.masked_ir``). ``count_ones``: on one thread too, count the
     hits when every value is one (``_counted_sum``; the drop-in's one-thread fast path does so itself).
     ``exact_only``: split across ``threads`` only where the split changes no bit: every value one (the count,
     ``_counted_sum``, exact in any order); otherwise the rows are summed as one chunk, the one-thread order
@@ -175,11 +99,11 @@ def masked_sum(a, b, c, n_cols: int, dtype, threads: int = 1, with_proof: bool =
 
 @functools.cache
 def _finite_scan(value):
-    """``i64 (ptr v, i64 n)``: whether the ``n`` values at ``v`` are all finite (``_finite_ir``)."""
+    """``i64 (ptr v, i64 n)``: whether the ``n`` values at ``v`` are all finite (``finite_ir``)."""
     from splyce.native.codegen import compile_host_helpers
 
     name = f"splyce_masked_finite_{VALUE[value][0]}"
-    return compile_host_helpers(_finite_ir(name, value), {name: _COUNT_SIG})[name]
+    return compile_host_helpers(finite_ir(name, value), {name: _COUNT_SIG})[name]
 
 
 
@@ -193,7 +117,8 @@ def _counting(value, bits):
     from splyce.native.codegen import compile_host_helpers
 
     name = f"splyce_masked_count_{VALUE[value][0]}_i{bits}"
-    text = (_hit_count_ir(name, bits) + _products_ir(name + "_products", bits) + _ones_ir(name + "_ones", value))
+    text = (masked_ir(name, value, (bits,) * 6, "count") + products_ir(name + "_products", bits)
+            + ones_ir(name + "_ones", value))
     fns = compile_host_helpers(text, {name: _MASKED_SUM_SIG, name + "_products": _PRODUCTS_SIG,
                                       name + "_ones": _COUNT_SIG})
     return fns[name], fns[name + "_products"], fns[name + "_ones"]
@@ -201,7 +126,7 @@ def _counting(value, bits):
 
 def _counted_sum(a, b, c, n_cols: int, dtype: np.dtype, chunks, threads: int, summed):
     """``masked_sum`` over several chunks as the one-thread ``masked_sum_checked`` does it when every value is
-    one (triangle counting): the hits counted by the branch-free ``_hit_count_ir`` instead of summed by the
+    one (triangle counting): the hits counted by the branch-free ``masked.masked_ir``'s count instead of summed by the
     loop whose branch on a hit mispredicts on irregular rows (rmat-s13 on two threads: 7.1 ms summing, against
     4.0 ms counting on one). The same sample decides: the first ``m / 16`` rows (at least 64) counted, and
     when under 1 product in ``HIT_SAMPLE_RATE`` hits, a hit is rare and predicted, and the chunks not started
@@ -255,40 +180,25 @@ def _counted_sum(a, b, c, n_cols: int, dtype: np.dtype, chunks, threads: int, su
 HIT_SAMPLE_RATE = 32   # below 1 hit in this many products of the sample: the summing loop (its branch predicted)
 
 
-def _products_ir(name, bits):
+def products_ir(name, bits):
     """``i64 name(ptr apos, ptr acrd, ptr bpos, i64 rows)``: the products of A's first ``rows`` rows, the sum
     over their entries (i, k) of B's row length (the sample's work for the hit rate)."""
-    ir = IR()
-    ir(f"define i64 @{name}(ptr %apos, ptr %acrd, ptr %bpos, i64 %rows) {{")
-    ir.label("entry")
-    ir("  %total_slot = alloca i64")
-    ir("  store i64 0, ptr %total_slot")
-    end = load_index(ir, "%apos", bits, "%rows")
+    ir = define(name, "ptr %apos, ptr %acrd, ptr %bpos, i64 %rows")
 
-    def entry(e):
-        k = load_index(ir, "%acrd", bits, e)
-        k1, old, new, length = ir.name("k1"), ir.name("old"), ir.name("new"), ir.name("len")
-        ir(f"  {k1} = add i64 {k}, 1")
-        start, stop = load_index(ir, "%bpos", bits, k), load_index(ir, "%bpos", bits, k1)
-        ir(f"  {length} = sub i64 {stop}, {start}")
-        ir(f"  {old} = load i64, ptr %total_slot")
-        ir(f"  {new} = add i64 {old}, {length}")
-        ir(f"  store i64 {new}, ptr %total_slot")
+    def entry(e, total):
+        start, stop = segment(ir, "%bpos", bits, load_index(ir, "%acrd", bits, e))
+        return (ir.op("add", "i64", total, ir.op("sub", "i64", stop, start, "len"), "total"),)
 
-    loop(ir, "0", end, entry, "exit")
-    ir.label("exit")
-    ir("  %total = load i64, ptr %total_slot")
-    ir("  ret i64 %total")
+    (total,) = counted(ir, "0", load_index(ir, "%apos", bits, "%rows"), entry, carried=(("i64", "0"),), base="e")
+    ir(f"  ret i64 {total}")
     ir("}")
-    return "\n".join(ir.lines) + "\n"
+    return ir.text()
 
 
 def _all_of_ir(name, elem, test):
     """``i64 name(ptr v, i64 n)``: 1 when ``test(ir, x)`` (the i1 it computes from the element ``x`` of type
     ``elem``) holds for each of the ``n`` values at ``v``, else 0 (no early exit: the loop vectorizes)."""
-    ir = IR()
-    ir(f"define i64 @{name}(ptr %v, i64 %n) {{")
-    ir.label("entry")
+    ir = define(name, "ptr %v, i64 %n")
     (all_,) = counted(ir, "0", "%n", lambda k, so_far: (ir.op("and", "i1", so_far, test(ir, ir.load(elem, "%v", k))),),
                       carried=(("i1", "true"),), base="k")
     r = ir.name("r")
@@ -298,13 +208,13 @@ def _all_of_ir(name, elem, test):
     return ir.text()
 
 
-def _ones_ir(name, value):
+def ones_ir(name, value):
     """``i64 name(ptr v, i64 n)``: whether each of the ``n`` values at ``v`` is one."""
     row = SCALARS[value]
     return _all_of_ir(name, row.t, lambda ir, x: ir.op(row.eq, row.t, x, row.one))
 
 
-def _finite_ir(name, value):
+def finite_ir(name, value):
     """``i64 name(ptr v, i64 n)``: whether each of the ``n`` values at ``v`` is finite (its exponent bits not
     all set, read as an integer; integers always are)."""
     row = SCALARS[value]

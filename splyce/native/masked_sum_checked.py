@@ -9,16 +9,15 @@ import threading
 
 import numpy as np
 
-from splyce.native.ir_text import IR, VALUE, fill, load_index, loop
-from splyce.native.masked_sum import (
-    HIT_SAMPLE_RATE, _COUNTED, _finite_ir, _hit_count_ir, _masked_sum_ir, _ones_ir, _products_ir,
-)
+from splyce.native.ir_text import IR, SCALARS, VALUE, each, fill, load_index
+from splyce.native.masked import masked_ir
+from splyce.native.masked_sum import HIT_SAMPLE_RATE, finite_ir, ones_ir, products_ir
 
 _lock = threading.Lock()
 
 # The whole one-thread triangle sum in one native call, for the drop-in's fast path: each distinct operand
 # checked canonical (as ``native_validation.canonical_csr``). Then, when A's first value is one, the hits of
-# a sample (the first max(min(m, 64), m / 16) rows) are counted (``_hit_count_ir``) against the sample's
+# a sample (the first max(min(m, 64), m / 16) rows) are counted (``masked.masked_ir``'s count) against the sample's
 # products: when under 1 in HIT_SAMPLE_RATE of them hit, a hit is rare and predicted, the summing loop's
 # branch costs nothing, and it runs over all rows (ba-100k, road graphs: the count was 0.9x there); else, when
 # every value of the operands is one (the 0/1 pattern of triangle counting), the count goes on from the
@@ -82,22 +81,6 @@ fail:
   ret i64 1
 }
 
-define void @{name}_unmark(ptr %mark, i64 %n) {
-entry:
-  br label %head
-head:
-  %j = phi i64 [0, %entry], [%j1, %body]
-  %more = icmp slt i64 %j, %n
-  br i1 %more, label %body, label %done
-body:
-  %pm = getelementptr i64, ptr %mark, i64 %j
-  store i64 -1, ptr %pm
-  %j1 = add i64 %j, 1
-  br label %head
-done:
-  ret void
-}
-
 """
 # ``%{result}`` (i1): the scan ``@{name}_{scan}`` holds for A's values and for B's and C's unless they are A's
 # (or B's) arrays (``%skip_b`` / ``%skip_c``); ``{q}`` prefixes the value names, ``{n}`` the counts'
@@ -111,24 +94,22 @@ _ALL_VALUES = """  %{q}a = call i64 @{name}_{scan}(ptr %av, i64 %nnza)
   %{result} = icmp ne i64 %{q}abc, 0"""
 
 
-def _unmark_rows_ir(name, bits):
-    """``void name(ptr cpos, ptr ccrd, ptr mark, i64 rows)``: the marks C's first ``rows`` rows set back to -1
-    (after a sample, instead of all n of them: road-700's 490k marks are 3.9 MB)."""
+def _unmark_ir(name, bits, rows: bool):
+    """``void name(ptr mark, i64 n)``: ``mark[0:n]`` set to -1; ``rows``: ``void name(ptr cpos, ptr ccrd, ptr mark,
+    i64 rows)``, only the marks C's first ``rows`` rows set (after a sample, instead of all n of them: road-700's
+    490k marks are 3.9 MB)."""
     ir = IR()
-    ir(f"define void @{name}(ptr %cpos, ptr %ccrd, ptr %mark, i64 %rows) {{")
+    ir(f"define void @{name}({'ptr %cpos, ptr %ccrd, ptr %mark, i64 %rows' if rows else 'ptr %mark, i64 %n'}) {{")
     ir.label("entry")
-    end = load_index(ir, "%cpos", bits, "%rows")
-
-    def entry(e):
-        j, pm = load_index(ir, "%ccrd", bits, e), ir.name("pm")
-        ir(f"  {pm} = getelementptr i64, ptr %mark, i64 {j}")
-        ir(f"  store i64 -1, ptr {pm}")
-
-    loop(ir, "0", end, entry, "exit")
-    ir.label("exit")
+    if rows:
+        each(ir, "0", load_index(ir, "%cpos", bits, "%rows"),
+             lambda e: ir.store("i64", "-1", "%mark", load_index(ir, "%ccrd", bits, e)))
+    else:
+        each(ir, "0", "%n", lambda j: ir.store("i64", "-1", "%mark", j))
     ir("  ret void")
     ir("}")
-    return "\n".join(ir.lines) + "\n"
+    return ir.text()
+
 
 # A's check, then B's and C's (``x``: b / c), unless its bit of ``%checks`` is clear; each then to block ``next``
 _CHECK_A = """entry:
@@ -168,7 +149,7 @@ def _sum_checked_kernel(value: np.dtype, bits: int, exact: int | None = None, fa
                         trusted: bool = False):
     """The entry of ``_SUM_CHECKED`` on array objects; ``exact``: the largest count taken as the sum (default:
     the value type's; tests lower it to reach the summing fallback); ``factors``: each term's multiplication
-    order (``_masked_sum_ir``); ``trusted``: no canonical checks (validated operands)."""
+    order (``masked.masked_ir``); ``trusted``: no canonical checks (validated operands)."""
     from splyce.native import array_objects, validation as native_validation
     from splyce.native.codegen import compile_host_helpers
 
@@ -176,15 +157,15 @@ def _sum_checked_kernel(value: np.dtype, bits: int, exact: int | None = None, fa
     name = f"splyce_masked_sum_{'trusted' if trusted else 'checked'}_{t}_i{bits}"
     name += "" if factors == "abc" else f"_{factors}"
     check, total, count = name + "_check", name + "_rows", name + "_count"
-    convert, type_exact = _COUNTED[t]
+    convert, type_exact = SCALARS[value].from_i64, SCALARS[value].exact
     exact = type_exact if exact is None else exact
     text = (("" if trusted else native_validation.canonical_check_ir(check, bits))
-            + _masked_sum_ir(total, value, *([bits] * 6), factors=factors)
-            + _hit_count_ir(count, bits)
-            + _products_ir(name + "_products", bits)
-            + _unmark_rows_ir(name + "_unmark_rows", bits)
-            + _ones_ir(name + "_ones", value)
-            + _finite_ir(name + "_finite", value)
+            + masked_ir(total, value, (bits,) * 6, "sum", factors)
+            + masked_ir(count, value, (bits,) * 6, "count")
+            + products_ir(name + "_products", bits)
+            + _unmark_ir(name + "_unmark_rows", bits, True) + _unmark_ir(name + "_unmark", bits, False)
+            + ones_ir(name + "_ones", value)
+            + finite_ir(name + "_finite", value)
             + fill(_SUM_CHECKED, name=name, checks=_checks_ir(check, trusted), sum=total, count=count, t=t,
                    convert=convert, exact=exact, rate=HIT_SAMPLE_RATE,
                    all_ones=fill(_ALL_VALUES, name=name, scan="ones", q="o", n="n", result="all_ones"),
@@ -218,7 +199,7 @@ def trusted_supported(value: np.dtype, index: np.dtype) -> bool:
     natively: ``array_objects.DATA_OFFSET`` confirmed)."""
     from splyce.native.array_objects import DATA_OFFSET
 
-    return DATA_OFFSET is not None and value in VALUE and VALUE[value][0] in _COUNTED \
+    return DATA_OFFSET is not None and value in VALUE and SCALARS[value].from_i64 \
         and index in (np.dtype(np.int32), np.dtype(np.int64)) and value.isnative and index.isnative
 
 

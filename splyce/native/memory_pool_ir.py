@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import platform
 
-from splyce.native.ir_text import fill, loop_head
+from splyce.native.ir_text import bind, fill, loop_head
 
 POOL_MIN = 1 << 20          # blocks from 1 MiB are kept when freed; below, libc's heap already reuses them
 SLOTS = 32                  # at most this many blocks kept
@@ -394,7 +394,8 @@ def _sized(large: str, pooled: str, other: str, total: bool = True) -> str:
     then block sized: ``%large`` whether the size is pooled, on to ``pooled`` or ``other``."""
     head = ("  %total = add i64 %size, {HEADER}\n  %wraps = icmp ult i64 %total, %size\n"
             "  br i1 %wraps, label %fail, label %sized\n") if total else ""
-    return head + f"sized:\n  %{large} = icmp uge i64 %size, {{POOL_MIN}}\n  br i1 %{large}, label %{pooled}, label %{other}\n"
+    return head + bind("sized:\n  %{large} = icmp uge i64 %size, {POOL_MIN}\n  br i1 %{large}, label %{pooled}, "
+                       "label %{other}\n", large=large, pooled=pooled, other=other)
 
 
 def _user(null: str, header: str = "") -> str:

@@ -21,8 +21,9 @@ import numpy as np
 
 from splyce.native import memory_pool
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import IR, VALUE, load_index, loop, row_chunks, run_chunks, index_bits as _bits
-from splyce.native.ir_text import supported as ir_supported
+from splyce.native.ir_text import (SCALARS, VALUE, add_to, define, each, groups, index_bits as _bits, load_index, loop,
+                                   ordered_product, row_chunks, run_chunks, segment)
+from splyce.native.ir_text import supported  # noqa: F401  (``sddmm.supported``: the one table's)
 from splyce.native.masked import _drop_zeros
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -51,10 +52,6 @@ NEAR_SAMPLE = 1024
 _lock = threading.Lock()
 
 
-def supported(dtype) -> bool:
-    return ir_supported(dtype)
-
-
 def _sddmm_ir(name, value, mp, mc, sizes, factors=None, ahead=0):
     """SDDMM's row loop: ``sizes`` (largest first) mask entries of a row at a time, each a chain
     of ``d`` additions from zero (``vector_blocks``), the row's last entries one by one.
@@ -63,10 +60,7 @@ def _sddmm_ir(name, value, mp, mc, sizes, factors=None, ahead=0):
     ``(f0 * f1) * f2`` added in, every entry kept. ``ahead`` > 0: each entry first prefetches the row of Y of
     the entry ``ahead`` places on (at most the range's last entry), every cache line of it; 0: no prefetch."""
     t, mul, add, zero = VALUE[value]
-    ir = IR()
-    ir(f"define i64 @{name}(ptr %mpos, ptr %mcrd, ptr %mval, ptr %x, ptr %y, i64 %d, i64 %lo, i64 %hi, "
-       f"ptr %out) {{")
-    ir.label("entry")
+    ir = define(name, "ptr %mpos, ptr %mcrd, ptr %mval, ptr %x, ptr %y, i64 %d, i64 %lo, i64 %hi, ptr %out")
     accs = [f"%acc{g}" for g in range(max(sizes))]
     for acc in accs:
         ir(f"  {acc} = alloca {t}")
@@ -83,44 +77,31 @@ def _sddmm_ir(name, value, mp, mc, sizes, factors=None, ahead=0):
 
     def prefetch(e):
         """Every cache line of the row of Y that entry ``e + ahead`` (at most the range's last) reads."""
-        at, over, pe = ir.name("pfa"), ir.name("pfo"), ir.name("pfe")
-        ir(f"  {at} = add i64 {e}, {ahead}")
-        ir(f"  {over} = icmp sgt i64 {at}, %last_e")
-        ir(f"  {pe} = select i1 {over}, i64 %last_e, i64 {at}")
-        j, base = load_index(ir, "%mcrd", mc, pe), ir.name("pfrow")
-        ir(f"  {base} = mul i64 {j}, %row_bytes")
-        row_ptr = ir.name("pfp")
-        ir(f"  {row_ptr} = getelementptr i8, ptr %y, i64 {base}")
+        at, pe = ir.op("add", "i64", e, str(ahead), "pfa"), ir.name("pfe")
+        ir(f"  {pe} = select i1 {ir.op('icmp sgt', 'i64', at, '%last_e', 'pfo')}, i64 %last_e, i64 {at}")
+        base = ir.op("mul", "i64", load_index(ir, "%mcrd", mc, pe), "%row_bytes", "pfrow")
+        row_ptr = ir.gep("i8", "%y", base, "pfp")
 
         def line(q):
-            off, p, end = ir.name("pfoff"), ir.name("pfl"), ir.name("pfend")
-            ir(f"  {off} = mul i64 {q}, 64")
-            ir(f"  {end} = icmp ugt i64 {off}, %row_end")
-            ir(f"  {off}_c = select i1 {end}, i64 %row_end, i64 {off}")
-            ir(f"  {p} = getelementptr i8, ptr {row_ptr}, i64 {off}_c")
-            ir(f"  call void @llvm.prefetch.p0(ptr {p}, i32 0, i32 3, i32 1)")
-        after = ir.name("pfdone")[1:]
-        loop(ir, "0", "%row_lines", line, after)
-        ir.label(after)
+            off, clamped = ir.op("mul", "i64", q, "64", "pfoff"), ir.name("pfoff")
+            ir(f"  {clamped} = select i1 {ir.op('icmp ugt', 'i64', off, '%row_end', 'pfend')}, i64 %row_end, i64 {off}")
+            ir(f"  call void @llvm.prefetch.p0(ptr {ir.gep('i8', row_ptr, clamped, 'pfl')}, i32 0, i32 3, i32 1)")
+        each(ir, "0", "%row_lines", line)
 
-    def finish(e, acc):
-        s, pm, mv, r, po = (ir.name(n) for n in ("s", "pmv", "mv", "r", "po"))
-        ir(f"  {s} = load {t}, ptr {acc}")
-        ir(f"  {pm} = getelementptr {t}, ptr %mval, i64 {e}")
-        ir(f"  {mv} = load {t}, ptr {pm}")
-        if factors is None:
-            ir(f"  {r} = {mul} {t} {s}, {mv}")
-        else:
-            r = s
-        ir(f"  {po} = getelementptr {t}, ptr %out, i64 {e}")
-        ir(f"  store {t} {r}, ptr {po}")
-        nz, inc, k0, k1 = (ir.name(n) for n in ("nz", "inc", "k", "k"))
-        ir(f"  {nz} = {'fcmp une' if t in ('double', 'float') else 'icmp ne'} {t} {r}, {zero}" if factors is None
-           else f"  {nz} = icmp eq i64 0, 0")
+    def finish(e, acc):     # out[e] = the sum (the drop-in's: times M[i, j]); a result not zero counted
+        s, mv = ir.load(t, acc, "0"), ir.load(t, "%mval", e)
+        r = ir.op(mul, t, s, mv) if factors is None else s
+        ir.store(t, r, "%out", e)
+        nz = ir.op(SCALARS[value].nonzero, t, r, zero) if factors is None else "true"
+        inc, k0 = ir.name("inc"), ir.name("k")
         ir(f"  {inc} = zext i1 {nz} to i64")
         ir(f"  {k0} = load i64, ptr %kept")
-        ir(f"  {k1} = add i64 {k0}, {inc}")
-        ir(f"  store i64 {k1}, ptr %kept")
+        ir(f"  store i64 {ir.op('add', 'i64', k0, inc, 'k')}, ptr %kept")
+
+    def term(f0, xv, yv, vt=t):     # the drop-in's x * y, or the sparsifier's (f0 * f1) * f2 (f0: the mask's)
+        if factors is None:
+            return ir.op(mul, vt, xv, yv)
+        return ordered_product(ir, mul, vt, factors, {"m": f0, "x": xv, "y": yv})
 
     def vector_blocks(xrow, yrows, es):
         """The sparsifier's chains of ``len(es)`` (= G) entries of one row as the G lanes of one vector, in
@@ -130,53 +111,34 @@ def _sddmm_ir(name, value, mp, mc, sizes, factors=None, ahead=0):
         +0.0 in column order, the scalar chain's operations bit for bit. Leaves the lanes' sums in ``accs``;
         returns the first column the scalar tail continues from."""
         w = len(es)
-        vt, zero_v = f"<{w} x {t}>", "zeroinitializer"
-        acc_v = ir.name("accv")
+        vt = f"<{w} x {t}>"
+        acc_v, mvec = ir.name("accv"), ir.name("mvec")
         ir(f"  {acc_v} = alloca {vt}")
-        ir(f"  store {vt} {zero_v}, ptr {acc_v}")
-        pm, mvec = ir.name("pmv"), ir.name("mvec")
-        ir(f"  {pm} = getelementptr {t}, ptr %mval, i64 {es[0]}")
-        ir(f"  {mvec} = load {vt}, ptr {pm}, align {value.itemsize}")
-        blocks, kv = ir.name("blocks"), ir.name("kv")
-        ir(f"  {blocks} = udiv i64 %d, {w}")
-        ir(f"  {kv} = mul i64 {blocks}, {w}")
+        ir(f"  store {vt} zeroinitializer, ptr {acc_v}")
+        ir(f"  {mvec} = load {vt}, ptr {ir.gep(t, '%mval', es[0], 'pmv')}, align {value.itemsize}")
+        blocks = ir.op("udiv", "i64", "%d", str(w), "blocks")
+        kv = ir.op("mul", "i64", blocks, str(w), "kv")
 
         def block(b):
-            kb = ir.name("kb")
-            ir(f"  {kb} = mul i64 {b}, {w}")
+            kb = ir.op("mul", "i64", b, str(w), "kb")
             rows = []
             for yrow in yrows:
-                at, p, v = ir.name("ya"), ir.name("py"), ir.name("yblk")
-                ir(f"  {at} = add i64 {yrow}, {kb}")
-                ir(f"  {p} = getelementptr {t}, ptr %y, i64 {at}")
-                ir(f"  {v} = load {vt}, ptr {p}, align {value.itemsize}")
+                v = ir.name("yblk")
+                ir(f"  {v} = load {vt}, ptr {ir.gep(t, '%y', ir.op('add', 'i64', yrow, kb, 'ya'), 'py')}, "
+                   f"align {value.itemsize}")
                 rows.append(v)
             cols = _transpose(ir, rows, vt)
             acc = ir.name("acc")
             ir(f"  {acc} = load {vt}, ptr {acc_v}")
+            xk = ir.gep(t, "%x", ir.op("add", "i64", xrow, kb, "xa"), "px")
             for kk, col in enumerate(cols):
-                at, p, xs, xi, xb = (ir.name(n) for n in ("xa", "px", "xs", "xi", "xb"))
-                ir(f"  {at} = add i64 {xrow}, {kb}")
-                ir(f"  {p} = getelementptr {t}, ptr %x, i64 {at}")
-                ir(f"  {p}_k = getelementptr {t}, ptr {p}, i64 {kk}")
-                ir(f"  {xs} = load {t}, ptr {p}_k")
-                ir(f"  {xi} = insertelement {vt} poison, {t} {xs}, i64 0")
+                xi, xb = ir.name("xi"), ir.name("xb")
+                ir(f"  {xi} = insertelement {vt} poison, {t} {ir.load(t, xk, str(kk))}, i64 0")
                 ir(f"  {xb} = shufflevector {vt} {xi}, {vt} poison, <{w} x i32> zeroinitializer")
-                term, acc1 = ir.name("t"), ir.name("acc")
-                if factors is None:             # the drop-in's: x * y, the mask multiplied in after the sum
-                    ir(f"  {term} = {mul} {vt} {xb}, {col}")
-                else:
-                    value_of, first = {"m": mvec, "x": xb, "y": col}, ir.name("f")
-                    f0, f1, f2 = (value_of[f] for f in factors)
-                    ir(f"  {first} = {mul} {vt} {f0}, {f1}")
-                    ir(f"  {term} = {mul} {vt} {first}, {f2}")
-                ir(f"  {acc1} = {add} {vt} {acc}, {term}")
-                acc = acc1
+                acc = ir.op(add, vt, acc, term(mvec, xb, col, vt), "acc")
             ir(f"  store {vt} {acc}, ptr {acc_v}")
 
-        after = ir.name("vdone")[1:]
-        loop(ir, "0", blocks, block, after)
-        ir.label(after)
+        each(ir, "0", blocks, block)
         sums = ir.name("sums")
         ir(f"  {sums} = load {vt}, ptr {acc_v}")
         for g in range(w):
@@ -187,83 +149,32 @@ def _sddmm_ir(name, value, mp, mc, sizes, factors=None, ahead=0):
 
     def dots(i, es):
         """acc[g] = sum over k of x[i, k] * y[crd[es[g]], k], the len(es) chains in one k loop."""
-        xrow = ir.name("xrow")
-        ir(f"  {xrow} = mul i64 {i}, %d")
-        yrows = []
-        mvals = []
+        xrow = ir.op("mul", "i64", i, "%d", "xrow")
+        yrows, mvals = [], []
         for g, e in enumerate(es):
             if ahead:
                 prefetch(e)
-            j, yrow = load_index(ir, "%mcrd", mc, e), ir.name("yrow")
-            ir(f"  {yrow} = mul i64 {j}, %d")
-            yrows.append(yrow)
+            yrows.append(ir.op("mul", "i64", load_index(ir, "%mcrd", mc, e), "%d", "yrow"))
             ir(f"  store {t} {zero}, ptr {accs[g]}")
-            if factors is not None:
-                pm, mv = ir.name("pm"), ir.name("mv")
-                ir(f"  {pm} = getelementptr {t}, ptr %mval, i64 {e}")
-                ir(f"  {mv} = load {t}, ptr {pm}")
-                mvals.append(mv)
-
-        def load_at(ptr, row, k):
-            at, p, v = ir.name("a"), ir.name("p"), ir.name("v")
-            ir(f"  {at} = add i64 {row}, {k}")
-            ir(f"  {p} = getelementptr {t}, ptr {ptr}, i64 {at}")
-            ir(f"  {v} = load {t}, ptr {p}")
-            return v
-
+            mvals.append(ir.load(t, "%mval", e) if factors is not None else None)
         first_k = vector_blocks(xrow, yrows, es) if len(es) > 1 else "0"
 
         def k_body(k):
-            xv = load_at("%x", xrow, k)
+            xv = ir.load(t, "%x", ir.op("add", "i64", xrow, k, "a"))
             for g, yrow in enumerate(yrows):
-                prod, s0, s1 = ir.name("prod"), ir.name("s"), ir.name("s")
-                yv = load_at("%y", yrow, k)
-                if factors is None:
-                    ir(f"  {prod} = {mul} {t} {xv}, {yv}")
-                else:
-                    value_of, first = {"m": mvals[g], "x": xv, "y": yv}, ir.name("f")
-                    f0, f1, f2 = (value_of[f] for f in factors)
-                    ir(f"  {first} = {mul} {t} {f0}, {f1}")
-                    ir(f"  {prod} = {mul} {t} {first}, {f2}")
-                ir(f"  {s0} = load {t}, ptr {accs[g]}")
-                ir(f"  {s1} = {add} {t} {s0}, {prod}")
-                ir(f"  store {t} {s1}, ptr {accs[g]}")
+                add_to(ir, t, add, accs[g], term(mvals[g], xv, ir.load(t, "%y", ir.op("add", "i64", yrow, k, "a"))))
 
-        after = ir.name("kdone")[1:]
-        loop(ir, first_k, "%d", k_body, after)
-        ir.label(after)
+        each(ir, first_k, "%d", k_body)
         for g, e in enumerate(es):
             finish(e, accs[g])
 
     def row(i):
-        i1 = ir.name("i1")
-        ir(f"  {i1} = add i64 {i}, 1")
-        start, stop = load_index(ir, "%mpos", mp, i), load_index(ir, "%mpos", mp, i1)
+        start, stop = segment(ir, "%mpos", mp, i)
         ir(f"  store i64 {start}, ptr %e_slot")
-        for size in sizes:          # groups of the largest size while they fit, then of the next, ...
-            ghead, gbody, gdone = ir.name("ghead")[1:], ir.name("gbody")[1:], ir.name("gdone")[1:]
-            ir(f"  br label %{ghead}")
-            ir.label(ghead)
-            e, end, fits = ir.name("e"), ir.name("end"), ir.name("fits")
-            ir(f"  {e} = load i64, ptr %e_slot")
-            ir(f"  {end} = add i64 {e}, {size}")
-            ir(f"  {fits} = icmp sle i64 {end}, {stop}")
-            ir(f"  br i1 {fits}, label %{gbody}, label %{gdone}")
-            ir.label(gbody)
-            es = []
-            for g in range(size):
-                eg = ir.name("eg")
-                ir(f"  {eg} = add i64 {e}, {g}")
-                es.append(eg)
-            dots(i, es)
-            ir(f"  store i64 {end}, ptr %e_slot")
-            ir(f"  br label %{ghead}")
-            ir.label(gdone)
-        e2 = ir.name("e")
-        ir(f"  {e2} = load i64, ptr %e_slot")
-        after = ir.name("sdone")[1:]
-        loop(ir, e2, stop, lambda es1: dots(i, [es1]), after)
-        ir.label(after)
+        # groups of the largest size while they fit, then of the next, ..., then one by one
+        groups(ir, "%e_slot", stop, sizes,
+               lambda e, size: dots(i, [e] if size is None else [ir.op("add", "i64", e, str(g), "eg")
+                                                                  for g in range(size)]))
 
     loop(ir, "%lo", "%hi", row, "exit")
     ir.label("exit")
@@ -272,7 +183,7 @@ def _sddmm_ir(name, value, mp, mc, sizes, factors=None, ahead=0):
     ir("}")
     if ahead:
         ir("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)")
-    return "\n".join(ir.lines) + "\n"
+    return ir.text()
 
 
 def _transpose(ir, rows, vt):

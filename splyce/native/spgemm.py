@@ -45,7 +45,7 @@ import numpy as np
 
 from splyce.native.array_objects import address as _address
 from splyce.native import ir_text, spgemm_ir, spgemm_sample, spgemm_sorted
-from splyce.native.ir_text import pool, row_chunks, run_each
+from splyce.native.ir_text import index_bits as _bits, pool, row_chunks, run_each
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
@@ -90,8 +90,9 @@ SAMPLE_SHARE = 256
 SAMPLE_MIN_FLOPS = 1 << 17
 
 
-def _bits(arr: np.ndarray) -> int:
-    return arr.dtype.itemsize * 8
+def _index_dtype(nnz: int, n: int):
+    """The result's index dtype: int32 when its entry count and column count fit, else int64."""
+    return np.int32 if nnz < 2**31 and n <= 2**31 else np.int64
 
 
 @functools.cache
@@ -259,7 +260,7 @@ def _meeting_halves(kernel, backward, a, b, n, dtype, col_dtype, dense, prefix, 
 
     (ends0, first), (ends1, stop) = run_each(run, (0, 1), workers)
     nnz = stop - first
-    index_dtype = np.int32 if nnz < 2**31 and n <= 2**31 else np.int64
+    index_dtype = _index_dtype(nnz, n)
     indptr = np.empty(len(ap), dtype=index_dtype)
     indptr[0] = 0
 
@@ -356,11 +357,9 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = 
         parts = list(workers.map(run, range(len(ranges))))
     else:
         parts = [run(c) for c in range(len(ranges))]
-    index_dtype = np.int32
     if len(parts) == 1:                     # one chunk: its buffers are the result's
         cols, vals, ends, nnz = parts[0]
-        if nnz >= 2**31 or n > 2**31:
-            index_dtype = np.int64
+        index_dtype = _index_dtype(nnz, n)
         indptr = np.empty(m + 1, dtype=index_dtype)
         indptr[0] = 0
         indptr[1:] = ends
@@ -370,7 +369,7 @@ def spgemm(a, b, shape_b_cols: int, dtype, threads: int = 1, keep_zeros: bool = 
     counts = [p[3] for p in parts]
     nnz = sum(counts)
     offsets = np.cumsum([0] + counts[:-1]).tolist()
-    index_dtype = np.int32 if nnz < 2**31 and n <= 2**31 else np.int64
+    index_dtype = _index_dtype(nnz, n)
     cols, vals, _, _ = parts[0]
     if nnz > len(cols):                                 # the first chunk's buffers cannot hold them all
         cols, vals = np.empty(nnz, dtype=col_dtype), np.empty(nnz, dtype=dtype)

@@ -3,12 +3,13 @@ sums dropped, or kept with ``keep_zeros``): the row kernel with its sparse or de
 driver of the first of two threads and the flops prefix; and what the sorted row kernels
 (:mod:`splyce.native.spgemm_sorted`, :mod:`splyce.native.spgemm_sorted_map`) share with them: the backward
 driver, the loops over A's rows, A's entries and B's rows (:func:`loops`), the ranking of short sorted rows
-(:func:`small_rows`). Text only: spgemm.py compiles it and runs it on threads."""
+(:func:`small_rows`), the compaction of scipy's rule (:data:`COMPACT`). Text only: spgemm.py compiles it
+and runs it on threads."""
 
 from __future__ import annotations
 
-from splyce.native.ir_text import (BY_TYPE, FLOAT_TYPES, IR, counted, ext, fill, index_at, load_at, load_index,
-                                   loop_head, narrow, segment_at, store_at)
+from splyce.native.ir_text import (BY_TYPE, FLOAT_TYPES, IR, bind, counted, ext, fill, index_at, load_at, load_index,
+                                   loop_head, narrow, segment, segment_at, store_at)
 
 # The loop pieces every SpGEMM kernel shares (these rows, the sorted ones, the flops prefix), put in a
 # template's text by loops() at {row_loop}, {row_done}, {a_row}, {a_entry}, {a_column}, {b_row}, {b_column},
@@ -142,18 +143,20 @@ done:
 }
 """
 
-# Moves the row's nonzero sums (columns cc[start, c1), value {value} of entry x) to cc / cv from start on.
-_COMPACT = """
-""" + loop_head("compact_head", "compact_body", "{before}", [("x", "i64", "%start", "%x1"),
-                ("q", "i64", "%start", "%qn")], "xin = icmp slt i64 %x, %c1", "finished") + """\
-""" + load_at("i{co}", "%cc", "%x", "%xcol_raw") + """{value}
-  %keep = {nonzero} {t} %v, {zero}
-""" + store_at("i{co}", "%xcol_raw", "%cc", "%q", "%pqc") + """\
-""" + store_at("{t}", "%v", "%cv", "%q", "%pqv") + """  %kinc = zext i1 %keep to i64
-  %qn = add i64 %q, %kinc
-  %x1 = add i64 %x, 1
-  br label %compact_head
+# Moves the row's nonzero sums (columns cc[start, {stop}), value %{p}v of entry %{p}x given by {value}) to cc / cv
+# from start on (at %{p}q), blocks {blk}_head / {blk}_body from block {before}, then block {exit}: the compaction of
+# scipy's rule, the unsorted kernels' (here: blk compact, no prefix) and the flags kernel's (spgemm_sorted._DROP).
+COMPACT = "\n" + loop_head("{blk}_head", "{blk}_body", "{before}", [("{p}x", "i64", "%start", "%{p}x1"),
+                ("{p}q", "i64", "%start", "%{p}qn")], "{p}xin = icmp slt i64 %{p}x, {stop}", "{exit}") + """\
+""" + load_at("i{co}", "%cc", "%{p}x", "%{p}xcol_raw") + """{value}
+  %{p}keep = {nonzero} {t} %{p}v, {zero}
+""" + store_at("i{co}", "%{p}xcol_raw", "%cc", "%{p}q", "%p{p}qc") + """\
+""" + store_at("{t}", "%{p}v", "%cv", "%{p}q", "%p{p}qv") + """  %{p}kinc = zext i1 %{p}keep to i64
+  %{p}qn = add i64 %{p}q, %{p}kinc
+  %{p}x1 = add i64 %{p}x, 1
+  br label %{blk}_head
 """
+_COMPACT = bind(COMPACT, blk="compact", p="", stop="%c1", exit="finished")
 
 # Dense: slots[col] = (row tag, running sum), updated by a select; the sums gathered at the row's end.
 _DENSE_ACCUMULATE = """
@@ -248,6 +251,14 @@ def index_fields(pa: int, ca: int, pb: int, cb: int, co: int) -> dict:
 # scipy's order (``scipy_order``): scipy's csr_matmat links each row's columns into a list as it first meets them
 # and writes the list from its head, the last column met first: the row, in order of first appearance with its
 # zero sums dropped, is reversed in place at its end (a pass over what was just written, still in cache).
+_SWAP = """\
+  %rev_p{x}l = getelementptr {type}, ptr {ptr}, i64 %rev_lo
+  %rev_p{x}h = getelementptr {type}, ptr {ptr}, i64 %rev_last
+  %rev_{x}l = load {type}, ptr %rev_p{x}l
+  %rev_{x}h = load {type}, ptr %rev_p{x}h
+  store {type} %rev_{x}h, ptr %rev_p{x}l
+  store {type} %rev_{x}l, ptr %rev_p{x}h
+"""
 _REVERSE = """
 reverse:
   br label %rev_head
@@ -258,19 +269,7 @@ rev_head:
   %rev_more = icmp slt i64 %rev_lo, %rev_last
   br i1 %rev_more, label %rev_body, label %row_done
 rev_body:
-  %rev_pcl = getelementptr i{co}, ptr %cc, i64 %rev_lo
-  %rev_pch = getelementptr i{co}, ptr %cc, i64 %rev_last
-  %rev_cl = load i{co}, ptr %rev_pcl
-  %rev_ch = load i{co}, ptr %rev_pch
-  store i{co} %rev_ch, ptr %rev_pcl
-  store i{co} %rev_cl, ptr %rev_pch
-  %rev_pvl = getelementptr {t}, ptr %cv, i64 %rev_lo
-  %rev_pvh = getelementptr {t}, ptr %cv, i64 %rev_last
-  %rev_vl = load {t}, ptr %rev_pvl
-  %rev_vh = load {t}, ptr %rev_pvh
-  store {t} %rev_vh, ptr %rev_pvl
-  store {t} %rev_vl, ptr %rev_pvh
-  %rev_lo1 = add i64 %rev_lo, 1
+""" + bind(_SWAP, x="c", type="i{co}", ptr="%cc") + bind(_SWAP, x="v", type="{t}", ptr="%cv") + """  %rev_lo1 = add i64 %rev_lo, 1
   br label %rev_head
 """
 
@@ -320,8 +319,7 @@ def flops_ir(name: str, pa: int, ca: int, pb: int) -> str:
         i1 = ir.op("add", "i64", i, "1")
 
         def entry(k, t):
-            col = load_index(ir, "%ac", ca, k)
-            ja, jb = load_index(ir, "%bp", pb, col), load_index(ir, "%bp", pb, ir.op("add", "i64", col, "1"))
+            ja, jb = segment(ir, "%bp", pb, load_index(ir, "%ac", ca, k))
             return (ir.op("add", "i64", t, ir.op("sub", "i64", jb, ja)),)
 
         (t,) = counted(ir, load_index(ir, "%ap", pa, i), load_index(ir, "%ap", pa, i1), entry,
@@ -407,23 +405,26 @@ def small_rows(one_value: str, rank_value: str, longer: str, one_next: str = "  
                 rank_value=rank_value.removesuffix("\n"), longer=longer, one_next=one_next)
 
 
-def sorted_head(declares: str, first: str) -> str:
-    """Template text: a sorted row kernel's declarations (``declares`` after the bit counts) and head, the row
-    kernel's signature with the scratch ``%buf`` (spgemm_sorted.scratch: its size ``%n``, its first part
-    ``%{first}`` at 1, the row's columns ``%sc`` after it, and the next part's offset ``%o2b``, ``{pad}`` on)."""
-    return f"""declare i64 @llvm.cttz.i64(i64, i1)
-declare i{{w}} @llvm.ctpop.i{{w}}(i{{w}})
+_SORTED_HEAD = """declare i64 @llvm.cttz.i64(i64, i1)
+declare i{w} @llvm.ctpop.i{w}(i{w})
 {declares}
-define i64 @{{name}}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
-                   ptr %ends, ptr %cc, ptr %cv, ptr %buf) {{
+define i64 @{name}(ptr %ap, ptr %ac, ptr %av, ptr %bp, ptr %bc, ptr %bv, i64 %lo, i64 %hi, i64 %base,
+                   ptr %ends, ptr %cc, ptr %cv, ptr %buf) {
 entry:
   %n = load i64, ptr %buf
   %{first} = getelementptr i64, ptr %buf, i64 1
   %o1 = add i64 %n, 1
   %sc = getelementptr i64, ptr %buf, i64 %o1
   %o2 = add i64 %o1, %n
-  %o2b = add i64 %o2, {{pad}}
+  %o2b = add i64 %o2, {pad}
 """
+
+
+def sorted_head(declares: str, first: str) -> str:
+    """Template text: a sorted row kernel's declarations (``declares`` after the bit counts) and head, the row
+    kernel's signature with the scratch ``%buf`` (spgemm_sorted.scratch: its size ``%n``, its first part
+    ``%{first}`` at 1, the row's columns ``%sc`` after it, and the next part's offset ``%o2b``, ``{pad}`` on)."""
+    return bind(_SORTED_HEAD, declares=declares, first=first)
 
 
 def sorted_fields(fields: dict) -> dict:

@@ -4,7 +4,7 @@ rows, in one native call."""
 
 from __future__ import annotations
 
-from splyce.native.ir_text import IR, counted, load_index
+from splyce.native.ir_text import IR, counted, load_index, segment
 
 
 def sample_ir(name: str, pa: int, ca: int, pb: int, cb: int) -> str:
@@ -68,8 +68,7 @@ def sample_ir(name: str, pa: int, ca: int, pb: int, cb: int) -> str:
         ir.label("row")
 
         def entry(k, c):
-            col = load_index(ir, "%ac", ca, k)
-            ja, jb = load_index(ir, "%bp", pb, col), load_index(ir, "%bp", pb, ir.op("add", "i64", col, "1"))
+            ja, jb = segment(ir, "%bp", pb, load_index(ir, "%ac", ca, k))
 
             def term(jj, c):
                 pm = ir.gep("i8", "%mark", load_index(ir, "%bc", cb, jj))

@@ -45,7 +45,7 @@ import numpy as np
 
 from splyce.native import spgemm_ir
 from splyce.native.spgemm_ir import RANK_MAX  # noqa: F401 (the bound of the rule above, tested by name)
-from splyce.native.ir_text import fill, index_at, load_at, loop_head, store_at
+from splyce.native.ir_text import bind, fill, index_at, load_at, loop_head, store_at
 
 PAD = 64           # lanes after a row's columns: vector stores of a block's columns and all-ones padding
 FLAG_PAD = 128     # bytes after the flags (and the block flags): a 64-byte load at the last block stays inside
@@ -108,13 +108,12 @@ def scratch(n: int, kind: str = "flags") -> np.ndarray:
 
 # A short row's values (spgemm_ir.small_rows): from the dense row, which they leave zero as they leave the
 # flags and block flags (the value ``%{v}`` of column ``%{x}``)
-def _taken(x: str, v: str) -> str:
-    return (f"  %{x}w = {{co_ext}} %{x} to i64\n" + load_at("{t}", "%dn", f"%{x}w", f"%{v}")
-            + f"  store {{t}} {{zero}}, ptr %{v}_at\n" + store_at("i8", "0", "%fl", f"%{x}w", f"%{x}_flag")
-            + f"  %{x}b = lshr i64 %{x}w, 6\n" + store_at("i8", "0", "%bf", f"%{x}b", f"%{x}_block"))
+_TAKEN = ("  %{x}w = {co_ext} %{x} to i64\n" + load_at("{t}", "%dn", "%{x}w", "%{v}")
+          + "  store {t} {zero}, ptr %{v}_at\n" + store_at("i8", "0", "%fl", "%{x}w", "%{x}_flag")
+          + "  %{x}b = lshr i64 %{x}w, 6\n" + store_at("i8", "0", "%bf", "%{x}b", "%{x}_block"))
 
 
-_ONE_VALUE, _RANK_VALUE = _taken("x", "v"), _taken("rx", "rv")
+_ONE_VALUE, _RANK_VALUE = bind(_TAKEN, x="x", v="v"), bind(_TAKEN, x="rx", v="rv")
 
 
 def _taken_bytes(ptr: str, at: str, tag: str, bits: str) -> str:
@@ -256,16 +255,8 @@ def rows_ir(fields: dict, kind: str = "flags", compress: bool | None = None, kee
 # sign of a zero, which is dropped.
 _DROP = """
 drop:
-  br label %drop_head
-""" + loop_head("drop_head", "drop_body", "drop", [("dx", "i64", "%start", "%dx1"), ("dq", "i64", "%start", "%dqn")],
-                "dxin = icmp slt i64 %dx, %row_end", "row_done") + """\
-""" + load_at("i{co}", "%cc", "%dx", "%dxc") + """\
-""" + load_at("{t}", "%cv", "%dx", "%dxv") + """  %dkeep = {nonzero} {t} %dxv, {zero}
-""" + store_at("i{co}", "%dxc", "%cc", "%dq", "%pdqc") + """\
-""" + store_at("{t}", "%dxv", "%cv", "%dq", "%pdqv") + """  %dinc = zext i1 %dkeep to i64
-  %dqn = add i64 %dq, %dinc
-  %dx1 = add i64 %dx, 1
-  br label %drop_head"""
+  br label %drop_head""" + bind(spgemm_ir.COMPACT, blk="drop", p="d", stop="%row_end", exit="row_done", before="drop",
+                              value=load_at("{t}", "%cv", "%dx", "%dv").removesuffix("\n")).removesuffix("\n")
 
 
 def byte_compress() -> bool:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from splyce.native import spgemm_ir, spgemm_network
-from splyce.native.ir_text import fill, index_at, load_at, loop_head, store_at
+from splyce.native.ir_text import bind, fill, index_at, load_at, loop_head, store_at
 
 PAD = 16           # all-ones lanes after a row's columns: a vector load never counts them
 
@@ -62,46 +62,34 @@ _RANK_VALUE = """\
 """ + load_at("{t}", "%sv", "%re", "%rv")
 
 
-def _set_bit(tag: str, entry: str) -> str:
-    """Sets the bit of the row's column ``entry`` (``%{tag}x``, its word ``%{tag}w``) in the bitmap words."""
-    return f"""\
-  %p{tag}x = getelementptr i{{co}}, ptr %sc, i64 %{entry}
-  %{tag}x_raw = load i{{co}}, ptr %p{tag}x
-  %{tag}x = {{co_ext}} %{tag}x_raw to i64
+# Sets the bit of the row's column at entry ``%{entry}`` (``%{tag}x``, its word ``%{tag}w``) in the bitmap words.
+_SET_BIT = index_at("%sc", "%{entry}", "%{tag}x", "co") + """\
   %{tag}w = lshr i64 %{tag}x, 6
   %{tag}b = and i64 %{tag}x, 63
   %{tag}bit = shl i64 1, %{tag}b
   %p{tag}w = getelementptr i64, ptr %wd, i64 %{tag}w
   %{tag}wv = load i64, ptr %p{tag}w
   %{tag}wv1 = or i64 %{tag}wv, %{tag}bit
-  store i64 %{tag}wv1, ptr %p{tag}w
-"""
+  store i64 %{tag}wv1, ptr %p{tag}w"""
 
-
-def _word(tag: str, word: str, base: str, out: str, before: str, done: str) -> str:
-    """Blocks {tag}v_head / {tag}v_body: the columns of bitmap word ``word`` (of column ``base`` on; block
-    ``before``) in order, each with its sum (found through slots) written at ``out`` on; then block ``done``
-    with ``%{tag}out_b`` the position after them."""
-    return loop_head(f"{tag}v_head", f"{tag}v_body", before, [(f"{tag}ww", "i64", f"%{word}", f"%{tag}ww1"),
-                     (f"{tag}out_b", "i64", f"%{out}", f"%{tag}out_b1")], f"{tag}wwz = icmp eq i64 %{tag}ww, 0", done,
-                     exit_on=True) + f"""\
+# Blocks {tag}v_head / {tag}v_body: the columns of bitmap word ``%{word}`` (of column ``%{base}`` on; block
+# ``{before}``) in order, each with its sum (found through slots) written at ``%{out}`` on; then block ``{done}``
+# with ``%{tag}out_b`` the position after them.
+_WORD = loop_head("{tag}v_head", "{tag}v_body", "{before}", [("{tag}ww", "i64", "%{word}", "%{tag}ww1"),
+                  ("{tag}out_b", "i64", "%{out}", "%{tag}out_b1")], "{tag}wwz = icmp eq i64 %{tag}ww, 0", "{done}",
+                  exit_on=True) + """\
   %{tag}btz = call i64 @llvm.cttz.i64(i64 %{tag}ww, i1 true)
   %{tag}col = add i64 %{base}, %{tag}btz
-  %p{tag}ms = getelementptr i64, ptr %slots, i64 %{tag}col
-  %{tag}msl = load i64, ptr %p{tag}ms
+""" + load_at("i64", "%slots", "%{tag}col", "%{tag}msl") + """\
   %{tag}mrel = sub i64 %{tag}msl, %start
-  %p{tag}sv = getelementptr {{t}}, ptr %sv, i64 %{tag}mrel
-  %{tag}val = load {{t}}, ptr %p{tag}sv
-  %{tag}colo = {{co_narrow}} %{tag}col to i{{co}}
-  %p{tag}co = getelementptr i{{co}}, ptr %cc, i64 %{tag}out_b
-  store i{{co}} %{tag}colo, ptr %p{tag}co
-  %p{tag}vo = getelementptr {{t}}, ptr %cv, i64 %{tag}out_b
-  store {{t}} %{tag}val, ptr %p{tag}vo
+""" + load_at("{t}", "%sv", "%{tag}mrel", "%{tag}val") + """\
+  %{tag}colo = {co_narrow} %{tag}col to i{co}
+""" + store_at("i{co}", "%{tag}colo", "%cc", "%{tag}out_b", "%p{tag}co") + """\
+""" + store_at("{t}", "%{tag}val", "%cv", "%{tag}out_b", "%p{tag}vo") + """\
   %{tag}out_b1 = add i64 %{tag}out_b, 1
   %{tag}wwm = sub i64 %{tag}ww, 1
   %{tag}ww1 = and i64 %{tag}ww, %{tag}wwm
-  br label %{tag}v_head
-"""
+  br label %{tag}v_head"""
 
 
 _ROWS = "\n" + spgemm_ir.sorted_head("", "slots") + """\
@@ -220,9 +208,9 @@ s_next:
 
 {row_done}
 """
-_PIECES = dict(set_bit_d=_set_bit("d", "de").removesuffix("\n"), set_bit_t=_set_bit("t", "be").removesuffix("\n"),
-               word_d=_word("d", "dww0", "dcbase", "dout", "dw_body", "dv_done").removesuffix("\n"),
-               word_t=_word("t", "ww0", "cbase", "out_w", "sw_body", "w_done").removesuffix("\n"), row_end="%c1",
+_PIECES = dict(set_bit_d=bind(_SET_BIT, tag="d", entry="de"), set_bit_t=bind(_SET_BIT, tag="t", entry="be"),
+               word_d=bind(_WORD, tag="d", word="dww0", base="dcbase", out="dout", before="dw_body", done="dv_done"),
+               word_t=bind(_WORD, tag="t", word="ww0", base="cbase", out="out_w", before="sw_body", done="w_done"), row_end="%c1",
                **spgemm_ir.nest("finish", "k_body", "j_next", k=[("%c1", "i64", "%start", "%c2")],
                                 j=[("%c2", "i64", "%c1", "%c2n")]))
 

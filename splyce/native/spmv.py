@@ -27,11 +27,10 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_at
-from splyce.native.ir_text import supported as ir_supported
-from splyce.native.ir_text import run_chunks as _run_chunks, work_chunks as _work_chunks
-from splyce.native.spmv_flat import flat_driver_ir
-from splyce.native.spmv_rows import BLOCKS, UNIFORM, spmm_ir, spmv_ir
+from splyce.native.ir_text import VALUE, run_chunks as _run_chunks, work_chunks as _work_chunks
+from splyce.native.ir_text import supported  # noqa: F401  (``spmv.supported``: the one table's)
+from splyce.native.spmv_flat import spmv_flat_ir
+from splyce.native.spmv_rows import block_driver_ir, spmm_ir, spmv_ir, whole_ir
 
 # Rows advanced together (independent addition chains). Measured on the shared 2-core EPYC (Delaunay meshes,
 # R-MAT, 0.7-1M entries): 1 is fastest there (1.76 ms vs 2.16 for 4 and 3.0 for 8 on a 3-D mesh); the gather
@@ -61,11 +60,22 @@ def _spmv(value: np.dtype, p: int, c: int, check: bool, flat: bool = False):
     kernel for rows of a few entries (spmv_flat.py), which always checks (its checks are predicted branches)."""
     from splyce.native.codegen import compile_host_helpers
 
-    if flat:
-        name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_flat_checked"
-        return compile_host_helpers(flat_driver_ir(name, value, p, c, ROWS, GROUPED_BLOCK_ROWS), {name: _SPMV_SIG})[name]
-    name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + ("_checked" if check else "")
-    return compile_host_helpers(spmv_ir(name, value, p, c, ROWS, check), {name: _SPMV_SIG})[name]
+    name = f"splyce_spmv_{VALUE[value][0]}_p{p}_c{c}_" + ("flat_checked" if flat else f"r{ROWS}" + "_checked" * check)
+    text = kernel_ir(name, value, p, c, "flat" if flat else "rows", check)
+    return compile_host_helpers(text, {name: _SPMV_SIG})[name]
+
+
+def kernel_ir(name: str, value: np.dtype, p: int, c: int, variant: str, check: bool = True) -> str:
+    """SpMV on rows [lo, hi) (``spmv_rows.ROW_PARAMS``), by ``variant``: "rows" (one row at a time, ``check``:
+    checking what it reads), or per block of ``GROUPED_BLOCK_ROWS`` rows, a block of rows of one length one
+    row at a time and the others "grouped" (``GROUPED_ROWS`` rows together, the block's positions and columns
+    scanned first by SIMD scans, the kernels checking nothing) or "flat" (the flat loop; each kernel checks)."""
+    if variant == "rows":
+        return spmv_ir(name, value, p, c, ROWS, check)
+    other = (spmv_flat_ir(name + "_flat", value, p, c) if variant == "flat"
+             else spmv_ir(name + "_grouped", value, p, c, GROUPED_ROWS))
+    return (spmv_ir(name + "_rows", value, p, c, ROWS, variant == "flat") + other
+            + block_driver_ir(name, p, c, GROUPED_BLOCK_ROWS, variant, scan=variant == "grouped"))
 
 
 # For a matrix whose entries stay in cache: per block of GROUPED_BLOCK_ROWS rows, a SIMD scan of the block's
@@ -74,49 +84,6 @@ def _spmv(value: np.dtype, p: int, c: int, check: bool, flat: bool = False):
 # predicted, and groups only add work). In cache the scan is cheap, and the grouped kernel without a branch
 # per entry was measured 1.3x faster than with one (ba-4k, pyamg-bar).
 GROUPED_BLOCK_ROWS = 512
-_GROUPED_DRIVER = """
-define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %lo, i64 %hi, ptr %y, i64 %nnz) {{
-entry:
-  %flags = alloca [2 x i64]
-  br label %head
-head:
-  %b = phi i64 [%lo, %entry], [%bend, %next]
-{blocks}
-  %down = call i64 @{name}_pos(ptr %ps, i64 %nseg)
-  %decreasing = icmp ne i64 %down, 0
-  br i1 %decreasing, label %fail, label %positions_ok
-positions_ok:
-  %s_raw = load i{p}, ptr %ps
-  %s = {p_ext} %s_raw to i64
-""" + index_at("%pos", "%bend", "%e") + """  %s_over = icmp ugt i64 %s, %nnz
-  %e_over = icmp ugt i64 %e, %nnz
-  %outside = or i1 %s_over, %e_over
-  br i1 %outside, label %fail, label %columns
-columns:
-  %len = sub i64 %e, %s
-  %pc = getelementptr i{c}, ptr %crd, i64 %s
-  call void @{name}_check(ptr %pc, i64 %len, i64 %n, ptr %flags)
-  %f = load i64, ptr %flags
-  %bad = icmp ne i64 %f, 0
-  br i1 %bad, label %fail, label %run
-run:
-  %uniform = call i64 @{name}_uniform(ptr %ps, i64 %nseg)
-  %is_uniform = icmp ne i64 %uniform, 0
-  br i1 %is_uniform, label %run_single, label %run_grouped
-run_single:
-  %ignored1 = call i64 @{name}_rows(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %b, i64 %bend, ptr %y, i64 %nnz)
-  br label %next
-run_grouped:
-  %ignored2 = call i64 @{name}_grouped(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %b, i64 %bend, ptr %y, i64 %nnz)
-  br label %next
-next:
-  br label %head
-ok:
-  ret i64 0
-fail:
-  ret i64 1
-}}
-"""
 
 
 # Rows advanced together in the grouped kernel. Measured on the shared 2-core EPYC (Zen 1), raw kernels, min of
@@ -180,25 +147,9 @@ GROUPED_MAX_BYTES, GROUPED_MIN_ROW, FLAT_MIN_BYTES = _tuned_for(_host_cpu(), L2_
 def _spmm(value: np.dtype, p: int, c: int, k: int | None, check: bool = False):
     from splyce.native.codegen import compile_host_helpers
 
-    name = f"splyce_spmm_{_VALUE[value][0]}_p{p}_c{c}_k{k or 'any'}" + ("_checked" if check else "")
+    name = f"splyce_spmm_{VALUE[value][0]}_p{p}_c{c}_k{k or 'any'}" + ("_checked" if check else "")
     return compile_host_helpers(spmm_ir(name, value, p, c, k, check), {name: _SPMM_SIG})[name]
 
-
-
-# The whole product in one call, as the drop-in's fast path makes it: also checks the two ends of the positions
-# (``pos[0] == 0``, ``pos[m] == nnz``: scipy's own format rule; the kernel checks every segment itself).
-_WHOLE = """
-define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, ptr %y, i64 %n, i64 %m, i64 %nnz) {{
-entry:
-{ends}
-  br i1 %ends_ok, label %run, label %fail
-run:
-  %r = call i64 @{checked}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 0, i64 %m, ptr %y, {k}i64 %nnz)
-  ret i64 %r
-fail:
-  ret i64 1
-}}
-"""
 
 
 @functools.cache
@@ -207,36 +158,29 @@ def _spmv_objects(value: np.dtype, p: int, c: int, variant: str):
     objects (``array_objects``), nonzero when the index arrays are malformed (then ``y`` is incomplete).
     ``variant``: "rows" (one row at a time), "grouped" (rows of varying lengths in groups of ``GROUPED_ROWS``,
     for matrices that stay in cache) or "flat" (one loop over all entries, for rows of a few entries)."""
+    return _objects(*spmv_objects_ir(value, p, c, variant))
+
+
+def spmv_objects_ir(value: np.dtype, p: int, c: int, variant: str, k: int | None = None) -> tuple[str, str]:
+    """The IR of ``_spmv_objects`` (``k``: of ``_spmm_objects``) and its entry's name: the checking kernel, the
+    whole product's entry (``spmv_rows.whole_ir``) and its entry on array objects."""
+    from splyce.native import array_objects
+
+    if variant not in ("rows", "grouped", "flat", "spmm"):
+        raise ValueError(f"unknown SpMV variant {variant!r}")
+    suffix = {"rows": "", "grouped": f"_g{GROUPED_ROWS}", "flat": "_flat", "spmm": ""}[variant]
+    name = (f"splyce_spmm_{VALUE[value][0]}_p{p}_c{c}_k{k}" if k else
+            f"splyce_spmv_{VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + suffix)
+    checked, whole, entry = name + "_checked", name + "_whole", name + "_objects"
+    text = spmm_ir(checked, value, p, c, k, True) if k else kernel_ir(checked, value, p, c, variant)
+    return text + whole_ir(whole, checked, p, k) + array_objects.object_entry_ir(entry, whole, "aaaaaiii"), entry
+
+
+def _objects(text: str, entry: str):
     from splyce.native import array_objects
     from splyce.native.codegen import compile_host_helpers
 
-    text, entry = spmv_objects_ir(value, p, c, variant)
     return compile_host_helpers(text, {entry: array_objects.signature(8)})[entry]
-
-
-def spmv_objects_ir(value: np.dtype, p: int, c: int, variant: str) -> tuple[str, str]:
-    """The IR of ``_spmv_objects`` and its entry's name."""
-    from splyce.native import array_objects
-    from splyce.native.validation import position_check_ir, position_ends_ir, range_check_ir
-
-    if variant not in ("rows", "grouped", "flat"):
-        raise ValueError(f"unknown SpMV variant {variant!r}")
-    suffix = {"rows": "", "grouped": f"_g{GROUPED_ROWS}", "flat": "_flat"}[variant]
-    name = f"splyce_spmv_{_VALUE[value][0]}_p{p}_c{c}_r{ROWS}" + suffix
-    checked, whole, entry = name + "_checked", name + "_whole", name + "_objects"
-    if variant == "flat":
-        text = flat_driver_ir(checked, value, p, c, ROWS, GROUPED_BLOCK_ROWS)
-    elif variant == "grouped":
-        text = (spmv_ir(checked + "_rows", value, p, c, ROWS) + spmv_ir(checked + "_grouped", value, p, c, GROUPED_ROWS)
-                + range_check_ir(checked + "_check", c) + position_check_ir(checked + "_pos", p)
-                + UNIFORM.format(name=checked + "_uniform", p=p)
-                + _GROUPED_DRIVER.format(name=checked, p=p, c=c, p_ext=_ext(p),
-                                         blocks=BLOCKS.format(block=GROUPED_BLOCK_ROWS, p=p)))
-    else:
-        text = spmv_ir(checked, value, p, c, ROWS, True)
-    text += (_WHOLE.format(name=whole, checked=checked, ends=position_ends_ir(p), k="")
-             + array_objects.object_entry_ir(entry, whole, "aaaaaiii"))
-    return text, entry
 
 
 @functools.cache
@@ -244,16 +188,7 @@ def _spmm_objects(value: np.dtype, p: int, c: int, k: int):
     """``i64 f(id(indptr), id(indices), id(data), id(X), id(Y), n, m, nnz)``: SpMM with ``k`` (<= SPMM_FIXED)
     columns on array objects, checking what it reads as SpMV does; nonzero (``Y`` incomplete) when the operand
     is malformed."""
-    from splyce.native import array_objects
-    from splyce.native.codegen import compile_host_helpers
-    from splyce.native.validation import position_ends_ir
-
-    name = f"splyce_spmm_{_VALUE[value][0]}_p{p}_c{c}_k{k}"
-    checked, whole, entry = name + "_checked", name + "_whole", name + "_objects"
-    text = (spmm_ir(checked, value, p, c, k, True)
-            + _WHOLE.format(name=whole, checked=checked, ends=position_ends_ir(p), k=f"i64 {k}, ")
-            + array_objects.object_entry_ir(entry, whole, "aaaaaiii"))
-    return compile_host_helpers(text, {entry: array_objects.signature(8)})[entry]
+    return _objects(*spmv_objects_ir(value, p, c, "spmm", k))
 
 
 # -- the one rule for SpMV's loop (flat / grouped / one row at a time) ------------------------------------------
@@ -299,10 +234,6 @@ def spmv_variant(nnz: int, rows: int, entry_bytes: int) -> str:
 def beyond_cache(nnz: int, crd_bits: int, value_bytes: int) -> bool:
     """Whether ``nnz`` entries (``crd_bits``-bit coordinates, values of ``value_bytes``) outgrow this core's L2."""
     return nnz * (crd_bits + value_bytes * 8) // 8 > L2_BYTES
-
-
-def supported(dtype) -> bool:
-    return ir_supported(dtype)
 
 
 def csr_times_dense(indptr, indices, data, x, threads: int = 1, coordinates_checked: bool = True):

@@ -20,13 +20,13 @@ import functools
 
 import numpy as np
 
-from splyce.native.ir_text import FLOAT_TYPES, VALUE as _VALUE, ext as _ext, index_at, load_at
-from splyce.native.spmv_rows import BLOCKS, UNIFORM, spmv_ir
+from splyce.native.ir_text import FLOAT_TYPES, VALUE, ext, fill, index_at, load_at
+from splyce.native.spmv_rows import ROW_PARAMS
 
 # One loop over the entries of the segments (rows, or a CSC's columns: spmv_scatter.py) [lo, hi) but the last
 # two, with hooks for what a kernel does per segment and per entry (``flat_ir`` fills them).
 SEGMENTS = """
-define i64 @{name}({params}){attributes} {{
+define i64 @{name}({params}){attributes} {
 entry:
 {entry}  %hf = sub i64 {hi}, 2
   %hf_low = icmp slt i64 %hf, {lo}
@@ -84,7 +84,7 @@ done:
   ret i64 0
 bad:
   ret i64 1
-}}
+}
 """
 
 
@@ -96,12 +96,8 @@ def flat_ir(name: str, p: int, params: str, **hooks) -> str:
     ``%k`` of segment ``%r``), ``restart`` (after the step to the next entry)."""
     hooks = dict(dict(attributes="", entry="", first="entry", lo="%lo", hi="%hi", empty="", nonempty="",
                       single_done="", restart=""), **hooks)
-    return SEGMENTS.format(name=name, params=params, p=p, p_ext=_ext(p), advance=advance_ir("r", p), **hooks)
+    return fill(SEGMENTS, name=name, params=params, p=p, p_ext=ext(p), advance=advance_ir("r", p), **hooks)
 
-
-# The flat SpMV: each entry adds its product to the running sum and stores it to y[r]; the sum restarts
-# from +0.0 at a row's end (``restart``)
-_ROW_PARAMS = "ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %lo, i64 %hi, ptr %y, i64 %nnz"
 
 # The flat loop's step to entry k + 1 of segment %{i} (a row, or a CSC's column: native/spmv_scatter.py), from
 # (%k, %{i}, its end %end, the next one's end %next): %{i}1 = %{i} + %at_end (an opaque flag %at_endw, or LLVM
@@ -127,7 +123,7 @@ ADVANCE = """  %k1 = add i64 %k, 1
 
 def advance_ir(index: str, p: int) -> str:
     """``ADVANCE`` for the segment index named ``index`` and ``p``-bit positions."""
-    return ADVANCE.format(i=index, p=p, p_ext=_ext(p))
+    return fill(ADVANCE, i=index, p=p, p_ext=ext(p))
 
 
 # One entry k of a segment, its coordinate checked first (``< bound``, unsigned: else to the error return),
@@ -157,7 +153,7 @@ _SCATTERED = """  %{q}prod = {mul} {t} %{q}v, {x}
 def checked_entry(scatter: bool, **fields) -> str:
     """``_CHECKED_ENTRY`` summed into a row's running sum, or (``scatter``) into y at the entry's row."""
     use, bound = (_SCATTERED, "%m") if scatter else (_SUMMED, "%n")
-    return _CHECKED_ENTRY.replace("{use}", use).format(bound=bound, **fields)
+    return fill(_CHECKED_ENTRY, use=use, bound=bound, **fields)
 
 
 # the sum restarts from +0.0 after a row's end: for floating point an and with an all-clear mask, made opaque
@@ -178,16 +174,16 @@ def spmv_flat_ir(name: str, value: np.dtype, p: int, c: int) -> str:
     ``x`` is read there; 1 (``y`` incomplete) at the first defect."""
     from splyce.native.codegen import host_target
 
-    t, mul, add, zero = _VALUE[value]
+    t, mul, add, zero = VALUE[value]
     if t in FLOAT_TYPES and host_target().triple.startswith("x86_64"):
         bits = 64 if t == "double" else 32
         last_w = "%at_endw" if bits == 64 else "%at_endw32"
-        restart = ("  %at_endw32 = trunc i64 %at_endw to i32\n" if bits == 32 else "") + _RESTART_FLOAT.format(
+        restart = ("  %at_endw32 = trunc i64 %at_endw to i32\n" if bits == 32 else "") + fill(_RESTART_FLOAT, 
             bits=bits, t=t, last_w=last_w)
     else:
-        restart = _RESTART_SELECT.format(t=t, zero=zero)
-    product = functools.partial(checked_entry, False, t=t, mul=mul, add=add, c=c, c_ext=_ext(c))
-    return flat_ir(name, p, _ROW_PARAMS, attributes=" noinline",
+        restart = fill(_RESTART_SELECT, t=t, zero=zero)
+    product = functools.partial(checked_entry, False, t=t, mul=mul, add=add, c=c, c_ext=ext(c))
+    return flat_ir(name, p, ROW_PARAMS, attributes=" noinline",
                    empty=f"  %pye = getelementptr {t}, ptr %y, i64 %r0\n  store {t} {zero}, ptr %pye\n",
                    single_entry=f"  %sacc = phi {t} [{zero}, %nonempty], [%ss, %single_ok]\n"
                                 + product(q="s", ok="single_ok"),
@@ -195,45 +191,3 @@ def spmv_flat_ir(name: str, value: np.dtype, p: int, c: int) -> str:
                    flat_entry=f"  %acc = phi {t} [{zero}, %prime], [%acc1, %flat_ok]\n" + product(q="", ok="col_ok")
                               + f"\n  %py = getelementptr {t}, ptr %y, i64 %r\n  store {t} %s, ptr %py",
                    restart=restart + "\n")
-
-
-# The flat kernel's driver: per block of ``block`` rows, rows of one length (a tridiagonal matrix, a
-# diagonal) go one at a time, where every loop exit is predicted (flat measured 0.57-0.88x that there, on rows
-# of 2-4 entries), and rows of varying lengths through the flat loop. Each kernel checks what it reads.
-FLAT_DRIVER = """
-define i64 @{name}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %lo, i64 %hi, ptr %y, i64 %nnz) {{
-entry:
-  br label %head
-head:
-  %b = phi i64 [%lo, %entry], [%bend, %run_rows], [%bend, %run_flat]
-{blocks}
-  %uniform = call i64 @{name}_uniform(ptr %ps, i64 %nseg)
-  %is_uniform = icmp ne i64 %uniform, 0
-  br i1 %is_uniform, label %rows, label %flat
-{runs}ok:
-  ret i64 0
-fail:
-  ret i64 1
-}}
-"""
-
-
-# The driver's call of one kernel on a block (``kind``: rows / flat), to the error return when it fails
-_RUN = """{kind}:
-  %bad_{kind} = call i64 @{{name}}_{kind}(ptr %pos, ptr %crd, ptr %vals, ptr %x, i64 %n, i64 %b, i64 %bend, ptr %y,
-                                        i64 %nnz)
-  %failed_{kind} = icmp ne i64 %bad_{kind}, 0
-  br i1 %failed_{kind}, label %fail, label %run_{kind}
-run_{kind}:
-  br label %head
-"""
-
-
-def flat_driver_ir(name: str, value: np.dtype, p: int, c: int, rows: int, block: int) -> str:
-    """``name``: the checking SpMV on rows [lo, hi) (spmv.py's ``_SPMV_SIG``), uniform blocks of ``block`` rows
-    one row at a time (``rows`` rows advanced together), the others through the flat loop (``FLAT_DRIVER``);
-    with its helper functions."""
-    return (spmv_ir(name + "_rows", value, p, c, rows, True) + spmv_flat_ir(name + "_flat", value, p, c)
-            + UNIFORM.format(name=name + "_uniform", p=p)
-            + FLAT_DRIVER.replace("{runs}", _RUN.format(kind="rows") + _RUN.format(kind="flat")).format(
-                name=name, blocks=BLOCKS.format(block=block, p=p)))

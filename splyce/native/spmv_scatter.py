@@ -21,87 +21,43 @@ import threading
 import numpy as np
 
 from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import VALUE as _VALUE, ext as _ext, index_bits, load_at
-from splyce.native.ir_text import supported as ir_supported
+from splyce.native.ir_text import VALUE, ext, index_bits
+from splyce.native.ir_text import supported  # noqa: F401  (``spmv_scatter.supported``: the one table's)
 from splyce.native.spmv_flat import checked_entry, flat_ir
+from splyce.native.spmv_rows import SCATTER_PARAMS, scatter_ir
 from splyce.native.validation import position_ends_ir
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # (pos, crd, values, x, y, m, n, nnz) -> 0, or 1 at a malformed segment or row
 _SIG = ctypes.CFUNCTYPE(_I, _P, _P, _P, _P, _P, _I, _I, _I)
 _lock = threading.Lock()
-_PARAMS = "ptr %pos, ptr %crd, ptr %vals, ptr %x, ptr %y, i64 %m, i64 %n, i64 %nnz"
-
-_SCATTER = """
-define i64 @{name}({params}) {{
-entry:
-{ends}
-  br i1 %ends_ok, label %col_head, label %bad
-col_head:
-  %j = phi i64 [0, %entry], [%j1, %col_done]
-  %more = icmp slt i64 %j, %n
-  br i1 %more, label %col_body, label %ok
-col_body:
-""" + load_at("i{p}", "%pos", "%j", "%s_raw") + """  %start = {p_ext} %s_raw to i64
-  %j1 = add i64 %j, 1
-""" + load_at("i{p}", "%pos", "%j1", "%t_raw") + """  %stop = {p_ext} %t_raw to i64
-  %down = icmp ugt i64 %start, %stop
-  %over = icmp ugt i64 %stop, %nnz
-  %badseg = or i1 %down, %over
-  br i1 %badseg, label %bad, label %col_ok
-col_ok:
-""" + load_at("{t}", "%x", "%j", "%xj") + """  br label %k_head
-k_head:
-  %k = phi i64 [%start, %col_ok], [%k1, %k_ok]
-  %kmore = icmp ult i64 %k, %stop
-  br i1 %kmore, label %k_body, label %col_done
-k_body:
-{entry}
-  %k1 = add i64 %k, 1
-  br label %k_head
-col_done:
-  br label %col_head
-ok:
-  ret i64 0
-bad:
-  ret i64 1
-}}
-"""
-
-
-# The same product as one loop over the entries of every column but the last two (spmv_flat.SEGMENTS), for
-# columns of a few entries (road networks: 2.5 a column), where the loop above ends each column in a
-# mispredicted exit: the column moves on by a flag at its last entry, x[j] is loaded at every entry (a hit),
-# and the end of the next column comes from pos[j + 2], loaded one column ahead. ``resync`` checks each column
-# it starts, sums one that cannot go flat by the column loop, and re-enters. Every y[row] gets its terms in
-# the same order as above.
-
-
-def supported(dtype) -> bool:
-    return ir_supported(dtype)
 
 
 @functools.cache
 def _kernel(value: np.dtype, p: int, c: int, flat: bool = False):
+    """The column loop (``spmv_rows.scatter_ir``), or (``flat``) the same product as one loop over the entries
+    of every column but the last two (spmv_flat.SEGMENTS), for columns of a few entries (road networks: 2.5 a
+    column), where the column loop ends each column in a mispredicted exit: the column moves on by a flag at
+    its last entry, x[j] is loaded at every entry (a hit), and the end of the next column comes from pos[j + 2],
+    loaded one column ahead. ``resync`` checks each column it starts, sums one that cannot go flat by the
+    column loop, and re-enters. Every y[row] gets its terms in the same order as the column loop."""
     from splyce.native.codegen import compile_host_helpers
 
-    t, mul, add, _ = _VALUE[value]
+    t, mul, add, _ = VALUE[value]
     name = f"splyce_csc_matvec{'_flat' if flat else ''}_{t}_p{p}_c{c}"
+    if not flat:
+        return compile_host_helpers(scatter_ir(name, value, p, c), {name: _SIG})[name]
 
     def entry(q: str, ok: str, x: str) -> str:
-        return checked_entry(True, q=q, ok=ok, x=x, t=t, mul=mul, add=add, c=c, c_ext=_ext(c))
+        return checked_entry(True, q=q, ok=ok, x=x, t=t, mul=mul, add=add, c=c, c_ext=ext(c))
 
     ends = position_ends_ir(p, segments="%n")
-    if flat:
-        text = flat_ir(name, p, _PARAMS, entry=ends + "\n  br i1 %ends_ok, label %setup, label %bad\nsetup:\n",
-                       first="setup", lo="0", hi="%n",
-                       nonempty=f"  %px0 = getelementptr {t}, ptr %x, i64 %r0\n  %x0 = load {t}, ptr %px0\n",
-                       single_entry=entry("s", "single_ok", "%x0"),
-                       flat_entry=f"  %pxj = getelementptr {t}, ptr %x, i64 %r\n  %xj = load {t}, ptr %pxj\n"
-                                  + entry("", "row_ok", "%xj"))
-    else:
-        text = _SCATTER.format(name=name, params=_PARAMS, t=t, p=p, p_ext=_ext(p), ends=ends,
-                               entry=entry("", "k_ok", "%xj"))
+    text = flat_ir(name, p, SCATTER_PARAMS, entry=ends + "\n  br i1 %ends_ok, label %setup, label %bad\nsetup:\n",
+                   first="setup", lo="0", hi="%n",
+                   nonempty=f"  %px0 = getelementptr {t}, ptr %x, i64 %r0\n  %x0 = load {t}, ptr %px0\n",
+                   single_entry=entry("s", "single_ok", "%x0"),
+                   flat_entry=f"  %pxj = getelementptr {t}, ptr %x, i64 %r\n  %xj = load {t}, ptr %pxj\n"
+                              + entry("", "row_ok", "%xj"))
     return compile_host_helpers(text, {name: _SIG})[name]
 
 

@@ -429,3 +429,23 @@ def native_step_wanted(op: LibraryOp | None, nnz: tuple[int, ...], glue: bool, c
         return False
     entries, bits, size = nnz[op.operands[0]], a.format.crd_width, np.dtype(a.dtype).itemsize
     return spmv.goes_flat(entries, a.shape[0], bits, size) or (contracted and spmv.beyond_cache(entries, bits, size))
+
+
+def held_times_dense(node: Node, inputs: tuple[TensorType, ...]) -> tuple[tuple[int, int], str] | None:
+    """The jit's choice for an argument held in its own format (a scipy BSR / DIA / COO: tensors/held.py,
+    ``TensorType.stored``): ``(operands, formulation)`` when ``node`` is ``a @ z`` (``ik,k->i`` / ``ik,kj->ij``,
+    no scale) of such an argument ``a`` and a dense ``z`` of its value dtype, which the native kernel on ``a``'s
+    own buffers computes (native/bsr.py, dia.py, coo.py: scipy's sums for that format), with no conversion to
+    CSR; None otherwise (then the op reads the argument's CSR, converted once a call: planner/plan.py)."""
+    if node.op != "contract" or len(node.args) != 2 or any(a.op != "input" for a in node.args) \
+            or node.type.is_sparse:
+        return None
+    params: ContractParams = node.params[0]
+    (x, y), o = params.inputs, params.output
+    a, z = (inputs[arg.params[0]] for arg in node.args)
+    if params.scale is not None or not a.stored or z.stored or z.is_sparse or len(x) != 2 or x[0] == x[1] \
+            or len(y) not in (1, 2) or y[0] != x[1] or o != x[0] + y[1:] or (len(y) == 2 and y[1] in x):
+        return None
+    if not (a.dtype == z.dtype == node.type.dtype):
+        return None
+    return (node.args[0].params[0], node.args[1].params[0]), f"{a.stored.split()[0]} x dense"

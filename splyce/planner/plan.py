@@ -14,17 +14,17 @@ import math
 import numpy as np
 
 from splyce.native.records import record
-from splyce.planner import cost
 from splyce.planner.before_kernel import host_product, native_product
 from splyce.planner.gathers import Gathered, describe as describe_gather, gather_inputs, host_gather
 from splyce.planner.elementwise import fuse_elementwise, fuse_reductions, propagates_nan
+from splyce.planner.fusion import Planner, describe, distributed_factors, input_node, on_host, pinned
 from splyce.planner.in_place import in_place_results
 from splyce.planner.memory import budget_bytes, format_bytes
 from splyce.planner.restored_operands import restore_blocked_operands
-from splyce.planner.rewrite import Fusion, readers, substitute, uses, with_args, with_order
+from splyce.planner.rewrite import Fusion, readers, uses, with_args, with_order
 from splyce.planner.transposed_inputs import Derived, relabel_inputs, transposed
 from splyce.planner.unordered import UNORDERED_PRODUCT_RULE, is_unordered_csr, unordered_product_results
-from splyce.tensors.formats import Format, compressed_order
+from splyce.tensors.formats import Format
 from splyce.tracer.ir import ContractParams, Node, TensorType, Trace, params_text, walk
 
 
@@ -77,6 +77,9 @@ class Plan:
     gathered: tuple[Gathered, ...] = ()  # kernel inputs after those: gathers computed before the kernel
     # values of the constants frozen at trace time (tracer/captures.py): the source trace's last inputs
     constants: tuple = ()      # (not compared)
+    # per argument held in its own format (a scipy BSR / DIA / COO: tensors/held.py, ``TensorType.stored``):
+    # ``(argument, why it is converted to CSR, or "" when only native steps read it)`` (not compared)
+    held: tuple = ()
 
     @property
     def cost(self) -> float:
@@ -133,7 +136,9 @@ class Plan:
 
     @property
     def needs_conversion(self) -> bool:
-        return any(s.converted for s in self.sources)
+        """Whether ``prepare`` changes the operands (a conversion, a host or native product, or a held BSR / DIA /
+        COO argument, whose slot the kernel never reads: ``prepare`` puts an empty CSR there)."""
+        return bool(self.held) or any(s.converted for s in self.sources)
 
     def prepare(self, values: list, threads: int = 1) -> list:
         """The kernel's operands from the call's (validated) operands: the frozen constants after them,
@@ -141,15 +146,34 @@ class Plan:
         for (a native product on ``threads`` threads)."""
         if self.constants:
             values = list(values) + list(self.constants)
+        as_csr: dict[int, object] = {}    # a held argument converted once a call, for what the kernel reads
+
+        def csr(i: int):
+            if i not in as_csr:
+                as_csr[i] = values[i].to_csr()
+            return as_csr[i]
+        if self.held and (self.derived or self.gathered):   # transposes and gathers of a held argument: its CSR
+            values = list(values)
+            originals = {i: values[i] for i, _ in self.held}
+            for i in originals:
+                if any(d.source == i for d in self.derived) or any(
+                        g.operand == i or g.index == i for g in self.gathered):
+                    values[i] = csr(i)
+        else:
+            originals = None
         if self.derived:
             values = list(values) + [transposed(values[d.source], d.axes, d.type) for d in self.derived]
         values = list(values) if self.gathered else values
         for g in self.gathered:           # each reads the values before it (a gather of a gather)
             values.append(host_gather(g, values))
+        if originals:
+            for i, v in originals.items():
+                values[i] = v
         if not self.needs_conversion:
             return values
         from splyce.tensors.tensor import asarray
 
+        held = {i for i, _ in self.held}
         out = []
         for s in self.sources:
             if s.host is not None:
@@ -159,21 +183,37 @@ class Plan:
                 out.append(native_product(s.native, s.type, out, threads))
                 continue
             value = values[s.index]
-            if s.converted:
+            if s.converted and s.index in held:
+                value = csr(s.index)
+                if value.format != s.type.format or not s.type.is_sparse:
+                    value = asarray(value, format=s.type.format) if s.type.is_sparse else \
+                        np.ascontiguousarray(value.to_numpy())
+            elif s.converted:
                 if s.type.is_sparse:
                     value = asarray(value, format=s.type.format)
                 else:
                     value = np.ascontiguousarray(value.to_numpy())
             out.append(value)
+        for i in held:                    # the kernel never reads a held argument's own slot (native steps do)
+            out[i] = out[i].empty()
         return out
 
     def as_text(self) -> str:
         names: dict[Node, str] = {}
         for s_index, s in enumerate(self.sources):
-            names[_input_node(self.trace, s_index)] = f"%arg{s_index}"
+            names[input_node(self.trace, s_index)] = f"%arg{s_index}"
         lines = ["plan {"]
         nnz = ", ".join(f"%arg{i}: {n}" for i, n in enumerate(self.nnz))
         lines.append(f"  // costed for the first call's stored entries ({nnz})")
+        for i, why in self.held:
+            t = self.source.inputs[i]
+            if why == "unread":
+                lines.append(f"  // %arg{i}: {t.stored} {t.shape[0]}x{t.shape[1]}, kept (nothing reads it)")
+            elif why:
+                lines.append(f"  // %arg{i}: {t.stored} {t.shape[0]}x{t.shape[1]}, converted to csr: {why}")
+            else:
+                lines.append(f"  // %arg{i}: {t.stored} {t.shape[0]}x{t.shape[1]}, kept (only the native kernels "
+                             f"on its own {t.stored.split()[0]} buffers read it)")
         for k, d in enumerate(self.derived):
             lines.append(f"  %arg{len(self.source.inputs) + k} = transpose %arg{d.source} "
                          f"(axes {d.axes}: its buffers relabelled) : {d.type}")
@@ -223,234 +263,6 @@ class Plan:
         return "\n".join(lines)
 
 
-def _input_node(trace: Trace, index: int) -> Node:
-    return Node("input", (), (index,), trace.inputs[index])
-
-
-def describe(node: Node) -> str:
-    return f"{node.op}[{node.params[0] if node.params else ''}] : {node.type}"
-
-
-class Planner:
-    """Per-plan state: the expected entries of each node and its cheapest formulation (memoized; nodes are
-    hash-consed, so identity keys are structural)."""
-
-    def __init__(self, trace: Trace, nnz: tuple[int, ...], scatter: bool = True, distribute: bool = True):
-        self.trace = trace
-        self.nnz = nnz
-        self.scatter = scatter
-        self.distribute = distribute
-        self._entries: dict[Node, float] = {}
-        self._choice: dict[Node, cost.Choice | None] = {}
-
-    # -- statistics ------------------------------------------------------------------------------------
-    def entries(self, node: Node) -> float:
-        found = self._entries.get(node)
-        if found is not None:
-            return found
-        size = float(math.prod(node.type.shape))
-        if node.op == "input":
-            value = float(self.nnz[node.params[0]]) if node.type.is_sparse else size
-        elif not node.type.is_sparse:
-            value = size
-        elif node.op == "contract":
-            choice = self.choice(node)
-            value = choice.out_entries if choice else size
-        else:   # a union
-            value = min(size, sum(self.entries(a) for a in node.args))
-        self._entries[node] = value
-        return value
-
-    def operands(self, node: Node) -> list[cost.Operand]:
-        params: ContractParams = node.params[0]
-        return [cost.Operand(subs, arg.type.shape, self.entries(arg),
-                             arg.type.format.order if arg.type.is_sparse else None,
-                             convertible=arg.op == "input", walked=_walked(arg.type))
-                for subs, arg in zip(params.inputs, node.args)]
-
-    def choice(self, node: Node) -> cost.Choice | None:
-        if node in self._choice:
-            return self._choice[node]
-        params: ContractParams = node.params[0]
-        out_stored = None
-        if node.type.is_sparse:
-            out_stored = "".join(params.output[d] for d in node.type.format.order)
-        if params.order is not None:   # pinned by the user (einsum(..., order=)): formulation as written
-            found = cost.evaluate(self.operands(node), params.output, out_stored, params.order)
-        elif not node.type.is_sparse and not any(a.type.is_sparse for a in node.args):
-            # dense only: every order costs the same steps; the one that walks memory contiguously wins
-            found = cost.evaluate(self.operands(node), params.output, None, dense_order(params))
-        else:
-            found = cost.choose(self.operands(node), params.output, out_stored, _heuristic_order(node),
-                                scatter=self.scatter)
-        self._choice[node] = found
-        return found
-
-    def node_cost(self, node: Node) -> float:
-        if node.op == "reduce":   # one pass over the stored entries (two for a sparse operand) and the result
-            return sum((2 if arg.type.is_sparse else 1) * self.entries(arg) for arg in node.args) \
-                + 2 * float(math.prod(node.type.shape))
-        if node.op != "contract":
-            return float(math.prod(node.type.shape)) if not node.type.is_sparse else self.entries(node)
-        choice = self.choice(node)
-        return choice.cost if choice else math.inf
-
-    # -- fusion ----------------------------------------------------------------------------------------
-    def _short_row_spmv(self, node: Node) -> bool:
-        """Whether ``node`` is a CSR argument times a dense vector over rows of a few entries (``goes_flat`` for
-        the first call's entries, as the drop-in decides), which stays apart from the contraction reading it:
-        on its own its row sums run flat (the flat-rows pass in the MLIR kernel, or the native flat kernel as
-        a step before it), where the fused loop nest pays a mispredicted exit per row (road-700 ``v @ (a @
-        v)`` on the Zen 3 VM: fused 3.99 ms, split 3.47 in the MLIR kernel, 2.56 with the native step). A rule
-        of the operands only, never of the options: the plain sparsifier's plan is the same, so are its sums'
-        order and bits."""
-        if node.op != "contract" or len(node.args) != 2 or any(a.op != "input" for a in node.args):
-            return False
-        params: ContractParams = node.params[0]
-        (x, y), a, v = params.inputs, node.args[0].type, node.args[1].type
-        fmt = a.format
-        if not (len(x) == 2 and y == x[1] and params.output == x[0] and v.ndim == 1 and not v.is_sparse
-                and fmt is not None and compressed_order(fmt) == (0, 1)):
-            return False
-        from splyce.native.spmv import goes_flat     # the host's tuning, read on first use, not at import
-
-        return goes_flat(int(self.nnz[node.args[0].params[0]]), a.shape[0], fmt.crd_width,
-                         np.dtype(a.dtype).itemsize)
-
-    def fuse(self) -> tuple[tuple[Node, ...], list[Fusion]]:
-        outputs = self.trace.outputs
-        fusions: list[Fusion] = []
-        for _ in range(64):   # each pass fuses at least one pair, or stops
-            count = uses(outputs)
-            mapping: dict[Node, Node] = {}
-            changed = False
-            for node in walk(outputs):
-                new = with_args(node, tuple(mapping.get(a, a) for a in node.args))
-                if new.op == "contract":
-                    for position, old_arg in enumerate(node.args):
-                        inner = new.args[position]
-                        if count.get(old_arg) != 1 or inner.op != "contract" or _pinned(inner) or _pinned(new):
-                            continue
-                        if self._short_row_spmv(inner):  # its rows flat on their own, then its reader
-                            continue
-                        factors = distributed_factors(new, position)
-                        if factors and (not self.distribute or any(f.op != "input" for f in factors)):
-                            continue     # a factor multiplied into a sum: checked for NaN / Inf on each call
-                        if _scale_of_a_reduction(new, inner) and \
-                                math.prod(new.type.shape) < cost.body_executions(self.operands(inner)):
-                            continue
-                        if _dense_factor(inner) and _reduces(new) and \
-                                math.prod(inner.type.shape) < cost.body_executions(self.operands(new)):
-                            continue
-                        fused = substitute(new, position)
-                        if fused is None or self.choice(fused) is None:
-                            continue
-                        if self.node_cost(fused) <= self.node_cost(inner) + self.node_cost(new):
-                            fusions.append(Fusion(inner, new, fused))
-                            new = fused
-                            changed = True
-                            break
-                mapping[node] = new
-            outputs = tuple(mapping[o] for o in outputs)
-            if not changed:
-                break
-        return outputs, fusions
-
-
-def on_host(node: Node) -> bool:
-    """A contraction of dense inputs (arguments or constants) that reduces an index: a matrix product or a
-    dot product of arrays the call passes in (``X @ W`` of a GCN layer's captured weights, ``r @ r``), which
-    NumPy's BLAS computes faster than a loop nest, once per call before the kernel."""
-    if node.op != "contract" or _pinned(node) or len(node.args) < 2:
-        return False
-    if any(a.op != "input" or a.type.is_sparse for a in node.args) or node.type.is_sparse:
-        return False
-    params: ContractParams = node.params[0]
-    return bool(set("".join(params.inputs)) - set(params.output)) and node.type.dtype in (
-        "float64", "float32", "complex128", "complex64")
-
-
-def dense_order(params: ContractParams) -> str:
-    """The loop order of a contraction of dense (row-major) operands: innermost the index that is the last,
-    contiguous axis of most operands and of the result (``j`` of ``ik,kj->ij``, ``k`` of ``ik,k->i``), then
-    outward the result's indices in order, then the reductions."""
-    letters = list(dict.fromkeys(params.output + "".join(params.inputs)))
-    if not letters:
-        return ""
-    last = [s[-1] for s in (*params.inputs, params.output) if s]
-    inner = max(letters, key=lambda c: (last.count(c), c in params.output, -letters.index(c)))
-    outer = [c for c in params.output if c != inner] + [c for c in letters if c not in params.output and c != inner]
-    return "".join(outer) + inner
-
-
-def _pinned(node: Node) -> bool:
-    return node.op == "contract" and node.params[0].order is not None
-
-
-def distributed_factors(outer: Node, position: int) -> tuple[Node, ...]:
-    """The other operands of contraction ``outer`` when its ``position``-th operand is a contraction that sums
-    over an index: fusing them multiplies each factor into the sum's terms (``v @ (A @ v)`` as ``sum v_k A_ka
-    v_a``). Exact for finite values, but a factor's Inf or NaN is not: ``inf * (x - y)`` is +-inf where
-    ``inf * x - inf * y`` is NaN, and ``inf`` times an empty row's sum is NaN where the fused sum has no term.
-    So such a fusion is made only where every factor is a kernel input (the kernel checks their values on each
-    call and runs the unfused twin when one is not finite: ``Plan.distributed``); () where nothing distributes."""
-    inner = outer.args[position]
-    if inner.op != "contract" or len(outer.args) < 2:
-        return ()
-    p: ContractParams = inner.params[0]
-    if not set("".join(p.inputs)) - set(p.output):
-        return ()
-    return tuple(a for i, a in enumerate(outer.args) if i != position)
-
-
-def _scale_of_a_reduction(outer: Node, inner: Node) -> bool:
-    """Whether ``outer`` only scales the dense result of a contraction that sums (``0.85 * (P @ x)``). Where
-    the result holds fewer entries than the sum has products (the caller checks), it stays apart: an
-    elementwise factor (planner/elementwise.py) applied once per result entry and fused with the glue after
-    it, as NumPy applies it. Folded into the sum it multiplied every product (PageRank's SpMV 0.13-0.2 ms
-    slower on 0.8-1.6M entries, Zen 4) and rounded otherwise than NumPy's ``0.85 * (P @ x)``. A sparse result
-    keeps the fold: a separate elementwise pass would write a second sparse result."""
-    po: ContractParams = outer.params[0]
-    pi: ContractParams = inner.params[0]
-    if po.scale is None or len(outer.args) != 1 or po.inputs != (po.output,) or outer.type.is_sparse:
-        return False
-    return set("".join(pi.inputs)) != set(pi.output)
-
-
-def _dense_factor(node: Node) -> bool:
-    """An elementwise product of dense operands (``x * d``, ``(b - y) * dinv``: ``a,a->a``, no index summed).
-    Read by a reduction whose loop body runs more often than the product has entries (``R @ (x * d)``: once per
-    stored entry of ``R``), it stays apart, computed once per entry as NumPy computes it: fused, every product
-    of the reduction multiplied by it, a second gather per stored entry (Jacobi's ``(b - R @ x) * dinv``
-    unrolled ten steps on ba-100k, 800k entries, 2-core Zen 4 VM: fused 0.15 s, the one-step function called
-    ten times 0.05 s)."""
-    if node.op != "contract" or node.type.is_sparse or any(a.type.is_sparse for a in node.args):
-        return False
-    params: ContractParams = node.params[0]
-    return len(node.args) >= 2 and all(s == params.output for s in params.inputs)
-
-
-def _reduces(node: Node) -> bool:
-    params: ContractParams = node.params[0]
-    return bool(set("".join(params.inputs)) - set(params.output))
-
-
-def _walked(t: TensorType) -> tuple[bool, ...]:
-    """Per level of ``t``: compressed / singleton (walked) rather than dense (indexed)."""
-    return tuple(level.kind != "dense" for level in t.format.levels) if t.is_sparse else ()
-
-
-def _heuristic_order(node: Node) -> str | None:
-    """The lowering's usual order, or None when the operands' storage orders admit none as stored."""
-    from splyce.lowering.to_mlir import LoweringError, loop_order
-
-    params: ContractParams = node.params[0]
-    try:
-        return loop_order([(s, a.type) for s, a in zip(params.inputs, node.args)], params.output)
-    except LoweringError:
-        return None
-
-
 def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constants: tuple = (),
               native=None, distribute: bool = True) -> Plan:
     """``scatter=False``: the plan that keeps every sparse operand sparse (``Plan.kept``). ``constants``: the
@@ -484,6 +296,33 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
             slots[key] = Node("input", (), (len(sources) - 1,), type_)
         return slots[key]
 
+    # arguments held in their own format (a scipy BSR / DIA / COO: ``TensorType.stored``): read by native steps
+    # on their buffers, else converted to CSR once a call for whatever the kernel reads (the reasons, per argument)
+    held_args = {i for i, t in enumerate(source.inputs) if t.stored}
+    why_converted: dict[int, list[str]] = {i: [] for i in held_args}
+    for d in derived:
+        if d.source in held_args:
+            why_converted[d.source].append(f"its transpose (axes {d.axes}) is read as the CSR's buffers")
+    for g in gathered:
+        for i in (g.operand, g.index):
+            if i in held_args:
+                why_converted[i].append("a gather reads it")
+
+    def kernel_reads(new: Node) -> Node:
+        """``new`` with each held argument it reads replaced by that argument converted to its CSR."""
+        if not held_args or not any(a.op == "input" and a.params[0] in held_args and a.type.stored
+                                    for a in new.args):
+            return new
+        args = list(new.args)
+        for k, a in enumerate(args):
+            if a.op == "input" and a.params[0] in held_args and a.type.stored:
+                t = a.type
+                args[k] = converted_input(a, TensorType(t.shape, t.dtype, t.format))
+                why_converted[a.params[0]].append(
+                    _no_native_kernel(new, t.stored) if native is not None else
+                    "the native kernel library is off for this jit (library=False, vectorize=False or profile=True)")
+        return with_args(new, tuple(args))
+
     mapping: dict[Node, Node] = {}
     steps: list[Step] = []
     result_nodes = set(outputs)
@@ -499,7 +338,7 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
             mapping[node] = slots[("host", host)]
             continue
         new = with_args(node, tuple(mapping.get(a, a) for a in node.args))
-        if native is not None and node.op == "contract" and node not in result_nodes and not _pinned(node) \
+        if native is not None and node.op == "contract" and node not in result_nodes and not pinned(node) \
                 and all(a.op == "input" for a in new.args):
             reads = read_by.get(node) or ()
             glue = bool(reads) and all(r.op == "ewise" or r.type.ndim == 0 for r in reads)
@@ -531,6 +370,7 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
             storage = ("keep",) * len(node.args)
         elif node.op == "reduce":
             new, storage = _reduce_storage(node, new, converted_input)
+        new = kernel_reads(new)
         mapping[node] = new
         if node.op != "input":
             entries = planner.entries(node)
@@ -541,10 +381,23 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
     fresh = frozenset(i for i, s in enumerate(sources) if s.host is not None or s.native is not None or (
         first <= i < len(trace.inputs) and not s.type.is_sparse and gathered[i - first].spec[0][0] != "check"))
     planned = Trace(planned.inputs, planned.outputs, in_place_results(planned, fresh))
+    natively = {k for s in sources if s.native is not None for k in s.native.operands}
+    held = tuple((i, "; ".join(dict.fromkeys(why_converted[i])) or ("" if i in natively else "unread"))
+                 for i in sorted(held_args))
     plan = Plan(source, planned, tuple(sources), tuple(steps), tuple(fusions), tuple(nnz), derived, gathered,
-                constants=tuple(constants))
+                constants=tuple(constants), held=held)
     check_memory(plan)
     return plan
+
+
+def _no_native_kernel(node: Node, stored: str) -> str:
+    """Why the kernel reads a held argument as CSR: the op reading it has no native kernel on its format."""
+    kind = stored.split()[0]
+    if node.op == "contract":
+        p: ContractParams = node.params[0]
+        return (f"einsum '{','.join(p.inputs)}->{p.output}' has no native kernel on {kind} (those: {kind} @ a dense "
+                f"vector or matrix of its dtype)")
+    return f"{node.op} has no native kernel on {kind}"
 
 
 def _align_intermediate_orders(outputs):

@@ -15,6 +15,7 @@ import numpy as np
 from splyce.native.records import record
 from splyce.runtime import deferred_checks
 from splyce.tensors.formats import Format, Level
+from splyce.tensors.held import Held, held_kind
 from splyce.tensors.tensor import SparseTensor, asarray
 from splyce.tracer.ir import TensorType
 from splyce.tensors.validation import DTYPE_NAMES, validate
@@ -57,7 +58,7 @@ def _is_sparse_object(x) -> bool:
 
 def is_tensor(x) -> bool:
     """Whether ``prepare`` takes ``x`` as a tensor input (else a static argument, or a TypeError)."""
-    return isinstance(x, (Checked, SparseTensor, np.ndarray)) or _is_sparse_object(x)
+    return isinstance(x, (Checked, SparseTensor, np.ndarray, Held)) or _is_sparse_object(x)
 
 
 def _check_dtype(dtype: np.dtype, name: str) -> None:
@@ -81,6 +82,11 @@ def prepare(x, name: str):
         if wanted != x.format:
             x = asarray(x, format=wanted, name=name)
         return TensorType(x.shape, _NAMES[x.dtype], x.format), x
+    if isinstance(x, Held):          # (a stage of a staged program hands it on)
+        return held_type(x), x
+    if _is_sparse_object(x) and held_kind(x) is not None:   # scipy BSR / DIA / COO: kept in its own format
+        held = Held(x, name)
+        return held_type(held), held
     if _is_sparse_object(x):
         t = prepare_sparse(x, name)
         deferred_checks.remember(x, t)     # wrapped as it is: a later call may leave its check to the kernels
@@ -90,6 +96,11 @@ def prepare(x, name: str):
     if isinstance(x, (numbers.Number, str, bytes, tuple, frozenset, type(None))) or _hashable(x):
         return Static(x), None
     raise TypeError(f"{name}: unsupported argument of type {type(x).__name__}")
+
+
+def held_type(held: Held) -> TensorType:
+    """The type of a held BSR / DIA / COO operand: the CSR the trace reads, and how it is held (tensors/held.py)."""
+    return TensorType(held.shape, _NAMES[held.dtype], held.format, held.stored)
 
 
 def prepare_sparse(x, name: str) -> SparseTensor:

@@ -23,6 +23,7 @@ from splyce.planner.plan import Plan
 from splyce.runtime import arguments
 from splyce.runtime import calls
 from splyce.tensors.tensor import SparseTensor
+from splyce.tensors.held import Held
 from splyce.thread_count import call_threads
 from splyce.tracer.ir import TensorType
 
@@ -175,7 +176,7 @@ class Kernel:
 
     def _allocation_message(self, nbytes: int) -> str:
         from splyce.planner.memory import budget_bytes, format_bytes
-        from splyce.planner.plan import describe
+        from splyce.planner.fusion import describe
 
         asked = "more than 2**63 bytes" if nbytes >= 2**63 - 2 else f"{nbytes} bytes ({format_bytes(nbytes)})"
         ops = "; ".join(describe(o) for o in self.trace.outputs)
@@ -265,7 +266,9 @@ def _values_of(x) -> np.ndarray:
 
 def _stored_entries(value) -> int:
     """What the planner costs an operand by: stored entries of a sparse tensor, size of a dense array."""
-    return value.nnz if isinstance(value, SparseTensor) else int(np.size(value))
+    if isinstance(value, SparseTensor) or isinstance(value, Held):   # (a held BSR / DIA / COO: tensors/held.py)
+        return value.nnz
+    return int(np.size(value))
 
 
 # A split kernel call whose operands hold at most this many stored entries (sparse entries plus dense

@@ -26,8 +26,8 @@ import threading
 import numpy as np
 
 from splyce.native.records import record
-from splyce.planner.kernel_choice import (LibraryOp, is_csc, is_csr, is_sparse_vector, library_op,
-                                          native_step_wanted)
+from splyce.planner.kernel_choice import (LibraryOp, held_times_dense, is_csc, is_csr, is_sparse_vector,
+                                          library_op, native_step_wanted)
 from splyce.planner.plan import NativeStep
 from splyce.runtime import forms, providers
 from splyce.runtime.kernel import factors_finite
@@ -59,6 +59,11 @@ class LibraryCall:
         if self.formulation == "form":
             return (f"// runs as a one-op form on the argument's arrays (runtime/forms.py): {call}; the MLIR "
                     f"kernel is compiled only when asked for")
+        if self.op.types and self.op.types[0].stored:
+            t = self.op.types[0]
+            return (f"// runs on the native kernel library: {call} as '{self.formulation}': %arg{self.op.operands[0]} "
+                    f"({t.stored} {t.shape[0]}x{t.shape[1]}) kept, read on its own buffers; the conversion above is "
+                    f"the MLIR kernel's, compiled only when asked for")
         if self.guarded:
             return (f"// runs on the native kernel library when the values allow: {call} as '{self.formulation}' "
                     f"(checked per call); otherwise the MLIR kernel, compiled on the first such call")
@@ -67,6 +72,11 @@ class LibraryCall:
 
 
 register = providers.register   # ``provider(op: LibraryOp, options: Options) -> LibraryCall | None``
+
+
+def _run_held(values, threads):
+    """A held BSR / DIA / COO argument times a dense operand on its own buffers (tensors/held.py)."""
+    return values[0].times_dense(values[1])
 
 
 def _pinned(trace) -> bool:
@@ -96,7 +106,7 @@ def choose(plan, options, out_format) -> LibraryCall | None:
     result would not be that type declines."""
     if options.profile or not options.target.is_host_compatible:
         return None
-    form = forms.recognize(plan)
+    form = forms.recognize(plan) if not plan.held else None    # (forms read a CSR argument's own arrays)
     if form is not None:
         return _form_call(form)
     if not options.vectorize:
@@ -126,6 +136,8 @@ def choose(plan, options, out_format) -> LibraryCall | None:
     step = plan.steps[0]
     if plan.trace.outputs[0] is not step.node:
         return None
+    if plan.held:
+        return _held_call(plan, step.node)
     op = library_op(step.node, plan.trace.inputs)
     if op is None:
         return None
@@ -139,6 +151,34 @@ def choose(plan, options, out_format) -> LibraryCall | None:
         if call is not None:
             return call
     return None
+
+
+def _held_call(plan, node: Node) -> LibraryCall | None:
+    """The one-product plan ``a @ z`` of an argument held in its own format (a scipy BSR / DIA / COO) as the
+    native kernel on its buffers (``kernel_choice.held_times_dense``), reading the arguments as they are; the plan it
+    carries says the argument is kept."""
+    n_args = len(plan.source.inputs) - len(plan.constants)
+    args = []
+    for a in node.args:     # back from the kernel inputs to the arguments they convert (or are)
+        if a.op != "input":
+            return None
+        s = plan.sources[a.params[0]]
+        if s.host is not None or s.native is not None or not (0 <= s.index < n_args) \
+                or (s.converted and not plan.source.inputs[s.index].stored):
+            return None
+        args.append(Node("input", (), (s.index,), plan.source.inputs[s.index]))
+    if not any(a.type.stored for a in args):
+        return None
+    source = Node(node.op, tuple(args), node.params, node.type)
+    found = held_times_dense(source, plan.source.inputs)
+    if found is None:
+        return None
+    operands, formulation = found
+    op = LibraryOp("matmul", None, operands, tuple(plan.source.inputs[i] for i in operands), node.type,
+                   reads=operands, transposed=(False, False))
+    kept = plan._replace(held=tuple((i, "") if i == operands[0] else (i, why) for i, why in plan.held))
+    return LibraryCall(op, formulation, _run_held, detail="the held operand's own buffers, not converted",
+                       plan=kept)
 
 
 def _form_call(form: forms.Form) -> LibraryCall:
@@ -202,6 +242,12 @@ def native_steps(options):
 
     def step(node: Node, inputs: tuple[TensorType, ...], nnz: tuple[int, ...], glue: bool = False,
              contracted: bool = False) -> NativeStep | None:
+        if not node.type.is_sparse:
+            held = held_times_dense(node, inputs)
+            if held is not None:    # an argument held as BSR / DIA / COO: its own kernel, never a conversion
+                return NativeStep("matmul", held[0], held[1], _run_held, "on the operand's own buffers, not converted")
+        if any(a.op == "input" and inputs[a.params[0]].stored for a in node.args):
+            return None             # (any other op on a held argument reads its CSR)
         op = None if node.type.is_sparse else library_op(node, inputs)
         if not native_step_wanted(op, nnz, glue, contracted):
             return None

@@ -13,6 +13,7 @@ import numpy as np
 from splyce.native.array_objects import address as _address
 from splyce.runtime import arguments, deferred_checks
 from splyce.tensors.formats import Format
+from splyce.tensors.held import Held, held_kind
 from splyce.tensors.tensor import SparseTensor, wrap_canonical_compressed
 
 _SIGNATURE = "dispatcher.signature"      # a validated tensor's part of ``fast_signature``, in its memo
@@ -111,6 +112,24 @@ def _is_scipy_compressed(kind) -> bool:
     return kind in _SCIPY_COMPRESSED
 
 
+_SCIPY_HELD: set = set()       # exact scipy BSR / DIA / COO classes (held in their format: tensors/held.py)
+
+
+def _is_scipy_held(kind) -> bool:
+    if kind in _SCIPY_HELD:
+        return True
+    module = sys.modules.get("scipy.sparse")
+    if module is None or not kind.__module__.startswith("scipy.sparse"):
+        return False
+    _SCIPY_HELD.update((module.bsr_array, module.bsr_matrix, module.dia_array, module.dia_matrix,
+                        module.coo_array, module.coo_matrix))
+    return kind in _SCIPY_HELD
+
+
+def _held_part(kind, held: Held) -> tuple:
+    return (kind, tensor_part(held.shape, held.dtype, held.format), held.stored)
+
+
 def prepared_signature(args, values: list, deferred: list | None = None) -> tuple | None:
     """The key a kernel is filed under (``filed_signature``) for positional ``args`` with at least one scipy
     CSR / CSC among them, each of which is converted and checked here (``arguments.prepare``, as a general
@@ -122,11 +141,21 @@ def prepared_signature(args, values: list, deferred: list | None = None) -> tupl
     for a in args:      # first the types: nothing converted for a call this key cannot serve
         kind = type(a)
         if kind is not SparseTensor and kind is not np.ndarray and kind is not arguments.Checked \
-                and not _is_scipy_compressed(kind):
+                and not _is_scipy_compressed(kind) and not _is_scipy_held(kind):
             return None
     parts, prepared = ["prepared"], None
     for i, a in enumerate(args):
         kind = type(a)
+        if kind in _SCIPY_HELD:      # a scipy BSR / DIA / COO held in its format, checked as a general call does
+            if held_kind(a) is None:
+                return None
+            try:
+                held = Held(a, f"argument {i}")
+            except (TypeError, ValueError):
+                return None          # (the general call words the error)
+            parts.append(_held_part(kind, held))
+            values.append(held)
+            continue
         if _is_scipy_compressed(kind):
             t = prepared.get(id(a)) if prepared is not None else None    # f(A, A): A checked once a call
             if deferred is not None and (t is None or any(o is a for _, o in deferred)):
@@ -167,6 +196,12 @@ def filed_signature(args, values) -> tuple | None:
     parts, scipy_seen = ["prepared"], False
     for a, v in zip(args, values):
         kind = type(a)
+        if _is_scipy_held(kind):
+            if type(v) is not Held or v.obj is not a:
+                return None
+            parts.append(_held_part(kind, v))
+            scipy_seen = True
+            continue
         if _is_scipy_compressed(kind):
             if type(v) is not SparseTensor or not v.validated or not _passes_through(v.format):
                 return None

@@ -42,11 +42,14 @@ class TensorType:
     shape: tuple[int, ...]
     dtype: str
     format: Format | None
+    # a scipy BSR / DIA / COO argument held in its own format ("bsr 4x4", "dia", "coo": tensors/held.py), read
+    # by the trace as the CSR ``format``; None for every other value (results and intermediates never hold one)
+    stored: str | None = None
 
     def __hash__(self) -> int:   # part of every cache lookup: computed once
         cached = self.__dict__.get("_hash")
         if cached is None:
-            cached = hash((self.shape, self.dtype, self.format))
+            cached = hash((self.shape, self.dtype, self.format, self.stored))
             object.__setattr__(self, "_hash", cached)
         return cached
 
@@ -60,7 +63,8 @@ class TensorType:
 
     def __str__(self) -> str:
         dims = "x".join(map(str, self.shape)) or "scalar"
-        return f"{dims}x{self.dtype}" + (f" #{self.format}" if self.is_sparse else "")
+        held = f" (held as {self.stored})" if self.stored else ""
+        return f"{dims}x{self.dtype}" + (f" #{self.format}" if self.is_sparse else "") + held
 
 
 class Node:

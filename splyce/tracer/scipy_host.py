@@ -82,17 +82,24 @@ def triangle(which: str, A, k=0, format=None):
     return _host(name, (node,), (("k", int(k)),), ("A",), t)
 
 
-def spsolve_triangular(A, b, lower=True, overwrite_A=False, overwrite_b=False, unit_diagonal=False):
-    name = "scipy.sparse.linalg.spsolve_triangular"
+def _solve_operands(A, b, name: str, not_square: str):
+    """A solve's traced sparse square ``A`` and dense right-hand side ``b`` (1-D or 2-D, ``A``'s rows), with
+    scipy's own message for a matrix that is not square; ``(A's node, b's node, rows)``."""
     node = _sparse_operand(A, name)
     rows, cols = node.type.shape
     if rows != cols:
-        raise ValueError(f"A must be a square matrix but its shape is {node.type.shape}.")   # scipy's own
+        raise ValueError(not_square.format(node.type.shape))      # scipy's own words
     rhs = _node(b, name)
     if rhs.type.is_sparse:
         raise TraceError(f"{name}: a sparse right-hand side is not supported inside @splyce.jit; write b.toarray()")
     if rhs.type.ndim not in (1, 2) or rhs.type.shape[0] != rows:
         raise ValueError(f"{name}: b of shape {rhs.type.shape} does not match A of shape {node.type.shape}")
+    return node, rhs, rows
+
+
+def spsolve_triangular(A, b, lower=True, overwrite_A=False, overwrite_b=False, unit_diagonal=False):
+    name = "scipy.sparse.linalg.spsolve_triangular"
+    node, rhs, rows = _solve_operands(A, b, name, "A must be a square matrix but its shape is {}.")
     for flag, value in (("lower", lower), ("unit_diagonal", unit_diagonal)):
         if not isinstance(value, (bool, np.bool_)):
             raise TraceError(f"{name}: {flag} must be a Python bool inside @splyce.jit")
@@ -109,15 +116,7 @@ def spsolve(A, b, permc_spec=None, use_umfpack=True):
     """``scipy.sparse.linalg.spsolve`` of a traced sparse matrix and a dense right-hand side: scipy's SuperLU
     (or UMFPACK) on the host, a dense result as scipy's."""
     name = "scipy.sparse.linalg.spsolve"
-    node = _sparse_operand(A, name)
-    rows, cols = node.type.shape
-    if rows != cols:
-        raise ValueError(f"matrix must be square (has shape {node.type.shape})")    # scipy's own
-    rhs = _node(b, name)
-    if rhs.type.is_sparse:
-        raise TraceError(f"{name}: a sparse right-hand side is not supported inside @splyce.jit; write b.toarray()")
-    if rhs.type.ndim not in (1, 2) or rhs.type.shape[0] != rows:
-        raise ValueError(f"{name}: b of shape {rhs.type.shape} does not match A of shape {node.type.shape}")
+    node, rhs, rows = _solve_operands(A, b, name, "matrix must be square (has shape {})")
     if permc_spec is not None and not isinstance(permc_spec, str) or not isinstance(use_umfpack, bool):
         raise TraceError(f"{name}: permc_spec must be a string or None and use_umfpack a bool inside @splyce.jit")
     import scipy.sparse as sps

@@ -511,3 +511,12 @@ def test_first_call_bench_splits_stages_and_checks_results():
     assert set(splyce_rows) == {"spmv", "gcn"}
     assert splyce_rows["spmv"]["kernels"] == 0          # the drop-in's native kernel: nothing compiled
     assert splyce_rows["gcn"]["kernels"] >= 1 and splyce_rows["gcn"]["mlir_s"] > 0
+
+
+def test_jit_formats_tiny(tmp_path):
+    """bench jit_formats: every program on held BSR / DIA / COO operands checked against scipy, ratios reported."""
+    assert cli.main(["jit_formats", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
+    rows = _check_outputs(tmp_path, "jit_formats", ["matrix", "program", "held_ms", "csr_ms", "scipy_ms",
+                                                     "csr_over_held", "scipy_over_held"])
+    assert {r["matrix"].split()[0] for r in rows} == {"bsr", "dia", "coo"} and len(rows) == 20
+    assert all(float(r["csr_over_held"]) > 0 for r in rows)

@@ -664,3 +664,26 @@ def test_csc_times_vector_goes_flat_on_columns_of_a_few_entries(monkeypatch):
     wide = sps.random_array((2000, 2000), density=0.01, format="csc", rng=83)      # 20 a column
     splyce.matmul(wide, np.ones(2000))
     assert chosen == [True, True, False]
+
+
+def test_default_threads_large_product_on_one_idle_core_takes_the_fast_path():
+    """``threads=None`` on a product past ``SERIAL_MAX_WORK``: when the cores idle now give it one thread
+    (another process holds the others), the fast path runs it on one thread instead of handing it to the
+    general path, which would run the same kernel on one thread 30-100 us later; with cores idle, the general
+    path splits it. The same bits either way."""
+    from splyce.dropin.kernels import SERIAL_MAX_WORK
+
+    from splyce.dropin import products as dropin
+
+    rng = np.random.default_rng(0)
+    n = SERIAL_MAX_WORK // 4 // 8 + 1000          # 8 entries a row: past the bound
+    rows, cols = np.repeat(np.arange(n), 8), rng.integers(0, n, 8 * n)
+    a = sps.csr_array((rng.random(8 * n), (rows, cols)), shape=(n, n))
+    assert a.nnz * 4 > SERIAL_MAX_WORK
+    x = rng.random(n)
+    with splyce.use_threads(1):
+        y = dropin._fast_spmv(a, x, None)
+    assert y is not None and np.array_equal(y, a @ x)
+    with splyce.use_threads(2):
+        assert dropin._fast_spmv(a, x, None) is None       # to the general path, which splits it
+        assert np.array_equal(splyce.matmul(a, x), a @ x)

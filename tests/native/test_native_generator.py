@@ -29,7 +29,7 @@ def captured(monkeypatch):
 def _builds():
     from splyce.native import compress, masked, masked_sum, masked_sum_checked, spgemm, spmv, spmv_scatter, transpose
     from splyce.native import validation
-    from splyce.native.elementwise import csc, merge, same
+    from splyce.native.elementwise import csc, merge
 
     for v, (p, c) in itertools.product(NUMERIC, itertools.product(WIDTHS, WIDTHS)):
         yield masked._masked.__wrapped__, (v, p, c, p, c, p, c, False)
@@ -52,7 +52,7 @@ def _builds():
                                                               (False, True)):
                 yield merge._kernel.__wrapped__, (op, v, p, c, intersect, False, keep)
             for c, keep in itertools.product(WIDTHS, (False, True)):
-                yield same._same_kernel.__wrapped__, (op, v, c, keep)
+                yield merge._same_kernel.__wrapped__, (op, v, c, keep)
     for v, bits, op in itertools.product(NUMERIC, WIDTHS, ("multiply", "add")):
         yield csc._csc_pass_kernel.__wrapped__, (op, v, bits, 4, "", 8)
     for bits in WIDTHS:
@@ -131,3 +131,21 @@ def test_loop_head_runs_its_loops():
         assert fns["sum"](x.ctypes.data, n) == int(x.sum())
     for w in [0, 1, -1, 2**63 - 1, *rng.integers(-2**63, 2**63 - 1, size=50).tolist()]:
         assert fns["bits"](w) == bin(w & (2**64 - 1)).count("1")
+
+
+def test_spmv_masked_sddmm_ir_written_one_way():
+    """The SpMV / SpMM / CSC scatter, masked and SDDMM kernels are written through ir_text (the IR writer, and
+    ``fill`` for the flat loop's and the masked sum driver's marked text): no ``str.format`` template, no
+    ``.replace`` of a marker; the masked SpGEMM, kept, sum and count kernels are one definition's modes."""
+    import inspect
+    import re
+
+    from splyce.native import masked, masked_sum, masked_sum_checked, sddmm, spmv, spmv_flat, spmv_rows, spmv_scatter
+
+    for module in (masked, masked_sum, masked_sum_checked, sddmm, spmv, spmv_flat, spmv_rows, spmv_scatter):
+        source = inspect.getsource(module)
+        assert ".format(" not in source and not re.search(r"\.replace\(\s*\"\{", source), module.__name__
+    value = np.dtype(np.float64)
+    for mode in ("scipy", "kept", "sum", "count"):
+        text = masked.masked_ir("k", value, (32,) * 6, mode)
+        assert text.startswith("define i64 @k(") and text.count("define") == 1

@@ -80,7 +80,7 @@ def test_dense_factor_of_a_gcn_layer():
 
 
 def test_the_factors_are_the_outer_operands():
-    from splyce.planner.plan import distributed_factors
+    from splyce.planner.fusion import distributed_factors
     from splyce.tracer.ir import ContractParams, Node, TensorType
 
     v = Node("input", (), (1,), TensorType((5,), "float64", None))

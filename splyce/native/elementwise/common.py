@@ -1,18 +1,13 @@
-"""What the elementwise kernels share: value types and their instructions, a constant-or-value select as
-bit operations, and a byte compare of index arrays."""
+"""What the elementwise kernels share: a value dtype's instructions (read from the one dtype table,
+``ir_text.SCALARS``), a constant-or-value select as bit operations."""
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import threading
 
 import numpy as np
 
-from splyce.native.array_objects import address as _address
-from splyce.native.ir_text import FLOAT_TYPES, SCALARS, supported as ir_supported
-
-_BITS = {s.t: s.bits for s in SCALARS.values()}
+from splyce.native.ir_text import BY_TYPE, FLOAT_TYPES, MERGE_OPS, SCALARS, instruction, supported as ir_supported
 
 
 # ``%out = cond ? %raw : +0`` as bit operations (an AND with the condition's all-ones or all-zeros mask): LLVM
@@ -20,7 +15,7 @@ _BITS = {s.t: s.bits for s in SCALARS.values()}
 # the next column is a coin flip in a merge (a misprediction per output entry: blockdiag-1500's sum took 11 ns
 # per result, in cache). ``neg``: -0.0 instead of +0 (x + -0.0 is x for every x, -0.0 included; +0 is not)
 def _keep(out: str, cond: str, raw: str, t: str, neg: bool = False) -> str:
-    bits = _BITS[t]
+    bits = BY_TYPE[t].bits
     lines = [f"  %{out}_mask = sext i1 %{cond} to i{bits}"]
     if t in FLOAT_TYPES:
         lines += [f"  %{out}_raw_bits = bitcast {t} %{raw} to i{bits}",
@@ -35,29 +30,23 @@ def _keep(out: str, cond: str, raw: str, t: str, neg: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-# value dtype -> (LLVM type, zero, "is not zero" compare, {op name: instruction}): the view of the one dtype
-# table (ir_text.SCALARS) the merges unpack; bool has a product (AND) and a sum (OR), no difference. scipy's
-# rule drops a False result as it drops a zero
-_VALUE = {d: (s.t, s.zero, s.nonzero, {"multiply": s.mul, "add": s.add, **({"subtract": s.sub} if s.sub else {})})
-          for d, s in SCALARS.items()}
-OPS = ("multiply", "add", "subtract")
+OPS = MERGE_OPS
 
-# The sparsifier's coiteration (``keep_zeros``, the jit's semantics): every coiterated position is stored, so
-# ``{nonzero}`` is a compare that is always true (``fcmp true``; ``icmp uge x, 0``), which LLVM folds away
-_ALWAYS = {s.t: "fcmp true" if s.t in FLOAT_TYPES else "icmp uge" for s in SCALARS.values()}
+
+def value_type(dtype: np.dtype, keep_zeros: bool, op: str) -> tuple:
+    """``(LLVM type, zero, "is not zero" compare, op's instruction)`` in ``dtype``, from its row of the one dtype
+    table (``ir_text.SCALARS``; bool too: a product is AND, a sum OR; scipy's rule drops a False result as it drops
+    a zero). ``keep_zeros`` (the sparsifier's coiteration, the jit's semantics: every coiterated position stored):
+    the compare is one that always holds (``fcmp true``; ``icmp uge x, 0``), which LLVM folds away."""
+    s = SCALARS[dtype]
+    nonzero = ("fcmp true" if s.t in FLOAT_TYPES else "icmp uge") if keep_zeros else s.nonzero
+    return s.t, s.zero, nonzero, instruction(dtype, op)
+
+
 # A value missing from one side of a sum (the sparsifier's rule: a + missing is a, missing + b is b,
 # a - missing is a, missing - b is -b): -0.0 where +0.0 would change a -0.0 (x + -0.0 == x and -0.0 - x == -x
 # for every x, -0.0 included; x - +0.0 == x); ints and bools 0
 _NEG_ZERO = "0x8000000000000000"      # LLVM's hex form of a double or float constant
-
-
-def value_type(dtype: np.dtype, keep_zeros: bool) -> tuple:
-    """``(LLVM type, zero, "is not zero" compare, {op: instruction})`` of ``dtype``; with ``keep_zeros`` the
-    compare keeps every result."""
-    if not keep_zeros:
-        return _VALUE[dtype]
-    t, zero, _, ops = _VALUE[dtype]
-    return t, zero, _ALWAYS[t], ops
 
 
 def missing_values(op: str, t: str, keep_zeros: bool) -> tuple[str, str]:
@@ -68,31 +57,18 @@ def missing_values(op: str, t: str, keep_zeros: bool) -> tuple[str, str]:
     return _NEG_ZERO, (_NEG_ZERO if op == "add" else "0.0")
 
 
-def keep_supported(dtype) -> bool:
-    """Whether ``keep_zeros`` kernels exist for ``dtype`` (bool too: product and sum)."""
-    return np.dtype(dtype) in _VALUE
+def supported(dtype) -> bool:
+    """Whether the merges compute in ``dtype`` (either rule; bool too: product and sum)."""
+    return ir_supported(dtype, bool_ok=True)
+
+
+keep_supported = supported      # the ``keep_zeros`` kernels: the same dtypes
 
 
 def op_supported(op: str, dtype) -> bool:
     """Whether the kernels compute ``op`` in ``dtype`` (either rule): bool has a product and a sum only."""
-    entry = _VALUE.get(np.dtype(dtype))
-    return entry is not None and op in entry[3]
+    return supported(dtype) and instruction(dtype, op) is not None
+
+
 _lock = threading.Lock()
 _POS_MAX = {32: 2**31 - 1, 64: 2**63 - 1}   # result entries a positions dtype can count
-
-
-def supported(dtype) -> bool:
-    return ir_supported(dtype, bool_ok=True)
-
-
-@functools.cache
-def _memcmp():
-    fn = ctypes.CDLL(None).memcmp
-    fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
-    fn.restype = ctypes.c_int
-    return fn
-
-
-def _same_bytes(x: np.ndarray, y: np.ndarray) -> bool:
-    """Equal C-contiguous arrays of one dtype (libc's memcmp: SIMD, stops at the first difference)."""
-    return len(x) == len(y) and (x.nbytes == 0 or _memcmp()(_address(x), _address(y), x.nbytes) == 0)

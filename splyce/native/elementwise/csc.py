@@ -45,7 +45,7 @@ def _csc_pass_kernel(op: str, value: np.dtype, bits: int, prefetch: int = 0, ran
     from splyce.native import array_objects, validation as native_validation
     from splyce.native.codegen import compile_host_helpers
 
-    t, zero, nonzero, ops = value_type(value, keep_zeros)
+    t, zero, nonzero, instr = value_type(value, keep_zeros, op)
     intersect = op == "multiply"
     floats = intersect and value.kind == "f" and not keep_zeros
     name = (f"splyce_elementwise_csc_{op}_{t}_i{bits}" + (f"_pf{prefetch}" if prefetch else "")
@@ -66,7 +66,7 @@ def _csc_pass_kernel(op: str, value: np.dtype, bits: int, prefetch: int = 0, ran
     else:
         skip, miss, seek_phi, not_same, next_phi, next_phi_z = "", _MATCH_MISS, "", "miss", "", ""
         b_check, tail = _CSC_POSITIONS, "  br label %finish"
-    values = dict(op=ops[op], zero=zero, nonzero=nonzero)
+    values = dict(op=instr, zero=zero, nonzero=nonzero)
     declares, row_exit, bad_check, mode_next, row_latch, vrows, vrows_fn = "", "done", "", "", "row_end", "", ""
     latch = dict(latch_r="r1", latch_o="o_e", latch_z="z_e")
     scalar = fill(_SCALAR_MATCH, skip=skip, miss=miss, seek_phi=seek_phi, not_same=not_same, next_phi=next_phi,

@@ -3,24 +3,36 @@ vector match is in ``csc_vector.py``)."""
 
 from splyce.native.ir_text import index_at, load_at, loop_head, store_at
 
-# A row of A in the CSC passes (the one pass and its vector rows): its entries' range and its index narrowed
-# to B's row type; the templates are formatted after joining, so the fields are theirs
-_CSC_ROW_BODY = """row_body:
-  %r1 = add i64 %r, 1
-""" + index_at("%ap", "%r", "%k0", "c", "ext") + """\
-""" + index_at("%ap", "%r1", "%k1", "c", "ext") + """  %r_c = {narrow} %r to i{c}
-  br label %entries
-"""
 
-# An entry of that row: its column and the column's cursor (B's next entry) and end
-_CSC_ENTRY_CURSOR = """entry_body:
-""" + index_at("%ac", "%k", "%col", "c", "ext") + """  %pcur = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %col, i32 0
+def csc_rows(enter, o_in: str, latch: tuple, row_exit: str, o_next: str, step: str, end_phis: str = "",
+             after: str = "") -> str:
+    """The CSC passes' loop over A's rows [lo, hi) (the one pass and its vector rows): phis entered from
+    ``enter`` (the output cursor at ``o_in``) and latched from ``latch`` = (block, row, output, zeros); each
+    row's entries' range and its index narrowed to B's row type; the loop over its entries, each with its
+    column's cursor (B's next entry) and end, ``step`` after them (the output cursor's next value
+    ``o_next``, the zeros' ``z_next``); then the row's end stored (``end_phis``: that block's phis; ``after``:
+    what follows the store)."""
+    block, r, o, z = latch
+    return (loop_head("row", "row_body", enter, [("r", "i64", "%lo", f"%{r}"), ("o_r", "i64", o_in, f"%{o}"),
+                                                ("z_r", "i64", "0", f"%{z}")], "rin = icmp slt i64 %r, %hi",
+                      row_exit, latch=block) + """  %r1 = add i64 %r, 1
+""" + index_at("%ap", "%r", "%k0", "c", "ext") + index_at("%ap", "%r1", "%k1", "c", "ext") + """\
+  %r_c = {narrow} %r to i{c}
+  br label %entries
+""" + loop_head("entries", "entry_body", "row_body", [("k", "i64", "%k0", "%kn"), ("o", "i64", "%o_r", f"%{o_next}"),
+                                                       ("z", "i64", "%z_r", f"%{o_next.replace('o', 'z', 1)}")],
+                "kin = icmp slt i64 %k, %k1", "row_end", latch="next")
+            + index_at("%ac", "%k", "%col", "c", "ext") + """  %pcur = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %col, i32 0
   %at0_raw = load i{c}, ptr %pcur
   %at0 = {ext} %at0_raw to i64
   %pbe = getelementptr {i{c}, i{c}}, ptr %cursor, i64 %col, i32 1
   %end_raw = load i{c}, ptr %pbe
   %end = {ext} %end_raw to i64
-"""
+""" + step + "row_end:\n" + end_phis + """  %pce = getelementptr i{c}, ptr %cp, i64 %r1
+  %o_c = {narrow} %o to i{c}
+  store i{c} %o_c, ptr %pce
+""" + after + "  br label %row\n")
+
 
 # The whole product or sum of a CSR A and a CSC B (``A.T`` as scipy hands it over) on one thread, in one native
 # call (the cursor array holds each column's next entry and its end side by side: one scattered line per entry
@@ -99,27 +111,9 @@ rows:
 rows_0:
   store i{c} 0, ptr %cp
   br label %row
-row:
-  %r = phi i64 [%lo, %rows], [%lo, %rows_0], [%{latch_r}, %{row_latch}]
-  %o_r = phi i64 [%o0, %rows], [%o0, %rows_0], [%{latch_o}, %{row_latch}]
-  %z_r = phi i64 [0, %rows], [0, %rows_0], [%{latch_z}, %{row_latch}]
-  %rin = icmp slt i64 %r, %hi
-  br i1 %rin, label %row_body, label %{row_exit}
-""" + _CSC_ROW_BODY + """entries:
-  %k = phi i64 [%k0, %row_body], [%kn, %next]
-  %o = phi i64 [%o_r, %row_body], [%o1, %next]
-  %z = phi i64 [%z_r, %row_body], [%z1, %next]
-  %kin = icmp slt i64 %k, %k1
-  br i1 %kin, label %entry_body, label %row_end
-""" + _CSC_ENTRY_CURSOR + """{prefetch}{match}  %kn = add i64 %k, 1
-  br label %entries{entries_loop}
-row_end:
-  %o_e = phi i64 [%o, %entries]
-  %z_e = phi i64 [%z, %entries]
-  %pce = getelementptr i{c}, ptr %cp, i64 %r1
-  %o_c = {narrow} %o to i{c}
-  store i{c} %o_c, ptr %pce
-{mode_next}  br label %row
+""" + csc_rows(("rows", "rows_0"), "%o0", ("{row_latch}", "{latch_r}", "{latch_o}", "{latch_z}"), "{row_exit}",
+               "o1", "{prefetch}{match}  %kn = add i64 %k, 1\n  br label %entries{entries_loop}\n",
+               "  %o_e = phi i64 [%o, %entries]\n  %z_e = phi i64 [%z, %entries]\n", "{mode_next}") + """\
 done:
 {tail}
 finish:

@@ -2,7 +2,7 @@
 
 from splyce.native.ir_text import index_at, load_at, loop_head, store_at
 
-from splyce.native.elementwise.csc_ir import _CSC_ENTRY_CURSOR, _CSC_ROW_BODY
+from splyce.native.elementwise.csc_ir import csc_rows
 
 # A product's match without a branch on the pattern: the rows of ``lanes`` B entries from the cursor on are compared
 # with A's row at once (a masked load: lanes past the column's end are neither read nor counted, so nothing past
@@ -81,6 +81,14 @@ _VECTOR_FINITE_UNMATCHED = """  %vva0 = fmul {t} %vva, 0.0
   %vbad3 = or i32 %vbad2, %vabad32
   store i32 %vbad3, ptr %bad
 """
+def _missing(x: str, k1: str, k0: str, o1: str, o0: str, vector: str, scalar: str) -> str:
+    """On to ``vector`` when over 1 / {miss_share} of the A entries [k0, k1) found no partner (results [o0, o1)),
+    else to ``scalar``."""
+    return (f"  %{x}_len = sub i64 {k1}, {k0}\n  %{x}_hits = sub i64 {o1}, {o0}\n"
+            f"  %{x}_miss = sub i64 %{x}_len, %{x}_hits\n  %{x}_miss_w = mul i64 %{x}_miss, {{miss_share}}\n"
+            f"  %{x}_vec = icmp sgt i64 %{x}_miss_w, %{x}_len\n  br i1 %{x}_vec, label %{vector}, label %{scalar}\n")
+
+
 # Every MODE_ROWS rows: when over 1 / MISS_SHARE of the A entries of the last rows found no partner, the next
 # MODE_ROWS rows go to the vector match (``_VECTOR_ROWS``, a function of its own, called again while its rows keep
 # missing as much). The scalar match's branches are predicted on a symmetric pattern, where it takes half the
@@ -96,12 +104,7 @@ mode_set:
 """ + index_at("%ap", "%mode_w", "%mode_k", "c", "ext") + """\
 """ + load_at("i{c}", "%cp", "%mode_w", "%mode_o_raw") + """  %mode_o_w = {ext} %mode_o_raw to i64
   %mode_o = select i1 %mode_first, i64 %o0, i64 %mode_o_w
-  %mode_len = sub i64 %k1, %mode_k
-  %mode_hits = sub i64 %o_e, %mode_o
-  %mode_miss = sub i64 %mode_len, %mode_hits
-  %mode_miss_w = mul i64 %mode_miss, {miss_share}
-  %mode_vec = icmp sgt i64 %mode_miss_w, %mode_len
-  br i1 %mode_vec, label %vcall, label %mode_done
+""" + _missing("mode", "%k1", "%mode_k", "%o_e", "%mode_o", "vcall", "mode_done") + """\
 """ + loop_head("vcall", "vcall_run", "mode_set", [("vc_r", "i64", "%r1", "%vc_to"), ("vc_o", "i64", "%o_e", "%vc_o1"),
                 ("vc_z", "i64", "%z_e", "%vc_z1")], "vc_left = icmp slt i64 %vc_r, %hi", "vcall_out",
                 latch="vcall_more") + """\
@@ -113,12 +116,7 @@ mode_set:
   %vc_zb = load i64, ptr %vc_zp
   %vc_z1 = add i64 %vc_z, %vc_zb
 """ + index_at("%ap", "%vc_r", "%vc_k0", "c", "ext") + """\
-""" + index_at("%ap", "%vc_to", "%vc_k1", "c", "ext") + """  %vc_len = sub i64 %vc_k1, %vc_k0
-  %vc_hits = sub i64 %vc_o1, %vc_o
-  %vc_miss = sub i64 %vc_len, %vc_hits
-  %vc_miss_w = mul i64 %vc_miss, {miss_share}
-  %vc_vec = icmp sgt i64 %vc_miss_w, %vc_len
-  br i1 %vc_vec, label %vcall_more, label %vcall_out
+""" + index_at("%ap", "%vc_to", "%vc_k1", "c", "ext") + """""" + _missing("vc", "%vc_k1", "%vc_k0", "%vc_o1", "%vc_o", "vcall_more", "vcall_out") + """\
 vcall_more:
   br label %vcall
 vcall_out:
@@ -157,27 +155,8 @@ entry:
   %bad = alloca i32
   store i32 0, ptr %bad
   br label %row
-row:
-  %r = phi i64 [%lo, %entry], [%r1, %row_end]
-  %o_r = phi i64 [%o_in, %entry], [%o, %row_end]
-  %z_r = phi i64 [0, %entry], [%z, %row_end]
-  %rin = icmp slt i64 %r, %hi
-  br i1 %rin, label %row_body, label %done
-""" + _CSC_ROW_BODY + """entries:
-  %k = phi i64 [%k0, %row_body], [%kn, %next]
-  %o = phi i64 [%o_r, %row_body], [%vo1, %next]
-  %z = phi i64 [%z_r, %row_body], [%vz1, %next]
-  %kin = icmp slt i64 %k, %k1
-  br i1 %kin, label %entry_body, label %row_end
-""" + _CSC_ENTRY_CURSOR + """  br label %vstart
-{match}next:
-  %kn = add i64 %k, 1
-  br label %entries
-row_end:
-  %pce = getelementptr i{c}, ptr %cp, i64 %r1
-  %o_c = {narrow} %o to i{c}
-  store i{c} %o_c, ptr %pce
-  br label %row
+""" + csc_rows("entry", "%o_in", ("row_end", "r1", "o", "z"), "done", "vo1",
+                "  br label %vstart\n{match}next:\n  %kn = add i64 %k, 1\n  br label %entries\n") + """\
 done:
   store i64 %z_r, ptr %zp
   %bad_here = load i32, ptr %bad

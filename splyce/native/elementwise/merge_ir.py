@@ -94,19 +94,6 @@ _MERGE_STEP_PARTS = {
                column="  %col = select i1 %adv_a, i{c} %ca, i{c} %cb\n", kept="  %nz = {nonzero} {t} %v, {zero}\n"),
 }
 
-# Intersection: keep op(a, b) where both rows hold the column.
-_INTERSECT = _ROW_HEAD + """{merge_step}row_end:
-  %o_end = phi i64 [%o, %head], [%os, %same_head], [%out, %nw_ends], [%nw_o, %nw_head]
-{end_store}
-  br label %row
-done:
-  ret i64 %out
-}
-
-declare i64 @llvm.cttz.i64(i64, i1)
-declare i64 @llvm.ctpop.i64(i64)
-"""
-
 # The window fast path, one template for both merges (``_NARROW_PARTS[union]`` fills it):
 # - intersection: rows whose common columns lie in a window of 64 (blocks, bands, meshes in a good order):
 #   each row's columns in the window become a 64-bit mask, and only the bits of the masks' AND are visited
@@ -225,9 +212,11 @@ _TAIL = loop_head("tail_{x}", "t{x}_body", "{enter}", [("t{x}", "i64", "%{cursor
 _TAILS = dict(a=dict(cursor="i", enter="head", out="o", stop="ib", exit="tail_b", operands="%tva, {zero_b}"),
               b=dict(cursor="j", enter="tail_a", out="toa", stop="jb", exit="row_end", operands="{zero_a}, %tvb"))
 
-# Union: op(a, 0), op(0, b) or op(a, b) for every column either row holds, kept when not zero.
-_UNION = (_ROW_HEAD + "{merge_step}{tail_a}{tail_b}" + """row_end:
-  %o_end = phi i64 [%tob, %tail_b], [%os, %same_head], [%nw_o, %nw_head]
+# The merge of rows, one template for both (``_ROWS_PARTS[union]`` fills it): the intersection keeps op(a, b)
+# where both rows hold the column; the union op(a, 0), op(0, b) or op(a, b) for every column either row holds,
+# the rows' tails after the merge step; either kept when not zero.
+_ROWS = _ROW_HEAD + """{merge_step}{tails}row_end:
+  %o_end = phi i64 {o_end}, [%os, %same_head], {o_window}
 {end_store}
   br label %row
 done:
@@ -236,7 +225,9 @@ done:
 
 declare i64 @llvm.cttz.i64(i64, i1)
 declare i64 @llvm.ctpop.i64(i64)
-""")
+"""
+_ROWS_PARTS = {False: dict(tails="", o_end="[%o, %head]", o_window="[%out, %nw_ends], [%nw_o, %nw_head]"),
+               True: dict(tails="{tail_a}{tail_b}", o_end="[%tob, %tail_b]", o_window="[%nw_o, %nw_head]")}
 
 _BOUNDS = (index_at("%ap", "%r", "%ia") + index_at("%ap", "%r1", "%ib") + index_at("%bp", "%r", "%ja")
            + index_at("%bp", "%r1", "%jb")).rstrip("\n")
