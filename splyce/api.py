@@ -215,7 +215,7 @@ subtract = _binary("subtract", _elementwise_doc(
 
 Two sparse operands merge (a union of their positions) into a sparse result; a dense operand gives a
 dense result.""",
-    "-", ", or bool operands (NumPy's rules)", "subtract", """array([[ 0., -2.],
+    "-", ", or bool operands but two scipy sparse matrices (NumPy's rules; scipy's sparse bool difference\n    is ``a != b``, and so is the drop-in's)", "subtract", """array([[ 0., -2.],
        [ 2.,  0.]])"""))
 
 

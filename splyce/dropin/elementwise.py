@@ -33,6 +33,10 @@ def _sub(a, b):
 
 
 def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
+    if name == "subtract" and out_format is None and _scipy_bool_pair(a, b):
+        # scipy's bool difference of two sparse operands: the positions where they differ (its CSR kernels'
+        # bool wrapper), where NumPy and scipy's DIA refuse ``-`` on bools; as scipy, its own sparse ``!=``
+        return a != b
     if out_format is None and getattr(a, "format", None) == "dia" and _keeps_left_format(name, a, b) \
             and np.shape(a) == np.shape(b):
         from splyce.dropin import dia_ops
@@ -130,6 +134,13 @@ def _with_unpartnered(out, ta: SparseTensor, tb: SparseTensor):
     merged = sps.csr_array(out + extra)
     merged.sum_duplicates()
     return merged
+
+
+def _scipy_bool_pair(a, b) -> bool:
+    """Two scipy sparse bool matrices of one shape, neither a DIA (whose difference scipy refuses as NumPy)."""
+    sps = sys.modules.get("scipy.sparse")
+    return sps is not None and sps.issparse(a) and sps.issparse(b) and a.dtype == np.bool_ \
+        and b.dtype == np.bool_ and a.shape == b.shape and "dia" not in (a.format, b.format)
 
 
 def _dense_sum(name: str, a, b, sparse_first: bool) -> np.ndarray:

@@ -167,10 +167,9 @@ def test_malformed_buffers_of_each_format_refused(case):
         pytest.fail(f"{label}: {op} accepted the malformed operand")
 
 
-@pytest.mark.xfail(strict=True, reason="bool - bool: scipy's CSR-based formats answer (a != b, a bool result); the "
-                   "drop-ins refuse as NumPy does (TypeError). Known gap (issue 56), the elementwise path's owner")
 @pytest.mark.parametrize("fmt", ("csr", "coo", "lil"))
 def test_bool_subtract_follows_scipy(fmt):
+    """bool - bool of scipy sparse matrices: scipy answers (``a != b``, a bool result) where NumPy refuses."""
     a = _as(fmt, _dense((12, 9), 0.25, 0, np.bool_))
     b = _as(fmt, _dense((12, 9), 0.3, 50, np.bool_))
     _check(f"{fmt} bool subtract", lambda: splyce.subtract(a, b), lambda: a - b)
