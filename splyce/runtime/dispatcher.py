@@ -22,7 +22,7 @@ from splyce.planner import cuts, nonfinite
 from splyce.planner.plan import make_plan
 from splyce.runtime import (aliasing, arguments, call_args, disk_cache, disk_kernels, lane_tuning, library,
                             result_tree, scipy_results, staged)
-from splyce.runtime import host_stages
+from splyce.runtime import glue, host_stages
 from splyce.runtime import deferred_checks
 from splyce.planner.host_steps import has_host_steps
 from splyce.runtime.cache_key import CacheInfo, CacheKey, count_of
@@ -390,6 +390,8 @@ class Jitted:
             _, tree, plan = planned or self._lowerings[key]
             call = library.choose(plan, key.options, self.out_format) if key.options.library and \
                 not isinstance(plan, (staged.StagedPlan, host_stages.StagedPlan)) else None
+            if call is None and not isinstance(plan, (staged.StagedPlan, host_stages.StagedPlan)):
+                call = glue.choose(plan, key.options)    # dense elementwise glue only: NumPy, no MLIR
             if isinstance(plan, staged.StagedPlan):      # compiled loops: run as stages (runtime/staged.py)
                 kernel = staged.StagedKernel(plan, tree)
             elif isinstance(plan, host_stages.StagedPlan):   # cut at its host steps: a kernel per stage
@@ -425,6 +427,7 @@ class Jitted:
             return kernel
 
         call = library.choose(plan, key.options, key.out_format) if key.options.library else None
+        call = call or glue.choose(plan, key.options)
         if call is not None:
             return library.LibraryKernel(call, None, plan, key.options.threads, mlir)
         return mlir()
