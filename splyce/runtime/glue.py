@@ -20,9 +20,20 @@ from __future__ import annotations
 import numpy as np
 
 from splyce.planner.kernel_choice import LibraryOp
-from splyce.runtime.library import LibraryCall
+from splyce.runtime.library import LibraryCall, LibraryKernel
 
 FLOATS = ("float32", "float64")
+
+
+class GlueKernel(LibraryKernel):
+    """A ``LibraryKernel`` over a glue call: every call runs the plan's own steps before the glue
+    (``plan.prepare``: its native products, which check each index they read) and then NumPy, never the MLIR
+    kernel's loops (``run_exact``; a plan with a distributed factor or a scatter is never glue), so the
+    dispatcher's deferred checks (runtime/deferred_checks.py) follow its plan as a ``Kernel``'s."""
+
+
+def is_glue(call) -> bool:
+    return call is not None and call.formulation == "numpy" and call.op.op == "glue"
 
 
 def choose(plan, options) -> LibraryCall | None:
