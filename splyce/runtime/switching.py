@@ -26,7 +26,7 @@ import threading
 
 from splyce.planner import cuts
 from splyce.runtime import glue, library, staged
-from splyce.tracer.ir import walk
+from splyce.tracer.ir import Node, walk
 
 ENV = "SPLYCE_BACKGROUND_COMPILE"
 
@@ -59,7 +59,9 @@ def native_first(plan, options, stage_jitted) -> "staged.StagedPlan | None":
             # a product of arguments: its stage's plan computes it natively where the chooser takes it
             a, x = node.args
             sizes = tuple(plan.nnz[v.params[0]] if v.params[0] < len(plan.nnz) else 0 for v in (a, x))
-            if a.type.is_sparse and not x.type.is_sparse and wanted(node, (a.type, x.type), sizes) is not None:
+            candidate = Node(node.op, (Node("input", (), (0,), a.type), Node("input", (), (1,), x.type)),
+                             node.params, node.type)
+            if a.type.is_sparse and not x.type.is_sparse and wanted(candidate, (a.type, x.type), sizes) is not None:
                 continue
             return None
         if not _glue_node(node):
