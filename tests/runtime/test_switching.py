@@ -54,7 +54,7 @@ def _operands(f, n_sparse, dtype, two_d):
     return mats, x
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", [np.float64, pytest.param(np.float32, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("f,n_sparse,taken", PROGRAMS, ids=[p[0].__name__ for p in PROGRAMS])
 def test_first_calls_then_fused(f, n_sparse, taken, dtype):
     mats, x = _operands(f, n_sparse, dtype, f is relu_layers)
