@@ -10,7 +10,9 @@ installed package's is. ``first_s`` is the first call's wall time (trace,
 plan, compile, load and one run); splyce's is split into ``trace_plan_s`` (the rest), ``mlir_s`` (lowering to
 MLIR, sparsifier, Splyce pass, MLIR -> LLVM IR), ``llvm_s`` (LLVM's optimisation pipeline), ``codegen_load_s``
 (instruction selection, linking, loading) summed over the kernels the call compiled, and ``run_s`` (the
-second call). JAX operates on a ``BCOO`` made from the same matrix.
+second call). JAX operates on a ``BCOO`` made from the same matrix. Where splyce answers from native
+stages while the fused kernel compiles on a background thread (runtime/switching.py: the PageRank steps),
+the stages compiled during the first call are 0; the second call runs whichever is ready then.
 
 ``python -m splyce.bench.first_call [--n 30000] [--repeats 2] [--programs spmv,gcn,pagerank10]``
 """

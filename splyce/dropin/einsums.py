@@ -44,6 +44,39 @@ class _Einsum:
         return hash(("einsum", self.subscripts))
 
 
+# The longest row of a CSR by its row starts' array, cached by that array's identity (weakly): the O(1) part
+# of the small-call rule below. An array changed in place after it was cached only misjudges the thread count
+# (never a result: the native calls check and compute on what they are given).
+_longest_rows: dict = {}
+
+
+def _longest_row(indptr) -> int:
+    hit = _longest_rows.get(id(indptr))
+    if hit is not None and hit[0]() is indptr:
+        return hit[1]
+    longest = int((indptr[1:] - indptr[:-1]).max(initial=0)) if len(indptr) > 1 else 0
+    if len(_longest_rows) >= 256:
+        _longest_rows.clear()
+    try:
+        _longest_rows[id(indptr)] = (weakref.ref(indptr), longest)
+    except TypeError:                     # not weakly referenceable: not cached
+        pass
+    return longest
+
+
+def small_masked_call(mask_entries: int, a_entries: int, b_indptr) -> bool:
+    """Whether a masked product (``"ik,kj,ij->ij"``, the triangle sum) is surely too small to gain from a
+    second thread: its work (mask entries plus products, at most ``nnz(A)`` times B's longest row) below
+    ``native.masked_chunks.serial_max_work()``, under which the native kernel runs one chunk anyway. Decided
+    here before any per-call NumPy pass (the kernel's own check costs 3-8 us, 5-20 % of a call on a 1k-node
+    mesh: the default thread count measured 0.81x and 0.92x one thread there, bench default_threads), with
+    B's longest row cached per array (``_longest_row``)."""
+    limit = _masked_chunks.serial_max_work()
+    if a_entries * 8 + mask_entries >= limit:
+        return False
+    return a_entries * max(_longest_row(b_indptr), 8) + mask_entries < limit
+
+
 def _masked_product(formulation, roles, operands, threads):
     """Masked SpGEMM or SDDMM (see ``choose_einsum_formulation``): a canonical csr_array on the mask's
     positions, zero results dropped."""
@@ -57,6 +90,8 @@ def _masked_product(formulation, roles, operands, threads):
     if formulation is Formulation.MASKED_GUSTAVSON:
         A = convert(operands[left], CSR, "a").tensor
         B = convert(operands[right], CSR, "b").tensor
+        if threads > 1 and small_masked_call(len(M.crd[1]), len(A.crd[1]), B.pos[1]):
+            threads = 1                   # the small-call rule: no chunking pass, no pool
         parts = [(t.values.astype(dtype, copy=False), t.crd[1], t.pos[1]) for t in (A, B)]
         out = native_masked.masked_spgemm(m_parts, parts[0], parts[1], M.shape[1], dtype, threads)
     else:
@@ -298,17 +333,15 @@ def _fast_masked_sum(subscripts, a, b, c, threads=1):
     pc = pa if c is a else pb if c is b else _sum_parts(c, dtype, idx, m)
     if pb is None or pc is None:
         return None
-    if threads != 1:        # only a small a: bounded by b's longest row first (no pass over a's columns);
-        ac, limit = pa[1], _masked_chunks.serial_max_work()      # else counted exactly, a's columns checked
+    if threads != 1 and not small_masked_call(len(pc[1]), len(pa[1]), pb[2]):
+        # only a small a: bounded by b's longest row first (cached per array: no pass over a's columns); else
+        ac, limit = pa[1], _masked_chunks.serial_max_work()      # counted exactly, a's columns checked
         if len(ac) * 8 > limit:                                  # in range first (they index the count; the
             return None                                          # native call checks everything again)
-        bp = pb[2]
-        longest = int((bp[1:] - bp[:-1]).max(initial=0)) if len(bp) > 1 else 0
-        if len(ac) * max(longest, 8) + len(pc[1]) >= limit:
-            if len(ac) and (int(ac.min()) < 0 or int(ac.max()) >= n1):
-                return None
-            if not _masked_chunks.small_masked_work(len(pc[1]), ac, bp, limit):
-                return None
+        if len(ac) and (int(ac.min()) < 0 or int(ac.max()) >= n1):
+            return None
+        if not _masked_chunks.small_masked_work(len(pc[1]), ac, pb[2], limit):
+            return None
     fmt = _SUM_FORMATS.get(idx)
     if fmt is None:
         fmt = _SUM_FORMATS[idx] = CSR.with_widths(idx.itemsize * 8, idx.itemsize * 8)

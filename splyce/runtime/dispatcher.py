@@ -22,7 +22,7 @@ from splyce.planner import cuts, nonfinite
 from splyce.planner.plan import make_plan
 from splyce.runtime import (aliasing, arguments, call_args, disk_cache, disk_kernels, lane_tuning, library,
                             result_tree, scipy_results, staged)
-from splyce.runtime import host_stages
+from splyce.runtime import glue, host_stages, switching
 from splyce.runtime import deferred_checks
 from splyce.planner.host_steps import has_host_steps
 from splyce.runtime.cache_key import CacheInfo, CacheKey, count_of
@@ -41,7 +41,7 @@ from splyce.tracer.tracer import OUT_FORMATS, Tracer, copy_of
 
 _LIVE: "weakref.WeakSet[Jitted]" = weakref.WeakSet()   # for splyce.clear_cache()
 _log = logging.getLogger("splyce.cache")
-_CHECKING = (Kernel, staged.StagedKernel)    # kernels whose checking native steps deferred_checks follows
+_CHECKING = (Kernel, staged.StagedKernel, glue.GlueKernel)    # kernels whose checking native steps deferred_checks follows
 _BY_TOKEN: "weakref.WeakValueDictionary[str, Jitted]" = weakref.WeakValueDictionary()   # unpickling
 
 
@@ -268,7 +268,10 @@ class Jitted:
 
     def kernel_for(self, *args, **kwargs) -> tuple[Kernel, list]:
         """The compiled kernel for these arguments (compiling on a miss) and the prepared operands."""
-        return self._kernel_for_call(self._flattened(args, kwargs))
+        kernel, values = self._kernel_for_call(self._flattened(args, kwargs))
+        if isinstance(kernel, switching.SwitchKernel):   # compiling off the critical path: waited for
+            kernel = kernel.fused()
+        return kernel, values
 
     def _flattened(self, args, kwargs) -> call_args.Call:
         """The call, canonicalized and flattened; refused when called with tracers (no kernel of its own)."""
@@ -390,17 +393,28 @@ class Jitted:
             _, tree, plan = planned or self._lowerings[key]
             call = library.choose(plan, key.options, self.out_format) if key.options.library and \
                 not isinstance(plan, (staged.StagedPlan, host_stages.StagedPlan)) else None
+            if call is None and not isinstance(plan, (staged.StagedPlan, host_stages.StagedPlan)):
+                call = glue.choose(plan, key.options)    # dense elementwise glue only: NumPy, no MLIR
             if isinstance(plan, staged.StagedPlan):      # compiled loops: run as stages (runtime/staged.py)
                 kernel = staged.StagedKernel(plan, tree)
             elif isinstance(plan, host_stages.StagedPlan):   # cut at its host steps: a kernel per stage
                 kernel = host_stages.StagedKernel(plan, tree, lambda p: self._stage_kernel(key, p))
             elif call is not None:     # the drop-in's native kernel: no MLIR compile unless asked for
-                kernel = library.LibraryKernel(call, tree, plan, key.options.threads,
+                kernel = (glue.GlueKernel if glue.is_glue(call) else library.LibraryKernel)(
+                                               call, tree, plan, key.options.threads,
                                                lambda: self._mlir_kernel(key, specs, values, planned),
                                                follow_default=self._option_args["threads"] is None)
             else:
-                prewarm()      # the allocator helpers build on another thread while MLIR lowers this plan
-                kernel = self._mlir_kernel(key, specs, values, planned)
+                # a program of native products and glue: its first calls from native stages while the fused
+                # kernel compiles on another thread (runtime/switching.py)
+                first = switching.native_first(plan, key.options, self._stage_jitted) if planned else None
+                if first is not None:
+                    kernel = switching.SwitchKernel(staged.StagedKernel(first, tree),
+                                                    lambda: self._mlir_kernel(key, specs, values, planned),
+                                                    (self._cache, self._by_signature))
+                else:
+                    prewarm()      # the allocator helpers build on another thread while MLIR lowers this plan
+                    kernel = self._mlir_kernel(key, specs, values, planned)
             with self._lock:
                 self.misses += 1
                 self._cache[key] = kernel
@@ -425,8 +439,10 @@ class Jitted:
             return kernel
 
         call = library.choose(plan, key.options, key.out_format) if key.options.library else None
+        call = call or glue.choose(plan, key.options)
         if call is not None:
-            return library.LibraryKernel(call, None, plan, key.options.threads, mlir)
+            return (glue.GlueKernel if glue.is_glue(call) else library.LibraryKernel)(
+                call, None, plan, key.options.threads, mlir)
         return mlir()
 
     def _mlir_kernel(self, key: CacheKey, specs, values, planned) -> Kernel:
@@ -599,6 +615,9 @@ class Jitted:
             A named tuple ``(hits, misses, currsize, compiles, disk_hits)``: ``compiles`` counts kernels the
             compiler built, ``disk_hits`` misses served by the on-disk cache instead.
         """
+        for kernel in list(self._cache.values()):
+            if isinstance(kernel, switching.SwitchKernel):
+                kernel.settle()          # a fused kernel compiling off the critical path: counted once built
         return CacheInfo(self.hits + count_of(self._fast_hits), self.misses, len(self._cache), self.compiles,
                          self.disk_hits)
 

@@ -58,10 +58,11 @@ CASES = [
 
 
 def _kernel(f, args):
+    from splyce.runtime.glue import GlueKernel
     from splyce.runtime.kernel import Kernel
 
     kernel, _ = f.kernel_for(*args)
-    return kernel if type(kernel) is Kernel else None
+    return kernel if type(kernel) in (Kernel, GlueKernel) else None
 
 
 # ``merged``'s ``(a + a.T) @ x`` of a csr_matrix is an np.matrix product, another case: csr_array only
