@@ -448,4 +448,32 @@ def held_times_dense(node: Node, inputs: tuple[TensorType, ...]) -> tuple[tuple[
         return None
     if not (a.dtype == z.dtype == node.type.dtype):
         return None
-    return (node.args[0].params[0], node.args[1].params[0]), f"{a.stored.split()[0]} x dense"
+    kind = a.stored.split()[0]
+    columns = z.shape[1] if z.ndim == 2 else 1
+    how = f"{kind} x dense" + (VIA_CSR if columns >= HELD_VIA_CSR_COLUMNS[kind] else "")
+    return (node.args[0].params[0], node.args[1].params[0]), how
+
+
+# ``held_times_dense``: from this many dense columns on, the held argument is converted to CSR inside the call
+# (``Held.times_dense(via_csr=True)``: a stable counting sort by rows, so each row's entries keep the held
+# format's summation order, explicit zeros kept) and the CSR kernel (native/spmv.py, rows split over the call's
+# threads) runs: the conversion costs less than what the CSR kernel saves over the held one. Measured on the
+# 2-core Zen 4 VM (2026-12-08, load ~9, thread CPU time, best of 9, threads=1; /tmp scripts in the helper's
+# report), A @ X against the conversion plus the CSR SpMM:
+# - COO (360k rows, 3.6M entries, shuffled): the held kernel 12 ms a column, the CSR one 6.2, the conversion
+#   57 ms (~4.5 held SpMVs): 4 columns 52 held / 84 converted, 16 columns 190 / 157; so from 12 columns.
+# - BSR: 3 x 3 (270k rows) 16 columns 12.6 held / 5.6 + 9.6 converted, 32 columns 21.1 / 5.6 + 15.1;
+#   4 x 4 (90k rows) 16 columns 7.8 / 3.9 + 8.0, 32 columns 33.5 / 3.8 + 17.7: from 17 columns (the native
+#   BSR kernel leaves its unrolled block loop past 16).
+# - DIA (5-point, 90k rows): 16 columns 1.97 / 0.73 + 1.76, 32 columns 5.8 / 0.73 + 3.6: from 17 columns.
+# Below these the held kernel stays (SpMV: every held format beats its conversion).
+HELD_VIA_CSR_COLUMNS = {"coo": 12, "bsr": 17, "dia": 17}
+VIA_CSR = ", via csr"
+
+
+def held_via_csr_reason(kind: str, result: TensorType) -> str:
+    """The plan's words for a held argument that ``held_times_dense`` converts in the call."""
+    columns = result.shape[1] if result.ndim == 2 else 1
+    return (f"its product with {columns} dense columns runs on the CSR kernel, converted once in the call in the "
+            f"{kind}'s own summation order (from {HELD_VIA_CSR_COLUMNS[kind]} columns the conversion costs less "
+            "than the CSR kernel saves: kernel_choice.HELD_VIA_CSR_COLUMNS)")
