@@ -61,8 +61,10 @@ class LibraryCall:
                     f"kernel is compiled only when asked for")
         if self.op.types and self.op.types[0].stored:
             t = self.op.types[0]
+            how = ("converted in the call to a CSR in its own summation order, then the CSR kernel"
+                   if self.formulation.endswith(VIA_CSR) else "kept, read on its own buffers")
             return (f"// runs on the native kernel library: {call} as '{self.formulation}': %arg{self.op.operands[0]} "
-                    f"({t.stored} {t.shape[0]}x{t.shape[1]}) kept, read on its own buffers; the conversion above is "
+                    f"({t.stored} {t.shape[0]}x{t.shape[1]}) {how}; the conversion above is "
                     f"the MLIR kernel's, compiled only when asked for")
         if self.guarded:
             return (f"// runs on the native kernel library when the values allow: {call} as '{self.formulation}' "
