@@ -189,8 +189,8 @@ def _held_call(plan, node: Node) -> LibraryCall | None:
     op = LibraryOp("matmul", None, operands, tuple(plan.source.inputs[i] for i in operands), node.type,
                    reads=operands, transposed=(False, False))
     via = formulation.endswith(VIA_CSR)
-    kept = plan._replace(held=tuple((i, held_via_csr_reason(formulation.split()[0], node.type) if via else "") if i == operands[0]
-                                    else (i, why) for i, why in plan.held))
+    why_kept = held_via_csr_reason(formulation.split()[0], node.type) if via else ""
+    kept = plan._replace(held=tuple((i, why_kept) if i == operands[0] else (i, why) for i, why in plan.held))
     return LibraryCall(op, formulation, _held_runner(formulation), plan=kept,
                        detail="converted in the call to a CSR in its own summation order" if via else
                        "the held operand's own buffers, not converted")
