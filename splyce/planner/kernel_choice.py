@@ -448,4 +448,49 @@ def held_times_dense(node: Node, inputs: tuple[TensorType, ...]) -> tuple[tuple[
         return None
     if not (a.dtype == z.dtype == node.type.dtype):
         return None
-    return (node.args[0].params[0], node.args[1].params[0]), f"{a.stored.split()[0]} x dense"
+    kind = a.stored.split()[0]
+    columns = z.shape[1] if z.ndim == 2 else 1
+    return (node.args[0].params[0], node.args[1].params[0]), f"{kind} x dense" + (
+        VIA_CSR if held_via_csr(a.stored, columns) else "")
+
+
+# ``held_times_dense``: where the held argument is converted to CSR inside the call (``Held.times_dense(via_csr=
+# True)``: a stable counting sort by rows, so each row's entries keep the held format's summation order, duplicates
+# and explicit zeros kept: scipy's bits) and the CSR kernel (native/spmv.py, rows split over the call's threads)
+# runs: where the conversion costs less than what the CSR kernel saves over the held one. Measured on the 2-core
+# Zen 4 VM (2026-12-08, load 9-11 from other sessions, thread CPU time, best of 7-9, one thread), ``A @ X``
+# held / conversion + CSR kernel, the ``bench jit_formats --quick`` matrices:
+# - COO (360k rows, 3.6M entries, shuffled): SpMV 12-14 / 57-62 + 9.5 ms; 4 columns 52 / 57 + 27; 16 columns
+#   190-200 / 57-62 + 100-108. The held kernel takes ~12 ms a column, the CSR one ~6.2: from 12 columns.
+# - BSR of 16 or more entries a block (4 x 4, 90k rows; conversion 3.3-3.9 ms): 8 columns 3.0-3.6 / 5.3;
+#   16 7.8-18 / 8-9; 17 31.6 / 9.7; 24 16.8 / 11.9; 32 33-40 / 18-21; 48 73 / 64: from 17 columns. Smaller
+#   blocks (3 x 3, 270k rows; conversion 4.7 ms): the held kernel is the CSR one's speed at 8-48 columns
+#   (4.5 / 5.2 ... 56 / 63 ms): kept.
+# - DIA (5-point, 90k rows): the held kernel is slower than the CSR one (16 columns 1.9-2.7 / 1.4-1.7 ms, 32
+#   columns 5.4-5.8 / 3.1-3.6) but the conversion (2.0 ms, every in-range position) eats the gain up to 48
+#   columns (7.9 / 2.0 + 7.5): kept.
+# SpMV and few columns: every held format beats its conversion (the conversion is 1-5 held SpMVs).
+HELD_VIA_CSR_COLUMNS = {"coo": 12, "bsr": 17, "dia": None}
+HELD_VIA_CSR_BLOCK = 16    # BSR: blocks of at least this many entries
+VIA_CSR = ", via csr"
+
+
+def held_via_csr(stored: str, columns: int) -> bool:
+    """Whether ``A @ X`` of an argument held as ``stored`` (``"coo"``, ``"bsr 4x4"``, ``"dia"``) with ``columns``
+    dense columns (1: a vector) runs converted in the call (``HELD_VIA_CSR_COLUMNS``)."""
+    kind, *block = stored.split()
+    first = HELD_VIA_CSR_COLUMNS.get(kind)
+    if first is None or columns < first:
+        return False
+    if kind == "bsr":
+        R, C = (int(d) for d in block[0].split("x"))
+        return R * C >= HELD_VIA_CSR_BLOCK
+    return True
+
+
+def held_via_csr_reason(kind: str, result: TensorType) -> str:
+    """The plan's words for a held argument that ``held_times_dense`` converts in the call."""
+    columns = result.shape[1] if result.ndim == 2 else 1
+    return (f"its product with {columns} dense columns runs on the CSR kernel, converted once in the call in the "
+            f"{kind}'s own summation order (from {HELD_VIA_CSR_COLUMNS[kind]} columns the conversion costs less "
+            "than the CSR kernel saves: kernel_choice.held_via_csr)")

@@ -19,6 +19,7 @@ from splyce.planner.gathers import Gathered, describe as describe_gather, gather
 from splyce.planner.elementwise import fuse_elementwise, fuse_reductions, propagates_nan
 from splyce.planner.fusion import Planner, describe, distributed_factors, input_node, on_host, pinned
 from splyce.planner.in_place import in_place_results
+from splyce.planner.kernel_choice import VIA_CSR, held_via_csr_reason
 from splyce.planner.memory import budget_bytes, format_bytes
 from splyce.planner.restored_operands import restore_blocked_operands
 from splyce.planner.rewrite import Fusion, readers, uses, with_args, with_order
@@ -382,6 +383,10 @@ def make_plan(trace: Trace, nnz: tuple[int, ...], scatter: bool = True, constant
         first <= i < len(trace.inputs) and not s.type.is_sparse and gathered[i - first].spec[0][0] != "check"))
     planned = Trace(planned.inputs, planned.outputs, in_place_results(planned, fresh))
     natively = {k for s in sources if s.native is not None for k in s.native.operands}
+    for s in sources:       # a held product converted in the call by the chooser's rule (``VIA_CSR``)
+        if s.native is not None and s.native.formulation.endswith(VIA_CSR) and s.native.operands[0] in held_args:
+            why_converted[s.native.operands[0]].append(
+                held_via_csr_reason(s.native.formulation.split()[0], s.type))
     held = tuple((i, "; ".join(dict.fromkeys(why_converted[i])) or ("" if i in natively else "unread"))
                  for i in sorted(held_args))
     plan = Plan(source, planned, tuple(sources), tuple(steps), tuple(fusions), tuple(nnz), derived, gathered,

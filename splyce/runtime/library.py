@@ -26,8 +26,8 @@ import threading
 import numpy as np
 
 from splyce.native.records import record
-from splyce.planner.kernel_choice import (LibraryOp, held_times_dense, is_csc, is_csr, is_sparse_vector,
-                                          library_op, native_step_wanted)
+from splyce.planner.kernel_choice import (VIA_CSR, LibraryOp, held_times_dense, held_via_csr_reason, is_csc,
+                                          is_csr, is_sparse_vector, library_op, native_step_wanted)
 from splyce.planner.plan import NativeStep
 from splyce.runtime import forms, providers
 from splyce.runtime.kernel import factors_finite
@@ -61,8 +61,10 @@ class LibraryCall:
                     f"kernel is compiled only when asked for")
         if self.op.types and self.op.types[0].stored:
             t = self.op.types[0]
+            how = ("converted in the call to a CSR in its own summation order, then the CSR kernel"
+                   if self.formulation.endswith(VIA_CSR) else "kept, read on its own buffers")
             return (f"// runs on the native kernel library: {call} as '{self.formulation}': %arg{self.op.operands[0]} "
-                    f"({t.stored} {t.shape[0]}x{t.shape[1]}) kept, read on its own buffers; the conversion above is "
+                    f"({t.stored} {t.shape[0]}x{t.shape[1]}) {how}; the conversion above is "
                     f"the MLIR kernel's, compiled only when asked for")
         if self.guarded:
             return (f"// runs on the native kernel library when the values allow: {call} as '{self.formulation}' "
@@ -77,6 +79,16 @@ register = providers.register   # ``provider(op: LibraryOp, options: Options) ->
 def _run_held(values, threads):
     """A held BSR / DIA / COO argument times a dense operand on its own buffers (tensors/held.py)."""
     return values[0].times_dense(values[1])
+
+
+def _run_held_via_csr(values, threads):
+    """The same converted in the call to a CSR in the held format's summation order, then the CSR kernel on
+    ``threads`` threads (``kernel_choice.HELD_VIA_CSR_COLUMNS``)."""
+    return values[0].times_dense(values[1], threads, via_csr=True)
+
+
+def _held_runner(formulation: str):
+    return _run_held_via_csr if formulation.endswith(VIA_CSR) else _run_held
 
 
 def _pinned(trace) -> bool:
@@ -176,9 +188,12 @@ def _held_call(plan, node: Node) -> LibraryCall | None:
     operands, formulation = found
     op = LibraryOp("matmul", None, operands, tuple(plan.source.inputs[i] for i in operands), node.type,
                    reads=operands, transposed=(False, False))
-    kept = plan._replace(held=tuple((i, "") if i == operands[0] else (i, why) for i, why in plan.held))
-    return LibraryCall(op, formulation, _run_held, detail="the held operand's own buffers, not converted",
-                       plan=kept)
+    via = formulation.endswith(VIA_CSR)
+    why_kept = held_via_csr_reason(formulation.split()[0], node.type) if via else ""
+    kept = plan._replace(held=tuple((i, why_kept) if i == operands[0] else (i, why) for i, why in plan.held))
+    return LibraryCall(op, formulation, _held_runner(formulation), plan=kept,
+                       detail="converted in the call to a CSR in its own summation order" if via else
+                       "the held operand's own buffers, not converted")
 
 
 def _form_call(form: forms.Form) -> LibraryCall:
@@ -245,6 +260,9 @@ def native_steps(options):
         if not node.type.is_sparse:
             held = held_times_dense(node, inputs)
             if held is not None:    # an argument held as BSR / DIA / COO: its own kernel, never a conversion
+                if held[1].endswith(VIA_CSR):
+                    return NativeStep("matmul", held[0], held[1], _run_held_via_csr,
+                                      "converted in the call to a CSR in its own summation order")
                 return NativeStep("matmul", held[0], held[1], _run_held, "on the operand's own buffers, not converted")
         if any(a.op == "input" and inputs[a.params[0]].stored for a in node.args):
             return None             # (any other op on a held argument reads its CSR)

@@ -137,13 +137,20 @@ class Held:
         return self._nnz
 
     # -- the products the native kernel library has on the held format ------------------------------------------
-    def times_dense(self, x: np.ndarray) -> np.ndarray:
+    def times_dense(self, x: np.ndarray, threads: int = 1, via_csr: bool = False) -> np.ndarray:
         """``A @ x`` for a dense 1-D or 2-D ``x`` of the operand's value dtype whose first dimension is its
-        column count, on the held buffers (scipy's sums, bit for bit)."""
+        column count, on the held buffers (scipy's sums, bit for bit). ``via_csr`` (the planner's choice:
+        ``kernel_choice.HELD_VIA_CSR_COLUMNS``): converted first to a CSR whose rows keep the held format's
+        summation order (``in_row_order``), then the CSR kernel on ``threads`` threads: the same sums."""
         from splyce.native import bsr, coo, dia
 
         x = np.ascontiguousarray(x, dtype=self.dtype)
         m, n = self.shape
+        if via_csr:
+            from splyce.native.spmv import csr_times_dense
+
+            indptr, indices, data = self.in_row_order()
+            return csr_times_dense(indptr, indices, data, x, threads)
         if self.kind == "bsr":
             indptr, indices, data = self.parts
             y = bsr.bsr_times_dense(indptr, indices, data, x, m)
@@ -161,6 +168,50 @@ class Held:
         if y is None:
             raise ValueError(f"{self.name}: a malformed COO: {coo.bad_entry(row, col, m, n)}")
         return y
+
+    def in_row_order(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Checked CSR buffers ``(indptr, indices, data)`` (one index dtype) of the operand whose rows hold its
+        entries in the order the held kernel sums them: a COO's by a stable counting sort on rows (entry order
+        within a row, duplicates and explicit zeros kept: scipy's ``coo_tocsr`` without ``sum_duplicates``), a
+        DIA's diagonal by diagonal (every in-range stored position, zeros kept), a BSR's block by block (scipy's
+        ``bsr_tocsr``, which keeps every block entry). O(nnz + rows); the CSR kernel's row sums over them from
+        +0.0 are then the held kernel's, bit for bit."""
+        m, n = self.shape
+        if self.kind == "bsr":
+            indptr, indices, data = self.parts
+            C = data.shape[2]
+            if bool((np.diff(indptr) < 0).any()):
+                raise ValueError(f"{self.name}: a malformed BSR: indptr decreases")
+            if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= n // C):
+                raise ValueError(f"{self.name}: a malformed BSR: a block column index outside [0, {n // C})")
+            c = self.obj.tocsr()
+            index = np.int32 if self.format.crd_width == 32 else np.int64
+            return (np.ascontiguousarray(c.indptr, dtype=index), np.ascontiguousarray(c.indices, dtype=index),
+                    _values(c.data, self.dtype))
+        if self.kind == "dia":
+            offsets, data = self.parts
+            width = min(data.shape[1], n)
+            rows, cols, vals = [], [], []
+            for k, off in enumerate(offsets.tolist()):
+                lo, hi = max(off, 0), min(width, m + off)
+                if hi > lo:
+                    j = np.arange(lo, hi, dtype=np.int64)
+                    rows.append(j - off)
+                    cols.append(j)
+                    vals.append(data[k, lo:hi])
+            row = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+            col = np.concatenate(cols) if cols else np.zeros(0, np.int64)
+            val = np.concatenate(vals) if vals else np.zeros(0, self.dtype)
+        else:
+            row, col, val = self.parts
+            if len(row):
+                from splyce.native.coo import bad_entry
+
+                if int(row.min()) < 0 or int(row.max()) >= m or int(col.min()) < 0 or int(col.max()) >= n:
+                    raise ValueError(f"{self.name}: a malformed COO: {bad_entry(row, col, m, n)}")
+        index = np.dtype(np.int32 if self.format.crd_width == 32 else np.int64)
+        row, col = row.astype(index, copy=False), col.astype(index, copy=False)
+        return _row_sort(row, col, np.ascontiguousarray(val), m, n, index)
 
     # -- the conversion for what the MLIR kernel reads -------------------------------------------------------
     def to_csr(self):
@@ -206,3 +257,22 @@ def _empty(shape: tuple, dtype: np.dtype, fmt: Format):
         v.flags.writeable = False
     return SparseTensor(shape, fmt, (None, pos), (None, crd), values)
 
+
+
+def _row_sort(row, col, val, m: int, n: int, index: np.dtype):
+    """CSR buffers of in-range coordinates by a stable counting sort on rows (scipy's ``coo_tocsr``: entry order
+    kept within a row, duplicates not summed), or NumPy's stable sort where scipy no longer offers it."""
+    nnz = len(val)
+    try:
+        from scipy.sparse._sparsetools import coo_tocsr
+    except ImportError:
+        coo_tocsr = None
+    indptr = np.empty(m + 1, dtype=index)
+    if coo_tocsr is not None and val.dtype.kind in "fiuc" and val.dtype.isnative:
+        indices, data = np.empty(nnz, dtype=index), np.empty(nnz, dtype=val.dtype)
+        coo_tocsr(m, n, nnz, row, col, val, indptr, indices, data)
+        return indptr, indices, data
+    order = np.argsort(row, kind="stable")
+    indptr[0] = 0
+    np.cumsum(np.bincount(row, minlength=m), out=indptr[1:])
+    return indptr, np.ascontiguousarray(col[order]), np.ascontiguousarray(val[order])

@@ -278,3 +278,61 @@ def test_other_entry_points(fmt):
     _close(splyce.grad(lambda v, m: ((m @ v) ** 2).sum())(x, a), 2 * (a.T @ (a @ x)))
     loop = splyce.jit(lambda m, v: splyce.fori_loop(0, 3, lambda i, w: m @ w, v))
     _close(loop(a, x), a @ (a @ (a @ x)))
+
+
+def _same_bits_nan(x, y):
+    x, y = np.asarray(x), np.asarray(y)
+    assert x.shape == y.shape and x.dtype == y.dtype
+    assert np.array_equal(x, y, equal_nan=True) and np.array_equal(np.signbit(x), np.signbit(y))
+
+
+@pytest.mark.parametrize("fmt", ["bsr", "bsr small", "dia", "coo"])
+def test_many_columns_via_csr_same_bits(fmt):
+    """From ``HELD_VIA_CSR_COLUMNS`` columns on, the chooser converts the held argument in the call to a CSR in its
+    own summation order (a COO's entries stably sorted by row, duplicates and explicit zeros kept; a DIA's
+    diagonal by diagonal) and runs the CSR kernel: scipy's sums on the held format, bit for bit, Inf and NaN
+    included, on any thread count; the plan says so. Fewer columns: the held kernel."""
+    from splyce.planner.kernel_choice import VIA_CSR, held_via_csr
+    from splyce.tensors.held import Held
+
+    rng = np.random.default_rng(17)
+    a = {"bsr": _bsr(rng, 40, 36, (4, 4), 0.3, np.float64), "bsr small": _bsr(rng, 40, 36, (2, 3), 0.3, np.float64),
+         "dia": _dia(rng, 40, 36, [2, -45, 0, -3, 1], np.float64, width=44),
+         "coo": _coo(rng, 40, 36, 0.2, np.float64)}[fmt]
+    a.data[..., :3] = 0.0                                # explicit zeros: times an Inf they give NaN in scipy
+    snap = _snapshot(a)
+    stored = {"bsr": "bsr 4x4", "bsr small": "bsr 2x3"}.get(fmt, fmt)
+    assert held_via_csr(stored, 40) == (fmt in ("bsr", "coo"))   # the chooser's rule (kernel_choice.py)
+    assert not held_via_csr("bsr 3x3", 40) and not held_via_csr("coo", 1) and not held_via_csr("bsr 4x4", 16)
+    first = {"bsr": 17, "coo": 12}.get(fmt, 41)
+    f, f2 = splyce.jit(spmv), splyce.jit(spmv, threads=2)
+    g = splyce.jit(gcn)
+    for k in sorted({min(first, 40) - 1, min(first, 40), 32, 40}):
+        x = rng.standard_normal((36, k))
+        x[[0, 5], 0], x[7, 1] = np.inf, np.nan
+        want = a @ x
+        assert np.isnan(want).any()
+        _same_bits_nan(f(a, x), want)
+        _same_bits_nan(f2(a, x), want)
+        _same_bits_nan(Held(a, "a").times_dense(x, threads=2, via_csr=True), Held(a, "a").times_dense(x))
+        kernel, _ = f.kernel_for(a, x)
+        assert isinstance(kernel, LibraryKernel)
+        assert kernel.call.formulation == f"{fmt.split()[0]} x dense" + (VIA_CSR if k >= first else "")
+        text = f.lower(a, x).as_text("plan")
+        assert ("then the CSR kernel" in text) == (k >= first), text
+        h, w = rng.standard_normal((36, 5)), rng.standard_normal((5, k))
+        _same_bits_nan(g(a, h, w), np.maximum(a @ (h @ w), 0))
+        text = g.lower(a, h, w).as_text("plan")
+        assert (f"converted to csr: its product with {k} dense columns" in text) == (k >= first), text
+        assert "convert %arg0" not in text
+    _unchanged(a, snap)
+
+
+def test_via_csr_refuses_malformed():
+    rng = np.random.default_rng(19)
+    x = rng.random((30, 16))
+    for row, col in (([0, 30], [1, 2]), ([0, -1], [1, 2]), ([0, 1], [1, 30])):
+        a = sps.coo_array((np.ones(2), (np.array([0, 1]), np.array([1, 2]))), shape=(30, 30))
+        a.coords = (np.array(row), np.array(col))        # (scipy checks at construction only)
+        with pytest.raises(ValueError, match="malformed COO"):
+            splyce.jit(spmv)(a, x)
