@@ -3,8 +3,8 @@ the scan inside the exponential search (the lane before), on ``bench sweep``'s s
 
 Both builds compiled in one process (``VECTOR_SCAN`` read when the pass runs), strict and fast_math, every
 candidate checked first (strict: bit-identical to the plain sparsifier; fast_math: within 1e-4 of the exact sum),
-with NumKong's ``sparse_dot`` and the read floor beside them; thread CPU time (``bench limit``'s ``_time_case``: calls per sample calibrated, REPEATS interleaved
-rotated rounds), best, ns per input coordinate; ``/nk``: ratio of medians over NumKong's.
+with NumKong's ``sparse_dot`` and the read floor beside them; thread CPU time (``bench limit``'s ``_time_case``:
+calls per sample calibrated, REPEATS interleaved rotated rounds), best, ns per input coordinate; ``/nk``: ratio of medians over NumKong's.
 
     python docs/scripts/gallop_vector_scan.py [REPEATS] [N] [DISTRIBUTION ...]
 """

@@ -25,6 +25,7 @@ from splyce.passes.gallop_lane import (CONFLICT_FROM, CONFLICT_SLOPE, SCAN_LINES
 from splyce.passes.splyce_pass import run_splyce_pass
 
 FIXTURE = Path(__file__).parent / "kernels_mlir" / "k1_spgemm.mlir"
+AHEAD = gallop_lane.SCAN_PREFETCH * 16   # elements of int32 coordinates the line scan prefetches ahead
 CONFLICT_TEXT = f"+ {CONFLICT_SLOPE} (L - {CONFLICT_FROM - 1}) from short >= {1 << CONFLICT_FROM} (a conflict lane's pair)"
 
 
@@ -71,7 +72,7 @@ def test_scan_budget_computed_once_per_skewed_pair_and_carried_by_the_search(ctx
         re.compile(r"arith\.cmpi ult, %\w+, %\w+ : index"),
         re.compile(r"arith\.cmpi ult, %\w+, %\w+ : index"),
         "scf.condition",
-        re.compile(rf"%(c{gallop_lane.SCAN_PREFETCH * 16})\w* = arith\.constant {gallop_lane.SCAN_PREFETCH * 16} : index"),
+        re.compile(rf"%c{AHEAD}\w* = arith\.constant {AHEAD} : index"),
         re.compile(r"memref\.prefetch %\w+\[%\w+\], read, locality<3>, data : memref<\?xi32>"),
         # stopped on the line holding the answer: one vector compare of the line against the raw key, a popcount
         re.compile(r"arith\.cmpi uge, %\w+, %\w+ : index"),
