@@ -27,10 +27,10 @@ import hashlib
 from dataclasses import replace
 
 from mlir import ir
-from mlir.dialects import arith, func, llvm, math, memref, scf
+from mlir.dialects import arith, func, llvm, math, memref, scf, vector
 
 from splyce.passes.coiteration_match import Coiteration
-from splyce.passes.fast_lane import FastLaneBuilder, _apply_chain, _index, _tree
+from splyce.passes.fast_lane import FastLaneBuilder, _apply_chain, _index, _tree, _vtype
 from splyce.passes.ir_utils import CMPI_UGE, CMPI_UGT, CMPI_ULE, CMPI_ULT
 
 WINDOW = 8  # positions counted branchlessly at the end of a search
@@ -43,6 +43,14 @@ SCAN_LINES = 64
 SCAN_SPAN = 2
 SCAN_MAX_RATIO = 1024
 LINE_BYTES = 64
+# The scan as its own loop (one load, compare and branch a line) and, where it stops inside a line, the position
+# counted by one vector compare of that line against the key (``_line_scan``); False: the scan as the first
+# probes of the exponential search, then its binary search and window count (the lane before 2026-12-08).
+VECTOR_SCAN = True
+# Each line-scan probe also prefetches the coordinates SCAN_PREFETCH lines ahead (0: none; VECTOR_SCAN only):
+# the scan's lines come from L3 or memory one after another and the exit mispredicts at every search, so the
+# hardware prefetcher alone kept the scan waiting (docs/passes.md, "The line scan as its own loop").
+SCAN_PREFETCH = 16
 # Prefetching: when the long fiber has at least LINES_PER_SHORT cache lines of coordinates per short-side
 # coordinate, its first min(PREFETCH_LINES, LINES_PER_SHORT x short length) lines (docs/passes.md,
 # "Prefetching the long fiber": measured against 32, 128 and 256 lines, 2 per short coordinate, no gap test).
@@ -69,6 +77,66 @@ CONFLICT_FROM = 4
 def _coordinate(match: Coiteration, crd, position):
     """crd[position] as the index the sparsifier's loop compares."""
     return _apply_chain(match.cast_chain, memref.load(crd, [position]))[-1]
+
+
+def _line_scan(match: Coiteration, crd, lo, hi, key, raw_key, scan):
+    """``_lower_bound`` with a line scan: while a whole cache line of coordinates lies in ``[a, hi)``, the budget
+    ``scan`` is not spent and the line's last coordinate is below ``key``, move ``a`` one line (a loop of one
+    load, compare and branch a line, and a prefetch ``SCAN_PREFETCH`` lines ahead; the loads' addresses do not
+    depend on their values). When the scan stops
+    on a line holding the answer, the answer is ``a`` plus the count of that line's coordinates below the key
+    (one vector compare against ``raw_key``, the key as a raw coordinate, and a popcount: no search, no
+    branch); otherwise (budget spent, or fewer than a line left) ``_lower_bound``'s search from ``a``."""
+    idx = ir.IndexType.get()
+    per = _per_line(match)
+    line = _index(per)
+    scanning = scf.WhileOp([idx, idx], [lo, _index(0)])
+    before = scanning.before.blocks.append(idx, idx)
+    with ir.InsertionPoint(before):
+        a, probes = before.arguments
+        end = arith.addi(a, line)
+        room = arith.andi(arith.cmpi(CMPI_ULE, end, hi), arith.cmpi(CMPI_ULT, probes, scan))
+        probe = arith.select(room, arith.subi(end, _index(1)), lo)  # an in-bounds load either way
+        below = arith.cmpi(CMPI_ULT, _coordinate(match, crd, probe), key)
+        scf.condition(arith.andi(room, below), [a, probes])
+    after = scanning.after.blocks.append(idx, idx)
+    with ir.InsertionPoint(after):
+        a, probes = after.arguments
+        if SCAN_PREFETCH:
+            # Not clamped to the fiber: the lowering's address arithmetic has no inbounds flag (a pointer past the
+            # buffer is defined) and prefetcht0 never faults; the clamp (a min per probe) cost the gain (15 %)
+            memref.prefetch(crd, [arith.addi(a, _index(SCAN_PREFETCH * per))], False, 3, True)
+        scf.yield_([arith.addi(a, line), arith.addi(probes, _index(1))])
+    a = scanning.results[0]
+    end = arith.addi(a, line)
+    whole = arith.cmpi(CMPI_ULE, end, hi)
+    probe = arith.select(whole, arith.subi(end, _index(1)), lo)
+    inside = arith.andi(whole, arith.cmpi(CMPI_UGE, _coordinate(match, crd, probe), key))
+    found = scf.IfOp(inside, [idx], has_else=True)
+    with ir.InsertionPoint(found.then_block):
+        et = ir.MemRefType(crd.type).element_type
+        keys = vector.load(_vtype(per, et), crd, [a])
+        splat = vector.broadcast(_vtype(per, et), raw_key)
+        mask = arith.cmpi(CMPI_ULT, keys, splat)
+        bits = vector.bitcast(_vtype(1, ir.IntegerType.get_signless(per)), mask)
+        word = vector.extract(bits, [], [0])
+        count = arith.index_castui(idx, math.ctpop(word))
+        scf.yield_([arith.addi(a, count)])
+    with ir.InsertionPoint(found.else_block):
+        rest = scf.IfOp(arith.cmpi(CMPI_ULT, a, hi), [idx], has_else=True)
+        with ir.InsertionPoint(rest.then_block):
+            scf.yield_([_lower_bound(match, crd, a, hi, key)])
+        with ir.InsertionPoint(rest.else_block):
+            scf.yield_([hi])
+        scf.yield_(list(rest.results))
+    return found.results[0]
+
+
+def _vector_scan_ok(match: Coiteration) -> bool:
+    """Whether both fibers' coordinates are one integer type (the raw key compares with the long fiber's lines)."""
+    types = {str(ir.MemRefType(crd.type).element_type) for crd in match.crd_memrefs}
+    return VECTOR_SCAN and len(types) == 1 and isinstance(ir.MemRefType(match.crd_memrefs[0].type).element_type,
+                                                          ir.IntegerType)
 
 
 def _lower_bound(match: Coiteration, crd, lo, hi, key, scan=None):
@@ -355,17 +423,24 @@ def _gallop_epilogue(match: Coiteration, long_c, long_b, counters, scan=None) ->
     nb, nc = (yield_op.operands[p] for p in (sb, sc))
     (hb, hc), (crd_b, crd_c) = match.bounds, match.crd_memrefs
     idx = ir.IndexType.get()
+    lines = scan is not None and _vector_scan_ok(match)
+
+    def search(crd, lo, hi, key_crd, key_pos):
+        raw = memref.load(key_crd, [key_pos])
+        key = _apply_chain(match.cast_chain, raw)[-1]
+        if lines:
+            return _line_scan(match, crd, lo, hi, key, raw, scan)
+        return _lower_bound(match, crd, lo, hi, key, scan)
+
     with ir.InsertionPoint(yield_op):
         both = arith.andi(arith.cmpi(CMPI_ULT, nb, hb), arith.cmpi(CMPI_ULT, nc, hc))
         outer = scf.IfOp(arith.andi(long_c, both), [idx, idx], has_else=True)
         with ir.InsertionPoint(outer.then_block):
-            key = _coordinate(match, crd_b, nb)
-            scf.yield_([nb, _lower_bound(match, crd_c, nc, hc, key, scan)])
+            scf.yield_([nb, search(crd_c, nc, hc, crd_b, nb)])
         with ir.InsertionPoint(outer.else_block):
             inner = scf.IfOp(arith.andi(long_b, both), [idx, idx], has_else=True)
             with ir.InsertionPoint(inner.then_block):
-                key = _coordinate(match, crd_c, nc)
-                scf.yield_([_lower_bound(match, crd_b, nb, hb, key, scan), nc])
+                scf.yield_([search(crd_b, nb, hb, crd_c, nc), nc])
             with ir.InsertionPoint(inner.else_block):
                 scf.yield_([nb, nc])
             scf.yield_(list(inner.results))
@@ -400,7 +475,15 @@ def describe_galloping(ratio: int, conflict: bool = False) -> str:
             f"from short >= {1 << LOG_FROM}, else 0 (the long fiber's first min({PREFETCH_LINES}, "
             f"{LINES_PER_SHORT} x short length) coordinate lines prefetched when it has {LINES_PER_SHORT} per short "
             f"coordinate; each search first scans min({SCAN_LINES}, {SCAN_SPAN} x long / short) lines one by one, "
-            f"none from long >= {SCAN_MAX_RATIO} x short)")
+            f"none from long >= {SCAN_MAX_RATIO} x short{_scan_text()})")
+
+
+def _scan_text() -> str:
+    if not VECTOR_SCAN:
+        return ""
+    ahead = f", {SCAN_PREFETCH} lines ahead prefetched" if SCAN_PREFETCH else ""
+    return f"; the scan a loop of its own{ahead}, the position in its last line by one vector compare"
+
 
 
 # ---------------------------------------------------------------- three- and four-way: leapfrogging

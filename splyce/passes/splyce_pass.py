@@ -79,7 +79,7 @@ _STORE_OPS = {"memref.store": 1, "vector.store": 1, "vector.maskedstore": 0, "ve
               "vector.transfer_write": 1}
 _PURE_PREFIXES = ("arith.", "math.", "scf.", "vector.", "llvm.extractvalue", "llvm.insertvalue",
                   "llvm.mlir.poison", "llvm.mlir.undef", "llvm.mlir.constant",
-                  "llvm.intr.expect", "memref.load", "memref.dim",
+                  "llvm.intr.expect", "memref.load", "memref.prefetch", "memref.dim",   # prefetch: galloping's scan
                   "memref.alloca", "memref.get_global", "memref.extract_strided_metadata") + _VIEW_OPS
 
 

@@ -25,6 +25,7 @@ from splyce.passes.gallop_lane import (CONFLICT_FROM, CONFLICT_SLOPE, SCAN_LINES
 from splyce.passes.splyce_pass import run_splyce_pass
 
 FIXTURE = Path(__file__).parent / "kernels_mlir" / "k1_spgemm.mlir"
+AHEAD = gallop_lane.SCAN_PREFETCH * 16   # elements of int32 coordinates the line scan prefetches ahead
 CONFLICT_TEXT = f"+ {CONFLICT_SLOPE} (L - {CONFLICT_FROM - 1}) from short >= {1 << CONFLICT_FROM} (a conflict lane's pair)"
 
 
@@ -48,7 +49,8 @@ def test_scan_budget_computed_once_per_skewed_pair_and_carried_by_the_search(ctx
     module = _stage1()
     (decision,) = run_splyce_pass(module, Options(phases=5, gallop=16))
     assert f"each search first scans min({SCAN_LINES}, {SCAN_SPAN} x long / short) lines one by one, none from " \
-           f"long >= {SCAN_MAX_RATIO} x short" in decision.reason
+           f"long >= {SCAN_MAX_RATIO} x short; the scan a loop of its own, {gallop_lane.SCAN_PREFETCH} lines ahead " \
+           f"prefetched, the position in its last line by one vector compare" in decision.reason
     assert CONFLICT_TEXT not in decision.reason     # the all-pairs lane: the threshold as before
     text = str(module)
     check_in_order(text, [
@@ -63,15 +65,52 @@ def test_scan_budget_computed_once_per_skewed_pair_and_carried_by_the_search(ctx
         re.compile(rf"arith\.cmpi ult, %\w+, %c{SCAN_MAX_RATIO}\w* : index"),
         re.compile(r"(%\w+) = arith\.select %\w+, %\w+, %c0\w* : index"),
         "scf.while",                                                    # the scalar loop's copy
-        # the search: one line (16 coordinates) a probe while probes < budget, then the step doubles
+        # the line scan, a loop of its own: (position, probes) while a whole line (16 coordinates) is left, probes <
+        # budget and the line's last coordinate < key; each probe prefetches SCAN_PREFETCH lines ahead
+        re.compile(r"scf\.while \(%\w+ = %\w+, %\w+ = %c0\w*\) : \(index, index\) -> \(index, index\)"),
+        re.compile(r"arith\.cmpi ule, %\w+, %\w+ : index"),
+        re.compile(r"arith\.cmpi ult, %\w+, %\w+ : index"),
+        re.compile(r"arith\.cmpi ult, %\w+, %\w+ : index"),
+        "scf.condition",
+        re.compile(rf"%c{AHEAD}\w* = arith\.constant {AHEAD} : index"),
+        re.compile(r"memref\.prefetch %\w+\[%\w+\], read, locality<3>, data : memref<\?xi32>"),
+        # stopped on the line holding the answer: one vector compare of the line against the raw key, a popcount
+        re.compile(r"arith\.cmpi uge, %\w+, %\w+ : index"),
+        re.compile(r"scf\.if %\w+ -> \(index\)"),
+        re.compile(r"vector\.load %\w+\[%\w+#0\] : memref<\?xi32>, vector<16xi32>"),
+        re.compile(r"vector\.broadcast %\w+ : i32 to vector<16xi32>"),
+        re.compile(r"arith\.cmpi ult, %\w+, %\w+ : vector<16xi32>"),
+        re.compile(r"vector\.bitcast %\w+ : vector<16xi1> to vector<1xi16>"),
+        re.compile(r"math\.ctpop %\w+ : i16"),
+        # else (budget spent, or less than a line left): the exponential search from there, the binary search
+        re.compile(r"arith\.cmpi ult, %\w+#0, %\w+ : index"),
+        re.compile(r"scf\.while \(%\w+ = %\w+#0, %\w+ = %\w+, %\w+ = %c0\w*\) : \(index, index, index\)"),
+        re.compile(r"arith\.shli %\w+, %c1\w* : index"),
+        "scf.while",                                                    # the binary search
+    ])
+    # one search per side (and the prefetch function's own prefetch of the long fiber's first lines)
+    assert text.count("memref.prefetch") == 3 and text.count("math.ctpop") == 2
+    # the budget is computed outside the scalar loop's copy: one divui of the lengths per skewed pair
+    assert len(re.findall(r"arith\.divui %\w+, %(?!c)\w+ : index", text)) == 1
+
+
+def test_scan_inside_the_exponential_search_without_vector_scan(ctx, monkeypatch):
+    """``VECTOR_SCAN = False``: the lane before the line scan's own loop (the scan as the first probes of the
+    exponential search, then the binary search and the window count); no prefetch, no popcount."""
+    monkeypatch.setattr(gallop_lane, "VECTOR_SCAN", False)
+    module = _stage1()
+    (decision,) = run_splyce_pass(module, Options(phases=5, gallop=16))
+    assert "a loop of its own" not in decision.reason
+    text = str(module)
+    check_in_order(text, [
+        re.compile(r"func\.call @_splyce_prefetch_"),
+        "scf.while",
         re.compile(r"arith\.select %\w+, %c16\w*, %c8\w* : index"),
         re.compile(r"scf\.while \(%\w+ = %\w+, %\w+ = %\w+, %\w+ = %c0\w*\) : \(index, index, index\)"),
         re.compile(r"arith\.shli %\w+, %c1\w* : index"),
-        re.compile(r"arith\.select %\w+, %\w+, %\w+ : index"),
-        "scf.while",                                                    # the binary search
+        "scf.while",
     ])
-    # the budget is computed outside the scalar loop's copy: one divui of the lengths per skewed pair
-    assert len(re.findall(r"arith\.divui %\w+, %(?!c)\w+ : index", text)) == 1
+    assert text.count("memref.prefetch") == 1 and "math.ctpop" not in text   # the prefetch function's only
 
 
 @pytest.mark.parametrize("short", [1, 8, 15, 16, 64, 512, 4096, 1 << 14])
@@ -190,3 +229,65 @@ def test_conflict_lane_pairs_gallop_from_the_later_threshold():
                 prof = splyce.profile(f, A, B)
                 assert (prof.gallop > 0) == gallops, (short, long, swap, conflict, prof)
                 assert float(f(A, B)) == 0.5 * np.intersect1d(b, c).size
+
+
+def _drawn_pair(seed):
+    """A skewed pair drawn from ``seed`` (not designed per case): the long fiber uniform, in runs or with power-law
+    gaps, anywhere up to the top of the int32 range; the short one partly from the long one, partly past its end;
+    values with NaN / +-Inf / -0.0 / subnormals / huge magnitudes (sums whose bits depend on the order)."""
+    rng = np.random.default_rng(seed)
+    itype = (np.int32, np.int64)[rng.integers(2)]
+    vtype = (np.float32, np.float64)[rng.integers(2)]
+    short = int(rng.integers(1, 300))
+    long = short * int(rng.integers(60, 2500))
+    kind = rng.integers(3)
+    if kind == 0:
+        b = np.sort(rng.choice(long * int(rng.integers(1, 5)), long, replace=False))
+    elif kind == 1:
+        run = int(rng.integers(2, 70))
+        starts = np.sort(rng.choice(4 * long // run + 1, long // run + 1, replace=False)) * run
+        b = (starts[:, None] + np.arange(run)).ravel()[:long]
+    else:
+        b = np.cumsum(1 + np.floor(rng.pareto(1.3, long)).astype(np.int64).clip(0, 1 << 16))
+    b = b + int(rng.integers(0, np.iinfo(np.int32).max - int(b[-1]) - 2 * long - 10))
+    share = rng.uniform(0, 1)
+    hits = rng.choice(b, int(round(short * share)), replace=False)
+    pool = np.arange(int(b[0]) - 3, int(b[-1]) + 2 * long + 5)   # around and past the long fiber
+    misses = rng.choice(np.setdiff1d(pool, b, assume_unique=False), short - hits.size, replace=False)
+    c = np.unique(np.concatenate([hits, misses]).clip(0))
+    dim = int(max(b[-1], c[-1])) + 1
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 1e-40, 1e38, -1e38, 5e-324])
+
+    def values(n):
+        v = rng.choice([-1, 1], n) * 10.0 ** rng.uniform(-7, 7, n)
+        mask = rng.random(n) < 0.02
+        v[mask] = rng.choice(specials, int(mask.sum()))
+        return v.astype(vtype)
+
+    return dim, b.astype(itype), values(b.size), c.astype(itype), values(c.size), itype
+
+
+def _bit_identical_on_drawn_pairs(seeds):
+    plain = splyce.jit(_dot, vectorize=False)
+    lane = splyce.jit(_dot)
+    galloped = 0
+    for seed in seeds:
+        dim, b, bv, c, cv, itype = _drawn_pair(seed)
+        A, B = _row(dim, b, bv, itype), _row(dim, c, cv, itype)
+        assert _same(lane(A, B), plain(A, B)), seed
+        assert _same(lane(B, A), plain(B, A)), seed
+        galloped += splyce.profile(lane, A, B).gallop > 0
+    return galloped
+
+
+def test_line_scan_bit_identical_on_drawn_pairs_quick():
+    """Four drawn skewed pairs (both operand orders): the strict lane with the line scan bit-identical to the
+    plain sparsifier."""
+    assert _bit_identical_on_drawn_pairs(range(4)) >= 3
+
+
+@pytest.mark.slow
+def test_line_scan_bit_identical_on_drawn_pairs():
+    """60 drawn skewed pairs (both operand orders), every search shape: the scan stopping inside a line, at the
+    budget, with less than a line left, keys past the long fiber's end."""
+    assert _bit_identical_on_drawn_pairs(range(100, 160)) >= 50
