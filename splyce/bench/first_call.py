@@ -133,9 +133,9 @@ def _child(name: str, framework: str, n: int) -> dict:
             return out
         compiler.lower = counted_lower
         compiler.Lowering.load = counted_load
-        from splyce.runtime import dispatcher, kernel
+        from splyce.runtime import building, kernel
 
-        dispatcher.lower = kernel.lower = counted_lower
+        building.lower = kernel.lower = counted_lower
     else:
         fun = _jax_program(name, n)
 
