@@ -40,6 +40,8 @@ SUBCOMMANDS = {
                 "vs the same expression in scipy / NumPy (docs/tracing.md)",
     "grad": "a jitted gradient step (GCN, logistic regression, masked factorisation) vs jax.jit(jax.grad) on BCOO "
             "and a hand-written scipy gradient, with first-call times (issue 57; needs jax)",
+    "vector_math": "exp / log / log1p / expm1 / tanh / sin / cos in compiled kernels: max ulp error per dtype and "
+                   "libmvec vs libm vs NumPy speed, jitted exp, log1p of a CSR matrix, the logistic gradient step",
     "all": "every subcommand above but dask, overhead, clients, calls, indexing and grad, in turn",
 }
 ORDER = ["kernels", "ablation", "width", "sparsity", "real", "programs", "threads", "memory", "compile", "limit"]

@@ -85,15 +85,9 @@ def specials_match(got: np.ndarray, expected: np.ndarray) -> bool:
                 np.array_equal(np.signbit(got[special]), np.signbit(expected[special])))
 
 
-def jitted(function: str, vector_math: bool):
-    """A jitted ``np.<function>(a)`` compiled now with or without libmvec."""
-    import splyce
-
-    f = splyce.jit(eval(f"lambda a: __import__('numpy').{function}(a)"))
-    return f
-
-
 def _compile(f, *args, vector_math: bool):
+    """Call ``f`` (a fresh ``splyce.jit``) once with libmvec on or off (``SPLYCE_VECTOR_MATH``, read when a
+    kernel is lowered and in the disk cache key): its kernel is compiled that way from then on."""
     old = os.environ.get("SPLYCE_VECTOR_MATH")
     os.environ["SPLYCE_VECTOR_MATH"] = "1" if vector_math else "0"
     try:
@@ -106,6 +100,13 @@ def _compile(f, *args, vector_math: bool):
     return f
 
 
+def unary(function: str):
+    """A fresh jitted ``np.<function>(a)``."""
+    import splyce
+
+    return splyce.jit(lambda a: getattr(np, function)(a))
+
+
 def accuracy() -> list[dict]:
     rows = []
     for function in FUNCTIONS:
@@ -114,7 +115,7 @@ def accuracy() -> list[dict]:
             ref = reference(function, x)
             with np.errstate(all="ignore"):
                 expected = getattr(np, function)(x)
-            f = _compile(jitted(function, True), x, vector_math=True)
+            f = _compile(unary(function), x, vector_math=True)
             got = f(x)
             rows.append({"function": function, "dtype": np.dtype(dtype).name, "n": x.size,
                          "splyce_ulp": float(ulp_error(got, ref).max()),
@@ -123,68 +124,82 @@ def accuracy() -> list[dict]:
     return rows
 
 
-def _best(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        t0 = time.thread_time()
-        fn()
-        times.append(time.thread_time() - t0)
-    return min(times)
-
-
-def speed(repeats: int = 30) -> list[dict]:
+def speed(repeats: int = 30, tiny: bool = False) -> list[dict]:
+    """Thread CPU time, best of ``repeats`` interleaved calls, of each case with libmvec, with libm and in
+    NumPy / scipy."""
     import scipy.sparse as sps
 
     import splyce
+    import splyce.numpy as snp
 
     rng = np.random.default_rng(0)
+    n = 2_000 if tiny else 100_000
+    x = rng.standard_normal(n)
+    A = sps.random_array((n, n // 5), density=5 / (n // 5), format="csr", rng=1) * 10
+    X = sps.random_array((n, n), density=5 / n, format="csr", rng=2)
+    w = rng.standard_normal(n) * 0.1
+    y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+
+    def logreg(A, w, y):
+        return snp.mean(snp.log1p(snp.exp(-y * (A @ w))))
+
+    def scipy_gradient():
+        s = -y / (1 + np.exp(y * (X @ w))) / n
+        return X.T @ s
+
+    cases = [
+        (f"exp(x) float64, n {n}", lambda: unary("exp"), (x,), lambda: np.exp(x)),
+        (f"exp(x) float32, n {n}", lambda: unary("exp"), (x.astype(np.float32),),
+         lambda: np.exp(x.astype(np.float32))),
+        (f"tanh(x) float64, n {n}", lambda: unary("tanh"), (x,), lambda: np.tanh(x)),
+        (f"log1p(A) of a CSR matrix, nnz {A.nnz}", lambda: unary("log1p"), (A,), lambda: A.log1p()),
+        (f"logistic gradient step, X {n} x {n} nnz {X.nnz}", lambda: splyce.jit(splyce.grad(logreg, argnums=1)),
+         (X, w, y), scipy_gradient),
+    ]
     rows = []
-    x = rng.standard_normal(100_000)
-    cases = [("exp(x), 100k float64", lambda: splyce.jit(lambda a: np.exp(a)), (x,), lambda: np.exp(x))]
-    A = sps.random_array((20_000, 5_000), density=0.001, format="csr", rng=1) * 10
-    cases.append((f"log1p(A) sparse, nnz {A.nnz}", lambda: splyce.jit(lambda a: np.log1p(a)), (A,),
-                  lambda: A.log1p()))
-    X = sps.random_array((100_000, 1_000), density=0.005, format="csr", rng=2)
-    w = rng.standard_normal(1_000) * 0.1
-    y = (rng.random(100_000) < 0.5).astype(np.float64)
-
-    def step(X, w, y):
-        p = 1.0 / (1.0 + np.exp(-(X @ w)))
-        return X.T @ (p - y)
-
-    def scipy_step():
-        p = 1.0 / (1.0 + np.exp(-(X @ w)))
-        return X.T @ (p - y)
-
-    cases.append((f"logreg gradient step, X 100k x 1k nnz {X.nnz}", lambda: splyce.jit(step), (X, w, y),
-                  scipy_step))
     for name, make, args, reference_fn in cases:
         fast = _compile(make(), *args, vector_math=True)
         slow = _compile(make(), *args, vector_math=False)
-        np.testing.assert_allclose(fast(*args).toarray() if sps.issparse(fast(*args)) else fast(*args),
-                                   reference_fn().toarray() if sps.issparse(reference_fn()) else reference_fn(),
-                                   rtol=1e-12, atol=1e-12)
-        t = {"libmvec": [], "libm": [], "reference": []}
+        want = reference_fn()
+        want = _values(want)
+        for f in (fast, slow):
+            got = _values(f(*args))
+            tol = 1e-5 if got.dtype == np.float32 else 1e-11
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol * 1e-3)
+        steps = {"libmvec": lambda: fast(*args), "libm": lambda: slow(*args), "reference": reference_fn}
+        times = {k: [] for k in steps}
         for _ in range(repeats):   # interleaved
-            t["libmvec"].append(_best(lambda: fast(*args), 1))
-            t["libm"].append(_best(lambda: slow(*args), 1))
-            t["reference"].append(_best(reference_fn, 1))
-        best = {k: min(v) for k, v in t.items()}
-        rows.append({"case": name, **{k + "_ms": round(v * 1e3, 3) for k, v in best.items()},
-                     "reference_over_libmvec": round(best["reference"] / best["libmvec"], 2),
-                     "libm_over_libmvec": round(best["libm"] / best["libmvec"], 2)})
+            for k, step in steps.items():
+                t0 = time.thread_time()
+                step()
+                times[k].append(time.thread_time() - t0)
+        best = {k: min(v) for k, v in times.items()}
+        rows.append({"case": name, **{k + "_ms": best[k] * 1e3 for k in best},
+                     "libm_over_libmvec": best["libm"] / best["libmvec"],
+                     "reference_over_libmvec": best["reference"] / best["libmvec"]})
     return rows
 
 
-def main(argv=()) -> None:
-    print(f"load average {os.getloadavg()}")
-    print("function dtype n splyce_max_ulp numpy_max_ulp specials_equal")
-    for r in accuracy():
-        print(f"{r['function']:6} {r['dtype']:8} {r['n']:6} {r['splyce_ulp']:8.3f} {r['numpy_ulp']:8.3f} "
-              f"{r['specials_equal']}")
-    for r in speed():
-        print(r)
+def _values(result) -> np.ndarray:
+    """A dense result, or a sparse one's values in canonical (sorted CSR) order."""
+    import scipy.sparse as sps
+
+    if sps.issparse(result):
+        c = sps.csr_array(result)
+        c.sort_indices()
+        return c.data
+    return np.asarray(result)
 
 
-if __name__ == "__main__":
-    main()
+def run(cfg):
+    from splyce.bench.common import Result
+
+    load = os.getloadavg()
+    rows = [{"case": f"accuracy {r['function']} {r['dtype']}", **r} for r in accuracy()]
+    rows += speed(repeats=3 if cfg.tiny else (cfg.repeats or 30), tiny=cfg.tiny)
+    columns = ["case", "n", "splyce_ulp", "numpy_ulp", "specials_equal", "libmvec_ms", "libm_ms",
+               "reference_ms", "libm_over_libmvec", "reference_over_libmvec"]
+    return Result("vector_math", "Transcendental math in compiled kernels: libmvec vs libm vs NumPy / scipy",
+                  columns, rows, note=f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; thread CPU time, "
+                  "best of the interleaved repeats; ulp: max over the corpus vs long double (float64) / float64 "
+                  "(float32)")
