@@ -157,3 +157,19 @@ def test_disk_cache_key_follows_the_setting(monkeypatch):
     monkeypatch.setenv("SPLYCE_VECTOR_MATH", "0")
     assert vector_math.key() == "off"
     assert on == "off" or on != vector_math.key()
+
+
+@pytest.mark.slow
+def test_bench_subcommand_tiny(tmp_path, capsys):
+    from splyce.bench import __main__ as cli
+
+    assert cli.main(["vector_math", "--tiny", "--no-progress", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "vector_math.md").read_text()
+    assert text.count("accuracy ") == 2 * len(FUNCTIONS) and "logistic gradient step" in text
+    import csv
+
+    with open(tmp_path / "vector_math.csv") as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    accuracy = [r for r in rows if r["case"].startswith("accuracy")]
+    assert all(float(r["splyce_ulp"]) <= ULP_BOUND and r["specials_equal"] in ("True", "1") for r in accuracy)
+    assert all(float(r["libmvec_ms"]) > 0 for r in rows if not r["case"].startswith("accuracy"))
