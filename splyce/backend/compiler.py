@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from splyce.backend import alloc_guard
+from splyce.backend import alloc_guard, vector_math
 from splyce.native import codegen
 from splyce.options import Options
 from splyce.tracer.ir import Trace
@@ -46,6 +46,7 @@ class Lowering:
         self.disk_key: str | None = None     # its disk cache key, when the disk cache is on
         self.outer_extent = outer_extent     # set when the entry takes (lo, hi) outer-loop bounds (threads > 1)
         self.outer_reductions = tuple(outer_reductions)   # (k, combine) per rank-0 output the loop reduces into
+        self.vector_math: list[str] = []     # the libmvec functions its code calls (backend/vector_math.py)
 
     @classmethod
     def from_loaded(cls, trace: Trace, options: "Options", loaded, result_ranks: tuple, decisions: list,
@@ -107,6 +108,8 @@ class Lowering:
             return self.loaded
         start = time.perf_counter()
         alloc_guard.install()   # the checked allocator the kernel's heap calls resolve to
+        if self.vector_math:
+            vector_math.ensure_loaded()   # libmvec, which its transcendental calls resolve to
         compiled = codegen.build(self._llvm_module, self._target_machine, self.options.target)
         self.timings["load"] = time.perf_counter() - start
         return compiled
@@ -145,6 +148,7 @@ def load_entry(path, entry, options: Options):
     """A disk cache entry's kernel, loaded (after the checked allocator it calls); raises OSError /
     LookupError / RuntimeError when it does not load."""
     alloc_guard.install()
+    vector_math.ensure_loaded()   # in case the entry calls libmvec (a dlopen once per process)
     loaded = codegen.load_entry(path, entry, options.target)
     loaded.function_address(alloc_guard.GUARDED_ENTRY)
     return loaded
@@ -175,7 +179,7 @@ def lower(trace: Trace, options: Options) -> Lowering:
              passes.flat_rows, passes.dense_sums (fast_math) (vectorize)
     (to_llvm) passes.flatten_elementwise, passes.noalias (plan), passes.pipeline.TO_LLVM, passes.noalias
              (marks), LLVM IR translation
-    llvm     backend.alloc_guard's entry wrapper, LLVM O3 (native.codegen), alloc_guard's heap routing
+    llvm     backend.vector_math (transcendental calls to libmvec), backend.alloc_guard's entry wrapper, LLVM O3 (native.codegen), alloc_guard's heap routing
     asm      native.codegen, on demand; then object code (native.codegen.build / the disk cache)
     """
     from mlir import ir
@@ -288,6 +292,7 @@ def lower(trace: Trace, options: Options) -> Lowering:
         low.timings["to_llvm"] = time.perf_counter() - start
 
     start = time.perf_counter()
+    llvm_ir, low.vector_math = vector_math.rewrite(llvm_ir, options.target)   # exp, log, ...: libmvec
     fast_lanes = any(d.vectorized for d in low.decisions)
     slp = options.slp if options.slp is not None else not fast_lanes
     low._llvm_module, low._target_machine = optimize_kernel(

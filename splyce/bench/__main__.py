@@ -42,7 +42,10 @@ SUBCOMMANDS = {
             "and a hand-written scipy gradient, with first-call times (issue 57; needs jax)",
     "jit_formats": "jitted SpMV, SpMM, PageRank, power iteration and a GCN layer on scipy BSR / DIA / COO operands "
                    "(held in their format) vs the same on CSR and vs scipy (docs/guide/formats.md)",
-    "all": "every subcommand above but dask, overhead, clients, calls, indexing, grad and jit_formats, in turn",
+    "vector_math": "exp / log / log1p / expm1 / tanh / sin / cos in compiled kernels: max ulp error per dtype and "
+                   "libmvec vs libm vs NumPy speed, jitted exp, log1p of a CSR matrix, the logistic gradient step",
+    "all": "every subcommand above but dask, overhead, clients, calls, indexing, grad, jit_formats and vector_math, "
+           "in turn",
 }
 ORDER = ["kernels", "ablation", "width", "sparsity", "real", "programs", "threads", "memory", "compile", "limit"]
 

@@ -184,6 +184,45 @@ def _build_scatter(outer, inner, row_values, roots, profile: bool = False) -> No
             memref.dealloc(buffer)
 
     _with_flat_twin(outer, inner, t.width if hasattr(t, "width") else 64, profile, flat)
+    if any(o.name in _TRANSCENDENTAL for o in row_values):
+        _hoist_row_values(outer, inner, row_values, roots)
+
+
+# row values worth a loop of their own in the loop nest too (backend/vector_math.py: a loop over the rows
+# calls libmvec's vector functions; inline in the nest, one scalar call a row)
+_TRANSCENDENTAL = frozenset("math." + f for f in (
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "sin", "cos", "tan", "sinh", "cosh",
+    "atan", "asinh", "powf"))
+
+
+def _hoist_row_values(outer, inner, row_values, roots) -> None:
+    """The loop nest (rows of many entries) reads its row values from buffers a loop over its rows filled
+    first (``_row_values_stored``), which LLVM vectorizes with libmvec's exp / log / tanh: the logistic
+    gradient's ``exp`` a row, 100k rows of 5 entries, was one scalar libm call a row. Each row's values are
+    computed by the same ops in the same order (and every ``exp`` by the same libmvec function, whichever
+    loop calls it): the same bits."""
+    iv = outer.regions[0].blocks[0].arguments[0]
+    lb, ub = outer.operands[0], outer.operands[1]
+    with ir.InsertionPoint(outer), outer.location:
+        buffers = _row_values_stored(iv, row_values, roots, lb, ub)
+    with ir.InsertionPoint(inner), inner.location:
+        at = arith.subi(iv, lb)
+        loaded = [(root, memref.load(buffer, [at])) for root, buffer in buffers.items()]
+    for op in walk(inner):
+        for i, v in enumerate(op.operands):
+            for root, value in loaded:
+                if v == root:
+                    op.operands[i] = value
+    with ir.InsertionPoint(outer.block.operations[_index_in_block(outer) + 1]), outer.location:
+        for buffer in buffers.values():
+            memref.dealloc(buffer)
+
+
+def _index_in_block(op) -> int:
+    for i, o in enumerate(op.block.operations):
+        if o.operation == op:
+            return i
+    raise RuntimeError("internal error: an op outside its block")
 
 
 def _row_values_stored(iv, row_values, roots, lb, stop) -> dict:

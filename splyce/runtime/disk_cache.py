@@ -21,6 +21,7 @@ import warnings
 from dataclasses import fields
 from pathlib import Path
 
+from splyce.backend import vector_math
 from splyce.native import codegen, host, object_cache
 from splyce.native.records import record
 from splyce.native.object_cache import MAGIC, CorruptEntry, Entry, cache_dir, decode, enabled, encode  # noqa: F401
@@ -125,6 +126,7 @@ def key_parts(trace, static_args, out_format, options) -> dict:
         "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
         "versions": dict(_versions(), artifact=codegen.artifact_kind()),   # a shared library, or object code
         "tuning": _tuning(),
+        "vector_math": vector_math.key(),   # transcendental calls to libmvec, or libm (backend/vector_math.py)
     }
 
 

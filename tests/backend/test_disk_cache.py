@@ -208,7 +208,8 @@ def test_key_parts_are_named_and_change_with_options():
     p2 = disk_cache.key_parts(trace, k2.static_args, k2.out_format, k2.options)
     assert disk_cache.explain(p1, p2) == ["options.fast_math"]
     assert disk_cache.digest(p1) != disk_cache.digest(p2)
-    assert set(p1) == {"trace", "static_args", "inputs", "out_format", "options", "target", "versions", "tuning"}
+    assert set(p1) == {"trace", "static_args", "inputs", "out_format", "options", "target", "versions", "tuning",
+                       "vector_math"}
     assert set(p1["versions"]) == {"splyce", "mlir", "llvmlite", "compiler_sources", "artifact"}
     # formats appear in full, index widths included (a 64-bit CSR must not share a 32-bit CSR's entry)
     assert p1["inputs"][0]["format"] == {"levels": ["dense", "compressed"], "order": [0, 1],
