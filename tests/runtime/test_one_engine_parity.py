@@ -83,11 +83,16 @@ def test_bool_dropin_runs_the_native_merge_with_scipys_rule(op, monkeypatch):
         assert np.array_equal(got.toarray(), want.toarray()) and got.nnz == want.nnz
 
 
-def test_bool_difference_is_still_refused():
+def test_bool_difference_follows_the_operands():
+    """Two scipy sparse bool matrices: scipy's difference, ``a != b`` (its sparse kernels' bool rule); with a
+    SparseTensor operand, NumPy's rule (no bool difference), as inside ``@splyce.jit``."""
     a = sps.csr_array(np.eye(3, dtype=bool))
-    for b in (a, a.T, splyce.asarray(a)):
-        with pytest.raises(TypeError, match="not supported for bool values"):
-            splyce.subtract(a, b)
+    for b in (a, a.T):
+        got, want = splyce.subtract(a, b), a - b
+        assert type(got) is type(want) and got.dtype == want.dtype
+        assert np.array_equal(got.toarray(), want.toarray())
+    with pytest.raises(TypeError, match="not supported for bool values"):
+        splyce.subtract(a, splyce.asarray(a))
 
 
 @pytest.mark.parametrize("op", ["multiply", "add"])

@@ -108,7 +108,8 @@ def test_function_reading_outside_names_takes_prepared_signature_and_refuses_cha
     for _ in range(3):
         assert np.allclose(step(a, x), want)
     info = step.cache_info()
-    assert info.compiles == 1 and info.hits + info.misses == 3
+    # one kernel (the native SpMV and its glue in NumPy, runtime/glue.py: nothing compiled), looked up on each call
+    assert info.misses == 1 and info.compiles == 0 and info.hits + info.misses == 3
     a.indices[0] = n + 5
     with pytest.raises(ValueError):
         step(a, x)

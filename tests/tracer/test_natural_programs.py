@@ -48,7 +48,8 @@ def test_pagerank_step_and_iteration():
         x = step(P, x)
         want = 0.85 * (P @ want) + 0.15 / N
     np.testing.assert_allclose(x, want, rtol=1e-12)
-    assert step.cache_info().compiles == 1
+    # one kernel for the 20 calls: the native SpMV and its glue in NumPy's bits (runtime/glue.py), nothing compiled
+    assert step.cache_info().misses == 1 and step.cache_info().compiles == 0
     # the dense glue is one elementwise op after the product (the drop-in's SpMV before the kernel, the glue
     # written over its array)
     plan = step.lower(P, x).as_text("plan")
@@ -166,10 +167,10 @@ def test_gcn_layer_with_captured_features_and_weights():
     try:
         WEIGHTS = RNG.random((8, 4)) - 0.5
         np.testing.assert_allclose(layer(A), np.maximum(A @ (FEATURES @ WEIGHTS), 0))
-        assert layer.cache_info().compiles == 1
+        assert layer.cache_info().misses == 1
         WEIGHTS = RNG.random((8, 6))           # another shape: a new kernel
         np.testing.assert_allclose(layer(A), np.maximum(A @ (FEATURES @ WEIGHTS), 0))
-        assert layer.cache_info().compiles == 2
+        assert layer.cache_info().misses == 2
     finally:
         WEIGHTS = saved
     trace = layer.lower(A).as_text("trace")
