@@ -34,9 +34,12 @@ def _sub(a, b):
 
 def _elementwise(name, fun, np_fun, a, b, out_format, threads=1):
     if name == "subtract" and out_format is None and _scipy_bool_pair(a, b):
-        # scipy's bool difference of two sparse operands: the positions where they differ (its CSR kernels'
-        # bool wrapper), where NumPy and scipy's DIA refuse ``-`` on bools; as scipy, its own sparse ``!=``
-        return a != b
+        if a.format == b.format == "dia":        # scipy's DIA difference is NumPy's on the diagonals: refused
+            np.subtract(np.zeros(1, bool), np.zeros(1, bool))      # NumPy's own TypeError and message
+        if a.format != "bsr":
+            # scipy's bool difference of two sparse operands: the positions where they differ (its CSR kernels'
+            # bool wrapper), where NumPy refuses ``-`` on bools; as scipy, its own sparse ``!=``
+            return a != b
     if out_format is None and getattr(a, "format", None) == "dia" and _keeps_left_format(name, a, b) \
             and np.shape(a) == np.shape(b):
         from splyce.dropin import dia_ops
@@ -137,10 +140,10 @@ def _with_unpartnered(out, ta: SparseTensor, tb: SparseTensor):
 
 
 def _scipy_bool_pair(a, b) -> bool:
-    """Two scipy sparse bool matrices of one shape, neither a DIA (whose difference scipy refuses as NumPy)."""
+    """Two scipy sparse bool matrices of one shape."""
     sps = sys.modules.get("scipy.sparse")
     return sps is not None and sps.issparse(a) and sps.issparse(b) and a.dtype == np.bool_ \
-        and b.dtype == np.bool_ and a.shape == b.shape and "dia" not in (a.format, b.format)
+        and b.dtype == np.bool_ and a.shape == b.shape
 
 
 def _dense_sum(name: str, a, b, sparse_first: bool) -> np.ndarray:

@@ -226,3 +226,35 @@ def test_coo_bad_coordinates_refused_on_every_thread_count(sorted_rows):
     for threads in (1, 2):
         with pytest.raises(ValueError, match="entry 70000 has coordinates"):
             splyce.matmul(a, np.ones((3, 4)), threads=threads)
+
+
+def test_bool_subtract_of_a_bsr_keeps_its_class():
+    """A BSR left operand: computed on its CSR (scipy's ``a != b`` there) and put back in the left operand's
+    format, as the drop-ins do for every format scipy keeps: scipy's class, blocks and values."""
+    a = sp.bsr_array(_dense((12, 9), 0.25, 0, np.bool_), blocksize=(3, 3))
+    b = sp.csr_array(_dense((12, 9), 0.3, 50, np.bool_))
+    got, want = splyce.subtract(a, b), a - b
+    assert type(got) is type(want) and got.blocksize == want.blocksize and got.dtype == want.dtype
+    assert np.array_equal(got.toarray(), want.toarray())
+
+
+def test_bool_subtract_every_format_pair_as_scipy():
+    """bool - bool over every pair of scipy formats and both classes: scipy's result class and values, or a
+    TypeError where scipy raises one (two DIAs: NumPy's bool difference)."""
+    import itertools
+
+    rng = np.random.default_rng(1)
+    a, b = rng.random((6, 6)) < 0.4, rng.random((6, 6)) < 0.4
+    formats = ("csr", "csc", "coo", "bsr", "dia", "lil", "dok")
+    for fa, fb in itertools.product(formats, formats):
+        for kind in ("array", "matrix"):
+            A, B = getattr(sp, f"{fa}_{kind}")(a), getattr(sp, f"{fb}_{kind}")(b)
+            try:
+                want = A - B
+            except TypeError:
+                with pytest.raises(TypeError):
+                    splyce.subtract(A, B)
+                continue
+            got = splyce.subtract(A, B)
+            assert type(got) is type(want), (fa, fb, kind)
+            assert np.array_equal(got.toarray(), want.toarray()), (fa, fb, kind)
