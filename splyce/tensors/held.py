@@ -169,13 +169,9 @@ class Held:
             raise ValueError(f"{self.name}: a malformed COO: {coo.bad_entry(row, col, m, n)}")
         return y
 
-    def in_row_order(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Checked CSR buffers ``(indptr, indices, data)`` (one index dtype) of the operand whose rows hold its
-        entries in the order the held kernel sums them: a COO's by a stable counting sort on rows (entry order
-        within a row, duplicates and explicit zeros kept: scipy's ``coo_tocsr`` without ``sum_duplicates``), a
-        DIA's diagonal by diagonal (every in-range stored position, zeros kept), a BSR's block by block (scipy's
-        ``bsr_tocsr``, which keeps every block entry). O(nnz + rows); the CSR kernel's row sums over them from
-        +0.0 are then the held kernel's, bit for bit."""
+    def _check_indices(self) -> None:
+        """What a conversion writes through and scipy's conversions trust: a BSR's ``indptr`` order and block
+        columns, a COO's coordinates (each error names the first defect)."""
         m, n = self.shape
         if self.kind == "bsr":
             indptr, indices, data = self.parts
@@ -184,6 +180,25 @@ class Held:
                 raise ValueError(f"{self.name}: a malformed BSR: indptr decreases")
             if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= n // C):
                 raise ValueError(f"{self.name}: a malformed BSR: a block column index outside [0, {n // C})")
+        elif self.kind == "coo":
+            row, col, _ = self.parts
+            if len(row):
+                from splyce.native.coo import bad_entry
+
+                bad = bad_entry(row, col, m, n)
+                if bad is not None:
+                    raise ValueError(f"{self.name}: a malformed COO: {bad}")
+
+    def in_row_order(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Checked CSR buffers ``(indptr, indices, data)`` (one index dtype) of the operand whose rows hold its
+        entries in the order the held kernel sums them: a COO's by a stable counting sort on rows (entry order
+        within a row, duplicates and explicit zeros kept: scipy's ``coo_tocsr`` without ``sum_duplicates``), a
+        DIA's diagonal by diagonal (every in-range stored position, zeros kept), a BSR's block by block (scipy's
+        ``bsr_tocsr``, which keeps every block entry). O(nnz + rows); the CSR kernel's row sums over them from
+        +0.0 are then the held kernel's, bit for bit."""
+        m, n = self.shape
+        self._check_indices()
+        if self.kind == "bsr":
             c = self.obj.tocsr()
             index = np.int32 if self.format.crd_width == 32 else np.int64
             return (np.ascontiguousarray(c.indptr, dtype=index), np.ascontiguousarray(c.indices, dtype=index),
@@ -204,11 +219,6 @@ class Held:
             val = np.concatenate(vals) if vals else np.zeros(0, self.dtype)
         else:
             row, col, val = self.parts
-            if len(row):
-                from splyce.native.coo import bad_entry
-
-                if int(row.min()) < 0 or int(row.max()) >= m or int(col.min()) < 0 or int(col.max()) >= n:
-                    raise ValueError(f"{self.name}: a malformed COO: {bad_entry(row, col, m, n)}")
         index = np.dtype(np.int32 if self.format.crd_width == 32 else np.int64)
         row, col = row.astype(index, copy=False), col.astype(index, copy=False)
         return _row_sort(row, col, np.ascontiguousarray(val), m, n, index)
@@ -219,22 +229,7 @@ class Held:
         ``tocsr``), made by scipy's linear-time conversion after checking the indices it writes through."""
         from splyce.tensors.tensor import asarray
 
-        m, n = self.shape
-        if self.kind == "bsr":
-            indptr, indices, data = self.parts
-            C = data.shape[2]
-            if bool((np.diff(indptr) < 0).any()):
-                raise ValueError(f"{self.name}: a malformed BSR: indptr decreases")
-            if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= n // C):
-                raise ValueError(f"{self.name}: a malformed BSR: a block column index outside [0, {n // C})")
-        elif self.kind == "coo":
-            row, col, _ = self.parts
-            if len(row):
-                from splyce.native.coo import bad_entry
-
-                bad = bad_entry(row, col, m, n)
-                if bad is not None:
-                    raise ValueError(f"{self.name}: a malformed COO: {bad}")
+        self._check_indices()
         return asarray(self.obj.tocsr(), format=self.format, name=self.name)
 
     def empty(self):
